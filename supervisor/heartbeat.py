@@ -1,0 +1,114 @@
+"""Progress beacons: the trainer's side (``beat``) and the supervisor's side (``read_heartbeat``).
+
+The trainer reports progress by rewriting one small JSON file, the path in
+``HANGWATCH_HEARTBEAT``. The client is dependency-free (standard library only)
+so it can be imported from any training script, any process of the tree, and
+costs a few microseconds plus one rename per call.
+
+Invariants:
+* A reader never sees a half-written beat: each beat is written to a private
+  temporary file in the same directory and renamed over the old one.
+* Progress is any change of ``(pid, seq)``: ``seq`` counts beats within one
+  process, so two processes beating into the same file both count.
+* Without ``HANGWATCH_HEARTBEAT`` in the environment, ``beat`` does nothing: a
+  trainer instrumented for hangwatch still runs without it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+HEARTBEAT_ENV = "HANGWATCH_HEARTBEAT"
+
+_counter = itertools.count(1)
+_lock = threading.Lock()
+
+
+def beat(step: int | None = None, phase: str | None = None, *, path: str | None = None, **info: Any) -> bool:
+    """Report progress. ``phase`` names what the trainer is doing now (``train``,
+    ``generate``, ``checkpoint``, ...); the supervisor may give a phase its own,
+    longer timeout. Extra keyword arguments are recorded as ``info`` (small,
+    JSON-serialisable values; the supervisor journals them when they change).
+
+    Returns whether a beat was written. Never raises for an I/O problem: a
+    full disk must not crash training, it only stops the beacons.
+    """
+    target = path or os.environ.get(HEARTBEAT_ENV)
+    if not target:
+        return False
+    with _lock:
+        seq = next(_counter)
+    record = {
+        "pid": os.getpid(),
+        "seq": seq,
+        "ts": time.time(),
+        "step": step,
+        "phase": phase,
+        "info": info,
+    }
+    tmp = f"{target}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(record, handle, default=str)
+        os.replace(tmp, target)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """The last beat the supervisor read."""
+
+    pid: int
+    seq: int
+    ts: float
+    step: int | None
+    phase: str | None
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def token(self) -> tuple[int, int]:
+        """Identity of this beat; a new token means progress."""
+        return (self.pid, self.seq)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "seq": self.seq,
+            "ts": self.ts,
+            "step": self.step,
+            "phase": self.phase,
+            "info": dict(self.info),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Heartbeat":
+        step = data.get("step")
+        return cls(
+            pid=int(data["pid"]),
+            seq=int(data["seq"]),
+            ts=float(data.get("ts", 0.0)),
+            step=int(step) if step is not None else None,
+            phase=data.get("phase"),
+            info=dict(data.get("info") or {}),
+        )
+
+
+def read_heartbeat(path: str | os.PathLike[str]) -> Heartbeat | None:
+    """The current beat, or None when there is none yet or it is unreadable."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return Heartbeat.from_json(json.load(handle))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
