@@ -1,0 +1,190 @@
+"""Hang signatures: known stall patterns with advice, loaded from TOML files.
+
+The built-in set ships as ``diagnostics/signatures.toml``; user files add to it
+(an existing id is replaced). Loading is strict: a syntax error or an invalid
+signature is a ``SignatureFileError`` naming the file and, where it can, the line.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from diagnostics.errors import SignatureFileError
+from diagnostics.stacks import Frame, ThreadDump
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+BUILTIN = Path(__file__).with_name("signatures.toml")
+_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_KNOWN_KEYS = {"id", "title", "priority", "match", "thread", "process", "frames", "advice"}
+_FRAME_KEYS = {"function", "file", "regex"}
+
+
+@dataclass(frozen=True)
+class FramePattern:
+    function: str | None = None
+    file: str | None = None
+    regex: bool = False
+
+    def matches(self, frame: Frame) -> bool:
+        if self.function is not None and not self._match(self.function, frame.function):
+            return False
+        if self.file is not None and not self._match_file(frame):
+            return False
+        return True
+
+    def _match(self, pattern: str, value: str) -> bool:
+        return bool(re.search(pattern, value)) if self.regex else pattern in value
+
+    def _match_file(self, frame: Frame) -> bool:
+        assert self.file is not None
+        if self._match(self.file, frame.file):
+            return True
+        # A pasted text dump only has short file names: compare the pattern's
+        # last component (substring patterns only).
+        if not self.regex and "/" not in frame.file and "/" in self.file.rstrip("/"):
+            return self.file.rstrip("/").rsplit("/", 1)[-1] in frame.file
+        return False
+
+    def describe(self) -> str:
+        parts = [f"{k}={v!r}" for k, v in (("function", self.function), ("file", self.file)) if v is not None]
+        return " ".join(parts) + (" (regex)" if self.regex else "")
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    title: str
+    advice: str
+    frames: tuple[FramePattern, ...]
+    priority: int = 0
+    match: str = "any"
+    thread: str | None = None
+    process: str | None = None
+    source: str = ""
+
+    def match_thread(self, thread: ThreadDump, cmdline: str = "") -> tuple[Frame, ...]:
+        """The frames that satisfy this signature in ``thread``; empty when it does not match."""
+        if self.thread is not None and not re.search(self.thread, thread.name):
+            return ()
+        if self.process is not None and not re.search(self.process, cmdline):
+            return ()
+        hits = [[f for f in thread.frames if p.matches(f)] for p in self.frames]
+        if self.match == "all" and not all(hits):
+            return ()
+        evidence = {id(f): f for group in hits for f in group}
+        # Keep stack order (innermost first).
+        return tuple(f for f in thread.frames if id(f) in evidence)
+
+
+def load_signatures(extra: Iterable[str | Path] = (), *, builtin: bool = True) -> tuple[Signature, ...]:
+    """Built-ins, then each extra file in order; later ids replace earlier ones."""
+    by_id: dict[str, Signature] = {}
+    paths = ([BUILTIN] if builtin else []) + [Path(p) for p in extra]
+    for path in paths:
+        for sig in load_file(path):
+            by_id[sig.id] = sig
+    return tuple(sorted(by_id.values(), key=lambda s: -s.priority))
+
+
+def load_file(path: Path) -> list[Signature]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SignatureFileError(f"{path}: cannot read signature file ({exc.strerror or exc})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        # tomllib's message ends with "(at line L, column C)".
+        raise SignatureFileError(f"{path}: invalid TOML: {exc}") from None
+    unknown = set(data) - {"signature"}
+    if unknown:
+        raise SignatureFileError(f"{path}: unknown top-level key(s) {sorted(unknown)}; expected [[signature]] tables")
+    entries = data.get("signature", [])
+    if not isinstance(entries, list):
+        raise SignatureFileError(f"{path}: 'signature' must be an array of tables ([[signature]])")
+    lines = _header_lines(text)
+    return [_build(entry, path, i, lines[i] if len(lines) == len(entries) else None) for i, entry in enumerate(entries)]
+
+
+def _header_lines(text: str) -> list[int]:
+    return [n for n, line in enumerate(text.splitlines(), 1) if re.match(r"\s*\[\[\s*signature\s*\]\]", line)]
+
+
+def _build(entry: Mapping[str, Any], path: Path, index: int, line: int | None) -> Signature:
+    sid = entry.get("id")
+    where = f"{path}" + (f", line {line}" if line else "") + f": signature #{index + 1}" + (f" ({sid!r})" if isinstance(sid, str) else "")
+
+    def fail(msg: str) -> SignatureFileError:
+        return SignatureFileError(f"{where}: {msg}")
+
+    unknown = set(entry) - _KNOWN_KEYS
+    if unknown:
+        raise fail(f"unknown key(s) {sorted(unknown)}; allowed: {sorted(_KNOWN_KEYS)}")
+    if not isinstance(sid, str) or not _ID.match(sid):
+        raise fail(f"missing or invalid 'id' (got {sid!r}); use lowercase letters, digits, '-', '.', '_'")
+    for key in ("title", "advice"):
+        if not isinstance(entry.get(key), str) or not entry[key].strip():
+            raise fail(f"missing '{key}' (a non-empty string)")
+    priority = entry.get("priority", 0)
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise fail(f"'priority' must be an integer, got {priority!r}")
+    match = entry.get("match", "any")
+    if match not in ("any", "all"):
+        raise fail(f"'match' must be \"any\" or \"all\", got {match!r}")
+    for key in ("thread", "process"):
+        if entry.get(key) is not None:
+            _compile(entry[key], fail, key)
+    raw_frames = entry.get("frames")
+    if not isinstance(raw_frames, list) or not raw_frames:
+        raise fail("'frames' must be a non-empty list of {function = ..., file = ...} tables")
+    frames = []
+    for n, raw in enumerate(raw_frames, 1):
+        if not isinstance(raw, dict):
+            raise fail(f"frames[{n}] must be a table, got {raw!r}")
+        bad = set(raw) - _FRAME_KEYS
+        if bad:
+            raise fail(f"frames[{n}]: unknown key(s) {sorted(bad)}; allowed: function, file, regex")
+        if raw.get("function") is None and raw.get("file") is None:
+            raise fail(f"frames[{n}] needs 'function' or 'file'")
+        regex = raw.get("regex", False)
+        if not isinstance(regex, bool):
+            raise fail(f"frames[{n}]: 'regex' must be true or false, got {regex!r}")
+        for key in ("function", "file"):
+            value = raw.get(key)
+            if value is not None and not isinstance(value, str):
+                raise fail(f"frames[{n}]: '{key}' must be a string, got {value!r}")
+            if value is not None and regex:
+                _compile(value, fail, f"frames[{n}].{key}")
+        frames.append(FramePattern(raw.get("function"), raw.get("file"), regex))
+    return Signature(
+        id=sid,
+        title=entry["title"].strip(),
+        advice=" ".join(entry["advice"].split()),
+        frames=tuple(frames),
+        priority=priority,
+        match=match,
+        thread=entry.get("thread"),
+        process=entry.get("process"),
+        source=f"{path}" + (f":{line}" if line else ""),
+    )
+
+
+def _compile(pattern: Any, fail, what: str) -> None:
+    if not isinstance(pattern, str):
+        raise fail(f"{what} must be a string, got {pattern!r}")
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise fail(f"{what}: bad regex {pattern!r}: {exc}") from None
+
+
+def find(signatures: Sequence[Signature], sid: str) -> Signature | None:
+    return next((s for s in signatures if s.id == sid), None)

@@ -1,0 +1,195 @@
+"""The stack model every input is turned into: py-spy JSON, pasted text, bundles.
+
+A ``ProcessDump`` is one look at one process; several dumps of the same pid
+(capture rounds, or a paste with the same process twice) form a series, from
+which ``frozen_threads`` tells a wedged thread (same frames, same lines, every
+round) from a busy one. Frames are innermost first, as py-spy lists them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+# Standard-library modules that show up in waits; used when a pasted dump has
+# only short file names, so the path test below cannot tell.
+_STDLIB_SHORT = frozenset(
+    """threading.py queue.py selectors.py socket.py ssl.py subprocess.py asyncio
+    base_events.py events.py runners.py tasks.py futures.py thread.py process.py
+    connection.py synchronize.py queues.py pool.py popen_fork.py managers.py
+    reduction.py resource_sharer.py util.py contextlib.py functools.py runpy.py
+    __init__.py selector_events.py unix_events.py _base.py weakref.py
+    multiprocessing""".split()
+)
+_STDLIB_PATH = re.compile(r"/lib/python3\.\d+/(?!site-packages|dist-packages)")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One frame. ``file`` is the full path when the source had it, else the short
+    name; native frames have the library as ``file`` and no line."""
+
+    function: str
+    file: str
+    line: int | None = None
+    native: bool = False
+
+    @property
+    def short_file(self) -> str:
+        return self.file.rsplit("/", 1)[-1]
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """Identity across incidents: line numbers differ between versions."""
+        return (self.function, self.short_file)
+
+    @property
+    def is_stdlib(self) -> bool:
+        if self.native:
+            return True
+        if "/" in self.file:
+            return bool(_STDLIB_PATH.search(self.file))
+        return self.file in _STDLIB_SHORT
+
+    def render(self) -> str:
+        if self.native or self.line is None:
+            return f"{self.function} ({self.short_file})"
+        return f"{self.function} ({self.short_file}:{self.line})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"function": self.function, "file": self.file, "line": self.line, "native": self.native}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Frame":
+        line = data.get("line")
+        return cls(str(data["function"]), str(data["file"]), int(line) if line is not None else None, bool(data.get("native")))
+
+
+@dataclass(frozen=True)
+class ThreadDump:
+    """One thread as seen once. ``ident`` is stable across rounds (OS tid when known)."""
+
+    ident: str
+    name: str
+    frames: tuple[Frame, ...]
+    active: bool | None = None
+    owns_gil: bool = False
+
+    @property
+    def signature(self) -> tuple[tuple[str, str, int | None], ...]:
+        return tuple((f.function, f.file, f.line) for f in self.frames)
+
+    def telling_frames(self, limit: int = 5) -> tuple[Frame, ...]:
+        """Innermost frames that are neither standard library nor native."""
+        return tuple(f for f in self.frames if not f.is_stdlib)[:limit]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ident": self.ident,
+            "name": self.name,
+            "active": self.active,
+            "owns_gil": self.owns_gil,
+            "frames": [f.to_json() for f in self.frames],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "ThreadDump":
+        return cls(
+            str(data["ident"]),
+            str(data.get("name", "")),
+            tuple(Frame.from_json(f) for f in data.get("frames", ())),
+            data.get("active"),
+            bool(data.get("owns_gil")),
+        )
+
+
+@dataclass(frozen=True)
+class ProcessDump:
+    """One look at one process. ``pid`` is None for a paste without a header."""
+
+    pid: int | None
+    threads: tuple[ThreadDump, ...]
+    cmdline: str = ""
+    python: str = ""
+    round: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "cmdline": self.cmdline,
+            "python": self.python,
+            "round": self.round,
+            "threads": [t.to_json() for t in self.threads],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "ProcessDump":
+        return cls(
+            data.get("pid"),
+            tuple(ThreadDump.from_json(t) for t in data.get("threads", ())),
+            str(data.get("cmdline", "")),
+            str(data.get("python", "")),
+            int(data.get("round", 1)),
+        )
+
+
+@dataclass(frozen=True)
+class ProcessSeries:
+    """Every dump of one process, in round order."""
+
+    pid: int | None
+    dumps: tuple[ProcessDump, ...] = field(default_factory=tuple)
+
+    @property
+    def latest(self) -> ProcessDump:
+        return self.dumps[-1]
+
+    @property
+    def cmdline(self) -> str:
+        return next((d.cmdline for d in reversed(self.dumps) if d.cmdline), "")
+
+    def frozen(self, ident: str) -> bool | None:
+        """True when the thread shows the same frames (with lines) in every round
+        it appears in, and it appears in at least two; None with a single look."""
+        seen = [t.signature for d in self.dumps for t in d.threads if t.ident == ident]
+        if len(seen) < 2:
+            return None
+        return all(s == seen[0] for s in seen[1:])
+
+
+def group_series(dumps: Iterable[ProcessDump]) -> tuple[ProcessSeries, ...]:
+    """Group dumps by pid, keeping first-seen order; pid-less dumps stay apart."""
+    order: list[int | None] = []
+    by_pid: dict[int, list[ProcessDump]] = {}
+    loose: list[ProcessSeries] = []
+    for dump in dumps:
+        if dump.pid is None:
+            loose.append(ProcessSeries(None, (dump,)))
+            continue
+        if dump.pid not in by_pid:
+            by_pid[dump.pid] = []
+            order.append(dump.pid)
+        by_pid[dump.pid].append(dump)
+    series = [ProcessSeries(pid, tuple(sorted(by_pid[pid], key=lambda d: d.round))) for pid in order if pid is not None]
+    return tuple(series) + tuple(loose)
+
+
+def render_text(series: Sequence[ProcessSeries]) -> str:
+    """A readable rendering, close to ``py-spy dump`` so people recognise it."""
+    out: list[str] = []
+    for s in series:
+        for dump in s.dumps:
+            out.append(f"Process {dump.pid if dump.pid is not None else '?'}: {dump.cmdline}  [round {dump.round}]")
+            if dump.python:
+                out.append(f"Python {dump.python}")
+            for thread in dump.threads:
+                state = "unknown" if thread.active is None else ("active" if thread.active else "idle")
+                if thread.owns_gil:
+                    state += "+gil"
+                frozen = s.frozen(thread.ident)
+                mark = "" if frozen is None else ("  [frozen across rounds]" if frozen else "  [changing]")
+                out.append(f'Thread {thread.ident} ({state}): "{thread.name}"{mark}')
+                out.extend(f"    {f.render()}" for f in thread.frames)
+            out.append("")
+    return "\n".join(out)
