@@ -1,0 +1,83 @@
+"""Choosing the checkpoint to resume from: the newest *complete* one.
+
+transformers' ``get_last_checkpoint`` takes the highest-numbered folder
+whether or not its save finished; a wedge or a kill during a save leaves
+exactly such a folder. Here a checkpoint counts only when its completeness
+marker exists and, for a JSON marker, parses. Incomplete ones are reported
+and skipped, never touched: this module only reads.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_GLOB = "checkpoint-*"
+DEFAULT_MARKER = "trainer_state.json"
+
+_STEP = re.compile(r"(\d+)(?!.*\d)")
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    directory: Path
+    glob: str = DEFAULT_GLOB
+    marker: str = DEFAULT_MARKER
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: Path
+    step: int | None
+    complete: bool
+    problem: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"path": str(self.path), "step": self.step, "complete": self.complete, "problem": self.problem}
+
+
+def scan(spec: CheckpointSpec) -> list[Checkpoint]:
+    """All candidates, newest first (by the number in the name, then mtime)."""
+    if not spec.directory.is_dir():
+        return []
+    found = []
+    for path in spec.directory.glob(spec.glob):
+        if not path.is_dir() or path.name.startswith("."):
+            continue
+        match = _STEP.search(path.name)
+        step = int(match.group(1)) if match else None
+        problem = _incomplete(path, spec.marker)
+        found.append(Checkpoint(path, step, problem is None, problem))
+
+    def order(c: Checkpoint) -> tuple[int, float]:
+        try:
+            mtime = c.path.stat().st_mtime
+        except OSError:
+            mtime = 0.0
+        return (c.step if c.step is not None else -1, mtime)
+
+    return sorted(found, key=order, reverse=True)
+
+
+def newest_complete(spec: CheckpointSpec) -> tuple[Checkpoint | None, list[Checkpoint]]:
+    """The newest complete checkpoint and the newer incomplete ones skipped on the way."""
+    skipped = []
+    for candidate in scan(spec):
+        if candidate.complete:
+            return candidate, skipped
+        skipped.append(candidate)
+    return None, skipped
+
+
+def _incomplete(path: Path, marker: str) -> str | None:
+    marker_path = path / marker
+    if not marker_path.is_file():
+        return f"no {marker} (save did not finish)"
+    if marker_path.suffix == ".json":
+        try:
+            json.loads(marker_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            return f"{marker} unreadable: {exc}"
+    return None

@@ -1,0 +1,269 @@
+"""``hangwatch``: the command line.
+
+    hangwatch run [options] -- COMMAND...   supervise a training command
+    hangwatch status RUN_DIR                attempts, incidents, restarts, state
+    hangwatch replay PATH...                classify saved bundles / py-spy dumps
+    hangwatch bundle pack BUNDLE            make a .tar.gz for a bug report
+    hangwatch report BUNDLE                 (re)write a bundle's HTML report
+
+User mistakes print ``hangwatch: error: ...`` and exit 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from supervisor.config import SETTINGS, build, load_file, save_values, saved_values
+from supervisor.detector import ConfigError
+from supervisor.policy import EXIT_CODES, EXIT_INTERNAL, EXIT_USAGE
+
+EPILOG_EXIT = "exit codes:\n" + "\n".join(f"  {code:3d}  {text}" for code, text in EXIT_CODES.items()) + (
+    "\n  128+N  the supervisor was stopped by signal N and the trainer did not exit on its own"
+    "\n  other  the trainer's own exit status, when a forwarded SIGINT/SIGTERM made it exit"
+)
+
+
+class UsageError(Exception):
+    """A user mistake; printed without a traceback."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"hangwatch: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="hangwatch",
+        description="Hang watchdog and recovery supervisor for long GPU training runs.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command_name", metavar="COMMAND", parser_class=_Parser)
+    add_run_parser(sub)
+    status = sub.add_parser("status", help="summarise a run from its journal")
+    status.add_argument("run_dir", metavar="RUN_DIR", type=Path)
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=cmd_status)
+    try:
+        from diagnostics.cli import register  # noqa: PLC0415
+    except ImportError:
+        pass
+    else:
+        register(sub)
+    return parser
+
+
+def add_run_parser(sub: Any) -> None:
+    d = {k: v[1] for k, v in SETTINGS.items()}
+    run = sub.add_parser(
+        "run",
+        help="supervise a training command",
+        usage="hangwatch run [options] -- COMMAND...",
+        description=(
+            "Launch COMMAND, watch GPU, CPU and heartbeats of its whole process tree, and on a stall "
+            "capture evidence, kill the tree and resume from the newest complete checkpoint with cuda "
+            "graphs off, within a restart budget."
+        ),
+        epilog=EPILOG_EXIT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        argument_default=argparse.SUPPRESS,
+    )
+    g = run.add_argument_group("run")
+    g.add_argument("--run-dir", metavar="DIR", help="run directory (default: a new folder under ./hangwatch-runs/)")
+    g.add_argument("--resume", metavar="RUN_DIR", type=Path,
+                   help="continue a run whose supervisor died: same journal, attempt count and settings")
+    g.add_argument("--config", metavar="FILE", type=Path,
+                   help="TOML file of settings (keys = long option names); also $HANGWATCH_CONFIG")
+    g.add_argument("--quiet", action="store_true", help="do not echo the trainer's output to the console")
+
+    g = run.add_argument_group("checkpoints and resume")
+    g.add_argument("--checkpoint-dir", metavar="DIR", help="where the trainer writes checkpoints")
+    g.add_argument("--checkpoint-glob", metavar="GLOB", help=f"checkpoint folders (default {d['checkpoint_glob']})")
+    g.add_argument("--checkpoint-marker", metavar="FILE",
+                   help=f"file whose presence makes a checkpoint complete (default {d['checkpoint_marker']})")
+    g.add_argument("--resume-arg", metavar="TEMPLATE",
+                   help="arguments appended on a resume, e.g. '--resume_from_checkpoint={checkpoint}'")
+
+    g = run.add_argument_group("detection")
+    g.add_argument("--gpu-probe", metavar="PROBE",
+                   help="auto (NVML if it loads), nvml, none, or file:PATH (simulated GPU) (default auto)")
+    g.add_argument("--interval", type=float, metavar="S", help=f"sampling interval (default {d['interval']:g})")
+    g.add_argument("--gpu-busy", type=float, metavar="PCT", help=f"GPU utilisation that counts as busy (default {d['gpu_busy']:g})")
+    g.add_argument("--cpu-idle", type=float, metavar="PCT",
+                   help=f"CPU of GPU-holding processes, %% of one core, that counts as idle (default {d['cpu_idle']:g})")
+    g.add_argument("--stall-window", type=float, metavar="S", help=f"how long a stall must last (default {d['stall_window']:g})")
+    g.add_argument("--progress-timeout", type=float, metavar="S",
+                   help=f"silent hang: no heartbeat progress for S seconds, tree idle; 0 disables (default {d['progress_timeout']:g})")
+    g.add_argument("--phase-timeout", action="append", metavar="PHASE=S", dest="phase_timeouts",
+                   help="longer window for a phase the trainer announces (repeatable; defaults: checkpoint, compile, warmup = 1800)")
+    g.add_argument("--noise-samples", type=int, metavar="N",
+                   help=f"contrary samples in a row tolerated during a stall (default {d['noise_samples']})")
+
+    g = run.add_argument_group("recovery")
+    g.add_argument("--capture-timeout", type=float, metavar="S", help=f"hard deadline for evidence capture (default {d['capture_timeout']:g})")
+    g.add_argument("--grace", type=float, metavar="S", help=f"SIGTERM to SIGKILL grace (default {d['grace']:g})")
+    g.add_argument("--kill-timeout", type=float, metavar="S", help=f"wait after SIGKILL before giving up (default {d['kill_timeout']:g})")
+    g.add_argument("--gpu-release-timeout", type=float, metavar="S", help=f"wait for GPU memory release (default {d['gpu_release_timeout']:g})")
+    g.add_argument("--cudagraphs-after-stall", choices=["off", "keep"],
+                   help="turn cuda graphs off for every attempt after a stall (default off)")
+    g.add_argument("--no-eager-escalation", action="store_false", dest="eager_escalation",
+                   help="do not set HANGWATCH_ENFORCE_EAGER=1 after a second stall with graphs off")
+
+    g = run.add_argument_group("restart policy")
+    g.add_argument("--max-restarts", type=int, metavar="N", help=f"total restart budget (default {d['max_restarts']})")
+    g.add_argument("--max-restarts-per-hour", type=int, metavar="N", help=f"crash-loop cap (default {d['max_restarts_per_hour']})")
+    g.add_argument("--no-progress-restarts", type=int, metavar="N",
+                   help=f"stop after N attempts in a row without checkpoint progress; 0 disables (default {d['no_progress_restarts']})")
+    g.add_argument("--on-crash", choices=["restart", "stop"], help="what a crash leads to (default restart)")
+    g.add_argument("--backoff", type=float, metavar="S", help=f"first backoff between restarts, doubling (default {d['backoff']:g})")
+    g.add_argument("--backoff-max", type=float, metavar="S", help=f"backoff cap (default {d['backoff_max']:g})")
+    run.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    run.set_defaults(func=cmd_run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not args_list:
+        parser.print_help()
+        return EXIT_USAGE
+    args = parser.parse_args(_join_option_values(args_list))
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.func(args))
+    except (UsageError, ConfigError) as exc:
+        print(f"hangwatch: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+def _join_option_values(argv: list[str]) -> list[str]:
+    """Let ``--resume-arg '--flag={checkpoint}'`` work as written: argparse would
+    take a value that starts with ``--`` for an option of its own."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            return out + argv[i:]
+        if token == "--resume-arg" and i + 1 < len(argv):
+            out.append(f"--resume-arg={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(token)
+        i += 1
+    return out
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from supervisor import launcher, logsetup  # noqa: PLC0415  (keep `hangwatch --help` fast)
+    from supervisor.capture import default_capture_hook  # noqa: PLC0415
+    from supervisor.probes import ProbeError, make_probe  # noqa: PLC0415
+    from supervisor import guardian  # noqa: PLC0415
+    from supervisor.runner import Supervisor, load_state  # noqa: PLC0415
+    from supervisor.treefile import kill_recorded  # noqa: PLC0415
+
+    command = list(getattr(args, "command", []))
+    if command and command[0] == "--":
+        command = command[1:]
+    elif command:
+        raise UsageError(f"unknown option or missing '--' before the command: {command[0]!r} "
+                         "(write: hangwatch run [options] -- COMMAND...)")
+    cli_values = {k: v for k, v in vars(args).items() if k in SETTINGS}
+
+    resume_dir: Path | None = getattr(args, "resume", None)
+    if resume_dir is not None:
+        resume_dir = resume_dir.expanduser().resolve()
+        values, saved_command = saved_values(resume_dir)
+        values.update(cli_values)
+        values["run_dir"] = str(resume_dir)
+        command = command or saved_command
+    else:
+        values = {k: v[1] for k, v in SETTINGS.items()}
+        config_file = getattr(args, "config", None) or os.environ.get("HANGWATCH_CONFIG")
+        if config_file:
+            values.update(load_file(Path(config_file)))
+        values.update(cli_values)
+    config = build(values, command)
+    try:
+        probe, probe_note = make_probe(config.gpu_probe)
+    except ProbeError as exc:
+        raise UsageError(str(exc)) from exc
+
+    run_dir = config.run_dir
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise UsageError(f"--run-dir {run_dir}: cannot create it: {exc}") from exc
+    values["run_dir"] = str(run_dir)
+    save_values(run_dir, values, command)
+    logsetup.configure(run_dir / "hangwatch.log")
+    import structlog  # noqa: PLC0415
+
+    log = structlog.get_logger("hangwatch.cli")
+    if probe_note:
+        log.warning("gpu_detection_off", message=probe_note)
+    if not launcher.set_child_subreaper():
+        log.warning("no_subreaper", message="PR_SET_CHILD_SUBREAPER unavailable: escaped processes may be missed")
+
+    state = None
+    if resume_dir is not None:
+        killed = kill_recorded(run_dir / "tree.json")
+        if killed:
+            log.warning("orphans_killed", message=f"killed {len(killed)} survivor(s) of the previous supervisor: {killed}")
+        try:
+            state = load_state(run_dir)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--resume {run_dir}: cannot read the journal: {exc}") from exc
+
+    supervisor = Supervisor(config, probe, default_capture_hook(), state=state)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, supervisor.request_stop)
+    keeper = guardian.start(run_dir / "tree.json")
+    log.info("run_dir", message=f"run directory: {run_dir}")
+    try:
+        return supervisor.run(resumed=resume_dir is not None)
+    except launcher.LaunchError as exc:
+        supervisor.journal.append("run_finished", outcome="launch_failed", exit_code=EXIT_USAGE, reason=str(exc),
+                                  attempts=supervisor.state.attempt)
+        raise UsageError(str(exc)) from exc
+    except Exception as exc:
+        log.exception("internal_error", message=f"hangwatch failed: {exc}")
+        try:
+            supervisor.killer.kill(grace=config.kill.grace, kill_timeout=config.kill.kill_timeout)
+        finally:
+            supervisor.journal.append("run_finished", outcome="internal_error", exit_code=EXIT_INTERNAL,
+                                      reason=f"{type(exc).__name__}: {exc}", attempts=supervisor.state.attempt)
+        return EXIT_INTERNAL
+    finally:
+        guardian.stop(keeper)
+        probe.close()
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from supervisor.status import render_status, summarise  # noqa: PLC0415
+
+    path = args.run_dir / "journal.jsonl"
+    if not path.is_file():
+        raise UsageError(f"{args.run_dir}: not a hangwatch run directory (no journal.jsonl)")
+    summary = summarise(path)
+    if args.json:
+        import json  # noqa: PLC0415
+
+        print(json.dumps(summary, indent=2))
+    else:
+        print(render_status(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

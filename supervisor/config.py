@@ -1,0 +1,257 @@
+"""Run configuration: one frozen dataclass per concern, one loader.
+
+Sources, lowest precedence first: built-in defaults, a TOML file (``--config``
+or ``HANGWATCH_CONFIG``), the command line. In the file, keys are the long
+option names (``stall-window = 90``; dashes or underscores), and
+``[phase-timeouts]`` is a table of phase = seconds. An unknown key is an error
+that names it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from supervisor.checkpoints import DEFAULT_GLOB, DEFAULT_MARKER, CheckpointSpec
+from supervisor.detector import DEFAULT_PHASE_TIMEOUTS, ConfigError, DetectorConfig
+from supervisor.policy import RestartPolicy
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class KillConfig:
+    grace: float = 10.0
+    kill_timeout: float = 5.0
+    gpu_release_timeout: float = 60.0
+    gpu_release_mib: float = 1024.0
+
+    def __post_init__(self) -> None:
+        for name in ("grace", "kill_timeout", "gpu_release_timeout"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 seconds, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    command: tuple[str, ...]
+    run_dir: Path
+    detector: DetectorConfig = field(default_factory=DetectorConfig)
+    kill: KillConfig = field(default_factory=KillConfig)
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
+    checkpoint: CheckpointSpec | None = None
+    resume_arg: str | None = None
+    gpu_probe: str = "auto"
+    capture_timeout: float = 30.0
+    cudagraphs_after_stall: str = "off"
+    eager_escalation: bool = True
+    echo: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        restart = asdict(self.restart)
+        restart.pop("rng", None)
+        return {
+            "command": list(self.command),
+            "run_dir": str(self.run_dir),
+            "detector": self.detector.to_json(),
+            "kill": asdict(self.kill),
+            "restart": restart,
+            "checkpoint": (
+                {"directory": str(self.checkpoint.directory), "glob": self.checkpoint.glob, "marker": self.checkpoint.marker}
+                if self.checkpoint
+                else None
+            ),
+            "resume_arg": self.resume_arg,
+            "gpu_probe": self.gpu_probe,
+            "capture_timeout": self.capture_timeout,
+            "cudagraphs_after_stall": self.cudagraphs_after_stall,
+            "eager_escalation": self.eager_escalation,
+            "echo": self.echo,
+        }
+
+
+# Settings as (key, type, default). Keys are the long option names with
+# underscores; the CLI and the TOML file both feed this one table.
+SETTINGS: dict[str, tuple[type, Any]] = {
+    "run_dir": (str, None),
+    "checkpoint_dir": (str, None),
+    "checkpoint_glob": (str, DEFAULT_GLOB),
+    "checkpoint_marker": (str, DEFAULT_MARKER),
+    "resume_arg": (str, None),
+    "gpu_probe": (str, "auto"),
+    "interval": (float, 1.0),
+    "gpu_busy": (float, 90.0),
+    "cpu_idle": (float, 10.0),
+    "stall_window": (float, 60.0),
+    "progress_timeout": (float, 600.0),
+    "noise_samples": (int, 2),
+    "phase_timeouts": (dict, None),
+    "grace": (float, 10.0),
+    "kill_timeout": (float, 5.0),
+    "gpu_release_timeout": (float, 60.0),
+    "capture_timeout": (float, 30.0),
+    "max_restarts": (int, 10),
+    "max_restarts_per_hour": (int, 6),
+    "no_progress_restarts": (int, 3),
+    "on_crash": (str, "restart"),
+    "backoff": (float, 1.0),
+    "backoff_max": (float, 60.0),
+    "cudagraphs_after_stall": (str, "off"),
+    "eager_escalation": (bool, True),
+    "quiet": (bool, False),
+}
+
+
+def load_file(path: Path) -> dict[str, Any]:
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {path} does not exist") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from exc
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = key.replace("-", "_")
+        if name not in SETTINGS:
+            known = ", ".join(sorted(k.replace("_", "-") for k in SETTINGS))
+            raise ConfigError(f"config file {path}: unknown key {key!r} (known keys: {known})")
+        kind = SETTINGS[name][0]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            raise ConfigError(f"config file {path}: {key} must be a {kind.__name__}, got {value!r}")
+        values[name] = value
+    return values
+
+
+def parse_phase_timeouts(items: list[str] | Mapping[str, Any] | None) -> dict[str, float]:
+    """``PHASE=SECONDS`` strings (CLI) or a table (file), over the defaults."""
+    result = dict(DEFAULT_PHASE_TIMEOUTS)
+    if not items:
+        return result
+    pairs = items.items() if isinstance(items, Mapping) else [_split_phase(i) for i in items]
+    for phase, seconds in pairs:
+        try:
+            value = float(seconds)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"--phase-timeout {phase}={seconds!r}: seconds must be a number") from exc
+        if value <= 0:
+            raise ConfigError(f"--phase-timeout {phase}={seconds!r}: seconds must be positive")
+        result[str(phase)] = value
+    return result
+
+
+def _split_phase(item: str) -> tuple[str, str]:
+    phase, sep, seconds = item.partition("=")
+    if not sep or not phase:
+        raise ConfigError(f"--phase-timeout {item!r}: expected PHASE=SECONDS, e.g. --phase-timeout checkpoint=1800")
+    return phase, seconds
+
+
+def build(values: Mapping[str, Any], command: list[str]) -> RunConfig:
+    """The validated config from merged setting values (every key of SETTINGS present)."""
+    v = dict(values)
+    if not command:
+        raise ConfigError("no command to supervise: put it after --, e.g. hangwatch run -- python train.py")
+    if v["on_crash"] not in ("restart", "stop"):
+        raise ConfigError(f"--on-crash must be restart or stop, got {v['on_crash']!r}")
+    if v["cudagraphs_after_stall"] not in ("off", "keep"):
+        raise ConfigError(f"--cudagraphs-after-stall must be off or keep, got {v['cudagraphs_after_stall']!r}")
+    for name in ("max_restarts", "max_restarts_per_hour", "no_progress_restarts"):
+        if v[name] < 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {v[name]!r}")
+    if v["capture_timeout"] <= 0:
+        raise ConfigError(f"--capture-timeout must be positive, got {v['capture_timeout']!r}")
+    if v["backoff"] < 0 or v["backoff_max"] < 0:
+        raise ConfigError("--backoff and --backoff-max must be >= 0 seconds")
+    checkpoint = None
+    if v["checkpoint_dir"]:
+        directory = Path(v["checkpoint_dir"]).expanduser().resolve()
+        if directory.exists() and not directory.is_dir():
+            raise ConfigError(f"--checkpoint-dir {v['checkpoint_dir']}: exists but is not a directory")
+        if not directory.exists() and not directory.parent.is_dir():
+            raise ConfigError(
+                f"--checkpoint-dir {v['checkpoint_dir']}: neither it nor its parent {directory.parent} exists; "
+                "create it or fix the path"
+            )
+        checkpoint = CheckpointSpec(directory, v["checkpoint_glob"], v["checkpoint_marker"])
+    if v["resume_arg"] and "{checkpoint}" not in v["resume_arg"]:
+        raise ConfigError(
+            f"--resume-arg {v['resume_arg']!r} must contain {{checkpoint}}, e.g. '--resume_from_checkpoint={{checkpoint}}'"
+        )
+    progress = v["progress_timeout"]
+    detector = DetectorConfig(
+        interval=v["interval"],
+        gpu_busy_pct=v["gpu_busy"],
+        cpu_idle_pct=v["cpu_idle"],
+        stall_window=v["stall_window"],
+        progress_timeout=progress if progress and progress > 0 else None,
+        noise_samples=v["noise_samples"],
+        phase_timeouts=parse_phase_timeouts(v["phase_timeouts"]),
+    )
+    return RunConfig(
+        command=tuple(command),
+        run_dir=Path(v["run_dir"]).expanduser().resolve() if v["run_dir"] else default_run_dir(),
+        detector=detector,
+        kill=KillConfig(
+            grace=v["grace"], kill_timeout=v["kill_timeout"], gpu_release_timeout=v["gpu_release_timeout"]
+        ),
+        restart=RestartPolicy(
+            max_restarts=v["max_restarts"],
+            max_restarts_per_hour=v["max_restarts_per_hour"],
+            # Progress is measured in checkpoints; without a checkpoint dir it is unknowable.
+            no_progress_limit=v["no_progress_restarts"] if checkpoint else 0,
+            on_crash=v["on_crash"],
+            backoff_initial=v["backoff"],
+            backoff_max=v["backoff_max"],
+            backoff_jitter=v["backoff"],
+        ),
+        checkpoint=checkpoint,
+        resume_arg=v["resume_arg"],
+        gpu_probe=v["gpu_probe"],
+        capture_timeout=v["capture_timeout"],
+        cudagraphs_after_stall=v["cudagraphs_after_stall"],
+        eager_escalation=v["eager_escalation"],
+        echo=not v["quiet"],
+    )
+
+
+def default_run_dir() -> Path:
+    import time  # noqa: PLC0415
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path.cwd() / "hangwatch-runs"
+    candidate = base / stamp
+    n = 1
+    while candidate.exists():
+        n += 1
+        candidate = base / f"{stamp}-{n}"
+    return candidate
+
+
+def saved_values(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
+    """The setting values and command a run was started with (for --resume)."""
+    path = run_dir / "settings.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"--resume {run_dir}: not a hangwatch run directory (no settings.json)") from exc
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--resume {run_dir}: cannot read {path}: {exc}") from exc
+    return dict(data["values"]), list(data["command"])
+
+
+def save_values(run_dir: Path, values: Mapping[str, Any], command: list[str]) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / ".settings.json.tmp"
+    tmp.write_text(json.dumps({"values": dict(values), "command": command}, indent=2), encoding="utf-8")
+    os.replace(tmp, run_dir / "settings.json")

@@ -1,0 +1,174 @@
+"""Starting the trainer, and reaping what the tree leaves behind.
+
+The only place that creates the trainer process. Each attempt runs:
+* in its own session and process group, so a signal to the supervisor's
+  terminal does not hit it behind our back and its group can be signalled;
+* with a parent-death signal (SIGKILL), so a supervisor that dies (even by
+  SIGKILL) takes the trainer with it. The kernel delivers it when the *thread*
+  that forked exits, so ``launch`` must be called from the main thread;
+* with stdout/stderr teed into per-attempt log files and the console.
+
+``set_child_subreaper`` makes the supervisor the reaper of every orphan in the
+tree: processes that escape with setsid and a double fork come back to us, so
+they stay visible, killable, and we collect their exit status (no zombies).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterable, Mapping, Sequence
+
+import psutil
+
+from supervisor.tools import helper_pids
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def set_child_subreaper() -> bool:
+    """Become the reaper of orphaned descendants (Linux >= 3.4)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    return _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+class LaunchError(RuntimeError):
+    """The trainer command could not be started (not found, not executable)."""
+
+
+@dataclass
+class TrainerProcess:
+    pid: int
+    create_time: float
+    popen: subprocess.Popen
+    stdout_path: Path
+    stderr_path: Path
+    _pumps: list[threading.Thread] = field(default_factory=list, repr=False)
+
+    def join_output(self, timeout: float) -> None:
+        """Wait (bounded) for the output pumps to drain: a surviving grandchild
+        holding the pipe must not hold up the supervisor."""
+        for pump in self._pumps:
+            pump.join(timeout=timeout)
+
+
+def launch(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    attempt_dir: Path,
+    *,
+    cwd: str | None = None,
+    echo: bool = True,
+) -> TrainerProcess:
+    attempt_dir.mkdir(parents=True, exist_ok=True)
+    stdout_path = attempt_dir / "stdout.log"
+    stderr_path = attempt_dir / "stderr.log"
+    parent = os.getpid()
+
+    def arm_parent_death_signal() -> None:
+        # Runs in the child between fork and exec: async-signal-safe calls only.
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            # The supervisor died before the signal was armed: nobody will ever
+            # deliver it, so do not start a trainer nobody watches.
+            os._exit(127)
+
+    try:
+        popen = subprocess.Popen(
+            list(argv),
+            env=dict(env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=arm_parent_death_signal,
+        )
+    except FileNotFoundError as exc:
+        raise LaunchError(f"cannot start {argv[0]!r}: command not found") from exc
+    except PermissionError as exc:
+        raise LaunchError(f"cannot start {argv[0]!r}: permission denied (is it executable?)") from exc
+    except OSError as exc:
+        raise LaunchError(f"cannot start {argv[0]!r}: {exc}") from exc
+
+    try:
+        create_time = psutil.Process(popen.pid).create_time()
+    except psutil.NoSuchProcess:
+        create_time = 0.0
+    assert popen.stdout is not None and popen.stderr is not None
+    pumps = [
+        _pump(popen.stdout, stdout_path, sys.stdout.buffer if echo else None, "stdout"),
+        _pump(popen.stderr, stderr_path, sys.stderr.buffer if echo else None, "stderr"),
+    ]
+    return TrainerProcess(popen.pid, create_time, popen, stdout_path, stderr_path, pumps)
+
+
+def _pump(source: BinaryIO, path: Path, console: BinaryIO | None, name: str) -> threading.Thread:
+    def run() -> None:
+        out = console
+        fd = source.fileno()
+        with open(path, "ab", buffering=0) as sink:
+            while True:
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                try:
+                    sink.write(chunk)
+                except OSError:
+                    pass  # a full disk loses log lines, never the run
+                if out is not None:
+                    try:
+                        out.write(chunk)
+                        out.flush()
+                    except (OSError, ValueError):
+                        out = None  # a closed console stops the echo, not the log
+        source.close()
+
+    thread = threading.Thread(target=run, name=f"pump-{name}", daemon=True)
+    thread.start()
+    return thread
+
+
+class Reaper:
+    """Collects the exit status of our direct children that belong to the tree.
+
+    Only pid-specific ``waitpid`` calls, never ``waitpid(-1)``: that would also
+    steal the status of helper tools whose own ``subprocess`` waits on them.
+    """
+
+    def __init__(self, exclude: Callable[[], Iterable[int]] = helper_pids) -> None:
+        self._exclude = exclude
+        self.statuses: dict[int, int] = {}
+
+    def reap(self, also: Iterable[int] = ()) -> None:
+        excluded = set(self._exclude())
+        try:
+            children = {c.pid for c in psutil.Process().children(recursive=False)}
+        except psutil.Error:
+            children = set()
+        for pid in children.union(also) - excluded:
+            if pid in self.statuses:
+                continue
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                continue
+            if done:
+                self.statuses[pid] = os.waitstatus_to_exitcode(status)
+
+    def exit_code(self, pid: int) -> int | None:
+        """Like Popen.returncode: -N for death by signal N."""
+        return self.statuses.get(pid)

@@ -1,0 +1,196 @@
+"""GPU probes: what each device is doing and which processes hold it.
+
+One interface, three implementations:
+* ``NvmlProbe``: the real one, NVML through nvidia-ml-py (``pynvml``);
+* ``FileProbe``: a simulated GPU for CPU-only machines, a JSON file reread every
+  tick (written by hand, by a test, or by ``supervisor.simgpu``);
+* ``NoProbe``: GPU-based detection off.
+
+A probe returns ``None`` when it has no sample this tick (missing, which the
+detector must not read as idle), never raises from ``sample()``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Protocol
+
+import psutil
+import structlog
+
+from supervisor.samples import DeviceSample
+
+log = structlog.get_logger("hangwatch.probe")
+
+
+class ProbeError(ValueError):
+    """A ``--gpu-probe`` value that cannot be used; the message says how to fix it."""
+
+
+class GpuProbe(Protocol):
+    name: str
+
+    def sample(self) -> tuple[DeviceSample, ...] | None: ...
+
+    def close(self) -> None: ...
+
+
+class NoProbe:
+    name = "none"
+
+    def sample(self) -> tuple[DeviceSample, ...] | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+class FileProbe:
+    """Reads ``{"devices": [{"index", "util_pct", "mem_used_mib", "pids"}]}`` each tick.
+
+    A missing file is no sample. A malformed file is logged (once per distinct
+    problem) and skipped. Listed pids that are no longer alive are dropped, and
+    a device whose every listed holder has died reads idle with no memory held:
+    a dead process runs no kernels, which is what the real driver reports.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.name = f"file:{self.path}"
+        self._last_problem: str | None = None
+
+    def sample(self) -> tuple[DeviceSample, ...] | None:
+        try:
+            raw = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            self._problem(f"cannot read {self.path}: {exc}")
+            return None
+        try:
+            devices = _parse_devices(json.loads(raw))
+        except (ValueError, KeyError, TypeError) as exc:
+            self._problem(f"malformed GPU probe file {self.path}: {exc}")
+            return None
+        self._last_problem = None
+        return tuple(_drop_dead_holders(d) for d in devices)
+
+    def _problem(self, message: str) -> None:
+        if message != self._last_problem:
+            log.warning("gpu_probe_sample_skipped", problem=message)
+            self._last_problem = message
+
+    def close(self) -> None:
+        pass
+
+
+def _parse_devices(data: object) -> list[DeviceSample]:
+    if not isinstance(data, dict) or not isinstance(data.get("devices"), list):
+        raise ValueError('expected an object like {"devices": [{"index": 0, "util_pct": 100, ...}]}')
+    devices = []
+    for i, entry in enumerate(data["devices"]):
+        if not isinstance(entry, dict):
+            raise ValueError(f"devices[{i}] is not an object")
+        if "util_pct" not in entry:
+            raise ValueError(f"devices[{i}] has no util_pct")
+        pids = entry.get("pids")
+        devices.append(
+            DeviceSample(
+                index=int(entry.get("index", i)),
+                util_pct=float(entry["util_pct"]),
+                mem_used_mib=float(entry.get("mem_used_mib", 0.0)),
+                pids=tuple(int(p) for p in pids) if pids is not None else None,
+            )
+        )
+    return devices
+
+
+def _drop_dead_holders(device: DeviceSample) -> DeviceSample:
+    if not device.pids:
+        return device
+    alive = tuple(p for p in device.pids if _alive(p))
+    if alive:
+        return DeviceSample(device.index, device.util_pct, device.mem_used_mib, alive)
+    return DeviceSample(device.index, 0.0, 0.0, ())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+class NvmlProbe:
+    """The real probe: utilisation, memory and compute processes per device."""
+
+    name = "nvml"
+
+    def __init__(self) -> None:
+        import pynvml  # noqa: PLC0415  (optional at import time: CPU-only machines)
+
+        self._nvml = pynvml
+        pynvml.nvmlInit()
+        self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        self._failed_once = False
+
+    def sample(self) -> tuple[DeviceSample, ...] | None:
+        nvml = self._nvml
+        try:
+            devices = []
+            for index, handle in enumerate(self._handles):
+                util = nvml.nvmlDeviceGetUtilizationRates(handle).gpu
+                mem = nvml.nvmlDeviceGetMemoryInfo(handle).used / (1024 * 1024)
+                devices.append(DeviceSample(index, float(util), float(mem), self._pids(handle)))
+            return tuple(devices)
+        except nvml.NVMLError as exc:
+            if not self._failed_once:
+                log.warning("nvml_sample_failed", error=str(exc))
+                self._failed_once = True
+            return None
+
+    def _pids(self, handle: object) -> tuple[int, ...] | None:
+        nvml = self._nvml
+        pids: list[int] = []
+        try:
+            for getter in (nvml.nvmlDeviceGetComputeRunningProcesses, nvml.nvmlDeviceGetGraphicsRunningProcesses):
+                pids.extend(p.pid for p in getter(handle))
+        except nvml.NVMLError:
+            return None
+        # In a container without the host PID namespace NVML lists nothing (or
+        # host pids we cannot see); "unknown" is then the honest answer.
+        return tuple(sorted(set(pids))) or None
+
+    def close(self) -> None:
+        try:
+            self._nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001  (shutdown during exit must not mask the real outcome)
+            pass
+
+
+def make_probe(spec: str) -> tuple[GpuProbe, str | None]:
+    """Build the probe ``--gpu-probe`` names. Returns it and, for ``auto`` without
+    NVML, the one message saying GPU-based detection is off."""
+    if spec == "none":
+        return NoProbe(), None
+    if spec.startswith("file:"):
+        path = spec[len("file:") :]
+        if not path:
+            raise ProbeError("--gpu-probe file: needs a path, e.g. --gpu-probe file:/tmp/gpu.json")
+        return FileProbe(path), None
+    if spec in ("nvml", "auto"):
+        try:
+            return NvmlProbe(), None
+        except Exception as exc:  # noqa: BLE001  (ImportError, NVMLError_LibraryNotFound, driver errors)
+            if spec == "nvml":
+                raise ProbeError(
+                    f"--gpu-probe nvml: NVML is not usable here ({exc}); install nvidia-ml-py and an "
+                    "NVIDIA driver, or use --gpu-probe none"
+                ) from exc
+            return NoProbe(), (
+                f"NVML not available ({type(exc).__name__}: {exc}); GPU-based stall detection is OFF. "
+                "Only crashes and silent hangs (no heartbeat progress) will be detected."
+            )
+    raise ProbeError(f"--gpu-probe {spec!r}: expected auto, nvml, none or file:PATH")

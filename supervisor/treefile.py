@@ -1,0 +1,77 @@
+"""``RUN_DIR/tree.json``: the tree's members (pid + create time), kept current.
+
+It exists for the case the supervisor cannot handle itself: being SIGKILLed.
+The guardian process (``supervisor.guardian``) and a later
+``hangwatch run --resume RUN_DIR`` read it to find what the dead supervisor
+was watching, and kill exactly those processes (still verified by create
+time, so a reused pid is never hit).
+
+Rewritten (atomically) only when membership changes, not on every tick.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Iterable
+
+import psutil
+
+from supervisor.proctree import ProcKey, same_process
+
+
+class TreeFile:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._last: frozenset[ProcKey] | None = None
+
+    def update(self, members: Iterable[psutil.Process]) -> None:
+        keys = set()
+        for proc in members:
+            try:
+                keys.add(ProcKey.of(proc))
+            except psutil.Error:
+                continue
+        frozen = frozenset(keys)
+        if frozen == self._last:
+            return
+        self._last = frozen
+        data = [{"pid": k.pid, "create_time": k.create_time} for k in sorted(frozen)]
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        try:
+            tmp.write_text(json.dumps({"supervisor_pid": os.getpid(), "members": data}), encoding="utf-8")
+            os.replace(tmp, self.path)
+        except OSError:
+            self._last = None  # try again next tick (a full disk may clear)
+
+
+def recorded(path: Path) -> list[ProcKey]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return [ProcKey(int(m["pid"]), float(m["create_time"])) for m in data.get("members", [])]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def kill_recorded(path: Path, grace: float = 2.0) -> list[int]:
+    """SIGKILL every recorded member that is still the same process. Returns their pids."""
+    procs = [p for p in (same_process(k) for k in recorded(path)) if p is not None]
+    for proc in procs:
+        try:
+            proc.send_signal(signal.SIGKILL)
+        except psutil.Error:
+            pass
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_running(p) for p in procs):
+        time.sleep(0.05)
+    return [p.pid for p in procs]
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
