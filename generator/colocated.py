@@ -1,0 +1,225 @@
+"""The trainer-side generator: time-share one device between the trainer and a sleeping engine.
+
+``ColocatedGenerator.generate(prompts, n, seed)`` runs, in order (each a
+heartbeat phase and a timing)::
+
+    offload -> stage -> [start, first call only] -> load -> generate -> sleep -> restore
+
+Invariants:
+* On any failure or timeout the worker's process group is killed and
+  confirmed dead BEFORE the trainer's tensors go back to the device: a wedged
+  engine may still hold most of the GPU. If the group cannot be confirmed
+  dead, the tensors stay on CPU and ``WorkerUnkillable`` is raised.
+* A failed worker is never asked for anything more (not even ``sleep``, which
+  on a wedged engine would only burn another timeout). The next call starts
+  a fresh worker.
+* The engine proves the weights: it fingerprints what it loaded and checks
+  full coverage against the manifest; we check it echoes this call's
+  manifest digest.
+* Errors reach the caller with the worker log's path.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+import torch
+
+from generator.errors import GeneratorError, WeightMismatch, WorkerUnkillable
+from generator.offload import TrainerOffload
+from generator.policy import cudagraphs_enabled_in
+from generator.process import WorkerProcess
+from generator.staging import StagedWeights, stage
+from supervisor.heartbeat import beat
+
+PHASES = ("offload", "stage", "start", "load", "generate", "sleep", "restore")
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds per operation. ``generate`` must exceed the supervisor's stall window
+    so that the supervisor, which captures stacks first, sees a wedge before we do."""
+
+    start: float = 120.0
+    op: float = 60.0
+    load: float = 120.0
+    generate: float = 300.0
+    grace: float = 5.0
+
+
+@dataclass(frozen=True)
+class Completion:
+    prompt_index: int
+    index: int
+    text: str
+    token_ids: tuple[int, ...]
+
+
+@dataclass
+class CallTimings:
+    """Seconds spent in each phase of one ``generate`` call (absent phase: not reached)."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    ok: bool = False
+    error: str | None = None
+    worker_pid: int | None = None
+
+
+def default_log_dir() -> str:
+    return (os.environ.get("HANGWATCH_ATTEMPT_DIR") or os.environ.get("HANGWATCH_RUN_DIR")
+            or tempfile.mkdtemp(prefix="hangwatch-generator-"))
+
+
+class ColocatedGenerator:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None,
+        *,
+        engine: str = "fake",
+        engine_kwargs: Mapping[str, Any] | None = None,
+        sampling: Mapping[str, Any] | None = None,
+        log_dir: str | None = None,
+        device: str | None = None,
+        staging_dir: str | None = None,
+        timeouts: Timeouts = Timeouts(),
+        weights: Callable[[], Iterable[tuple[str, torch.Tensor]]] | None = None,
+        parent_death_signal: bool = True,
+    ):
+        self.model = model
+        self.optimizer = optimizer
+        self.engine = engine
+        self.engine_kwargs = {"enable_sleep_mode": True, "load_format": "dummy", **(engine_kwargs or {})}
+        self.sampling = dict(sampling or {"max_tokens": 8, "temperature": 1.0, "top_p": 1.0})
+        self.log_dir = log_dir or default_log_dir()
+        self.device = device or str(next(model.parameters()).device)
+        self.staging_dir = staging_dir
+        self.timeouts = timeouts
+        # Trainer-side names, tied weights once (named_parameters dedups aliases).
+        self._weights = weights or (lambda: ((n, p.detach()) for n, p in model.named_parameters()))
+        self.parent_death_signal = parent_death_signal
+        self.worker: WorkerProcess | None = None
+        self.timings: collections.deque[CallTimings] = collections.deque(maxlen=1000)
+        self.start_report: dict[str, Any] | None = None
+        self.beat_info = {"cudagraphs": "on" if cudagraphs_enabled_in(self.engine_kwargs) else "off",
+                          "enforce_eager": bool(self.engine_kwargs.get("enforce_eager"))}
+        self._closed = False
+
+    @property
+    def worker_pid(self) -> int | None:
+        return self.worker.pid if self.worker else None
+
+    def generate(self, prompts: list[str], n: int, seed: int, *, step: int | None = None) -> list[list[Completion]]:
+        """``n`` completions per prompt, in index order; see the module docstring for the protocol."""
+        if self._closed:
+            raise GeneratorError("generate() on a closed ColocatedGenerator")
+        if n <= 0:
+            raise ValueError(f"n must be positive, got {n}")
+        timing = CallTimings()
+        self.timings.append(timing)
+        started = time.perf_counter()
+        offload = TrainerOffload(self.model, self.optimizer)
+        staged: StagedWeights | None = None
+        error: BaseException | None = None
+        result: list[list[Completion]] = []
+
+        def phase(name: str) -> Callable[[], None]:
+            beat(step=step, phase=name, **self.beat_info)
+            t0 = time.perf_counter()
+            return lambda: timing.seconds.__setitem__(name, time.perf_counter() - t0)
+
+        try:
+            done = phase("offload")
+            offload.offload()
+            done()
+            done = phase("stage")
+            staged = stage(self._weights(), self.staging_dir)
+            done()
+            if self.worker is None:
+                done = phase("start")
+                self._start_worker()
+                done()
+            worker = self.worker
+            assert worker is not None
+            timing.worker_pid = worker.pid
+            done = phase("load")
+            worker.request("wake_weights", self.timeouts.op)
+            report = worker.request("load_weights", self.timeouts.load, path=staged.path, manifest=staged.manifest)
+            if not isinstance(report, dict) or report.get("digest") != staged.digest:
+                raise WeightMismatch(f"worker confirmed digest {report!r}, expected {staged.digest}",
+                                     remote_type="", log_path=worker.log_path)
+            worker.request("reset_prefix_cache", self.timeouts.op)
+            worker.request("wake_kv", self.timeouts.op)
+            done()
+            done = phase("generate")
+            raw = worker.request("generate", self.timeouts.generate, prompts=list(prompts), n=n,
+                                 seed=seed, sampling=self.sampling)
+            result = _completions(raw, len(prompts), n, worker.log_path)
+            done()
+            done = phase("sleep")
+            worker.request("sleep", self.timeouts.op)
+            done()
+        except BaseException as caught:
+            error = caught
+        finally:
+            if staged is not None:
+                staged.remove()
+            if error is not None:
+                timing.error = f"{type(error).__name__}: {error}"
+                try:
+                    self._kill_worker()
+                except WorkerUnkillable as unkillable:
+                    # Never put trainer tensors back next to an engine that may still hold the device.
+                    raise unkillable from error
+            done = phase("restore")
+            offload.restore()
+            done()
+            timing.seconds["total"] = time.perf_counter() - started
+        if error is not None:
+            raise error
+        timing.ok = True
+        return result
+
+    def _start_worker(self) -> None:
+        worker = WorkerProcess(self.engine, self.engine_kwargs, log_dir=self.log_dir, device=self.device,
+                               parent_death_signal=self.parent_death_signal, grace_s=self.timeouts.grace,
+                               connect_timeout=self.timeouts.start)
+        self.worker = worker
+        worker.start(self.timeouts.start)
+        self.start_report = worker.request("start", self.timeouts.start)
+
+    def _kill_worker(self) -> None:
+        worker, self.worker = self.worker, None
+        if worker is not None and worker.proc is not None:
+            worker.kill()
+
+    def close(self) -> None:
+        """Close the engine gracefully (kill if it does not answer); idempotent."""
+        self._closed = True
+        worker, self.worker = self.worker, None
+        if worker is not None and worker.proc is not None:
+            worker.close(self.timeouts.op)
+
+    def __enter__(self) -> "ColocatedGenerator":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _completions(raw: Any, prompts: int, n: int, log_path: str) -> list[list[Completion]]:
+    per_prompt = raw.get("completions") if isinstance(raw, dict) else None
+    if not isinstance(per_prompt, list) or len(per_prompt) != prompts:
+        raise GeneratorError(f"engine returned {raw!r:.200} for {prompts} prompts", log_path=log_path)
+    out = []
+    for p, completions in enumerate(per_prompt):
+        if [c.get("index") for c in completions] != list(range(n)):
+            raise GeneratorError(f"prompt {p}: incomplete completions {[c.get('index') for c in completions]}",
+                                 log_path=log_path)
+        out.append([Completion(p, c["index"], c["text"], tuple(c["token_ids"])) for c in completions])
+    return out

@@ -1,0 +1,249 @@
+"""The trainer's handle on one engine worker: spawn, authenticate, request, kill.
+
+This is the only module that starts or signals the worker. The worker runs
+in its own session, so it is its own process-group leader and everything it
+starts (vLLM's engine-core and GPU worker processes) is in that group:
+``killpg`` on it can never reach the trainer.
+
+Kill protocol (``kill``): SIGTERM to the group, wait ``grace_s`` on a
+monotonic deadline, then SIGKILL, then confirm: the leader reaped and no
+live (non-zombie) member left in the group. Only a confirmed-dead worker has
+surely released its (GPU) memory; until then ``WorkerUnkillable``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import psutil
+
+from generator import protocol
+from generator.errors import (AuthenticationFailed, GeneratorError, WeightMismatch, WorkerDied,
+                              WorkerError, WorkerTimeout, WorkerUnkillable)
+
+REPO_ROOT = str(Path(__file__).resolve().parents[1])
+WORKER_LOG = "generator-worker.log"
+WORKER_INFO = "generator-worker.json"
+
+
+@dataclass(frozen=True)
+class WorkerExit:
+    """How a worker ended: failures as data."""
+
+    pid: int
+    returncode: int | None
+    escalated_to_sigkill: bool
+
+    def describe(self) -> str:
+        if self.returncode is None:
+            return f"worker {self.pid} state unknown"
+        if self.returncode < 0:
+            return f"worker {self.pid} ended by {signal.Signals(-self.returncode).name}"
+        return f"worker {self.pid} exited with code {self.returncode}"
+
+
+def worker_environment(base: Mapping[str, str], cuda_visible_devices: str) -> dict[str, str]:
+    env = dict(base)
+    env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
+    env["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"  # fork after CUDA init corrupts the child's context
+    env["HF_HUB_OFFLINE"] = "1"  # a rollout engine must never stall on the network
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    # vLLM's sleep-mode allocator does not work with expandable segments.
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    env.pop("PYTORCH_ALLOC_CONF", None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def visible_device_for(device: str, inherited: str | None) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for the worker: the trainer's device only, or none on CPU."""
+    if not device.startswith("cuda"):
+        return ""
+    index = int(device.split(":")[1]) if ":" in device else 0
+    if inherited:
+        return inherited.split(",")[index].strip()
+    return str(index)
+
+
+class WorkerProcess:
+    def __init__(self, engine: str, engine_kwargs: Mapping[str, Any], *, log_dir: str,
+                 device: str = "cpu", python: str = sys.executable, parent_death_signal: bool = True,
+                 grace_s: float = 5.0, connect_timeout: float = 60.0):
+        self.engine = engine
+        self.engine_kwargs = dict(engine_kwargs)
+        self.log_dir = Path(log_dir)
+        self.device = device
+        self.python = python
+        self.parent_death_signal = parent_death_signal
+        self.grace_s = grace_s
+        self.connect_timeout = connect_timeout
+        self.log_path = str(self.log_dir / WORKER_LOG)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.client: protocol.ControlClient | None = None
+        self.runtime_dir: str | None = None
+        self.socket_path: str | None = None
+        self.key = protocol.new_authkey()
+        self.exit: WorkerExit | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def spawn(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.runtime_dir = protocol.private_runtime_dir()
+        self.socket_path = os.path.join(self.runtime_dir, "control.sock")
+        config = {
+            "socket": self.socket_path, "authkey": self.key.hex(), "parent_pid": os.getpid(),
+            "engine": self.engine, "engine_kwargs": self.engine_kwargs,
+            "parent_death_signal": self.parent_death_signal, "connect_timeout": self.connect_timeout,
+        }
+        env = worker_environment(os.environ, visible_device_for(self.device, os.environ.get("CUDA_VISIBLE_DEVICES")))
+        with open(self.log_path, "ab", buffering=0) as log:
+            self.proc = subprocess.Popen(
+                [self.python, "-u", "-m", "generator.worker"], cwd=REPO_ROOT, env=env,
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps(config) + "\n").encode())
+        self.proc.stdin.close()
+        info = {"pid": self.proc.pid, "pgid": self.proc.pid, "log": self.log_path, "engine": self.engine,
+                "trainer_pid": os.getpid(), "started": time.time()}
+        with contextlib.suppress(OSError):
+            (self.log_dir / WORKER_INFO).write_text(json.dumps(info) + "\n")
+
+    def connect(self, timeout: float, key: bytes | None = None) -> None:
+        """Connect and authenticate (retrying until the socket exists) before ``timeout``."""
+        assert self.socket_path is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            if not self.alive():
+                raise WorkerDied(f"worker exited during startup ({self._exit_text()})", log_path=self.log_path)
+            try:
+                self.client = protocol.ControlClient(self.socket_path, key or self.key,
+                                                     timeout=max(0.1, deadline - time.monotonic()),
+                                                     alive=self.alive)
+                return
+            except (FileNotFoundError, ConnectionRefusedError):
+                if time.monotonic() >= deadline:
+                    raise WorkerTimeout(f"worker socket did not appear within {timeout:.1f} s",
+                                        log_path=self.log_path) from None
+                time.sleep(0.05)
+            except AuthenticationFailed as error:
+                raise AuthenticationFailed(str(error), log_path=self.log_path) from None
+
+    def start(self, timeout: float) -> None:
+        self.spawn()
+        try:
+            self.connect(timeout)
+        except BaseException:
+            self.kill()
+            raise
+
+    def request(self, op: str, timeout: float, **args: Any) -> Any:
+        if self.client is None:
+            raise WorkerDied("worker is not connected", log_path=self.log_path)
+        try:
+            reply = self.client.request(op, timeout, **args)
+        except (WorkerTimeout, WorkerDied) as error:
+            raise type(error)(f"{error} ({self._exit_text()})", log_path=self.log_path) from None
+        if not reply.ok:
+            error = reply.error or {}
+            kind = WeightMismatch if error.get("type") == "WeightMismatch" else WorkerError
+            raise kind(f"worker {op!r} failed: {error.get('type')}: {error.get('message')}",
+                       remote_type=str(error.get("type")), log_path=self.log_path)
+        return reply.result
+
+    def _exit_text(self) -> str:
+        if self.proc is None:
+            return "not started"
+        code = self.proc.poll()
+        if code is None:
+            return f"pid {self.proc.pid} still running"
+        return WorkerExit(self.proc.pid, code, False).describe()
+
+    def close(self, timeout: float = 30.0) -> WorkerExit | None:
+        """Graceful: ask the engine to close, wait for exit; kill if that fails."""
+        if self.proc is None:
+            return None
+        if self.alive() and self.client is not None:
+            with contextlib.suppress(GeneratorError, OSError):
+                self.request("close", timeout)
+                self.proc.wait(timeout=timeout)
+        return self.kill()
+
+    def kill(self, grace_s: float | None = None, confirm_s: float = 10.0) -> WorkerExit:
+        """SIGTERM the group, SIGKILL after the grace, confirm every member is gone."""
+        assert self.proc is not None
+        grace = self.grace_s if grace_s is None else grace_s
+        pgid = self.proc.pid  # start_new_session: the worker leads its own group
+        escalated = False
+        if self._group_alive(pgid):
+            self._signal_group(pgid, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and self._group_alive(pgid):
+                time.sleep(0.05)
+            if self._group_alive(pgid):
+                print(f"hangwatch generator: worker (pgid {pgid}) ignored SIGTERM for {grace:.1f} s; "
+                      f"sending SIGKILL", file=sys.stderr, flush=True)
+                self._signal_group(pgid, signal.SIGKILL)
+                escalated = True
+        deadline = time.monotonic() + confirm_s
+        while self._group_alive(pgid):
+            if time.monotonic() >= deadline:
+                raise WorkerUnkillable(f"worker group {pgid} still alive {confirm_s:.0f} s after SIGKILL",
+                                       log_path=self.log_path)
+            time.sleep(0.05)
+        self._cleanup()
+        self.exit = WorkerExit(self.proc.pid, self.proc.returncode, escalated)
+        return self.exit
+
+    def _group_alive(self, pgid: int) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is None:  # also reaps the leader so it does not linger as our zombie
+            return True
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        # killpg(0) also succeeds for zombies waiting to be reaped by init or a
+        # subreaper; those hold no memory, so only live members count.
+        for proc in psutil.process_iter(["pid", "status"]):
+            try:
+                if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.info["pid"]) == pgid:
+                    return True
+            except (ProcessLookupError, psutil.Error):
+                continue  # it exited while we looked
+        return False
+
+    @staticmethod
+    def _signal_group(pgid: int, sig: signal.Signals) -> None:
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            pass  # the group emptied between the check and the signal: that is the goal
+
+    def _cleanup(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+        if self.runtime_dir is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.runtime_dir, "control.sock"))
+            with contextlib.suppress(OSError):
+                os.rmdir(self.runtime_dir)
+            self.runtime_dir = None

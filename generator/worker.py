@@ -1,0 +1,185 @@
+"""The engine worker process: ``python -m generator.worker`` (config as one JSON line on stdin).
+
+Started by ``generator.process.WorkerProcess`` in its own session. It reads
+its config (socket path, key, expected parent pid, engine name and kwargs)
+from stdin, so the key is never on disk, in argv or in the environment.
+
+Invariants:
+* The parent-death signal is SIGKILL, armed first thing, then ``getppid()``
+  is compared with the expected parent: if the parent died before prctl ran,
+  the signal would never come, so we exit ourselves. SIGKILL because a wedged
+  engine ignores SIGTERM (its thread is stuck where no Python handler runs).
+* A connection is served only after it passes the HMAC handshake; a failed
+  one is logged and dropped and the worker keeps listening.
+* One authenticated controller; when it goes away (EOF) the worker closes
+  the engine and exits: a worker without its trainer has no reason to live.
+* An operation that raises is answered with ``ok: false`` and the exception's
+  type name; the worker stays up and the trainer decides.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+import traceback
+from typing import Any
+
+from generator import protocol
+from generator.engines import make_engine
+from generator.errors import AuthenticationFailed, GeneratorError, WorkerDied, WorkerTimeout
+
+PR_SET_PDEATHSIG = 1
+
+
+def log(message: str) -> None:
+    print(f"[generator-worker pid={os.getpid()} {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def arm_parent_death_signal(expected_parent: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    # Note: the signal follows the parent *thread* that forked us; the
+    # trainer-side spawn therefore runs on a thread that outlives the worker.
+    if os.getppid() != expected_parent:
+        log(f"parent {expected_parent} died before the parent-death signal was armed; exiting")
+        os._exit(1)
+
+
+def _on_sigterm(signum: int, _frame: Any) -> None:
+    # Unwinds to the engine close in main(). Installing a handler also matters
+    # for the wedge: with the default disposition a SIGTERM delivered to any
+    # other thread would kill the process, which a real wedged engine does not do.
+    raise SystemExit(128 + signum)
+
+
+def check_completions(per_prompt: list[list[dict[str, Any]]], prompts: int, n: int) -> list[list[dict[str, Any]]]:
+    """Completions in index order, exactly ``n`` per prompt, or ``ValueError``."""
+    if len(per_prompt) != prompts:
+        raise ValueError(f"engine returned outputs for {len(per_prompt)} prompts, expected {prompts}")
+    ordered = []
+    for i, completions in enumerate(per_prompt):
+        completions = sorted(completions, key=lambda c: c["index"])
+        indices = [c["index"] for c in completions]
+        if indices != list(range(n)):
+            raise ValueError(f"prompt {i}: completion indices {indices}, expected 0..{n - 1}")
+        ordered.append([{"index": c["index"], "text": c["text"], "token_ids": list(c["token_ids"])}
+                        for c in completions])
+    return ordered
+
+
+class Worker:
+    def __init__(self, config: dict[str, Any]):
+        self.config = config
+        self.engine = make_engine(config["engine"], config.get("engine_kwargs") or {})
+        self.closing = False
+
+    def dispatch(self, op: str, args: dict[str, Any]) -> Any:
+        engine = self.engine
+        if op == "ping":
+            time.sleep(float(args.get("delay_s", 0)))
+            return {"pid": os.getpid(), "token": args.get("token")}
+        if op == "start":
+            return engine.start()
+        if op == "wake_weights":
+            return engine.wake_weights()
+        if op == "load_weights":
+            return engine.load_weights(args["path"], args["manifest"])
+        if op == "reset_prefix_cache":
+            return engine.reset_prefix_cache()
+        if op == "wake_kv":
+            return engine.wake_kv()
+        if op == "generate":
+            n = int(args["n"])
+            outputs = engine.generate(args["prompts"], n, int(args["seed"]), args.get("sampling") or {})
+            return {"completions": check_completions(outputs, len(args["prompts"]), n)}
+        if op == "sleep":
+            return engine.sleep()
+        if op == "close":
+            self.closing = True
+            return engine.close()
+        raise ValueError(f"unknown operation {op!r}")
+
+    def serve(self, conn: socket.socket) -> None:
+        while not self.closing:
+            select.select([conn], [], [])  # idle wait; no deadline: the trainer owns the timeouts
+            try:
+                message = protocol.recv_message(conn, time.monotonic() + 60)
+            except WorkerDied:
+                log("controller closed the connection; shutting down")
+                return
+            request_id, op = message.get("id"), str(message.get("op"))
+            started = time.monotonic()
+            try:
+                reply = {"id": request_id, "ok": True, "result": self.dispatch(op, message.get("args") or {})}
+            except Exception as error:  # failures are data for the trainer
+                traceback.print_exc()
+                reply = {"id": request_id, "ok": False,
+                         "error": {"type": type(error).__name__, "message": str(error)}}
+            log(f"op={op} id={request_id} ok={reply['ok']} took={time.monotonic() - started:.3f}s")
+            protocol.send_message(conn, reply, time.monotonic() + 60)
+
+
+def accept_controller(listener: socket.socket, key: bytes, deadline: float, handshake_s: float) -> socket.socket:
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise WorkerTimeout("no authenticated controller connected in time")
+        listener.settimeout(remaining)
+        try:
+            conn, _ = listener.accept()
+        except socket.timeout:
+            raise WorkerTimeout("no authenticated controller connected in time") from None
+        try:
+            protocol.server_handshake(conn, key, handshake_s)
+        except (AuthenticationFailed, WorkerTimeout, WorkerDied, OSError) as error:
+            log(f"rejected a peer on the control socket: {error}")
+            conn.close()
+            continue
+        conn.settimeout(None)
+        return conn
+
+
+def main() -> int:
+    config = json.loads(sys.stdin.readline())
+    sys.stdin.close()
+    if config.get("parent_death_signal", True):
+        arm_parent_death_signal(int(config["parent_pid"]))
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    log(f"engine={config['engine']} pgid={os.getpgid(0)} sid={os.getsid(0)} "
+        f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}")
+    key = bytes.fromhex(config["authkey"])
+    listener = protocol.bind_listener(config["socket"])
+    worker = None
+    try:
+        worker = Worker(config)
+        conn = accept_controller(listener, key, time.monotonic() + float(config.get("connect_timeout", 60)),
+                                 float(config.get("handshake_timeout", 5)))
+        listener.close()
+        with conn:
+            worker.serve(conn)
+    except GeneratorError as error:
+        log(f"exiting: {error}")
+        return 1
+    finally:
+        if worker is not None and not worker.closing:
+            try:
+                worker.engine.close()
+            except Exception:
+                traceback.print_exc()
+        listener.close()
+        try:
+            os.unlink(config["socket"])
+        except FileNotFoundError:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
