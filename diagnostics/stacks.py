@@ -78,7 +78,9 @@ class ThreadDump:
 
     @property
     def signature(self) -> tuple[tuple[str, str, int | None], ...]:
-        return tuple((f.function, f.file, f.line) for f in self.frames)
+        # Python frames only: native frames differ with --native and in raw
+        # addresses, while a wedged thread keeps its Python stack.
+        return tuple((f.function, f.file, f.line) for f in self.frames if not f.native)
 
     def telling_frames(self, limit: int = 5) -> tuple[Frame, ...]:
         """Innermost frames that are neither standard library nor native."""

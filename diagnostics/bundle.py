@@ -1,0 +1,243 @@
+"""Incident bundles: atomic writer, reader (directory or .tar.gz), packer.
+
+Invariants:
+* a reader never sees half a bundle: files go into a hidden temporary sibling
+  (``.NAME.tmp-XXXX``), are fsynced, and the directory is renamed into place;
+  a crash leaves only the hidden directory, which readers skip;
+* every text file passes through ``redact_text`` on the way out, a safety net
+  behind the structured redaction of environments and command lines.
+
+The layout is documented in docs/bundle-format.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from diagnostics.errors import BundleError, InputError
+from diagnostics.pyspy import parse_json
+from diagnostics.redact import redact_text
+from diagnostics.stacks import ProcessDump, ProcessSeries, group_series
+from supervisor.samples import Sample
+
+SCHEMA = 1
+MANIFEST = "manifest.json"
+_STACK_FILE = re.compile(r"^stacks/round-(\d+)/pid-(\d+)\.json$")
+
+
+def write_bundle(final: Path, files: Mapping[str, bytes | str]) -> Path:
+    """Write ``files`` (relative path -> content) as the bundle ``final``.
+
+    If ``final`` exists (two incidents in one second), a ``-2``, ``-3``... suffix
+    is added. Returns the path written.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        for name, content in files.items():
+            _check_relative(name)
+            data = redact_text(content).encode() if isinstance(content, str) else content
+            path = tmp / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; a bundle is for sharing
+        target = _free_name(final)
+        os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync_dir(final.parent)
+    return target
+
+
+def replace_file(bundle_dir: Path, name: str, content: str) -> Path:
+    """Atomically (re)write one text file inside an existing bundle (the report)."""
+    _check_relative(name)
+    path = bundle_dir / name
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(redact_text(content).encode())
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def _check_relative(name: str) -> None:
+    if name.startswith("/") or ".." in Path(name).parts:
+        raise ValueError(f"bundle file name must be relative and inside the bundle: {name!r}")
+
+
+def _free_name(final: Path) -> Path:
+    if not final.exists():
+        return final
+    for n in range(2, 1000):
+        candidate = final.with_name(f"{final.name}-{n}")
+        if not candidate.exists():
+            return candidate
+    raise FileExistsError(final)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def list_bundles(run_dir: Path) -> list[Path]:
+    """Complete bundles of a run, oldest first; hidden (in-progress) dirs skipped."""
+    incidents = run_dir / "incidents"
+    if not incidents.is_dir():
+        return []
+    return sorted(p for p in incidents.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST).is_file())
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A bundle read into memory (they are small: tails and dumps)."""
+
+    source: Path
+    name: str
+    files: Mapping[str, bytes] = field(repr=False)
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return self.json(MANIFEST)
+
+    def text(self, name: str) -> str | None:
+        data = self.files.get(name)
+        return data.decode("utf-8", "replace") if data is not None else None
+
+    def json(self, name: str, default: Any = None) -> Any:
+        text = self.text(name)
+        if text is None:
+            return default
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise BundleError(f"{self.source}: {name} is not valid JSON ({exc})") from None
+
+    def samples(self) -> list[Sample]:
+        text = self.text("samples.jsonl") or ""
+        out = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    out.append(Sample.from_json(json.loads(line)))
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise BundleError(f"{self.source}: samples.jsonl line {n}: {exc}") from None
+        return out
+
+    def dumps(self) -> list[ProcessDump]:
+        out = []
+        for name in sorted(self.files, key=_stack_order):
+            m = _STACK_FILE.match(name)
+            if m:
+                dump = parse_json(self.text(name) or "", round_no=int(m.group(1)), source=f"{self.source}:{name}")
+                cmd = _cmdlines(self).get(int(m.group(2)), "")
+                out.append(ProcessDump(dump.pid if dump.pid is not None else int(m.group(2)), dump.threads, cmd, dump.python, dump.round))
+        return out
+
+    def series(self) -> tuple[ProcessSeries, ...]:
+        return group_series(self.dumps())
+
+
+def _stack_order(name: str) -> tuple:
+    m = _STACK_FILE.match(name)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def _cmdlines(bundle: Bundle) -> dict[int, str]:
+    rows = bundle.json("processes.json", []) or []
+    return {int(r["pid"]): " ".join(r.get("cmdline") or []) for r in rows if "pid" in r}
+
+
+def is_bundle_path(path: Path) -> bool:
+    if path.is_dir():
+        return (path / MANIFEST).is_file()
+    return path.name.endswith((".tar.gz", ".tgz"))
+
+
+def load_bundle(path: Path) -> Bundle:
+    path = Path(path)
+    if path.is_dir():
+        if not (path / MANIFEST).is_file():
+            raise InputError(f"{path}: not a bundle (no {MANIFEST})")
+        files = {}
+        for file in sorted(path.rglob("*")):
+            rel = file.relative_to(path).as_posix()
+            if file.is_file() and not any(part.startswith(".") for part in Path(rel).parts):
+                files[rel] = file.read_bytes()
+        return Bundle(path, path.name, files)
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            files = {}
+            top = None
+            for member in tar.getmembers():
+                # Read regular files into memory only: no extraction, so no
+                # path traversal or link tricks from a hostile archive.
+                if not member.isfile():
+                    continue
+                head, _, rel = member.name.partition("/")
+                top = top or head
+                extracted = tar.extractfile(member)
+                if rel and extracted is not None:
+                    files[rel] = extracted.read()
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise InputError(f"{path}: not a readable .tar.gz bundle ({exc})") from None
+    if MANIFEST not in files:
+        raise InputError(f"{path}: archive has no {MANIFEST} under a top directory; not a hangwatch bundle")
+    return Bundle(path, top or path.name, files)
+
+
+def pack(bundle_dir: Path, out: Path | None = None) -> Path:
+    """``BUNDLE.tar.gz`` next to the bundle (or ``out``), written atomically."""
+    bundle_dir = Path(bundle_dir)
+    if not (bundle_dir / MANIFEST).is_file():
+        raise InputError(f"{bundle_dir}: not a bundle directory (no {MANIFEST})")
+    out = Path(out) if out is not None else bundle_dir.with_name(bundle_dir.name + ".tar.gz")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+            for file in sorted(bundle_dir.rglob("*")):
+                rel = file.relative_to(bundle_dir)
+                if file.is_file() and not any(p.startswith(".") for p in rel.parts):
+                    tar.add(file, arcname=f"{bundle_dir.name}/{rel.as_posix()}", recursive=False)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return out
+
+
+def dumps_json(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
+
+
+__all__ = ["Bundle", "SCHEMA", "write_bundle", "replace_file", "load_bundle", "pack", "list_bundles", "is_bundle_path", "dumps_json"]

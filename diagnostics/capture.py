@@ -1,0 +1,351 @@
+"""The incident capture: everything worth knowing about a hung tree, before the kill.
+
+``capture_incident(request)`` is the supervisor's capture hook. It runs in a
+worker thread that the supervisor abandons at ``request.deadline``; it must
+return before then and must never hold recovery up, so:
+
+* every external tool runs through ``run_bounded`` with its own timeout;
+* the cheap steps (process table, GPU state, versions, environment, log tails)
+  run concurrently in daemon threads, each joined only until the step budget
+  ends; one that is still running is recorded as failed and left behind;
+* py-spy rounds run in this thread; the dumps of one round run concurrently
+  (a thread pool), so a round costs about one py-spy call whatever the tree
+  size; a round that no longer fits before the budget end is skipped;
+* ``write_reserve`` seconds before the deadline are kept for writing the bundle;
+* every failure is data in ``manifest.json``: the bundle is written whatever
+  failed (unless writing itself fails, which raises).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from diagnostics import bundle as bundle_mod
+from diagnostics.bundle import Bundle, dumps_json
+from diagnostics.classify import classify
+from diagnostics.errors import DiagnosticsError
+from diagnostics.gpustate import gpu_state
+from diagnostics.proctable import process_table, render_table, resume, verify
+from diagnostics.pyspy import DumpResult, dump_process, find_pyspy
+from diagnostics.redact import redact_argv
+from diagnostics.signatures import load_signatures
+from diagnostics.stacks import ProcessDump, group_series, render_text
+from diagnostics.sysinfo import log_files, safe_names, tails, trainer_environ, versions
+from supervisor.capture import CaptureRequest, TreeProcess, bundle_name
+from supervisor.tools import helper_pids
+
+# py-spy failures after which further rounds cannot succeed either.
+_HOPELESS = {"missing", "ptrace_denied"}
+
+
+class CaptureConfigError(DiagnosticsError):
+    """An unknown or out-of-range capture setting (recorded, defaults used)."""
+
+
+@dataclass(frozen=True)
+class CaptureConfig:
+    rounds: int = 2
+    round_interval: float = 2.0
+    pyspy_timeout: float = 5.0
+    native: bool = False
+    pyspy: str | None = None
+    max_workers: int = 16
+    log_lines: int = 200
+    write_reserve: float = 2.0
+    signatures: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.rounds < 1:
+            raise CaptureConfigError(f"capture rounds must be >= 1, got {self.rounds!r}")
+        for name in ("round_interval", "write_reserve"):
+            if getattr(self, name) < 0:
+                raise CaptureConfigError(f"capture {name} must be >= 0, got {getattr(self, name)!r}")
+        if self.pyspy_timeout <= 0 or self.max_workers < 1 or self.log_lines < 0:
+            raise CaptureConfigError("capture pyspy_timeout must be > 0, max_workers >= 1, log_lines >= 0")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "CaptureConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise CaptureConfigError(f"unknown capture setting(s) {unknown}; known: {sorted(known)}")
+        values = dict(data)
+        if "signatures" in values:
+            values["signatures"] = tuple(str(s) for s in values["signatures"])
+        return cls(**values)
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
+
+
+@dataclass
+class _Steps:
+    """What each step produced or why it failed; shared with step threads."""
+
+    results: dict[str, Any] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    durations: dict[str, float] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def run(self, name: str, fn: Callable[[], Any], clock: Callable[[], float]) -> None:
+        started = clock()
+        try:
+            value = fn()
+            with self.lock:
+                self.results[name] = value
+        except Exception as exc:  # a failing step never stops the others
+            with self.lock:
+                self.failed[name] = f"{type(exc).__name__}: {exc}"
+        finally:
+            with self.lock:
+                self.durations[name] = round(clock() - started, 3)
+
+
+def capture_incident(request: CaptureRequest, *, config: CaptureConfig | None = None, clock: Callable[[], float] = time.monotonic) -> Path:
+    """Write the incident bundle for ``request``; return its directory."""
+    t0, wall0 = clock(), time.time()
+    steps = _Steps()
+    if config is None:
+        try:
+            config = CaptureConfig.from_mapping(request.extra.get("capture") or {})
+        except (CaptureConfigError, TypeError) as exc:
+            steps.failed["config"] = f"{exc}; defaults used"
+            config = CaptureConfig()
+    budget_end = request.deadline - config.write_reserve
+    helpers = helper_pids()
+    tree = [tp for tp in request.tree if tp.pid not in helpers]
+    root = _root(tree)
+
+    background = {
+        "processes": lambda: process_table(tree),
+        "gpu": lambda: gpu_state(max(1.0, min(10.0, budget_end - clock()))),
+        "versions": lambda: versions(_exe(root), timeout=max(0.5, min(5.0, budget_end - clock()))),
+        "environment": lambda: _environment(root),
+        "logs": lambda: tails(log_files(request.log_paths), config.log_lines),
+    }
+    threads = [threading.Thread(target=steps.run, args=(n, fn, clock), name=f"hangwatch-capture-{n}", daemon=True) for n, fn in background.items()]
+    for th in threads:
+        th.start()
+
+    stack_info = _stack_rounds(tree, config, budget_end, clock, steps)
+
+    for th in threads:
+        th.join(timeout=max(0.0, budget_end - clock()))
+    with steps.lock:
+        for name in background:
+            if name not in steps.results and name not in steps.failed:
+                steps.failed[name] = f"did not finish within the capture budget ({budget_end - t0:.1f} s); abandoned"
+        results, failed, durations = dict(steps.results), dict(steps.failed), dict(steps.durations)
+
+    files, manifest = _assemble(request, config, tree, stack_info, results, failed, durations, t0, wall0, clock)
+    final = request.run_dir / "incidents" / bundle_name(request)
+    _add_report(final, files, manifest, config, failed)
+    return bundle_mod.write_bundle(final, files)
+
+
+def _root(tree: Sequence[TreeProcess]) -> TreeProcess | None:
+    pids = {tp.pid for tp in tree}
+    return next((tp for tp in tree if tp.ppid not in pids), tree[0] if tree else None)
+
+
+def _exe(tp: TreeProcess | None) -> str | None:
+    proc = verify(tp) if tp else None
+    try:
+        return proc.exe() if proc else None
+    except Exception:
+        return None
+
+
+def _environment(root: TreeProcess | None) -> dict[str, str]:
+    if root is None or verify(root) is None:
+        raise RuntimeError("trainer process gone; environment not captured")
+    env = trainer_environ(root.pid)
+    if env is None:
+        raise RuntimeError(f"/proc/{root.pid}/environ not readable")
+    return env
+
+
+@dataclass
+class _StackInfo:
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    results: list[DumpResult] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    resumed: list[int] = field(default_factory=list)
+    pyspy: str | None = None
+
+
+def _stack_rounds(tree: Sequence[TreeProcess], config: CaptureConfig, budget_end: float, clock, steps: _Steps) -> _StackInfo:
+    info = _StackInfo(pyspy=find_pyspy(config.pyspy))
+    started = clock()
+    workers = max(1, min(config.max_workers, len(tree)))
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hangwatch-pyspy")
+    try:
+        for round_no in range(1, config.rounds + 1):
+            if round_no > 1:
+                # A second look only helps if it can finish: wait, then one call.
+                if clock() + config.round_interval + 0.5 > budget_end:
+                    info.skipped.append(f"round {round_no}: skipped, would not fit before the capture deadline")
+                    break
+                time.sleep(config.round_interval)
+            round_t0 = clock()
+            timeout = min(config.pyspy_timeout, budget_end - round_t0)
+            if timeout <= 0.2:
+                info.skipped.append(f"round {round_no}: skipped, no time left")
+                break
+            live = [tp for tp in tree if verify(tp) is not None]
+            futures = {pool.submit(dump_process, info.pyspy, tp.pid, round_no=round_no, timeout=timeout, native=config.native): tp for tp in live}
+            # run_bounded kills at `timeout`; the slack covers reaping.
+            done, pending = concurrent.futures.wait(futures, timeout=max(0.0, min(timeout + 2.5, budget_end - clock())))
+            got = [f.result() for f in done]
+            for fut in pending:
+                tp = futures[fut]
+                got.append(DumpResult(tp.pid, round_no, "", clock() - round_t0, problem="timeout", message="py-spy call abandoned at the capture deadline"))
+            info.resumed.extend(p for p in resume(tree) if p not in info.resumed)
+            got.sort(key=lambda r: r.pid)
+            info.results.extend(got)
+            info.rounds.append(
+                {
+                    "round": round_no,
+                    "started_s": round(round_t0 - started, 3),
+                    "duration_s": round(clock() - round_t0, 3),
+                    "processes": len(live),
+                    "ok": sum(1 for r in got if r.dump is not None),
+                    "dumps": [r.to_json() for r in got],
+                }
+            )
+            if got and all(r.problem in _HOPELESS for r in got):
+                info.skipped.append(f"rounds after {round_no}: skipped, py-spy cannot work here ({got[0].problem})")
+                break
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        steps.durations["stacks"] = round(clock() - started, 3)
+    return info
+
+
+def _assemble(request, config, tree, stack_info: _StackInfo, results, failed, durations, t0, wall0, clock):
+    files: dict[str, bytes | str] = {}
+    captured: list[str] = []
+    rows = results.get("processes")
+    cmdlines = {int(r["pid"]): " ".join(r.get("cmdline") or []) for r in rows or [] if "pid" in r}
+    cmdlines.update({tp.pid: " ".join(redact_argv(tp.cmdline)) for tp in tree if tp.pid not in cmdlines})
+
+    dumps: list[ProcessDump] = []
+    for r in stack_info.results:
+        if r.dump is not None:
+            files[f"stacks/round-{r.round}/pid-{r.pid}.json"] = r.raw
+            d = r.dump
+            dumps.append(ProcessDump(r.pid, d.threads, cmdlines.get(r.pid, ""), d.python, r.round))
+    series = group_series(dumps)
+    problems = _stack_problems(stack_info)
+    if dumps:
+        captured.append("stacks")
+        files["stacks/stacks.txt"] = render_text(series)
+    if problems:
+        failed["stacks"] = "; ".join(problems)
+
+    classification = None
+    try:
+        signatures = load_signatures(config.signatures)
+    except DiagnosticsError as exc:
+        failed["signatures"] = f"{exc}; built-in signatures used"
+        signatures = load_signatures()
+    if series:
+        classification = classify(series, signatures)
+    if classification is not None:
+        files["classification.json"] = dumps_json(classification.to_json())
+        captured.append("classification")
+
+    if rows is not None:
+        files["processes.json"] = dumps_json(rows)
+        files["processes.txt"] = render_table(rows)
+        captured.append("processes")
+    gpu = results.get("gpu")
+    if gpu is not None:
+        smi = (gpu.get("nvidia_smi") or {})
+        if smi.get("output"):
+            files["gpu/nvidia-smi-q.txt"] = smi.pop("output")
+        files["gpu/state.json"] = dumps_json(gpu)
+        captured.append("gpu")
+    if "versions" in results:
+        files["versions.json"] = dumps_json(results["versions"])
+        captured.append("versions")
+    if "environment" in results:
+        files["environment.json"] = dumps_json(results["environment"])
+        captured.append("environment")
+    if "logs" in results:
+        got, log_failed = results["logs"]
+        names = safe_names(got)
+        for name, text in got.items():
+            files[f"logs/{names[name]}.tail.txt"] = text
+        if got:
+            captured.append("logs")
+        if log_failed:
+            failed["logs"] = "; ".join(f"{k}: {v}" for k, v in log_failed.items())
+    files["samples.jsonl"] = "".join(dumps_json(s.to_json()).replace("\n", "") + "\n" for s in request.samples)
+    captured.append("samples")
+
+    manifest = {
+        "schema": bundle_mod.SCHEMA,
+        "kind": "hangwatch-incident",
+        "run_id": request.run_id,
+        "attempt": request.attempt,
+        "verdict": request.verdict.to_json(),
+        "thresholds": request.detector_config.to_json(),
+        "gpu_probe": request.gpu_probe,
+        "times": {
+            "capture_started": _iso(wall0),
+            "capture_finished": _iso(time.time()),
+            "capture_duration_s": round(clock() - t0, 3),
+            "deadline_s": round(request.deadline - t0, 3),
+        },
+        "capture": config.to_json(),
+        "tree": [{**tp.to_json(), "cmdline": redact_argv(tp.cmdline)} for tp in tree],
+        "root_pid": _root(tree).pid if tree else None,
+        "captured": captured,
+        "failed": failed,
+        "step_durations_s": {**durations},
+        "stacks": {
+            "pyspy": stack_info.pyspy,
+            "rounds": stack_info.rounds,
+            "skipped": stack_info.skipped,
+            "resumed_stopped_pids": stack_info.resumed,
+        },
+        "classification": classification.to_json() if classification else None,
+    }
+    files["manifest.json"] = dumps_json(manifest)
+    return files, manifest
+
+
+def _stack_problems(info: _StackInfo) -> list[str]:
+    """One line per kind of problem, with the pids and the fix, not one per call."""
+    by_kind: dict[str, tuple[list[int], str]] = {}
+    for r in info.results:
+        if r.problem and r.problem != "not_python":
+            pids, msg = by_kind.setdefault(r.problem, ([], r.message or r.problem))
+            if r.pid not in pids:
+                pids.append(r.pid)
+    out = [f"{kind} for pid(s) {', '.join(map(str, pids))}: {msg}" for kind, (pids, msg) in by_kind.items()]
+    if info.results and not any(r.dump for r in info.results) and not out:
+        out.append("no Python process in the tree could be dumped")
+    return out + list(info.skipped if not any(r.dump for r in info.results) else [])
+
+
+def _add_report(final: Path, files: dict[str, bytes | str], manifest: dict[str, Any], config: CaptureConfig, failed: dict[str, str]) -> None:
+    from diagnostics.report import render_report  # noqa: PLC0415 - keeps capture importable if report breaks
+
+    try:
+        view = Bundle(final, final.name, {k: (v.encode() if isinstance(v, str) else v) for k, v in files.items()})
+        files["report.html"] = render_report(view, signature_files=config.signatures)
+    except Exception as exc:
+        failed["report"] = f"{type(exc).__name__}: {exc}"
+        manifest["failed"] = failed
+        files["manifest.json"] = dumps_json(manifest)
+
+
+def _iso(wall: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))

@@ -1,0 +1,86 @@
+"""GPU state at capture time: NVML in process when it loads, ``nvidia-smi -q``
+through ``run_bounded`` when the binary exists, else a plain "no GPU".
+
+NVML calls run in the capture's step thread; a wedged driver can block them,
+which is why the capture orchestrator bounds every step.
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+from supervisor.tools import run_bounded
+
+
+def gpu_state(nvidia_smi_timeout: float = 10.0) -> dict[str, Any]:
+    state: dict[str, Any] = {"nvml": _nvml(), "nvidia_smi": None}
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        state["nvidia_smi"] = {"available": False, "reason": "nvidia-smi not on PATH"}
+    else:
+        result = run_bounded([smi, "-q"], nvidia_smi_timeout)
+        state["nvidia_smi"] = {
+            "available": True,
+            "ok": result.ok,
+            "returncode": result.returncode,
+            "error": result.error or (result.stderr.strip()[:500] if not result.ok else None),
+            "output": result.stdout,
+        }
+    nvml_ok = state["nvml"].get("available")
+    state["summary"] = (
+        f"{len(state['nvml']['devices'])} GPU(s) via NVML" if nvml_ok
+        else ("nvidia-smi only" if state["nvidia_smi"].get("ok") else "no GPU")
+    )
+    return state
+
+
+def _nvml() -> dict[str, Any]:
+    try:
+        import pynvml  # noqa: PLC0415 - optional at runtime
+    except ImportError as exc:
+        return {"available": False, "reason": f"pynvml not importable: {exc}"}
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return {"available": False, "reason": f"NVML did not initialise: {exc}"}
+    try:
+        out: dict[str, Any] = {"available": True, "driver": _call(pynvml.nvmlSystemGetDriverVersion), "devices": []}
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            out["devices"].append(_device(pynvml, index))
+        return out
+    except Exception as exc:
+        return {"available": False, "reason": f"NVML query failed: {exc}"}
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _device(pynvml: Any, index: int) -> dict[str, Any]:
+    h = pynvml.nvmlDeviceGetHandleByIndex(index)
+    util = _call(pynvml.nvmlDeviceGetUtilizationRates, h)
+    mem = _call(pynvml.nvmlDeviceGetMemoryInfo, h)
+    procs = _call(pynvml.nvmlDeviceGetComputeRunningProcesses, h)
+    return {
+        "index": index,
+        "name": _call(pynvml.nvmlDeviceGetName, h),
+        "uuid": _call(pynvml.nvmlDeviceGetUUID, h),
+        "util_gpu_pct": getattr(util, "gpu", None),
+        "util_mem_pct": getattr(util, "memory", None),
+        "mem_used_mib": mem.used / 2**20 if mem else None,
+        "mem_total_mib": mem.total / 2**20 if mem else None,
+        "processes": [
+            {"pid": p.pid, "used_mib": (p.usedGpuMemory or 0) / 2**20 if p.usedGpuMemory is not None else None}
+            for p in (procs or [])
+        ],
+    }
+
+
+def _call(fn: Any, *args: Any) -> Any:
+    try:
+        value = fn(*args)
+    except Exception:
+        return None
+    return value.decode() if isinstance(value, bytes) else value
