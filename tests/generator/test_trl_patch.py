@@ -1,0 +1,99 @@
+import json
+import logging
+import sys
+import types
+
+import pytest
+
+from generator.trl_patch import TRL_VLLM_MODULE, apply_rollout_policy, patched_rollout_engine
+
+EXTRA = {"compilation_config": {"cudagraph_mode": "NONE"}}
+
+
+def make_stand_in(monkeypatch):
+    """A module shaped like TRL's: LLM is a module global that the colocate path calls at call time."""
+    calls = []
+
+    def LLM(*args, **kwargs):  # noqa: N802 - vLLM's name
+        calls.append(kwargs)
+        return "engine"
+
+    module = types.ModuleType(TRL_VLLM_MODULE)
+    module.LLM = LLM
+    exec("def build(**kw):\n    return LLM(model='m', seed=1, **kw)\n", module.__dict__)
+    for name in ("trl", "trl.generation"):
+        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, TRL_VLLM_MODULE, module)
+    return module, LLM, calls
+
+
+def test_injects_and_restores(monkeypatch):
+    module, original, calls = make_stand_in(monkeypatch)
+    with patched_rollout_engine(EXTRA) as applied:
+        assert applied
+        assert module.build() == "engine"
+        module.build(compilation_config={"cudagraph_mode": "FULL"})
+    assert module.LLM is original
+    assert calls[0] == {"model": "m", "seed": 1, **EXTRA}
+    assert calls[1]["compilation_config"] == {"cudagraph_mode": "FULL"}, "TRL's explicit args win"
+
+
+def test_restores_on_error(monkeypatch):
+    module, original, _ = make_stand_in(monkeypatch)
+    with pytest.raises(RuntimeError):
+        with patched_rollout_engine(EXTRA):
+            raise RuntimeError("boom")
+    assert module.LLM is original
+
+
+def test_empty_kwargs_is_a_no_op(monkeypatch):
+    module, original, _ = make_stand_in(monkeypatch)
+    with patched_rollout_engine({}) as applied:
+        assert not applied and module.LLM is original
+
+
+def test_missing_module_warns(caplog):
+    with caplog.at_level(logging.WARNING):
+        with patched_rollout_engine(EXTRA, module_name="no_such_pkg.vllm_generation") as applied:
+            assert not applied
+    assert "NOT applied" in caplog.text
+
+
+def test_module_without_llm_warns_or_uses_factory(monkeypatch, caplog):
+    module, _, _ = make_stand_in(monkeypatch)
+    del module.LLM
+    with caplog.at_level(logging.WARNING):
+        with patched_rollout_engine(EXTRA) as applied:
+            assert not applied and not hasattr(module, "LLM")
+    got = []
+    with patched_rollout_engine(EXTRA, factory=lambda **kw: got.append(kw)) as applied:
+        assert applied
+        module.LLM(model="m")
+    assert got == [{"model": "m", **EXTRA}]
+    assert not hasattr(module, "LLM"), "absence restored"
+
+
+def test_apply_rollout_policy_beats_the_setting(monkeypatch, tmp_path):
+    module, _, calls = make_stand_in(monkeypatch)
+    hb = tmp_path / "hb.json"
+    monkeypatch.setenv("HANGWATCH_HEARTBEAT", str(hb))
+    with apply_rollout_policy({"HANGWATCH_CUDAGRAPHS": "0"}, step=3) as applied:
+        module.build()
+    assert applied and calls[0]["compilation_config"] == {"cudagraph_mode": "NONE"}
+    record = json.loads(hb.read_text())
+    assert record["step"] == 3 and record["info"]["cudagraphs"] == "off"
+
+
+def test_real_trl_module():
+    """TRL 1.16 binds LLM only when vLLM is installed; without it we inject through a factory."""
+    real = pytest.importorskip(TRL_VLLM_MODULE)
+    original = getattr(real, "LLM", None)
+    got = []
+    with patched_rollout_engine(EXTRA, factory=lambda **kw: got.append(kw)) as applied:
+        assert applied
+        real.LLM(model="m", enable_sleep_mode=True)
+    assert got == [{"model": "m", "enable_sleep_mode": True, **EXTRA}]
+    assert getattr(real, "LLM", None) is original
+    if original is None:  # no vLLM here: TRL's module must be left without LLM, as it was
+        with patched_rollout_engine(EXTRA) as applied:
+            assert not applied
