@@ -1,0 +1,121 @@
+"""``hangwatch replay``, ``hangwatch bundle pack``, ``hangwatch report``.
+
+``register(subparsers)`` adds the commands to the supervisor's parser; each sets
+``func`` to a callable returning the exit code. User mistakes
+(``DiagnosticsError``, ``ConfigError``) print ``hangwatch: error: ...`` and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from functools import wraps
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from diagnostics.bundle import load_bundle, pack, replace_file
+from diagnostics.errors import DiagnosticsError
+from diagnostics.replay import aggregate, analyse, render_text
+from diagnostics.signatures import load_signatures
+from supervisor.detector import ConfigError
+
+EXIT_USAGE = 2
+
+
+def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    @wraps(fn)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except (DiagnosticsError, ConfigError) as exc:
+            print(f"hangwatch: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+
+    return run
+
+
+def register(subparsers: Any) -> None:
+    rp = subparsers.add_parser("replay", help="classify incident bundles and py-spy dumps; aggregate; what-if the detector",
+                               description="Classify bundles (dirs or .tar.gz), run dirs and raw py-spy dumps (text or --json).")
+    rp.add_argument("paths", nargs="+", metavar="PATH")
+    rp.add_argument("--json", action="store_true", help="machine-readable output")
+    rp.add_argument("--signatures", action="append", default=[], metavar="FILE", help="extra signature file (repeatable)")
+    rp.add_argument("--stall-window", type=float, help="what-if: stall window (s)")
+    rp.add_argument("--gpu-busy", type=float, help="what-if: GPU busy threshold (%%)")
+    rp.add_argument("--cpu-idle", type=float, help="what-if: CPU idle threshold (%% of one core)")
+    rp.add_argument("--interval", type=float, help="what-if: sampling interval (s)")
+    rp.add_argument("--progress-timeout", type=float, help="what-if: heartbeat progress timeout (s)")
+    rp.set_defaults(func=_guard(cmd_replay))
+
+    bp = subparsers.add_parser("bundle", help="incident bundle tools")
+    bsub = bp.add_subparsers(dest="bundle_command", metavar="COMMAND")
+    bsub.required = True
+    pk = bsub.add_parser("pack", help="make a .tar.gz of a bundle")
+    pk.add_argument("bundle", metavar="BUNDLE")
+    pk.add_argument("-o", "--output", metavar="OUT.tar.gz")
+    pk.set_defaults(func=_guard(cmd_pack))
+
+    rep = subparsers.add_parser("report", help="(re)generate a bundle's report.html")
+    rep.add_argument("bundle", metavar="BUNDLE")
+    rep.add_argument("-o", "--output", metavar="OUT.html", help="default: BUNDLE/report.html (required for .tar.gz)")
+    rep.add_argument("--signatures", action="append", default=[], metavar="FILE")
+    rep.set_defaults(func=_guard(cmd_report))
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    signatures = load_signatures(args.signatures)
+    overrides = {
+        "stall_window": args.stall_window,
+        "gpu_busy_pct": args.gpu_busy,
+        "cpu_idle_pct": args.cpu_idle,
+        "interval": args.interval,
+        "progress_timeout": args.progress_timeout,
+    }
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    incidents = analyse(args.paths, signatures, overrides)
+    agg = aggregate(incidents)
+    if args.json:
+        json.dump({"incidents": [i.to_json() for i in incidents], "aggregate": agg}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render_text(incidents, agg))
+    return 0
+
+
+def cmd_pack(args: argparse.Namespace) -> int:
+    out = pack(Path(args.bundle), Path(args.output) if args.output else None)
+    print(out)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from diagnostics.report import render_report  # noqa: PLC0415
+
+    path = Path(args.bundle)
+    if not path.exists():
+        raise DiagnosticsError(f"{path}: no such bundle")
+    b = load_bundle(path)
+    html = render_report(b, signature_files=args.signatures)
+    if args.output:
+        out = Path(args.output)
+        out.write_text(html, encoding="utf-8")
+    elif path.is_dir():
+        out = replace_file(path, "report.html", html)
+    else:
+        raise DiagnosticsError(f"{path}: is an archive; give -o OUT.html")
+    print(out)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hangwatch", description="hangwatch diagnostics")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)

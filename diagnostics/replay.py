@@ -1,0 +1,242 @@
+"""Replay: classify many incidents (bundles and raw py-spy dumps), aggregate them,
+and re-run the detector on recorded samples with other settings (what-if). Pure
+apart from reading the inputs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from diagnostics.bundle import Bundle, list_bundles, load_bundle
+from diagnostics.classify import Classification, classify
+from diagnostics.errors import InputError
+from diagnostics.pyspy import parse_json, parse_text
+from diagnostics.signatures import Signature
+from diagnostics.stacks import Frame, ProcessSeries, group_series
+from supervisor.detector import Detector, DetectorConfig, Verdict
+from supervisor.samples import Sample
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input: its stacks, and the bundle when it is one."""
+
+    name: str
+    kind: str  # bundle | json | text
+    series: tuple[ProcessSeries, ...]
+    bundle: Bundle | None = None
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    config: DetectorConfig
+    samples: int
+    span_s: float
+    verdict: Verdict | None
+    recorded: Mapping[str, Any] = field(default_factory=dict)
+    t0: float = 0.0
+
+    def describe(self) -> str:
+        if not self.samples:
+            return "what-if: no samples recorded"
+        c = self.config
+        settings = f"stall-window {c.stall_window:g} s, gpu-busy {c.gpu_busy_pct:g}%, cpu-idle {c.cpu_idle_pct:g}%, progress-timeout {c.progress_timeout} s"
+        rec = self.recorded.get("detected_at")
+        rec_txt = f"; recorded verdict at +{rec - self.t0:.1f} s" if isinstance(rec, (int, float)) else ""
+        if self.verdict is None:
+            return f"what-if ({settings}): would NOT fire within the recorded {self.span_s:.0f} s ({self.samples} samples){rec_txt}"
+        v = self.verdict
+        return (f"what-if ({settings}): would fire {v.kind.value} at +{v.detected_at - self.t0:.1f} s "
+                f"(onset +{v.onset - self.t0:.1f} s): {v.reason}{rec_txt}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "config": self.config.to_json(),
+            "samples": self.samples,
+            "span_s": round(self.span_s, 3),
+            "fired": self.verdict is not None,
+            "kind": self.verdict.kind.value if self.verdict else None,
+            "detected_after_s": round(self.verdict.detected_at - self.t0, 3) if self.verdict else None,
+            "onset_after_s": round(self.verdict.onset - self.t0, 3) if self.verdict else None,
+            "reason": self.verdict.reason if self.verdict else None,
+            "recorded_detected_after_s": round(self.recorded["detected_at"] - self.t0, 3) if isinstance(self.recorded.get("detected_at"), (int, float)) else None,
+            "summary": self.describe(),
+        }
+
+
+@dataclass(frozen=True)
+class Incident:
+    source: Source
+    classification: Classification | None
+    whatif: WhatIf | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.classification
+        manifest = self.source.bundle.manifest if self.source.bundle else {}
+        return {
+            "source": self.source.name,
+            "kind": self.source.kind,
+            "verdict": (manifest.get("verdict") or {}).get("kind"),
+            "signature_id": c.signature_id if c else None,
+            "title": c.title if c else "no stacks",
+            "advice": c.advice if c else None,
+            "evidence": [f.render() for f in c.evidence] if c else [],
+            "pid": c.pid if c else None,
+            "thread": c.thread_name if c else None,
+            "frozen": c.frozen if c else None,
+            "stack": [f.render() for f in c.stack] if c else [],
+            "whatif": self.whatif.to_json() if self.whatif else None,
+        }
+
+
+def expand_inputs(paths: Iterable[str | Path]) -> list[Path]:
+    """Paths as given; a run directory (with ``incidents/``) or a directory of
+    bundles stands for every bundle in it."""
+    out: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise InputError(f"{path}: no such file or directory")
+        if path.is_dir() and not (path / "manifest.json").is_file():
+            found = list_bundles(path) or sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / "manifest.json").is_file())
+            if not found:
+                raise InputError(f"{path}: directory is neither a bundle (no manifest.json) nor a run or incidents directory with bundles")
+            out.extend(found)
+        else:
+            out.append(path)
+    return out
+
+
+def load_source(path: Path) -> Source:
+    if path.is_dir() or path.name.endswith((".tar.gz", ".tgz")):
+        b = load_bundle(path)
+        return Source(str(path), "bundle", b.series(), b)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if text.lstrip().startswith("["):
+        try:
+            return Source(str(path), "json", group_series([parse_json(text, source=str(path))]))
+        except InputError:
+            pass  # maybe a text paste that starts with "[rank0]:"
+    try:
+        return Source(str(path), "text", group_series(parse_text(text, source=str(path))))
+    except InputError:
+        raise InputError(f"{path}: neither a hangwatch bundle nor a py-spy dump (text or --json)") from None
+
+
+def run_whatif(samples: Sequence[Sample], config: DetectorConfig, recorded: Mapping[str, Any] | None = None) -> WhatIf:
+    if not samples:
+        return WhatIf(config, 0, 0.0, None, recorded or {})
+    t0 = samples[0].t
+    detector = Detector(config, start=t0)
+    verdict = None
+    for s in samples:
+        verdict = detector.observe(s)
+        if verdict is not None:
+            break
+    return WhatIf(config, len(samples), samples[-1].t - t0, verdict, recorded or {}, t0)
+
+
+def whatif_config(bundle: Bundle, overrides: Mapping[str, Any]) -> DetectorConfig:
+    """The recorded thresholds with ``overrides`` applied."""
+    recorded = dict(bundle.manifest.get("thresholds") or {})
+    if "interval" in overrides:
+        recorded.pop("gap_tolerance", None)  # recorded as the effective value for the old interval
+    recorded.update({k: v for k, v in overrides.items() if v is not None})
+    return DetectorConfig.from_json(recorded)
+
+
+def analyse(paths: Iterable[str | Path], signatures: Sequence[Signature], overrides: Mapping[str, Any] | None = None) -> list[Incident]:
+    incidents = []
+    for path in expand_inputs(paths):
+        src = load_source(path)
+        c = classify(src.series, signatures) if src.series else None
+        if c is None and src.bundle is not None:
+            stored = src.bundle.manifest.get("classification")
+            c = Classification.from_json(stored) if stored else None
+        whatif = None
+        if src.bundle is not None:
+            samples = src.bundle.samples()
+            if samples:
+                whatif = run_whatif(samples, whatif_config(src.bundle, overrides or {}), src.bundle.manifest.get("verdict"))
+        incidents.append(Incident(src, c, whatif))
+    return incidents
+
+
+# --- aggregate -----------------------------------------------------------------------
+
+
+def _tree_frames(frames: Sequence[Frame]) -> list[tuple[str, str]]:
+    """Outermost first, without anonymous native addresses (they differ every run)."""
+    return [f.key for f in reversed(frames) if not f.function.startswith("0x")]
+
+
+def aggregate(incidents: Sequence[Incident]) -> dict[str, Any]:
+    n = len(incidents)
+    sigs = Counter((i.classification.signature_id if i.classification else None) or "unknown" for i in incidents)
+    frames: Counter[tuple[str, str]] = Counter()
+    for i in incidents:
+        if i.classification:
+            frames.update(set(_tree_frames(i.classification.stack)))
+    recurring = [
+        {"frame": f"{fn} ({file})", "incidents": k, "of": n}
+        for (fn, file), k in sorted(frames.items(), key=lambda kv: (-kv[1], kv[0]))
+        if k >= 2 or n == 1
+    ][:20]
+    root: dict[str, Any] = {"frame": "(all)", "count": 0, "children": {}}
+    for i in incidents:
+        if not i.classification:
+            continue
+        root["count"] += 1
+        node = root
+        for fn, file in _tree_frames(i.classification.stack):
+            key = f"{fn} ({file})"
+            node = node["children"].setdefault(key, {"frame": key, "count": 0, "children": {}})
+            node["count"] += 1
+    return {"incidents": n, "signatures": dict(sigs.most_common()), "recurring_frames": recurring, "call_tree": _tree_json(root)}
+
+
+def _tree_json(node: dict[str, Any]) -> dict[str, Any]:
+    kids = sorted(node["children"].values(), key=lambda c: (-c["count"], c["frame"]))
+    return {"frame": node["frame"], "count": node["count"], "children": [_tree_json(k) for k in kids]}
+
+
+def render_tree(node: Mapping[str, Any], depth: int = 0) -> list[str]:
+    lines = [] if depth == 0 else [f"{node['count']:>5}  {'  ' * (depth - 1)}{node['frame']}"]
+    for child in node["children"]:
+        lines.extend(render_tree(child, depth + 1))
+    return lines
+
+
+def render_text(incidents: Sequence[Incident], agg: Mapping[str, Any]) -> str:
+    out: list[str] = []
+    for i in incidents:
+        c = i.classification
+        out.append(f"== {i.source.name} ({i.source.kind})")
+        if c is None:
+            out.append("   no stacks")
+        else:
+            out.append(f"   {c.summary()}")
+            if c.cmdline:
+                out.append(f"   process: {c.cmdline[:160]}")
+            out.append("   evidence:")
+            out.extend(f"     {f.render()}" for f in c.evidence)
+            out.append(f"   advice: {c.advice}")
+        if i.whatif:
+            out.append(f"   {i.whatif.describe()}")
+        out.append("")
+    n = agg["incidents"]
+    out.append(f"== across {n} incident(s)")
+    out.append("signatures:")
+    out.extend(f"  {count:>4}  {sid}" for sid, count in agg["signatures"].items())
+    if agg["recurring_frames"]:
+        out.append("recurring frames (stalled threads):")
+        out.extend(f"  {r['frame']} appears in {r['incidents']} of {r['of']} incidents" for r in agg["recurring_frames"])
+    out.append("merged call tree of the stalled threads (count, outermost first):")
+    out.extend(render_tree(agg["call_tree"]))
+    return "\n".join(out) + "\n"
