@@ -1,0 +1,205 @@
+"""End-to-end: the real CLI supervising real processes with real signals."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+
+from supervisor.policy import EXIT_BUDGET, EXIT_CRASH_STOP, EXIT_USAGE
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def test_wedge_is_caught_tree_killed_and_resumed_with_graphs_off(hw):
+    trainer = hw.trainer(
+        "--beats", "10", "--save-every", "3", "--checkpoint-dir", str(hw.ckpt),
+        "--wedge", "--wedge-unless-graphs-off", "--escape",
+    )
+    # A half-written newer checkpoint (no trainer_state.json) must be skipped, not used.
+    (hw.ckpt / "checkpoint-99").mkdir()
+    result = hw.run(
+        hw.fast_args() + ["--checkpoint-dir", str(hw.ckpt), "--resume-arg", "--resume_from_checkpoint={checkpoint}",
+                          "--", *trainer]
+    )
+    assert result.returncode == 0, result.stderr
+
+    incidents = hw.events("incident")
+    assert [i["kind"] for i in incidents] == ["stall"]
+    assert incidents[0]["latency_s"] >= 2.0
+
+    kill = hw.events("kill")[0]
+    escaped = hw.reported_pids()["escaped"][0]
+    assert escaped in kill["escalated"], "the SIGTERM-ignoring escaped worker needed SIGKILL"
+    assert kill["confirmed"] is True
+
+    attempts = hw.events("attempt_started")
+    assert len(attempts) == 2
+    assert attempts[0]["env"]["HANGWATCH_CUDAGRAPHS"] == "1"
+    assert attempts[1]["env"]["HANGWATCH_CUDAGRAPHS"] == "0"
+    assert attempts[1]["resume_from"].endswith("checkpoint-9")
+    assert "--resume_from_checkpoint=" + str(hw.ckpt / "checkpoint-9") in attempts[1]["argv"]
+    assert "skipping" in result.stderr and "checkpoint-99" in result.stderr
+    assert (hw.ckpt / "checkpoint-99").is_dir(), "an incomplete checkpoint is never deleted"
+
+    assert hw.events("gpu_released")[0]["released"] is True
+    assert hw.events("run_finished")[-1]["outcome"] == "success"
+    bundle = hw.events("attempt_ended")[0]["evidence_path"]
+    assert bundle and (hw.run_dir / "incidents").is_dir()
+    assert not hw.alive()
+
+
+def test_second_stall_with_graphs_off_escalates_to_enforce_eager(hw):
+    trainer = hw.trainer("--beats", "2", "--wedge")
+    result = hw.run(hw.fast_args(**{"--max-restarts": "2"}) + ["--", *trainer])
+    assert result.returncode == EXIT_BUDGET
+    envs = [a["env"] for a in hw.events("attempt_started")]
+    assert [e.get("HANGWATCH_CUDAGRAPHS") for e in envs] == ["1", "0", "0"]
+    assert [e.get("HANGWATCH_ENFORCE_EAGER") for e in envs] == [None, None, "1"]
+    assert "restart budget exhausted" in hw.events("run_finished")[-1]["reason"]
+
+
+def test_cudagraphs_keep_leaves_graphs_on(hw):
+    trainer = hw.trainer("--beats", "2", "--wedge")
+    hw.run(hw.fast_args(**{"--max-restarts": "1", "--cudagraphs-after-stall": "keep"}) + ["--", *trainer])
+    assert [a["env"]["HANGWATCH_CUDAGRAPHS"] for a in hw.events("attempt_started")] == ["1", "1"]
+
+
+def test_crash_restarts_then_budget_exhausted_exit_code(hw):
+    result = hw.run(hw.fast_args(**{"--max-restarts": "2"}) + ["--", *hw.trainer("--exit", "3")])
+    assert result.returncode == EXIT_BUDGET
+    ended = hw.events("attempt_ended")
+    assert [e["kind"] for e in ended] == ["crash"] * 3
+    assert [e["exit_code"] for e in ended] == [3] * 3
+    finished = hw.events("run_finished")[-1]
+    assert finished["exit_code"] == EXIT_BUDGET and "budget" in finished["reason"]
+    assert "giving up" in result.stderr
+
+
+def test_crash_loop_without_checkpoint_progress_stops(hw):
+    result = hw.run(
+        hw.fast_args(**{"--checkpoint-dir": str(hw.ckpt), "--no-progress-restarts": "2"})
+        + ["--", *hw.trainer("--exit", "1")]
+    )
+    assert result.returncode == 72
+    assert len(hw.events("attempt_started")) == 2
+
+
+def test_on_crash_stop(hw):
+    result = hw.run(hw.fast_args(**{"--on-crash": "stop"}) + ["--", *hw.trainer("--exit", "5")])
+    assert result.returncode == EXIT_CRASH_STOP
+    assert len(hw.events("attempt_started")) == 1
+
+
+def test_done_kills_what_the_trainer_left_behind(hw):
+    result = hw.run(hw.fast_args() + ["--", *hw.trainer("--beats", "2", "--escape")])
+    assert result.returncode == 0
+    kill = hw.events("kill")[0]
+    assert hw.reported_pids()["escaped"][0] in kill["pids"]
+    assert not hw.alive()
+
+
+def test_silent_hang_without_gpu_probe(hw):
+    args = hw.fast_args(**{"--gpu-probe": "none", "--progress-timeout": "1.5", "--max-restarts": "0"})
+    result = hw.run(args + ["--", *hw.trainer("--beats", "3", "--hang")])
+    assert result.returncode == EXIT_BUDGET
+    assert [i["kind"] for i in hw.events("incident")] == ["silent_hang"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_to_supervisor_is_forwarded_and_leaves_nothing(hw, sig):
+    proc = hw.start(hw.fast_args(**{"--stall-window": "60"}) + ["--", *hw.trainer("--beats", "1000", "--step-time", "0.1", "--escape", "--ignore-term")])
+    _wait_for(lambda: "escaped" in hw.reported_pids() and (hw.run_dir / "journal.jsonl").exists())
+    time.sleep(0.5)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    # The supervisor exits with the trainer's status: SIGINT makes it exit 130
+    # (KeyboardInterrupt); SIGTERM it ignores, so it is SIGKILLed after the grace: 128 + 9.
+    assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 137}[sig], err
+    finished = hw.events("run_finished")[-1]
+    assert finished["outcome"] == "interrupted"
+    assert not hw.alive()
+
+
+def test_supervisor_sigkill_takes_the_tree_with_it(hw):
+    proc = hw.start(hw.fast_args(**{"--stall-window": "60"}) + ["--", *hw.trainer("--beats", "1000", "--step-time", "0.1", "--escape")])
+    _wait_for(lambda: "escaped" in hw.reported_pids())
+    _wait_for(lambda: len(json.loads((hw.run_dir / "tree.json").read_text())["members"]) >= 2
+              if (hw.run_dir / "tree.json").exists() else False)
+    proc.kill()
+    proc.wait(10)
+    # The trainer dies by its parent-death signal, the escaped worker by the guardian.
+    assert not hw.alive(timeout=10)
+
+
+def test_resume_continues_journal_and_attempt_count(hw):
+    proc = hw.start(hw.fast_args(**{"--stall-window": "60", "--checkpoint-dir": str(hw.ckpt)})
+                    + ["--", *hw.trainer("--beats", "1000", "--step-time", "0.05", "--save-every", "5",
+                                         "--checkpoint-dir", str(hw.ckpt))])
+    _wait_for(lambda: any(hw.ckpt.glob("checkpoint-*/trainer_state.json")))
+    proc.kill()
+    proc.wait(10)
+    assert not hw.alive(timeout=10)
+    result = hw.run(["run", "--resume", str(hw.run_dir), "--", *hw.trainer("--beats", "3")])
+    assert result.returncode == 0, result.stderr
+    attempts = hw.events("attempt_started")
+    assert [a["attempt"] for a in attempts] == [1, 2]
+    assert attempts[1]["resume_from"] is not None
+    assert len({r["run_id"] for r in hw.journal()}) == 1
+    assert hw.events("run_resumed")
+
+
+def test_status_reads_the_journal(hw):
+    hw.run(hw.fast_args(**{"--max-restarts": "1"}) + ["--", *hw.trainer("--beats", "2", "--wedge")])
+    result = hw.run(["status", str(hw.run_dir)])
+    assert result.returncode == 0
+    assert "incident: attempt 1 stall" in result.stdout
+    assert "finished: gave_up" in result.stdout
+    as_json = json.loads(hw.run(["status", "--json", str(hw.run_dir)]).stdout)
+    assert as_json["restarts"] == 1 and len(as_json["incidents"]) == 2
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "--bogus", "--", "true"], "unrecognized arguments: --bogus"),
+        (["run", "--stall-window", "5"], "no command to supervise"),
+        (["run", "--gpu-busy", "150", "--", "true"], "--gpu-busy must be in (0, 100]"),
+        (["run", "--stall-window", "-1", "--", "true"], "--stall-window must be a positive"),
+        (["run", "--checkpoint-dir", "/nonexistent/deeper/ckpt", "--", "true"], "neither it nor its parent"),
+        (["run", "--gpu-probe", "magic", "--", "true"], "expected auto, nvml, none or file:PATH"),
+        (["run", "--resume-arg", "--resume", "--", "true"], "must contain {checkpoint}"),
+        (["run", "--phase-timeout", "checkpoint", "--", "true"], "expected PHASE=SECONDS"),
+        (["run", "--", "/nonexistent/trainer"], "command not found"),
+        (["status", "/nonexistent"], "not a hangwatch run directory"),
+    ],
+)
+def test_bad_input_gets_a_clear_error(hw, args, message):
+    if args[0] == "run" and "--run-dir" not in args:
+        args = args[:1] + ["--run-dir", str(hw.run_dir)] + args[1:]
+    result = hw.run(args, timeout=30)
+    assert result.returncode == EXIT_USAGE
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_config_file_unknown_key_is_named(hw):
+    cfg = hw.tmp / "hw.toml"
+    cfg.write_text('stall-window = 30\nstall-windw = 5\n')
+    result = hw.run(["run", "--config", str(cfg), "--", "true"], timeout=30)
+    assert result.returncode == EXIT_USAGE
+    assert "unknown key 'stall-windw'" in result.stderr
+
+
+def _wait_for(predicate, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
