@@ -1,0 +1,125 @@
+"""The demo: a toy GRPO-style run wedges in the engine's cuda-graph replay, hangwatch
+catches it, captures the evidence, kills the whole tree (the escaped engine worker
+ignores SIGTERM), and resumes from the newest complete checkpoint with cuda graphs
+off; training completes.
+
+    .venv/bin/python scripts/demo.py [--run-dir DIR] [--steps 30] [--wedge-at-step 17]
+
+Runs on a CPU-only machine: the GPU is simulated (``--gpu-probe file:``), everything
+else is real (processes, sessions, signals, py-spy). Settings are scaled so the whole
+loop takes about a minute. Exits 0 only if the journal shows what should happen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run-dir", type=Path, default=None)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--save-every", type=int, default=5)
+    parser.add_argument("--wedge-at-step", type=int, default=17)
+    parser.add_argument("--stall-window", type=float, default=8.0)
+    parser.add_argument("--quiet", action="store_true", help="hide the trainer's own output")
+    args = parser.parse_args()
+
+    run_dir = (args.run_dir or ROOT / "hangwatch-runs" / f"demo-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    checkpoints = run_dir / "checkpoints"
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable, "-m", "supervisor", "run",
+        "--run-dir", str(run_dir),
+        "--gpu-probe", f"file:{run_dir / 'sim-gpu.json'}",
+        "--interval", "0.5",
+        "--stall-window", str(args.stall_window),
+        "--grace", "3",
+        "--capture-timeout", "20",
+        "--backoff", "0.5",
+        "--checkpoint-dir", str(checkpoints),
+        "--resume-arg", "--resume_from_checkpoint={checkpoint}",
+        *(["--quiet"] if args.quiet else []),
+        "--",
+        sys.executable, str(ROOT / "scripts" / "toy_trainer.py"),
+        "--steps", str(args.steps),
+        "--save-every", str(args.save_every),
+        "--checkpoint-dir", str(checkpoints),
+        "--wedge-at-step", str(args.wedge_at_step),
+        # The engine's own operation timeout must outlast detection plus capture,
+        # so the supervisor takes the evidence before anything else reacts.
+        "--generate-timeout", "300",
+    ]
+    print(f"hangwatch demo: {args.steps} steps, wedge injected at step {args.wedge_at_step}, run dir {run_dir}\n",
+          flush=True)
+    started = time.monotonic()
+    code = subprocess.call(command, cwd=ROOT)
+    elapsed = time.monotonic() - started
+    return summarise(run_dir, code, elapsed, args)
+
+
+def summarise(run_dir: Path, code: int, elapsed: float, args: argparse.Namespace) -> int:
+    journal = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines() if line.strip()]
+
+    def events(name: str) -> list[dict]:
+        return [r for r in journal if r["event"] == name]
+
+    attempts = events("attempt_started")
+    incidents = events("incident")
+    kills = [k for k in events("kill") if k.get("reason") == "stall"]
+    finished = events("run_finished")[-1] if events("run_finished") else {}
+    ended = events("attempt_ended")
+    bundle = next((e.get("evidence_path") for e in ended if e.get("evidence_path")), None)
+
+    print("\n== hangwatch demo summary ==")
+    for inc in incidents:
+        print(f"incident   attempt {inc['attempt']}: {inc['kind']} detected {inc['latency_s']:.1f} s after onset "
+              f"(window {args.stall_window:g} s): {inc['reason']}")
+    if bundle:
+        print(f"evidence   {bundle}")
+        signature = _signature(Path(bundle))
+        if signature:
+            print(f"           classified as: {signature}")
+    for k in kills:
+        print(f"kill       {len(k['pids'])} process(es), SIGKILL needed for {k['escalated']} "
+              f"(ignored SIGTERM), confirmed dead: {k['confirmed']}")
+    for a in attempts[1:]:
+        print(f"attempt {a['attempt']}  HANGWATCH_CUDAGRAPHS={a['env'].get('HANGWATCH_CUDAGRAPHS')}, "
+              f"resumed from {a.get('resume_from')}")
+    print(f"finished   {finished.get('outcome')} (exit {code}) in {elapsed:.0f} s")
+    print(f"run dir    {run_dir}   (hangwatch status {run_dir})")
+
+    problems = []
+    if code != 0 or finished.get("outcome") != "success":
+        problems.append(f"the run did not finish successfully (exit {code})")
+    if [i["kind"] for i in incidents] != ["stall"]:
+        problems.append(f"expected one stall incident, got {[i['kind'] for i in incidents]}")
+    if not kills or not kills[0]["escalated"]:
+        problems.append("expected a kill that needed SIGKILL for the SIGTERM-ignoring worker")
+    if len(attempts) < 2 or attempts[1]["env"].get("HANGWATCH_CUDAGRAPHS") != "0" or not attempts[1].get("resume_from"):
+        problems.append("expected attempt 2 with cuda graphs off, resumed from a checkpoint")
+    for p in problems:
+        print(f"DEMO FAILED: {p}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def _signature(bundle: Path) -> str | None:
+    try:
+        manifest = json.loads((bundle / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    found = manifest.get("classification") or {}
+    if isinstance(found, dict) and found.get("signature_id"):
+        return f"{found['signature_id']} ({found.get('title', '')})"
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
