@@ -14,7 +14,12 @@ The conditions:
 * **stall**: some GPU used by the tree reads >= ``gpu_busy_pct`` while the tree's
   processes holding that GPU use <= ``cpu_idle_pct`` (percent of one core, summed)
   and the heartbeat makes no progress. That is the cuda-graph wedge: a kernel
-  that never finishes, host threads asleep in a synchronize.
+  that never finishes, host threads asleep in a synchronize. The test is per
+  device: with several ranks, one wedged rank stalls even while its peers spin
+  at 100 % CPU in a collective waiting for it. A device that names no holders
+  (``pids`` None or empty: NVML in a container) may be the tree's, and its
+  holders' CPU is the whole tree's (the conservative choice: a busy host means
+  no stall). A busy device held only by processes outside the tree is ignored.
 * **silent hang**: the trainer has sent heartbeats, then none for
   ``progress_timeout``, while GPU and CPU are idle.
 
@@ -25,7 +30,14 @@ Robustness rules (the reason this is more than an ``if``):
   unknown, not idle; if confirmations stop for ``gap_tolerance`` seconds the
   window starts again, so a gap never completes a window on its own;
 * a phase announced through the heartbeat (``checkpoint``, ``compile``, ...) may
-  stretch both timeouts (``phase_timeouts``), so a long save is not a wedge.
+  stretch both timeouts (``phase_timeouts``), so a long save is not a wedge; the
+  phase is the one named by the latest beat, so it lasts until the next beat.
+
+Timing: the window is measured between confirming samples, so a stall whose
+first confirming sample is at ``t0`` fires at the first confirming sample at or
+after ``t0 + window``: ``t0 + window`` exactly when ticks are regular and the
+window is a multiple of the interval, later by at most the noise or the gap
+tolerated in between.
 """
 
 from __future__ import annotations
@@ -83,14 +95,19 @@ class DetectorConfig:
             _positive("progress-timeout", self.progress_timeout)
         if not 0 < self.gpu_busy_pct <= 100:
             raise ConfigError(f"--gpu-busy must be in (0, 100], got {self.gpu_busy_pct!r}")
-        if self.cpu_idle_pct < 0:
+        # ``not x >= 0`` rather than ``x < 0``: NaN must be refused, it would
+        # make every comparison false and the detector silently blind.
+        if not self.cpu_idle_pct >= 0:
             raise ConfigError(f"--cpu-idle must be >= 0 (percent of one core), got {self.cpu_idle_pct!r}")
-        if self.noise_samples < 0:
-            raise ConfigError(f"--noise-samples must be >= 0, got {self.noise_samples!r}")
+        if isinstance(self.noise_samples, bool) or not isinstance(self.noise_samples, int) or self.noise_samples < 0:
+            raise ConfigError(f"--noise-samples must be a whole number >= 0, got {self.noise_samples!r}")
         if self.gap_tolerance is not None:
             _positive("gap-tolerance", self.gap_tolerance)
         for phase, seconds in self.phase_timeouts.items():
-            _positive(f"phase timeout for {phase!r}", seconds)
+            if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not seconds > 0:
+                raise ConfigError(
+                    f"--phase-timeout {phase}={seconds!r}: must be a positive number of seconds"
+                )
 
     @property
     def effective_gap_tolerance(self) -> float:
@@ -127,7 +144,7 @@ class DetectorConfig:
 
 
 def _positive(name: str, value: float) -> None:
-    if not value > 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ConfigError(f"--{name} must be a positive number of seconds, got {value!r}")
 
 
@@ -222,10 +239,14 @@ class Detector:
         self._stall = _Sustained(config.noise_samples, config.effective_gap_tolerance)
         self._idle = _Sustained(config.noise_samples, config.effective_gap_tolerance)
         self._last_token: tuple[int, int] | None = None
+        self._last_hb: object | None = None
         self._last_progress = start
         self._heartbeats_seen = False
         self.phase: str | None = None
         self.step: int | None = None
+        # The window and timeout of the current phase, recomputed when it changes.
+        self._window = config.window_for(None)
+        self._timeout = config.progress_timeout_for(None)
 
     @property
     def stall_onset(self) -> float | None:
@@ -234,23 +255,23 @@ class Detector:
     def observe(self, sample: Sample) -> Verdict | None:
         if self.state is DetectorState.FIRED:
             return None
+        cfg = self.config
         t = sample.t
         progressed = self._note_heartbeat(sample)
-        busy = _busy_devices(sample, self.config.gpu_busy_pct)
+        tree_cpu = sum(sample.cpu_pct.values())
+        gpu = _classify(sample, tree_cpu, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
 
         if progressed:
             self._stall.reset()
         elif sample.gpu is not None:
-            holders_cpu = _holders_cpu(sample, busy)
-            if busy and holders_cpu <= self.config.cpu_idle_pct:
+            if gpu is _STALLED:
                 self._stall.confirm(t)
             else:
                 self._stall.contradict()
 
-        tree_cpu = sum(sample.cpu_pct.values())
         if progressed:
             self._idle.reset()
-        elif not busy and tree_cpu <= self.config.cpu_idle_pct:
+        elif gpu is _NOT_BUSY and tree_cpu <= cfg.cpu_idle_pct:
             # A missing GPU sample counts as "not busy" here: silent-hang detection
             # must work without any GPU probe; progress silence is the real signal.
             self._idle.confirm(t)
@@ -259,28 +280,31 @@ class Detector:
 
         self.state = DetectorState.SUSPECT if self._stall.onset is not None else DetectorState.WATCHING
 
-        window = self.config.window_for(self.phase)
+        window = self._window
         if self._stall.held_for(t) >= window:
+            onset = self._stall.onset
+            assert onset is not None  # held_for > 0 implies an onset
+            scan = _scan(sample, tree_cpu, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
             self.state = DetectorState.FIRED
-            assert self._stall.onset is not None
             return Verdict(
                 VerdictKind.STALL,
                 detected_at=t,
-                onset=self._stall.onset,
+                onset=onset,
                 window=window,
                 phase=self.phase,
                 reason=(
-                    f"gpu_util={_max_util(busy):.0f}% cpu={_holders_cpu(sample, busy):.1f}% "
-                    f"no heartbeat progress for {t - self._stall.onset:.0f} s (window {window:.0f} s)"
+                    f"gpu_util={scan.stalled_util:.0f}% cpu={scan.stalled_cpu:.1f}% "
+                    f"no heartbeat progress for {t - onset:.0f} s (window {window:.0f} s)"
                 ),
-                evidence=self._evidence(sample, busy),
+                evidence=self._evidence(sample, scan, tree_cpu),
             )
 
-        timeout = self.config.progress_timeout_for(self.phase)
+        timeout = self._timeout
         if self._heartbeats_seen and timeout is not None:
             silent_for = t - self._last_progress
             idle_needed = min(window, timeout)
             if silent_for >= timeout and self._idle.held_for(t) >= idle_needed:
+                scan = _scan(sample, tree_cpu, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
                 self.state = DetectorState.FIRED
                 return Verdict(
                     VerdictKind.SILENT_HANG,
@@ -292,27 +316,36 @@ class Detector:
                         f"no heartbeat progress for {silent_for:.0f} s (timeout {timeout:.0f} s), "
                         f"tree cpu={tree_cpu:.1f}%, gpu idle"
                     ),
-                    evidence=self._evidence(sample, busy),
+                    evidence=self._evidence(sample, scan, tree_cpu),
                 )
         return None
 
     def _note_heartbeat(self, sample: Sample) -> bool:
         hb = sample.heartbeat
-        if hb is None or hb.token == self._last_token:
+        # The same object again is the common case between beats; skip building the token.
+        if hb is None or hb is self._last_hb:
             return False
-        self._last_token = hb.token
+        self._last_hb = hb
+        token = hb.token
+        if token == self._last_token:
+            return False
+        self._last_token = token
         self._heartbeats_seen = True
         self._last_progress = sample.t
-        self.phase = hb.phase
+        if hb.phase != self.phase:
+            self.phase = hb.phase
+            self._window = self.config.window_for(hb.phase)
+            self._timeout = self.config.progress_timeout_for(hb.phase)
         self.step = hb.step
         return True
 
-    def _evidence(self, sample: Sample, busy: list) -> dict[str, Any]:
+    def _evidence(self, sample: Sample, scan: "_Scan", tree_cpu: float) -> dict[str, Any]:
         return {
-            "gpu_util_pct": _max_util(busy),
-            "holders_cpu_pct": round(_holders_cpu(sample, busy), 2),
-            "tree_cpu_pct": round(sum(sample.cpu_pct.values()), 2),
-            "busy_devices": [d.index for d in busy],
+            "gpu_util_pct": scan.stalled_util if scan.stalled else scan.max_util,
+            "holders_cpu_pct": round(scan.stalled_cpu, 2),
+            "tree_cpu_pct": round(tree_cpu, 2),
+            "busy_devices": list(scan.busy),
+            "stalled_devices": list(scan.stalled),
             "tree_size": len(sample.cpu_pct),
             "step": self.step,
             "phase": self.phase,
@@ -320,31 +353,87 @@ class Detector:
         }
 
 
-def _busy_devices(sample: Sample, threshold: float) -> list:
-    if sample.gpu is None:
-        return []
-    tree = sample.tree_pids()
-    return [
-        d
-        for d in sample.gpu
-        if d.util_pct >= threshold and (d.pids is None or not d.pids or tree.intersection(d.pids))
-    ]
+class _Scan:
+    """What one sample says about the devices, computed in a single pass.
 
-
-def _holders_cpu(sample: Sample, busy: list) -> float:
-    """CPU of the tree processes that hold a busy device.
-
-    When a device does not say who holds it, every tree process might: use the
-    whole tree's CPU, the conservative choice (a busy host means no stall).
+    ``busy``: indices of devices the tree may use that read >= the busy threshold.
+    ``stalled``: those of them whose holders use <= the idle threshold.
+    ``stalled_util``/``stalled_cpu``: the stalled device with the least holder CPU.
     """
-    tree = sample.tree_pids()
-    holders: set[int] = set()
-    for device in busy:
-        if not device.pids:
-            return sum(sample.cpu_pct.values())
-        holders.update(tree.intersection(device.pids))
-    return sum(sample.cpu_pct.get(pid, 0.0) for pid in holders)
+
+    __slots__ = ("busy", "stalled", "max_util", "stalled_util", "stalled_cpu")
+
+    def __init__(self) -> None:
+        self.busy: list[int] = []
+        self.stalled: list[int] = []
+        self.max_util = 0.0
+        self.stalled_util = 0.0
+        self.stalled_cpu = 0.0
 
 
-def _max_util(busy: list) -> float:
-    return max((d.util_pct for d in busy), default=0.0)
+_NOT_BUSY = "not_busy"  # no busy device the tree may use (or no GPU sample)
+_BUSY = "busy"  # some busy device, every one with working holders
+_STALLED = "stalled"  # some busy device whose holders are idle
+
+
+def _classify(sample: Sample, tree_cpu: float, busy_pct: float, idle_pct: float) -> str:
+    """The hot path of a replay (millions of samples): one pass, no allocation,
+    stops at the first stalled device. ``_scan`` says the same thing in detail."""
+    devices = sample.gpu
+    if not devices:
+        return _NOT_BUSY
+    cpu = sample.cpu_pct
+    result = _NOT_BUSY
+    for d in devices:
+        if d.util_pct < busy_pct:
+            continue
+        pids = d.pids
+        if not pids:
+            holders_cpu = tree_cpu
+        else:
+            holders_cpu = 0.0
+            held = False
+            for p in pids:
+                c = cpu.get(p)
+                if c is not None:
+                    holders_cpu += c
+                    held = True
+            if not held:
+                continue
+        if holders_cpu <= idle_pct:
+            return _STALLED
+        result = _BUSY
+    return result
+
+
+def _scan(sample: Sample, tree_cpu: float, busy_pct: float, idle_pct: float) -> _Scan:
+    scan = _Scan()
+    devices = sample.gpu
+    if not devices:
+        return scan
+    cpu = sample.cpu_pct
+    best_cpu: float | None = None
+    for d in devices:
+        util = d.util_pct
+        if util < busy_pct:
+            continue
+        pids = d.pids
+        if not pids:
+            # Unknown holders (NVML in a container): may be the tree's; use the
+            # whole tree's CPU, the conservative choice.
+            holders_cpu = tree_cpu
+        else:
+            held = [cpu[p] for p in pids if p in cpu]
+            if not held:
+                continue  # busy, but held only outside the tree: not our stall
+            holders_cpu = sum(held)
+        scan.busy.append(d.index)
+        if util > scan.max_util:
+            scan.max_util = util
+        if holders_cpu <= idle_pct:
+            scan.stalled.append(d.index)
+            if best_cpu is None or holders_cpu < best_cpu:
+                best_cpu = holders_cpu
+                scan.stalled_util = util
+                scan.stalled_cpu = holders_cpu
+    return scan
