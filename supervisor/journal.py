@@ -21,6 +21,7 @@ EVENTS = (
     "run_started",
     "run_resumed",
     "attempt_started",
+    "first_heartbeat",
     "trainer_info",
     "incident",
     "capture",

@@ -296,6 +296,8 @@ class Supervisor:
         keep = int(max(cfg.stall_window, cfg.progress_timeout or 0) / cfg.interval) + 30
         samples: collections.deque[Sample] = collections.deque(maxlen=max(keep, 60))
         last_info: dict[str, Any] | None = None
+        launched = self.clock()
+        first_beat_seen = False
         next_tick = self.clock()
         while True:
             self.reaper.reap(also=[trainer.pid])
@@ -309,6 +311,10 @@ class Supervisor:
             samples.append(sample)
             self.treefile.update(sampler.last_members)
             hb = sample.heartbeat
+            if hb is not None and not first_beat_seen:
+                first_beat_seen = True
+                self.journal.append("first_heartbeat", attempt=self.state.attempt, step=hb.step, phase=hb.phase,
+                                    after_launch_s=round(sample.t - launched, 3))
             if hb is not None and hb.info and dict(hb.info) != last_info:
                 last_info = dict(hb.info)
                 self.journal.append("trainer_info", attempt=self.state.attempt, step=hb.step, phase=hb.phase,
