@@ -1,0 +1,256 @@
+"""The fake engine in a REAL worker process: protocol, auth, weight proof, wedge, kill, parent death."""
+
+import json
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+import torch
+
+from generator import offload as offload_module
+from generator.colocated import ColocatedGenerator, Timeouts
+from generator.errors import WeightMismatch, WorkerError, WorkerTimeout
+from generator.process import REPO_ROOT, WorkerProcess
+from generator.staging import stage
+
+from .conftest import fake_kwargs
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def named(model):
+    return [(n, p.detach()) for n, p in model.named_parameters()]
+
+
+@pytest.fixture
+def worker(tmp_path):
+    procs = []
+
+    def make(**kwargs):
+        proc = WorkerProcess("fake", fake_kwargs(**kwargs), log_dir=str(tmp_path / "logs"), grace_s=0.5)
+        procs.append(proc)
+        return proc
+
+    yield make
+    for proc in procs:
+        if proc.proc is not None:
+            proc.kill(grace_s=0.5)
+
+
+def ready(proc, model, tmp_path):
+    """Started and awake with the model's weights loaded; returns the staged file."""
+    proc.request("start", 30)
+    proc.request("wake_weights", 5)
+    staged = stage(named(model), str(tmp_path))
+    report = proc.request("load_weights", 10, path=staged.path, manifest=staged.manifest)
+    assert report["digest"] == staged.digest
+    proc.request("reset_prefix_cache", 5)
+    proc.request("wake_kv", 5)
+    return staged
+
+
+def test_full_generate_cycle(trainer, tmp_path, sim_gpu, monkeypatch):
+    model, opt = trainer
+    hb = tmp_path / "hb.json"
+    monkeypatch.setenv("HANGWATCH_HEARTBEAT", str(hb))
+    ids = [id(p) for p in model.parameters()]
+    with ColocatedGenerator(model, opt, engine_kwargs=fake_kwargs(), log_dir=str(tmp_path)) as gen:
+        out = gen.generate(["a prompt", "another"], 4, seed=11, step=2)
+        again = gen.generate(["a prompt", "another"], 4, seed=11, step=3)
+        pid = gen.worker_pid
+        assert json.loads(sim_gpu.read_text())["holders"][str(pid)]["util_pct"] == 0, "asleep between calls"
+    assert out == again
+    assert [[c.index for c in row] for row in out] == [[0, 1, 2, 3]] * 2
+    assert all(len(c.token_ids) == 8 for row in out for c in row)
+    assert [id(p) for p in model.parameters()] == ids
+    timing = gen.timings[0]
+    assert timing.ok and set(timing.seconds) == {"offload", "stage", "start", "load", "generate", "sleep",
+                                                 "restore", "total"}
+    assert "start" not in gen.timings[1].seconds, "the worker is reused"
+    beat = json.loads(hb.read_text())
+    assert beat["phase"] == "restore" and beat["step"] == 3 and beat["info"]["cudagraphs"] == "on"
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert "op=generate" in (tmp_path / "generator-worker.log").read_text()
+
+
+def test_wrong_fingerprint_and_partial_load_are_refused(worker, trainer, tmp_path):
+    model, _ = trainer
+    proc = worker()
+    proc.start(30)
+    staged = ready(proc, model, tmp_path)
+    name = "model.layers.0.mlp.up_proj.weight"
+    wrong = json.loads(json.dumps(staged.manifest))
+    wrong[name]["xxh3_128"] = "0" * 32
+    with pytest.raises(WeightMismatch, match="up_proj") as info:
+        proc.request("load_weights", 10, path=staged.path, manifest=wrong)
+    assert info.value.log_path == proc.log_path and "worker log" in str(info.value)
+    # Bytes changed after staging (the manifest is right, the file is not).
+    with open(staged.path, "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 0xFF]))
+    with pytest.raises(WeightMismatch, match="fingerprint mismatch"):
+        proc.request("load_weights", 10, path=staged.path, manifest=staged.manifest)
+    # Partial: one piece of a packed parameter, and a whole parameter, missing.
+    for drop, message in [("model.layers.0.self_attn.k_proj.weight", "not fully covered"),
+                          ("model.norm", "not loaded")]:
+        partial = stage([(n, t) for n, t in named(model) if n != drop], str(tmp_path))
+        with pytest.raises(WeightMismatch, match=message):
+            proc.request("load_weights", 10, path=partial.path, manifest=partial.manifest)
+    with pytest.raises(WorkerError, match="KeyError"):
+        extra = stage(named(model) + [("model.extra.weight", torch.ones(2))], str(tmp_path))
+        proc.request("load_weights", 10, path=extra.path, manifest=extra.manifest)
+
+
+def test_misuse_is_reported_not_fatal(worker):
+    proc = worker()
+    proc.start(30)
+    proc.request("start", 30)
+    with pytest.raises(WorkerError, match="EngineStateError: generate is illegal while the engine is asleep"):
+        proc.request("generate", 5, prompts=["x"], n=1, seed=0)
+    assert proc.request("ping", 5)["pid"] == proc.pid
+
+
+def test_unauthenticated_client_refused_and_nothing_deserialised(worker, tmp_path):
+    marker = tmp_path / "unpickled"
+
+    class Exploit:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    payload = pickle.dumps({"op": "close", "x": Exploit()})
+    proc = worker()
+    proc.spawn()
+    deadline = time.monotonic() + 30
+    while not os.path.exists(proc.socket_path):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    # A stranger without the key: answers the challenge with a pickle, then keeps sending pickles.
+    stranger = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stranger.settimeout(5)
+    stranger.connect(proc.socket_path)
+    stranger.recv(32)
+    stranger.sendall(payload.ljust(64, b"\0") + payload)
+    try:
+        assert stranger.recv(64) == b"", "worker hangs up on a failed handshake"
+    except ConnectionResetError:
+        pass  # hung up with our unread bytes still queued: also a refusal
+    stranger.close()
+    # multiprocessing-style client with a wrong key gets the same treatment.
+    with pytest.raises(Exception):
+        proc.connect(5, key=b"not the key" * 3)
+    proc.connect(10)  # the real controller still gets in
+    assert proc.request("ping", 5, token="t")["token"] == "t"
+    assert not marker.exists()
+    assert "rejected a peer" in open(proc.log_path).read()
+
+
+def test_late_reply_is_skipped(worker):
+    proc = worker()
+    proc.start(30)
+    with pytest.raises(WorkerTimeout):
+        proc.request("ping", 0.3, delay_s=1.0, token="abandoned")
+    assert proc.request("ping", 10, token="current")["token"] == "current"
+    assert proc.client.skipped_replies == 1
+
+
+def test_wedged_worker_ignores_sigterm_and_is_sigkilled(worker, trainer, tmp_path, sim_gpu):
+    model, _ = trainer
+    proc = worker(fake_wedge_on_generate=1)
+    proc.start(30)
+    ready(proc, model, tmp_path)
+    with pytest.raises(WorkerTimeout):
+        proc.request("generate", 1.0, prompts=["x"], n=2, seed=0)
+    holders = json.loads(sim_gpu.read_text())["holders"]
+    assert holders[str(proc.pid)]["util_pct"] == 100
+    assert psutil.Process(proc.pid).cpu_percent(interval=0.3) < 20, "wedged means idle on the host"
+    os.kill(proc.pid, signal.SIGTERM)
+    time.sleep(0.3)
+    assert proc.alive(), "SIGTERM does nothing to a wedged engine"
+    exit = proc.kill(grace_s=0.5)
+    assert exit.escalated_to_sigkill and exit.returncode == -signal.SIGKILL
+
+
+def test_wedge_detected_killed_then_trainer_restored(trainer, tmp_path, monkeypatch):
+    model, opt = trainer
+    ids = [id(p) for p in model.parameters()]
+    state_before = {id(k): {s: v.clone() for s, v in st.items()} for k, st in opt.state.items()}
+    seen = []
+    original_restore = offload_module.TrainerOffload.restore
+
+    def restore_checking(self):
+        # On the failed call the worker must already be gone (and forgotten) here.
+        seen.append(gen.worker_pid is None and pid_box[0] is not None and not _alive(pid_box[0]))
+        return original_restore(self)
+
+    pid_box = [None]
+    monkeypatch.setattr(offload_module.TrainerOffload, "restore", restore_checking)
+    gen = ColocatedGenerator(model, opt, engine_kwargs=fake_kwargs(fake_wedge_at_seed=2), log_dir=str(tmp_path),
+                             timeouts=Timeouts(start=30, op=5, load=10, generate=1.5, grace=0.5))
+    try:
+        gen.generate(["p"], 2, seed=1)
+        pid_box[0] = gen.worker_pid
+        with pytest.raises(WorkerTimeout, match="generator-worker.log") as info:
+            gen.generate(["p"], 2, seed=2)
+        assert info.value.log_path.endswith("generator-worker.log")
+        assert seen[1] is True and gen.timings[-1].error.startswith("WorkerTimeout")
+        assert [id(p) for p in model.parameters()] == ids
+        assert all(id(k) in state_before for k in opt.state)
+        for k, st in opt.state.items():
+            assert all(torch.equal(v, state_before[id(k)][s]) for s, v in st.items())
+        assert len(gen.generate(["p"], 2, seed=3)) == 1, "a fresh worker serves the next call"
+        assert gen.worker_pid != pid_box[0]
+    finally:
+        gen.close()
+
+
+def test_no_wedge_with_graphs_off(trainer, tmp_path):
+    model, opt = trainer
+    for off in ({"compilation_config": {"cudagraph_mode": "NONE"}}, {"enforce_eager": True}):
+        with ColocatedGenerator(model, opt, engine_kwargs=fake_kwargs(fake_wedge_on_generate=1, **off),
+                                log_dir=str(tmp_path), timeouts=Timeouts(generate=10, grace=0.5)) as gen:
+            assert len(gen.generate(["p"], 1, seed=0)) == 1
+            assert gen.beat_info["cudagraphs"] == "off"
+
+
+def _alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+PARENT = textwrap.dedent("""
+    import sys, time
+    from generator.process import WorkerProcess
+    proc = WorkerProcess("fake", {"enable_sleep_mode": True}, log_dir=sys.argv[1])
+    proc.start(30)
+    print(proc.pid, flush=True)
+    time.sleep(600)
+""")
+
+
+def test_parent_death_takes_the_worker(tmp_path):
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path)], cwd=REPO_ROOT,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        worker_pid = int(parent.stdout.readline())
+        assert _alive(worker_pid) and os.getsid(worker_pid) == worker_pid, "own session"
+        parent.kill()
+        parent.wait(5)
+        deadline = time.monotonic() + 5
+        while _alive(worker_pid):
+            assert time.monotonic() < deadline, "worker outlived its parent"
+            time.sleep(0.05)
+    finally:
+        parent.kill()
+        parent.wait(5)
+        parent.stdout.close()
