@@ -188,6 +188,6 @@ def render_table(rows: Sequence[dict[str, Any]]) -> str:
         lines.append(
             f"{r['pid']:>7} {r.get('ppid', ''):>7} {str(r.get('pgid', '')):>7} {str(r.get('sid', '')):>7} "
             f"{r.get('state', '?')[:1]} {(r.get('wchan') or '-')[:22]:<22} {cpu:>8.1f} "
-            f"{(r.get('rss_bytes') or 0) / 2**20:>8.1f} {r.get('num_threads', 0):>4}  {' '.join(r.get('cmdline') or [])[:160]}"
+            f"{(r.get('rss_bytes') or 0) / 2**20:>8.1f} {r.get('num_threads', 0):>4}  {' '.join(r.get('cmdline') or [])[:300]}"
         )
     return "\n".join(lines) + "\n"

@@ -35,13 +35,15 @@ _VALUE_PATTERNS = [
 ]
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token) [A-Za-z0-9._~+/\-]{8,}=*")
 _URL_CREDS = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^\s/:@\"']+):([^\s/@\"']+)@")
-# name=value, name: value, "name": "value", --name value, --name=value
-_ASSIGNMENT = re.compile(
+# name=value, name: value, "name": "value", --name value, --name=value. Only the
+# name and separator are matched here; the value is taken by _VALUE, so a
+# non-sensitive "wandb: " never swallows the "api_key=..." that follows it.
+_NAME_SEP = re.compile(
     r"""(?P<name>-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)
-        (?P<sep>["']?[ \t]*[:=][ \t]*["']?|(?<=[A-Za-z0-9])[ \t]+(?=[^\s-]))
-        (?P<value>\[REDACTED\]|[^\s"',;&}\]]+)""",
+        (?P<sep>["']?[ \t]*[:=][ \t]*["']?|(?<=[A-Za-z0-9])[ \t]+(?=[^\s-]))""",
     re.VERBOSE,
 )
+_VALUE = re.compile(r"\[REDACTED\]|[^\s\"',;&}\]]+")
 _CANDIDATE = re.compile(r"[A-Za-z0-9+/=_\-]{32,}")
 
 
@@ -66,21 +68,30 @@ def looks_high_entropy(token: str) -> bool:
 def redact_text(text: str) -> str:
     text = _URL_CREDS.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MARK}@", text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {MARK}", text)
-
-    def assignment(m: re.Match[str]) -> str:
-        name = m.group("name")
-        if not is_sensitive_name(name) or m.group("value") == MARK:
-            return m.group(0)
-        # "--api-key VALUE" only counts as an assignment for flags: "key value"
-        # in prose is too common to redact.
-        if not m.group("sep").strip() and not name.startswith("-"):
-            return m.group(0)
-        return f"{name}{m.group('sep')}{MARK}"
-
-    text = _ASSIGNMENT.sub(assignment, text)
+    text = _redact_assignments(text)
     for pattern in _VALUE_PATTERNS:
         text = pattern.sub(MARK, text)
     return _CANDIDATE.sub(lambda m: MARK if looks_high_entropy(m.group(0)) else m.group(0), text)
+
+
+def _redact_assignments(text: str) -> str:
+    out: list[str] = []
+    pos = 0
+    for m in _NAME_SEP.finditer(text):
+        name = m.group("name")
+        if m.start() < pos or not is_sensitive_name(name):
+            continue
+        # "--api-key VALUE" counts for flags only: "key value" in prose is too common.
+        if not m.group("sep").strip() and not name.startswith("-"):
+            continue
+        value = _VALUE.match(text, m.end())
+        if value is None or value.group(0) == MARK:
+            continue
+        out.append(text[pos : m.end()])
+        out.append(MARK)
+        pos = value.end()
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:

@@ -1,0 +1,130 @@
+"""Helpers for diagnostics tests: hung-tree plumbing, py-spy stand-ins, capture
+requests with a realistic sample window. (Not conftest: several conftest.py
+files share one module name, so tests import this instead.)"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from supervisor.capture import CaptureRequest, TreeProcess
+from supervisor.detector import Detector, DetectorConfig, Verdict
+from supervisor.heartbeat import Heartbeat
+from supervisor.samples import DeviceSample, Sample
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"
+FIXTURES = HERE / "fixtures"
+HUNG_TRAINER = FIXTURES / "hung_trainer.py"
+PYSPY_HANG = FIXTURES / "pyspy_hang.sh"
+PYSPY_DENIED = FIXTURES / "pyspy_denied.sh"
+ROOT = HERE.parents[1]
+
+SECRETS = {
+    "HF_TOKEN": "hf_QmT7xVb2LpR9sWc4KdNe8YuZa1",
+    "DB_PASSWORD": "Tr0ub4dor-and-3",
+    "WANDB_API_KEY": "9f8e7d6c5b4a39281706f5e4d3c2b1a098765432",
+    "AWS_ACCESS_KEY_ID": "AKIAIOSFODNN7EXAMPLE",
+}
+CMDLINE_SECRET = "sk-proj-4hG7kL2mN9pQ5rS8tV1wX3yZ"
+
+
+@dataclass
+class HungTree:
+    proc: subprocess.Popen
+    tree: list[TreeProcess]
+    log: Path
+
+    @property
+    def pids(self) -> list[int]:
+        return [tp.pid for tp in self.tree]
+
+
+def _tree_process(proc: psutil.Process) -> TreeProcess:
+    return TreeProcess(
+        pid=proc.pid,
+        create_time=proc.create_time(),
+        ppid=proc.ppid(),
+        pgid=os.getpgid(proc.pid),
+        sid=os.getsid(proc.pid),
+        name=proc.name(),
+        cmdline=tuple(proc.cmdline()),
+    )
+
+
+def _all_in_replay(pids: list[int]) -> bool:
+    for pid in pids:
+        try:
+            wchan = Path(f"/proc/{pid}/wchan").read_text()
+        except OSError:
+            return False
+        if "nanosleep" not in wchan:
+            return False
+    return True
+
+
+def stall_samples(pid: int, *, n: int = 40, stall_at: int = 10, interval: float = 1.0, t0: float | None = None) -> list[Sample]:
+    """Progress with a busy GPU and CPU until ``stall_at``, then GPU 100 %, CPU idle, no beats."""
+    t0 = time.monotonic() - n * interval if t0 is None else t0
+    wall0 = time.time() - n * interval
+    out = []
+    for i in range(n):
+        stalled = i >= stall_at
+        out.append(
+            Sample(
+                t=t0 + i * interval,
+                wall=wall0 + i * interval,
+                cpu_pct={pid: 0.3 if stalled else 85.0},
+                gpu=(DeviceSample(0, 100.0 if stalled else 70.0, 40000.0, (pid,)),),
+                heartbeat=Heartbeat(pid, min(i, stall_at), 0.0, min(i, stall_at), "generate"),
+                tree_size=1,
+            )
+        )
+    return out
+
+
+def detect(samples: list[Sample], config: DetectorConfig) -> Verdict:
+    det = Detector(config, start=samples[0].t)
+    for s in samples:
+        v = det.observe(s)
+        if v is not None:
+            return v
+    raise AssertionError("detector did not fire on the stall samples")
+
+
+def make_request(run_dir: Path, tree: HungTree | None, *, deadline_s: float = 30.0, extra: dict[str, Any] | None = None) -> CaptureRequest:
+    config = DetectorConfig(stall_window=20.0)
+    pid = tree.tree[0].pid if tree else 1
+    samples = stall_samples(pid)
+    log_paths: dict[str, Path] = {}
+    if tree is not None:
+        attempt_dir = tree.log.parent / "attempt-1"
+        attempt_dir.mkdir(exist_ok=True)
+        log_paths = {"stdout": tree.log, "stderr": tree.log, "attempt_dir": attempt_dir}
+    return CaptureRequest(
+        run_dir=run_dir,
+        run_id="test-run",
+        attempt=1,
+        verdict=detect(samples, config),
+        samples=samples,
+        tree=tree.tree if tree else [],
+        log_paths=log_paths,
+        detector_config=config,
+        deadline=time.monotonic() + deadline_s,
+        extra=extra or {},
+    )
+
+
+def chromium() -> str | None:
+    import shutil  # noqa: PLC0415
+
+    return shutil.which("chromium") or shutil.which("chromium-browser")
