@@ -9,19 +9,13 @@ round) from a busy one. Frames are innermost first, as py-spy lists them.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-# Standard-library modules that show up in waits; used when a pasted dump has
-# only short file names, so the path test below cannot tell.
-_STDLIB_SHORT = frozenset(
-    """threading.py queue.py selectors.py socket.py ssl.py subprocess.py asyncio
-    base_events.py events.py runners.py tasks.py futures.py thread.py process.py
-    connection.py synchronize.py queues.py pool.py popen_fork.py managers.py
-    reduction.py resource_sharer.py util.py contextlib.py functools.py runpy.py
-    __init__.py selector_events.py unix_events.py _base.py weakref.py
-    multiprocessing""".split()
-)
+# Pasted dumps have paths relative to sys.path ("http/client.py", "threading.py"):
+# their first component names the module.
+_STDLIB_NAMES = frozenset(getattr(sys, "stdlib_module_names", ())) | {"threading", "queue", "socket", "ssl", "selectors", "asyncio", "multiprocessing", "concurrent", "http", "json", "runpy", "subprocess", "contextlib", "functools"}
 _STDLIB_PATH = re.compile(r"/lib/python3\.\d+/(?!site-packages|dist-packages)")
 
 
@@ -48,9 +42,10 @@ class Frame:
     def is_stdlib(self) -> bool:
         if self.native:
             return True
-        if "/" in self.file:
+        if self.file.startswith("/"):
             return bool(_STDLIB_PATH.search(self.file))
-        return self.file in _STDLIB_SHORT
+        head = self.file.split("/", 1)[0]
+        return head.removesuffix(".py") in _STDLIB_NAMES or head.startswith("<frozen")
 
     def render(self) -> str:
         if self.native or self.line is None:

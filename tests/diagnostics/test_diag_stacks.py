@@ -1,0 +1,99 @@
+"""Parsing py-spy output: real dumps of real processes, and pasted text."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from diag_helpers import DATA
+from diagnostics.errors import InputError
+from diagnostics.pyspy import find_pyspy, parse_json, parse_text
+from diagnostics.stacks import group_series
+
+
+def _py(frames):
+    return [(f.function, f.short_file, f.line) for f in frames if not f.native]
+
+
+def test_native_gpu_model_runner_paste_with_timestamps():
+    (dump,) = parse_text((DATA / "gpu_model_runner_native.txt").read_text())
+    assert dump.pid == 48213 and dump.python == "v3.12.9"
+    assert dump.cmdline == "python -m trl.scripts.grpo --config grpo_qwen.yaml"
+    assert [t.name for t in dump.threads] == ["MainThread", "pt_autograd_0", "Thread-3 (_report_usage_worker)"]
+    main = dump.threads[0]
+    assert main.active is False
+    names = [f.function for f in main.frames]
+    assert names[:4] == ["0x7f1c9a4f2d61", "0x7f1b2e6c1a3f", "0x7f1b2e5d90b2", "cuEventSynchronize"]
+    assert "c10::cuda::CUDAEvent::synchronize() const" in names
+    cu = main.frames[3]
+    assert cu.native and cu.file == "libcuda.so.1" and cu.line is None
+    gmr = next(f for f in main.frames if f.function == "get_output")
+    assert gmr.file == "vllm/v1/worker/gpu_model_runner.py" and gmr.line == 214 and not gmr.native
+    assert main.frames[-1].render() == "0x7f1c9a47624a (libc.so.6)"
+
+
+def test_locals_blocks_and_elisions_are_skipped():
+    (dump,) = parse_text((DATA / "gdn_chunk.txt").read_text())
+    assert dump.pid == 90211 and dump.cmdline == "VLLM::EngineCore"
+    (thread,) = dump.threads
+    assert thread.active is True and thread.owns_gil is True
+    names = [f.function for f in thread.frames]
+    assert names[:5] == ["chunk_gated_delta_rule_fwd", "forward", "chunk_gated_delta_rule", "_forward_core", "qwen_gdn_attention_core"]
+    assert not any(":" in n or "Tensor" in n for n in names)
+    assert len(names) == 10
+
+
+def test_rank_prefix_and_hex_thread_ids():
+    (dump,) = parse_text((DATA / "nccl_all_reduce.txt").read_text())
+    assert dump.pid == 771
+    assert dump.threads[0].ident == "0x7f3a5c1fe740" and dump.threads[0].name == "MainThread"
+    assert dump.threads[0].frames[0].function == "all_reduce"
+    assert dump.threads[1].name == "Thread-2 (_pin_memory_loop)"
+
+
+def test_same_pid_twice_is_two_rounds_and_frozen():
+    text = (DATA / "unknown_reward.txt").read_text()
+    series = group_series(parse_text(text + "\n" + text))
+    (s,) = series
+    assert [d.round for d in s.dumps] == [1, 2]
+    assert s.frozen(s.latest.threads[0].ident) is True
+    changed = text.replace("(rewards/judge.py:48)", "(rewards/judge.py:49)")
+    (s2,) = group_series(parse_text(text + changed))
+    assert s2.frozen(s2.latest.threads[0].ident) is False
+
+
+def test_garbage_is_rejected_with_the_source_named():
+    with pytest.raises(InputError, match="notes.txt: no py-spy stacks"):
+        parse_text("hello\nworld\n", source="notes.txt")
+    with pytest.raises(InputError, match="x.json"):
+        parse_json('{"not": "a dump"}', source="x.json")
+
+
+@pytest.mark.timeout(60)
+def test_real_pyspy_text_and_json_agree_also_when_pasted_with_prefixes(hung_tree):
+    tree = hung_tree(0)
+    pid = tree.pids[0]
+    pyspy = find_pyspy()
+    assert pyspy, "py-spy is a dependency and must be installed for the tests"
+    text = subprocess.run([pyspy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30, check=True).stdout
+    js = subprocess.run([pyspy, "dump", "--pid", str(pid), "--json"], capture_output=True, text=True, timeout=30, check=True).stdout
+    native = subprocess.run([pyspy, "dump", "--pid", str(pid), "--native"], capture_output=True, text=True, timeout=30, check=True).stdout
+
+    (from_text,) = parse_text(text)
+    from_json = parse_json(js)
+    assert from_text.pid == from_json.pid == pid
+    by_name_t = {t.name: _py(t.frames) for t in from_text.threads}
+    by_name_j = {t.name: _py(t.frames) for t in from_json.threads}
+    assert by_name_t == by_name_j
+    assert by_name_j["MainThread"][0] == ("CUDAGraphWrapper.replay", "cuda_graph.py", 14)
+    full = next(t for t in from_json.threads if t.name == "MainThread").frames[0]
+    assert full.file.endswith("vllm/compilation/cuda_graph.py")
+
+    pasted = "\n".join(f"> {line}   " for line in text.splitlines()).replace("    execute_model", "    ...\n>     execute_model")
+    (again,) = parse_text(pasted)
+    assert {t.name: _py(t.frames) for t in again.threads} == by_name_t
+
+    (nat,) = parse_text(native)
+    main = next(t for t in nat.threads if t.name == "MainThread")
+    assert any(f.native for f in main.frames) and _py(main.frames) == by_name_t["MainThread"]
