@@ -251,7 +251,11 @@ def saved_values(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
 
 
 def save_values(run_dir: Path, values: Mapping[str, Any], command: list[str]) -> None:
+    """Written 0600: the command is kept verbatim (a resume must relaunch exactly it),
+    unlike the journal and logs, where secrets in it are redacted."""
     run_dir.mkdir(parents=True, exist_ok=True)
     tmp = run_dir / ".settings.json.tmp"
-    tmp.write_text(json.dumps({"values": dict(values), "command": command}, indent=2), encoding="utf-8")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps({"values": dict(values), "command": command}, indent=2))
     os.replace(tmp, run_dir / "settings.json")

@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import structlog
 
+from diagnostics.redact import redact_argv
 from supervisor.capture import CaptureHook, CaptureRequest
 from supervisor.checkpoints import newest_complete
 from supervisor.config import RunConfig
@@ -130,10 +131,10 @@ class Supervisor:
             self.journal.append(
                 "run_started",
                 pid=os.getpid(),
-                command=list(self.config.command),
+                command=redact_argv(self.config.command),
                 run_dir=str(self.run_dir),
                 gpu_probe=self.probe.name,
-                config=self.config.to_json(),
+                config={**self.config.to_json(), "command": redact_argv(self.config.command)},
             )
         while True:
             outcome, code = self._attempt(resumed_run=resumed)
@@ -218,7 +219,7 @@ class Supervisor:
             attempt=st.attempt,
             pid=trainer.pid,
             create_time=trainer.create_time,
-            argv=argv,
+            argv=redact_argv(argv),
             env=env_overrides,
             resume_from=str(resume_from) if resume_from else None,
             logs={"stdout": str(trainer.stdout_path), "stderr": str(trainer.stderr_path)},
