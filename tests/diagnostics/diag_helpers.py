@@ -85,7 +85,7 @@ def stall_samples(pid: int, *, n: int = 40, stall_at: int = 10, interval: float 
                 wall=wall0 + i * interval,
                 cpu_pct={pid: 0.3 if stalled else 85.0},
                 gpu=(DeviceSample(0, 100.0 if stalled else 70.0, 40000.0, (pid,)),),
-                heartbeat=Heartbeat(pid, min(i, stall_at), 0.0, min(i, stall_at), "generate"),
+                heartbeat=Heartbeat(pid, min(i, stall_at - 1), 0.0, min(i, stall_at - 1), "generate"),
                 tree_size=1,
             )
         )
