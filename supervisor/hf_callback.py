@@ -1,0 +1,256 @@
+"""A Hugging Face ``Trainer`` callback that sends hangwatch heartbeats (TRL trainers included).
+
+One line in a training script::
+
+    from supervisor.hf_callback import HangwatchCallback
+    trainer.add_callback(HangwatchCallback())        # or Trainer(..., callbacks=[HangwatchCallback()])
+
+    # GRPOTrainer and other generating trainers: also announce the generate phase
+    HangwatchCallback.attach(trainer)
+
+Dependency-light: importing this module imports neither transformers nor torch.
+``HangwatchCallback`` is built (as a subclass of ``transformers.TrainerCallback``)
+the first time the name is looked up, through the module's ``__getattr__``;
+``HangwatchCallbackCore`` holds all the logic and needs nothing but the standard
+library, so it is unit-testable with fake state/control objects. Without
+``HANGWATCH_HEARTBEAT`` in the environment every beat is a no-op, so a script
+instrumented this way runs unchanged outside hangwatch.
+
+What it reports (``supervisor.heartbeat.beat``), checked against the training
+loop of transformers 5.24 (``Trainer._inner_training_loop``) and TRL 1.16.0:
+
+* ``on_train_begin``, ``on_step_begin``, ``on_substep_end``, ``on_step_end``:
+  ``beat(step=state.global_step, phase="train")``; the step is the global step.
+* The ``checkpoint`` phase *before* a save starts. The loop calls
+  ``on_step_end`` and then ``_maybe_log_save_evaluate``, which saves when
+  ``control.should_save`` is set; ``DefaultFlowCallback`` (always first in the
+  handler) sets it inside ``on_step_end``, so by the time this callback's
+  ``on_step_end`` runs the decision is known. It then beats
+  ``phase="checkpoint"`` (with ``info saving=<step>``), and ``on_save`` (which
+  fires *after* the save) beats ``phase="train"`` again (``last_checkpoint``).
+  The same at ``on_epoch_end`` (epoch save strategy) and ``on_evaluate``
+  (``save_strategy="best"`` decides the save only after evaluating). So
+  ``--phase-timeout checkpoint=...`` (default 1800 s) covers the whole save.
+* ``phase="evaluate"`` on every evaluation batch (``on_prediction_step``).
+* ``phase="generate"`` around rollout generation: TRL's ``GRPOTrainer`` has no
+  callback event for it, so :meth:`HangwatchCallback.attach` (not the plain
+  ``add_callback``) also wraps the trainer's ``_generate_and_score_completions``
+  (``GRPOTrainer``/``RLOOTrainer`` in TRL 1.16) on that instance.
+* ``info`` on every beat (the supervisor journals it as ``trainer_info`` when
+  it changes): the rollout-engine policy the run applies, from
+  ``generator.policy`` and the ``HANGWATCH_*`` environment, as
+  ``cudagraphs="on"|"off"``, ``enforce_eager``, ``engine_kwargs`` (the
+  ``LLM(...)`` kwargs ``generator.trl_patch`` injects), ``attempt``, and once
+  training starts ``use_vllm``/``vllm_mode`` from the trainer's arguments.
+  :meth:`HangwatchCallbackCore.note` adds fields of your own (for example the
+  kwargs the engine was really built with).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from typing import Any, Callable, Mapping
+
+from supervisor.heartbeat import beat
+
+log = logging.getLogger(__name__)
+
+__all__ = ["HangwatchCallback", "HangwatchCallbackCore", "make_callback", "policy_info"]
+
+#: the TRL methods that run one round of rollout generation (+ scoring), wrapped by ``attach``
+GENERATE_METHODS = ("_generate_and_score_completions",)
+
+
+def policy_info(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The rollout-engine policy ``env`` implies, as heartbeat ``info`` fields.
+
+    Raises ``ValueError`` on a malformed ``HANGWATCH_CUDAGRAPHS`` /
+    ``HANGWATCH_ENFORCE_EAGER`` (as ``generator.policy`` does: a typo must not
+    silently leave graphs on). Without the ``generator`` package (a trainer that
+    installed only the supervisor) the fields are derived the same way here.
+    """
+    env = os.environ if env is None else env
+    try:
+        from generator.policy import rollout_policy
+    except ImportError:  # pragma: no cover - generator ships in the same distribution
+        graphs = env.get("HANGWATCH_CUDAGRAPHS", "1").strip() != "0"
+        eager = env.get("HANGWATCH_ENFORCE_EAGER", "0").strip() == "1"
+        kwargs: dict[str, Any] = {"enforce_eager": True} if eager else (
+            {} if graphs else {"compilation_config": {"cudagraph_mode": "NONE"}})
+        return {"cudagraphs": "on" if graphs and not eager else "off", "enforce_eager": eager,
+                "engine_kwargs": kwargs}
+    policy = rollout_policy(env)
+    return {**policy.beat_info(), "engine_kwargs": policy.engine_kwargs()}
+
+
+class HangwatchCallbackCore:
+    """The callback's logic, without the ``transformers`` base class (see the module doc).
+
+    ``announce_checkpoint=False`` turns the checkpoint-phase announcement off
+    (only useful to show what it prevents); ``env`` defaults to ``os.environ``;
+    ``beat_fn`` is the heartbeat client (tests pass a recorder).
+    """
+
+    def __init__(
+        self,
+        *,
+        announce_checkpoint: bool = True,
+        env: Mapping[str, str] | None = None,
+        beat_fn: Callable[..., Any] = beat,
+    ) -> None:
+        env = os.environ if env is None else env
+        self.announce_checkpoint = announce_checkpoint
+        self._beat = beat_fn
+        self.info: dict[str, Any] = policy_info(env)
+        if env.get("HANGWATCH_ATTEMPT"):
+            self.info["attempt"] = env["HANGWATCH_ATTEMPT"]
+        self.phase: str | None = None
+        self.step: int | None = None
+
+    # -- public helpers ----------------------------------------------------------
+
+    def note(self, **info: Any) -> None:
+        """Add (or with ``None``, remove) ``info`` fields carried by every later beat; beats now."""
+        for key, value in info.items():
+            if value is None:
+                self.info.pop(key, None)
+            else:
+                self.info[key] = value
+        self.send(self.step, self.phase or "train")
+
+    def send(self, step: int | None, phase: str, **extra: Any) -> None:
+        self.step, self.phase = step, phase
+        self._beat(step=step, phase=phase, **{**self.info, **extra})
+
+    def wrap_generation(self, trainer: Any) -> list[str]:
+        """Beat ``phase="generate"`` around the trainer's rollout methods; returns those wrapped."""
+        wrapped = []
+        for name in GENERATE_METHODS:
+            method = getattr(trainer, name, None)
+            if method is None or getattr(method, "_hangwatch_wrapped", False):
+                continue
+            setattr(trainer, name, self._generating(trainer, method))
+            wrapped.append(name)
+        return wrapped
+
+    def _generating(self, trainer: Any, method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def generate(*args: Any, **kwargs: Any) -> Any:
+            state = getattr(trainer, "state", None)
+            step = getattr(state, "global_step", self.step)
+            before = self.phase if self.phase not in (None, "generate") else "train"
+            self.send(step, "generate")
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.send(step, before)
+
+        generate._hangwatch_wrapped = True  # type: ignore[attr-defined]
+        return generate
+
+    # -- TrainerCallback events --------------------------------------------------
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        use_vllm = getattr(args, "use_vllm", None)
+        if use_vllm is not None:
+            self.info["use_vllm"] = bool(use_vllm)
+            if use_vllm:
+                self.info["vllm_mode"] = getattr(args, "vllm_mode", None)
+        self.send(state.global_step, "train")
+        return control
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.send(state.global_step, "train")
+        return control
+
+    def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.send(state.global_step, "train")
+        return control
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if self.announce_checkpoint and (getattr(control, "should_save", False) or _save_due(args, state)):
+            self.send(state.global_step, "checkpoint", saving=state.global_step)
+        else:
+            self.send(state.global_step, "train")
+        return control
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if self.announce_checkpoint and getattr(control, "should_save", False):
+            self.send(state.global_step, "checkpoint", saving=state.global_step)
+        return control
+
+    def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.send(state.global_step, "evaluate")
+        return control
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        # save_strategy="best" decides the save right after this event.
+        if self.announce_checkpoint and (getattr(control, "should_save", False)
+                                          or _strategy(getattr(args, "save_strategy", None)) == "best"):
+            self.send(state.global_step, "checkpoint", saving=state.global_step)
+        else:
+            self.send(state.global_step, "train")
+        return control
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.info["last_checkpoint"] = state.global_step
+        self.send(state.global_step, "train")
+        return control
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.send(state.global_step, "train_end")
+        return control
+
+
+def _strategy(value: Any) -> str:
+    return str(getattr(value, "value", value) or "").lower()
+
+
+def _save_due(args: Any, state: Any) -> bool:
+    """DefaultFlowCallback's step-save rule, for a handler where this callback runs before it."""
+    if _strategy(getattr(args, "save_strategy", None)) != "steps":
+        return False
+    save_steps = getattr(state, "save_steps", 0) or 0
+    step = getattr(state, "global_step", 0) or 0
+    max_steps = getattr(state, "max_steps", 0) or 0
+    return (save_steps > 0 and step % save_steps == 0) or (max_steps > 0 and step >= max_steps)
+
+
+_CLASS: type | None = None
+
+
+def _build_class() -> type:
+    global _CLASS
+    if _CLASS is None:
+        from transformers import TrainerCallback  # only when the callback is actually used
+
+        def attach(cls: type, trainer: Any, **kwargs: Any) -> Any:
+            """Add a new callback to ``trainer`` and wrap its rollout generation; returns the callback."""
+            callback = cls(**kwargs)
+            trainer.add_callback(callback)
+            callback.wrap_generation(trainer)
+            return callback
+
+        _CLASS = type(
+            "HangwatchCallback",
+            (HangwatchCallbackCore, TrainerCallback),
+            {
+                "__module__": __name__,
+                "__doc__": "hangwatch heartbeats from a transformers/TRL Trainer (see supervisor.hf_callback).",
+                "attach": classmethod(attach),
+            },
+        )
+    return _CLASS
+
+
+def make_callback(**kwargs: Any) -> Any:
+    """``HangwatchCallback(**kwargs)``: a ``transformers.TrainerCallback`` instance."""
+    return _build_class()(**kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "HangwatchCallback":
+        return _build_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
