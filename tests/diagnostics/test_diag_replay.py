@@ -9,10 +9,8 @@ import tarfile
 
 import pytest
 
-from diag_helpers import DATA, ROOT, stall_samples
-from diagnostics.bundle import dumps_json, write_bundle
+from diag_helpers import DATA, ROOT, synthetic_bundle as _synthetic_bundle
 from diagnostics.cli import main
-from supervisor.detector import DetectorConfig
 
 TEXT_FIXTURES = ["gpu_model_runner_native.txt", "nccl_all_reduce.txt", "gdn_chunk.txt", "unknown_reward.txt"]
 
@@ -21,26 +19,6 @@ def _run(capsys, *argv):
     rc = main(list(argv))
     out, err = capsys.readouterr()
     return rc, out, err
-
-
-def _synthetic_bundle(tmp_path, name="20260101T000000-attempt1-stall", window=20.0):
-    """A bundle as capture writes it, with a stall starting at +10 s of 40 samples."""
-    samples = stall_samples(4242, n=40, stall_at=10, t0=1000.0)
-    config = DetectorConfig(stall_window=window)
-    manifest = {
-        "schema": 1, "kind": "hangwatch-incident", "run_id": "r", "attempt": 1,
-        "verdict": {"kind": "stall", "onset": 1010.0, "detected_at": 1030.0, "latency_s": 20.0, "reason": "test"},
-        "thresholds": config.to_json(), "captured": ["stacks", "samples"], "failed": {},
-    }
-    raw = (DATA / "cuda_graph_real.json").read_text().replace('"pid": 7764', '"pid": 4242')
-    files = {
-        "manifest.json": dumps_json(manifest),
-        "samples.jsonl": "".join(json.dumps(s.to_json()) + "\n" for s in samples),
-        "stacks/round-1/pid-4242.json": raw,
-        "stacks/round-2/pid-4242.json": raw,
-        "processes.json": dumps_json([{"pid": 4242, "ppid": 1, "name": "python", "state": "S", "cmdline": ["python", "grpo.py"]}]),
-    }
-    return write_bundle(tmp_path / "run" / "incidents" / name, files)
 
 
 @pytest.mark.timeout(30)
