@@ -182,6 +182,9 @@ class _StackInfo:
 def _stack_rounds(tree: Sequence[TreeProcess], config: CaptureConfig, budget_end: float, clock, steps: _Steps) -> _StackInfo:
     info = _StackInfo(pyspy=find_pyspy(config.pyspy))
     started = clock()
+    if not tree:
+        info.skipped.append("no process in the tree; no stacks to take")
+        return info
     workers = max(1, min(config.max_workers, len(tree)))
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hangwatch-pyspy")
     try:

@@ -160,3 +160,33 @@ def test_readers_skip_an_interrupted_write(tmp_path):
     assert again.name == "20260101T000001-attempt2-stall-2"
     assert list_bundles(tmp_path / "run") == [done, again]
     assert load_bundle(done).manifest == {}
+
+
+@pytest.mark.timeout(60)
+def test_a_stopped_tree_process_is_continued(hung_tree, tmp_path):
+    """py-spy can leave its target stopped; capture sends SIGCONT to tree processes."""
+    import os  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+
+    tree = hung_tree(1)
+    child = tree.pids[1]
+    os.kill(child, signal.SIGSTOP)
+    deadline = time.monotonic() + 5
+    while psutil.Process(child).status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+    path = capture_incident(make_request(tmp_path / "run", tree), config=CaptureConfig(rounds=1, pyspy_timeout=5.0))
+
+    assert child in _manifest(path)["stacks"]["resumed_stopped_pids"]
+    assert psutil.Process(child).status() != psutil.STATUS_STOPPED
+
+
+@pytest.mark.timeout(30)
+def test_capture_of_an_empty_tree_still_writes_a_bundle(tmp_path):
+    from diagnostics.cli import main  # noqa: PLC0415
+
+    path = capture_incident(make_request(tmp_path / "run", None), config=FAST)
+    m = _manifest(path)
+    assert m["classification"] is None and "samples" in m["captured"] and (path / "report.html").is_file()
+    assert main(["report", str(path)]) == 0
+    assert "No stacks were captured" in (path / "report.html").read_text()
