@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
-import pytest
 
 from diagnostics.bundle import dumps_json, write_bundle
 from supervisor.capture import CaptureRequest, TreeProcess
