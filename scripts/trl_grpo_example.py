@@ -131,7 +131,7 @@ class RecordingLLM:
         pass
 
 
-def record_trl_llm_kwargs(model, tokenizer, accelerator, env=None) -> dict[str, Any]:
+def record_trl_llm_kwargs(model, tokenizer, accelerator, env=None, *, extra_kwargs=None) -> dict[str, Any]:
     """Drive TRL's real ``VLLMGeneration`` colocate init with ``RecordingLLM`` as vLLM's ``LLM``.
 
     Within ``generator.trl_patch.apply_rollout_policy(env)``, exactly as a GPU run
@@ -139,10 +139,12 @@ def record_trl_llm_kwargs(model, tokenizer, accelerator, env=None) -> dict[str, 
     has no ``LLM`` and ``is_vllm_available()`` is false: both are stood in for
     during the call and restored (or removed again) afterwards, as are the
     distributed environment variables TRL's init sets. Returns the kwargs.
+    ``extra_kwargs`` given: inject those with ``patched_rollout_engine`` instead
+    of the policy from ``env``.
     """
     import trl.generation.vllm_generation as vg
 
-    from generator.trl_patch import apply_rollout_policy
+    from generator.trl_patch import apply_rollout_policy, patched_rollout_engine
 
     env = os.environ if env is None else env
     saved_env = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
@@ -152,7 +154,8 @@ def record_trl_llm_kwargs(model, tokenizer, accelerator, env=None) -> dict[str, 
     vg.LLM = RecordingLLM
     vg.is_vllm_available = lambda: True
     try:
-        with apply_rollout_policy(env):
+        inject = apply_rollout_policy(env) if extra_kwargs is None else patched_rollout_engine(extra_kwargs)
+        with inject:
             vg.VLLMGeneration(model=model, accelerator=accelerator, processing_class=tokenizer, mode="colocate",
                               gpu_memory_utilization=0.3, max_model_length=64, max_num_seqs=4)
     finally:
