@@ -1,0 +1,56 @@
+"""The toy trainer standalone (no supervisor)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from generator.process import REPO_ROOT
+
+SCRIPT = os.path.join(REPO_ROOT, "scripts", "toy_trainer.py")
+
+
+def run(tmp_path, *args, env=None, timeout=50):
+    full_env = {**os.environ, "HANGWATCH_RUN_DIR": str(tmp_path), "HANGWATCH_HEARTBEAT": str(tmp_path / "hb.json"),
+                **(env or {})}
+    return subprocess.run([sys.executable, SCRIPT, "--step-time", "0", *args], env=full_env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.timeout(60)
+def test_runs_to_completion_then_resume_continues_global_step(tmp_path):
+    done = run(tmp_path, "--steps", "2", "--save-every", "1")
+    assert done.returncode == 0, done.stderr
+    assert "step 2/2 loss=" in done.stdout and done.stdout.strip().endswith("training complete: global_step=2")
+    ckpts = tmp_path / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["checkpoint-1", "checkpoint-2"]
+    assert json.loads((ckpts / "checkpoint-2" / "trainer_state.json").read_text())["global_step"] == 2
+    assert json.loads((tmp_path / "hb.json").read_text())["step"] == 2
+    assert (tmp_path / "generator-worker.log").exists()
+
+    resumed = run(tmp_path, "--steps", "3", "--save-every", "1",
+                  env={"HANGWATCH_RESUME_FROM": str(ckpts / "checkpoint-2")})
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from" in resumed.stdout and "step 3/3" in resumed.stdout and "step 1/3" not in resumed.stdout
+    assert resumed.stdout.strip().endswith("training complete: global_step=3")
+    assert sorted(p.name for p in ckpts.iterdir()) == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
+
+
+@pytest.mark.timeout(60)
+def test_graphs_off_does_not_wedge(tmp_path):
+    done = run(tmp_path, "--steps", "3", "--save-every", "0", "--wedge-at-step", "2", "--generate-timeout", "5",
+               env={"HANGWATCH_CUDAGRAPHS": "0"})
+    assert done.returncode == 0, done.stderr
+    assert "cudagraphs=off" in done.stdout and "training complete: global_step=3" in done.stdout
+
+
+@pytest.mark.timeout(60)
+def test_graphs_on_wedges_at_the_step(tmp_path):
+    done = run(tmp_path, "--steps", "3", "--save-every", "1", "--wedge-at-step", "2", "--generate-timeout", "2", "--worker-grace", "0.5",
+               env={"HANGWATCH_CUDAGRAPHS": "1"})
+    assert done.returncode != 0 and "WorkerTimeout" in done.stderr
+    assert "step 1/3" in done.stdout and "step 2/3" not in done.stdout
+    assert "cuda graph replay wedged" in (tmp_path / "generator-worker.log").read_text()
+    assert (tmp_path / "checkpoints" / "checkpoint-1").exists()
