@@ -29,7 +29,7 @@ from typing import Any, Callable
 import structlog
 
 from diagnostics.redact import redact_argv
-from supervisor.capture import CaptureHook, CaptureRequest
+from supervisor.capture import CaptureHook, CaptureRequest, SamplesOnlyCapture
 from supervisor.checkpoints import newest_complete
 from supervisor.config import RunConfig
 from supervisor.detector import Detector, Verdict, VerdictKind, classify_exit
@@ -374,6 +374,11 @@ class Supervisor:
                 result["path"] = self.capture_hook(request)
             except Exception as exc:  # noqa: BLE001  (a failed capture must not stop recovery)
                 result["error"] = f"{type(exc).__name__}: {exc}"
+                try:
+                    # Keep at least the verdict and the samples that triggered it.
+                    result["path"] = SamplesOnlyCapture()(request)
+                except Exception as fallback_exc:  # noqa: BLE001
+                    result["error"] += f"; samples-only fallback failed too: {fallback_exc}"
 
         started = self.clock()
         thread = threading.Thread(target=work, name="capture", daemon=True)
