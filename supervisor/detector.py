@@ -21,14 +21,15 @@ The conditions:
   holders' CPU is the whole tree's (the conservative choice: a busy host means
   no stall). A busy device held only by processes outside the tree is ignored.
 * **silent hang**: the trainer has sent heartbeats, then none for
-  ``progress_timeout``, while GPU and CPU are idle.
+  ``progress_timeout``, while no GPU of the tree is busy and the whole tree's
+  CPU is <= ``cpu_idle_pct``, and has been for min(window, timeout) as well.
 
 Robustness rules (the reason this is more than an ``if``):
 * one contrary sample (a noisy reading) does not reset a sustained stall; only
   more than ``noise_samples`` in a row do, or real heartbeat progress;
 * a missing GPU sample (``gpu is None``) neither confirms nor resets: it is
-  unknown, not idle; if confirmations stop for ``gap_tolerance`` seconds the
-  window starts again, so a gap never completes a window on its own;
+  unknown, not idle; if confirmations stop for more than ``gap_tolerance``
+  seconds the window starts again, so a gap never completes a window on its own;
 * a phase announced through the heartbeat (``checkpoint``, ``compile``, ...) may
   stretch both timeouts (``phase_timeouts``), so a long save is not a wedge; the
   phase is the one named by the latest beat, so it lasts until the next beat.
@@ -36,8 +37,9 @@ Robustness rules (the reason this is more than an ``if``):
 Timing: the window is measured between confirming samples, so a stall whose
 first confirming sample is at ``t0`` fires at the first confirming sample at or
 after ``t0 + window``: ``t0 + window`` exactly when ticks are regular and the
-window is a multiple of the interval, later by at most the noise or the gap
-tolerated in between.
+window is a multiple of the interval. It is later only when the tick at
+``t0 + window`` is contrary or missing: by at most ``noise_samples`` ticks, or
+the length of a tolerated gap.
 """
 
 from __future__ import annotations
