@@ -49,13 +49,11 @@ loop of transformers 5.24 (``Trainer._inner_training_loop``) and TRL 1.16.0:
 from __future__ import annotations
 
 import functools
-import logging
 import os
 from typing import Any, Callable, Mapping
 
 from supervisor.heartbeat import beat
 
-log = logging.getLogger(__name__)
 
 __all__ = ["HangwatchCallback", "HangwatchCallbackCore", "make_callback", "policy_info"]
 
