@@ -514,7 +514,7 @@ def replay(plan: RunPlan, config: DetectorConfig | None = None) -> RunResult:
     observe = detector.observe
     n = 0
     for sample in plan.samples():
-        if pending and int(sample.t) == pending[0][0]:
+        while pending and int(sample.t) == pending[0][0]:  # two wedges may share a tick
             at, variant = pending.pop(0)
             result.wedges.append(WedgeResult(at, variant, _run_wedge(detector, plan, at, last_beat, variant)))
         verdict = observe(sample)
