@@ -27,6 +27,7 @@ from typing import BinaryIO, Callable, Iterable, Mapping, Sequence
 
 import psutil
 
+from supervisor.proctree import ProcessTree
 from supervisor.tools import helper_pids
 
 PR_SET_PDEATHSIG = 1
@@ -147,19 +148,19 @@ class Reaper:
 
     Only pid-specific ``waitpid`` calls, never ``waitpid(-1)``: that would also
     steal the status of helper tools whose own ``subprocess`` waits on them.
+    The candidates come from the tree's latest /proc scan, so reaping costs no
+    scan of its own; a child born since is reaped after the next scan.
     """
 
-    def __init__(self, exclude: Callable[[], Iterable[int]] = helper_pids) -> None:
+    def __init__(self, tree: ProcessTree, exclude: Callable[[], Iterable[int]] = helper_pids) -> None:
+        self._tree = tree
         self._exclude = exclude
         self.statuses: dict[int, int] = {}
 
     def reap(self, also: Iterable[int] = ()) -> None:
-        excluded = set(self._exclude())
-        try:
-            children = {c.pid for c in psutil.Process().children(recursive=False)}
-        except psutil.Error:
-            children = set()
-        for pid in children.union(also) - excluded:
+        me = os.getpid()
+        children = {st.pid for st in self._tree.last_stats.values() if st.ppid == me}
+        for pid in children.union(also) - set(self._exclude()):
             if pid in self.statuses:
                 continue
             try:

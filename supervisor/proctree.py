@@ -43,78 +43,118 @@ def same_process(key: ProcKey) -> psutil.Process | None:
         return None
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    """What one read of /proc/PID/stat says about a process."""
+
+    pid: int
+    ppid: int
+    state: str
+    cpu_ticks: int  # utime + stime
+    start_ticks: int  # since boot; with the boot time, the create time psutil reports
+
+
+def scan_proc() -> dict[int, ProcStat]:
+    """Every process on the machine, from one pass over /proc.
+
+    One pass per tick is the whole cost of tree discovery: walking the tree with
+    psutil's ``children()`` rescans /proc once per node, which for a 64-process
+    tree was 60x slower (see scripts/bench_supervisor.py).
+    """
+    stats: dict[int, ProcStat] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                data = handle.read()
+        except OSError:
+            continue  # exited since listdir
+        # comm (field 2) may hold spaces and parentheses: split after the last ')'.
+        fields = data[data.rindex(b")") + 2 :].split()
+        pid = int(name)
+        stats[pid] = ProcStat(pid, int(fields[1]), fields[0].decode(), int(fields[11]) + int(fields[12]), int(fields[19]))
+    return stats
+
+
 class ProcessTree:
     """Lists the tree under ``root_pid`` (default: this process), helpers excluded."""
 
     def __init__(self, root_pid: int | None = None, exclude: Callable[[], Iterable[int]] = helper_pids) -> None:
         self.root_pid = root_pid if root_pid is not None else os.getpid()
         self._exclude = exclude
-        self._cache: dict[ProcKey, psutil.Process] = {}
+        self._cache: dict[tuple[int, int], psutil.Process] = {}
+        self.last_stats: dict[int, ProcStat] = {}
 
     def members(self) -> list[psutil.Process]:
-        """Live members (zombies included: they still need reaping), in a stable order."""
+        """Live members (zombies included: they still need reaping), ordered by pid."""
+        stats = scan_proc()
+        self.last_stats = stats
         excluded = set(self._exclude())
-        try:
-            root = psutil.Process(self.root_pid)
-            direct = root.children(recursive=False)
-        except psutil.NoSuchProcess:
-            return []
-        found: list[psutil.Process] = []
-        stack = [p for p in direct if p.pid not in excluded]
-        seen: set[int] = set()
+        children: dict[int, list[int]] = {}
+        for st in stats.values():
+            children.setdefault(st.ppid, []).append(st.pid)
+        found: list[int] = []
+        stack = [p for p in children.get(self.root_pid, []) if p not in excluded]
         while stack:
-            proc = stack.pop()
-            if proc.pid in seen:
-                continue
-            seen.add(proc.pid)
-            try:
-                key = ProcKey.of(proc)
-                children = proc.children(recursive=False)
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-            # Reuse the cached Process object: psutil keeps the previous
-            # cpu_percent baseline on it, and it remembers the create time.
-            found.append(self._cache.setdefault(key, proc))
-            stack.extend(children)
-        live = {ProcKey.of(p) for p in found}
-        for key in [k for k in self._cache if k not in live]:
+            pid = stack.pop()
+            found.append(pid)
+            stack.extend(children.get(pid, []))
+        procs = []
+        live_keys = set()
+        for pid in sorted(found):
+            key = (pid, stats[pid].start_ticks)
+            live_keys.add(key)
+            proc = self._cache.get(key)
+            if proc is None:
+                try:
+                    # Cached per (pid, start time): psutil.Process records the create
+                    # time once, and send_signal re-checks it, so a cached object can
+                    # never signal a process that reused the pid.
+                    proc = self._cache[key] = psutil.Process(pid)
+                except psutil.NoSuchProcess:
+                    continue
+            procs.append(proc)
+        for key in [k for k in self._cache if k not in live_keys]:
             del self._cache[key]
-        found.sort(key=lambda p: p.pid)
-        return found
+        return procs
 
 
 class CpuMeter:
     """CPU use per process between two calls, in percent of one core.
 
     Computed from CPU-time deltas (user + system), the only measure that is
-    right for processes that appear and vanish between ticks.
+    right for processes that appear and vanish between ticks. Reads the stats
+    of the tree's last scan, so it costs no extra system calls.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._last: dict[ProcKey, tuple[float, float]] = {}
+        self._last: dict[tuple[int, int], tuple[int, float]] = {}
 
-    def measure(self, procs: Iterable[psutil.Process]) -> dict[int, float]:
+    def measure(self, pids: Iterable[int], stats: dict[int, ProcStat]) -> dict[int, float]:
         now = self._clock()
-        current: dict[ProcKey, tuple[float, float]] = {}
+        current: dict[tuple[int, int], tuple[int, float]] = {}
         result: dict[int, float] = {}
-        for proc in procs:
-            try:
-                key = ProcKey.of(proc)
-                times = proc.cpu_times()
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        boot = psutil.boot_time()
+        for pid in pids:
+            st = stats.get(pid)
+            if st is None:
                 continue
-            total = times.user + times.system
-            current[key] = (total, now)
+            key = (pid, st.start_ticks)
+            current[key] = (st.cpu_ticks, now)
             previous = self._last.get(key)
             if previous is None:
                 # First sight: average over the process's life so far, a fair
                 # first estimate that does not invent an idle reading.
-                age = max(1e-3, time.time() - key.create_time)
-                result[proc.pid] = 100.0 * total / age
+                age = max(1e-3, time.time() - (boot + st.start_ticks / CLOCK_TICKS))
+                result[pid] = 100.0 * (st.cpu_ticks / CLOCK_TICKS) / age
             else:
                 elapsed = max(1e-6, now - previous[1])
-                result[proc.pid] = max(0.0, 100.0 * (total - previous[0]) / elapsed)
+                result[pid] = max(0.0, 100.0 * ((st.cpu_ticks - previous[0]) / CLOCK_TICKS) / elapsed)
         self._last = current
         return result
 

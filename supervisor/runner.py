@@ -100,7 +100,7 @@ class Supervisor:
         self.state = state or RunState(run_id=uuid.uuid4().hex[:12])
         self.journal = Journal(self.run_dir / "journal.jsonl", self.state.run_id)
         self.tree = ProcessTree()
-        self.reaper = Reaper()
+        self.reaper = Reaper(self.tree)
         self.killer = TreeKiller(self.tree, self.reaper.reap, clock=clock)
         self.treefile = TreeFile(self.run_dir / "tree.json")
         self._stop_signal: int | None = None

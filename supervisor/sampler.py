@@ -32,7 +32,7 @@ class Sampler:
     def tick(self) -> Sample:
         members = self.tree.members()
         self.last_members = members
-        cpu = self.cpu.measure(members)
+        cpu = self.cpu.measure([p.pid for p in members], self.tree.last_stats)
         gpu = self.probe.sample()
         hb = read_heartbeat(self.heartbeat_path) if self.heartbeat_path else None
         return Sample(t=self.clock(), wall=time.time(), cpu_pct=cpu, gpu=gpu, heartbeat=hb, tree_size=len(members))
