@@ -56,6 +56,10 @@ def main() -> int:
         # The engine's own operation timeout must outlast detection plus capture,
         # so the supervisor takes the evidence before anything else reacts.
         "--generate-timeout", "300",
+        # Without its parent-death guard the wedged worker outlives the trainer, as
+        # vLLM's EngineCore processes do: hangwatch must find it (escaped into its
+        # own session), see it ignore SIGTERM, and SIGKILL it.
+        "--no-parent-death-signal",
     ]
     print(f"hangwatch demo: {args.steps} steps, wedge injected at step {args.wedge_at_step}, run dir {run_dir}\n",
           flush=True)
