@@ -263,21 +263,23 @@ class Detector:
         tree_cpu = sum(sample.cpu_pct.values())
         gpu = _classify(sample, tree_cpu, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
 
+        # Progress resets both windows, but the progress happened *before* this
+        # sample: if the sample itself already looks stalled, the new window starts
+        # here, not one interval later (a wedge right after a beat is the common case).
         if progressed:
             self._stall.reset()
-        elif sample.gpu is not None:
+            self._idle.reset()
+        if sample.gpu is not None:
             if gpu is _STALLED:
                 self._stall.confirm(t)
-            else:
+            elif not progressed:
                 self._stall.contradict()
 
-        if progressed:
-            self._idle.reset()
-        elif gpu is _NOT_BUSY and tree_cpu <= cfg.cpu_idle_pct:
+        if gpu is _NOT_BUSY and tree_cpu <= cfg.cpu_idle_pct:
             # A missing GPU sample counts as "not busy" here: silent-hang detection
             # must work without any GPU probe; progress silence is the real signal.
             self._idle.confirm(t)
-        else:
+        elif not progressed:
             self._idle.contradict()
 
         self.state = DetectorState.SUSPECT if self._stall.onset is not None else DetectorState.WATCHING

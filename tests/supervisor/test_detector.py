@@ -146,8 +146,9 @@ def test_heartbeat_progress_resets_the_stall_at_once():
     beat = hb(1)
     stream = [stalled(t, beat=beat if t >= 50 else None) for t in range(300)]
     verdict = run(stream)
-    # The beat appears at t=50 (progress: reset), the same beat after it is not progress.
-    assert verdict is not None and (verdict.onset, verdict.detected_at) == (51, 111)
+    # The beat appears at t=50 (progress: reset); the sample that shows it already looks
+    # stalled, so the new window starts there. The same beat after it is not progress.
+    assert verdict is not None and (verdict.onset, verdict.detected_at) == (50, 110)
 
 
 @pytest.mark.parametrize(
@@ -163,7 +164,8 @@ def test_progress_is_a_change_of_pid_and_seq(first, second, progress):
     stream = [stalled(t, beat=first if t < 40 else second) for t in range(200)]
     verdict = run(stream)
     assert verdict is not None
-    assert verdict.onset == (41 if progress else 1)
+    # A beat's own sample already starts the new window when it looks stalled.
+    assert verdict.onset == (40 if progress else 0)
 
 
 def test_missing_gpu_samples_never_fake_a_stall():
@@ -225,7 +227,7 @@ def test_checkpoint_phase_stretches_the_window_and_leaving_it_restores_it():
     stream = [stalled(t, beat=save) for t in range(3000)]
     verdict = run(stream)
     assert verdict is not None
-    assert (verdict.onset, verdict.detected_at) == (1, 1 + DEFAULT_PHASE_TIMEOUTS["checkpoint"])
+    assert (verdict.onset, verdict.detected_at) == (0, DEFAULT_PHASE_TIMEOUTS["checkpoint"])
     assert verdict.phase == "checkpoint" and verdict.window == 1800.0
 
     # The save ends at 1000 with a beat in phase "train": the default window again.
@@ -233,7 +235,7 @@ def test_checkpoint_phase_stretches_the_window_and_leaving_it_restores_it():
     stream = [stalled(t, beat=save if t < 1000 else train) for t in range(3000)]
     verdict = run(stream)
     assert verdict is not None
-    assert (verdict.onset, verdict.detected_at, verdict.phase) == (1001, 1061, "train")
+    assert (verdict.onset, verdict.detected_at, verdict.phase) == (1000, 1060, "train")
 
 
 @pytest.mark.parametrize("phase", ["compile", "warmup"])
@@ -244,11 +246,11 @@ def test_compile_and_warmup_phases_are_stretched_by_default(phase):
 
 def test_custom_phase_timeouts_and_unknown_phases():
     cfg = DetectorConfig(phase_timeouts={"eval": 120.0})
-    assert run([stalled(t, beat=hb(1, "eval")) for t in range(500)], cfg).detected_at == 121
-    assert run([stalled(t, beat=hb(1, "whatever")) for t in range(500)], cfg).detected_at == 61
+    assert run([stalled(t, beat=hb(1, "eval")) for t in range(500)], cfg).detected_at == 120
+    assert run([stalled(t, beat=hb(1, "whatever")) for t in range(500)], cfg).detected_at == 60
     # A phase timeout shorter than the window never shortens it.
     cfg = DetectorConfig(phase_timeouts={"eval": 10.0})
-    assert run([stalled(t, beat=hb(1, "eval")) for t in range(500)], cfg).detected_at == 61
+    assert run([stalled(t, beat=hb(1, "eval")) for t in range(500)], cfg).detected_at == 60
     assert cfg.window_for(None) == 60.0 and cfg.progress_timeout_for("eval") == 600.0
 
 
@@ -298,9 +300,9 @@ def test_silent_hang_works_without_a_gpu_probe_and_can_be_switched_off():
 def test_silent_hang_timeout_is_stretched_by_the_phase():
     beat = hb(1, "checkpoint")
     verdict = run(idle(t, beat=beat) for t in range(5000))
-    # Silent for 1800 s at t=1800, but idle only since t=1 (the beat's own tick resets
-    # it) and in this phase idleness must last min(window, timeout) = 1800 s too.
-    assert verdict is not None and verdict.detected_at == 1801
+    # Silent for 1800 s at t=1800, idle since t=0 (the beat's own tick already looks
+    # idle) and in this phase idleness must last min(window, timeout) = 1800 s too.
+    assert verdict is not None and verdict.detected_at == 1800
 
 
 # -- device ownership -----------------------------------------------------------------------
