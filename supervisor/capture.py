@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -81,14 +82,18 @@ def write_atomic_dir(final: Path, files: Mapping[str, bytes]) -> Path:
     """Write ``files`` into a temporary sibling directory, fsync, rename into place."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-    for name, data in files.items():
-        path = tmp / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-    os.rename(tmp, final)
+    try:
+        for name, data in files.items():
+            path = tmp / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failed write (disk full) leaves nothing behind
+        raise
     _fsync_dir(final.parent)
     return final
 
