@@ -23,8 +23,8 @@ from supervisor.detector import ConfigError
 from supervisor.policy import EXIT_CODES, EXIT_INTERNAL, EXIT_USAGE
 
 EPILOG_EXIT = "exit codes:\n" + "\n".join(f"  {code:3d}  {text}" for code, text in EXIT_CODES.items()) + (
-    "\n  128+N  the supervisor was stopped by signal N and the trainer did not exit on its own"
-    "\n  other  the trainer's own exit status, when a forwarded SIGINT/SIGTERM made it exit"
+    "\n  other  after SIGINT/SIGTERM to the supervisor: the trainer's own status, shell style"
+    "\n         (128+N if it died of signal N); 128 + our signal if no trainer was running"
 )
 
 
