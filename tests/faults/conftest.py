@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -93,18 +94,6 @@ def strays(cmd_part: str, since: float) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return found
-
-
-def wait_for(predicate, timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not reached in {timeout} s")
 
 
 class Faults:

@@ -10,9 +10,8 @@ import psutil
 import pytest
 import torch
 
-from generator.engines.toy_model import ToyConfig, ToyPolicy
-
-CONFIG = ToyConfig()
+from gen_helpers import CONFIG
+from generator.engines.toy_model import ToyPolicy
 
 
 def live_descendants() -> list[psutil.Process]:
@@ -59,7 +58,3 @@ def trainer():
     loss.backward()
     opt.step()  # optimizer state exists, as it would mid-training
     return model, opt
-
-
-def fake_kwargs(**extra):
-    return {"fake_model_config": CONFIG.to_json(), "enable_sleep_mode": True, **extra}

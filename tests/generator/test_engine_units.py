@@ -17,7 +17,7 @@ from generator.offload import TrainerOffload
 from generator.staging import StagedReader, stage
 from generator.weightsync import verify_loaded
 
-from .conftest import CONFIG, fake_kwargs
+from gen_helpers import CONFIG, fake_kwargs
 
 
 def named(model):

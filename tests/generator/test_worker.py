@@ -20,7 +20,7 @@ from generator.errors import WeightMismatch, WorkerError, WorkerTimeout
 from generator.process import REPO_ROOT, WorkerProcess
 from generator.staging import stage
 
-from .conftest import fake_kwargs
+from gen_helpers import fake_kwargs
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -7,6 +7,7 @@ import signal
 import time
 
 import pytest
+from waiting import wait_for
 
 from supervisor.policy import EXIT_BUDGET, EXIT_CRASH_STOP, EXIT_USAGE
 
@@ -111,7 +112,7 @@ def test_silent_hang_without_gpu_probe(hw):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_to_supervisor_is_forwarded_and_leaves_nothing(hw, sig):
     proc = hw.start(hw.fast_args(**{"--stall-window": "60"}) + ["--", *hw.trainer("--beats", "1000", "--step-time", "0.1", "--escape", "--ignore-term")])
-    _wait_for(lambda: "escaped" in hw.reported_pids() and (hw.run_dir / "journal.jsonl").exists())
+    wait_for(lambda: "escaped" in hw.reported_pids() and (hw.run_dir / "journal.jsonl").exists())
     time.sleep(0.5)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
@@ -125,8 +126,8 @@ def test_signal_to_supervisor_is_forwarded_and_leaves_nothing(hw, sig):
 
 def test_supervisor_sigkill_takes_the_tree_with_it(hw):
     proc = hw.start(hw.fast_args(**{"--stall-window": "60"}) + ["--", *hw.trainer("--beats", "1000", "--step-time", "0.1", "--escape")])
-    _wait_for(lambda: "escaped" in hw.reported_pids())
-    _wait_for(lambda: len(json.loads((hw.run_dir / "tree.json").read_text())["members"]) >= 2
+    wait_for(lambda: "escaped" in hw.reported_pids())
+    wait_for(lambda: len(json.loads((hw.run_dir / "tree.json").read_text())["members"]) >= 2
               if (hw.run_dir / "tree.json").exists() else False)
     proc.kill()
     proc.wait(10)
@@ -138,7 +139,7 @@ def test_resume_continues_journal_and_attempt_count(hw):
     proc = hw.start(hw.fast_args(**{"--stall-window": "60", "--checkpoint-dir": str(hw.ckpt)})
                     + ["--", *hw.trainer("--beats", "1000", "--step-time", "0.05", "--save-every", "5",
                                          "--checkpoint-dir", str(hw.ckpt))])
-    _wait_for(lambda: any(hw.ckpt.glob("checkpoint-*/trainer_state.json")))
+    wait_for(lambda: any(hw.ckpt.glob("checkpoint-*/trainer_state.json")))
     proc.kill()
     proc.wait(10)
     assert not hw.alive(timeout=10)
@@ -192,14 +193,3 @@ def test_config_file_unknown_key_is_named(hw):
     assert result.returncode == EXIT_USAGE
     assert "unknown key 'stall-windw'" in result.stderr
 
-
-def _wait_for(predicate, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")

@@ -1,0 +1,9 @@
+"""Shared test values for the generator tests (importable: this directory is on sys.path)."""
+
+from generator.engines.toy_model import ToyConfig
+
+CONFIG = ToyConfig()
+
+
+def fake_kwargs(**extra):
+    return {"fake_model_config": CONFIG.to_json(), "enable_sleep_mode": True, **extra}
