@@ -13,11 +13,8 @@ The layout is documented in docs/bundle-format.md.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import tarfile
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -26,6 +23,7 @@ from diagnostics.errors import BundleError, InputError
 from diagnostics.pyspy import parse_json
 from diagnostics.redact import redact_text
 from diagnostics.stacks import ProcessDump, ProcessSeries, group_series
+from supervisor import atomic
 from supervisor.samples import Sample
 
 SCHEMA = 1
@@ -39,70 +37,22 @@ def write_bundle(final: Path, files: Mapping[str, bytes | str]) -> Path:
     If ``final`` exists (two incidents in one second), a ``-2``, ``-3``... suffix
     is added. Returns the path written.
     """
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
-    try:
-        for name, content in files.items():
-            _check_relative(name)
-            data = redact_text(content).encode() if isinstance(content, str) else content
-            path = tmp / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; a bundle is for sharing
-        target = _free_name(final)
-        os.rename(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    _fsync_dir(final.parent)
-    return target
+    encoded = {}
+    for name, content in files.items():
+        _check_relative(name)
+        encoded[name] = redact_text(content).encode() if isinstance(content, str) else content
+    return atomic.write_dir(final, encoded, mode=0o755)  # a bundle is for sharing
 
 
 def replace_file(bundle_dir: Path, name: str, content: str) -> Path:
     """Atomically (re)write one text file inside an existing bundle (the report)."""
     _check_relative(name)
-    path = bundle_dir / name
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(redact_text(content).encode())
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
+    return atomic.write_file(bundle_dir / name, redact_text(content).encode())
 
 
 def _check_relative(name: str) -> None:
     if name.startswith("/") or ".." in Path(name).parts:
         raise ValueError(f"bundle file name must be relative and inside the bundle: {name!r}")
-
-
-def _free_name(final: Path) -> Path:
-    if not final.exists():
-        return final
-    for n in range(2, 1000):
-        candidate = final.with_name(f"{final.name}-{n}")
-        if not candidate.exists():
-            return candidate
-    raise FileExistsError(final)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def list_bundles(run_dir: Path) -> list[Path]:
@@ -218,21 +168,11 @@ def pack(bundle_dir: Path, out: Path | None = None) -> Path:
         raise InputError(f"{bundle_dir}: not a bundle directory (no {MANIFEST})")
     out = Path(out) if out is not None else bundle_dir.with_name(bundle_dir.name + ".tar.gz")
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
-            for file in sorted(bundle_dir.rglob("*")):
-                rel = file.relative_to(bundle_dir)
-                if file.is_file() and not any(p.startswith(".") for p in rel.parts):
-                    tar.add(file, arcname=f"{bundle_dir.name}/{rel.as_posix()}", recursive=False)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic.replacing(out) as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+        for file in sorted(bundle_dir.rglob("*")):
+            rel = file.relative_to(bundle_dir)
+            if file.is_file() and not any(p.startswith(".") for p in rel.parts):
+                tar.add(file, arcname=f"{bundle_dir.name}/{rel.as_posix()}", recursive=False)
     return out
 
 

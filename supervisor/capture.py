@@ -3,8 +3,8 @@
 The runner calls the hook in a worker thread and waits for it until the
 request's deadline; a hook that overruns is abandoned (recorded in the
 journal) and recovery goes on. Hooks must therefore bound their own external
-calls (``supervisor.tools.run_bounded``) and write atomically, so an abandoned
-hook never leaves half a bundle behind.
+calls (``supervisor.tools.run_bounded``) and write atomically
+(``supervisor.atomic``), so an abandoned hook never leaves half a bundle behind.
 
 The full capture (py-spy stacks, process table, GPU state, log tails) lives
 in ``diagnostics.capture``; ``SamplesOnlyCapture`` is the minimal fallback that
@@ -14,14 +14,12 @@ records the verdict and the sample window when diagnostics is unavailable.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
+from supervisor.atomic import write_dir
 from supervisor.detector import DetectorConfig, Verdict
 from supervisor.samples import Sample
 
@@ -78,34 +76,6 @@ def bundle_name(request: CaptureRequest) -> str:
     return f"{stamp}-attempt{request.attempt}-{request.verdict.kind.value}"
 
 
-def write_atomic_dir(final: Path, files: Mapping[str, bytes]) -> Path:
-    """Write ``files`` into a temporary sibling directory, fsync, rename into place."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-    try:
-        for name, data in files.items():
-            path = tmp / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-        os.rename(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)  # a failed write (disk full) leaves nothing behind
-        raise
-    _fsync_dir(final.parent)
-    return final
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class SamplesOnlyCapture:
     """Fallback hook: the verdict and the samples that triggered it."""
 
@@ -121,7 +91,7 @@ class SamplesOnlyCapture:
             "failed": {"stacks": "diagnostics capture unavailable"},
         }
         samples = "".join(json.dumps(s.to_json()) + "\n" for s in request.samples)
-        return write_atomic_dir(
+        return write_dir(
             final,
             {
                 "manifest.json": json.dumps(manifest, indent=2).encode(),

@@ -10,12 +10,12 @@ that names it.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from supervisor import atomic
 from supervisor.checkpoints import DEFAULT_GLOB, DEFAULT_MARKER, CheckpointSpec
 from supervisor.detector import DEFAULT_PHASE_TIMEOUTS, ConfigError, DetectorConfig
 from supervisor.policy import RestartPolicy
@@ -253,9 +253,5 @@ def saved_values(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
 def save_values(run_dir: Path, values: Mapping[str, Any], command: list[str]) -> None:
     """Written 0600: the command is kept verbatim (a resume must relaunch exactly it),
     unlike the journal and logs, where secrets in it are redacted."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / ".settings.json.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(json.dumps({"values": dict(values), "command": command}, indent=2))
-    os.replace(tmp, run_dir / "settings.json")
+    payload = json.dumps({"values": dict(values), "command": command}, indent=2).encode()
+    atomic.write_file(run_dir / "settings.json", payload, mode=0o600)

@@ -9,8 +9,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from supervisor import atomic
+
 from diag_helpers import CMDLINE_SECRET, PYSPY_DENIED, PYSPY_HANG, SECRETS, make_request
-from diagnostics import bundle as bundle_mod
 from diagnostics.bundle import list_bundles, load_bundle, write_bundle
 from diagnostics.capture import CaptureConfig, capture_incident
 
@@ -133,15 +134,16 @@ def test_no_secret_reaches_any_bundle_file(hung_tree, tmp_path):
 @pytest.mark.timeout(30)
 def test_crash_while_writing_leaves_no_half_bundle(tmp_path, monkeypatch):
     calls = {"n": 0}
-    real = bundle_mod.redact_text
+    real = atomic.os.fsync
 
-    def failing(text):
+    def failing(fd):
+        # The disk fills up while the third file of the bundle is being written.
         calls["n"] += 1
         if calls["n"] == 3:
             raise OSError(28, "No space left on device")
-        return real(text)
+        return real(fd)
 
-    monkeypatch.setattr(bundle_mod, "redact_text", failing)
+    monkeypatch.setattr(atomic.os, "fsync", failing)
     incidents = tmp_path / "run" / "incidents"
     with pytest.raises(OSError):
         write_bundle(incidents / "20260101T000000-attempt1-stall", {"manifest.json": "{}", "a.txt": "a", "b.txt": "b", "c.txt": "c"})
