@@ -34,7 +34,7 @@ from generator.errors import GeneratorError, WeightMismatch, WorkerUnkillable
 from generator.offload import TrainerOffload
 from generator.policy import cudagraphs_enabled_in
 from generator.process import WorkerProcess
-from generator.staging import StagedWeights, stage
+from generator.staging import StagedWeights, Stager
 from supervisor.heartbeat import beat
 
 PHASES = ("offload", "stage", "start", "load", "generate", "sleep", "restore")
@@ -90,6 +90,7 @@ class ColocatedGenerator:
         timeouts: Timeouts = Timeouts(),
         weights: Callable[[], Iterable[tuple[str, torch.Tensor]]] | None = None,
         parent_death_signal: bool = True,
+        reuse_staging: bool = True,
     ):
         self.model = model
         self.optimizer = optimizer
@@ -99,6 +100,7 @@ class ColocatedGenerator:
         self.log_dir = log_dir or default_log_dir()
         self.device = device or str(next(model.parameters()).device)
         self.staging_dir = staging_dir
+        self._stager = Stager(staging_dir, reuse=reuse_staging)
         self.timeouts = timeouts
         # Trainer-side names, tied weights once (named_parameters dedups aliases).
         self._weights = weights or (lambda: ((n, p.detach()) for n, p in model.named_parameters()))
@@ -138,7 +140,7 @@ class ColocatedGenerator:
             offload.offload()
             done()
             done = phase("stage")
-            staged = stage(self._weights(), self.staging_dir)
+            staged = self._stager.stage(self._weights())
             done()
             if self.worker is None:
                 done = phase("start")
@@ -168,7 +170,7 @@ class ColocatedGenerator:
             error = caught
         finally:
             if staged is not None:
-                staged.remove()
+                self._stager.done(staged)
             if error is not None:
                 timing.error = f"{type(error).__name__}: {error}"
                 try:
@@ -201,6 +203,7 @@ class ColocatedGenerator:
     def close(self) -> None:
         """Close the engine gracefully (kill if it does not answer); idempotent."""
         self._closed = True
+        self._stager.discard()
         worker, self.worker = self.worker, None
         if worker is not None and worker.proc is not None:
             worker.close(self.timeouts.op)

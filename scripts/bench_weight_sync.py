@@ -2,8 +2,11 @@
 """Benchmark the verified weight sync: chosen design vs a seed-like SHA-256 three-pass design.
 
 Both are measured in one run on the same synthetic weights (fp32, named like a
-Llama decoder) and reported as ratios to a plain memory copy of the same bytes
-(into a freshly allocated buffer, as staging writes into fresh /dev/shm pages).
+Llama decoder) and reported as ratios to a plain memory copy of the same bytes,
+matched to what the staging writes into: the first sync writes fresh /dev/shm
+pages (compared with a copy into a fresh buffer); every later sync rewrites the
+generator's kept staging file in place (compared with a copy into a buffer that
+is already touched). The later syncs are what a GRPO run pays every step.
 
 Chosen: stage = write each tensor's storage straight into one safetensors file
 in /dev/shm while hashing the same memoryview with xxh3_128 (one copy + one
@@ -12,7 +15,7 @@ verify = xxh3_128 of what the engine holds, compared with the manifest.
 Seed-like: sha256 every tensor (manifest), torch.save, torch.load(mmap), sha256
 again over the loaded state, load, sha256 a third time over the model params.
 
-Last line: ``ratio_to_copy=<chosen (stage + verify) / plain copy>``.
+Last line: ``ratio_to_copy=<chosen steady-state (stage + verify) / pre-touched plain copy>``.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import torch  # noqa: E402
 import xxhash  # noqa: E402
 
 from generator.fingerprint import build_manifest, tensor_bytes  # noqa: E402
-from generator.staging import StagedReader, default_staging_dir, stage  # noqa: E402
+from generator.staging import StagedReader, Stager, default_staging_dir  # noqa: E402
 
 
 def synthetic(size_gib: float) -> dict[str, torch.Tensor]:
@@ -83,8 +86,15 @@ def main() -> int:
         rows.append((f"hash {name} (1 pass)", timed(fn)[0]))
     del sample
 
-    # Chosen design.
-    stage_s, staged = timed(lambda: stage(weights.items(), args.staging_dir))
+    # Chosen design: the first sync creates the staging file, the second rewrites it in place.
+    stager = Stager(args.staging_dir, reuse=True)
+    stage_s, staged = timed(lambda: stager.stage(weights.items()))
+    restage_times = []
+    for _ in range(3):  # the second sync maps the file; later ones are the steady state
+        t, restaged = timed(lambda: stager.stage(weights.items()))
+        restage_times.append(t)
+        assert restaged.path == staged.path and restaged.digest == staged.digest
+    restage_s = min(restage_times[1:])
 
     def load():
         with StagedReader(staged.path) as reader:
@@ -93,8 +103,11 @@ def main() -> int:
     load_s, _ = timed(load)
     verify_s, got = timed(lambda: build_manifest(engine.items()))
     assert got == staged.manifest
-    staged.remove()
-    chosen = [("chosen: stage (write+xxh3)", stage_s), ("chosen: load (mmap -> params)", load_s),
+    stager.discard()
+    chosen = [("chosen: first stage (new file, write+xxh3)", stage_s),
+              ("chosen: second stage (file reused, mapped)", restage_times[0]),
+              ("chosen: later stage (steady state)", restage_s),
+              ("chosen: load (mmap -> params)", load_s),
               ("chosen: verify (xxh3 of params)", verify_s)]
 
     # Seed-like design: sha256 x3, torch.save/torch.load.
@@ -124,14 +137,16 @@ def main() -> int:
     print(f"{'phase':42s} {'seconds':>8s} {'GB/s':>7s} {'x copy':>7s}")
     for name, s in [("plain copy (fresh buffer)", copy_s), ("plain copy (pre-touched buffer)", warm_s), *rows, *chosen, *seed]:
         print(f"{name:42s} {s:8.3f} {gb / s:7.2f} {s / copy_s:7.2f}")
-    chosen_sv = stage_s + verify_s
-    seed_sv = sum(s for n, s in seed if "stage" in n or "verify" in n) + sum(s for n, s in seed if "load" in n)
-    print(f"{'chosen stage+verify':42s} {chosen_sv:8.3f} {gb / chosen_sv:7.2f} {chosen_sv / copy_s:7.2f}")
-    print(f"{'chosen stage+load+verify':42s} {stage_s + load_s + verify_s:8.3f} "
-          f"{gb / (stage_s + load_s + verify_s):7.2f} {(stage_s + load_s + verify_s) / copy_s:7.2f}")
+    first_sv = stage_s + verify_s
+    steady_sv = restage_s + verify_s
+    seed_sv = sum(s for n, s in seed)
+    print(f"{'chosen first sync stage+verify':42s} {first_sv:8.3f} {gb / first_sv:7.2f} {first_sv / copy_s:7.2f}")
+    print(f"{'chosen later syncs stage+verify':42s} {steady_sv:8.3f} {gb / steady_sv:7.2f} {steady_sv / copy_s:7.2f}")
     print(f"{'seed stage+load+verify':42s} {seed_sv:8.3f} {gb / seed_sv:7.2f} {seed_sv / copy_s:7.2f}")
-    print(f"chosen stage+verify / pre-touched copy: {chosen_sv / warm_s:.2f}")
-    print(f"ratio_to_copy={chosen_sv / copy_s:.3f}")
+    print(f"first sync stage+verify / fresh-buffer copy: {first_sv / copy_s:.2f}")
+    print(f"later syncs stage+verify / pre-touched copy: {steady_sv / warm_s:.2f}")
+    print(f"seed stage+load+verify / later syncs stage+load+verify: {seed_sv / (restage_s + load_s + verify_s):.2f}")
+    print(f"ratio_to_copy={steady_sv / warm_s:.3f}")
     return 0
 
 

@@ -134,12 +134,13 @@ class CpuMeter:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._last: dict[tuple[int, int], tuple[int, float]] = {}
+        self._boot = psutil.boot_time()  # read once: psutil rereads /proc/stat per call
 
     def measure(self, pids: Iterable[int], stats: dict[int, ProcStat]) -> dict[int, float]:
         now = self._clock()
         current: dict[tuple[int, int], tuple[int, float]] = {}
         result: dict[int, float] = {}
-        boot = psutil.boot_time()
+        boot = self._boot
         for pid in pids:
             st = stats.get(pid)
             if st is None:

@@ -188,10 +188,7 @@ class Supervisor:
         attempt_dir.mkdir(parents=True, exist_ok=True)
         heartbeat = attempt_dir / "heartbeat.json"
 
-        resume_from = None
-        if self.config.checkpoint and (st.attempt > 1 or resumed_run):
-            resume_from = self._choose_checkpoint()
-        start_step = self._newest_step()
+        resume_from, start_step = self._choose_checkpoint(resume=st.attempt > 1 or resumed_run)
 
         env_overrides = {
             "HANGWATCH_RUN_DIR": str(self.run_dir),
@@ -462,16 +459,21 @@ class Supervisor:
 
     # -- checkpoints -----------------------------------------------------------
 
-    def _choose_checkpoint(self) -> Path | None:
-        assert self.config.checkpoint is not None
+    def _choose_checkpoint(self, resume: bool) -> tuple[Path | None, int | None]:
+        """The checkpoint to resume from (when ``resume``) and the newest complete step."""
+        if not self.config.checkpoint:
+            return None, None
         chosen, skipped = newest_complete(self.config.checkpoint)
+        step = chosen.step if chosen else None
+        if not resume:
+            return None, step
         for c in skipped:
             log.warning("checkpoint_skipped", message=f"skipping {c.path}: {c.problem} (left untouched)")
         if chosen is None:
             log.warning("no_checkpoint", message=(
                 f"no complete checkpoint in {self.config.checkpoint.directory}; restarting from scratch"))
-            return None
-        return chosen.path
+            return None, None
+        return chosen.path, step
 
     def _newest_step(self) -> int | None:
         if not self.config.checkpoint:

@@ -1,0 +1,69 @@
+"""The staging file a generator keeps across syncs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from generator.fingerprint import build_manifest
+from generator.staging import StagedReader, Stager, sweep_orphans
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _weights(scale: float) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return {"a.weight": torch.randn(64, 32, generator=g) * scale, "b.bias": torch.randn(32, generator=g) * scale,
+            "empty": torch.empty(0)}
+
+
+def _read(path: str) -> dict[str, torch.Tensor]:
+    with StagedReader(path) as reader:
+        return {name: t.clone() for name, t in reader.items()}
+
+
+def test_later_syncs_rewrite_the_same_file_with_the_new_bytes(tmp_path):
+    stager = Stager(str(tmp_path), reuse=True)
+    first = stager.stage(_weights(1.0).items())
+    for scale in (2.0, 3.0):
+        weights = _weights(scale)
+        staged = stager.stage(weights.items())
+        assert staged.path == first.path
+        assert staged.manifest == build_manifest(weights.items()) != first.manifest
+        loaded = _read(staged.path)
+        assert all(torch.equal(loaded[k], weights[k]) for k in weights)
+        stager.done(staged)
+        assert os.path.exists(staged.path), "kept for the next sync"
+    stager.discard()
+    assert not os.listdir(tmp_path)
+
+
+def test_a_new_layout_gets_a_new_file_and_reuse_off_removes_after_load(tmp_path):
+    stager = Stager(str(tmp_path), reuse=True)
+    first = stager.stage(_weights(1.0).items())
+    bigger = {**_weights(1.0), "c.weight": torch.ones(8, 8)}
+    second = stager.stage(bigger.items())
+    assert second.path != first.path and not os.path.exists(first.path)
+    assert _read(second.path)["c.weight"].sum().item() == 64
+    stager.discard()
+
+    once = Stager(str(tmp_path), reuse=False)
+    staged = once.stage(_weights(1.0).items())
+    once.done(staged)
+    assert not os.listdir(tmp_path)
+
+
+def test_sweep_removes_only_files_of_dead_processes(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    orphan = tmp_path / f".hangwatch-weights-{dead.pid}-abc.safetensors"
+    mine = tmp_path / f".hangwatch-weights-{os.getpid()}-def.safetensors"
+    other = tmp_path / "model.safetensors"
+    for path in (orphan, mine, other):
+        path.write_bytes(b"x")
+    assert sweep_orphans(str(tmp_path)) == [orphan.name]
+    assert mine.exists() and other.exists()
