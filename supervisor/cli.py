@@ -169,6 +169,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from supervisor.capture import default_capture_hook  # noqa: PLC0415
     from supervisor.probes import ProbeError, make_probe  # noqa: PLC0415
     from supervisor import guardian  # noqa: PLC0415
+    from supervisor.journal import JournalError  # noqa: PLC0415
     from supervisor.runner import Supervisor, load_state  # noqa: PLC0415
     from supervisor.treefile import kill_recorded  # noqa: PLC0415
 
@@ -237,12 +238,20 @@ def cmd_run(args: argparse.Namespace) -> int:
                                   attempts=supervisor.state.attempt)
         raise UsageError(str(exc)) from exc
     except Exception as exc:
-        log.exception("internal_error", message=f"hangwatch failed: {exc}")
+        if isinstance(exc, JournalError):
+            # Supervising without a record breaks the promise that every decision is
+            # on disk (and the disk is likely full): stop cleanly instead.
+            log.error("journal_failed", message=f"{exc}; killing the tree and stopping (exit {EXIT_INTERNAL})")
+        else:
+            log.exception("internal_error", message=f"hangwatch failed: {exc}")
         try:
             supervisor.killer.kill(grace=config.kill.grace, kill_timeout=config.kill.kill_timeout)
         finally:
-            supervisor.journal.append("run_finished", outcome="internal_error", exit_code=EXIT_INTERNAL,
-                                      reason=f"{type(exc).__name__}: {exc}", attempts=supervisor.state.attempt)
+            try:
+                supervisor.journal.append("run_finished", outcome="internal_error", exit_code=EXIT_INTERNAL,
+                                          reason=f"{type(exc).__name__}: {exc}", attempts=supervisor.state.attempt)
+            except JournalError:
+                pass  # already reported above; nothing more can be recorded
         return EXIT_INTERNAL
     finally:
         guardian.stop(keeper)

@@ -160,3 +160,17 @@ def test_unkillable_process_makes_the_supervisor_exit_74(hw_faulty, faults):
     assert finished["outcome"] == "gave_up" and finished["exit_code"] == EXIT_UNKILLABLE
     assert "survived SIGKILL" in finished["reason"]
     assert faults.snapshot(hw.ckpt) == before
+
+
+def test_journal_disk_full_stops_cleanly_with_the_tree_killed(hw_faulty, faults):
+    """The journal cannot be appended (full disk): no supervision without a record, but
+    nothing left running, no traceback for it, the documented internal-failure exit."""
+    hw = hw_faulty
+    args = hw.fast_args(**{"--stall-window": "60"}) + [
+        "--", *hw.trainer("--beats", "1000", "--step-time", "0.05", "--escape")]
+    proc = hw.start_faulty("journal", args)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 70, err
+    assert "No space left on device" in err and "killing the tree and stopping" in err
+    assert "Traceback" not in err
+    assert not hw.alive()
