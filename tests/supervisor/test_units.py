@@ -154,3 +154,19 @@ def test_pid_reuse_is_never_signalled(tmp_path):
         if victim.poll() is None:
             victim.kill()
             victim.wait()
+
+
+def test_the_supervisor_never_imports_cuda_libraries():
+    """The watchdog must not share fate with CUDA: no torch, vllm or transformers in
+    the process that runs `hangwatch run`, the capture and the replay."""
+    code = (
+        "import sys\n"
+        "import supervisor.cli, supervisor.runner\n"
+        "from supervisor.capture import default_capture_hook\n"
+        "default_capture_hook()\n"
+        "import diagnostics.cli, diagnostics.replay\n"
+        "supervisor.cli.build_parser()\n"
+        "bad = [m for m in ('torch', 'vllm', 'transformers', 'trl', 'generator') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
