@@ -43,11 +43,49 @@ def new_authkey() -> bytes:
 
 
 def private_runtime_dir(prefix: str = "hangwatch-gen-") -> str:
-    """A fresh 0700 directory (``mkdtemp`` creates it 0700 atomically)."""
+    """A fresh 0700 directory (``mkdtemp`` creates it 0700 atomically), named after
+    this process so that ``sweep_runtime_dirs`` can tell when its owner is gone."""
+    base = _runtime_base()
+    sweep_runtime_dirs(prefix, base)
+    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=base)
+
+
+def sweep_runtime_dirs(prefix: str = "hangwatch-gen-", base: str | None = None) -> list[str]:
+    """Remove runtime dirs whose owning process died without cleaning up (a trainer
+    SIGKILLed after a wedge). Only our own naming, only a dead owner's, and only the
+    socket inside: anything else there keeps the directory."""
+    base = base or _runtime_base() or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return removed
+    for name in names:
+        owner = name[len(prefix):].split("-", 1)[0] if name.startswith(prefix) else ""
+        if not owner.isdigit() or _alive(int(owner)):
+            continue
+        path = os.path.join(base, name)
+        with contextlib.suppress(OSError):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(path, "control.sock"))
+            os.rmdir(path)
+            removed.append(name)
+    return removed
+
+
+def _runtime_base() -> str | None:
     base = os.environ.get("XDG_RUNTIME_DIR")
-    if not base or not os.path.isdir(base):
-        base = None
-    return tempfile.mkdtemp(prefix=prefix, dir=base)
+    return base if base and os.path.isdir(base) else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def bind_listener(path: str, backlog: int = 4) -> socket.socket:

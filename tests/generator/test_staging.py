@@ -67,3 +67,19 @@ def test_sweep_removes_only_files_of_dead_processes(tmp_path):
         path.write_bytes(b"x")
     assert sweep_orphans(str(tmp_path)) == [orphan.name]
     assert mine.exists() and other.exists()
+
+
+def test_runtime_dirs_of_dead_owners_are_swept(tmp_path):
+    from generator.protocol import sweep_runtime_dirs
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"hangwatch-gen-{dead.pid}-abc"
+    live = tmp_path / f"hangwatch-gen-{os.getpid()}-def"
+    keep = tmp_path / f"hangwatch-gen-{dead.pid}-xyz"
+    for d in (stale, live, keep):
+        d.mkdir(mode=0o700)
+        (d / "control.sock").write_text("")
+    (keep / "something-else").write_text("")  # not ours to delete: the directory stays
+    assert sweep_runtime_dirs(base=str(tmp_path)) == [stale.name]
+    assert live.exists() and keep.exists() and not stale.exists()
