@@ -65,20 +65,12 @@ def policy_info(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The rollout-engine policy ``env`` implies, as heartbeat ``info`` fields.
 
     Raises ``ValueError`` on a malformed ``HANGWATCH_CUDAGRAPHS`` /
-    ``HANGWATCH_ENFORCE_EAGER`` (as ``generator.policy`` does: a typo must not
-    silently leave graphs on). Without the ``generator`` package (a trainer that
-    installed only the supervisor) the fields are derived the same way here.
+    ``HANGWATCH_ENFORCE_EAGER`` (a typo must not silently leave graphs on).
+    ``generator.policy`` is dependency-free, so importing it costs nothing.
     """
+    from generator.policy import rollout_policy  # noqa: PLC0415  (keep `import supervisor` free of it)
+
     env = os.environ if env is None else env
-    try:
-        from generator.policy import rollout_policy
-    except ImportError:  # pragma: no cover - generator ships in the same distribution
-        graphs = env.get("HANGWATCH_CUDAGRAPHS", "1").strip() != "0"
-        eager = env.get("HANGWATCH_ENFORCE_EAGER", "0").strip() == "1"
-        kwargs: dict[str, Any] = {"enforce_eager": True} if eager else (
-            {} if graphs else {"compilation_config": {"cudagraph_mode": "NONE"}})
-        return {"cudagraphs": "on" if graphs and not eager else "off", "enforce_eager": eager,
-                "engine_kwargs": kwargs}
     policy = rollout_policy(env)
     return {**policy.beat_info(), "engine_kwargs": policy.engine_kwargs()}
 
