@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from run_checks import check_journal
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,7 +24,7 @@ def test_demo_wedge_caught_killed_resumed_with_evidence(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "classified as: vllm-cuda-graph-replay" in result.stdout
 
-    journal = [json.loads(x) for x in (run_dir / "journal.jsonl").read_text().splitlines()]
+    journal = check_journal(run_dir)
     bundle = Path(next(r["evidence_path"] for r in journal if r["event"] == "attempt_ended" and r["evidence_path"]))
     manifest = json.loads((bundle / "manifest.json").read_text())
     classification = manifest["classification"]

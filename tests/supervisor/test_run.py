@@ -7,6 +7,7 @@ import signal
 import time
 
 import pytest
+from run_checks import check_journal
 from waiting import wait_for
 
 from supervisor.policy import EXIT_BUDGET, EXIT_CRASH_STOP, EXIT_USAGE
@@ -26,6 +27,7 @@ def test_wedge_is_caught_tree_killed_and_resumed_with_graphs_off(hw):
                           "--", *trainer]
     )
     assert result.returncode == 0, result.stderr
+    check_journal(hw.run_dir)
 
     incidents = hw.events("incident")
     assert [i["kind"] for i in incidents] == ["stall"]
