@@ -185,6 +185,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if resume_dir is not None:
         resume_dir = resume_dir.expanduser().resolve()
         values, saved_command = saved_values(resume_dir)
+        _check_resumable(resume_dir)
         values.update(cli_values)
         values["run_dir"] = str(resume_dir)
         command = command or saved_command
@@ -256,6 +257,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         guardian.stop(keeper)
         probe.close()
+
+
+def _check_resumable(run_dir: Path) -> None:
+    """Refuse to resume a run that finished, or one whose supervisor is still alive
+    (resuming would kill the processes it is watching)."""
+    from supervisor.status import summarise  # noqa: PLC0415
+
+    journal = run_dir / "journal.jsonl"
+    if not journal.is_file():
+        raise UsageError(f"--resume {run_dir}: no journal.jsonl; nothing to resume")
+    summary = summarise(journal)
+    if summary["finished"] is not None:
+        raise UsageError(
+            f"--resume {run_dir}: this run already finished ({summary['finished']['outcome']}, exit "
+            f"{summary['finished']['exit_code']}); start a new run with a new --run-dir"
+        )
+    if summary["state"].startswith("running"):
+        raise UsageError(f"--resume {run_dir}: still {summary['state']}; stop that supervisor first")
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -195,3 +195,19 @@ def test_config_file_unknown_key_is_named(hw):
     assert result.returncode == EXIT_USAGE
     assert "unknown key 'stall-windw'" in result.stderr
 
+
+
+def test_resume_refuses_a_finished_run_and_a_live_one(hw):
+    assert hw.run(hw.fast_args() + ["--", *hw.trainer("--beats", "2")]).returncode == 0
+    result = hw.run(["run", "--resume", str(hw.run_dir)], timeout=30)
+    assert result.returncode == EXIT_USAGE and "already finished (success" in result.stderr
+
+    live = hw.tmp / "live"
+    proc = hw.start(hw.fast_args(**{"--run-dir": str(live), "--stall-window": "60"})
+                    + ["--", *hw.trainer("--beats", "1000", "--step-time", "0.05")])
+    wait_for(lambda: (live / "journal.jsonl").exists() and "attempt_started" in (live / "journal.jsonl").read_text())
+    result = hw.run(["run", "--resume", str(live)], timeout=30)
+    assert result.returncode == EXIT_USAGE and "stop that supervisor first" in result.stderr
+    assert proc.poll() is None, "the live run was left alone"
+    proc.terminate()
+    proc.communicate(timeout=30)
