@@ -3,9 +3,10 @@
     .venv/bin/python scripts/bench_detection.py [--wedges 20] [--stall-window 3] [--interval 0.25]
 
 Each run: `hangwatch run` supervises a small trainer (tests/fixtures/fake_trainer.py) that
-beats a few steps, then wedges (simulated GPU 100 %, CPU idle, no beats). The true onset is
-the trainer's last heartbeat (it wedges right after writing it); the verdict time is the
-journal's `incident` record. Prints median and worst latency as a ratio of the window.
+beats 40 steps (2 s, so the wedge does not fall into its start-up), then wedges (simulated
+GPU 100 %, CPU idle, no beats). The true onset is the trainer's last heartbeat (it wedges
+right after writing it); the verdict time is the journal's `incident` record. Prints
+median and worst latency as a ratio of the window.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def one(tmp: Path, window: float, interval: float) -> float:
         [sys.executable, "-m", "supervisor", "run", "--quiet", "--run-dir", str(run_dir),
          "--gpu-probe", f"file:{tmp / 'gpu.json'}", "--interval", str(interval), "--stall-window", str(window),
          "--grace", "0.5", "--max-restarts", "0", "--capture-timeout", "5",
-         "--", sys.executable, str(ROOT / "tests" / "fixtures" / "fake_trainer.py"), "--beats", "5", "--wedge"],
+         "--", sys.executable, str(ROOT / "tests" / "fixtures" / "fake_trainer.py"), "--beats", "40", "--wedge"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120, env=_env(),
     )
     records = [json.loads(x) for x in (run_dir / "journal.jsonl").read_text().splitlines()]

@@ -249,6 +249,10 @@ class Detector:
         # The window and timeout of the current phase, recomputed when it changes.
         self._window = config.window_for(None)
         self._timeout = config.progress_timeout_for(None)
+        # Real sample times jitter by a few ms around the schedule (a tick takes time),
+        # so a window of exactly N ticks may measure N ticks minus a hair: without
+        # this slack the verdict would slip a whole interval.
+        self._slack = 0.05 * config.interval
 
     @property
     def stall_onset(self) -> float | None:
@@ -285,7 +289,7 @@ class Detector:
         self.state = DetectorState.SUSPECT if self._stall.onset is not None else DetectorState.WATCHING
 
         window = self._window
-        if self._stall.held_for(t) >= window:
+        if self._stall.held_for(t) >= window - self._slack:
             onset = self._stall.onset
             assert onset is not None  # held_for > 0 implies an onset
             scan = _scan(sample, tree_cpu, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
@@ -307,7 +311,7 @@ class Detector:
         if self._heartbeats_seen and timeout is not None:
             silent_for = t - self._last_progress
             idle_needed = min(window, timeout)
-            if silent_for >= timeout and self._idle.held_for(t) >= idle_needed:
+            if silent_for >= timeout - self._slack and self._idle.held_for(t) >= idle_needed - self._slack:
                 scan = _scan(sample, tree_cpu, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
                 self.state = DetectorState.FIRED
                 return Verdict(

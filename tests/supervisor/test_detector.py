@@ -593,3 +593,12 @@ def test_property_clean_wedge_latency_is_the_window_rounded_up_to_the_grid(inter
     wedge_at = wedge_tick * interval
     assert verdict is not None and verdict.onset == wedge_at
     assert wedge_at + window <= verdict.detected_at < wedge_at + window + interval
+
+
+def test_sample_time_jitter_does_not_delay_the_verdict_by_a_tick():
+    # Real ticks land a few ms off the schedule; a window of exactly 60 ticks must
+    # not slip to 61 because the 60th sample came 3 ms early.
+    jitter = [0.002, -0.003, 0.001, -0.002]
+    stream = [stalled(k + jitter[k % 4]) for k in range(200)]
+    verdict = run(stream)
+    assert verdict is not None and round(verdict.detected_at) == 60
