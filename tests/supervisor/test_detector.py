@@ -598,7 +598,9 @@ def test_property_clean_wedge_latency_is_the_window_rounded_up_to_the_grid(inter
 def test_sample_time_jitter_does_not_delay_the_verdict_by_a_tick():
     # Real ticks land a few ms off the schedule; a window of exactly 60 ticks must
     # not slip to 61 because the 60th sample came 3 ms early.
-    jitter = [0.002, -0.003, 0.001, -0.002]
-    stream = [stalled(k + jitter[k % 4]) for k in range(200)]
+    def jitter(k: int) -> float:
+        return 0.003 if k == 0 else (-0.002 if k % 2 == 0 else 0.001)
+
+    stream = [stalled(k + jitter(k)) for k in range(200)]
     verdict = run(stream)
     assert verdict is not None and round(verdict.detected_at) == 60
