@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from diagnostics.errors import BundleError, InputError
-from diagnostics.pyspy import parse_json
-from diagnostics.redact import redact_text
-from diagnostics.stacks import ProcessDump, ProcessSeries, group_series
-from supervisor import atomic
-from supervisor.samples import Sample
+from hangwatch.diagnostics.errors import BundleError, InputError
+from hangwatch.diagnostics.pyspy import parse_json
+from hangwatch.contract.redact import redact_text
+from hangwatch.diagnostics.stacks import ProcessDump, ProcessSeries, group_series
+from hangwatch.contract import atomic
+from hangwatch.contract.samples import Sample
 
 SCHEMA = 1
 MANIFEST = "manifest.json"

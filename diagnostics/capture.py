@@ -25,19 +25,19 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from diagnostics import bundle as bundle_mod
-from diagnostics.bundle import Bundle, dumps_json
-from diagnostics.classify import classify
-from diagnostics.errors import DiagnosticsError
-from diagnostics.gpustate import gpu_state
-from diagnostics.proctable import process_table, render_table, resume, verify
-from diagnostics.pyspy import DumpResult, dump_process, find_pyspy
-from diagnostics.redact import redact_argv
-from diagnostics.signatures import load_signatures
-from diagnostics.stacks import ProcessDump, group_series, render_text
-from diagnostics.sysinfo import log_files, safe_names, tails, trainer_environ, versions
-from supervisor.capture import CaptureRequest, TreeProcess, bundle_name
-from supervisor.tools import helper_pids
+from hangwatch.diagnostics import bundle as bundle_mod
+from hangwatch.diagnostics.bundle import Bundle, dumps_json
+from hangwatch.diagnostics.classify import classify
+from hangwatch.diagnostics.errors import DiagnosticsError
+from hangwatch.diagnostics.gpustate import gpu_state
+from hangwatch.diagnostics.proctable import process_table, render_table, resume, verify
+from hangwatch.diagnostics.pyspy import DumpResult, dump_process, find_pyspy
+from hangwatch.contract.redact import redact_argv
+from hangwatch.diagnostics.signatures import load_signatures
+from hangwatch.diagnostics.stacks import ProcessDump, group_series, render_text
+from hangwatch.diagnostics.sysinfo import log_files, safe_names, tails, trainer_environ, versions
+from hangwatch.contract.capture import CaptureRequest, TreeProcess, bundle_name
+from hangwatch.contract.tools import helper_pids
 
 # py-spy failures after which further rounds cannot succeed either.
 _HOPELESS = {"missing", "ptrace_denied"}
@@ -298,7 +298,7 @@ def _assemble(request, config, tree, stack_info: _StackInfo, results, failed, du
         "run_id": request.run_id,
         "attempt": request.attempt,
         "verdict": request.verdict.to_json(),
-        "thresholds": request.detector_config.to_json(),
+        "thresholds": dict(request.thresholds),
         "gpu_probe": request.gpu_probe,
         "times": {
             "capture_started": _iso(wall0),
@@ -339,7 +339,7 @@ def _stack_problems(info: _StackInfo) -> list[str]:
 
 
 def _add_report(final: Path, files: dict[str, bytes | str], manifest: dict[str, Any], config: CaptureConfig, failed: dict[str, str]) -> None:
-    from diagnostics.report import render_report  # noqa: PLC0415 - keeps capture importable if report breaks
+    from hangwatch.diagnostics.report import render_report  # noqa: PLC0415 - keeps capture importable if report breaks
 
     try:
         view = Bundle(final, final.name, {k: (v.encode() if isinstance(v, str) else v) for k, v in files.items()})

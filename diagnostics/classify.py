@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from diagnostics.signatures import Signature
-from diagnostics.stacks import Frame, ProcessSeries, ThreadDump
+from hangwatch.diagnostics.signatures import Signature
+from hangwatch.diagnostics.stacks import Frame, ProcessSeries, ThreadDump
 
 UNKNOWN_TITLE = "No known signature matched"
 UNKNOWN_ADVICE = (
@@ -69,7 +69,7 @@ class Classification:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Classification":
         """For bundles: rendered frames come back as short-name frames."""
-        from diagnostics.pyspy import parse_frame_text  # noqa: PLC0415
+        from hangwatch.diagnostics.pyspy import parse_frame_text  # noqa: PLC0415
 
         return cls(
             data.get("signature_id"),

@@ -12,15 +12,14 @@ import json
 import sys
 from functools import wraps
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
-from diagnostics.bundle import load_bundle, pack, replace_file
-from diagnostics.errors import DiagnosticsError
-from diagnostics.replay import aggregate, analyse, render_text
-from diagnostics.signatures import load_signatures
-from supervisor.detector import ConfigError
-
-EXIT_USAGE = 2
+from hangwatch.contract.errors import ConfigError
+from hangwatch.contract.exitcodes import EXIT_USAGE
+from hangwatch.diagnostics.bundle import load_bundle, pack, replace_file
+from hangwatch.diagnostics.errors import DiagnosticsError
+from hangwatch.diagnostics.replay import WhatIfDetector, aggregate, analyse, render_text
+from hangwatch.diagnostics.signatures import load_signatures
 
 
 def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -35,7 +34,8 @@ def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
     return run
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Any, whatif: WhatIfDetector | None = None) -> None:
+    """Add replay, bundle and report to ``subparsers``; ``whatif`` enables replay's detector re-run."""
     rp = subparsers.add_parser("replay", help="classify incident bundles and py-spy dumps; aggregate; what-if the detector",
                                description="Classify bundles (dirs or .tar.gz), run dirs and raw py-spy dumps (text or --json).")
     rp.add_argument("paths", nargs="+", metavar="PATH")
@@ -46,7 +46,7 @@ def register(subparsers: Any) -> None:
     rp.add_argument("--cpu-idle", type=float, help="what-if: CPU idle threshold (%% of one core)")
     rp.add_argument("--interval", type=float, help="what-if: sampling interval (s)")
     rp.add_argument("--progress-timeout", type=float, help="what-if: heartbeat progress timeout (s)")
-    rp.set_defaults(func=_guard(cmd_replay))
+    rp.set_defaults(func=_guard(cmd_replay), whatif=whatif)
 
     bp = subparsers.add_parser("bundle", help="incident bundle tools")
     bsub = bp.add_subparsers(dest="bundle_command", metavar="COMMAND")
@@ -73,7 +73,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         "progress_timeout": args.progress_timeout,
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
-    incidents = analyse(args.paths, signatures, overrides)
+    incidents = analyse(args.paths, signatures, overrides, whatif=getattr(args, "whatif", None))
     agg = aggregate(incidents)
     if args.json:
         json.dump({"incidents": [i.to_json() for i in incidents], "aggregate": agg}, sys.stdout, indent=2)
@@ -90,7 +90,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from diagnostics.report import render_report  # noqa: PLC0415
+    from hangwatch.diagnostics.report import render_report  # noqa: PLC0415
 
     path = Path(args.bundle)
     if not path.exists():
@@ -114,8 +114,3 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     register(sub)
     return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return args.func(args)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from supervisor.tools import run_bounded
+from hangwatch.contract.tools import run_bounded
 
 
 def gpu_state(nvidia_smi_timeout: float = 10.0) -> dict[str, Any]:

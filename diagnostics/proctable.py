@@ -14,24 +14,16 @@ from typing import Any, Sequence
 
 import psutil
 
-from diagnostics.redact import redact_argv
-from supervisor.capture import TreeProcess
+from hangwatch.contract.redact import redact_argv
+from hangwatch.contract.capture import TreeProcess
+from hangwatch.contract.procid import ProcKey, same_process
 
-# psutil's create_time comes from boot time + start ticks; two readings of the
-# same process agree far better than this.
-_CREATE_TIME_SLACK = 0.05
 _MAX_TASKS = 256
 
 
 def verify(tp: TreeProcess) -> psutil.Process | None:
-    """The live process behind ``tp``, or None when it is gone or the pid was reused."""
-    try:
-        proc = psutil.Process(tp.pid)
-        if abs(proc.create_time() - tp.create_time) > _CREATE_TIME_SLACK:
-            return None
-        return proc
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return None
+    """The live process behind ``tp``, or None when it is gone, reused or unverifiable."""
+    return same_process(ProcKey(tp.pid, tp.create_time))
 
 
 def resume(tree: Sequence[TreeProcess]) -> list[int]:

@@ -1,7 +1,7 @@
 """Running py-spy and reading what it prints (``--json`` and pasted text).
 
 Running: one ``py-spy dump --pid P --json`` per process, through
-``supervisor.tools.run_bounded`` so a wedged py-spy is killed at its timeout and
+``hangwatch.contract.tools.run_bounded`` so a wedged py-spy is killed at its timeout and
 its pid is not mistaken for part of the trainer's tree. py-spy has no timeout
 option of its own, hence the external one.
 
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from diagnostics.errors import InputError
-from diagnostics.stacks import Frame, ProcessDump, ThreadDump
-from supervisor.tools import ToolResult, run_bounded
+from hangwatch.diagnostics.errors import InputError
+from hangwatch.diagnostics.stacks import Frame, ProcessDump, ThreadDump
+from hangwatch.contract.tools import ToolResult, run_bounded
 
-PYSPY_ENV = "HANGWATCH_PYSPY"
+from hangwatch.contract.env import PYSPY as PYSPY_ENV
 
 PTRACE_FIX = (
     "py-spy needs ptrace: run the supervisor as root or give it CAP_SYS_PTRACE "

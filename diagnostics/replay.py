@@ -8,16 +8,16 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from diagnostics.bundle import Bundle, list_bundles, load_bundle
-from diagnostics.classify import Classification, classify
-from diagnostics.errors import InputError
-from diagnostics.pyspy import parse_json, parse_text
-from diagnostics.signatures import Signature
-from diagnostics.stacks import Frame, ProcessSeries, group_series
-from supervisor.detector import Detector, DetectorConfig, Verdict
-from supervisor.samples import Sample
+from hangwatch.diagnostics.bundle import Bundle, list_bundles, load_bundle
+from hangwatch.diagnostics.classify import Classification, classify
+from hangwatch.diagnostics.errors import InputError
+from hangwatch.diagnostics.pyspy import parse_json, parse_text
+from hangwatch.diagnostics.signatures import Signature
+from hangwatch.diagnostics.stacks import Frame, ProcessSeries, group_series
+from hangwatch.contract.samples import Sample
+from hangwatch.contract.verdict import Verdict
 
 
 @dataclass(frozen=True)
@@ -30,9 +30,15 @@ class Source:
     bundle: Bundle | None = None
 
 
+#: ``detect(samples, thresholds) -> (verdict or None, the thresholds it ran with)``.
+#: The supervisor's detector, injected by the CLI: diagnostics does not import
+#: the supervisor. Raises ``ConfigError`` on thresholds out of range.
+WhatIfDetector = Callable[[Sequence[Sample], Mapping[str, Any]], "tuple[Verdict | None, Mapping[str, Any]]"]
+
+
 @dataclass(frozen=True)
 class WhatIf:
-    config: DetectorConfig
+    config: Mapping[str, Any]  # the detector settings the what-if ran with (JSON)
     samples: int
     span_s: float
     verdict: Verdict | None
@@ -43,7 +49,8 @@ class WhatIf:
         if not self.samples:
             return "what-if: no samples recorded"
         c = self.config
-        settings = f"stall-window {c.stall_window:g} s, gpu-busy {c.gpu_busy_pct:g}%, cpu-idle {c.cpu_idle_pct:g}%, progress-timeout {c.progress_timeout} s"
+        settings = (f"stall-window {c.get('stall_window', 0):g} s, gpu-busy {c.get('gpu_busy_pct', 0):g}%, "
+                    f"cpu-idle {c.get('cpu_idle_pct', 0):g}%, progress-timeout {c.get('progress_timeout')} s")
         rec = self.recorded.get("detected_at")
         rec_txt = f"; recorded verdict at +{rec - self.t0:.1f} s" if isinstance(rec, (int, float)) else ""
         if self.verdict is None:
@@ -54,7 +61,7 @@ class WhatIf:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "config": self.config.to_json(),
+            "config": dict(self.config),
             "samples": self.samples,
             "span_s": round(self.span_s, 3),
             "fired": self.verdict is not None,
@@ -129,29 +136,27 @@ def load_source(path: Path) -> Source:
         raise InputError(f"{path}: neither a hangwatch bundle nor a py-spy dump (text or --json)") from None
 
 
-def run_whatif(samples: Sequence[Sample], config: DetectorConfig, recorded: Mapping[str, Any] | None = None) -> WhatIf:
+def run_whatif(samples: Sequence[Sample], thresholds: Mapping[str, Any], detect: WhatIfDetector,
+               recorded: Mapping[str, Any] | None = None) -> WhatIf:
     if not samples:
-        return WhatIf(config, 0, 0.0, None, recorded or {})
+        return WhatIf(dict(thresholds), 0, 0.0, None, recorded or {})
+    verdict, used = detect(samples, thresholds)
     t0 = samples[0].t
-    detector = Detector(config, start=t0)
-    verdict = None
-    for s in samples:
-        verdict = detector.observe(s)
-        if verdict is not None:
-            break
-    return WhatIf(config, len(samples), samples[-1].t - t0, verdict, recorded or {}, t0)
+    return WhatIf(dict(used), len(samples), samples[-1].t - t0, verdict, recorded or {}, t0)
 
 
-def whatif_config(bundle: Bundle, overrides: Mapping[str, Any]) -> DetectorConfig:
+def whatif_thresholds(bundle: Bundle, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The recorded thresholds with ``overrides`` applied."""
     recorded = dict(bundle.manifest.get("thresholds") or {})
     if "interval" in overrides:
         recorded.pop("gap_tolerance", None)  # recorded as the effective value for the old interval
     recorded.update({k: v for k, v in overrides.items() if v is not None})
-    return DetectorConfig.from_json(recorded)
+    return recorded
 
 
-def analyse(paths: Iterable[str | Path], signatures: Sequence[Signature], overrides: Mapping[str, Any] | None = None) -> list[Incident]:
+def analyse(paths: Iterable[str | Path], signatures: Sequence[Signature], overrides: Mapping[str, Any] | None = None,
+            whatif: WhatIfDetector | None = None) -> list[Incident]:
+    """Classify every input; with ``whatif``, also re-run the detector over each bundle's samples."""
     incidents = []
     for path in expand_inputs(paths):
         src = load_source(path)
@@ -159,12 +164,13 @@ def analyse(paths: Iterable[str | Path], signatures: Sequence[Signature], overri
         if c is None and src.bundle is not None:
             stored = src.bundle.manifest.get("classification")
             c = Classification.from_json(stored) if stored else None
-        whatif = None
-        if src.bundle is not None:
+        what = None
+        if src.bundle is not None and whatif is not None:
             samples = src.bundle.samples()
             if samples:
-                whatif = run_whatif(samples, whatif_config(src.bundle, overrides or {}), src.bundle.manifest.get("verdict"))
-        incidents.append(Incident(src, c, whatif))
+                what = run_whatif(samples, whatif_thresholds(src.bundle, overrides or {}), whatif,
+                                  src.bundle.manifest.get("verdict"))
+        incidents.append(Incident(src, c, what))
     return incidents
 
 

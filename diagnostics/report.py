@@ -12,11 +12,11 @@ from __future__ import annotations
 import html
 from typing import Any, Iterable, Sequence
 
-from diagnostics.bundle import Bundle
-from diagnostics.classify import Classification, classify
-from diagnostics.signatures import load_signatures
-from diagnostics.stacks import ProcessSeries
-from supervisor.samples import Sample
+from hangwatch.diagnostics.bundle import Bundle
+from hangwatch.diagnostics.classify import Classification, classify
+from hangwatch.diagnostics.signatures import load_signatures
+from hangwatch.diagnostics.stacks import ProcessSeries
+from hangwatch.contract.samples import Sample
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}

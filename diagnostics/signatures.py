@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from diagnostics.errors import SignatureFileError
-from diagnostics.stacks import Frame, ThreadDump
+from hangwatch.diagnostics.errors import SignatureFileError
+from hangwatch.diagnostics.stacks import Frame, ThreadDump
 
 if sys.version_info >= (3, 11):
     import tomllib

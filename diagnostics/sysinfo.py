@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from diagnostics.redact import redact_env, redact_text
-from supervisor.tools import run_bounded
+from hangwatch.contract.redact import redact_env, redact_text
+from hangwatch.contract.tools import run_bounded
 
 PACKAGES = ("hangwatch", "torch", "vllm", "trl", "transformers", "flashinfer-python", "triton", "nvidia-nccl-cu12", "flash-linear-attention", "py-spy", "nvidia-ml-py")
 # Run in the trainer's interpreter: its venv is the one that matters. Reads

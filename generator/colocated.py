@@ -30,12 +30,12 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
-from generator.errors import GeneratorError, WeightMismatch, WorkerUnkillable
-from generator.offload import TrainerOffload
-from generator.policy import cudagraphs_enabled_in
-from generator.process import WorkerProcess
-from generator.staging import StagedWeights, Stager
-from supervisor.heartbeat import beat
+from hangwatch.generator.errors import GeneratorError, WeightMismatch, WorkerUnkillable
+from hangwatch.generator.offload import TrainerOffload
+from hangwatch.generator.policy import cudagraphs_enabled_in
+from hangwatch.generator.process import WorkerProcess
+from hangwatch.generator.staging import StagedWeights, Stager
+from hangwatch.contract.heartbeat import beat
 
 PHASES = ("offload", "stage", "start", "load", "generate", "sleep", "restore")
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-CUDAGRAPHS_ENV = "HANGWATCH_CUDAGRAPHS"
-ENFORCE_EAGER_ENV = "HANGWATCH_ENFORCE_EAGER"
+from hangwatch.contract.env import CUDAGRAPHS as CUDAGRAPHS_ENV
+from hangwatch.contract.env import ENFORCE_EAGER as ENFORCE_EAGER_ENV
 
 _FLAG_VALUES = {"0": False, "1": True}
 

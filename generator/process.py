@@ -26,11 +26,11 @@ from typing import Any, Mapping
 
 import psutil
 
-from generator import protocol
-from generator.errors import (AuthenticationFailed, GeneratorError, WeightMismatch, WorkerDied,
+from hangwatch.contract.pyexec import module_command
+from hangwatch.generator import protocol
+from hangwatch.generator.errors import (AuthenticationFailed, GeneratorError, WeightMismatch, WorkerDied,
                               WorkerError, WorkerTimeout, WorkerUnkillable)
 
-REPO_ROOT = str(Path(__file__).resolve().parents[1])
 WORKER_LOG = "generator-worker.log"
 WORKER_INFO = "generator-worker.json"
 
@@ -60,7 +60,6 @@ def worker_environment(base: Mapping[str, str], cuda_visible_devices: str) -> di
     # vLLM's sleep-mode allocator does not work with expandable segments.
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     env.pop("PYTORCH_ALLOC_CONF", None)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
     return env
 
 
@@ -113,7 +112,7 @@ class WorkerProcess:
         env = worker_environment(os.environ, visible_device_for(self.device, os.environ.get("CUDA_VISIBLE_DEVICES")))
         with open(self.log_path, "ab", buffering=0) as log:
             self.proc = subprocess.Popen(
-                [self.python, "-u", "-m", "generator.worker"], cwd=REPO_ROOT, env=env,
+                module_command("hangwatch.generator.worker", self.python, "-u"), env=env,
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
         assert self.proc.stdin is not None

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from hashlib import sha256
 from typing import Any, Callable
 
-from generator.errors import AuthenticationFailed, ProtocolError, WorkerDied, WorkerTimeout
+from hangwatch.contract.procid import pid_exists
+from hangwatch.generator.errors import AuthenticationFailed, ProtocolError, WorkerDied, WorkerTimeout
 
 NONCE_BYTES = 32
 MAC_BYTES = 32
@@ -62,7 +63,7 @@ def sweep_runtime_dirs(prefix: str = "hangwatch-gen-", base: str | None = None) 
         return removed
     for name in names:
         owner = name[len(prefix):].split("-", 1)[0] if name.startswith(prefix) else ""
-        if not owner.isdigit() or _alive(int(owner)):
+        if not owner.isdigit() or pid_exists(int(owner)):
             continue
         path = os.path.join(base, name)
         with contextlib.suppress(OSError):
@@ -76,16 +77,6 @@ def sweep_runtime_dirs(prefix: str = "hangwatch-gen-", base: str | None = None) 
 def _runtime_base() -> str | None:
     base = os.environ.get("XDG_RUNTIME_DIR")
     return base if base and os.path.isdir(base) else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def bind_listener(path: str, backlog: int = 4) -> socket.socket:

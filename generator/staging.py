@@ -39,7 +39,8 @@ from typing import Any, Iterable, Iterator
 import torch
 import xxhash
 
-from generator import fingerprint as fp
+from hangwatch.contract.procid import pid_exists
+from hangwatch.generator import fingerprint as fp
 
 _DTYPES = {
     torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
@@ -147,7 +148,7 @@ def sweep_orphans(directory: str) -> list[str]:
         if not name.startswith(_PREFIX):
             continue
         pid_text = name[len(_PREFIX):].split("-", 1)[0]
-        if not pid_text.isdigit() or _pid_alive(int(pid_text)):
+        if not pid_text.isdigit() or pid_exists(int(pid_text)):
             continue
         try:
             os.unlink(os.path.join(directory, name))
@@ -155,16 +156,6 @@ def sweep_orphans(directory: str) -> list[str]:
         except OSError:
             pass
     return removed
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from generator.policy import rollout_policy
+from hangwatch.generator.policy import rollout_policy
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def apply_rollout_policy(
     colocate engine) in this. The heartbeat carries ``cudagraphs="on"/"off"``
     and ``enforce_eager`` so the supervisor journal records what was applied.
     """
-    from supervisor.heartbeat import beat  # stdlib-only client
+    from hangwatch.contract.heartbeat import beat  # stdlib-only client
 
     policy = rollout_policy(env)
     logger.info("rollout engine policy: cudagraphs=%s enforce_eager=%s kwargs=%s",

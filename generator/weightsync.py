@@ -1,7 +1,7 @@
 """Engine-side proof that the model holds exactly the staged bytes.
 
 Runs inside the engine process (the fake worker, or vLLM's GPU worker via
-``generator.engines.vllm_extension``). Imports torch only.
+``hangwatch.generator.engines.vllm_extension``). Imports torch only.
 
 Checks, all of which must pass:
 * coverage from the load: every unique model parameter was reported loaded
@@ -22,8 +22,8 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
-from generator import fingerprint as fp
-from generator.errors import WeightMismatch
+from hangwatch.generator import fingerprint as fp
+from hangwatch.generator.errors import WeightMismatch
 
 PACKED = (("qkv_proj", ("q_proj", "k_proj", "v_proj")), ("gate_up_proj", ("gate_proj", "up_proj")))
 

@@ -1,6 +1,6 @@
-"""The engine worker process: ``python -m generator.worker`` (config as one JSON line on stdin).
+"""The engine worker process: ``python -m hangwatch.generator.worker`` (config as one JSON line on stdin).
 
-Started by ``generator.process.WorkerProcess`` in its own session. It reads
+Started by ``hangwatch.generator.process.WorkerProcess`` in its own session. It reads
 its config (socket path, key, expected parent pid, engine name and kwargs)
 from stdin, so the key is never on disk, in argv or in the environment.
 
@@ -30,9 +30,9 @@ import time
 import traceback
 from typing import Any
 
-from generator import protocol
-from generator.engines import make_engine
-from generator.errors import AuthenticationFailed, GeneratorError, WorkerDied, WorkerTimeout
+from hangwatch.generator import protocol
+from hangwatch.generator.engines import make_engine
+from hangwatch.generator.errors import AuthenticationFailed, GeneratorError, WorkerDied, WorkerTimeout
 
 PR_SET_PDEATHSIG = 1
 

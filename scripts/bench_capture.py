@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "tests" / "diagnostics"))
 import psutil  # noqa: E402
 
 from diag_helpers import HUNG_TRAINER, _all_in_replay, _tree_process, make_request, HungTree  # noqa: E402
-from diagnostics.capture import CaptureConfig, capture_incident  # noqa: E402
+from hangwatch.diagnostics.capture import CaptureConfig, capture_incident  # noqa: E402
 
 
 def start_tree(n: int, tmp: Path) -> tuple[subprocess.Popen, HungTree]:

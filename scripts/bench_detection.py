@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def one(tmp: Path, window: float, interval: float) -> float:
     run_dir = tmp / "run"
     subprocess.run(
-        [sys.executable, "-m", "supervisor", "run", "--quiet", "--run-dir", str(run_dir),
+        [sys.executable, "-m", "hangwatch.cli", "run", "--quiet", "--run-dir", str(run_dir),
          "--gpu-probe", f"file:{tmp / 'gpu.json'}", "--interval", str(interval), "--stall-window", str(window),
          "--grace", "0.5", "--max-restarts", "0", "--capture-timeout", "5",
          "--", sys.executable, str(ROOT / "tests" / "fixtures" / "fake_trainer.py"), "--beats", "40", "--wedge"],

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from supervisor.detector import DetectorConfig  # noqa: E402
+from hangwatch.supervisor.detector import DetectorConfig  # noqa: E402
 
 
 def _load_corpus():

@@ -30,7 +30,7 @@ TRAINER = ROOT / "tests" / "fixtures" / "fake_trainer.py"
 def one_run(tmp: Path, grace: float) -> dict[str, float]:
     run_dir, pidfile = tmp / "run", tmp / "pids.txt"
     cmd = [
-        sys.executable, "-m", "supervisor", "run", "--run-dir", str(run_dir), "--quiet",
+        sys.executable, "-m", "hangwatch.cli", "run", "--run-dir", str(run_dir), "--quiet",
         "--gpu-probe", f"file:{tmp / 'gpu.json'}", "--interval", "0.5", "--stall-window", "3",
         "--grace", str(grace),
         "--", sys.executable, str(TRAINER), "--pidfile", str(pidfile), "--beats", "3",

@@ -25,9 +25,9 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from supervisor.probes import FileProbe  # noqa: E402
-from supervisor.proctree import ProcessTree  # noqa: E402
-from supervisor.sampler import Sampler  # noqa: E402
+from hangwatch.supervisor.probes import FileProbe  # noqa: E402
+from hangwatch.supervisor.proctree import ProcessTree  # noqa: E402
+from hangwatch.supervisor.sampler import Sampler  # noqa: E402
 
 SLEEPER = "import time\nwhile True: time.sleep(60)"
 TREE = """
@@ -65,7 +65,7 @@ def tick_cost(n: int, ticks: int, tmp: Path) -> float:
 def supervision_cost(seconds: float, tmp: Path) -> tuple[float, float]:
     run_dir = tmp / "run"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "supervisor", "run", "--quiet", "--run-dir", str(run_dir),
+        [sys.executable, "-m", "hangwatch.cli", "run", "--quiet", "--run-dir", str(run_dir),
          "--gpu-probe", f"file:{tmp / 'gpu.json'}", "--interval", "1",
          "--", sys.executable, "-c", TREE, "63", str(seconds)],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -34,8 +34,8 @@ import blake3  # noqa: E402
 import torch  # noqa: E402
 import xxhash  # noqa: E402
 
-from generator.fingerprint import build_manifest, tensor_bytes  # noqa: E402
-from generator.staging import StagedReader, Stager, default_staging_dir  # noqa: E402
+from hangwatch.generator.fingerprint import build_manifest, tensor_bytes  # noqa: E402
+from hangwatch.generator.staging import StagedReader, Stager, default_staging_dir  # noqa: E402
 
 
 def synthetic(size_gib: float) -> dict[str, torch.Tensor]:

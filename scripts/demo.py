@@ -36,7 +36,7 @@ def main() -> int:
     checkpoints = run_dir / "checkpoints"
     checkpoints.mkdir(parents=True, exist_ok=True)
     command = [
-        sys.executable, "-m", "supervisor", "run",
+        sys.executable, "-m", "hangwatch.cli", "run",
         "--run-dir", str(run_dir),
         "--gpu-probe", f"file:{run_dir / 'sim-gpu.json'}",
         "--interval", "0.5",

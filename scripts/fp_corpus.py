@@ -39,9 +39,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from supervisor.detector import DEFAULT_PHASE_TIMEOUTS, Detector, DetectorConfig, Verdict, VerdictKind
-from supervisor.heartbeat import Heartbeat
-from supervisor.samples import DeviceSample, Sample
+from hangwatch.contract.verdict import Verdict, VerdictKind
+from hangwatch.supervisor.detector import DEFAULT_PHASE_TIMEOUTS, Detector, DetectorConfig
+from hangwatch.contract.heartbeat import Heartbeat
+from hangwatch.contract.samples import DeviceSample, Sample
 
 INTERVAL = 1.0
 LONG_PHASES = frozenset(DEFAULT_PHASE_TIMEOUTS)

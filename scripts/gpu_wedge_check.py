@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def trainer(steps: int) -> None:
     import torch  # noqa: PLC0415
 
-    from supervisor.heartbeat import beat  # noqa: PLC0415
+    from hangwatch.contract.heartbeat import beat  # noqa: PLC0415
 
     x = torch.randn(8192, 8192, device="cuda")
     hold = torch.empty(4 * 1024**3 // 4, device="cuda")  # 4 GiB that must be released
@@ -51,7 +51,7 @@ def driver(args: argparse.Namespace) -> int:
         run_dir = Path(tmp) / "run"
         started = time.monotonic()
         code = subprocess.call(
-            [sys.executable, "-m", "supervisor", "run", "--run-dir", str(run_dir), "--gpu-probe", "nvml",
+            [sys.executable, "-m", "hangwatch.cli", "run", "--run-dir", str(run_dir), "--gpu-probe", "nvml",
              "--interval", "1", "--stall-window", str(args.stall_window), "--max-restarts", "0",
              "--grace", "10", "--gpu-release-timeout", "60",
              "--", sys.executable, str(Path(__file__).resolve()), "--trainer", "--steps", "20"],

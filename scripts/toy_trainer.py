@@ -10,7 +10,7 @@ last; old checkpoints are never deleted).
 The wedge: with ``--wedge-at-step S`` the rollout for optimizer step S (seed S)
 wedges inside the fake engine's cuda-graph replay, so only while
 ``HANGWATCH_CUDAGRAPHS`` != "0" and ``HANGWATCH_ENFORCE_EAGER`` != "1"
-(the engine kwargs come from ``generator.policy``). The trainer then waits on
+(the engine kwargs come from ``hangwatch.generator.policy``). The trainer then waits on
 the generate timeout (``--generate-timeout``, default 300 s, longer than the
 supervisor's stall window) with the sim GPU at 100 % and the CPU idle.
 ``--wedge-on-attempts 1,2`` limits the wedge to those HANGWATCH_ATTEMPT
@@ -31,11 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from generator.colocated import ColocatedGenerator, Timeouts  # noqa: E402
-from generator.engines.toy_model import ToyConfig, ToyPolicy  # noqa: E402
-from generator.policy import rollout_policy  # noqa: E402
-from supervisor import simgpu  # noqa: E402
-from supervisor.heartbeat import beat  # noqa: E402
+from hangwatch.generator.colocated import ColocatedGenerator, Timeouts  # noqa: E402
+from hangwatch.generator.engines.toy_model import ToyConfig, ToyPolicy  # noqa: E402
+from hangwatch.generator.policy import rollout_policy  # noqa: E402
+from hangwatch.contract import simgpu  # noqa: E402
+from hangwatch.contract.heartbeat import beat  # noqa: E402
 
 PROMPTS = ["solve: 2+2", "name a colour", "count to three", "say hi"]
 

@@ -24,7 +24,7 @@ Fault injection and checks (for tests and demos):
   GPU), inside the real ``Trainer._save_checkpoint``.
 * ``--record-trl-llm``: build TRL's real colocate engine path
   (``trl.generation.vllm_generation.VLLMGeneration``) against a recording
-  stand-in for vLLM's ``LLM`` under ``generator.trl_patch.apply_rollout_policy``,
+  stand-in for vLLM's ``LLM`` under ``hangwatch.generator.trl_patch.apply_rollout_policy``,
   and report the kwargs ``LLM(...)`` received (heartbeat info ``trl_llm_kwargs``
   and ``$HANGWATCH_ATTEMPT_DIR/trl_llm_kwargs.json``).
 * ``--use-vllm``: what a real GPU run does: ``GRPOConfig(use_vllm=True,
@@ -47,8 +47,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from supervisor import simgpu  # noqa: E402
-from supervisor.hf_callback import HangwatchCallbackCore  # noqa: E402
+from hangwatch.contract import simgpu  # noqa: E402
+from hangwatch.generator.hf_callback import HangwatchCallbackCore  # noqa: E402
 
 CORPUS = [
     "the cat sat on the mat",
@@ -109,8 +109,8 @@ def build_model(tokenizer, seed: int):
 
 def wedge_like_cuda_graph_replay() -> None:
     """Block this (main) thread forever inside the fake vLLM graph-replay frames, GPU 100 %, SIGTERM ignored."""
-    from generator.fake_vllm.compilation.cuda_graph import CUDAGraphWrapper
-    from generator.fake_vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    from hangwatch.generator.fake_vllm.compilation.cuda_graph import CUDAGraphWrapper
+    from hangwatch.generator.fake_vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # other threads must not die of it either
     graph = CUDAGraphWrapper(lambda inputs: inputs)
@@ -134,7 +134,7 @@ class RecordingLLM:
 def record_trl_llm_kwargs(model, tokenizer, accelerator, env=None, *, extra_kwargs=None) -> dict[str, Any]:
     """Drive TRL's real ``VLLMGeneration`` colocate init with ``RecordingLLM`` as vLLM's ``LLM``.
 
-    Within ``generator.trl_patch.apply_rollout_policy(env)``, exactly as a GPU run
+    Within ``hangwatch.generator.trl_patch.apply_rollout_policy(env)``, exactly as a GPU run
     wraps its trainer construction. vLLM is not importable here, so the TRL module
     has no ``LLM`` and ``is_vllm_available()`` is false: both are stood in for
     during the call and restored (or removed again) afterwards, as are the
@@ -144,7 +144,7 @@ def record_trl_llm_kwargs(model, tokenizer, accelerator, env=None, *, extra_kwar
     """
     import trl.generation.vllm_generation as vg
 
-    from generator.trl_patch import apply_rollout_policy, patched_rollout_engine
+    from hangwatch.generator.trl_patch import apply_rollout_policy, patched_rollout_engine
 
     env = os.environ if env is None else env
     saved_env = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
@@ -184,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from supervisor.hf_callback import HangwatchCallback
-    from generator.trl_patch import apply_rollout_policy
+    from hangwatch.generator.hf_callback import HangwatchCallback
+    from hangwatch.generator.trl_patch import apply_rollout_policy
 
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, a.seed)

@@ -15,10 +15,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from supervisor import atomic
-from supervisor.checkpoints import DEFAULT_GLOB, DEFAULT_MARKER, CheckpointSpec
-from supervisor.detector import DEFAULT_PHASE_TIMEOUTS, ConfigError, DetectorConfig
-from supervisor.policy import RestartPolicy
+from hangwatch.contract import atomic
+from hangwatch.supervisor.checkpoints import DEFAULT_GLOB, DEFAULT_MARKER, CheckpointSpec
+from hangwatch.contract.errors import ConfigError
+from hangwatch.supervisor.detector import DEFAULT_PHASE_TIMEOUTS, DetectorConfig
+from hangwatch.supervisor.restart import RestartPolicy
 
 if sys.version_info >= (3, 11):
     import tomllib

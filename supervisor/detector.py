@@ -45,32 +45,18 @@ the length of a tolerated gap.
 from __future__ import annotations
 
 import enum
-import signal
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from supervisor.samples import Sample
+from hangwatch.contract.errors import ConfigError
+from hangwatch.contract.samples import Sample
+from hangwatch.contract.verdict import Verdict, VerdictKind
 
 DEFAULT_PHASE_TIMEOUTS: Mapping[str, float] = {
     "checkpoint": 1800.0,
     "compile": 1800.0,
     "warmup": 1800.0,
 }
-
-
-class ConfigError(ValueError):
-    """A setting is out of range; the message names it and the value."""
-
-
-class VerdictKind(str, enum.Enum):
-    STALL = "stall"
-    SILENT_HANG = "silent_hang"
-    CRASH = "crash"
-    DONE = "done"
-
-    @property
-    def is_hang(self) -> bool:
-        return self in (VerdictKind.STALL, VerdictKind.SILENT_HANG)
 
 
 class DetectorState(str, enum.Enum):
@@ -148,53 +134,6 @@ class DetectorConfig:
 def _positive(name: str, value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ConfigError(f"--{name} must be a positive number of seconds, got {value!r}")
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What the detector (or the exit status) concluded, with its numbers."""
-
-    kind: VerdictKind
-    detected_at: float
-    onset: float
-    reason: str
-    window: float | None = None
-    phase: str | None = None
-    evidence: Mapping[str, Any] = field(default_factory=dict)
-    exit_code: int | None = None
-    signal: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind.value,
-            "detected_at": round(self.detected_at, 4),
-            "onset": round(self.onset, 4),
-            "latency_s": round(self.detected_at - self.onset, 4),
-            "reason": self.reason,
-            "window": self.window,
-            "phase": self.phase,
-            "evidence": dict(self.evidence),
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-        }
-
-
-def classify_exit(returncode: int, t: float) -> Verdict:
-    """A finished trainer: exit 0 is done, anything else a crash.
-
-    ``returncode`` follows subprocess: negative means death by that signal.
-    """
-    if returncode == 0:
-        return Verdict(VerdictKind.DONE, t, t, "trainer exited 0", exit_code=0)
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return Verdict(
-            VerdictKind.CRASH, t, t, f"trainer killed by {name}", exit_code=128 - returncode, signal=name
-        )
-    return Verdict(VerdictKind.CRASH, t, t, f"trainer exited with code {returncode}", exit_code=returncode)
 
 
 class _Sustained:
@@ -445,3 +384,18 @@ def _scan(sample: Sample, tree_cpu: float, busy_pct: float, idle_pct: float) -> 
                 scan.stalled_util = util
                 scan.stalled_cpu = holders_cpu
     return scan
+
+
+def replay_detector(samples: "Sequence[Sample]", config: DetectorConfig) -> tuple[Verdict | None, dict[str, Any]]:
+    """Run a fresh detector over recorded samples (``hangwatch replay``'s what-if).
+
+    Returns the first verdict, if any, and the settings it ran with.
+    """
+    verdict = None
+    if samples:
+        detector = Detector(config, start=samples[0].t)
+        for sample in samples:
+            verdict = detector.observe(sample)
+            if verdict is not None:
+                break
+    return verdict, config.to_json()

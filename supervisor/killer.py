@@ -24,7 +24,8 @@ from typing import Any, Callable
 import psutil
 import structlog
 
-from supervisor.proctree import ProcessTree, ProcKey
+from hangwatch.contract.procid import ProcKey, is_running, same_process
+from hangwatch.supervisor.proctree import ProcessTree
 
 log = structlog.get_logger("hangwatch.kill")
 
@@ -73,6 +74,24 @@ class TreeKiller:
         self.sleep = sleep
         self.poll_s = poll_s
 
+    def forward(self, sig: int, pid: int, create_time: float) -> bool:
+        """Pass ``sig`` (one we received) to the process group led by ``pid``.
+
+        Only while ``pid`` is still the process that was launched (pid plus
+        create time) and still a member of the tree; returns whether it was sent.
+        """
+        key = ProcKey(pid, create_time)
+        proc = next((p for p in self.tree.members() if p.pid == pid), None)
+        if proc is None or not is_running(proc, key) or same_process(key) is None:
+            return False
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return False  # exited between the check and the signal
+        except PermissionError:
+            return False
+        return True
+
     def kill(self, grace: float, kill_timeout: float = 5.0, first_signal: int = signal.SIGTERM) -> KillReport:
         start = self.clock()
         known: dict[ProcKey, psutil.Process] = {}
@@ -91,7 +110,7 @@ class TreeKiller:
                     described[key] = _describe(proc, key)
 
         def alive() -> list[ProcKey]:
-            return [k for k, p in known.items() if _is_alive(p, k)]
+            return [k for k, p in known.items() if is_running(p, k)]
 
         def send(sig: int, keys: list[ProcKey]) -> None:
             fresh = [k for k in keys if signalled.get(k) != sig]
@@ -175,17 +194,6 @@ def _describe(proc: psutil.Process, key: ProcKey) -> dict[str, Any]:
     except OSError:
         pgid = -1
     return {"pid": key.pid, "create_time": key.create_time, "pgid": pgid, "name": name}
-
-
-def _is_alive(proc: psutil.Process, key: ProcKey) -> bool:
-    try:
-        if abs(proc.create_time() - key.create_time) > 0.01:
-            return False
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.AccessDenied:
-        return True
 
 
 def _state(proc: psutil.Process) -> str:

@@ -27,8 +27,8 @@ from typing import BinaryIO, Callable, Iterable, Mapping, Sequence
 
 import psutil
 
-from supervisor.proctree import ProcessTree
-from supervisor.tools import helper_pids
+from hangwatch.supervisor.proctree import ProcessTree
+from hangwatch.contract.tools import helper_pids
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36

@@ -3,7 +3,7 @@
 One interface, three implementations:
 * ``NvmlProbe``: the real one, NVML through nvidia-ml-py (``pynvml``);
 * ``FileProbe``: a simulated GPU for CPU-only machines, a JSON file reread every
-  tick (written by hand, by a test, or by ``supervisor.simgpu``);
+  tick (written by hand, by a test, or by ``hangwatch.contract.simgpu``);
 * ``NoProbe``: GPU-based detection off.
 
 A probe returns ``None`` when it has no sample this tick (missing, which the
@@ -17,10 +17,10 @@ import os
 from pathlib import Path
 from typing import Protocol
 
-import psutil
 import structlog
 
-from supervisor.samples import DeviceSample
+from hangwatch.contract.procid import pid_running
+from hangwatch.contract.samples import DeviceSample
 
 log = structlog.get_logger("hangwatch.probe")
 
@@ -110,17 +110,10 @@ def _parse_devices(data: object) -> list[DeviceSample]:
 def _drop_dead_holders(device: DeviceSample) -> DeviceSample:
     if not device.pids:
         return device
-    alive = tuple(p for p in device.pids if _alive(p))
+    alive = tuple(p for p in device.pids if pid_running(p))
     if alive:
         return DeviceSample(device.index, device.util_pct, device.mem_used_mib, alive)
     return DeviceSample(device.index, 0.0, 0.0, ())
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
 
 
 class NvmlProbe:

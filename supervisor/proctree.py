@@ -1,7 +1,7 @@
 """The supervised process tree: who belongs to the run, and how much CPU each uses.
 
 Membership: every descendant of the supervisor except the helpers it runs
-itself (py-spy, nvidia-smi; see ``supervisor.tools``). Because the supervisor
+itself (py-spy, nvidia-smi; see ``hangwatch.contract.tools``). Because the supervisor
 is a child subreaper, a process that escapes with setsid and a double fork is
 re-parented to the supervisor, not to init, so it stays in this tree.
 
@@ -18,29 +18,8 @@ from typing import Callable, Iterable
 
 import psutil
 
-from supervisor.capture import TreeProcess
-from supervisor.tools import helper_pids
-
-
-@dataclass(frozen=True, order=True)
-class ProcKey:
-    pid: int
-    create_time: float
-
-    @classmethod
-    def of(cls, proc: psutil.Process) -> "ProcKey":
-        return cls(proc.pid, proc.create_time())
-
-
-def same_process(key: ProcKey) -> psutil.Process | None:
-    """The live process ``key`` names, or None if it is gone or the pid was reused."""
-    try:
-        proc = psutil.Process(key.pid)
-        if abs(proc.create_time() - key.create_time) > 0.01:
-            return None
-        return proc
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
+from hangwatch.contract.capture import TreeProcess
+from hangwatch.contract.tools import helper_pids
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

@@ -1,85 +1,54 @@
-"""The supervisor's main loop: attempts, detection, recovery, restarts.
+"""The supervisor's main loop: one attempt after another, until the restart policy says stop.
 
-One run is a sequence of attempts. Each attempt::
+Each attempt walks the lifecycle in ``attempt.py`` (PREPARING, WATCHING,
+CAPTURING, KILLING, RELEASING, ENDED)::
 
     launch -> sample every interval -> verdict
       stall / silent hang: capture (bounded) -> kill tree -> wait GPU release
-      crash / done:        kill what the trainer left behind
+      crash / done / stop: kill what the trainer left behind
     -> attempt_ended -> restart policy -> backoff -> next attempt, or finish
 
 Every decision goes to the journal before it is acted on where that matters
-(the incident before the kill), after it otherwise. Decisions themselves are
-made by pure parts (``Detector``, ``RestartPolicy``, ``checkpoints``); this
-module only sequences them and owns the side effects' order.
+(the incident before the kill), after it otherwise. The decisions themselves
+are pure (``Detector``, ``attempt.escalate``, ``attempt.attempt_environment``,
+``RestartPolicy.decide``, ``checkpoints``); the side effects come in through
+small injected interfaces (``TreeOps``, the probe, the capture hook, the
+journal, a clock and a sleep), so a test can drive whole attempts with fakes.
 """
 
 from __future__ import annotations
 
 import collections
 import os
-import shlex
 import signal
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import structlog
 
-from diagnostics.redact import redact_argv
-from supervisor.capture import CaptureHook, CaptureRequest, SamplesOnlyCapture
-from supervisor.checkpoints import newest_complete
-from supervisor.config import RunConfig
-from supervisor.detector import Detector, Verdict, VerdictKind, classify_exit
-from supervisor.heartbeat import HEARTBEAT_ENV
-from supervisor.journal import Journal, read_journal
-from supervisor.killer import KillReport, TreeKiller
-from supervisor.launcher import Reaper, TrainerProcess, launch
-from supervisor.policy import EXIT_UNKILLABLE, AttemptOutcome, Decision
-from supervisor.probes import FileProbe, GpuProbe, NoProbe
-from supervisor.proctree import ProcessTree, describe
-from supervisor.sampler import Sampler
-from supervisor.samples import Sample
-from supervisor.simgpu import SIM_GPU_ENV
-from supervisor.treefile import TreeFile
+from hangwatch.contract.capture import CaptureHook, CaptureRequest
+from hangwatch.contract.exitcodes import EXIT_UNKILLABLE
+from hangwatch.contract.journal import Journal, read_journal
+from hangwatch.contract.redact import redact_argv
+from hangwatch.contract.samples import Sample
+from hangwatch.contract.verdict import Verdict, VerdictKind, classify_exit
+from hangwatch.supervisor.attempt import (AttemptLifecycle, AttemptState, RunState, attempt_argv,
+                                          attempt_environment, escalate)
+from hangwatch.supervisor.capture import SamplesOnlyCapture
+from hangwatch.supervisor.checkpoints import newest_complete
+from hangwatch.supervisor.config import RunConfig
+from hangwatch.supervisor.detector import Detector
+from hangwatch.supervisor.killer import KillReport
+from hangwatch.supervisor.probes import FileProbe, GpuProbe, NoProbe
+from hangwatch.supervisor.restart import AttemptOutcome, Decision
+from hangwatch.supervisor.tree import LocalTree, Trainer, TreeOps
 
 log = structlog.get_logger("hangwatch.run")
 
-
-@dataclass
-class RunState:
-    """What carries from one attempt to the next (and across ``--resume``)."""
-
-    run_id: str
-    attempt: int = 0
-    history: list[AttemptOutcome] = field(default_factory=list)
-    stalls: int = 0
-    cudagraphs_off: bool = False
-    enforce_eager: bool = False
-
-    @classmethod
-    def from_journal(cls, records: list[dict[str, Any]]) -> "RunState":
-        state = cls(run_id=records[0]["run_id"])
-        for r in records:
-            if r["event"] == "attempt_started":
-                state.attempt = max(state.attempt, int(r["attempt"]))
-                state.cudagraphs_off = r["env"].get("HANGWATCH_CUDAGRAPHS") == "0"
-                state.enforce_eager = r["env"].get("HANGWATCH_ENFORCE_EAGER") == "1"
-            elif r["event"] == "incident" and r["kind"] == VerdictKind.STALL.value:
-                state.stalls += 1
-            elif r["event"] == "attempt_ended":
-                state.history.append(
-                    AttemptOutcome(
-                        attempt=int(r["attempt"]),
-                        kind=VerdictKind(r["kind"]),
-                        ended_at=float(r["ts"]),
-                        start_step=r.get("start_step"),
-                        end_step=r.get("end_step"),
-                    )
-                )
-        return state
+__all__ = ["RunState", "Supervisor", "load_state"]
 
 
 class Supervisor:
@@ -90,19 +59,23 @@ class Supervisor:
         capture: CaptureHook,
         *,
         state: RunState | None = None,
+        tree: TreeOps | None = None,
+        journal: Journal | None = None,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
         self.probe = probe
         self.capture_hook = capture
         self.clock = clock
+        self.sleep = sleep
+        self.wall = wall
         self.run_dir = config.run_dir
         self.state = state or RunState(run_id=uuid.uuid4().hex[:12])
-        self.journal = Journal(self.run_dir / "journal.jsonl", self.state.run_id)
-        self.tree = ProcessTree()
-        self.reaper = Reaper(self.tree)
-        self.killer = TreeKiller(self.tree, self.reaper.reap, clock=clock)
-        self.treefile = TreeFile(self.run_dir / "tree.json")
+        self.journal = journal or Journal(self.run_dir / "journal.jsonl", self.state.run_id)
+        self.tree = tree or LocalTree(self.run_dir, probe, echo=config.echo, clock=clock, sleep=sleep)
+        self.lifecycle: AttemptLifecycle | None = None
         self._stop_signal: int | None = None
 
     # -- signals -----------------------------------------------------------
@@ -119,14 +92,23 @@ class Supervisor:
             left = deadline - self.clock()
             if left <= 0:
                 return True
-            time.sleep(min(0.05, left))
+            self.sleep(min(0.05, left))
         return False
+
+    def _enter(self, state: AttemptState) -> None:
+        assert self.lifecycle is not None
+        self.lifecycle.advance(state, self.clock())
 
     # -- the run -------------------------------------------------------------
 
-    def run(self, resumed: bool = False) -> int:
+    def run(self, resumed: bool = False, guardian: str = "armed") -> int:
+        """Attempts until the restart policy stops; returns the exit code.
+
+        ``guardian`` is what the CLI found when it started the guardian
+        ("armed", or why not); it is journaled with the run.
+        """
         if resumed:
-            self.journal.append("run_resumed", attempts_so_far=self.state.attempt, pid=os.getpid())
+            self.journal.append("run_resumed", attempts_so_far=self.state.attempt, pid=os.getpid(), guardian=guardian)
         else:
             self.journal.append(
                 "run_started",
@@ -134,22 +116,24 @@ class Supervisor:
                 command=redact_argv(self.config.command),
                 run_dir=str(self.run_dir),
                 gpu_probe=self.probe.name,
+                guardian=guardian,
                 config={**self.config.to_json(), "command": redact_argv(self.config.command)},
             )
         while True:
             outcome, code = self._attempt(resumed_run=resumed)
             if code is not None:
                 return code
-            decision = self.config.restart.decide(self.state.history, time.time())
+            decision = self.config.restart.decide(self.state.history, self.wall())
             if not decision.restart:
                 return self._finish(decision)
+            policy = self.state.policy
             self.journal.append(
                 "restart_scheduled",
                 after_attempt=outcome.attempt,
                 reason=decision.reason,
                 delay_s=round(decision.delay_s, 3),
-                cudagraphs="off" if self.state.cudagraphs_off else "on",
-                enforce_eager=self.state.enforce_eager,
+                cudagraphs="off" if policy.cudagraphs_off else "on",
+                enforce_eager=policy.enforce_eager,
             )
             log.info("restart_scheduled", message=f"{decision.reason}; next attempt in {decision.delay_s:.1f} s")
             if not self._sleep(decision.delay_s):
@@ -184,63 +168,44 @@ class Supervisor:
     def _attempt(self, resumed_run: bool) -> tuple[AttemptOutcome, int | None]:
         st = self.state
         st.attempt += 1
+        self.lifecycle = AttemptLifecycle(st.attempt)
         attempt_dir = self.run_dir / "attempts" / f"attempt-{st.attempt:03d}"
-        attempt_dir.mkdir(parents=True, exist_ok=True)
-        heartbeat = attempt_dir / "heartbeat.json"
+        attempt_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
 
         resume_from, start_step = self._choose_checkpoint(resume=st.attempt > 1 or resumed_run)
-
-        env_overrides = {
-            "HANGWATCH_RUN_DIR": str(self.run_dir),
-            "HANGWATCH_ATTEMPT": str(st.attempt),
-            "HANGWATCH_ATTEMPT_DIR": str(attempt_dir),
-            HEARTBEAT_ENV: str(heartbeat),
-            "HANGWATCH_CUDAGRAPHS": "0" if st.cudagraphs_off else "1",
-        }
-        if st.enforce_eager:
-            env_overrides["HANGWATCH_ENFORCE_EAGER"] = "1"
-        if resume_from is not None:
-            env_overrides["HANGWATCH_RESUME_FROM"] = str(resume_from)
-        if isinstance(self.probe, FileProbe):
-            env_overrides[SIM_GPU_ENV] = str(self.probe.path)
-        argv = list(self.config.command)
-        if resume_from is not None and self.config.resume_arg:
-            argv += shlex.split(self.config.resume_arg.replace("{checkpoint}", shlex.quote(str(resume_from))))
-
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HANGWATCH_") or k == "HANGWATCH_CONFIG"}
-        env.update(env_overrides)
+        env, ours = attempt_environment(
+            os.environ, run_dir=self.run_dir, attempt=st.attempt, attempt_dir=attempt_dir, policy=st.policy,
+            resume_from=resume_from, sim_gpu=self.probe.path if isinstance(self.probe, FileProbe) else None,
+        )
+        argv = attempt_argv(self.config.command, self.config.resume_arg, resume_from)
         started = self.clock()
-        trainer = launch(argv, env, attempt_dir, echo=self.config.echo)
+        trainer = self.tree.launch(argv, env, attempt_dir)
+        self._enter(AttemptState.WATCHING)
         self.journal.append(
             "attempt_started",
             attempt=st.attempt,
             pid=trainer.pid,
             create_time=trainer.create_time,
             argv=redact_argv(argv),
-            env=env_overrides,
+            env=ours,
             resume_from=str(resume_from) if resume_from else None,
             logs={"stdout": str(trainer.stdout_path), "stderr": str(trainer.stderr_path)},
         )
-        log.info(
-            "attempt_started",
-            message=(
-                f"attempt {st.attempt}: pid {trainer.pid}, cuda graphs "
-                f"{'off' if st.cudagraphs_off else 'on'}"
-                + (", enforce_eager" if st.enforce_eager else "")
-                + (f", resuming from {resume_from}" if resume_from else "")
-            ),
-        )
+        log.info("attempt_started", message=(
+            f"attempt {st.attempt}: pid {trainer.pid}, {st.policy.describe()}"
+            + (f", resuming from {resume_from}" if resume_from else "")))
 
-        verdict, samples, trainer_code = self._watch(trainer, heartbeat)
+        verdict, samples, trainer_code = self._watch(trainer, Path(ours["HANGWATCH_HEARTBEAT"]))
         evidence = None
         if verdict.kind.is_hang:
+            self._enter(AttemptState.CAPTURING)
             self.journal.append(
                 "incident",
                 attempt=st.attempt,
                 kind=verdict.kind.value,
                 onset=verdict.onset,
                 detected_at=verdict.detected_at,
-                onset_wall=time.time() - (self.clock() - verdict.onset),
+                onset_wall=self.wall() - (self.clock() - verdict.onset),
                 latency_s=round(verdict.detected_at - verdict.onset, 3),
                 reason=verdict.reason,
                 evidence=dict(verdict.evidence),
@@ -249,20 +214,21 @@ class Supervisor:
             log.error("incident", message=f"{verdict.kind.value} in attempt {st.attempt}: {verdict.reason}")
             evidence = self._capture(verdict, samples, trainer, attempt_dir)
             if verdict.kind is VerdictKind.STALL:
-                self._escalate_graph_policy()
+                st.stalls += 1
+            st.policy = escalate(st.policy, verdict.kind, after_stall=self.config.cudagraphs_after_stall,
+                                 eager_escalation=self.config.eager_escalation)
 
+        self._enter(AttemptState.KILLING)
         report = self._kill(reason=verdict.kind.value)
         trainer.join_output(timeout=2.0)
         if trainer_code is None:
-            self.reaper.reap(also=[trainer.pid])
-            trainer_code = self.reaper.exit_code(trainer.pid)
-        if trainer_code is not None:
-            trainer.popen.returncode = trainer_code  # we reaped it; keep Popen consistent
-        if report is not None and report.pids:
+            trainer_code = self.tree.exit_code(trainer)
+        if report is not None and report.pids and not isinstance(self.probe, NoProbe):
+            self._enter(AttemptState.RELEASING)
             self._wait_gpu_release(report)
 
         end_step = self._newest_step()
-        outcome = AttemptOutcome(st.attempt, verdict.kind, time.time(), start_step, end_step)
+        outcome = AttemptOutcome(st.attempt, verdict.kind, self.wall(), start_step, end_step)
         st.history.append(outcome)
         self.journal.append(
             "attempt_ended",
@@ -276,6 +242,7 @@ class Supervisor:
             end_step=end_step,
             evidence_path=str(evidence) if evidence else None,
         )
+        self._enter(AttemptState.ENDED)
         if report is not None and not report.confirmed:
             self.journal.append(
                 "run_finished", outcome="gave_up", exit_code=EXIT_UNKILLABLE,
@@ -287,9 +254,9 @@ class Supervisor:
             return outcome, self._finish_interrupted(trainer_code)
         return outcome, None
 
-    def _watch(self, trainer: TrainerProcess, heartbeat: Path) -> tuple[Verdict, list[Sample], int | None]:
+    def _watch(self, trainer: Trainer, heartbeat: Path) -> tuple[Verdict, list[Sample], int | None]:
         cfg = self.config.detector
-        sampler = Sampler(self.tree, self.probe, heartbeat, self.clock)
+        self.tree.watch(heartbeat)
         detector = Detector(cfg, start=self.clock())
         keep = int(max(cfg.stall_window, cfg.progress_timeout or 0) / cfg.interval) + 30
         samples: collections.deque[Sample] = collections.deque(maxlen=max(keep, 60))
@@ -298,16 +265,14 @@ class Supervisor:
         first_beat_seen = False
         next_tick = self.clock()
         while True:
-            self.reaper.reap(also=[trainer.pid])
-            code = self.reaper.exit_code(trainer.pid)
+            code = self.tree.exit_code(trainer)
             if code is not None:
                 return classify_exit(code, self.clock()), list(samples), code
             if self._stop_signal is not None:
                 code = self._forward_stop(trainer)
                 return classify_exit(code if code is not None else -self._stop_signal, self.clock()), list(samples), code
-            sample = sampler.tick()
+            sample = self.tree.sample()
             samples.append(sample)
-            self.treefile.update(sampler.last_members)
             hb = sample.heartbeat
             if hb is not None and not first_beat_seen:
                 first_beat_seen = True
@@ -327,31 +292,24 @@ class Supervisor:
             elif not self._sleep(delay):
                 continue
 
-    def _forward_stop(self, trainer: TrainerProcess) -> int | None:
+    def _forward_stop(self, trainer: Trainer) -> int | None:
         """Pass SIGINT/SIGTERM to the trainer's group, give it the grace to exit."""
         sig = self._stop_signal or signal.SIGTERM
         log.warning("forwarding_signal", message=f"received {signal.Signals(sig).name}; forwarding to the trainer")
-        proc = next((p for p in self.tree.members() if p.pid == trainer.pid), None)
-        if proc is not None:
-            try:
-                if abs(proc.create_time() - trainer.create_time) < 0.01:
-                    os.killpg(trainer.pid, sig)
-            except (ProcessLookupError, OSError):
-                pass  # exited meanwhile
+        self.tree.forward(sig, trainer)
         deadline = self.clock() + self.config.kill.grace
         while self.clock() < deadline:
-            self.reaper.reap(also=[trainer.pid])
-            code = self.reaper.exit_code(trainer.pid)
+            code = self.tree.exit_code(trainer)
             if code is not None:
                 return code
-            time.sleep(0.05)
+            self.sleep(0.05)
         return None
 
     # -- recovery steps ----------------------------------------------------------
 
-    def _capture(self, verdict: Verdict, samples: list[Sample], trainer: TrainerProcess, attempt_dir: Path) -> Path | None:
+    def _capture(self, verdict: Verdict, samples: list[Sample], trainer: Trainer, attempt_dir: Path) -> Path | None:
         timeout = self.config.capture_timeout
-        tree = [d for d in (describe(p) for p in self.tree.members()) if d is not None]
+        tree = self.tree.describe()
         request = CaptureRequest(
             run_dir=self.run_dir,
             run_id=self.state.run_id,
@@ -360,8 +318,8 @@ class Supervisor:
             samples=samples,
             tree=tree,
             log_paths={"stdout": trainer.stdout_path, "stderr": trainer.stderr_path, "attempt_dir": attempt_dir},
-            detector_config=self.config.detector,
-            deadline=time.monotonic() + timeout,
+            thresholds=self.config.detector.to_json(),
+            deadline=time.monotonic() + timeout,  # the hook's own clock: real time
             gpu_probe=self.probe.name,
         )
         result: dict[str, Any] = {}
@@ -384,6 +342,8 @@ class Supervisor:
         hard_deadline = started + timeout + 2.0
         while thread.is_alive() and self.clock() < hard_deadline and self._stop_signal is None:
             thread.join(timeout=0.05)
+            if thread.is_alive():
+                self.sleep(0)  # lets an injected clock move in tests; a no-op for the real one
         duration = self.clock() - started
         if thread.is_alive():
             why = "interrupted by a signal" if self._stop_signal is not None else f"deadline of {timeout:.0f} s passed"
@@ -400,12 +360,9 @@ class Supervisor:
         return path
 
     def _kill(self, reason: str) -> KillReport | None:
-        members = self.tree.members()
-        if not members:
-            self.treefile.update([])
+        report = self.tree.kill(grace=self.config.kill.grace, kill_timeout=self.config.kill.kill_timeout)
+        if report is None:
             return None
-        report = self.killer.kill(grace=self.config.kill.grace, kill_timeout=self.config.kill.kill_timeout)
-        self.treefile.update(self.tree.members())
         self.journal.append("kill", attempt=self.state.attempt, reason=reason, **report.to_json())
         log.info(
             "tree_killed",
@@ -418,8 +375,6 @@ class Supervisor:
         return report
 
     def _wait_gpu_release(self, report: KillReport) -> None:
-        if isinstance(self.probe, NoProbe):
-            return
         pids = set(report.pids)
         threshold = self.config.kill.gpu_release_mib
         started = self.clock()
@@ -435,7 +390,7 @@ class Supervisor:
             if self.clock() >= deadline:
                 released = False
                 break
-            time.sleep(0.2)
+            self.sleep(0.2)
         waited = self.clock() - started
         self.journal.append(
             "gpu_released",
@@ -447,15 +402,6 @@ class Supervisor:
         if not released:
             log.warning("gpu_not_released", message=(
                 f"GPU memory still held {waited:.0f} s after the kill (--gpu-release-timeout); restarting anyway"))
-
-    def _escalate_graph_policy(self) -> None:
-        st = self.state
-        st.stalls += 1
-        if self.config.cudagraphs_after_stall != "off":
-            return
-        if st.cudagraphs_off and self.config.eager_escalation:
-            st.enforce_eager = True
-        st.cudagraphs_off = True
 
     # -- checkpoints -----------------------------------------------------------
 

@@ -8,10 +8,10 @@ from typing import Callable
 
 import psutil
 
-from supervisor.heartbeat import read_heartbeat
-from supervisor.probes import GpuProbe
-from supervisor.proctree import CpuMeter, ProcessTree
-from supervisor.samples import Sample
+from hangwatch.contract.heartbeat import read_heartbeat
+from hangwatch.supervisor.probes import GpuProbe
+from hangwatch.supervisor.proctree import CpuMeter, ProcessTree
+from hangwatch.contract.samples import Sample
 
 
 class Sampler:

@@ -1,7 +1,7 @@
 """``RUN_DIR/tree.json``: the tree's members (pid + create time), kept current.
 
 It exists for the case the supervisor cannot handle itself: being SIGKILLed.
-The guardian process (``supervisor.guardian``) and a later
+The guardian process (``hangwatch.supervisor.guardian``) and a later
 ``hangwatch run --resume RUN_DIR`` read it to find what the dead supervisor
 was watching, and kill exactly those processes (still verified by create
 time, so a reused pid is never hit).
@@ -20,7 +20,7 @@ from typing import Iterable
 
 import psutil
 
-from supervisor.proctree import ProcKey, same_process
+from hangwatch.contract.procid import ProcKey, same_process
 
 
 class TreeFile:

@@ -55,7 +55,7 @@ class Hangwatch:
     def start(self, args: list[str]) -> subprocess.Popen:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         proc = subprocess.Popen(
-            [sys.executable, "-m", "supervisor", *args],
+            [sys.executable, "-m", "hangwatch.cli", *args],
             cwd=self.tmp,
             env=env,
             stdout=subprocess.PIPE,

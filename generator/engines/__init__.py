@@ -22,11 +22,11 @@ ENGINES = ("fake", "vllm")
 
 def make_engine(name: str, engine_kwargs: Mapping[str, Any]) -> Any:
     if name == "fake":
-        from generator.engines.fake import FakeEngine
+        from hangwatch.generator.engines.fake import FakeEngine
 
         return FakeEngine(dict(engine_kwargs))
     if name == "vllm":
-        from generator.engines.vllm_engine import VLLMEngine
+        from hangwatch.generator.engines.vllm_engine import VLLMEngine
 
         return VLLMEngine(dict(engine_kwargs))
     raise ValueError(f"unknown engine {name!r}; choose one of {ENGINES}")

@@ -38,14 +38,14 @@ from typing import Any, Mapping
 
 import torch
 
-from generator.engines.toy_model import PackedToyModel, ToyConfig
-from generator.errors import EngineStateError
-from generator.fake_vllm.compilation.cuda_graph import CUDAGraphWrapper
-from generator.fake_vllm.v1.worker.gpu_model_runner import GPUModelRunner
-from generator.policy import cudagraphs_enabled_in
-from generator.staging import StagedReader
-from generator.weightsync import verify_loaded
-from supervisor import simgpu
+from hangwatch.generator.engines.toy_model import PackedToyModel, ToyConfig
+from hangwatch.generator.errors import EngineStateError
+from hangwatch.generator.fake_vllm.compilation.cuda_graph import CUDAGraphWrapper
+from hangwatch.generator.fake_vllm.v1.worker.gpu_model_runner import GPUModelRunner
+from hangwatch.generator.policy import cudagraphs_enabled_in
+from hangwatch.generator.staging import StagedReader
+from hangwatch.generator.weightsync import verify_loaded
+from hangwatch.contract import simgpu
 
 FAKE_KWARGS = {"fake_model_config", "fake_wedge_on_generate", "fake_wedge_at_seed", "fake_generate_busy_s"}
 _CUDAGRAPH_MODES = {"NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"}

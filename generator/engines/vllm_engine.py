@@ -7,7 +7,7 @@ worker with ``--engine fake``) never needs vLLM.
 Defaults added to the caller's kwargs (the caller's win): ``enable_sleep_mode``
 (sleep/wake needs it), ``load_format="dummy"`` (weights come from the
 trainer, never from disk), and ``worker_extension_cls`` naming
-``generator.engines.vllm_extension.WeightSyncExtension``, which vLLM mixes
+``hangwatch.generator.engines.vllm_extension.WeightSyncExtension``, which vLLM mixes
 into its GPU worker so ``collective_rpc`` can reach ``hangwatch_load_weights``.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-EXTENSION = "generator.engines.vllm_extension.WeightSyncExtension"
+EXTENSION = "hangwatch.generator.engines.vllm_extension.WeightSyncExtension"
 
 
 class VLLMEngine:

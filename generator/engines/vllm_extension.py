@@ -3,7 +3,7 @@
 ``hangwatch_load_weights(path, manifest)`` maps the staged safetensors file
 (zero-copy CPU tensors), lets the model's own ``load_weights`` copy them to
 the device (packing q/k/v and gate/up as vLLM does), then proves the result
-with ``generator.weightsync.verify_loaded`` on the model's device tensors
+with ``hangwatch.generator.weightsync.verify_loaded`` on the model's device tensors
 (each copied to host once for fingerprinting). Raises ``WeightMismatch``.
 """
 
@@ -13,8 +13,8 @@ from typing import Any, Mapping
 
 import torch
 
-from generator.staging import StagedReader
-from generator.weightsync import verify_loaded
+from hangwatch.generator.staging import StagedReader
+from hangwatch.generator.weightsync import verify_loaded
 
 
 class WeightSyncExtension:

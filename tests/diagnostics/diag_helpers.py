@@ -14,11 +14,12 @@ from typing import Any
 
 import psutil
 
-from diagnostics.bundle import dumps_json, write_bundle
-from supervisor.capture import CaptureRequest, TreeProcess
-from supervisor.detector import Detector, DetectorConfig, Verdict
-from supervisor.heartbeat import Heartbeat
-from supervisor.samples import DeviceSample, Sample
+from hangwatch.diagnostics.bundle import dumps_json, write_bundle
+from hangwatch.contract.capture import CaptureRequest, TreeProcess
+from hangwatch.contract.verdict import Verdict
+from hangwatch.supervisor.detector import Detector, DetectorConfig
+from hangwatch.contract.heartbeat import Heartbeat
+from hangwatch.contract.samples import DeviceSample, Sample
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
@@ -117,7 +118,7 @@ def make_request(run_dir: Path, tree: HungTree | None, *, deadline_s: float = 30
         samples=samples,
         tree=tree.tree if tree else [],
         log_paths=log_paths,
-        detector_config=config,
+        thresholds=config.to_json(),
         deadline=time.monotonic() + deadline_s,
         extra=extra or {},
     )

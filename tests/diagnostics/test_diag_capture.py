@@ -9,11 +9,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from supervisor import atomic
+from hangwatch.contract import atomic
 
 from diag_helpers import CMDLINE_SECRET, PYSPY_DENIED, PYSPY_HANG, SECRETS, make_request
-from diagnostics.bundle import list_bundles, load_bundle, write_bundle
-from diagnostics.capture import CaptureConfig, capture_incident
+from hangwatch.diagnostics.bundle import list_bundles, load_bundle, write_bundle
+from hangwatch.diagnostics.capture import CaptureConfig, capture_incident
 
 FAST = CaptureConfig(rounds=2, round_interval=0.5, pyspy_timeout=5.0)
 
@@ -185,7 +185,7 @@ def test_a_stopped_tree_process_is_continued(hung_tree, tmp_path):
 
 @pytest.mark.timeout(30)
 def test_capture_of_an_empty_tree_still_writes_a_bundle(tmp_path):
-    from diagnostics.cli import main  # noqa: PLC0415
+    from hangwatch.cli.main import main  # noqa: PLC0415
 
     path = capture_incident(make_request(tmp_path / "run", None), config=FAST)
     m = _manifest(path)

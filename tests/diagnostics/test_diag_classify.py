@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from diag_helpers import DATA
-from diagnostics.classify import classify
-from diagnostics.errors import SignatureFileError
-from diagnostics.pyspy import parse_json, parse_text
-from diagnostics.signatures import load_signatures
-from diagnostics.stacks import Frame, ProcessDump, ProcessSeries, ThreadDump, group_series
+from hangwatch.diagnostics.classify import classify
+from hangwatch.diagnostics.errors import SignatureFileError
+from hangwatch.diagnostics.pyspy import parse_json, parse_text
+from hangwatch.diagnostics.signatures import load_signatures
+from hangwatch.diagnostics.stacks import Frame, ProcessDump, ProcessSeries, ThreadDump, group_series
 
 SIGS = load_signatures()
 

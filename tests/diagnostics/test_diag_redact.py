@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diag_helpers import DATA
-from diagnostics.redact import MARK, redact_argv, redact_env, redact_text
+from hangwatch.contract.redact import MARK, redact_argv, redact_env, redact_text
 
 
 def test_by_name():

@@ -9,8 +9,8 @@ import tarfile
 
 import pytest
 
-from diag_helpers import DATA, ROOT, synthetic_bundle as _synthetic_bundle
-from diagnostics.cli import main
+from diag_helpers import DATA, synthetic_bundle as _synthetic_bundle
+from hangwatch.cli.main import main
 
 TEXT_FIXTURES = ["gpu_model_runner_native.txt", "nccl_all_reduce.txt", "gdn_chunk.txt", "unknown_reward.txt"]
 
@@ -98,7 +98,7 @@ def test_bundle_pack_and_replay_of_the_archive(capsys, tmp_path):
 
 
 def test_samples_only_bundle_replays_without_stacks(capsys, tmp_path):
-    from supervisor.capture import SamplesOnlyCapture  # noqa: PLC0415
+    from hangwatch.supervisor.capture import SamplesOnlyCapture  # noqa: PLC0415
     from diag_helpers import make_request  # noqa: PLC0415
 
     path = SamplesOnlyCapture()(make_request(tmp_path / "run", None))
@@ -137,11 +137,11 @@ def test_user_errors_exit_2_with_the_path_named(capsys, tmp_path, argv, message)
 
 
 @pytest.mark.timeout(60)
-def test_python_dash_m_diagnostics(tmp_path):
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    ok = subprocess.run([sys.executable, "-m", "diagnostics", "replay", str(DATA / "gdn_chunk.txt")],
+def test_replay_as_a_subprocess_from_any_directory(tmp_path):
+    env = {"PATH": "/usr/bin:/bin"}
+    ok = subprocess.run([sys.executable, "-m", "hangwatch.cli", "replay", str(DATA / "gdn_chunk.txt")],
                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=30)
     assert ok.returncode == 0 and "gated-deltanet-kernel" in ok.stdout
-    bad = subprocess.run([sys.executable, "-m", "diagnostics", "replay", str(tmp_path / "missing")],
+    bad = subprocess.run([sys.executable, "-m", "hangwatch.cli", "replay", str(tmp_path / "missing")],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=30)
     assert bad.returncode == 2 and "missing: no such file" in bad.stderr and "Traceback" not in bad.stderr

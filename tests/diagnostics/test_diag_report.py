@@ -11,7 +11,7 @@ import pytest
 
 from diag_helpers import chromium
 from diag_helpers import synthetic_bundle as _synthetic_bundle
-from diagnostics.cli import main
+from hangwatch.cli.main import main
 
 
 def _png_size(path):

@@ -7,9 +7,9 @@ import subprocess
 import pytest
 
 from diag_helpers import DATA
-from diagnostics.errors import InputError
-from diagnostics.pyspy import find_pyspy, parse_json, parse_text
-from diagnostics.stacks import group_series
+from hangwatch.diagnostics.errors import InputError
+from hangwatch.diagnostics.pyspy import find_pyspy, parse_json, parse_text
+from hangwatch.diagnostics.stacks import group_series
 
 
 def _py(frames):

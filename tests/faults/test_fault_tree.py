@@ -9,8 +9,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from supervisor.killer import TreeKiller
-from supervisor.policy import EXIT_CRASH_STOP, EXIT_UNKILLABLE
+from hangwatch.supervisor.killer import TreeKiller
+from hangwatch.contract.exitcodes import EXIT_CRASH_STOP, EXIT_UNKILLABLE
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -44,7 +44,7 @@ def test_zombie_in_the_tree_is_ignored_and_the_run_recovers(hw, faults):
 
 def test_stopped_process_is_continued_by_capture_then_stopped_gracefully(hw, faults):
     """Case 6 (simulated, stall path): a process in state T (SIGSTOP, a handled SIGTERM
-    pending) is SIGCONTed by the capture (diagnostics.proctable.resume), so the SIGTERM
+    pending) is SIGCONTed by the capture (hangwatch.diagnostics.proctable.resume), so the SIGTERM
     that follows ends it gracefully; the bundle names it."""
     args = _resumable(hw, faults, "--stopped")
     before = faults.snapshot(hw.ckpt)

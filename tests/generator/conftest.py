@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from gen_helpers import CONFIG
-from generator.engines.toy_model import ToyPolicy
+from hangwatch.generator.engines.toy_model import ToyPolicy
 
 
 def live_descendants() -> list[psutil.Process]:

@@ -1,6 +1,6 @@
 """Shared test values for the generator tests (importable: this directory is on sys.path)."""
 
-from generator.engines.toy_model import ToyConfig
+from hangwatch.generator.engines.toy_model import ToyConfig
 
 CONFIG = ToyConfig()
 

@@ -9,13 +9,13 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from generator import protocol
-from generator.engines.fake import FakeEngine
-from generator.engines.toy_model import PackedToyModel, ToyPolicy
-from generator.errors import AuthenticationFailed, EngineStateError, WeightMismatch
-from generator.offload import TrainerOffload
-from generator.staging import StagedReader, stage
-from generator.weightsync import verify_loaded
+from hangwatch.generator import protocol
+from hangwatch.generator.engines.fake import FakeEngine
+from hangwatch.generator.engines.toy_model import PackedToyModel, ToyPolicy
+from hangwatch.generator.errors import AuthenticationFailed, EngineStateError, WeightMismatch
+from hangwatch.generator.offload import TrainerOffload
+from hangwatch.generator.staging import StagedReader, stage
+from hangwatch.generator.weightsync import verify_loaded
 
 from gen_helpers import CONFIG, fake_kwargs
 

@@ -1,6 +1,6 @@
 import pytest
 
-from generator.policy import cudagraphs_enabled_in, rollout_engine_kwargs, rollout_policy
+from hangwatch.generator.policy import cudagraphs_enabled_in, rollout_engine_kwargs, rollout_policy
 
 NONE = {"compilation_config": {"cudagraph_mode": "NONE"}}
 

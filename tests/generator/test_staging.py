@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from generator.fingerprint import build_manifest
-from generator.staging import StagedReader, Stager, sweep_orphans
+from hangwatch.generator.fingerprint import build_manifest
+from hangwatch.generator.staging import StagedReader, Stager, sweep_orphans
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -70,7 +70,7 @@ def test_sweep_removes_only_files_of_dead_processes(tmp_path):
 
 
 def test_runtime_dirs_of_dead_owners_are_swept(tmp_path):
-    from generator.protocol import sweep_runtime_dirs
+    from hangwatch.generator.protocol import sweep_runtime_dirs
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

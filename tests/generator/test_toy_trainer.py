@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from generator.process import REPO_ROOT
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SCRIPT = os.path.join(REPO_ROOT, "scripts", "toy_trainer.py")
 

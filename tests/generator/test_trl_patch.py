@@ -5,7 +5,7 @@ import types
 
 import pytest
 
-from generator.trl_patch import TRL_VLLM_MODULE, apply_rollout_policy, patched_rollout_engine
+from hangwatch.generator.trl_patch import TRL_VLLM_MODULE, apply_rollout_policy, patched_rollout_engine
 
 EXTRA = {"compilation_config": {"cudagraph_mode": "NONE"}}
 

@@ -9,16 +9,17 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 import torch
 
-from generator import offload as offload_module
-from generator.colocated import ColocatedGenerator, Timeouts
-from generator.errors import WeightMismatch, WorkerError, WorkerTimeout
-from generator.process import REPO_ROOT, WorkerProcess
-from generator.staging import stage
+from hangwatch.generator import offload as offload_module
+from hangwatch.generator.colocated import ColocatedGenerator, Timeouts
+from hangwatch.generator.errors import WeightMismatch, WorkerError, WorkerTimeout
+from hangwatch.generator.process import WorkerProcess
+from hangwatch.generator.staging import stage
 
 from gen_helpers import fake_kwargs
 
@@ -230,7 +231,7 @@ def _alive(pid):
 
 PARENT = textwrap.dedent("""
     import sys, time
-    from generator.process import WorkerProcess
+    from hangwatch.generator.process import WorkerProcess
     proc = WorkerProcess("fake", {"enable_sleep_mode": True}, log_dir=sys.argv[1])
     proc.start(30)
     print(proc.pid, flush=True)
@@ -239,7 +240,7 @@ PARENT = textwrap.dedent("""
 
 
 def test_parent_death_takes_the_worker(tmp_path):
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path)], cwd=REPO_ROOT,
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path)], cwd=str(Path(__file__).resolve().parents[2]),
                               stdout=subprocess.PIPE, text=True)
     try:
         worker_pid = int(parent.stdout.readline())

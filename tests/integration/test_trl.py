@@ -1,6 +1,6 @@
 """hangwatch with the real transformers Trainer and TRL GRPOTrainer (CPU, tiny local model, no hub).
 
-* unit tests of ``supervisor.hf_callback`` with fake TrainerState/TrainerControl;
+* unit tests of ``hangwatch.generator.hf_callback`` with fake TrainerState/TrainerControl;
 * the callback inside the real transformers training loop (the checkpoint phase is
   announced before ``_save_checkpoint`` starts);
 * the rollout-engine policy reaching TRL's real colocate ``LLM(...)`` call site;
@@ -22,10 +22,10 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from supervisor import hf_callback
-from supervisor.heartbeat import read_heartbeat
-from supervisor.hf_callback import HangwatchCallbackCore, policy_info
-from supervisor.policy import EXIT_BUDGET
+from hangwatch.generator import hf_callback
+from hangwatch.contract.heartbeat import read_heartbeat
+from hangwatch.generator.hf_callback import HangwatchCallbackCore, policy_info
+from hangwatch.contract.exitcodes import EXIT_BUDGET
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "scripts" / "trl_grpo_example.py"
@@ -191,7 +191,7 @@ def test_real_heartbeat_file(tmp_path, monkeypatch):
 
 
 def test_module_import_does_not_import_transformers():
-    code = ("import sys, supervisor.hf_callback as m; assert 'transformers' not in sys.modules; "
+    code = ("import sys, hangwatch.generator.hf_callback as m; assert 'transformers' not in sys.modules; "
             "assert 'torch' not in sys.modules; C = m.HangwatchCallback; "
             "import transformers; assert issubclass(C, transformers.TrainerCallback); "
             "assert m.HangwatchCallback is C; print('ok')")

@@ -15,18 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from supervisor.detector import (
-    DEFAULT_PHASE_TIMEOUTS,
-    ConfigError,
-    Detector,
-    DetectorConfig,
-    DetectorState,
-    Verdict,
-    VerdictKind,
-    classify_exit,
-)
-from supervisor.heartbeat import Heartbeat
-from supervisor.samples import DeviceSample, Sample
+from hangwatch.contract.errors import ConfigError
+from hangwatch.contract.heartbeat import Heartbeat
+from hangwatch.contract.samples import DeviceSample, Sample
+from hangwatch.contract.verdict import Verdict, VerdictKind, classify_exit
+from hangwatch.supervisor.detector import DEFAULT_PHASE_TIMEOUTS, Detector, DetectorConfig, DetectorState
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.detector import DetectorConfig, VerdictKind
+from hangwatch.contract.verdict import VerdictKind
+from hangwatch.supervisor.detector import DetectorConfig
 
 pytestmark = pytest.mark.timeout(120)
 

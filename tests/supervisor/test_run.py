@@ -10,7 +10,7 @@ import pytest
 from run_checks import check_journal
 from waiting import wait_for
 
-from supervisor.policy import EXIT_BUDGET, EXIT_CRASH_STOP, EXIT_USAGE
+from hangwatch.contract.exitcodes import EXIT_BUDGET, EXIT_CRASH_STOP, EXIT_USAGE
 
 pytestmark = pytest.mark.timeout(90)
 

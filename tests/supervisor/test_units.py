@@ -13,11 +13,11 @@ import time
 import psutil
 import pytest
 
-from supervisor.checkpoints import CheckpointSpec, newest_complete
-from supervisor.detector import VerdictKind
-from supervisor.heartbeat import beat, read_heartbeat
-from supervisor.journal import Journal, read_journal
-from supervisor.policy import (
+from hangwatch.supervisor.checkpoints import CheckpointSpec, newest_complete
+from hangwatch.contract.verdict import VerdictKind
+from hangwatch.contract.heartbeat import beat, read_heartbeat
+from hangwatch.contract.journal import Journal, read_journal
+from hangwatch.supervisor.restart import (
     EXIT_BUDGET,
     EXIT_NO_PROGRESS,
     AttemptOutcome,
@@ -26,9 +26,9 @@ from supervisor.policy import (
     max_restarts_per_hour,
     no_checkpoint_progress,
 )
-from supervisor.probes import FileProbe
-from supervisor.proctree import ProcKey, same_process
-from supervisor.treefile import kill_recorded
+from hangwatch.supervisor.probes import FileProbe
+from hangwatch.contract.procid import ProcKey, same_process
+from hangwatch.supervisor.treefile import kill_recorded
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -161,11 +161,11 @@ def test_the_supervisor_never_imports_cuda_libraries():
     the process that runs `hangwatch run`, the capture and the replay."""
     code = (
         "import sys\n"
-        "import supervisor.cli, supervisor.runner\n"
-        "from supervisor.capture import default_capture_hook\n"
+        "import hangwatch.cli.main, hangwatch.supervisor.runner\n"
+        "from hangwatch.cli.main import default_capture_hook\n"
         "default_capture_hook()\n"
-        "import diagnostics.cli, diagnostics.replay\n"
-        "supervisor.cli.build_parser()\n"
+        "import hangwatch.diagnostics.cli, hangwatch.diagnostics.replay\n"
+        "hangwatch.cli.main.build_parser()\n"
         "bad = [m for m in ('torch', 'vllm', 'transformers', 'trl', 'generator') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

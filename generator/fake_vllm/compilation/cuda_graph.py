@@ -13,7 +13,7 @@ import signal
 import time
 from typing import Any, Callable
 
-from supervisor import simgpu
+from hangwatch.contract import simgpu
 
 
 class CUDAGraphWrapper:

@@ -17,25 +17,8 @@ from typing import Callable, Sequence
 
 import tenacity
 
-from supervisor.detector import VerdictKind
-
-EXIT_OK = 0
-EXIT_USAGE = 2
-EXIT_INTERNAL = 70
-EXIT_BUDGET = 71
-EXIT_NO_PROGRESS = 72
-EXIT_CRASH_STOP = 73
-EXIT_UNKILLABLE = 74
-
-EXIT_CODES = {
-    EXIT_OK: "the trainer finished (exit 0)",
-    EXIT_USAGE: "bad command line, configuration or input",
-    EXIT_INTERNAL: "hangwatch itself failed (see hangwatch.log)",
-    EXIT_BUDGET: "gave up: restart budget exhausted (--max-restarts or --max-restarts-per-hour)",
-    EXIT_NO_PROGRESS: "gave up: several restarts in a row made no checkpoint progress",
-    EXIT_CRASH_STOP: "the trainer crashed and --on-crash stop was set",
-    EXIT_UNKILLABLE: "processes of the tree survived SIGKILL; not restarting into a GPU they may hold",
-}
+from hangwatch.contract.exitcodes import EXIT_BUDGET, EXIT_CRASH_STOP, EXIT_NO_PROGRESS, EXIT_OK
+from hangwatch.contract.verdict import VerdictKind
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 One line in a training script::
 
-    from supervisor.hf_callback import HangwatchCallback
+    from hangwatch.generator.hf_callback import HangwatchCallback
     trainer.add_callback(HangwatchCallback())        # or Trainer(..., callbacks=[HangwatchCallback()])
 
     # GRPOTrainer and other generating trainers: also announce the generate phase
@@ -16,7 +16,7 @@ library, so it is unit-testable with fake state/control objects. Without
 ``HANGWATCH_HEARTBEAT`` in the environment every beat is a no-op, so a script
 instrumented this way runs unchanged outside hangwatch.
 
-What it reports (``supervisor.heartbeat.beat``), checked against the training
+What it reports (``hangwatch.contract.heartbeat.beat``), checked against the training
 loop of transformers 5.24 (``Trainer._inner_training_loop``) and TRL 1.16.0:
 
 * ``on_train_begin``, ``on_step_begin``, ``on_substep_end``, ``on_step_end``:
@@ -38,9 +38,9 @@ loop of transformers 5.24 (``Trainer._inner_training_loop``) and TRL 1.16.0:
   (``GRPOTrainer``/``RLOOTrainer`` in TRL 1.16) on that instance.
 * ``info`` on every beat (the supervisor journals it as ``trainer_info`` when
   it changes): the rollout-engine policy the run applies, from
-  ``generator.policy`` and the ``HANGWATCH_*`` environment, as
+  ``hangwatch.generator.policy`` and the ``HANGWATCH_*`` environment, as
   ``cudagraphs="on"|"off"``, ``enforce_eager``, ``engine_kwargs`` (the
-  ``LLM(...)`` kwargs ``generator.trl_patch`` injects), ``attempt``, and once
+  ``LLM(...)`` kwargs ``hangwatch.generator.trl_patch`` injects), ``attempt``, and once
   training starts ``use_vllm``/``vllm_mode`` from the trainer's arguments.
   :meth:`HangwatchCallbackCore.note` adds fields of your own (for example the
   kwargs the engine was really built with).
@@ -52,7 +52,7 @@ import functools
 import os
 from typing import Any, Callable, Mapping
 
-from supervisor.heartbeat import beat
+from hangwatch.contract.heartbeat import beat
 
 
 __all__ = ["HangwatchCallback", "HangwatchCallbackCore", "make_callback", "policy_info"]
@@ -66,9 +66,9 @@ def policy_info(env: Mapping[str, str] | None = None) -> dict[str, Any]:
 
     Raises ``ValueError`` on a malformed ``HANGWATCH_CUDAGRAPHS`` /
     ``HANGWATCH_ENFORCE_EAGER`` (a typo must not silently leave graphs on).
-    ``generator.policy`` is dependency-free, so importing it costs nothing.
+    ``hangwatch.generator.policy`` is dependency-free, so importing it costs nothing.
     """
-    from generator.policy import rollout_policy  # noqa: PLC0415  (keep `import supervisor` free of it)
+    from hangwatch.generator.policy import rollout_policy  # noqa: PLC0415  (keep `import supervisor` free of it)
 
     env = os.environ if env is None else env
     policy = rollout_policy(env)
@@ -228,7 +228,7 @@ def _build_class() -> type:
             (HangwatchCallbackCore, TrainerCallback),
             {
                 "__module__": __name__,
-                "__doc__": "hangwatch heartbeats from a transformers/TRL Trainer (see supervisor.hf_callback).",
+                "__doc__": "hangwatch heartbeats from a transformers/TRL Trainer (see hangwatch.generator.hf_callback).",
                 "attach": classmethod(attach),
             },
         )

@@ -16,11 +16,14 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping
 
-from supervisor.config import SETTINGS, build, load_file, save_values, saved_values
-from supervisor.detector import ConfigError
-from supervisor.policy import EXIT_CODES, EXIT_INTERNAL, EXIT_USAGE
+if TYPE_CHECKING:
+    from hangwatch.contract.capture import CaptureHook
+
+from hangwatch.contract.errors import ConfigError
+from hangwatch.contract.exitcodes import EXIT_CODES, EXIT_INTERNAL, EXIT_USAGE
+from hangwatch.supervisor.config import SETTINGS, build, load_file, save_values, saved_values
 
 EPILOG_EXIT = "exit codes:\n" + "\n".join(f"  {code:3d}  {text}" for code, text in EXIT_CODES.items()) + (
     "\n  other  after SIGINT/SIGTERM to the supervisor: the trainer's own status, shell style"
@@ -50,12 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("run_dir", metavar="RUN_DIR", type=Path)
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=cmd_status)
-    try:
-        from diagnostics.cli import register  # noqa: PLC0415
-    except ImportError:
-        pass
-    else:
-        register(sub)
+    from hangwatch.diagnostics.cli import register  # noqa: PLC0415
+
+    register(sub, whatif=_whatif)
     return parser
 
 
@@ -165,13 +165,13 @@ def _join_option_values(argv: list[str]) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from supervisor import launcher, logsetup  # noqa: PLC0415  (keep `hangwatch --help` fast)
-    from supervisor.capture import default_capture_hook  # noqa: PLC0415
-    from supervisor.probes import ProbeError, make_probe  # noqa: PLC0415
-    from supervisor import guardian  # noqa: PLC0415
-    from supervisor.journal import JournalError  # noqa: PLC0415
-    from supervisor.runner import Supervisor, load_state  # noqa: PLC0415
-    from supervisor.treefile import kill_recorded  # noqa: PLC0415
+    from hangwatch.cli import logsetup  # noqa: PLC0415  (keep `hangwatch --help` fast)
+    from hangwatch.supervisor import launcher  # noqa: PLC0415
+    from hangwatch.supervisor.probes import ProbeError, make_probe  # noqa: PLC0415
+    from hangwatch.supervisor import guardian  # noqa: PLC0415
+    from hangwatch.contract.journal import JournalError  # noqa: PLC0415
+    from hangwatch.supervisor.runner import Supervisor, load_state  # noqa: PLC0415
+    from hangwatch.supervisor.treefile import kill_recorded  # noqa: PLC0415
 
     command = list(getattr(args, "command", []))
     if command and command[0] == "--":
@@ -230,10 +230,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     supervisor = Supervisor(config, probe, default_capture_hook(), state=state)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, supervisor.request_stop)
-    keeper = guardian.start(run_dir / "tree.json")
+    keeper = None
+    try:
+        keeper = guardian.start(run_dir / "tree.json")
+        guardian_state = "armed"
+    except guardian.GuardianError as exc:
+        guardian_state = f"unavailable: {exc}"
+        log.warning("guardian_unavailable", message=(
+            f"{exc}: if this supervisor is SIGKILLed, processes that left the trainer's session "
+            "will not be killed; hangwatch run --resume kills them later"))
     log.info("run_dir", message=f"run directory: {run_dir}")
     try:
-        return supervisor.run(resumed=resume_dir is not None)
+        return supervisor.run(resumed=resume_dir is not None, guardian=guardian_state)
     except launcher.LaunchError as exc:
         supervisor.journal.append("run_finished", outcome="launch_failed", exit_code=EXIT_USAGE, reason=str(exc),
                                   attempts=supervisor.state.attempt)
@@ -246,7 +254,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:
             log.exception("internal_error", message=f"hangwatch failed: {exc}")
         try:
-            supervisor.killer.kill(grace=config.kill.grace, kill_timeout=config.kill.kill_timeout)
+            supervisor.tree.kill(grace=config.kill.grace, kill_timeout=config.kill.kill_timeout)
         finally:
             try:
                 supervisor.journal.append("run_finished", outcome="internal_error", exit_code=EXIT_INTERNAL,
@@ -255,14 +263,15 @@ def cmd_run(args: argparse.Namespace) -> int:
                 pass  # already reported above; nothing more can be recorded
         return EXIT_INTERNAL
     finally:
-        guardian.stop(keeper)
+        if keeper is not None:
+            guardian.stop(keeper)
         probe.close()
 
 
 def _check_resumable(run_dir: Path) -> None:
     """Refuse to resume a run that finished, or one whose supervisor is still alive
     (resuming would kill the processes it is watching)."""
-    from supervisor.status import summarise  # noqa: PLC0415
+    from hangwatch.cli.status import summarise  # noqa: PLC0415
 
     journal = run_dir / "journal.jsonl"
     if not journal.is_file():
@@ -277,8 +286,27 @@ def _check_resumable(run_dir: Path) -> None:
         raise UsageError(f"--resume {run_dir}: still {summary['state']}; stop that supervisor first")
 
 
+def default_capture_hook() -> "CaptureHook":
+    """The full diagnostics capture (py-spy stacks, process table, GPU state, logs).
+
+    Injected into the supervisor here, at the top, so the supervisor never
+    imports diagnostics; if it fails at run time the supervisor falls back to
+    the samples-only capture by itself.
+    """
+    from hangwatch.diagnostics.capture import capture_incident  # noqa: PLC0415
+
+    return capture_incident
+
+
+def _whatif(samples: Any, config: Mapping[str, Any]) -> Any:
+    """``hangwatch replay``'s what-if: the supervisor's own detector over a bundle's samples."""
+    from hangwatch.supervisor.detector import DetectorConfig, replay_detector  # noqa: PLC0415
+
+    return replay_detector(samples, DetectorConfig.from_json(config))
+
+
 def cmd_status(args: argparse.Namespace) -> int:
-    from supervisor.status import render_status, summarise  # noqa: PLC0415
+    from hangwatch.cli.status import render_status, summarise  # noqa: PLC0415
 
     path = args.run_dir / "journal.jsonl"
     if not path.is_file():

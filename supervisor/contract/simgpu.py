@@ -20,7 +20,7 @@ import json
 import os
 from typing import Any
 
-SIM_GPU_ENV = "HANGWATCH_SIM_GPU"
+from hangwatch.contract.env import SIM_GPU as SIM_GPU_ENV
 
 
 def hold(util_pct: float, mem_used_mib: float = 1024.0, *, index: int = 0, path: str | None = None, pid: int | None = None) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from supervisor.heartbeat import Heartbeat
+from hangwatch.contract.heartbeat import Heartbeat
 
 
 @dataclass(frozen=True)

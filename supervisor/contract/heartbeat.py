@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-HEARTBEAT_ENV = "HANGWATCH_HEARTBEAT"
+from hangwatch.contract.env import HEARTBEAT as HEARTBEAT_ENV
 
 _counter = itertools.count(1)
 _lock = threading.Lock()

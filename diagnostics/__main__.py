@@ -1,5 +1,0 @@
-import sys
-
-from diagnostics.cli import main
-
-sys.exit(main())

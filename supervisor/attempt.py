@@ -1,0 +1,166 @@
+"""One attempt's lifecycle as a state machine, and the pure decisions it makes.
+
+An attempt moves through these states, and only along these edges::
+
+    PREPARING --launched--> WATCHING --hang verdict--> CAPTURING --> KILLING
+                               |                                        ^
+                               +--exit, crash or stop signal------------+
+    KILLING --something was killed and a GPU probe is on--> RELEASING --> ENDED
+    KILLING --nothing to wait for---------------------------------------> ENDED
+
+``AttemptLifecycle.advance`` raises ``IllegalTransition`` on any other edge, so
+a sequencing bug in the runner fails loudly instead of, say, killing before
+the evidence was taken.
+
+The decisions are plain functions of their inputs (no clock, no I/O): the
+trainer's environment and argv for an attempt (``attempt_environment``,
+``attempt_argv``), the cuda-graph escalation after a verdict (``escalate``),
+and what carries over between attempts (``RunState``, rebuilt from the journal
+on ``--resume``). The restart decision is ``restart.RestartPolicy.decide``.
+"""
+
+from __future__ import annotations
+
+import enum
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from hangwatch.contract import env as names
+from hangwatch.contract.journal import fold_journal
+from hangwatch.contract.verdict import VerdictKind
+from hangwatch.supervisor.restart import AttemptOutcome
+
+
+class AttemptState(str, enum.Enum):
+    PREPARING = "preparing"
+    WATCHING = "watching"
+    CAPTURING = "capturing"
+    KILLING = "killing"
+    RELEASING = "releasing"
+    ENDED = "ended"
+
+
+TRANSITIONS: Mapping[AttemptState, frozenset[AttemptState]] = {
+    AttemptState.PREPARING: frozenset({AttemptState.WATCHING}),
+    AttemptState.WATCHING: frozenset({AttemptState.CAPTURING, AttemptState.KILLING}),
+    AttemptState.CAPTURING: frozenset({AttemptState.KILLING}),
+    AttemptState.KILLING: frozenset({AttemptState.RELEASING, AttemptState.ENDED}),
+    AttemptState.RELEASING: frozenset({AttemptState.ENDED}),
+    AttemptState.ENDED: frozenset(),
+}
+
+
+class IllegalTransition(RuntimeError):
+    """The runner tried an edge the lifecycle does not have."""
+
+
+@dataclass
+class AttemptLifecycle:
+    """Where one attempt is; ``trail`` keeps every state with the (monotonic) time it was entered."""
+
+    attempt: int
+    state: AttemptState = AttemptState.PREPARING
+    trail: list[tuple[AttemptState, float]] = field(default_factory=list)
+
+    def advance(self, to: AttemptState, at: float) -> None:
+        if to not in TRANSITIONS[self.state]:
+            raise IllegalTransition(f"attempt {self.attempt}: {self.state.value} -> {to.value} is not a legal transition")
+        self.state = to
+        self.trail.append((to, at))
+
+
+@dataclass(frozen=True)
+class GraphPolicy:
+    """The rollout engine's cuda-graph setting for an attempt."""
+
+    cudagraphs_off: bool = False
+    enforce_eager: bool = False
+
+    def env(self) -> dict[str, str]:
+        out = {names.CUDAGRAPHS: "0" if self.cudagraphs_off else "1"}
+        if self.enforce_eager:
+            out[names.ENFORCE_EAGER] = "1"
+        return out
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "GraphPolicy":
+        return cls(env.get(names.CUDAGRAPHS) == "0", env.get(names.ENFORCE_EAGER) == "1")
+
+    def describe(self) -> str:
+        return f"cuda graphs {'off' if self.cudagraphs_off else 'on'}" + (", enforce_eager" if self.enforce_eager else "")
+
+
+def escalate(policy: GraphPolicy, verdict: VerdictKind, *, after_stall: str, eager_escalation: bool) -> GraphPolicy:
+    """The policy for the next attempt after ``verdict``.
+
+    A stall (GPU busy, host idle: the cuda-graph replay wedge) turns graphs off
+    (``after_stall == "off"``); a stall with graphs already off adds
+    ``enforce_eager`` when ``eager_escalation``. Anything else changes nothing.
+    """
+    if verdict is not VerdictKind.STALL or after_stall != "off":
+        return policy
+    return GraphPolicy(True, policy.enforce_eager or (policy.cudagraphs_off and eager_escalation))
+
+
+def attempt_environment(
+    base: Mapping[str, str],
+    *,
+    run_dir: Path,
+    attempt: int,
+    attempt_dir: Path,
+    policy: GraphPolicy,
+    resume_from: Path | None,
+    sim_gpu: Path | None = None,
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The trainer's whole environment, and the ``HANGWATCH_*`` part we set (for the journal)."""
+    ours = {
+        names.RUN_DIR: str(run_dir),
+        names.ATTEMPT: str(attempt),
+        names.ATTEMPT_DIR: str(attempt_dir),
+        names.HEARTBEAT: str(attempt_dir / "heartbeat.json"),
+        **policy.env(),
+    }
+    if resume_from is not None:
+        ours[names.RESUME_FROM] = str(resume_from)
+    if sim_gpu is not None:
+        ours[names.SIM_GPU] = str(sim_gpu)
+    full = names.without_ours(base)
+    full.update(ours)
+    return full, ours
+
+
+def attempt_argv(command: Sequence[str], resume_arg: str | None, resume_from: Path | None) -> list[str]:
+    """The command, plus ``--resume-arg`` with ``{checkpoint}`` filled in when resuming."""
+    argv = list(command)
+    if resume_from is not None and resume_arg:
+        argv += shlex.split(resume_arg.replace("{checkpoint}", shlex.quote(str(resume_from))))
+    return argv
+
+
+@dataclass
+class RunState:
+    """What carries from one attempt to the next (and across ``--resume``)."""
+
+    run_id: str
+    attempt: int = 0
+    history: list[AttemptOutcome] = field(default_factory=list)
+    stalls: int = 0
+    policy: GraphPolicy = GraphPolicy()
+
+    @classmethod
+    def from_journal(cls, records: Sequence[Mapping[str, Any]]) -> "RunState":
+        run = fold_journal(records)
+        state = cls(run_id=run.run_id or "", stalls=run.stalls)
+        for a in run.attempts:
+            state.attempt = max(state.attempt, a.attempt)
+            state.policy = GraphPolicy.from_env(a.env)
+            if a.outcome is not None:
+                state.history.append(AttemptOutcome(a.attempt, VerdictKind(a.outcome), float(a.ended or 0.0),
+                                                    a.start_step, a.end_step))
+        if run.pending_restart is not None:
+            # The supervisor died during the backoff: the policy it had decided for the next attempt.
+            r = run.pending_restart
+            state.policy = GraphPolicy(r.get("cudagraphs") == "off", bool(r.get("enforce_eager")))
+        return state

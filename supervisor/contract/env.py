@@ -1,0 +1,32 @@
+"""The ``HANGWATCH_*`` environment: the names the supervisor and the trainer agree on.
+
+The supervisor sets these for every attempt (``ATTEMPT_VARS``); the trainer
+side (heartbeat client, rollout policy, generator) reads them. Anything else
+starting with ``HANGWATCH_`` in the supervisor's own environment is dropped
+before launch, so a stale value from an outer run cannot leak into an attempt;
+``PASS_THROUGH`` names the few that are the user's to set.
+"""
+
+from __future__ import annotations
+
+PREFIX = "HANGWATCH_"
+
+RUN_DIR = "HANGWATCH_RUN_DIR"            #: the run directory
+ATTEMPT = "HANGWATCH_ATTEMPT"            #: attempt number, 1-based
+ATTEMPT_DIR = "HANGWATCH_ATTEMPT_DIR"    #: this attempt's directory
+HEARTBEAT = "HANGWATCH_HEARTBEAT"        #: the file the trainer beats into
+RESUME_FROM = "HANGWATCH_RESUME_FROM"    #: on a resume: the checkpoint chosen
+CUDAGRAPHS = "HANGWATCH_CUDAGRAPHS"      #: "1" engine defaults, "0" graphs off
+ENFORCE_EAGER = "HANGWATCH_ENFORCE_EAGER"  #: "1" after a second stall with graphs off
+SIM_GPU = "HANGWATCH_SIM_GPU"            #: with --gpu-probe file:PATH, the simulated GPU
+
+CONFIG = "HANGWATCH_CONFIG"              #: the user's settings file (read by the CLI)
+PYSPY = "HANGWATCH_PYSPY"                #: the py-spy binary to use instead of PATH's
+
+ATTEMPT_VARS = (RUN_DIR, ATTEMPT, ATTEMPT_DIR, HEARTBEAT, RESUME_FROM, CUDAGRAPHS, ENFORCE_EAGER, SIM_GPU)
+PASS_THROUGH = frozenset({CONFIG, PYSPY})
+
+
+def without_ours(environ: dict[str, str] | object) -> dict[str, str]:
+    """``environ`` minus every ``HANGWATCH_*`` name that is not the user's to set."""
+    return {k: v for k, v in dict(environ).items() if not k.startswith(PREFIX) or k in PASS_THROUGH}  # type: ignore[call-overload]

@@ -1,0 +1,25 @@
+"""hangwatch's exit codes: the one definition (the CLI's --help lists them from here).
+
+After SIGINT/SIGTERM to the supervisor the exit status is the trainer's own,
+shell style, and is not listed here.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_INTERNAL = 70
+EXIT_BUDGET = 71
+EXIT_NO_PROGRESS = 72
+EXIT_CRASH_STOP = 73
+EXIT_UNKILLABLE = 74
+
+EXIT_CODES = {
+    EXIT_OK: "the trainer finished (exit 0)",
+    EXIT_USAGE: "bad command line, configuration or input",
+    EXIT_INTERNAL: "hangwatch itself failed (see hangwatch.log)",
+    EXIT_BUDGET: "gave up: restart budget exhausted (--max-restarts or --max-restarts-per-hour)",
+    EXIT_NO_PROGRESS: "gave up: several restarts in a row made no checkpoint progress",
+    EXIT_CRASH_STOP: "the trainer crashed and --on-crash stop was set",
+    EXIT_UNKILLABLE: "processes of the tree survived SIGKILL; not restarting into a GPU they may hold",
+}

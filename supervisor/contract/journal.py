@@ -1,0 +1,142 @@
+"""The run journal: every decision, one JSON object per line, appended with fsync.
+
+Append-only and fsynced per record, so after a crash (of the supervisor, the
+machine, the disk) every decision that was acted on is on disk, and a reader
+at most sees a torn last line, which ``read_journal`` skips.
+
+Schema (all records have ``event``, ``ts`` (wall-clock seconds) and
+``run_id``); see docs/journal.md for the fields of each event. ``fold_journal``
+is the one reader that turns records into a run's story; the supervisor's
+``--resume`` and ``hangwatch status`` both use it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+EVENTS = (
+    "run_started",
+    "run_resumed",
+    "attempt_started",
+    "first_heartbeat",
+    "trainer_info",
+    "incident",
+    "capture",
+    "kill",
+    "gpu_released",
+    "attempt_ended",
+    "restart_scheduled",
+    "run_finished",
+)
+
+
+class JournalError(RuntimeError):
+    """The journal could not be written; the supervisor cannot keep its record."""
+
+
+class Journal:
+    def __init__(self, path: Path, run_id: str) -> None:
+        self.path = path
+        self.run_id = run_id
+        self._lock = threading.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def append(self, event: str, **fields: Any) -> dict[str, Any]:
+        if event not in EVENTS:
+            raise ValueError(f"unknown journal event {event!r}")
+        record = {"event": event, "ts": round(time.time(), 4), "run_id": self.run_id, **fields}
+        line = json.dumps(record, default=str, separators=(",", ":")) + "\n"
+        with self._lock:
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                try:
+                    os.write(fd, line.encode())
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                raise JournalError(f"cannot append to {self.path}: {exc}") from exc
+        return record
+
+
+def read_journal(path: Path) -> list[dict[str, Any]]:
+    return list(iter_journal(path))
+
+
+def iter_journal(path: Path) -> Iterator[dict[str, Any]]:
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                # A torn last line after a crash mid-write; every earlier line is whole.
+                continue
+            if isinstance(record, dict) and "event" in record:
+                yield record
+
+
+@dataclass
+class AttemptRecord:
+    attempt: int
+    pid: int | None
+    started: float
+    env: dict[str, str]
+    resume_from: str | None = None
+    ended: float | None = None
+    outcome: str | None = None  # the verdict kind once ended
+    exit_code: int | None = None
+    reason: str | None = None
+    evidence: str | None = None
+    start_step: int | None = None
+    end_step: int | None = None
+
+
+@dataclass
+class RunRecord:
+    run_id: str | None = None
+    attempts: list[AttemptRecord] = field(default_factory=list)
+    incidents: list[dict[str, Any]] = field(default_factory=list)
+    stalls: int = 0
+    finished: dict[str, Any] | None = None
+    supervisor_pids: list[int] = field(default_factory=list)
+    #: the last ``restart_scheduled`` when no attempt started after it (the supervisor died in the backoff)
+    pending_restart: dict[str, Any] | None = None
+
+
+def fold_journal(records: Sequence[Mapping[str, Any]]) -> RunRecord:
+    """A run's story from its records, tolerant of missing optional fields."""
+    run = RunRecord(run_id=records[0].get("run_id") if records else None)
+    by_number: dict[int, AttemptRecord] = {}
+    for r in records:
+        event = r.get("event")
+        if event in ("run_started", "run_resumed"):
+            run.supervisor_pids.append(int(r.get("pid") or 0))
+        elif event == "attempt_started":
+            a = AttemptRecord(int(r["attempt"]), r.get("pid"), float(r.get("ts", 0.0)), dict(r.get("env") or {}),
+                              r.get("resume_from"))
+            by_number[a.attempt] = a
+            run.attempts.append(a)
+            run.pending_restart = None
+        elif event == "attempt_ended" and int(r.get("attempt", -1)) in by_number:
+            a = by_number[int(r["attempt"])]
+            a.ended, a.outcome, a.exit_code = float(r.get("ts", 0.0)), r.get("kind"), r.get("exit_code")
+            a.reason, a.evidence = r.get("reason"), r.get("evidence_path")
+            a.start_step, a.end_step = r.get("start_step"), r.get("end_step")
+        elif event == "incident":
+            run.incidents.append({k: r.get(k) for k in ("attempt", "kind", "reason", "latency_s", "ts")})
+            if r.get("kind") == "stall":
+                run.stalls += 1
+        elif event == "restart_scheduled":
+            run.pending_restart = dict(r)
+        elif event == "run_finished":
+            run.finished = {k: r.get(k) for k in ("outcome", "exit_code", "reason", "ts")}
+    return run

@@ -1,0 +1,92 @@
+"""Process identity: "is this still the process we mean?", decided once for all of hangwatch.
+
+A pid alone is not an identity: pids are reused. A process is named by its pid
+plus its create time (``ProcKey``), and we only ever signal a process whose
+key still matches.
+
+Two rules every caller shares:
+
+* **Create-time slack** is ``CREATE_TIME_SLACK`` (50 ms). psutil derives the
+  create time from the boot time plus the start in clock ticks (10 ms), so two
+  readings of one process agree to well under that; a reused pid would have to
+  be handed out again within 50 ms of the first start to fool it.
+* **AccessDenied** means the process *exists* but its identity cannot be
+  verified. Existence questions (``pid_exists``, ``is_running``) answer yes, so
+  nothing is swept or reported dead that may still be there; identity
+  questions (``same_process``) answer no, so nothing unverified is signalled.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import psutil
+
+CREATE_TIME_SLACK = 0.05
+
+
+@dataclass(frozen=True, order=True)
+class ProcKey:
+    pid: int
+    create_time: float
+
+    @classmethod
+    def of(cls, proc: psutil.Process) -> "ProcKey":
+        return cls(proc.pid, proc.create_time())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "create_time": self.create_time}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "ProcKey":
+        return cls(int(data["pid"]), float(data["create_time"]))
+
+
+def same_start(create_time: float, expected: float) -> bool:
+    return abs(create_time - expected) <= CREATE_TIME_SLACK
+
+
+def same_process(key: ProcKey) -> psutil.Process | None:
+    """The live process ``key`` names; None if it is gone, the pid was reused, or it cannot be verified."""
+    try:
+        proc = psutil.Process(key.pid)
+        return proc if same_start(proc.create_time(), key.create_time) else None
+    except psutil.Error:  # NoSuchProcess, ZombieProcess, AccessDenied: not provably ours
+        return None
+
+
+def is_running(proc: psutil.Process, key: ProcKey) -> bool:
+    """Whether ``key``'s process is still there and not a zombie (AccessDenied: assume it is)."""
+    try:
+        if not same_start(proc.create_time(), key.create_time):
+            return False
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:  # ZombieProcess is a subclass: reaped or about to be
+        return False
+    except psutil.AccessDenied:
+        return True
+
+
+def pid_exists(pid: int) -> bool:
+    """Whether any process has ``pid`` (one we may not signal counts: it exists)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def pid_running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (AccessDenied: assume it runs)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True

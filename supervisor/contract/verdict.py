@@ -1,0 +1,70 @@
+"""What a watch concluded: the vocabulary shared by the detector, the journal and diagnostics.
+
+A ``Verdict`` is data (frozen, JSON-able). The detector produces hang verdicts;
+``classify_exit`` turns a trainer's exit status into one.
+"""
+
+from __future__ import annotations
+
+import enum
+import signal
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+class VerdictKind(str, enum.Enum):
+    STALL = "stall"
+    SILENT_HANG = "silent_hang"
+    CRASH = "crash"
+    DONE = "done"
+
+    @property
+    def is_hang(self) -> bool:
+        return self in (VerdictKind.STALL, VerdictKind.SILENT_HANG)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the detector (or the exit status) concluded, with its numbers."""
+
+    kind: VerdictKind
+    detected_at: float
+    onset: float
+    reason: str
+    window: float | None = None
+    phase: str | None = None
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    exit_code: int | None = None
+    signal: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "detected_at": round(self.detected_at, 4),
+            "onset": round(self.onset, 4),
+            "latency_s": round(self.detected_at - self.onset, 4),
+            "reason": self.reason,
+            "window": self.window,
+            "phase": self.phase,
+            "evidence": dict(self.evidence),
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+        }
+
+
+def classify_exit(returncode: int, t: float) -> Verdict:
+    """A finished trainer: exit 0 is done, anything else a crash.
+
+    ``returncode`` follows subprocess: negative means death by that signal.
+    """
+    if returncode == 0:
+        return Verdict(VerdictKind.DONE, t, t, "trainer exited 0", exit_code=0)
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return Verdict(
+            VerdictKind.CRASH, t, t, f"trainer killed by {name}", exit_code=128 - returncode, signal=name
+        )
+    return Verdict(VerdictKind.CRASH, t, t, f"trainer exited with code {returncode}", exit_code=returncode)

@@ -1,0 +1,105 @@
+"""The supervised tree's side effects, behind one small interface.
+
+``TreeOps`` is everything the runner does to processes: launch the trainer,
+reap it, sample the tree, describe it for the capture, forward a signal, kill
+it, record its members for the guardian. ``LocalTree`` is the real
+implementation (Popen, /proc, signals, NVML through the probe); tests drive the
+runner with a fake that records what was asked of it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable, Mapping, Protocol, Sequence
+
+from hangwatch.contract.capture import TreeProcess
+from hangwatch.contract.samples import Sample
+from hangwatch.supervisor.killer import KillReport, TreeKiller
+from hangwatch.supervisor.launcher import Reaper, TrainerProcess, launch
+from hangwatch.supervisor.probes import GpuProbe
+from hangwatch.supervisor.proctree import ProcessTree, describe
+from hangwatch.supervisor.sampler import Sampler
+from hangwatch.supervisor.treefile import TreeFile
+
+
+class Trainer(Protocol):
+    """A launched trainer command (``launcher.TrainerProcess`` is the real one)."""
+
+    pid: int
+    create_time: float
+    stdout_path: Path
+    stderr_path: Path
+
+    def join_output(self, timeout: float) -> None: ...
+
+
+class TreeOps(Protocol):
+    def launch(self, argv: Sequence[str], env: Mapping[str, str], attempt_dir: Path) -> Trainer:
+        """Start the trainer in its own session; raises ``launcher.LaunchError``."""
+
+    def exit_code(self, trainer: Trainer) -> int | None:
+        """Reap what has exited; the trainer's status (``-N``: signal N) or None while it runs."""
+
+    def watch(self, heartbeat: Path) -> None:
+        """Start a fresh sampling series (a new attempt) that reads ``heartbeat``."""
+
+    def sample(self) -> Sample:
+        """One tick: the tree's CPU, the GPU, the heartbeat; also records the members."""
+
+    def describe(self) -> list[TreeProcess]:
+        """The tree's processes now, for the capture."""
+
+    def forward(self, sig: int, trainer: Trainer) -> None:
+        """Pass a signal we received to the trainer's process group (if it is still ours)."""
+
+    def kill(self, grace: float, kill_timeout: float) -> KillReport | None:
+        """Kill every process of the tree; None when there was nothing to kill."""
+
+
+class LocalTree:
+    """The real tree: a subreaper's descendants, scanned from /proc."""
+
+    def __init__(self, run_dir: Path, probe: GpuProbe, *, echo: bool = True,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.probe = probe
+        self.echo = echo
+        self.clock = clock
+        self.tree = ProcessTree()
+        self.reaper = Reaper(self.tree)
+        self.killer = TreeKiller(self.tree, self.reaper.reap, clock=clock, sleep=sleep)
+        self.treefile = TreeFile(run_dir / "tree.json")
+        self._sampler: Sampler | None = None
+
+    def launch(self, argv: Sequence[str], env: Mapping[str, str], attempt_dir: Path) -> TrainerProcess:
+        return launch(argv, env, attempt_dir, echo=self.echo)
+
+    def exit_code(self, trainer: Trainer) -> int | None:
+        self.reaper.reap(also=[trainer.pid])
+        code = self.reaper.exit_code(trainer.pid)
+        if code is not None and isinstance(trainer, TrainerProcess):
+            trainer.popen.returncode = code  # we reaped it; keep Popen consistent
+        return code
+
+    def watch(self, heartbeat: Path) -> None:
+        self._sampler = Sampler(self.tree, self.probe, heartbeat, self.clock)
+
+    def sample(self) -> Sample:
+        assert self._sampler is not None, "watch() first"
+        sample = self._sampler.tick()
+        self.treefile.update(self._sampler.last_members)
+        return sample
+
+    def describe(self) -> list[TreeProcess]:
+        return [d for d in (describe(p) for p in self.tree.members()) if d is not None]
+
+    def forward(self, sig: int, trainer: Trainer) -> None:
+        self.killer.forward(sig, trainer.pid, trainer.create_time)
+
+    def kill(self, grace: float, kill_timeout: float) -> KillReport | None:
+        if not self.tree.members():
+            self.treefile.update([])
+            return None
+        report = self.killer.kill(grace=grace, kill_timeout=kill_timeout)
+        self.treefile.update(self.tree.members())
+        return report

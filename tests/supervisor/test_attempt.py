@@ -1,0 +1,253 @@
+"""Whole attempts through the lifecycle state machine, with fakes and a fake clock.
+
+No process is started and no time passes: the tree, the probe, the capture
+hook and the clock are injected, so a 60 s stall window and a restart backoff
+run in milliseconds, and every side effect the runner asked for is recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from hangwatch.contract import env as names
+from hangwatch.contract.exitcodes import EXIT_UNKILLABLE
+from hangwatch.contract.heartbeat import Heartbeat
+from hangwatch.contract.journal import Journal, read_journal
+from hangwatch.contract.samples import DeviceSample, Sample
+from hangwatch.contract.verdict import VerdictKind
+from hangwatch.supervisor.attempt import (AttemptLifecycle, AttemptState, GraphPolicy, IllegalTransition, RunState,
+                                          attempt_argv, attempt_environment, escalate)
+from hangwatch.supervisor.config import SETTINGS, build
+from hangwatch.supervisor.killer import KillReport
+from hangwatch.supervisor.runner import Supervisor
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += max(seconds, 0.001)  # even sleep(0) moves time a little: no busy loop
+
+
+@dataclass
+class FakeTrainer:
+    pid: int
+    create_time: float
+    stdout_path: Path
+    stderr_path: Path
+    behaviour: str  # "wedge" | "train" | "crash"
+
+    def join_output(self, timeout: float) -> None:
+        pass
+
+
+@dataclass
+class FakeTree:
+    """A scripted trainer per attempt: "wedge" holds the GPU busy with an idle CPU, "train" beats
+    and exits 0 after ``train_for`` seconds, "crash" exits 1 at once."""
+
+    clock: FakeClock
+    script: list[str]
+    train_for: float = 5.0
+    survivors: bool = False
+    launched: list[tuple[list[str], dict[str, str]]] = field(default_factory=list)
+    kills: int = 0
+    forwarded: list[int] = field(default_factory=list)
+    trainer: FakeTrainer | None = None
+    started_at: float = 0.0
+    seq: int = 0
+
+    def launch(self, argv, env, attempt_dir):
+        self.launched.append((list(argv), dict(env)))
+        behaviour = self.script[len(self.launched) - 1]
+        self.trainer = FakeTrainer(4000 + len(self.launched), self.clock(), attempt_dir / "stdout.log",
+                                   attempt_dir / "stderr.log", behaviour)
+        self.started_at = self.clock()
+        return self.trainer
+
+    def exit_code(self, trainer):
+        if trainer.behaviour == "crash":
+            return 1
+        if trainer.behaviour == "train" and self.clock() - self.started_at >= self.train_for:
+            return 0
+        if trainer.behaviour == "killed":
+            return -15
+        return None
+
+    def watch(self, heartbeat):
+        pass
+
+    def sample(self):
+        t = self.trainer
+        wedged = t.behaviour == "wedge"
+        self.seq += 1
+        hb = None if wedged else Heartbeat(t.pid, self.seq, self.clock(), self.seq, "train")
+        return Sample(t=self.clock(), wall=self.clock(), cpu_pct={t.pid: 0.0 if wedged else 100.0},
+                      gpu=(DeviceSample(0, 100.0 if wedged else 50.0, 1000.0, (t.pid,)),), heartbeat=hb, tree_size=1)
+
+    def describe(self):
+        return []
+
+    def forward(self, sig, trainer):
+        self.forwarded.append(sig)
+
+    def kill(self, grace, kill_timeout):
+        self.kills += 1
+        target = {"pid": self.trainer.pid, "create_time": self.trainer.create_time, "pgid": self.trainer.pid, "name": "t"}
+        survivors = (dict(target, state="disk-sleep"),) if self.survivors else ()
+        self.trainer.behaviour = "killed"
+        return KillReport((target,), (), (), survivors, 0.5)
+
+
+class FakeProbe:
+    name = "fake"
+
+    def sample(self):
+        return (DeviceSample(0, 0.0, 0.0, ()),)  # after a kill: memory released
+
+    def close(self):
+        pass
+
+
+class RecordingCapture:
+    def __init__(self) -> None:
+        self.requests = []
+
+    def __call__(self, request):
+        self.requests.append(request)
+        path = request.run_dir / "incidents" / f"bundle-{request.attempt}"
+        path.mkdir(parents=True)
+        return path
+
+
+def _config(tmp_path, **over):
+    values = {k: v[1] for k, v in SETTINGS.items()}
+    values.update(run_dir=str(tmp_path / "run"), interval=1.0, stall_window=10.0, progress_timeout=30.0,
+                  backoff=2.0, gpu_probe="none", quiet=True)
+    values.update(over)
+    return build(values, ["python", "train.py"])
+
+
+def _supervisor(tmp_path, script, **over):
+    clock = FakeClock()
+    tree = FakeTree(clock, script, survivors=over.pop("survivors", False))
+    capture = RecordingCapture()
+    config = _config(tmp_path, **over)
+    config.run_dir.mkdir(parents=True)
+    sup = Supervisor(config, FakeProbe(), capture, tree=tree, clock=clock, sleep=clock.sleep, wall=clock)
+    return sup, tree, clock, capture
+
+
+def test_wedge_is_captured_killed_and_relaunched_with_graphs_off(tmp_path):
+    sup, tree, clock, capture = _supervisor(tmp_path, ["wedge", "train"])
+    assert sup.run() == 0
+    events = [r["event"] for r in read_journal(sup.run_dir / "journal.jsonl")]
+    assert events == ["run_started", "attempt_started", "incident", "capture", "kill", "gpu_released",
+                      "attempt_ended", "restart_scheduled", "attempt_started", "first_heartbeat", "kill",
+                      "gpu_released", "attempt_ended", "run_finished"]
+    # The first attempt walked the whole hang path, in order.
+    first_env, second_env = tree.launched[0][1], tree.launched[1][1]
+    assert first_env[names.CUDAGRAPHS] == "1" and second_env[names.CUDAGRAPHS] == "0"
+    assert second_env[names.ATTEMPT] == "2"
+    assert len(capture.requests) == 1 and capture.requests[0].verdict.kind is VerdictKind.STALL
+    assert sup.state.stalls == 1 and sup.state.policy == GraphPolicy(cudagraphs_off=True)
+    assert [s for s in sup.lifecycle.trail] and sup.lifecycle.state is AttemptState.ENDED
+    # Detection within the window plus one interval of fake time; the backoff was slept, not waited.
+    incident = next(r for r in read_journal(sup.run_dir / "journal.jsonl") if r["event"] == "incident")
+    assert 10.0 <= incident["latency_s"] <= 11.0
+    assert sum(clock.sleeps) >= 3.0
+
+
+def test_second_stall_with_graphs_off_escalates_to_eager(tmp_path):
+    sup, tree, _, _ = _supervisor(tmp_path, ["wedge", "wedge", "train"])
+    assert sup.run() == 0
+    envs = [env for _, env in tree.launched]
+    assert [e[names.CUDAGRAPHS] for e in envs] == ["1", "0", "0"]
+    assert names.ENFORCE_EAGER not in envs[1] and envs[2][names.ENFORCE_EAGER] == "1"
+
+
+def test_survivors_of_sigkill_stop_the_run_with_exit_74(tmp_path):
+    sup, tree, _, _ = _supervisor(tmp_path, ["wedge", "train"], survivors=True)
+    assert sup.run() == EXIT_UNKILLABLE
+    assert len(tree.launched) == 1, "never relaunch into a GPU that survivors may hold"
+    last = read_journal(sup.run_dir / "journal.jsonl")[-1]
+    assert last["event"] == "run_finished" and last["exit_code"] == EXIT_UNKILLABLE
+
+
+def test_crash_loop_stops_at_the_budget(tmp_path):
+    sup, tree, _, _ = _supervisor(tmp_path, ["crash"] * 5, max_restarts=2)
+    assert sup.run() == 71
+    assert len(tree.launched) == 3
+    assert all(env[names.CUDAGRAPHS] == "1" for _, env in tree.launched), "a crash does not change the graph policy"
+
+
+def test_stop_signal_is_forwarded_to_the_trainer(tmp_path):
+    sup, tree, clock, _ = _supervisor(tmp_path, ["wedge"], stall_window=1000.0, progress_timeout=2000.0)
+    original = tree.sample
+
+    def sample_then_stop():
+        if clock.now > 1005:
+            sup.request_stop(15)
+        return original()
+
+    tree.sample = sample_then_stop
+    code = sup.run()
+    assert tree.forwarded == [15]
+    assert code == 128 + 15
+    assert read_journal(sup.run_dir / "journal.jsonl")[-1]["outcome"] == "interrupted"
+
+
+def test_resume_state_comes_from_the_journal_including_a_pending_restart(tmp_path):
+    sup, _, _, _ = _supervisor(tmp_path, ["wedge", "train"])
+    sup.run()
+    state = RunState.from_journal(read_journal(sup.run_dir / "journal.jsonl"))
+    assert state.attempt == 2 and state.stalls == 1 and state.policy.cudagraphs_off
+    assert [o.kind for o in state.history] == [VerdictKind.STALL, VerdictKind.DONE]
+    # A supervisor that died during the backoff after a stall: the decided policy is kept.
+    j = Journal(tmp_path / "j.jsonl", "r1")
+    j.append("attempt_started", attempt=1, pid=1, env={names.CUDAGRAPHS: "1"})
+    j.append("incident", attempt=1, kind="stall")
+    j.append("attempt_ended", attempt=1, kind="stall")
+    j.append("restart_scheduled", after_attempt=1, cudagraphs="off", enforce_eager=False)
+    assert RunState.from_journal(read_journal(tmp_path / "j.jsonl")).policy == GraphPolicy(cudagraphs_off=True)
+
+
+def test_illegal_transition_is_a_named_error():
+    life = AttemptLifecycle(3)
+    life.advance(AttemptState.WATCHING, 1.0)
+    with pytest.raises(IllegalTransition, match="attempt 3: watching -> releasing"):
+        life.advance(AttemptState.RELEASING, 2.0)
+    life.advance(AttemptState.KILLING, 2.0)
+    life.advance(AttemptState.ENDED, 3.0)
+    with pytest.raises(IllegalTransition):
+        life.advance(AttemptState.WATCHING, 4.0)
+
+
+def test_pure_decisions():
+    on, off, eager = GraphPolicy(), GraphPolicy(True), GraphPolicy(True, True)
+    assert escalate(on, VerdictKind.STALL, after_stall="off", eager_escalation=True) == off
+    assert escalate(off, VerdictKind.STALL, after_stall="off", eager_escalation=True) == eager
+    assert escalate(off, VerdictKind.STALL, after_stall="off", eager_escalation=False) == off
+    assert escalate(on, VerdictKind.STALL, after_stall="keep", eager_escalation=True) == on
+    assert escalate(on, VerdictKind.SILENT_HANG, after_stall="off", eager_escalation=True) == on
+    assert escalate(on, VerdictKind.CRASH, after_stall="off", eager_escalation=True) == on
+    full, ours = attempt_environment(
+        {"PATH": "/bin", names.ATTEMPT: "9", names.CONFIG: "c.toml", "HANGWATCH_STALE": "x"},
+        run_dir=Path("/r"), attempt=2, attempt_dir=Path("/r/a2"), policy=off, resume_from=Path("/ck/checkpoint-5"))
+    assert full["PATH"] == "/bin" and full[names.CONFIG] == "c.toml" and "HANGWATCH_STALE" not in full
+    assert full[names.ATTEMPT] == "2" and ours[names.RESUME_FROM] == "/ck/checkpoint-5"
+    assert ours[names.HEARTBEAT] == "/r/a2/heartbeat.json" and ours[names.CUDAGRAPHS] == "0"
+    assert attempt_argv(["t.py"], "--resume_from_checkpoint={checkpoint}", Path("/c k/ck-1")) == [
+        "t.py", "--resume_from_checkpoint=/c k/ck-1"]
+    assert attempt_argv(["t.py"], "--r={checkpoint}", None) == ["t.py"]
