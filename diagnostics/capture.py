@@ -124,7 +124,7 @@ def capture_incident(request: CaptureRequest, *, config: CaptureConfig | None = 
     background = {
         "processes": lambda: process_table(tree),
         "gpu": lambda: gpu_state(max(1.0, min(10.0, budget_end - clock()))),
-        "versions": lambda: versions(_exe(root), timeout=max(0.5, min(5.0, budget_end - clock()))),
+        "versions": lambda: versions(_python_pid(root, tree), timeout=max(0.5, min(5.0, budget_end - clock()))),
         "environment": lambda: _environment(root),
         "logs": lambda: tails(log_files(request.log_paths), config.log_lines),
     }
@@ -153,12 +153,18 @@ def _root(tree: Sequence[TreeProcess]) -> TreeProcess | None:
     return next((tp for tp in tree if tp.ppid not in pids), tree[0] if tree else None)
 
 
-def _exe(tp: TreeProcess | None) -> str | None:
-    proc = verify(tp) if tp else None
-    try:
-        return proc.exe() if proc else None
-    except Exception:
-        return None
+def _python_pid(root: TreeProcess | None, tree: Sequence[TreeProcess]) -> int | None:
+    """The trainer's interpreter: the root if it is Python, else the first Python process
+    of the tree (a shell or launcher may sit on top). Its versions are read from files,
+    never by running it."""
+    for tp in ([root] if root else []) + list(tree):
+        proc = verify(tp)
+        try:
+            if proc is not None and Path(proc.exe()).name.startswith("python"):
+                return tp.pid
+        except Exception:
+            continue
+    return None
 
 
 def _environment(root: TreeProcess | None) -> dict[str, str]:

@@ -4,28 +4,34 @@ the trainer's environment (redacted) and log tails (redacted)."""
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
+import re
+import stat
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from hangwatch.contract.redact import redact_env, redact_text
-from hangwatch.contract.tools import run_bounded
 
 PACKAGES = ("hangwatch", "torch", "vllm", "trl", "transformers", "flashinfer-python", "triton", "nvidia-nccl-cu12", "flash-linear-attention", "py-spy", "nvidia-ml-py")
-# Run in the trainer's interpreter: its venv is the one that matters. Reads
-# package metadata only; torch and vllm are never imported.
-_VERSIONS_SCRIPT = (
-    "import importlib.metadata as m, json, sys\n"
-    "out = {'python': sys.version.split()[0]}\n"
-    f"for p in {list(PACKAGES)!r}:\n"
-    "    try: out[p] = m.version(p)\n"
-    "    except Exception: out[p] = None\n"
-    "print(json.dumps(out))\n"
-)
+
+# Bounds on what the trainer's user can make us read: its venv is theirs.
+_MAX_SITE_DIRS = 32
+_MAX_DIR_ENTRIES = 20000
+_MAX_HEADER_BYTES = 64 * 1024
 
 
-def versions(trainer_exe: str | None = None, timeout: float = 5.0) -> dict[str, Any]:
+def versions(trainer_pid: int | None = None, timeout: float = 5.0) -> dict[str, Any]:
+    """Package versions of the supervisor and of the trainer's interpreter.
+
+    The trainer's are read from ``*.dist-info/METADATA`` files under the
+    site directories its interpreter would use, found from /proc without
+    running anything: running the trainer's interpreter would run its venv's
+    ``.pth`` files and ``sitecustomize`` as our user (root, when the trainer
+    dropped privileges). ``timeout`` is kept for the caller's budget; the
+    reads are bounded by entry and byte caps instead.
+    """
     local = {"python": sys.version.split()[0], "platform": platform.platform()}
     for name in PACKAGES:
         try:
@@ -33,18 +39,172 @@ def versions(trainer_exe: str | None = None, timeout: float = 5.0) -> dict[str, 
         except importlib.metadata.PackageNotFoundError:
             local[name] = None
     out: dict[str, Any] = {"supervisor": local, "driver": _driver_version()}
-    if trainer_exe and "python" in Path(trainer_exe).name:
-        result = run_bounded([trainer_exe, "-c", _VERSIONS_SCRIPT], timeout)
-        if result.ok:
-            import json  # noqa: PLC0415
-
-            try:
-                out["trainer"] = json.loads(result.stdout)
-            except ValueError:
-                out["trainer_error"] = "unparseable output"
-        else:
-            out["trainer_error"] = result.error or result.stderr.strip()[-300:]
+    if trainer_pid is not None:
+        try:
+            out["trainer"] = trainer_versions(trainer_pid)
+        except OSError as exc:
+            out["trainer_error"] = f"pid {trainer_pid}: {exc.strerror or exc}"
     return out
+
+
+def trainer_versions(pid: int) -> dict[str, Any]:
+    """Versions of PACKAGES as the interpreter of ``pid`` sees them (first on its path wins)."""
+    python, dirs = site_dirs(pid)
+    found: dict[str, str] = {}
+    wanted = {_normalise(p): p for p in PACKAGES}
+    for directory in dirs:
+        for name, version in _dist_versions(directory, wanted):
+            found.setdefault(name, version)
+    out: dict[str, Any] = {"python": python, "site_dirs": [str(d) for d in dirs], "source": "metadata"}
+    out.update({p: found.get(p) for p in PACKAGES})
+    return out
+
+
+def site_dirs(pid: int) -> tuple[str | None, list[Path]]:
+    """(python version, the site directories of ``pid``'s interpreter, in sys.path order).
+
+    Derived like the interpreter derives them: PYTHONPATH first, then the venv
+    of the executable as invoked (``pyvenv.cfg`` next to it; /proc/PID/exe is
+    the resolved base interpreter, which loses the venv), then the base
+    prefix when no venv excludes it. Relative entries are skipped.
+    """
+    env = _environ(pid)
+    exe = Path(os.readlink(f"/proc/{pid}/exe"))
+    invoked = _invoked_executable(pid, env)
+    cfg, venv = _pyvenv(invoked) if invoked else ({}, None)
+    if venv is None and env.get("VIRTUAL_ENV"):
+        cfg, venv = _pyvenv(Path(env["VIRTUAL_ENV"]) / "bin" / "python")
+    python = cfg.get("version") or _version_from_name(exe.name)
+    xy = ".".join(python.split(".")[:2]) if python else None
+    candidates: list[Path] = [Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p.startswith("/")]
+    if venv is not None:
+        candidates += _prefix_sites(venv, xy)
+    if venv is None or cfg.get("include-system-site-packages", "false").lower() == "true":
+        base = Path(cfg["home"]).parent if "home" in cfg else exe.parent.parent
+        candidates += _prefix_sites(base, xy)
+        if xy and base == Path("/usr"):
+            candidates += [Path("/usr/local/lib") / f"python{xy}" / "dist-packages", Path("/usr/lib/python3/dist-packages")]
+    dirs: list[Path] = []
+    seen: set[Path] = set()
+    for c in candidates:
+        if c.is_dir() and c.resolve() not in seen:
+            seen.add(c.resolve())
+            dirs.append(c)
+    return python, dirs[:_MAX_SITE_DIRS]
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    env = {}
+    for item in raw.split(b"\0"):
+        k, sep, v = item.partition(b"=")
+        if sep:
+            env[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
+    return env
+
+
+def _invoked_executable(pid: int, env: Mapping[str, str]) -> Path | None:
+    """argv[0] as the kernel's exec resolved it: absolute, or searched on the trainer's PATH."""
+    argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode("utf-8", "replace")
+    if not argv0:
+        return None
+    if argv0.startswith("/"):
+        return Path(argv0)
+    if "/" in argv0:
+        return Path(os.readlink(f"/proc/{pid}/cwd")) / argv0
+    for d in env.get("PATH", "").split(os.pathsep)[:64]:
+        if d.startswith("/") and os.access(Path(d) / argv0, os.X_OK):
+            return Path(d) / argv0
+    return None
+
+
+def _pyvenv(executable: Path) -> tuple[dict[str, str], Path | None]:
+    """``pyvenv.cfg`` beside the executable or one level up (the interpreter's own rule)."""
+    for folder in (executable.parent, executable.parent.parent):
+        text = _read_capped(folder / "pyvenv.cfg")
+        if text is not None:
+            cfg = {}
+            for line in text.splitlines():
+                key, sep, value = line.partition("=")
+                if sep:
+                    cfg[key.strip().lower()] = value.strip()
+            return cfg, folder
+    return {}, None
+
+
+def _prefix_sites(prefix: Path, xy: str | None) -> list[Path]:
+    libs = [prefix / lib for lib in ("lib", "lib64")]
+    out = []
+    for lib in libs:
+        names = [f"python{xy}"] if xy else sorted(p.name for p in _bounded_scandir(lib) if p.name.startswith("python3"))
+        out += [lib / n / "site-packages" for n in names] + [lib / n / "dist-packages" for n in names]
+    return out
+
+
+def _version_from_name(name: str) -> str | None:
+    m = re.fullmatch(r"python(\d+\.\d+)", name)
+    return m.group(1) if m else None
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _dist_versions(directory: Path, wanted: Mapping[str, str]) -> Iterable[tuple[str, str]]:
+    """(package, version) for each wanted ``*.dist-info``/``*.egg-info`` in ``directory``.
+
+    Never follows a symlink: a linked metadata folder or file is skipped, and
+    files are opened O_NOFOLLOW|O_NONBLOCK (a FIFO cannot block us) and must be
+    regular. Only the header is parsed, from at most 64 KiB.
+    """
+    for entry in _bounded_scandir(directory):
+        stem, dot, suffix = entry.name.rpartition(".")
+        if suffix not in ("dist-info", "egg-info") or not dot:
+            continue
+        name = _normalise(stem.split("-", 1)[0])
+        if name not in wanted:
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+        except OSError:
+            continue
+        text = _read_capped(Path(entry.path) / ("METADATA" if suffix == "dist-info" else "PKG-INFO"))
+        if text is None:
+            continue
+        header = text.split("\n\n", 1)[0]
+        meta_name = re.search(r"^Name:\s*(\S+)", header, re.M)
+        meta_version = re.search(r"^Version:\s*(\S+)", header, re.M)
+        if meta_name and meta_version and _normalise(meta_name.group(1)) == name:
+            yield wanted[name], meta_version.group(1)[:64]
+
+
+def _bounded_scandir(directory: Path) -> list[os.DirEntry]:
+    out = []
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                out.append(entry)
+                if len(out) >= _MAX_DIR_ENTRIES:
+                    break
+    except OSError:
+        pass
+    return out
+
+
+def _read_capped(path: Path) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, _MAX_HEADER_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _driver_version() -> str | None:
