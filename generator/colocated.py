@@ -16,12 +16,21 @@ Invariants:
 * The engine proves the weights: it fingerprints what it loaded and checks
   full coverage against the manifest; we check it echoes this call's
   manifest digest.
+* The engine's GPU worker says what it applied: on start the generator reads
+  the cuda-graph and compile mode back from the worker, beats them
+  (``applied_cudagraph_mode``, ``applied_compile_mode``; the supervisor journals
+  them as ``trainer_info`` for the attempt) and refuses (kills the worker,
+  raises ``CudagraphPolicyViolation``) when the policy said graphs off and the
+  worker runs them anyway.
+* Tensor/pipeline parallelism > 1 is refused before anything is spawned
+  (``UnsupportedEngineConfig``): the verified weight sync cannot match shards.
 * Errors reach the caller with the worker log's path.
 """
 
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import tempfile
 import time
@@ -30,12 +39,17 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
-from hangwatch.generator.errors import GeneratorError, WeightMismatch, WorkerUnkillable
+from hangwatch.contract import versions
+from hangwatch.generator.applied import AppliedSettings, check_applied
+from hangwatch.generator.engines.vllm_engine import tensor_parallel_refusal
+from hangwatch.generator.errors import GeneratorError, UnsupportedEngineConfig, WeightMismatch, WorkerUnkillable
 from hangwatch.generator.offload import TrainerOffload
 from hangwatch.generator.policy import cudagraphs_enabled_in
 from hangwatch.generator.process import WorkerProcess
 from hangwatch.generator.staging import StagedWeights, Stager
 from hangwatch.contract.heartbeat import beat
+
+logger = logging.getLogger(__name__)
 
 PHASES = ("offload", "stage", "start", "load", "generate", "sleep", "restore")
 
@@ -92,6 +106,11 @@ class ColocatedGenerator:
         parent_death_signal: bool = True,
         reuse_staging: bool = True,
     ):
+        refusal = tensor_parallel_refusal(engine_kwargs or {})
+        if refusal:
+            raise UnsupportedEngineConfig(refusal)
+        if engine == "vllm":
+            warn_unsupported_versions()
         self.model = model
         self.optimizer = optimizer
         self.engine = engine
@@ -108,6 +127,7 @@ class ColocatedGenerator:
         self.worker: WorkerProcess | None = None
         self.timings: collections.deque[CallTimings] = collections.deque(maxlen=1000)
         self.start_report: dict[str, Any] | None = None
+        self.applied: AppliedSettings | None = None
         self.beat_info = {"cudagraphs": "on" if cudagraphs_enabled_in(self.engine_kwargs) else "off",
                           "enforce_eager": bool(self.engine_kwargs.get("enforce_eager"))}
         self._closed = False
@@ -144,7 +164,7 @@ class ColocatedGenerator:
             done()
             if self.worker is None:
                 done = phase("start")
-                self._start_worker()
+                self._start_worker(step)
                 done()
             worker = self.worker
             assert worker is not None
@@ -187,13 +207,23 @@ class ColocatedGenerator:
         timing.ok = True
         return result
 
-    def _start_worker(self) -> None:
+    def _start_worker(self, step: int | None) -> None:
         worker = WorkerProcess(self.engine, self.engine_kwargs, log_dir=self.log_dir, device=self.device,
                                parent_death_signal=self.parent_death_signal, grace_s=self.timeouts.grace,
                                connect_timeout=self.timeouts.start)
         self.worker = worker
         worker.start(self.timeouts.start)
         self.start_report = worker.request("start", self.timeouts.start)
+        report = self.start_report.get("applied") if isinstance(self.start_report, dict) else None
+        self.applied = AppliedSettings.from_reports([report] if isinstance(report, dict) else [])
+        # Every later beat of this attempt carries what the worker applied, so the
+        # supervisor's journal has it even if it misses this one.
+        self.beat_info.update(self.applied.beat_info())
+        beat(step=step, phase="start", **self.beat_info)
+        logger.info("engine worker %s applied cudagraph_mode=%s compile_mode=%s (policy: cudagraphs %s)",
+                    worker.pid, self.applied.cudagraph_mode, self.applied.compile_mode, self.beat_info["cudagraphs"])
+        check_applied(self.beat_info["cudagraphs"] == "on", self.applied, requested=self.engine_kwargs,
+                      log_path=worker.log_path)
 
     def _kill_worker(self) -> None:
         worker, self.worker = self.worker, None
@@ -213,6 +243,14 @@ class ColocatedGenerator:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def warn_unsupported_versions() -> list[versions.Problem]:
+    """Say, at generator start, which installed TRL/vLLM/transformers is outside the supported table."""
+    problems = versions.check(versions.installed())
+    for problem in problems:
+        logger.warning("unsupported %s %s: %s; fix: %s", problem.package, problem.version, problem.message, problem.fix)
+    return problems
 
 
 def _completions(raw: Any, prompts: int, n: int, log_path: str) -> list[list[Completion]]:

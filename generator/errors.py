@@ -47,5 +47,13 @@ class WeightMismatch(WorkerError):
     """The engine did not load exactly the staged bytes (fingerprint or coverage)."""
 
 
+class CudagraphPolicyViolation(GeneratorError):
+    """The policy said cuda graphs off, but the engine's GPU worker applied a mode other than NONE."""
+
+
+class UnsupportedEngineConfig(GeneratorError, ValueError):
+    """Engine kwargs this generator cannot honour (e.g. tensor parallelism > 1); raised before any spawn."""
+
+
 class EngineStateError(RuntimeError):
     """An engine operation that is illegal in the engine's current state (raised in the worker)."""

@@ -74,8 +74,11 @@ def cudagraphs_enabled_in(engine_kwargs: Mapping[str, Any]) -> bool:
     """Whether an engine built with ``engine_kwargs`` captures cuda graphs (vLLM V1 semantics).
 
     ``enforce_eager`` turns graphs off; so does ``compilation_config`` with
-    ``cudagraph_mode`` "NONE" (case-insensitive, as vLLM parses it). Anything
-    else leaves vLLM's default (``FULL_AND_PIECEWISE``), i.e. graphs on.
+    ``cudagraph_mode`` "NONE" (case-insensitive but not stripped, as vLLM
+    parses it: " NONE" is a ``KeyError`` there, never graphs off). Anything
+    else, a misspelled key included (vLLM drops it silently), leaves vLLM's
+    default (``FULL_AND_PIECEWISE``), i.e. graphs on. This is the request; what
+    the worker applied is read back (``hangwatch.generator.applied``).
     """
     if engine_kwargs.get("enforce_eager"):
         return False
@@ -83,5 +86,5 @@ def cudagraphs_enabled_in(engine_kwargs: Mapping[str, Any]) -> bool:
     if isinstance(config, Mapping):
         mode = config.get("cudagraph_mode")
         if isinstance(mode, str):
-            return mode.strip().upper() != "NONE"
+            return mode.upper() != "NONE"
     return True

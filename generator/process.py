@@ -57,9 +57,9 @@ def worker_environment(base: Mapping[str, str], cuda_visible_devices: str) -> di
     env["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"  # fork after CUDA init corrupts the child's context
     env["HF_HUB_OFFLINE"] = "1"  # a rollout engine must never stall on the network
     env["TOKENIZERS_PARALLELISM"] = "false"
-    # vLLM's sleep-mode allocator does not work with expandable segments.
-    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-    env.pop("PYTORCH_ALLOC_CONF", None)
+    # PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF pass through untouched: vLLM
+    # turns expandable segments off around its own sleep-mode pool itself, and
+    # the user's other allocator settings must reach the engine as written.
     return env
 
 

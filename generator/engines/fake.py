@@ -15,17 +15,27 @@ awake without ``reset_prefix_cache``) all raise ``EngineStateError``.
 
 Engine kwargs: vLLM's are accepted (``model``, ``seed``, ``enable_sleep_mode``
 (required, as vLLM's sleep needs it), ``enforce_eager``,
-``compilation_config``, ...). The fake adds, strictly checked:
+``compilation_config``, ...). ``compilation_config`` is read the way vLLM
+reads it (``fake_vllm/config.py``), at ``start`` as vLLM does in ``LLM()``: an
+unknown key is dropped silently, a bad ``cudagraph_mode`` raises a bare
+``KeyError`` (no whitespace stripping). The fake adds, strictly checked:
 
 * ``fake_model_config``: ``ToyConfig`` fields (the engine's packed model);
 * ``fake_wedge_on_generate=K``: the K-th generate call (1-based) wedges;
 * ``fake_wedge_at_seed=S``: a generate call with ``seed == S`` wedges;
 * ``fake_generate_busy_s``: minimum CPU-busy time per generate (default 0.02),
-  a stand-in for the scheduler loop.
+  a stand-in for the scheduler loop;
+* ``fake_worker_cudagraph_mode``: the mode the fake GPU worker resolves to,
+  whatever was asked (a scripted ``resolve_cudagraph_mode_and_sizes``
+  downgrade, or a worker that turns graphs back on).
 
-A wedge happens ONLY when cuda graphs are on in the kwargs (not with
-``enforce_eager=True`` or ``cudagraph_mode="NONE"``), inside
-``fake_vllm/compilation/cuda_graph.py`` (see there).
+``start`` reads the applied settings back the way the real engine does:
+``collective_rpc`` on the extension method ``hangwatch_compilation_settings``
+of a fake GPU worker that mixes in the real ``WeightSyncExtension``.
+
+A wedge happens ONLY when the worker applied cuda graphs (not with
+``enforce_eager=True`` or ``cudagraph_mode="NONE"``, unless the worker
+overrides it), inside ``fake_vllm/compilation/cuda_graph.py`` (see there).
 """
 
 from __future__ import annotations
@@ -34,21 +44,24 @@ import enum
 import hashlib
 import os
 import time
+from types import SimpleNamespace
 from typing import Any, Mapping
 
 import torch
 
+from hangwatch.generator.applied import APPLIED_RPC, AppliedSettings
 from hangwatch.generator.engines.toy_model import PackedToyModel, ToyConfig
+from hangwatch.generator.engines.vllm_extension import WeightSyncExtension
 from hangwatch.generator.errors import EngineStateError
 from hangwatch.generator.fake_vllm.compilation.cuda_graph import CUDAGraphWrapper
+from hangwatch.generator.fake_vllm.config import CUDAGraphMode, make_compilation_config, resolve_on_worker
 from hangwatch.generator.fake_vllm.v1.worker.gpu_model_runner import GPUModelRunner
-from hangwatch.generator.policy import cudagraphs_enabled_in
 from hangwatch.generator.staging import StagedReader
 from hangwatch.generator.weightsync import verify_loaded
 from hangwatch.contract import simgpu
 
-FAKE_KWARGS = {"fake_model_config", "fake_wedge_on_generate", "fake_wedge_at_seed", "fake_generate_busy_s"}
-_CUDAGRAPH_MODES = {"NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"}
+FAKE_KWARGS = {"fake_model_config", "fake_wedge_on_generate", "fake_wedge_at_seed", "fake_generate_busy_s",
+               "fake_worker_cudagraph_mode"}
 
 
 class EngineState(enum.Enum):
@@ -86,13 +99,13 @@ class FakeEngine:
         unknown = {k for k in kwargs if k.startswith("fake_")} - FAKE_KWARGS
         if unknown:
             raise ValueError(f"unknown fake engine kwargs {sorted(unknown)}; known: {sorted(FAKE_KWARGS)}")
-        config = kwargs.get("compilation_config")
-        if isinstance(config, Mapping) and "cudagraph_mode" in config:
-            mode = str(config["cudagraph_mode"]).upper()
-            if mode not in _CUDAGRAPH_MODES:  # vLLM rejects unknown modes too
-                raise ValueError(f"unknown cudagraph_mode {config['cudagraph_mode']!r}")
+        worker_mode = kwargs.get("fake_worker_cudagraph_mode")
+        if worker_mode is not None and worker_mode not in CUDAGraphMode.__members__:
+            raise ValueError(f"fake_worker_cudagraph_mode={worker_mode!r}; use one of {list(CUDAGraphMode.__members__)}")
         self.kwargs = dict(kwargs)
-        self.cudagraphs = cudagraphs_enabled_in(kwargs)
+        self.cudagraphs = False  # decided at start, by what the worker applied
+        self.worker: _FakeGPUWorker | None = None
+        self.front_end_config: Any = None
         self.config = ToyConfig.from_json(kwargs.get("fake_model_config") or {})
         self.wedge_on_generate = kwargs.get("fake_wedge_on_generate")
         self.wedge_at_seed = kwargs.get("fake_wedge_at_seed")
@@ -123,13 +136,25 @@ class FakeEngine:
         self._check("start")
         torch.manual_seed(int(self.kwargs.get("seed", 0)))
         torch.set_num_threads(1)  # a scheduler loop, not a compute server
+        front_end = make_compilation_config(self.kwargs.get("compilation_config"),
+                                            enforce_eager=bool(self.kwargs.get("enforce_eager")))
+        resolved = resolve_on_worker(front_end, self.kwargs.get("fake_worker_cudagraph_mode"))
         self.model = PackedToyModel(self.config)  # dummy weights, like load_format="dummy"
         forward = self.model.forward
+        self.cudagraphs = resolved.cudagraph_mode is not CUDAGraphMode.NONE
         self.graph = CUDAGraphWrapper(forward) if self.cudagraphs else None
-        self.runner = GPUModelRunner(self.graph if self.graph is not None else forward)
+        self.runner = GPUModelRunner(self.graph if self.graph is not None else forward, resolved)
+        self.front_end_config = front_end  # what llm.llm_engine.vllm_config would say: not read back
+        self.worker = _FakeGPUWorker(self.runner, SimpleNamespace(compilation_config=resolved))
+        applied = AppliedSettings.from_reports(self.collective_rpc(APPLIED_RPC))
         self._advance("start")
         self.weights_valid = False
-        return {"engine": "fake", "cudagraphs": self.cudagraphs, "pid": os.getpid()}
+        return {"engine": "fake", "cudagraphs": self.cudagraphs, "pid": os.getpid(), "applied": applied.to_json()}
+
+    def collective_rpc(self, method: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        """vLLM's ``LLM.collective_rpc`` with one GPU worker: the method runs on the worker, one result per worker."""
+        assert self.worker is not None
+        return [getattr(self.worker, method)(*args)]
 
     def wake_weights(self) -> None:
         self._advance("wake_weights")
@@ -211,3 +236,12 @@ class FakeEngine:
             completions.append({"index": index, "text": text, "token_ids": tokens})
         # vLLM does not promise index order; neither do we (the worker sorts and checks).
         return completions[::-1]
+
+
+class _FakeGPUWorker(WeightSyncExtension):
+    """vLLM's GPU worker with the extension mixed in (``worker_extension_cls``); its
+    config and its model runner's are the worker's resolved copy, not the front end's."""
+
+    def __init__(self, model_runner: GPUModelRunner, vllm_config: Any):
+        self.model_runner = model_runner
+        self.vllm_config = vllm_config

@@ -8,18 +8,46 @@ Defaults added to the caller's kwargs (the caller's win): ``enable_sleep_mode``
 (sleep/wake needs it), ``load_format="dummy"`` (weights come from the
 trainer, never from disk), and ``worker_extension_cls`` naming
 ``hangwatch.generator.engines.vllm_extension.WeightSyncExtension``, which vLLM mixes
-into its GPU worker so ``collective_rpc`` can reach ``hangwatch_load_weights``.
+into its GPU worker so ``collective_rpc`` can reach ``hangwatch_load_weights`` and
+``hangwatch_compilation_settings``.
+
+Tensor parallelism (and pipeline parallelism) > 1 is refused up front: vLLM
+shards each parameter per rank, so the full-size manifest cannot match a
+rank's shard and every verified load would fail (see ``tensor_parallel_refusal``).
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
+from hangwatch.generator.applied import APPLIED_RPC, AppliedSettings
+from hangwatch.generator.errors import UnsupportedEngineConfig
+
 EXTENSION = "hangwatch.generator.engines.vllm_extension.WeightSyncExtension"
+
+
+def tensor_parallel_refusal(kwargs: Mapping[str, Any]) -> str | None:
+    """Why these engine kwargs cannot be served (sharded weights), or None."""
+    for key in ("tensor_parallel_size", "pipeline_parallel_size"):
+        value = kwargs.get(key, 1)
+        try:
+            size = int(value)
+        except (TypeError, ValueError):
+            return f"{key}={value!r} is not an integer"
+        if size != 1:
+            return (f"{key}={size} is not supported: vLLM shards each parameter across the {size} ranks, so "
+                    f"the verified weight sync (a manifest of full-size tensors, checked on the worker) cannot "
+                    f"match any rank's shard and every load would fail with WeightMismatch. Use {key}=1 (one "
+                    f"engine per trainer GPU), or TRL's colocate engine under apply_rollout_policy, which keeps "
+                    f"TRL's own weight sync")
+    return None
 
 
 class VLLMEngine:
     def __init__(self, kwargs: Mapping[str, Any]):
+        refusal = tensor_parallel_refusal(kwargs)
+        if refusal:
+            raise UnsupportedEngineConfig(refusal)
         self.kwargs = {"enable_sleep_mode": True, "load_format": "dummy", "worker_extension_cls": EXTENSION,
                        **kwargs}
         self.llm: Any = None
@@ -30,13 +58,12 @@ class VLLMEngine:
 
         self._sampling_params = SamplingParams
         self.llm = LLM(**self.kwargs)
+        # What the GPU workers applied, read on the workers: the final mode is
+        # resolved there and the front end's copy may say otherwise. Read before
+        # sleeping; the generator refuses the engine if it contradicts the policy.
+        reports = self.llm.collective_rpc(APPLIED_RPC)
         self.llm.sleep(level=2)
-        mode = None
-        try:  # what vLLM actually applied: some model kinds override the request silently
-            mode = str(self.llm.llm_engine.vllm_config.compilation_config.cudagraph_mode)
-        except AttributeError:
-            pass
-        return {"engine": "vllm", "cudagraph_mode": mode}
+        return {"engine": "vllm", "applied": AppliedSettings.from_reports(reports).to_json()}
 
     def wake_weights(self) -> None:
         self.llm.wake_up(tags=["weights"])

@@ -5,6 +5,10 @@
 the device (packing q/k/v and gate/up as vLLM does), then proves the result
 with ``hangwatch.generator.weightsync.verify_loaded`` on the model's device tensors
 (each copied to host once for fingerprinting). Raises ``WeightMismatch``.
+
+``hangwatch_compilation_settings()`` reports the cuda-graph and compile mode
+this worker applied (see ``hangwatch.generator.applied``): the worker's copy of
+the config is the one ``resolve_cudagraph_mode_and_sizes`` may have changed.
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ from typing import Any, Mapping
 
 import torch
 
+from hangwatch.generator.applied import compilation_settings
 from hangwatch.generator.staging import StagedReader
 from hangwatch.generator.weightsync import verify_loaded
 
 
 class WeightSyncExtension:
     model_runner: Any  # provided by vLLM's GPU worker
+    vllm_config: Any  # provided by vLLM's GPU worker
 
     def hangwatch_load_weights(self, path: str, manifest: Mapping[str, Any]) -> dict[str, Any]:
         model = self.model_runner.model
@@ -26,3 +32,9 @@ class WeightSyncExtension:
             loaded = model.load_weights(reader.items())
             torch.cuda.synchronize()  # the H2D copies read the mapping; finish before unmapping
         return verify_loaded(model, manifest, loaded)
+
+    def hangwatch_compilation_settings(self) -> dict[str, Any]:
+        # The model runner resolves the mode on the compilation config it holds;
+        # read that one, and the worker's own where a runner keeps none.
+        config = getattr(getattr(self, "model_runner", None), "compilation_config", None)
+        return compilation_settings(config if config is not None else self.vllm_config.compilation_config)

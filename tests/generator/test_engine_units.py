@@ -56,8 +56,41 @@ def test_fake_engine_refuses_misuse(tmp_path, trainer):
 def test_fake_engine_rejects_unknown_fake_kwargs():
     with pytest.raises(ValueError, match="fake_wedge_at_stepp"):
         FakeEngine(fake_kwargs(fake_wedge_at_stepp=3))
-    with pytest.raises(ValueError, match="cudagraph_mode"):
-        FakeEngine(fake_kwargs(compilation_config={"cudagraph_mode": "SOMETIMES"}))
+    with pytest.raises(ValueError, match="fake_worker_cudagraph_mode"):
+        FakeEngine(fake_kwargs(fake_worker_cudagraph_mode="SOMETIMES"))
+
+
+@pytest.mark.parametrize("mode", ["SOMETIMES", " NONE", "NONE\n"])
+def test_fake_engine_parses_cudagraph_mode_like_vllm(mode):
+    """vLLM parses with ``CUDAGraphMode[value.upper()]``: a bare KeyError, no stripping; at LLM() time."""
+    engine = FakeEngine(fake_kwargs(compilation_config={"cudagraph_mode": mode}))
+    with pytest.raises(KeyError) as caught:
+        engine.start()
+    assert caught.type is KeyError and caught.value.args == (mode.upper(),)
+
+
+def test_fake_engine_drops_a_misspelled_compilation_key_like_vllm():
+    engine = FakeEngine(fake_kwargs(compilation_config={"cudagraph_mod": "NONE"}))
+    report = engine.start()
+    assert report["applied"]["cudagraph_mode"] == "FULL_AND_PIECEWISE" and engine.graph is not None
+    engine.close()
+
+
+@pytest.mark.parametrize("kwargs, applied", [
+    ({}, ("FULL_AND_PIECEWISE", "VLLM_COMPILE")),
+    ({"compilation_config": {"cudagraph_mode": "none"}}, ("NONE", "VLLM_COMPILE")),
+    ({"enforce_eager": True}, ("NONE", "NONE")),
+    ({"fake_worker_cudagraph_mode": "PIECEWISE"}, ("PIECEWISE", "VLLM_COMPILE")),
+])
+def test_applied_settings_are_read_on_the_worker(kwargs, applied):
+    engine = FakeEngine(fake_kwargs(**kwargs))
+    report = engine.start()
+    assert (report["applied"]["cudagraph_mode"], report["applied"]["compile_mode"]) == applied
+    assert report["applied"]["workers"] == 1
+    if "fake_worker_cudagraph_mode" in kwargs:
+        # the front end's copy still says what was asked: reading it would have been wrong
+        assert engine.front_end_config.cudagraph_mode.name == "FULL_AND_PIECEWISE"
+    engine.close()
 
 
 @pytest.mark.parametrize("kwargs, graphs", [({}, True), ({"enforce_eager": True}, False),

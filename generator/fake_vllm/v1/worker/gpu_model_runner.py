@@ -22,8 +22,9 @@ class AsyncModelRunnerOutput:
 
 
 class GPUModelRunner:
-    def __init__(self, runnable: Callable[..., Any]):
+    def __init__(self, runnable: Callable[..., Any], compilation_config: Any = None):
         self.runnable = runnable
+        self.compilation_config = compilation_config  # the worker's resolved copy, as in vLLM
 
     def execute_model(self, inputs: Any) -> AsyncModelRunnerOutput:
         return AsyncModelRunnerOutput(self.runnable, inputs)

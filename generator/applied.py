@@ -1,0 +1,94 @@
+"""What the engine's GPU worker actually applied (cuda-graph mode, compile mode), and the refusal.
+
+Why the worker: vLLM resolves the final cuda-graph mode there
+(``CompilationConfig.resolve_cudagraph_mode_and_sizes``, called from the GPU
+model runner) and may change it there, e.g. downgrade FULL_AND_PIECEWISE; the
+front end's copy (``llm.llm_engine.vllm_config``) never sees that change. So
+the settings are read with ``collective_rpc`` on the extension method
+``APPLIED_RPC`` (``engines/vllm_extension.py``), once per worker.
+
+Invariant: when the rollout policy asked for graphs off, no engine whose
+worker reports a mode other than NONE is used (``check_applied`` raises
+``CudagraphPolicyViolation``). That is the guarantee behind a retry "with
+graphs off": a misspelled ``compilation_config`` key, which vLLM drops
+silently, or a model kind that overrides the request is caught here.
+
+Dependency-free (no torch, no vLLM): the TRL path and the tests use it too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from hangwatch.generator.errors import CudagraphPolicyViolation, GeneratorError
+
+APPLIED_RPC = "hangwatch_compilation_settings"
+
+
+def _name(value: Any) -> str | None:
+    """An enum member's name (``CUDAGraphMode.NONE`` -> ``"NONE"``); ints (old ``level``) as text."""
+    if value is None:
+        return None
+    name = getattr(value, "name", None)
+    if isinstance(name, str):
+        return name
+    return str(value).rsplit(".", 1)[-1]
+
+
+def compilation_settings(compilation_config: Any) -> dict[str, str | None]:
+    """The two settings of a (worker's) ``CompilationConfig``, as plain strings for JSON."""
+    mode = getattr(compilation_config, "mode", None)
+    if mode is None:  # vLLM before ``mode`` named it ``level`` (an int)
+        mode = getattr(compilation_config, "level", None)
+    return {"cudagraph_mode": _name(getattr(compilation_config, "cudagraph_mode", None)),
+            "compile_mode": _name(mode)}
+
+
+@dataclass(frozen=True)
+class AppliedSettings:
+    """The settings every GPU worker of one engine reported (they must agree)."""
+
+    cudagraph_mode: str
+    compile_mode: str | None
+    workers: int
+
+    @property
+    def graphs_on(self) -> bool:
+        return self.cudagraph_mode != "NONE"
+
+    @classmethod
+    def from_reports(cls, reports: Iterable[Mapping[str, Any]] | None) -> "AppliedSettings":
+        items = [dict(r) for r in (reports or [])]
+        if not items:
+            raise GeneratorError("no GPU worker answered the compilation-settings read-back")
+        distinct = {(r.get("cudagraph_mode"), r.get("compile_mode")) for r in items}
+        if len(distinct) != 1:
+            raise GeneratorError(f"GPU workers disagree on the applied compilation settings: {items!r:.500}")
+        mode, compile_mode = distinct.pop()
+        if not isinstance(mode, str) or not mode:
+            raise GeneratorError(f"a GPU worker reported no cuda-graph mode: {items!r:.500}")
+        return cls(cudagraph_mode=mode, compile_mode=compile_mode, workers=len(items))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cudagraph_mode": self.cudagraph_mode, "compile_mode": self.compile_mode, "workers": self.workers}
+
+    def beat_info(self) -> dict[str, Any]:
+        """Heartbeat ``info`` fields: the supervisor journals them (``trainer_info``) per attempt."""
+        return {"applied_cudagraph_mode": self.cudagraph_mode, "applied_compile_mode": self.compile_mode}
+
+
+def check_applied(policy_graphs_on: bool, applied: AppliedSettings, *, requested: Mapping[str, Any] | None = None,
+                  log_path: str | None = None) -> None:
+    """Refuse an engine that runs graphs when the policy said off. Graphs on by policy: anything goes
+    (vLLM may downgrade; that is reported, not refused)."""
+    if policy_graphs_on or not applied.graphs_on:
+        return
+    asked = {k: requested[k] for k in ("compilation_config", "enforce_eager") if k in requested} if requested else {}
+    raise CudagraphPolicyViolation(
+        f"the rollout policy turned cuda graphs off, but the engine's GPU worker applied "
+        f"cudagraph_mode={applied.cudagraph_mode} (compile mode {applied.compile_mode}); refusing to use it. "
+        f"Requested: {asked or 'nothing'}. vLLM silently drops a misspelled compilation_config key; "
+        f"use compilation_config={{'cudagraph_mode': 'NONE'}} or enforce_eager=True",
+        log_path=log_path,
+    )
