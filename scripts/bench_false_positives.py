@@ -5,10 +5,12 @@
 
 Prints one row per scenario, then exactly one summary line:
 
-    run_hours=<h> false_verdicts=<n> wedges_detected=<k>/<m> median_latency_over_window=<r>
+    run_hours=<h> false_verdicts=<n> wedges_detected=<k>/<m> median_latency_over_window=<r> busy_hangs_detected=<b>/<c>
 
 A wedge counts as detected when a stall verdict comes within window + 2 intervals
 of the injected onset; r is the median of those latencies divided by the window.
+A busy hang (spinning, no beat) counts as detected when a hang verdict comes within
+progress timeout + 2 intervals of its last beat; ``wedges_detected`` counts both.
 ``--stall-window``/``--noise-samples``/``--no-phase-timeouts`` replay the same corpus
 under other settings (a what-if), and ``--ablations`` adds a table of weaker
 settings on a slice of the corpus, to show that it does fool them.
@@ -58,12 +60,14 @@ def replay_all(runs, config, jobs):
 
 
 def print_table(rows, config) -> None:
-    print(f"{'scenario':<20} {'runs':>4} {'run_h':>7} {'false':>5} {'wedges':>8}   latency/window min / median / max")
+    print(f"{'scenario':<20} {'runs':>4} {'run_h':>7} {'false':>5} {'wedges':>8}   latency/window min / median / max"
+          f"   {'busy':>7}  (verdict-beat)/timeout max")
     for row in rows:
         lat = row.latency_over_window(config.stall_window)
         lat_s = " / ".join(f"{x:.3f}" for x in lat) if lat else "-"
+        busy = f"{max(row.busy_ratios):.3f}" if row.busy_ratios else "-"
         print(f"{row.scenario:<20} {row.runs:>4} {row.hours:>7.1f} {row.false_verdicts:>5} "
-              f"{row.detected:>4}/{row.wedges:<3}   {lat_s}")
+              f"{row.detected:>4}/{row.wedges:<3}   {lat_s:<23}   {row.busy_detected:>3}/{row.busy_wedges:<3}  {busy}")
 
 
 def ablations(runs, jobs) -> None:
@@ -73,16 +77,19 @@ def ablations(runs, jobs) -> None:
         ("window 30 s", dataclasses.replace(base, stall_window=30.0)),
         ("window 45 s", dataclasses.replace(base, stall_window=45.0)),
         ("no noise tolerance", dataclasses.replace(base, noise_samples=0)),
+        ("progress timeout 300 s", dataclasses.replace(base, progress_timeout=300.0)),
+        ("idle only (old rule)", dataclasses.replace(base, idle_only=True)),
     ]
     print()
     print(f"ablations on {sum(p.hours for p in runs):.0f} run-hours ({len(runs)} runs):")
-    print(f"{'setting':<22} {'false':>5} {'wedges':>9}  median latency/window")
+    print(f"{'setting':<22} {'false':>5} {'wedges':>9}  median latency/window  {'busy hangs':>10}")
     for name, cfg in weaker:
         rows = fp.summarise(replay_all(runs, cfg, jobs), cfg)
         lat = [x for row in rows for x in row.latencies]
         med = f"{statistics.median(lat) / cfg.stall_window:.3f}" if lat else "-"
+        busy = f"{sum(r.busy_detected for r in rows)}/{sum(r.busy_wedges for r in rows)}"
         print(f"{name:<22} {sum(r.false_verdicts for r in rows):>5} "
-              f"{sum(r.detected for r in rows):>4}/{sum(r.wedges for r in rows):<4}  {med}")
+              f"{sum(r.detected for r in rows):>4}/{sum(r.wedges for r in rows):<4}  {med:<21}  {busy:>10}")
     print()
 
 
@@ -90,12 +97,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hours-per-scenario", type=float, default=128.0,
-                        help="run-hours per scenario (8 scenarios; default 128, i.e. 1,024 in all)")
+                        help="run-hours per scenario (9 scenarios; default 128, i.e. 1,152 in all)")
     parser.add_argument("--wedges-per-run", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("--stall-window", type=float, help="what-if: another window (s)")
     parser.add_argument("--noise-samples", type=int, help="what-if: another noise tolerance")
     parser.add_argument("--no-phase-timeouts", action="store_true", help="what-if: no phase stretches the window")
+    parser.add_argument("--progress-timeout", type=float, help="what-if: another progress timeout (s)")
+    parser.add_argument("--idle-only", action="store_true", help="what-if: the progress rule needs an idle tree")
     parser.add_argument("--ablations", action="store_true", help="also replay a slice under weaker settings")
     args = parser.parse_args(argv)
 
@@ -106,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         config = dataclasses.replace(config, noise_samples=args.noise_samples)
     if args.no_phase_timeouts:
         config = dataclasses.replace(config, phase_timeouts={})
+    if args.progress_timeout is not None:
+        config = dataclasses.replace(config, progress_timeout=args.progress_timeout)
+    if args.idle_only:
+        config = dataclasses.replace(config, idle_only=True)
 
     started = time.perf_counter()
     runs = fp.corpus(seed=args.seed, hours_per_scenario=args.hours_per_scenario, wedges_per_run=args.wedges_per_run)
@@ -116,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"detector: window {config.stall_window:g} s, interval {config.interval:g} s, "
           f"noise {config.noise_samples}, gap tolerance {config.effective_gap_tolerance:g} s, "
+          f"progress timeout {config.progress_timeout:g} s{' (idle only)' if config.idle_only else ''}, "
           f"phases {dict(config.phase_timeouts)}")
     print_table(rows, config)
     for r in results:
@@ -129,12 +143,14 @@ def main(argv: list[str] | None = None) -> int:
 
     hours = sum(row.hours for row in rows)
     false = sum(row.false_verdicts for row in rows)
-    detected = sum(row.detected for row in rows)
-    wedges = sum(row.wedges for row in rows)
+    busy_detected = sum(row.busy_detected for row in rows)
+    busy_wedges = sum(row.busy_wedges for row in rows)
+    detected = sum(row.detected for row in rows) + busy_detected
+    wedges = sum(row.wedges for row in rows) + busy_wedges
     latencies = [x for row in rows for x in row.latencies]
     ratio = statistics.median(latencies) / config.stall_window if latencies else float("nan")
     print(f"run_hours={hours:.1f} false_verdicts={false} wedges_detected={detected}/{wedges} "
-          f"median_latency_over_window={ratio:.3f}")
+          f"median_latency_over_window={ratio:.3f} busy_hangs_detected={busy_detected}/{busy_wedges}")
     return 0 if false == 0 and detected == wedges else 1
 
 

@@ -13,7 +13,16 @@ phases that make naive watchdogs fire on healthy training:
 * torch.compile and cuda-graph capture (phases ``compile``/``warmup``);
 * evaluation passes (all ranks, or rank 0 alone with its peers in a barrier);
 * data-loader stalls that recover (GPU idle, CPU low, under the progress timeout);
-* GPU probe gaps (NVML returns nothing for up to 20 s) and single noisy readings.
+* GPU probe gaps (NVML returns nothing for up to 20 s) and single noisy readings;
+* busy-but-healthy stretches without a beat (scenario ``busy_healthy``): evaluation
+  passes of up to 540 s that beat only at their end, an unannounced first compile and
+  a data-loader warm-up before the first beat, unannounced recompiles: the CPU burns,
+  no beat comes, and it is not a hang.
+
+Busy hangs are injected too (one per run after the first beat): the trainer spins
+(``busy_cpu``: a retry loop, GPU idle) or the engine busy-polls a pinned GPU
+(``busy_gpu``), and no beat arrives. Only the progress rule can catch them: at the
+last beat + ``progress_timeout``.
 
 A wedge is injected into a copy of a run at a tick ``T`` outside any announced long
 phase: from ``T`` on, the wedged GPU reads 96-100 %, its holders 0-5 % CPU in total,
@@ -49,6 +58,7 @@ LONG_PHASES = frozenset(DEFAULT_PHASE_TIMEOUTS)
 MAX_SILENCE = 560  # ticks between beats outside long phases (progress timeout 600)
 MAX_LONG_PHASE = 1500  # ticks a long phase may last (its timeouts are 1800)
 WEDGE_TICKS = 75  # how long a wedged copy runs after T before we call it a miss
+BUSY_VARIANTS = ("busy_cpu", "busy_gpu")  # busy hangs: only the progress rule sees them
 
 SCENARIOS = (
     "colocate_1gpu",
@@ -59,6 +69,7 @@ SCENARIOS = (
     "dataloader_stalls",
     "flaky_probe",
     "container_nopids",
+    "busy_healthy",
 )
 
 
@@ -163,6 +174,7 @@ _ACTIVITY = {
     "train": ((90, 100), (90, 110), (0, 2), (5, 40)),
     "loader_stall": ((0, 10), (0, 5), (0, 1), (0, 3)),
     "eval": ((90, 100), (60, 120), (0, 2), (5, 30)),
+    "loader_warmup": ((0, 5), (20, 60), (0, 2), (80, 100)),
 }
 # Colocated engine: decode runs in the trainer process, so the trainer is the busy one.
 _COLOCATED_DECODE = ((85, 100), (70, 130), (0, 0), (0, 20))
@@ -272,13 +284,16 @@ def _noise(rng: random.Random, cpu: dict[int, float], utils: list[int]) -> None:
 
 
 def wedge_samples(
-    plan: RunPlan, at: int, last_beat: Heartbeat | None, variant: str, seed: int, noise_run: int = 2
+    plan: RunPlan, at: int, last_beat: Heartbeat | None, variant: str, seed: int, noise_run: int = 2,
+    ticks: int = WEDGE_TICKS,
 ) -> Iterator[Sample]:
     """The copy's samples from tick ``at`` on: rank 0 (or every rank) wedged, no beats.
 
     Variants: ``all`` every rank wedged (peers blocked behind it, hosts asleep);
     ``spin`` rank 0 wedged, its peers at 100 % GPU spinning at ~100 % CPU in a
-    collective (the case a whole-tree CPU rule would miss).
+    collective (the case a whole-tree CPU rule would miss). Busy hangs:
+    ``busy_cpu`` every trainer spins at ~100 % of a core with its GPU idle;
+    ``busy_gpu`` every GPU reads 85-100 % while its holders poll at ~100 %.
 
     The run's single noisy readings go on (at its ``noise_rate``), at most
     ``noise_run`` ticks in a row: a longer run of contrary readings is not noise.
@@ -290,14 +305,19 @@ def wedge_samples(
     rng = random.Random(seed)
     r = rng.random
     noisy_in_a_row = 0
-    for i in range(WEDGE_TICKS):
+    busy = variant in BUSY_VARIANTS
+    for i in range(ticks):
         t = float(at + i)
         cpu: dict[int, float] = {}
         utils = []
         for rank in range(topo.ranks):
             wedged = rank == 0 or variant == "all"
             holders = topo.holders(rank)
-            if wedged:
+            if busy:
+                utils.append(int(5 * r()) if variant == "busy_cpu" else 85 + int(16 * r()))
+                for pid in holders:
+                    cpu[pid] = 90 + 15 * r() if pid == holders[-1] else 2 * r()
+            elif wedged:
                 utils.append(96 + int(5 * r()))
                 # Holders' CPU 0-5 % in all; without holder pids the holders are the
                 # whole tree, so the 5 % is shared by every rank's holders.
@@ -345,10 +365,15 @@ class _Builder:
         return out
 
 
-def _startup(b: _Builder, compile_heavy: bool) -> None:
+def _startup(b: _Builder, compile_heavy: bool, busy: bool = False) -> None:
     rng = b.rng
     b.add("load", rng.randint(60, 600))  # before the first beat: nothing to time out yet
-    b.add("compile", rng.randint(120, 1200 if compile_heavy else 600), [(0, "compile")])
+    if busy:
+        # Busy before the first beat (the warm-up allowance): data-loader workers fill
+        # their queues, then a first compile the trainer does not announce.
+        b.add("loader_warmup", rng.randint(60, 900))
+    announce = [] if busy and rng.random() < 0.5 else [(0, "compile")]
+    b.add("compile", rng.randint(120, 1200 if compile_heavy else 600), announce, "" if announce else "silent")
     capture = rng.randint(60, 1200 if compile_heavy else 300)
     b.add("capture", capture, [(0, "warmup"), (capture - 1, "train")])
 
@@ -387,8 +412,13 @@ def _checkpoint(b: _Builder, topo: Topology) -> None:
         b.add("ckpt", length, b.every(length, 5, 45, "save"), "shards")
 
 
-def _evaluate(b: _Builder, topo: Topology) -> None:
+def _evaluate(b: _Builder, topo: Topology, busy: bool = False) -> None:
     rng = b.rng
+    if busy and rng.random() < 0.6:
+        # A long evaluation that beats only when it is done: busy, silent, healthy.
+        length = rng.randint(120, MAX_SILENCE - 20)
+        b.add("eval", length, [(length - 1, "train")], "silent")
+        return
     length = rng.randint(120, 900)
     if topo.ranks > 1 and rng.random() < 0.5:
         b.add("eval_rank0", length, b.every(length, 5, 40, "eval"), "block" if rng.random() < 0.5 else "spin")
@@ -396,9 +426,12 @@ def _evaluate(b: _Builder, topo: Topology) -> None:
         b.add("eval", length, b.every(length, 5, 30, "eval"))
 
 
-def _recompile(b: _Builder) -> None:
+def _recompile(b: _Builder, busy: bool = False) -> None:
     rng = b.rng
-    if rng.random() < 0.5:
+    if busy and rng.random() < 0.5:
+        length = rng.randint(30, 500)  # a recompile the trainer does not announce
+        b.add("compile", length, [(length - 1, "train")], "silent")
+    elif rng.random() < 0.5:
         length = rng.randint(30, 300)
         b.add("compile", length, [(0, "compile"), (length - 1, "train")])
     else:
@@ -406,7 +439,7 @@ def _recompile(b: _Builder) -> None:
         b.add("capture", length, [(0, "warmup"), (length - 1, "train")])
 
 
-def plan_run(scenario: str, index: int, seed: int, hours: float, wedges: int = 3) -> RunPlan:
+def plan_run(scenario: str, index: int, seed: int, hours: float, wedges: int = 3, busy_wedges: int = 1) -> RunPlan:
     rng = random.Random(f"{seed}/{scenario}/{index}")
     topo = {
         "colocate_1gpu": Topology(1),
@@ -417,24 +450,26 @@ def plan_run(scenario: str, index: int, seed: int, hours: float, wedges: int = 3
         "dataloader_stalls": Topology(1, workers=4),
         "flaky_probe": Topology(rng.choice([1, 4]), engine_process=rng.random() < 0.5),
         "container_nopids": Topology(rng.choice([1, 2]), engine_process=rng.random() < 0.5, holders_visible=False),
+        "busy_healthy": Topology(rng.choice([1, 2]), engine_process=rng.random() < 0.5),
     }[scenario]
+    busy = scenario == "busy_healthy"
     noise_rate, gap_rate = (0.02, 0.005) if scenario == "flaky_probe" else (0.002, 0.0005)
     b = _Builder(rng)
-    _startup(b, compile_heavy=scenario == "compile_heavy")
+    _startup(b, compile_heavy=scenario == "compile_heavy", busy=busy)
     target = int(hours * 3600)
     ckpt_every = rng.randint(1200, 3600) if scenario != "ddp4_checkpoint" else rng.randint(600, 1500)
-    eval_every = rng.randint(900, 1800) if scenario == "eval_heavy" else rng.randint(3600, 7200)
-    recompile_every = rng.randint(1200, 3600) if scenario == "compile_heavy" else 10**9
+    eval_every = rng.randint(900, 1800) if scenario in ("eval_heavy", "busy_healthy") else rng.randint(3600, 7200)
+    recompile_every = rng.randint(1200, 3600) if scenario in ("compile_heavy", "busy_healthy") else 10**9
     next_ckpt, next_eval, next_recompile = b.t + ckpt_every, b.t + eval_every, b.t + recompile_every
     while b.t < target:
         if b.t >= next_ckpt:
             _checkpoint(b, topo)
             next_ckpt = b.t + ckpt_every
         elif b.t >= next_eval:
-            _evaluate(b, topo)
+            _evaluate(b, topo, busy)
             next_eval = b.t + eval_every
         elif b.t >= next_recompile:
-            _recompile(b)
+            _recompile(b, busy)
             next_recompile = b.t + recompile_every
         else:
             _step(b, scenario, topo)
@@ -453,7 +488,19 @@ def plan_run(scenario: str, index: int, seed: int, hours: float, wedges: int = 3
                 picks.append(a + x)
                 break
             x -= b_ - a
-    variants = tuple(("all" if topo.ranks == 1 or not topo.holders_visible else rng.choice(["all", "spin"])) for _ in picks)
+    variants = [("all" if topo.ranks == 1 or not topo.holders_visible else rng.choice(["all", "spin"])) for _ in picks]
+    # Busy hangs: only after the first beat (before it, the warm-up allowance holds).
+    first_beat = plan.beats()[0][0] if plan.beats() else plan.ticks
+    busy_ranges = [(max(a, first_beat + 1), b_) for a, b_ in ranges if b_ > max(a, first_beat + 1)]
+    busy_total = sum(b_ - a for a, b_ in busy_ranges)
+    for k in range(busy_wedges if busy_total else 0):
+        x = rng.randrange(busy_total)
+        for a, b_ in busy_ranges:
+            if x < b_ - a:
+                picks.append(a + x)
+                variants.append(BUSY_VARIANTS[(index + k) % len(BUSY_VARIANTS)])
+                break
+            x -= b_ - a
     order = sorted(range(len(picks)), key=picks.__getitem__)
     return RunPlan(
         scenario, index, plan.seed, topo, plan.segments, noise_rate, gap_rate,
@@ -462,7 +509,7 @@ def plan_run(scenario: str, index: int, seed: int, hours: float, wedges: int = 3
 
 
 def corpus(seed: int = 0, hours_per_scenario: float = 128.0, run_hours: tuple[float, float] = (2.0, 6.0),
-           wedges_per_run: int = 3, scenarios: Sequence[str] = SCENARIOS) -> list[RunPlan]:
+           wedges_per_run: int = 3, scenarios: Sequence[str] = SCENARIOS, busy_wedges_per_run: int = 1) -> list[RunPlan]:
     """Runs for each scenario until ``hours_per_scenario`` is reached; deterministic from ``seed``."""
     runs = []
     for scenario in scenarios:
@@ -470,7 +517,7 @@ def corpus(seed: int = 0, hours_per_scenario: float = 128.0, run_hours: tuple[fl
         done, index = 0.0, 0
         while done < hours_per_scenario:
             hours = min(rng.uniform(*run_hours), max(hours_per_scenario - done, 0.5))
-            plan = plan_run(scenario, index, seed, hours, wedges_per_run)
+            plan = plan_run(scenario, index, seed, hours, wedges_per_run, busy_wedges_per_run)
             runs.append(plan)
             done += plan.hours
             index += 1
@@ -485,10 +532,22 @@ class WedgeResult:
     at: int
     variant: str
     verdict: Verdict | None
+    last_beat_t: float | None = None
+    timeout: float | None = None  # the progress timeout in force at the wedge
+
+    @property
+    def busy(self) -> bool:
+        return self.variant in BUSY_VARIANTS
 
     @property
     def latency(self) -> float | None:
-        if self.verdict is None or self.verdict.kind is not VerdictKind.STALL:
+        """Stall wedges: verdict time minus the wedge tick (a stall verdict only).
+        Busy hangs: verdict time minus the last beat (a hang verdict of any kind)."""
+        if self.verdict is None:
+            return None
+        if self.busy:
+            return None if self.last_beat_t is None else self.verdict.detected_at - self.last_beat_t
+        if self.verdict.kind is not VerdictKind.STALL:
             return None
         return self.verdict.detected_at - self.at
 
@@ -517,7 +576,9 @@ def replay(plan: RunPlan, config: DetectorConfig | None = None) -> RunResult:
     for sample in plan.samples():
         while pending and int(sample.t) == pending[0][0]:  # two wedges may share a tick
             at, variant = pending.pop(0)
-            result.wedges.append(WedgeResult(at, variant, _run_wedge(detector, plan, at, last_beat, variant)))
+            timeout = config.progress_timeout_for(last_beat.phase if last_beat else None)
+            result.wedges.append(WedgeResult(at, variant, _run_wedge(detector, plan, at, last_beat, variant),
+                                             last_beat.ts if last_beat else None, timeout))
         verdict = observe(sample)
         n += 1
         last_beat = sample.heartbeat
@@ -530,9 +591,20 @@ def replay(plan: RunPlan, config: DetectorConfig | None = None) -> RunResult:
     return result
 
 
+def _wedge_ticks(config: DetectorConfig, at: int, last_beat: Heartbeat | None, variant: str) -> int:
+    """How long a wedged copy runs: a busy hang until a little past its progress timeout."""
+    if variant not in BUSY_VARIANTS or last_beat is None:
+        return WEDGE_TICKS
+    timeout = config.progress_timeout_for(last_beat.phase)
+    if timeout is None:
+        return WEDGE_TICKS
+    return max(WEDGE_TICKS, int(last_beat.ts + timeout + 3 * config.interval) - at + 1)
+
+
 def _run_wedge(detector: Detector, plan: RunPlan, at: int, last_beat: Heartbeat | None, variant: str) -> Verdict | None:
     fork = copy.deepcopy(detector)
-    for sample in wedge_samples(plan, at, last_beat, variant, seed=plan.seed ^ at):
+    ticks = _wedge_ticks(fork.config, at, last_beat, variant)
+    for sample in wedge_samples(plan, at, last_beat, variant, seed=plan.seed ^ at, ticks=ticks):
         verdict = fork.observe(sample)
         if verdict is not None:
             return verdict
@@ -541,7 +613,8 @@ def _run_wedge(detector: Detector, plan: RunPlan, at: int, last_beat: Heartbeat 
 
 def replay_wedged_copy(plan: RunPlan, at: int, variant: str, config: DetectorConfig | None = None) -> Verdict | None:
     """The slow, literal way: a fresh detector over the copy (healthy prefix, then the wedge)."""
-    detector = Detector(config or DetectorConfig(), start=0.0)
+    config = config or DetectorConfig()
+    detector = Detector(config, start=0.0)
     last_beat = None
     for sample in plan.samples():
         if sample.t >= at:
@@ -550,7 +623,8 @@ def replay_wedged_copy(plan: RunPlan, at: int, variant: str, config: DetectorCon
         if verdict is not None:
             return verdict
         last_beat = sample.heartbeat
-    for sample in wedge_samples(plan, at, last_beat, variant, seed=plan.seed ^ at):
+    ticks = _wedge_ticks(config, at, last_beat, variant)
+    for sample in wedge_samples(plan, at, last_beat, variant, seed=plan.seed ^ at, ticks=ticks):
         verdict = detector.observe(sample)
         if verdict is not None:
             return verdict
@@ -566,6 +640,9 @@ class Row:
     detected: int
     wedges: int
     latencies: list[float]
+    busy_detected: int = 0
+    busy_wedges: int = 0
+    busy_ratios: list[float] = field(default_factory=list)  # (verdict - last beat) / progress timeout
 
     def latency_over_window(self, window: float) -> tuple[float, float, float] | None:
         if not self.latencies:
@@ -574,7 +651,8 @@ class Row:
 
 
 def summarise(results: Sequence[RunResult], config: DetectorConfig | None = None) -> list[Row]:
-    """Rows per scenario; a wedge counts as detected only within window + 2 intervals."""
+    """Rows per scenario; a wedge counts as detected only within window + 2 intervals,
+    a busy hang only within progress timeout + 2 intervals of its last beat."""
     config = config or DetectorConfig()
     bound = config.stall_window + 2 * config.interval
     rows: dict[str, Row] = {}
@@ -584,6 +662,13 @@ def summarise(results: Sequence[RunResult], config: DetectorConfig | None = None
         row.hours += res.plan.hours
         row.false_verdicts += len(res.false_verdicts)
         for w in res.wedges:
+            if w.busy:
+                row.busy_wedges += 1
+                lat = w.latency
+                if lat is not None and w.timeout and 0 <= lat <= w.timeout + 2 * config.interval:
+                    row.busy_detected += 1
+                    row.busy_ratios.append(lat / w.timeout)
+                continue
             row.wedges += 1
             if w.latency is not None and w.latency <= bound:
                 row.detected += 1

@@ -93,6 +93,7 @@ SETTINGS: dict[str, tuple[type, Any]] = {
     "stall_window": (float, 60.0),
     "progress_timeout": (float, 600.0),
     "noise_samples": (int, 2),
+    "idle_only": (bool, False),
     "phase_timeouts": (dict, None),
     "grace": (float, 10.0),
     "kill_timeout": (float, 5.0),
@@ -198,6 +199,7 @@ def build(values: Mapping[str, Any], command: list[str]) -> RunConfig:
         progress_timeout=progress if progress and progress > 0 else None,
         noise_samples=v["noise_samples"],
         phase_timeouts=parse_phase_timeouts(v["phase_timeouts"]),
+        idle_only=bool(v.get("idle_only", False)),  # .get: runs saved before the option resume too
     )
     return RunConfig(
         command=tuple(command),

@@ -6,8 +6,8 @@ Lifecycle of one ``Detector`` (one per attempt)::
     SUSPECT  --(condition held for the window)--> FIRED      (verdict: stall)
     SUSPECT  --(heartbeat progress, or > noise_samples contrary samples in a row,
                 or no confirming sample for gap_tolerance seconds)--> WATCHING
-    WATCHING/SUSPECT --(no progress for progress_timeout, tree idle)--> FIRED
-                                                             (verdict: silent_hang)
+    WATCHING/SUSPECT --(no progress for progress_timeout)--> FIRED
+                                          (verdict: silent_hang; stall if one is suspected)
     FIRED is terminal: the supervisor acts once per attempt.
 
 The conditions:
@@ -20,9 +20,17 @@ The conditions:
   (``pids`` None or empty: NVML in a container) may be the tree's, and its
   holders' CPU is the whole tree's (the conservative choice: a busy host means
   no stall). A busy device held only by processes outside the tree is ignored.
-* **silent hang**: the trainer has sent heartbeats, then none for
-  ``progress_timeout``, while no GPU of the tree is busy and the whole tree's
-  CPU is <= ``cpu_idle_pct``, and has been for min(window, timeout) as well.
+* **hang (progress rule)**: the trainer has sent heartbeats, then none for
+  ``progress_timeout``, whatever the CPU and the GPU do. A hang may sleep (a
+  deadlock, a dead peer) or spin (vLLM's engine busy-polling its queue, NCCL
+  proxy threads, a retry loop): no progress is the signal, not idleness. The
+  verdict is ``silent_hang``, or ``stall`` when the stall condition is pending
+  at that moment (the GPU signature says what it is, and the cuda-graph
+  escalation must follow it). Before the first beat the rule never fires: that
+  is the warm-up allowance (loading, first compile, data-loader warm-up).
+* with ``idle_only`` the old, stricter rule instead: the silence must also
+  come with no busy GPU and the whole tree's CPU <= ``cpu_idle_pct``, held for
+  min(window, timeout).
 
 Robustness rules (the reason this is more than an ``if``):
 * one contrary sample (a noisy reading) does not reset a sustained stall; only
@@ -75,6 +83,8 @@ class DetectorConfig:
     noise_samples: int = 2
     gap_tolerance: float | None = None
     phase_timeouts: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_PHASE_TIMEOUTS))
+    # The progress rule fires only on an idle tree (the rule before busy hangs were caught).
+    idle_only: bool = False
 
     def __post_init__(self) -> None:
         _positive("interval", self.interval)
@@ -91,6 +101,8 @@ class DetectorConfig:
             raise ConfigError(f"--noise-samples must be a whole number >= 0, got {self.noise_samples!r}")
         if self.gap_tolerance is not None:
             _positive("gap-tolerance", self.gap_tolerance)
+        if not isinstance(self.idle_only, bool):
+            raise ConfigError(f"idle-only must be true or false, got {self.idle_only!r}")
         for phase, seconds in self.phase_timeouts.items():
             if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not seconds > 0:
                 raise ConfigError(
@@ -123,6 +135,7 @@ class DetectorConfig:
             "noise_samples": self.noise_samples,
             "gap_tolerance": self.effective_gap_tolerance,
             "phase_timeouts": dict(self.phase_timeouts),
+            "idle_only": self.idle_only,
         }
 
     @classmethod
@@ -249,23 +262,59 @@ class Detector:
         timeout = self._timeout
         if self._heartbeats_seen and timeout is not None:
             silent_for = t - self._last_progress
-            idle_needed = min(window, timeout)
-            if silent_for >= timeout - self._slack and self._idle.held_for(t) >= idle_needed - self._slack:
-                scan = _scan(sample, tree_cpu, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
-                self.state = DetectorState.FIRED
-                return Verdict(
-                    VerdictKind.SILENT_HANG,
-                    detected_at=t,
-                    onset=self._last_progress,
-                    window=timeout,
-                    phase=self.phase,
-                    reason=(
-                        f"no heartbeat progress for {silent_for:.0f} s (timeout {timeout:.0f} s), "
-                        f"tree cpu={tree_cpu:.1f}%, gpu idle"
-                    ),
-                    evidence=self._evidence(sample, scan, tree_cpu),
-                )
+            if silent_for >= timeout - self._slack:
+                idle_held = self._idle.held_for(t)
+                if cfg.idle_only and idle_held < min(window, timeout) - self._slack:
+                    return None
+                return self._progress_verdict(sample, tree_cpu, silent_for, timeout, idle_held > 0)
         return None
+
+    def _progress_verdict(self, sample: Sample, tree_cpu: float, silent_for: float, timeout: float,
+                          idle: bool) -> Verdict:
+        cfg = self.config
+        t = sample.t
+        scan = _scan(sample, tree_cpu, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
+        self.state = DetectorState.FIRED
+        evidence = self._evidence(sample, scan, tree_cpu)
+        evidence["rule"] = "idle" if cfg.idle_only else "progress"
+        evidence["tree"] = "idle" if idle else "busy"
+        stall_onset = self._stall.onset
+        if stall_onset is not None and self._stall.last_confirm is not None:
+            # The GPU signature of the cuda-graph wedge is already there, only its
+            # window has not run out: name it a stall so the escalation follows.
+            evidence["stall_suspected_s"] = round(t - stall_onset, 3)
+            kind = VerdictKind.STALL
+            what = f"gpu busy, holders idle for {t - stall_onset:.0f} s"
+        else:
+            kind = VerdictKind.SILENT_HANG
+            gpu = f"gpu busy {scan.max_util:.0f}%" if scan.busy else "gpu idle"
+            what = f"tree {'idle' if idle else 'busy'}, cpu={tree_cpu:.1f}%, {gpu}"
+        return Verdict(
+            kind,
+            detected_at=t,
+            onset=self._last_progress,
+            window=timeout,
+            phase=self.phase,
+            reason=f"no heartbeat progress for {silent_for:.0f} s (timeout {timeout:.0f} s), {what}",
+            evidence=evidence,
+        )
+
+    def building(self, t: float) -> tuple[str, float, float] | None:
+        """The verdict that is building as of the sample at ``t``: (rule, onset,
+        fraction of its window or timeout already elapsed), the most advanced one,
+        or None. The runner takes an early evidence round from this."""
+        if self.state is DetectorState.FIRED:
+            return None
+        best: tuple[str, float, float] | None = None
+        held = self._stall.held_for(t)
+        if held > 0 and self._stall.onset is not None:
+            best = ("stall", self._stall.onset, held / self._window)
+        timeout = self._timeout
+        if self._heartbeats_seen and timeout is not None and not (self.config.idle_only and self._idle.held_for(t) <= 0):
+            frac = (t - self._last_progress) / timeout
+            if best is None or frac > best[2]:
+                best = ("progress", self._last_progress, frac)
+        return best
 
     def _note_heartbeat(self, sample: Sample) -> bool:
         hb = sample.heartbeat

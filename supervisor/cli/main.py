@@ -99,11 +99,13 @@ def add_run_parser(sub: Any) -> None:
                    help=f"CPU of GPU-holding processes, %% of one core, that counts as idle (default {d['cpu_idle']:g})")
     g.add_argument("--stall-window", type=float, metavar="S", help=f"how long a stall must last (default {d['stall_window']:g})")
     g.add_argument("--progress-timeout", type=float, metavar="S",
-                   help=f"silent hang: no heartbeat progress for S seconds, tree idle; 0 disables (default {d['progress_timeout']:g})")
+                   help=f"hang: no heartbeat progress for S seconds after the first beat, busy or idle; 0 disables (default {d['progress_timeout']:g})")
     g.add_argument("--phase-timeout", action="append", metavar="PHASE=S", dest="phase_timeouts",
                    help="longer window for a phase the trainer announces (repeatable; defaults: checkpoint, compile, warmup = 1800)")
     g.add_argument("--noise-samples", type=int, metavar="N",
                    help=f"contrary samples in a row tolerated during a stall (default {d['noise_samples']})")
+    g.add_argument("--idle-only", action="store_true",
+                   help="the progress timeout fires only on an idle tree (no busy GPU, CPU idle): misses busy hangs")
 
     g = run.add_argument_group("recovery")
     g.add_argument("--capture-timeout", type=float, metavar="S", help=f"hard deadline for evidence capture (default {d['capture_timeout']:g})")

@@ -267,19 +267,64 @@ def test_silent_hang_fires_after_the_progress_timeout_with_an_idle_tree():
     assert "no heartbeat progress for 600 s" in verdict.reason
 
 
-def test_silent_hang_needs_an_idle_tree():
+IDLE_ONLY = DetectorConfig(idle_only=True)
+
+
+def test_a_busy_hang_fires_at_the_progress_timeout_whatever_the_cpu_does():
     beat = hb(1)
-    assert run(tick(t, 0.0, 60.0, beat=beat) for t in range(5000)) is None  # CPU busy: working
-    assert run(tick(t, 100.0, 60.0, beat=beat) for t in range(5000)) is None  # GPU busy: working
+    for util, cpu in ((0.0, 100.0), (100.0, 60.0), (None, 400.0)):
+        stream = [tick(t, util, cpu, beat=beat if t >= 100 else None) for t in range(5000)]
+        verdict = run(stream)
+        assert verdict is not None and verdict.kind is VerdictKind.SILENT_HANG
+        assert (verdict.onset, verdict.detected_at) == (100, 700)
+        assert verdict.evidence["rule"] == "progress" and verdict.evidence["tree"] == "busy"
+        assert "tree busy" in verdict.reason
 
 
-def test_silent_hang_idle_must_have_lasted_a_window():
+def test_a_busy_hang_waits_for_the_first_beat_and_a_long_phase():
+    assert run(tick(t, 0.0, 100.0) for t in range(5000)) is None  # warm-up: never before a beat
+    verdict = run(tick(t, 0.0, 100.0, beat=hb(1, "compile")) for t in range(5000))
+    assert verdict is not None and verdict.detected_at == 1800
+
+
+def test_a_busy_hang_while_a_stall_is_pending_is_named_a_stall():
+    # Silent since 0; the GPU signature starts at 580: at 600 the progress rule fires
+    # and names the wedge after the signature it sees, so cuda graphs go off.
+    beat = hb(1)
+    stream = [tick(t, 100.0, 100.0 if t < 580 else 1.0, beat=beat) for t in range(5000)]
+    verdict = run(stream)
+    assert verdict is not None and verdict.kind is VerdictKind.STALL and verdict.detected_at == 600
+    assert verdict.evidence["stall_suspected_s"] == 20.0
+
+
+def test_idle_only_keeps_the_stricter_rule():
+    beat = hb(1)
+    assert run((tick(t, 0.0, 60.0, beat=beat) for t in range(5000)), IDLE_ONLY) is None  # CPU busy: working
+    assert run((tick(t, 100.0, 60.0, beat=beat) for t in range(5000)), IDLE_ONLY) is None  # GPU busy: working
+    verdict = run((idle(t, beat=beat) for t in range(5000)), IDLE_ONLY)
+    assert verdict is not None and verdict.detected_at == 600 and verdict.evidence["rule"] == "idle"
+
+
+def test_silent_hang_idle_must_have_lasted_a_window_with_idle_only():
     beat = hb(1)
     # Busy until 590, then idle: the timeout has passed at 600 but the tree is idle
     # only since 591, so the verdict waits for 651.
     stream = [tick(t, 0.0, 60.0 if t < 591 else 0.5, beat=beat) for t in range(5000)]
-    verdict = run(stream)
+    verdict = run(stream, IDLE_ONLY)
     assert verdict is not None and verdict.detected_at == 651
+    assert run(stream).detected_at == 600  # the default rule does not wait for idleness
+
+
+def test_building_reports_the_most_advanced_rule():
+    cfg = DetectorConfig(stall_window=10.0, progress_timeout=100.0)
+    detector = Detector(cfg, 0.0)
+    detector.observe(healthy(0.0, beat=hb(1)))
+    assert detector.building(0.0) == ("progress", 0.0, 0.0)
+    for t in range(1, 6):
+        detector.observe(stalled(float(t)))
+    assert detector.building(5.0) == ("stall", 1.0, 0.4)
+    detector.observe(healthy(6.0, beat=hb(2)))  # progress clears both
+    assert detector.building(6.0) == ("progress", 6.0, 0.0)
 
 
 def test_silent_hang_works_without_a_gpu_probe_and_can_be_switched_off():
