@@ -4,6 +4,12 @@ Each rule looks at the history of ended attempts and either says why to stop
 (with the exit code that reason maps to) or nothing. ``decide`` asks every
 rule, then computes the backoff with tenacity's wait strategies.
 
+A one-off hang (a stall or silent hang that is the only failed attempt of the
+last ``INCIDENT_WINDOW_S``) is relaunched at once: the tree is already confirmed
+dead and the GPU released, and a backoff there only delays training. Backoff
+with jitter stays for crash loops and repeated incidents, where it spreads the
+retries out.
+
 History times are wall-clock seconds on purpose: they come back from the
 journal when a run is resumed by a new supervisor process, where the old
 monotonic clock means nothing.
@@ -19,6 +25,9 @@ import tenacity
 
 from hangwatch.contract.exitcodes import EXIT_BUDGET, EXIT_CRASH_STOP, EXIT_NO_PROGRESS, EXIT_OK
 from hangwatch.contract.verdict import VerdictKind
+
+# Failures this close together are a loop, not a one-off (the per-hour cap's window).
+INCIDENT_WINDOW_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -140,6 +149,9 @@ class RestartPolicy:
         stop = self.rules()(history, now)
         if stop is not None:
             return Decision(False, stop.reason, stop.exit_code)
+        if last.kind.is_hang and _failures_within(history, now, INCIDENT_WINDOW_S) <= 1:
+            return Decision(True, f"restart after {last.kind.value} (attempt {last.attempt}); "
+                            "a one-off hang: no backoff", None, 0.0)
         # Back off by consecutive failures: a long healthy attempt resets nothing
         # here because every restart follows a failure; the cap bounds the wait.
         failures = _consecutive_failures(history)
@@ -157,6 +169,10 @@ class _RetryState:
     """The one field of tenacity's RetryCallState that its wait strategies read."""
 
     attempt_number: int
+
+
+def _failures_within(history: Sequence[AttemptOutcome], now: float, window: float) -> int:
+    return sum(1 for o in history if o.kind is not VerdictKind.DONE and now - o.ended_at < window)
 
 
 def _consecutive_failures(history: Sequence[AttemptOutcome]) -> int:

@@ -89,6 +89,22 @@ def test_backoff_grows_and_is_capped():
     assert not done.restart and done.exit_code == 0
 
 
+def test_a_one_off_hang_is_relaunched_without_backoff_but_repeats_back_off():
+    policy = RestartPolicy(max_restarts=100, max_restarts_per_hour=100, no_progress_limit=0, backoff_initial=1.0,
+                           backoff_max=8.0, backoff_jitter=1.0, rng=random.Random(1))
+    for kind in (VerdictKind.STALL, VerdictKind.SILENT_HANG):
+        first = policy.decide([_outcome(1, kind=kind, ended_at=5000.0)], 5000.0)
+        assert first.restart and first.delay_s == 0.0 and "no backoff" in first.reason
+    # Another hang within the hour is a repeated incident: backoff with jitter.
+    again = policy.decide([_outcome(1, ended_at=4000.0), _outcome(2, ended_at=5000.0)], 5000.0)
+    assert 2.0 <= again.delay_s <= 3.0
+    # A hang hours after the last one is a one-off again.
+    later = policy.decide([_outcome(1, ended_at=0.0), _outcome(2, ended_at=9000.0)], 9000.0)
+    assert later.delay_s == 0.0
+    # A crash is never relaunched without backoff.
+    assert policy.decide([_outcome(1, kind=VerdictKind.CRASH, ended_at=5000.0)], 5000.0).delay_s >= 1.0
+
+
 def test_journal_appends_and_survives_a_torn_last_line(tmp_path):
     journal = Journal(tmp_path / "journal.jsonl", "r1")
     journal.append("run_started", pid=1)
