@@ -6,6 +6,16 @@ still has the create time we recorded when we found it in the tree (psutil's
 ``killpg`` only when every process in it is such a member, so a group that an
 unrelated process joined is signalled member by member instead.
 
+The grace is adaptive. It exists for processes that use SIGTERM to clean up
+(an emergency checkpoint, flushing logs); a wedged process that neither exits
+nor runs after SIGTERM gains nothing from the wait. So once every remaining
+process has used no CPU time, done no I/O, not been in disk sleep and not
+exited for ``quiet_s`` (the clock restarts whenever one of them does any of
+these, or a newcomer appears), SIGKILL goes out early. A process that is busy
+after SIGTERM keeps the whole ``grace``. The report's ``grace_rule`` says which
+rule applied: ``exited`` (all gone within the grace), ``quiet`` (SIGKILL early),
+``grace`` (SIGKILL when the full grace ended).
+
 Processes forked while we wait are picked up by rescanning the tree on every
 poll. Zombies count as dead (they hold no memory, no GPU), and we reap the
 ones that are our children. A process in uninterruptible sleep (state D) can
@@ -29,6 +39,14 @@ from hangwatch.supervisor.proctree import ProcessTree
 
 log = structlog.get_logger("hangwatch.kill")
 
+# How long every remaining process must be still after SIGTERM before SIGKILL goes
+# out early: a few of the supervisor's sampling intervals at fast settings, 100
+# ticks of the kernel's CPU-time clock. A Python SIGTERM handler that runs at all
+# shows CPU time within milliseconds.
+QUIET_S = 1.0
+# CPU time below this over the quiet period is "none" (the clock ticks at 10 ms).
+_CPU_EPS_S = 0.005
+
 
 @dataclass(frozen=True)
 class KillReport:
@@ -37,6 +55,10 @@ class KillReport:
     escalated: tuple[int, ...]
     survivors: tuple[dict[str, Any], ...]
     duration_s: float
+    grace_rule: str = "exited"  # exited | quiet | grace (see the module docstring)
+    grace_s: float | None = None
+    quiet_s: float | None = None
+    sigkill_after_s: float | None = None
 
     @property
     def confirmed(self) -> bool:
@@ -55,6 +77,10 @@ class KillReport:
             "survivors": list(self.survivors),
             "confirmed": self.confirmed,
             "duration_s": round(self.duration_s, 3),
+            "grace_rule": self.grace_rule,
+            "grace_s": self.grace_s,
+            "quiet_s": self.quiet_s,
+            "sigkill_after_s": None if self.sigkill_after_s is None else round(self.sigkill_after_s, 3),
         }
 
 
@@ -67,12 +93,14 @@ class TreeKiller:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         poll_s: float = 0.05,
+        quiet_s: float | None = QUIET_S,
     ) -> None:
         self.tree = tree
         self.reap = reap
         self.clock = clock
         self.sleep = sleep
         self.poll_s = poll_s
+        self.quiet_s = quiet_s  # None: always the full grace
 
     def forward(self, sig: int, pid: int, create_time: float) -> bool:
         """Pass ``sig`` (one we received) to the process group led by ``pid``.
@@ -137,34 +165,42 @@ class TreeKiller:
                     pass  # gone already, or not ours after all: never retry by pid
                 signalled[key] = sig
 
-        def wait_until(deadline: float, sig: int) -> list[ProcKey]:
+        quiet = self.quiet_s if self.quiet_s is not None and self.quiet_s < grace else None
+        still = _Stillness()
+
+        def wait_until(deadline: float, sig: int, adaptive: bool = False) -> tuple[list[ProcKey], bool]:
             while True:
                 self.reap()
                 refresh()
                 send(sig, alive())  # newcomers forked while we wait
                 remaining = alive()
                 if not remaining or self.clock() >= deadline:
-                    return remaining
+                    return remaining, False
+                if adaptive and quiet is not None and still.for_(self.clock(), remaining, known) >= quiet:
+                    return remaining, True
                 self.sleep(self.poll_s)
 
         refresh()
         send(first_signal, alive())
-        remaining = wait_until(start + grace, first_signal)
+        remaining, early = wait_until(start + grace, first_signal, adaptive=True)
+        rule = "quiet" if early else ("grace" if remaining else "exited")
+        sigkill_after = self.clock() - start if remaining else None
         escalated: list[int] = []
         if remaining:
             waited = self.clock() - start
             for key in remaining:
                 d = described[key]
+                why = f"with no CPU and no exit for {quiet:g} s (wedged)" if early else "for the full grace"
                 log.warning(
                     "ignored_sigterm",
                     message=(
                         f"{d['name']} (pid {key.pid}, pgid {d['pgid']}) ignored "
-                        f"{signal.Signals(first_signal).name} for {waited:.0f} s; sending SIGKILL"
+                        f"{signal.Signals(first_signal).name} {why}, {waited:.1f} s; sending SIGKILL"
                     ),
                 )
                 escalated.append(key.pid)
             send(signal.SIGKILL, remaining)
-            remaining = wait_until(self.clock() + kill_timeout, signal.SIGKILL)
+            remaining, _ = wait_until(self.clock() + kill_timeout, signal.SIGKILL)
         self.reap()
         survivors = []
         for key in remaining:
@@ -181,6 +217,10 @@ class TreeKiller:
             escalated=tuple(escalated),
             survivors=tuple(survivors),
             duration_s=self.clock() - start,
+            grace_rule=rule,
+            grace_s=grace,
+            quiet_s=quiet,
+            sigkill_after_s=sigkill_after,
         )
 
 
@@ -219,3 +259,50 @@ def _group_is_ours(pgid: int, our_pids: set[int]) -> bool:
 
 def _sig_record(target: str, sig: int, at: float) -> dict[str, Any]:
     return {"target": target, "signal": signal.Signals(sig).name, "t": round(at, 3)}
+
+
+class _Stillness:
+    """How long the remaining processes have all been still: no CPU time, no I/O,
+    not in disk sleep, none exited and none new. Anything unreadable counts as
+    activity (the safe side: the full grace)."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.last: dict[ProcKey, tuple[float, int]] = {}
+
+    def for_(self, now: float, remaining: list[ProcKey], known: dict[ProcKey, psutil.Process]) -> float:
+        current: dict[ProcKey, tuple[float, int]] = {}
+        active = False
+        for key in remaining:
+            reading = _activity(known[key])
+            if reading is None:
+                active = True
+                continue
+            current[key] = reading
+            before = self.last.get(key)
+            if before is None or reading[0] - before[0] > _CPU_EPS_S or reading[1] != before[1]:
+                active = True
+        if set(current) != set(self.last):
+            active = True  # an exit or a newcomer
+        self.last = current
+        if active or self.since is None:
+            self.since = now
+        return now - self.since
+
+
+def _activity(proc: psutil.Process) -> tuple[float, int] | None:
+    """(CPU seconds, characters read + written), or None when the process is in
+    disk sleep (I/O in flight) or cannot be read."""
+    try:
+        with proc.oneshot():
+            if proc.status() == psutil.STATUS_DISK_SLEEP:
+                return None
+            times = proc.cpu_times()
+        try:
+            io = proc.io_counters()
+            chars = int(getattr(io, "read_chars", io.read_bytes)) + int(getattr(io, "write_chars", io.write_bytes))
+        except (psutil.Error, AttributeError, NotImplementedError):
+            chars = 0
+        return times.user + times.system, chars
+    except Exception:  # noqa: BLE001  (psutil errors, or a stand-in without these methods)
+        return None

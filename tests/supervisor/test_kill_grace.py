@@ -1,0 +1,85 @@
+"""The adaptive kill grace, with real processes: a wedged process (ignores SIGTERM,
+uses no CPU) is SIGKILLed after the quiet period; one that is busy after SIGTERM
+(an emergency checkpoint) gets the whole grace; the report says which rule applied."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from hangwatch.supervisor.killer import TreeKiller
+
+pytestmark = pytest.mark.timeout(60)
+
+WEDGED = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"
+# SIGTERM starts a long "emergency save": the CPU burns until SIGKILL.
+BUSY = ("import signal, time\n"
+        "def save(*_):\n"
+        "    while True: pass\n"
+        "signal.signal(signal.SIGTERM, save); print('ready', flush=True); time.sleep(600)")
+POLITE = ("import signal, sys, time\n"
+          "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); print('ready', flush=True); time.sleep(600)")
+
+
+class _Tree:
+    def __init__(self, procs: list[psutil.Process]) -> None:
+        self.procs = procs
+
+    def members(self) -> list[psutil.Process]:
+        return [p for p in self.procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.fixture
+def spawn():
+    started: list[subprocess.Popen] = []
+
+    def start(code: str) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        started.append(proc)
+        assert proc.stdout.readline().strip() == "ready"
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(5)
+
+
+def _kill(popens: list[subprocess.Popen], grace: float, quiet: float):
+    tree = _Tree([psutil.Process(p.pid) for p in popens])
+    killer = TreeKiller(tree, reap=lambda: [p.poll() for p in popens], quiet_s=quiet)
+    return killer.kill(grace=grace, kill_timeout=5.0)
+
+
+def test_a_wedged_process_is_sigkilled_after_the_quiet_period_not_the_grace(spawn):
+    procs = [spawn(WEDGED), spawn(WEDGED)]
+    report = _kill(procs, grace=20.0, quiet=0.5)
+    assert report.confirmed and set(report.escalated) == {p.pid for p in procs}
+    assert report.grace_rule == "quiet"
+    assert report.to_json()["grace_rule"] == "quiet" and report.quiet_s == 0.5
+    # Not a timing bound on the machine: the rule fired, so SIGKILL came before the grace.
+    assert report.sigkill_after_s < 20.0
+
+
+def test_a_process_busy_after_sigterm_gets_the_full_grace_even_beside_a_wedged_one(spawn):
+    busy, wedged = spawn(BUSY), spawn(WEDGED)
+    report = _kill([busy, wedged], grace=2.0, quiet=0.3)
+    assert report.confirmed and set(report.escalated) == {busy.pid, wedged.pid}
+    assert report.grace_rule == "grace"
+    assert report.sigkill_after_s >= 2.0
+
+
+def test_processes_that_exit_on_sigterm_need_no_sigkill(spawn):
+    report = _kill([spawn(POLITE)], grace=10.0, quiet=0.5)
+    assert report.confirmed and report.escalated == () and report.grace_rule == "exited"
+    assert report.sigkill_after_s is None
+
+
+def test_no_quiet_period_means_the_full_grace(spawn):
+    report = _kill([spawn(WEDGED)], grace=1.0, quiet=None)
+    assert report.grace_rule == "grace" and report.sigkill_after_s >= 1.0
