@@ -5,16 +5,14 @@ Running: one ``py-spy dump --pid P --json`` per process, through
 its pid is not mistaken for part of the trainer's tree. py-spy has no timeout
 option of its own, hence the external one.
 
-Parsing text: people paste dumps from terminals, logs and issue trackers, so the
-parser tolerates line prefixes (``> ``, timestamps, ``[rank0]:``, ``name | ``),
-elisions (``...``), trailing padding, and ``Arguments:``/``Locals:`` blocks.
+Parsing text: people paste dumps from terminals, logs and issue trackers in many
+shapes; ``pastes.read_text`` reads them (see there).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -22,6 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from hangwatch.diagnostics.errors import InputError
+from hangwatch.diagnostics.pastes import parse_frame_line, read_text
 from hangwatch.diagnostics.stacks import Frame, ProcessDump, ThreadDump
 from hangwatch.contract.tools import ToolResult, run_bounded
 
@@ -151,107 +150,16 @@ def _json_frame(f: dict[str, Any]) -> Frame:
 
 # --- text ---------------------------------------------------------------------------
 
-_PREFIX = re.compile(
-    r"""^(?:[ \t]*(?:
-        >+[ ]?                                            # quoted in mail/markdown
-      | \[[^\]\n]{0,80}\]:?[ ]?                              # [rank0]: or [2024-05-01 12:00:00]
-      | \d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?[ ]?(?:\|[ ]?)?   # ISO timestamp
-      | \d\d:\d\d:\d\d(?:[.,]\d+)?[ ]?(?:\|[ ]?)?           # clock time
-      | [\w.-]+[ ]+\|[ ]?                                   # docker compose "name  | "
-    ))*""",
-    re.VERBOSE,
-)
-_PROCESS = re.compile(r"Process (\d+): ?(.*)$")
-_PYTHON = re.compile(r"Python (v\S+)(?: \((.*)\))?\s*$")
-_THREAD = re.compile(r"Thread (0[xX][0-9A-Fa-f]+|\d+) \(([a-z+]+)\)(?:: \"(.*)\")?\s*$")
-_PY_FRAME = re.compile(r"^(\s+)(\S.*) \(([^()]*):(\d+)\)\s*$")
-_NATIVE_FRAME = re.compile(r"^(\s+)(\S.*) \(([^():]+)\)\s*$")
-_LOCALS_HEAD = re.compile(r"^\s+(Arguments|Locals):\s*$")
-
 
 def parse_text(text: str, *, source: str = "text") -> tuple[ProcessDump, ...]:
-    """Every process in a pasted ``py-spy dump``; a pid seen again is a later round."""
-    processes: list[ProcessDump] = []
-    rounds: dict[int | None, int] = {}
-    pid: int | None = None
-    cmdline = python = ""
-    threads: list[ThreadDump] = []
-    current: dict[str, Any] | None = None
-    frame_indent: int | None = None
-    in_locals = False
-    saw_anything = False
-
-    def close_thread() -> None:
-        nonlocal current
-        if current is not None:
-            threads.append(ThreadDump(current["ident"], current["name"], tuple(current["frames"]), current["active"], current["gil"]))
-        current = None
-
-    def close_process() -> None:
-        nonlocal threads
-        close_thread()
-        if threads:
-            rounds[pid] = rounds.get(pid, 0) + 1
-            processes.append(ProcessDump(pid, tuple(threads), cmdline, python, rounds[pid]))
-        threads = []
-
-    for raw_line in text.splitlines():
-        line = _PREFIX.sub("", raw_line.rstrip(), count=1)
-        stripped = line.strip()
-        if not stripped or stripped in ("...", "…") or stripped.startswith("..."):
-            continue
-        m = _PROCESS.search(line)
-        if m and not line.startswith((" ", "\t")):
-            close_process()
-            pid, cmdline, python = int(m.group(1)), m.group(2).strip(), ""
-            saw_anything = True
-            continue
-        m = _PYTHON.search(line)
-        if m and current is None and not line.startswith((" ", "\t")):
-            python = m.group(1)
-            continue
-        m = _THREAD.search(line)
-        if m and not line.startswith(("  ",)):
-            close_thread()
-            state = m.group(2)
-            current = {
-                "ident": m.group(1).lower() if m.group(1).lower().startswith("0x") else m.group(1),
-                "name": m.group(3) or "",
-                "frames": [],
-                "active": None if state not in ("idle", "active", "active+gil", "gil") else state != "idle",
-                "gil": "gil" in state,
-            }
-            frame_indent, in_locals, saw_anything = None, False, True
-            continue
-        if current is None:
-            continue
-        indent = len(line) - len(line.lstrip())
-        if _LOCALS_HEAD.match(line):
-            in_locals = True
-            continue
-        if in_locals and frame_indent is not None and indent > frame_indent:
-            continue  # a "name: value" line of an Arguments/Locals block
-        m = _PY_FRAME.match(line)
-        if m:
-            frame_indent, in_locals = len(m.group(1)), False
-            current["frames"].append(Frame(m.group(2).strip(), m.group(3), int(m.group(4))))
-            continue
-        m = _NATIVE_FRAME.match(line)
-        if m:
-            frame_indent, in_locals = len(m.group(1)), False
-            current["frames"].append(Frame(m.group(2).strip(), m.group(3), None, native=True))
-    close_process()
-    if not saw_anything or not processes:
-        raise InputError(f"{source}: no py-spy stacks found (expected 'Thread N (idle): \"name\"' lines with indented frames)")
-    return tuple(processes)
+    """Every process in a pasted ``py-spy dump``; a pid seen again is a later round.
+    The tolerant reader is ``pastes.read_text``, which also says what it skipped."""
+    return read_text(text, source=source).processes
 
 
 def parse_frame_text(text: str) -> Frame:
     """One rendered frame (``Frame.render``) back into a Frame."""
-    m = _PY_FRAME.match(" " + text.strip())
-    if m:
-        return Frame(m.group(2).strip(), m.group(3), int(m.group(4)))
-    m = _NATIVE_FRAME.match(" " + text.strip())
-    if m:
-        return Frame(m.group(2).strip(), m.group(3), None, native=True)
+    parsed = parse_frame_line(text.strip())
+    if parsed is not None and len(parsed[0]) == 1:
+        return parsed[0][0]
     return Frame(text.strip(), "?", None)

@@ -31,7 +31,14 @@ class Frame:
 
     @property
     def short_file(self) -> str:
+        if self.cut:
+            return self.file
         return self.file.rsplit("/", 1)[-1]
+
+    @property
+    def cut(self) -> bool:
+        """The paste lost the end of this frame's path ("torch/cuda/…")."""
+        return self.file.endswith("…")
 
     @property
     def key(self) -> tuple[str, str]:
@@ -45,7 +52,8 @@ class Frame:
         if self.file.startswith("/"):
             return bool(_STDLIB_PATH.search(self.file))
         head = self.file.split("/", 1)[0]
-        return head.removesuffix(".py") in _STDLIB_NAMES or head.startswith("<frozen")
+        # "<string>": the ``python -c`` entry of a spawned worker, not own code.
+        return head.removesuffix(".py") in _STDLIB_NAMES or head.startswith("<frozen") or head in ("<string>", "<stdin>")
 
     def render(self) -> str:
         if self.native or self.line is None:
@@ -103,13 +111,16 @@ class ThreadDump:
 
 @dataclass(frozen=True)
 class ProcessDump:
-    """One look at one process. ``pid`` is None for a paste without a header."""
+    """One look at one process. ``pid`` is None for a paste without a header;
+    ``rank`` is the distributed rank when the source says it (``[rank3]:``
+    prefixes, ``=== rank 3 ===`` separators), else None."""
 
     pid: int | None
     threads: tuple[ThreadDump, ...]
     cmdline: str = ""
     python: str = ""
     round: int = 1
+    rank: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -117,17 +128,20 @@ class ProcessDump:
             "cmdline": self.cmdline,
             "python": self.python,
             "round": self.round,
+            "rank": self.rank,
             "threads": [t.to_json() for t in self.threads],
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ProcessDump":
+        rank = data.get("rank")
         return cls(
             data.get("pid"),
             tuple(ThreadDump.from_json(t) for t in data.get("threads", ())),
             str(data.get("cmdline", "")),
             str(data.get("python", "")),
             int(data.get("round", 1)),
+            int(rank) if rank is not None else None,
         )
 
 
@@ -145,6 +159,10 @@ class ProcessSeries:
     @property
     def cmdline(self) -> str:
         return next((d.cmdline for d in reversed(self.dumps) if d.cmdline), "")
+
+    @property
+    def rank(self) -> int | None:
+        return next((d.rank for d in reversed(self.dumps) if d.rank is not None), None)
 
     def frozen(self, ident: str) -> bool | None:
         """True when the thread shows the same frames (with lines) in every round

@@ -1,0 +1,569 @@
+"""Reading stack dumps as people paste them: py-spy text in all its shapes.
+
+A paste from a bug report, a chat thread or a logbook is rarely the clean
+output of ``py-spy dump``. This reader takes any text and keeps what is
+stack-shaped: every line is looked at once, by string operations and regexes
+with bounded repetition, so the time is linear in the input (a 2 MB paste reads
+in well under a second). It accepts:
+
+* ``Process N: CMD`` / ``Python vX`` headers, or none at all;
+* thread headers ``Thread 0x7F.. (idle): "MainThread"``, without an id
+  (``Thread (idle): "MainThread"``), without a name (``Thread 8283 (idle)``),
+  with placeholders (``Thread <PID> (active+gil)``), and the condensed
+  ``MainThread (active, 100% CPU):``;
+* several thread headers in a row sharing one frame list (a reporter folding
+  identical ranks): each is a separate process when they are main threads;
+* frames ``func (path:line)``, native ``func (libfoo.so)``, ``(inside path:line)``,
+  frames in aligned columns (``func      (path:line)`` or ``func   path:line``),
+  text after the closing parenthesis (``<-- BLOCKS FOREVER``), ``a → b → c``
+  chains, ``... frame`` abbreviations and frames cut off mid-line;
+* line prefixes (quotes, timestamps, ``[rank3]:``, ``name | ``), markdown fences,
+  HTML ``<details>``, shell prompts (``$ py-spy dump --pid 42`` names the pid of
+  what follows), ``ray stack``'s ``Stack dump for ...`` and ``=== PID n ===``
+  separators, ``Arguments:``/``Locals:`` blocks.
+
+Everything else is skipped and counted; the report says how much was skipped
+and how confident the reading is. Text with no recognisable frame at all is
+the only failure (``InputError``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from hangwatch.diagnostics.errors import InputError
+from hangwatch.diagnostics.stacks import Frame, ProcessDump, ThreadDump
+
+#: Longer lines are cut before they are looked at (a frame line, even a C++
+#: template one, is shorter; a minified blob is not a stack).
+MAX_LINE_CHARS = 4096
+#: Frames kept per thread (innermost first); py-spy's own default limit is
+#: Python's recursion limit, 1000.
+MAX_FRAMES = 2048
+MAX_THREADS = 4096
+MAX_PROCESSES = 4096
+
+_PREFIX = re.compile(
+    r"""^(?:[ \t]*(?:
+        >+[ ]?                                            # quoted in mail/markdown
+      | \[[^\]\n]{0,80}\]:?[ ]?                           # [rank0]: or [2024-05-01 12:00:00]
+      | \d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?[ ]?(?:\|[ ]?)?   # ISO timestamp
+      | \d\d:\d\d:\d\d(?:[.,]\d{1,9})?[ ]?(?:\|[ ]?)?     # clock time
+      | [\w.-]{1,80}[ ]{1,40}\|[ ]?                       # docker compose "name  | "
+      | \((?:\w{1,40}[ ])?pid=\d{1,10}(?:,[ ]ip=[\d.]{1,40})?\)[ ]?   # ray / vLLM "(EngineCore pid=123) "
+    ))*""",
+    re.VERBOSE,
+)
+_RANK_PREFIX = re.compile(r"\[(?:rank|RANK|Rank)[ ]?(\d{1,6})\]")
+_PROCESS = re.compile(r"^Process (\d{1,10}|<\w{1,20}>):? ?(.*)$")
+_PYTHON = re.compile(r"^Python (v?\d[\w.+-]{0,30})(?: \((.{0,500})\))?\s*$")
+_THREAD = re.compile(
+    r'^Thread(?: (0[xX][0-9A-Fa-f]{1,16}|\d{1,12}|<\w{1,20}>))?:? ?\(([a-z+]{1,16})(?:,[^()\n]{0,60})?\)(?::? ?"([^"\n]{0,200})"?)?:?(.{0,400})$'
+)
+_FAULTHANDLER_THREAD = re.compile(r"^(Current thread|Thread) (0[xX][0-9A-Fa-f]{1,16}) \(most recent call first\):?\s*$")
+_FAULTHANDLER_FRAME = re.compile(r'^File "([^"\n]{1,1000})"(?:, line (\d{1,7}) in ([^\s()]{1,300}))?\s*$')
+_FAULTHANDLER_CUT = re.compile(r'^File "([^"\n]{1,1000})$')
+_STATE = re.compile(r"^(idle|active|active\+gil|gil|running|sleeping|waiting)(?:,.{0,60})?$")
+_STACK_DUMP_FOR = re.compile(r"^Stack dump for (.{0,2000})$")
+_SEPARATOR = re.compile(r"^(?:=|-|#){2,}\s{0,5}(?:(pid|process|rank|worker|node)\s{0,3}[:=#]?\s{0,3}(\d{1,10}))\b.{0,200}$", re.IGNORECASE)
+_PROMPT = re.compile(r"^(?:[$%#]|[\w.@-]{1,80}[:@][^\s$#%]{0,200}[$#%]|\([\w.-]{1,60}\)\s{0,3}[\w.@-]{0,80}[:~][^\s]{0,200}[$#%])\s")
+_PYSPY_PID = re.compile(r"py-spy\s+dump\b.{0,200}?(?:--pid|-p)[ =](\d{1,10})")
+_PID_INTRO = re.compile(r"\b(?:pid|PID|Pid|process|Process)\s{0,2}[:=#]?\s{0,2}(\d{2,10})\s{0,3}[:)]?\s{0,3}(?:=+|-+)?\s{0,3}:?\s{0,3}$")
+_HTML = re.compile(r"^</?(?:details|summary|pre|code|br|p|div|b|i|em|strong|sub|sup|hr)\b[^>]{0,200}>", re.IGNORECASE)
+_LOCALS_HEAD = re.compile(r"^(Arguments|Locals):\s*$")
+_IDENT = re.compile(r"^[\w.<>$\[\]-]{1,300}$")
+_PY_EXT = (".py", ".pyx", ".pyi", ".pyc")
+_NATIVE_PATH = re.compile(r"(\.so(\.\d{1,6}){0,4}|\.dylib|\.dll|\.(c|cc|cpp|cxx|h|hpp|cu|cuh|rs|S)|^python\d[\d.]{0,6}|^\[\w{1,20}\])$")
+_WS = re.compile(r"\s")
+_HEX = re.compile(r"^0[xX][0-9a-fA-F]{1,16}$")
+_ARROWS = (" → ", " -> ", " ⇒ ", " => ")
+_LEFT_NOTES = ("<-", "←", "⟵", "#", "//", "<==")
+
+
+@dataclass
+class ParseReport:
+    """What ``read_text`` understood of a paste, for the verdict's caveats."""
+
+    processes: tuple[ProcessDump, ...] = ()
+    lines: int = 0
+    frames: int = 0
+    skipped: int = 0
+    skipped_examples: list[str] = field(default_factory=list)
+    thread_headers: int = 0
+    process_headers: int = 0
+    headerless_threads: int = 0
+    abbreviated: int = 0
+    cut_frames: int = 0
+    cut_lines: int = 0
+    dropped_frames: int = 0
+    pid_inferred: int = 0
+    ranks: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def confidence(self) -> str:
+        """high: py-spy's own shape; medium: headers missing or text skipped;
+        low: frames without any header, or more skipped text than frames."""
+        if not self.frames:
+            return "none"
+        if self.headerless_threads and not self.thread_headers:
+            return "low"
+        if self.frames < 3 or self.skipped > 2 * self.frames:
+            return "low"
+        if not self.process_headers or self.headerless_threads or self.skipped or self.cut_frames or self.abbreviated:
+            return "medium"
+        return "high"
+
+    def notes(self) -> list[str]:
+        out = []
+        if not self.process_headers:
+            out.append("no 'Process N:' header" + (f" (pid taken from the main thread's id for {self.pid_inferred})" if self.pid_inferred else ""))
+        if self.headerless_threads:
+            out.append(f"{self.headerless_threads} frame list(s) without a 'Thread' header")
+        if self.abbreviated:
+            out.append(f"{self.abbreviated} elided or abbreviated line(s) ('...')")
+        if self.cut_frames:
+            out.append(f"{self.cut_frames} frame(s) cut off mid-line")
+        if self.skipped:
+            out.append(f"skipped {self.skipped} line(s) that are not stack text")
+        if self.cut_lines:
+            out.append(f"{self.cut_lines} line(s) over {MAX_LINE_CHARS} characters cut")
+        if self.dropped_frames:
+            out.append(f"{self.dropped_frames} frame(s) beyond {MAX_FRAMES} per thread dropped")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "confidence": self.confidence,
+            "processes": len(self.processes),
+            "threads": sum(len(p.threads) for p in self.processes),
+            "frames": self.frames,
+            "lines": self.lines,
+            "skipped_lines": self.skipped,
+            "skipped_examples": list(self.skipped_examples),
+            "notes": self.notes(),
+        }
+
+
+def parse_location(inner: str) -> tuple[str, int | None, bool] | None:
+    """``path:line`` / ``lib.so`` / ``<string>:1`` inside parentheses:
+    (file, line, native), or None when it does not look like a code location."""
+    inner = inner.strip()
+    if inner.startswith("inside "):
+        inner = inner[7:].strip()
+    path, line = inner, None
+    head, sep, tail = inner.rpartition(":")
+    if sep and tail.isdigit() and len(tail) <= 7:
+        path, line = head, int(tail)
+    if not path or len(path) > 1000:
+        return None
+    if path[0] == "<" and path[-1] == ">":
+        return path, line, False
+    if _WS.search(path) or "(" in path or ")" in path:
+        return None
+    if path.endswith(_PY_EXT):
+        return path, line, False
+    if _NATIVE_PATH.search(path):
+        return path, line, True
+    if path in ("?", "???", "unknown"):
+        return "?", None, True
+    if line is not None and _IDENT.match(path) and path[0] not in "0123456789":
+        return path, line, False  # a script without .py: "<module> (vllm:8)"
+    if "/" in path and line is not None:
+        return path, line, False
+    return None
+
+
+def _clean_function(fn: str) -> tuple[str, bool]:
+    """Strip list markers and abbreviation dots; (function, abbreviated)."""
+    abbreviated = False
+    fn = fn.strip()
+    while fn[:3] == "..." or fn[:1] == "…":
+        fn = fn[3:] if fn[:3] == "..." else fn[1:]
+        fn = fn.strip()
+        abbreviated = True
+    if fn[:2] in ("- ", "* ", "+ "):
+        fn = fn[2:].strip()
+    return fn, abbreviated
+
+
+def _function_ok(fn: str, native: bool) -> bool:
+    if not fn or len(fn) > 2000:
+        return False
+    if not _WS.search(fn):
+        return True
+    if not native:
+        return False
+    # C++ signatures have spaces; prose does not have "::" or a call's parentheses.
+    return "::" in fn or "(" in fn or fn.startswith(("void ", "int ", "bool ", "0x"))
+
+
+def parse_frame_line(s: str) -> tuple[list[Frame], bool, bool] | None:
+    """One stripped line as frames: (frames, abbreviated, cut) or None.
+
+    Linear: each ``(`` is looked at once, from left to right."""
+    if s.startswith('File "'):
+        return _faulthandler_frame(s)
+    fn_text, abbreviated = _clean_function(s)
+    if not fn_text:
+        return None
+    # "a → b → c": a chain written on one line, innermost first.
+    for arrow in _ARROWS:
+        if arrow in fn_text:
+            parts = [p.strip() for p in fn_text.split(arrow)]
+            first = _single_frame(parts[0])
+            chain: list[Frame] = []
+            if first is not None:
+                chain.append(first[0])
+            elif _IDENT.match(parts[0]):
+                chain.append(Frame(parts[0], "?"))
+            else:
+                return None
+            for p in parts[1:]:
+                one = _single_frame(p)
+                if one is not None:
+                    chain.append(one[0])
+                elif _IDENT.match(p):
+                    chain.append(Frame(p, "?"))
+                else:
+                    break
+            if len(chain) >= 2 or first is not None:
+                return chain, abbreviated, False
+            return None
+    one = _single_frame(fn_text)
+    if one is not None:
+        return [one[0]], abbreviated, one[1]
+    return None
+
+
+def _faulthandler_frame(s: str) -> tuple[list[Frame], bool, bool] | None:
+    """``File "path", line N in func`` (faulthandler: innermost first, like py-spy).
+    A traceback's ``line N, in func`` (outermost first) is not a stack dump."""
+    m = _FAULTHANDLER_FRAME.match(s)
+    if m:
+        path, line, fn = m.group(1), m.group(2), m.group(3)
+        if line is None:
+            return [Frame("?", path, None)], False, True
+        return [Frame(fn, path, int(line))], False, False
+    m = _FAULTHANDLER_CUT.match(s)
+    if m:
+        return [Frame("?", m.group(1) + "…", None)], False, True
+    return None
+
+
+def _single_frame(s: str) -> tuple[Frame, bool] | None:
+    """``func (loc)``, ``(inside loc)``, ``func   path:line``, ``func (cut...``."""
+    i = s.find("(")
+    while i != -1:
+        j = s.find(")", i + 1)
+        if j == -1:
+            break
+        inner = s[i + 1 : j]
+        k = inner.rfind("(")
+        if k != -1:  # an inner "(": restart from it (each char is passed once)
+            i = i + 1 + k
+            continue
+        loc = parse_location(inner)
+        if loc is not None:
+            path, line, native = loc
+            fn = s[:i].strip()
+            if not fn:
+                if inner.strip().startswith("inside "):
+                    return Frame("?", path, line, native), False
+                return None
+            if path == "?" and not _HEX.match(fn):
+                native = True
+            if _function_ok(fn, native):
+                return Frame(fn, path, None if native and not path.endswith((".c", ".cc", ".cpp", ".cu", ".rs", ".h")) else line, native), False
+            return None
+        i = s.find("(", j + 1)
+    if i != -1 and s.find(")", i) == -1:
+        # Cut mid-line: "replay (torch/cuda/" or "_forward_raw (".
+        fn, rest = s[:i].strip(), s[i + 1 :].strip()
+        if fn and _IDENT.match(fn) and (not rest or re.match(r"^[\w./<>-]{1,500}:?\d{0,7}$", rest)):
+            if rest and not _WS.search(rest):
+                rest = rest.rstrip(":")
+                if _NATIVE_PATH.search(rest):  # "cuEventSynchronize (libcuda.so.5": only ")" lost
+                    return Frame(fn, rest, None, native=True), True
+                return Frame(fn, rest + "…", None), True
+            return Frame(fn, "?", None), True
+        return None
+    # Columns without parentheses: "dequeue      vllm/x/shm_broadcast.py:779".
+    parts = s.split()
+    if len(parts) == 2 and _IDENT.match(parts[0]):
+        loc = parse_location(parts[1])
+        if loc is not None and not loc[2] and loc[1] is not None and (loc[0].endswith(_PY_EXT) or "/" in loc[0]):
+            return Frame(parts[0], loc[0], loc[1]), False
+    return None
+
+
+def _strip_note(text: str) -> str:
+    """A command line without a reporter's trailing note ("  ← stuck here")."""
+    for mark in ("  ←", "  <-", " ← ", " <-- ", "  #"):
+        i = text.find(mark)
+        if i != -1:
+            text = text[:i]
+    return text.strip()
+
+
+def parse_thread_header(s: str) -> tuple[str | None, str, str] | None:
+    """(ident, state, name) for a thread header line, else None."""
+    if s.startswith(("Thread", "Current thread")):
+        m = _THREAD.match(s)
+        if m:
+            return m.group(1), m.group(2), m.group(3) or ""
+        m = _FAULTHANDLER_THREAD.match(s)
+        if m:  # Python's faulthandler (also PyTorch's dump on NCCL timeouts)
+            return m.group(2), "unknown", ""
+        return None
+    # Condensed: 'MainThread (active, 100% CPU):' / 'Thread-3 (worker) (idle):'
+    if s.endswith("):") or s.endswith(")"):
+        body = s[:-1] if s.endswith(":") else s
+        i = body.rfind(" (")
+        if i > 0 and len(body) < 300:
+            state = body[i + 2 : -1].strip()
+            m = _STATE.match(state)
+            name = body[:i].strip().strip('"')
+            if m and name and s.endswith(":") and not name.startswith(("(", "Process")):
+                return None, m.group(1), name
+    return None
+
+
+@dataclass
+class _Thread:
+    ident: str | None
+    name: str
+    state: str | None
+    frames: list[Frame] = field(default_factory=list)
+    headerless: bool = False
+
+
+@dataclass
+class _Process:
+    pid: int | None = None
+    cmdline: str = ""
+    python: str = ""
+    rank: int | None = None
+    threads: list[_Thread] = field(default_factory=list)
+    has_header: bool = False
+
+
+class _Reader:
+    def __init__(self) -> None:
+        self.report = ParseReport()
+        self.processes: list[_Process] = []
+        self.proc: _Process | None = None
+        self.group: list[_Thread] = []  # threads receiving the next frames
+        self.pid_hint: int | None = None
+        self.in_locals = False
+        self.locals_indent = 0
+        self.after_break = False
+
+    # -- structure ------------------------------------------------------------
+    def new_process(self, pid: int | None = None, cmdline: str = "", header: bool = False) -> _Process:
+        self.close_group()
+        if pid is None and self.pid_hint is not None:
+            pid = self.pid_hint
+        self.pid_hint = None
+        proc = _Process(pid, cmdline, has_header=header)
+        if len(self.processes) < MAX_PROCESSES:
+            self.processes.append(proc)
+        self.proc = proc
+        return proc
+
+    def close_group(self) -> None:
+        self.group = []
+        self.in_locals = False
+
+    def start_thread(self, ident: str | None, state: str, name: str) -> None:
+        # Headers in a row with the same name share the frames that follow (a
+        # reporter folding identical ranks); py-spy itself prints a thread with
+        # no Python frames as a bare header, which must not borrow the next one's.
+        joining = bool(self.group) and not any(t.frames for t in self.group) and all(t.name == name for t in self.group)
+        group = self.group if joining else []
+        proc = self.proc
+        is_main = name == "MainThread"
+        if proc is None or (is_main and any(t.name == "MainThread" for t in proc.threads)):
+            proc = self.new_process()
+        if is_main and proc.pid is None and ident is not None and ident.isdigit():
+            proc.pid = int(ident)
+            self.report.pid_inferred += 1
+        t = _Thread(ident, name, state)
+        if len(proc.threads) < MAX_THREADS:
+            proc.threads.append(t)
+        group.append(t)
+        self.group = group
+        self.report.thread_headers += 1
+        self.in_locals = False
+        self.after_break = False
+
+    def add_frames(self, frames: list[Frame]) -> None:
+        if not self.group or (self.after_break and all(t.headerless for t in self.group)):
+            proc = self.proc if self.proc is not None else self.new_process()
+            t = _Thread(None, "", None, headerless=True)
+            proc.threads.append(t)
+            self.group = [t]
+            self.report.headerless_threads += 1
+        self.after_break = False
+        for t in self.group:
+            room = MAX_FRAMES - len(t.frames)
+            if room <= 0:
+                self.report.dropped_frames += len(frames)
+                continue
+            t.frames.extend(frames[:room])
+        self.report.frames += len(frames)
+
+    # -- lines ----------------------------------------------------------------
+    def feed(self, raw: str) -> None:
+        self.report.lines += 1
+        if len(raw) > MAX_LINE_CHARS:
+            raw = raw[:MAX_LINE_CHARS]
+            self.report.cut_lines += 1
+        raw = raw.rstrip().replace("\t", "    ")
+        m = _PREFIX.match(raw)
+        prefix = raw[: m.end()] if m else ""
+        line = raw[m.end():] if m else raw
+        s = line.strip()
+        if not s:
+            return
+        rank = _RANK_PREFIX.search(prefix) if "[" in prefix else None
+        if s.startswith(("```", "~~~")):
+            self.group = [] if any(t.frames for t in self.group) else self.group
+            self.after_break = True
+            s = s.lstrip("`~").strip()
+            if not s or _IDENT.match(s):
+                return  # a fence, maybe with a language tag
+            line = s
+        first = s[0]
+        if first == "<" and _HTML.match(s):
+            return
+        if first in ".…[(" and (s in ("[...]", "(...)") or set(s) <= {".", "…", " "}):
+            self.report.abbreviated += 1
+            return
+        if "py-spy" in s or (("$" in s or "#" in s or "%" in s) and _PROMPT.match(s)):
+            # "$ py-spy dump --pid 42": what follows is process 42.
+            m2 = _PYSPY_PID.search(s)
+            if m2:
+                self.expect_process(int(m2.group(1)))
+                return
+            if _PROMPT.match(s):
+                return
+        if (first in "PSTt=-#" or s[-1] == ":") and self.handle_header(s, rank):
+            return
+        indent = len(line) - len(line.lstrip())
+        if _LOCALS_HEAD.match(s):
+            self.in_locals, self.locals_indent = True, indent
+            return
+        if self.in_locals and indent > self.locals_indent:
+            return
+        self.in_locals = False
+        parsed = parse_frame_line(s)
+        if parsed is None:
+            self.skip(s)
+            return
+        frames, abbreviated, cut = parsed
+        self.report.abbreviated += abbreviated
+        self.report.cut_frames += cut
+        if rank is not None and self.proc is not None and self.proc.rank is None and not self.proc.threads:
+            self.proc.rank = int(rank.group(1))
+        self.add_frames(frames)
+
+    def handle_header(self, s: str, rank: re.Match[str] | None) -> bool:
+        m = _PROCESS.match(s)
+        if m:
+            pid = int(m.group(1)) if m.group(1).isdigit() else None
+            self.new_process(pid, _strip_note(m.group(2)), header=True)
+            self.report.process_headers += 1
+            if rank is not None:
+                self.proc.rank = int(rank.group(1))  # type: ignore[union-attr]
+            return True
+        m = _PYTHON.match(s)
+        if m and (self.proc is not None and not self.proc.threads):
+            self.proc.python = m.group(1)
+            return True
+        m = _STACK_DUMP_FOR.match(s)
+        if m:
+            tokens = m.group(1).split()
+            pid = next((int(t) for t in tokens[:3] if t.isdigit()), None)
+            self.new_process(pid, " ".join(tokens[10:]) if len(tokens) > 10 else m.group(1).strip(), header=True)
+            self.report.process_headers += 1
+            return True
+        m = _SEPARATOR.match(s)
+        if m:
+            kind, num = m.group(1).lower(), int(m.group(2))
+            proc = self.new_process(num if kind in ("pid", "process") else None, header=True)
+            if kind == "rank":
+                proc.rank = num
+            self.report.process_headers += 1
+            return True
+        th = parse_thread_header(s)
+        if th:
+            ident, state, name = th
+            self.start_thread(ident, state, name)
+            if rank is not None and self.proc is not None and self.proc.rank is None:
+                self.proc.rank = int(rank.group(1))
+            return True
+        return False
+
+    def expect_process(self, pid: int) -> None:
+        """A line that introduces the dump of ``pid`` (a command, a caption)."""
+        self.close_group()
+        self.proc = None
+        self.pid_hint = pid
+
+    def skip(self, s: str) -> None:
+        m = _PID_INTRO.search(s)
+        if m and len(s) < 200:
+            # "Pyspy dump for PID 309:" / "rank 3, pid 1234:": a caption.
+            self.expect_process(int(m.group(1)))
+            return
+        self.report.skipped += 1
+        self.after_break = True
+        if len(self.report.skipped_examples) < 3:
+            self.report.skipped_examples.append(s[:100])
+
+    # -- result ---------------------------------------------------------------
+    def finish(self, source: str) -> ParseReport:
+        rounds: dict[int | None, int] = {}
+        out = []
+        for p in self.processes:
+            threads = []
+            for n, t in enumerate(p.threads):
+                if not t.frames:
+                    continue
+                ident = t.ident if t.ident is not None else (f"?{n + 1}")
+                if ident.lower().startswith("0x"):
+                    ident = ident.lower()
+                active = None if t.state in (None, "unknown") else (t.state not in ("idle", "sleeping", "waiting"))
+                threads.append(ThreadDump(ident, t.name, tuple(t.frames), active, "gil" in (t.state or "")))
+            if not threads:
+                continue
+            key = p.pid
+            rounds[key] = rounds.get(key, 0) + 1 if key is not None else 1
+            out.append(ProcessDump(p.pid, tuple(threads), p.cmdline, p.python, rounds[key], rank=p.rank))
+            if p.rank is not None and p.pid is not None:
+                self.report.ranks[p.pid] = p.rank
+        self.report.processes = tuple(out)
+        return self.report
+
+
+def read_text(text: str, *, source: str = "text") -> ParseReport:
+    """Every process in a pasted dump, and what was skipped. Raises ``InputError``
+    only when there is not a single recognisable frame."""
+    reader = _Reader()
+    start = 0
+    n = len(text)
+    while start < n:
+        end = text.find("\n", start)
+        if end == -1:
+            end = n
+        reader.feed(text[start:end])
+        start = end + 1
+    report = reader.finish(source)
+    if not report.processes:
+        raise InputError(
+            f"{source}: no py-spy stacks found: no line looks like a stack frame "
+            "(expected 'function (file.py:line)' lines, usually under 'Thread 123 (idle): \"MainThread\"')"
+        )
+    return report

@@ -1,0 +1,200 @@
+"""The tolerant reader for pasted dumps (``pastes.read_text``): every shape people
+paste, what it reports about skipped text, and linear time on large input.
+
+The small snippets below are synthetic, one per shape; the real pastes these
+shapes come from are in data/pasted/ (see test_diag_corpus.py)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from diag_helpers import DATA
+from hangwatch.diagnostics.errors import InputError
+from hangwatch.diagnostics.pastes import read_text
+
+PASTED = DATA / "pasted"
+
+
+def _one(text: str):
+    report = read_text(text)
+    assert len(report.processes) == 1, report.processes
+    return report, report.processes[0]
+
+
+def _frames(thread) -> list[str]:
+    return [f.render() for f in thread.frames]
+
+
+def test_no_thread_header_is_one_unnamed_thread_with_low_confidence():
+    report, proc = _one("```\n    main_loop (ray/_private/worker.py:935)\n    <module> (ray/_private/workers/default_worker.py:297)\n```\n")
+    (t,) = proc.threads
+    assert t.name == "" and _frames(t) == ["main_loop (worker.py:935)", "<module> (default_worker.py:297)"]
+    assert report.confidence == "low" and any("without a 'Thread' header" in n for n in report.notes())
+
+
+@pytest.mark.parametrize(
+    ("header", "ident", "name", "active"),
+    [
+        ('Thread 0x7F4AA36D9700 (active): "MainThread"', "0x7f4aa36d9700", "MainThread", True),
+        ('Thread (idle): "MainThread"', "?1", "MainThread", False),
+        ('Thread (idle) "MainThread"', "?1", "MainThread", False),
+        ("Thread 8283 (idle)", "8283", "", False),
+        ("Thread 0x7F4AA36D9700 (active)", "0x7f4aa36d9700", "", True),
+        ("Thread <PID> (active+gil)", "<PID>", "", True),
+        ("MainThread (active, 100% CPU):", "?1", "MainThread", True),
+        ("Thread 0x00007f13c65f5400 (most recent call first):", "0x00007f13c65f5400", "", None),
+    ],
+)
+def test_thread_header_shapes(header, ident, name, active):
+    _, proc = _one(f"{header}\n    forward (model.py:12)\n")
+    (t,) = proc.threads
+    assert (t.ident, t.name, t.active) == (ident, name, active)
+    assert _frames(t) == ["forward (model.py:12)"]
+
+
+@pytest.mark.parametrize(
+    ("line", "rendered"),
+    [
+        ("    wait (threading.py:320)", "wait (threading.py:320)"),
+        ("wait (threading.py:320)", "wait (threading.py:320)"),  # unindented
+        ("\twait (threading.py:320)", "wait (threading.py:320)"),  # tab
+        ("    ... dequeue (vllm/shm_broadcast.py:779)", "dequeue (shm_broadcast.py:779)"),  # abbreviated
+        ("    from_ipc_handle          (torch/cuda/streams.py:197)   <-- BLOCKS FOREVER", "from_ipc_handle (streams.py:197)"),
+        ("    wait               (shm_broadcast.py:196)   <- the busy_loop_s branch", "wait (shm_broadcast.py:196)"),
+        ("    dequeue      vllm/distributed/shm_broadcast.py:779", "dequeue (shm_broadcast.py:779)"),  # columns, no parens
+        ("    (inside vllm/compilation/cuda_graph.py:254)", "? (cuda_graph.py:254)"),
+        ("    __call__ (inside vllm/compilation/cuda_graph.py:254)", "__call__ (cuda_graph.py:254)"),
+        ("    _find_and_load (<frozen importlib._bootstrap>:1007)", "_find_and_load (<frozen importlib._bootstrap>:1007)"),
+        ("    <module> (vllm:8)", "<module> (vllm:8)"),
+        ("    cuEventSynchronize (libcuda.so.1)", "cuEventSynchronize (libcuda.so.1)"),
+        ("    0x7f259f401d71 (libc.so.6)", "0x7f259f401d71 (libc.so.6)"),
+        ("    c10d::ProcessGroupNCCL::WorkNCCL::wait(std::chrono::duration<long, std::ratio<1l, 1000l> >) (libtorch_cuda.so)",
+         "c10d::ProcessGroupNCCL::WorkNCCL::wait(std::chrono::duration<long, std::ratio<1l, 1000l> >) (libtorch_cuda.so)"),
+        ("    replay (torch/cuda/", "replay (torch/cuda/…)"),  # cut mid-line
+        ("    cuEventSynchronize       (libcuda.so.5", "cuEventSynchronize (libcuda.so.5)"),
+        ('  File "/usr/lib/python3.12/queue.py", line 180 in get', "get (queue.py:180)"),  # faulthandler
+    ],
+)
+def test_frame_shapes(line, rendered):
+    _, proc = _one('Thread 1 (idle): "MainThread"\n' + line + "\n")
+    assert _frames(proc.threads[0]) == [rendered]
+
+
+def test_arrow_chains_are_frames_innermost_first():
+    _, proc = _one("Process 1390: VLLM::Worker_TP1   ← back in its loop\n    ... dequeue (vllm/shm_broadcast.py:779) → worker_busy_loop\n")
+    assert proc.cmdline == "VLLM::Worker_TP1"
+    assert [f.function for f in proc.threads[0].frames] == ["dequeue", "worker_busy_loop"]
+
+
+def test_prose_and_traceback_lines_are_skipped_not_frames():
+    text = (
+        "The engine hangs (see below) after a while.\n"
+        "Loading weights took 279.51 seconds (loader.py:447)\n"
+        '  File "/x/train.py", line 12, in main\n'
+        "Crashed in the driver (libcuda.so.1)\n"
+        'Thread 7 (idle): "MainThread"\n'
+        "    step (train.py:3)\n"
+    )
+    report, proc = _one(text)
+    assert _frames(proc.threads[0]) == ["step (train.py:3)"]
+    assert report.skipped == 4 and report.skipped_examples[0].startswith("The engine hangs")
+    assert "skipped 4 line(s)" in " ".join(report.notes())
+
+
+def test_prefixes_fences_html_prompts_and_locals():
+    text = (
+        "<details><summary>py-spy</summary>\n\n"
+        "````Text\n"
+        "user@host:~$ py-spy dump --pid 4242\n"
+        "sglang-1  | [2025-10-29 11:25:58 TP3] Thread 4242 (active): \"MainThread\"\n"
+        "> [rank3]: 2024-05-01T12:00:00Z     forward (model.py:1)\n"
+        "    Arguments:\n"
+        "        self: <Model at 0x7f>\n"
+        "    step (train.py:2)\n"
+        "(EngineCore pid=4242)     loop (core.py:3)\n"
+        "````\n</details>\n"
+    )
+    report, proc = _one(text)
+    assert proc.pid == 4242
+    assert _frames(proc.threads[0]) == ["forward (model.py:1)", "step (train.py:2)", "loop (core.py:3)"]
+    assert report.skipped == 0
+
+
+def test_several_processes_and_their_separators():
+    text = (
+        "Process 10: python a.py\nPython v3.12.1 (/usr/bin/python3)\n\n"
+        'Thread 10 (idle): "MainThread"\n    a (a.py:1)\n'
+        "Stack dump for ddrl     20768  0.1  0.1 1751908 151888 pts/0  Sl   12:48   0:01 ray_worker\n"
+        "Thread 0x7F4AACDE7700 (active)\n\t main_loop (ray/worker.py:1005)\n"
+        "=== PID 30 ===\n"
+        'Thread 31 (idle): "pool"\n    b (b.py:2)\n'
+        "[rank5]: Process 50: python b.py\n[rank5]: Thread 50 (idle): \"MainThread\"\n[rank5]:     d (d.py:4)\n"
+        "Pyspy dump for PID 40:\n"
+        "    c (c.py:3)\n"
+    )
+    procs = read_text(text).processes
+    assert [(p.pid, p.cmdline) for p in procs] == [(10, "python a.py"), (20768, "ray_worker"), (30, ""), (50, "python b.py"), (40, "")]
+    assert procs[0].python == "v3.12.1" and procs[3].rank == 5
+
+
+def test_condensed_headers_sharing_frames_are_separate_processes():
+    text = (
+        'Thread 688510 (active): "MainThread"\nThread 688511 (active): "MainThread"\n'
+        "    broadcast (torch/distributed/distributed_c10d.py:1191)\n"
+        '1 in:\nThread 688514 (idle): "MainThread"\n    _try_get_data (torch/utils/data/dataloader.py:1011)\n'
+    )
+    procs = read_text(text).processes
+    assert [p.pid for p in procs] == [688510, 688511, 688514]  # the main thread's id is the pid
+    assert [f.function for p in procs for f in p.threads[0].frames] == ["broadcast", "broadcast", "_try_get_data"]
+
+
+def test_a_bare_thread_header_does_not_borrow_the_next_threads_frames():
+    text = 'Thread 1 (idle): "MainThread"\n    a (a.py:1)\nThread 2 (idle): "empty"\nThread 3 (idle): "busy"\n    b (b.py:2)\n'
+    (proc,) = read_text(text).processes
+    assert [(t.name, len(t.frames)) for t in proc.threads] == [("MainThread", 1), ("busy", 1)]
+
+
+def test_dump_starting_mid_way_keeps_the_orphan_frames():
+    text = '    _bootstrap (threading.py:1032)\nThread 9 (idle): "MainThread"\n    run (x.py:1)\n'
+    procs = read_text(text).processes
+    assert sum(len(p.threads) for p in procs) == 2
+
+
+def test_text_without_frames_is_the_only_failure():
+    with pytest.raises(InputError, match="notes.txt: no py-spy stacks found"):
+        read_text("just some notes\nand (more) notes\n", source="notes.txt")
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "kind",
+    ["frames", "one_long_line", "nested_parens", "open_parens", "thread_like", "prefix_like"],
+)
+def test_two_megabytes_of_stack_shaped_text_read_in_linear_time(kind):
+    size = 2_000_000
+    text = {
+        "frames": "    forward (model/layer.py:12)\n" * (size // 31),
+        "one_long_line": "    f (" + "a/" * (size // 2) + "x.py:1)",
+        "nested_parens": "f (" * (size // 3),
+        "open_parens": ("    fn (" + "a (" * 1000 + "\n") * (size // 3008),
+        "thread_like": ("Thread " + "x" * 40 + ' (idle (idle (idle "' * 20 + "\n") * (size // 448),
+        "prefix_like": ("[rank0] " * 10 + "name  |  " * 10 + "    g (g.py:1)\n") * (size // 190),
+    }[kind]
+    assert len(text) >= size * 0.9
+    start = time.perf_counter()
+    try:
+        read_text(text)
+    except InputError:
+        pass
+    elapsed = time.perf_counter() - start
+    assert elapsed < 5.0, f"{kind}: {elapsed:.2f} s for {len(text)} characters"
+
+
+def test_every_real_paste_in_the_corpus_parses():
+    pastes = sorted(PASTED.glob("*.txt"))
+    assert len(pastes) >= 40
+    for path in pastes:
+        report = read_text(path.read_text(encoding="utf-8"), source=path.name)
+        assert report.frames >= 1, path.name
