@@ -17,10 +17,12 @@ class VerdictKind(str, enum.Enum):
     SILENT_HANG = "silent_hang"
     CRASH = "crash"
     DONE = "done"
+    COHORT_LOST = "cohort_lost"  # multi-node: another node's supervisor or the store is gone
 
     @property
     def is_hang(self) -> bool:
-        return self in (VerdictKind.STALL, VerdictKind.SILENT_HANG)
+        """The tree is (or is about to be) stuck: capture evidence before killing it."""
+        return self in (VerdictKind.STALL, VerdictKind.SILENT_HANG, VerdictKind.COHORT_LOST)
 
 
 @dataclass(frozen=True)

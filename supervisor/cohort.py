@@ -1,0 +1,309 @@
+"""A cohort of per-node supervisors that act as one: one incident, one agreement, one relaunch.
+
+In a multi-node job one wedged rank hangs every node (the others block in a
+collective), so the nodes' supervisors coordinate through a store (``store.Store``;
+by default PyTorch's c10d ``TCPStore`` hosted by node 0's supervisor):
+
+* **Join.** Every node publishes a fingerprint of the settings that must match
+  (checkpoint layout, graph policy options, node count); a node whose settings
+  differ from node 0's is refused with what differs (``CohortRefused``).
+* **Leases.** A background thread bumps this node's counter every
+  ``lease_interval`` and watches everyone else's. A counter that has not moved
+  for ``lease_timeout`` means that node's supervisor is gone (``MemberLost``);
+  a store that keeps failing for ``lease_timeout`` means node 0 is gone
+  (``StoreLost``). Counters, not timestamps: node clocks need not agree.
+* **One incident per attempt.** The first node to announce (compare-and-set on
+  the attempt's key) wins; every node polls the key each tick, so all capture
+  while the ranks are still hung. An announcement for another attempt is ignored.
+* **Agreement before relaunch.** Each node reports its complete checkpoint
+  steps and its graph policy; node 0 decides the newest step every node has
+  and graphs off if any node turned them off, and publishes it; the others wait
+  for it with a deadline (``BarrierTimeout``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from hangwatch.supervisor.attempt import GraphPolicy
+from hangwatch.supervisor.store import Store, StoreError
+
+
+class CohortError(RuntimeError):
+    """The cohort cannot go on; ``reason`` is the journal's word for it."""
+
+    reason = "cohort_error"
+
+
+class CohortRefused(CohortError):
+    reason = "refused"
+
+
+class MemberLost(CohortError):
+    reason = "member_lost"
+
+    def __init__(self, node: int, waited: float) -> None:
+        super().__init__(f"node {node}'s supervisor stopped renewing its lease {waited:.0f} s ago")
+        self.node = node
+
+
+class StoreLost(CohortError):
+    reason = "store_lost"
+
+
+class BarrierTimeout(CohortError):
+    reason = "barrier_timeout"
+
+
+@dataclass(frozen=True)
+class Membership:
+    node_rank: int
+    nnodes: int
+    host: str
+    port: int
+    cohort_id: str = "hangwatch"
+
+    def __post_init__(self) -> None:
+        if self.nnodes < 1 or not 0 <= self.node_rank < self.nnodes:
+            raise ValueError(f"--node-rank {self.node_rank} must be in [0, --nnodes {self.nnodes})")
+        if not 0 < self.port < 65536:
+            raise ValueError(f"--cohort port {self.port} is not a TCP port")
+
+    @property
+    def is_leader(self) -> bool:
+        return self.node_rank == 0
+
+
+def membership_from(env: Mapping[str, str], *, endpoint: str | None = None, node_rank: int | None = None,
+                    nnodes: int | None = None, cohort_id: str | None = None, default_port: int = 29600) -> Membership | None:
+    """The cohort this node belongs to, from options first, then Slurm, then torchrun-style variables.
+
+    None for a single-node run (nothing says there is more than one node).
+    """
+    def first(*names: str) -> str | None:
+        return next((env[n] for n in names if env.get(n)), None)
+
+    rank = node_rank if node_rank is not None else _int(first("SLURM_NODEID", "NODE_RANK", "GROUP_RANK"), "node rank")
+    count = nnodes if nnodes is not None else _int(first("SLURM_NNODES", "NNODES"), "node count")
+    if count is None or count <= 1:
+        if endpoint is None:
+            return None
+    host = None
+    port = default_port
+    if endpoint:
+        host, _, port_text = endpoint.rpartition(":")
+        if not host or not port_text.isdigit():
+            raise ValueError(f"--cohort {endpoint!r}: expected HOST:PORT (for example node0:29600)")
+        port = int(port_text)
+    else:
+        nodelist = first("SLURM_JOB_NODELIST", "SLURM_NODELIST")
+        host = first_host(nodelist) if nodelist else first("MASTER_ADDR")
+    if host is None:
+        raise ValueError("a multi-node run needs the store's address: --cohort HOST:PORT (or SLURM_JOB_NODELIST / MASTER_ADDR)")
+    if rank is None:
+        raise ValueError("a multi-node run needs this node's rank: --node-rank N (or SLURM_NODEID / NODE_RANK)")
+    job = cohort_id or first("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID") or "hangwatch"
+    return Membership(rank, count or 1, host, port, job)
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm node list: ``gpu[07-09,12],cpu1`` gives ``gpu07``."""
+    head = nodelist.split(",")[0] if "[" not in nodelist.split(",")[0] else nodelist[: nodelist.index("]") + 1]
+    if "[" not in head:
+        return head.strip()
+    prefix, _, ranges = head.partition("[")
+    first_range = ranges.rstrip("]").split(",")[0]
+    return prefix + first_range.split("-")[0]
+
+
+def _int(text: str | None, what: str) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"the environment's {what} {text!r} is not a number") from None
+
+
+@dataclass(frozen=True)
+class Announcement:
+    attempt: int
+    node: int
+    kind: str
+    reason: str
+    wall: float
+    evidence: Mapping[str, Any] = field(default_factory=dict)  # the announcing node's verdict numbers
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "evidence": dict(self.evidence)}
+
+
+@dataclass(frozen=True)
+class Agreement:
+    attempt: int
+    checkpoint_step: int | None
+    policy: GraphPolicy
+    reports: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"attempt": self.attempt, "checkpoint_step": self.checkpoint_step,
+                "cudagraphs": "off" if self.policy.cudagraphs_off else "on",
+                "enforce_eager": self.policy.enforce_eager, "reports": dict(self.reports)}
+
+
+def decide(reports: Mapping[int, Mapping[str, Any]]) -> tuple[int | None, GraphPolicy]:
+    """Node 0's decision (pure): the newest step every node has complete, and the strictest policy."""
+    common: set[int] | None = None
+    for r in reports.values():
+        steps = set(int(s) for s in r.get("steps", []))
+        common = steps if common is None else common & steps
+    step = max(common) if common else None
+    policy = GraphPolicy(any(r.get("cudagraphs_off") for r in reports.values()),
+                         any(r.get("enforce_eager") for r in reports.values()))
+    return step, policy
+
+
+class Cohort:
+    def __init__(self, store: Store, membership: Membership, fingerprint: Mapping[str, Any], *,
+                 lease_interval: float = 1.0, lease_timeout: float = 15.0, barrier_timeout: float = 300.0,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.me = membership
+        self.fingerprint = dict(fingerprint)
+        self.lease_interval = lease_interval
+        self.lease_timeout = lease_timeout
+        self.barrier_timeout = barrier_timeout
+        self.clock, self.sleep, self.wall = clock, sleep, wall
+        self.problem: CohortError | None = None
+        self._seen: dict[int, tuple[int, float]] = {}
+        self._failing_since: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _key(self, *parts: object) -> str:
+        return "/".join(["hangwatch", self.me.cohort_id, *map(str, parts)])
+
+    # -- membership ------------------------------------------------------------
+
+    def join(self, timeout: float = 120.0) -> None:
+        """Publish our fingerprint and check it against node 0's; start the lease thread."""
+        mine = json.dumps(self.fingerprint, sort_keys=True)
+        self.store.set(self._key("join", self.me.node_rank), mine)
+        deadline = self.clock() + timeout
+        leader = None
+        while leader is None:
+            leader = self.store.get(self._key("join", 0))
+            if leader is None:
+                if self.clock() >= deadline:
+                    raise CohortRefused(f"node 0 did not join within {timeout:g} s")
+                self.sleep(0.2)
+        theirs = json.loads(leader)
+        differ = sorted(k for k in set(theirs) | set(self.fingerprint) if theirs.get(k) != self.fingerprint.get(k))
+        if differ:
+            what = "; ".join(f"{k}: node 0 has {theirs.get(k)!r}, this node {self.fingerprint.get(k)!r}" for k in differ)
+            raise CohortRefused(f"settings differ from node 0's ({what}); start every node with the same options")
+        self.renew()
+        self._thread = threading.Thread(target=self._lease_loop, name="cohort-lease", daemon=True)
+        self._thread.start()
+
+    def renew(self) -> None:
+        """Bump our lease and check everyone else's (one round; the lease thread loops on it)."""
+        now = self.clock()
+        try:
+            self.store.add(self._key("lease", self.me.node_rank), 1)
+            counts = {n: self.store.add(self._key("lease", n), 0) for n in range(self.me.nnodes) if n != self.me.node_rank}
+        except StoreError as exc:
+            if self._failing_since is None:
+                self._failing_since = now
+            elif now - self._failing_since >= self.lease_timeout and self.problem is None:
+                self.problem = StoreLost(f"the cohort store (node 0's supervisor, {self.me.host}:{self.me.port}) "
+                                         f"has been unreachable for {now - self._failing_since:.0f} s: {exc}")
+            return
+        self._failing_since = None
+        for node, count in counts.items():
+            last = self._seen.get(node)
+            if last is None or count != last[0]:
+                self._seen[node] = (count, now)
+            elif count > 0 and now - last[1] >= self.lease_timeout and self.problem is None:
+                self.problem = MemberLost(node, now - last[1])
+
+    def _lease_loop(self) -> None:
+        while not self._stop.wait(self.lease_interval):
+            self.renew()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.lease_interval + 5.0)
+        self.store.close()
+
+    # -- incidents ----------------------------------------------------------------
+
+    def announce(self, attempt: int, kind: str, reason: str, evidence: Mapping[str, Any] | None = None) -> Announcement:
+        """Claim the attempt's incident; returns the winner (ours, or an earlier node's)."""
+        text = json.dumps(dict(evidence or {}), default=str)
+        bounded = json.loads(text) if len(text) <= 8192 else {"omitted": f"{len(text)} bytes of evidence"}
+        mine = Announcement(attempt, self.me.node_rank, kind, reason, self.wall(), bounded)
+        stored = self.store.compare_set(self._key("incident", attempt), "", json.dumps(mine.to_json()))
+        return Announcement(**json.loads(stored))
+
+    def poll(self, attempt: int) -> Announcement | None:
+        """Another node's incident for this attempt, if one was announced."""
+        try:
+            raw = self.store.get(self._key("incident", attempt))
+        except StoreError:
+            return None  # the lease thread decides when failures mean the store is lost
+        if raw is None:
+            return None
+        ann = Announcement(**json.loads(raw))
+        return ann if ann.attempt == attempt else None
+
+    # -- agreement ---------------------------------------------------------------
+
+    def agree(self, attempt: int, steps: Sequence[int], policy: GraphPolicy) -> Agreement:
+        """Report, then wait (bounded) for node 0's decision on checkpoint and policy."""
+        try:
+            return self._agree(attempt, steps, policy)
+        except StoreError as exc:
+            raise StoreLost(f"the cohort store (node 0's supervisor, {self.me.host}:{self.me.port}) is "
+                            f"unreachable: {exc}") from exc
+
+    def _agree(self, attempt: int, steps: Sequence[int], policy: GraphPolicy) -> Agreement:
+        report = {"steps": sorted(set(steps))[-64:], "cudagraphs_off": policy.cudagraphs_off,
+                  "enforce_eager": policy.enforce_eager}
+        self.store.set(self._key("done", attempt, self.me.node_rank), json.dumps(report))
+        deadline = self.clock() + self.barrier_timeout
+        if self.me.is_leader:
+            reports: dict[int, Any] = {}
+            while len(reports) < self.me.nnodes:
+                self._check(deadline, f"reports from nodes {sorted(set(range(self.me.nnodes)) - set(reports))}")
+                for n in range(self.me.nnodes):
+                    if n not in reports:
+                        raw = self.store.get(self._key("done", attempt, n))
+                        if raw is not None:
+                            reports[n] = json.loads(raw)
+                if len(reports) < self.me.nnodes:
+                    self.sleep(0.1)
+            step, agreed = decide(reports)
+            decision = Agreement(attempt, step, agreed, {str(k): v for k, v in reports.items()})
+            self.store.set(self._key("agreed", attempt), json.dumps(decision.to_json()))
+            return decision
+        while True:
+            raw = self.store.get(self._key("agreed", attempt))
+            if raw is not None:
+                d = json.loads(raw)
+                return Agreement(d["attempt"], d["checkpoint_step"],
+                                 GraphPolicy(d["cudagraphs"] == "off", bool(d["enforce_eager"])), d["reports"])
+            self._check(deadline, "node 0's decision")
+            self.sleep(0.1)
+
+    def _check(self, deadline: float, waiting_for: str) -> None:
+        if self.problem is not None:
+            raise self.problem
+        if self.clock() >= deadline:
+            raise BarrierTimeout(f"waited {self.barrier_timeout:g} s for {waiting_for} before relaunch")

@@ -1,0 +1,165 @@
+"""A small key-value store interface for the cohort, with the real backend and a fake.
+
+``Store`` is what ``cohort.Cohort`` needs: set, non-blocking get, atomic add,
+compare-and-set (first writer wins). ``TCPStoreClient`` drives PyTorch's c10d
+``TCPStore`` through ``store_helper`` (a process of its own: the supervisor
+never imports torch); every call has a deadline. ``MemoryStore`` is the
+in-process fake for tests, with the same semantics.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import select
+import subprocess
+import threading
+import time
+from typing import Protocol
+
+from hangwatch.contract.pyexec import module_command
+from hangwatch.contract.tools import HELPER_PIDS, _helpers_lock
+
+
+class StoreError(RuntimeError):
+    """The store could not be reached or answered with an error."""
+
+
+class Store(Protocol):
+    def set(self, key: str, value: str) -> None: ...
+
+    def get(self, key: str) -> str | None: ...
+
+    def add(self, key: str, amount: int = 1) -> int: ...
+
+    def compare_set(self, key: str, expected: str, desired: str) -> str: ...
+
+    def close(self) -> None: ...
+
+
+class MemoryStore:
+    """The fake: a dict with c10d's semantics (``compare_set`` with ``expected=""`` creates)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, str] = {}
+        self.lock = threading.Lock()
+        self.down = False  # a test sets this to simulate node 0 lost
+
+    def _check(self) -> None:
+        if self.down:
+            raise StoreError("store unreachable (simulated)")
+
+    def set(self, key: str, value: str) -> None:
+        self._check()
+        with self.lock:
+            self.data[key] = value
+
+    def get(self, key: str) -> str | None:
+        self._check()
+        with self.lock:
+            return self.data.get(key)
+
+    def add(self, key: str, amount: int = 1) -> int:
+        self._check()
+        with self.lock:
+            value = int(self.data.get(key, "0")) + amount
+            self.data[key] = str(value)
+            return value
+
+    def compare_set(self, key: str, expected: str, desired: str) -> str:
+        self._check()
+        with self.lock:
+            current = self.data.get(key)
+            if (current is None and expected == "") or current == expected:
+                self.data[key] = desired
+                return desired
+            return current if current is not None else expected
+
+    def close(self) -> None:
+        pass
+
+
+class TCPStoreClient:
+    """c10d ``TCPStore`` through the helper process; ``master=True`` hosts it."""
+
+    def __init__(self, host: str, port: int, *, master: bool, timeout: float = 10.0,
+                 connect_timeout: float = 60.0) -> None:
+        self.timeout = timeout
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        try:
+            self.proc = subprocess.Popen(
+                module_command("hangwatch.supervisor.store_helper") + [host, str(port), "1" if master else "0",
+                                                                       str(connect_timeout)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
+            )
+        except OSError as exc:
+            raise StoreError(f"cannot start the cohort store helper: {exc}") from exc
+        with _helpers_lock:
+            HELPER_PIDS.add(self.proc.pid)  # ours, not the trainer's: never sampled or killed with the tree
+        hello = self._read(connect_timeout + 30.0)
+        if not hello.get("ready"):
+            self.close()
+            where = f"{host}:{port}"
+            raise StoreError(f"cohort store at {where}: {hello.get('error', 'no answer')}")
+        self.port = int(hello["port"])
+
+    def _read(self, timeout: float) -> dict:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        buf = b""
+        fd = self.proc.stdout.fileno()
+        while not buf.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StoreError(f"the cohort store did not answer within {timeout:g} s")
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    raise StoreError("the cohort store helper exited")
+                buf += chunk
+                if len(buf) > 1 << 20:
+                    raise StoreError("oversized reply from the cohort store helper")
+        return json.loads(buf)
+
+    def _call(self, op: str, **fields: object) -> object:
+        with self._lock:
+            if self.proc.poll() is not None:
+                raise StoreError("the cohort store helper exited")
+            req_id = next(self._ids)
+            assert self.proc.stdin is not None
+            try:
+                self.proc.stdin.write((json.dumps({"id": req_id, "op": op, **fields}) + "\n").encode())
+                self.proc.stdin.flush()
+            except OSError as exc:
+                raise StoreError(f"the cohort store helper is gone: {exc}") from exc
+            reply = self._read(self.timeout)
+        if not reply.get("ok"):
+            raise StoreError(str(reply.get("error")))
+        return reply.get("value")
+
+    def set(self, key: str, value: str) -> None:
+        self._call("set", key=key, value=value)
+
+    def get(self, key: str) -> str | None:
+        value = self._call("get", key=key)
+        return None if value is None else str(value)
+
+    def add(self, key: str, amount: int = 1) -> int:
+        return int(self._call("add", key=key, amount=amount))  # type: ignore[arg-type]
+
+    def compare_set(self, key: str, expected: str, desired: str) -> str:
+        return str(self._call("compare_set", key=key, expected=expected, desired=desired))
+
+    def close(self) -> None:
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        with _helpers_lock:
+            HELPER_PIDS.discard(self.proc.pid)

@@ -1,0 +1,71 @@
+"""The cohort store's helper process: PyTorch's c10d ``TCPStore``, spoken to over a pipe.
+
+The supervisor never imports torch (it must not share fate with CUDA), so it
+runs this small process instead: ``python -P -m hangwatch.supervisor.store_helper
+HOST PORT MASTER TIMEOUT_S``. With MASTER=1 it hosts the store (node 0's
+supervisor does; torchrun's c10d rendezvous is hosted the same way), otherwise
+it connects to it. Requests and replies are one JSON object per line on
+stdin/stdout; a reply always answers, with ``ok: false`` and the error when the
+store call failed (for example, node 0 is gone).
+
+It dies with its supervisor: parent-death signal, and EOF on stdin.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import json
+import os
+import signal
+import sys
+
+PR_SET_PDEATHSIG = 1
+
+
+def _serve(store, line: str) -> dict:
+    req = json.loads(line)
+    op, key = req.get("op"), req.get("key", "")
+    if op == "set":
+        store.set(key, req["value"])
+        return {"value": None}
+    if op == "get":  # non-blocking: None when the key is not there yet
+        return {"value": store.get(key).decode() if store.check([key]) else None}
+    if op == "add":
+        return {"value": int(store.add(key, int(req.get("amount", 1))))}
+    if op == "compare_set":
+        return {"value": store.compare_set(key, req["expected"], req["desired"]).decode()}
+    if op == "ping":
+        store.check(["__ping__"])
+        return {"value": "pong"}
+    raise ValueError(f"unknown op {op!r}")
+
+
+def main(argv: list[str]) -> int:
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when we stop
+    host, port, master, timeout = argv[0], int(argv[1]), argv[2] == "1", float(argv[3])
+    try:
+        from torch.distributed import TCPStore  # noqa: PLC0415  (only in this helper process)
+
+        store = TCPStore(host, port, None, master, datetime.timedelta(seconds=timeout), wait_for_workers=False)
+    except Exception as exc:  # noqa: BLE001  (reported to the supervisor, which explains it)
+        print(json.dumps({"ready": False, "error": f"{type(exc).__name__}: {exc}"}), flush=True)
+        return 1
+    print(json.dumps({"ready": True, "port": store.port}), flush=True)
+    for line in sys.stdin:
+        try:
+            reply = {"ok": True, **_serve(store, line)}
+        except Exception as exc:  # noqa: BLE001
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        try:
+            req_id = json.loads(line).get("id")
+        except ValueError:
+            req_id = None
+        print(json.dumps({"id": req_id, **reply}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.pop("HANGWATCH_HEARTBEAT", None)
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,183 @@
+"""Real multi-node jobs on one machine: N `hangwatch run --cohort` supervisors, each wrapping
+`torchrun --rdzv-backend c10d` with a CPU rank on gloo, a shared checkpoint dir and a
+simulated GPU file per node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAINER = ROOT / "tests" / "fixtures" / "cohort_trainer.py"
+HANGWATCH = str(Path(sys.executable).parent / "hangwatch")
+
+pytestmark = [pytest.mark.slow]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Job:
+    def __init__(self, tmp: Path, nnodes: int, *, wedge_node: int = -1, wedge_step: int = -1, steps: int = 10,
+                 lease: float = 8.0, extra: dict[int, list[str]] | None = None, crash_node: int = -1) -> None:
+        self.tmp, self.nnodes = tmp, nnodes
+        self.ckpt = tmp / "ckpt"
+        store, rdzv = _free_port(), _free_port()
+        self.procs: list[subprocess.Popen] = []
+        for i in range(nnodes):
+            argv = [HANGWATCH, "run", "--quiet", "--run-dir", str(tmp / f"run{i}"),
+                    "--gpu-probe", f"file:{tmp / f'sim{i}.json'}", "--interval", "0.5", "--stall-window", "4",
+                    "--progress-timeout", "120", "--grace", "2", "--backoff", "0.1", "--capture-timeout", "15",
+                    "--checkpoint-dir", str(self.ckpt), "--cohort", f"127.0.0.1:{store}", "--node-rank", str(i),
+                    "--nnodes", str(nnodes), "--lease-timeout", str(lease), *(extra or {}).get(i, []), "--",
+                    sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc-per-node", "1",
+                    "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{rdzv}", "--rdzv-id", "job",
+                    str(TRAINER), "--ckpt", str(self.ckpt), "--steps", str(steps),
+                    "--wedge-node", str(wedge_node), "--wedge-step", str(wedge_step), "--crash-node", str(crash_node)]
+            env = dict(os.environ, TEST_NODE=str(i))
+            env.pop("HANGWATCH_CONFIG", None)
+            self.procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                               start_new_session=True))
+
+    def wait(self, timeout: float) -> list[int]:
+        deadline = time.monotonic() + timeout
+        codes = []
+        for p in self.procs:
+            try:
+                codes.append(p.wait(timeout=max(1.0, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                codes.append(None)
+        return codes
+
+    def journal(self, i: int) -> list[dict]:
+        return [json.loads(line) for line in (self.tmp / f"run{i}" / "journal.jsonl").read_text().splitlines()]
+
+    def output(self, i: int) -> str:
+        p = self.procs[i]
+        return p.stdout.read().decode(errors="replace")[-3000:] if p.stdout and p.poll() is not None else ""
+
+    def leftovers(self) -> list[psutil.Process]:
+        """Every process still alive that was started for this job (trainers, torchrun agents)."""
+        found = []
+        for proc in psutil.process_iter(["cmdline"]):
+            try:
+                if str(self.ckpt) in " ".join(proc.info["cmdline"] or []) and proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+            except psutil.Error:
+                continue
+        return found
+
+    def cleanup(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
+        for proc in self.leftovers():
+            proc.kill()
+
+
+@pytest.fixture
+def job_factory(tmp_path):
+    jobs = []
+
+    def make(*args, **kw):
+        jobs.append(Job(tmp_path, *args, **kw))
+        return jobs[-1]
+
+    yield make
+    for j in jobs:
+        j.cleanup()
+
+
+@pytest.mark.timeout(240)
+def test_a_wedged_rank_on_node_1_is_one_incident_and_every_node_resumes_together(job_factory):
+    job = job_factory(2, wedge_node=1, wedge_step=5)
+    codes = job.wait(200)
+    assert codes == [0, 0], [job.output(i) for i in range(2)]
+    assert (job.ckpt / "finished-attempt-2").exists(), "training finished on the second attempt, on all ranks"
+    assert not job.leftovers()
+    for i in range(2):
+        records = job.journal(i)
+        incidents = [r for r in records if r["event"] == "cohort_incident"]
+        assert len(incidents) == 1 and incidents[0]["suspect_node"] == 1
+        assert incidents[0]["this_node_first"] is (i == 1)
+        assert incidents[0]["suspect_evidence"], "the suspect's own numbers travel with the announcement"
+        kills = [r for r in records if r["event"] == "kill"]
+        assert kills and kills[0]["confirmed"] and kills[0]["attempt"] == 1
+        agreed = next(r for r in records if r["event"] == "cohort_agreed")
+        assert agreed["checkpoint_step"] == 4 and agreed["cudagraphs"] == "off"
+        second = [r for r in records if r["event"] == "attempt_started"][1]
+        assert second["env"]["HANGWATCH_CUDAGRAPHS"] == "0"
+        assert second["env"]["HANGWATCH_ATTEMPT"] == "2"
+        assert second["resume_from"] == str(job.ckpt / "checkpoint-4")
+        bundle = next(r["evidence_path"] for r in records if r["event"] == "capture")
+        assert bundle and Path(bundle).is_dir(), "every node captured its evidence"
+        assert records[-1]["event"] == "run_finished" and records[-1]["outcome"] == "success"
+
+
+def _wait_training(job: Job, node: int) -> None:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        journal = job.tmp / f"run{node}" / "journal.jsonl"
+        if journal.exists() and "first_heartbeat" in journal.read_text():
+            return
+        time.sleep(0.5)
+    pytest.fail(f"node {node} never started training")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(("lost", "cause"), [(1, "node 1's supervisor stopped renewing"), (0, "unreachable")])
+def test_a_lost_node_stops_the_others_within_the_lease(job_factory, lost, cause):
+    """Node 1 lost: its lease stops. Node 0 lost: the store it hosts is gone. Either way the
+    survivor captures, kills its tree and exits 75; no process of the job survives anywhere."""
+    job = job_factory(2, steps=400, lease=5.0)
+    _wait_training(job, 1 - lost)
+    os.kill(job.procs[lost].pid, signal.SIGKILL)  # that supervisor's tree dies with it: pdeathsig, guardian
+    killed_at = time.monotonic()
+    survivor = 1 - lost
+    code = job.procs[survivor].wait(timeout=90)
+    took = time.monotonic() - killed_at
+    assert code == 75, job.output(survivor)
+    records = job.journal(survivor)
+    member_lost = next(r for r in records if r["event"] == "member_lost")
+    assert cause in member_lost["reason"]
+    assert records[-1]["event"] == "run_finished" and records[-1]["exit_code"] == 75
+    assert took < 5.0 + 60, "noticed within the lease, then captured and killed (bounded)"
+    time.sleep(2)
+    assert not job.leftovers(), [p.info for p in job.leftovers()]
+
+
+@pytest.mark.timeout(240)
+def test_a_crash_on_one_node_restarts_every_node_together(job_factory):
+    job = job_factory(2, crash_node=1, wedge_step=5)
+    codes = job.wait(200)
+    assert codes == [0, 0], [job.output(i) for i in range(2)]
+    for i in range(2):
+        records = job.journal(i)
+        starts = [r for r in records if r["event"] == "attempt_started"]
+        assert len(starts) == 2 and starts[1]["env"]["HANGWATCH_ATTEMPT"] == "2"
+        assert len([r for r in records if r["event"] == "cohort_agreed"]) == 1
+        assert starts[1]["env"]["HANGWATCH_CUDAGRAPHS"] == "1", "a crash does not turn graphs off"
+    assert not job.leftovers()
+
+
+@pytest.mark.timeout(120)
+def test_a_node_with_other_settings_is_refused(job_factory, tmp_path):
+    job = job_factory(2, steps=400, extra={1: ["--cudagraphs-after-stall", "keep"]})
+    code1 = job.procs[1].wait(timeout=90)
+    out = job.output(1)
+    assert code1 == 2 and "cudagraphs_after_stall: node 0 has 'off', this node 'keep'" in out, out
+    job.cleanup()

@@ -1,0 +1,113 @@
+"""The cohort's decisions over the in-memory store, with a fake clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from hangwatch.supervisor.attempt import GraphPolicy
+from hangwatch.supervisor.cohort import (Cohort, CohortRefused, MemberLost, Membership, StoreLost, decide, first_host,
+                                         membership_from)
+from hangwatch.supervisor.store import MemoryStore
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+
+def _pair(store=None, fp0=None, fp1=None, nnodes=2):
+    store = store or MemoryStore()
+    clock = Clock()
+    nodes = [Cohort(store, Membership(i, nnodes, "127.0.0.1", 29600, "job"), (fp0 if i == 0 else fp1) or {"a": 1},
+                    lease_interval=3600, lease_timeout=10, barrier_timeout=30, clock=clock, sleep=clock.sleep,
+                    wall=clock)
+             for i in range(nnodes)]
+    return store, clock, nodes
+
+
+def test_first_announcement_wins_and_other_attempts_are_ignored():
+    _, _, (n0, n1) = _pair()
+    assert n1.poll(1) is None
+    won = n1.announce(1, "stall", "gpu busy, cpu idle")
+    assert won.node == 1
+    late = n0.announce(1, "silent_hang", "no progress")
+    assert late.node == 1 and late.kind == "stall", "an incident announced twice is one incident"
+    assert n0.poll(1).node == 1
+    assert n0.poll(2) is None, "an announcement for another attempt is ignored"
+
+
+def test_agreement_is_the_newest_common_checkpoint_and_graphs_off_if_any_node_turned_them_off():
+    assert decide({0: {"steps": [2, 4, 6], "cudagraphs_off": False}, 1: {"steps": [2, 4], "cudagraphs_off": True}}) == (
+        4, GraphPolicy(True, False))
+    assert decide({0: {"steps": [2]}, 1: {"steps": []}}) == (None, GraphPolicy())
+    store, clock, (n0, n1) = _pair()
+    n1.store.set(n1._key("done", 1, 1), '{"steps": [2, 4], "cudagraphs_off": true, "enforce_eager": false}')
+    agreed = n0.agree(1, [2, 4, 6], GraphPolicy())
+    assert agreed.checkpoint_step == 4 and agreed.policy.cudagraphs_off
+    follower = n1.agree(1, [2, 4], GraphPolicy(True))
+    assert follower.to_json() == agreed.to_json()
+
+
+def test_barrier_has_a_deadline():
+    _, clock, (n0, _) = _pair()
+    with pytest.raises(Exception, match="waited 30 s for reports from nodes \\[1\\]"):
+        n0.agree(1, [2], GraphPolicy())
+
+
+def test_a_node_with_other_settings_is_refused_with_what_differs():
+    store, _, (n0, n1) = _pair(fp0={"checkpoint_dir": "/shared/ckpt", "nnodes": 2},
+                               fp1={"checkpoint_dir": "/local/ckpt", "nnodes": 2})
+    n0.join()
+    with pytest.raises(CohortRefused, match="checkpoint_dir: node 0 has '/shared/ckpt', this node '/local/ckpt'"):
+        n1.join()
+    n0.close()
+
+
+def test_a_member_that_stops_renewing_is_lost_within_the_lease():
+    _, clock, (n0, n1) = _pair()
+    n0.renew(), n1.renew()
+    for _ in range(5):
+        clock.now += 1
+        n0.renew(), n1.renew()
+    assert n0.problem is None
+    for _ in range(11):  # node 1's supervisor is gone: its counter stops
+        clock.now += 1
+        n0.renew()
+    assert isinstance(n0.problem, MemberLost) and n0.problem.node == 1
+
+
+def test_a_store_that_keeps_failing_is_lost_node_0():
+    store, clock, (_, n1) = _pair()
+    n1.renew()
+    store.down = True
+    n1.renew()
+    clock.now += 5
+    n1.renew()
+    assert n1.problem is None, "a blip is tolerated"
+    clock.now += 6
+    n1.renew()
+    assert isinstance(n1.problem, StoreLost) and "unreachable" in str(n1.problem)
+
+
+def test_membership_from_options_slurm_and_torchrun_style():
+    assert membership_from({}) is None, "single node: unchanged"
+    slurm = membership_from({"SLURM_NODEID": "2", "SLURM_NNODES": "4", "SLURM_JOB_NODELIST": "gpu[07-10]",
+                             "SLURM_JOB_ID": "991"})
+    assert (slurm.node_rank, slurm.nnodes, slurm.host, slurm.cohort_id) == (2, 4, "gpu07", "991")
+    k8s = membership_from({"NODE_RANK": "1", "NNODES": "2", "MASTER_ADDR": "trainer-0"})
+    assert (k8s.node_rank, k8s.host, k8s.port) == (1, "trainer-0", 29600)
+    explicit = membership_from({"NODE_RANK": "1", "NNODES": "2"}, endpoint="10.0.0.5:31000", node_rank=0, nnodes=3)
+    assert (explicit.node_rank, explicit.nnodes, explicit.host, explicit.port) == (0, 3, "10.0.0.5", 31000)
+    assert first_host("a01,b02") == "a01" and first_host("n[3,5-7]") == "n3"
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        membership_from({}, endpoint="nohost", node_rank=0, nnodes=2)
+    with pytest.raises(ValueError, match="node-rank 5 must be in"):
+        membership_from({}, endpoint="h:1", node_rank=5, nnodes=2)
