@@ -1,18 +1,33 @@
-"""Which thread is stalled, and on what: signatures applied to stacks. Pure.
+"""Which process and thread is stalled, and on what: signatures applied to stacks. Pure.
 
-Rules, in order:
+Per process:
+* threads are ranked: the main thread and threads running own code decide;
+  *helper* threads (progress-bar monitors, pin-memory, Ray's import and GC
+  threads, watchdogs, idle thread-pool workers: ``kind = "helper"`` signatures,
+  or any non-main thread with no frame outside the standard library) never do;
 * a thread seen frozen across rounds (or seen once) is a candidate; threads
   that changed between rounds are only used when no frozen thread matches;
-* among the candidate matches the highest ``priority`` wins, across all threads
-  of all processes: a CUDA-graph replay frame anywhere in a stalled process
-  beats the generic synchronize wait it causes;
-* no match: ``unknown``, with the innermost non-stdlib frames of the most
-  telling thread as evidence.
+* among the candidates' matches of ``kind = "stall"`` signatures the highest
+  ``priority`` wins (a CUDA-graph replay in one thread beats the synchronize
+  it causes in another);
+* no match: the process is *idle* when its deciding thread waits for new work
+  (``kind = "idle"`` signatures: an engine's or a worker's loop) or only helpers
+  remain, else *unknown* with the innermost non-stdlib frames as evidence.
+
+Across processes (one multi-process paste or bundle, or several inputs):
+* the *suspect* is a process that differs from a crowd waiting in a collective
+  (``collective = true`` signatures), else one that could not be dumped;
+* the headline is the suspect's own stall when it has one, else the crowd's
+  collective wait; without a crowd the highest-priority stall; when every
+  process is idle: ``all-idle`` ("idle, no signature": a lost wake-up), never a
+  helper's lock wait.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from hangwatch.diagnostics.signatures import Signature
@@ -22,6 +37,25 @@ UNKNOWN_TITLE = "No known signature matched"
 UNKNOWN_ADVICE = (
     "Look at the evidence frames (innermost frames outside the standard library) of the "
     "stalled thread; if this recurs, add a signature for it with --signatures FILE."
+)
+ALL_IDLE_ID = "all-idle"
+ALL_IDLE_TITLE = "Idle, no signature: every process waits for work (lost wake-up?)"
+ALL_IDLE_ADVICE = (
+    "No thread is blocked on the GPU, a collective or I/O: every process sits in its idle loop "
+    "(or only background helpers are left). The work it waits for was never sent or its "
+    "notification was lost: look at the process that should send it (the driver, the engine "
+    "core, the scheduler, a Ray actor not in this dump), and check that every process of the "
+    "job was dumped. Seen with vLLM engines behind LMCache (LMCache#4759) and verl/Ray "
+    "rollouts (verl#340, verl#7180)."
+)
+NO_STACKS = "not dumped"
+
+_RANK_PATTERNS = (
+    re.compile(r"(?:Worker|scheduler|worker)_?TP(\d{1,5})"),
+    re.compile(r"--local[_-]rank[= ](\d{1,5})"),
+    re.compile(r"\bRANK=(\d{1,5})"),
+    re.compile(r"\brank[_ =:]?(\d{1,5})\b", re.IGNORECASE),
+    re.compile(r"\bTP(\d{1,4})\b"),
 )
 
 
@@ -34,6 +68,19 @@ class Match:
 
     def to_json(self) -> dict[str, Any]:
         return {"signature_id": self.signature_id, "pid": self.pid, "thread": self.thread, "frames": [f.render() for f in self.frames]}
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """The process most likely to be the culprit among several."""
+
+    pid: int | None
+    source: str
+    reason: str
+    signature_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "source": self.source, "reason": self.reason, "signature_id": self.signature_id}
 
 
 @dataclass(frozen=True)
@@ -50,12 +97,16 @@ class Classification:
     frozen: bool | None
     rounds: int
     also: tuple[Match, ...] = ()
+    suspect: Suspect | None = None
+    processes: int = 1
+    reference: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "signature_id": self.signature_id,
             "title": self.title,
             "advice": self.advice,
+            "source": self.reference or None,
             "pid": self.pid,
             "cmdline": self.cmdline,
             "thread": {"name": self.thread_name, "ident": self.thread_ident},
@@ -64,6 +115,8 @@ class Classification:
             "evidence": [f.render() for f in self.evidence],
             "stack": [f.render() for f in self.stack],
             "also_matched": [m.to_json() for m in self.also],
+            "processes": self.processes,
+            "suspect": self.suspect.to_json() if self.suspect else None,
         }
 
     @classmethod
@@ -71,6 +124,7 @@ class Classification:
         """For bundles: rendered frames come back as short-name frames."""
         from hangwatch.diagnostics.pyspy import parse_frame_text  # noqa: PLC0415
 
+        sus = data.get("suspect") or None
         return cls(
             data.get("signature_id"),
             data.get("title", ""),
@@ -83,72 +137,343 @@ class Classification:
             tuple(parse_frame_text(s) for s in data.get("stack", ())),
             data.get("frozen"),
             int(data.get("rounds", 1)),
+            suspect=Suspect(sus.get("pid"), str(sus.get("source", "")), str(sus.get("reason", "")), sus.get("signature_id")) if isinstance(sus, dict) else None,
+            processes=int(data.get("processes", 1) or 1),
+            reference=str(data.get("source") or ""),
         )
 
     def summary(self) -> str:
         what = self.signature_id or "unknown"
         frozen = {True: "frozen across rounds", False: "changing between rounds", None: "single look"}[self.frozen]
-        return f"{what}: {self.title} — pid {self.pid}, thread {self.thread_name!r} ({frozen})"
+        thread = f"thread {self.thread_name!r}" if self.thread_name else f"thread {self.thread_ident or '?'} (unnamed)"
+        return f"{what}: {self.title} — pid {self.pid if self.pid is not None else '?'}, {thread} ({frozen})"
 
 
 @dataclass(frozen=True)
-class _Candidate:
-    series: ProcessSeries
-    thread: ThreadDump
-    frozen: bool | None
+class ProcessVerdict:
+    """One process: its state and the thread and signature that decide it.
+
+    ``state``: ``stalled`` (a stall signature matched), ``idle`` (waits for
+    work, or only helpers), ``unknown``, or ``not dumped`` (no stacks: py-spy
+    failed on it). The table shows a stall in an idle loop (a worker parked in
+    its message queue) as ``waiting``."""
+
+    series: ProcessSeries | None
+    state: str
+    signature: Signature | None = None
+    thread: ThreadDump | None = None
+    evidence: tuple[Frame, ...] = ()
+    frozen: bool | None = None
+    waiting_for_work: bool = False
+    idle_label: str = ""
+    matches: tuple[tuple[ThreadDump, Signature, tuple[Frame, ...]], ...] = ()
+    source: str = ""
+    pid_override: int | None = None
+    note: str = ""
+
+    @property
+    def pid(self) -> int | None:
+        return self.series.pid if self.series is not None else self.pid_override
+
+    @property
+    def cmdline(self) -> str:
+        return self.series.cmdline if self.series is not None else ""
+
+    @property
+    def rank(self) -> int | None:
+        if self.series is not None and self.series.rank is not None:
+            return self.series.rank
+        return rank_from_cmdline(self.cmdline)
+
+    @property
+    def signature_id(self) -> str | None:
+        return self.signature.id if self.signature is not None else None
+
+    @property
+    def collective(self) -> bool:
+        return self.state == "stalled" and self.signature is not None and self.signature.collective
+
+    def label(self) -> str:
+        """What the table shows in its signature column."""
+        if self.state == "stalled":
+            return self.signature_id or "?"
+        if self.state == "idle":
+            return f"idle ({self.idle_label})" if self.idle_label else "idle"
+        if self.state == NO_STACKS:
+            return NO_STACKS + (f" ({self.note})" if self.note else "")
+        return "unknown"
+
+    def top_frames(self, n: int = 2) -> tuple[Frame, ...]:
+        if self.thread is None:
+            return ()
+        own = self.thread.telling_frames(limit=n)
+        return own if own else tuple(f for f in self.thread.frames if not f.native)[:n]
+
+    def to_row(self) -> dict[str, Any]:
+        active = None if self.thread is None else self.thread.active
+        return {
+            "source": self.source,
+            "pid": self.pid,
+            "rank": self.rank,
+            "state": "waiting" if self.state == "stalled" and self.waiting_for_work else self.state,
+            "running": {True: "active", False: "idle", None: None}[active],
+            "thread": self.thread.name if self.thread is not None else None,
+            "top_frames": [f.render() for f in self.top_frames(3)],
+            "signature_id": self.signature_id if self.state == "stalled" else (ALL_IDLE_ID if self.state == "idle" else None),
+            "label": self.label(),
+            "cmdline": self.cmdline[:200],
+        }
 
 
-def classify(series: Sequence[ProcessSeries], signatures: Sequence[Signature]) -> Classification | None:
-    """None only when there are no threads at all."""
-    candidates = [
-        _Candidate(s, t, s.frozen(t.ident)) for s in series if s.dumps for t in s.latest.threads
-    ]
-    if not candidates:
+def rank_from_cmdline(cmdline: str) -> int | None:
+    for pattern in _RANK_PATTERNS:
+        m = pattern.search(cmdline)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def is_main(thread: ThreadDump, pid: int | None) -> bool:
+    return thread.name == "MainThread" or (pid is not None and thread.ident == str(pid))
+
+
+def is_helper(thread: ThreadDump, pid: int | None, cmdline: str, helpers: Sequence[Signature]) -> bool:
+    """A background thread: never the one that decides a verdict."""
+    if is_main(thread, pid):
+        return False
+    if not thread.telling_frames(limit=1):
+        return True  # only stdlib/native frames: an idle pool worker, a queue feeder
+    return any(_helper_match(h, thread, cmdline) for h in helpers)
+
+
+def _helper_match(h: Signature, thread: ThreadDump, cmdline: str) -> bool:
+    """For helpers, a ``thread`` name pattern and ``frames`` are alternatives."""
+    if h.thread is not None and re.search(h.thread, thread.name):
+        return True
+    if not h.frames:
+        return False
+    return bool(Signature(h.id, h.title, "", h.frames, match=h.match, process=h.process, innermost=h.innermost).match_thread(thread, cmdline))
+
+
+def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], source: str = "") -> ProcessVerdict:
+    stalls = [s for s in signatures if s.kind == "stall"]
+    idles = [s for s in signatures if s.kind == "idle"]
+    helpers = [s for s in signatures if s.kind == "helper"]
+    pid, cmd = series.pid, series.cmdline
+    threads = series.latest.threads if series.dumps else ()
+    cands = [(t, series.frozen(t.ident)) for t in threads]
+    workers = [c for c in cands if not is_helper(c[0], pid, cmd, helpers)]
+
+    def matches(pool):
+        out = []
+        for t, frozen in pool:
+            for sig in stalls:
+                frames = sig.match_thread(t, cmd)
+                if frames:
+                    out.append((t, frozen, sig, frames))
+        return out
+
+    def idle_of(t: ThreadDump) -> Signature | None:
+        return _first_match(idles, t, cmd)
+
+    def keep(m) -> bool:
+        # A thread in its idle loop is idle unless a stall signature outranks
+        # the loop (a worker parked in the message queue is that queue's wait;
+        # an engine waiting on its input queue is not a generic lock wait).
+        idle = idle_of(m[0])
+        return idle is None or m[2].priority > idle.priority
+
+    found = [m for m in matches([c for c in workers if c[1] is not False]) if keep(m)] or [m for m in matches(workers) if keep(m)]
+    if found:
+        found.sort(key=lambda m: (-m[2].priority, m[1] is not True, not is_main(m[0], pid), -len(m[3])))
+        t, frozen, sig, frames = found[0]
+        idle = idle_of(t)
+        return ProcessVerdict(series, "stalled", sig, t, frames, frozen, idle is not None, idle.title if idle else "",
+                              tuple((m[0], m[2], m[3]) for m in found), source)
+    pool = workers or cands
+    if not pool:
+        return ProcessVerdict(series, "idle", source=source, idle_label="no threads")
+    t, frozen = min(pool, key=lambda c: _telling_rank(c, pid))
+    idle = idle_of(t)
+    if idle is not None:
+        return ProcessVerdict(series, "idle", None, t, idle.match_thread(t, cmd), frozen, True, idle.title, (), source)
+    if not workers:
+        return ProcessVerdict(series, "idle", None, t, (), frozen, False, "only helper threads", (), source)
+    if not t.telling_frames(limit=1):
+        return ProcessVerdict(series, "idle", None, t, (), frozen, False, "standard-library wait", (), source)
+    return ProcessVerdict(series, "unknown", None, t, t.telling_frames(), frozen, False, "", (), source)
+
+
+def _first_match(signatures: Sequence[Signature], thread: ThreadDump, cmdline: str) -> Signature | None:
+    return next((s for s in signatures if s.match_thread(thread, cmdline)), None)
+
+
+def _telling_rank(c: tuple[ThreadDump, bool | None], pid: int | None) -> tuple:
+    """Frozen first, then the main thread, active threads, threads with own code, deepest."""
+    t, frozen = c
+    own = len(t.telling_frames(limit=1000))
+    return (frozen is False, not is_main(t, pid), t.active is False, own == 0, -own)
+
+
+@dataclass(frozen=True)
+class Story:
+    """The cross-process reading: the suspect, and the crowd it differs from."""
+
+    suspect: ProcessVerdict | None
+    reason: str
+    crowd: tuple[ProcessVerdict, ...] = ()
+    note: str = ""
+
+
+def find_suspect(verdicts: Sequence[ProcessVerdict]) -> Story:
+    """Name the process that differs from a crowd waiting in a collective, or
+    one that could not be dumped. Nothing with a single process."""
+    if len(verdicts) < 2:
+        return Story(None, "")
+    crowd = tuple(v for v in verdicts if v.collective)
+    others = [v for v in verdicts if not v.collective]
+    undumped = [v for v in others if v.state == NO_STACKS]
+    if crowd and others and len(others) <= max(len(crowd), 1):
+        def order(v: ProcessVerdict) -> tuple:
+            return ({"stalled": 0, NO_STACKS: 1, "unknown": 2, "idle": 3}.get(v.state, 4), v.waiting_for_work)
+
+        best = min(others, key=order)
+        n = len(crowd)
+        where = _crowd_ops(crowd)
+        if best.state == "stalled" and not best.waiting_for_work:
+            why = f"{n} other process(es) wait in a collective ({where}); this one is stuck elsewhere: {best.signature_id}"
+        elif best.state == NO_STACKS:
+            why = f"{n} process(es) wait in a collective ({where}); py-spy could not dump this one ({best.note or 'no stacks'}): it may be stuck in the driver or in D state"
+        elif best.state == "idle" or best.waiting_for_work:
+            why = (f"{n} process(es) wait in a collective ({where}); this one is not in it but back in its idle loop: "
+                   "it crashed out of the step, or took a code path without the collective")
+        else:
+            why = f"{n} process(es) wait in a collective ({where}); this one is somewhere else (no known signature)"
+        return Story(best, why, crowd)
+    if crowd and not others:
+        odd = _odd_collective(crowd)
+        if odd is not None:
+            return Story(odd[0], odd[1], crowd)
+        return Story(None, "", crowd, note=(f"all {len(crowd)} processes wait in a collective ({_crowd_ops(crowd)}): "
+                                            "the culprit is not among them (a rank on another node, one that exited, or one not dumped)"))
+    if undumped and len(undumped) < len(verdicts):
+        v = undumped[0]
+        return Story(v, f"py-spy could not dump it ({v.note or 'no stacks'}) while the others could")
+    return Story(None, "")
+
+
+def _crowd_ops(crowd: Sequence[ProcessVerdict]) -> str:
+    ops = Counter(v.evidence[0].function if v.evidence else "?" for v in crowd)
+    return ", ".join(f"{op} ×{k}" if k > 1 else op for op, k in ops.most_common(3))
+
+
+def _odd_collective(crowd: Sequence[ProcessVerdict]) -> tuple[ProcessVerdict, str] | None:
+    """All in collectives: one process in a different collective call than a
+    clear majority (>= 3 alike) is the odd one (mismatched collectives)."""
+    def key(v: ProcessVerdict) -> tuple:
+        own = v.top_frames(2)
+        return (v.evidence[0].key if v.evidence else None, tuple(f.key for f in own))
+
+    groups = Counter(key(v) for v in crowd)
+    (_, top), = groups.most_common(1)
+    singles = [v for v in crowd if groups[key(v)] == 1]
+    if top >= 3 and len(singles) == 1 and top >= len(crowd) - 1:
+        v = singles[0]
+        return v, (f"{top} processes wait in the same collective; this one waits in a different one "
+                   f"({v.evidence[0].render() if v.evidence else '?'}): mismatched collectives, it took another code path")
+    return None
+
+
+def classify(series: Sequence[ProcessSeries], signatures: Sequence[Signature], *,
+             extra: Sequence[ProcessVerdict] = ()) -> Classification | None:
+    """The headline for one input (all its processes). None only when there are
+    no threads at all. ``extra``: processes known without stacks (undumpable)."""
+    verdicts = [process_verdict(s, signatures) for s in series if s.dumps]
+    if not any(v.thread is not None for v in verdicts):
         return None
-    steady = [c for c in candidates if c.frozen is not False]
-    matches = _matches(steady, signatures) or _matches(candidates, signatures)
-    rounds = max(len(s.dumps) for s in series)
-    if matches:
-        by_priority = {s.id: s.priority for s in signatures}
-        # Ties: frozen beats single-look, then deeper evidence.
-        matches.sort(key=lambda m: (-by_priority[m[1].id], m[0].frozen is not True, -len(m[2])))
-        best, sig, frames = matches[0]
-        also = tuple(
-            Match(s.id, c.series.pid, c.thread.name, fr) for c, s, fr in matches[1:] if (c, s.id) != (best, sig.id)
-        )
-        return _result(best, sig.id, sig.title, sig.advice, frames, rounds, also)
-    best = min(candidates, key=_telling_rank)
-    return _result(best, None, UNKNOWN_TITLE, UNKNOWN_ADVICE, best.thread.telling_frames(), rounds, ())
+    return headline(verdicts + list(extra), signatures, rounds=max((len(s.dumps) for s in series), default=1))
 
 
-def _matches(cands: Sequence[_Candidate], signatures: Sequence[Signature]) -> list[tuple[_Candidate, Signature, tuple[Frame, ...]]]:
-    out = []
-    for c in cands:
-        for sig in signatures:
-            frames = sig.match_thread(c.thread, c.series.cmdline)
-            if frames:
-                out.append((c, sig, frames))
-    return out
+def headline(verdicts: Sequence[ProcessVerdict], signatures: Sequence[Signature], rounds: int = 1) -> Classification | None:
+    with_stacks = [v for v in verdicts if v.thread is not None]
+    if not with_stacks:
+        return None
+    story = find_suspect(verdicts)
+    stalled = [v for v in with_stacks if v.state == "stalled"]
+    pick: ProcessVerdict
+    if story.suspect is not None and story.suspect.thread is not None and story.suspect.state == "stalled" and not story.suspect.waiting_for_work:
+        pick = story.suspect
+    elif story.crowd:
+        pick = _best_stalled(story.crowd)
+    elif stalled:
+        # A process waiting for work loses to one stuck in something.
+        pick = min(stalled, key=lambda v: (v.waiting_for_work, -v.signature.priority, v.frozen is not True, -len(v.evidence)))  # type: ignore[union-attr]
+    else:
+        unknown = [v for v in with_stacks if v.state == "unknown"]
+        if unknown:
+            pick = min(unknown, key=lambda v: _telling_rank((v.thread, v.frozen), v.pid))  # type: ignore[arg-type]
+            return _result(pick, None, UNKNOWN_TITLE, UNKNOWN_ADVICE, pick.evidence, rounds, verdicts, story)
+        pick = next((v for v in with_stacks if v.waiting_for_work), with_stacks[0])
+        return _result(pick, ALL_IDLE_ID, ALL_IDLE_TITLE, ALL_IDLE_ADVICE, pick.evidence or pick.top_frames(3), rounds, verdicts, story)
+    sig = pick.signature
+    assert sig is not None
+    return _result(pick, sig.id, sig.title, sig.advice, pick.evidence, rounds, verdicts, story, sig.reference)
 
 
-def _telling_rank(c: _Candidate) -> tuple:
-    """Frozen first, then threads with own (non-stdlib) code, main thread, deepest."""
-    own = len(c.thread.telling_frames(limit=1000))
-    return (c.frozen is False, own == 0, c.thread.name != "MainThread", -own)
+def _best_stalled(vs: Sequence[ProcessVerdict]) -> ProcessVerdict:
+    return min(vs, key=lambda v: (-v.signature.priority, v.frozen is not True, -len(v.evidence)))  # type: ignore[union-attr]
 
 
-def _result(c: _Candidate, sid, title, advice, evidence, rounds, also) -> Classification:
+def _result(v: ProcessVerdict, sid, title, advice, evidence, rounds, verdicts, story: Story, reference: str = "") -> Classification:
+    also = []
+    for other in verdicts:
+        for t, sig, frames in other.matches:
+            if other is v and t is v.thread and sig.id == sid:
+                continue
+            also.append(Match(sig.id, other.pid, t.name, frames))
+    suspect = None
+    if story.suspect is not None:
+        s = story.suspect
+        suspect = Suspect(s.pid, s.source, story.reason, s.signature_id if s.state == "stalled" else None)
+    elif story.note:
+        suspect = Suspect(None, "", story.note, None)
+    t = v.thread
     return Classification(
         signature_id=sid,
         title=title,
         advice=advice,
-        pid=c.series.pid,
-        cmdline=c.series.cmdline,
-        thread_name=c.thread.name,
-        thread_ident=c.thread.ident,
+        pid=v.pid,
+        cmdline=v.cmdline,
+        thread_name=t.name if t is not None else "",
+        thread_ident=t.ident if t is not None else "",
         evidence=tuple(evidence),
-        stack=c.thread.frames,
-        frozen=c.frozen,
+        stack=t.frames if t is not None else (),
+        frozen=v.frozen,
         rounds=rounds,
-        also=also,
+        also=tuple(also),
+        suspect=suspect,
+        processes=len(verdicts),
+        reference=reference,
     )
+
+
+@dataclass(frozen=True)
+class Overview:
+    """Every process of every input, and the suspect among them."""
+
+    verdicts: tuple[ProcessVerdict, ...] = field(default_factory=tuple)
+    story: Story = field(default_factory=lambda: Story(None, ""))
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.story
+        return {
+            "processes": [v.to_row() for v in self.verdicts],
+            "suspect": ({"pid": s.suspect.pid, "source": s.suspect.source, "rank": s.suspect.rank, "reason": s.reason,
+                         "signature_id": s.suspect.signature_id if s.suspect.state == "stalled" else None}
+                        if s.suspect is not None else None),
+            "note": s.note or None,
+        }
+
+
+def overview(verdicts: Sequence[ProcessVerdict]) -> Overview:
+    return Overview(tuple(verdicts), find_suspect(verdicts))

@@ -23,7 +23,11 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 BUILTIN = Path(__file__).with_name("signatures.toml")
 _ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-_KNOWN_KEYS = {"id", "title", "priority", "match", "thread", "process", "frames", "advice"}
+_KNOWN_KEYS = {"id", "title", "priority", "match", "thread", "process", "frames", "advice", "kind", "collective", "innermost", "source"}
+#: stall: a verdict (the default); idle: the thread waits for new work (an
+#: engine's or a worker's loop); helper: a background thread that never decides
+#: the verdict (progress bars, pin-memory, monitors, watchdogs).
+KINDS = ("stall", "idle", "helper")
 _FRAME_KEYS = {"function", "file", "regex"}
 
 
@@ -45,13 +49,26 @@ class FramePattern:
 
     def _match_file(self, frame: Frame) -> bool:
         assert self.file is not None
+        if frame.cut:
+            # "torch/cuda/…" may be "torch/cuda/graphs.py": a substring pattern
+            # matches when what survived is a prefix of it, or contains it.
+            kept = frame.file[:-1]
+            if self.regex:
+                return bool(re.search(self.file, kept))
+            if self.file in kept:
+                return True
+            least = min(len(self.file), 5)
+            return any(kept.endswith(self.file[:k]) for k in range(len(self.file), least - 1, -1))
         if self._match(self.file, frame.file):
             return True
-        # A pasted text dump only has short file names: compare the pattern's
-        # last component (substring patterns only).
-        if not self.regex and "/" not in frame.file and "/" in self.file.rstrip("/"):
-            return self.file.rstrip("/").rsplit("/", 1)[-1] in frame.file
-        return False
+        # A pasted text dump may only have short paths ("dataloader.py",
+        # "data/dataloader.py"): they match a pattern that ends with them at a
+        # component boundary ("worker.py" is not "eagle_worker.py"). Substring
+        # patterns only; a directory pattern needs the directory.
+        pat = self.file
+        if self.regex or "/" not in pat or pat.endswith("/") or frame.file.startswith("/"):
+            return False
+        return ("/" + pat).endswith("/" + frame.file)
 
     def describe(self) -> str:
         parts = [f"{k}={v!r}" for k, v in (("function", self.function), ("file", self.file)) if v is not None]
@@ -69,19 +86,40 @@ class Signature:
     thread: str | None = None
     process: str | None = None
     source: str = ""
+    kind: str = "stall"
+    collective: bool = False
+    innermost: int | None = None
+    reference: str = ""
 
     def match_thread(self, thread: ThreadDump, cmdline: str = "") -> tuple[Frame, ...]:
-        """The frames that satisfy this signature in ``thread``; empty when it does not match."""
+        """The frames that satisfy this signature in ``thread``; empty when it does not match.
+        A helper signature with only a ``thread`` pattern (no frames) matches by name."""
         if self.thread is not None and not re.search(self.thread, thread.name):
             return ()
         if self.process is not None and not re.search(self.process, cmdline):
             return ()
-        hits = [[f for f in thread.frames if p.matches(f)] for p in self.frames]
+        if not self.frames:
+            return thread.frames[:1] or (Frame("?", "?"),)
+        frames = thread.frames
+        if self.innermost is not None:
+            frames = _innermost(frames, self.innermost)
+        hits = [[f for f in frames if p.matches(f)] for p in self.frames]
         if self.match == "all" and not all(hits):
             return ()
         evidence = {id(f): f for group in hits for f in group}
         # Keep stack order (innermost first).
         return tuple(f for f in thread.frames if id(f) in evidence)
+
+
+def _innermost(frames: Sequence[Frame], n: int) -> tuple[Frame, ...]:
+    """Frames up to and including the ``n``-th Python (non-native) frame."""
+    seen = 0
+    for i, f in enumerate(frames):
+        if not f.native:
+            seen += 1
+            if seen >= n:
+                return tuple(frames[: i + 1])
+    return tuple(frames)
 
 
 def load_signatures(extra: Iterable[str | Path] = (), *, builtin: bool = True) -> tuple[Signature, ...]:
@@ -99,6 +137,9 @@ def load_file(path: Path) -> list[Signature]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SignatureFileError(f"{path}: cannot read signature file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise SignatureFileError(f"{path}: not a text (UTF-8 TOML) signature file: byte {exc.start} is "
+                                 f"{exc.object[exc.start:exc.start + 1]!r}; give a .toml of [[signature]] tables") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -130,9 +171,12 @@ def _build(entry: Mapping[str, Any], path: Path, index: int, line: int | None) -
         raise fail(f"unknown key(s) {sorted(unknown)}; allowed: {sorted(_KNOWN_KEYS)}")
     if not isinstance(sid, str) or not _ID.match(sid):
         raise fail(f"missing or invalid 'id' (got {sid!r}); use lowercase letters, digits, '-', '.', '_'")
-    for key in ("title", "advice"):
+    kind = entry.get("kind", "stall")
+    for key in ("title", "advice") if kind == "stall" else ("title",):
         if not isinstance(entry.get(key), str) or not entry[key].strip():
             raise fail(f"missing '{key}' (a non-empty string)")
+    if not isinstance(entry.get("advice", ""), str):
+        raise fail("'advice' must be a string")
     priority = entry.get("priority", 0)
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise fail(f"'priority' must be an integer, got {priority!r}")
@@ -142,8 +186,21 @@ def _build(entry: Mapping[str, Any], path: Path, index: int, line: int | None) -
     for key in ("thread", "process"):
         if entry.get(key) is not None:
             _compile(entry[key], fail, key)
+    if kind not in KINDS:
+        raise fail(f"'kind' must be one of {', '.join(repr(k) for k in KINDS)}, got {kind!r}")
+    collective = entry.get("collective", False)
+    if not isinstance(collective, bool):
+        raise fail(f"'collective' must be true or false, got {collective!r}")
+    innermost = entry.get("innermost")
+    if innermost is not None and (not isinstance(innermost, int) or isinstance(innermost, bool) or innermost < 1):
+        raise fail(f"'innermost' must be a positive integer, got {innermost!r}")
+    reference = entry.get("source", "")
+    if not isinstance(reference, str):
+        raise fail(f"'source' must be a string (the public report it was learned from), got {reference!r}")
     raw_frames = entry.get("frames")
-    if not isinstance(raw_frames, list) or not raw_frames:
+    if kind == "helper" and raw_frames is None and entry.get("thread") is not None:
+        raw_frames = []
+    elif not isinstance(raw_frames, list) or not raw_frames:
         raise fail("'frames' must be a non-empty list of {function = ..., file = ...} tables")
     frames = []
     for n, raw in enumerate(raw_frames, 1):
@@ -167,13 +224,17 @@ def _build(entry: Mapping[str, Any], path: Path, index: int, line: int | None) -
     return Signature(
         id=sid,
         title=entry["title"].strip(),
-        advice=" ".join(entry["advice"].split()),
+        advice=" ".join(entry.get("advice", "").split()),
         frames=tuple(frames),
         priority=priority,
         match=match,
         thread=entry.get("thread"),
         process=entry.get("process"),
         source=f"{path}" + (f":{line}" if line else ""),
+        kind=kind,
+        collective=collective,
+        innermost=innermost,
+        reference=reference.strip(),
     )
 
 

@@ -61,7 +61,8 @@ def test_unknown_reports_innermost_own_frames():
 
 def test_a_frozen_match_beats_a_thread_that_moved():
     replay = (Frame("replay", "vllm/compilation/cuda_graph.py", 10),)
-    lock = (Frame("Event.wait", "/usr/lib/python3.11/threading.py", 629),)
+    # The waiter runs own code (engine.py): a worker thread, not a helper.
+    lock = (Frame("Event.wait", "/usr/lib/python3.11/threading.py", 629), Frame("wait_for_result", "engine.py", 40))
     r1 = ProcessDump(1, (ThreadDump("1", "MainThread", replay), ThreadDump("2", "waiter", lock)), round=1)
     r2 = ProcessDump(1, (ThreadDump("1", "MainThread", (Frame("replay", "vllm/compilation/cuda_graph.py", 11),)), ThreadDump("2", "waiter", lock)), round=2)
     c = classify(group_series([r1, r2]), SIGS)
@@ -93,6 +94,10 @@ def test_user_signatures_extend_and_override(tmp_path):
          r"line 1: signature #1 \('bad-re'\): frames\[1\].function: bad regex"),
         ('[[signature]]\nid = "k"\ntitle = "t"\nadvice = "x"\nframe = []\n', r"unknown key\(s\) \['frame'\]"),
         ('[[signature]]\nid = "p"\ntitle = "t"\nadvice = "x"\npriority = "high"\nframes = [{ file = "x.py" }]\n', r"'priority' must be an integer"),
+        ('[[signature]]\nid = "k2"\ntitle = "t"\nadvice = "x"\nkind = "fatal"\nframes = [{ file = "x.py" }]\n', r"'kind' must be one of"),
+        ('[[signature]]\nid = "i"\ntitle = "t"\nadvice = "x"\ninnermost = 0\nframes = [{ file = "x.py" }]\n', r"'innermost' must be a positive integer"),
+        ('[[signature]]\nid = "c"\ntitle = "t"\nadvice = "x"\ncollective = "yes"\nframes = [{ file = "x.py" }]\n', r"'collective' must be true or false"),
+        ('[[signature]]\nid = "s"\ntitle = "t"\nframes = [{ file = "x.py" }]\n', r"missing 'advice'"),
     ],
 )
 def test_bad_signature_files_name_file_and_line(tmp_path, content, expected):
@@ -113,3 +118,138 @@ def test_shipped_signatures_are_ordered_by_priority():
     assert ids[0] == "vllm-cuda-graph-replay"
     assert ids.index("vllm-cuda-graph-replay") < ids.index("cuda-synchronize-wait") < ids.index("lock-wait")
     assert {"gated-deltanet-kernel", "nccl-collective-wait", "dataloader-wait", "vllm-engine-core-ipc"} <= set(ids)
+
+
+def test_every_shipped_signature_cites_where_it_was_learned():
+    for sig in SIGS:
+        assert sig.reference, f"{sig.id} has no source"
+        assert sig.kind in ("stall", "idle", "helper")
+        if sig.kind == "stall":
+            assert sig.advice
+
+
+# --- thread roles ---------------------------------------------------------------------
+# Synthetic stacks (frames as py-spy prints them), one per rule.
+
+def _proc(*threads, pid=999, cmd=""):
+    return group_series([ProcessDump(pid, tuple(ThreadDump(str(i), name, tuple(frames)) for i, (name, frames) in enumerate(threads, 1)), cmd)])
+
+
+TQDM = ("Thread-2", [Frame("wait", "threading.py", 359), Frame("wait", "threading.py", 655), Frame("run", "tqdm/_monitor.py", 60)])
+RAY_IMPORT = ("ray_import_thread", [Frame("wait", "threading.py", 359), Frame("_run", "ray/_private/import_thread.py", 70)])
+
+
+def test_a_helpers_lock_wait_never_outranks_the_main_thread():
+    main = ("MainThread", [Frame("forward", "model/block.py", 88), Frame("training_step", "trainer.py", 10)])
+    c = classify(_proc(main, TQDM, RAY_IMPORT), SIGS)
+    assert c.signature_id is None and c.thread_name == "MainThread"
+    assert "forward (block.py:88)" in [f.render() for f in c.evidence]
+
+
+def test_only_idle_helpers_left_is_idle_no_signature():
+    c = classify(_proc(TQDM, RAY_IMPORT, ("ThreadPoolExecutor-0_0", [Frame("_worker", "concurrent/futures/thread.py", 90)])), SIGS)
+    assert c.signature_id == "all-idle" and c.title.startswith("Idle, no signature")
+
+
+def test_an_idle_loop_is_idle_not_a_lock_wait():
+    engine = ("MainThread", [Frame("wait", "threading.py", 320), Frame("get", "queue.py", 171),
+                             Frame("_process_input_queue", "vllm/v1/engine/core.py", 1249), Frame("run_busy_loop", "vllm/v1/engine/core.py", 1227)])
+    assert classify(_proc(engine), SIGS).signature_id == "all-idle"
+    # ... but a stall that outranks the loop still wins: a worker parked in its message queue.
+    worker = ("MainThread", [Frame("acquire_read", "vllm/distributed/device_communicators/shm_broadcast.py", 698),
+                             Frame("dequeue", "vllm/distributed/device_communicators/shm_broadcast.py", 779),
+                             Frame("worker_busy_loop", "vllm/v1/executor/multiproc_executor.py", 973)])
+    assert classify(_proc(worker), SIGS).signature_id == "vllm-shm-broadcast-wait"
+
+
+def test_a_main_thread_without_a_name_is_known_by_its_id():
+    main = ("", [Frame("all_reduce", "torch/distributed/distributed_c10d.py", 2948)])
+    c = classify(group_series([ProcessDump(7, (ThreadDump("7", "", tuple(main[1])),))]), SIGS)
+    assert c.signature_id == "nccl-collective-wait"
+
+
+# --- the new signatures, on synthetic stacks shaped like the libraries' own frames -----
+
+@pytest.mark.parametrize(
+    ("frames", "expected"),
+    [
+        ([("replay", "torch/cuda/graphs.py", 88), ("run_fullgraph", "vllm/v1/worker/gpu/cudagraph_utils.py", 301),
+          ("execute_model", "vllm/v1/worker/gpu/model_runner.py", 700)], "vllm-cuda-graph-replay"),
+        ([("replay", "torch/cuda/graphs.py", 88), ("replay", "sglang/srt/model_executor/cuda_graph_runner.py", 700)], "cuda-graph-replay"),
+        ([("ncclCommWindowRegister", "libnccl.so.2", None), ("register_symm", "sglang/srt/distributed/device_communicators/pynccl_allocator.py", 90)],
+         "symm-mem-registration"),
+        ([("rendezvous", "torch/distributed/_symmetric_memory/__init__.py", 140), ("forward", "model.py", 3)], "symm-mem-registration"),
+        ([("__call__", "tilelang/jit/kernel.py", 120), ("forward", "attn.py", 3)], "custom-kernel-launch"),
+        ([("__call__", "cutlass/cute/runtime.py", 55), ("gemm", "ops.py", 3)], "custom-kernel-launch"),
+        ([("_init_handles", "triton/compiler/compiler.py", 473), ("run", "triton/runtime/jit.py", 756)], "custom-kernel-launch"),
+        ([("wait", "torch/_inductor/async_compile.py", 300), ("compile_fx_inner", "torch/_inductor/compile_fx.py", 600),
+          ("_compile", "torch/_dynamo/convert_frame.py", 700)], "torch-compile-stall"),
+        ([("fsync", "libc.so.6", None), ("write_record", "torch/serialization.py", 800), ("save", "torch/serialization.py", 650),
+          ("_save_checkpoint", "transformers/trainer.py", 3000)], "checkpoint-write"),
+        ([("serialize_file", "safetensors/torch.py", 286), ("save_file", "safetensors/torch.py", 300)], "checkpoint-write"),
+        ([("scatter", "torch/distributed/distributed_c10d.py", 3230), ("save", "torch/distributed/checkpoint/state_dict_saver.py", 176)],
+         "checkpoint-write"),
+        ([("acquire", "<frozen importlib._bootstrap>", 100), ("_find_and_load", "<frozen importlib._bootstrap>", 1007), ("load", "plugin.py", 3)],
+         "import-lock"),
+        ([("_store_based_barrier", "torch/distributed/distributed_c10d.py", 4000), ("init_process_group", "torch/distributed/c10d_logger.py", 79)],
+         "nccl-comm-init"),
+        ([("synchronize", "torch/cuda/streams.py", 102), ("__init__", "vllm/distributed/device_communicators/pynccl.py", 121)], "nccl-comm-init"),
+        ([("get_objects", "ray/_private/worker.py", 900), ("get", "ray/_private/worker.py", 2800), ("fit", "trainer.py", 3)], "ray-get-wait"),
+        ([("_wait_for_tstate_lock", "threading.py", 1169), ("join", "threading.py", 1149), ("_shutdown", "threading.py", 1624)], "shutdown-join"),
+        ([("copy_to_device", "returnn/torch/frontend/_backend.py", 168), ("step", "train.py", 3)], "h2d-copy-stuck"),
+        ([("encode_batch", "tokenizers/implementations/base_tokenizer.py", 250), ("tokenize", "data.py", 3)], "tokenizer-deadlock"),
+        ([("recv", "torch/distributed/distributed_c10d.py", 1002), ("recv", "deepspeed/runtime/pipe/p2p.py", 83)], "nccl-collective-wait"),
+        ([("hipStreamSynchronize", "libamdhip64.so", None), ("item", "ops.py", 3)], "cuda-synchronize-wait"),
+    ],
+)
+def test_new_signatures_on_library_frames(frames, expected):
+    thread = ("MainThread", [Frame(fn, file, line, native=line is None) for fn, file, line in frames])
+    assert classify(_proc(thread), SIGS).signature_id == expected
+
+
+def test_library_frames_far_from_the_stall_do_not_match():
+    # An import that is running a model's code (not waiting on the lock) is not import-lock,
+    # and a worker executing a step is not "waiting for work".
+    busy_import = ("MainThread", [Frame("matmul", "kernels.py", 9), Frame("init_weights", "model.py", 8), Frame("<module>", "model.py", 1),
+                                  Frame("_call_with_frames_removed", "<frozen importlib._bootstrap>", 241),
+                                  Frame("acquire", "<frozen importlib._bootstrap>", 100)])
+    assert classify(_proc(busy_import), SIGS).signature_id is None
+    # "eagle_worker.py" is not torch's DataLoader "worker.py".
+    eagle = ("MainThread", [Frame("draft", "eagle_worker.py", 397), Frame("run_batch", "scheduler.py", 1573)])
+    assert classify(_proc(eagle), SIGS).signature_id is None
+
+
+# --- many processes, one story --------------------------------------------------------
+
+def _series(*procs):
+    return group_series([ProcessDump(pid, (ThreadDump(str(pid), "MainThread", tuple(frames)),), cmd) for pid, frames, cmd in procs])
+
+
+ALL_REDUCE = [Frame("all_reduce", "torch/distributed/distributed_c10d.py", 2501), Frame("train_step", "train.py", 5)]
+
+
+def test_the_rank_stuck_elsewhere_is_the_suspect_and_its_stall_the_headline():
+    series = _series((10, ALL_REDUCE, "train.py --local_rank=0"), (11, ALL_REDUCE, "train.py --local_rank=1"),
+                     (12, [Frame("_try_get_data", "torch/utils/data/dataloader.py", 1011), Frame("train_step", "train.py", 4)], "train.py --local_rank=2"))
+    c = classify(series, SIGS)
+    assert c.signature_id == "dataloader-wait" and c.pid == 12
+    assert c.suspect.pid == 12 and "wait in a collective" in c.suspect.reason
+
+
+def test_a_rank_back_in_its_idle_loop_is_the_suspect_but_the_collective_is_the_stall():
+    idle = [Frame("dequeue", "vllm/distributed/device_communicators/shm_broadcast.py", 779), Frame("worker_busy_loop", "multiproc_executor.py", 973)]
+    c = classify(_series((1, ALL_REDUCE, "VLLM::Worker_TP0"), (2, idle, "VLLM::Worker_TP1")), SIGS)
+    assert c.signature_id == "nccl-collective-wait" and c.pid == 1
+    assert c.suspect.pid == 2 and "idle loop" in c.suspect.reason
+
+
+def test_everyone_in_the_collective_says_the_culprit_is_elsewhere():
+    c = classify(_series((1, ALL_REDUCE, ""), (2, ALL_REDUCE, "")), SIGS)
+    assert c.signature_id == "nccl-collective-wait" and c.suspect.pid is None
+    assert "not among them" in c.suspect.reason
+
+
+def test_one_rank_in_a_different_collective_is_the_odd_one():
+    other = [Frame("broadcast", "torch/distributed/distributed_c10d.py", 1191), Frame("sync_flags", "train.py", 9)]
+    c = classify(_series(*[(p, ALL_REDUCE, "") for p in range(1, 5)], (9, other, "")), SIGS)
+    assert c.suspect.pid == 9 and "mismatched collectives" in c.suspect.reason
