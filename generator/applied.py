@@ -45,6 +45,19 @@ def compilation_settings(compilation_config: Any) -> dict[str, str | None]:
             "compile_mode": _name(mode)}
 
 
+def worker_compilation_settings(worker: Any) -> dict[str, str | None]:
+    """Runs ON a GPU worker (``self`` of vLLM's worker): the settings its model runner resolved.
+
+    The extension method ``APPLIED_RPC`` calls this; so does the TRL path, which
+    passes it to ``collective_rpc`` as a callable (TRL builds its own ``LLM``
+    without our ``worker_extension_cls``). The model runner resolves the mode on
+    the compilation config it holds; read that one, and the worker's own where
+    a runner keeps none.
+    """
+    config = getattr(getattr(worker, "model_runner", None), "compilation_config", None)
+    return compilation_settings(config if config is not None else worker.vllm_config.compilation_config)
+
+
 @dataclass(frozen=True)
 class AppliedSettings:
     """The settings every GPU worker of one engine reported (they must agree)."""

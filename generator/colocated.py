@@ -39,12 +39,12 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
-from hangwatch.contract import versions
 from hangwatch.generator.applied import AppliedSettings, check_applied
+from hangwatch.generator.compat import warn_unsupported_versions
 from hangwatch.generator.engines.vllm_engine import tensor_parallel_refusal
 from hangwatch.generator.errors import GeneratorError, UnsupportedEngineConfig, WeightMismatch, WorkerUnkillable
 from hangwatch.generator.offload import TrainerOffload
-from hangwatch.generator.policy import cudagraphs_enabled_in
+from hangwatch.generator.policy import RolloutPolicy, cudagraphs_enabled_in, rollout_policy
 from hangwatch.generator.process import WorkerProcess
 from hangwatch.generator.staging import StagedWeights, Stager
 from hangwatch.contract.heartbeat import beat
@@ -105,6 +105,7 @@ class ColocatedGenerator:
         weights: Callable[[], Iterable[tuple[str, torch.Tensor]]] | None = None,
         parent_death_signal: bool = True,
         reuse_staging: bool = True,
+        policy: RolloutPolicy | None = None,
     ):
         refusal = tensor_parallel_refusal(engine_kwargs or {})
         if refusal:
@@ -114,7 +115,12 @@ class ColocatedGenerator:
         self.model = model
         self.optimizer = optimizer
         self.engine = engine
-        self.engine_kwargs = {"enable_sleep_mode": True, "load_format": "dummy", **(engine_kwargs or {})}
+        # The attempt's cuda-graph policy (default: the supervisor's HANGWATCH_* variables)
+        # is applied under the caller's kwargs, which win; graphs are expected on only if
+        # both the policy and the final kwargs leave them on, and the worker must agree.
+        self.policy = policy if policy is not None else rollout_policy(os.environ)
+        self.engine_kwargs = {"enable_sleep_mode": True, "load_format": "dummy", **self.policy.engine_kwargs(),
+                              **(engine_kwargs or {})}
         self.sampling = dict(sampling or {"max_tokens": 8, "temperature": 1.0, "top_p": 1.0})
         self.log_dir = log_dir or default_log_dir()
         self.device = device or str(next(model.parameters()).device)
@@ -128,7 +134,8 @@ class ColocatedGenerator:
         self.timings: collections.deque[CallTimings] = collections.deque(maxlen=1000)
         self.start_report: dict[str, Any] | None = None
         self.applied: AppliedSettings | None = None
-        self.beat_info = {"cudagraphs": "on" if cudagraphs_enabled_in(self.engine_kwargs) else "off",
+        graphs = self.policy.cudagraphs and cudagraphs_enabled_in(self.engine_kwargs)
+        self.beat_info = {"cudagraphs": "on" if graphs else "off",
                           "enforce_eager": bool(self.engine_kwargs.get("enforce_eager"))}
         self._closed = False
 
@@ -243,14 +250,6 @@ class ColocatedGenerator:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def warn_unsupported_versions() -> list[versions.Problem]:
-    """Say, at generator start, which installed TRL/vLLM/transformers is outside the supported table."""
-    problems = versions.check(versions.installed())
-    for problem in problems:
-        logger.warning("unsupported %s %s: %s; fix: %s", problem.package, problem.version, problem.message, problem.fix)
-    return problems
 
 
 def _completions(raw: Any, prompts: int, n: int, log_path: str) -> list[list[Completion]]:

@@ -12,6 +12,13 @@ and do nothing, because TRL itself would fail with NameError at that call and
 there is nothing to wrap. A caller that brings its own constructor (a test, or
 a launcher that imported vLLM itself) passes ``factory=``; the wrapper is then
 set as the attribute and removed again on exit, restoring the absence.
+
+``apply_rollout_policy`` also reads back, right after TRL's ``LLM(...)``
+returns, what the engine's GPU worker applied (``collective_rpc`` with
+``hangwatch.generator.applied.worker_compilation_settings``), beats it for the
+journal and raises ``CudagraphPolicyViolation`` when the policy said graphs off
+and the worker runs them (e.g. a TRL release that starts passing its own
+``compilation_config``, whose explicit arguments win).
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from hangwatch.generator.policy import rollout_policy
+from hangwatch.generator.applied import AppliedSettings, check_applied, worker_compilation_settings
+from hangwatch.generator.compat import warn_unsupported_versions
+from hangwatch.generator.policy import RolloutPolicy, rollout_policy
 
 logger = logging.getLogger(__name__)
 
@@ -36,15 +45,17 @@ def patched_rollout_engine(
     *,
     module_name: str = TRL_VLLM_MODULE,
     factory: Callable[..., Any] | None = None,
+    after_build: Callable[[Any, Mapping[str, Any]], None] | None = None,
 ) -> Iterator[bool]:
     """Within the block, ``<module_name>.LLM(**kw)`` builds with ``{**extra_kwargs, **kw}``.
 
     TRL's explicit kwargs win: this only adds settings TRL leaves at vLLM's
-    defaults. Yields whether the wrapper is installed; the original binding
+    defaults. ``after_build(llm, kwargs)`` runs on each engine built (and may
+    raise). Yields whether the wrapper is installed; the original binding
     (or its absence) is always restored on exit, also on error.
     """
     extra = dict(extra_kwargs)
-    if not extra:
+    if not extra and after_build is None:
         yield False
         return
     try:
@@ -64,7 +75,11 @@ def patched_rollout_engine(
         return
 
     def build_llm(*args: Any, **kwargs: Any) -> Any:
-        return target(*args, **{**extra, **kwargs})
+        final = {**extra, **kwargs}
+        llm = target(*args, **final)
+        if after_build is not None:
+            after_build(llm, final)
+        return llm
 
     build_llm.__wrapped__ = target  # type: ignore[attr-defined]
     setattr(module, "LLM", build_llm)
@@ -99,5 +114,27 @@ def apply_rollout_policy(
     logger.info("rollout engine policy: cudagraphs=%s enforce_eager=%s kwargs=%s",
                 "on" if policy.cudagraphs else "off", policy.enforce_eager, policy.engine_kwargs())
     beat(step=step, phase="engine_policy", **policy.beat_info())
-    with patched_rollout_engine(policy.engine_kwargs(), module_name=module_name, factory=factory) as applied:
+    warn_unsupported_versions()
+
+    def read_back(llm: Any, kwargs: Mapping[str, Any]) -> None:
+        verify_engine(llm, policy, kwargs, step=step)
+
+    with patched_rollout_engine(policy.engine_kwargs(), module_name=module_name, factory=factory,
+                                after_build=read_back) as applied:
         yield applied
+
+
+def verify_engine(llm: Any, policy: RolloutPolicy, kwargs: Mapping[str, Any], *, step: int | None = None) -> None:
+    """Read what the built engine's GPU workers applied, beat it, refuse graphs the policy turned off."""
+    from hangwatch.contract.heartbeat import beat  # stdlib-only client
+
+    rpc = getattr(llm, "collective_rpc", None)
+    if not callable(rpc):  # vLLM's LLM always has it; a stand-in may not
+        logger.warning("%s has no collective_rpc: the applied cuda-graph mode cannot be read back",
+                       type(llm).__name__)
+        return
+    applied = AppliedSettings.from_reports(rpc(worker_compilation_settings))
+    logger.info("rollout engine applied cudagraph_mode=%s compile_mode=%s (%d worker(s))",
+                applied.cudagraph_mode, applied.compile_mode, applied.workers)
+    beat(step=step, phase="engine_policy", **policy.beat_info(), **applied.beat_info())
+    check_applied(policy.cudagraphs, applied, requested=kwargs)

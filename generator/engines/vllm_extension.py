@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import torch
 
-from hangwatch.generator.applied import compilation_settings
+from hangwatch.generator.applied import worker_compilation_settings
 from hangwatch.generator.staging import StagedReader
 from hangwatch.generator.weightsync import verify_loaded
 
@@ -34,7 +34,4 @@ class WeightSyncExtension:
         return verify_loaded(model, manifest, loaded)
 
     def hangwatch_compilation_settings(self) -> dict[str, Any]:
-        # The model runner resolves the mode on the compilation config it holds;
-        # read that one, and the worker's own where a runner keeps none.
-        config = getattr(getattr(self, "model_runner", None), "compilation_config", None)
-        return compilation_settings(config if config is not None else self.vllm_config.compilation_config)
+        return worker_compilation_settings(self)

@@ -97,3 +97,56 @@ def test_real_trl_module():
     if original is None:  # no vLLM here: TRL's module must be left without LLM, as it was
         with patched_rollout_engine(EXTRA) as applied:
             assert not applied
+
+
+class _Worker:
+    """A GPU worker as the read-back callable sees it: its model runner's resolved config."""
+
+    def __init__(self, mode):
+        self.model_runner = types.SimpleNamespace(
+            compilation_config=types.SimpleNamespace(cudagraph_mode=mode, mode="CompilationMode.VLLM_COMPILE"))
+
+
+def stand_in_with_workers(monkeypatch, worker_mode):
+    """TRL-shaped module whose LLM runs collective_rpc callables on one worker resolving to ``worker_mode``
+    (None: whatever the kwargs asked for, default FULL_AND_PIECEWISE)."""
+    module, _, calls = make_stand_in(monkeypatch)
+
+    class LLM:  # noqa: N801 - vLLM's name
+        def __init__(self, **kwargs):
+            calls.append(kwargs)
+            asked = (kwargs.get("compilation_config") or {}).get("cudagraph_mode", "FULL_AND_PIECEWISE")
+            self.worker = _Worker(worker_mode or asked.upper())
+
+        def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+            return [method(self.worker, *args)]
+
+    module.LLM = LLM
+    return module, calls
+
+
+@pytest.mark.parametrize("env, worker_mode, applied", [
+    ({"HANGWATCH_CUDAGRAPHS": "0"}, None, "NONE"),
+    ({}, None, "FULL_AND_PIECEWISE"),
+    ({}, "PIECEWISE", "PIECEWISE"),  # the worker downgraded it: reported, not refused
+])
+def test_apply_rollout_policy_reads_back_what_the_worker_applied(monkeypatch, tmp_path, env, worker_mode, applied):
+    module, calls = stand_in_with_workers(monkeypatch, worker_mode)
+    hb = tmp_path / "hb.json"
+    monkeypatch.setenv("HANGWATCH_HEARTBEAT", str(hb))
+    with apply_rollout_policy(env, step=1) as installed:
+        module.build()
+    assert installed and len(calls) == 1
+    info = json.loads(hb.read_text())["info"]
+    assert info["applied_cudagraph_mode"] == applied and info["applied_compile_mode"] == "VLLM_COMPILE"
+    assert info["cudagraphs"] == ("off" if env else "on")
+
+
+def test_apply_rollout_policy_refuses_graphs_the_policy_turned_off(monkeypatch):
+    from hangwatch.generator.errors import CudagraphPolicyViolation
+
+    module, _ = stand_in_with_workers(monkeypatch, "FULL")
+    with pytest.raises(CudagraphPolicyViolation, match="cudagraph_mode=FULL"):
+        with apply_rollout_policy({"HANGWATCH_CUDAGRAPHS": "0"}):
+            module.build()
+    assert module.LLM.__name__ == "LLM", "binding restored after the refusal"
