@@ -11,6 +11,11 @@ return before then and must never hold recovery up, so:
 * py-spy rounds run in this thread; the dumps of one round run concurrently
   (a thread pool), so a round costs about one py-spy call whatever the tree
   size; a round that no longer fits before the budget end is skipped;
+* the first round may have been taken before the verdict, while the hang was
+  building (``early_round``, offered to the supervisor by ``IncidentCapture``;
+  it arrives in ``request.extra["early_round"]``): then the capture takes only
+  the final round, with no wait, and "frozen across rounds" compares rounds
+  seconds apart. Every round records when it was taken (``taken_at``);
 * ``write_reserve`` seconds before the deadline are kept for writing the bundle;
 * every failure is data in ``manifest.json``: the bundle is written whatever
   failed (unless writing itself fails, which raises).
@@ -106,6 +111,50 @@ class _Steps:
                 self.durations[name] = round(clock() - started, 3)
 
 
+@dataclass(frozen=True)
+class EarlyRound:
+    """A py-spy round taken while the hang was building, before the verdict."""
+
+    taken_wall: float
+    taken_mono: float
+    duration_s: float
+    processes: int
+    results: tuple[DumpResult, ...]
+    pyspy: str | None
+
+
+def early_round(tree: Sequence[TreeProcess], deadline: float, *, config: CaptureConfig | None = None,
+                clock: Callable[[], float] = time.monotonic) -> EarlyRound:
+    """One round of stacks now (round 1), bounded by ``deadline`` (``time.monotonic``)."""
+    config = config or CaptureConfig()
+    helpers = helper_pids()
+    tree = [tp for tp in tree if tp.pid not in helpers]
+    pyspy = find_pyspy(config.pyspy)
+    wall, t0 = time.time(), clock()
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(config.max_workers, len(tree) or 1)),
+                                                 thread_name_prefix="hangwatch-pyspy-early")
+    try:
+        live, got = _one_round(pool, pyspy, tree, 1, config, deadline, clock)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    resume(tree)  # never leave a process stopped
+    return EarlyRound(wall, t0, round(clock() - t0, 3), len(live), tuple(got), pyspy)
+
+
+class IncidentCapture:
+    """The supervisor's capture hook: ``__call__`` writes the bundle at the verdict;
+    ``early_round`` takes the first stacks while the hang is still building."""
+
+    def __init__(self, config: CaptureConfig | None = None) -> None:
+        self.config = config
+
+    def __call__(self, request: CaptureRequest) -> Path:
+        return capture_incident(request, config=self.config)
+
+    def early_round(self, tree: Sequence[TreeProcess], deadline: float) -> EarlyRound:
+        return early_round(tree, deadline, config=self.config)
+
+
 def capture_incident(request: CaptureRequest, *, config: CaptureConfig | None = None, clock: Callable[[], float] = time.monotonic) -> Path:
     """Write the incident bundle for ``request``; return its directory."""
     t0, wall0 = clock(), time.time()
@@ -132,7 +181,9 @@ def capture_incident(request: CaptureRequest, *, config: CaptureConfig | None = 
     for th in threads:
         th.start()
 
-    stack_info = _stack_rounds(tree, config, budget_end, clock, steps)
+    early = request.extra.get("early_round")
+    stack_info = _stack_rounds(tree, config, budget_end, clock, steps,
+                               early if isinstance(early, EarlyRound) else None)
 
     for th in threads:
         th.join(timeout=max(0.0, budget_end - clock()))
@@ -185,41 +236,69 @@ class _StackInfo:
     pyspy: str | None = None
 
 
-def _stack_rounds(tree: Sequence[TreeProcess], config: CaptureConfig, budget_end: float, clock, steps: _Steps) -> _StackInfo:
+def _one_round(pool, pyspy, tree: Sequence[TreeProcess], round_no: int, config: CaptureConfig, budget_end: float,
+               clock) -> tuple[list[TreeProcess], list[DumpResult]]:
+    """One py-spy dump of every live process, concurrently, bounded by ``budget_end``."""
+    round_t0 = clock()
+    timeout = min(config.pyspy_timeout, budget_end - round_t0)
+    live = [tp for tp in tree if verify(tp) is not None]
+    futures = {pool.submit(dump_process, pyspy, tp.pid, round_no=round_no, timeout=timeout, native=config.native): tp for tp in live}
+    # run_bounded kills at `timeout`; the slack covers reaping.
+    done, pending = concurrent.futures.wait(futures, timeout=max(0.0, min(timeout + 2.5, budget_end - clock())))
+    got = [f.result() for f in done]
+    for fut in pending:
+        tp = futures[fut]
+        got.append(DumpResult(tp.pid, round_no, "", clock() - round_t0, problem="timeout", message="py-spy call abandoned at the capture deadline"))
+    got.sort(key=lambda r: r.pid)
+    return live, got
+
+
+def _stack_rounds(tree: Sequence[TreeProcess], config: CaptureConfig, budget_end: float, clock, steps: _Steps,
+                  early: EarlyRound | None = None) -> _StackInfo:
     info = _StackInfo(pyspy=find_pyspy(config.pyspy))
     started = clock()
     if not tree:
         info.skipped.append("no process in the tree; no stacks to take")
         return info
+    first = 1
+    if early is not None and early.results:
+        # Round 1 was taken while the hang was building: only the final round is left.
+        info.results.extend(early.results)
+        info.rounds.append({
+            "round": 1,
+            "early": True,
+            "taken_at": _iso_ms(early.taken_wall),
+            "started_s": round(early.taken_mono - started, 3),
+            "duration_s": early.duration_s,
+            "processes": early.processes,
+            "ok": sum(1 for r in early.results if r.dump is not None),
+            "dumps": [r.to_json() for r in early.results],
+        })
+        if all(r.problem in _HOPELESS for r in early.results):
+            info.skipped.append(f"rounds after 1: skipped, py-spy cannot work here ({early.results[0].problem})")
+            return info
+        first = 2
     workers = max(1, min(config.max_workers, len(tree)))
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hangwatch-pyspy")
     try:
-        for round_no in range(1, config.rounds + 1):
-            if round_no > 1:
+        for round_no in range(first, max(config.rounds, first) + 1):
+            if round_no > first:
                 # A second look only helps if it can finish: wait, then one call.
                 if clock() + config.round_interval + 0.5 > budget_end:
                     info.skipped.append(f"round {round_no}: skipped, would not fit before the capture deadline")
                     break
                 time.sleep(config.round_interval)
-            round_t0 = clock()
-            timeout = min(config.pyspy_timeout, budget_end - round_t0)
-            if timeout <= 0.2:
+            round_t0, round_wall = clock(), time.time()
+            if min(config.pyspy_timeout, budget_end - round_t0) <= 0.2:
                 info.skipped.append(f"round {round_no}: skipped, no time left")
                 break
-            live = [tp for tp in tree if verify(tp) is not None]
-            futures = {pool.submit(dump_process, info.pyspy, tp.pid, round_no=round_no, timeout=timeout, native=config.native): tp for tp in live}
-            # run_bounded kills at `timeout`; the slack covers reaping.
-            done, pending = concurrent.futures.wait(futures, timeout=max(0.0, min(timeout + 2.5, budget_end - clock())))
-            got = [f.result() for f in done]
-            for fut in pending:
-                tp = futures[fut]
-                got.append(DumpResult(tp.pid, round_no, "", clock() - round_t0, problem="timeout", message="py-spy call abandoned at the capture deadline"))
+            live, got = _one_round(pool, info.pyspy, tree, round_no, config, budget_end, clock)
             info.resumed.extend(p for p in resume(tree) if p not in info.resumed)
-            got.sort(key=lambda r: r.pid)
             info.results.extend(got)
             info.rounds.append(
                 {
                     "round": round_no,
+                    "taken_at": _iso_ms(round_wall),
                     "started_s": round(round_t0 - started, 3),
                     "duration_s": round(clock() - round_t0, 3),
                     "processes": len(live),
@@ -358,3 +437,7 @@ def _add_report(final: Path, files: dict[str, bytes | str], manifest: dict[str, 
 
 def _iso(wall: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
+
+
+def _iso_ms(wall: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(wall)) + f".{int(wall % 1 * 1000):03d}Z"

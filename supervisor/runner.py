@@ -76,6 +76,7 @@ class Supervisor:
         self.journal = journal or Journal(self.run_dir / "journal.jsonl", self.state.run_id)
         self.tree = tree or LocalTree(self.run_dir, probe, echo=config.echo, clock=clock, sleep=sleep)
         self.lifecycle: AttemptLifecycle | None = None
+        self._early: _EarlyRound | None = None  # the early py-spy round of the building incident
         self._stop_signal: int | None = None
 
     # -- signals -----------------------------------------------------------
@@ -258,6 +259,7 @@ class Supervisor:
         cfg = self.config.detector
         self.tree.watch(heartbeat)
         detector = Detector(cfg, start=self.clock())
+        self._early = None
         keep = int(max(cfg.stall_window, cfg.progress_timeout or 0) / cfg.interval) + 30
         samples: collections.deque[Sample] = collections.deque(maxlen=max(keep, 60))
         last_info: dict[str, Any] | None = None
@@ -283,6 +285,8 @@ class Supervisor:
                 self.journal.append("trainer_info", attempt=self.state.attempt, step=hb.step, phase=hb.phase,
                                     info=last_info)
             verdict = detector.observe(sample)
+            if verdict is None:
+                self._maybe_early_round(detector, sample.t)
             if verdict is not None:
                 return verdict, list(samples), None
             next_tick += cfg.interval
@@ -321,6 +325,7 @@ class Supervisor:
             thresholds=self.config.detector.to_json(),
             deadline=time.monotonic() + timeout,  # the hook's own clock: real time
             gpu_probe=self.probe.name,
+            extra=self._early_extra(verdict),
         )
         result: dict[str, Any] = {}
 
@@ -358,6 +363,36 @@ class Supervisor:
         if path:
             log.info("evidence_captured", message=f"evidence in {path} ({duration:.1f} s)")
         return path
+
+    def _maybe_early_round(self, detector: Detector, t: float) -> None:
+        """Take the first evidence round while a verdict is building (from half its
+        window or timeout on), so that at the verdict the capture needs only the final
+        round. Only while the condition holds, once per incident (a new onset is a new
+        incident), in a daemon thread bounded by its own deadline: ticks go on.
+        Only when the injected capture hook offers ``early_round(tree, deadline)``."""
+        take = getattr(self.capture_hook, "early_round", None)
+        if take is None:
+            return
+        building = detector.building(t)
+        if building is None or building[2] < EARLY_ROUND_AT:
+            return
+        early = self._early
+        if early is not None and (early.t >= building[1] or early.thread.is_alive()):
+            return
+        budget = min(EARLY_ROUND_BUDGET_S, self.config.capture_timeout / 2)
+        self._early = _EarlyRound(take, self.tree.describe(), t, building[0], time.monotonic() + budget)
+
+    def _early_extra(self, verdict: Verdict) -> dict[str, Any]:
+        """The early round for the capture, if it belongs to this verdict (taken at or
+        after its onset) and finished; a round still running is waited for briefly."""
+        early = self._early
+        self._early = None
+        if early is None or early.t < verdict.onset:
+            return {}
+        early.thread.join(timeout=max(0.0, min(EARLY_ROUND_JOIN_S, early.deadline - time.monotonic())))
+        if early.thread.is_alive() or early.result is None:
+            return {}
+        return {"early_round": early.result, "early_round_rule": early.rule}
 
     def _kill(self, reason: str) -> KillReport | None:
         report = self.tree.kill(grace=self.config.kill.grace, kill_timeout=self.config.kill.kill_timeout)
@@ -426,6 +461,32 @@ class Supervisor:
             return None
         chosen, _ = newest_complete(self.config.checkpoint)
         return chosen.step if chosen else None
+
+
+# The early evidence round: from this fraction of the window (or timeout) on, bounded,
+# and waited for at the verdict at most this long (it normally finished long before).
+EARLY_ROUND_AT = 0.5
+EARLY_ROUND_BUDGET_S = 10.0
+EARLY_ROUND_JOIN_S = 2.0
+
+
+class _EarlyRound:
+    """One early round in flight: the hook's opaque result (or error) once done."""
+
+    def __init__(self, take: Callable[..., Any], tree: Any, t: float, rule: str, deadline: float) -> None:
+        self.t = t
+        self.rule = rule
+        self.deadline = deadline
+        self.result: Any = None
+        self.error: str | None = None
+        self.thread = threading.Thread(target=self._run, args=(take, tree, deadline), name="early-round", daemon=True)
+        self.thread.start()
+
+    def _run(self, take: Callable[..., Any], tree: Any, deadline: float) -> None:
+        try:
+            self.result = take(tree, deadline)
+        except Exception as exc:  # noqa: BLE001  (no early round: the capture takes its rounds itself)
+            self.error = f"{type(exc).__name__}: {exc}"
 
 
 def load_state(run_dir: Path) -> RunState:

@@ -295,9 +295,9 @@ def default_capture_hook() -> "CaptureHook":
     imports diagnostics; if it fails at run time the supervisor falls back to
     the samples-only capture by itself.
     """
-    from hangwatch.diagnostics.capture import capture_incident  # noqa: PLC0415
+    from hangwatch.diagnostics.capture import IncidentCapture  # noqa: PLC0415
 
-    return capture_incident
+    return IncidentCapture()  # also offers early_round: the first stacks while a hang builds
 
 
 def _whatif(samples: Any, config: Mapping[str, Any]) -> Any:
