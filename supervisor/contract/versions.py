@@ -138,7 +138,8 @@ def check(versions: Mapping[str, str], python: tuple[int, ...] = tuple(sys.versi
                                 f"use Python >= {'.'.join(map(str, PYTHON_MIN))} (TRL >= 1.15 requires it)"))
     trl, vllm = versions.get("trl"), versions.get("vllm")
     low, high = VLLM_RANGE
-    if vllm is not None and not (parse(low) <= parse(vllm) <= parse(high)):
+    vllm_outside = vllm is not None and not (parse(low) <= parse(vllm) <= parse(high))
+    if vllm_outside:
         problems.append(Problem("vllm", vllm, f"vLLM {vllm} is outside {low}-{high}, the versions hangwatch's "
                                 f"engine code and TRL's colocate path were checked against",
                                 f"pip install 'vllm>={low},<={high}'"))
@@ -147,7 +148,7 @@ def check(versions: Mapping[str, str], python: tuple[int, ...] = tuple(sys.versi
         if not rows:
             problems.append(Problem("trl", trl, f"TRL {trl} is not in the supported table "
                                     f"({SUPPORTED[0].trl_min} to <{SUPPORTED[-1].trl_below})", RECOMMENDED))
-        elif vllm is not None and not rows[0].has_vllm(parse(vllm)):
+        elif vllm is not None and not vllm_outside and not rows[0].has_vllm(parse(vllm)):
             row = rows[0]
             problems.append(Problem("vllm", vllm, f"TRL {trl} supports vLLM {row.vllm_min}-{row.vllm_max}, "
                                     f"not {vllm}", f"pip install 'vllm>={row.vllm_min},<={row.vllm_max}', or "
