@@ -10,6 +10,7 @@ that names it.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -108,6 +109,12 @@ SETTINGS: dict[str, tuple[type, Any]] = {
     "cudagraphs_after_stall": (str, "off"),
     "eager_escalation": (bool, True),
     "quiet": (bool, False),
+    # Operating unattended (OperateConfig): alerts, metrics, the no-heartbeat warning.
+    "notify": (list, None),
+    "notify_command": (str, None),
+    "metrics_port": (str, None),
+    "metrics_textfile": (str, None),
+    "heartbeat_warning": (float, 300.0),
 }
 
 
@@ -129,6 +136,10 @@ def load_file(path: Path) -> dict[str, Any]:
         kind = SETTINGS[name][0]
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
+        if kind is list and isinstance(value, str):
+            value = [value]
+        if kind is str and name == "metrics_port" and isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
         if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
             raise ConfigError(f"config file {path}: {key} must be a {kind.__name__}, got {value!r}")
         values[name] = value
@@ -146,8 +157,8 @@ def parse_phase_timeouts(items: list[str] | Mapping[str, Any] | None) -> dict[st
             value = float(seconds)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"--phase-timeout {phase}={seconds!r}: seconds must be a number") from exc
-        if value <= 0:
-            raise ConfigError(f"--phase-timeout {phase}={seconds!r}: seconds must be positive")
+        if not 0 < value < math.inf:
+            raise ConfigError(f"--phase-timeout {phase}={seconds!r}: seconds must be a positive, finite number")
         result[str(phase)] = value
     return result
 
@@ -159,11 +170,19 @@ def _split_phase(item: str) -> tuple[str, str]:
     return phase, seconds
 
 
-def build(values: Mapping[str, Any], command: list[str]) -> RunConfig:
-    """The validated config from merged setting values (every key of SETTINGS present)."""
+def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str] | set[str] = frozenset()) -> RunConfig:
+    """The validated config from merged setting values (every key of SETTINGS present).
+
+    ``explicit``: the settings the user gave (command line or file), as opposed
+    to defaults; an option that would be silently ignored is refused only then.
+    """
     v = dict(values)
     if not command:
         raise ConfigError("no command to supervise: put it after --, e.g. hangwatch run -- python train.py")
+    for name, (kind, _default) in SETTINGS.items():
+        # inf and nan pass every "> 0" test but break every deadline computed from them.
+        if kind is float and v.get(name) is not None and not math.isfinite(v[name]):
+            raise ConfigError(f"--{name.replace('_', '-')} must be a finite number of seconds or percent, got {v[name]!r}")
     if v["on_crash"] not in ("restart", "stop"):
         raise ConfigError(f"--on-crash must be restart or stop, got {v['on_crash']!r}")
     if v["cudagraphs_after_stall"] not in ("off", "keep"):
@@ -190,6 +209,7 @@ def build(values: Mapping[str, Any], command: list[str]) -> RunConfig:
         raise ConfigError(
             f"--resume-arg {v['resume_arg']!r} must contain {{checkpoint}}, e.g. '--resume_from_checkpoint={{checkpoint}}'"
         )
+    _refuse_contradictions(v, explicit)
     progress = v["progress_timeout"]
     detector = DetectorConfig(
         interval=v["interval"],
@@ -225,6 +245,75 @@ def build(values: Mapping[str, Any], command: list[str]) -> RunConfig:
         cudagraphs_after_stall=v["cudagraphs_after_stall"],
         eager_escalation=v["eager_escalation"],
         echo=not v["quiet"],
+    )
+
+
+def _refuse_contradictions(v: Mapping[str, Any], explicit: frozenset[str] | set[str]) -> None:
+    """Options that cannot all hold: say which and why instead of silently ignoring one."""
+    if v["backoff"] > v["backoff_max"]:
+        default = "" if "backoff" in explicit else " (the default)"
+        raise ConfigError(
+            f"--backoff {v['backoff']:g}{default} is more than --backoff-max {v['backoff_max']:g}: the first wait "
+            "would already exceed the cap; raise --backoff-max or lower --backoff")
+    if v["resume_arg"] and not v["checkpoint_dir"]:
+        raise ConfigError(
+            "--resume-arg needs --checkpoint-dir: without a checkpoint directory there is no checkpoint to fill "
+            "{checkpoint} with, so the argument would never be used")
+    if "no_progress_restarts" in explicit and v["no_progress_restarts"] and not v["checkpoint_dir"]:
+        raise ConfigError(
+            f"--no-progress-restarts {v['no_progress_restarts']} needs --checkpoint-dir: progress is measured in "
+            "checkpoints, so without one the rule could never fire; add --checkpoint-dir or drop the option")
+
+
+@dataclass(frozen=True)
+class OperateConfig:
+    """What running unattended adds: alerts, metrics, the no-heartbeat warning.
+
+    Kept out of ``RunConfig`` on purpose: ``RunConfig.to_json`` goes into the
+    journal, and notify URLs carry secrets (webhook tokens).
+    """
+
+    notify_urls: tuple[str, ...] = ()
+    notify_command: str | None = None
+    metrics_port: tuple[str, int] | None = None  # (host, port)
+    metrics_textfile: Path | None = None
+    heartbeat_warning: float | None = 300.0  # None: no warning
+
+
+def build_operate(values: Mapping[str, Any]) -> OperateConfig:
+    urls = values.get("notify") or []
+    if not isinstance(urls, (list, tuple)) or not all(isinstance(u, str) and u.strip() for u in urls):
+        raise ConfigError("--notify takes an apprise URL, e.g. --notify 'ntfy://my-topic' (repeatable)")
+    for url in urls:
+        if "://" not in url:
+            raise ConfigError(f"--notify {url.split(':')[0]!r}...: not an apprise URL (SCHEME://...), "
+                              "e.g. slack://..., ntfy://topic, json://host:port/path")
+    port = None
+    raw = values.get("metrics_port")
+    if raw:
+        host, sep, number = str(raw).rpartition(":")
+        try:
+            port = (host if sep else "", int(number))
+        except ValueError:
+            raise ConfigError(f"--metrics-port {raw!r}: expected PORT or HOST:PORT, e.g. 9464 or 127.0.0.1:9464") from None
+        if not 0 <= port[1] <= 65535:
+            raise ConfigError(f"--metrics-port {raw!r}: port must be 0-65535")
+    textfile = None
+    if values.get("metrics_textfile"):
+        textfile = Path(values["metrics_textfile"]).expanduser().resolve()
+        if not textfile.parent.is_dir():
+            raise ConfigError(f"--metrics-textfile {values['metrics_textfile']}: directory {textfile.parent} does not exist")
+        if textfile.exists() and not textfile.is_file():
+            raise ConfigError(f"--metrics-textfile {values['metrics_textfile']}: exists and is not a regular file")
+    warn = values.get("heartbeat_warning")
+    if warn is not None and (not math.isfinite(warn) or warn < 0):
+        raise ConfigError(f"--heartbeat-warning must be a finite number of seconds >= 0 (0 disables), got {warn!r}")
+    return OperateConfig(
+        notify_urls=tuple(urls),
+        notify_command=values.get("notify_command") or None,
+        metrics_port=port,
+        metrics_textfile=textfile,
+        heartbeat_warning=warn if warn else None,
     )
 
 
