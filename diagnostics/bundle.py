@@ -13,7 +13,9 @@ The layout is documented in docs/bundle-format.md.
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +43,9 @@ def write_bundle(final: Path, files: Mapping[str, bytes | str]) -> Path:
     for name, content in files.items():
         _check_relative(name)
         encoded[name] = redact_text(content).encode() if isinstance(content, str) else content
-    return atomic.write_dir(final, encoded, mode=0o755)  # a bundle is for sharing
+    # Private like the rest of the run dir (logs and environment are in it, redacted
+    # or not); `hangwatch bundle pack` makes the copy meant for sharing.
+    return atomic.write_dir(final, encoded, mode=0o700)
 
 
 def replace_file(bundle_dir: Path, name: str, content: str) -> Path:
@@ -167,13 +171,38 @@ def pack(bundle_dir: Path, out: Path | None = None) -> Path:
     if not (bundle_dir / MANIFEST).is_file():
         raise InputError(f"{bundle_dir}: not a bundle directory (no {MANIFEST})")
     out = Path(out) if out is not None else bundle_dir.with_name(bundle_dir.name + ".tar.gz")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic.replacing(out) as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
-        for file in sorted(bundle_dir.rglob("*")):
-            rel = file.relative_to(bundle_dir)
-            if file.is_file() and not any(p.startswith(".") for p in rel.parts):
-                tar.add(file, arcname=f"{bundle_dir.name}/{rel.as_posix()}", recursive=False)
+    check_output_path(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with atomic.replacing(out) as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+            for file in sorted(bundle_dir.rglob("*")):
+                rel = file.relative_to(bundle_dir)
+                if file.is_file() and not any(p.startswith(".") for p in rel.parts):
+                    tar.add(file, arcname=f"{bundle_dir.name}/{rel.as_posix()}", recursive=False)
+    except OSError as exc:
+        raise InputError(f"{out}: cannot write the archive there ({exc.strerror or exc}); "
+                         "give -o a path in a writable directory") from None
     return out
+
+
+def check_output_path(out: Path) -> None:
+    """Refuse an output that is not (or would not be) a plain regular file.
+
+    The write is a rename over ``out``: aimed at ``/dev/null`` or ``/dev/full``
+    it would replace the device node itself (as root), aimed at a directory it
+    fails halfway, aimed at a symlink it replaces the link, not its target.
+    """
+    try:
+        st = os.lstat(out)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise InputError(f"{out}: cannot use as output ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(st.st_mode):
+        what = ("a directory" if stat.S_ISDIR(st.st_mode) else "a symbolic link" if stat.S_ISLNK(st.st_mode)
+                else "a device or special file")
+        raise InputError(f"{out}: is {what}, not a regular file; give -o the path of a new or existing regular "
+                         "file, e.g. -o incident.tar.gz")
 
 
 def dumps_json(data: Any) -> str:

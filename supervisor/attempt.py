@@ -156,7 +156,9 @@ class RunState:
         for a in run.attempts:
             state.attempt = max(state.attempt, a.attempt)
             state.policy = GraphPolicy.from_env(a.env)
-            if a.outcome is not None:
+            # "supervisor_lost" (closed by --resume) is no verdict: that attempt's
+            # trainer was killed by the resume, not judged, so the policy skips it.
+            if a.outcome is not None and a.outcome in VerdictKind._value2member_map_:
                 state.history.append(AttemptOutcome(a.attempt, VerdictKind(a.outcome), float(a.ended or 0.0),
                                                     a.start_step, a.end_step))
         if run.pending_restart is not None:

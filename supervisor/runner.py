@@ -42,6 +42,7 @@ from hangwatch.supervisor.checkpoints import newest_complete
 from hangwatch.supervisor.config import RunConfig
 from hangwatch.supervisor.detector import Detector
 from hangwatch.supervisor.killer import KillReport
+from hangwatch.supervisor.observe import NullObserver, RunObserver, Tick
 from hangwatch.supervisor.probes import FileProbe, GpuProbe, NoProbe
 from hangwatch.supervisor.restart import AttemptOutcome, Decision
 from hangwatch.supervisor.tree import LocalTree, Trainer, TreeOps
@@ -64,6 +65,7 @@ class Supervisor:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         wall: Callable[[], float] = time.time,
+        observer: RunObserver | None = None,
     ) -> None:
         self.config = config
         self.probe = probe
@@ -78,6 +80,8 @@ class Supervisor:
         self.lifecycle: AttemptLifecycle | None = None
         self._early: _EarlyRound | None = None  # the early py-spy round of the building incident
         self._stop_signal: int | None = None
+        # Status file, metrics, alerts: told about phases and ticks here, journal records by the journal.
+        self.observer: RunObserver = observer or NullObserver()
 
     # -- signals -----------------------------------------------------------
 
@@ -99,6 +103,7 @@ class Supervisor:
     def _enter(self, state: AttemptState) -> None:
         assert self.lifecycle is not None
         self.lifecycle.advance(state, self.clock())
+        self.observer.phase(self.lifecycle.attempt, state)
 
     # -- the run -------------------------------------------------------------
 
@@ -285,6 +290,7 @@ class Supervisor:
                 self.journal.append("trainer_info", attempt=self.state.attempt, step=hb.step, phase=hb.phase,
                                     info=last_info)
             verdict = detector.observe(sample)
+            self.observer.tick(Tick(self.state.attempt, sample, detector.stall_onset, cfg.window_for(detector.phase)))
             if verdict is None:
                 self._maybe_early_round(detector, sample.t)
             if verdict is not None:

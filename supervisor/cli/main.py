@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.exitcodes import EXIT_CODES, EXIT_INTERNAL, EXIT_USAGE
-from hangwatch.supervisor.config import SETTINGS, build, load_file, save_values, saved_values
+from hangwatch.supervisor.config import SETTINGS, build, build_operate, load_file, save_values, saved_values
 
 EPILOG_EXIT = "exit codes:\n" + "\n".join(f"  {code:3d}  {text}" for code, text in EXIT_CODES.items()) + (
     "\n  other  after SIGINT/SIGTERM to the supervisor: the trainer's own status, shell style"
@@ -52,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="summarise a run from its journal")
     status.add_argument("run_dir", metavar="RUN_DIR", type=Path)
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument("--follow", action="store_true",
+                        help="stream events and phase changes as they happen, until the run finishes (Ctrl-C to stop)")
     status.set_defaults(func=cmd_status)
     from hangwatch.diagnostics.cli import register  # noqa: PLC0415
 
@@ -125,6 +127,15 @@ def add_run_parser(sub: Any) -> None:
     g.add_argument("--on-crash", choices=["restart", "stop"], help="what a crash leads to (default restart)")
     g.add_argument("--backoff", type=float, metavar="S", help=f"first backoff between restarts, doubling (default {d['backoff']:g})")
     g.add_argument("--backoff-max", type=float, metavar="S", help=f"backoff cap (default {d['backoff_max']:g})")
+    g = run.add_argument_group("alerts and metrics (README: Alerts and metrics)")
+    g.add_argument("--notify", action="append", metavar="URL",
+                   help="send incident, gave_up and run_finished alerts to this apprise URL (repeatable; slack://, "
+                        "ntfy://, mailto://, json://host/path, ...); a config file keeps the token out of ps")
+    g.add_argument("--notify-command", metavar="CMD", help="run CMD (through sh) with each alert as JSON on stdin")
+    g.add_argument("--metrics-port", metavar="[HOST:]PORT", help="serve Prometheus metrics at http://HOST:PORT/metrics")
+    g.add_argument("--metrics-textfile", metavar="PATH", help="keep Prometheus metrics in PATH (node-exporter textfile collector)")
+    g.add_argument("--heartbeat-warning", type=float, metavar="S",
+                   help=f"warn when an attempt sends no heartbeat within S s of launch; 0 disables (default {d['heartbeat_warning']:g})")
     run.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     run.set_defaults(func=cmd_run)
 
@@ -135,7 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args_list:
         parser.print_help()
         return EXIT_USAGE
-    args = parser.parse_args(_join_option_values(args_list))
+    args, extras = parser.parse_known_args(_join_option_values(args_list))
+    if extras:
+        # The subcommand's own usage, not the top level's: it is the one that helps.
+        _chosen_parser(parser, args).error(f"unrecognized arguments: {' '.join(extras)}")
     if not hasattr(args, "func"):
         parser.print_help()
         return EXIT_USAGE
@@ -146,6 +160,30 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # noqa: BLE001  (one line here, the traceback in a file)
+        return _internal_error(exc)
+
+
+def _internal_error(exc: BaseException) -> int:
+    """A bug of ours: one line on the console, the traceback (no locals) in a file."""
+    from hangwatch.cli import logsetup  # noqa: PLC0415
+    from hangwatch.contract.redact import redact_text  # noqa: PLC0415
+
+    where = logsetup.record_internal_error(exc)
+    tail = f"; traceback in {where}" if where else ""
+    print(f"hangwatch: internal error: {type(exc).__name__}: {redact_text(str(exc))}{tail}", file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+def _chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The innermost subcommand parser that ``args`` selected (``bundle pack`` -> pack's)."""
+    current = parser
+    while True:
+        action = next((a for a in current._actions if isinstance(a, argparse._SubParsersAction)), None)  # noqa: SLF001
+        name = getattr(args, action.dest, None) if action is not None else None
+        if action is None or name not in action.choices:
+            return current
+        current = action.choices[name]
 
 
 def _join_option_values(argv: list[str]) -> list[str]:
@@ -188,6 +226,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         resume_dir = resume_dir.expanduser().resolve()
         values, saved_command = saved_values(resume_dir)
         _check_resumable(resume_dir)
+        if command and command != saved_command:
+            raise UsageError(
+                f"--resume {resume_dir} continues the run's own command ({' '.join(saved_command)!s:.80}); "
+                "drop the command after --, or start a new run with a new --run-dir")
         values.update(cli_values)
         values["run_dir"] = str(resume_dir)
         command = command or saved_command
@@ -195,9 +237,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         values = {k: v[1] for k, v in SETTINGS.items()}
         config_file = getattr(args, "config", None) or os.environ.get("HANGWATCH_CONFIG")
         if config_file:
-            values.update(load_file(Path(config_file)))
+            cli_values = {**load_file(Path(config_file)), **cli_values}  # given, not defaulted
         values.update(cli_values)
-    config = build(values, command)
+    config = build(values, command, explicit=set(cli_values))
+    operate_config = build_operate(values)
     try:
         probe, probe_note = make_probe(config.gpu_probe)
     except ProbeError as exc:
@@ -208,6 +251,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
         raise UsageError(f"--run-dir {run_dir}: cannot create it: {exc}") from exc
+    from hangwatch.cli import rundir  # noqa: PLC0415
+
+    try:
+        rundir.lock(run_dir)  # held for this process's life; the kernel drops it even on SIGKILL
+    except OSError as exc:
+        raise UsageError(f"--run-dir {run_dir}: cannot lock it: {exc}") from exc
+    if resume_dir is None:
+        rundir.refuse_existing(run_dir)
     values["run_dir"] = str(run_dir)
     save_values(run_dir, values, command)
     logsetup.configure(run_dir / "hangwatch.log")
@@ -225,11 +276,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         if killed:
             log.warning("orphans_killed", message=f"killed {len(killed)} survivor(s) of the previous supervisor: {killed}")
         try:
+            lost = rundir.close_lost_attempt(run_dir, killed)
             state = load_state(run_dir)
         except (OSError, ValueError) as exc:
             raise UsageError(f"--resume {run_dir}: cannot read the journal: {exc}") from exc
 
     supervisor = Supervisor(config, probe, default_capture_hook(), state=state)
+    if resume_dir is not None and lost is not None:
+        log.warning("attempt_lost", message=f"attempt {lost} was left open by the dead supervisor: journaled as supervisor_lost")
+    from hangwatch.cli import operate  # noqa: PLC0415
+
+    ops = operate.start(config, operate_config, supervisor.state.run_id, probe.name, log)
+    supervisor.journal, supervisor.observer = ops.journal, ops.observer  # status file, alerts, metrics
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, supervisor.request_stop)
     keeper = None
@@ -265,6 +323,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 pass  # already reported above; nothing more can be recorded
         return EXIT_INTERNAL
     finally:
+        ops.close()  # bounded: queued alerts get NOTIFY_DRAIN_S at most
         if keeper is not None:
             guardian.stop(keeper)
         probe.close()
@@ -308,11 +367,13 @@ def _whatif(samples: Any, config: Mapping[str, Any]) -> Any:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from hangwatch.cli.status import render_status, summarise  # noqa: PLC0415
+    from hangwatch.cli.status import follow, render_status, summarise  # noqa: PLC0415
 
     path = args.run_dir / "journal.jsonl"
     if not path.is_file():
         raise UsageError(f"{args.run_dir}: not a hangwatch run directory (no journal.jsonl)")
+    if args.follow:
+        return follow(args.run_dir, as_json=args.json)
     summary = summarise(path)
     if args.json:
         import json  # noqa: PLC0415

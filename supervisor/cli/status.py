@@ -1,21 +1,60 @@
-"""``hangwatch status``: what a run did and where it stands, from its journal alone."""
+"""``hangwatch status``: what a run did (its journal) and what it is doing now (its status file).
+
+The journal is the record: attempts with their exit code or signal, incidents
+with their signature and report. ``status.json`` is the live view the
+supervisor rewrites (phase, stall progress, heartbeat, backoff), trusted only
+while a live supervisor holds the run directory's lock. ``--follow`` streams
+journal events and phase changes until the run finishes.
+"""
 
 from __future__ import annotations
 
+import json
+import signal
+import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping, TextIO
 
+from hangwatch.cli.rundir import held_by_live_supervisor
 from hangwatch.contract import env
 from hangwatch.contract.journal import fold_journal, read_journal
 from hangwatch.contract.procid import pid_exists
+from hangwatch.supervisor.evidence import bundle_summary
+from hangwatch.supervisor.livestatus import read_status
+
+
+def supervisor_alive(run_dir: Path, pids: list[int]) -> bool:
+    held = held_by_live_supervisor(run_dir)
+    if held is not None:
+        return held
+    return bool(pids) and pid_exists(pids[-1])  # a run from before the lock existed
+
+
+def describe_exit(exit_code: int | None, kind: str | None = None) -> str:
+    """"exit 3", "killed by SIGKILL (-9)", or why there is no status."""
+    if kind == "supervisor_lost":
+        return "unknown (supervisor lost)"
+    if exit_code is None:
+        return "-"
+    if exit_code < 0:
+        try:
+            name = signal.Signals(-exit_code).name
+        except ValueError:
+            name = f"signal {-exit_code}"
+        return f"killed by {name} ({exit_code})"
+    return f"exit {exit_code}"
 
 
 def summarise(path: Path) -> dict[str, Any]:
     records = read_journal(path)
     run = fold_journal(records)
-    attempts = [
-        {
+    run_dir = path.parent
+    ended = {int(r["attempt"]): r for r in records if r.get("event") == "attempt_ended" and "attempt" in r}
+    attempts = []
+    for a in sorted(run.attempts, key=lambda a: a.attempt):
+        end = ended.get(a.attempt, {})
+        attempts.append({
             "attempt": a.attempt,
             "pid": a.pid,
             "started": a.started,
@@ -24,45 +63,234 @@ def summarise(path: Path) -> dict[str, Any]:
             "resume_from": a.resume_from,
             "ended": a.ended,
             "outcome": a.outcome,
-            **({"exit_code": a.exit_code, "evidence": a.evidence, "reason": a.reason} if a.ended is not None else {}),
-        }
-        for a in sorted(run.attempts, key=lambda a: a.attempt)
-    ]
+            **({"exit_code": a.exit_code, "signal": _signal_name(a.exit_code, end.get("signal")),
+                "exit": describe_exit(a.exit_code, a.outcome), "duration_s": end.get("duration_s"),
+                "evidence": a.evidence, "reason": a.reason} if a.ended is not None else {}),
+        })
+    evidence = {a["attempt"]: a.get("evidence") for a in attempts}
+    for r in records:
+        if r.get("event") == "capture" and r.get("evidence_path") and not evidence.get(r.get("attempt")):
+            evidence[r.get("attempt")] = r["evidence_path"]
+    incidents = []
+    for i in run.incidents:
+        info = bundle_summary(evidence.get(i.get("attempt")))
+        incidents.append({**i, "evidence_path": info["bundle"], "report": info["report"],
+                          "signature": info["signature"], "signature_title": info["title"]})
     pids = run.supervisor_pids
+    alive = run.finished is None and supervisor_alive(run_dir, pids)
+    live = read_status(run_dir) if alive else None
     if run.finished is not None:
         state = f"finished: {run.finished['outcome']} (exit {run.finished['exit_code']})"
-    elif pids and pid_exists(pids[-1]):
+    elif alive:
         current = attempts[-1]["attempt"] if attempts else None
-        state = f"running: attempt {current}, supervisor pid {pids[-1]}"
+        state = f"running: attempt {current}, supervisor pid {pids[-1] if pids else '?'}"
     else:
         state = "supervisor gone without finishing: continue with hangwatch run --resume RUN_DIR"
     return {
-        "run_dir": str(path.parent),
+        "run_dir": str(run_dir),
         "run_id": run.run_id,
         "state": state,
+        "alive": alive,
+        "now": describe_live(live) if live else None,
+        "live": live,
         "attempts": attempts,
         "restarts": max(0, len(attempts) - 1),
-        "incidents": run.incidents,
+        "incidents": incidents,
         "finished": run.finished,
     }
 
 
-def render_status(summary: dict[str, Any]) -> str:
+def _signal_name(exit_code: int | None, journaled: str | None) -> str | None:
+    if journaled:
+        return journaled
+    if exit_code is not None and exit_code < 0:
+        try:
+            return signal.Signals(-exit_code).name
+        except ValueError:
+            return None
+    return None
+
+
+def describe_live(live: Mapping[str, Any], now: float | None = None) -> str:
+    """One line: what the supervisor is doing, with its numbers."""
+    now = time.time() if now is None else now
+    phase = live.get("phase")
+    attempt = live.get("attempt")
+    if phase == "stall_building" and live.get("stall"):
+        s = live["stall"]
+        text = f"stall building: {s['held_s']:.0f} of {s['window_s']:.0f} s (GPU busy, its processes idle; attempt {attempt})"
+    elif phase == "watching":
+        text = f"watching attempt {attempt}"
+        p = live.get("progress")
+        if p and p.get("timeout_s") and p.get("silent_s", 0) >= min(30.0, p["timeout_s"] / 4):
+            text += f"; no heartbeat progress for {p['silent_s']:.0f} of {p['timeout_s']:.0f} s"
+        if not live.get("heartbeat_seen"):
+            text += "; no heartbeat yet"
+    elif phase == "capturing":
+        text = f"capturing evidence (attempt {attempt})"
+    elif phase == "killing":
+        text = f"killing the process tree (attempt {attempt})"
+    elif phase == "releasing":
+        text = f"waiting for GPU memory release (attempt {attempt})"
+    elif phase == "backing_off" and live.get("backoff"):
+        b = live["backoff"]
+        left = max(0.0, float(b["until"]) - now)
+        text = f"backing off: {left:.0f} s left of {b['delay_s']:.0f} s before attempt {b.get('next_attempt')}"
+    elif phase == "ended":
+        text = f"attempt {attempt} ended; deciding what next"
+    else:
+        text = str(phase)
+    age = now - float(live.get("updated") or now)
+    if age > 30:
+        text += f" (as of {age:.0f} s ago)"
+    return text
+
+
+def render_status(summary: dict[str, Any], now: float | None = None) -> str:
+    now = time.time() if now is None else now
     lines = [
-        f"run     {summary['run_dir']} ({summary['run_id']})",
-        f"state   {summary['state']}",
+        f"run      {summary['run_dir']} ({summary['run_id']})",
+        f"state    {summary['state']}",
+    ]
+    live = summary.get("live")
+    if live:
+        lines.append(f"now      {describe_live(live, now)}")
+        hb = live.get("heartbeat")
+        if hb:
+            lines.append(f"heartbeat step {hb.get('step')}, phase {hb.get('phase') or '-'}, "
+                         f"{max(0.0, now - float(hb['ts'])):.0f} s ago")
+        else:
+            lines.append("heartbeat none yet in this attempt")
+        for w in (live.get("warnings") or [])[-2:]:
+            lines.append(f"warning  {w['message']}")
+        for name, where in (live.get("links") or {}).items():
+            lines.append(f"{name:<8} {where}")
+    lines += [
         f"restarts {summary['restarts']}, incidents {len(summary['incidents'])}",
         "",
-        "attempt  started              outcome       graphs  resumed from",
+        "attempt  started              outcome          exit                       graphs  resumed from",
     ]
     for a in summary["attempts"]:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a["started"]))
         graphs = a["cudagraphs"] + ("+eager" if a["enforce_eager"] else "")
         lines.append(
-            f"{a['attempt']:>7}  {started}  {str(a['outcome'] or 'running'):<12}  {graphs:<6}  {a['resume_from'] or '-'}"
+            f"{a['attempt']:>7}  {started}  {str(a['outcome'] or 'running'):<15}  {a.get('exit', '-'):<25}  "
+            f"{graphs:<6}  {a['resume_from'] or '-'}"
         )
     for i in summary["incidents"]:
+        sig = i.get("signature") or "none"
         lines.append(f"incident: attempt {i['attempt']} {i['kind']}: {i['reason']} (latency {i['latency_s']} s)")
+        lines.append(f"          signature {sig}{' (' + i['signature_title'] + ')' if i.get('signature_title') else ''}; "
+                     f"report {i.get('report') or i.get('evidence_path') or 'none (no evidence captured)'}")
     if summary["finished"] and summary["finished"].get("reason"):
         lines.append(f"finished: {summary['finished']['reason']}")
     return "\n".join(lines)
+
+
+# -- --follow ----------------------------------------------------------------------
+
+
+def event_line(r: Mapping[str, Any]) -> str:
+    """One journal record as a line a person reads."""
+    e, a = r.get("event"), r.get("attempt")
+    if e == "run_started":
+        text = f"run started: supervisor pid {r.get('pid')}, gpu probe {r.get('gpu_probe')}"
+    elif e == "run_resumed":
+        text = f"run resumed by supervisor pid {r.get('pid')} after {r.get('attempts_so_far')} attempt(s)"
+    elif e == "attempt_started":
+        text = f"attempt {a} started: pid {r.get('pid')}" + (f", resuming from {r['resume_from']}" if r.get("resume_from") else "")
+    elif e == "first_heartbeat":
+        text = f"attempt {a}: first heartbeat {r.get('after_launch_s')} s after launch (step {r.get('step')})"
+    elif e == "incident":
+        text = f"attempt {a}: INCIDENT {r.get('kind')}: {r.get('reason')}"
+    elif e == "capture":
+        info = bundle_summary(r.get("evidence_path"))
+        text = (f"attempt {a}: evidence captured in {r.get('duration_s')} s; report {info['report'] or info['bundle']}"
+                if r.get("evidence_path") else f"attempt {a}: capture failed: {r.get('error')}")
+    elif e == "kill":
+        text = f"attempt {a}: killed {len(r.get('pids') or [])} process(es) in {r.get('duration_s')} s" + (
+            "" if r.get("confirmed", True) else f"; {len(r.get('survivors') or [])} SURVIVED")
+    elif e == "gpu_released":
+        text = f"attempt {a}: GPU memory {'released' if r.get('released') else 'NOT released'} after {r.get('waited_s')} s"
+    elif e == "attempt_ended":
+        text = f"attempt {a} ended: {r.get('kind')}, {describe_exit(r.get('exit_code'), r.get('kind'))}"
+    elif e == "restart_scheduled":
+        text = f"restart in {r.get('delay_s')} s (cuda graphs {r.get('cudagraphs')}): {r.get('reason')}"
+    elif e == "run_finished":
+        text = f"run finished: {r.get('outcome')} (exit {r.get('exit_code')}): {r.get('reason')}"
+    elif e == "notify_failed":
+        text = f"alert {r.get('notification')} to {r.get('target')} failed after {r.get('tries')} tries: {r.get('error')}"
+    else:
+        text = f"{e} " + json.dumps({k: v for k, v in r.items() if k not in ("event", "ts", "run_id")}, default=str)[:200]
+    return f"{time.strftime('%H:%M:%S', time.localtime(float(r.get('ts') or 0)))}  {text}"
+
+
+class JournalTail:
+    """New whole records of a growing journal, at most ``chunk`` bytes per read."""
+
+    def __init__(self, path: Path, chunk: int = 1 << 20) -> None:
+        self.path = path
+        self.offset = 0
+        self.chunk = chunk
+        self._partial = b""
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read(self.chunk)
+        except OSError:
+            return []
+        self.offset += len(data)
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()  # an unfinished last line waits for its newline
+        out = []
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "event" in record:
+                out.append(record)
+        return out
+
+
+def follow(run_dir: Path, *, as_json: bool = False, out: TextIO = sys.stdout, poll: float = 0.5,
+           sleep: Callable[[float], None] = time.sleep) -> int:
+    """Stream until the run finishes (0) or its supervisor is gone without finishing (1)."""
+    tail = JournalTail(run_dir / "journal.jsonl")
+    last_phase: tuple[Any, ...] | None = None
+    pids: list[int] = []
+    gone = False
+    while True:
+        finished = False
+        for r in tail.read():
+            if r.get("event") in ("run_started", "run_resumed"):
+                pids.append(int(r.get("pid") or 0))
+            finished = finished or r.get("event") == "run_finished"
+            out.write((json.dumps(r, default=str) if as_json else event_line(r)) + "\n")
+        if finished:
+            out.flush()
+            return 0
+        alive = supervisor_alive(run_dir, pids)
+        live = read_status(run_dir) if alive else None
+        if live is not None:
+            key = (live.get("phase"), live.get("attempt"))
+            if key != last_phase:
+                last_phase = key
+                if as_json:
+                    out.write(json.dumps({"event": "phase", **live}, default=str) + "\n")
+                else:
+                    stamp = time.strftime("%H:%M:%S", time.localtime(float(live.get("updated") or time.time())))
+                    out.write(f"{stamp}  now: {describe_live(live)}\n")
+        out.flush()
+        if not alive:
+            if gone:  # and nothing finished since the last look: it died
+                out.write("supervisor gone without finishing: continue with hangwatch run --resume RUN_DIR\n")
+                out.flush()
+                return 1
+            gone = True  # one more read: its last records may have landed meanwhile
+            continue
+        gone = False
+        sleep(poll)

@@ -33,6 +33,7 @@ EVENTS = (
     "attempt_ended",
     "restart_scheduled",
     "run_finished",
+    "notify_failed",  # an alert could not be delivered (hangwatch.supervisor.notify)
 )
 
 

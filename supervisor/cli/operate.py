@@ -1,0 +1,96 @@
+"""Wiring for unattended runs: the live status file, alerts, metrics and warnings.
+
+All of them are observers of the supervisor (``hangwatch.supervisor.observe``);
+this module only builds them from the settings and hands them over. The
+decisions stay in the supervisor; nothing here can stop a recovery.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from hangwatch.contract.errors import ConfigError
+from hangwatch.supervisor.config import OperateConfig, RunConfig
+from hangwatch.supervisor.evidence import bundle_summary
+from hangwatch.supervisor.livestatus import FILE_NAME, LiveStatus
+from hangwatch.supervisor.observe import ObservedJournal, Observers
+
+#: how long the end of a run waits for queued alerts (the run_finished one above all)
+NOTIFY_DRAIN_S = 30.0
+
+
+class ConsoleNotes:
+    """Says on the console where to look: the report of each incident, as soon as it exists."""
+
+    def __init__(self, log: Any) -> None:
+        self.log = log
+
+    def record(self, r: Mapping[str, Any]) -> None:
+        if r.get("event") == "capture" and r.get("evidence_path"):
+            info = bundle_summary(r["evidence_path"])
+            sig = f" (signature: {info['signature']})" if info.get("signature") else ""
+            self.log.warning("incident_report", message=f"attempt {r.get('attempt')}: report {info['report'] or info['bundle']}{sig}")
+
+
+@dataclass
+class Operations:
+    journal: ObservedJournal
+    observer: Observers
+    status: LiveStatus
+    notifier: Any = None
+    metrics: Any = None
+
+    def close(self) -> None:
+        if self.notifier is not None:
+            self.notifier.close(NOTIFY_DRAIN_S)
+        if self.metrics is not None:
+            self.metrics.close()
+
+
+def start(config: RunConfig, operate: OperateConfig, run_id: str, probe_name: str, log: Any) -> Operations:
+    run_dir = config.run_dir
+    observers = Observers()
+    journal = ObservedJournal(run_dir / "journal.jsonl", run_id, observers)
+    status = LiveStatus(run_dir / FILE_NAME, detector=config.detector, gpu_probe=probe_name,
+                        heartbeat_warning=operate.heartbeat_warning)
+    observers.add(status)
+    observers.add(ConsoleNotes(log))
+    ops = Operations(journal, observers, status)
+
+    # Alert targets first: a URL apprise does not understand is refused before anything starts.
+    targets: list[Any] = []
+    if operate.notify_urls or operate.notify_command:
+        from hangwatch.supervisor.notify import AppriseTarget, CommandTarget  # noqa: PLC0415
+
+        targets = [AppriseTarget(url) for url in operate.notify_urls]
+        if operate.notify_command:
+            targets.append(CommandTarget(operate.notify_command))
+
+    if probe_name == "none" and config.detector.progress_timeout is None:
+        log.warning("no_detection", message=(
+            "NO HANG CAN BE DETECTED in this run: no GPU probe and --progress-timeout 0; only crashes are noticed"))
+
+    if operate.metrics_port is not None or operate.metrics_textfile is not None:
+        from hangwatch.supervisor.metrics import MetricsExporter  # noqa: PLC0415  (prometheus-client only if used)
+
+        ops.metrics = MetricsExporter(status, textfile=operate.metrics_textfile)
+        if operate.metrics_port is not None:
+            host, port = operate.metrics_port
+            try:
+                url = ops.metrics.serve(host, port)
+            except OSError as exc:
+                raise ConfigError(f"--metrics-port {host + ':' if host else ''}{port}: cannot listen there ({exc.strerror or exc})") from None
+            status.link("metrics", url)
+            log.info("metrics", message=f"Prometheus metrics at {url}")
+        if operate.metrics_textfile is not None:
+            status.link("metrics_textfile", str(operate.metrics_textfile))
+        observers.add(ops.metrics)
+
+    if targets:
+        from hangwatch.supervisor.notify import Notifier  # noqa: PLC0415
+
+        ops.notifier = Notifier(targets, run_dir=str(run_dir), journal_append=journal.append)
+        observers.add(ops.notifier)
+        log.info("notify", message="alerts (incident, gave_up, run_finished) to: " + ", ".join(t.name for t in targets))
+    return ops

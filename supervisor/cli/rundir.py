@@ -1,0 +1,118 @@
+"""One live supervisor per run directory, and an honest journal across supervisors.
+
+* ``lock``: the supervisor holds an exclusive ``flock`` on ``RUN_DIR/supervisor.lock``
+  for its whole life. Two supervisors on one directory would share ``tree.json``
+  and kill each other's trainers; the kernel drops the lock when the holder
+  dies, SIGKILL included, so a stale lock cannot block ``--resume``.
+* ``refuse_existing``: ``run`` on a directory that already holds a journal would
+  append a second run to it; finished runs get a new directory, interrupted
+  ones ``--resume``.
+* ``close_lost_attempt``: on ``--resume``, the attempt the dead supervisor was
+  watching gets its ``attempt_ended`` (kind ``supervisor_lost``), so no reader
+  shows it "running" forever.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from hangwatch.contract.errors import ConfigError
+from hangwatch.contract.journal import Journal, fold_journal, read_journal
+
+LOCK_NAME = "supervisor.lock"
+LOST = "supervisor_lost"
+
+
+class RunDirBusy(ConfigError):
+    """Another live supervisor holds the run directory."""
+
+
+def lock(run_dir: Path) -> int:
+    """Take the run directory for this process; returns the fd to keep open (never inherited)."""
+    path = run_dir / LOCK_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _read_pid(fd)
+        os.close(fd)
+        raise RunDirBusy(
+            f"{run_dir} is in use by a live supervisor{f' (pid {holder})' if holder else ''}: two supervisors on "
+            "one run directory would kill each other's trainers; stop that one first, or use another --run-dir"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def held_by_live_supervisor(run_dir: Path) -> bool | None:
+    """True if a live supervisor holds the lock, False if none does, None if the
+    directory has no lock file (a run from before the lock existed)."""
+    try:
+        fd = os.open(run_dir / LOCK_NAME, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also drops our shared lock
+    return False
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        return int(os.pread(fd, 32, 0).decode().strip() or 0) or None
+    except (OSError, ValueError):
+        return None
+
+
+def refuse_existing(run_dir: Path) -> None:
+    """``run --run-dir`` on a directory that already holds a run: refused with the way forward."""
+    journal = run_dir / "journal.jsonl"
+    if not journal.exists():
+        return
+    try:
+        finished = fold_journal(read_journal(journal)).finished
+    except (OSError, ValueError):
+        finished = None
+    if finished is not None:
+        raise ConfigError(
+            f"--run-dir {run_dir} already holds a finished run ({finished.get('outcome')}, exit "
+            f"{finished.get('exit_code')}); give a new --run-dir (its journal is never appended to)"
+        )
+    raise ConfigError(
+        f"--run-dir {run_dir} already holds a run that did not finish; continue it with "
+        f"hangwatch run --resume {run_dir}, or give a new --run-dir"
+    )
+
+
+def close_lost_attempt(run_dir: Path, killed: list[int]) -> int | None:
+    """Journal the end of the attempt a dead supervisor left open; returns its number."""
+    path = run_dir / "journal.jsonl"
+    records = read_journal(path)
+    run = fold_journal(records)
+    open_attempts = [a for a in run.attempts if a.outcome is None]
+    if not open_attempts or not records:
+        return None
+    attempt = max(open_attempts, key=lambda a: a.attempt)
+    pids = run.supervisor_pids
+    who = f"pid {pids[-1]}" if pids else "the supervisor"
+    Journal(path, run.run_id or str(records[0].get("run_id", ""))).append(
+        "attempt_ended",
+        attempt=attempt.attempt,
+        kind=LOST,
+        exit_code=None,
+        signal=None,
+        reason=(f"{who} died while this attempt ran; --resume killed {len(killed)} leftover process(es)"
+                if killed else f"{who} died while this attempt ran; nothing of its tree was left"),
+        killed=killed,
+        duration_s=None,
+        start_step=attempt.start_step,
+        end_step=None,
+        evidence_path=None,
+    )
+    return attempt.attempt

@@ -1,0 +1,177 @@
+"""Prometheus metrics: ``--metrics-port`` (HTTP ``/metrics``) and ``--metrics-textfile``
+(node-exporter's textfile collector).
+
+A ``RunObserver``. Counters come from journal records; gauges (phase, heartbeat,
+GPU, CPU) from the ``LiveStatus`` it is given, which runs first, so the two
+views never disagree about the phase. Its own registry: nothing global.
+
+Seconds lost to incidents (``hangwatch_seconds_lost_total``): from an incident's
+onset (the last heartbeat progress, or the start of the stall) to the first
+heartbeat of the next attempt, i.e. detection + capture + kill + backoff +
+relaunch + warm-up. Work lost since the last checkpoint comes on top.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server, write_to_textfile
+
+from hangwatch.supervisor.livestatus import LiveStatus
+
+PHASES = ("starting", "watching", "stall_building", "capturing", "killing", "releasing", "ended", "backing_off",
+          "finished")
+
+
+class MetricsExporter:
+    def __init__(
+        self,
+        status: LiveStatus,
+        *,
+        textfile: Path | None = None,
+        textfile_interval: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.status = status
+        self.textfile = textfile
+        self.textfile_interval = textfile_interval
+        self.clock = clock
+        self.wall = wall
+        self.registry = r = CollectorRegistry(auto_describe=True)
+        self.server: Any = None
+        self._lock = threading.Lock()
+        self._last_textfile = -1e18
+        self._lost_onset: float | None = None  # wall time of the incident onset not yet recovered from
+        self._gpus: set[str] = set()
+        self._hb_phase: str | None = None
+
+        self.phase_g = Gauge("hangwatch_phase", "1 for the supervisor's current phase", ["phase"], registry=r)
+        self.outcome_g = Gauge("hangwatch_run_outcome", "1 for the run's outcome once it finished "
+                               "(success, gave_up, interrupted, internal_error, launch_failed)", ["outcome"], registry=r)
+        self.up_g = Gauge("hangwatch_supervisor_running", "1 while the supervisor runs the training command", registry=r)
+        self.attempt_g = Gauge("hangwatch_attempt", "current attempt number, 1-based", registry=r)
+        self.restarts_c = Counter("hangwatch_restarts", "restarts scheduled", registry=r)
+        self.incidents_c = Counter("hangwatch_incidents", "hang verdicts by kind", ["kind"], registry=r)
+        self.exits_c = Counter("hangwatch_attempts_ended", "ended attempts by verdict kind", ["kind"], registry=r)
+        self.lost_c = Counter("hangwatch_seconds_lost", "seconds from incident onset to the next attempt's first "
+                              "heartbeat", registry=r)
+        self.notify_failed_c = Counter("hangwatch_notify_failures", "alerts that could not be delivered", registry=r)
+        self.step_g = Gauge("hangwatch_last_heartbeat_step", "step of the last heartbeat (NaN before the first)",
+                            registry=r)
+        self.age_g = Gauge("hangwatch_last_heartbeat_age_seconds", "seconds since the last heartbeat (NaN before "
+                           "the first in this attempt)", registry=r)
+        self.age_g.set_function(self._heartbeat_age)
+        self.hb_phase_g = Gauge("hangwatch_heartbeat_phase", "1 for the phase the trainer last announced", ["phase"],
+                                registry=r)
+        self.stall_g = Gauge("hangwatch_stall_building_seconds", "how long a stall has built (0 when none)", registry=r)
+        self.window_g = Gauge("hangwatch_stall_window_seconds", "the stall window in force", registry=r)
+        self.gpu_util_g = Gauge("hangwatch_gpu_utilization_percent", "GPU utilisation", ["gpu"], registry=r)
+        self.gpu_mem_g = Gauge("hangwatch_gpu_memory_used_bytes", "GPU memory used", ["gpu"], registry=r)
+        self.cpu_g = Gauge("hangwatch_tree_cpu_percent", "CPU of the whole process tree, % of one core", registry=r)
+        self.procs_g = Gauge("hangwatch_tree_processes", "processes in the tree", registry=r)
+        self.step_g.set(math.nan)
+        self.up_g.set(1)
+        self._sync()
+
+    # -- exposition --------------------------------------------------------------
+
+    def serve(self, host: str, port: int) -> str:
+        """Start ``/metrics`` on host:port (port 0: any free one); returns its URL."""
+        server, _thread = start_http_server(port, addr=host or "0.0.0.0", registry=self.registry)
+        self.server = server
+        bound = server.server_address[1]
+        shown = host if host and host not in ("0.0.0.0", "::") else "127.0.0.1"
+        return f"http://{shown}:{bound}/metrics"
+
+    def close(self) -> None:
+        self.up_g.set(0)
+        self._write_textfile(force=True)
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+    def _write_textfile(self, force: bool = False) -> None:
+        if self.textfile is None:
+            return
+        now = self.clock()
+        if not force and now - self._last_textfile < self.textfile_interval:
+            return
+        self._last_textfile = now
+        write_to_textfile(str(self.textfile), self.registry)  # tmp file + rename, so the collector never sees half
+
+    # -- RunObserver ----------------------------------------------------------------
+
+    def record(self, r: Mapping[str, Any]) -> None:
+        event = r.get("event")
+        with self._lock:
+            if event == "incident":
+                self.incidents_c.labels(kind=str(r.get("kind"))).inc()
+                if self._lost_onset is None:
+                    onset = r.get("onset_wall")
+                    self._lost_onset = float(onset) if onset is not None else float(r.get("ts") or self.wall())
+            elif event == "attempt_ended":
+                self.exits_c.labels(kind=str(r.get("kind"))).inc()
+            elif event == "restart_scheduled":
+                self.restarts_c.inc()
+            elif event == "first_heartbeat" and self._lost_onset is not None:
+                self.lost_c.inc(max(0.0, float(r.get("ts") or self.wall()) - self._lost_onset))
+                self._lost_onset = None
+            elif event == "notify_failed":
+                self.notify_failed_c.inc()
+            elif event == "run_finished":
+                if self._lost_onset is not None:
+                    self.lost_c.inc(max(0.0, float(r.get("ts") or self.wall()) - self._lost_onset))
+                    self._lost_onset = None
+                self.outcome_g.labels(outcome=str(r.get("outcome"))).set(1)
+            self._sync()
+            self._write_textfile(force=True)
+
+    def phase(self, attempt: int, state: Any) -> None:
+        with self._lock:
+            self._sync()
+
+    def tick(self, tick: Any) -> None:
+        with self._lock:
+            self._sync()
+            self._write_textfile()
+
+    # -- internals ------------------------------------------------------------------
+
+    def _heartbeat_age(self) -> float:
+        hb = self.status.state.get("heartbeat")
+        return max(0.0, self.wall() - float(hb["ts"])) if hb else math.nan
+
+    def _sync(self) -> None:
+        st = self.status.state
+        current = st.get("phase")
+        for name in PHASES:
+            self.phase_g.labels(phase=name).set(1 if name == current else 0)
+        self.attempt_g.set(st.get("attempt") or 0)
+        hb = st.get("heartbeat")
+        self.step_g.set(hb["step"] if hb and hb.get("step") is not None else math.nan)
+        hb_phase = hb.get("phase") if hb else None
+        if hb_phase != self._hb_phase:
+            if self._hb_phase is not None:
+                self.hb_phase_g.labels(phase=self._hb_phase).set(0)
+            if hb_phase is not None:
+                self.hb_phase_g.labels(phase=str(hb_phase)).set(1)
+            self._hb_phase = hb_phase
+        stall = st.get("stall")
+        self.stall_g.set(stall["held_s"] if stall else 0)
+        self.window_g.set(stall["window_s"] if stall else self.status.detector.stall_window)
+        seen = set()
+        for d in st.get("gpu") or []:
+            gpu = str(d["index"])
+            seen.add(gpu)
+            self.gpu_util_g.labels(gpu=gpu).set(d["util_pct"])
+            self.gpu_mem_g.labels(gpu=gpu).set(float(d["mem_used_mib"]) * 1024 * 1024)
+        self._gpus |= seen
+        if st.get("tree_cpu_pct") is not None:
+            self.cpu_g.set(st["tree_cpu_pct"])
+        if st.get("tree_size") is not None:
+            self.procs_g.set(st["tree_size"])

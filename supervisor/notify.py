@@ -1,0 +1,323 @@
+"""Alerts: tell a person when a run has an incident, gives up, or finishes.
+
+A ``Notifier`` is a ``RunObserver`` on journal records. It turns them into at
+most three kinds of message:
+
+* ``incident``: sent once the supervisor has acted on a hang (evidence taken,
+  tree killed, restart decided), so the message says what happened, where,
+  which signature, what hangwatch did and where the report is;
+* ``gave_up``: the run stopped with a non-zero outcome;
+* ``run_finished``: the run ended successfully.
+
+Targets: apprise URLs (``--notify``: Slack, Discord, Teams, email, ntfy,
+PagerDuty, ``json://`` webhooks, ...) and a command (``--notify-command``) that
+gets the event as JSON on stdin.
+
+Invariants:
+* ``record`` only builds a dict and puts it on a bounded queue: a slow or dead
+  target never delays detection, capture, kill or restart;
+* every delivery try is bounded (``timeout``), retried a few times with
+  tenacity, and a final failure is journaled (``notify_failed``);
+* a target's URL is never written anywhere in clear: webhook URLs carry their
+  secret in the path, so only ``redact_url``'s form appears in logs and journal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+import structlog
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
+
+from hangwatch.contract.errors import ConfigError
+from hangwatch.contract.redact import MARK, redact_text
+from hangwatch.supervisor.evidence import bundle_summary
+
+log = structlog.get_logger("hangwatch.notify")
+
+NOTIFIED = ("incident", "gave_up", "run_finished")
+_HOSTLIKE = re.compile(r"^(localhost|\[[0-9a-fA-F:]+\]|[A-Za-z0-9\-]+(\.[A-Za-z0-9\-]+)+)(:\d+)?$")
+
+
+def redact_url(url: str) -> str:
+    """``scheme://host/[REDACTED]``: the scheme, and the host only when it looks like one.
+
+    Apprise URLs keep their secret anywhere: ``slack://TokenA/TokenB/TokenC``
+    (no host at all), ``json://user:pass@host/path``, ``ntfy://topic``. So all
+    but the scheme and a dotted host (or ``localhost``) goes.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.\-]*", scheme):
+        return MARK
+    host = re.split(r"[/?#]", rest.rsplit("@", 1)[-1], maxsplit=1)[0]
+    shown = f"{scheme}://{host}/{MARK}" if _HOSTLIKE.match(host) else f"{scheme}://{MARK}"
+    return redact_text(shown)
+
+
+class DeliveryError(RuntimeError):
+    """One try at one target failed; the message is already redacted."""
+
+
+class Target(Protocol):
+    name: str  # redacted, for logs and the journal
+
+    def send(self, payload: Mapping[str, Any], title: str, body: str, timeout: float) -> None: ...
+
+
+class AppriseTarget:
+    """One ``--notify`` URL. Apprise bounds its own sockets (4 s connect, 4 s read);
+    the try is also abandoned after ``timeout`` in case a plugin blocks elsewhere."""
+
+    def __init__(self, url: str) -> None:
+        import apprise  # noqa: PLC0415  (only when --notify is used)
+
+        # Apprise logs through the logging module; its messages can quote URL parts.
+        logging.getLogger("apprise").propagate = False
+        self._url = url
+        self.name = redact_url(url)
+        if not apprise.Apprise().add(url):
+            raise ConfigError(f"--notify {self.name}: apprise does not understand this URL; see apprise's list of "
+                              "services (e.g. slack://..., ntfy://topic, json://host:port/path)")
+
+    def send(self, payload: Mapping[str, Any], title: str, body: str, timeout: float) -> None:
+        import apprise  # noqa: PLC0415
+
+        result: dict[str, Any] = {}
+
+        def attempt() -> None:
+            try:
+                with apprise.LogCapture(level=logging.WARNING) as captured:
+                    notifier = apprise.Apprise()
+                    notifier.add(self._url)
+                    result["ok"] = bool(notifier.notify(title=title, body=body))
+                    result["log"] = captured.getvalue()
+            except Exception as exc:  # noqa: BLE001  (reported as a failed try)
+                result["ok"] = False
+                result["log"] = f"{type(exc).__name__}: {exc}"
+
+        _bounded(attempt, timeout, self.name)
+        if not result.get("ok"):
+            reason = (result.get("log") or "").strip().splitlines()
+            raise DeliveryError(f"{self.name}: {self._clean(reason[-1]) if reason else 'apprise reported a failure'}")
+
+    def _clean(self, text: str) -> str:
+        text = re.sub(r"^\S+ \S+ - \w+ - ", "", text)  # apprise's "date time - LEVEL - " prefix
+        return redact_text(text.replace(self._url, self.name))[:300]
+
+
+class CommandTarget:
+    """``--notify-command``: run through ``/bin/sh -c`` with the event JSON on stdin,
+    in its own session so a timeout kills everything it started."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        shown = redact_text(command)
+        self.name = "command " + (shown if len(shown) <= 80 else shown[:77] + "...")
+
+    def send(self, payload: Mapping[str, Any], title: str, body: str, timeout: float) -> None:
+        env = dict(os.environ, HANGWATCH_EVENT=str(payload.get("event")))
+        with tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(["/bin/sh", "-c", self.command], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                    stderr=err, env=env, start_new_session=True)
+            try:
+                proc.communicate(json.dumps(dict(payload), default=str).encode() + b"\n", timeout=timeout)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass  # it exited in between
+                proc.wait()
+                raise DeliveryError(f"{self.name}: no exit within {timeout:g} s; killed") from None
+            except BrokenPipeError:
+                proc.wait()  # it exited without reading stdin; judged by its status below
+            if proc.returncode != 0:
+                err.seek(max(0, os.fstat(err.fileno()).st_size - 300))
+                tail = err.read().decode("utf-8", "replace").strip()
+                raise DeliveryError(f"{self.name}: exit status {proc.returncode}" + (f": {redact_text(tail)}" if tail else ""))
+
+
+def _bounded(fn: Callable[[], None], timeout: float, name: str) -> None:
+    thread = threading.Thread(target=fn, name="notify-try", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        # Abandoned, not killed (threads cannot be): apprise's socket timeouts end it.
+        raise DeliveryError(f"{name}: no answer within {timeout:g} s")
+
+
+class Notifier:
+    """A ``RunObserver`` that sends alerts from its own thread."""
+
+    def __init__(
+        self,
+        targets: Sequence[Target],
+        *,
+        run_dir: str,
+        journal_append: Callable[..., Any] | None = None,
+        describe: Callable[[str | None], Mapping[str, Any]] = bundle_summary,
+        host: str | None = None,
+        timeout: float = 10.0,
+        tries: int = 3,
+        max_wait: float = 60.0,
+        queue_size: int = 64,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.targets = list(targets)
+        self.run_dir = run_dir
+        self.journal_append = journal_append
+        self.describe = describe
+        self.host = host or socket.gethostname()
+        self.timeout = timeout
+        self.tries = tries
+        self.max_wait = max_wait
+        self.sleep = sleep
+        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=queue_size)
+        self._incident: dict[str, Any] | None = None
+        self._incidents = 0
+        self._thread = threading.Thread(target=self._work, name="notify", daemon=True)
+        self._thread.start()
+
+    # -- RunObserver: build the story, queue the messages (cheap, never blocks) ---
+
+    def record(self, r: Mapping[str, Any]) -> None:
+        event = r.get("event")
+        base = {"run_id": r.get("run_id"), "run_dir": self.run_dir, "host": self.host}
+        if event == "incident":
+            self._incidents += 1
+            evidence = r.get("evidence") or {}
+            self._incident = {**base, "event": "incident", "ts": r.get("ts"), "attempt": r.get("attempt"),
+                              "kind": r.get("kind"), "reason": r.get("reason"), "latency_s": r.get("latency_s"),
+                              "step": evidence.get("step"), "phase": r.get("phase"), "bundle": None, "killed": None}
+        elif self._incident is not None and event == "capture":
+            self._incident["bundle"] = r.get("evidence_path")
+            self._incident["capture_error"] = r.get("error")
+        elif self._incident is not None and event == "kill":
+            self._incident["killed"] = len(r.get("pids") or [])
+            self._incident["survivors"] = len(r.get("survivors") or [])
+        elif self._incident is not None and event == "restart_scheduled":
+            graphs = "cuda graphs off" if r.get("cudagraphs") == "off" else "cuda graphs on"
+            if r.get("enforce_eager"):
+                graphs += ", enforce_eager"
+            self._emit_incident(f"restarting as attempt {int(r.get('after_attempt') or 0) + 1} in "
+                                f"{float(r.get('delay_s') or 0):.0f} s with {graphs}")
+        elif event == "run_finished":
+            if self._incident is not None:
+                self._emit_incident(f"not restarting: {r.get('reason')}")
+            ok = r.get("exit_code") == 0
+            self._put({**base, "event": "run_finished" if ok else "gave_up", "ts": r.get("ts"),
+                       "outcome": r.get("outcome"), "exit_code": r.get("exit_code"), "reason": r.get("reason"),
+                       "attempts": r.get("attempts"), "incidents": self._incidents})
+
+    def phase(self, attempt: int, state: Any) -> None:
+        pass
+
+    def tick(self, tick: Any) -> None:
+        pass
+
+    def _emit_incident(self, action: str) -> None:
+        assert self._incident is not None
+        killed = self._incident.get("killed")
+        done = f"killed {killed} process(es); " if killed else ""
+        self._put({**self._incident, "action": done + action})
+        self._incident = None
+
+    def _put(self, payload: dict[str, Any]) -> None:
+        try:
+            self._queue.put_nowait(payload)
+        except queue.Full:
+            self._failed(payload, "(all)", f"the notification queue is full ({self._queue.maxsize}); dropped", 0)
+
+    # -- the worker ----------------------------------------------------------------
+
+    def close(self, timeout: float = 30.0) -> bool:
+        """Deliver what is queued, for at most ``timeout`` s; False if some was left."""
+        try:
+            self._queue.put(None, timeout=max(0.1, timeout))
+        except queue.Full:
+            return False
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("notify_unfinished", message=f"notifications still undelivered after {timeout:g} s; giving up on them")
+            return False
+        return True
+
+    def _work(self) -> None:
+        while True:
+            payload = self._queue.get()
+            if payload is None:
+                return
+            try:
+                self._deliver(payload)
+            except Exception as exc:  # noqa: BLE001  (the worker must outlive any one bug)
+                log.warning("notify_error", message=f"notification failed: {type(exc).__name__}: {redact_text(str(exc))}")
+
+    def _deliver(self, payload: dict[str, Any]) -> None:
+        if payload.get("event") == "incident":
+            info = self.describe(payload.get("bundle"))
+            payload.update(signature=info.get("signature"), title=info.get("title"), report=info.get("report"))
+        title, body = render(payload)
+        for target in self.targets:
+            tries = 0
+
+            def one_try(target: Target = target) -> None:
+                nonlocal tries
+                tries += 1
+                target.send(payload, title, body, self.timeout)
+
+            try:
+                for attempt in Retrying(stop=stop_after_attempt(self.tries) | stop_after_delay(self.max_wait),
+                                        wait=wait_exponential(multiplier=0.5, max=5.0),
+                                        retry=retry_if_exception_type(DeliveryError), sleep=self.sleep, reraise=True):
+                    with attempt:
+                        one_try()
+                log.info("notified", message=f"{payload['event']} sent to {target.name}")
+            except DeliveryError as exc:
+                self._failed(payload, target.name, str(exc), tries)
+
+    def _failed(self, payload: Mapping[str, Any], target: str, error: str, tries: int) -> None:
+        log.warning("notify_failed", message=f"{payload.get('event')} notification to {target} failed after "
+                                             f"{tries} tries: {error}")
+        if self.journal_append is None:
+            return
+        try:
+            self.journal_append("notify_failed", notification=payload.get("event"), attempt=payload.get("attempt"),
+                                target=target, tries=tries, error=error)
+        except Exception as exc:  # noqa: BLE001  (a full disk: already logged above)
+            log.warning("notify_journal_failed", message=f"could not journal the failed notification: {exc}")
+
+
+def render(p: Mapping[str, Any]) -> tuple[str, str]:
+    """The title and body people read, from an event payload."""
+    where = f"{p.get('host')}:{p.get('run_dir')} (run {p.get('run_id')}"
+    if p["event"] == "incident":
+        step = f", step {p['step']}" if p.get("step") is not None else ""
+        phase = f", phase {p['phase']}" if p.get("phase") else ""
+        signature = (f"{p['signature']} ({p.get('title')})" if p.get("signature")
+                     else "unknown (no known stack signature matched)" if p.get("bundle")
+                     else "unknown (no evidence bundle)")
+        report = p.get("report") or p.get("bundle") or f"none ({p.get('capture_error') or 'capture failed'})"
+        return (f"hangwatch: {p.get('kind')} in attempt {p.get('attempt')} on {p.get('host')}",
+                "\n".join([f"what: {p.get('kind')}: {p.get('reason')}",
+                           f"where: {where}, attempt {p.get('attempt')}{step}{phase})",
+                           f"signature: {signature}",
+                           f"done: {p.get('action')}",
+                           f"report: {report}"]))
+    status = f"hangwatch status {p.get('run_dir')}"
+    if p["event"] == "gave_up":
+        return (f"hangwatch: run stopped ({p.get('outcome')}, exit {p.get('exit_code')}) on {p.get('host')}",
+                "\n".join([f"what: {p.get('outcome')}: {p.get('reason')}", f"where: {where})",
+                           f"attempts: {p.get('attempts')}, incidents: {p.get('incidents')}", f"details: {status}"]))
+    return (f"hangwatch: run finished on {p.get('host')}",
+            "\n".join([f"what: {p.get('reason')}", f"where: {where})",
+                       f"attempts: {p.get('attempts')}, incidents: {p.get('incidents')}", f"details: {status}"]))
