@@ -34,7 +34,9 @@ def main() -> int:
 
     run_dir = (args.run_dir or ROOT / "hangwatch-runs" / f"demo-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     checkpoints = run_dir / "checkpoints"
-    checkpoints.mkdir(parents=True, exist_ok=True)
+    # 0700 whatever the umask: hangwatch refuses a run dir that others can write.
+    run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    checkpoints.mkdir(exist_ok=True)
     command = [
         sys.executable, "-m", "hangwatch.cli", "run",
         "--run-dir", str(run_dir),

@@ -55,6 +55,7 @@ class RunConfig:
     cudagraphs_after_stall: str = "off"
     eager_escalation: bool = True
     echo: bool = True
+    containment: str = "auto"  # auto | cgroup | tree (supervisor.cgroup)
 
     def to_json(self) -> dict[str, Any]:
         restart = asdict(self.restart)
@@ -76,6 +77,7 @@ class RunConfig:
             "cudagraphs_after_stall": self.cudagraphs_after_stall,
             "eager_escalation": self.eager_escalation,
             "echo": self.echo,
+            "containment": self.containment,
         }
 
 
@@ -109,6 +111,7 @@ SETTINGS: dict[str, tuple[type, Any]] = {
     "cudagraphs_after_stall": (str, "off"),
     "eager_escalation": (bool, True),
     "quiet": (bool, False),
+    "containment": (str, "auto"),
     # Operating unattended (OperateConfig): alerts, metrics, the no-heartbeat warning.
     "notify": (list, None),
     "notify_command": (str, None),
@@ -183,6 +186,8 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
         # inf and nan pass every "> 0" test but break every deadline computed from them.
         if kind is float and v.get(name) is not None and not math.isfinite(v[name]):
             raise ConfigError(f"--{name.replace('_', '-')} must be a finite number of seconds or percent, got {v[name]!r}")
+    if v.get("containment", "auto") not in ("auto", "cgroup", "tree"):
+        raise ConfigError(f"--containment must be auto, cgroup or tree, got {v['containment']!r}")
     if v["on_crash"] not in ("restart", "stop"):
         raise ConfigError(f"--on-crash must be restart or stop, got {v['on_crash']!r}")
     if v["cudagraphs_after_stall"] not in ("off", "keep"):
@@ -245,6 +250,7 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
         cudagraphs_after_stall=v["cudagraphs_after_stall"],
         eager_escalation=v["eager_escalation"],
         echo=not v["quiet"],
+        containment=v.get("containment", "auto"),  # .get: runs saved before the option resume too
     )
 
 

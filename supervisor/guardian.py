@@ -5,34 +5,87 @@ cleanup. The trainer dies with it through its parent-death signal, but
 processes that escaped into their own sessions would be orphaned, holding GPU
 memory. The guardian is a tiny separate process that blocks reading a pipe
 from the supervisor; the kernel closes the pipe when the supervisor dies,
-however it dies, and the guardian then kills what ``tree.json`` recorded.
+however it dies, and the guardian then kills what the supervisor last told it.
 
-Usage (by the supervisor only): ``python -m hangwatch.supervisor.guardian TREE_JSON``
+What it kills comes over that same pipe, never from a file: a file in the run
+directory is something another user might write, and the guardian SIGKILLs
+what it names. The supervisor sends one JSON line per change (``TreeState``):
+the attempt's cgroup, sent before the trainer is started, so no fork can beat
+it; and, for the tree-walk fallback, the members it has seen (pid + create
+time) with their process groups and sessions.
+
+On EOF: ``cgroup.kill`` on the cgroup (nothing in it escapes), SIGKILL to each
+recorded member that is still the same process, and to every process in a
+recorded group or session that started after the run's first member (what was
+forked between the last tick and the supervisor's death).
+
+Usage (by the supervisor only): ``python -m hangwatch.supervisor.guardian``
 with stdin connected to a pipe the supervisor holds open.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
 import subprocess
 import sys
-from pathlib import Path
+import time
+from typing import Any, Mapping
 
+import psutil
+
+from hangwatch.contract.procid import ProcKey, same_process
 from hangwatch.contract.pyexec import module_command
 from hangwatch.contract.tools import HELPER_PIDS, _helpers_lock
-from hangwatch.supervisor.treefile import kill_recorded
 
 
 ARMED = b"armed\n"
+#: a line larger than this is not a message from the supervisor
+_MAX_LINE = 4 * 1024 * 1024
 
 
 class GuardianError(RuntimeError):
     """The guardian could not be started or did not report itself armed."""
 
 
-def start(tree_json: Path, timeout: float = 10.0) -> subprocess.Popen:
+class Guardian:
+    """The supervisor's end: the process and the pipe the tree goes over."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self._pending = b""
+        self.lost = False
+
+    def send(self, state: Mapping[str, Any]) -> None:
+        """Tell the guardian the tree's current state (replaces what it had).
+
+        Never blocks the supervisor: the pipe is non-blocking, and what does not
+        fit now goes out with the next call. A guardian that died is noted once.
+        """
+        if self.lost or self.proc.stdin is None:
+            return
+        self._pending += json.dumps(dict(state), separators=(",", ":")).encode() + b"\n"
+        self.flush()
+
+    def flush(self) -> None:
+        assert self.proc.stdin is not None
+        fd = self.proc.stdin.fileno()
+        while self._pending:
+            try:
+                n = os.write(fd, self._pending)
+            except BlockingIOError:
+                return
+            except OSError:
+                self.lost = True  # EPIPE: the guardian is gone; the caller's warning said so at start
+                return
+            self._pending = self._pending[n:]
+        if len(self._pending) > _MAX_LINE:
+            self._pending = self._pending[-_MAX_LINE:]
+
+
+def start(timeout: float = 10.0) -> Guardian:
     """Start the guardian and wait (at most ``timeout``) until it says it is armed.
 
     Raises ``GuardianError`` when it cannot start or does not confirm: the
@@ -40,14 +93,14 @@ def start(tree_json: Path, timeout: float = 10.0) -> subprocess.Popen:
     """
     try:
         proc = subprocess.Popen(
-            module_command("hangwatch.supervisor.guardian") + [str(tree_json)],
+            module_command("hangwatch.supervisor.guardian"),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,
         )
     except OSError as exc:
         raise GuardianError(f"cannot start the guardian: {exc}") from exc
-    assert proc.stdout is not None
+    assert proc.stdout is not None and proc.stdin is not None
     ready, _, _ = select.select([proc.stdout], [], [], timeout)
     line = os.read(proc.stdout.fileno(), len(ARMED)) if ready else b""
     if line != ARMED:
@@ -55,16 +108,20 @@ def start(tree_json: Path, timeout: float = 10.0) -> subprocess.Popen:
         proc.wait(timeout=timeout)
         why = f"it exited with {proc.returncode}" if line == b"" and ready else f"no confirmation within {timeout:g} s"
         raise GuardianError(f"the guardian did not arm ({why})")
+    os.set_blocking(proc.stdin.fileno(), False)
     # Never part of the supervised tree: not sampled, not captured, not killed.
     with _helpers_lock:
         HELPER_PIDS.add(proc.pid)
-    return proc
+    return Guardian(proc)
 
 
-def stop(proc: subprocess.Popen, timeout: float = 5.0) -> None:
+def stop(guardian: Guardian, timeout: float = 5.0) -> None:
     """Normal shutdown: closing the pipe is the same signal as our death."""
+    proc = guardian.proc
     try:
         if proc.stdin is not None:
+            os.set_blocking(proc.stdin.fileno(), True)
+            guardian.flush()
             proc.stdin.close()
         proc.wait(timeout=timeout)
     except (OSError, subprocess.TimeoutExpired):
@@ -75,15 +132,79 @@ def stop(proc: subprocess.Popen, timeout: float = 5.0) -> None:
 
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    tree_json = Path(argv[0])
-    # Armed from here on: whatever ends our stdin makes us kill the recorded tree.
+    # Armed from here on: whatever ends our stdin makes us kill what we were told.
     os.write(sys.stdout.fileno(), ARMED)
-    while sys.stdin.buffer.read(65536):
-        pass  # the supervisor never writes; EOF means it closed the pipe or died
-    killed = kill_recorded(tree_json)
+    state: dict[str, Any] = {}
+    buffer = b""
+    while True:
+        chunk = sys.stdin.buffer.read1(65536)
+        if not chunk:
+            break
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue  # a fragment; the next whole message replaces it
+            if isinstance(message, dict):
+                state = message
+        if len(buffer) > _MAX_LINE:
+            buffer = b""
+    killed = kill_state(state)
     if killed:
         print(f"hangwatch guardian: supervisor gone; killed {killed}", file=sys.stderr)
     return 0
+
+
+def kill_state(state: Mapping[str, Any], grace: float = 2.0) -> list[int]:
+    """Kill everything ``state`` describes; returns the pids signalled."""
+    from hangwatch.supervisor import cgroup  # noqa: PLC0415  (small; only needed now)
+
+    killed: list[int] = []
+    path = state.get("cgroup")
+    if isinstance(path, str) and path:
+        killed += cgroup.kill_path(path, grace)
+    members = [ProcKey(int(m[0]), float(m[1])) for m in state.get("members") or [] if isinstance(m, list) and len(m) == 2]
+    groups = {int(g) for g in state.get("groups") or [] if isinstance(g, int) and g > 1}
+    sessions = {int(s) for s in state.get("sessions") or [] if isinstance(s, int) and s > 1}
+    since = min((k.create_time for k in members), default=None)
+    killed += kill_members(members, groups, sessions, since, grace)
+    return sorted(set(killed))
+
+
+def kill_members(members: list[ProcKey], groups: set[int], sessions: set[int], since: float | None,
+                 grace: float) -> list[int]:
+    """SIGKILL the recorded members that are still the same processes, and every
+    process of a recorded group or session born since the first member (so never
+    an older process that shares a reused group id)."""
+    procs = [p for p in (same_process(k) for k in members) if p is not None]
+    if since is not None and (groups or sessions):
+        me = os.getpid()
+        for proc in psutil.process_iter():
+            try:
+                if proc.pid == me or proc.create_time() < since - 0.01:
+                    continue
+                if os.getpgid(proc.pid) in groups or os.getsid(proc.pid) in sessions:
+                    procs.append(proc)
+            except (OSError, psutil.Error):
+                continue
+    for proc in procs:
+        try:
+            proc.send_signal(signal.SIGKILL)
+        except psutil.Error:
+            pass
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_running(p) for p in procs):
+        time.sleep(0.05)
+    return sorted({p.pid for p in procs})
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 if __name__ == "__main__":

@@ -59,6 +59,8 @@ class KillReport:
     grace_s: float | None = None
     quiet_s: float | None = None
     sigkill_after_s: float | None = None
+    #: how the tree was contained (tree walk or cgroup, with the cgroup's CPU/memory figures)
+    containment: dict[str, Any] | None = None
 
     @property
     def confirmed(self) -> bool:
@@ -81,6 +83,7 @@ class KillReport:
             "grace_s": self.grace_s,
             "quiet_s": self.quiet_s,
             "sigkill_after_s": None if self.sigkill_after_s is None else round(self.sigkill_after_s, 3),
+            **({"containment": self.containment} if self.containment is not None else {}),
         }
 
 
@@ -101,6 +104,8 @@ class TreeKiller:
         self.sleep = sleep
         self.poll_s = poll_s
         self.quiet_s = quiet_s  # None: always the full grace
+        #: the attempt's cgroup (``cgroup.AttemptCgroup``) when the kernel contains the tree
+        self.cgroup: Any = None
 
     def forward(self, sig: int, pid: int, create_time: float) -> bool:
         """Pass ``sig`` (one we received) to the process group led by ``pid``.
@@ -145,22 +150,29 @@ class TreeKiller:
             if not fresh:
                 return
             ours = {k.pid for k in known}
-            for pgid in sorted({described[k]["pgid"] for k in fresh if described[k]["pgid"] > 0}):
+            # The group as it is now, not as recorded: a process that left its group
+            # (setsid in a SIGTERM handler) is not reached by the old group's killpg.
+            current = {k: _pgid(k.pid) for k in fresh}
+            for pgid in sorted({g for g in current.values() if g > 0}):
                 if _group_is_ours(pgid, ours):
                     try:
                         os.killpg(pgid, sig)
                         signals.append(_sig_record(f"pgid {pgid}", sig, self.clock() - start))
                         for k in fresh:
-                            if described[k]["pgid"] == pgid:
+                            if current[k] == pgid:
                                 signalled[k] = sig
                     except ProcessLookupError:
                         pass  # the whole group died between the check and the signal
             for key in fresh:
-                if signalled.get(key) == sig:
+                # SIGKILL goes to every pid as well: it may have left the group between
+                # the look and the killpg, and it is never reported unkillable unsent.
+                covered = signalled.get(key) == sig
+                if covered and sig != signal.SIGKILL:
                     continue
                 try:
                     known[key].send_signal(sig)  # psutil re-verifies pid + create time
-                    signals.append(_sig_record(f"pid {key.pid}", sig, self.clock() - start))
+                    if not covered:
+                        signals.append(_sig_record(f"pid {key.pid}", sig, self.clock() - start))
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     pass  # gone already, or not ours after all: never retry by pid
                 signalled[key] = sig
@@ -199,6 +211,9 @@ class TreeKiller:
                     ),
                 )
                 escalated.append(key.pid)
+            if self.cgroup is not None and self.cgroup.kill():
+                # Everything in the attempt's cgroup, seen or not yet, atomically with fork.
+                signals.append(_sig_record(f"cgroup {self.cgroup.path.name}", signal.SIGKILL, self.clock() - start))
             send(signal.SIGKILL, remaining)
             remaining, _ = wait_until(self.clock() + kill_timeout, signal.SIGKILL)
         self.reap()
@@ -234,6 +249,13 @@ def _describe(proc: psutil.Process, key: ProcKey) -> dict[str, Any]:
     except OSError:
         pgid = -1
     return {"pid": key.pid, "create_time": key.create_time, "pgid": pgid, "name": name}
+
+
+def _pgid(pid: int) -> int:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return -1
 
 
 def _state(proc: psutil.Process) -> str:

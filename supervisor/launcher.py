@@ -27,6 +27,7 @@ from typing import BinaryIO, Callable, Iterable, Mapping, Sequence
 
 import psutil
 
+from hangwatch.contract.private import open_private
 from hangwatch.supervisor.proctree import ProcessTree
 from hangwatch.contract.tools import helper_pids
 
@@ -70,11 +71,22 @@ def launch(
     *,
     cwd: str | None = None,
     echo: bool = True,
+    cgroup_procs: str | None = None,
 ) -> TrainerProcess:
-    attempt_dir.mkdir(parents=True, exist_ok=True)
+    """Start ``argv``; with ``cgroup_procs`` (a cgroup's ``cgroup.procs`` path) the
+    child moves itself into that cgroup before it execs."""
+    attempt_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     stdout_path = attempt_dir / "stdout.log"
     stderr_path = attempt_dir / "stderr.log"
     parent = os.getpid()
+    try:
+        # O_NOFOLLOW, 0600 whatever the umask: the logs hold whatever the trainer prints (tokens too).
+        sinks = [os.fdopen(open_private(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab", buffering=0)
+                 for p in (stdout_path, stderr_path)]
+    except OSError as exc:
+        raise LaunchError(f"cannot open the attempt's log files in {attempt_dir}: {exc}") from exc
+
+    cgroup_procs_path = os.fsencode(cgroup_procs) if cgroup_procs else None
 
     def arm_parent_death_signal() -> None:
         # Runs in the child between fork and exec: async-signal-safe calls only.
@@ -83,6 +95,16 @@ def launch(
             # The supervisor died before the signal was armed: nobody will ever
             # deliver it, so do not start a trainer nobody watches.
             os._exit(127)
+        if cgroup_procs_path is not None:
+            # Into the attempt's cgroup before exec: nothing the trainer forks,
+            # however fast, can be born outside it ("0" moves the writer).
+            try:
+                fd = os.open(cgroup_procs_path, os.O_WRONLY)
+                os.write(fd, b"0")
+                os.close(fd)
+            except OSError:
+                os.write(2, b"hangwatch: cannot join the attempt's cgroup; not starting the trainer\n")
+                os._exit(127)
 
     try:
         popen = subprocess.Popen(
@@ -95,12 +117,16 @@ def launch(
             start_new_session=True,
             preexec_fn=arm_parent_death_signal,
         )
-    except FileNotFoundError as exc:
-        raise LaunchError(f"cannot start {argv[0]!r}: command not found") from exc
-    except PermissionError as exc:
-        raise LaunchError(f"cannot start {argv[0]!r}: permission denied (is it executable?)") from exc
-    except OSError as exc:
-        raise LaunchError(f"cannot start {argv[0]!r}: {exc}") from exc
+    except BaseException as exc:
+        for sink in sinks:
+            sink.close()
+        if isinstance(exc, FileNotFoundError):
+            raise LaunchError(f"cannot start {argv[0]!r}: command not found") from exc
+        if isinstance(exc, PermissionError):
+            raise LaunchError(f"cannot start {argv[0]!r}: permission denied (is it executable?)") from exc
+        if isinstance(exc, OSError):
+            raise LaunchError(f"cannot start {argv[0]!r}: {exc}") from exc
+        raise
 
     try:
         create_time = psutil.Process(popen.pid).create_time()
@@ -108,17 +134,17 @@ def launch(
         create_time = 0.0
     assert popen.stdout is not None and popen.stderr is not None
     pumps = [
-        _pump(popen.stdout, stdout_path, sys.stdout.buffer if echo else None, "stdout"),
-        _pump(popen.stderr, stderr_path, sys.stderr.buffer if echo else None, "stderr"),
+        _pump(popen.stdout, sinks[0], sys.stdout.buffer if echo else None, "stdout"),
+        _pump(popen.stderr, sinks[1], sys.stderr.buffer if echo else None, "stderr"),
     ]
     return TrainerProcess(popen.pid, create_time, popen, stdout_path, stderr_path, pumps)
 
 
-def _pump(source: BinaryIO, path: Path, console: BinaryIO | None, name: str) -> threading.Thread:
+def _pump(source: BinaryIO, sink: BinaryIO, console: BinaryIO | None, name: str) -> threading.Thread:
     def run() -> None:
         out = console
         fd = source.fileno()
-        with open(path, "ab", buffering=0) as sink:
+        with sink:
             while True:
                 try:
                     chunk = os.read(fd, 65536)

@@ -62,9 +62,13 @@ def scan_proc() -> dict[int, ProcStat]:
 class ProcessTree:
     """Lists the tree under ``root_pid`` (default: this process), helpers excluded."""
 
-    def __init__(self, root_pid: int | None = None, exclude: Callable[[], Iterable[int]] = helper_pids) -> None:
+    def __init__(self, root_pid: int | None = None, exclude: Callable[[], Iterable[int]] = helper_pids,
+                 source: Callable[[], Iterable[int]] | None = None) -> None:
         self.root_pid = root_pid if root_pid is not None else os.getpid()
         self._exclude = exclude
+        #: where membership comes from instead of the walk: the attempt cgroup's pids
+        #: (``cgroup.AttemptCgroup.pids``), which no fork or setsid can leave
+        self.source = source
         self._cache: dict[tuple[int, int], psutil.Process] = {}
         self.last_stats: dict[int, ProcStat] = {}
 
@@ -77,7 +81,9 @@ class ProcessTree:
         for st in stats.values():
             children.setdefault(st.ppid, []).append(st.pid)
         found: list[int] = []
-        stack = [p for p in children.get(self.root_pid, []) if p not in excluded]
+        if self.source is not None:
+            found = [p for p in self.source() if p in stats and p not in excluded]
+        stack = [] if self.source is not None else [p for p in children.get(self.root_pid, []) if p not in excluded]
         while stack:
             pid = stack.pop()
             found.append(pid)

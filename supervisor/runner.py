@@ -107,14 +107,15 @@ class Supervisor:
 
     # -- the run -------------------------------------------------------------
 
-    def run(self, resumed: bool = False, guardian: str = "armed") -> int:
+    def run(self, resumed: bool = False, guardian: str = "armed", containment: str | None = None) -> int:
         """Attempts until the restart policy stops; returns the exit code.
 
         ``guardian`` is what the CLI found when it started the guardian
         ("armed", or why not); it is journaled with the run.
         """
         if resumed:
-            self.journal.append("run_resumed", attempts_so_far=self.state.attempt, pid=os.getpid(), guardian=guardian)
+            self.journal.append("run_resumed", attempts_so_far=self.state.attempt, pid=os.getpid(), guardian=guardian,
+                                containment=containment)
         else:
             self.journal.append(
                 "run_started",
@@ -123,6 +124,7 @@ class Supervisor:
                 run_dir=str(self.run_dir),
                 gpu_probe=self.probe.name,
                 guardian=guardian,
+                containment=containment,
                 config={**self.config.to_json(), "command": redact_argv(self.config.command)},
             )
         while True:
@@ -176,7 +178,8 @@ class Supervisor:
         st.attempt += 1
         self.lifecycle = AttemptLifecycle(st.attempt)
         attempt_dir = self.run_dir / "attempts" / f"attempt-{st.attempt:03d}"
-        attempt_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        attempt_dir.parent.mkdir(exist_ok=True, mode=0o700)
+        attempt_dir.mkdir(exist_ok=True, mode=0o700)
 
         resume_from, start_step = self._choose_checkpoint(resume=st.attempt > 1 or resumed_run)
         env, ours = attempt_environment(

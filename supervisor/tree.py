@@ -9,12 +9,17 @@ runner with a fake that records what was asked of it.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import time
 from pathlib import Path
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+import psutil
 
 from hangwatch.contract.capture import TreeProcess
 from hangwatch.contract.samples import Sample
+from hangwatch.supervisor.cgroup import AttemptCgroup, Containment
 from hangwatch.supervisor.killer import KillReport, TreeKiller
 from hangwatch.supervisor.launcher import Reaper, TrainerProcess, launch
 from hangwatch.supervisor.probes import GpuProbe
@@ -61,7 +66,8 @@ class LocalTree:
     """The real tree: a subreaper's descendants, scanned from /proc."""
 
     def __init__(self, run_dir: Path, probe: GpuProbe, *, echo: bool = True,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 containment: Containment | None = None) -> None:
         self.probe = probe
         self.echo = echo
         self.clock = clock
@@ -70,9 +76,54 @@ class LocalTree:
         self.killer = TreeKiller(self.tree, self.reaper.reap, clock=clock, sleep=sleep)
         self.treefile = TreeFile(run_dir / "tree.json")
         self._sampler: Sampler | None = None
+        #: the run's cgroup when the kernel contains the tree (``cgroup.detect``); None: the tree walk
+        self.containment = containment
+        self._cgroup: AttemptCgroup | None = None
+        self._members: list[psutil.Process] = []
+        self._guardian: Callable[[dict[str, Any]], None] | None = None
+
+    @property
+    def containment_name(self) -> str:
+        return "cgroup" if self.containment is not None else "tree"
+
+    def attach_guardian(self, send: Callable[[dict[str, Any]], None]) -> None:
+        """Keep the guardian told what to kill should we die (``guardian.Guardian.send``)."""
+        self._guardian = send
+        self._tell_guardian()
 
     def launch(self, argv: Sequence[str], env: Mapping[str, str], attempt_dir: Path) -> TrainerProcess:
-        return launch(argv, env, attempt_dir, echo=self.echo)
+        procs = None
+        if self.containment is not None:
+            self._cgroup = self.containment.new_attempt(attempt_dir.name)
+            self.tree.source = self._cgroup.pids
+            self.killer.cgroup = self._cgroup
+            procs = self._cgroup.procs_file
+            self._tell_guardian()  # before the trainer exists: no fork can beat it
+        trainer = launch(argv, env, attempt_dir, echo=self.echo, cgroup_procs=procs)
+        try:
+            self._members = [psutil.Process(trainer.pid)]
+        except psutil.Error:
+            self._members = []
+        self._tell_guardian()
+        return trainer
+
+    def _tell_guardian(self) -> None:
+        if self._guardian is None:
+            return
+        members, groups, sessions = [], set(), set()
+        for proc in self._members:
+            try:
+                members.append([proc.pid, proc.create_time()])
+                groups.add(os.getpgid(proc.pid))
+                sessions.add(os.getsid(proc.pid))
+            except (OSError, psutil.Error):
+                continue
+        self._guardian({
+            "cgroup": str(self._cgroup.path) if self._cgroup is not None else None,
+            "members": members,
+            "groups": sorted(groups),
+            "sessions": sorted(sessions),
+        })
 
     def exit_code(self, trainer: Trainer) -> int | None:
         self.reaper.reap(also=[trainer.pid])
@@ -87,7 +138,9 @@ class LocalTree:
     def sample(self) -> Sample:
         assert self._sampler is not None, "watch() first"
         sample = self._sampler.tick()
-        self.treefile.update(self._sampler.last_members)
+        if self.treefile.update(self._sampler.last_members):
+            self._members = list(self._sampler.last_members)
+            self._tell_guardian()  # each new member as soon as it is seen
         return sample
 
     def describe(self) -> list[TreeProcess]:
@@ -97,9 +150,25 @@ class LocalTree:
         self.killer.forward(sig, trainer.pid, trainer.create_time)
 
     def kill(self, grace: float, kill_timeout: float) -> KillReport | None:
+        cg = self._cgroup
         if not self.tree.members():
-            self.treefile.update([])
-            return None
-        report = self.killer.kill(grace=grace, kill_timeout=kill_timeout)
-        self.treefile.update(self.tree.members())
+            report = None
+        else:
+            report = self.killer.kill(grace=grace, kill_timeout=kill_timeout)
+        self._members = self.tree.members()
+        self.treefile.update(self._members)
+        if cg is not None:
+            usage = cg.usage()
+            if not cg.populated() and cg.remove(timeout=0.5):
+                self._cgroup = self.killer.cgroup = None
+            if report is not None:
+                report = dataclasses.replace(report, containment={"kind": "cgroup", "cgroup": str(cg.path), **usage})
+        elif report is not None:
+            report = dataclasses.replace(report, containment={"kind": "tree"})
+        self._tell_guardian()
         return report
+
+    def close(self) -> None:
+        """Remove the run's (empty) cgroups."""
+        if self.containment is not None:
+            self.containment.close()

@@ -1,10 +1,11 @@
 """``RUN_DIR/tree.json``: the tree's members (pid + create time), kept current.
 
 It exists for the case the supervisor cannot handle itself: being SIGKILLed.
-The guardian process (``hangwatch.supervisor.guardian``) and a later
-``hangwatch run --resume RUN_DIR`` read it to find what the dead supervisor
-was watching, and kill exactly those processes (still verified by create
-time, so a reused pid is never hit).
+A later ``hangwatch run --resume RUN_DIR`` reads it (once it has checked that
+the file is ours and nobody else could write it) to find what the dead
+supervisor was watching, and kills exactly those processes (still verified by
+create time, so a reused pid is never hit). The guardian gets the same list
+over its pipe instead (``guardian.Guardian.send``), never from this file.
 
 Rewritten (atomically) only when membership changes, not on every tick.
 """
@@ -20,6 +21,7 @@ from typing import Iterable
 
 import psutil
 
+from hangwatch.contract import atomic
 from hangwatch.contract.procid import ProcKey, same_process
 
 
@@ -28,7 +30,8 @@ class TreeFile:
         self.path = path
         self._last: frozenset[ProcKey] | None = None
 
-    def update(self, members: Iterable[psutil.Process]) -> None:
+    def update(self, members: Iterable[psutil.Process]) -> bool:
+        """Record ``members``; True when they changed since the last call."""
         keys = set()
         for proc in members:
             try:
@@ -37,15 +40,15 @@ class TreeFile:
                 continue
         frozen = frozenset(keys)
         if frozen == self._last:
-            return
+            return False
         self._last = frozen
         data = [{"pid": k.pid, "create_time": k.create_time} for k in sorted(frozen)]
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
         try:
-            tmp.write_text(json.dumps({"supervisor_pid": os.getpid(), "members": data}), encoding="utf-8")
-            os.replace(tmp, self.path)
+            # 0600, through an O_EXCL temporary: a planted symlink is replaced, never followed.
+            atomic.write_file(self.path, json.dumps({"supervisor_pid": os.getpid(), "members": data}).encode())
         except OSError:
             self._last = None  # try again next tick (a full disk may clear)
+        return True
 
 
 def recorded(path: Path) -> list[ProcKey]:

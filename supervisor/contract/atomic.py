@@ -15,11 +15,16 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO, Iterator, Mapping
 
+from hangwatch.contract.private import open_private
+
 
 @contextlib.contextmanager
-def replacing(path: Path, mode: int = 0o644) -> Iterator[BinaryIO]:
-    """Yield a binary handle whose content replaces ``path`` when the block ends cleanly."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def replacing(path: Path, mode: int = 0o600) -> Iterator[BinaryIO]:
+    """Yield a binary handle whose content replaces ``path`` when the block ends cleanly.
+
+    The temporary is created O_EXCL (a planted symlink cannot redirect it) and the
+    rename replaces a symlink at ``path`` rather than following it."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -35,25 +40,25 @@ def replacing(path: Path, mode: int = 0o644) -> Iterator[BinaryIO]:
     fsync_dir(path.parent)
 
 
-def write_file(path: Path, data: bytes, mode: int = 0o644) -> Path:
+def write_file(path: Path, data: bytes, mode: int = 0o600) -> Path:
     with replacing(path, mode) as handle:
         handle.write(data)
     return path
 
 
-def write_dir(final: Path, files: Mapping[str, bytes], mode: int = 0o755) -> Path:
+def write_dir(final: Path, files: Mapping[str, bytes], mode: int = 0o700) -> Path:
     """Create the directory ``final`` holding ``files`` (relative path -> bytes).
 
     If ``final`` exists (two incidents in one second), ``-2``, ``-3``, ... is
     appended. Returns the path written.
     """
-    final.parent.mkdir(parents=True, exist_ok=True)
+    final.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     try:
         for name, data in files.items():
             path = tmp / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "wb") as handle:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with open(path, "wb", opener=_new_private) as handle:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -65,6 +70,11 @@ def write_dir(final: Path, files: Mapping[str, bytes], mode: int = 0o755) -> Pat
         raise
     fsync_dir(final.parent)
     return target
+
+
+def _new_private(path: str, _flags: int) -> int:
+    """``open``'s opener: a new file (O_EXCL, O_NOFOLLOW), 0600 whatever the umask."""
+    return open_private(Path(path), os.O_WRONLY, new=True)
 
 
 def fsync_dir(path: Path) -> None:

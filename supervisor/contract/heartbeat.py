@@ -54,7 +54,9 @@ def beat(step: int | None = None, phase: str | None = None, *, path: str | None 
     }
     tmp = f"{target}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
-        with open(tmp, "w", encoding="utf-8") as handle:
+        # 0600 whatever the trainer's umask, never through a symlink: it sits in the private run dir.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with open(fd, "w", encoding="utf-8") as handle:
             json.dump(record, handle, default=str)
         os.replace(tmp, target)
     except OSError:

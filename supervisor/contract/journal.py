@@ -12,6 +12,7 @@ is the one reader that turns records into a run's story; the supervisor's
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import threading
@@ -19,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
+
+from hangwatch.contract.private import open_private
 
 EVENTS = (
     "run_started",
@@ -46,7 +49,7 @@ class Journal:
         self.path = path
         self.run_id = run_id
         self._lock = threading.Lock()
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     def append(self, event: str, **fields: Any) -> dict[str, Any]:
         if event not in EVENTS:
@@ -55,15 +58,40 @@ class Journal:
         line = json.dumps(record, default=str, separators=(",", ":")) + "\n"
         with self._lock:
             try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                # Never through a symlink, always 0600 and ours (see contract.private).
+                fd = open_private(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
                 try:
-                    os.write(fd, line.encode())
-                    os.fsync(fd)
+                    _write_whole(fd, line.encode())
                 finally:
                     os.close(fd)
             except OSError as exc:
                 raise JournalError(f"cannot append to {self.path}: {exc}") from exc
         return record
+
+
+def _write_whole(fd: int, data: bytes) -> None:
+    """Append ``data`` whole and fsync it, or leave the file as it was.
+
+    A short write (a full disk) would leave a fragment that the next record is
+    appended onto, losing both lines to the reader; so on any failure the file
+    is truncated back to where this record began.
+    """
+    start = os.lseek(fd, 0, os.SEEK_END)
+    done = 0
+    try:
+        while done < len(data):
+            n = os.write(fd, data[done:])
+            if n <= 0:
+                raise OSError(errno.ENOSPC, "short write")
+            done += n
+        os.fsync(fd)
+    except OSError:
+        if done:
+            try:
+                os.ftruncate(fd, start)
+            except OSError:
+                pass  # the reader still skips the torn last line
+        raise
 
 
 def read_journal(path: Path) -> list[dict[str, Any]]:

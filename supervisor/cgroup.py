@@ -1,0 +1,226 @@
+"""Kernel containment: every attempt runs in a cgroup (v2) of its own.
+
+The tree walk (``proctree``) finds members by looking, so it always races with
+``fork``: a process forked after the last look, then escaped with ``setsid``
+and a double fork, is invisible until the next tick, and if the supervisor dies
+in between nobody kills it. A cgroup does not race: the trainer joins the
+attempt's cgroup before it execs (``launcher``), every descendant is born in
+it whatever it does to its session or group, and one write to ``cgroup.kill``
+SIGKILLs all of them atomically with respect to fork.
+
+Where: the cgroup v2 hierarchy's mount point (``/sys/fs/cgroup``, or a hybrid
+layout's ``/sys/fs/cgroup/unified``) joined with the cgroup the supervisor
+already runs in (``/proc/self/cgroup``), so under systemd, Slurm or Kubernetes
+the run's cgroup is a child of the supervisor's own, where that is writable.
+Layout: ``<ours>/hangwatch-<run id>/attempt-NNN``.
+
+``detect`` decides once per run: ``cgroup`` demands it (an error otherwise),
+``tree`` never uses it, ``auto`` uses it where it works and otherwise says why
+(the caller warns once and falls back to the tree walk).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+MODES = ("auto", "cgroup", "tree")
+#: bounds on reading cgroup files (cgroup.procs of a huge tree)
+_MAX_READ = 1 << 20
+
+
+class CgroupError(RuntimeError):
+    """No usable cgroup v2 hierarchy (the message says why)."""
+
+
+def _read(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return handle.read(_MAX_READ).decode("ascii", "replace")
+
+
+def _write(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def v2_mount(mountinfo: Path = Path("/proc/self/mountinfo")) -> tuple[Path, str] | None:
+    """(mount point, root within the hierarchy) of the cgroup2 mount, or None."""
+    for line in _read(mountinfo).splitlines():
+        left, sep, right = line.partition(" - ")
+        fields = left.split()
+        if sep and right.split()[:1] == ["cgroup2"] and len(fields) >= 5:
+            return Path(fields[4].replace("\\040", " ")), fields[3]
+    return None
+
+
+def own_cgroup(proc_cgroup: Path = Path("/proc/self/cgroup")) -> str | None:
+    """Our cgroup v2 path ("0::/path"), relative to the hierarchy's root."""
+    for line in _read(proc_cgroup).splitlines():
+        if line.startswith("0::"):
+            return line[3:]
+    return None
+
+
+def base_dir(mountinfo: Path = Path("/proc/self/mountinfo"), proc_cgroup: Path = Path("/proc/self/cgroup")) -> Path:
+    """The directory of the cgroup we run in; raises ``CgroupError`` when there is none."""
+    mount = v2_mount(mountinfo)
+    if mount is None:
+        raise CgroupError("no cgroup v2 hierarchy is mounted")
+    point, root = mount
+    ours = own_cgroup(proc_cgroup)
+    if ours is None:
+        raise CgroupError("this process is in no cgroup v2 (no 0:: line in /proc/self/cgroup)")
+    if root != "/" and (ours == root or ours.startswith(root + "/")):
+        ours = ours[len(root):]
+    if ours.endswith(" (deleted)"):
+        raise CgroupError(f"our cgroup {ours} was deleted")
+    return point / ours.lstrip("/")
+
+
+@dataclass(frozen=True)
+class AttemptCgroup:
+    """One attempt's cgroup."""
+
+    path: Path
+
+    @property
+    def procs_file(self) -> str:
+        return str(self.path / "cgroup.procs")
+
+    def pids(self) -> list[int]:
+        try:
+            return sorted({int(x) for x in _read(self.path / "cgroup.procs").split()})
+        except (OSError, ValueError):
+            return []
+
+    def populated(self) -> bool:
+        try:
+            return "populated 1" in _read(self.path / "cgroup.events")
+        except OSError:
+            return False
+
+    def usage(self) -> dict[str, float | int | None]:
+        """CPU seconds and memory of everything that ran in the attempt (the cgroup's own counters;
+        memory only where the memory controller is enabled for it)."""
+        out: dict[str, float | int | None] = {"cpu_s": None, "memory_bytes": None, "memory_peak_bytes": None}
+        try:
+            m = re.search(r"^usage_usec (\d+)", _read(self.path / "cpu.stat"), re.M)
+            out["cpu_s"] = round(int(m.group(1)) / 1e6, 3) if m else None
+        except OSError:
+            pass
+        for key, name in (("memory_bytes", "memory.current"), ("memory_peak_bytes", "memory.peak")):
+            try:
+                out[key] = int(_read(self.path / name).split()[0])
+            except (OSError, ValueError, IndexError):
+                pass
+        return out
+
+    def kill(self) -> bool:
+        """SIGKILL everything in the cgroup, atomically with respect to fork."""
+        try:
+            _write(self.path / "cgroup.kill", "1")
+            return True
+        except OSError:
+            return False
+
+    def remove(self, timeout: float = 2.0) -> bool:
+        """rmdir once empty (bounded); False if it still holds processes (state D)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                os.rmdir(self.path)
+                return True
+            except FileNotFoundError:
+                return True
+            except OSError:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.02)
+
+
+class Containment:
+    """The run's cgroup and one child per attempt."""
+
+    def __init__(self, run_cgroup: Path) -> None:
+        self.path = run_cgroup
+        self.current: AttemptCgroup | None = None
+
+    @classmethod
+    def create(cls, base: Path, run_id: str) -> "Containment":
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", run_id):
+            raise CgroupError(f"run id {run_id!r} is not usable as a cgroup name")
+        path = base / f"hangwatch-{run_id}-{os.getpid()}"
+        try:
+            os.mkdir(path, 0o755)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise CgroupError(f"cannot create a cgroup under {base}: {exc.strerror or exc}") from exc
+        if not (path / "cgroup.kill").exists():
+            os.rmdir(path)
+            raise CgroupError(f"{base} has no cgroup.kill (Linux >= 5.14 needed)")
+        return cls(path)
+
+    def new_attempt(self, name: str) -> AttemptCgroup:
+        """A fresh cgroup for one attempt (``name``: the attempt folder's name)."""
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name) or name.startswith("."):
+            raise CgroupError(f"attempt name {name!r} is not usable as a cgroup name")
+        path = self.path / name
+        try:
+            os.mkdir(path, 0o755)
+        except FileExistsError:
+            pass
+        self.current = AttemptCgroup(path)
+        return self.current
+
+    def close(self) -> None:
+        """Remove the attempts' cgroups that are empty, then the run's."""
+        try:
+            children = [p for p in self.path.iterdir() if p.is_dir()]
+        except OSError:
+            return
+        for child in children:
+            AttemptCgroup(child).remove(timeout=0.5)
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass  # a survivor in state D keeps it; it is named after the run
+
+
+def detect(mode: str, run_id: str, base: Path | None = None) -> tuple[Containment | None, str | None]:
+    """(containment or None, why not). ``mode`` is auto, cgroup or tree."""
+    if mode not in MODES:
+        raise ValueError(f"--containment must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "tree":
+        return None, "--containment tree"
+    try:
+        return Containment.create(base if base is not None else base_dir(), run_id), None
+    except (CgroupError, OSError) as exc:
+        if mode == "cgroup":
+            raise CgroupError(f"--containment cgroup: {exc}") from exc
+        return None, str(exc)
+
+
+def kill_path(path: str, grace: float = 2.0) -> list[int]:
+    """The guardian's kill: ``cgroup.kill`` on a cgroup the supervisor named, wait (bounded)
+    until it is empty, remove it. Returns the pids that were in it."""
+    cg = AttemptCgroup(Path(path))
+    if not (cg.path / "cgroup.kill").is_file():
+        return []
+    pids = cg.pids()
+    cg.kill()
+    deadline = time.monotonic() + grace
+    while cg.populated() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    cg.remove(timeout=0.5)
+    try:
+        os.rmdir(cg.path.parent)  # the run's cgroup, if this was its last attempt
+    except OSError:
+        pass
+    return pids
