@@ -1,0 +1,351 @@
+"""``hangwatch doctor``: what a multi-day run needs, checked in a few seconds, before it starts.
+
+One line per check, ``ok`` / ``warn`` / ``fail``, with the fix; ``--json`` for
+machines. Exit status 0 when nothing failed, 1 when something did (a warning
+is a degraded run, a failure is a run that cannot do its job).
+
+Checks (each bounded; the whole run takes a few seconds):
+
+* ``py-spy``: found and runs;
+* ``ptrace``: ``kernel.yama.ptrace_scope`` and ``CAP_SYS_PTRACE``, then a real
+  attach: py-spy dumps a sleeping sibling process, which is exactly how the
+  supervisor captures a trainer (py-spy and the trainer are both its children);
+* ``nvml``: NVML loads and sees the GPUs (without it, stall detection is off);
+* ``cgroup``: a cgroup v2 hierarchy where a child cgroup with ``cgroup.kill``
+  can be created under ours (created and removed again);
+* ``shm``: ``/dev/shm`` free space against ``--model-bytes`` (weight staging
+  keeps one file the size of the weights there);
+* ``versions``: this interpreter's TRL / vLLM / transformers / Python against
+  ``hangwatch.contract.versions``;
+* ``run-dir``: the run directory's filesystem is writable and has room.
+
+Imports nothing heavy: package versions come from metadata, NVML from
+nvidia-ml-py inside its check; never torch, vLLM or transformers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from hangwatch.contract import versions
+from hangwatch.contract.tools import run_bounded
+
+GIB = 1 << 30
+CAP_SYS_PTRACE = 19
+RUN_DIR_WARN_BYTES = 10 * GIB  # logs, journal and incident bundles of a multi-day run
+RUN_DIR_FAIL_BYTES = 1 * GIB
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # "ok" | "warn" | "fail"
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        text = f"{self.status:<4}  {self.name:<9} {self.detail}"
+        return f"{text}\n{'':16}fix: {self.fix}" if self.fix and self.status != "ok" else text
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            return handle.read(1 << 20)
+    except OSError:
+        return None
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+# -- py-spy and ptrace -------------------------------------------------------------------------
+
+
+def check_pyspy(pyspy: str | None) -> Check:
+    from hangwatch.diagnostics.pyspy import MISSING_FIX  # noqa: PLC0415
+
+    if pyspy is None:
+        return Check("py-spy", "fail", "py-spy not found: no stacks in incident bundles", MISSING_FIX)
+    result = run_bounded([pyspy, "--version"], 3.0)
+    if not result.ok:
+        why = result.error or ("timed out" if result.timed_out else result.stderr.strip()[:200])
+        return Check("py-spy", "fail", f"{pyspy} does not run: {why}", MISSING_FIX)
+    return Check("py-spy", "ok", f"{result.stdout.strip()} at {pyspy}")
+
+
+def has_cap(status_text: str | None, cap: int) -> bool | None:
+    """Whether ``CapEff`` in a ``/proc/PID/status`` text holds capability ``cap`` (None: unknown)."""
+    for line in (status_text or "").splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> cap & 1)
+    return None
+
+
+def ptrace_policy(scope: str | None, cap_ptrace: bool | None) -> Check:
+    """What Yama and our capabilities allow, before trying (pure: texts in, verdict out)."""
+    scope = scope.strip() if scope is not None else None
+    capped = "CAP_SYS_PTRACE held" if cap_ptrace else "no CAP_SYS_PTRACE"
+    if scope == "3":
+        return Check("ptrace", "fail", "kernel.yama.ptrace_scope=3: ptrace is disabled until reboot",
+                     "boot with a ptrace_scope below 3 (it cannot be lowered at run time)")
+    if cap_ptrace:
+        return Check("ptrace", "ok", f"{capped}; ptrace_scope={scope or 'absent (no Yama)'}")
+    if scope in (None, "0"):
+        return Check("ptrace", "ok", f"ptrace_scope={scope or 'absent (no Yama)'}: same-user processes can be attached")
+    from hangwatch.diagnostics.pyspy import PTRACE_FIX  # noqa: PLC0415
+
+    return Check("ptrace", "fail", f"ptrace_scope={scope} and {capped}: py-spy cannot attach to the trainer "
+                 "(a sibling, not a child, of py-spy)", PTRACE_FIX)
+
+
+def check_ptrace(pyspy: str | None, *, timeout: float = 5.0) -> Check:
+    policy = ptrace_policy(_read("/proc/sys/kernel/yama/ptrace_scope"),
+                           has_cap(_read("/proc/self/status"), CAP_SYS_PTRACE))
+    if pyspy is None or policy.status == "fail":
+        return policy
+    from hangwatch.diagnostics.pyspy import dump_process  # noqa: PLC0415
+
+    # The supervisor's own situation: py-spy and the target are both our children.
+    target = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.stdout.write('r'); sys.stdout.flush();"
+                               " time.sleep(30)"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+    try:
+        assert target.stdout is not None
+        target.stdout.read(1)  # the interpreter is up: py-spy can find its state
+        result = dump_process(pyspy, target.pid, round_no=1, timeout=timeout)
+    finally:
+        target.kill()
+        target.wait()
+    if result.dump is not None:
+        return Check("ptrace", "ok", f"{policy.detail}; py-spy attached to a test process in {result.duration_s:.2f} s")
+    if result.problem == "ptrace_denied":  # the message carries py-spy's own fix text
+        return Check("ptrace", "fail", f"{policy.detail}; py-spy was denied attaching to a test process",
+                     result.message or "")
+    return Check("ptrace", "warn", f"{policy.detail}; py-spy could not dump a test process ({result.problem}): "
+                 f"{result.message}", "run `py-spy dump --pid <a python pid>` by hand to see why")
+
+
+# -- NVML ----------------------------------------------------------------------------------------
+
+
+def _nvml_devices() -> list[str]:
+    import pynvml  # noqa: PLC0415  (nvidia-ml-py; loads libnvidia-ml only here)
+
+    pynvml.nvmlInit()
+    try:
+        names = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(index))
+            names.append(name.decode() if isinstance(name, bytes) else str(name))
+        return names
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def check_nvml(probe: Callable[[], list[str]] = _nvml_devices, timeout: float = 5.0) -> Check:
+    fix = ("install the NVIDIA driver (libnvidia-ml.so.1) and nvidia-ml-py; in a container run with the GPUs "
+           "exposed (docker --gpus all / the NVIDIA container runtime). Until then only silent hangs (no "
+           "progress, tree idle) and crashes are detected")
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["devices"] = probe()
+        except BaseException as exc:  # noqa: BLE001 - any failure to load is the finding
+            box["error"] = f"{type(exc).__name__}: {exc}"
+
+    thread = threading.Thread(target=run, name="doctor-nvml", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        return Check("nvml", "warn", f"NVML did not answer within {timeout:.0f} s", fix)
+    if "error" in box:
+        return Check("nvml", "warn", f"NVML did not load ({box['error'][:200]}): GPU stall detection is off", fix)
+    devices = box["devices"]
+    if not devices:
+        return Check("nvml", "warn", "NVML loaded but sees no GPU", fix)
+    return Check("nvml", "ok", f"{len(devices)} GPU(s): {', '.join(sorted(set(devices)))}")
+
+
+# -- cgroup v2 -----------------------------------------------------------------------------------
+
+
+def cgroup_dir(mountinfo: str | None, proc_cgroup: str | None) -> tuple[Path | None, str]:
+    """Our cgroup v2 directory (mount point + our path), or None and why."""
+    mount = None
+    for line in (mountinfo or "").splitlines():
+        left, sep, right = line.partition(" - ")
+        fields = left.split()
+        if sep and right.split()[:1] == ["cgroup2"] and len(fields) >= 5:
+            mount = (fields[4].replace("\\040", " "), fields[3])
+            break
+    if mount is None:
+        return None, "no cgroup v2 hierarchy is mounted"
+    ours = next((line[3:] for line in (proc_cgroup or "").splitlines() if line.startswith("0::")), None)
+    if ours is None:
+        return None, "this process is in no cgroup v2 (no 0:: line in /proc/self/cgroup)"
+    point, root = mount
+    if root != "/" and (ours == root or ours.startswith(root + "/")):
+        ours = ours[len(root):]
+    return Path(point) / ours.lstrip("/"), ""
+
+
+def check_cgroup(base: Path | None = None) -> Check:
+    fix = ("run the supervisor where its cgroup is delegated and writable: as root, in a systemd unit with "
+           "Delegate=yes or `systemd-run --user --scope -p Delegate=yes`, a container with a writable "
+           "cgroupns; otherwise the tree walk finds processes by looking (a setsid double fork can slip "
+           "between two looks)")
+    why = ""
+    if base is None:
+        base, why = cgroup_dir(_read("/proc/self/mountinfo"), _read("/proc/self/cgroup"))
+    if base is None:
+        return Check("cgroup", "warn", f"no containment: {why}", fix)
+    probe = base / f"hangwatch-doctor-{os.getpid()}"
+    try:
+        os.mkdir(probe, 0o755)
+    except OSError as exc:
+        return Check("cgroup", "warn", f"cannot create a cgroup under {base}: {exc.strerror or exc}", fix)
+    try:
+        if not (probe / "cgroup.kill").exists():
+            return Check("cgroup", "warn", f"{base}: no cgroup.kill (Linux >= 5.14 needed)",
+                         "upgrade the kernel to 5.14 or later")
+        return Check("cgroup", "ok", f"cgroup v2 at {base}: a child cgroup with cgroup.kill was created and removed")
+    finally:
+        try:
+            os.rmdir(probe)
+        except OSError:
+            pass  # empty by construction; nothing else can be done here
+
+
+# -- shared memory, versions, run dir ------------------------------------------------------------
+
+
+def _free_and_total(path: str) -> tuple[int, int]:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+
+
+def check_shm(model_bytes: int | None, path: str = "/dev/shm") -> Check:
+    fix_size = (f"enlarge {path} (docker --shm-size, Kubernetes an emptyDir with medium: Memory, or "
+                f"`mount -o remount,size=...G {path}`), or stage elsewhere (ColocatedGenerator(staging_dir=...))")
+    if not os.path.isdir(path) or not os.access(path, os.W_OK):
+        return Check("shm", "warn", f"{path} is missing or not writable: weights stage in the temp dir (slower)",
+                     fix_size)
+    free, total = _free_and_total(path)
+    where = f"{path}: {_human(free)} free of {_human(total)}"
+    if model_bytes is None:
+        return Check("shm", "ok", f"{where} (pass --model-bytes N to check it against the model)")
+    need = f"weights {_human(model_bytes)}"
+    if free < model_bytes:
+        return Check("shm", "fail", f"{where}; {need} do not fit: the first weight sync fails", fix_size)
+    if free < 2 * model_bytes:
+        return Check("shm", "warn", f"{where}; {need} fit once, not twice (a new staging file is written "
+                     "before the old one is removed when the parameter layout changes)", fix_size)
+    return Check("shm", "ok", f"{where}; {need} fit")
+
+
+def check_versions(found: dict[str, str] | None = None) -> list[Check]:
+    found = versions.installed() if found is None else found
+    listed = ", ".join(f"{k} {v}" for k, v in sorted(found.items())) or "none of trl, vllm, transformers"
+    problems = versions.check(found)
+    python = ".".join(map(str, sys.version_info[:3]))
+    if not problems:
+        note = "" if {"trl", "vllm"} <= set(found) else (
+            " (the supervisor needs none of them; run `python -m hangwatch.cli doctor` with the trainer's Python "
+            "to check its environment)")
+        return [Check("versions", "ok", f"Python {python}, {listed}: inside the supported table{note}")]
+    return [Check("versions", "warn", f"{p.message} (installed here: {listed})", p.fix) for p in problems]
+
+
+def check_run_dir(run_dir: Path) -> Check:
+    target = run_dir.expanduser().absolute()
+    existing = target
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    fix = "choose a --run-dir on a filesystem with room (logs, journal and incident bundles grow for days)"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return Check("run-dir", "fail", f"{existing} is not writable (for {target})", fix)
+    free, total = _free_and_total(str(existing))
+    where = f"{target} ({'exists' if existing == target else f'on {existing}'}): {_human(free)} free of {_human(total)}"
+    if free < RUN_DIR_FAIL_BYTES:
+        return Check("run-dir", "fail", where, fix)
+    if free < RUN_DIR_WARN_BYTES:
+        return Check("run-dir", "warn", f"{where}; under {_human(RUN_DIR_WARN_BYTES)}", fix)
+    return Check("run-dir", "ok", where)
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+
+def run_checks(args: argparse.Namespace) -> list[Check]:
+    from hangwatch.diagnostics.pyspy import find_pyspy  # noqa: PLC0415
+
+    pyspy = find_pyspy()
+    checks = [check_pyspy(pyspy)]
+    checks.append(check_ptrace(pyspy if checks[0].status == "ok" else None))
+    checks.append(check_nvml())
+    checks.append(check_cgroup())
+    checks.append(check_shm(args.model_bytes, args.shm))
+    checks.extend(check_versions())
+    checks.append(check_run_dir(args.run_dir))
+    return checks
+
+
+def parse_bytes(text: str) -> int:
+    units = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
+             "MIB": 1 << 20, "G": GIB, "GB": GIB, "GIB": GIB, "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}
+    raw = text.strip().upper()
+    number = raw.rstrip("BKMGTI")
+    unit = raw[len(number):]
+    try:
+        value = float(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size; write e.g. 16G, 15000000000 or 14.2GiB") from None
+    if unit not in units or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size; write e.g. 16G, 15000000000 or 14.2GiB")
+    return int(value * units[unit])
+
+
+def add_doctor_parser(sub: Any) -> None:
+    doctor = sub.add_parser(
+        "doctor", help="check this machine before a long run (py-spy, ptrace, NVML, cgroups, /dev/shm, versions)",
+        description=(__doc__ or "").split("\n\n")[0],
+        epilog="exit status: 0 nothing failed (warnings allowed), 1 a check failed, 2 bad arguments",
+    )
+    doctor.add_argument("--model-bytes", type=parse_bytes, metavar="N",
+                        help="size of the trained weights (e.g. 16G) to check /dev/shm against")
+    doctor.add_argument("--run-dir", type=Path, default=Path("hangwatch-runs"), metavar="DIR",
+                        help="where runs will be written (default ./hangwatch-runs)")
+    doctor.add_argument("--shm", default="/dev/shm", metavar="DIR", help="weight staging directory (default /dev/shm)")
+    doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    doctor.set_defaults(func=cmd_doctor)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    checks = run_checks(args)
+    failed = any(c.status == "fail" for c in checks)
+    if args.json:
+        print(json.dumps({"ok": not failed, "duration_s": round(time.monotonic() - started, 3),
+                          "checks": [asdict(c) for c in checks]}, indent=2))
+    else:
+        for check in checks:
+            print(check.line())
+        counts = {s: sum(c.status == s for c in checks) for s in ("ok", "warn", "fail")}
+        print(f"{counts['ok']} ok, {counts['warn']} warn, {counts['fail']} fail "
+              f"({time.monotonic() - started:.1f} s)")
+    return 1 if failed else 0

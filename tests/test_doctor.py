@@ -1,0 +1,142 @@
+"""``hangwatch doctor``: each check's decision from given facts, and the whole command on this machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hangwatch.cli import doctor
+from hangwatch.cli.main import main
+
+pytestmark = pytest.mark.timeout(60)
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize("scope, cap, status", [
+    (None, False, "ok"), ("0", False, "ok"), ("1", False, "fail"), ("2", False, "fail"),
+    ("1", True, "ok"), ("2", True, "ok"), ("3", True, "fail"), ("1\n", True, "ok"),
+])
+def test_ptrace_policy(scope, cap, status):
+    check = doctor.ptrace_policy(scope, cap)
+    assert check.status == status
+    if status == "fail":
+        assert check.fix, "a failure says how to fix it"
+
+
+def test_cap_sys_ptrace_from_proc_status():
+    assert doctor.has_cap("CapInh:\t0\nCapEff:\t000001fffeffffff\n", 19) is True
+    assert doctor.has_cap("CapEff:\t0000000000000000\n", 19) is False
+    assert doctor.has_cap("CapEff:\t0000000000080000\n", 19) is True  # only CAP_SYS_PTRACE
+    assert doctor.has_cap(None, 19) is None
+
+
+HYBRID = ("35 25 0:30 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+          "36 25 0:31 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n")
+UNIFIED = "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+NAMESPACED = "30 23 0:26 /kubepods/pod1 /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"
+
+
+@pytest.mark.parametrize("mountinfo, proc_cgroup, expected", [
+    (HYBRID, "4:memory:/x\n0::/\n", "/sys/fs/cgroup/unified"),
+    (UNIFIED, "0::/user.slice/user-1000.slice/session-3.scope\n",
+     "/sys/fs/cgroup/user.slice/user-1000.slice/session-3.scope"),
+    (NAMESPACED, "0::/kubepods/pod1/c1\n", "/sys/fs/cgroup/c1"),
+    ("35 25 0:30 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n", "0::/\n", None),
+    (UNIFIED, "4:memory:/x\n", None),
+])
+def test_cgroup_dir(mountinfo, proc_cgroup, expected):
+    path, why = doctor.cgroup_dir(mountinfo, proc_cgroup)
+    assert (str(path) if path else None) == expected
+    assert bool(why) == (expected is None)
+
+
+def test_cgroup_check_on_a_plain_directory_warns(tmp_path):
+    check = doctor.check_cgroup(tmp_path)  # mkdir works, but it is no cgroup: no cgroup.kill appears
+    assert check.status == "warn" and "cgroup.kill" in check.detail
+    assert list(tmp_path.iterdir()) == [], "the probe cgroup is removed again"
+    check = doctor.check_cgroup(tmp_path / "missing" / "deeper")
+    assert check.status == "warn" and "cannot create" in check.detail and check.fix
+
+
+@pytest.mark.parametrize("free, model, status", [
+    (100 * GIB, None, "ok"), (100 * GIB, 16 * GIB, "ok"), (20 * GIB, 16 * GIB, "warn"), (10 * GIB, 16 * GIB, "fail"),
+])
+def test_shm_against_model_bytes(tmp_path, monkeypatch, free, model, status):
+    monkeypatch.setattr(doctor, "_free_and_total", lambda _path: (free, 128 * GIB))
+    check = doctor.check_shm(model, str(tmp_path))
+    assert check.status == status
+    assert (status == "ok") or "shm-size" in check.fix
+
+
+@pytest.mark.parametrize("free, status", [(100 * GIB, "ok"), (5 * GIB, "warn"), (GIB // 2, "fail")])
+def test_run_dir_free_space(tmp_path, monkeypatch, free, status):
+    monkeypatch.setattr(doctor, "_free_and_total", lambda _path: (free, 200 * GIB))
+    check = doctor.check_run_dir(tmp_path / "runs" / "not-yet")
+    assert check.status == status and f"on {tmp_path}" in check.detail
+
+
+def test_versions_outside_the_table_warn_with_the_fix():
+    (check,) = doctor.check_versions({"trl": "1.16.0", "vllm": "0.33.0"})
+    assert check.status == "warn" and "vLLM 0.33.0" in check.detail and check.fix == "pip install 'vllm>=0.22.0,<=0.31.0'"
+    (check,) = doctor.check_versions({})
+    assert check.status == "ok" and "trainer's Python" in check.detail
+
+
+def test_nvml_failure_or_silence_warns():
+    def boom():
+        raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+
+    assert doctor.check_nvml(boom).status == "warn"
+    assert doctor.check_nvml(lambda: time.sleep(5) or [], timeout=0.2).detail.startswith("NVML did not answer")
+    assert doctor.check_nvml(lambda: []).status == "warn"
+    ok = doctor.check_nvml(lambda: ["NVIDIA H200", "NVIDIA H200"])
+    assert ok.status == "ok" and ok.detail == "2 GPU(s): NVIDIA H200"
+
+
+def test_model_bytes_parsing():
+    assert doctor.parse_bytes("16G") == 16 * GIB and doctor.parse_bytes("14.5GiB") == int(14.5 * GIB)
+    assert doctor.parse_bytes("15000000000") == 15_000_000_000
+    for bad in ("16X", "-1G", "G", ""):
+        with pytest.raises(Exception, match="not a size"):
+            doctor.parse_bytes(bad)
+
+
+def test_doctor_on_this_machine(capsys, tmp_path):
+    code = main(["doctor", "--json", "--run-dir", str(tmp_path / "runs"), "--model-bytes", "1M"])
+    report = json.loads(capsys.readouterr().out)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert set(checks) >= {"py-spy", "ptrace", "nvml", "cgroup", "shm", "versions", "run-dir"}
+    assert all(c["status"] in ("ok", "warn", "fail") for c in report["checks"])
+    assert all(c["fix"] for c in report["checks"] if c["status"] != "ok"), "every warning and failure has a fix"
+    assert code == (1 if any(c["status"] == "fail" for c in report["checks"]) else 0) and report["ok"] == (code == 0)
+    assert checks["py-spy"]["status"] == "ok", checks["py-spy"]  # a hangwatch dependency
+    if not Path("/dev/nvidiactl").exists():
+        assert checks["nvml"]["status"] == "warn"
+    if os.geteuid() == 0:
+        assert checks["ptrace"]["status"] == "ok" and "attached" in checks["ptrace"]["detail"]
+        if any(Path(p, "cgroup.procs").exists() for p in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup")):
+            assert checks["cgroup"]["status"] == "ok", checks["cgroup"]
+    assert checks["shm"]["status"] == "ok" and checks["run-dir"]["status"] == "ok"
+
+
+def test_text_output_one_line_per_check_and_failure_exit(capsys, tmp_path):
+    code = main(["doctor", "--shm", str(tmp_path), "--model-bytes", "1000T", "--run-dir", str(tmp_path)])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 1
+    shm = next(i for i, line in enumerate(out) if line.split()[1:2] == ["shm"])
+    assert out[shm].startswith("fail") and out[shm + 1].strip().startswith("fix: ")
+    assert out[-1].endswith(" s)") and " fail " in out[-1]
+
+
+def test_doctor_imports_no_gpu_stack():
+    code = ("import sys; from hangwatch.cli.main import main; rc = main(['doctor', '--json']); "
+            "heavy = {'torch', 'vllm', 'transformers', 'trl'} & {m.split('.')[0] for m in sys.modules}; "
+            "sys.exit(3 if heavy else 0)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
