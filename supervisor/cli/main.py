@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.exitcodes import EXIT_CODES, EXIT_INTERNAL, EXIT_USAGE
+from hangwatch.contract.private import private_dir
 from hangwatch.supervisor.config import SETTINGS, build, build_operate, load_file, save_values, saved_values
 
 EPILOG_EXIT = "exit codes:\n" + "\n".join(f"  {code:3d}  {text}" for code, text in EXIT_CODES.items()) + (
@@ -116,6 +117,9 @@ def add_run_parser(sub: Any) -> None:
     g.add_argument("--capture-timeout", type=float, metavar="S", help=f"hard deadline for evidence capture (default {d['capture_timeout']:g})")
     g.add_argument("--grace", type=float, metavar="S", help=f"SIGTERM to SIGKILL grace (default {d['grace']:g})")
     g.add_argument("--kill-timeout", type=float, metavar="S", help=f"wait after SIGKILL before giving up (default {d['kill_timeout']:g})")
+    g.add_argument("--containment", choices=["auto", "cgroup", "tree"],
+                   help="cgroup: each attempt in a cgroup v2 of its own, killed with cgroup.kill; tree: the "
+                        "process-tree walk; auto: cgroup where writable, else tree with a warning (default auto)")
     g.add_argument("--gpu-release-timeout", type=float, metavar="S", help=f"wait for GPU memory release (default {d['gpu_release_timeout']:g})")
     g.add_argument("--cudagraphs-after-stall", choices=["off", "keep"],
                    help="turn cuda graphs off for every attempt after a stall (default off)")
@@ -214,6 +218,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from hangwatch.supervisor import guardian  # noqa: PLC0415
     from hangwatch.contract.journal import JournalError  # noqa: PLC0415
     from hangwatch.supervisor.runner import Supervisor, load_state  # noqa: PLC0415
+    from hangwatch.supervisor.tree import LocalTree  # noqa: PLC0415
     from hangwatch.supervisor.treefile import kill_recorded  # noqa: PLC0415
 
     command = list(getattr(args, "command", []))
@@ -227,6 +232,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     resume_dir: Path | None = getattr(args, "resume", None)
     if resume_dir is not None:
         resume_dir = resume_dir.expanduser().resolve()
+        _check_private_run_dir(resume_dir)
         values, saved_command = saved_values(resume_dir)
         _check_resumable(resume_dir)
         if command and command != saved_command:
@@ -251,7 +257,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     run_dir = config.run_dir
     try:
-        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(run_dir)  # refuses a directory another user controls
     except OSError as exc:
         raise UsageError(f"--run-dir {run_dir}: cannot create it: {exc}") from exc
     from hangwatch.cli import rundir  # noqa: PLC0415
@@ -293,10 +299,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     supervisor.journal, supervisor.observer = ops.journal, ops.observer  # status file, alerts, metrics
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, supervisor.request_stop)
+    containment = _contain(supervisor, config, log)
     keeper = None
     try:
-        keeper = guardian.start(run_dir / "tree.json")
+        keeper = guardian.start()
         guardian_state = "armed"
+        if isinstance(supervisor.tree, LocalTree):
+            supervisor.tree.attach_guardian(keeper.send)  # the tree goes over the pipe, not through a file
     except guardian.GuardianError as exc:
         guardian_state = f"unavailable: {exc}"
         log.warning("guardian_unavailable", message=(
@@ -304,7 +313,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "will not be killed; hangwatch run --resume kills them later"))
     log.info("run_dir", message=f"run directory: {run_dir}")
     try:
-        return supervisor.run(resumed=resume_dir is not None, guardian=guardian_state)
+        return supervisor.run(resumed=resume_dir is not None, guardian=guardian_state, containment=containment)
     except launcher.LaunchError as exc:
         supervisor.journal.append("run_finished", outcome="launch_failed", exit_code=EXIT_USAGE, reason=str(exc),
                                   attempts=supervisor.state.attempt)
@@ -329,7 +338,40 @@ def cmd_run(args: argparse.Namespace) -> int:
         ops.close()  # bounded: queued alerts get NOTIFY_DRAIN_S at most
         if keeper is not None:
             guardian.stop(keeper)
+        if isinstance(supervisor.tree, LocalTree):
+            supervisor.tree.close()
         probe.close()
+
+
+def _contain(supervisor: Any, config: Any, log: Any) -> str:
+    """Put the real tree under kernel containment where possible; returns which was used."""
+    from hangwatch.supervisor.cgroup import CgroupError, detect  # noqa: PLC0415
+    from hangwatch.supervisor.tree import LocalTree  # noqa: PLC0415
+
+    if not isinstance(supervisor.tree, LocalTree):
+        return "tree"
+    try:
+        containment, why_not = detect(config.containment, supervisor.state.run_id)
+    except CgroupError as exc:
+        raise UsageError(f"{exc}; use --containment auto or tree where cgroup v2 is not writable") from exc
+    supervisor.tree.containment = containment
+    if containment is None and config.containment == "auto":
+        log.warning("no_cgroup_containment", message=(
+            f"kernel containment unavailable ({why_not}); falling back to the process-tree walk: a process "
+            "forked and escaped in the instant before a SIGKILL of this supervisor can survive it"))
+    return supervisor.tree.containment_name
+
+
+def _check_private_run_dir(run_dir: Path) -> None:
+    """--resume trusts what the run dir holds (settings.json chooses the command it
+    launches, tree.json what it kills): only if nobody but us could have written it."""
+    from hangwatch.contract.private import check_private_file, private_dir  # noqa: PLC0415
+
+    if not run_dir.is_dir():
+        raise UsageError(f"--resume {run_dir}: no such run directory")
+    private_dir(run_dir, "--resume run directory", create=False)
+    for name in ("settings.json", "tree.json", "journal.jsonl"):
+        check_private_file(run_dir / name, f"--resume {name}")
 
 
 def _check_resumable(run_dir: Path) -> None:
