@@ -165,6 +165,7 @@ class LiveStatus:
             st = self.state
             hb = s.heartbeat
             now = self.wall()
+            first_beat = hb is not None and st["heartbeat"] is None
             if hb is not None:
                 st["heartbeat"] = {"step": hb.step, "phase": hb.phase, "ts": hb.ts, "age_s": round(max(0.0, now - hb.ts), 1)}
                 st["heartbeat_seen"] = True
@@ -177,11 +178,11 @@ class LiveStatus:
             st["tree_size"] = s.tree_size
             building = tick.stall_onset is not None
             st["stall"] = ({"held_s": round(tick.stall_held, 1), "window_s": tick.stall_window} if building else None)
-            changed = False
+            changed = first_beat
             if st["phase"] in ("watching", "stall_building"):
                 want = "stall_building" if building else "watching"
-                changed = want != st["phase"]
-                if changed:
+                if want != st["phase"]:
+                    changed = True
                     self._set_phase(want)
             self._check_heartbeat_deadline(tick.attempt)
             if changed or self.clock() - self._last_write >= self.min_interval:
