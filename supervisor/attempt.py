@@ -132,10 +132,16 @@ def attempt_environment(
 
 
 def attempt_argv(command: Sequence[str], resume_arg: str | None, resume_from: Path | None) -> list[str]:
-    """The command, plus ``--resume-arg`` with ``{checkpoint}`` filled in when resuming."""
+    """The command, plus ``--resume-arg`` with ``{checkpoint}`` filled in when resuming.
+
+    The template is split into arguments first and the path substituted into
+    each argument afterwards, so the path stays inside the argument it was put
+    in whatever it contains (quotes, spaces): a checkpoint folder's name can
+    never add arguments of its own.
+    """
     argv = list(command)
     if resume_from is not None and resume_arg:
-        argv += shlex.split(resume_arg.replace("{checkpoint}", shlex.quote(str(resume_from))))
+        argv += [token.replace("{checkpoint}", str(resume_from)) for token in shlex.split(resume_arg)]
     return argv
 
 

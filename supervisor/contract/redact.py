@@ -2,12 +2,18 @@
 
 Two tests, applied to environments, command lines, log tails and (as a last
 safety net) every text file the bundle writer writes:
-* by **name**: a variable, flag or key whose name has a part TOKEN, KEY, SECRET,
-  PASSWORD, PASSWD, CREDENTIAL(S) or starts with AUTH (``HF_TOKEN``,
-  ``--api-key``, ``"authorization":``) has its value replaced;
+* by **name**: a variable, flag or key whose name contains TOKEN, SECRET,
+  PASSWORD, PASSWD, PASSPHRASE, PWD, KEY, DSN, COOKIE, WEBHOOK or CREDENTIAL,
+  or has a part PASS, PAT, PRIVATE or starting with AUTH (``HF_TOKEN``,
+  ``PGPASSWORD``, ``MYSQL_PWD``, ``SENTRY_DSN``, ``--api-key``,
+  ``"authorization":``) has its value replaced; in a command line also the
+  value after ``-p``, ``--pwd``, ``--passphrase``, ``-pVALUE`` and the password
+  of ``-u user:password``;
 * by **shape**: values that look like credentials wherever they appear
   (``hf_...``, ``sk-...``, ``ghp_...``, AWS ``AKIA...``, Slack ``xox?-``, JWTs,
-  ``Bearer`` tokens, ``scheme://user:pass@`` URLs, long high-entropy strings).
+  ``Bearer`` tokens, ``scheme://user:pass@`` and ``redis://:pass@`` URLs,
+  Slack and Discord webhook URLs, long high-entropy strings that are not
+  identifiers joined by ``_``/``-`` such as bundle names or kernel frames).
 
 Redaction errs towards removing too much: a bundle is shared in bug reports.
 """
@@ -21,7 +27,13 @@ from typing import Iterable, Mapping
 
 MARK = "[REDACTED]"
 
-_SENSITIVE_PARTS = frozenset({"TOKEN", "KEY", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY", "PASS", "PRIVATE"})
+_SENSITIVE_PARTS = frozenset({"TOKEN", "KEY", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY",
+                              "PASS", "PRIVATE", "PAT", "PWD"})
+# Anywhere in a name (PGPASSWORD, MYSQL_PWD, SENTRY_DSN, HTTP_COOKIE, SLACK_WEBHOOK_URL, ...).
+# TOKENS/TOKENIZER are counts and models (MAX_TOKENS, TOKENIZERS_PARALLELISM), not secrets.
+_SENSITIVE_INFIX = re.compile(r"TOKEN(?!S|IZ)|SECRET|PASSWORD|PASSWD|PASSPHRASE|PWD|KEY|DSN|COOKIE|WEBHOOK|CREDENTIAL")
+# Names that contain an infix but hold a directory, not a secret.
+_NOT_SENSITIVE = frozenset({"PWD", "OLDPWD"})
 _NAME_SPLIT = re.compile(r"[_.\-\s]+|(?<=[a-z0-9])(?=[A-Z])")
 
 _VALUE_PATTERNS = [
@@ -34,7 +46,14 @@ _VALUE_PATTERNS = [
     re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
 ]
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token) [A-Za-z0-9._~+/\-]{8,}=*")
-_URL_CREDS = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^\s/:@\"']+):([^\s/@\"']+)@")
+# user may be empty: redis://:password@host
+_URL_CREDS = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^\s/:@\"']*):([^\s/@\"']+)@")
+# Webhook URLs are credentials in themselves: whoever has one can post.
+_WEBHOOKS = re.compile(
+    r"(?i)\b(https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)/|(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/))"
+    r"[^\s\"'<>]+")
+# curl -u user:password / --user user:password
+_USER_COLON = re.compile(r"(?<!\S)(-u|--user)([ \t]+|=)([^\s:]+):([^\s\"']+)")
 # name=value, name: value, "name": "value", --name value, --name=value. Only the
 # name and separator are matched here; the value is taken by _VALUE, so a
 # non-sensitive "wandb: " never swallows the "api_key=..." that follows it.
@@ -48,7 +67,13 @@ _CANDIDATE = re.compile(r"[A-Za-z0-9+/=_\-]{32,}")
 
 
 def is_sensitive_name(name: str) -> bool:
-    parts = [p.upper() for p in _NAME_SPLIT.split(name.strip("-\"' ")) if p]
+    bare = name.strip("-\"' ")
+    upper = bare.upper()
+    if upper in _NOT_SENSITIVE:
+        return False
+    if _SENSITIVE_INFIX.search(upper):
+        return True
+    parts = [p.upper() for p in _NAME_SPLIT.split(bare) if p]
     return any(p in _SENSITIVE_PARTS or p.startswith("AUTH") for p in parts)
 
 
@@ -56,6 +81,10 @@ def looks_high_entropy(token: str) -> bool:
     """A long token mixing upper, lower and digits with high entropy: an API key,
     not a path (paths have several slashes) or a word."""
     if len(token) < 32 or token.count("/") > 2:
+        return False
+    # Identifiers and paths are words joined by _ - / .: a bundle path (.../...-attempt1-silent_hang),
+    # a kernel frame (entry_SYSCALL_64_after_hwframe+0x76/0x7b). A key has a long run.
+    if max(len(run) for run in re.split(r"[_\-/.]", token)) < 20:
         return False
     classes = sum((any(c.isupper() for c in token), any(c.islower() for c in token), any(c.isdigit() for c in token)))
     if classes < 3:
@@ -67,6 +96,8 @@ def looks_high_entropy(token: str) -> bool:
 
 def redact_text(text: str) -> str:
     text = _URL_CREDS.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MARK}@", text)
+    text = _WEBHOOKS.sub(lambda m: f"{m.group(1)}{MARK}", text)
+    text = _USER_COLON.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}:{MARK}", text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {MARK}", text)
     text = _redact_assignments(text)
     for pattern in _VALUE_PATTERNS:
@@ -102,14 +133,28 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
     """A command line: the value after a sensitive flag goes, whatever it looks like."""
     out: list[str] = []
     hide_next = False
+    user_next = False
     for arg in argv:
         if hide_next:
             out.append(MARK)
             hide_next = False
             continue
-        if arg.startswith("-") and "=" not in arg and is_sensitive_name(arg):
+        if user_next:
+            user, sep, _ = arg.partition(":")
+            out.append(f"{user}:{MARK}" if sep else redact_text(arg))
+            user_next = False
+            continue
+        if arg in ("-p", "--pwd", "--passphrase") or (
+                arg.startswith("-") and "=" not in arg and is_sensitive_name(arg)):
             hide_next = True
             out.append(arg)
+            continue
+        if arg in ("-u", "--user"):
+            user_next = True  # curl -u user:password
+            out.append(arg)
+            continue
+        if len(arg) > 2 and arg.startswith("-p") and not arg.startswith("--"):
+            out.append(f"-p{MARK}")  # mysql -pSECRET
             continue
         out.append(redact_text(arg))
     return out

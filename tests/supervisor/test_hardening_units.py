@@ -1,0 +1,62 @@
+"""Small hardening findings (docs/security.md): the journal on a full disk, resume templates."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hangwatch.contract.journal import Journal, JournalError, read_journal
+from hangwatch.supervisor.attempt import attempt_argv
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """An 8 KiB tmpfs (two pages); skipped where mounting is not allowed."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k,mode=0700", "tmpfs", str(mnt)],
+                          capture_output=True, timeout=10)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {done.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], timeout=10)
+
+
+@pytest.mark.timeout(30)
+def test_short_journal_write_on_a_full_tmpfs_is_truncated_back(small_tmpfs):
+    (small_tmpfs / "filler").write_bytes(b"f" * 4096)  # one of the two pages
+    journal = Journal(small_tmpfs / "journal.jsonl", "run1")
+    journal.append("run_started", pad="x" * 1500)
+    # Only part of this record fits in the last page: the write comes back short.
+    with pytest.raises(JournalError):
+        journal.append("kill", pad="y" * 5000)
+    text = (small_tmpfs / "journal.jsonl").read_text()
+    assert text.endswith("\n") and all(json.loads(line) for line in text.splitlines()), "a fragment was left behind"
+    (small_tmpfs / "filler").unlink()
+    journal.append("run_finished", outcome="success")
+    assert [r["event"] for r in read_journal(small_tmpfs / "journal.jsonl")] == ["run_started", "run_finished"]
+
+
+@pytest.mark.parametrize("template", ['--resume_from_checkpoint="{checkpoint}"', "--resume_from_checkpoint={checkpoint}",
+                                      "--resume '{checkpoint}'", '--resume "{checkpoint}" --strict'])
+def test_resume_template_never_splits_on_the_checkpoint_name(template):
+    hostile = Path('/ckpt/checkpoint-7" --evil "x \' --also')
+    argv = attempt_argv(["python", "train.py"], template, hostile)
+    assert "--evil" not in argv and "--also" not in argv
+    assert sum(str(hostile) in a for a in argv) == 1
+    assert argv[:2] == ["python", "train.py"]
+
+
+def test_resume_template_fills_a_plain_path():
+    assert attempt_argv(["t"], "--resume_from_checkpoint={checkpoint}", Path("/c/checkpoint-3")) == [
+        "t", "--resume_from_checkpoint=/c/checkpoint-3"]
+    assert attempt_argv(["t"], "--resume {checkpoint}", Path("/c/with space")) == ["t", "--resume", "/c/with space"]
