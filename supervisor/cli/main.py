@@ -55,14 +55,48 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.add_argument("--follow", action="store_true",
                         help="stream events and phase changes as they happen, until the run finishes (Ctrl-C to stop)")
+    status.add_argument("--follow", action="store_true",
+                        help="stream events and phase changes as they happen, until the run finishes (Ctrl-C to stop)")
     status.set_defaults(func=cmd_status)
     from hangwatch.diagnostics.cli import register  # noqa: PLC0415
 
     register(sub, whatif=_whatif)
+    _report_runs_too(sub.choices["report"])
     from hangwatch.cli.doctor import add_doctor_parser  # noqa: PLC0415
 
     add_doctor_parser(sub)
     return parser
+
+
+def _report_runs_too(report: argparse.ArgumentParser) -> None:
+    """``hangwatch report RUN_DIR``: a run's page (attempts, incidents, goodput); a bundle as before."""
+    bundle_report = report.get_default("func")
+    report.description = ("(Re)write a bundle's report.html, or, given a run directory, RUN_DIR/report.html: "
+                          "every attempt and incident of the run, with goodput and time to recover.")
+
+    def run_or_bundle(args: argparse.Namespace) -> int:
+        run_dir = Path(args.bundle)
+        if not (run_dir / "journal.jsonl").is_file():
+            return int(bundle_report(args))
+        from hangwatch.cli.runreport import write_run_report  # noqa: PLC0415
+        from hangwatch.diagnostics.bundle import check_output_path  # noqa: PLC0415
+        from hangwatch.diagnostics.errors import DiagnosticsError  # noqa: PLC0415
+
+        out = Path(args.output) if args.output else None
+        try:
+            if out is not None:
+                check_output_path(out)
+            path, g = write_run_report(run_dir, out)
+        except DiagnosticsError as exc:
+            raise UsageError(str(exc)) from exc
+        except OSError as exc:
+            raise UsageError(f"{out or run_dir}: cannot write the report there ({exc.strerror or exc})") from exc
+        goodput = f"{100 * g['goodput']:.1f} %" if g["goodput"] is not None else "-"
+        print(f"{path}  (goodput {goodput}: {g['productive_s']:.0f} s of {g['wall_s']:.0f} s; "
+              f"{len(g['incidents'])} incident(s), {len(g['attempts'])} attempt(s))")
+        return 0
+
+    report.set_defaults(func=run_or_bundle)
 
 
 def add_run_parser(sub: Any) -> None:
@@ -134,6 +168,15 @@ def add_run_parser(sub: Any) -> None:
     g.add_argument("--on-crash", choices=["restart", "stop"], help="what a crash leads to (default restart)")
     g.add_argument("--backoff", type=float, metavar="S", help=f"first backoff between restarts, doubling (default {d['backoff']:g})")
     g.add_argument("--backoff-max", type=float, metavar="S", help=f"backoff cap (default {d['backoff_max']:g})")
+    g = run.add_argument_group("alerts and metrics (README: Alerts and metrics)")
+    g.add_argument("--notify", action="append", metavar="URL",
+                   help="send incident, gave_up and run_finished alerts to this apprise URL (repeatable; slack://, "
+                        "ntfy://, mailto://, json://host/path, ...); a config file keeps the token out of ps")
+    g.add_argument("--notify-command", metavar="CMD", help="run CMD (through sh) with each alert as JSON on stdin")
+    g.add_argument("--metrics-port", metavar="[HOST:]PORT", help="serve Prometheus metrics at http://HOST:PORT/metrics")
+    g.add_argument("--metrics-textfile", metavar="PATH", help="keep Prometheus metrics in PATH (node-exporter textfile collector)")
+    g.add_argument("--heartbeat-warning", type=float, metavar="S",
+                   help=f"warn when an attempt sends no heartbeat within S s of launch; 0 disables (default {d['heartbeat_warning']:g})")
     g = run.add_argument_group("alerts and metrics (README: Alerts and metrics)")
     g.add_argument("--notify", action="append", metavar="URL",
                    help="send incident, gave_up and run_finished alerts to this apprise URL (repeatable; slack://, "
@@ -239,6 +282,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"--resume {resume_dir} continues the run's own command ({' '.join(saved_command)!s:.80}); "
                 "drop the command after --, or start a new run with a new --run-dir")
+        if command and command != saved_command:
+            raise UsageError(
+                f"--resume {resume_dir} continues the run's own command ({' '.join(saved_command)!s:.80}); "
+                "drop the command after --, or start a new run with a new --run-dir")
         values.update(cli_values)
         values["run_dir"] = str(resume_dir)
         command = command or saved_command
@@ -260,6 +307,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         private_dir(run_dir)  # refuses a directory another user controls
     except OSError as exc:
         raise UsageError(f"--run-dir {run_dir}: cannot create it: {exc}") from exc
+    from hangwatch.cli import rundir  # noqa: PLC0415
+
+    try:
+        rundir.lock(run_dir)  # held for this process's life; the kernel drops it even on SIGKILL
+    except OSError as exc:
+        raise UsageError(f"--run-dir {run_dir}: cannot lock it: {exc}") from exc
+    if resume_dir is None:
+        rundir.refuse_existing(run_dir)
     from hangwatch.cli import rundir  # noqa: PLC0415
 
     try:
@@ -291,6 +346,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(f"--resume {run_dir}: cannot read the journal: {exc}") from exc
 
     supervisor = Supervisor(config, probe, default_capture_hook(), state=state)
+    if resume_dir is not None and lost is not None:
+        log.warning("attempt_lost", message=f"attempt {lost} was left open by the dead supervisor: journaled as supervisor_lost")
+    from hangwatch.cli import operate  # noqa: PLC0415
+
+    ops = operate.start(config, operate_config, supervisor.state.run_id, probe.name, log)
+    supervisor.journal, supervisor.observer = ops.journal, ops.observer  # status file, alerts, metrics
     if resume_dir is not None and lost is not None:
         log.warning("attempt_lost", message=f"attempt {lost} was left open by the dead supervisor: journaled as supervisor_lost")
     from hangwatch.cli import operate  # noqa: PLC0415

@@ -1,0 +1,162 @@
+"""``hangwatch report RUN_DIR``: one page for a whole run, from its journal.
+
+All attempts and incidents, with goodput: the share of the run's wall time the
+trainer was making progress. An attempt's progress runs from its first
+heartbeat (or its launch, for a trainer that never beats) to its end, or to
+the onset of its hang (the last progress); everything else is lost, split into
+start-up (launch to first heartbeat), hung (onset to detection), recovery
+(detection to the attempt's end: capture, kill, GPU release) and backoff
+(between attempts). Work redone since the last checkpoint is not counted.
+Time to recover, per incident: onset to the next attempt's first heartbeat.
+
+``goodput`` is pure (records in, numbers out); ``render_html`` builds the page.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from hangwatch.cli.status import describe_exit
+from hangwatch.contract import atomic
+from hangwatch.contract.journal import read_journal
+from hangwatch.supervisor.evidence import bundle_summary
+
+
+def goodput(records: Sequence[Mapping[str, Any]], now: float | None = None) -> dict[str, Any]:
+    """Time accounting of a run from its journal records (wall-clock seconds)."""
+    start = next((float(r["ts"]) for r in records if r.get("event") in ("run_started", "run_resumed")), None)
+    finish = next((float(r["ts"]) for r in records if r.get("event") == "run_finished"), None)
+    end = finish if finish is not None else (time.time() if now is None else now)
+    attempts: dict[int, dict[str, Any]] = {}
+    order: list[int] = []
+    for r in records:
+        event, n = r.get("event"), r.get("attempt")
+        if event == "attempt_started":
+            attempts[int(n)] = {"attempt": int(n), "started": float(r["ts"]), "first_beat": None, "onset": None,
+                                "detected": None, "ended": None, "kind": None, "exit_code": None,
+                                "evidence": None}
+            order.append(int(n))
+        elif n is None or int(n) not in attempts:
+            continue
+        a = attempts[int(n)]
+        if event == "first_heartbeat":
+            a["first_beat"] = float(r["ts"])
+        elif event == "incident":
+            a["detected"] = float(r["ts"])
+            a["onset"] = float(r.get("onset_wall") or r["ts"])
+            a["incident"] = {"kind": r.get("kind"), "reason": r.get("reason"), "latency_s": r.get("latency_s")}
+        elif event == "capture" and r.get("evidence_path"):
+            a["evidence"] = r["evidence_path"]
+        elif event == "attempt_ended":
+            a["ended"], a["kind"], a["exit_code"] = float(r["ts"]), r.get("kind"), r.get("exit_code")
+    totals = {"productive": 0.0, "startup": 0.0, "hung": 0.0, "recovery": 0.0, "backoff": 0.0}
+    incidents = []
+    previous_end = start
+    for i, n in enumerate(order):
+        a = attempts[n]
+        a_end = a["ended"] if a["ended"] is not None else end
+        if previous_end is not None:
+            totals["backoff"] += max(0.0, a["started"] - previous_end)
+        working_from = a["first_beat"] if a["first_beat"] is not None else a["started"]
+        totals["startup"] += max(0.0, min(working_from, a_end) - a["started"])
+        if a["kind"] == "supervisor_lost":
+            # Its end was written by --resume, long after the trainer died with its supervisor.
+            totals["recovery"] += max(0.0, a_end - working_from)
+            previous_end = a_end
+            continue
+        stop = a["onset"] if a["onset"] is not None else a_end
+        totals["productive"] += max(0.0, stop - working_from)
+        if a["onset"] is not None:
+            detected = a["detected"] or a_end
+            totals["hung"] += max(0.0, detected - max(a["onset"], working_from))
+            totals["recovery"] += max(0.0, a_end - detected)
+            nxt = attempts[order[i + 1]] if i + 1 < len(order) else None
+            recovered = nxt["first_beat"] if nxt is not None else None
+            info = bundle_summary(a["evidence"])
+            incidents.append({"attempt": n, **a["incident"], "signature": info["signature"],
+                              "report": info["report"] or a["evidence"],
+                              "time_to_recover_s": round(recovered - a["onset"], 1) if recovered else None})
+        previous_end = a_end
+    if previous_end is not None and finish is not None:
+        totals["backoff"] += max(0.0, finish - previous_end)
+    wall = max(0.0, end - start) if start is not None else 0.0
+    return {
+        "wall_s": round(wall, 1),
+        **{f"{k}_s": round(v, 1) for k, v in totals.items()},
+        "goodput": round(totals["productive"] / wall, 4) if wall > 0 else None,
+        "attempts": [attempts[n] for n in order],
+        "incidents": incidents,
+        "finished": finish is not None,
+    }
+
+
+def render_html(run_dir: Path, records: Sequence[Mapping[str, Any]], g: Mapping[str, Any]) -> str:
+    e = html.escape
+    finished = next((r for r in records if r.get("event") == "run_finished"), None)
+    run_id = records[0].get("run_id") if records else ""
+    state = (f"{finished.get('outcome')} (exit {finished.get('exit_code')}): {finished.get('reason')}"
+             if finished else "still running, or its supervisor died (see hangwatch status)")
+    wall = g["wall_s"] or 1.0
+    parts = [("productive", "#2e7d32"), ("startup", "#90a4ae"), ("hung", "#c62828"), ("recovery", "#ef6c00"),
+             ("backoff", "#fbc02d")]
+    bar = "".join(f'<div title="{name} {g[name + "_s"]:.0f} s" style="width:{100 * g[name + "_s"] / wall:.2f}%;'
+                  f'background:{color}"></div>' for name, color in parts)
+    legend = " · ".join(f'<span style="color:{c}">■</span> {n} {g[n + "_s"]:.0f} s' for n, c in parts)
+
+    def when(ts: float | None) -> str:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+    def link(path: str | None) -> str:
+        if not path:
+            return "none"
+        try:
+            rel = os.path.relpath(path, run_dir)
+        except ValueError:
+            rel = path
+        return f'<a href="{e(rel)}">{e(rel)}</a>'
+
+    rows = "".join(
+        f"<tr><td>{a['attempt']}</td><td>{when(a['started'])}</td>"
+        f"<td>{(a['ended'] - a['started']) if a['ended'] else 0:.0f} s</td><td>{e(str(a['kind'] or 'running'))}</td>"
+        f"<td>{e(describe_exit(a['exit_code'], a['kind']))}</td>"
+        f"<td>{(a['first_beat'] - a['started']) if a['first_beat'] else float('nan'):.1f} s</td></tr>"
+        for a in g["attempts"])
+    incidents = "".join(
+        f"<tr><td>{i['attempt']}</td><td>{e(str(i['kind']))}</td><td>{e(str(i['reason']))}</td>"
+        f"<td>{e(str(i['signature'] or 'none'))}</td><td>{i['latency_s']} s</td>"
+        f"<td>{'%.0f s' % i['time_to_recover_s'] if i['time_to_recover_s'] is not None else 'not recovered'}</td>"
+        f"<td>{link(i['report'])}</td></tr>"
+        for i in g["incidents"]) or '<tr><td colspan="7">none</td></tr>'
+    goodput_pct = f"{100 * g['goodput']:.1f} %" if g["goodput"] is not None else "-"
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>hangwatch run {e(str(run_id))}</title>
+<style>body{{font:14px system-ui,sans-serif;margin:2em;max-width:70em}}table{{border-collapse:collapse;margin:1em 0}}
+td,th{{border:1px solid #ccc;padding:.3em .6em;text-align:left}}.bar{{display:flex;height:1.4em;border:1px solid #999}}
+.bar div{{height:100%}}code{{background:#f4f4f4}}</style></head><body>
+<h1>hangwatch run {e(str(run_id))}</h1>
+<p><code>{e(str(run_dir))}</code><br>{e(state)}</p>
+<h2>Goodput {goodput_pct}</h2>
+<p>{g['wall_s']:.0f} s of wall time, {g['productive_s']:.0f} s making progress.</p>
+<div class="bar">{bar}</div><p>{legend}</p>
+<h2>Attempts</h2>
+<table><tr><th>attempt</th><th>started</th><th>ran</th><th>outcome</th><th>exit</th><th>to first heartbeat</th></tr>{rows}</table>
+<h2>Incidents</h2>
+<table><tr><th>attempt</th><th>kind</th><th>reason</th><th>signature</th><th>detection latency</th><th>time to recover</th><th>report</th></tr>{incidents}</table>
+<p>Productive time: first heartbeat (or launch) to the attempt's end or its hang's onset. Time to recover:
+onset to the next attempt's first heartbeat. Work redone since the last checkpoint is not counted.</p>
+</body></html>
+"""
+
+
+def write_run_report(run_dir: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:
+    records = read_journal(run_dir / "journal.jsonl")
+    g = goodput(records)
+    page = render_html(run_dir, records, g)
+    target = out or run_dir / "report.html"
+    atomic.write_file(target, page.encode(), mode=0o644)
+    return target, json.loads(json.dumps(g, default=str))
