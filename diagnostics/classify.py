@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from hangwatch.diagnostics.signatures import Signature
+from hangwatch.diagnostics.signatures import Signature, ThreadLines
 from hangwatch.diagnostics.stacks import Frame, ProcessSeries, ThreadDump
 
 UNKNOWN_TITLE = "No known signature matched"
@@ -237,6 +237,47 @@ def is_main(thread: ThreadDump, pid: int | None) -> bool:
     return thread.name == "MainThread" or (pid is not None and thread.ident == str(pid))
 
 
+@dataclass(frozen=True)
+class _ThreadFacts:
+    """Everything the signatures say about one thread (computed once per
+    distinct stack: identical ranks and threads share it)."""
+
+    helper: bool
+    stalls: tuple[tuple[Signature, tuple[Frame, ...]], ...]  # highest priority first
+    idle: Signature | None
+
+
+class _Matcher:
+    def __init__(self, signatures: Sequence[Signature]) -> None:
+        self.stalls = [s for s in signatures if s.kind == "stall"]
+        self.idles = [s for s in signatures if s.kind == "idle"]
+        self.helpers = [s for s in signatures if s.kind == "helper"]
+        self.memo: dict[tuple, _ThreadFacts] = {}
+
+    def facts(self, thread: ThreadDump, pid: int | None, cmdline: str) -> _ThreadFacts:
+        main = is_main(thread, pid)
+        key = (thread.frames, thread.name, cmdline, main)
+        got = self.memo.get(key)
+        if got is None:
+            lines = ThreadLines.for_thread(thread)
+            helper = not main and (not thread.telling_frames(limit=1) or any(_helper_match(h, thread, cmdline, lines) for h in self.helpers))
+            stalls = []
+            for sig in self.stalls:
+                frames = sig.match_thread(thread, cmdline, lines)
+                if frames:
+                    stalls.append((sig, frames))
+            idle = next((s for s in self.idles if s.match_thread(thread, cmdline, lines)), None)
+            if idle is not None:
+                # A thread in its idle loop is idle unless a stall signature outranks
+                # the loop (a worker parked in the message queue is that queue's wait;
+                # an engine waiting on its input queue is not a generic lock wait).
+                stalls = [m for m in stalls if m[0].priority > idle.priority]
+            got = _ThreadFacts(helper, tuple(stalls), idle)
+            if len(self.memo) < 65536:
+                self.memo[key] = got
+        return got
+
+
 def is_helper(thread: ThreadDump, pid: int | None, cmdline: str, helpers: Sequence[Signature]) -> bool:
     """A background thread: never the one that decides a verdict."""
     if is_main(thread, pid):
@@ -246,57 +287,39 @@ def is_helper(thread: ThreadDump, pid: int | None, cmdline: str, helpers: Sequen
     return any(_helper_match(h, thread, cmdline) for h in helpers)
 
 
-def _helper_match(h: Signature, thread: ThreadDump, cmdline: str) -> bool:
+def _helper_match(h: Signature, thread: ThreadDump, cmdline: str, lines: ThreadLines | None = None) -> bool:
     """For helpers, a ``thread`` name pattern and ``frames`` are alternatives."""
     if h.thread is not None and re.search(h.thread, thread.name):
         return True
     if not h.frames:
         return False
-    return bool(Signature(h.id, h.title, "", h.frames, match=h.match, process=h.process, innermost=h.innermost).match_thread(thread, cmdline))
+    return bool(Signature(h.id, h.title, "", h.frames, match=h.match, process=h.process, innermost=h.innermost).match_thread(thread, cmdline, lines))
 
 
-def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], source: str = "") -> ProcessVerdict:
-    stalls = [s for s in signatures if s.kind == "stall"]
-    idles = [s for s in signatures if s.kind == "idle"]
-    helpers = [s for s in signatures if s.kind == "helper"]
+def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], source: str = "", *,
+                    matcher: _Matcher | None = None) -> ProcessVerdict:
+    m = matcher or _Matcher(signatures)
     pid, cmd = series.pid, series.cmdline
     threads = series.latest.threads if series.dumps else ()
-    cands = [(t, series.frozen(t.ident)) for t in threads]
-    workers = [c for c in cands if not is_helper(c[0], pid, cmd, helpers)]
+    cands = [(t, series.frozen(t.ident), m.facts(t, pid, cmd)) for t in threads]
+    workers = [c for c in cands if not c[2].helper]
 
     def matches(pool):
-        out = []
-        for t, frozen in pool:
-            for sig in stalls:
-                frames = sig.match_thread(t, cmd)
-                if frames:
-                    out.append((t, frozen, sig, frames))
-        return out
+        return [(t, frozen, sig, frames) for t, frozen, facts in pool for sig, frames in facts.stalls]
 
-    def idle_of(t: ThreadDump) -> Signature | None:
-        return _first_match(idles, t, cmd)
-
-    def keep(m) -> bool:
-        # A thread in its idle loop is idle unless a stall signature outranks
-        # the loop (a worker parked in the message queue is that queue's wait;
-        # an engine waiting on its input queue is not a generic lock wait).
-        idle = idle_of(m[0])
-        return idle is None or m[2].priority > idle.priority
-
-    found = [m for m in matches([c for c in workers if c[1] is not False]) if keep(m)] or [m for m in matches(workers) if keep(m)]
+    found = matches([c for c in workers if c[1] is not False]) or matches(workers)
     if found:
-        found.sort(key=lambda m: (-m[2].priority, m[1] is not True, not is_main(m[0], pid), -len(m[3])))
+        found.sort(key=lambda x: (-x[2].priority, x[1] is not True, not is_main(x[0], pid), -len(x[3])))
         t, frozen, sig, frames = found[0]
-        idle = idle_of(t)
+        idle = m.facts(t, pid, cmd).idle
         return ProcessVerdict(series, "stalled", sig, t, frames, frozen, idle is not None, idle.title if idle else "",
-                              tuple((m[0], m[2], m[3]) for m in found), source)
+                              tuple((x[0], x[2], x[3]) for x in found[:50]), source)
     pool = workers or cands
     if not pool:
         return ProcessVerdict(series, "idle", source=source, idle_label="no threads")
-    t, frozen = min(pool, key=lambda c: _telling_rank(c, pid))
-    idle = idle_of(t)
-    if idle is not None:
-        return ProcessVerdict(series, "idle", None, t, idle.match_thread(t, cmd), frozen, True, idle.title, (), source)
+    t, frozen, facts = min(pool, key=lambda c: _telling_rank(c[:2], pid))
+    if facts.idle is not None:
+        return ProcessVerdict(series, "idle", None, t, facts.idle.match_thread(t, cmd), frozen, True, facts.idle.title, (), source)
     if not workers:
         return ProcessVerdict(series, "idle", None, t, (), frozen, False, "only helper threads", (), source)
     if not t.telling_frames(limit=1):
@@ -304,8 +327,10 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
     return ProcessVerdict(series, "unknown", None, t, t.telling_frames(), frozen, False, "", (), source)
 
 
-def _first_match(signatures: Sequence[Signature], thread: ThreadDump, cmdline: str) -> Signature | None:
-    return next((s for s in signatures if s.match_thread(thread, cmdline)), None)
+def process_verdicts(series: Sequence[ProcessSeries], signatures: Sequence[Signature], source: str = "") -> list[ProcessVerdict]:
+    """One verdict per process; identical stacks are matched once."""
+    matcher = _Matcher(signatures)
+    return [process_verdict(s, signatures, source, matcher=matcher) for s in series if s.dumps]
 
 
 def _telling_rank(c: tuple[ThreadDump, bool | None], pid: int | None) -> tuple:
@@ -388,7 +413,7 @@ def classify(series: Sequence[ProcessSeries], signatures: Sequence[Signature], *
              extra: Sequence[ProcessVerdict] = ()) -> Classification | None:
     """The headline for one input (all its processes). None only when there are
     no threads at all. ``extra``: processes known without stacks (undumpable)."""
-    verdicts = [process_verdict(s, signatures) for s in series if s.dumps]
+    verdicts = process_verdicts(series, signatures)
     if not any(v.thread is not None for v in verdicts):
         return None
     return headline(verdicts + list(extra), signatures, rounds=max((len(s.dumps) for s in series), default=1))

@@ -18,7 +18,7 @@ from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.exitcodes import EXIT_USAGE
 from hangwatch.diagnostics.bundle import load_bundle, pack, replace_file
 from hangwatch.diagnostics.errors import DiagnosticsError
-from hangwatch.diagnostics.replay import WhatIfDetector, aggregate, analyse, render_text
+from hangwatch.diagnostics.replay import WhatIfDetector, aggregate, analyse, processes_overview, render_text
 from hangwatch.diagnostics.signatures import load_signatures
 
 
@@ -37,7 +37,9 @@ def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
 def register(subparsers: Any, whatif: WhatIfDetector | None = None) -> None:
     """Add replay, bundle and report to ``subparsers``; ``whatif`` enables replay's detector re-run."""
     rp = subparsers.add_parser("replay", help="classify incident bundles and py-spy dumps; aggregate; what-if the detector",
-                               description="Classify bundles (dirs or .tar.gz), run dirs and raw py-spy dumps (text or --json).")
+                               description="Classify bundles (dirs or .tar.gz), run dirs and raw py-spy dumps (text or --json, "
+                                            "also pasted from bug reports). Several inputs at once: one table of every "
+                                            "process and the suspect among them.")
     rp.add_argument("paths", nargs="+", metavar="PATH")
     rp.add_argument("--json", action="store_true", help="machine-readable output")
     rp.add_argument("--signatures", action="append", default=[], metavar="FILE", help="extra signature file (repeatable)")
@@ -75,11 +77,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in overrides.items() if v is not None}
     incidents = analyse(args.paths, signatures, overrides, whatif=getattr(args, "whatif", None))
     agg = aggregate(incidents)
+    ov = processes_overview(incidents)
     if args.json:
-        json.dump({"incidents": [i.to_json() for i in incidents], "aggregate": agg}, sys.stdout, indent=2)
+        doc = {"incidents": [i.to_json() for i in incidents], "aggregate": agg, **ov.to_json()}
+        json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render_text(incidents, agg))
+        sys.stdout.write(render_text(incidents, agg, ov))
     return 0
 
 

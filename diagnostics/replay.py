@@ -5,29 +5,58 @@ apart from reading the inputs.
 
 from __future__ import annotations
 
+import os
+import tarfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from hangwatch.diagnostics.bundle import Bundle, list_bundles, load_bundle
-from hangwatch.diagnostics.classify import Classification, classify
+from hangwatch.diagnostics.classify import NO_STACKS, Classification, Overview, ProcessVerdict, headline, overview, process_verdicts
 from hangwatch.diagnostics.errors import InputError
-from hangwatch.diagnostics.pyspy import parse_json, parse_text
+from hangwatch.diagnostics.pastes import ParseReport, read_text
+from hangwatch.diagnostics.pyspy import parse_json
 from hangwatch.diagnostics.signatures import Signature
 from hangwatch.diagnostics.stacks import Frame, ProcessSeries, group_series
 from hangwatch.contract.samples import Sample
 from hangwatch.contract.verdict import Verdict
 
 
+#: A dump file larger than this is refused (py-spy's text for a process with a
+#: few hundred threads is well under a MiB; a bigger file is a log, not a dump).
+MAX_DUMP_BYTES = 16 * 1024 * 1024
+#: A bundle (directory, or what a .tar.gz holds) larger than this is refused
+#: before it is read into memory; real bundles are a few MiB.
+MAX_BUNDLE_BYTES = 256 * 1024 * 1024
+#: Rows of the process table printed as text (``--json`` has them all).
+MAX_TABLE_ROWS = 200
+
+
 @dataclass(frozen=True)
 class Source:
-    """One input: its stacks, and the bundle when it is one."""
+    """One input: its stacks, the bundle when it is one, and what the text
+    reader skipped when it is a paste."""
 
     name: str
     kind: str  # bundle | json | text
     series: tuple[ProcessSeries, ...]
     bundle: Bundle | None = None
+    parse: ParseReport | None = None
+
+    def undumped(self) -> list[ProcessVerdict]:
+        """Processes of a bundle that py-spy could not dump (timeout, ptrace, gone)."""
+        if self.bundle is None:
+            return []
+        have = {s.pid for s in self.series}
+        seen: dict[int, str] = {}
+        rounds = ((self.bundle.manifest.get("stacks") or {}).get("rounds")) or []
+        for r in rounds:
+            for d in (r.get("dumps") or []) if isinstance(r, dict) else []:
+                pid = d.get("pid") if isinstance(d, dict) else None
+                if isinstance(pid, int) and not d.get("ok") and pid not in have:
+                    seen.setdefault(pid, str(d.get("problem") or "failed"))
+        return [ProcessVerdict(None, NO_STACKS, source=self.name, pid_override=pid, note=problem) for pid, problem in seen.items()]
 
 
 #: ``detect(samples, thresholds) -> (verdict or None, the thresholds it ran with)``.
@@ -79,6 +108,7 @@ class Incident:
     source: Source
     classification: Classification | None
     whatif: WhatIf | None = None
+    verdicts: tuple[ProcessVerdict, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         c = self.classification
@@ -95,6 +125,10 @@ class Incident:
             "thread": c.thread_name if c else None,
             "frozen": c.frozen if c else None,
             "stack": [f.render() for f in c.stack] if c else [],
+            "signature_source": (c.reference or None) if c else None,
+            "processes": len(self.verdicts),
+            "suspect": c.suspect.to_json() if c and c.suspect else None,
+            "parse": self.source.parse.to_json() if self.source.parse else None,
             "whatif": self.whatif.to_json() if self.whatif else None,
         }
 
@@ -119,21 +153,72 @@ def expand_inputs(paths: Iterable[str | Path]) -> list[Path]:
 
 def load_source(path: Path) -> Source:
     if path.is_dir() or path.name.endswith((".tar.gz", ".tgz")):
+        check_bundle_size(path)
         b = load_bundle(path)
         return Source(str(path), "bundle", b.series(), b)
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    text = read_dump_file(path)
     if text.lstrip().startswith("["):
         try:
             return Source(str(path), "json", group_series([parse_json(text, source=str(path))]))
         except InputError:
             pass  # maybe a text paste that starts with "[rank0]:"
     try:
-        return Source(str(path), "text", group_series(parse_text(text, source=str(path))))
+        report = read_text(text, source=str(path))
     except InputError:
-        raise InputError(f"{path}: neither a hangwatch bundle nor a py-spy dump (text or --json)") from None
+        raise InputError(
+            f"{path}: neither a hangwatch bundle nor a py-spy dump (text or --json): "
+            "no line looks like a stack frame ('function (file.py:line)')"
+        ) from None
+    return Source(str(path), "text", group_series(report.processes), parse=report)
+
+
+def check_bundle_size(path: Path, limit: int | None = None) -> None:
+    """Refuse a bundle over ``limit`` bytes (files of a directory, or the members
+    of an archive and the archive itself) before anything is read into memory."""
+    limit = MAX_BUNDLE_BYTES if limit is None else limit
+    total = 0
+    too_big = InputError(f"{path}: bundle larger than {limit / (1024 * 1024):g} MiB; not a hangwatch bundle (they are a few MiB)")
+    if path.is_dir():
+        stack = [path]
+        while stack:
+            try:
+                entries = list(os.scandir(stack.pop()))
+            except OSError as exc:
+                raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+                elif entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_size
+                    if total > limit:
+                        raise too_big
+        return
+    try:
+        if path.stat().st_size > limit:
+            raise too_big
+        with tarfile.open(path, "r:gz") as tar:
+            for member in tar:
+                total += member.size if member.isfile() else 0
+                if total > limit:
+                    raise too_big
+    except (tarfile.TarError, OSError, EOFError):
+        return  # load_bundle names the problem
+
+
+def read_dump_file(path: Path, limit: int | None = None) -> str:
+    """The file's text, refusing files over ``limit`` bytes (read at most limit+1)."""
+    limit = MAX_DUMP_BYTES if limit is None else limit
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if len(data) > limit:
+        raise InputError(
+            f"{path}: larger than {limit / (1024 * 1024):g} MiB; a py-spy dump is far smaller: "
+            "cut the file down to the stacks"
+        )
+    return data.decode("utf-8", errors="replace")
 
 
 def run_whatif(samples: Sequence[Sample], thresholds: Mapping[str, Any], detect: WhatIfDetector,
@@ -160,7 +245,9 @@ def analyse(paths: Iterable[str | Path], signatures: Sequence[Signature], overri
     incidents = []
     for path in expand_inputs(paths):
         src = load_source(path)
-        c = classify(src.series, signatures) if src.series else None
+        verdicts = tuple(process_verdicts(src.series, signatures, source=src.name)) + tuple(src.undumped())
+        rounds = max((len(s.dumps) for s in src.series), default=1)
+        c = headline(verdicts, signatures, rounds=rounds) if src.series else None
         if c is None and src.bundle is not None:
             stored = src.bundle.manifest.get("classification")
             c = Classification.from_json(stored) if stored else None
@@ -170,8 +257,13 @@ def analyse(paths: Iterable[str | Path], signatures: Sequence[Signature], overri
             if samples:
                 what = run_whatif(samples, whatif_thresholds(src.bundle, overrides or {}), whatif,
                                   src.bundle.manifest.get("verdict"))
-        incidents.append(Incident(src, c, what))
+        incidents.append(Incident(src, c, what, verdicts))
     return incidents
+
+
+def processes_overview(incidents: Sequence[Incident]) -> Overview:
+    """Every process of every input in one table, and the suspect among them."""
+    return overview([v for i in incidents for v in i.verdicts])
 
 
 # --- aggregate -----------------------------------------------------------------------
@@ -219,7 +311,31 @@ def render_tree(node: Mapping[str, Any], depth: int = 0) -> list[str]:
     return lines
 
 
-def render_text(incidents: Sequence[Incident], agg: Mapping[str, Any]) -> str:
+def render_table(ov: Overview, inputs: int) -> list[str]:
+    rows = [v.to_row() for v in ov.verdicts]
+    out = [f"== {len(rows)} processes across {inputs} input(s)"]
+    width = min(max(len(Path(r["source"]).name) for r in rows), 40)
+    out.append(f"  {'SOURCE':<{width}}  {'PID':>8}  {'RANK':>4}  {'STATE':<10} {'SIGNATURE':<26} TOP FRAMES")
+    for r in rows[:MAX_TABLE_ROWS]:
+        pid = str(r["pid"]) if r["pid"] is not None else "?"
+        rank = str(r["rank"]) if r["rank"] is not None else "-"
+        frames = " < ".join(r["top_frames"][:2])
+        out.append(f"  {Path(r['source']).name[:width]:<{width}}  {pid:>8}  {rank:>4}  {r['state']:<10} {r['label'][:26]:<26} {frames}")
+    if len(rows) > MAX_TABLE_ROWS:
+        out.append(f"  ... {len(rows) - MAX_TABLE_ROWS} more (see --json)")
+    s = ov.story
+    if s.suspect is not None:
+        where = f"pid {s.suspect.pid}" if s.suspect.pid is not None else "a process without pid"
+        rank = f", rank {s.suspect.rank}" if s.suspect.rank is not None else ""
+        out.append(f"suspect: {where}{rank} ({Path(s.suspect.source).name}): {s.reason}")
+    elif s.note:
+        out.append(f"suspect: none here — {s.note}")
+    else:
+        out.append("suspect: none (no crowd waiting in a collective to differ from)")
+    return out
+
+
+def render_text(incidents: Sequence[Incident], agg: Mapping[str, Any], ov: Overview | None = None) -> str:
     out: list[str] = []
     for i in incidents:
         c = i.classification
@@ -230,11 +346,23 @@ def render_text(incidents: Sequence[Incident], agg: Mapping[str, Any]) -> str:
             out.append(f"   {c.summary()}")
             if c.cmdline:
                 out.append(f"   process: {c.cmdline[:160]}")
+            if c.suspect is not None:
+                who = f"pid {c.suspect.pid}" if c.suspect.pid is not None else "not in this input"
+                out.append(f"   suspect: {who} — {c.suspect.reason}")
             out.append("   evidence:")
             out.extend(f"     {f.render()}" for f in c.evidence)
             out.append(f"   advice: {c.advice}")
+            if c.reference:
+                out.append(f"   learned from: {c.reference}")
+        if i.source.parse is not None:
+            p = i.source.parse
+            notes = "; ".join(p.notes())
+            out.append(f"   read as: {len(p.processes)} process(es), {p.frames} frame(s), confidence {p.confidence}" + (f" ({notes})" if notes else ""))
         if i.whatif:
             out.append(f"   {i.whatif.describe()}")
+        out.append("")
+    if ov is not None and len(ov.verdicts) >= 2:
+        out.extend(render_table(ov, len(incidents)))
         out.append("")
     n = agg["incidents"]
     out.append(f"== across {n} incident(s)")

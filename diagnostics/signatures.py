@@ -7,6 +7,7 @@ signature is a ``SignatureFileError`` naming the file and, where it can, the lin
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from dataclasses import dataclass
@@ -29,6 +30,36 @@ _KNOWN_KEYS = {"id", "title", "priority", "match", "thread", "process", "frames"
 #: the verdict (progress bars, pin-memory, monitors, watchdogs).
 KINDS = ("stall", "idle", "helper")
 _FRAME_KEYS = {"function", "file", "regex"}
+#: Signatures look at the innermost frames only: a stall is where the thread
+#: is, and a runaway recursion in a paste must not cost time.
+MAX_MATCH_FRAMES = 256
+_rx = functools.lru_cache(maxsize=4096)(re.compile)
+
+
+@functools.lru_cache(maxsize=4096)
+def _rx_lines(pattern: str) -> re.Pattern[str] | None:
+    """``pattern`` for a search over one-name-per-line text (None when it could
+    match across lines or only at the very start or end of a text)."""
+    if any(tok in pattern for tok in ("\\A", "\\Z", "\\n", "\\s", "\\S", "(?s", "[^")):
+        return None
+    return re.compile(pattern, re.MULTILINE)
+
+
+class ThreadLines:
+    """A thread's function names and files, one per line: a pattern that finds
+    nothing here matches no frame, which one C-level search tells. Build it
+    with ``for_thread`` and pass it to every signature's ``match_thread``."""
+
+    __slots__ = ("functions", "files", "cut")
+
+    def __init__(self, frames: Sequence[Frame]) -> None:
+        self.functions = "\n".join(f.function for f in frames)
+        self.files = "\n".join(f.file for f in frames)
+        self.cut = any(f.file[-1:] == "…" for f in frames)
+
+    @classmethod
+    def for_thread(cls, thread: ThreadDump) -> "ThreadLines":
+        return cls(thread.frames[:MAX_MATCH_FRAMES])
 
 
 @dataclass(frozen=True)
@@ -37,38 +68,66 @@ class FramePattern:
     file: str | None = None
     regex: bool = False
 
+    def __post_init__(self) -> None:
+        # Compiled once: a big paste is matched frame by frame.
+        object.__setattr__(self, "_fn_rx", _rx(self.function) if self.regex and self.function is not None else None)
+        object.__setattr__(self, "_file_rx", _rx(self.file) if self.regex and self.file is not None else None)
+
+    def could_match(self, lines: ThreadLines) -> bool:
+        """False only when no frame of ``lines`` can match (a fast pre-check)."""
+        if self.function is not None:
+            if self.regex:
+                rx = _rx_lines(self.function)
+                if rx is not None and rx.search(lines.functions) is None:
+                    return False
+            elif self.function not in lines.functions:
+                return False
+        if self.file is not None and not lines.cut:
+            if self.regex:
+                rx = _rx_lines(self.file)
+                return rx is None or rx.search(lines.files) is not None
+            last = self.file.rstrip("/").rsplit("/", 1)[-1]
+            return last in lines.files
+        return True
+
     def matches(self, frame: Frame) -> bool:
-        if self.function is not None and not self._match(self.function, frame.function):
-            return False
+        function = self.function
+        if function is not None:
+            rx = self._fn_rx  # type: ignore[attr-defined]
+            if rx is not None:
+                if rx.search(frame.function) is None:
+                    return False
+            elif function not in frame.function:
+                return False
         if self.file is not None and not self._match_file(frame):
             return False
         return True
 
-    def _match(self, pattern: str, value: str) -> bool:
-        return bool(re.search(pattern, value)) if self.regex else pattern in value
-
     def _match_file(self, frame: Frame) -> bool:
-        assert self.file is not None
-        if frame.cut:
+        pat, file = self.file, frame.file
+        assert pat is not None
+        rx = self._file_rx  # type: ignore[attr-defined]
+        if file[-1:] == "…":
             # "torch/cuda/…" may be "torch/cuda/graphs.py": a substring pattern
             # matches when what survived is a prefix of it, or contains it.
-            kept = frame.file[:-1]
-            if self.regex:
-                return bool(re.search(self.file, kept))
-            if self.file in kept:
+            kept = file[:-1]
+            if rx is not None:
+                return rx.search(kept) is not None
+            if pat in kept:
                 return True
-            least = min(len(self.file), 5)
-            return any(kept.endswith(self.file[:k]) for k in range(len(self.file), least - 1, -1))
-        if self._match(self.file, frame.file):
+            least = min(len(pat), 5)
+            return any(kept.endswith(pat[:k]) for k in range(len(pat), least - 1, -1))
+        if rx is not None:
+            return rx.search(file) is not None
+        if pat in file:
             return True
         # A pasted text dump may only have short paths ("dataloader.py",
         # "data/dataloader.py"): they match a pattern that ends with them at a
         # component boundary ("worker.py" is not "eagle_worker.py"). Substring
         # patterns only; a directory pattern needs the directory.
-        pat = self.file
-        if self.regex or "/" not in pat or pat.endswith("/") or frame.file.startswith("/"):
+        if "/" not in pat or pat.endswith("/") or file.startswith("/"):
             return False
-        return ("/" + pat).endswith("/" + frame.file)
+        return ("/" + pat).endswith("/" + file)
 
     def describe(self) -> str:
         parts = [f"{k}={v!r}" for k, v in (("function", self.function), ("file", self.file)) if v is not None]
@@ -91,24 +150,27 @@ class Signature:
     innermost: int | None = None
     reference: str = ""
 
-    def match_thread(self, thread: ThreadDump, cmdline: str = "") -> tuple[Frame, ...]:
+    def match_thread(self, thread: ThreadDump, cmdline: str = "", lines: ThreadLines | None = None) -> tuple[Frame, ...]:
         """The frames that satisfy this signature in ``thread``; empty when it does not match.
         A helper signature with only a ``thread`` pattern (no frames) matches by name."""
-        if self.thread is not None and not re.search(self.thread, thread.name):
+        if self.thread is not None and not _rx(self.thread).search(thread.name):
             return ()
-        if self.process is not None and not re.search(self.process, cmdline):
+        if self.process is not None and not _rx(self.process).search(cmdline):
             return ()
         if not self.frames:
             return thread.frames[:1] or (Frame("?", "?"),)
-        frames = thread.frames
+        frames = thread.frames[:MAX_MATCH_FRAMES]
         if self.innermost is not None:
             frames = _innermost(frames, self.innermost)
-        hits = [[f for f in frames if p.matches(f)] for p in self.frames]
+            lines = None
+        if lines is None:
+            lines = ThreadLines(frames)
+        hits = [[f for f in frames if p.matches(f)] if p.could_match(lines) else [] for p in self.frames]
         if self.match == "all" and not all(hits):
             return ()
         evidence = {id(f): f for group in hits for f in group}
         # Keep stack order (innermost first).
-        return tuple(f for f in thread.frames if id(f) in evidence)
+        return tuple(f for f in frames if id(f) in evidence)
 
 
 def _innermost(frames: Sequence[Frame], n: int) -> tuple[Frame, ...]:

@@ -8,6 +8,7 @@ round) from a busy one. Frames are innermost first, as py-spy lists them.
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from dataclasses import dataclass, field
@@ -45,7 +46,7 @@ class Frame:
         """Identity across incidents: line numbers differ between versions."""
         return (self.function, self.short_file)
 
-    @property
+    @functools.cached_property
     def is_stdlib(self) -> bool:
         if self.native:
             return True

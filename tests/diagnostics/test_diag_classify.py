@@ -200,6 +200,8 @@ def test_a_main_thread_without_a_name_is_known_by_its_id():
         ([("encode_batch", "tokenizers/implementations/base_tokenizer.py", 250), ("tokenize", "data.py", 3)], "tokenizer-deadlock"),
         ([("recv", "torch/distributed/distributed_c10d.py", 1002), ("recv", "deepspeed/runtime/pipe/p2p.py", 83)], "nccl-collective-wait"),
         ([("hipStreamSynchronize", "libamdhip64.so", None), ("item", "ops.py", 3)], "cuda-synchronize-wait"),
+        ([("ur::level_zero::urEventWait", "libur_adapter_level_zero.so.0", None), ("build", "vllm/v1/attention/backends/gdn_attn.py", 307)],
+         "cuda-synchronize-wait"),  # namespaced native names
     ],
 )
 def test_new_signatures_on_library_frames(frames, expected):

@@ -6,10 +6,12 @@ import json
 import subprocess
 import sys
 import tarfile
+import time
 
 import pytest
 
 from diag_helpers import DATA, synthetic_bundle as _synthetic_bundle
+from hangwatch.diagnostics.bundle import dumps_json, write_bundle
 from hangwatch.cli.main import main
 
 TEXT_FIXTURES = ["gpu_model_runner_native.txt", "nccl_all_reduce.txt", "gdn_chunk.txt", "unknown_reward.txt"]
@@ -145,3 +147,127 @@ def test_replay_as_a_subprocess_from_any_directory(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "hangwatch.cli", "replay", str(tmp_path / "missing")],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=30)
     assert bad.returncode == 2 and "missing: no such file" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# --- pasted dumps, many processes, limits ------------------------------------------------
+
+PASTED = DATA / "pasted"
+
+
+@pytest.mark.timeout(30)
+def test_cross_process_table_names_the_rank_in_graph_replay_among_all_reduce_victims(capsys):
+    """Real dumps: eight BLOOM ranks waiting in all_reduce / recv (node 49) and the
+    sglang rank whose forward thread sits in CUDA-graph replay (sglang#7254)."""
+    victims, replaying = PASTED / "bloom_tr11_node49_collective_victims.txt", PASTED / "sglang_7254_forward_thread_graph_replay.txt"
+    rc, out, err = _run(capsys, "replay", "--json", str(victims), str(replaying))
+    assert rc == 0, err
+    data = json.loads(out)
+    assert len(data["processes"]) == 9
+    row = {r["pid"]: r for r in data["processes"]}
+    assert row[686181]["signature_id"] == "nccl-collective-wait" and row[392]["signature_id"] == "cuda-graph-replay"
+    assert {"source", "pid", "rank", "state", "top_frames", "signature_id"} <= set(row[392])
+    assert data["suspect"]["pid"] == 392 and data["suspect"]["signature_id"] == "cuda-graph-replay"
+    assert "wait in a collective" in data["suspect"]["reason"]
+
+    rc, text, _ = _run(capsys, "replay", str(victims), str(replaying))
+    assert rc == 0
+    assert "== 9 processes across 2 input(s)" in text
+    assert "suspect: pid 392 (sglang_7254_forward_thread_graph_replay.txt)" in text
+
+
+@pytest.mark.timeout(30)
+def test_the_culprit_rank_on_another_node(capsys):
+    """BLOOM-176B: node 49's ranks all wait in collectives; node 48 holds the rank
+    stuck in the DataLoader among seven in broadcast."""
+    rc, out, _ = _run(capsys, "replay", "--json", *(str(PASTED / f) for f in ("bloom_tr11_node49_collective_victims.txt", "bloom_tr11_node48_grouped_ranks.txt")))
+    data = json.loads(out)
+    got = {i["source"].rsplit("/", 1)[-1]: i for i in data["incidents"]}
+    assert got["bloom_tr11_node49_collective_victims.txt"]["signature_id"] == "nccl-collective-wait"
+    assert got["bloom_tr11_node49_collective_victims.txt"]["suspect"]["pid"] is None
+    assert got["bloom_tr11_node48_grouped_ranks.txt"]["signature_id"] == "dataloader-wait"
+    assert data["suspect"]["pid"] == 688514 and len(data["processes"]) == 16
+
+
+def _py_spy_json(pid, frames):
+    return json.dumps([{"pid": pid, "thread_id": pid, "os_thread_id": pid, "thread_name": "MainThread", "active": False, "owns_gil": False,
+                        "frames": [{"name": n, "filename": f, "short_filename": f.rsplit("/", 1)[-1], "line": ln, "module": None} for n, f, ln in frames]}])
+
+
+def test_a_process_py_spy_could_not_dump_is_the_suspect(capsys, tmp_path):
+    victim = [("all_reduce", "/venv/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py", 2501), ("step", "/app/train.py", 9)]
+    manifest = {"schema": 1, "kind": "hangwatch-incident", "verdict": {"kind": "stall"}, "captured": ["stacks"], "failed": {},
+                "stacks": {"rounds": [{"round": 1, "dumps": [
+                    {"pid": 100, "round": 1, "ok": True}, {"pid": 101, "round": 1, "ok": True},
+                    {"pid": 102, "round": 1, "ok": False, "problem": "timeout", "message": "py-spy did not finish"}]}]}}
+    files = {"manifest.json": dumps_json(manifest),
+             "stacks/round-1/pid-100.json": _py_spy_json(100, victim), "stacks/round-1/pid-101.json": _py_spy_json(101, victim),
+             "processes.json": dumps_json([{"pid": p, "cmdline": ["python", "train.py", f"--local_rank={p - 100}"]} for p in (100, 101, 102)])}
+    bundle = write_bundle(tmp_path / "b" / "incidents" / "20260101T000000-attempt1-stall", files)
+    rc, out, _ = _run(capsys, "replay", "--json", str(bundle))
+    assert rc == 0
+    data = json.loads(out)
+    (incident,) = data["incidents"]
+    assert incident["signature_id"] == "nccl-collective-wait" and incident["suspect"]["pid"] == 102
+    assert "could not dump" in incident["suspect"]["reason"] and "timeout" in incident["suspect"]["reason"]
+    rows = {r["pid"]: r for r in data["processes"]}
+    assert rows[102]["state"] == "not dumped" and rows[100]["rank"] == 0
+
+
+def test_paste_report_says_what_was_skipped(capsys):
+    rc, out, _ = _run(capsys, "replay", "--json", str(PASTED / "verl_340_two_frames_no_header.txt"))
+    (incident,) = json.loads(out)["incidents"]
+    assert incident["signature_id"] == "all-idle"
+    assert incident["parse"]["confidence"] == "low" and incident["parse"]["frames"] == 2
+    rc, text, _ = _run(capsys, "replay", str(PASTED / "lmcache_4419_columns_trailing_note.txt"))
+    assert "read as: 1 process(es)" in text and "skipped 1 line(s)" in text and "neither" not in text
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["repeated", "all_unique", "many_processes"])
+def test_two_megabytes_of_stack_text_through_replay_is_linear(capsys, tmp_path, kind):
+    """2 MB without a Process header: parsed and classified in one pass (the
+    bound is loose for a loaded 2-core machine; it is ~1-3 s)."""
+    if kind == "repeated":
+        block = "".join(f"    layer_{i % 97} (model/layers.py:{i})\n" for i in range(50)) + "some prose between blocks\n"
+        text = block * (2_000_000 // len(block) + 1)
+    elif kind == "all_unique":
+        text = "".join(f"    func_{i} (pkg_{i}/mod_{i}.py:{i})\n" if i % 40 else "prose line\n" for i in range(62_000))
+    else:
+        text = "".join(f'Thread {100 + k} (idle): "MainThread"\n' + "".join(f"    g_{k}_{j} (m{k}/x{j}.py:{j})\n" for j in range(30)) for k in range(2300))
+    big = tmp_path / "big.txt"
+    big.write_text(text)
+    assert big.stat().st_size >= 2_000_000
+    start = time.perf_counter()
+    rc, out, err = _run(capsys, "replay", "--json", str(big))
+    elapsed = time.perf_counter() - start
+    assert rc == 0, err
+    assert elapsed < 30.0, f"{kind}: {elapsed:.1f} s"
+    assert json.loads(out)["incidents"][0]["parse"]["frames"] > 40_000
+
+
+def test_oversized_inputs_are_refused_with_exit_2(capsys, tmp_path, monkeypatch):
+    from hangwatch.diagnostics import replay  # noqa: PLC0415
+
+    monkeypatch.setattr(replay, "MAX_DUMP_BYTES", 1000)
+    monkeypatch.setattr(replay, "MAX_BUNDLE_BYTES", 1000)
+    dump = tmp_path / "huge.txt"
+    dump.write_text("    f (a.py:1)\n" * 200)
+    rc, _, err = _run(capsys, "replay", str(dump))
+    assert rc == 2 and "huge.txt: larger than" in err and "Traceback" not in err
+    bundle = _synthetic_bundle(tmp_path)
+    rc, _, err = _run(capsys, "replay", str(bundle))
+    assert rc == 2 and "bundle larger than" in err and "Traceback" not in err
+
+
+@pytest.mark.timeout(60)
+def test_real_corpus_meets_the_bar():
+    """Every real paste parses and at least 90 % of those with a known cause get
+    the signature of that cause (python -m hangwatch.diagnostics.corpus)."""
+    from hangwatch.diagnostics.corpus import load_corpus, score, summary  # noqa: PLC0415
+
+    outcomes = score(load_corpus(PASTED))
+    line = summary(outcomes)
+    assert len(outcomes) >= 40, line
+    assert all(o.parsed for o in outcomes), [o.entry.name for o in outcomes if not o.parsed]
+    known = [o for o in outcomes if o.known]
+    assert sum(o.right for o in known) >= 0.9 * len(known), [(o.entry.name, o.entry.expected, o.got) for o in known if not o.right]
