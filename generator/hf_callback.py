@@ -44,18 +44,28 @@ loop of transformers 5.24 (``Trainer._inner_training_loop``) and TRL 1.16.0:
   training starts ``use_vllm``/``vllm_mode`` from the trainer's arguments.
   :meth:`HangwatchCallbackCore.note` adds fields of your own (for example the
   kwargs the engine was really built with).
+
+What it adds to the Trainer's own logs (so W&B, TensorBoard and
+``trainer_state.json``'s ``log_history`` show restarts on the training curves):
+``hangwatch/attempt`` (1, 2, ...) and, on a resumed attempt,
+``hangwatch/resumed_from_step`` (the step of the checkpoint hangwatch chose).
+Reporting callbacks (``report_to``) run before user callbacks, so ``attach``
+also wraps the trainer's ``log`` to put the fields in before any reporter sees
+the record; ``on_log`` adds them for the callbacks after this one and to
+``log_history`` (a plain ``add_callback``).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import re
 from typing import Any, Callable, Mapping
 
 from hangwatch.contract.heartbeat import beat
 
 
-__all__ = ["HangwatchCallback", "HangwatchCallbackCore", "make_callback", "policy_info"]
+__all__ = ["HangwatchCallback", "HangwatchCallbackCore", "make_callback", "policy_info", "run_log_fields"]
 
 #: the TRL methods that run one round of rollout generation (+ scoring), wrapped by ``attach``
 GENERATE_METHODS = ("_generate_and_score_completions",)
@@ -73,6 +83,21 @@ def policy_info(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     env = os.environ if env is None else env
     policy = rollout_policy(env)
     return {**policy.beat_info(), "engine_kwargs": policy.engine_kwargs()}
+
+
+def run_log_fields(env: Mapping[str, str] | None = None) -> dict[str, int]:
+    """hangwatch's attempt and resume point as numeric Trainer log fields (empty outside hangwatch)."""
+    env = os.environ if env is None else env
+    out: dict[str, int] = {}
+    attempt = env.get("HANGWATCH_ATTEMPT", "")
+    if attempt.isdigit():
+        out["hangwatch/attempt"] = int(attempt)
+    resume = env.get("HANGWATCH_RESUME_FROM")
+    if resume:
+        step = re.search(r"(\d+)$", os.path.basename(resume.rstrip("/")))
+        if step:
+            out["hangwatch/resumed_from_step"] = int(step.group(1))
+    return out
 
 
 class HangwatchCallbackCore:
@@ -96,6 +121,7 @@ class HangwatchCallbackCore:
         self.info: dict[str, Any] = policy_info(env)
         if env.get("HANGWATCH_ATTEMPT"):
             self.info["attempt"] = env["HANGWATCH_ATTEMPT"]
+        self.log_fields = run_log_fields(env)
         self.phase: str | None = None
         self.step: int | None = None
 
@@ -124,6 +150,21 @@ class HangwatchCallbackCore:
             setattr(trainer, name, self._generating(trainer, method))
             wrapped.append(name)
         return wrapped
+
+    def wrap_logging(self, trainer: Any) -> bool:
+        """Put ``log_fields`` into every record ``trainer.log`` gets, before any reporter sees it."""
+        log = getattr(trainer, "log", None)
+        if log is None or not self.log_fields or getattr(log, "_hangwatch_wrapped", False):
+            return False
+        fields = self.log_fields
+
+        @functools.wraps(log)
+        def logged(logs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+            return log({**logs, **{k: v for k, v in fields.items() if k not in logs}}, *args, **kwargs)
+
+        logged._hangwatch_wrapped = True  # type: ignore[attr-defined]
+        trainer.log = logged
+        return True
 
     def _generating(self, trainer: Any, method: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(method)
@@ -189,6 +230,16 @@ class HangwatchCallbackCore:
         self.send(state.global_step, "train")
         return control
 
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+        if logs is not None and self.log_fields:
+            for key, value in self.log_fields.items():
+                logs.setdefault(key, value)
+            history = getattr(state, "log_history", None)
+            if history and isinstance(history[-1], dict):
+                for key, value in self.log_fields.items():
+                    history[-1].setdefault(key, value)
+        return control
+
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         self.send(state.global_step, "train_end")
         return control
@@ -217,10 +268,11 @@ def _build_class() -> type:
         from transformers import TrainerCallback  # only when the callback is actually used
 
         def attach(cls: type, trainer: Any, **kwargs: Any) -> Any:
-            """Add a new callback to ``trainer`` and wrap its rollout generation; returns the callback."""
+            """Add a new callback to ``trainer``, wrap its rollout generation and its ``log``; returns the callback."""
             callback = cls(**kwargs)
             trainer.add_callback(callback)
             callback.wrap_generation(trainer)
+            callback.wrap_logging(trainer)
             return callback
 
         _CLASS = type(
