@@ -55,8 +55,6 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.add_argument("--follow", action="store_true",
                         help="stream events and phase changes as they happen, until the run finishes (Ctrl-C to stop)")
-    status.add_argument("--follow", action="store_true",
-                        help="stream events and phase changes as they happen, until the run finishes (Ctrl-C to stop)")
     status.set_defaults(func=cmd_status)
     from hangwatch.diagnostics.cli import register  # noqa: PLC0415
 
@@ -177,15 +175,6 @@ def add_run_parser(sub: Any) -> None:
     g.add_argument("--metrics-textfile", metavar="PATH", help="keep Prometheus metrics in PATH (node-exporter textfile collector)")
     g.add_argument("--heartbeat-warning", type=float, metavar="S",
                    help=f"warn when an attempt sends no heartbeat within S s of launch; 0 disables (default {d['heartbeat_warning']:g})")
-    g = run.add_argument_group("alerts and metrics (README: Alerts and metrics)")
-    g.add_argument("--notify", action="append", metavar="URL",
-                   help="send incident, gave_up and run_finished alerts to this apprise URL (repeatable; slack://, "
-                        "ntfy://, mailto://, json://host/path, ...); a config file keeps the token out of ps")
-    g.add_argument("--notify-command", metavar="CMD", help="run CMD (through sh) with each alert as JSON on stdin")
-    g.add_argument("--metrics-port", metavar="[HOST:]PORT", help="serve Prometheus metrics at http://HOST:PORT/metrics")
-    g.add_argument("--metrics-textfile", metavar="PATH", help="keep Prometheus metrics in PATH (node-exporter textfile collector)")
-    g.add_argument("--heartbeat-warning", type=float, metavar="S",
-                   help=f"warn when an attempt sends no heartbeat within S s of launch; 0 disables (default {d['heartbeat_warning']:g})")
     run.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     run.set_defaults(func=cmd_run)
 
@@ -282,10 +271,6 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"--resume {resume_dir} continues the run's own command ({' '.join(saved_command)!s:.80}); "
                 "drop the command after --, or start a new run with a new --run-dir")
-        if command and command != saved_command:
-            raise UsageError(
-                f"--resume {resume_dir} continues the run's own command ({' '.join(saved_command)!s:.80}); "
-                "drop the command after --, or start a new run with a new --run-dir")
         values.update(cli_values)
         values["run_dir"] = str(resume_dir)
         command = command or saved_command
@@ -307,14 +292,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         private_dir(run_dir)  # refuses a directory another user controls
     except OSError as exc:
         raise UsageError(f"--run-dir {run_dir}: cannot create it: {exc}") from exc
-    from hangwatch.cli import rundir  # noqa: PLC0415
-
-    try:
-        rundir.lock(run_dir)  # held for this process's life; the kernel drops it even on SIGKILL
-    except OSError as exc:
-        raise UsageError(f"--run-dir {run_dir}: cannot lock it: {exc}") from exc
-    if resume_dir is None:
-        rundir.refuse_existing(run_dir)
     from hangwatch.cli import rundir  # noqa: PLC0415
 
     try:
@@ -346,12 +323,6 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(f"--resume {run_dir}: cannot read the journal: {exc}") from exc
 
     supervisor = Supervisor(config, probe, default_capture_hook(), state=state)
-    if resume_dir is not None and lost is not None:
-        log.warning("attempt_lost", message=f"attempt {lost} was left open by the dead supervisor: journaled as supervisor_lost")
-    from hangwatch.cli import operate  # noqa: PLC0415
-
-    ops = operate.start(config, operate_config, supervisor.state.run_id, probe.name, log)
-    supervisor.journal, supervisor.observer = ops.journal, ops.observer  # status file, alerts, metrics
     if resume_dir is not None and lost is not None:
         log.warning("attempt_lost", message=f"attempt {lost} was left open by the dead supervisor: journaled as supervisor_lost")
     from hangwatch.cli import operate  # noqa: PLC0415
