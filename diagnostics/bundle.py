@@ -17,6 +17,7 @@ import os
 import re
 import stat
 import tarfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -77,7 +78,10 @@ class Bundle:
 
     @property
     def manifest(self) -> dict[str, Any]:
-        return self.json(MANIFEST)
+        manifest = self.json(MANIFEST)
+        if not isinstance(manifest, dict):
+            raise BundleError(f"{self.source}: {MANIFEST} is not a JSON object")
+        return manifest
 
     def text(self, name: str) -> str | None:
         data = self.files.get(name)
@@ -91,6 +95,8 @@ class Bundle:
             return json.loads(text)
         except ValueError as exc:
             raise BundleError(f"{self.source}: {name} is not valid JSON ({exc})") from None
+        except RecursionError:
+            raise BundleError(f"{self.source}: {name} is nested too deeply to be a hangwatch file") from None
 
     def samples(self) -> list[Sample]:
         text = self.text("samples.jsonl") or ""
@@ -99,7 +105,7 @@ class Bundle:
             if line.strip():
                 try:
                     out.append(Sample.from_json(json.loads(line)))
-                except (ValueError, KeyError, TypeError) as exc:
+                except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
                     raise BundleError(f"{self.source}: samples.jsonl line {n}: {exc}") from None
         return out
 
@@ -133,22 +139,32 @@ def is_bundle_path(path: Path) -> bool:
     return path.name.endswith((".tar.gz", ".tgz"))
 
 
+# A bundle is a few MiB (log tails, dumps, samples). Anything far larger is not
+# one, and reading it whole would let a 2 MB .tar.gz (a decompression bomb) take
+# gigabytes: sizes are checked from the headers before a byte is decompressed.
+MAX_MEMBER_BYTES = 32 * 1024 * 1024
+MAX_TOTAL_BYTES = 128 * 1024 * 1024
+MAX_MEMBERS = 4096
+
+
 def load_bundle(path: Path) -> Bundle:
+    """Read a bundle directory or ``.tar.gz`` into memory, bounded.
+
+    Never follows a symlink (a link in a bundle directory, say a log tail
+    pointing at a private file, is skipped) and never extracts an archive.
+    """
     path = Path(path)
     if path.is_dir():
         if not (path / MANIFEST).is_file():
             raise InputError(f"{path}: not a bundle (no {MANIFEST})")
-        files = {}
-        for file in sorted(path.rglob("*")):
-            rel = file.relative_to(path).as_posix()
-            if file.is_file() and not any(part.startswith(".") for part in Path(rel).parts):
-                files[rel] = file.read_bytes()
-        return Bundle(path, path.name, files)
+        return Bundle(path, path.name, _read_dir(path))
+    budget = _Budget(path)
     try:
         with tarfile.open(path, "r:gz") as tar:
             files = {}
             top = None
-            for member in tar.getmembers():
+            for member in tar:
+                budget.member(member.name, member.size if member.isfile() else 0)
                 # Read regular files into memory only: no extraction, so no
                 # path traversal or link tricks from a hostile archive.
                 if not member.isfile():
@@ -157,12 +173,68 @@ def load_bundle(path: Path) -> Bundle:
                 top = top or head
                 extracted = tar.extractfile(member)
                 if rel and extracted is not None:
-                    files[rel] = extracted.read()
-    except (tarfile.TarError, OSError, EOFError) as exc:
+                    files[rel] = extracted.read(MAX_MEMBER_BYTES + 1)
+                    budget.check_read(member.name, len(files[rel]))
+            tar.members = []  # tarfile keeps every header; we are done with them
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise InputError(f"{path}: not a readable .tar.gz bundle ({exc})") from None
     if MANIFEST not in files:
         raise InputError(f"{path}: archive has no {MANIFEST} under a top directory; not a hangwatch bundle")
     return Bundle(path, top or path.name, files)
+
+
+class _Budget:
+    """Member count, member size and total size of one bundle read, with a clear error."""
+
+    def __init__(self, source: Path) -> None:
+        self.source = source
+        self.count = 0
+        self.total = 0
+
+    def member(self, name: str, size: int) -> None:
+        self.count += 1
+        self.total += max(0, size)
+        if self.count > MAX_MEMBERS:
+            raise InputError(f"{self.source}: more than {MAX_MEMBERS} files; not a hangwatch bundle")
+        if size > MAX_MEMBER_BYTES:
+            raise InputError(f"{self.source}: {name} is {size / 2**20:.0f} MiB, over the {MAX_MEMBER_BYTES >> 20} MiB "
+                             "a bundle file may have; not a hangwatch bundle (or a decompression bomb)")
+        if self.total > MAX_TOTAL_BYTES:
+            raise InputError(f"{self.source}: over {MAX_TOTAL_BYTES >> 20} MiB in all; not a hangwatch bundle")
+
+    def check_read(self, name: str, got: int) -> None:
+        if got > MAX_MEMBER_BYTES:
+            raise InputError(f"{self.source}: {name} is larger than its header says; not a hangwatch bundle")
+
+
+def _read_dir(path: Path) -> dict[str, bytes]:
+    budget = _Budget(path)
+    files: dict[str, bytes] = {}
+    stack = [path]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as exc:
+            raise InputError(f"{folder}: cannot read ({exc.strerror or exc})") from None
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue  # in-progress temporaries
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(Path(entry.path))
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                continue  # symlinks (and devices, FIFOs) are never read
+            rel = Path(entry.path).relative_to(path).as_posix()
+            budget.member(rel, entry.stat(follow_symlinks=False).st_size)
+            try:
+                fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                with os.fdopen(fd, "rb") as handle:
+                    files[rel] = handle.read(MAX_MEMBER_BYTES + 1)
+            except OSError as exc:
+                raise InputError(f"{entry.path}: cannot read ({exc.strerror or exc})") from None
+            budget.check_read(rel, len(files[rel]))
+    return dict(sorted(files.items()))
 
 
 def pack(bundle_dir: Path, out: Path | None = None) -> Path:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from functools import wraps
 from pathlib import Path
@@ -28,7 +29,13 @@ def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
         try:
             return fn(args)
         except (DiagnosticsError, ConfigError) as exc:
-            print(f"hangwatch: error: {exc}", file=sys.stderr)
+            print(f"hangwatch: error: {terminal_safe(str(exc))}", file=sys.stderr)
+            return EXIT_USAGE
+        except (KeyError, TypeError, AttributeError, IndexError, RecursionError, MemoryError) as exc:
+            # Bundles come from other people: a field of the wrong type or shape is
+            # malformed input, not our bug, and never a traceback.
+            print(f"hangwatch: error: malformed input ({type(exc).__name__}: {terminal_safe(str(exc)[:200])}); "
+                  "not a bundle or dump hangwatch wrote", file=sys.stderr)
             return EXIT_USAGE
 
     return run
@@ -83,8 +90,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render_text(incidents, agg, ov))
+        sys.stdout.write(terminal_safe(render_text(incidents, agg, ov)))
     return 0
+
+
+# C0 controls but tab and newline, DEL, and C1 controls (0x9b is a one-byte CSI).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """Text from a bundle, made harmless for a terminal: an escape sequence in a
+    thread name or a log line could retitle the window, hide lines or worse."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
 
 
 def cmd_pack(args: argparse.Namespace) -> int:

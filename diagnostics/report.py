@@ -45,7 +45,10 @@ def render_report(bundle: Bundle, *, signature_files: Iterable[str] = ()) -> str
     classification = classify(series, load_signatures(signature_files)) if series else _stored(manifest)
     verdict = manifest.get("verdict") or {}
     parts = [
-        "<!doctype html><html lang=en><head><meta charset=utf-8>",
+        # Everything shown comes from a bundle someone may have sent: no script, no fetch, ever.
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        "<meta http-equiv=Content-Security-Policy content=\"default-src 'none'; style-src 'unsafe-inline'; "
+        "img-src data:; base-uri 'none'; form-action 'none'\">",
         f"<title>hangwatch incident {_e(bundle.name)}</title><style>{_CSS}</style></head><body>",
         f"<header><h1>hangwatch incident: {_e(verdict.get('kind', '?'))}</h1>",
         f"<div class=sub>{_e(bundle.name)} · run {_e(manifest.get('run_id'))} · attempt {_e(manifest.get('attempt'))} · "
@@ -89,7 +92,7 @@ def _summary(manifest: dict[str, Any], c: Classification | None) -> str:
         cls = "known" if c.signature_id else "unknown"
         frozen = {True: "frozen across rounds", False: "changing between rounds", None: "seen once"}[c.frozen]
         out.append(f"<p class='sig {cls}'>{_e(c.signature_id or 'unknown')}: {_e(c.title)}</p>")
-        out.append(f"<p>Stalled: pid <b>{_e(c.pid)}</b>, thread <b>{_e(c.thread_name)}</b> ({_e(frozen)}, {c.rounds} round(s)) "
+        out.append(f"<p>Stalled: pid <b>{_e(c.pid)}</b>, thread <b>{_e(c.thread_name)}</b> ({_e(frozen)}, {_e(c.rounds)} round(s)) "
                    f"<span class=muted>{_e(c.cmdline[:200])}</span></p>")
         out.append("<p><b>Evidence</b></p><pre>" + "\n".join(_e(f.render()) for f in c.evidence) + "</pre>")
         out.append(f"<div class=advice><b>Advice.</b> {_e(c.advice)}</div>")
@@ -198,7 +201,8 @@ def _capture(manifest: dict[str, Any]) -> str:
     rows = [f"<tr><td class=ok>✓</td><td>{_e(n)}</td><td></td></tr>" for n in manifest.get("captured") or []]
     rows += [f"<tr><td class=fail>✗</td><td>{_e(n)}</td><td>{_e(m)}</td></tr>" for n, m in failed.items()]
     stacks = manifest.get("stacks") or {}
-    rounds = "".join(f"<tr><td>round {r.get('round')}</td><td>{r.get('ok')}/{r.get('processes')} dumped</td><td>{r.get('duration_s')} s</td></tr>" for r in stacks.get("rounds") or [])
+    rounds = "".join(f"<tr><td>round {_e(r.get('round'))}</td><td>{_e(r.get('ok'))}/{_e(r.get('processes'))} dumped</td>"
+                     f"<td>{_e(r.get('duration_s'))} s</td></tr>" for r in stacks.get("rounds") or [] if isinstance(r, dict))
     times = manifest.get("times") or {}
     return (f"<section><h2>Capture</h2><p>took {_e(times.get('capture_duration_s'))} s of a {_e(times.get('deadline_s'))} s budget; "
             f"py-spy: <code>{_e(stacks.get('pyspy'))}</code></p><table>{''.join(rows)}</table><table>{rounds}</table></section>")

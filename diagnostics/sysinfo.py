@@ -239,7 +239,8 @@ def log_files(log_paths: Mapping[str, Any]) -> dict[str, Path]:
             key = path.resolve()
         except OSError:
             key = path
-        if key in seen or not path.is_file():
+        # A symlinked log (to a private file) is never followed into a bundle.
+        if key in seen or path.is_symlink() or not path.is_file():
             return
         seen.add(key)
         out[name] = path
@@ -257,7 +258,10 @@ def log_files(log_paths: Mapping[str, Any]) -> dict[str, Path]:
 
 def tail(path: Path, lines: int = 200, max_bytes: int = 256 * 1024) -> str:
     """The last ``lines`` lines (read from the end: logs can be gigabytes), redacted."""
-    with open(path, "rb") as handle:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
         handle.seek(0, 2)
         size = handle.tell()
         handle.seek(max(0, size - max_bytes))

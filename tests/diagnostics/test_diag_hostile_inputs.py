@@ -1,0 +1,109 @@
+"""Bundles come from other people: hostile or broken ones give ``hangwatch: error:``,
+never a traceback, a runaway read, raw escape sequences or script in the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import zlib
+from pathlib import Path
+
+import pytest
+
+from diag_helpers import ROOT, synthetic_bundle
+from hangwatch.cli.main import main
+from hangwatch.diagnostics.bundle import load_bundle
+
+
+def _cli(*args: str, ulimit_kib: int | None = None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "hangwatch.cli", *args]
+    if ulimit_kib is not None:
+        cmd = ["bash", "-c", f'ulimit -v {ulimit_kib} && exec "$@"', "bash", *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=ROOT)
+
+
+def _gzip_member(data: bytes) -> bytes:
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    return c.compress(data) + c.flush()
+
+
+def _bomb(path: Path, gib: int = 1) -> Path:
+    """A ~1 MB .tar.gz holding a ``gib`` GiB samples.jsonl: one gzip member of 1 MiB of
+    zeros, repeated (gzip readers concatenate members), so it is built in an instant."""
+    manifest = json.dumps({"schema": 1}).encode()
+    first = tarfile.TarInfo("bomb/manifest.json")
+    first.size = len(manifest)
+    big = tarfile.TarInfo("bomb/samples.jsonl")
+    big.size = gib << 30
+    header = first.tobuf() + manifest.ljust(512, b"\0") + big.tobuf()
+    zeros = _gzip_member(bytes(1 << 20))
+    with open(path, "wb") as out:
+        out.write(_gzip_member(header))
+        for _ in range(gib << 10):
+            out.write(zeros)
+        out.write(_gzip_member(bytes(1024)))
+    return path
+
+
+@pytest.mark.timeout(60)
+def test_decompression_bomb_is_refused_under_a_memory_limit(tmp_path):
+    bomb = _bomb(tmp_path / "bomb.tar.gz")
+    assert bomb.stat().st_size < 4 << 20
+    for args in (["replay", str(bomb)], ["report", str(bomb), "-o", str(tmp_path / "r.html")]):
+        done = _cli(*args, ulimit_kib=1_500_000)
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert done.stderr.startswith("hangwatch: error:") and "Traceback" not in done.stderr
+        assert "MiB" in done.stderr, done.stderr
+
+
+@pytest.mark.timeout(30)
+def test_report_escapes_every_field_and_forbids_scripts(tmp_path):
+    bundle = synthetic_bundle(tmp_path)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    evil = "<script>alert(1)</script>"
+    manifest["stacks"] = {"pyspy": evil, "rounds": [{"round": evil, "ok": evil, "processes": evil, "duration_s": evil}]}
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["report", str(bundle)]) == 0
+    html = (bundle / "report.html").read_text()
+    assert "<script" not in html and "&lt;script&gt;" in html
+    assert "Content-Security-Policy" in html and "default-src 'none'" in html
+
+
+@pytest.mark.timeout(30)
+def test_a_symlink_in_a_bundle_is_never_read(tmp_path):
+    private = tmp_path / "private.txt"
+    private.write_text("TOPSECRET-CONTENT\n")
+    private.chmod(0o600)
+    bundle = synthetic_bundle(tmp_path)
+    (bundle / "logs").mkdir(exist_ok=True)
+    (bundle / "logs" / "stdout.tail.txt").symlink_to(private)
+    loaded = load_bundle(bundle)
+    assert "logs/stdout.tail.txt" not in loaded.files
+    assert main(["report", str(bundle)]) == 0
+    assert "TOPSECRET" not in (bundle / "report.html").read_text()
+
+
+@pytest.mark.timeout(30)
+def test_replay_output_carries_no_terminal_escapes(tmp_path):
+    bundle = synthetic_bundle(tmp_path)
+    processes = json.loads((bundle / "processes.json").read_text())
+    processes[0]["cmdline"] = ["python", "grpo.py\x1b]0;pwned\x07\x1b[2J\x9b31m"]
+    (bundle / "processes.json").write_text(json.dumps(processes))
+    done = _cli("replay", str(bundle))
+    assert done.returncode == 0, done.stderr
+    assert "grpo.py" in done.stdout  # the line is there, defused
+    assert not any(c in done.stdout for c in "\x1b\x07\x9b")
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("manifest", ["[" * 100_000 + "]" * 100_000, json.dumps({"schema": 1, "verdict": 5, "stacks": "x"})])
+def test_malformed_manifest_is_an_error_not_a_traceback(tmp_path, manifest):
+    bundle = synthetic_bundle(tmp_path)
+    (bundle / "manifest.json").write_text(manifest)
+    for args in (["replay", str(bundle)], ["report", str(bundle), "-o", str(tmp_path / "r.html")]):
+        done = _cli(*args)
+        assert done.returncode == 2, (args, done.stdout[-500:], done.stderr[-2000:])
+        assert done.stderr.startswith("hangwatch: error:") and "Traceback" not in done.stderr
