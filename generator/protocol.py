@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from hashlib import sha256
 from typing import Any, Callable
 
-from hangwatch.contract.procid import pid_exists
+from hangwatch.contract import ownerlock
 from hangwatch.generator.errors import AuthenticationFailed, ProtocolError, WorkerDied, WorkerTimeout
 
 NONCE_BYTES = 32
@@ -48,13 +48,17 @@ def private_runtime_dir(prefix: str = "hangwatch-gen-") -> str:
     this process so that ``sweep_runtime_dirs`` can tell when its owner is gone."""
     base = _runtime_base()
     sweep_runtime_dirs(prefix, base)
-    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=base)
+    path = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=base)
+    ownerlock.hold(path)  # while we live, no sweeper (in any pid namespace) takes it for an orphan
+    return path
 
 
 def sweep_runtime_dirs(prefix: str = "hangwatch-gen-", base: str | None = None) -> list[str]:
     """Remove runtime dirs whose owning process died without cleaning up (a trainer
-    SIGKILLed after a wedge). Only our own naming, only a dead owner's, and only the
-    socket inside: anything else there keeps the directory."""
+    SIGKILLed after a wedge). Only our own naming, only real directories of ours
+    (never a symlink: this is /tmp), only when the owner is certainly dead (its lock
+    is free and its pid does not exist, ``contract.ownerlock``), and only the socket
+    inside: anything else there keeps the directory."""
     base = base or _runtime_base() or tempfile.gettempdir()
     removed = []
     try:
@@ -63,14 +67,20 @@ def sweep_runtime_dirs(prefix: str = "hangwatch-gen-", base: str | None = None) 
         return removed
     for name in names:
         owner = name[len(prefix):].split("-", 1)[0] if name.startswith(prefix) else ""
-        if not owner.isdigit() or pid_exists(int(owner)):
+        if not owner.isdigit():
             continue
         path = os.path.join(base, name)
-        with contextlib.suppress(OSError):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(path, "control.sock"))
-            os.rmdir(path)
-            removed.append(name)
+        fd = ownerlock.abandoned(path, int(owner), directory=True)
+        if fd is None:
+            continue
+        try:
+            with contextlib.suppress(OSError):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink("control.sock", dir_fd=fd)  # relative to the directory we locked
+                os.rmdir(path)
+                removed.append(name)
+        finally:
+            os.close(fd)
     return removed
 
 

@@ -39,7 +39,7 @@ from typing import Any, Iterable, Iterator
 import torch
 import xxhash
 
-from hangwatch.contract.procid import pid_exists
+from hangwatch.contract import ownerlock
 from hangwatch.generator import fingerprint as fp
 
 _DTYPES = {
@@ -70,6 +70,7 @@ class StagedWeights:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+        ownerlock.release(self.path)
 
 
 def stage(named: Iterable[tuple[str, torch.Tensor]], directory: str | None = None) -> StagedWeights:
@@ -78,9 +79,12 @@ def stage(named: Iterable[tuple[str, torch.Tensor]], directory: str | None = Non
     directory = directory or default_staging_dir()
     fd, tmp = tempfile.mkstemp(prefix=f"{_PREFIX}{os.getpid()}-", suffix=".safetensors.tmp", dir=directory)
     try:
+        final = tmp[: -len(".tmp")]
+        # Held while we live: the sweep of another trainer (maybe in another pid
+        # namespace sharing /dev/shm) can then never take this file for an orphan.
+        ownerlock.hold(final, fd)
         with os.fdopen(fd, "wb", buffering=0) as out:
             manifest = _write(out, plan)
-        final = tmp[: -len(".tmp")]
         os.replace(tmp, final)
     except BaseException:
         try:
@@ -138,7 +142,9 @@ class Stager:
 def sweep_orphans(directory: str) -> list[str]:
     """Remove staging files left by processes that died (a trainer killed after a
     wedge never cleans up, and each file holds the weights' size in RAM). Only
-    files named with our prefix and the pid of a process that no longer exists."""
+    files named with our prefix, ours, never a symlink, and only when the owner
+    is certainly dead: its lock is free and its pid does not exist
+    (``contract.ownerlock``)."""
     removed = []
     try:
         names = os.listdir(directory)
@@ -148,13 +154,19 @@ def sweep_orphans(directory: str) -> list[str]:
         if not name.startswith(_PREFIX):
             continue
         pid_text = name[len(_PREFIX):].split("-", 1)[0]
-        if not pid_text.isdigit() or pid_exists(int(pid_text)):
+        if not pid_text.isdigit():
+            continue
+        path = os.path.join(directory, name)
+        fd = ownerlock.abandoned(path, int(pid_text))
+        if fd is None:
             continue
         try:
-            os.unlink(os.path.join(directory, name))
+            os.unlink(path)  # unlink never follows a symlink
             removed.append(name)
         except OSError:
             pass
+        finally:
+            os.close(fd)
     return removed
 
 
