@@ -343,9 +343,13 @@ def saved_values(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise ConfigError(f"--resume {run_dir}: not a hangwatch run directory (no settings.json)") from exc
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise ConfigError(f"--resume {run_dir}: cannot read {path}: {exc}") from exc
-    return dict(data["values"]), list(data["command"])
+    values, command = data.get("values") if isinstance(data, dict) else None, data.get("command") if isinstance(data, dict) else None
+    if not isinstance(values, dict) or not isinstance(command, list) or not all(isinstance(a, str) for a in command):
+        raise ConfigError(f"--resume {run_dir}: {path} is not what hangwatch writes (needs values: an object, "
+                          "command: a list of strings); start a new run with a new --run-dir")
+    return dict(values), list(command)
 
 
 def save_values(run_dir: Path, values: Mapping[str, Any], command: list[str]) -> None:

@@ -106,8 +106,9 @@ def iter_journal(path: Path) -> Iterator[dict[str, Any]]:
                 continue
             try:
                 record = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 # A torn last line after a crash mid-write; every earlier line is whole.
+                # (RecursionError: a line nested too deeply is no record of ours either.)
                 continue
             if isinstance(record, dict) and "event" in record:
                 yield record

@@ -60,3 +60,19 @@ def test_resume_template_fills_a_plain_path():
     assert attempt_argv(["t"], "--resume_from_checkpoint={checkpoint}", Path("/c/checkpoint-3")) == [
         "t", "--resume_from_checkpoint=/c/checkpoint-3"]
     assert attempt_argv(["t"], "--resume {checkpoint}", Path("/c/with space")) == ["t", "--resume", "/c/with space"]
+
+
+@pytest.mark.parametrize("content", ["[" * 100_000 + "]" * 100_000, '{"values": [], "command": "rm -rf /"}', "[1, 2]"])
+def test_malformed_settings_on_resume_is_a_clear_error(tmp_path, content):
+    from hangwatch.contract.errors import ConfigError
+    from hangwatch.supervisor.config import saved_values
+
+    (tmp_path / "settings.json").write_text(content)
+    with pytest.raises(ConfigError, match="--resume"):
+        saved_values(tmp_path)
+
+
+def test_a_deeply_nested_journal_line_is_skipped(tmp_path):
+    path = tmp_path / "journal.jsonl"
+    path.write_text(json.dumps({"event": "run_started", "run_id": "r"}) + "\n" + "[" * 100_000 + "\n")
+    assert [r["event"] for r in read_journal(path)] == ["run_started"]
