@@ -30,7 +30,7 @@ from typing import Any, Callable
 import structlog
 
 from hangwatch.contract.capture import CaptureHook, CaptureRequest
-from hangwatch.contract.exitcodes import EXIT_UNKILLABLE
+from hangwatch.contract.exitcodes import EXIT_COHORT, EXIT_UNKILLABLE
 from hangwatch.contract.journal import Journal, read_journal
 from hangwatch.contract.redact import redact_argv
 from hangwatch.contract.samples import Sample
@@ -38,7 +38,8 @@ from hangwatch.contract.verdict import Verdict, VerdictKind, classify_exit
 from hangwatch.supervisor.attempt import (AttemptLifecycle, AttemptState, RunState, attempt_argv,
                                           attempt_environment, escalate)
 from hangwatch.supervisor.capture import SamplesOnlyCapture
-from hangwatch.supervisor.checkpoints import newest_complete
+from hangwatch.supervisor.checkpoints import newest_complete, scan
+from hangwatch.supervisor.cohort import Cohort, CohortError
 from hangwatch.supervisor.config import RunConfig
 from hangwatch.supervisor.detector import Detector
 from hangwatch.supervisor.killer import KillReport
@@ -66,6 +67,7 @@ class Supervisor:
         sleep: Callable[[float], None] = time.sleep,
         wall: Callable[[], float] = time.time,
         observer: RunObserver | None = None,
+        cohort: Cohort | None = None,
     ) -> None:
         self.config = config
         self.probe = probe
@@ -79,6 +81,8 @@ class Supervisor:
         self.tree = tree or LocalTree(self.run_dir, probe, echo=config.echo, clock=clock, sleep=sleep)
         self.lifecycle: AttemptLifecycle | None = None
         self._early: _EarlyRound | None = None  # the early py-spy round of the building incident
+        self.cohort = cohort  # multi-node: the other nodes' supervisors (docs/multinode.md)
+        self._agreed_step: int | None = None
         self._stop_signal: int | None = None
         # Status file, metrics, alerts: told about phases and ticks here, journal records by the journal.
         self.observer: RunObserver = observer or NullObserver()
@@ -127,6 +131,10 @@ class Supervisor:
                 containment=containment,
                 config={**self.config.to_json(), "command": redact_argv(self.config.command)},
             )
+        if self.cohort is not None:
+            me = self.cohort.me
+            self.journal.append("cohort_joined", node_rank=me.node_rank, nnodes=me.nnodes, cohort_id=me.cohort_id,
+                                store=f"{me.host}:{me.port}", hosts_store=me.is_leader)
         while True:
             outcome, code = self._attempt(resumed_run=resumed)
             if code is not None:
@@ -206,6 +214,8 @@ class Supervisor:
 
         verdict, samples, trainer_code = self._watch(trainer, Path(ours["HANGWATCH_HEARTBEAT"]))
         evidence = None
+        if self.cohort is not None:
+            self._cohort_incident(verdict)
         if verdict.kind.is_hang:
             self._enter(AttemptState.CAPTURING)
             self.journal.append(
@@ -236,6 +246,7 @@ class Supervisor:
             self._enter(AttemptState.RELEASING)
             self._wait_gpu_release(report)
 
+        cohort_code = self._cohort_agree(verdict) if self.cohort is not None else None
         end_step = self._newest_step()
         outcome = AttemptOutcome(st.attempt, verdict.kind, self.wall(), start_step, end_step)
         st.history.append(outcome)
@@ -261,6 +272,11 @@ class Supervisor:
             return outcome, EXIT_UNKILLABLE
         if self._stop_signal is not None:
             return outcome, self._finish_interrupted(trainer_code)
+        if cohort_code is not None:
+            self.journal.append("run_finished", outcome="gave_up", exit_code=cohort_code,
+                                reason=f"multi-node cohort: {verdict.reason}", attempts=st.attempt)
+            log.error("run_finished", message=f"giving up: the cohort cannot continue (exit {cohort_code})")
+            return outcome, cohort_code
         return outcome, None
 
     def _watch(self, trainer: Trainer, heartbeat: Path) -> tuple[Verdict, list[Sample], int | None]:
@@ -281,6 +297,9 @@ class Supervisor:
             if self._stop_signal is not None:
                 code = self._forward_stop(trainer)
                 return classify_exit(code if code is not None else -self._stop_signal, self.clock()), list(samples), code
+            external = self._cohort_verdict()
+            if external is not None:
+                return external, list(samples), None
             sample = self.tree.sample()
             samples.append(sample)
             hb = sample.heartbeat
@@ -293,9 +312,9 @@ class Supervisor:
                 self.journal.append("trainer_info", attempt=self.state.attempt, step=hb.step, phase=hb.phase,
                                     info=last_info)
             verdict = detector.observe(sample)
-            self.observer.tick(Tick(self.state.attempt, sample, detector.stall_onset, cfg.window_for(detector.phase)))
             if verdict is None:
                 self._maybe_early_round(detector, sample.t)
+            self.observer.tick(Tick(self.state.attempt, sample, detector.stall_onset, cfg.window_for(detector.phase)))
             if verdict is not None:
                 return verdict, list(samples), None
             next_tick += cfg.interval
@@ -447,12 +466,80 @@ class Supervisor:
             log.warning("gpu_not_released", message=(
                 f"GPU memory still held {waited:.0f} s after the kill (--gpu-release-timeout); restarting anyway"))
 
+    # -- multi-node cohort -------------------------------------------------------
+
+    def _cohort_verdict(self) -> Verdict | None:
+        """Another node's incident for this attempt, or a lost member/store: our verdict too."""
+        if self.cohort is None:
+            return None
+        now = self.clock()
+        problem = self.cohort.problem
+        if problem is not None:
+            return Verdict(VerdictKind.COHORT_LOST, now, now, str(problem), evidence={"cohort": problem.reason})
+        ann = self.cohort.poll(self.state.attempt)
+        if ann is None or ann.node == self.cohort.me.node_rank:
+            return None
+        kind = VerdictKind(ann.kind) if ann.kind in (VerdictKind.STALL.value, VerdictKind.SILENT_HANG.value) else VerdictKind.SILENT_HANG
+        return Verdict(kind, now, now, f"node {ann.node} announced {ann.kind}: {ann.reason}",
+                       evidence={"cohort_incident": ann.to_json()})
+
+    def _cohort_incident(self, verdict: Verdict) -> None:
+        """Announce a local incident (first node wins) and journal the cohort's incident."""
+        assert self.cohort is not None
+        if verdict.kind is VerdictKind.DONE:
+            return
+        ann = verdict.evidence.get("cohort_incident") if verdict.evidence else None
+        if verdict.kind is VerdictKind.COHORT_LOST:
+            self.journal.append("member_lost", attempt=self.state.attempt, reason=verdict.reason,
+                                cause=verdict.evidence.get("cohort"))
+            log.error("member_lost", message=f"cohort: {verdict.reason}; capturing, killing and stopping")
+            return
+        if ann is None:
+            try:
+                ann = self.cohort.announce(self.state.attempt, verdict.kind.value, verdict.reason,
+                                           dict(verdict.evidence)).to_json()
+            except Exception as exc:  # noqa: BLE001  (a store hiccup must not stop the local recovery)
+                log.warning("cohort_announce_failed", message=f"could not announce the incident to the cohort: {exc}")
+                return
+        first = ann["node"] == self.cohort.me.node_rank
+        self.journal.append("cohort_incident", attempt=self.state.attempt, announced_by=ann["node"],
+                            kind=ann["kind"], reason=ann["reason"], suspect_node=ann["node"], this_node_first=first,
+                            suspect_evidence=ann.get("evidence") or {})
+        log.error("cohort_incident", message=(
+            f"cohort incident in attempt {self.state.attempt}: node {ann['node']} {ann['kind']}"
+            + (" (this node)" if first else "")))
+
+    def _cohort_agree(self, verdict: Verdict) -> int | None:
+        """Agree on checkpoint and graph policy before any node relaunches; an exit code if we must stop."""
+        assert self.cohort is not None
+        if verdict.kind is VerdictKind.COHORT_LOST:
+            return EXIT_COHORT
+        if verdict.kind is VerdictKind.DONE or self._stop_signal is not None:
+            return None
+        steps = [c.step for c in scan(self.config.checkpoint) if c.complete and c.step is not None] \
+            if self.config.checkpoint else []
+        try:
+            agreed = self.cohort.agree(self.state.attempt, steps, self.state.policy)
+        except (CohortError, Exception) as exc:  # noqa: BLE001  (any store failure here ends the cohort)
+            self.journal.append("member_lost", attempt=self.state.attempt, reason=f"no agreement before relaunch: {exc}",
+                                cause=getattr(exc, "reason", "store_error"))
+            log.error("member_lost", message=f"cohort: no agreement before relaunch: {exc}; stopping")
+            return EXIT_COHORT
+        self.state.policy = agreed.policy
+        self._agreed_step = agreed.checkpoint_step
+        self.journal.append("cohort_agreed", **agreed.to_json())
+        return None
+
     # -- checkpoints -----------------------------------------------------------
 
     def _choose_checkpoint(self, resume: bool) -> tuple[Path | None, int | None]:
         """The checkpoint to resume from (when ``resume``) and the newest complete step."""
         if not self.config.checkpoint:
             return None, None
+        if resume and self._agreed_step is not None:
+            agreed = next((c for c in scan(self.config.checkpoint) if c.complete and c.step == self._agreed_step), None)
+            if agreed is not None:
+                return agreed.path, agreed.step
         chosen, skipped = newest_complete(self.config.checkpoint)
         step = chosen.step if chosen else None
         if not resume:

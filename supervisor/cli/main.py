@@ -116,6 +116,14 @@ def add_run_parser(sub: Any) -> None:
     g.add_argument("--run-dir", metavar="DIR", help="run directory (default: a new folder under ./hangwatch-runs/)")
     g.add_argument("--resume", metavar="RUN_DIR", type=Path,
                    help="continue a run whose supervisor died: same journal, attempt count and settings")
+    m = run.add_argument_group("multi-node (docs/multinode.md); taken from Slurm or NODE_RANK/NNODES/MASTER_ADDR when unset")
+    m.add_argument("--cohort", metavar="HOST:PORT",
+                   help="the cohort store: node 0's supervisor hosts it there, the others connect (default port 29600)")
+    m.add_argument("--node-rank", type=int, metavar="N", help="this node's rank, 0-based")
+    m.add_argument("--nnodes", type=int, metavar="N", help="number of nodes (one hangwatch run per node)")
+    m.add_argument("--cohort-id", metavar="ID", help="names the job in the store (default: $SLURM_JOB_ID)")
+    m.add_argument("--lease-timeout", type=float, metavar="S",
+                   help="a node whose supervisor has not renewed its lease for this long is lost (default 15)")
     g.add_argument("--config", metavar="FILE", type=Path,
                    help="TOML file of settings (keys = long option names); also $HANGWATCH_CONFIG")
     g.add_argument("--quiet", action="store_true", help="do not echo the trainer's output to the console")
@@ -322,7 +330,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as exc:
             raise UsageError(f"--resume {run_dir}: cannot read the journal: {exc}") from exc
 
-    supervisor = Supervisor(config, probe, default_capture_hook(), state=state)
+    cohort = _join_cohort(args, config, log)
+    supervisor = Supervisor(config, probe, default_capture_hook(), state=state, cohort=cohort)
     if resume_dir is not None and lost is not None:
         log.warning("attempt_lost", message=f"attempt {lost} was left open by the dead supervisor: journaled as supervisor_lost")
     from hangwatch.cli import operate  # noqa: PLC0415
@@ -372,7 +381,48 @@ def cmd_run(args: argparse.Namespace) -> int:
             guardian.stop(keeper)
         if isinstance(supervisor.tree, LocalTree):
             supervisor.tree.close()
+        if cohort is not None:
+            cohort.close()
         probe.close()
+
+
+def _join_cohort(args: argparse.Namespace, config: Any, log: Any) -> Any:
+    """Multi-node: join the cohort of per-node supervisors (None for a single-node run)."""
+    from hangwatch.supervisor.cohort import Cohort, CohortError, membership_from  # noqa: PLC0415
+    from hangwatch.supervisor.store import StoreError, TCPStoreClient  # noqa: PLC0415
+
+    try:
+        membership = membership_from(os.environ, endpoint=getattr(args, "cohort", None),
+                                     node_rank=getattr(args, "node_rank", None), nnodes=getattr(args, "nnodes", None),
+                                     cohort_id=getattr(args, "cohort_id", None))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    if membership is None:
+        return None
+    if getattr(args, "resume", None) is not None:
+        raise UsageError("--resume is not supported for a multi-node cohort: restart the job on every node")
+    checkpoint = config.checkpoint
+    fingerprint = {
+        "nnodes": membership.nnodes,
+        "checkpoint_dir": str(checkpoint.directory) if checkpoint else None,
+        "checkpoint_glob": checkpoint.glob if checkpoint else None,
+        "checkpoint_marker": checkpoint.marker if checkpoint else None,
+        "cudagraphs_after_stall": config.cudagraphs_after_stall,
+        "eager_escalation": config.eager_escalation,
+    }
+    lease = float(getattr(args, "lease_timeout", 15.0))
+    log.info("cohort", message=(f"node {membership.node_rank} of {membership.nnodes}; cohort store "
+                                f"{membership.host}:{membership.port}" + (" (hosted here)" if membership.is_leader else "")))
+    try:
+        store = TCPStoreClient(membership.host, membership.port, master=membership.is_leader,
+                               timeout=max(2.0, lease / 3))
+        cohort = Cohort(store, membership, fingerprint, lease_interval=max(0.2, lease / 10), lease_timeout=lease)
+        cohort.join(timeout=120.0)
+    except (StoreError, CohortError) as exc:
+        if "store" in locals():
+            store.close()
+        raise UsageError(f"--cohort: {exc}") from exc
+    return cohort
 
 
 def _contain(supervisor: Any, config: Any, log: Any) -> str:

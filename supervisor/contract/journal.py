@@ -37,6 +37,10 @@ EVENTS = (
     "restart_scheduled",
     "run_finished",
     "notify_failed",  # an alert could not be delivered (hangwatch.supervisor.notify)
+    "cohort_joined",
+    "cohort_incident",
+    "cohort_agreed",
+    "member_lost",
 )
 
 
