@@ -54,7 +54,8 @@ class Source:
         for r in rounds:
             for d in (r.get("dumps") or []) if isinstance(r, dict) else []:
                 pid = d.get("pid") if isinstance(d, dict) else None
-                if isinstance(pid, int) and not d.get("ok") and pid not in have:
+                # A shell wrapper (not_python) is no suspect.
+                if isinstance(pid, int) and not d.get("ok") and pid not in have and d.get("problem") != "not_python":
                     seen.setdefault(pid, str(d.get("problem") or "failed"))
         return [ProcessVerdict(None, NO_STACKS, source=self.name, pid_override=pid, note=problem) for pid, problem in seen.items()]
 
