@@ -5,8 +5,6 @@ apart from reading the inputs.
 
 from __future__ import annotations
 
-import os
-import tarfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,9 +24,6 @@ from hangwatch.contract.verdict import Verdict
 #: A dump file larger than this is refused (py-spy's text for a process with a
 #: few hundred threads is well under a MiB; a bigger file is a log, not a dump).
 MAX_DUMP_BYTES = 16 * 1024 * 1024
-#: A bundle (directory, or what a .tar.gz holds) larger than this is refused
-#: before it is read into memory; real bundles are a few MiB.
-MAX_BUNDLE_BYTES = 256 * 1024 * 1024
 #: Rows of the process table printed as text (``--json`` has them all).
 MAX_TABLE_ROWS = 200
 
@@ -154,8 +149,7 @@ def expand_inputs(paths: Iterable[str | Path]) -> list[Path]:
 
 def load_source(path: Path) -> Source:
     if path.is_dir() or path.name.endswith((".tar.gz", ".tgz")):
-        check_bundle_size(path)
-        b = load_bundle(path)
+        b = load_bundle(path)  # it caps what it reads (bundle.MAX_MEMBER_BYTES, MAX_TOTAL_BYTES)
         return Source(str(path), "bundle", b.series(), b)
     text = read_dump_file(path)
     if text.lstrip().startswith("["):
@@ -171,39 +165,6 @@ def load_source(path: Path) -> Source:
             "no line looks like a stack frame ('function (file.py:line)')"
         ) from None
     return Source(str(path), "text", group_series(report.processes), parse=report)
-
-
-def check_bundle_size(path: Path, limit: int | None = None) -> None:
-    """Refuse a bundle over ``limit`` bytes (files of a directory, or the members
-    of an archive and the archive itself) before anything is read into memory."""
-    limit = MAX_BUNDLE_BYTES if limit is None else limit
-    total = 0
-    too_big = InputError(f"{path}: bundle larger than {limit / (1024 * 1024):g} MiB; not a hangwatch bundle (they are a few MiB)")
-    if path.is_dir():
-        stack = [path]
-        while stack:
-            try:
-                entries = list(os.scandir(stack.pop()))
-            except OSError as exc:
-                raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(Path(entry.path))
-                elif entry.is_file(follow_symlinks=False):
-                    total += entry.stat(follow_symlinks=False).st_size
-                    if total > limit:
-                        raise too_big
-        return
-    try:
-        if path.stat().st_size > limit:
-            raise too_big
-        with tarfile.open(path, "r:gz") as tar:
-            for member in tar:
-                total += member.size if member.isfile() else 0
-                if total > limit:
-                    raise too_big
-    except (tarfile.TarError, OSError, EOFError):
-        return  # load_bundle names the problem
 
 
 def read_dump_file(path: Path, limit: int | None = None) -> str:
