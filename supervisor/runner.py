@@ -353,7 +353,8 @@ class Supervisor:
             thresholds=self.config.detector.to_json(),
             deadline=time.monotonic() + timeout,  # the hook's own clock: real time
             gpu_probe=self.probe.name,
-            extra=self._early_extra(verdict),
+            extra={**self._early_extra(verdict),
+                   **({"node_rank": self.cohort.me.node_rank} if self.cohort is not None else {})},
         )
         result: dict[str, Any] = {}
 

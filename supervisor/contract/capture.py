@@ -69,4 +69,7 @@ class CaptureHook(Protocol):
 
 def bundle_name(request: CaptureRequest) -> str:
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    return f"{stamp}-attempt{request.attempt}-{request.verdict.kind.value}"
+    node = request.extra.get("node_rank")
+    # In a multi-node cohort every node captures the same incident: the name says whose it is.
+    suffix = f"-node{int(node)}" if isinstance(node, int) else ""
+    return f"{stamp}-attempt{request.attempt}-{request.verdict.kind.value}{suffix}"

@@ -125,6 +125,7 @@ def test_a_wedged_rank_on_node_1_is_one_incident_and_every_node_resumes_together
         assert second["resume_from"] == str(job.ckpt / "checkpoint-4")
         bundle = next(r["evidence_path"] for r in records if r["event"] == "capture")
         assert bundle and Path(bundle).is_dir(), "every node captured its evidence"
+        assert bundle.endswith(f"-node{i}"), "bundle names say which node they come from"
         assert records[-1]["event"] == "run_finished" and records[-1]["outcome"] == "success"
 
 
