@@ -158,6 +158,13 @@ class LocalTree:
         self._members = self.tree.members()
         self.treefile.update(self._members)
         if cg is not None:
+            if cg.populated():
+                # Forked in the killer's last poll and never seen: the kernel still knows.
+                cg.kill()
+                deadline = self.clock() + kill_timeout
+                while cg.populated() and self.clock() < deadline:
+                    self.reaper.reap(also=cg.pids())
+                    time.sleep(0.02)
             usage = cg.usage()
             if not cg.populated() and cg.remove(timeout=0.5):
                 self._cgroup = self.killer.cgroup = None
