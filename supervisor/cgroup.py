@@ -224,3 +224,24 @@ def kill_path(path: str, grace: float = 2.0) -> list[int]:
     except OSError:
         pass
     return pids
+
+
+def kill_stale(run_id: str, base: Path | None = None) -> list[int]:
+    """``--resume``: kill what is left in the cgroups of this run's dead supervisors
+    (their guardian died too, say the whole node's OOM kill) and remove them."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", run_id):
+        return []
+    try:
+        base = base if base is not None else base_dir()
+        runs = [p for p in base.glob(f"hangwatch-{run_id}-*") if p.is_dir() and not p.is_symlink()]
+    except (CgroupError, OSError):
+        return []
+    killed: list[int] = []
+    for run in runs:
+        for attempt in sorted(p for p in run.iterdir() if p.is_dir()):
+            killed += kill_path(str(attempt))
+        try:
+            os.rmdir(run)
+        except OSError:
+            pass
+    return killed

@@ -340,7 +340,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     supervisor.journal, supervisor.observer = ops.journal, ops.observer  # status file, alerts, metrics
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, supervisor.request_stop)
-    containment = _contain(supervisor, config, log)
+    containment = _contain(supervisor, config, log, resumed=resume_dir is not None)
     keeper = None
     try:
         keeper = guardian.start()
@@ -425,13 +425,18 @@ def _join_cohort(args: argparse.Namespace, config: Any, log: Any) -> Any:
     return cohort
 
 
-def _contain(supervisor: Any, config: Any, log: Any) -> str:
+def _contain(supervisor: Any, config: Any, log: Any, resumed: bool = False) -> str:
     """Put the real tree under kernel containment where possible; returns which was used."""
-    from hangwatch.supervisor.cgroup import CgroupError, detect  # noqa: PLC0415
+    from hangwatch.supervisor.cgroup import CgroupError, detect, kill_stale  # noqa: PLC0415
     from hangwatch.supervisor.tree import LocalTree  # noqa: PLC0415
 
     if not isinstance(supervisor.tree, LocalTree):
         return "tree"
+    if resumed:
+        killed = kill_stale(supervisor.state.run_id)
+        if killed:
+            log.warning("orphans_killed", message=f"killed {len(killed)} process(es) left in the previous "
+                                                  f"supervisor's cgroups: {killed}")
     try:
         containment, why_not = detect(config.containment, supervisor.state.run_id)
     except CgroupError as exc:

@@ -194,3 +194,22 @@ def test_a_child_that_setsids_on_sigterm_is_sigkilled_not_reported_unkillable(tm
                 except ProcessLookupError:
                     pass
         trainer.wait(10)
+
+
+@needs_cgroup
+@pytest.mark.timeout(30)
+def test_resume_kills_what_a_dead_runs_cgroup_still_holds():
+    """Supervisor and guardian both gone (a node-wide OOM kill): --resume empties the run's cgroups."""
+    run = cgroup.Containment.create(cgroup.base_dir(), "stalerun01")
+    attempt = run.new_attempt("attempt-001")
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        Path(attempt.procs_file).write_text(str(sleeper.pid))
+        assert attempt.pids() == [sleeper.pid]
+        assert cgroup.kill_stale("stalerun01") == [sleeper.pid]
+        assert sleeper.wait(5) == -signal.SIGKILL
+        assert not run.path.exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait(5)
+        run.close()
