@@ -97,6 +97,7 @@ def summarise(path: Path) -> dict[str, Any]:
         "restarts": max(0, len(attempts) - 1),
         "incidents": incidents,
         "finished": run.finished,
+        "cohort": {**run.cohort, "events": run.cohort_events} if run.cohort else None,
     }
 
 
@@ -182,6 +183,19 @@ def render_status(summary: dict[str, Any], now: float | None = None) -> str:
         lines.append(f"incident: attempt {i['attempt']} {i['kind']}: {i['reason']} (latency {i['latency_s']} s)")
         lines.append(f"          signature {sig}{' (' + i['signature_title'] + ')' if i.get('signature_title') else ''}; "
                      f"report {i.get('report') or i.get('evidence_path') or 'none (no evidence captured)'}")
+    cohort = summary.get("cohort")
+    if cohort:
+        lines.append(f"cohort:  node {cohort['node_rank']} of {cohort['nnodes']} ({cohort['cohort_id']}), store "
+                     f"{cohort['store']}" + (" hosted here" if cohort.get("hosts_store") else ""))
+        for e in cohort["events"]:
+            if e["event"] == "cohort_incident":
+                lines.append(f"         attempt {e['attempt']}: node {e['announced_by']} announced {e['kind']} "
+                             f"(suspect node {e['suspect_node']})")
+            elif e["event"] == "cohort_agreed":
+                lines.append(f"         attempt {e['attempt']}: agreed checkpoint step {e['checkpoint_step']}, "
+                             f"graphs {e['cudagraphs']}")
+            else:
+                lines.append(f"         attempt {e.get('attempt')}: {e['reason']}")
     if summary["finished"] and summary["finished"].get("reason"):
         lines.append(f"finished: {summary['finished']['reason']}")
     return "\n".join(lines)

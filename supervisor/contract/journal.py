@@ -144,6 +144,9 @@ class RunRecord:
     supervisor_pids: list[int] = field(default_factory=list)
     #: the last ``restart_scheduled`` when no attempt started after it (the supervisor died in the backoff)
     pending_restart: dict[str, Any] | None = None
+    #: multi-node: this node's membership (``cohort_joined``) and the cohort's decisions, in order
+    cohort: dict[str, Any] | None = None
+    cohort_events: list[dict[str, Any]] = field(default_factory=list)
 
 
 def fold_journal(records: Sequence[Mapping[str, Any]]) -> RunRecord:
@@ -173,4 +176,8 @@ def fold_journal(records: Sequence[Mapping[str, Any]]) -> RunRecord:
             run.pending_restart = dict(r)
         elif event == "run_finished":
             run.finished = {k: r.get(k) for k in ("outcome", "exit_code", "reason", "ts")}
+        elif event == "cohort_joined":
+            run.cohort = {k: r.get(k) for k in ("node_rank", "nnodes", "cohort_id", "store", "hosts_store")}
+        elif event in ("cohort_incident", "cohort_agreed", "member_lost"):
+            run.cohort_events.append({k: v for k, v in r.items() if k not in ("run_id", "reports", "suspect_evidence")})
     return run

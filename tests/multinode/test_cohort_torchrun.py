@@ -127,6 +127,10 @@ def test_a_wedged_rank_on_node_1_is_one_incident_and_every_node_resumes_together
         assert bundle and Path(bundle).is_dir(), "every node captured its evidence"
         assert bundle.endswith(f"-node{i}"), "bundle names say which node they come from"
         assert records[-1]["event"] == "run_finished" and records[-1]["outcome"] == "success"
+        status = json.loads(subprocess.run([HANGWATCH, "status", "--json", str(job.tmp / f"run{i}")],
+                                           capture_output=True, text=True, timeout=30).stdout)
+        assert status["cohort"]["node_rank"] == i and status["cohort"]["nnodes"] == 2
+        assert [e["event"] for e in status["cohort"]["events"]] == ["cohort_incident", "cohort_agreed"]
 
 
 def _wait_training(job: Job, node: int) -> None:
