@@ -191,9 +191,16 @@ class Cohort:
     # -- membership ------------------------------------------------------------
 
     def join(self, timeout: float = 120.0) -> None:
-        """Publish our fingerprint and check it against node 0's; start the lease thread."""
-        mine = json.dumps(self.fingerprint, sort_keys=True)
-        self.store.set(self._key("join", self.me.node_rank), mine)
+        """Publish our fingerprint, check it against node 0's, wait (bounded) for every node; start the lease thread.
+
+        A second supervisor for a rank that already joined (one restarted in the middle
+        of the job) is refused: the cohort cannot take a node back mid-job.
+        """
+        mine = json.dumps({**self.fingerprint, "nonce": f"{id(self):x}-{self.wall():.6f}"}, sort_keys=True)
+        stored = self.store.compare_set(self._key("join", self.me.node_rank), "", mine)
+        if stored != mine:
+            raise CohortRefused(f"node {self.me.node_rank} already joined this cohort ({self.me.cohort_id}); a node "
+                                "cannot rejoin a running job: stop every node and start the job again")
         deadline = self.clock() + timeout
         leader = None
         while leader is None:
@@ -203,10 +210,19 @@ class Cohort:
                     raise CohortRefused(f"node 0 did not join within {timeout:g} s")
                 self.sleep(0.2)
         theirs = json.loads(leader)
+        theirs.pop("nonce", None)
         differ = sorted(k for k in set(theirs) | set(self.fingerprint) if theirs.get(k) != self.fingerprint.get(k))
         if differ:
             what = "; ".join(f"{k}: node 0 has {theirs.get(k)!r}, this node {self.fingerprint.get(k)!r}" for k in differ)
             raise CohortRefused(f"settings differ from node 0's ({what}); start every node with the same options")
+        missing = set(range(self.me.nnodes))
+        while missing:
+            missing = {n for n in missing if self.store.get(self._key("join", n)) is None}
+            if missing and self.clock() >= deadline:
+                raise CohortRefused(f"nodes {sorted(missing)} did not join within {timeout:g} s (is hangwatch run "
+                                    "started on every node, with the same --nnodes and --cohort?)")
+            if missing:
+                self.sleep(0.2)
         self.renew()
         self._thread = threading.Thread(target=self._lease_loop, name="cohort-lease", daemon=True)
         self._thread.start()

@@ -65,10 +65,26 @@ def test_barrier_has_a_deadline():
 def test_a_node_with_other_settings_is_refused_with_what_differs():
     store, _, (n0, n1) = _pair(fp0={"checkpoint_dir": "/shared/ckpt", "nnodes": 2},
                                fp1={"checkpoint_dir": "/local/ckpt", "nnodes": 2})
-    n0.join()
+    import threading  # noqa: PLC0415
+
+    leader = threading.Thread(target=n0.join, kwargs={"timeout": 1e9})  # fake time runs fast
+    leader.start()
     with pytest.raises(CohortRefused, match="checkpoint_dir: node 0 has '/shared/ckpt', this node '/local/ckpt'"):
         n1.join()
+    leader.join(timeout=10)
     n0.close()
+
+
+def test_every_node_must_join_and_a_rank_cannot_join_twice():
+    store, clock, (n0, n1) = _pair()
+    with pytest.raises(CohortRefused, match=r"nodes \[1\] did not join within 5 s"):
+        n0.join(timeout=5)
+    n1.join(timeout=5)
+    again = Cohort(store, Membership(1, 2, "127.0.0.1", 29600, "job"), {"a": 1}, lease_interval=3600, clock=clock,
+                   sleep=clock.sleep, wall=clock)
+    with pytest.raises(CohortRefused, match="node 1 already joined this cohort"):
+        again.join(timeout=5)
+    n1.close()
 
 
 def test_a_member_that_stops_renewing_is_lost_within_the_lease():
