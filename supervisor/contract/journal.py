@@ -114,8 +114,21 @@ def iter_journal(path: Path) -> Iterator[dict[str, Any]]:
                 # A torn last line after a crash mid-write; every earlier line is whole.
                 # (RecursionError: a line nested too deeply is no record of ours either.)
                 continue
-            if isinstance(record, dict) and "event" in record:
+            if isinstance(record, dict) and "event" in record and _well_typed(record):
                 yield record
+
+
+_NUMBERS = ("attempt", "pid", "ts", "exit_code", "start_step", "end_step", "latency_s")
+
+
+def _well_typed(record: Mapping[str, Any]) -> bool:
+    """A record whose fields have the types we write. Anything else (an edited or
+    forged line) is skipped like a torn one, so every reader gets records it can fold."""
+    for name in _NUMBERS:
+        value = record.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return False
+    return isinstance(record.get("event"), str) and isinstance(record.get("env") or {}, dict)
 
 
 @dataclass

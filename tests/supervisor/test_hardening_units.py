@@ -76,3 +76,16 @@ def test_a_deeply_nested_journal_line_is_skipped(tmp_path):
     path = tmp_path / "journal.jsonl"
     path.write_text(json.dumps({"event": "run_started", "run_id": "r"}) + "\n" + "[" * 100_000 + "\n")
     assert [r["event"] for r in read_journal(path)] == ["run_started"]
+
+
+def test_wrongly_typed_journal_records_are_skipped_not_a_traceback(tmp_path):
+    from hangwatch.contract.journal import fold_journal
+
+    path = tmp_path / "journal.jsonl"
+    lines = [{"event": "run_started", "run_id": "r", "pid": 1, "ts": 1.0},
+             {"event": "attempt_started", "attempt": "one", "ts": 2.0},
+             {"event": "attempt_started", "attempt": 1, "ts": 2.0, "env": ["x"]},
+             {"event": "attempt_started", "attempt": 1, "pid": 5, "ts": 3.0, "env": {}}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    run = fold_journal(read_journal(path))
+    assert [a.pid for a in run.attempts] == [5]
