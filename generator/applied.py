@@ -83,6 +83,14 @@ class AppliedSettings:
             raise GeneratorError(f"a GPU worker reported no cuda-graph mode: {items!r:.500}")
         return cls(cudagraph_mode=mode, compile_mode=compile_mode, workers=len(items))
 
+    @classmethod
+    def from_json(cls, data: Any) -> "AppliedSettings":
+        """The engine's ``start`` report entry (``to_json``), checked like a worker report."""
+        if not isinstance(data, Mapping):
+            raise GeneratorError(f"the engine's start report has no applied settings: {data!r:.300}")
+        settings = cls.from_reports([data])
+        return cls(settings.cudagraph_mode, settings.compile_mode, int(data.get("workers", 1)))
+
     def to_json(self) -> dict[str, Any]:
         return {"cudagraph_mode": self.cudagraph_mode, "compile_mode": self.compile_mode, "workers": self.workers}
 

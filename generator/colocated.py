@@ -221,8 +221,8 @@ class ColocatedGenerator:
         self.worker = worker
         worker.start(self.timeouts.start)
         self.start_report = worker.request("start", self.timeouts.start)
-        report = self.start_report.get("applied") if isinstance(self.start_report, dict) else None
-        self.applied = AppliedSettings.from_reports([report] if isinstance(report, dict) else [])
+        self.applied = AppliedSettings.from_json(
+            self.start_report.get("applied") if isinstance(self.start_report, dict) else None)
         # Every later beat of this attempt carries what the worker applied, so the
         # supervisor's journal has it even if it misses this one.
         self.beat_info.update(self.applied.beat_info())

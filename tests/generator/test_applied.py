@@ -51,6 +51,10 @@ def test_workers_must_agree_and_answer():
         AppliedSettings.from_reports([one, {**one, "cudagraph_mode": "PIECEWISE"}])
     with pytest.raises(GeneratorError, match="no GPU worker"):
         AppliedSettings.from_reports([])
+    two = AppliedSettings.from_reports([one, one])
+    assert AppliedSettings.from_json(two.to_json()) == two, "the start report keeps the worker count"
+    with pytest.raises(GeneratorError, match="no applied settings"):
+        AppliedSettings.from_json(None)  # an engine that did not read back is not trusted
 
 
 def test_refusal_only_when_policy_off_and_worker_on():
