@@ -358,6 +358,11 @@ def find_suspect(verdicts: Sequence[ProcessVerdict]) -> Story:
     crowd = tuple(v for v in verdicts if v.collective)
     others = [v for v in verdicts if not v.collective]
     undumped = [v for v in others if v.state == NO_STACKS]
+    # Launchers and idle helpers (torchrun's agent, a parked worker) are not ranks that
+    # could hold the crowd up: when processes that are busy elsewhere exist, only they compete.
+    busy_elsewhere = [v for v in others if v.state != "idle" and not v.waiting_for_work]
+    if crowd and busy_elsewhere and len(busy_elsewhere) <= max(len(crowd), 1) < len(others):
+        others = busy_elsewhere
     if crowd and others and len(others) <= max(len(crowd), 1):
         def order(v: ProcessVerdict) -> tuple:
             return ({"stalled": 0, NO_STACKS: 1, "unknown": 2, "idle": 3}.get(v.state, 4), v.waiting_for_work)

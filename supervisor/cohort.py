@@ -279,6 +279,19 @@ class Cohort:
         ann = Announcement(**json.loads(raw))
         return ann if ann.attempt == attempt else None
 
+    def all_captured(self, attempt: int, timeout: float) -> float | None:
+        """Say our evidence is taken; wait (bounded) until every node's is. Seconds waited, or None."""
+        start = self.clock()
+        try:
+            self.store.add(self._key("captured", attempt), 1)
+            while self.store.add(self._key("captured", attempt), 0) < self.me.nnodes:
+                if self.problem is not None or self.clock() - start >= timeout:
+                    return None
+                self.sleep(0.05)
+        except StoreError:
+            return None  # the lease thread decides whether the store is lost; the kill goes on
+        return self.clock() - start
+
     # -- agreement ---------------------------------------------------------------
 
     def agree(self, attempt: int, steps: Sequence[int], policy: GraphPolicy) -> Agreement:

@@ -232,6 +232,8 @@ class Supervisor:
             )
             log.error("incident", message=f"{verdict.kind.value} in attempt {st.attempt}: {verdict.reason}")
             evidence = self._capture(verdict, samples, trainer, attempt_dir)
+            if self.cohort is not None and verdict.kind is not VerdictKind.COHORT_LOST:
+                self._cohort_captured()
             if verdict.kind is VerdictKind.STALL:
                 st.stalls += 1
             st.policy = escalate(st.policy, verdict.kind, after_stall=self.config.cudagraphs_after_stall,
@@ -509,6 +511,15 @@ class Supervisor:
         log.error("cohort_incident", message=(
             f"cohort incident in attempt {self.state.attempt}: node {ann['node']} {ann['kind']}"
             + (" (this node)" if first else "")))
+
+    def _cohort_captured(self) -> None:
+        """Kill only once every node has its stacks: the first node's kill would otherwise
+        wake its peers out of the collective they hang in, and their evidence with it."""
+        assert self.cohort is not None
+        waited = self.cohort.all_captured(self.state.attempt, timeout=self.config.capture_timeout)
+        if waited is None:
+            log.warning("cohort_capture_wait", message=(
+                f"not every node reported its capture within {self.config.capture_timeout:.0f} s; killing anyway"))
 
     def _cohort_agree(self, verdict: Verdict) -> int | None:
         """Agree on checkpoint and graph policy before any node relaunches; an exit code if we must stop."""

@@ -109,6 +109,15 @@ def test_a_wedged_rank_on_node_1_is_one_incident_and_every_node_resumes_together
     assert codes == [0, 0], [job.output(i) for i in range(2)]
     assert (job.ckpt / "finished-attempt-2").exists(), "training finished on the second attempt, on all ranks"
     assert not job.leftovers()
+    # Every node kept its ranks' stacks until all had captured: across both nodes' bundles, the
+    # rank in the replay function is the suspect among the ranks waiting in all_reduce.
+    bundles = [str(b) for i in range(2) for b in (job.tmp / f"run{i}" / "incidents").iterdir()]
+    replay = json.loads(subprocess.run([HANGWATCH, "replay", "--json", *bundles], capture_output=True, text=True,
+                                       timeout=60).stdout)
+    assert replay["suspect"]["source"].endswith("-node1"), replay["suspect"]
+    suspect = next(p for p in replay["processes"] if p["pid"] == replay["suspect"]["pid"])
+    assert suspect["top_frames"][0].startswith("replay ")
+    assert any(p["signature_id"] == "nccl-collective-wait" for p in replay["processes"])
     for i in range(2):
         records = job.journal(i)
         incidents = [r for r in records if r["event"] == "cohort_incident"]

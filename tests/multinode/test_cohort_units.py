@@ -127,3 +127,10 @@ def test_membership_from_options_slurm_and_torchrun_style():
         membership_from({}, endpoint="nohost", node_rank=0, nnodes=2)
     with pytest.raises(ValueError, match="node-rank 5 must be in"):
         membership_from({}, endpoint="h:1", node_rank=5, nnodes=2)
+
+
+def test_nodes_wait_for_each_others_capture_before_killing_bounded():
+    _, clock, (n0, n1) = _pair()
+    assert n0.all_captured(1, timeout=3) is None, "node 1 never captured: give up after the timeout"
+    assert clock.now >= 3
+    assert n1.all_captured(1, timeout=3) == 0.0, "both have captured: no wait"
