@@ -69,6 +69,17 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 log("imported")
+if RANK != 0:
+    # Under a launcher that hosts no store (the light one), rank 0 hosts it: connect only
+    # once it listens, or TCPStore's connect backoff adds seconds. Under torchrun it
+    # already listens.
+    import socket
+    while True:
+        try:
+            socket.create_connection((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])), 0.2).close()
+            break
+        except OSError:
+            time.sleep(0.02)
 dist.init_process_group("gloo", timeout=timedelta(minutes=30))
 log("rendezvous")
 if TOOL == "hangwatch":
