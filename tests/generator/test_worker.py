@@ -136,7 +136,9 @@ def test_unauthenticated_client_refused_and_nothing_deserialised(worker, tmp_pat
         time.sleep(0.05)
     # A stranger without the key: answers the challenge with a pickle, then keeps sending pickles.
     stranger = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    stranger.settimeout(5)
+    # The worker binds first and accepts only after building its engine (a torch import: seconds on a
+    # loaded machine), so the challenge may take a while; the wait is bounded, its length is not the point.
+    stranger.settimeout(30)
     stranger.connect(proc.socket_path)
     stranger.recv(32)
     stranger.sendall(payload.ljust(64, b"\0") + payload)
