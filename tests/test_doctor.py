@@ -85,7 +85,21 @@ def test_versions_outside_the_table_warn_with_the_fix():
     (check,) = doctor.check_versions({"trl": "1.16.0", "vllm": "0.33.0"})
     assert check.status == "warn" and "vLLM 0.33.0" in check.detail and check.fix == "pip install 'vllm>=0.22.0,<=0.31.0'"
     (check,) = doctor.check_versions({})
-    assert check.status == "ok" and "trainer's Python" in check.detail
+    assert check.status == "ok" and "--python" in check.detail
+
+
+def test_versions_of_another_interpreter(tmp_path, capsys):
+    python, found = doctor.interpreter_versions(sys.executable)
+    assert python == tuple(sys.version_info[:3]) and isinstance(found, dict)
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho '{\"python\": [3, 10, 2], \"packages\": {\"vllm\": \"0.33.0\"}}'\n")
+    fake.chmod(0o755)
+    assert main(["doctor", "--json", "--python", str(fake)]) in (0, 1)
+    checks = [c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "versions"]
+    assert [c["status"] for c in checks] == ["warn", "warn"] and str(fake) in checks[0]["detail"]
+    assert main(["doctor", "--json", "--python", str(tmp_path / "missing")]) == 1
+    (bad,) = [c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "versions"]
+    assert bad["status"] == "fail" and "--python" in bad["fix"]
 
 
 def test_nvml_failure_or_silence_warns():

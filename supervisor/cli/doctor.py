@@ -15,8 +15,10 @@ Checks (each bounded; the whole run takes a few seconds):
   can be created under ours (created and removed again);
 * ``shm``: ``/dev/shm`` free space against ``--model-bytes`` (weight staging
   keeps one file the size of the weights there);
-* ``versions``: this interpreter's TRL / vLLM / transformers / Python against
-  ``hangwatch.contract.versions``;
+* ``versions``: TRL / vLLM / transformers / Python against
+  ``hangwatch.contract.versions``, of this interpreter or of the trainer's
+  (``--python PATH``: asked with a bounded standard-library snippet, so that
+  environment needs nothing of hangwatch);
 * ``run-dir``: the run directory's filesystem is writable and has room.
 
 Imports nothing heavy: package versions come from metadata, NVML from
@@ -258,17 +260,41 @@ def check_shm(model_bytes: int | None, path: str = "/dev/shm") -> Check:
     return Check("shm", "ok", f"{where}; {need} fit")
 
 
-def check_versions(found: dict[str, str] | None = None) -> list[Check]:
+_VERSIONS_SNIPPET = (
+    "import json, sys\n"
+    "from importlib import metadata\n"
+    "found = {}\n"
+    "for name in ('trl', 'vllm', 'transformers'):\n"
+    "    try:\n"
+    "        found[name] = metadata.version(name)\n"
+    "    except metadata.PackageNotFoundError:\n"
+    "        pass\n"
+    "print(json.dumps({'python': list(sys.version_info[:3]), 'packages': found}))\n"
+)
+
+
+def interpreter_versions(python: str, timeout: float = 10.0) -> tuple[tuple[int, ...], dict[str, str]]:
+    """Python version and installed TRL/vLLM/transformers of another interpreter (never imports them)."""
+    result = run_bounded([python, "-I", "-c", _VERSIONS_SNIPPET], timeout)
+    if not result.ok:
+        why = result.error or ("timed out" if result.timed_out else result.stderr.strip()[-300:])
+        raise RuntimeError(f"{python} did not report its packages: {why}")
+    data = json.loads(result.stdout)
+    return tuple(int(x) for x in data["python"]), {str(k): str(v) for k, v in data["packages"].items()}
+
+
+def check_versions(found: dict[str, str] | None = None, *, python: tuple[int, ...] | None = None,
+                   where: str = "this interpreter") -> list[Check]:
     found = versions.installed() if found is None else found
+    python = tuple(sys.version_info[:3]) if python is None else python
     listed = ", ".join(f"{k} {v}" for k, v in sorted(found.items())) or "none of trl, vllm, transformers"
-    problems = versions.check(found)
-    python = ".".join(map(str, sys.version_info[:3]))
+    problems = versions.check(found, python)
     if not problems:
-        note = "" if {"trl", "vllm"} <= set(found) else (
-            " (the supervisor needs none of them; run `python -m hangwatch.cli doctor` with the trainer's Python "
-            "to check its environment)")
-        return [Check("versions", "ok", f"Python {python}, {listed}: inside the supported table{note}")]
-    return [Check("versions", "warn", f"{p.message} (installed here: {listed})", p.fix) for p in problems]
+        note = "" if {"trl", "vllm"} <= set(found) or where != "this interpreter" else (
+            "; the supervisor needs none of them: pass --python with the trainer's interpreter to check its")
+        return [Check("versions", "ok", f"{where}: Python {'.'.join(map(str, python))}, {listed}: inside the "
+                      f"supported table{note}")]
+    return [Check("versions", "warn", f"{where}: {p.message} (installed: {listed})", p.fix) for p in problems]
 
 
 def check_run_dir(run_dir: Path) -> Check:
@@ -300,7 +326,15 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
     checks.append(check_nvml())
     checks.append(check_cgroup())
     checks.append(check_shm(args.model_bytes, args.shm))
-    checks.extend(check_versions())
+    if args.python:
+        try:
+            python, found = interpreter_versions(args.python)
+            checks.extend(check_versions(found, python=python, where=args.python))
+        except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+            checks.append(Check("versions", "fail", str(exc)[:400],
+                                "pass the trainer's Python executable, e.g. --python /path/to/venv/bin/python"))
+    else:
+        checks.extend(check_versions())
     checks.append(check_run_dir(args.run_dir))
     return checks
 
@@ -331,6 +365,8 @@ def add_doctor_parser(sub: Any) -> None:
     doctor.add_argument("--run-dir", type=Path, default=Path("hangwatch-runs"), metavar="DIR",
                         help="where runs will be written (default ./hangwatch-runs)")
     doctor.add_argument("--shm", default="/dev/shm", metavar="DIR", help="weight staging directory (default /dev/shm)")
+    doctor.add_argument("--python", metavar="PATH",
+                        help="the trainer's Python: check its TRL/vLLM/transformers (default: this interpreter)")
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
     doctor.set_defaults(func=cmd_doctor)
 
