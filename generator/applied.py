@@ -99,6 +99,20 @@ class AppliedSettings:
         return {"applied_cudagraph_mode": self.cudagraph_mode, "applied_compile_mode": self.compile_mode}
 
 
+_last: AppliedSettings | None = None
+
+
+def remember(applied: AppliedSettings) -> None:
+    """Record the engine this process built last, for beats sent later by others (the HF callback)."""
+    global _last
+    _last = applied
+
+
+def last_applied() -> AppliedSettings | None:
+    """What the last engine built in this process applied (None: none was read back)."""
+    return _last
+
+
 def check_applied(policy_graphs_on: bool, applied: AppliedSettings, *, requested: Mapping[str, Any] | None = None,
                   log_path: str | None = None) -> None:
     """Refuse an engine that runs graphs when the policy said off. Graphs on by policy: anything goes

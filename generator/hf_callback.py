@@ -41,7 +41,9 @@ loop of transformers 5.24 (``Trainer._inner_training_loop``) and TRL 1.16.0:
   ``hangwatch.generator.policy`` and the ``HANGWATCH_*`` environment, as
   ``cudagraphs="on"|"off"``, ``enforce_eager``, ``engine_kwargs`` (the
   ``LLM(...)`` kwargs ``hangwatch.generator.trl_patch`` injects), ``attempt``, and once
-  training starts ``use_vllm``/``vllm_mode`` from the trainer's arguments.
+  training starts ``use_vllm``/``vllm_mode`` from the trainer's arguments and,
+  when the colocate engine was built under ``apply_rollout_policy``, what its
+  GPU worker applied (``applied_cudagraph_mode``, ``applied_compile_mode``).
   :meth:`HangwatchCallbackCore.note` adds fields of your own (for example the
   kwargs the engine was really built with).
 
@@ -63,6 +65,7 @@ import re
 from typing import Any, Callable, Mapping
 
 from hangwatch.contract.heartbeat import beat
+from hangwatch.generator.applied import last_applied
 
 
 __all__ = ["HangwatchCallback", "HangwatchCallbackCore", "make_callback", "policy_info", "run_log_fields"]
@@ -184,6 +187,9 @@ class HangwatchCallbackCore:
     # -- TrainerCallback events --------------------------------------------------
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        applied = last_applied()  # the colocate engine, built and read back under apply_rollout_policy
+        if applied is not None:
+            self.info.update(applied.beat_info())
         use_vllm = getattr(args, "use_vllm", None)
         if use_vllm is not None:
             self.info["use_vllm"] = bool(use_vllm)

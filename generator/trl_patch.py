@@ -29,7 +29,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from hangwatch.generator.applied import AppliedSettings, check_applied, worker_compilation_settings
+from hangwatch.generator.applied import AppliedSettings, check_applied, remember, worker_compilation_settings
 from hangwatch.generator.compat import warn_unsupported_versions
 from hangwatch.generator.policy import RolloutPolicy, rollout_policy
 
@@ -134,6 +134,7 @@ def verify_engine(llm: Any, policy: RolloutPolicy, kwargs: Mapping[str, Any], *,
                        type(llm).__name__)
         return
     applied = AppliedSettings.from_reports(rpc(worker_compilation_settings))
+    remember(applied)  # the HF callback's later beats carry it too, so the journal cannot miss it
     logger.info("rollout engine applied cudagraph_mode=%s compile_mode=%s (%d worker(s))",
                 applied.cudagraph_mode, applied.compile_mode, applied.workers)
     beat(step=step, phase="engine_policy", **policy.beat_info(), **applied.beat_info())

@@ -150,3 +150,19 @@ def test_apply_rollout_policy_refuses_graphs_the_policy_turned_off(monkeypatch):
         with apply_rollout_policy({"HANGWATCH_CUDAGRAPHS": "0"}):
             module.build()
     assert module.LLM.__name__ == "LLM", "binding restored after the refusal"
+
+
+def test_the_hf_callback_carries_what_the_engine_applied(monkeypatch):
+    """The read-back's own beat can be overwritten before the supervisor samples it; the callback's
+    beats from on_train_begin on carry it too."""
+    from hangwatch.generator import applied as applied_module
+    from hangwatch.generator.hf_callback import HangwatchCallbackCore
+
+    monkeypatch.setattr(applied_module, "_last", None)
+    module, _ = stand_in_with_workers(monkeypatch, None)
+    with apply_rollout_policy({"HANGWATCH_CUDAGRAPHS": "0"}):
+        module.build()
+    beats = []
+    core = HangwatchCallbackCore(env={"HANGWATCH_CUDAGRAPHS": "0"}, beat_fn=lambda **kw: beats.append(kw))
+    core.on_train_begin(types.SimpleNamespace(), types.SimpleNamespace(global_step=0), None)
+    assert beats[-1]["applied_cudagraph_mode"] == "NONE" and beats[-1]["cudagraphs"] == "off"
