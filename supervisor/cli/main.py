@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.exitcodes import EXIT_CODES, EXIT_INTERNAL, EXIT_USAGE
+from hangwatch.contract.tools import abort_running_tools
 from hangwatch.contract.private import private_dir
 from hangwatch.supervisor.config import SETTINGS, build, build_operate, load_file, save_values, saved_values
 
@@ -127,6 +128,12 @@ def add_run_parser(sub: Any) -> None:
     g.add_argument("--config", metavar="FILE", type=Path,
                    help="TOML file of settings (keys = long option names); also $HANGWATCH_CONFIG")
     g.add_argument("--quiet", action="store_true", help="do not echo the trainer's output to the console")
+    g.add_argument("--log-max-bytes", type=int, metavar="N",
+                   help=f"cap of each attempt's stdout/stderr log: head and newest tail kept (default {d['log_max_bytes']})")
+    g.add_argument("--keep-incidents", type=int, metavar="N",
+                   help=f"keep the newest N incident bundles plus the first of each signature (default {d['keep_incidents']})")
+    g.add_argument("--min-free-mb", type=float, metavar="MB",
+                   help=f"warn, and cut trainer logs to 1 MB, below this free space on the run dir's disk; 0 disables (default {d['min_free_mb']:g})")
 
     g = run.add_argument_group("checkpoints and resume")
     g.add_argument("--checkpoint-dir", metavar="DIR", help="where the trainer writes checkpoints")
@@ -376,6 +383,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 pass  # already reported above; nothing more can be recorded
         return EXIT_INTERNAL
     finally:
+        abort_running_tools()  # an abandoned capture's py-spy would otherwise hold our exit up
         ops.close()  # bounded: queued alerts get NOTIFY_DRAIN_S at most
         if keeper is not None:
             guardian.stop(keeper)

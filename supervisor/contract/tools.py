@@ -21,6 +21,7 @@ from typing import Mapping, Sequence
 
 HELPER_PIDS: set[int] = set()
 _helpers_lock = threading.Lock()
+_RUNNING_TOOLS: set[int] = set()  # the subset of HELPER_PIDS started by run_bounded (own process groups)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ def run_bounded(
         return ToolResult(tuple(argv), None, "", "", time.monotonic() - started, error=f"{argv[0]}: {exc.strerror or exc}")
     with _helpers_lock:
         HELPER_PIDS.add(proc.pid)
+        _RUNNING_TOOLS.add(proc.pid)
     try:
         try:
             out, err = proc.communicate(timeout=max(0.01, timeout))
@@ -91,6 +93,17 @@ def run_bounded(
     finally:
         with _helpers_lock:
             HELPER_PIDS.discard(proc.pid)
+            _RUNNING_TOOLS.discard(proc.pid)
+
+
+def abort_running_tools() -> list[int]:
+    """SIGKILL every tool ``run_bounded`` is still waiting for (the supervisor is exiting:
+    an abandoned capture's py-spy must not hold the exit up until its own deadline)."""
+    with _helpers_lock:
+        pids = sorted(_RUNNING_TOOLS)
+    for pid in pids:
+        _kill_group(pid)
+    return pids
 
 
 def _kill_group(pgid: int) -> None:
