@@ -55,6 +55,9 @@ class RunConfig:
     cudagraphs_after_stall: str = "off"
     eager_escalation: bool = True
     echo: bool = True
+    log_max_bytes: int = 256 * 1024 * 1024
+    keep_incidents: int = 50
+    min_free_mb: float = 1024.0
     containment: str = "auto"  # auto | cgroup | tree (supervisor.cgroup)
 
     def to_json(self) -> dict[str, Any]:
@@ -77,6 +80,9 @@ class RunConfig:
             "cudagraphs_after_stall": self.cudagraphs_after_stall,
             "eager_escalation": self.eager_escalation,
             "echo": self.echo,
+            "log_max_bytes": self.log_max_bytes,
+            "keep_incidents": self.keep_incidents,
+            "min_free_mb": self.min_free_mb,
             "containment": self.containment,
         }
 
@@ -111,6 +117,9 @@ SETTINGS: dict[str, tuple[type, Any]] = {
     "cudagraphs_after_stall": (str, "off"),
     "eager_escalation": (bool, True),
     "quiet": (bool, False),
+    "log_max_bytes": (int, 256 * 1024 * 1024),
+    "keep_incidents": (int, 50),
+    "min_free_mb": (float, 1024.0),
     "containment": (str, "auto"),
     # Operating unattended (OperateConfig): alerts, metrics, the no-heartbeat warning.
     "notify": (list, None),
@@ -195,6 +204,12 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
     for name in ("max_restarts", "max_restarts_per_hour", "no_progress_restarts"):
         if v[name] < 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {v[name]!r}")
+    if v["log_max_bytes"] < 4096:
+        raise ConfigError(f"--log-max-bytes must be at least 4096, got {v['log_max_bytes']!r}")
+    if v["keep_incidents"] < 1:
+        raise ConfigError(f"--keep-incidents must be >= 1, got {v['keep_incidents']!r}")
+    if v["min_free_mb"] < 0:
+        raise ConfigError(f"--min-free-mb must be >= 0 (0 turns the check off), got {v['min_free_mb']!r}")
     if v["capture_timeout"] <= 0:
         raise ConfigError(f"--capture-timeout must be positive, got {v['capture_timeout']!r}")
     if v["backoff"] < 0 or v["backoff_max"] < 0:
@@ -250,6 +265,9 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
         cudagraphs_after_stall=v["cudagraphs_after_stall"],
         eager_escalation=v["eager_escalation"],
         echo=not v["quiet"],
+        log_max_bytes=v["log_max_bytes"],
+        keep_incidents=v["keep_incidents"],
+        min_free_mb=v["min_free_mb"],
         containment=v.get("containment", "auto"),  # .get: runs saved before the option resume too
     )
 

@@ -16,6 +16,7 @@ they stay visible, killable, and we collect their exit status (no zombies).
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import signal
 import subprocess
@@ -72,16 +73,19 @@ def launch(
     cwd: str | None = None,
     echo: bool = True,
     cgroup_procs: str | None = None,
+    log_limit: Callable[[], int] = lambda: LOG_MAX_BYTES,
 ) -> TrainerProcess:
     """Start ``argv``; with ``cgroup_procs`` (a cgroup's ``cgroup.procs`` path) the
-    child moves itself into that cgroup before it execs."""
+    child moves itself into that cgroup before it execs. ``log_limit`` gives the
+    cap of each log file (``CappedLog``), read at every write."""
     attempt_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     stdout_path = attempt_dir / "stdout.log"
     stderr_path = attempt_dir / "stderr.log"
     parent = os.getpid()
     try:
         # O_NOFOLLOW, 0600 whatever the umask: the logs hold whatever the trainer prints (tokens too).
-        sinks = [os.fdopen(open_private(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab", buffering=0)
+        # Read-write: CappedLog cuts the middle out in place.
+        sinks = [os.fdopen(open_private(p, os.O_RDWR | os.O_APPEND | os.O_CREAT), "ab", buffering=0)
                  for p in (stdout_path, stderr_path)]
     except OSError as exc:
         raise LaunchError(f"cannot open the attempt's log files in {attempt_dir}: {exc}") from exc
@@ -134,17 +138,84 @@ def launch(
         create_time = 0.0
     assert popen.stdout is not None and popen.stderr is not None
     pumps = [
-        _pump(popen.stdout, sinks[0], sys.stdout.buffer if echo else None, "stdout"),
-        _pump(popen.stderr, sinks[1], sys.stderr.buffer if echo else None, "stderr"),
+        _pump(popen.stdout, sinks[0], sys.stdout.buffer if echo else None, "stdout", log_limit),
+        _pump(popen.stderr, sinks[1], sys.stderr.buffer if echo else None, "stderr", log_limit),
     ]
     return TrainerProcess(popen.pid, create_time, popen, stdout_path, stderr_path, pumps)
 
 
-def _pump(source: BinaryIO, sink: BinaryIO, console: BinaryIO | None, name: str) -> threading.Thread:
+#: default per-attempt cap of each of stdout.log and stderr.log (--log-max-bytes)
+LOG_MAX_BYTES = 256 * 1024 * 1024
+CUT_MARKER = b"\n[hangwatch: output cut here to keep this log under --log-max-bytes; the newest output follows]\n"
+
+
+class CappedLog:
+    """An attempt's log file that keeps the head and the most recent tail under a cap.
+
+    Below ``limit()`` bytes it is a plain copy. When a write would pass the cap,
+    the middle is dropped in place: the first half of the cap stays (how the
+    run started), then ``CUT_MARKER``, then the newest quarter of the cap, and
+    writing goes on after it. So the file stays under the cap (the tail is
+    re-cut each time it fills), its end is always the latest output (what an
+    incident bundle copies), and each byte is copied at most once more.
+    ``limit`` is read per write: the disk watch lowers it when space runs out.
+    """
+
+    MIN_BYTES = 4096
+
+    def __init__(self, sink: BinaryIO, limit: Callable[[], int]) -> None:
+        self._sink = sink
+        self._fd = sink.fileno()
+        self._limit = limit
+        self.size = os.fstat(self._fd).st_size
+        self._head: int | None = None  # end of the original head once a cut was made
+        self.cuts = 0
+
+    def write(self, chunk: bytes) -> None:
+        cap = max(self.MIN_BYTES, self._limit())
+        if self._head is None and self.size < cap // 2 < self.size + len(chunk):
+            fill = chunk[: cap // 2 - self.size]  # the head is the run's first output, even from one big read
+            self._sink.write(fill)
+            self.size += len(fill)
+            chunk = chunk[len(fill):]
+        if self.size + len(chunk) > cap:
+            tail = cap // 4
+            chunk = chunk[-tail:]
+            self._cut(cap // 2, tail - len(chunk))
+        self._sink.write(chunk)
+        self.size += len(chunk)
+
+    def _cut(self, head: int, keep: int) -> None:
+        """Keep bytes [0, head) and the last ``keep`` bytes, with the marker between."""
+        fd = self._fd
+        head = min(head, self._head if self._head is not None else self.size)
+        src, dst = max(head, self.size - keep), head + len(CUT_MARKER)
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_APPEND)  # pwrite ignores its offset under O_APPEND
+        try:
+            os.pwrite(fd, CUT_MARKER, head)
+            # Forward copy in chunks; dst < src, so nothing is overwritten before it is read.
+            while src < self.size:
+                block = os.pread(fd, min(1 << 20, self.size - src), src)
+                if not block:
+                    break
+                os.pwrite(fd, block, dst)
+                src += len(block)
+                dst += len(block)
+            os.ftruncate(fd, dst)
+        finally:
+            fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+        self.size, self._head = dst, head
+        self.cuts += 1
+
+
+def _pump(source: BinaryIO, sink: BinaryIO, console: BinaryIO | None, name: str,
+          limit: Callable[[], int] = lambda: LOG_MAX_BYTES) -> threading.Thread:
     def run() -> None:
         out = console
         fd = source.fileno()
         with sink:
+            log = CappedLog(sink, limit)
             while True:
                 try:
                     chunk = os.read(fd, 65536)
@@ -153,7 +224,7 @@ def _pump(source: BinaryIO, sink: BinaryIO, console: BinaryIO | None, name: str)
                 if not chunk:
                     break
                 try:
-                    sink.write(chunk)
+                    log.write(chunk)
                 except OSError:
                     pass  # a full disk loses log lines, never the run
                 if out is not None:
@@ -178,6 +249,9 @@ class Reaper:
     scan of its own; a child born since is reaped after the next scan.
     """
 
+    #: statuses kept (the trainer's is read on the tick it is reaped; the rest are orphans')
+    KEEP = 256
+
     def __init__(self, tree: ProcessTree, exclude: Callable[[], Iterable[int]] = helper_pids) -> None:
         self._tree = tree
         self._exclude = exclude
@@ -187,14 +261,19 @@ class Reaper:
         me = os.getpid()
         children = {st.pid for st in self._tree.last_stats.values() if st.ppid == me}
         for pid in children.union(also) - set(self._exclude()):
-            if pid in self.statuses:
-                continue
             try:
                 done, status = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
-                continue
+                continue  # not our child (any more): a status already collected for it stays valid
             if done:
                 self.statuses[pid] = os.waitstatus_to_exitcode(status)
+            else:
+                # A live child of ours holds this pid now: a status kept for it was
+                # a previous process's (pids wrap over days of forking), and must
+                # not end the new trainer's attempt as if it had exited.
+                self.statuses.pop(pid, None)
+        while len(self.statuses) > self.KEEP:
+            del self.statuses[next(iter(self.statuses))]  # oldest first: orphans nobody asks about
 
     def exit_code(self, pid: int) -> int | None:
         """Like Popen.returncode: -N for death by signal N."""

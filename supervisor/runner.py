@@ -18,7 +18,6 @@ journal, a clock and a sleep), so a test can drive whole attempts with fakes.
 
 from __future__ import annotations
 
-import collections
 import os
 import signal
 import threading
@@ -43,9 +42,11 @@ from hangwatch.supervisor.cohort import Cohort, CohortError
 from hangwatch.supervisor.config import RunConfig
 from hangwatch.supervisor.detector import Detector
 from hangwatch.supervisor.killer import KillReport
+from hangwatch.supervisor.longrun import LOW_DISK_LOG_BYTES, DiskWatch, RecordBudget, prune_incidents
 from hangwatch.supervisor.observe import NullObserver, RunObserver, Tick
 from hangwatch.supervisor.probes import FileProbe, GpuProbe, NoProbe
 from hangwatch.supervisor.restart import AttemptOutcome, Decision
+from hangwatch.supervisor.sampler import SampleWindow
 from hangwatch.supervisor.tree import LocalTree, Trainer, TreeOps
 
 log = structlog.get_logger("hangwatch.run")
@@ -78,7 +79,9 @@ class Supervisor:
         self.run_dir = config.run_dir
         self.state = state or RunState(run_id=uuid.uuid4().hex[:12])
         self.journal = journal or Journal(self.run_dir / "journal.jsonl", self.state.run_id)
-        self.tree = tree or LocalTree(self.run_dir, probe, echo=config.echo, clock=clock, sleep=sleep)
+        self.disk = DiskWatch(self.run_dir, config.min_free_mb, clock)
+        self.tree = tree or LocalTree(self.run_dir, probe, echo=config.echo, clock=clock, sleep=sleep,
+                                      log_limit=self._log_limit)
         self.lifecycle: AttemptLifecycle | None = None
         self._early: _EarlyRound | None = None  # the early py-spy round of the building incident
         self.cohort = cohort  # multi-node: the other nodes' supervisors (docs/multinode.md)
@@ -232,6 +235,7 @@ class Supervisor:
             )
             log.error("incident", message=f"{verdict.kind.value} in attempt {st.attempt}: {verdict.reason}")
             evidence = self._capture(verdict, samples, trainer, attempt_dir)
+            self._prune_incidents()
             if self.cohort is not None and verdict.kind is not VerdictKind.COHORT_LOST:
                 self._cohort_captured()
             if verdict.kind is VerdictKind.STALL:
@@ -286,30 +290,32 @@ class Supervisor:
         self.tree.watch(heartbeat)
         detector = Detector(cfg, start=self.clock())
         self._early = None
-        keep = int(max(cfg.stall_window, cfg.progress_timeout or 0) / cfg.interval) + 30
-        samples: collections.deque[Sample] = collections.deque(maxlen=max(keep, 60))
+        # Memory-bounded whatever the interval (a plain deque of the window grew ~1 KB a tick for minutes).
+        samples = SampleWindow(max(cfg.stall_window, cfg.progress_timeout or 0, 60 * cfg.interval) + 30 * cfg.interval)
         last_info: dict[str, Any] | None = None
+        info_budget = RecordBudget(self.clock)  # a trainer beating new info every step must not fill the journal
         launched = self.clock()
         first_beat_seen = False
         next_tick = self.clock()
         while True:
             code = self.tree.exit_code(trainer)
             if code is not None:
-                return classify_exit(code, self.clock()), list(samples), code
+                return classify_exit(code, self.clock()), samples.snapshot(), code
             if self._stop_signal is not None:
                 code = self._forward_stop(trainer)
-                return classify_exit(code if code is not None else -self._stop_signal, self.clock()), list(samples), code
+                return classify_exit(code if code is not None else -self._stop_signal, self.clock()), samples.snapshot(), code
             external = self._cohort_verdict()
             if external is not None:
-                return external, list(samples), None
+                return external, samples.snapshot(), None
             sample = self.tree.sample()
             samples.append(sample)
+            self._check_disk()
             hb = sample.heartbeat
             if hb is not None and not first_beat_seen:
                 first_beat_seen = True
                 self.journal.append("first_heartbeat", attempt=self.state.attempt, step=hb.step, phase=hb.phase,
                                     after_launch_s=round(sample.t - launched, 3))
-            if hb is not None and hb.info and dict(hb.info) != last_info:
+            if hb is not None and hb.info and dict(hb.info) != last_info and info_budget.due():
                 last_info = dict(hb.info)
                 self.journal.append("trainer_info", attempt=self.state.attempt, step=hb.step, phase=hb.phase,
                                     info=last_info)
@@ -318,7 +324,7 @@ class Supervisor:
                 self._maybe_early_round(detector, sample.t)
             self.observer.tick(Tick(self.state.attempt, sample, detector.stall_onset, cfg.window_for(detector.phase)))
             if verdict is not None:
-                return verdict, list(samples), None
+                return verdict, samples.snapshot(), None
             next_tick += cfg.interval
             delay = next_tick - self.clock()
             if delay < 0:
@@ -424,6 +430,31 @@ class Supervisor:
         if early.thread.is_alive() or early.result is None:
             return {}
         return {"early_round": early.result, "early_round_rule": early.rule}
+
+    # -- a run of days: disk space and retention (hangwatch.supervisor.longrun) ------
+
+    def _log_limit(self) -> int:
+        """The trainer logs' cap: logs give way first when the disk runs low."""
+        cap = self.config.log_max_bytes
+        return min(cap, LOW_DISK_LOG_BYTES) if self.disk.low else cap
+
+    def _check_disk(self) -> None:
+        reading = self.disk.check()
+        if reading is None or not reading.newly_low:
+            return
+        self.journal.append("disk_low", attempt=self.state.attempt, free_mb=reading.free_mb,
+                            min_free_mb=self.config.min_free_mb, path=str(self.run_dir))
+        log.warning("disk_low", message=(
+            f"only {reading.free_mb:.0f} MB free on the run dir's disk (--min-free-mb {self.config.min_free_mb:g}): "
+            f"trainer logs are cut to {LOW_DISK_LOG_BYTES >> 20} MB; journal and bundles keep writing. Free some space"))
+
+    def _prune_incidents(self) -> None:
+        removed = prune_incidents(self.run_dir / "incidents", self.config.keep_incidents)
+        if removed:
+            self.journal.append("incidents_pruned", attempt=self.state.attempt, keep=self.config.keep_incidents,
+                                removed=removed)
+            log.info("incidents_pruned", message=(
+                f"removed {len(removed)} old incident bundle(s) (--keep-incidents {self.config.keep_incidents})"))
 
     def _kill(self, reason: str) -> KillReport | None:
         report = self.tree.kill(grace=self.config.kill.grace, kill_timeout=self.config.kill.kill_timeout)

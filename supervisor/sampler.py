@@ -1,7 +1,9 @@
-"""One sampling tick: the tree's CPU, the GPU probe and the heartbeat, as a ``Sample``."""
+"""One sampling tick: the tree's CPU, the GPU probe and the heartbeat, as a ``Sample``;
+and the bounded window of recent samples an incident bundle keeps as evidence."""
 
 from __future__ import annotations
 
+import collections
 import time
 from pathlib import Path
 from typing import Callable
@@ -36,3 +38,46 @@ class Sampler:
         gpu = self.probe.sample()
         hb = read_heartbeat(self.heartbeat_path) if self.heartbeat_path else None
         return Sample(t=self.clock(), wall=time.time(), cpu_pct=cpu, gpu=gpu, heartbeat=hb, tree_size=len(members))
+
+
+class SampleWindow:
+    """The last ``span_s`` seconds of samples, in bounded memory at any interval.
+
+    The capture needs the window that led to a verdict (up to the progress
+    timeout, 600 s by default). Kept tick by tick, that is 630 samples at the
+    default 1 s interval but 120,000 (~120 MB) at 0.005 s, which made the
+    supervisor's RSS climb for the first ten minutes of every attempt. So the
+    newest ``recent`` (1024) samples are kept whole and older ones thinned to one per
+    ``span_s / older`` seconds: at most ``recent + older + 1`` samples, and at
+    the default settings nothing is thinned. Thinned samples are at most ~1 s
+    apart, far inside the detector's gap tolerance (>= 10 s), so a replay of
+    the bundle still sees the whole window.
+    """
+
+    def __init__(self, span_s: float, *, recent: int = 1024, older: int = 600) -> None:
+        self.span_s = span_s
+        self._recent: collections.deque[Sample] = collections.deque(maxlen=recent)
+        self._older: collections.deque[Sample] = collections.deque(maxlen=older + 1)
+        self._step = span_s / older
+
+    def append(self, sample: Sample) -> None:
+        recent = self._recent
+        if len(recent) == recent.maxlen:
+            evicted = recent[0]
+            older = self._older
+            if not older or evicted.t - older[-1].t >= self._step:
+                older.append(evicted)
+        recent.append(sample)
+        horizon = sample.t - self.span_s
+        older = self._older
+        while older and older[0].t < horizon:
+            older.popleft()
+        while not older and recent[0].t < horizon:
+            recent.popleft()
+
+    def __len__(self) -> int:
+        return len(self._older) + len(self._recent)
+
+    def snapshot(self) -> list[Sample]:
+        """Oldest first, as the bundle stores them."""
+        return [*self._older, *self._recent]

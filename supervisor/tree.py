@@ -67,7 +67,7 @@ class LocalTree:
 
     def __init__(self, run_dir: Path, probe: GpuProbe, *, echo: bool = True,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                 containment: Containment | None = None) -> None:
+                 containment: Containment | None = None, log_limit: Callable[[], int] | None = None) -> None:
         self.probe = probe
         self.echo = echo
         self.clock = clock
@@ -78,6 +78,7 @@ class LocalTree:
         self._sampler: Sampler | None = None
         #: the run's cgroup when the kernel contains the tree (``cgroup.detect``); None: the tree walk
         self.containment = containment
+        self.log_limit = log_limit  # the trainer logs' cap, read per write (launcher.CappedLog)
         self._cgroup: AttemptCgroup | None = None
         self._members: list[psutil.Process] = []
         self._guardian: Callable[[dict[str, Any]], None] | None = None
@@ -99,7 +100,8 @@ class LocalTree:
             self.killer.cgroup = self._cgroup
             procs = self._cgroup.procs_file
             self._tell_guardian()  # before the trainer exists: no fork can beat it
-        trainer = launch(argv, env, attempt_dir, echo=self.echo, cgroup_procs=procs)
+        trainer = launch(argv, env, attempt_dir, echo=self.echo, cgroup_procs=procs,
+                         **({"log_limit": self.log_limit} if self.log_limit else {}))
         try:
             self._members = [psutil.Process(trainer.pid)]
         except psutil.Error:

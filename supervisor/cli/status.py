@@ -98,7 +98,17 @@ def summarise(path: Path) -> dict[str, Any]:
         "incidents": incidents,
         "finished": run.finished,
         "cohort": {**run.cohort, "events": run.cohort_events} if run.cohort else None,
+        "pruned": _pruned(records),
     }
+
+
+def _pruned(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Bundles removed by --keep-incidents: how many, and when last."""
+    pruned = [r for r in records if r.get("event") == "incidents_pruned" and isinstance(r.get("removed"), list)]
+    if not pruned:
+        return None
+    return {"bundles": sum(len(r["removed"]) for r in pruned), "last": pruned[-1].get("ts"),
+            "keep": pruned[-1].get("keep")}
 
 
 def _signal_name(exit_code: int | None, journaled: str | None) -> str | None:
@@ -196,6 +206,11 @@ def render_status(summary: dict[str, Any], now: float | None = None) -> str:
                              f"graphs {e['cudagraphs']}")
             else:
                 lines.append(f"         attempt {e.get('attempt')}: {e['reason']}")
+    pruned = summary.get("pruned")
+    if pruned:
+        last = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(pruned["last"])) if pruned["last"] else "?"
+        lines.append(f"pruned: {pruned['bundles']} old incident bundle(s) removed (--keep-incidents {pruned['keep']}), "
+                     f"last at {last}")
     if summary["finished"] and summary["finished"].get("reason"):
         lines.append(f"finished: {summary['finished']['reason']}")
     return "\n".join(lines)

@@ -41,6 +41,8 @@ EVENTS = (
     "cohort_incident",
     "cohort_agreed",
     "member_lost",
+    "disk_low",  # free space under --min-free-mb (once a run; hangwatch.supervisor.longrun)
+    "incidents_pruned",  # bundles removed by --keep-incidents
 )
 
 
