@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while global_step < args.steps:
             step = global_step + 1
-            beat(step=global_step, phase="generate", **policy.beat_info())
+            # the generator's info: the policy, and from its first start what the engine worker applied
+            beat(step=global_step, phase="generate", **generator.beat_info)
             simgpu.hold(0, 2000)  # offloaded while the engine runs
             rollouts = generator.generate(PROMPTS, args.n, seed=step, step=global_step)
             simgpu.hold(45, 9000)
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(args.step_time)
             global_step = step
             value = float(loss.detach())
-            beat(step=global_step, phase="train", loss=round(value, 4))
+            beat(step=global_step, phase="train", loss=round(value, 4), **generator.beat_info)
             print(f"step {global_step}/{args.steps} loss={value:.4f}", flush=True)
             if args.save_every > 0 and global_step % args.save_every == 0:
                 beat(step=global_step, phase="checkpoint")
