@@ -31,6 +31,7 @@ from typing import Any
 
 from hangwatch.generator.applied import AppliedSettings, check_applied, remember, worker_compilation_settings
 from hangwatch.generator.compat import warn_unsupported_versions
+from hangwatch.generator.errors import CudagraphPolicyViolation
 from hangwatch.generator.policy import RolloutPolicy, rollout_policy
 
 logger = logging.getLogger(__name__)
@@ -138,4 +139,11 @@ def verify_engine(llm: Any, policy: RolloutPolicy, kwargs: Mapping[str, Any], *,
     logger.info("rollout engine applied cudagraph_mode=%s compile_mode=%s (%d worker(s))",
                 applied.cudagraph_mode, applied.compile_mode, applied.workers)
     beat(step=step, phase="engine_policy", **policy.beat_info(), **applied.beat_info())
-    check_applied(policy.cudagraphs, applied, requested=kwargs)
+    try:
+        check_applied(policy.cudagraphs, applied, requested=kwargs)
+    except CudagraphPolicyViolation:
+        # The refused engine already holds the GPU; release what can be released (LLM has no
+        # shutdown(); its engine core does) before the error ends the trainer's construction.
+        with contextlib.suppress(Exception):
+            llm.llm_engine.engine_core.shutdown()
+        raise

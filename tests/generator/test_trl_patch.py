@@ -121,6 +121,10 @@ def stand_in_with_workers(monkeypatch, worker_mode):
         def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
             return [method(self.worker, *args)]
 
+        @property
+        def llm_engine(self):
+            return types.SimpleNamespace(engine_core=types.SimpleNamespace(shutdown=lambda: calls.append("shutdown")))
+
     module.LLM = LLM
     return module, calls
 
@@ -145,11 +149,12 @@ def test_apply_rollout_policy_reads_back_what_the_worker_applied(monkeypatch, tm
 def test_apply_rollout_policy_refuses_graphs_the_policy_turned_off(monkeypatch):
     from hangwatch.generator.errors import CudagraphPolicyViolation
 
-    module, _ = stand_in_with_workers(monkeypatch, "FULL")
+    module, calls = stand_in_with_workers(monkeypatch, "FULL")
     with pytest.raises(CudagraphPolicyViolation, match="cudagraph_mode=FULL"):
         with apply_rollout_policy({"HANGWATCH_CUDAGRAPHS": "0"}):
             module.build()
     assert module.LLM.__name__ == "LLM", "binding restored after the refusal"
+    assert calls[-1] == "shutdown", "the refused engine is shut down"
 
 
 def test_the_hf_callback_carries_what_the_engine_applied(monkeypatch):
