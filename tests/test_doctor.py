@@ -154,3 +154,14 @@ def test_doctor_imports_no_gpu_stack():
             "sys.exit(3 if heavy else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_broken_check_is_a_failed_line_not_a_traceback(monkeypatch, capsys):
+    def broken(*_args, **_kwargs):
+        raise PermissionError("statvfs denied")
+
+    monkeypatch.setattr(doctor, "_free_and_total", broken)
+    assert main(["doctor", "--json"]) == 1
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert checks["run-dir"]["status"] == "fail" and "statvfs denied" in checks["run-dir"]["detail"]
+    assert checks["py-spy"]["status"] == "ok", "the other checks still ran"

@@ -317,15 +317,28 @@ def check_run_dir(run_dir: Path) -> Check:
 # -- the command ---------------------------------------------------------------------------------
 
 
+def _broken(name: str, exc: Exception) -> Check:
+    return Check(name, "fail", f"the check itself failed: {type(exc).__name__}: {exc}"[:400],
+                 "report this with the output of `hangwatch doctor --json`")
+
+
+def _guarded(name: str, run: Callable[[], Check]) -> Check:
+    """A check that breaks is a failed check with its reason, never a traceback that hides the others."""
+    try:
+        return run()
+    except Exception as exc:  # noqa: BLE001 - reported as the check's result
+        return _broken(name, exc)
+
+
 def run_checks(args: argparse.Namespace) -> list[Check]:
     from hangwatch.diagnostics.pyspy import find_pyspy  # noqa: PLC0415
 
     pyspy = find_pyspy()
-    checks = [check_pyspy(pyspy)]
-    checks.append(check_ptrace(pyspy if checks[0].status == "ok" else None))
-    checks.append(check_nvml())
-    checks.append(check_cgroup())
-    checks.append(check_shm(args.model_bytes, args.shm))
+    checks = [_guarded("py-spy", lambda: check_pyspy(pyspy))]
+    checks.append(_guarded("ptrace", lambda: check_ptrace(pyspy if checks[0].status == "ok" else None)))
+    checks.append(_guarded("nvml", check_nvml))
+    checks.append(_guarded("cgroup", check_cgroup))
+    checks.append(_guarded("shm", lambda: check_shm(args.model_bytes, args.shm)))
     if args.python:
         try:
             python, found = interpreter_versions(args.python)
@@ -334,8 +347,11 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
             checks.append(Check("versions", "fail", str(exc)[:400],
                                 "pass the trainer's Python executable, e.g. --python /path/to/venv/bin/python"))
     else:
-        checks.extend(check_versions())
-    checks.append(check_run_dir(args.run_dir))
+        try:
+            checks.extend(check_versions())
+        except Exception as exc:  # noqa: BLE001 - an unparseable installed version, say
+            checks.append(_broken("versions", exc))
+    checks.append(_guarded("run-dir", lambda: check_run_dir(args.run_dir)))
     return checks
 
 
