@@ -64,12 +64,13 @@ def test_cgroup_check_on_a_plain_directory_warns(tmp_path):
     assert check.status == "warn" and "cannot create" in check.detail and check.fix
 
 
-@pytest.mark.parametrize("free, model, status", [
-    (100 * GIB, None, "ok"), (100 * GIB, 16 * GIB, "ok"), (20 * GIB, 16 * GIB, "warn"), (10 * GIB, 16 * GIB, "fail"),
+@pytest.mark.parametrize("free, model, ranks, status", [
+    (100 * GIB, None, 1, "ok"), (100 * GIB, 16 * GIB, 1, "ok"), (18 * GIB, 16 * GIB, 1, "warn"),
+    (10 * GIB, 16 * GIB, 1, "fail"), (40 * GIB, 16 * GIB, 4, "fail"),
 ])
-def test_shm_against_model_bytes(tmp_path, monkeypatch, free, model, status):
+def test_shm_against_model_bytes(tmp_path, monkeypatch, free, model, ranks, status):
     monkeypatch.setattr(doctor, "_free_and_total", lambda _path: (free, 128 * GIB))
-    check = doctor.check_shm(model, str(tmp_path))
+    check = doctor.check_shm(model, str(tmp_path), ranks)
     assert check.status == status
     assert (status == "ok") or "shm-size" in check.fix
 
