@@ -122,6 +122,12 @@ def test_model_bytes_parsing():
             doctor.parse_bytes(bad)
 
 
+def test_bad_arguments_are_usage_errors(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["doctor", "--ranks", "0"])
+    assert exit_info.value.code == 2 and "not a positive whole number" in capsys.readouterr().err
+
+
 def test_doctor_on_this_machine(capsys, tmp_path):
     code = main(["doctor", "--json", "--run-dir", str(tmp_path / "runs"), "--model-bytes", "1M"])
     report = json.loads(capsys.readouterr().out)

@@ -374,15 +374,26 @@ def parse_bytes(text: str) -> int:
     return int(value * units[unit])
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return value
+
+
 def add_doctor_parser(sub: Any) -> None:
     doctor = sub.add_parser(
         "doctor", help="check this machine before a long run (py-spy, ptrace, NVML, cgroups, /dev/shm, versions)",
-        description=(__doc__ or "").split("\n\n")[0],
+        description="Check what a multi-day run needs, in a few seconds, before it starts: one line per "
+                    "check (ok, warn or fail) with the fix.",
         epilog="exit status: 0 nothing failed (warnings allowed), 1 a check failed, 2 bad arguments",
     )
     doctor.add_argument("--model-bytes", type=parse_bytes, metavar="N",
                         help="size of the trained weights (e.g. 16G) to check /dev/shm against")
-    doctor.add_argument("--ranks", type=int, default=1, metavar="N",
+    doctor.add_argument("--ranks", type=_positive_int, default=1, metavar="N",
                         help="trainer processes per node that each stage their weights (default 1)")
     doctor.add_argument("--run-dir", type=Path, default=Path("hangwatch-runs"), metavar="DIR",
                         help="where runs will be written (default ./hangwatch-runs)")
