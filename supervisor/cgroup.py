@@ -207,9 +207,10 @@ def detect(mode: str, run_id: str, base: Path | None = None) -> tuple[Containmen
         return None, str(exc)
 
 
-def kill_path(path: str, grace: float = 2.0) -> list[int]:
-    """The guardian's kill: ``cgroup.kill`` on a cgroup the supervisor named, wait (bounded)
-    until it is empty, remove it. Returns the pids that were in it."""
+def kill_path(path: str, grace: float = 10.0) -> list[int]:
+    """The guardian's kill: ``cgroup.kill`` on a cgroup the supervisor named, wait (bounded
+    by ``grace``: exits take a while on a loaded node) until it is empty, remove it.
+    Returns the pids that were in it."""
     cg = AttemptCgroup(Path(path))
     if not (cg.path / "cgroup.kill").is_file():
         return []
@@ -218,7 +219,7 @@ def kill_path(path: str, grace: float = 2.0) -> list[int]:
     deadline = time.monotonic() + grace
     while cg.populated() and time.monotonic() < deadline:
         time.sleep(0.02)
-    cg.remove(timeout=0.5)
+    cg.remove(timeout=max(0.5, deadline - time.monotonic()))
     try:
         os.rmdir(cg.path.parent)  # the run's cgroup, if this was its last attempt
     except OSError:

@@ -164,7 +164,7 @@ def kill_state(state: Mapping[str, Any], grace: float = 2.0) -> list[int]:
     killed: list[int] = []
     path = state.get("cgroup")
     if isinstance(path, str) and path:
-        killed += cgroup.kill_path(path, grace)
+        killed += cgroup.kill_path(path, max(grace, 10.0))
     members = [ProcKey(int(m[0]), float(m[1])) for m in state.get("members") or [] if isinstance(m, list) and len(m) == 2]
     groups = {int(g) for g in state.get("groups") or [] if isinstance(g, int) and g > 1}
     sessions = {int(s) for s in state.get("sessions") or [] if isinstance(s, int) and s > 1}
