@@ -165,6 +165,7 @@ class Containment:
         if not (path / "cgroup.kill").exists():
             os.rmdir(path)
             raise CgroupError(f"{base} has no cgroup.kill (Linux >= 5.14 needed)")
+        _enable_accounting(path)
         return cls(path)
 
     def new_attempt(self, name: str) -> AttemptCgroup:
@@ -191,6 +192,22 @@ class Containment:
             os.rmdir(self.path)
         except OSError:
             pass  # a survivor in state D keeps it; it is named after the run
+
+
+def _enable_accounting(run: Path) -> None:
+    """Memory (and CPU) figures per attempt where the controllers are available to us:
+    the run's cgroup holds no process itself, so it may hand them to its children.
+    Best effort: without them the attempt still has cpu.stat, and containment is whole."""
+    try:
+        available = _read(run / "cgroup.controllers").split()
+    except OSError:
+        return
+    for controller in ("memory", "cpu"):
+        if controller in available:
+            try:
+                _write(run / "cgroup.subtree_control", f"+{controller}")
+            except OSError:
+                pass
 
 
 def detect(mode: str, run_id: str, base: Path | None = None) -> tuple[Containment | None, str | None]:
