@@ -165,6 +165,11 @@ class Containment:
         if not (path / "cgroup.kill").exists():
             os.rmdir(path)
             raise CgroupError(f"{base} has no cgroup.kill (Linux >= 5.14 needed)")
+        # Moving the trainer in needs write access to the common ancestor's cgroup.procs
+        # (ours) as well as the target's: a trainer that cannot join must not be started.
+        if not all(os.access(p / "cgroup.procs", os.W_OK) for p in (base, path)):
+            os.rmdir(path)
+            raise CgroupError(f"cannot move processes out of {base} (its cgroup.procs is not writable to us)")
         _enable_accounting(path)
         return cls(path)
 
