@@ -57,7 +57,7 @@ def test_pyspy_failure_is_recorded_and_recovery_goes_on(hw, faults, monkeypatch,
 def test_incidents_dir_unwritable_capture_fails_recovery_goes_on(hw, faults):
     """Case 8 (simulated): RUN_DIR/incidents is a regular file, so no bundle can be created
     (as root, chmod would not stop us). Both the capture and its samples-only fallback fail."""
-    hw.run_dir.mkdir()
+    hw.run_dir.mkdir(mode=0o700)  # whatever the umask: a group-writable run dir is refused
     (hw.run_dir / "incidents").write_text("not a directory\n")
     args = _wedge_then_recover(hw, faults)
     before = faults.snapshot(hw.ckpt)
