@@ -110,7 +110,8 @@ class WorkerProcess:
             "parent_death_signal": self.parent_death_signal, "connect_timeout": self.connect_timeout,
         }
         env = worker_environment(os.environ, visible_device_for(self.device, os.environ.get("CUDA_VISIBLE_DEVICES")))
-        with open(self.log_path, "ab", buffering=0) as log:
+        # 0600, never through a symlink: the worker's log can hold what the engine prints (tokens too).
+        with open(self.log_path, "ab", buffering=0, opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW, 0o600)) as log:
             self.proc = subprocess.Popen(
                 module_command("hangwatch.generator.worker", self.python, "-u"), env=env,
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
