@@ -76,6 +76,7 @@ class Supervisor:
         self.clock = clock
         self.sleep = sleep
         self.wall = wall
+        self._anchor = (wall(), clock())
         self.run_dir = config.run_dir
         self.state = state or RunState(run_id=uuid.uuid4().hex[:12])
         self.journal = journal or Journal(self.run_dir / "journal.jsonl", self.state.run_id)
@@ -142,7 +143,7 @@ class Supervisor:
             outcome, code = self._attempt(resumed_run=resumed)
             if code is not None:
                 return code
-            decision = self.config.restart.decide(self.state.history, self.wall())
+            decision = self.config.restart.decide(self.state.history, self._policy_time())
             if not decision.restart:
                 return self._finish(decision)
             policy = self.state.policy
@@ -254,7 +255,7 @@ class Supervisor:
 
         cohort_code = self._cohort_agree(verdict) if self.cohort is not None else None
         end_step = self._newest_step()
-        outcome = AttemptOutcome(st.attempt, verdict.kind, self.wall(), start_step, end_step)
+        outcome = AttemptOutcome(st.attempt, verdict.kind, self._policy_time(), start_step, end_step)
         st.history.append(outcome)
         self.journal.append(
             "attempt_ended",
@@ -432,6 +433,17 @@ class Supervisor:
         return {"early_round": early.result, "early_round_rule": early.rule}
 
     # -- a run of days: disk space and retention (hangwatch.supervisor.longrun) ------
+
+    def _policy_time(self) -> float:
+        """Wall-clock seconds for the restart history, advanced by the monotonic clock.
+
+        The per-hour cap must compare with times in the journal (``--resume``
+        rebuilds the history from them), but a wall clock stepped by NTP
+        during the run would move the window: +1 h forgets the last hour's
+        crashes, -1 h keeps them for two. Read once, then moved by the
+        monotonic clock, it cannot step.
+        """
+        return self._anchor[0] + (self.clock() - self._anchor[1])
 
     def _log_limit(self) -> int:
         """The trainer logs' cap: logs give way first when the disk runs low."""

@@ -47,14 +47,14 @@ class SampleWindow:
     timeout, 600 s by default). Kept tick by tick, that is 630 samples at the
     default 1 s interval but 120,000 (~120 MB) at 0.005 s, which made the
     supervisor's RSS climb for the first ten minutes of every attempt. So the
-    newest ``recent`` (1024) samples are kept whole and older ones thinned to one per
-    ``span_s / older`` seconds: at most ``recent + older + 1`` samples, and at
-    the default settings nothing is thinned. Thinned samples are at most ~1 s
-    apart, far inside the detector's gap tolerance (>= 10 s), so a replay of
-    the bundle still sees the whole window.
+    newest ``recent`` (1024) samples are kept whole and older ones thinned to
+    one per ``span_s / older`` seconds (5.25 s at the defaults): at most
+    ``recent + older + 1`` samples (~1.2 MB), and at the default interval
+    nothing is thinned. Thinned samples stay inside the detector's gap
+    tolerance (>= 10 s), so a replay of the bundle still sees the whole window.
     """
 
-    def __init__(self, span_s: float, *, recent: int = 1024, older: int = 600) -> None:
+    def __init__(self, span_s: float, *, recent: int = 1024, older: int = 120) -> None:
         self.span_s = span_s
         self._recent: collections.deque[Sample] = collections.deque(maxlen=recent)
         self._older: collections.deque[Sample] = collections.deque(maxlen=older + 1)
