@@ -30,6 +30,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+import psutil
+
 from hangwatch.diagnostics import bundle as bundle_mod
 from hangwatch.diagnostics.bundle import Bundle, dumps_json
 from hangwatch.diagnostics.classify import classify
@@ -128,7 +130,9 @@ def early_round(tree: Sequence[TreeProcess], deadline: float, *, config: Capture
     """One round of stacks now (round 1), bounded by ``deadline`` (``time.monotonic``)."""
     config = config or CaptureConfig()
     helpers = helper_pids()
-    tree = [tp for tp in tree if tp.pid not in helpers]
+    # A process stopped before the verdict (job control, a debugger) is left alone: it is
+    # neither dumped nor continued now; the capture at the verdict handles it.
+    tree = [tp for tp in tree if tp.pid not in helpers and not _stopped(tp)]
     pyspy = find_pyspy(config.pyspy)
     wall, t0 = time.time(), clock()
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(config.max_workers, len(tree) or 1)),
@@ -137,8 +141,16 @@ def early_round(tree: Sequence[TreeProcess], deadline: float, *, config: Capture
         live, got = _one_round(pool, pyspy, tree, 1, config, deadline, clock)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-    resume(tree)  # never leave a process stopped
+    resume(tree)  # py-spy may leave a target stopped (see proctable.resume)
     return EarlyRound(wall, t0, round(clock() - t0, 3), len(live), tuple(got), pyspy)
+
+
+def _stopped(tp: TreeProcess) -> bool:
+    proc = verify(tp)
+    try:
+        return proc is not None and proc.status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except psutil.Error:
+        return False
 
 
 class IncidentCapture:
