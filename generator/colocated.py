@@ -25,6 +25,11 @@ Invariants:
 * Tensor/pipeline parallelism > 1 is refused before anything is spawned
   (``UnsupportedEngineConfig``): the verified weight sync cannot match shards.
 * Errors reach the caller with the worker log's path.
+* Engine-level recovery (the supervisor's level 1): when the worker dies under
+  a call and the supervisor's control file (``HANGWATCH_CONTROL``) holds a new
+  ``restart_engine`` instruction, the generator takes the instruction's policy
+  (graphs off), starts a fresh worker and retries the call once, with the same
+  prompts and seed. The trainer never notices beyond the time it took.
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ from hangwatch.generator.offload import TrainerOffload
 from hangwatch.generator.policy import RolloutPolicy, cudagraphs_enabled_in, rollout_policy
 from hangwatch.generator.process import WorkerProcess
 from hangwatch.generator.staging import StagedWeights, Stager
+from hangwatch.contract import env as names
+from hangwatch.contract.control import read_control
 from hangwatch.contract.heartbeat import beat
 
 logger = logging.getLogger(__name__)
@@ -138,6 +145,10 @@ class ColocatedGenerator:
         self.beat_info = {"cudagraphs": "on" if graphs else "off",
                           "enforce_eager": bool(self.engine_kwargs.get("enforce_eager"))}
         self._closed = False
+        self.control_path = os.environ.get(names.CONTROL)
+        seen = read_control(self.control_path)
+        self._control_seq = int(seen["seq"]) if seen else 0  # instructions before we started are not ours
+        self.engine_restarts = 0
 
     @property
     def worker_pid(self) -> int | None:
@@ -145,6 +156,37 @@ class ColocatedGenerator:
 
     def generate(self, prompts: list[str], n: int, seed: int, *, step: int | None = None) -> list[list[Completion]]:
         """``n`` completions per prompt, in index order; see the module docstring for the protocol."""
+        try:
+            return self._generate_once(prompts, n, seed, step=step)
+        except (GeneratorError, OSError) as first:
+            instruction = self._new_instruction()
+            if instruction is None:
+                raise
+            self._apply_instruction(instruction, first)
+            return self._generate_once(prompts, n, seed, step=step)
+
+    def _new_instruction(self) -> dict[str, Any] | None:
+        """A ``restart_engine`` instruction from the supervisor that we have not acted on yet."""
+        record = read_control(self.control_path)
+        if record is None or int(record["seq"]) <= self._control_seq or record.get("action") != "restart_engine":
+            return None
+        self._control_seq = int(record["seq"])
+        return record
+
+    def _apply_instruction(self, instruction: Mapping[str, Any], cause: BaseException) -> None:
+        """Take the supervisor's policy for the fresh worker (the dead one is already gone)."""
+        eager = bool(instruction.get("enforce_eager"))
+        graphs = instruction.get("cudagraphs") != "off" and not eager
+        self.policy = RolloutPolicy(cudagraphs=graphs, enforce_eager=eager)
+        kwargs = {k: v for k, v in self.engine_kwargs.items() if k not in ("compilation_config", "enforce_eager")}
+        self.engine_kwargs = {**kwargs, **self.policy.engine_kwargs()}
+        self.beat_info.update({"cudagraphs": "on" if graphs else "off", "enforce_eager": eager})
+        self.engine_restarts += 1
+        self.beat_info["engine_restarts"] = self.engine_restarts
+        logger.warning("engine worker died under the call (%s); the supervisor asked for an engine restart with "
+                       "cudagraphs %s: retrying the batch on a fresh worker", cause, self.beat_info["cudagraphs"])
+
+    def _generate_once(self, prompts: list[str], n: int, seed: int, *, step: int | None = None) -> list[list[Completion]]:
         if self._closed:
             raise GeneratorError("generate() on a closed ColocatedGenerator")
         if n <= 0:

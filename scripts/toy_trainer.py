@@ -52,6 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--resume_from_checkpoint", "--resume-from-checkpoint", dest="resume",
                    default=os.environ.get("HANGWATCH_RESUME_FROM") or None)
     p.add_argument("--engine", default="fake", choices=["fake"])
+    p.add_argument("--fail-engine-without-graphs", action="store_true",
+                   help="tests: an engine started with cuda graphs off fails to start (an engine restart that fails)")
     p.add_argument("--generate-timeout", type=float, default=300.0)
     p.add_argument("--worker-grace", type=float, default=5.0, help="SIGTERM-to-SIGKILL grace for the engine worker")
     p.add_argument("--n", type=int, default=2, help="completions per prompt")
@@ -130,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     engine_kwargs = {"fake_model_config": config.to_json(), "seed": 0, **policy.engine_kwargs()}
     if wedge_applies(args):
         engine_kwargs["fake_wedge_at_seed"] = args.wedge_at_step
+    if args.fail_engine_without_graphs:
+        engine_kwargs["fake_fail_start_without_graphs"] = True
     log_dir = (os.environ.get("HANGWATCH_ATTEMPT_DIR") or os.environ.get("HANGWATCH_RUN_DIR")
                or tempfile.mkdtemp(prefix="toy-trainer-"))
     print(f"rollout engine: cudagraphs={'on' if policy.cudagraphs else 'off'} "

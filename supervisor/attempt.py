@@ -3,7 +3,10 @@
 An attempt moves through these states, and only along these edges::
 
     PREPARING --launched--> WATCHING --hang verdict--> CAPTURING --> KILLING
-                               |                                        ^
+                               |  ^                        |            ^
+                               |  +--engine restarted-- RESTARTING_ENGINE (level 1: only the
+                               |                           |    rollout engine's worker is killed)
+                               |                           +--failed----+
                                +--exit, crash or stop signal------------+
     KILLING --something was killed and a GPU probe is on--> RELEASING --> ENDED
     KILLING --nothing to wait for---------------------------------------> ENDED
@@ -39,13 +42,15 @@ class AttemptState(str, enum.Enum):
     CAPTURING = "capturing"
     KILLING = "killing"
     RELEASING = "releasing"
+    RESTARTING_ENGINE = "restarting_engine"
     ENDED = "ended"
 
 
 TRANSITIONS: Mapping[AttemptState, frozenset[AttemptState]] = {
     AttemptState.PREPARING: frozenset({AttemptState.WATCHING}),
     AttemptState.WATCHING: frozenset({AttemptState.CAPTURING, AttemptState.KILLING}),
-    AttemptState.CAPTURING: frozenset({AttemptState.KILLING}),
+    AttemptState.CAPTURING: frozenset({AttemptState.KILLING, AttemptState.RESTARTING_ENGINE}),
+    AttemptState.RESTARTING_ENGINE: frozenset({AttemptState.WATCHING, AttemptState.KILLING}),
     AttemptState.KILLING: frozenset({AttemptState.RELEASING, AttemptState.ENDED}),
     AttemptState.RELEASING: frozenset({AttemptState.ENDED}),
     AttemptState.ENDED: frozenset(),
@@ -120,6 +125,7 @@ def attempt_environment(
         names.ATTEMPT: str(attempt),
         names.ATTEMPT_DIR: str(attempt_dir),
         names.HEARTBEAT: str(attempt_dir / "heartbeat.json"),
+        names.CONTROL: str(attempt_dir / "control.json"),
         **policy.env(),
     }
     if resume_from is not None:
@@ -172,3 +178,63 @@ class RunState:
             r = run.pending_restart
             state.policy = GraphPolicy(r.get("cudagraphs") == "off", bool(r.get("enforce_eager")))
         return state
+
+
+# -- two-level recovery ----------------------------------------------------------
+
+ENGINE_WORKER_MODULE = "hangwatch.generator.worker"
+GENERATE_PHASES = frozenset({"generate"})
+
+
+@dataclass(frozen=True)
+class RecoveryLevel:
+    """1: kill only the rollout engine's worker group, the trainer lives on; 2: the whole tree."""
+
+    level: int
+    reason: str
+    engine_pgids: frozenset[int] = frozenset()
+
+
+def engine_groups(tree: Sequence[Any]) -> frozenset[int]:
+    """Process groups of the generator's engine workers (each runs in its own session)."""
+    return frozenset(p.pgid for p in tree
+                     if ENGINE_WORKER_MODULE in " ".join(p.cmdline) and p.pgid > 0)
+
+
+def recovery_level(
+    verdict_kind: VerdictKind,
+    *,
+    mode: str,
+    phase: str | None,
+    tree: Sequence[Any],
+    trainer_pgid: int,
+    last_engine_restart: float | None,
+    now: float,
+    retry_window: float,
+    in_cohort: bool = False,
+) -> RecoveryLevel:
+    """Whether this incident can be recovered by restarting the rollout engine alone.
+
+    Level 1 only when everything says the trainer is healthy and merely waiting on
+    rollouts: a stall (GPU busy, host idle) while the trainer's last beat was the
+    ``generate`` phase, with an isolated engine worker in the tree. Anything else,
+    or a second engine-level incident within ``retry_window``, is a job restart.
+    """
+    def job(reason: str) -> RecoveryLevel:
+        return RecoveryLevel(2, reason)
+
+    if mode == "job":
+        return job("--recovery job")
+    if in_cohort:
+        return job("multi-node: an engine restart on one node would desynchronise the ranks")
+    if verdict_kind is not VerdictKind.STALL:
+        return job(f"a {verdict_kind.value} is not an engine wedge")
+    if phase not in GENERATE_PHASES:
+        return job(f"the trainer was in phase {phase or 'unknown'!r}, not waiting on rollouts: its own threads are stalled")
+    groups = engine_groups(tree) - {trainer_pgid}
+    if not groups:
+        return job("no isolated engine worker in the tree")
+    if last_engine_restart is not None and now - last_engine_restart < retry_window:
+        return job(f"a second engine wedge {now - last_engine_restart:.0f} s after the last engine restart "
+                   f"(--engine-retry-window {retry_window:g} s)")
+    return RecoveryLevel(1, "the rollout engine's worker is wedged while the trainer waits on it", groups)

@@ -54,6 +54,8 @@ class RunConfig:
     capture_timeout: float = 30.0
     cudagraphs_after_stall: str = "off"
     eager_escalation: bool = True
+    recovery: str = "auto"  # auto: engine-only restart when only the rollout engine is wedged; job: always the tree
+    engine_retry_window: float = 1800.0
     echo: bool = True
     log_max_bytes: int = 256 * 1024 * 1024
     keep_incidents: int = 50
@@ -79,6 +81,8 @@ class RunConfig:
             "capture_timeout": self.capture_timeout,
             "cudagraphs_after_stall": self.cudagraphs_after_stall,
             "eager_escalation": self.eager_escalation,
+            "recovery": self.recovery,
+            "engine_retry_window": self.engine_retry_window,
             "echo": self.echo,
             "log_max_bytes": self.log_max_bytes,
             "keep_incidents": self.keep_incidents,
@@ -116,6 +120,8 @@ SETTINGS: dict[str, tuple[type, Any]] = {
     "backoff_max": (float, 60.0),
     "cudagraphs_after_stall": (str, "off"),
     "eager_escalation": (bool, True),
+    "recovery": (str, "auto"),
+    "engine_retry_window": (float, 1800.0),
     "quiet": (bool, False),
     "log_max_bytes": (int, 256 * 1024 * 1024),
     "keep_incidents": (int, 50),
@@ -199,6 +205,10 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
         raise ConfigError(f"--containment must be auto, cgroup or tree, got {v['containment']!r}")
     if v["on_crash"] not in ("restart", "stop"):
         raise ConfigError(f"--on-crash must be restart or stop, got {v['on_crash']!r}")
+    if v.get("recovery", "auto") not in ("auto", "job"):
+        raise ConfigError(f"--recovery must be auto or job, got {v['recovery']!r}")
+    if v.get("engine_retry_window") is not None and not v["engine_retry_window"] >= 0:
+        raise ConfigError(f"--engine-retry-window must be >= 0 seconds, got {v['engine_retry_window']!r}")
     if v["cudagraphs_after_stall"] not in ("off", "keep"):
         raise ConfigError(f"--cudagraphs-after-stall must be off or keep, got {v['cudagraphs_after_stall']!r}")
     for name in ("max_restarts", "max_restarts_per_hour", "no_progress_restarts"):
@@ -264,6 +274,8 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
         capture_timeout=v["capture_timeout"],
         cudagraphs_after_stall=v["cudagraphs_after_stall"],
         eager_escalation=v["eager_escalation"],
+        recovery=v.get("recovery", "auto"),
+        engine_retry_window=float(v.get("engine_retry_window", 1800.0)),
         echo=not v["quiet"],
         log_max_bytes=v["log_max_bytes"],
         keep_incidents=v["keep_incidents"],

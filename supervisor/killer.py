@@ -125,7 +125,10 @@ class TreeKiller:
             return False
         return True
 
-    def kill(self, grace: float, kill_timeout: float = 5.0, first_signal: int = signal.SIGTERM) -> KillReport:
+    def kill(self, grace: float, kill_timeout: float = 5.0, first_signal: int = signal.SIGTERM,
+             pgids: frozenset[int] | None = None) -> KillReport:
+        """Kill the tree; with ``pgids``, only the members in those process groups (an
+        engine worker's group for an engine-level recovery: the rest of the tree lives on)."""
         start = self.clock()
         known: dict[ProcKey, psutil.Process] = {}
         described: dict[ProcKey, dict[str, Any]] = {}
@@ -136,7 +139,9 @@ class TreeKiller:
             for proc in self.tree.members():
                 try:
                     key = ProcKey.of(proc)
-                except psutil.Error:
+                    if pgids is not None and os.getpgid(proc.pid) not in pgids:
+                        continue
+                except (psutil.Error, OSError):
                     continue
                 if key not in known:
                     known[key] = proc
@@ -211,7 +216,7 @@ class TreeKiller:
                     ),
                 )
                 escalated.append(key.pid)
-            if self.cgroup is not None and self.cgroup.kill():
+            if pgids is None and self.cgroup is not None and self.cgroup.kill():
                 # Everything in the attempt's cgroup, seen or not yet, atomically with fork.
                 signals.append(_sig_record(f"cgroup {self.cgroup.path.name}", signal.SIGKILL, self.clock() - start))
             send(signal.SIGKILL, remaining)

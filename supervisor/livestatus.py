@@ -43,6 +43,7 @@ _PHASE_OF_STATE = {
     AttemptState.CAPTURING: "capturing",
     AttemptState.KILLING: "killing",
     AttemptState.RELEASING: "releasing",
+    AttemptState.RESTARTING_ENGINE: "restarting_engine",
     AttemptState.ENDED: "ended",
 }
 

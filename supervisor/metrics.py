@@ -23,8 +23,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 
 from hangwatch.supervisor.livestatus import LiveStatus
 
-PHASES = ("starting", "watching", "stall_building", "capturing", "killing", "releasing", "ended", "backing_off",
-          "finished")
+PHASES = ("starting", "watching", "stall_building", "capturing", "killing", "releasing", "restarting_engine", "ended",
+          "backing_off", "finished")
 
 
 class MetricsExporter:

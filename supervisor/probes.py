@@ -70,7 +70,9 @@ class FileProbe:
             self._problem(f"cannot read {self.path}: {exc}")
             return None
         try:
-            devices = _parse_devices(json.loads(raw))
+            data = json.loads(raw)
+            devices = _devices_of_live_holders(data) if isinstance(data, dict) and "holders" in data \
+                else _parse_devices(data)
         except (ValueError, KeyError, TypeError) as exc:
             self._problem(f"malformed GPU probe file {self.path}: {exc}")
             return None
@@ -84,6 +86,25 @@ class FileProbe:
 
     def close(self) -> None:
         pass
+
+
+def _devices_of_live_holders(data: dict) -> list[DeviceSample]:
+    """Devices from the per-process holders that ``contract.simgpu`` keeps, counting only
+    live ones: a killed engine's 100 % must vanish with it, as on a real GPU (NVML stops
+    reporting a dead process's kernels and memory), even while the trainer holds the device."""
+    holders = data["holders"]
+    if not isinstance(holders, dict):
+        raise TypeError("'holders' must be an object of pid -> {index, util_pct, mem_used_mib}")
+    devices: dict[int, list] = {}
+    for pid_text, h in holders.items():
+        index = int(h["index"])
+        entry = devices.setdefault(index, [0.0, 0.0, []])
+        if not pid_running(int(pid_text)):
+            continue
+        entry[0] = max(entry[0], float(h["util_pct"]))
+        entry[1] += float(h["mem_used_mib"])
+        entry[2].append(int(pid_text))
+    return [DeviceSample(i, u, m, tuple(pids)) for i, (u, m, pids) in sorted(devices.items())]
 
 
 def _parse_devices(data: object) -> list[DeviceSample]:

@@ -34,8 +34,9 @@ from hangwatch.contract.journal import Journal, read_journal
 from hangwatch.contract.redact import redact_argv
 from hangwatch.contract.samples import Sample
 from hangwatch.contract.verdict import Verdict, VerdictKind, classify_exit
-from hangwatch.supervisor.attempt import (AttemptLifecycle, AttemptState, RunState, attempt_argv,
-                                          attempt_environment, escalate)
+from hangwatch.contract.control import write_control
+from hangwatch.supervisor.attempt import (AttemptLifecycle, AttemptState, RecoveryLevel, RunState, attempt_argv,
+                                          attempt_environment, escalate, recovery_level)
 from hangwatch.supervisor.capture import SamplesOnlyCapture
 from hangwatch.supervisor.checkpoints import newest_complete, scan
 from hangwatch.supervisor.cohort import Cohort, CohortError
@@ -86,6 +87,9 @@ class Supervisor:
         self.lifecycle: AttemptLifecycle | None = None
         self._early: _EarlyRound | None = None  # the early py-spy round of the building incident
         self.cohort = cohort  # multi-node: the other nodes' supervisors (docs/multinode.md)
+        self._engine_restarts = 0  # level-1 recoveries so far (the control file's seq)
+        self._last_engine_restart: float | None = None
+        self._engine_pending: dict[str, Any] | None = None
         self._agreed_step: int | None = None
         self._stop_signal: int | None = None
         # Status file, metrics, alerts: told about phases and ticks here, journal records by the journal.
@@ -216,33 +220,22 @@ class Supervisor:
             f"attempt {st.attempt}: pid {trainer.pid}, {st.policy.describe()}"
             + (f", resuming from {resume_from}" if resume_from else "")))
 
-        verdict, samples, trainer_code = self._watch(trainer, Path(ours["HANGWATCH_HEARTBEAT"]))
-        evidence = None
-        if self.cohort is not None:
-            self._cohort_incident(verdict)
-        if verdict.kind.is_hang:
-            self._enter(AttemptState.CAPTURING)
-            self.journal.append(
-                "incident",
-                attempt=st.attempt,
-                kind=verdict.kind.value,
-                onset=verdict.onset,
-                detected_at=verdict.detected_at,
-                onset_wall=self.wall() - (self.clock() - verdict.onset),
-                latency_s=round(verdict.detected_at - verdict.onset, 3),
-                reason=verdict.reason,
-                evidence=dict(verdict.evidence),
-                phase=verdict.phase,
-            )
-            log.error("incident", message=f"{verdict.kind.value} in attempt {st.attempt}: {verdict.reason}")
-            evidence = self._capture(verdict, samples, trainer, attempt_dir)
-            self._prune_incidents()
-            if self.cohort is not None and verdict.kind is not VerdictKind.COHORT_LOST:
-                self._cohort_captured()
-            if verdict.kind is VerdictKind.STALL:
-                st.stalls += 1
-            st.policy = escalate(st.policy, verdict.kind, after_stall=self.config.cudagraphs_after_stall,
-                                 eager_escalation=self.config.eager_escalation)
+        evidence: Path | None = None
+        while True:
+            verdict, samples, trainer_code = self._watch(trainer, Path(ours["HANGWATCH_HEARTBEAT"]))
+            # The attempt's bundle: this verdict's, or an earlier engine-level incident's.
+            evidence = self._incident(verdict, samples, trainer, attempt_dir) or evidence
+            if not verdict.kind.is_hang:
+                break
+            level = recovery_level(
+                verdict.kind, mode=self.config.recovery, phase=verdict.phase, tree=self.tree.describe(),
+                trainer_pgid=trainer.pid, last_engine_restart=self._last_engine_restart, now=self.clock(),
+                retry_window=self.config.engine_retry_window, in_cohort=self.cohort is not None)
+            if level.level == 1 and self._restart_engine(level, verdict, Path(ours["HANGWATCH_CONTROL"]), evidence):
+                continue  # the trainer lives on: watch it again, in the same attempt
+            if level.level == 2 and self.config.recovery == "auto" and verdict.kind is VerdictKind.STALL:
+                log.info("recovery_level", message=f"restarting the job, not the engine alone: {level.reason}")
+            break
 
         self._enter(AttemptState.KILLING)
         report = self._kill(reason=verdict.kind.value)
@@ -286,6 +279,86 @@ class Supervisor:
             return outcome, cohort_code
         return outcome, None
 
+    def _incident(self, verdict: Verdict, samples: list[Sample], trainer: Trainer, attempt_dir: Path) -> Path | None:
+        """Journal a hang verdict and capture its evidence (before anything is killed); the bundle."""
+        st = self.state
+        evidence = None
+        if self.cohort is not None:
+            self._cohort_incident(verdict)
+        if verdict.kind.is_hang:
+            self._enter(AttemptState.CAPTURING)
+            self.journal.append(
+                "incident",
+                attempt=st.attempt,
+                kind=verdict.kind.value,
+                onset=verdict.onset,
+                detected_at=verdict.detected_at,
+                onset_wall=self.wall() - (self.clock() - verdict.onset),
+                latency_s=round(verdict.detected_at - verdict.onset, 3),
+                reason=verdict.reason,
+                evidence=dict(verdict.evidence),
+                phase=verdict.phase,
+            )
+            log.error("incident", message=f"{verdict.kind.value} in attempt {st.attempt}: {verdict.reason}")
+            evidence = self._capture(verdict, samples, trainer, attempt_dir)
+            self._prune_incidents()
+            if self.cohort is not None and verdict.kind is not VerdictKind.COHORT_LOST:
+                self._cohort_captured()
+            if verdict.kind is VerdictKind.STALL:
+                st.stalls += 1
+            st.policy = escalate(st.policy, verdict.kind, after_stall=self.config.cudagraphs_after_stall,
+                                 eager_escalation=self.config.eager_escalation)
+        return evidence
+
+    def _restart_engine(self, level: RecoveryLevel, verdict: Verdict, control: Path, evidence: Path | None) -> bool:
+        """Level 1: tell the trainer the policy, kill only the engine worker's group; True if that worked."""
+        st = self.state
+        self._enter(AttemptState.RESTARTING_ENGINE)
+        self._engine_restarts += 1
+        policy = st.policy
+        write_control(control, {"seq": self._engine_restarts, "action": "restart_engine", "attempt": st.attempt,
+                                "cudagraphs": "off" if policy.cudagraphs_off else "on",
+                                "enforce_eager": policy.enforce_eager, "reason": verdict.reason})
+        started = self.clock()
+        report = self.tree.kill_groups(level.engine_pgids, grace=self.config.kill.grace,
+                                       kill_timeout=self.config.kill.kill_timeout)
+        if report is not None:
+            self.journal.append("kill", attempt=st.attempt, reason=f"{verdict.kind.value} (engine only)",
+                                scope="engine", **report.to_json())
+        if report is None or not report.confirmed:
+            self.journal.append("engine_restart", attempt=st.attempt, ok=False, pgids=sorted(level.engine_pgids),
+                                reason="the engine worker could not be killed" if report else "no engine worker left",
+                                escalated_to="job")
+            log.error("engine_restart", message="the engine worker could not be killed alone; restarting the job")
+            return False
+        if report.pids and not isinstance(self.probe, NoProbe):
+            self._wait_gpu_release(report)
+        self._last_engine_restart = self.clock()
+        self._engine_pending = {"onset": verdict.onset, "killed_at": self.clock(), "step": verdict.evidence.get("step")}
+        self.journal.append("engine_restart", attempt=st.attempt, ok=True, pgids=sorted(level.engine_pgids),
+                            pids=list(report.pids), reason=level.reason, cudagraphs="off" if policy.cudagraphs_off else "on",
+                            enforce_eager=policy.enforce_eager, onset_to_killed_s=round(self.clock() - verdict.onset, 3),
+                            kill_s=round(self.clock() - started, 3), evidence_path=str(evidence) if evidence else None)
+        log.warning("engine_restart", message=(
+            f"only the rollout engine was wedged: killed its worker ({list(report.pids)}); the trainer "
+            f"restarts it with {policy.describe()} and retries the batch"))
+        self._enter(AttemptState.WATCHING)
+        return True
+
+    def _note_engine_recovery(self, sample: Sample) -> None:
+        """Journal ``engine_recovered`` at the first heartbeat past the step the engine wedged in."""
+        pending, hb = self._engine_pending, sample.heartbeat
+        if pending is None or hb is None or hb.step is None:
+            return
+        if pending["step"] is not None and hb.step <= pending["step"]:
+            return
+        self._engine_pending = None
+        self.journal.append("engine_recovered", attempt=self.state.attempt, step=hb.step,
+                            onset_to_progress_s=round(sample.t - pending["onset"], 3),
+                            kill_to_progress_s=round(sample.t - pending["killed_at"], 3))
+        log.info("engine_recovered", message=(
+            f"the trainer progressed to step {hb.step} {sample.t - pending['killed_at']:.1f} s after the engine restart"))
+
     def _watch(self, trainer: Trainer, heartbeat: Path) -> tuple[Verdict, list[Sample], int | None]:
         cfg = self.config.detector
         self.tree.watch(heartbeat)
@@ -310,6 +383,7 @@ class Supervisor:
                 return external, samples.snapshot(), None
             sample = self.tree.sample()
             samples.append(sample)
+            self._note_engine_recovery(sample)
             self._check_disk()
             hb = sample.heartbeat
             if hb is not None and not first_beat_seen:

@@ -61,6 +61,9 @@ class TreeOps(Protocol):
     def kill(self, grace: float, kill_timeout: float) -> KillReport | None:
         """Kill every process of the tree; None when there was nothing to kill."""
 
+    def kill_groups(self, pgids: frozenset[int], grace: float, kill_timeout: float) -> KillReport | None:
+        """Kill only the members in ``pgids`` (an engine worker's group); None when none was there."""
+
 
 class LocalTree:
     """The real tree: a subreaper's descendants, scanned from /proc."""
@@ -151,6 +154,15 @@ class LocalTree:
     def forward(self, sig: int, trainer: Trainer) -> None:
         self.killer.forward(sig, trainer.pid, trainer.create_time)
 
+    def kill_groups(self, pgids: frozenset[int], grace: float, kill_timeout: float) -> KillReport | None:
+        members = [p for p in self.tree.members() if _pgid(p.pid) in pgids]
+        if not members:
+            return None
+        report = self.killer.kill(grace=grace, kill_timeout=kill_timeout, pgids=pgids)
+        self._members = self.tree.members()
+        self.treefile.update(self._members)
+        return report
+
     def kill(self, grace: float, kill_timeout: float) -> KillReport | None:
         cg = self._cgroup
         if not self.tree.members():
@@ -181,3 +193,10 @@ class LocalTree:
         """Remove the run's (empty) cgroups."""
         if self.containment is not None:
             self.containment.close()
+
+
+def _pgid(pid: int) -> int:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return -1

@@ -15,16 +15,32 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_demo_wedge_caught_killed_resumed_with_evidence(tmp_path):
+@pytest.mark.parametrize("recovery", ["auto", "job"])
+def test_demo_wedge_caught_killed_resumed_with_evidence(tmp_path, recovery):
+    """auto (the default): only the engine worker is restarted, the trainer lives on;
+    job: the tree is killed and resumed from checkpoint-15 with graphs off."""
     run_dir = tmp_path / "demo"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "demo.py"), "--quiet", "--run-dir", str(run_dir)],
+        [sys.executable, str(ROOT / "scripts" / "demo.py"), "--quiet", "--run-dir", str(run_dir),
+         "--recovery", recovery],
         capture_output=True, text=True, timeout=220,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "classified as: vllm-cuda-graph-replay" in result.stdout
 
     journal = check_journal(run_dir)
+    attempts = [r for r in journal if r["event"] == "attempt_started"]
+    if recovery == "auto":
+        assert len(attempts) == 1, "the trainer process lived on: no second attempt, no checkpoint reloaded"
+        restart = next(r for r in journal if r["event"] == "engine_restart")
+        assert restart["ok"] and restart["cudagraphs"] == "off"
+        assert attempts[0]["pid"] not in restart["pids"], "only the engine worker was killed"
+        events = [r["event"] for r in journal]
+        assert events.index("capture") < events.index("engine_restart"), "evidence before the kill"
+        assert any(r["event"] == "engine_recovered" for r in journal)
+        assert [r["kind"] for r in journal if r["event"] == "incident"] == ["stall"], "the wedge did not recur"
+    else:
+        assert len(attempts) == 2 and attempts[1]["resume_from"].endswith("checkpoint-15")
     bundle = Path(next(r["evidence_path"] for r in journal if r["event"] == "attempt_ended" and r["evidence_path"]))
     manifest = json.loads((bundle / "manifest.json").read_text())
     classification = manifest["classification"]

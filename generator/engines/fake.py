@@ -61,7 +61,7 @@ from hangwatch.generator.weightsync import verify_loaded
 from hangwatch.contract import simgpu
 
 FAKE_KWARGS = {"fake_model_config", "fake_wedge_on_generate", "fake_wedge_at_seed", "fake_generate_busy_s",
-               "fake_worker_cudagraph_mode"}
+               "fake_worker_cudagraph_mode", "fake_fail_start_without_graphs"}
 
 
 class EngineState(enum.Enum):
@@ -142,6 +142,9 @@ class FakeEngine:
         self.model = PackedToyModel(self.config)  # dummy weights, like load_format="dummy"
         forward = self.model.forward
         self.cudagraphs = resolved.cudagraph_mode is not CUDAGraphMode.NONE
+        if not self.cudagraphs and self.kwargs.get("fake_fail_start_without_graphs"):
+            # Tests of the engine-level recovery: the fresh engine (graphs off) fails to come up.
+            raise RuntimeError("fake engine: simulated start failure with cuda graphs off")
         self.graph = CUDAGraphWrapper(forward) if self.cudagraphs else None
         self.runner = GPUModelRunner(self.graph if self.graph is not None else forward, resolved)
         self.front_end_config = front_end  # what llm.llm_engine.vllm_config would say: not read back

@@ -172,6 +172,14 @@ def add_run_parser(sub: Any) -> None:
                    help="turn cuda graphs off for every attempt after a stall (default off)")
     g.add_argument("--no-eager-escalation", action="store_false", dest="eager_escalation",
                    help="do not set HANGWATCH_ENFORCE_EAGER=1 after a second stall with graphs off")
+    g.add_argument("--recovery", choices=["auto", "job"],
+                   help="auto: when only the rollout engine's worker is wedged (a stall while the trainer waits in "
+                        "the generate phase), kill just that worker and let the trainer's generator restart it with "
+                        "graphs off and retry the batch; job: always kill the tree and resume from a checkpoint "
+                        "(default auto)")
+    g.add_argument("--engine-retry-window", type=float, metavar="S",
+                   help="a second engine wedge within S seconds of an engine restart restarts the job "
+                        f"(default {d['engine_retry_window']:g})")
 
     g = run.add_argument_group("restart policy")
     g.add_argument("--max-restarts", type=int, metavar="N", help=f"total restart budget (default {d['max_restarts']})")

@@ -141,6 +141,8 @@ def describe_live(live: Mapping[str, Any], now: float | None = None) -> str:
         text = f"capturing evidence (attempt {attempt})"
     elif phase == "killing":
         text = f"killing the process tree (attempt {attempt})"
+    elif phase == "restarting_engine":
+        text = f"restarting the rollout engine only; the trainer lives on (attempt {attempt})"
     elif phase == "releasing":
         text = f"waiting for GPU memory release (attempt {attempt})"
     elif phase == "backing_off" and live.get("backoff"):

@@ -19,11 +19,12 @@ RESUME_FROM = "HANGWATCH_RESUME_FROM"    #: on a resume: the checkpoint chosen
 CUDAGRAPHS = "HANGWATCH_CUDAGRAPHS"      #: "1" engine defaults, "0" graphs off
 ENFORCE_EAGER = "HANGWATCH_ENFORCE_EAGER"  #: "1" after a second stall with graphs off
 SIM_GPU = "HANGWATCH_SIM_GPU"            #: with --gpu-probe file:PATH, the simulated GPU
+CONTROL = "HANGWATCH_CONTROL"            #: the supervisor's instructions to the trainer (contract.control)
 
 CONFIG = "HANGWATCH_CONFIG"              #: the user's settings file (read by the CLI)
 PYSPY = "HANGWATCH_PYSPY"                #: the py-spy binary to use instead of PATH's
 
-ATTEMPT_VARS = (RUN_DIR, ATTEMPT, ATTEMPT_DIR, HEARTBEAT, RESUME_FROM, CUDAGRAPHS, ENFORCE_EAGER, SIM_GPU)
+ATTEMPT_VARS = (RUN_DIR, ATTEMPT, ATTEMPT_DIR, HEARTBEAT, RESUME_FROM, CUDAGRAPHS, ENFORCE_EAGER, SIM_GPU, CONTROL)
 PASS_THROUGH = frozenset({CONFIG, PYSPY})
 
 

@@ -1,0 +1,106 @@
+"""Two-level recovery: the engine alone (level 1) or the whole job (level 2), with real processes.
+
+The toy trainer drives the fake engine in its isolated worker, as the demo does; at
+step 3 the engine wedges in a function named like vLLM's cuda-graph replay while graphs
+are on. Level 1 itself (trainer pid unchanged, no checkpoint reloaded, training completes)
+is the demo's test (tests/test_demo.py); here: the escalations to level 2, and the pure
+decision behind them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hangwatch.contract.capture import TreeProcess
+from hangwatch.contract.verdict import VerdictKind
+from hangwatch.supervisor.attempt import recovery_level
+
+ROOT = Path(__file__).resolve().parents[2]
+HANGWATCH = str(Path(sys.executable).parent / "hangwatch")
+
+
+def _run(tmp_path: Path, *extra_hw: str, trainer: tuple[str, ...] = ()) -> tuple[int, list[dict], str]:
+    run_dir, ckpt = tmp_path / "run", tmp_path / "ckpt"
+    argv = [HANGWATCH, "run", "--quiet", "--run-dir", str(run_dir), "--gpu-probe", f"file:{tmp_path / 'gpu.json'}",
+            "--interval", "0.25", "--stall-window", "3", "--grace", "1", "--backoff", "0.1", "--capture-timeout", "15",
+            "--checkpoint-dir", str(ckpt), "--resume-arg", "--resume_from_checkpoint={checkpoint}", *extra_hw, "--",
+            sys.executable, str(ROOT / "scripts" / "toy_trainer.py"), "--steps", "6", "--save-every", "2",
+            "--checkpoint-dir", str(ckpt), "--wedge-at-step", "3", "--generate-timeout", "120", "--step-time", "0.05",
+            *trainer]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HANGWATCH_")}
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=150)
+    journal = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
+    return proc.returncode, journal, proc.stdout + proc.stderr
+
+
+def _events(journal: list[dict], name: str) -> list[dict]:
+    return [r for r in journal if r["event"] == name]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_second_engine_wedge_within_the_window_restarts_the_job(tmp_path):
+    """Graphs kept on after a stall: the retried batch wedges again, right after the engine
+    restart, so the second incident goes to level 2 (tree killed, resumed from a checkpoint)."""
+    code, journal, out = _run(tmp_path, "--cudagraphs-after-stall", "keep", trainer=("--wedge-on-attempts", "1"))
+    assert code == 0, out[-3000:]
+    assert [r["ok"] for r in _events(journal, "engine_restart")] == [True], "one engine restart, then escalation"
+    assert len(_events(journal, "incident")) == 2
+    assert len(_events(journal, "capture")) == 2, "evidence captured before the kill at both levels"
+    starts = _events(journal, "attempt_started")
+    assert len(starts) == 2 and starts[1]["resume_from"], "level 2: a new attempt from the newest checkpoint"
+    events = [r["event"] for r in journal]
+    second = [i for i, e in enumerate(events) if e == "incident"][1]
+    assert events[second + 1] == "capture" and events[second + 2] == "kill"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_an_engine_restart_that_fails_falls_back_to_a_job_restart(tmp_path):
+    """The fresh engine (graphs off) cannot start: the trainer's retry fails, the trainer
+    crashes, and the crash is handled as today (a new attempt from the checkpoint)."""
+    code, journal, out = _run(tmp_path, "--max-restarts", "1", trainer=("--fail-engine-without-graphs",))
+    assert code == 71, out[-3000:]
+    assert [r["ok"] for r in _events(journal, "engine_restart")] == [True]
+    assert not _events(journal, "engine_recovered")
+    ended = _events(journal, "attempt_ended")
+    assert ended[0]["kind"] == "crash" and ended[0]["evidence_path"], "the level-1 bundle stays the attempt's evidence"
+    starts = _events(journal, "attempt_started")
+    assert len(starts) == 2 and starts[1]["env"]["HANGWATCH_CUDAGRAPHS"] == "0" and starts[1]["resume_from"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_recovery_job_never_restarts_the_engine_alone(tmp_path):
+    code, journal, out = _run(tmp_path, "--recovery", "job")
+    assert code == 0, out[-3000:]
+    assert not _events(journal, "engine_restart")
+    assert len(_events(journal, "attempt_started")) == 2
+
+
+def _tree(*cmdlines: tuple[int, int, str]) -> list[TreeProcess]:
+    return [TreeProcess(pid, 0.0, 1, pgid, pgid, "python", tuple(cmd.split())) for pid, pgid, cmd in cmdlines]
+
+
+def test_the_level_decision():
+    tree = _tree((100, 100, "python train.py"), (200, 200, "python -P -u -m hangwatch.generator.worker"),
+                 (201, 200, "python -c from multiprocessing.spawn import spawn_main"))
+    kw = dict(mode="auto", phase="generate", tree=tree, trainer_pgid=100, last_engine_restart=None, now=1000.0,
+              retry_window=600.0)
+    one = recovery_level(VerdictKind.STALL, **kw)
+    assert one.level == 1 and one.engine_pgids == {200}
+    assert recovery_level(VerdictKind.STALL, **{**kw, "mode": "job"}).level == 2
+    assert recovery_level(VerdictKind.SILENT_HANG, **kw).level == 2
+    trainer_stalled = recovery_level(VerdictKind.STALL, **{**kw, "phase": "train"})
+    assert trainer_stalled.level == 2 and "its own threads" in trainer_stalled.reason
+    assert recovery_level(VerdictKind.STALL, **{**kw, "tree": tree[:1]}).level == 2, "no isolated engine worker"
+    again = recovery_level(VerdictKind.STALL, **{**kw, "last_engine_restart": 700.0})
+    assert again.level == 2 and "second engine wedge" in again.reason
+    assert recovery_level(VerdictKind.STALL, **{**kw, "last_engine_restart": 300.0}).level == 1, "outside the window"
+    assert recovery_level(VerdictKind.STALL, **{**kw, "in_cohort": True}).level == 2
