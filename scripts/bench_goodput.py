@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Goodput: training seconds lost per wedge, measured for both recovery levels, then projected.
+
+Measured (side by side in one run): the demo's toy trainer (fake engine in its isolated
+worker, wedge at step 17, checkpoints every 5 steps, stall window 8 s) under
+``--recovery job`` and ``--recovery auto``. Lost seconds per wedge = the moment the wedged
+step finally completes, minus the moment it would have completed without the wedge
+(the step before it plus the median step time). The last line of this part is
+``lost_seconds_engine_level_over_job_level=X``.
+
+Projected: a multi-day run from component times you set (defaults: one wedge per 700 steps
+of 10 s, a checkpoint every 50 steps, engine init 60 s, trainer restart 300 s, stall window
+60 s), for four strategies: no watchdog (a person notices after --notice-hours), a heartbeat
+watchdog with NeMo-RL's 450 s timeout and a job restart, hangwatch level 2 (job restart) and
+hangwatch level 1 (engine restart). Goodput = wall time making progress / wall time.
+
+    .venv/bin/python scripts/bench_goodput.py [--skip-measure] [--step-s 10 --wedge-every 700 ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STEP_LINE = re.compile(rb"^step (\d+)/(\d+) ")
+
+
+def measure(recovery: str, wedge_at: int = 17) -> dict[str, float]:
+    """One demo-like run; the wedged step's delay and the recovery's component times."""
+    work = Path(tempfile.mkdtemp(prefix=f"bench-goodput-{recovery}-"))
+    ckpt = work / "checkpoints"
+    ckpt.mkdir(parents=True)
+    argv = [sys.executable, "-m", "hangwatch.cli", "run", "--run-dir", str(work / "run"), "--gpu-probe",
+            f"file:{work / 'sim-gpu.json'}", "--interval", "0.5", "--stall-window", "8", "--grace", "3",
+            "--capture-timeout", "20", "--backoff", "0.5", "--recovery", recovery, "--checkpoint-dir", str(ckpt),
+            "--resume-arg", "--resume_from_checkpoint={checkpoint}", "--",
+            sys.executable, str(ROOT / "scripts" / "toy_trainer.py"), "--steps", "24", "--save-every", "5",
+            "--checkpoint-dir", str(ckpt), "--wedge-at-step", str(wedge_at), "--generate-timeout", "300",
+            "--no-parent-death-signal"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
+    done: dict[int, list[float]] = {}
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        m = STEP_LINE.match(line)
+        if m:
+            done.setdefault(int(m.group(1)), []).append(time.monotonic())
+    if proc.wait(timeout=600) != 0:
+        raise SystemExit(f"--recovery {recovery}: the run failed; see {work}")
+    first = [done[s][0] for s in range(1, wedge_at)]
+    step_s = statistics.median(b - a for a, b in zip(first[5:], first[6:]))
+    expected = done[wedge_at - 1][0] + step_s
+    lost = done[wedge_at][-1] - expected
+    journal = [json.loads(x) for x in (work / "run" / "journal.jsonl").read_text().splitlines()]
+    capture = next((r["duration_s"] for r in journal if r["event"] == "capture"), 0.0)
+    return {"lost_s": lost, "step_s": step_s, "capture_s": capture,
+            "attempts": sum(r["event"] == "attempt_started" for r in journal)}
+
+
+def project(a: argparse.Namespace) -> list[tuple[str, float, float]]:
+    """(strategy, seconds lost per wedge, goodput) for each strategy."""
+    between = a.wedge_every * a.step_s  # training seconds between wedges
+    redo = a.checkpoint_every / 2 * a.step_s  # on average half a checkpoint interval is redone
+    detect_capture_kill = a.stall_window + a.capture_s + a.kill_s
+    losses = [
+        ("no watchdog (a person notices)", a.notice_hours * 3600 + a.trainer_restart_s + redo),
+        ("heartbeat watchdog, 450 s, job restart", 450 + a.kill_s + a.trainer_restart_s + redo),
+        ("hangwatch level 2 (job restart)", detect_capture_kill + a.trainer_restart_s + redo),
+        ("hangwatch level 1 (engine restart)", detect_capture_kill + a.engine_init_s + a.step_s),
+    ]
+    return [(name, lost, between / (between + lost)) for name, lost in losses]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--skip-measure", action="store_true", help="only the projection")
+    p.add_argument("--step-s", type=float, default=10.0)
+    p.add_argument("--wedge-every", type=float, default=700, help="optimizer steps between wedges")
+    p.add_argument("--checkpoint-every", type=float, default=50, help="steps between checkpoints")
+    p.add_argument("--engine-init-s", type=float, default=60.0)
+    p.add_argument("--trainer-restart-s", type=float, default=300.0, help="relaunch, model + optimizer load, compile")
+    p.add_argument("--stall-window", type=float, default=60.0)
+    p.add_argument("--capture-s", type=float, default=2.0)
+    p.add_argument("--kill-s", type=float, default=1.0)
+    p.add_argument("--notice-hours", type=float, default=4.0)
+    a = p.parse_args()
+    if not a.skip_measure:
+        job, auto = measure("job"), measure("auto")
+        print("measured on the demo's settings (stall window 8 s, step ~0.25 s, checkpoint every 5 steps):")
+        for name, m in (("--recovery job ", job), ("--recovery auto", auto)):
+            print(f"  {name}: {m['lost_s']:6.2f} s lost per wedge ({m['attempts']:.0f} attempt(s), "
+                  f"capture {m['capture_s']:.2f} s, step {m['step_s']:.2f} s)")
+        print(f"lost_seconds_engine_level_over_job_level={auto['lost_s'] / job['lost_s']:.2f}")
+    print(f"\nprojected: one wedge per {a.wedge_every:g} steps of {a.step_s:g} s, checkpoint every "
+          f"{a.checkpoint_every:g} steps, engine init {a.engine_init_s:g} s, trainer restart {a.trainer_restart_s:g} s, "
+          f"stall window {a.stall_window:g} s")
+    for name, lost, goodput in project(a):
+        print(f"  {name:<40} {lost:9.0f} s lost per wedge   goodput {goodput * 100:6.2f} %")
+    # The window at which level 1 reaches 99 %: lost <= between / 99.
+    between = a.wedge_every * a.step_s
+    budget = between / 99 - (a.capture_s + a.kill_s + a.engine_init_s + a.step_s)
+    print(f"level 1 reaches 99 % with a stall window of at most {budget:.1f} s at these settings"
+          if budget > 0 else "level 1 cannot reach 99 % at these settings: the engine init alone is over budget")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
