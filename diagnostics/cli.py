@@ -17,7 +17,8 @@ from typing import Any, Callable
 
 from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.exitcodes import EXIT_USAGE
-from hangwatch.diagnostics.bundle import load_bundle, pack, replace_file
+from hangwatch.contract.atomic import write_file
+from hangwatch.diagnostics.bundle import check_output_path, load_bundle, pack, replace_file
 from hangwatch.diagnostics.errors import DiagnosticsError
 from hangwatch.diagnostics.replay import WhatIfDetector, aggregate, analyse, processes_overview, render_text
 from hangwatch.diagnostics.signatures import load_signatures
@@ -120,7 +121,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     html = render_report(b, signature_files=args.signatures)
     if args.output:
         out = Path(args.output)
-        out.write_text(html, encoding="utf-8")
+        check_output_path(out)  # never replace a device node, a directory or a symlink
+        try:
+            write_file(out, html.encode("utf-8"))
+        except OSError as exc:
+            raise DiagnosticsError(f"{out}: cannot write the report ({exc.strerror or exc})") from None
     elif path.is_dir():
         out = replace_file(path, "report.html", html)
     else:

@@ -53,3 +53,20 @@ def test_report_renders_in_headless_chromium(tmp_path):
     assert _png_size(png) == (1200, 900)
     # A blank page compresses to a few KB; the report with its timeline is far larger.
     assert png.stat().st_size > 20_000
+
+
+@pytest.mark.parametrize("target", ["dir", "/dev/full"])
+def test_report_output_must_be_a_regular_file(tmp_path, capsys, target):
+    bundle = _synthetic_bundle(tmp_path)
+    out = tmp_path / "somewhere" if target == "dir" else target
+    if target == "dir":
+        out.mkdir()
+    assert main(["report", str(bundle), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hangwatch: error: ") and "not a regular file" in err and "Traceback" not in err
+    if target == "dir":
+        assert out.is_dir() and not list(out.iterdir())
+    else:
+        import os, stat  # noqa: E401, PLC0415
+
+        assert stat.S_ISCHR(os.stat(out).st_mode), "the device node was not replaced"
