@@ -268,6 +268,7 @@ class ColocatedGenerator:
         # Every later beat of this attempt carries what the worker applied, so the
         # supervisor's journal has it even if it misses this one.
         self.beat_info.update(self.applied.beat_info())
+        worker.note_info(applied=self.applied.to_json(), cudagraphs_expected=self.beat_info["cudagraphs"])
         beat(step=step, phase="start", **self.beat_info)
         logger.info("engine worker %s applied cudagraph_mode=%s compile_mode=%s (policy: cudagraphs %s)",
                     worker.pid, self.applied.cudagraph_mode, self.applied.compile_mode, self.beat_info["cudagraphs"])
@@ -276,6 +277,11 @@ class ColocatedGenerator:
 
     def _kill_worker(self) -> None:
         worker, self.worker = self.worker, None
+        # What a dead worker applied must not be reported next to the next worker's policy
+        # ("cudagraphs off" beside a stale FULL_AND_PIECEWISE reads as a violation).
+        self.applied = None
+        for key in AppliedSettings("NONE", None, 0).beat_info():
+            self.beat_info.pop(key, None)
         if worker is not None and worker.proc is not None:
             worker.kill()
 

@@ -92,6 +92,7 @@ class WorkerProcess:
         self.socket_path: str | None = None
         self.key = protocol.new_authkey()
         self.exit: WorkerExit | None = None
+        self.info: dict[str, Any] = {}
 
     @property
     def pid(self) -> int | None:
@@ -119,10 +120,21 @@ class WorkerProcess:
         assert self.proc.stdin is not None
         self.proc.stdin.write((json.dumps(config) + "\n").encode())
         self.proc.stdin.close()
-        info = {"pid": self.proc.pid, "pgid": self.proc.pid, "log": self.log_path, "engine": self.engine,
-                "trainer_pid": os.getpid(), "started": time.time()}
+        self.info = {"pid": self.proc.pid, "pgid": self.proc.pid, "log": self.log_path, "engine": self.engine,
+                     "trainer_pid": os.getpid(), "started": time.time()}
+        self._write_info()
+
+    def note_info(self, **fields: Any) -> None:
+        """Add fields to ``generator-worker.json`` (e.g. what the engine applied): a record that stays
+        in the attempt's directory, where a heartbeat may be overwritten before anyone reads it."""
+        self.info.update(fields)
+        self._write_info()
+
+    def _write_info(self) -> None:
         with contextlib.suppress(OSError):
-            (self.log_dir / WORKER_INFO).write_text(json.dumps(info) + "\n")
+            fd = os.open(self.log_dir / WORKER_INFO, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(json.dumps(self.info) + "\n")
 
     def connect(self, timeout: float, key: bytes | None = None) -> None:
         """Connect and authenticate (retrying until the socket exists) before ``timeout``."""
