@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from functools import wraps
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any, Callable
 from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.exitcodes import EXIT_USAGE
 from hangwatch.contract.atomic import write_file
+from hangwatch.contract.terminal import terminal_safe
 from hangwatch.diagnostics.bundle import check_output_path, load_bundle, pack, replace_file
 from hangwatch.diagnostics.errors import DiagnosticsError
 from hangwatch.diagnostics.replay import WhatIfDetector, aggregate, analyse, processes_overview, render_text
@@ -93,16 +93,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(terminal_safe(render_text(incidents, agg, ov)))
     return 0
-
-
-# C0 controls but tab and newline, DEL, and C1 controls (0x9b is a one-byte CSI).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def terminal_safe(text: str) -> str:
-    """Text from a bundle, made harmless for a terminal: an escape sequence in a
-    thread name or a log line could retitle the window, hide lines or worse."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
 
 
 def cmd_pack(args: argparse.Namespace) -> int:

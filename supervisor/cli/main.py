@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.exitcodes import EXIT_CODES, EXIT_INTERNAL, EXIT_USAGE
+from hangwatch.contract.terminal import terminal_safe
 from hangwatch.contract.tools import abort_running_tools
 from hangwatch.contract.private import private_dir
 from hangwatch.supervisor.config import SETTINGS, build, build_operate, load_file, save_values, saved_values
@@ -528,7 +529,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
         print(json.dumps(summary, indent=2))
     else:
-        print(render_status(summary))
+        print(terminal_safe(render_status(summary)))  # phases, reasons and paths come from the trainer too
     return 0
 
 

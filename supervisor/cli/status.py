@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, TextIO
 
 from hangwatch.cli.rundir import held_by_live_supervisor
 from hangwatch.contract import env
+from hangwatch.contract.terminal import terminal_safe
 from hangwatch.contract.journal import fold_journal, read_journal
 from hangwatch.contract.procid import pid_exists
 from hangwatch.supervisor.evidence import bundle_summary
@@ -300,7 +301,7 @@ def follow(run_dir: Path, *, as_json: bool = False, out: TextIO = sys.stdout, po
             if r.get("event") in ("run_started", "run_resumed"):
                 pids.append(int(r.get("pid") or 0))
             finished = finished or r.get("event") == "run_finished"
-            out.write((json.dumps(r, default=str) if as_json else event_line(r)) + "\n")
+            out.write((json.dumps(r, default=str) if as_json else terminal_safe(event_line(r))) + "\n")
         if finished:
             out.flush()
             return 0
@@ -314,7 +315,7 @@ def follow(run_dir: Path, *, as_json: bool = False, out: TextIO = sys.stdout, po
                     out.write(json.dumps({"event": "phase", **live}, default=str) + "\n")
                 else:
                     stamp = time.strftime("%H:%M:%S", time.localtime(float(live.get("updated") or time.time())))
-                    out.write(f"{stamp}  now: {describe_live(live)}\n")
+                    out.write(f"{stamp}  now: {terminal_safe(describe_live(live))}\n")
         out.flush()
         if not alive:
             if gone:  # and nothing finished since the last look: it died
