@@ -108,7 +108,7 @@ def reading(proc: psutil.Process) -> tuple[int, int, int]:
     return proc.memory_info().rss, proc.num_fds(), proc.num_threads()
 
 
-def soak(ticks: int, interval: float, warmup: int, tmp: Path) -> str:
+def soak(ticks: int, interval: float, warmup: int, tmp: Path, extra: list[str]) -> str:
     gpu = tmp / "gpu.json"
     gpu.write_text(json.dumps({"devices": [{"index": 0, "util_pct": 20, "mem_used_mib": 1000}]}))
     counter = OpenCounter(gpu)
@@ -116,7 +116,7 @@ def soak(ticks: int, interval: float, warmup: int, tmp: Path) -> str:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     sup = subprocess.Popen(
         [sys.executable, "-m", "hangwatch.cli", "run", "--quiet", "--run-dir", str(run_dir),
-         "--gpu-probe", f"file:{gpu}", "--interval", str(interval), "--", sys.executable, "-c", TRAINER],
+         "--gpu-probe", f"file:{gpu}", "--interval", str(interval), *extra, "--", sys.executable, "-c", TRAINER],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     proc = psutil.Process(sup.pid)
@@ -216,6 +216,7 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=0.005)
     parser.add_argument("--warmup", type=int, default=None, help="ticks before the baseline (default 10 %%)")
     parser.add_argument("--churn", type=int, default=300, help="attempts of a crashing trainer (0: skip)")
+    parser.add_argument("--supervisor-args", default="", help="more `hangwatch run` options for the soak, e.g. '--quiet'")
     parser.add_argument("--growth-s", type=float, default=0.0,
                         help="also measure journal and log growth at default settings for this long (0: skip)")
     args = parser.parse_args()
@@ -226,7 +227,8 @@ def main() -> int:
             churn(args.churn, Path(tmp))
         if not args.ticks:
             return 0
-        line = soak(args.ticks, args.interval, args.warmup if args.warmup is not None else args.ticks // 10, Path(tmp))
+        line = soak(args.ticks, args.interval, args.warmup if args.warmup is not None else args.ticks // 10, Path(tmp),
+                    args.supervisor_args.split())
     print(line)
     return 0
 

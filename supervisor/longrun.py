@@ -8,6 +8,8 @@ The runner calls them; nothing here signals a process or touches a checkpoint.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import os
 import shutil
@@ -18,6 +20,38 @@ from typing import Any, Callable
 
 #: trainer logs are cut to this (head + tail) while the disk is low: logs give way first
 LOW_DISK_LOG_BYTES = 1024 * 1024
+
+
+class HeapTrim:
+    """Hands freed heap memory back to the kernel every ``every_s`` seconds (glibc only).
+
+    Measured: with every Python object of the supervisor accounted for
+    (tracemalloc flat over minutes), its RSS still rose ~8 KB/s at a 5 ms
+    tick, memory that glibc's allocator had freed but kept (``malloc_trim``
+    returned 1.2 MB of it at once, and with it every 10 s the RSS stayed
+    flat). One call costs well under a millisecond; elsewhere it is a no-op.
+    """
+
+    def __init__(self, clock: Callable[[], float], every_s: float = 60.0) -> None:
+        self._clock = clock
+        self._every = every_s
+        self._next = clock() + every_s
+        self._trim = _malloc_trim()
+
+    def maybe(self) -> None:
+        if self._trim is None:
+            return
+        now = self._clock()
+        if now >= self._next:
+            self._next = now + self._every
+            self._trim(0)
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
+        return None
 
 
 class RecordBudget:

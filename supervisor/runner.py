@@ -43,7 +43,7 @@ from hangwatch.supervisor.cohort import Cohort, CohortError
 from hangwatch.supervisor.config import RunConfig
 from hangwatch.supervisor.detector import Detector
 from hangwatch.supervisor.killer import KillReport
-from hangwatch.supervisor.longrun import LOW_DISK_LOG_BYTES, DiskWatch, RecordBudget, prune_incidents
+from hangwatch.supervisor.longrun import LOW_DISK_LOG_BYTES, DiskWatch, HeapTrim, RecordBudget, prune_incidents
 from hangwatch.supervisor.observe import NullObserver, RunObserver, Tick
 from hangwatch.supervisor.probes import FileProbe, GpuProbe, NoProbe
 from hangwatch.supervisor.restart import AttemptOutcome, Decision
@@ -82,6 +82,7 @@ class Supervisor:
         self.state = state or RunState(run_id=uuid.uuid4().hex[:12])
         self.journal = journal or Journal(self.run_dir / "journal.jsonl", self.state.run_id)
         self.disk = DiskWatch(self.run_dir, config.min_free_mb, clock)
+        self._heap = HeapTrim(clock)
         self.tree = tree or LocalTree(self.run_dir, probe, echo=config.echo, clock=clock, sleep=sleep,
                                       log_limit=self._log_limit)
         self.lifecycle: AttemptLifecycle | None = None
@@ -384,7 +385,7 @@ class Supervisor:
             sample = self.tree.sample()
             samples.append(sample)
             self._note_engine_recovery(sample)
-            self._check_disk()
+            self._upkeep()
             hb = sample.heartbeat
             if hb is not None and not first_beat_seen:
                 first_beat_seen = True
@@ -524,7 +525,9 @@ class Supervisor:
         cap = self.config.log_max_bytes
         return min(cap, LOW_DISK_LOG_BYTES) if self.disk.low else cap
 
-    def _check_disk(self) -> None:
+    def _upkeep(self) -> None:
+        """Per tick, each at its own slower pace: the free-space check, the heap trim."""
+        self._heap.maybe()
         reading = self.disk.check()
         if reading is None or not reading.newly_low:
             return
