@@ -22,7 +22,7 @@ from hangwatch.contract.journal import read_journal
 from hangwatch.contract.samples import Sample
 from hangwatch.supervisor.detector import DetectorConfig, replay_detector
 from hangwatch.supervisor.launcher import CUT_MARKER, Reaper, launch
-from hangwatch.supervisor.longrun import Bundle, DiskWatch, RecordBudget, choose_pruned, prune_incidents
+from hangwatch.supervisor.longrun import Bundle, DiskWatch, HeapTrim, RecordBudget, choose_pruned, prune_incidents
 from hangwatch.supervisor.proctree import ProcessTree
 from hangwatch.supervisor.runner import Supervisor
 from hangwatch.supervisor.sampler import SampleWindow
@@ -109,6 +109,17 @@ def test_long_chatty_attempt_journals_trainer_info_at_a_bounded_rate(tmp_path):
     assert code == 0
     info = [r for r in records if r["event"] == "trainer_info"]
     assert 10 <= len(info) <= 25, f"{len(info)} trainer_info records for 600 ticks (was one per tick)"
+
+
+def test_heap_trim_runs_once_per_interval():
+    clock = FakeClock()
+    trim = HeapTrim(clock, every_s=60.0)
+    calls = []
+    trim._trim = calls.append  # the real one is glibc's malloc_trim
+    for _ in range(300):  # five minutes of 1 s ticks
+        trim.maybe()
+        clock.now += 1.0
+    assert calls == [0] * 4
 
 
 # -- reaping across many attempts ----------------------------------------------------------------
