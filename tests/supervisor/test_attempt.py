@@ -163,7 +163,7 @@ def test_wedge_is_captured_killed_and_relaunched_with_graphs_off(tmp_path):
     assert len(capture.requests) == 1 and capture.requests[0].verdict.kind is VerdictKind.STALL
     assert sup.state.stalls == 1 and sup.state.policy == GraphPolicy(cudagraphs_off=True)
     assert [s for s in sup.lifecycle.trail] and sup.lifecycle.state is AttemptState.ENDED
-    # Detection within the window plus one interval of fake time; the backoff was slept, not waited.
+    # Detection within the window plus one interval of fake time; every wait was an injected sleep.
     incident = next(r for r in read_journal(sup.run_dir / "journal.jsonl") if r["event"] == "incident")
     assert 10.0 <= incident["latency_s"] <= 11.0
     assert sum(clock.sleeps) >= 3.0
