@@ -178,8 +178,14 @@ class ColocatedGenerator:
         eager = bool(instruction.get("enforce_eager"))
         graphs = instruction.get("cudagraphs") != "off" and not eager
         self.policy = RolloutPolicy(cudagraphs=graphs, enforce_eager=eager)
-        kwargs = {k: v for k, v in self.engine_kwargs.items() if k not in ("compilation_config", "enforce_eager")}
-        self.engine_kwargs = {**kwargs, **self.policy.engine_kwargs()}
+        # Only the graph setting changes: the user's other compilation settings stay.
+        kwargs = dict(self.engine_kwargs)
+        kwargs.pop("enforce_eager", None)
+        extra = self.policy.engine_kwargs()
+        user_cc = kwargs.get("compilation_config")
+        if isinstance(user_cc, Mapping) and isinstance(extra.get("compilation_config"), Mapping):
+            extra["compilation_config"] = {**user_cc, **extra["compilation_config"]}
+        self.engine_kwargs = {**kwargs, **extra}
         self.beat_info.update({"cudagraphs": "on" if graphs else "off", "enforce_eager": eager})
         self.engine_restarts += 1
         self.beat_info["engine_restarts"] = self.engine_restarts

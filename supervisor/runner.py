@@ -354,9 +354,12 @@ class Supervisor:
         if pending["step"] is not None and hb.step <= pending["step"]:
             return
         self._engine_pending = None
+        # What the fresh worker applied (the generator beats it), so the journal shows the retry ran graphs off.
+        applied = {k: v for k, v in (hb.info or {}).items()
+                   if k in ("cudagraphs", "enforce_eager", "engine_restarts") or k.startswith("applied_")}
         self.journal.append("engine_recovered", attempt=self.state.attempt, step=hb.step,
                             onset_to_progress_s=round(sample.t - pending["onset"], 3),
-                            kill_to_progress_s=round(sample.t - pending["killed_at"], 3))
+                            kill_to_progress_s=round(sample.t - pending["killed_at"], 3), engine=applied)
         log.info("engine_recovered", message=(
             f"the trainer progressed to step {hb.step} {sample.t - pending['killed_at']:.1f} s after the engine restart"))
 
