@@ -124,6 +124,7 @@ def soak(ticks: int, interval: float, warmup: int, tmp: Path, extra: list[str]) 
     base: tuple[int, int, int] | None = None
     last = base
     peak_rss = 0
+    after: list[tuple[float, int]] = []  # (seconds, rss) after the warm-up
     try:
         while counter.count < ticks:
             if sup.poll() is not None:
@@ -133,6 +134,7 @@ def soak(ticks: int, interval: float, warmup: int, tmp: Path, extra: list[str]) 
             if counter.count >= warmup:
                 base = base or last
                 peak_rss = max(peak_rss, last[0])
+                after.append((time.monotonic(), last[0]))
             elapsed = time.monotonic() - started
             print(f"  t={elapsed:6.0f}s ticks={counter.count:7d} rss={last[0] / 1024:8.0f}KB fds={last[1]} "
                   f"threads={last[2]} run_dir={dir_bytes(run_dir) / 1e6:.2f}MB", flush=True)
@@ -141,9 +143,13 @@ def soak(ticks: int, interval: float, warmup: int, tmp: Path, extra: list[str]) 
         sup.wait(timeout=60)
     assert base is not None and last is not None
     elapsed = time.monotonic() - started
+    # The heap is trimmed every 10 s, so RSS saw-tooths a little: compare the floors too.
+    first_min = min(r for t, r in after if t - after[0][0] <= 60)
+    last_min = min(r for t, r in after if after[-1][0] - t <= 60)
     print(f"soak: {counter.count} ticks in {elapsed:.0f} s ({1000 * elapsed / counter.count:.1f} ms/tick), "
           f"interval {interval} s; rss after warm-up {base[0] / 1024:.0f} KB -> {last[0] / 1024:.0f} KB "
-          f"(peak {peak_rss / 1024:.0f} KB)")
+          f"(peak {peak_rss / 1024:.0f} KB; lowest in the first / last minute {first_min / 1024:.0f} / "
+          f"{last_min / 1024:.0f} KB)")
     return (f"ticks={counter.count} rss_growth_kb={(last[0] - base[0]) / 1024:.0f} fd_growth={last[1] - base[1]} "
             f"thread_growth={last[2] - base[2]} run_dir_mb={dir_bytes(run_dir) / 1e6:.2f}")
 
