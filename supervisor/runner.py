@@ -29,7 +29,7 @@ from typing import Any, Callable
 import structlog
 
 from hangwatch.contract.capture import CaptureHook, CaptureRequest
-from hangwatch.contract.exitcodes import EXIT_COHORT, EXIT_UNKILLABLE
+from hangwatch.contract.exitcodes import EXIT_UNKILLABLE
 from hangwatch.contract.journal import Journal, read_journal
 from hangwatch.contract.redact import redact_argv
 from hangwatch.contract.samples import Sample
@@ -39,7 +39,8 @@ from hangwatch.supervisor.attempt import (AttemptLifecycle, AttemptState, Recove
                                           attempt_environment, escalate, recovery_level)
 from hangwatch.supervisor.capture import SamplesOnlyCapture
 from hangwatch.supervisor.checkpoints import newest_complete, scan
-from hangwatch.supervisor.cohort import Cohort, CohortError
+from hangwatch.supervisor.cohort import Cohort
+from hangwatch.supervisor.cohort_link import CohortLink
 from hangwatch.supervisor.config import RunConfig
 from hangwatch.supervisor.detector import Detector
 from hangwatch.supervisor.killer import KillReport
@@ -87,7 +88,8 @@ class Supervisor:
                                       log_limit=self._log_limit)
         self.lifecycle: AttemptLifecycle | None = None
         self._early: _EarlyRound | None = None  # the early py-spy round of the building incident
-        self.cohort = cohort  # multi-node: the other nodes' supervisors (docs/multinode.md)
+        # Multi-node: the other nodes' supervisors (docs/multinode.md).
+        self.cohort = CohortLink(cohort, self.journal) if cohort is not None else None
         self._engine_restarts = 0  # level-1 recoveries so far (the control file's seq)
         self._last_engine_restart: float | None = None
         self._engine_pending: dict[str, Any] | None = None
@@ -141,9 +143,7 @@ class Supervisor:
                 config={**self.config.to_json(), "command": redact_argv(self.config.command)},
             )
         if self.cohort is not None:
-            me = self.cohort.me
-            self.journal.append("cohort_joined", node_rank=me.node_rank, nnodes=me.nnodes, cohort_id=me.cohort_id,
-                                store=f"{me.host}:{me.port}", hosts_store=me.is_leader)
+            self.cohort.joined()
         while True:
             outcome, code = self._attempt(resumed_run=resumed)
             if code is not None:
@@ -285,7 +285,7 @@ class Supervisor:
         st = self.state
         evidence = None
         if self.cohort is not None:
-            self._cohort_incident(verdict)
+            self.cohort.incident(st.attempt, verdict)
         if verdict.kind.is_hang:
             self._enter(AttemptState.CAPTURING)
             self.journal.append(
@@ -304,7 +304,7 @@ class Supervisor:
             evidence = self._capture(verdict, samples, trainer, attempt_dir)
             self._prune_incidents()
             if self.cohort is not None and verdict.kind is not VerdictKind.COHORT_LOST:
-                self._cohort_captured()
+                self.cohort.captured(st.attempt, self.config.capture_timeout)
             if verdict.kind is VerdictKind.STALL:
                 st.stalls += 1
             st.policy = escalate(st.policy, verdict.kind, after_stall=self.config.cudagraphs_after_stall,
@@ -382,7 +382,7 @@ class Supervisor:
             if self._stop_signal is not None:
                 code = self._forward_stop(trainer)
                 return classify_exit(code if code is not None else -self._stop_signal, self.clock()), samples.snapshot(), code
-            external = self._cohort_verdict()
+            external = self.cohort.verdict(self.state.attempt, self.clock()) if self.cohort is not None else None
             if external is not None:
                 return external, samples.snapshot(), None
             sample = self.tree.sample()
@@ -441,7 +441,7 @@ class Supervisor:
             deadline=time.monotonic() + timeout,  # the hook's own clock: real time
             gpu_probe=self.probe.name,
             extra={**self._early_extra(verdict),
-                   **({"node_rank": self.cohort.me.node_rank} if self.cohort is not None else {})},
+                   **({"node_rank": self.cohort.node_rank} if self.cohort is not None else {})},
         )
         result: dict[str, Any] = {}
 
@@ -594,76 +594,18 @@ class Supervisor:
 
     # -- multi-node cohort -------------------------------------------------------
 
-    def _cohort_verdict(self) -> Verdict | None:
-        """Another node's incident for this attempt, or a lost member/store: our verdict too."""
-        if self.cohort is None:
-            return None
-        now = self.clock()
-        problem = self.cohort.problem
-        if problem is not None:
-            return Verdict(VerdictKind.COHORT_LOST, now, now, str(problem), evidence={"cohort": problem.reason})
-        ann = self.cohort.poll(self.state.attempt)
-        if ann is None or ann.node == self.cohort.me.node_rank:
-            return None
-        kind = VerdictKind(ann.kind) if ann.kind in (VerdictKind.STALL.value, VerdictKind.SILENT_HANG.value) else VerdictKind.SILENT_HANG
-        return Verdict(kind, now, now, f"node {ann.node} announced {ann.kind}: {ann.reason}",
-                       evidence={"cohort_incident": ann.to_json()})
-
-    def _cohort_incident(self, verdict: Verdict) -> None:
-        """Announce a local incident (first node wins) and journal the cohort's incident."""
-        assert self.cohort is not None
-        if verdict.kind is VerdictKind.DONE:
-            return
-        ann = verdict.evidence.get("cohort_incident") if verdict.evidence else None
-        if verdict.kind is VerdictKind.COHORT_LOST:
-            self.journal.append("member_lost", attempt=self.state.attempt, reason=verdict.reason,
-                                cause=verdict.evidence.get("cohort"))
-            log.error("member_lost", message=f"cohort: {verdict.reason}; capturing, killing and stopping")
-            return
-        if ann is None:
-            try:
-                ann = self.cohort.announce(self.state.attempt, verdict.kind.value, verdict.reason,
-                                           dict(verdict.evidence)).to_json()
-            except Exception as exc:  # noqa: BLE001  (a store hiccup must not stop the local recovery)
-                log.warning("cohort_announce_failed", message=f"could not announce the incident to the cohort: {exc}")
-                return
-        first = ann["node"] == self.cohort.me.node_rank
-        self.journal.append("cohort_incident", attempt=self.state.attempt, announced_by=ann["node"],
-                            kind=ann["kind"], reason=ann["reason"], suspect_node=ann["node"], this_node_first=first,
-                            suspect_evidence=ann.get("evidence") or {})
-        log.error("cohort_incident", message=(
-            f"cohort incident in attempt {self.state.attempt}: node {ann['node']} {ann['kind']}"
-            + (" (this node)" if first else "")))
-
-    def _cohort_captured(self) -> None:
-        """Kill only once every node has its stacks: the first node's kill would otherwise
-        wake its peers out of the collective they hang in, and their evidence with it."""
-        assert self.cohort is not None
-        waited = self.cohort.all_captured(self.state.attempt, timeout=self.config.capture_timeout)
-        if waited is None:
-            log.warning("cohort_capture_wait", message=(
-                f"not every node reported its capture within {self.config.capture_timeout:.0f} s; killing anyway"))
-
     def _cohort_agree(self, verdict: Verdict) -> int | None:
         """Agree on checkpoint and graph policy before any node relaunches; an exit code if we must stop."""
         assert self.cohort is not None
-        if verdict.kind is VerdictKind.COHORT_LOST:
-            return EXIT_COHORT
-        if verdict.kind is VerdictKind.DONE or self._stop_signal is not None:
+        if verdict.kind is VerdictKind.DONE or (self._stop_signal is not None and verdict.kind is not VerdictKind.COHORT_LOST):
             return None
         steps = [c.step for c in scan(self.config.checkpoint) if c.complete and c.step is not None] \
             if self.config.checkpoint else []
-        try:
-            agreed = self.cohort.agree(self.state.attempt, steps, self.state.policy)
-        except (CohortError, Exception) as exc:  # noqa: BLE001  (any store failure here ends the cohort)
-            self.journal.append("member_lost", attempt=self.state.attempt, reason=f"no agreement before relaunch: {exc}",
-                                cause=getattr(exc, "reason", "store_error"))
-            log.error("member_lost", message=f"cohort: no agreement before relaunch: {exc}; stopping")
-            return EXIT_COHORT
-        self.state.policy = agreed.policy
-        self._agreed_step = agreed.checkpoint_step
-        self.journal.append("cohort_agreed", **agreed.to_json())
-        return None
+        agreed, code = self.cohort.agree(self.state.attempt, verdict, steps, self.state.policy)
+        if agreed is not None:
+            self.state.policy = agreed.policy
+            self._agreed_step = agreed.checkpoint_step
+        return code
 
     # -- checkpoints -----------------------------------------------------------
 
