@@ -180,11 +180,15 @@ def churn(attempts: int, tmp: Path) -> None:
         time.sleep(0.02)
     elapsed = time.monotonic() - started
     # Readings land anywhere in an attempt (pipes and pump threads come and go with the trainer):
-    # flat means the first 50 attempts after a warm-up of 10 and the last 50 reach the same maxima.
+    # flat means the first 50 attempts after a warm-up of 10 and the last 50 span the same range.
     early = [v for k, v in rows.items() if 10 <= k < 60]
     late = [v for k, v in rows.items() if k > seen - 50]
+
+    def span(vs: list[tuple[int, int, int]], i: int) -> str:
+        return f"{min(v[i] for v in vs)}..{max(v[i] for v in vs)}"
+
     names = ("fds", "threads", "zombies")
-    spread = ", ".join(f"{n} max {max(v[i] for v in early)} -> {max(v[i] for v in late)}" for i, n in enumerate(names))
+    spread = ", ".join(f"{n} {span(early, i)} -> {span(late, i)}" for i, n in enumerate(names))
     print(f"churn: {seen} attempts in {elapsed:.0f} s (exit {sup.returncode}); attempts 10-59 vs the last 50: "
           f"{spread} ({len(rows)} readings)")
 
