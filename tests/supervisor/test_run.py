@@ -31,7 +31,8 @@ def test_wedge_is_caught_tree_killed_and_resumed_with_graphs_off(hw):
 
     incidents = hw.events("incident")
     assert [i["kind"] for i in incidents] == ["stall"]
-    assert incidents[0]["latency_s"] >= 2.0
+    # The window (2 s), less the detector's sample-jitter slack of 5 % of the 0.2 s interval.
+    assert incidents[0]["latency_s"] >= 2.0 - 0.05 * 0.2
 
     kill = hw.events("kill")[0]
     escaped = hw.reported_pids()["escaped"][0]
