@@ -14,12 +14,11 @@ it, at four points of the attempt's lifecycle:
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import structlog
 
 from hangwatch.contract.exitcodes import EXIT_COHORT
-from hangwatch.contract.journal import Journal
 from hangwatch.contract.verdict import Verdict, VerdictKind
 from hangwatch.supervisor.attempt import GraphPolicy
 from hangwatch.supervisor.cohort import Agreement, Cohort
@@ -29,10 +28,19 @@ log = structlog.get_logger("hangwatch.cohort")
 _HANGS = (VerdictKind.STALL.value, VerdictKind.SILENT_HANG.value)
 
 
+class _Journal(Protocol):
+    def append(self, event: str, **fields: Any) -> Any: ...
+
+
 class CohortLink:
-    def __init__(self, cohort: Cohort, journal: Journal) -> None:
+    def __init__(self, cohort: Cohort, journal: Callable[[], _Journal]) -> None:
+        """``journal`` returns the runner's current journal (the CLI may wrap it after start)."""
         self.cohort = cohort
-        self.journal = journal
+        self._journal = journal
+
+    @property
+    def journal(self) -> _Journal:
+        return self._journal()
 
     @property
     def node_rank(self) -> int:

@@ -89,7 +89,7 @@ class Supervisor:
         self.lifecycle: AttemptLifecycle | None = None
         self._early: _EarlyRound | None = None  # the early py-spy round of the building incident
         # Multi-node: the other nodes' supervisors (docs/multinode.md).
-        self.cohort = CohortLink(cohort, self.journal) if cohort is not None else None
+        self.cohort = CohortLink(cohort, lambda: self.journal) if cohort is not None else None
         self._engine_restarts = 0  # level-1 recoveries so far (the control file's seq)
         self._last_engine_restart: float | None = None
         self._engine_pending: dict[str, Any] | None = None

@@ -268,15 +268,63 @@ def _join_option_values(argv: list[str]) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from hangwatch.cli import logsetup  # noqa: PLC0415  (keep `hangwatch --help` fast)
-    from hangwatch.supervisor import launcher  # noqa: PLC0415
+    from hangwatch.cli import logsetup, operate  # noqa: PLC0415  (keep `hangwatch --help` fast)
+    from hangwatch.supervisor import guardian, launcher  # noqa: PLC0415
     from hangwatch.supervisor.probes import ProbeError, make_probe  # noqa: PLC0415
-    from hangwatch.supervisor import guardian  # noqa: PLC0415
-    from hangwatch.contract.journal import JournalError  # noqa: PLC0415
-    from hangwatch.supervisor.runner import Supervisor, load_state  # noqa: PLC0415
+    from hangwatch.supervisor.runner import Supervisor  # noqa: PLC0415
     from hangwatch.supervisor.tree import LocalTree  # noqa: PLC0415
-    from hangwatch.supervisor.treefile import kill_recorded  # noqa: PLC0415
 
+    values, command, resume_dir, explicit = _run_settings(args)
+    config = build(values, command, explicit=explicit)
+    operate_config = build_operate(values)
+    try:
+        probe, probe_note = make_probe(config.gpu_probe)
+    except ProbeError as exc:
+        raise UsageError(str(exc)) from exc
+
+    run_dir = config.run_dir
+    _open_run_dir(run_dir, resumed=resume_dir is not None)
+    values["run_dir"] = str(run_dir)
+    save_values(run_dir, values, command)
+    logsetup.configure(run_dir / "hangwatch.log")
+    import structlog  # noqa: PLC0415
+
+    log = structlog.get_logger("hangwatch.cli")
+    if probe_note:
+        log.warning("gpu_detection_off", message=probe_note)
+    if not launcher.set_child_subreaper():
+        log.warning("no_subreaper", message="PR_SET_CHILD_SUBREAPER unavailable: escaped processes may be missed")
+    state, lost = _resume_state(run_dir, log) if resume_dir is not None else (None, None)
+
+    cohort = _join_cohort(args, config, log)
+    supervisor = Supervisor(config, probe, default_capture_hook(), state=state, cohort=cohort)
+    if lost is not None:
+        log.warning("attempt_lost", message=f"attempt {lost} was left open by the dead supervisor: journaled as supervisor_lost")
+    ops = operate.start(config, operate_config, supervisor.state.run_id, probe.name, log)
+    supervisor.journal, supervisor.observer = ops.journal, ops.observer  # status file, alerts, metrics
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, supervisor.request_stop)
+    containment = _contain(supervisor, config, log, resumed=resume_dir is not None)
+    keeper, guardian_state = _start_guardian(supervisor, log)
+    log.info("run_dir", message=f"run directory: {run_dir}")
+    try:
+        return _supervise(supervisor, config, log, resumed=resume_dir is not None, guardian_state=guardian_state,
+                          containment=containment)
+    finally:
+        abort_running_tools()  # an abandoned capture's py-spy would otherwise hold our exit up
+        ops.close()  # bounded: queued alerts get NOTIFY_DRAIN_S at most
+        if keeper is not None:
+            guardian.stop(keeper)
+        if isinstance(supervisor.tree, LocalTree):
+            supervisor.tree.close()
+        if cohort is not None:
+            cohort.close()
+        probe.close()
+
+
+def _run_settings(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], Path | None, set[str]]:
+    """Settings, command, the run to resume (if any), and which settings the user gave:
+    defaults < TOML file < command line, or the saved run's settings < command line on --resume."""
     command = list(getattr(args, "command", []))
     if command and command[0] == "--":
         command = command[1:]
@@ -304,73 +352,66 @@ def cmd_run(args: argparse.Namespace) -> int:
         if config_file:
             cli_values = {**load_file(Path(config_file)), **cli_values}  # given, not defaulted
         values.update(cli_values)
-    config = build(values, command, explicit=set(cli_values))
-    operate_config = build_operate(values)
-    try:
-        probe, probe_note = make_probe(config.gpu_probe)
-    except ProbeError as exc:
-        raise UsageError(str(exc)) from exc
+    return values, command, resume_dir, set(cli_values)
 
-    run_dir = config.run_dir
+
+def _open_run_dir(run_dir: Path, *, resumed: bool) -> None:
+    """Create (0700) or check the run dir, lock it for this process's life, refuse a used one."""
+    from hangwatch.cli import rundir  # noqa: PLC0415
+
     try:
         private_dir(run_dir)  # refuses a directory another user controls
     except OSError as exc:
         raise UsageError(f"--run-dir {run_dir}: cannot create it: {exc}") from exc
-    from hangwatch.cli import rundir  # noqa: PLC0415
-
     try:
         rundir.lock(run_dir)  # held for this process's life; the kernel drops it even on SIGKILL
     except OSError as exc:
         raise UsageError(f"--run-dir {run_dir}: cannot lock it: {exc}") from exc
-    if resume_dir is None:
+    if not resumed:
         rundir.refuse_existing(run_dir)
-    values["run_dir"] = str(run_dir)
-    save_values(run_dir, values, command)
-    logsetup.configure(run_dir / "hangwatch.log")
-    import structlog  # noqa: PLC0415
 
-    log = structlog.get_logger("hangwatch.cli")
-    if probe_note:
-        log.warning("gpu_detection_off", message=probe_note)
-    if not launcher.set_child_subreaper():
-        log.warning("no_subreaper", message="PR_SET_CHILD_SUBREAPER unavailable: escaped processes may be missed")
 
-    state = None
-    if resume_dir is not None:
-        killed = kill_recorded(run_dir / "tree.json")
-        if killed:
-            log.warning("orphans_killed", message=f"killed {len(killed)} survivor(s) of the previous supervisor: {killed}")
-        try:
-            lost = rundir.close_lost_attempt(run_dir, killed)
-            state = load_state(run_dir)
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"--resume {run_dir}: cannot read the journal: {exc}") from exc
+def _resume_state(run_dir: Path, log: Any) -> tuple[Any, int | None]:
+    """Kill what the dead supervisor left, close its open attempt, and rebuild the run's state."""
+    from hangwatch.cli import rundir  # noqa: PLC0415
+    from hangwatch.supervisor.runner import load_state  # noqa: PLC0415
+    from hangwatch.supervisor.treefile import kill_recorded  # noqa: PLC0415
 
-    cohort = _join_cohort(args, config, log)
-    supervisor = Supervisor(config, probe, default_capture_hook(), state=state, cohort=cohort)
-    if resume_dir is not None and lost is not None:
-        log.warning("attempt_lost", message=f"attempt {lost} was left open by the dead supervisor: journaled as supervisor_lost")
-    from hangwatch.cli import operate  # noqa: PLC0415
+    killed = kill_recorded(run_dir / "tree.json")
+    if killed:
+        log.warning("orphans_killed", message=f"killed {len(killed)} survivor(s) of the previous supervisor: {killed}")
+    try:
+        lost = rundir.close_lost_attempt(run_dir, killed)
+        return load_state(run_dir), lost
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--resume {run_dir}: cannot read the journal: {exc}") from exc
 
-    ops = operate.start(config, operate_config, supervisor.state.run_id, probe.name, log)
-    supervisor.journal, supervisor.observer = ops.journal, ops.observer  # status file, alerts, metrics
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, supervisor.request_stop)
-    containment = _contain(supervisor, config, log, resumed=resume_dir is not None)
-    keeper = None
+
+def _start_guardian(supervisor: Any, log: Any) -> tuple[Any, str]:
+    """The guardian (kills the tree if we are SIGKILLed), and what to journal about it."""
+    from hangwatch.supervisor import guardian  # noqa: PLC0415
+    from hangwatch.supervisor.tree import LocalTree  # noqa: PLC0415
+
     try:
         keeper = guardian.start()
-        guardian_state = "armed"
-        if isinstance(supervisor.tree, LocalTree):
-            supervisor.tree.attach_guardian(keeper.send)  # the tree goes over the pipe, not through a file
     except guardian.GuardianError as exc:
-        guardian_state = f"unavailable: {exc}"
         log.warning("guardian_unavailable", message=(
             f"{exc}: if this supervisor is SIGKILLed, processes that left the trainer's session "
             "will not be killed; hangwatch run --resume kills them later"))
-    log.info("run_dir", message=f"run directory: {run_dir}")
+        return None, f"unavailable: {exc}"
+    if isinstance(supervisor.tree, LocalTree):
+        supervisor.tree.attach_guardian(keeper.send)  # the tree goes over the pipe, not through a file
+    return keeper, "armed"
+
+
+def _supervise(supervisor: Any, config: Any, log: Any, *, resumed: bool, guardian_state: str,
+               containment: Any) -> int:
+    """Run; a failure of hangwatch itself kills the tree and ends the journal (exit 70)."""
+    from hangwatch.contract.journal import JournalError  # noqa: PLC0415
+    from hangwatch.supervisor import launcher  # noqa: PLC0415
+
     try:
-        return supervisor.run(resumed=resume_dir is not None, guardian=guardian_state, containment=containment)
+        return supervisor.run(resumed=resumed, guardian=guardian_state, containment=containment)
     except launcher.LaunchError as exc:
         supervisor.journal.append("run_finished", outcome="launch_failed", exit_code=EXIT_USAGE, reason=str(exc),
                                   attempts=supervisor.state.attempt)
@@ -391,16 +432,6 @@ def cmd_run(args: argparse.Namespace) -> int:
             except JournalError:
                 pass  # already reported above; nothing more can be recorded
         return EXIT_INTERNAL
-    finally:
-        abort_running_tools()  # an abandoned capture's py-spy would otherwise hold our exit up
-        ops.close()  # bounded: queued alerts get NOTIFY_DRAIN_S at most
-        if keeper is not None:
-            guardian.stop(keeper)
-        if isinstance(supervisor.tree, LocalTree):
-            supervisor.tree.close()
-        if cohort is not None:
-            cohort.close()
-        probe.close()
 
 
 def _join_cohort(args: argparse.Namespace, config: Any, log: Any) -> Any:
