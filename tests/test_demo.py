@@ -39,6 +39,9 @@ def test_demo_wedge_caught_killed_resumed_with_evidence(tmp_path, recovery):
         assert events.index("capture") < events.index("engine_restart"), "evidence before the kill"
         assert any(r["event"] == "engine_recovered" for r in journal)
         assert [r["kind"] for r in journal if r["event"] == "incident"] == ["stall"], "the wedge did not recur"
+        status = subprocess.run([sys.executable, "-m", "hangwatch.cli", "status", str(run_dir)],
+                                capture_output=True, text=True, timeout=30).stdout
+        assert "only the rollout engine was restarted (graphs off), the trainer lived on" in status
     else:
         assert len(attempts) == 2 and attempts[1]["resume_from"].endswith("checkpoint-15")
     bundle = Path(next(r["evidence_path"] for r in journal if r["event"] == "attempt_ended" and r["evidence_path"]))

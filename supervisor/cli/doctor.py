@@ -161,8 +161,8 @@ def _nvml_devices() -> list[str]:
 
 def check_nvml(probe: Callable[[], list[str]] = _nvml_devices, timeout: float = 5.0) -> Check:
     fix = ("install the NVIDIA driver (libnvidia-ml.so.1) and nvidia-ml-py; in a container run with the GPUs "
-           "exposed (docker --gpus all / the NVIDIA container runtime). Until then only silent hangs (no "
-           "progress, tree idle) and crashes are detected")
+           "exposed (docker --gpus all / the NVIDIA container runtime). Until then hangs are caught only as missing "
+           "heartbeat progress (--progress-timeout), and crashes")
     box: dict[str, Any] = {}
 
     def run() -> None:

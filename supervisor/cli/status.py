@@ -100,7 +100,19 @@ def summarise(path: Path) -> dict[str, Any]:
         "finished": run.finished,
         "cohort": {**run.cohort, "events": run.cohort_events} if run.cohort else None,
         "pruned": _pruned(records),
+        "engine_restarts": _engine_restarts(records),
     }
+
+
+def _engine_restarts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Engine-level recoveries (``--recovery auto``): each restart and, if it came, the trainer's progress after it."""
+    out: list[dict[str, Any]] = []
+    for r in records:
+        if r.get("event") == "engine_restart":
+            out.append({k: r.get(k) for k in ("attempt", "ok", "cudagraphs", "reason", "ts")})
+        elif r.get("event") == "engine_recovered" and out and "recovered_step" not in out[-1]:
+            out[-1].update(recovered_step=r.get("step"), kill_to_progress_s=r.get("kill_to_progress_s"))
+    return out
 
 
 def _pruned(records: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -209,6 +221,14 @@ def render_status(summary: dict[str, Any], now: float | None = None) -> str:
                              f"graphs {e['cudagraphs']}")
             else:
                 lines.append(f"         attempt {e.get('attempt')}: {e['reason']}")
+    for e in summary.get("engine_restarts") or []:
+        if not e.get("ok"):
+            lines.append(f"engine:  attempt {e['attempt']}: the engine could not be restarted alone; the job was restarted")
+            continue
+        after = (f"; the trainer reached step {e['recovered_step']} {e['kill_to_progress_s']} s later"
+                 if e.get("recovered_step") is not None else "; no progress after it")
+        lines.append(f"engine:  attempt {e['attempt']}: only the rollout engine was restarted (graphs "
+                     f"{e['cudagraphs']}), the trainer lived on{after}")
     pruned = summary.get("pruned")
     if pruned:
         last = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(pruned["last"])) if pruned["last"] else "?"
