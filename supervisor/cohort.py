@@ -209,7 +209,7 @@ class Cohort:
                 if self.clock() >= deadline:
                     raise CohortRefused(f"node 0 did not join within {timeout:g} s")
                 self.sleep(0.2)
-        theirs = json.loads(leader)
+        theirs = _object(leader, "node 0's join record")
         theirs.pop("nonce", None)
         differ = sorted(k for k in set(theirs) | set(self.fingerprint) if theirs.get(k) != self.fingerprint.get(k))
         if differ:
@@ -266,7 +266,7 @@ class Cohort:
         bounded = json.loads(text) if len(text) <= 8192 else {"omitted": f"{len(text)} bytes of evidence"}
         mine = Announcement(attempt, self.me.node_rank, kind, reason, self.wall(), bounded)
         stored = self.store.compare_set(self._key("incident", attempt), "", json.dumps(mine.to_json()))
-        return Announcement(**json.loads(stored))
+        return _announcement(stored) or mine  # a malformed record in the store: ours stands
 
     def poll(self, attempt: int) -> Announcement | None:
         """Another node's incident for this attempt, if one was announced."""
@@ -276,7 +276,9 @@ class Cohort:
             return None  # the lease thread decides when failures mean the store is lost
         if raw is None:
             return None
-        ann = Announcement(**json.loads(raw))
+        ann = _announcement(raw)
+        if ann is None:
+            return None  # not a record we wrote: ignore it rather than act on it
         return ann if ann.attempt == attempt else None
 
     def all_captured(self, attempt: int, timeout: float) -> float | None:
@@ -315,7 +317,7 @@ class Cohort:
                     if n not in reports:
                         raw = self.store.get(self._key("done", attempt, n))
                         if raw is not None:
-                            reports[n] = json.loads(raw)
+                            reports[n] = _object(raw, f"node {n}'s report")
                 if len(reports) < self.me.nnodes:
                     self.sleep(0.1)
             step, agreed = decide(reports)
@@ -325,9 +327,13 @@ class Cohort:
         while True:
             raw = self.store.get(self._key("agreed", attempt))
             if raw is not None:
-                d = json.loads(raw)
-                return Agreement(d["attempt"], d["checkpoint_step"],
-                                 GraphPolicy(d["cudagraphs"] == "off", bool(d["enforce_eager"])), d["reports"])
+                d = _object(raw, "node 0's decision")
+                try:
+                    step = d["checkpoint_step"]
+                    return Agreement(int(d["attempt"]), None if step is None else int(step),
+                                     GraphPolicy(d["cudagraphs"] == "off", bool(d["enforce_eager"])), dict(d["reports"]))
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise CohortError(f"node 0's decision in the store is malformed ({exc!r})") from None
             self._check(deadline, "node 0's decision")
             self.sleep(0.1)
 
@@ -336,3 +342,23 @@ class Cohort:
             raise self.problem
         if self.clock() >= deadline:
             raise BarrierTimeout(f"waited {self.barrier_timeout:g} s for {waiting_for} before relaunch")
+
+
+def _object(raw: str, what: str) -> dict[str, Any]:
+    """A JSON object read from the store; anything else is the cohort's error, not a traceback."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise CohortError(f"{what} in the cohort store is not a JSON object: {raw[:80]!r}")
+    return value
+
+
+def _announcement(raw: str) -> Announcement | None:
+    try:
+        d = json.loads(raw)
+        return Announcement(int(d["attempt"]), int(d["node"]), str(d["kind"]), str(d["reason"]), float(d["wall"]),
+                            dict(d.get("evidence") or {}))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hangwatch.supervisor.attempt import GraphPolicy
-from hangwatch.supervisor.cohort import (Cohort, CohortRefused, MemberLost, Membership, StoreLost, decide, first_host,
+from hangwatch.supervisor.cohort import (Cohort, CohortError, CohortRefused, MemberLost, Membership, StoreLost, decide, first_host,
                                          membership_from)
 from hangwatch.supervisor.store import MemoryStore
 
@@ -134,3 +134,18 @@ def test_nodes_wait_for_each_others_capture_before_killing_bounded():
     assert n0.all_captured(1, timeout=3) is None, "node 1 never captured: give up after the timeout"
     assert clock.now >= 3
     assert n1.all_captured(1, timeout=3) == 0.0, "both have captured: no wait"
+
+
+def test_malformed_store_records_are_ignored_or_refused_not_a_traceback():
+    store, _, (n0, n1) = _pair()
+    store.set(n0._key("incident", 1), "not json")
+    assert n0.poll(1) is None
+    store.set(n0._key("incident", 2), '{"attempt": 2, "node": "x"}')
+    assert n0.poll(2) is None
+    store.set(n1._key("done", 1, 1), "[1, 2]")
+    with pytest.raises(CohortError, match="node 1's report in the cohort store is not a JSON object"):
+        n0.agree(1, [2], GraphPolicy())
+    store.set(n1._key("agreed", 3), '{"attempt": 3}')
+    store.set(n1._key("done", 3, 1), "{}")
+    with pytest.raises(CohortError, match="decision in the store is malformed"):
+        n1.agree(3, [2], GraphPolicy())
