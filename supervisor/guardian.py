@@ -31,12 +31,11 @@ import select
 import signal
 import subprocess
 import sys
-import time
 from typing import Any, Mapping
 
 import psutil
 
-from hangwatch.contract.procid import ProcKey, same_process
+from hangwatch.contract.procid import ProcKey, kill_verified, same_process
 from hangwatch.contract.pyexec import module_command
 from hangwatch.contract.tools import HELPER_PIDS, _helpers_lock
 
@@ -189,22 +188,8 @@ def kill_members(members: list[ProcKey], groups: set[int], sessions: set[int], s
                     procs.append(proc)
             except (OSError, psutil.Error):
                 continue
-    for proc in procs:
-        try:
-            proc.send_signal(signal.SIGKILL)
-        except psutil.Error:
-            pass
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_running(p) for p in procs):
-        time.sleep(0.05)
+    kill_verified(procs, grace)
     return sorted({p.pid for p in procs})
-
-
-def _running(proc: psutil.Process) -> bool:
-    try:
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 if __name__ == "__main__":

@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import time
 from pathlib import Path
 from typing import Iterable
 
 import psutil
 
 from hangwatch.contract import atomic
-from hangwatch.contract.procid import ProcKey, same_process
+from hangwatch.contract.procid import ProcKey, kill_verified, same_process
 
 
 class TreeFile:
@@ -62,19 +60,5 @@ def recorded(path: Path) -> list[ProcKey]:
 def kill_recorded(path: Path, grace: float = 2.0) -> list[int]:
     """SIGKILL every recorded member that is still the same process. Returns their pids."""
     procs = [p for p in (same_process(k) for k in recorded(path)) if p is not None]
-    for proc in procs:
-        try:
-            proc.send_signal(signal.SIGKILL)
-        except psutil.Error:
-            pass
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_running(p) for p in procs):
-        time.sleep(0.05)
+    kill_verified(procs, grace)
     return [p.pid for p in procs]
-
-
-def _running(proc: psutil.Process) -> bool:
-    try:
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False

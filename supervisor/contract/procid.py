@@ -19,6 +19,8 @@ Two rules every caller shares:
 from __future__ import annotations
 
 import os
+import signal
+import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -90,3 +92,23 @@ def pid_running(pid: int) -> bool:
         return False
     except psutil.AccessDenied:
         return True
+
+
+def kill_verified(procs: "list[psutil.Process]", grace: float) -> None:
+    """SIGKILL processes already verified by ``same_process`` and wait (at most ``grace``) until
+    they are gone or zombies. psutil re-checks each one's identity before it signals."""
+    for proc in procs:
+        try:
+            proc.send_signal(signal.SIGKILL)
+        except psutil.Error:
+            pass  # gone already, or no longer the process we verified
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_alive(p) for p in procs):
+        time.sleep(0.05)
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
