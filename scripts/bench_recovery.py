@@ -58,7 +58,7 @@ def main() -> int:
             run_dir = Path(tmp) / f"run{i}"
             code = subprocess.call(
                 [sys.executable, str(ROOT / "scripts" / "demo.py"), "--quiet", "--run-dir", str(run_dir),
-                 "--stall-window", str(args.stall_window)],
+                 "--stall-window", str(args.stall_window), "--recovery", "job"],  # the job-restart timeline
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )
             if code != 0:
