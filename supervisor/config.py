@@ -61,6 +61,8 @@ class RunConfig:
     keep_incidents: int = 50
     min_free_mb: float = 1024.0
     containment: str = "auto"  # auto | cgroup | tree (supervisor.cgroup)
+    prewarm_launcher: bool = False  # start the next attempt's launcher ahead (supervisor.prewarm)
+    prewarm_import: tuple[str, ...] = ()  # modules the warm launcher also imports ahead
 
     def to_json(self) -> dict[str, Any]:
         restart = asdict(self.restart)
@@ -88,6 +90,8 @@ class RunConfig:
             "keep_incidents": self.keep_incidents,
             "min_free_mb": self.min_free_mb,
             "containment": self.containment,
+            "prewarm_launcher": self.prewarm_launcher,
+            "prewarm_import": list(self.prewarm_import),
         }
 
 
@@ -128,6 +132,8 @@ SETTINGS: dict[str, tuple[type, Any]] = {
     "min_free_mb": (float, 1024.0),
     "containment": (str, "auto"),
     # Operating unattended (OperateConfig): alerts, metrics, the no-heartbeat warning.
+    "prewarm_launcher": (bool, False),
+    "prewarm_import": (list, None),
     "notify": (list, None),
     "notify_command": (str, None),
     "metrics_port": (str, None),
@@ -283,9 +289,22 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
         containment=v.get("containment", "auto"),  # .get: runs saved before the option resume too
     )
 
+        prewarm_launcher=bool(v.get("prewarm_launcher", False)),
+        prewarm_import=_prewarm_imports(v.get("prewarm_import")),
 
 def _refuse_contradictions(v: Mapping[str, Any], explicit: frozenset[str] | set[str]) -> None:
     """Options that cannot all hold: say which and why instead of silently ignoring one."""
+def _prewarm_imports(items: list[str] | None) -> tuple[str, ...]:
+    """``--prewarm-import`` modules (repeatable, or comma-separated), each a dotted module name."""
+    from hangwatch.supervisor.prewarm import valid_module  # noqa: PLC0415  (the rule lives with its use)
+
+    names = tuple(n.strip() for item in items or [] for n in str(item).split(",") if n.strip())
+    for name in names:
+        if not valid_module(name):
+            raise ConfigError(f"--prewarm-import {name!r}: not a module name (e.g. --prewarm-import torch)")
+    return names
+
+
     if v["backoff"] > v["backoff_max"]:
         default = "" if "backoff" in explicit else " (the default)"
         raise ConfigError(
@@ -301,6 +320,10 @@ def _refuse_contradictions(v: Mapping[str, Any], explicit: frozenset[str] | set[
             "checkpoints, so without one the rule could never fire; add --checkpoint-dir or drop the option")
 
 
+    if "prewarm_import" in explicit and v.get("prewarm_import") and not v.get("prewarm_launcher"):
+        raise ConfigError(
+            "--prewarm-import needs --prewarm-launcher: the modules are imported by the warm launcher, which "
+            "is off; add --prewarm-launcher or drop the option")
 @dataclass(frozen=True)
 class OperateConfig:
     """What running unattended adds: alerts, metrics, the no-heartbeat warning.

@@ -24,7 +24,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Mapping, Sequence
+from typing import Any, BinaryIO, Callable, Iterable, Mapping, Sequence
 
 import psutil
 
@@ -57,6 +57,8 @@ class TrainerProcess:
     stdout_path: Path
     stderr_path: Path
     _pumps: list[threading.Thread] = field(default_factory=list, repr=False)
+    #: how the root was started, for the journal: {"mode": "cold"} or, through ``prewarm``, "warm"
+    launch: dict[str, Any] = field(default_factory=lambda: {"mode": "cold"})
 
     def join_output(self, timeout: float) -> None:
         """Wait (bounded) for the output pumps to drain: a surviving grandchild
@@ -65,31 +67,11 @@ class TrainerProcess:
             pump.join(timeout=timeout)
 
 
-def launch(
-    argv: Sequence[str],
-    env: Mapping[str, str],
-    attempt_dir: Path,
-    *,
-    cwd: str | None = None,
-    echo: bool = True,
-    cgroup_procs: str | None = None,
-    log_limit: Callable[[], int] = lambda: LOG_MAX_BYTES,
-) -> TrainerProcess:
-    """Start ``argv``; with ``cgroup_procs`` (a cgroup's ``cgroup.procs`` path) the
-    child moves itself into that cgroup before it execs. ``log_limit`` gives the
-    cap of each log file (``CappedLog``), read at every write."""
-    attempt_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    stdout_path = attempt_dir / "stdout.log"
-    stderr_path = attempt_dir / "stderr.log"
+def child_setup(cgroup_procs: str | None = None) -> Callable[[], None]:
+    """What the trainer's root runs between fork and exec (``preexec_fn``): the
+    parent-death signal, then the attempt's cgroup. Shared by a cold ``launch``
+    and the warm process (``prewarm``), which joins its cgroup later, when used."""
     parent = os.getpid()
-    try:
-        # O_NOFOLLOW, 0600 whatever the umask: the logs hold whatever the trainer prints (tokens too).
-        # Read-write: CappedLog cuts the middle out in place.
-        sinks = [os.fdopen(open_private(p, os.O_RDWR | os.O_APPEND | os.O_CREAT), "ab", buffering=0)
-                 for p in (stdout_path, stderr_path)]
-    except OSError as exc:
-        raise LaunchError(f"cannot open the attempt's log files in {attempt_dir}: {exc}") from exc
-
     cgroup_procs_path = os.fsencode(cgroup_procs) if cgroup_procs else None
 
     def arm_parent_death_signal() -> None:
@@ -110,6 +92,23 @@ def launch(
                 os.write(2, b"hangwatch: cannot join the attempt's cgroup; not starting the trainer\n")
                 os._exit(127)
 
+    return arm_parent_death_signal
+
+
+def launch(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    attempt_dir: Path,
+    *,
+    cwd: str | None = None,
+    echo: bool = True,
+    cgroup_procs: str | None = None,
+    log_limit: Callable[[], int] = lambda: LOG_MAX_BYTES,
+) -> TrainerProcess:
+    """Start ``argv``; with ``cgroup_procs`` (a cgroup's ``cgroup.procs`` path) the
+    child moves itself into that cgroup before it execs. ``log_limit`` gives the
+    cap of each log file (``CappedLog``), read at every write."""
+    logs = open_logs(attempt_dir)
     try:
         popen = subprocess.Popen(
             list(argv),
@@ -119,11 +118,10 @@ def launch(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=arm_parent_death_signal,
+            preexec_fn=child_setup(cgroup_procs),
         )
     except BaseException as exc:
-        for sink in sinks:
-            sink.close()
+        logs.close()
         if isinstance(exc, FileNotFoundError):
             raise LaunchError(f"cannot start {argv[0]!r}: command not found") from exc
         if isinstance(exc, PermissionError):
@@ -136,12 +134,45 @@ def launch(
         create_time = psutil.Process(popen.pid).create_time()
     except psutil.NoSuchProcess:
         create_time = 0.0
+    return tee(popen, create_time, logs, echo=echo, log_limit=log_limit)
+
+
+@dataclass
+class AttemptLogs:
+    """An attempt's stdout.log and stderr.log, open for ``tee``."""
+
+    stdout_path: Path
+    stderr_path: Path
+    sinks: list[BinaryIO]
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+
+def open_logs(attempt_dir: Path) -> AttemptLogs:
+    """Open (append) the attempt's log files; raises ``LaunchError``."""
+    attempt_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    paths = (attempt_dir / "stdout.log", attempt_dir / "stderr.log")
+    try:
+        # O_NOFOLLOW, 0600 whatever the umask: the logs hold whatever the trainer prints (tokens too).
+        # Read-write: CappedLog cuts the middle out in place.
+        sinks = [os.fdopen(open_private(p, os.O_RDWR | os.O_APPEND | os.O_CREAT), "ab", buffering=0) for p in paths]
+    except OSError as exc:
+        raise LaunchError(f"cannot open the attempt's log files in {attempt_dir}: {exc}") from exc
+    return AttemptLogs(paths[0], paths[1], sinks)
+
+
+def tee(popen: subprocess.Popen, create_time: float, logs: AttemptLogs, *, echo: bool = True,
+        log_limit: Callable[[], int] = lambda: LOG_MAX_BYTES) -> TrainerProcess:
+    """Pump a started trainer's stdout/stderr pipes into the attempt's logs and the console.
+    A cold ``launch`` and a warm start (``prewarm``) both end here, so their logs are alike."""
     assert popen.stdout is not None and popen.stderr is not None
     pumps = [
-        _pump(popen.stdout, sinks[0], sys.stdout.buffer if echo else None, "stdout", log_limit),
-        _pump(popen.stderr, sinks[1], sys.stderr.buffer if echo else None, "stderr", log_limit),
+        _pump(popen.stdout, logs.sinks[0], sys.stdout.buffer if echo else None, "stdout", log_limit),
+        _pump(popen.stderr, logs.sinks[1], sys.stderr.buffer if echo else None, "stderr", log_limit),
     ]
-    return TrainerProcess(popen.pid, create_time, popen, stdout_path, stderr_path, pumps)
+    return TrainerProcess(popen.pid, create_time, popen, logs.stdout_path, logs.stderr_path, pumps)
 
 
 #: default per-attempt cap of each of stdout.log and stderr.log (--log-max-bytes)

@@ -216,6 +216,7 @@ class Supervisor:
             env=ours,
             resume_from=str(resume_from) if resume_from else None,
             logs={"stdout": str(trainer.stdout_path), "stderr": str(trainer.stderr_path)},
+            launch=getattr(trainer, "launch", None),  # warm (--prewarm-launcher) or cold, and why
         )
         log.info("attempt_started", message=(
             f"attempt {st.attempt}: pid {trainer.pid}, {st.policy.describe()}"

@@ -22,6 +22,7 @@ from hangwatch.contract.samples import Sample
 from hangwatch.supervisor.cgroup import AttemptCgroup, Containment
 from hangwatch.supervisor.killer import KillReport, TreeKiller
 from hangwatch.supervisor.launcher import Reaper, TrainerProcess, launch
+from hangwatch.supervisor.prewarm import Prewarmer
 from hangwatch.supervisor.probes import GpuProbe
 from hangwatch.supervisor.proctree import ProcessTree, describe
 from hangwatch.supervisor.sampler import Sampler
@@ -85,6 +86,8 @@ class LocalTree:
         self._cgroup: AttemptCgroup | None = None
         self._members: list[psutil.Process] = []
         self._guardian: Callable[[dict[str, Any]], None] | None = None
+        #: the next attempt's warm launcher (``--prewarm-launcher``); None: every launch is cold
+        self.prewarm: Prewarmer | None = None
 
     @property
     def containment_name(self) -> str:
@@ -103,8 +106,15 @@ class LocalTree:
             self.killer.cgroup = self._cgroup
             procs = self._cgroup.procs_file
             self._tell_guardian()  # before the trainer exists: no fork can beat it
-        trainer = launch(argv, env, attempt_dir, echo=self.echo, cgroup_procs=procs,
-                         **({"log_limit": self.log_limit} if self.log_limit else {}))
+        limit = {"log_limit": self.log_limit} if self.log_limit else {}
+        trainer, how = None, {"mode": "cold"}
+        if self.prewarm is not None:
+            trainer, how = self.prewarm.take(argv, env, attempt_dir, echo=self.echo, cgroup_procs=procs, **limit)
+        if trainer is None:
+            trainer = launch(argv, env, attempt_dir, echo=self.echo, cgroup_procs=procs, **limit)
+        trainer.launch = how  # journaled with attempt_started: warm, or cold and why
+        if self.prewarm is not None:
+            self.prewarm.launched(argv, env)  # the next attempt's warm process, once this one is up
         try:
             self._members = [psutil.Process(trainer.pid)]
         except psutil.Error:
@@ -143,6 +153,8 @@ class LocalTree:
     def sample(self) -> Sample:
         assert self._sampler is not None, "watch() first"
         sample = self._sampler.tick()
+        if self.prewarm is not None:
+            self.prewarm.tick(beat_seen=sample.heartbeat is not None)  # here: the main thread, as spawning needs
         if self.treefile.update(self._sampler.last_members):
             self._members = list(self._sampler.last_members)
             self._tell_guardian()  # each new member as soon as it is seen
@@ -190,7 +202,9 @@ class LocalTree:
         return report
 
     def close(self) -> None:
-        """Remove the run's (empty) cgroups."""
+        """Kill an unused warm launcher; remove the run's (empty) cgroups."""
+        if self.prewarm is not None:
+            self.prewarm.close()
         if self.containment is not None:
             self.containment.close()
 

@@ -1,0 +1,430 @@
+"""The prewarmed launcher: the next attempt's tree root, started ahead and used once.
+
+Why: a cold ``torchrun`` imports torch before it starts any rank, 1.5 s on an
+idle 2-core machine and several seconds on a loaded one, on the path from a
+kill to the next training step (docs/benchmarks.md). NVRx saves it by keeping
+its agent alive across restarts; we do not, because a fresh process tree per
+attempt is what the kill verification, the guardian and ``--resume`` rely on,
+and it is what guarantees that nothing of a wedged attempt survives.
+
+So during attempt N (once it has sent its first heartbeat, or 30 s after its
+launch without one, so that it does not compete with N's own start-up) the
+supervisor starts a *fresh* process for attempt N+1 in the user's interpreter
+(``warmstart``). It imports the launcher's entry module and waits. It is not
+part of attempt N: a helper (``HELPER_PIDS``), in its own session, in no
+attempt cgroup, so never sampled, captured or killed with N. When N+1 is due,
+``take`` moves it into N+1's cgroup, sends it the argv and environment and
+adopts it exactly as ``launcher.launch`` adopts a cold child (its
+stdout/stderr teed into N+1's logs); it then runs the launcher as
+``__main__`` and is N+1's root. It never ran training code before, so a warm
+start carries nothing over from attempt N: it was born after N began, but
+owes N nothing.
+
+What the warm process imports ahead (``plan``):
+
+* a console script (``torchrun``: a file whose ``#!`` names a Python and that
+  says ``from X import main``): module X (``torch.distributed.run``);
+* ``python -m X``: X's parent package (``torch.distributed``), never X itself:
+  running an imported module again as ``__main__`` would execute it twice;
+* ``python script.py``: nothing;
+
+plus ``--prewarm-import`` modules. Its environment at spawn is the attempt's,
+less the ``HANGWATCH_*`` attempt variables (``contract.env.ATTEMPT_VARS``:
+attempt number, heartbeat path, ``HANGWATCH_CUDAGRAPHS`` ...), which the next
+attempt's values replace before its code runs; nothing in torch reads them at
+import. ``take`` refuses a warm process whose environment (less those), command
+shape or working directory differs from the attempt's, and one that is not
+ready, died, or could not import: the attempt is then launched cold, and the
+journal's ``attempt_started`` says ``launch: {"mode": "cold", "reason": ...}``.
+
+Never used (the run ended, the supervisor exits): killed, identity-checked,
+and reaped by ``close``; a SIGKILLed supervisor takes it along through its
+parent-death signal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import psutil
+import structlog
+
+from hangwatch.contract import env as names
+from hangwatch.contract.procid import ProcKey, kill_verified, same_process
+from hangwatch.contract.tools import HELPER_PIDS, _helpers_lock
+from hangwatch.supervisor.launcher import LOG_MAX_BYTES, LaunchError, TrainerProcess, child_setup, open_logs, tee
+
+log = structlog.get_logger("hangwatch.prewarm")
+
+#: the -c program: drop "" (the working directory) from sys.path before importing anything (warmstart)
+BOOT = ("import sys\n"
+        "if not sys.flags.safe_path and sys.path[:1] == ['']: del sys.path[0]\n"
+        "from hangwatch.supervisor.warmstart import main\n"
+        "main()\n")
+#: start the warm process this long after the launch when the attempt sends no heartbeat
+WARM_WITHOUT_BEAT_S = 30.0
+#: how long a launch waits for a warm process still importing (it is ahead of a cold start)
+READY_WAIT_S = 10.0
+
+_PYTHON = re.compile(r"python(\d+(\.\d+)*)?$")
+_MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+_ENTRY = re.compile(rb"^from\s+([A-Za-z_][\w.]*)\s+import\s+\w+\s*$", re.M)
+#: interpreter options without a value that a warm process can be started with as they are
+_PLAIN_FLAGS = frozenset("bBdEIOPqsSuv")
+
+
+# -- the plan: pure ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WarmPlan:
+    """How a cold start would run the command's launcher, as far as a warm process must match it."""
+
+    interpreter: str            # what the warm process is started with
+    flags: tuple[str, ...]      # interpreter options (the command's, or the script's #! line's)
+    kind: str                   # "script" (python FILE, or a #! script) | "module" (python -m)
+    target: str                 # the script as the interpreter receives it, or the module's name
+    imports: tuple[str, ...]    # imported ahead
+    orig0: str                  # sys.orig_argv[0] of a cold start
+    skip: int                   # the command's own arguments start at argv[skip]
+
+    def spec(self) -> str:
+        return json.dumps({"kind": self.kind, "target": self.target, "imports": list(self.imports)})
+
+    def argv(self, command: Sequence[str]) -> tuple[list[str], list[str]]:
+        """(``sys.argv``, ``sys.orig_argv``) of a cold start of ``command``."""
+        rest = list(command[self.skip:])
+        if self.kind == "module":  # runpy puts the module's file in sys.argv[0], as for ``python -m``
+            return ["-m", *rest], [self.orig0, *self.flags, "-m", self.target, *rest]
+        return [self.target, *rest], [self.orig0, *self.flags, self.target, *rest]
+
+
+def plan(argv: Sequence[str], env: Mapping[str, str], extra_imports: Sequence[str] = (), *,
+         which: Callable[[str, Mapping[str, str]], str | None] | None = None,
+         head: Callable[[str], bytes | None] | None = None) -> WarmPlan | str:
+    """The warm plan for ``argv``, or why it has none. ``which`` resolves a command like
+    ``execvp`` over ``env``'s PATH; ``head`` reads a file's first bytes (None: unreadable)."""
+    which = which or resolve
+    head = head or read_head
+    if not argv:
+        return "no command"
+    exe = which(argv[0], env)
+    if exe is None:
+        return f"{argv[0]!r} not found"
+    data = head(exe) or b""
+    if _PYTHON.match(os.path.basename(argv[0])) and not data.startswith(b"#!"):
+        return _python_command(argv, exe, extra_imports, head)
+    if not data.startswith(b"#!"):
+        return f"{argv[0]} is not a Python launcher"
+    line = data[2:].split(b"\n", 1)[0].decode(errors="replace").strip()
+    interpreter, _, arg = line.partition(" ")
+    if not _PYTHON.match(os.path.basename(interpreter)):
+        return f"{argv[0]} runs {interpreter or 'nothing'}, not Python directly"
+    flags = tuple(arg.split()) if arg.strip() else ()
+    if any(not _plain_flag(f) for f in flags):
+        return f"{argv[0]}'s #! line has interpreter options a warm start cannot repeat: {arg.strip()}"
+    entry = _ENTRY.search(data)
+    imports = (entry.group(1).decode(),) if entry and b"sys.exit(" in data else ()
+    return WarmPlan(interpreter, flags, "script", exe, _unique(imports + tuple(extra_imports)), interpreter, 1)
+
+
+def _python_command(argv: Sequence[str], exe: str, extra_imports: Sequence[str],
+                    head: Callable[[str], bytes | None]) -> WarmPlan | str:
+    flags: list[str] = []
+    i = 1
+    while i < len(argv):
+        token = argv[i]
+        if token in ("-X", "-W") and i + 1 < len(argv):
+            flags += [token, argv[i + 1]]
+            i += 2
+            continue
+        if token.startswith(("-X", "-W")) and len(token) > 2:
+            flags.append(token)
+        elif token.startswith("-m"):
+            module = token[2:] or (argv[i + 1] if i + 1 < len(argv) else "")
+            if not _MODULE.match(module):
+                return f"python -m {module!r}: not a module name"
+            parent = module.rpartition(".")[0]
+            imports = tuple(m for m in (parent, *extra_imports) if m and m != module)
+            return WarmPlan(exe, tuple(flags), "module", module, _unique(imports), argv[0], i + (1 if token[2:] else 2))
+        elif token.startswith("-") and token != "-":
+            if not _plain_flag(token):
+                return f"python {token}: an interpreter option a warm start does not repeat"
+            flags.append(token)
+        else:
+            if head(token) is None:
+                return f"python {token}: not a readable file"
+            return WarmPlan(exe, tuple(flags), "script", token, _unique(tuple(extra_imports)), argv[0], i + 1)
+        i += 1
+    return "python without a script or -m module"
+
+
+def _plain_flag(token: str) -> bool:
+    return len(token) > 1 and token[0] == "-" and all(c in _PLAIN_FLAGS for c in token[1:])
+
+
+def _unique(names_: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(names_))
+
+
+def valid_module(name: str) -> bool:
+    return bool(_MODULE.match(name))
+
+
+def spawn_due(now: float, launched_at: float, beat_seen: bool) -> bool:
+    """Start the next attempt's warm process once this attempt is up (its first heartbeat),
+    or after ``WARM_WITHOUT_BEAT_S`` when it sends none: never during its own start-up."""
+    return beat_seen or now - launched_at >= WARM_WITHOUT_BEAT_S
+
+
+def warm_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The warm process's environment: the attempt's, less the HANGWATCH_* attempt variables."""
+    return names.without_ours(env)
+
+
+def resolve(name: str, env: Mapping[str, str]) -> str | None:
+    """The path ``execvp`` (and so ``subprocess``) would run for ``name`` under ``env``."""
+    if "/" in name:
+        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
+    for folder in os.get_exec_path(dict(env)):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def read_head(path: str, size: int = 4096) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(size)
+    except OSError:
+        return None
+
+
+# -- the warm process: effects ---------------------------------------------------------------
+
+
+class _Warm:
+    """One warm process, from spawn to use or kill."""
+
+    def __init__(self, warm_plan: WarmPlan, env: dict[str, str], clock: Callable[[], float]) -> None:
+        self.plan, self.env, self.cwd, self.clock = warm_plan, env, os.getcwd(), clock
+        ours, theirs = socket.socketpair()
+        try:
+            # preexec_fn (the parent-death signal) makes this a fork from the main thread, like launch().
+            self.popen = subprocess.Popen(
+                [warm_plan.interpreter, *warm_plan.flags, "-c", BOOT, str(theirs.fileno()), warm_plan.spec()],
+                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True, preexec_fn=child_setup(), pass_fds=(theirs.fileno(),))
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        with _helpers_lock:
+            HELPER_PIDS.add(self.popen.pid)  # not attempt N's: never sampled, captured, killed or reaped with it
+        self.sock = ours
+        self.key = ProcKey(self.popen.pid, _create_time(self.popen.pid))
+        self.spawned_at = clock()
+        self.ready_at: float | None = None
+        self.status: dict[str, Any] | None = None
+        self._buf = b""
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def poll(self, timeout: float = 0.0) -> None:
+        """Read the status line if it has come (waiting at most ``timeout``)."""
+        if self.status is not None:
+            return
+        deadline = self.clock() + timeout
+        while self.status is None:
+            ready, _, _ = select.select([self.sock], [], [], max(0.0, deadline - self.clock()))
+            if not ready:
+                return
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                self.status = {"ready": False, "error": None}
+                return
+            self._buf += chunk
+            if b"\n" in self._buf:
+                try:
+                    self.status = json.loads(self._buf.split(b"\n", 1)[0])
+                except ValueError:
+                    self.status = {"ready": False, "error": "garbled status line"}
+                if self.status.get("ready"):
+                    self.ready_at = self.clock()
+            elif len(self._buf) > 65536:
+                self.status = {"ready": False, "error": "garbled status line"}
+
+    def not_ready(self, wait: float) -> str | None:
+        """None when ready to be used; otherwise why not (waiting at most ``wait`` for it)."""
+        self.poll(timeout=wait)
+        if self.status is None:
+            return f"the warm process was not ready within {wait:g} s"
+        if self.status.get("ready") and self.popen.poll() is None:
+            return None
+        code = self.popen.poll()
+        why = self.status.get("error") or self._stderr_tail()
+        died = f"exited with {code}" if code is not None else "ended its status channel"
+        return f"the warm process {died} before it was used" + (f": {why}" if why else "")
+
+    def start(self, message: Mapping[str, Any]) -> None:
+        """Send the attempt; raises OSError when it cannot be delivered."""
+        self.sock.settimeout(5.0)
+        self.sock.sendall((json.dumps(message) + "\n").encode())
+        self.sock.close()
+
+    def _stderr_tail(self) -> str:
+        """The last line the dead warm process wrote (why an import failed), bounded."""
+        assert self.popen.stderr is not None
+        fd = self.popen.stderr.fileno()
+        try:
+            ready, _, _ = select.select([fd], [], [], 0.5)
+            data = os.read(fd, 65536) if ready else b""
+        except OSError:
+            return ""
+        lines = [ln for ln in data.decode(errors="replace").splitlines() if ln.strip()]
+        return lines[-1].strip()[:300] if lines else ""
+
+    def kill(self) -> None:
+        """Kill (identity-checked) and reap the unused process; close our ends."""
+        proc = same_process(self.key)
+        if proc is not None:
+            kill_verified([proc], grace=2.0)
+        try:
+            self.popen.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            # Left a helper, so the tree never adopts it; its parent-death signal still ends it with us.
+            log.warning("prewarm_kill", message=f"the unused warm process {self.pid} did not die within 2 s")
+        else:
+            with _helpers_lock:
+                HELPER_PIDS.discard(self.pid)
+        self.sock.close()
+        for pipe in (self.popen.stdout, self.popen.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def _create_time(pid: int) -> float:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return 0.0
+
+
+class Prewarmer:
+    """Keeps at most one warm process: the next attempt's, spawned once per attempt."""
+
+    def __init__(self, extra_imports: Sequence[str] = (), *, clock: Callable[[], float] = time.monotonic,
+                 ready_wait: float = READY_WAIT_S) -> None:
+        self.extra_imports = tuple(extra_imports)
+        self.clock = clock
+        self.ready_wait = ready_wait
+        self._warm: _Warm | None = None
+        self._next: tuple[WarmPlan, dict[str, str]] | None = None  # what to spawn for the next attempt
+        self._launched_at: float | None = None
+        self._spawned = False  # one warm process per attempt: one that dies is not replaced
+        self._why_cold = "the first attempt"
+
+    def launched(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
+        """An attempt started (warm or cold): its command is the next one's, less resume arguments."""
+        warm_plan = plan(argv, env, self.extra_imports)
+        if isinstance(warm_plan, str):
+            self._next, self._why_cold = None, f"no warm start for this command: {warm_plan}"
+        else:
+            self._next = (warm_plan, warm_environment(env))
+            self._why_cold = ("the previous attempt ended before its warm process was due (its first "
+                              f"heartbeat, or {WARM_WITHOUT_BEAT_S:g} s)")
+        self._launched_at, self._spawned = self.clock(), False
+
+    def tick(self, beat_seen: bool) -> None:
+        """Each sampling tick of the running attempt (main thread: the parent-death signal is per thread)."""
+        if self._warm is not None:
+            self._warm.poll()
+            return
+        if self._next is None or self._spawned or self._launched_at is None:
+            return
+        if not spawn_due(self.clock(), self._launched_at, beat_seen):
+            return
+        self._spawned = True
+        warm_plan, env = self._next
+        try:
+            self._warm = _Warm(warm_plan, env, self.clock)
+        except OSError as exc:
+            self._why_cold = f"the warm process could not be started: {exc}"
+            return
+        log.info("prewarm_started", message=f"warm launcher for the next attempt: pid {self._warm.pid} "
+                                            f"({warm_plan.interpreter}, importing {', '.join(warm_plan.imports) or 'nothing'})")
+
+    def take(self, argv: Sequence[str], env: Mapping[str, str], attempt_dir: Path, *, echo: bool = True,
+             cgroup_procs: str | None = None,
+             log_limit: Callable[[], int] = lambda: LOG_MAX_BYTES) -> tuple[TrainerProcess | None, dict[str, Any]]:
+        """The attempt started through the warm process, or (None, why it is launched cold)."""
+        warm, self._warm = self._warm, None  # single use, whatever happens next
+        if warm is None:
+            return None, {"mode": "cold", "reason": self._why_cold}
+        why = self._refusal(warm, argv, env)
+        if why is None and cgroup_procs is not None:
+            try:
+                # Into the attempt's cgroup before it runs anything: all it forks is born inside.
+                with open(cgroup_procs, "w") as procs:
+                    procs.write(str(warm.pid))
+            except OSError as exc:
+                why = f"the warm process could not join the attempt's cgroup: {exc}"
+        if why is not None:
+            warm.kill()
+            log.info("prewarm_unused", message=f"launching cold: {why}")
+            return None, {"mode": "cold", "reason": why}
+        try:
+            logs = open_logs(attempt_dir)
+        except LaunchError:
+            warm.kill()
+            raise
+        sys_argv, orig_argv = warm.plan.argv(argv)
+        with _helpers_lock:
+            HELPER_PIDS.discard(warm.pid)  # from now on the attempt's root: a member of the tree
+        try:
+            warm.start({"argv": sys_argv, "orig_argv": orig_argv, "env": dict(env)})
+        except OSError as exc:
+            logs.close()
+            with _helpers_lock:
+                HELPER_PIDS.add(warm.pid)
+            warm.kill()
+            return None, {"mode": "cold", "reason": f"the warm process could not be told the attempt: {exc}"}
+        trainer = tee(warm.popen, warm.key.create_time, logs, echo=echo, log_limit=log_limit)
+        now = self.clock()
+        assert warm.ready_at is not None
+        trainer.launch = {"mode": "warm", "import_s": (warm.status or {}).get("import_s"),
+                          "ready_s": round(warm.ready_at - warm.spawned_at, 3), "idle_s": round(now - warm.ready_at, 3)}
+        return trainer, trainer.launch
+
+    def _refusal(self, warm: _Warm, argv: Sequence[str], env: Mapping[str, str]) -> str | None:
+        wanted = plan(argv, env, self.extra_imports)
+        if wanted != warm.plan:
+            return "the command's launcher changed since the warm process started"
+        if warm_environment(env) != warm.env:
+            return "the environment (less HANGWATCH_* attempt variables) changed since the warm process started"
+        if os.getcwd() != warm.cwd:
+            return "the working directory changed since the warm process started"
+        return warm.not_ready(self.ready_wait)
+
+    @property
+    def warm_pid(self) -> int | None:
+        return self._warm.pid if self._warm is not None else None
+
+    def close(self) -> None:
+        """The run is over: an unused warm process is killed and reaped."""
+        warm, self._warm = self._warm, None
+        if warm is not None:
+            warm.kill()
