@@ -131,9 +131,9 @@ SETTINGS: dict[str, tuple[type, Any]] = {
     "keep_incidents": (int, 50),
     "min_free_mb": (float, 1024.0),
     "containment": (str, "auto"),
-    # Operating unattended (OperateConfig): alerts, metrics, the no-heartbeat warning.
     "prewarm_launcher": (bool, False),
     "prewarm_import": (list, None),
+    # Operating unattended (OperateConfig): alerts, metrics, the no-heartbeat warning.
     "notify": (list, None),
     "notify_command": (str, None),
     "metrics_port": (str, None),
@@ -287,13 +287,11 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
         keep_incidents=v["keep_incidents"],
         min_free_mb=v["min_free_mb"],
         containment=v.get("containment", "auto"),  # .get: runs saved before the option resume too
-    )
-
         prewarm_launcher=bool(v.get("prewarm_launcher", False)),
         prewarm_import=_prewarm_imports(v.get("prewarm_import")),
+    )
 
-def _refuse_contradictions(v: Mapping[str, Any], explicit: frozenset[str] | set[str]) -> None:
-    """Options that cannot all hold: say which and why instead of silently ignoring one."""
+
 def _prewarm_imports(items: list[str] | None) -> tuple[str, ...]:
     """``--prewarm-import`` modules (repeatable, or comma-separated), each a dotted module name."""
     from hangwatch.supervisor.prewarm import valid_module  # noqa: PLC0415  (the rule lives with its use)
@@ -305,6 +303,8 @@ def _prewarm_imports(items: list[str] | None) -> tuple[str, ...]:
     return names
 
 
+def _refuse_contradictions(v: Mapping[str, Any], explicit: frozenset[str] | set[str]) -> None:
+    """Options that cannot all hold: say which and why instead of silently ignoring one."""
     if v["backoff"] > v["backoff_max"]:
         default = "" if "backoff" in explicit else " (the default)"
         raise ConfigError(
@@ -318,12 +318,12 @@ def _prewarm_imports(items: list[str] | None) -> tuple[str, ...]:
         raise ConfigError(
             f"--no-progress-restarts {v['no_progress_restarts']} needs --checkpoint-dir: progress is measured in "
             "checkpoints, so without one the rule could never fire; add --checkpoint-dir or drop the option")
-
-
     if "prewarm_import" in explicit and v.get("prewarm_import") and not v.get("prewarm_launcher"):
         raise ConfigError(
             "--prewarm-import needs --prewarm-launcher: the modules are imported by the warm launcher, which "
             "is off; add --prewarm-launcher or drop the option")
+
+
 @dataclass(frozen=True)
 class OperateConfig:
     """What running unattended adds: alerts, metrics, the no-heartbeat warning.

@@ -168,15 +168,15 @@ def add_run_parser(sub: Any) -> None:
     g.add_argument("--containment", choices=["auto", "cgroup", "tree"],
                    help="cgroup: each attempt in a cgroup v2 of its own, killed with cgroup.kill; tree: the "
                         "process-tree walk; auto: cgroup where writable, else tree with a warning (default auto)")
-    g.add_argument("--gpu-release-timeout", type=float, metavar="S", help=f"wait for GPU memory release (default {d['gpu_release_timeout']:g})")
-    g.add_argument("--cudagraphs-after-stall", choices=["off", "keep"],
-                   help="turn cuda graphs off for every attempt after a stall (default off)")
     g.add_argument("--prewarm-launcher", action="store_true",
                    help="once an attempt is up, start the next attempt's launcher process ahead (a fresh, "
                         "single-use Python that imports e.g. torchrun's module and waits), so a relaunch skips "
                         "its cold start; ~0.3 GB idle for torchrun; falls back to a cold launch (default off)")
     g.add_argument("--prewarm-import", action="append", metavar="MODULE",
                    help="also import MODULE in the warm launcher (repeatable), e.g. torch for 'python train.py'")
+    g.add_argument("--gpu-release-timeout", type=float, metavar="S", help=f"wait for GPU memory release (default {d['gpu_release_timeout']:g})")
+    g.add_argument("--cudagraphs-after-stall", choices=["off", "keep"],
+                   help="turn cuda graphs off for every attempt after a stall (default off)")
     g.add_argument("--no-eager-escalation", action="store_false", dest="eager_escalation",
                    help="do not set HANGWATCH_ENFORCE_EAGER=1 after a second stall with graphs off")
     g.add_argument("--recovery", choices=["auto", "job"],
@@ -311,12 +311,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, supervisor.request_stop)
     containment = _contain(supervisor, config, log, resumed=resume_dir is not None)
-    keeper, guardian_state = _start_guardian(supervisor, log)
-    log.info("run_dir", message=f"run directory: {run_dir}")
-    try:
     if config.prewarm_launcher and isinstance(supervisor.tree, LocalTree):
         from hangwatch.supervisor.prewarm import Prewarmer  # noqa: PLC0415
         supervisor.tree.prewarm = Prewarmer(config.prewarm_import, clock=supervisor.tree.clock)
+    keeper, guardian_state = _start_guardian(supervisor, log)
+    log.info("run_dir", message=f"run directory: {run_dir}")
+    try:
         return _supervise(supervisor, config, log, resumed=resume_dir is not None, guardian_state=guardian_state,
                           containment=containment)
     finally:
