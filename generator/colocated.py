@@ -30,6 +30,17 @@ Invariants:
   ``restart_engine`` instruction, the generator takes the instruction's policy
   (graphs off), starts a fresh worker and retries the call once, with the same
   prompts and seed. The trainer never notices beyond the time it took.
+* Standby worker (``standby=True``): right after the first worker starts (and
+  sleeps), a second one is started with the next safer policy (graphs off; eager
+  if graphs are already off) and put to sleep at once (level 2: weights and KV
+  cache dropped, so it holds little more than its CUDA context). When an engine
+  restart asks for exactly that policy, the standby takes over: the retry pays a
+  wake and a weight load instead of an engine start (a minute with a real model).
+  A standby is spent once; a standby that fails to start or died is only a lost
+  shortcut (a warning, then cold starts), never an error of the call. It is
+  never asked for anything but ``start`` until it takes over, so it cannot wedge
+  while it waits, and the supervisor's engine step rule names the stuck worker,
+  so an engine-level kill spares it.
 """
 
 from __future__ import annotations
@@ -58,7 +69,7 @@ from hangwatch.contract.heartbeat import beat
 
 logger = logging.getLogger(__name__)
 
-PHASES = ("offload", "stage", "start", "load", "generate", "sleep", "restore")
+PHASES = ("offload", "stage", "start", "standby", "load", "generate", "sleep", "restore")
 
 
 @dataclass(frozen=True)
@@ -113,6 +124,7 @@ class ColocatedGenerator:
         parent_death_signal: bool = True,
         reuse_staging: bool = True,
         policy: RolloutPolicy | None = None,
+        standby: bool = False,
     ):
         refusal = tensor_parallel_refusal(engine_kwargs or {})
         if refusal:
@@ -149,6 +161,10 @@ class ColocatedGenerator:
         seen = read_control(self.control_path)
         self._control_seq = int(seen["seq"]) if seen else 0  # instructions before we started are not ours
         self.engine_restarts = 0
+        # The standby: its worker, its policy, what it applied; None once spent or refused.
+        self.standby: WorkerProcess | None = None
+        self._standby_policy: RolloutPolicy | None = safer_policy(self.policy) if standby else None
+        self._standby_applied: AppliedSettings | None = None
 
     @property
     def worker_pid(self) -> int | None:
@@ -174,23 +190,30 @@ class ColocatedGenerator:
         return record
 
     def _apply_instruction(self, instruction: Mapping[str, Any], cause: BaseException) -> None:
-        """Take the supervisor's policy for the fresh worker (the dead one is already gone)."""
+        """Take the supervisor's policy for the next worker (the dead one is already gone):
+        the standby if it runs exactly that policy and is alive, else a cold start."""
         eager = bool(instruction.get("enforce_eager"))
         graphs = instruction.get("cudagraphs") != "off" and not eager
         self.policy = RolloutPolicy(cudagraphs=graphs, enforce_eager=eager)
-        # Only the graph setting changes: the user's other compilation settings stay.
-        kwargs = dict(self.engine_kwargs)
-        kwargs.pop("enforce_eager", None)
-        extra = self.policy.engine_kwargs()
-        user_cc = kwargs.get("compilation_config")
-        if isinstance(user_cc, Mapping) and isinstance(extra.get("compilation_config"), Mapping):
-            extra["compilation_config"] = {**user_cc, **extra["compilation_config"]}
-        self.engine_kwargs = {**kwargs, **extra}
+        self.engine_kwargs = with_policy(self.engine_kwargs, self.policy)
         self.beat_info.update({"cudagraphs": "on" if graphs else "off", "enforce_eager": eager})
         self.engine_restarts += 1
         self.beat_info["engine_restarts"] = self.engine_restarts
+        how = "a fresh worker"
+        standby, self.standby = self.standby, None
+        self._standby_policy = None  # spent (or useless) either way
+        if standby is not None and standby.alive() and self._standby_applied is not None \
+                and standby.engine_kwargs == self.engine_kwargs:
+            self.worker = standby
+            self.applied = self._standby_applied
+            self.beat_info.update(self.applied.beat_info())
+            standby.note_info(role="active", took_over_at=time.time())
+            how = f"the standby worker (pid {standby.pid}, already started)"
+        elif standby is not None:
+            standby.kill()
+        self.beat_info["engine_worker"] = "standby" if self.worker is standby and standby is not None else "cold"
         logger.warning("engine worker died under the call (%s); the supervisor asked for an engine restart with "
-                       "cudagraphs %s: retrying the batch on a fresh worker", cause, self.beat_info["cudagraphs"])
+                       "cudagraphs %s: retrying the batch on %s", cause, self.beat_info["cudagraphs"], how)
 
     def _generate_once(self, prompts: list[str], n: int, seed: int, *, step: int | None = None) -> list[list[Completion]]:
         if self._closed:
@@ -220,6 +243,10 @@ class ColocatedGenerator:
             if self.worker is None:
                 done = phase("start")
                 self._start_worker(step)
+                done()
+            if self._standby_policy is not None and self.standby is None:
+                done = phase("standby")
+                self._start_standby()
                 done()
             worker = self.worker
             assert worker is not None
@@ -281,6 +308,33 @@ class ColocatedGenerator:
         check_applied(self.beat_info["cudagraphs"] == "on", self.applied, requested=self.engine_kwargs,
                       log_path=worker.log_path)
 
+    def _start_standby(self) -> None:
+        """Start the standby (asleep after ``start``, like every worker); on any failure
+        give up on it for good: it is a shortcut, and must never fail or slow every call."""
+        policy = self._standby_policy
+        assert policy is not None
+        kwargs = with_policy(self.engine_kwargs, policy)
+        standby = WorkerProcess(self.engine, kwargs, log_dir=self.log_dir, device=self.device,
+                                parent_death_signal=self.parent_death_signal, grace_s=self.timeouts.grace,
+                                connect_timeout=self.timeouts.start, name="generator-standby")
+        try:
+            standby.start(self.timeouts.start)
+            report = standby.request("start", self.timeouts.start)
+            applied = AppliedSettings.from_json(report.get("applied") if isinstance(report, dict) else None)
+            check_applied(policy.cudagraphs and cudagraphs_enabled_in(kwargs), applied, requested=kwargs,
+                          log_path=standby.log_path)
+        except (GeneratorError, OSError) as error:
+            logger.warning("the standby engine worker did not start (%s); engine restarts will start a worker "
+                           "cold", error)
+            self._standby_policy = None
+            if standby.proc is not None:
+                standby.kill()
+            return
+        standby.note_info(role="standby", applied=applied.to_json(), cudagraphs_expected=policy.beat_info()["cudagraphs"])
+        self.standby, self._standby_applied = standby, applied
+        logger.info("standby engine worker %s ready, asleep (cudagraphs %s, enforce_eager %s)", standby.pid,
+                    policy.beat_info()["cudagraphs"], policy.enforce_eager)
+
     def _kill_worker(self) -> None:
         worker, self.worker = self.worker, None
         # What a dead worker applied must not be reported next to the next worker's policy
@@ -295,9 +349,10 @@ class ColocatedGenerator:
         """Close the engine gracefully (kill if it does not answer); idempotent."""
         self._closed = True
         self._stager.discard()
-        worker, self.worker = self.worker, None
-        if worker is not None and worker.proc is not None:
-            worker.close(self.timeouts.op)
+        for worker in (self.worker, self.standby):
+            if worker is not None and worker.proc is not None:
+                worker.close(self.timeouts.op)
+        self.worker = self.standby = None
 
     def __enter__(self) -> "ColocatedGenerator":
         return self
@@ -317,3 +372,23 @@ def _completions(raw: Any, prompts: int, n: int, log_path: str) -> list[list[Com
                                  log_path=log_path)
         out.append([Completion(p, c["index"], c["text"], tuple(c["token_ids"])) for c in completions])
     return out
+
+
+def safer_policy(policy: RolloutPolicy) -> RolloutPolicy | None:
+    """The policy an engine restart after a stall asks for: graphs off, then eager; None past eager."""
+    if policy.enforce_eager:
+        return None
+    if policy.cudagraphs:
+        return RolloutPolicy(cudagraphs=False, enforce_eager=False)
+    return RolloutPolicy(cudagraphs=False, enforce_eager=True)
+
+
+def with_policy(engine_kwargs: Mapping[str, Any], policy: RolloutPolicy) -> dict[str, Any]:
+    """``engine_kwargs`` with the graph setting of ``policy``; the user's other compilation settings stay."""
+    kwargs = dict(engine_kwargs)
+    kwargs.pop("enforce_eager", None)
+    extra = policy.engine_kwargs()
+    user_cc = kwargs.get("compilation_config")
+    if isinstance(user_cc, Mapping) and isinstance(extra.get("compilation_config"), Mapping):
+        extra["compilation_config"] = {**user_cc, **extra["compilation_config"]}
+    return {**kwargs, **extra}

@@ -76,7 +76,7 @@ def visible_device_for(device: str, inherited: str | None) -> str:
 class WorkerProcess:
     def __init__(self, engine: str, engine_kwargs: Mapping[str, Any], *, log_dir: str,
                  device: str = "cpu", python: str = sys.executable, parent_death_signal: bool = True,
-                 grace_s: float = 5.0, connect_timeout: float = 60.0):
+                 grace_s: float = 5.0, connect_timeout: float = 60.0, name: str = "generator-worker"):
         self.engine = engine
         self.engine_kwargs = dict(engine_kwargs)
         self.log_dir = Path(log_dir)
@@ -85,7 +85,9 @@ class WorkerProcess:
         self.parent_death_signal = parent_death_signal
         self.grace_s = grace_s
         self.connect_timeout = connect_timeout
-        self.log_path = str(self.log_dir / WORKER_LOG)
+        # One log and one record per worker: a standby beside the active worker has its own.
+        self.name = name
+        self.log_path = str(self.log_dir / f"{name}.log")
         self.proc: subprocess.Popen[bytes] | None = None
         self.client: protocol.ControlClient | None = None
         self.runtime_dir: str | None = None
@@ -132,7 +134,7 @@ class WorkerProcess:
 
     def _write_info(self) -> None:
         with contextlib.suppress(OSError):
-            fd = os.open(self.log_dir / WORKER_INFO, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            fd = os.open(self.log_dir / f"{self.name}.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "w") as handle:
                 handle.write(json.dumps(self.info) + "\n")
 

@@ -31,6 +31,7 @@ import traceback
 from typing import Any
 
 from hangwatch.generator import protocol
+from hangwatch.generator.beacon import EngineBeacon
 from hangwatch.generator.engines import make_engine
 from hangwatch.generator.errors import AuthenticationFailed, GeneratorError, WorkerDied, WorkerTimeout
 
@@ -78,6 +79,7 @@ class Worker:
     def __init__(self, config: dict[str, Any]):
         self.config = config
         self.engine = make_engine(config["engine"], config.get("engine_kwargs") or {})
+        self.beacon = EngineBeacon()
         self.closing = False
 
     def dispatch(self, op: str, args: dict[str, Any]) -> Any:
@@ -97,7 +99,12 @@ class Worker:
             return engine.wake_kv()
         if op == "generate":
             n = int(args["n"])
-            outputs = engine.generate(args["prompts"], n, int(args["seed"]), args.get("sampling") or {})
+            self.beacon.begin()
+            try:
+                outputs = engine.generate(args["prompts"], n, int(args["seed"]), args.get("sampling") or {},
+                                          on_step=self.beacon.step)
+            finally:
+                self.beacon.end()
             return {"completions": check_completions(outputs, len(args["prompts"]), n)}
         if op == "sleep":
             return engine.sleep()

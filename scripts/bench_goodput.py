@@ -33,18 +33,21 @@ ROOT = Path(__file__).resolve().parents[1]
 STEP_LINE = re.compile(rb"^step (\d+)/(\d+) ")
 
 
-def measure(recovery: str, wedge_at: int = 17) -> dict[str, float]:
+def measure(recovery: str, wedge_at: int = 17, *, engine_step_timeout: float = 4.0,
+            standby: bool = True) -> dict[str, float]:
     """One demo-like run; the wedged step's delay and the recovery's component times."""
     work = Path(tempfile.mkdtemp(prefix=f"bench-goodput-{recovery}-"))
     ckpt = work / "checkpoints"
     ckpt.mkdir(parents=True)
+    # The demo's settings (scripts/demo.py): the standby engine only where it can be used.
     argv = [sys.executable, "-m", "hangwatch.cli", "run", "--run-dir", str(work / "run"), "--gpu-probe",
-            f"file:{work / 'sim-gpu.json'}", "--interval", "0.5", "--stall-window", "8", "--grace", "3",
+            f"file:{work / 'sim-gpu.json'}", "--interval", "0.5", "--stall-window", "8",
+            "--engine-step-timeout", str(engine_step_timeout), "--grace", "3",
             "--capture-timeout", "20", "--backoff", "0.5", "--recovery", recovery, "--checkpoint-dir", str(ckpt),
             "--resume-arg", "--resume_from_checkpoint={checkpoint}", "--",
             sys.executable, str(ROOT / "scripts" / "toy_trainer.py"), "--steps", "24", "--save-every", "5",
             "--checkpoint-dir", str(ckpt), "--wedge-at-step", str(wedge_at), "--generate-timeout", "300",
-            "--no-parent-death-signal"]
+            "--no-parent-death-signal", *(["--standby-engine"] if recovery == "auto" and standby else [])]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
     done: dict[int, list[float]] = {}
     assert proc.stdout is not None

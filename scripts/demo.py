@@ -29,6 +29,8 @@ def main() -> int:
     parser.add_argument("--save-every", type=int, default=5)
     parser.add_argument("--wedge-at-step", type=int, default=17)
     parser.add_argument("--stall-window", type=float, default=8.0)
+    parser.add_argument("--engine-step-timeout", type=float, default=4.0,
+                        help="the engine step rule's timeout (the toy engine steps every few ms)")
     parser.add_argument("--quiet", action="store_true", help="hide the trainer's own output")
     parser.add_argument("--recovery", choices=["auto", "job"], default="auto",
                         help="auto (default): only the wedged engine worker is restarted, the trainer lives on; "
@@ -46,6 +48,7 @@ def main() -> int:
         "--gpu-probe", f"file:{run_dir / 'sim-gpu.json'}",
         "--interval", "0.5",
         "--stall-window", str(args.stall_window),
+        "--engine-step-timeout", str(args.engine_step_timeout),
         "--grace", "3",
         "--capture-timeout", "20",
         "--backoff", "0.5",
@@ -66,6 +69,8 @@ def main() -> int:
         # vLLM's EngineCore processes do: hangwatch must find it (escaped into its
         # own session), see it ignore SIGTERM, and SIGKILL it.
         "--no-parent-death-signal",
+        # Engine-level recovery hands over to a standby worker started ahead of time.
+        *(["--standby-engine"] if args.recovery == "auto" else []),
     ]
     print(f"hangwatch demo: {args.steps} steps, wedge injected at step {args.wedge_at_step}, run dir {run_dir}\n",
           flush=True)
@@ -93,7 +98,7 @@ def summarise(run_dir: Path, code: int, elapsed: float, args: argparse.Namespace
     print("\n== hangwatch demo summary ==")
     for inc in incidents:
         print(f"incident   attempt {inc['attempt']}: {inc['kind']} detected {inc['latency_s']:.1f} s after onset "
-              f"(window {args.stall_window:g} s): {inc['reason']}")
+              f"(window {inc.get('window') or args.stall_window:g} s): {inc['reason']}")
     if bundle:
         print(f"evidence   {bundle}")
         signature = _signature(Path(bundle))
@@ -106,8 +111,11 @@ def summarise(run_dir: Path, code: int, elapsed: float, args: argparse.Namespace
         print(f"engine     only the rollout engine's worker was restarted, cuda graphs {r['cudagraphs']}; the trainer "
               f"process (pid {attempts[0]['pid']}) lived on, no checkpoint was reloaded")
     for r in recovered:
+        worker = (r.get("engine") or {}).get("engine_worker")
         print(f"recovered  the trainer reached step {r['step']} {r['kill_to_progress_s']:.1f} s after the engine restart "
-              f"({r['onset_to_progress_s']:.1f} s after the wedge began)")
+              f"({r['onset_to_progress_s']:.1f} s after the wedge began)"
+              + (", on the standby worker started ahead of time" if worker == "standby" else
+                 ", on a worker started cold" if worker == "cold" else ""))
     for a in attempts[1:]:
         print(f"attempt {a['attempt']}  HANGWATCH_CUDAGRAPHS={a['env'].get('HANGWATCH_CUDAGRAPHS')}, "
               f"resumed from {a.get('resume_from')}")

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from hangwatch.contract import env as names
+from hangwatch.contract.heartbeat import engine_heartbeat_path
 from hangwatch.contract.journal import fold_journal
 from hangwatch.contract.verdict import VerdictKind
 from hangwatch.supervisor.restart import AttemptOutcome
@@ -125,6 +126,7 @@ def attempt_environment(
         names.ATTEMPT: str(attempt),
         names.ATTEMPT_DIR: str(attempt_dir),
         names.HEARTBEAT: str(attempt_dir / "heartbeat.json"),
+        names.ENGINE_HEARTBEAT: engine_heartbeat_path(attempt_dir / "heartbeat.json"),
         names.CONTROL: str(attempt_dir / "control.json"),
         **policy.env(),
     }
@@ -212,6 +214,7 @@ def recovery_level(
     now: float,
     retry_window: float,
     in_cohort: bool = False,
+    engine_pid: int | None = None,
 ) -> RecoveryLevel:
     """Whether this incident can be recovered by restarting the rollout engine alone.
 
@@ -219,6 +222,10 @@ def recovery_level(
     rollouts: a stall (GPU busy, host idle) while the trainer's last beat was the
     ``generate`` phase, with an isolated engine worker in the tree. Anything else,
     or a second engine-level incident within ``retry_window``, is a job restart.
+
+    ``engine_pid`` (the worker the engine step rule found stuck) narrows the kill to
+    that worker's group: a generator may keep a standby worker, asleep and healthy,
+    which must survive to take over. Without it every engine group is the suspect.
     """
     def job(reason: str) -> RecoveryLevel:
         return RecoveryLevel(2, reason)
@@ -234,6 +241,9 @@ def recovery_level(
     groups = engine_groups(tree) - {trainer_pgid}
     if not groups:
         return job("no isolated engine worker in the tree")
+    stuck = frozenset(p.pgid for p in tree if p.pid == engine_pid) & groups if engine_pid is not None else frozenset()
+    if stuck:
+        groups = stuck
     if last_engine_restart is not None and now - last_engine_restart < retry_window:
         return job(f"a second engine wedge {now - last_engine_restart:.0f} s after the last engine restart "
                    f"(--engine-retry-window {retry_window:g} s)")

@@ -109,6 +109,7 @@ SETTINGS: dict[str, tuple[type, Any]] = {
     "cpu_idle": (float, 10.0),
     "stall_window": (float, 60.0),
     "progress_timeout": (float, 600.0),
+    "engine_step_timeout": (float, 30.0),
     "noise_samples": (int, 2),
     "idle_only": (bool, False),
     "phase_timeouts": (dict, None),
@@ -256,6 +257,7 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
         noise_samples=v["noise_samples"],
         phase_timeouts=parse_phase_timeouts(v["phase_timeouts"]),
         idle_only=bool(v.get("idle_only", False)),  # .get: runs saved before the option resume too
+        engine_step_timeout=_engine_step_timeout(v.get("engine_step_timeout", 30.0)),
     )
     return RunConfig(
         command=tuple(command),
@@ -410,3 +412,8 @@ def save_values(run_dir: Path, values: Mapping[str, Any], command: list[str]) ->
     unlike the journal and logs, where secrets in it are redacted."""
     payload = json.dumps({"values": dict(values), "command": command}, indent=2).encode()
     atomic.write_file(run_dir / "settings.json", payload, mode=0o600)
+
+
+def _engine_step_timeout(value: Any) -> float | None:
+    """0 (or less) turns the engine step rule off, like --progress-timeout 0."""
+    return float(value) if value and value > 0 else None

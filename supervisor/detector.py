@@ -28,6 +28,17 @@ The conditions:
   at that moment (the GPU signature says what it is, and the cuda-graph
   escalation must follow it). Before the first beat the rule never fires: that
   is the warm-up allowance (loading, first compile, data-loader warm-up).
+* **engine step rule**: the rollout engine's worker beats once per engine step
+  (``Sample.engine``, a separate file). A worker that has stepped before, has a
+  request in flight and has made no step for ``engine_step_timeout`` is wedged,
+  whatever the CPU and the GPU do: one vLLM step is bounded by chunked prefill
+  (at most ``max_num_batched_tokens`` tokens), so tens of seconds without one is
+  not a slow step. It is far more specific than the trainer's silence (a batch
+  of rollouts may legitimately take minutes), so it can fire much sooner. The
+  verdict is ``stall`` with ``rule: engine_step`` and the worker's pid, so the
+  graph policy escalates and engine-level recovery can target that worker. It
+  needs the worker alive in the tree (a dead worker's last beat is stale, not
+  stuck) and never fires before the worker's first step (its warm-up).
 * with ``idle_only`` the old, stricter rule instead: the silence must also
   come with no busy GPU and the whole tree's CPU <= ``cpu_idle_pct``, held for
   min(window, timeout).
@@ -57,6 +68,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from hangwatch.contract.errors import ConfigError
+from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.samples import Sample
 from hangwatch.contract.verdict import Verdict, VerdictKind
 
@@ -85,12 +97,16 @@ class DetectorConfig:
     phase_timeouts: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_PHASE_TIMEOUTS))
     # The progress rule fires only on an idle tree (the rule before busy hangs were caught).
     idle_only: bool = False
+    # No engine step for this long with a request in flight: the engine is wedged (None: off).
+    engine_step_timeout: float | None = 30.0
 
     def __post_init__(self) -> None:
         _positive("interval", self.interval)
         _positive("stall-window", self.stall_window)
         if self.progress_timeout is not None:
             _positive("progress-timeout", self.progress_timeout)
+        if self.engine_step_timeout is not None:
+            _positive("engine-step-timeout", self.engine_step_timeout)
         if not 0 < self.gpu_busy_pct <= 100:
             raise ConfigError(f"--gpu-busy must be in (0, 100], got {self.gpu_busy_pct!r}")
         # ``not x >= 0`` rather than ``x < 0``: NaN must be refused, it would
@@ -136,6 +152,7 @@ class DetectorConfig:
             "gap_tolerance": self.effective_gap_tolerance,
             "phase_timeouts": dict(self.phase_timeouts),
             "idle_only": self.idle_only,
+            "engine_step_timeout": self.engine_step_timeout,
         }
 
     @classmethod
@@ -196,6 +213,9 @@ class Detector:
         self._last_hb: object | None = None
         self._last_progress = start
         self._heartbeats_seen = False
+        self._last_engine: object | None = None
+        self._engine_token: tuple[int, int] | None = None
+        self._engine_progress = start
         self.phase: str | None = None
         self.step: int | None = None
         # The window and timeout of the current phase, recomputed when it changes.
@@ -259,6 +279,10 @@ class Detector:
                 evidence=self._evidence(sample, scan, tree_cpu),
             )
 
+        engine_silent = self._engine_silence(sample)
+        if engine_silent is not None and engine_silent >= (cfg.engine_step_timeout or 0) - self._slack:
+            return self._engine_verdict(sample, tree_cpu, engine_silent)
+
         timeout = self._timeout
         if self._heartbeats_seen and timeout is not None:
             silent_for = t - self._last_progress
@@ -299,6 +323,40 @@ class Detector:
             evidence=evidence,
         )
 
+    def _engine_silence(self, sample: Sample) -> float | None:
+        """Seconds since the engine's last step while it is stuck in a request, or None
+        when the rule does not apply (off, no beacon, idle, never stepped, worker gone)."""
+        engine = sample.engine
+        if engine is not None and engine is not self._last_engine:
+            self._last_engine = engine
+            if engine.token != self._engine_token:
+                self._engine_token = engine.token
+                self._engine_progress = sample.t
+        if (self.config.engine_step_timeout is None or engine is None or engine.phase != "generate"
+                or not engine.step or engine.pid not in sample.cpu_pct):
+            return None
+        return sample.t - self._engine_progress
+
+    def _engine_verdict(self, sample: Sample, tree_cpu: float, silent_for: float) -> Verdict:
+        engine = sample.engine
+        assert engine is not None and self.config.engine_step_timeout is not None
+        scan = _scan(sample, tree_cpu, self.config.gpu_busy_pct, self.config.cpu_idle_pct)
+        self.state = DetectorState.FIRED
+        evidence = self._evidence(sample, scan, tree_cpu)
+        evidence.update(rule="engine_step", engine_pid=engine.pid, engine_steps=engine.step,
+                        engine_cpu_pct=round(sample.cpu_pct.get(engine.pid, 0.0), 2))
+        timeout = self.config.engine_step_timeout
+        return Verdict(
+            VerdictKind.STALL,
+            detected_at=sample.t,
+            onset=self._engine_progress,
+            window=timeout,
+            phase=self.phase,
+            reason=(f"the rollout engine (worker pid {engine.pid}) made no step for {silent_for:.0f} s with a request "
+                    f"in flight (engine step timeout {timeout:g} s), cpu={evidence['engine_cpu_pct']:.1f}%"),
+            evidence=evidence,
+        )
+
     def building(self, t: float) -> tuple[str, float, float] | None:
         """The verdict that is building as of the sample at ``t``: (rule, onset,
         fraction of its window or timeout already elapsed), the most advanced one,
@@ -314,6 +372,12 @@ class Detector:
             frac = (t - self._last_progress) / timeout
             if best is None or frac > best[2]:
                 best = ("progress", self._last_progress, frac)
+        engine = self._last_engine
+        if (self.config.engine_step_timeout is not None and isinstance(engine, Heartbeat)
+                and engine.phase == "generate" and engine.step):
+            frac = (t - self._engine_progress) / self.config.engine_step_timeout
+            if best is None or frac > best[2]:
+                best = ("engine_step", self._engine_progress, frac)
         return best
 
     def _note_heartbeat(self, sample: Sample) -> bool:
@@ -336,6 +400,15 @@ class Detector:
         return True
 
     def _evidence(self, sample: Sample, scan: "_Scan", tree_cpu: float) -> dict[str, Any]:
+        evidence = self._base_evidence(sample, scan, tree_cpu)
+        engine = sample.engine
+        if engine is not None and engine.phase == "generate" and engine.pid in sample.cpu_pct:
+            # Whichever rule fired, the worker with a request in flight is the engine suspect
+            # (engine-level recovery kills its group, and spares a standby worker).
+            evidence.update(engine_pid=engine.pid, engine_steps=engine.step)
+        return evidence
+
+    def _base_evidence(self, sample: Sample, scan: "_Scan", tree_cpu: float) -> dict[str, Any]:
         return {
             "gpu_util_pct": scan.stalled_util if scan.stalled else scan.max_util,
             "holders_cpu_pct": round(scan.stalled_cpu, 2),

@@ -232,7 +232,8 @@ class Supervisor:
             level = recovery_level(
                 verdict.kind, mode=self.config.recovery, phase=verdict.phase, tree=self.tree.describe(),
                 trainer_pgid=trainer.pid, last_engine_restart=self._last_engine_restart, now=self.clock(),
-                retry_window=self.config.engine_retry_window, in_cohort=self.cohort is not None)
+                retry_window=self.config.engine_retry_window, in_cohort=self.cohort is not None,
+                engine_pid=verdict.evidence.get("engine_pid"))
             if level.level == 1 and self._restart_engine(level, verdict, Path(ours["HANGWATCH_CONTROL"]), evidence):
                 continue  # the trainer lives on: watch it again, in the same attempt
             if level.level == 2 and self.config.recovery == "auto" and verdict.kind is VerdictKind.STALL:
@@ -298,6 +299,7 @@ class Supervisor:
                 onset_wall=self.wall() - (self.clock() - verdict.onset),
                 latency_s=round(verdict.detected_at - verdict.onset, 3),
                 reason=verdict.reason,
+                window=verdict.window,
                 evidence=dict(verdict.evidence),
                 phase=verdict.phase,
             )
@@ -357,7 +359,7 @@ class Supervisor:
         self._engine_pending = None
         # What the fresh worker applied (the generator beats it), so the journal shows the retry ran graphs off.
         applied = {k: v for k, v in (hb.info or {}).items()
-                   if k in ("cudagraphs", "enforce_eager", "engine_restarts") or k.startswith("applied_")}
+                   if k in ("cudagraphs", "enforce_eager", "engine_restarts", "engine_worker") or k.startswith("applied_")}
         self.journal.append("engine_recovered", attempt=self.state.attempt, step=hb.step,
                             onset_to_progress_s=round(sample.t - pending["onset"], 3),
                             kill_to_progress_s=round(sample.t - pending["killed_at"], 3), engine=applied)

@@ -45,7 +45,7 @@ import hashlib
 import os
 import time
 from types import SimpleNamespace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -190,7 +190,8 @@ class FakeEngine:
         self.state = S.CLOSED
         simgpu.release()
 
-    def generate(self, prompts: list[str], n: int, seed: int, sampling: Mapping[str, Any]) -> list[list[dict[str, Any]]]:
+    def generate(self, prompts: list[str], n: int, seed: int, sampling: Mapping[str, Any],
+                 on_step: Callable[[], None] | None = None) -> list[list[dict[str, Any]]]:
         self._check("generate")
         if not self.weights_valid:
             raise EngineStateError("generate with discarded weights: load_weights after wake_weights")
@@ -202,16 +203,19 @@ class FakeEngine:
             self.graph.arm_wedge()
         simgpu.hold(*_GENERATE_UTIL)
         started = time.monotonic()
+        on_step = on_step or (lambda: None)
         try:
-            outputs = [self._complete(prompt, n, seed, sampling) for prompt in prompts]
+            outputs = [self._complete(prompt, n, seed, sampling, on_step) for prompt in prompts]
             while time.monotonic() - started < self.busy_s:
                 self.runner.execute_model(torch.zeros(1, 4, dtype=torch.long)).get_output()
+                on_step()
         finally:
             simgpu.hold(*_FOOTPRINT[S.AWAKE])
         return outputs
 
     @torch.no_grad()
-    def _complete(self, prompt: str, n: int, seed: int, sampling: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def _complete(self, prompt: str, n: int, seed: int, sampling: Mapping[str, Any],
+                  on_step: Callable[[], None]) -> list[dict[str, Any]]:
         assert self.runner is not None
         vocab = self.config.vocab
         prompt_ids = [b % vocab for b in prompt.encode()] or [0]
@@ -227,6 +231,7 @@ class FakeEngine:
             for _ in range(max_tokens):
                 ids = torch.tensor([prompt_ids + tokens])
                 logits = self.runner.execute_model(ids).get_output()[0, -1]
+                on_step()  # one engine step: a token (vLLM's step runs one for the whole batch)
                 if temperature <= 0:
                     token = int(logits.argmax())
                 else:

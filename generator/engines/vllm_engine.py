@@ -18,7 +18,8 @@ rank's shard and every verified load would fail (see ``tensor_parallel_refusal``
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import contextlib
+from typing import Any, Callable, Iterator, Mapping
 
 from hangwatch.generator.applied import APPLIED_RPC, AppliedSettings
 from hangwatch.generator.errors import UnsupportedEngineConfig
@@ -81,9 +82,11 @@ class VLLMEngine:
     def wake_kv(self) -> None:
         self.llm.wake_up(tags=["kv_cache"])
 
-    def generate(self, prompts: list[str], n: int, seed: int, sampling: Mapping[str, Any]) -> list[list[dict[str, Any]]]:
+    def generate(self, prompts: list[str], n: int, seed: int, sampling: Mapping[str, Any],
+                 on_step: Callable[[], None] | None = None) -> list[list[dict[str, Any]]]:
         params = self._sampling_params(n=n, seed=seed, **dict(sampling))
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        with _counting_steps(self.llm.llm_engine, on_step):
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
         return [[{"index": c.index, "text": c.text, "token_ids": list(c.token_ids)} for c in out.outputs]
                 for out in outputs]
 
@@ -95,3 +98,31 @@ class VLLMEngine:
             # LLM has no shutdown(); the engine core owns the child processes.
             self.llm.llm_engine.engine_core.shutdown()
             self.llm = None
+
+
+@contextlib.contextmanager
+def _counting_steps(engine: Any, on_step: Callable[[], None] | None) -> Iterator[None]:
+    """Call ``on_step`` after each ``LLMEngine.step()`` while the block runs.
+
+    ``LLM.generate`` drives the engine with ``while has_unfinished_requests():
+    self.llm_engine.step()`` (``LLM._run_engine``, the same in the versions we
+    support), so an instance attribute shadowing ``step`` sees every step and
+    nothing else changes; removing it restores the class's method. A step that
+    never returns (the cuda-graph wedge) is exactly what stops the beats.
+    """
+    if on_step is None:
+        yield
+        return
+    original = engine.step
+
+    def step(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        on_step()
+        return out
+
+    engine.step = step
+    try:
+        yield
+    finally:
+        with contextlib.suppress(AttributeError):
+            del engine.step

@@ -15,6 +15,7 @@ RUN_DIR = "HANGWATCH_RUN_DIR"            #: the run directory
 ATTEMPT = "HANGWATCH_ATTEMPT"            #: attempt number, 1-based
 ATTEMPT_DIR = "HANGWATCH_ATTEMPT_DIR"    #: this attempt's directory
 HEARTBEAT = "HANGWATCH_HEARTBEAT"        #: the file the trainer beats into
+ENGINE_HEARTBEAT = "HANGWATCH_ENGINE_HEARTBEAT"  #: the file the rollout engine's worker beats into, per engine step
 RESUME_FROM = "HANGWATCH_RESUME_FROM"    #: on a resume: the checkpoint chosen
 CUDAGRAPHS = "HANGWATCH_CUDAGRAPHS"      #: "1" engine defaults, "0" graphs off
 ENFORCE_EAGER = "HANGWATCH_ENFORCE_EAGER"  #: "1" after a second stall with graphs off
@@ -24,7 +25,7 @@ CONTROL = "HANGWATCH_CONTROL"            #: the supervisor's instructions to the
 CONFIG = "HANGWATCH_CONFIG"              #: the user's settings file (read by the CLI)
 PYSPY = "HANGWATCH_PYSPY"                #: the py-spy binary to use instead of PATH's
 
-ATTEMPT_VARS = (RUN_DIR, ATTEMPT, ATTEMPT_DIR, HEARTBEAT, RESUME_FROM, CUDAGRAPHS, ENFORCE_EAGER, SIM_GPU, CONTROL)
+ATTEMPT_VARS = (RUN_DIR, ATTEMPT, ATTEMPT_DIR, HEARTBEAT, ENGINE_HEARTBEAT, RESUME_FROM, CUDAGRAPHS, ENFORCE_EAGER, SIM_GPU, CONTROL)
 PASS_THROUGH = frozenset({CONFIG, PYSPY})
 
 

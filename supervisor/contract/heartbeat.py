@@ -107,10 +107,30 @@ class Heartbeat:
         )
 
 
+# A beat is a few hundred bytes; anything past this is not one of ours.
+MAX_BEAT_BYTES = 64 * 1024
+
+ENGINE_HEARTBEAT_NAME = "engine-heartbeat.json"
+
+
+def engine_heartbeat_path(heartbeat: str | os.PathLike[str]) -> str:
+    """Where the rollout engine's worker beats: beside the trainer's heartbeat.
+
+    A separate file, because the two mean different things: the trainer's beats
+    are optimizer progress, the engine's are engine steps while a request is in
+    flight (``phase="generate"``, ``step`` = engine steps so far). Sharing one
+    file would let a healthy engine's beats hide a hung trainer.
+    """
+    return os.path.join(os.path.dirname(os.fspath(heartbeat)), ENGINE_HEARTBEAT_NAME)
+
+
 def read_heartbeat(path: str | os.PathLike[str]) -> Heartbeat | None:
-    """The current beat, or None when there is none yet or it is unreadable."""
+    """The current beat, or None when there is none yet or it is unreadable (or oversized)."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return Heartbeat.from_json(json.load(handle))
-    except (OSError, ValueError, KeyError, TypeError):
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_BEAT_BYTES + 1)
+        if len(raw) > MAX_BEAT_BYTES:
+            return None
+        return Heartbeat.from_json(json.loads(raw))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None

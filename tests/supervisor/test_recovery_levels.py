@@ -104,3 +104,24 @@ def test_the_level_decision():
     assert again.level == 2 and "second engine wedge" in again.reason
     assert recovery_level(VerdictKind.STALL, **{**kw, "last_engine_restart": 300.0}).level == 1, "outside the window"
     assert recovery_level(VerdictKind.STALL, **{**kw, "in_cohort": True}).level == 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_the_standby_worker_takes_over_and_is_spared_by_the_engine_kill(tmp_path):
+    """The engine step rule names the stuck worker; only its group is killed; the standby
+    (started asleep, graphs off) takes over and the same trainer process finishes."""
+    code, journal, out = _run(tmp_path, "--engine-step-timeout", "1.5", trainer=("--standby-engine",))
+    assert code == 0, out[-3000:]
+    (incident,) = _events(journal, "incident")
+    assert incident["evidence"]["rule"] == "engine_step"
+    stuck = incident["evidence"]["engine_pid"]
+    (restart,) = _events(journal, "engine_restart")
+    assert restart["ok"] and restart["pids"] == [stuck], "only the stuck worker's group was killed"
+    (recovered,) = _events(journal, "engine_recovered")
+    assert recovered["engine"]["engine_worker"] == "standby" and recovered["engine"]["cudagraphs"] == "off"
+    assert len(_events(journal, "attempt_started")) == 1
+    standby = json.loads((tmp_path / "run" / "attempts" / "attempt-001" / "generator-standby.json").read_text())
+    assert standby["role"] == "active" and standby["pid"] != stuck
+    events = [r["event"] for r in journal]
+    assert events.index("capture") < events.index("kill"), "evidence before the kill"

@@ -1,0 +1,81 @@
+"""The standby engine worker and the engine's step beacon, with real worker processes."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from gen_helpers import fake_kwargs
+from hangwatch.contract.heartbeat import read_heartbeat
+from hangwatch.generator.beacon import EngineBeacon
+from hangwatch.generator.colocated import ColocatedGenerator, Timeouts, safer_policy
+from hangwatch.generator.policy import RolloutPolicy
+
+pytestmark = pytest.mark.timeout(120)
+FAST = Timeouts(start=30, op=5, load=10, generate=10, grace=0.5)
+
+
+def test_the_worker_beats_its_engine_steps_and_says_when_the_request_ends(trainer, tmp_path, monkeypatch):
+    beacon = tmp_path / "engine-heartbeat.json"
+    monkeypatch.setenv("HANGWATCH_ENGINE_HEARTBEAT", str(beacon))
+    model, opt = trainer
+    with ColocatedGenerator(model, opt, engine_kwargs=fake_kwargs(), log_dir=str(tmp_path), timeouts=FAST) as gen:
+        gen.generate(["p", "q"], 2, seed=1)
+        last = read_heartbeat(beacon)
+        assert last is not None and last.pid == gen.worker_pid
+        assert last.phase == "idle" and last.step >= 2 * 2 * 8, "one step per token, over the worker's life"
+        gen.generate(["p"], 1, seed=2)
+        assert read_heartbeat(beacon).step > last.step
+
+
+def test_a_standby_that_cannot_start_costs_a_warning_never_the_call(trainer, tmp_path, caplog):
+    model, opt = trainer
+    kwargs = fake_kwargs(fake_fail_start_without_graphs=True)  # the standby runs graphs off: it fails
+    with ColocatedGenerator(model, opt, engine_kwargs=kwargs, log_dir=str(tmp_path), timeouts=FAST,
+                            standby=True) as gen:
+        out = gen.generate(["p"], 1, seed=0)
+        assert len(out) == 1 and gen.standby is None
+        gen.generate(["p"], 1, seed=1)
+        assert gen.timings[-1].seconds.get("standby") is None, "not retried on every call"
+    assert "standby engine worker did not start" in caplog.text
+
+
+def test_the_standby_sleeps_with_the_next_safer_policy_and_is_closed_with_the_generator(trainer, tmp_path):
+    model, opt = trainer
+    gen = ColocatedGenerator(model, opt, engine_kwargs=fake_kwargs(), log_dir=str(tmp_path), timeouts=FAST,
+                             standby=True)
+    try:
+        gen.generate(["p"], 1, seed=0)
+        standby = gen.standby
+        assert standby is not None and standby.alive() and standby.pid != gen.worker_pid
+        assert standby.engine_kwargs["compilation_config"] == {"cudagraph_mode": "NONE"}
+        record = json.loads((tmp_path / "generator-standby.json").read_text())
+        assert record["role"] == "standby" and record["applied"]["cudagraph_mode"] == "NONE"
+    finally:
+        gen.close()
+    assert not standby.alive()
+
+
+def test_safer_policy_steps():
+    assert safer_policy(RolloutPolicy(True, False)) == RolloutPolicy(False, False)
+    assert safer_policy(RolloutPolicy(False, False)) == RolloutPolicy(False, True)
+    assert safer_policy(RolloutPolicy(False, True)) is None
+
+
+def test_the_beacon_is_rate_limited_but_always_marks_begin_and_end(tmp_path):
+    now = [0.0]
+    path = tmp_path / "b.json"
+    beacon = EngineBeacon(str(path), min_interval=0.2, clock=lambda: now[0])
+    beacon.begin()
+    first = read_heartbeat(path)
+    for _ in range(50):
+        beacon.step()  # same instant: no write
+    assert read_heartbeat(path).seq == first.seq
+    now[0] = 0.3
+    beacon.step()
+    assert read_heartbeat(path).step == 51
+    beacon.end()
+    assert read_heartbeat(path).phase == "idle"
+    assert EngineBeacon(None).path == os.environ.get("HANGWATCH_ENGINE_HEARTBEAT")

@@ -1,0 +1,124 @@
+"""The engine step rule: the rollout engine's worker beats per engine step; a worker that
+has stepped before, has a request in flight and then makes no step for the timeout is wedged,
+whatever the CPU and the GPU do. Pure: samples and time in, verdicts out."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from hangwatch.contract.capture import TreeProcess
+from hangwatch.contract.errors import ConfigError
+from hangwatch.contract.heartbeat import Heartbeat
+from hangwatch.contract.samples import DeviceSample, Sample
+from hangwatch.contract.verdict import VerdictKind
+from hangwatch.supervisor.attempt import recovery_level
+from hangwatch.supervisor.detector import Detector, DetectorConfig
+
+pytestmark = pytest.mark.timeout(60)
+
+TRAINER, WORKER, STANDBY = 100, 200, 300
+CONFIG = DetectorConfig(interval=0.5, stall_window=60.0, progress_timeout=600.0, engine_step_timeout=4.0)
+
+
+def engine(seq: int, steps: int, phase: str = "generate", pid: int = WORKER) -> Heartbeat:
+    return Heartbeat(pid=pid, seq=seq, ts=0.0, step=steps, phase=phase)
+
+
+def sample(t: float, eng: Heartbeat | None, *, worker_cpu: float = 0.0, worker_alive: bool = True,
+           util: float = 30.0) -> Sample:
+    cpu = {TRAINER: 2.0, **({WORKER: worker_cpu} if worker_alive else {}), STANDBY: 0.0}
+    trainer_beat = Heartbeat(pid=TRAINER, seq=1, ts=0.0, step=16, phase="generate")
+    return Sample(t=t, wall=t, cpu_pct=cpu, gpu=(DeviceSample(0, util, 1000.0, (TRAINER, WORKER)),),
+                  heartbeat=trainer_beat, engine=eng)
+
+
+def first_verdict(samples, config: DetectorConfig = CONFIG):
+    detector = Detector(config, start=0.0)
+    for s in samples:
+        verdict = detector.observe(s)
+        if verdict is not None:
+            return verdict
+    return None
+
+
+def stuck_after(t_last_step: float, *, until: float = 20.0, **kw):
+    """Steps every tick up to ``t_last_step``, then the same in-flight beat forever."""
+    out, seq, steps, t = [], 0, 10, 0.0
+    while t <= until:
+        if t <= t_last_step:
+            seq, steps = seq + 1, steps + 5
+        out.append(sample(t, engine(seq, steps), **kw))
+        t += 0.5
+    return out
+
+
+def test_a_worker_that_stops_stepping_mid_request_is_a_stall_within_timeout_plus_one_interval():
+    verdict = first_verdict(stuck_after(5.0))
+    assert verdict is not None and verdict.kind is VerdictKind.STALL
+    assert 9.0 - 0.01 <= verdict.detected_at <= 9.5 + 0.01
+    assert verdict.onset == 5.0 and verdict.window == 4.0
+    assert verdict.evidence["rule"] == "engine_step" and verdict.evidence["engine_pid"] == WORKER
+    assert "made no step" in verdict.reason
+
+
+def test_it_fires_whatever_the_cpu_does():
+    """A busy-polling engine (vLLM's engine core spins on its queue) is as stuck as a sleeping one."""
+    verdict = first_verdict(stuck_after(5.0, worker_cpu=100.0, util=100.0))
+    assert verdict is not None and verdict.evidence["rule"] == "engine_step"
+
+
+def test_a_steadily_stepping_engine_never_fires():
+    assert first_verdict(stuck_after(1000.0, until=60.0)) is None
+
+
+def test_an_idle_engine_between_requests_never_fires():
+    """Training between rollouts: the worker's last beat says idle, for as long as it likes."""
+    samples = [sample(t * 0.5, engine(3, 40, phase="idle")) for t in range(120)]
+    assert first_verdict(samples) is None
+
+
+def test_never_before_the_workers_first_step():
+    """Warm-up: a fresh worker's first step may include lazy initialisation; the other rules cover it."""
+    samples = [sample(t * 0.5, engine(1, 0)) for t in range(60)]
+    assert first_verdict(samples) is None
+
+
+def test_a_dead_workers_last_beat_is_stale_not_stuck():
+    """After an engine-level kill the file still says 'in flight' from the dead worker."""
+    samples = [sample(t * 0.5, engine(1, 50), worker_alive=False) for t in range(60)]
+    assert first_verdict(samples) is None
+
+
+def test_zero_turns_it_off_and_bad_values_are_refused():
+    assert first_verdict(stuck_after(5.0), dataclasses.replace(CONFIG, engine_step_timeout=None)) is None
+    with pytest.raises(ConfigError, match="engine-step-timeout"):
+        DetectorConfig(engine_step_timeout=-1.0)
+
+
+def test_the_early_evidence_round_sees_it_building():
+    detector = Detector(CONFIG, start=0.0)
+    for s in stuck_after(5.0, until=7.0):
+        assert detector.observe(s) is None
+    rule, onset, fraction = detector.building(7.0)
+    assert rule == "engine_step" and onset == 5.0 and fraction == pytest.approx(0.5)
+
+
+def test_the_sample_keeps_the_engine_beat_through_json():
+    s = sample(1.0, engine(7, 70))
+    assert Sample.from_json(s.to_json()) == s
+    plain = dataclasses.replace(s, engine=None)
+    assert "engine" not in plain.to_json() and Sample.from_json(plain.to_json()) == plain
+
+
+def test_engine_level_recovery_kills_the_stuck_worker_and_spares_the_standby():
+    tree = [TreeProcess(pid, 0.0, 1, pgid, pgid, "python", tuple(cmd.split())) for pid, pgid, cmd in (
+        (TRAINER, TRAINER, "python train.py"),
+        (WORKER, WORKER, "python -P -u -m hangwatch.generator.worker"),
+        (STANDBY, STANDBY, "python -P -u -m hangwatch.generator.worker"))]
+    kw = dict(mode="auto", phase="generate", tree=tree, trainer_pgid=TRAINER, last_engine_restart=None, now=1.0,
+              retry_window=600.0)
+    assert recovery_level(VerdictKind.STALL, engine_pid=WORKER, **kw).engine_pgids == {WORKER}
+    assert recovery_level(VerdictKind.STALL, **kw).engine_pgids == {WORKER, STANDBY}, "no beacon: every engine group"
+    assert recovery_level(VerdictKind.STALL, engine_pid=4242, **kw).engine_pgids == {WORKER, STANDBY}
