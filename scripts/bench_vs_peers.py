@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """hangwatch against a peer on the same hang: a 2-rank torchrun/gloo job on the CPU.
 
-    .venv/bin/python scripts/bench_vs_peers.py [--runs 3] [--modes sleep,spin] [--nvrx auto|off]
+    .venv/bin/python scripts/bench_vs_peers.py [--runs 3] [--modes sleep,spin] [--nvrx auto|off] [--light] [--cold]
 
 The job trains a tiny model on 2 ranks (gloo), beats after every step and saves a
 checkpoint every 5 steps. In the first attempt, rank 1 hangs after step 12, either
@@ -10,8 +10,10 @@ rank 0 then blocks in ``all_reduce``. A new attempt resumes from the newest chec
 
 It runs under:
 
-* hangwatch (``hangwatch run -- torchrun ...``, heartbeats through ``hangwatch.trainer``,
-  no GPU probe, so only the progress rule can fire);
+* hangwatch (``hangwatch run --prewarm-launcher -- torchrun ...``, heartbeats through
+  ``hangwatch.trainer``, no GPU probe, so only the progress rule can fire); ``--cold`` adds a
+  column without ``--prewarm-launcher`` (torchrun's cold start on every relaunch), ``--light``
+  one around a launcher that imports nothing;
 * NVIDIA's resiliency launcher ``ft_launcher`` with its rank heartbeat client, when it can
   be installed: the 0.7.0 wheel (Python >= 3.12 only; the fault_tolerance package is pure
   Python) fetched with ``pip download --python-version 3.12 --no-deps`` and unpacked into a
@@ -205,11 +207,14 @@ def command(tool: str, work: Path, port: int) -> list[str]:
     rdzv = ["--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port)]
     torchrun = [PY, "-m", "torch.distributed.run"]
     if tool.startswith("hangwatch"):
-        launcher = ([*torchrun, *rdzv, "--max-restarts", "0"] if tool == "hangwatch"
-                    else [PY, str(work / "light.py")])
+        # The console script, as users type it (``-- torchrun``); its warm process imports its module.
+        script = Path(PY).with_name("torchrun")
+        launcher = ([*([str(script)] if script.exists() else torchrun), *rdzv, "--max-restarts", "0"]
+                    if tool in ("hangwatch", "hangwatch-cold") else [PY, str(work / "light.py")])
+        warm = ["--prewarm-launcher"] if tool == "hangwatch" else []
         return [str(Path(PY).with_name("hangwatch")), "run", "--run-dir", str(work / "hw"), "--gpu-probe", "none",
                 "--interval", str(INTERVAL_S), "--progress-timeout", str(TIMEOUT_S),
-                "--stall-window", str(TIMEOUT_S), "--max-restarts", "3", "--quiet",
+                "--stall-window", str(TIMEOUT_S), "--max-restarts", "3", "--quiet", *warm,
                 "--", *launcher, *train]
     if tool == "nvrx":
         return [PY, "-m", "nvidia_resiliency_ext.fault_tolerance.launcher", *rdzv, "--max-restarts", "3",
@@ -260,8 +265,13 @@ def run_once(tool: str, mode: str, site: Path | None, base: Path, index: int) ->
         hang_t = gone_t = None
         old_pids: list[int] = []
         deadline = time.time() + 120.0
+        warm_rss = 0
+        next_rss = 0.0
         try:
             while proc.poll() is None and time.time() < deadline:
+                if tool == "hangwatch" and time.time() >= next_rss and (hang_t is None or time.time() < hang_t + 4.0):
+                    warm_rss = max(warm_rss, _warm_rss(proc.pid))  # idle: before the verdict can use it
+                    next_rss = time.time() + 0.5
                 evs = events(work)
                 if hang_t is None:
                     hang = next((e for e in evs if e["event"] == "hang"), None)
@@ -282,7 +292,21 @@ def run_once(tool: str, mode: str, site: Path | None, base: Path, index: int) ->
                 if _alive(pid):
                     os.kill(pid, signal.SIGKILL)
             reader.join(5)
-    return measure(tool, work, hang_t, gone_t, lines)
+    r = measure(tool, work, hang_t, gone_t, lines)
+    if tool == "hangwatch":
+        r["warm_rss_mb"] = round(warm_rss / 2**20, 1) if warm_rss else None
+    return r
+
+
+def _warm_rss(supervisor: int) -> int:
+    """RSS of the supervisor's warm launcher process, 0 when there is none."""
+    try:
+        for child in psutil.Process(supervisor).children():
+            if "hangwatch.supervisor.warmstart" in " ".join(child.cmdline()):
+                return child.memory_info().rss
+    except psutil.Error:
+        pass
+    return 0
 
 
 def _alive(pid: int) -> bool:
@@ -313,6 +337,7 @@ def measure(tool: str, work: Path, hang_t: float | None, gone_t: float | None, l
         r["detection"] = inc["ts"] - hang_t if inc else None
         r["kill_decision"] = cap["ts"] - hang_t if cap else None
         r["relaunch"] = second["ts"] - hang_t if second else None
+        r["launch"] = ((second.get("launch") or {}).get("mode") if second else None)
         r["bundle_rounds"] = _bundle_rounds(Path(cap["evidence_path"])) if cap and cap.get("evidence_path") else None
     else:
         hit = next((t for t, line in lines if t > hang_t and ("Did not get subsequent heartbeat" in line
@@ -341,6 +366,10 @@ ROWS = [("detection", "detection"), ("kill_decision", "kill decision"),
         ("ranks_started", "new ranks started"), ("first_step", "first training step of the new attempt")]
 
 
+LABELS = {"hangwatch": "hangwatch (`--prewarm-launcher -- torchrun`)", "hangwatch-cold": "hangwatch (`-- torchrun`, cold)",
+          "hangwatch-light": "hangwatch, light launcher"}
+
+
 def med(results: list[dict], key: str) -> float | None:
     values = [r[key] for r in results if r.get(key) is not None]
     return statistics.median(values) if values and len(values) == len(results) else None
@@ -355,9 +384,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the NVRx wheel is fetched and unpacked (kept between runs)")
     parser.add_argument("--keep", action="store_true", help="keep the work directories")
     parser.add_argument("--light", action="store_true",
-                        help="also run hangwatch around a launcher that imports nothing (the warm-launcher what-if)")
+                        help="also run hangwatch around a launcher that imports nothing (no torchrun at all)")
+    parser.add_argument("--cold", action="store_true",
+                        help="also run hangwatch without --prewarm-launcher (torchrun cold on every relaunch)")
     args = parser.parse_args(argv)
 
+    extra_tools = (("hangwatch-cold",) if args.cold else ()) + (("hangwatch-light",) if args.light else ())
     site, version = nvrx_site(args.nvrx, args.nvrx_dir)
     peer = "nvrx" if site else "torchrun"
     print(f"peer: {'NVRx ft_launcher ' + version if site else 'plain torchrun --max-restarts (no hang detection); NVRx ' + version}")
@@ -368,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for mode in args.modes.split(","):
             for i in range(args.runs):
-                for tool in ("hangwatch", peer) + (("hangwatch-light",) if args.light else ()):
+                for tool in ("hangwatch", peer) + extra_tools:
                     r = run_once(tool, mode, site, base, i)
                     results.setdefault((tool, mode), []).append(r)
                     shown = {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()}
@@ -382,8 +414,8 @@ def main(argv: list[str] | None = None) -> int:
     for mode in args.modes.split(","):
         print()
         print(f"{mode} hang (s after the hang began, median of {args.runs}):")
-        tools = (peer, "hangwatch") + (("hangwatch-light",) if args.light else ())
-        print("| | " + " | ".join("hangwatch, light launcher" if t == "hangwatch-light" else t for t in tools) + " |")
+        tools = (peer, "hangwatch") + extra_tools
+        print("| | " + " | ".join(LABELS.get(t, t) for t in tools) + " |")
         print("|---" * (len(tools) + 1) + "|")
         for key, label in ROWS:
             cells = []
@@ -393,12 +425,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {label} | " + " | ".join(cells) + " |")
         bundles = {r.get("bundle_rounds") for r in results[("hangwatch", mode)]}
         print(f"hangwatch bundles: {sorted(b or 'none' for b in bundles)}")
+        launches = [r.get("launch") for r in results[("hangwatch", mode)]]
+        rss = [r["warm_rss_mb"] for r in results[("hangwatch", mode)] if r.get("warm_rss_mb")]
+        print(f"hangwatch relaunches: {launches}; idle warm launcher RSS: "
+              f"{f'{statistics.median(rss):.0f} MB' if rss else 'not seen'}")
 
     ratio = "n/a"
     if peer == "nvrx" and ("hangwatch", "sleep") in results:
         ours, theirs = med(results[("hangwatch", "sleep")], "first_step"), med(results[("nvrx", "sleep")], "first_step")
         if ours is not None and theirs:
             ratio = f"{ours / theirs:.3f}"
+    if peer == "nvrx" and ("hangwatch-cold", "sleep") in results:
+        ours, theirs = (med(results[("hangwatch-cold", "sleep")], "first_step"),
+                        med(results[("nvrx", "sleep")], "first_step"))
+        if ours is not None and theirs:
+            print(f"first_step_ratio_vs_nvrx_cold_torchrun={ours / theirs:.3f}")
     if peer == "nvrx" and ("hangwatch-light", "sleep") in results:
         ours, theirs = (med(results[("hangwatch-light", "sleep")], "first_step"),
                         med(results[("nvrx", "sleep")], "first_step"))
