@@ -58,7 +58,8 @@ import torch
 from hangwatch.generator.applied import AppliedSettings, check_applied
 from hangwatch.generator.compat import warn_unsupported_versions
 from hangwatch.generator.engines.vllm_engine import tensor_parallel_refusal
-from hangwatch.generator.errors import GeneratorError, UnsupportedEngineConfig, WeightMismatch, WorkerUnkillable
+from hangwatch.generator.errors import (GeneratorError, UnsupportedEngineConfig, WeightMismatch, WorkerTimeout,
+                                        WorkerUnkillable)
 from hangwatch.generator.offload import TrainerOffload
 from hangwatch.generator.policy import RolloutPolicy, cudagraphs_enabled_in, rollout_policy
 from hangwatch.generator.process import WorkerProcess
@@ -165,6 +166,9 @@ class ColocatedGenerator:
         self.standby: WorkerProcess | None = None
         self._standby_policy: RolloutPolicy | None = safer_policy(self.policy) if standby else None
         self._standby_applied: AppliedSettings | None = None
+        self._failed_phase: str | None = None  # the phase running now (or last run)
+        self._failed_at: str | None = None  # the phase the last call failed in
+        self._backstop_used = False
 
     @property
     def worker_pid(self) -> int | None:
@@ -175,11 +179,29 @@ class ColocatedGenerator:
         try:
             return self._generate_once(prompts, n, seed, step=step)
         except (GeneratorError, OSError) as first:
-            instruction = self._new_instruction()
+            instruction = self._new_instruction() or self._backstop_instruction(first)
             if instruction is None:
                 raise
             self._apply_instruction(instruction, first)
             return self._generate_once(prompts, n, seed, step=step)
+
+    def _backstop_instruction(self, cause: BaseException) -> dict[str, Any] | None:
+        """Our own generate timeout fired and the supervisor gave no instruction (it runs without
+        an engine rule, without a GPU probe, or not at all): the same engine restart as level 1,
+        decided here, once per generator. The worker is already killed; the policy is the next
+        safer one. Any other failure, or a second timeout, reaches the caller."""
+        if not isinstance(cause, WorkerTimeout) or self._failed_at != "generate" or self._backstop_used:
+            return None
+        policy = safer_policy(self.policy)
+        if policy is None:
+            return None
+        self._backstop_used = True
+        self.beat_info["engine_restart_by"] = "generator"
+        logger.warning("the engine did not answer generate within %.0f s and the supervisor gave no instruction: "
+                       "restarting the engine from the generator (its generate timeout is the backstop)",
+                       self.timeouts.generate)
+        return {"action": "restart_engine", "cudagraphs": "on" if policy.cudagraphs else "off",
+                "enforce_eager": policy.enforce_eager}
 
     def _new_instruction(self) -> dict[str, Any] | None:
         """A ``restart_engine`` instruction from the supervisor that we have not acted on yet."""
@@ -222,6 +244,7 @@ class ColocatedGenerator:
             raise ValueError(f"n must be positive, got {n}")
         timing = CallTimings()
         self.timings.append(timing)
+        self._failed_at = None
         started = time.perf_counter()
         offload = TrainerOffload(self.model, self.optimizer)
         staged: StagedWeights | None = None
@@ -229,6 +252,7 @@ class ColocatedGenerator:
         result: list[list[Completion]] = []
 
         def phase(name: str) -> Callable[[], None]:
+            self._failed_phase = name
             beat(step=step, phase=name, **self.beat_info)
             t0 = time.perf_counter()
             return lambda: timing.seconds.__setitem__(name, time.perf_counter() - t0)
@@ -270,6 +294,7 @@ class ColocatedGenerator:
             done()
         except BaseException as caught:
             error = caught
+            self._failed_at = self._failed_phase
         finally:
             if staged is not None:
                 self._stager.done(staged)

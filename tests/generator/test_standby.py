@@ -79,3 +79,20 @@ def test_the_beacon_is_rate_limited_but_always_marks_begin_and_end(tmp_path):
     beacon.end()
     assert read_heartbeat(path).phase == "idle"
     assert EngineBeacon(None).path == os.environ.get("HANGWATCH_ENGINE_HEARTBEAT")
+
+
+def test_the_generators_own_timeout_is_the_backstop_and_restarts_the_engine_once(trainer, tmp_path, caplog):
+    """No supervisor instruction (no hangwatch, or no rule fired): the generate timeout kills the
+    worker and retries the batch once with graphs off, on the standby."""
+    model, opt = trainer
+    short = Timeouts(start=30, op=5, load=10, generate=2.0, grace=0.3)
+    kwargs = fake_kwargs(fake_wedge_at_seed=7)  # wedges only while graphs are on
+    with ColocatedGenerator(model, opt, engine_kwargs=kwargs, log_dir=str(tmp_path), timeouts=short,
+                            standby=True) as gen:
+        gen.generate(["p"], 1, seed=1)
+        first = gen.worker_pid
+        rows = gen.generate(["p"], 1, seed=7)
+        assert len(rows) == 1 and first is not None and gen.worker_pid != first
+        assert gen.beat_info["cudagraphs"] == "off" and gen.beat_info["engine_restart_by"] == "generator"
+        assert gen.beat_info["engine_worker"] == "standby"
+    assert "generate timeout is the backstop" in caplog.text
