@@ -201,7 +201,7 @@ class ColocatedGenerator:
                        "restarting the engine from the generator (its generate timeout is the backstop)",
                        self.timeouts.generate)
         return {"action": "restart_engine", "cudagraphs": "on" if policy.cudagraphs else "off",
-                "enforce_eager": policy.enforce_eager}
+                "enforce_eager": policy.enforce_eager, "by": "generator"}
 
     def _new_instruction(self) -> dict[str, Any] | None:
         """A ``restart_engine`` instruction from the supervisor that we have not acted on yet."""
@@ -234,8 +234,10 @@ class ColocatedGenerator:
         elif standby is not None:
             standby.kill()
         self.beat_info["engine_worker"] = "standby" if self.worker is standby and standby is not None else "cold"
-        logger.warning("engine worker died under the call (%s); the supervisor asked for an engine restart with "
-                       "cudagraphs %s: retrying the batch on %s", cause, self.beat_info["cudagraphs"], how)
+        who = "the generator's backstop" if instruction.get("by") == "generator" else "the supervisor"
+        logger.warning("engine worker failed under the call (%s: %s); %s asked for an engine restart with "
+                       "cudagraphs %s: retrying the batch on %s", type(cause).__name__, cause, who,
+                       self.beat_info["cudagraphs"], how)
 
     def _generate_once(self, prompts: list[str], n: int, seed: int, *, step: int | None = None) -> list[list[Completion]]:
         if self._closed:
