@@ -13,9 +13,10 @@ costs the engine nothing measurable. The request's start and end are always writ
 
 from __future__ import annotations
 
+import functools
 import os
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from hangwatch.contract import env as names
 from hangwatch.contract.heartbeat import beat
@@ -30,8 +31,10 @@ class EngineBeacon:
         self.steps = 0
         self._last_write = float("-inf")
         self._written_steps = -1
+        self._depth = 0
 
     def begin(self) -> None:
+        self._depth += 1
         self._write("generate")
 
     def step(self) -> None:
@@ -40,7 +43,9 @@ class EngineBeacon:
             self._write("generate")
 
     def end(self) -> None:
-        self._write("idle")
+        self._depth = max(0, self._depth - 1)
+        if self._depth == 0:  # a generate inside a chat: idle only when the outer call ends
+            self._write("idle")
 
     def _write(self, phase: str) -> None:
         if not self.path:
@@ -48,3 +53,63 @@ class EngineBeacon:
         self._last_write = self.clock()
         self._written_steps = self.steps
         beat(step=self.steps, phase=phase, path=self.path)
+
+
+#: the ``LLM`` methods that run requests to completion through ``LLMEngine.step()``
+LLM_REQUEST_METHODS = ("generate", "chat")
+
+
+def instrument_llm(llm: Any, beacon: EngineBeacon | None = None) -> bool:
+    """Beat the engine steps of an in-process vLLM ``LLM`` (TRL's colocate engine).
+
+    Instance attributes shadow ``llm.generate``/``llm.chat`` (request in flight) and
+    ``llm.llm_engine.step`` (one beat per step): ``LLM._run_engine`` calls
+    ``self.llm_engine.step()`` in its loop, so every step is seen. The engine then runs
+    in the trainer's process, so a stuck step is still caught by the engine step rule,
+    and the recovery is a job restart (there is no isolated worker to restart alone).
+    Returns False (and changes nothing) when there is no path to beat into or the object
+    does not look like vLLM's ``LLM``.
+    """
+    beacon = beacon or EngineBeacon()
+    if not beacon.path or count_steps(getattr(llm, "llm_engine", None), beacon.step) is None:
+        return False
+    for name in LLM_REQUEST_METHODS:
+        method = getattr(llm, name, None)
+        if callable(method):
+            setattr(llm, name, _in_flight(method, beacon))
+    return True
+
+
+def count_steps(engine: Any, on_step: Callable[[], None]) -> Callable[[], None] | None:
+    """Call ``on_step`` after every ``engine.step()`` (an ``LLMEngine``); returns the undo,
+    or None when ``engine`` has no ``step`` or already counts. The wrapper is an instance
+    attribute, so undoing it (deleting it) restores the class's method."""
+    step = getattr(engine, "step", None)
+    if not callable(step) or getattr(step, "_hangwatch_wrapped", False):
+        return None
+
+    def counted_step(*args: Any, **kwargs: Any) -> Any:
+        out = step(*args, **kwargs)
+        on_step()
+        return out
+
+    counted_step._hangwatch_wrapped = True  # type: ignore[attr-defined]
+    engine.step = counted_step
+
+    def undo() -> None:
+        if getattr(engine, "__dict__", {}).get("step") is counted_step:
+            del engine.step
+
+    return undo
+
+
+def _in_flight(method: Callable[..., Any], beacon: EngineBeacon) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        beacon.begin()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            beacon.end()
+
+    return run

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from hangwatch.generator.applied import AppliedSettings, check_applied, remember, worker_compilation_settings
+from hangwatch.generator.beacon import instrument_llm
 from hangwatch.generator.compat import warn_unsupported_versions
 from hangwatch.generator.errors import CudagraphPolicyViolation
 from hangwatch.generator.policy import RolloutPolicy, rollout_policy
@@ -119,6 +120,8 @@ def apply_rollout_policy(
 
     def read_back(llm: Any, kwargs: Mapping[str, Any]) -> None:
         verify_engine(llm, policy, kwargs, step=step)
+        # The engine step rule for the in-process engine (a no-op outside hangwatch).
+        instrument_llm(llm)
 
     with patched_rollout_engine(policy.engine_kwargs(), module_name=module_name, factory=factory,
                                 after_build=read_back) as applied:

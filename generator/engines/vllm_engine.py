@@ -22,6 +22,7 @@ import contextlib
 from typing import Any, Callable, Iterator, Mapping
 
 from hangwatch.generator.applied import APPLIED_RPC, AppliedSettings
+from hangwatch.generator.beacon import count_steps
 from hangwatch.generator.errors import UnsupportedEngineConfig
 
 EXTENSION = "hangwatch.generator.engines.vllm_extension.WeightSyncExtension"
@@ -106,23 +107,12 @@ def _counting_steps(engine: Any, on_step: Callable[[], None] | None) -> Iterator
 
     ``LLM.generate`` drives the engine with ``while has_unfinished_requests():
     self.llm_engine.step()`` (``LLM._run_engine``, the same in the versions we
-    support), so an instance attribute shadowing ``step`` sees every step and
-    nothing else changes; removing it restores the class's method. A step that
-    never returns (the cuda-graph wedge) is exactly what stops the beats.
+    support), so the counting wrapper sees every step and nothing else changes. A
+    step that never returns (the cuda-graph wedge) is exactly what stops the beats.
     """
-    if on_step is None:
-        yield
-        return
-    original = engine.step
-
-    def step(*args: Any, **kwargs: Any) -> Any:
-        out = original(*args, **kwargs)
-        on_step()
-        return out
-
-    engine.step = step
+    undo = count_steps(engine, on_step) if on_step is not None else None
     try:
         yield
     finally:
-        with contextlib.suppress(AttributeError):
-            del engine.step
+        if undo is not None:
+            undo()

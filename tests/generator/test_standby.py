@@ -9,7 +9,7 @@ import pytest
 
 from gen_helpers import fake_kwargs
 from hangwatch.contract.heartbeat import read_heartbeat
-from hangwatch.generator.beacon import EngineBeacon
+from hangwatch.generator.beacon import EngineBeacon, instrument_llm
 from hangwatch.generator.colocated import ColocatedGenerator, Timeouts, safer_policy
 from hangwatch.generator.policy import RolloutPolicy
 
@@ -96,3 +96,45 @@ def test_the_generators_own_timeout_is_the_backstop_and_restarts_the_engine_once
         assert gen.beat_info["cudagraphs"] == "off" and gen.beat_info["engine_restart_by"] == "generator"
         assert gen.beat_info["engine_worker"] == "standby"
     assert "generate timeout is the backstop" in caplog.text
+
+
+class _FakeLLMEngine:
+    def __init__(self) -> None:
+        self.steps_left = 0
+
+    def step(self) -> list:
+        self.steps_left -= 1
+        return []
+
+    def has_unfinished_requests(self) -> bool:
+        return self.steps_left > 0
+
+
+class _FakeLLM:
+    """Shaped like vLLM's ``LLM``: ``generate`` drives ``llm_engine.step()`` to completion; ``chat`` calls generate."""
+
+    def __init__(self) -> None:
+        self.llm_engine = _FakeLLMEngine()
+
+    def generate(self, prompts, steps=5):
+        self.llm_engine.steps_left = steps
+        while self.llm_engine.has_unfinished_requests():
+            self.llm_engine.step()
+        return ["done"] * len(prompts)
+
+    def chat(self, messages):
+        return self.generate([messages])
+
+
+def test_an_in_process_engine_beats_its_steps_too(tmp_path):
+    """TRL's colocate engine lives in the trainer process: ``apply_rollout_policy`` instruments it."""
+    path = tmp_path / "engine-heartbeat.json"
+    llm = _FakeLLM()
+    assert instrument_llm(llm, EngineBeacon(str(path), min_interval=0.0))
+    assert llm.generate(["a", "b"], steps=7) == ["done", "done"]
+    last = read_heartbeat(path)
+    assert last.phase == "idle" and last.step == 7 and last.pid == os.getpid()
+    llm.chat("hi")
+    assert read_heartbeat(path).phase == "idle" and read_heartbeat(path).step == 12
+    assert not instrument_llm(llm, EngineBeacon(str(path))), "instrumented once"
+    assert not instrument_llm(_FakeLLM(), EngineBeacon("")), "outside hangwatch: nothing to beat into, nothing changed"
