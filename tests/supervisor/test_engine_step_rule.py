@@ -122,3 +122,11 @@ def test_engine_level_recovery_kills_the_stuck_worker_and_spares_the_standby():
     assert recovery_level(VerdictKind.STALL, engine_pid=WORKER, **kw).engine_pgids == {WORKER}
     assert recovery_level(VerdictKind.STALL, **kw).engine_pgids == {WORKER, STANDBY}, "no beacon: every engine group"
     assert recovery_level(VerdictKind.STALL, engine_pid=4242, **kw).engine_pgids == {WORKER, STANDBY}
+
+
+def test_an_in_process_engine_that_stops_stepping_is_a_job_restart():
+    """TRL's colocate engine beats from the trainer's own pid: nothing to restart alone."""
+    tree = [TreeProcess(TRAINER, 0.0, 1, TRAINER, TRAINER, "python", ("python", "train_grpo.py"))]
+    level = recovery_level(VerdictKind.STALL, mode="auto", phase="generate", tree=tree, trainer_pgid=TRAINER,
+                           last_engine_restart=None, now=1.0, retry_window=600.0, engine_pid=TRAINER)
+    assert level.level == 2 and "no isolated engine worker" in level.reason
