@@ -97,8 +97,11 @@ class WarmPlan:
     orig0: str                  # sys.orig_argv[0] of a cold start
     skip: int                   # the command's own arguments start at argv[skip]
 
-    def spec(self) -> str:
-        return json.dumps({"kind": self.kind, "target": self.target, "imports": list(self.imports)})
+    def spec(self, command: Sequence[str]) -> str:
+        """What the warm process is told at spawn; ``command``'s argv is what its imports see in sys.argv."""
+        argv, orig_argv = self.argv(command)
+        return json.dumps({"kind": self.kind, "target": self.target, "imports": list(self.imports),
+                           "argv": argv, "orig_argv": orig_argv})
 
     def argv(self, command: Sequence[str]) -> tuple[list[str], list[str]]:
         """(``sys.argv``, ``sys.orig_argv``) of a cold start of ``command``."""
@@ -216,13 +219,14 @@ def read_head(path: str, size: int = 4096) -> bytes | None:
 class _Warm:
     """One warm process, from spawn to use or kill."""
 
-    def __init__(self, warm_plan: WarmPlan, env: dict[str, str], clock: Callable[[], float]) -> None:
+    def __init__(self, warm_plan: WarmPlan, command: Sequence[str], env: dict[str, str],
+                 clock: Callable[[], float]) -> None:
         self.plan, self.env, self.cwd, self.clock = warm_plan, env, os.getcwd(), clock
         ours, theirs = socket.socketpair()
         try:
             # preexec_fn (the parent-death signal) makes this a fork from the main thread, like launch().
             self.popen = subprocess.Popen(
-                [warm_plan.interpreter, *warm_plan.flags, "-c", BOOT, str(theirs.fileno()), warm_plan.spec()],
+                [warm_plan.interpreter, *warm_plan.flags, "-c", BOOT, str(theirs.fileno()), warm_plan.spec(command)],
                 env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True, preexec_fn=child_setup(), pass_fds=(theirs.fileno(),))
         except BaseException:
@@ -332,7 +336,7 @@ class Prewarmer:
         self.clock = clock
         self.ready_wait = ready_wait
         self._warm: _Warm | None = None
-        self._next: tuple[WarmPlan, dict[str, str]] | None = None  # what to spawn for the next attempt
+        self._next: tuple[WarmPlan, list[str], dict[str, str]] | None = None  # what to spawn for the next attempt
         self._launched_at: float | None = None
         self._spawned = False  # one warm process per attempt: one that dies is not replaced
         self._why_cold = "the first attempt"
@@ -343,7 +347,7 @@ class Prewarmer:
         if isinstance(warm_plan, str):
             self._next, self._why_cold = None, f"no warm start for this command: {warm_plan}"
         else:
-            self._next = (warm_plan, warm_environment(env))
+            self._next = (warm_plan, list(argv), warm_environment(env))
             self._why_cold = ("the previous attempt ended before its warm process was due (its first "
                               f"heartbeat, or {WARM_WITHOUT_BEAT_S:g} s)")
         self._launched_at, self._spawned = self.clock(), False
@@ -358,10 +362,10 @@ class Prewarmer:
         if not spawn_due(self.clock(), self._launched_at, beat_seen):
             return
         self._spawned = True
-        warm_plan, env = self._next
+        warm_plan, command, env = self._next
         try:
-            self._warm = _Warm(warm_plan, env, self.clock)
-        except OSError as exc:
+            self._warm = _Warm(warm_plan, command, env, self.clock)
+        except (OSError, subprocess.SubprocessError) as exc:
             self._why_cold = f"the warm process could not be started: {exc}"
             return
         log.info("prewarm_started", message=f"warm launcher for the next attempt: pid {self._warm.pid} "

@@ -12,7 +12,8 @@ folder where the user works cannot stand in for this module, then calls
 process becomes the user's launcher, and ``-P`` would stay in ``sys.flags``,
 which ``multiprocessing``'s spawn copies onto every Python child. ``SPEC`` is
 JSON: how a cold start would run the launcher (``kind`` "script" or "module",
-``target``) and what to import ahead (``imports``). ``FD`` is our end of a
+``target``), what to import ahead (``imports``), and the ``argv`` and
+``orig_argv`` those imports see (the current attempt's command). ``FD`` is our end of a
 socket pair with the supervisor.
 
 The life of the process, and why it keeps the fresh-tree guarantee:
@@ -54,6 +55,10 @@ def main() -> None:
     fd, spec = int(sys.argv[1]), json.loads(sys.argv[2])
     kind, target = spec["kind"], spec["target"]
     started = time.monotonic()
+    # What the launcher's imports would see in a cold start of this attempt's command (the next
+    # attempt's differs at most by resume arguments, and gets its own in step 3).
+    sys.argv[:] = spec.get("argv", sys.argv)
+    sys.orig_argv[:] = spec.get("orig_argv", sys.orig_argv)
     if not sys.flags.safe_path:  # -P / -I / PYTHONSAFEPATH: a cold start puts nothing there either
         sys.path.insert(0, os.getcwd() if kind == "module" else os.path.dirname(os.path.realpath(target)))
     for name in spec["imports"]:
@@ -75,6 +80,9 @@ def _become(kind: str, target: str, message: dict) -> None:
     os.environ.update(message["env"])
     sys.argv[:] = list(message["argv"])
     sys.orig_argv[:] = list(message["orig_argv"])
+    namespace = sys.modules["__main__"].__dict__
+    for name in [n for n in namespace if not (n.startswith("__") and n.endswith("__"))]:
+        del namespace[name]  # the boot program's own names: the launcher starts from a bare __main__
     if kind == "module":
         import runpy  # noqa: PLC0415  (``python -m`` imports it too, and only then)
 
@@ -87,7 +95,6 @@ def _become(kind: str, target: str, message: dict) -> None:
     path = target if os.path.isabs(target) else os.path.join(os.getcwd(), target)
     with open(target, "rb") as handle:
         code = compile(handle.read(), path, "exec", dont_inherit=True)
-    namespace = sys.modules["__main__"].__dict__
     builtins = namespace["__builtins__"]
     namespace.clear()
     namespace.update(__name__="__main__", __doc__=None, __package__=None, __spec__=None, __annotations__={},

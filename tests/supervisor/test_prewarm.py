@@ -33,7 +33,7 @@ def rec(**kw):
     with open(REC, "a") as f:
         f.write(json.dumps({"pid": os.getpid(), **kw}) + "\n")
 
-rec(ev="import", attempt=os.environ.get("HANGWATCH_ATTEMPT"))
+rec(ev="import", attempt=os.environ.get("HANGWATCH_ATTEMPT"), argv=sys.argv)
 
 def main():
     import __main__
@@ -160,8 +160,10 @@ def test_a_relaunch_after_a_kill_goes_through_the_warm_process(hw, launcher):
     mains = {r["attempt"]: r for r in records if r["ev"] == "main"}
     cold, warm = mains["1"], mains["2"]
     assert warm["pid"] == second["pid"]
-    # The entry module was imported in the warm process before any attempt was its own...
-    assert {"ev": "import", "attempt": None, "pid": warm["pid"]} in records
+    # The entry module was imported in the warm process before any attempt was its own, seeing
+    # the command's argv as a cold import does...
+    imported = next(r for r in records if r["ev"] == "import" and r["pid"] == warm["pid"])
+    assert imported["attempt"] is None and imported["argv"] == cold["argv"]
     # ...and the attempt then ran with the attempt's environment and argv, as the cold one did.
     assert (cold["graphs"], warm["graphs"]) == ("1", "0")
     assert warm["argv"] == cold["argv"] and warm["argv"][0] == str(launcher)
@@ -215,3 +217,49 @@ def test_an_unused_warm_process_dies_with_a_sigkilled_supervisor(hw, launcher):
     proc.wait(10)
     wait_for(lambda: not _running(warm), 10, "the warm process gone with its supervisor")
     wait_for(lambda: not hw.alive(timeout=0), 10, "the attempt's processes gone (the guardian's work)")
+
+
+MODULE = r'''
+import json, os, sys
+if __name__ == "__main__":
+    with open(os.environ["REC_FILE"], "a") as f:
+        f.write(json.dumps({"pid": os.getpid(), "attempt": os.environ.get("HANGWATCH_ATTEMPT"), "argv": sys.argv,
+                            "orig_argv": sys.orig_argv, "path0": sys.path[0], "file": __file__, "spec": __spec__.name,
+                            "names": sorted(n for n in globals() if not n.startswith("__")),
+                            "parent_loaded": "wpkg" in sys.modules}) + "\n")
+'''
+
+
+def test_python_m_through_the_warm_process_runs_the_module_as_a_cold_start_would(tmp_path):
+    """In-process (no CLI): ``python -m wpkg.launch`` cold, then the same command through a warm process."""
+    import subprocess  # noqa: PLC0415
+
+    from hangwatch.supervisor.prewarm import Prewarmer  # noqa: PLC0415
+
+    (tmp_path / "wpkg").mkdir()
+    (tmp_path / "wpkg" / "__init__.py").write_text("")
+    (tmp_path / "wpkg" / "launch.py").write_text(MODULE)
+    rec = tmp_path / "rec.jsonl"
+    command = [sys.executable, "-m", "wpkg.launch", "--x", "1"]
+    env = dict(os.environ, REC_FILE=str(rec))
+    here = os.getcwd()
+    os.chdir(tmp_path)  # -m finds wpkg in the working directory, cold or warm
+    prewarm = Prewarmer()
+    try:
+        subprocess.run(command, env=dict(env, HANGWATCH_ATTEMPT="1"), timeout=30, check=True)
+        prewarm.launched(command, env)
+        prewarm.tick(beat_seen=True)
+        trainer, how = prewarm.take(command + ["--resume"], dict(env, HANGWATCH_ATTEMPT="2"), tmp_path / "a2",
+                                    echo=False)
+        assert trainer is not None, how
+        assert trainer.popen.wait(30) == 0
+        trainer.join_output(5)
+    finally:
+        prewarm.close()
+        os.chdir(here)
+    cold, warm = _records(rec)
+    assert (cold["attempt"], warm["attempt"]) == ("1", "2") and how["mode"] == "warm"
+    assert warm["argv"] == cold["argv"] + ["--resume"] and warm["orig_argv"] == cold["orig_argv"] + ["--resume"]
+    for key in ("path0", "file", "spec", "names"):
+        assert warm[key] == cold[key], key
+    assert warm["parent_loaded"], "the parent package was imported ahead"
