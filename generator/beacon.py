@@ -1,7 +1,9 @@
 """The engine worker's step beacon: one beat per engine step while a request is in flight.
 
-The supervisor's engine step rule reads it (``hangwatch.contract.heartbeat.
-engine_heartbeat_path``, set for every attempt as ``HANGWATCH_ENGINE_HEARTBEAT``).
+The supervisor's engine step rule reads it: each engine process beats into its own file
+(``hangwatch.contract.heartbeat.engine_beacon_file``) under the base name set for every
+attempt as ``HANGWATCH_ENGINE_HEARTBEAT``, so the engines of several ranks are judged
+one by one.
 A beat says ``phase="generate"`` while a ``generate`` runs and ``"idle"`` after it;
 ``step`` counts the worker's engine steps over its whole life, so a worker that has
 never stepped (``step`` 0: its warm-up) is never judged by the rule.
@@ -19,13 +21,16 @@ import time
 from typing import Any, Callable
 
 from hangwatch.contract import env as names
-from hangwatch.contract.heartbeat import beat
+from hangwatch.contract.heartbeat import beat, engine_beacon_file
 
 
 class EngineBeacon:
     def __init__(self, path: str | None = None, *, min_interval: float = 0.2,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.path = path if path is not None else os.environ.get(names.ENGINE_HEARTBEAT)
+        """``path``: the file to beat into; default: this process's own file under
+        ``HANGWATCH_ENGINE_HEARTBEAT`` (none outside hangwatch: every beat a no-op)."""
+        base = os.environ.get(names.ENGINE_HEARTBEAT)
+        self.path = path if path is not None else (engine_beacon_file(base, os.getpid()) if base else None)
         self.min_interval = min_interval
         self.clock = clock
         self.steps = 0

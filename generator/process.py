@@ -26,6 +26,8 @@ from typing import Any, Mapping
 
 import psutil
 
+from hangwatch.contract import env as names
+from hangwatch.contract.heartbeat import engine_beacon_file
 from hangwatch.contract.pyexec import module_command
 from hangwatch.generator import protocol
 from hangwatch.generator.errors import (AuthenticationFailed, GeneratorError, WeightMismatch, WorkerDied,
@@ -252,6 +254,12 @@ class WorkerProcess:
             pass  # the group emptied between the check and the signal: that is the goal
 
     def _cleanup(self) -> None:
+        base = os.environ.get(names.ENGINE_HEARTBEAT)
+        if base and self.proc is not None:
+            # A dead worker's last beat may say "in flight"; were its pid reused by another
+            # process of the tree, that stale beat would read as a stuck engine.
+            with contextlib.suppress(OSError):
+                os.unlink(engine_beacon_file(base, self.proc.pid))
         if self.client is not None:
             self.client.close()
             self.client = None

@@ -28,9 +28,10 @@ The conditions:
   at that moment (the GPU signature says what it is, and the cuda-graph
   escalation must follow it). Before the first beat the rule never fires: that
   is the warm-up allowance (loading, first compile, data-loader warm-up).
-* **engine step rule**: the rollout engine's worker beats once per engine step
-  (``Sample.engine``, a separate file). A worker that has stepped before, has a
-  request in flight and has made no step for ``engine_step_timeout`` is wedged,
+* **engine step rule**: each rollout engine process beats once per engine step
+  (``Sample.engine``, a file per process, judged one by one). An engine that has
+  stepped before, has a request in flight and has made no step for
+  ``engine_step_timeout`` is wedged,
   whatever the CPU and the GPU do: one vLLM step is bounded by chunked prefill
   (at most ``max_num_batched_tokens`` tokens), so tens of seconds without one is
   not a slow step. It is far more specific than the trainer's silence (a batch
@@ -213,9 +214,9 @@ class Detector:
         self._last_hb: object | None = None
         self._last_progress = start
         self._heartbeats_seen = False
-        self._last_engine: object | None = None
-        self._engine_token: tuple[int, int] | None = None
-        self._engine_progress = start
+        # Per engine process: (its last token, when it last changed), and the stuck one, if any.
+        self._engines: dict[int, tuple[tuple[int, int], float]] = {}
+        self._engine_stuck: tuple[float, Heartbeat] | None = None
         self.phase: str | None = None
         self.step: int | None = None
         # The window and timeout of the current phase, recomputed when it changes.
@@ -279,9 +280,9 @@ class Detector:
                 evidence=self._evidence(sample, scan, tree_cpu),
             )
 
-        engine_silent = self._engine_silence(sample)
-        if engine_silent is not None and engine_silent >= (cfg.engine_step_timeout or 0) - self._slack:
-            return self._engine_verdict(sample, tree_cpu, engine_silent)
+        stuck = self._engine_stuck = self._stuck_engine(sample) if sample.engine else None
+        if stuck is not None and t - stuck[0] >= (cfg.engine_step_timeout or 0) - self._slack:
+            return self._engine_verdict(sample, tree_cpu, stuck)
 
         timeout = self._timeout
         if self._heartbeats_seen and timeout is not None:
@@ -323,23 +324,26 @@ class Detector:
             evidence=evidence,
         )
 
-    def _engine_silence(self, sample: Sample) -> float | None:
-        """Seconds since the engine's last step while it is stuck in a request, or None
-        when the rule does not apply (off, no beacon, idle, never stepped, worker gone)."""
-        engine = sample.engine
-        if engine is not None and engine is not self._last_engine:
-            self._last_engine = engine
-            if engine.token != self._engine_token:
-                self._engine_token = engine.token
-                self._engine_progress = sample.t
-        if (self.config.engine_step_timeout is None or engine is None or engine.phase != "generate"
-                or not engine.step or engine.pid not in sample.cpu_pct):
+    def _stuck_engine(self, sample: Sample) -> tuple[float, Heartbeat] | None:
+        """The engine process silent the longest while the rule applies to it (a request in
+        flight, stepped before, alive in the tree): (its last progress, its beat), or None."""
+        worst: tuple[float, Heartbeat] | None = None
+        engines = self._engines
+        for engine in sample.engine:
+            known = engines.get(engine.pid)
+            if known is None or known[0] != engine.token:
+                known = engines[engine.pid] = (engine.token, sample.t)
+            if engine.phase == "generate" and engine.step and engine.pid in sample.cpu_pct:
+                if worst is None or known[1] < worst[0]:
+                    worst = (known[1], engine)
+        if self.config.engine_step_timeout is None:
             return None
-        return sample.t - self._engine_progress
+        return worst
 
-    def _engine_verdict(self, sample: Sample, tree_cpu: float, silent_for: float) -> Verdict:
-        engine = sample.engine
-        assert engine is not None and self.config.engine_step_timeout is not None
+    def _engine_verdict(self, sample: Sample, tree_cpu: float, stuck: tuple[float, Heartbeat]) -> Verdict:
+        since, engine = stuck
+        silent_for = sample.t - since
+        assert self.config.engine_step_timeout is not None
         scan = _scan(sample, tree_cpu, self.config.gpu_busy_pct, self.config.cpu_idle_pct)
         self.state = DetectorState.FIRED
         evidence = self._evidence(sample, scan, tree_cpu)
@@ -349,7 +353,7 @@ class Detector:
         return Verdict(
             VerdictKind.STALL,
             detected_at=sample.t,
-            onset=self._engine_progress,
+            onset=since,
             window=timeout,
             phase=self.phase,
             reason=(f"the rollout engine (worker pid {engine.pid}) made no step for {silent_for:.0f} s with a request "
@@ -372,12 +376,11 @@ class Detector:
             frac = (t - self._last_progress) / timeout
             if best is None or frac > best[2]:
                 best = ("progress", self._last_progress, frac)
-        engine = self._last_engine
-        if (self.config.engine_step_timeout is not None and isinstance(engine, Heartbeat)
-                and engine.phase == "generate" and engine.step):
-            frac = (t - self._engine_progress) / self.config.engine_step_timeout
+        stuck = self._engine_stuck
+        if stuck is not None and self.config.engine_step_timeout is not None:
+            frac = (t - stuck[0]) / self.config.engine_step_timeout
             if best is None or frac > best[2]:
-                best = ("engine_step", self._engine_progress, frac)
+                best = ("engine_step", stuck[0], frac)
         return best
 
     def _note_heartbeat(self, sample: Sample) -> bool:
@@ -401,10 +404,12 @@ class Detector:
 
     def _evidence(self, sample: Sample, scan: "_Scan", tree_cpu: float) -> dict[str, Any]:
         evidence = self._base_evidence(sample, scan, tree_cpu)
-        engine = sample.engine
-        if engine is not None and engine.phase == "generate" and engine.pid in sample.cpu_pct:
-            # Whichever rule fired, the worker with a request in flight is the engine suspect
-            # (engine-level recovery kills its group, and spares a standby worker).
+        in_flight = [e for e in sample.engine if e.phase == "generate" and e.pid in sample.cpu_pct]
+        if in_flight:
+            # Whichever rule fired, the engine with a request in flight (the longest silent of
+            # them) is the engine suspect: engine-level recovery kills its group, and spares a
+            # standby worker.
+            engine = min(in_flight, key=lambda e: self._engines.get(e.pid, (None, sample.t))[1])
             evidence.update(engine_pid=engine.pid, engine_steps=engine.step)
         return evidence
 

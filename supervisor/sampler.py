@@ -10,7 +10,7 @@ from typing import Callable
 
 import psutil
 
-from hangwatch.contract.heartbeat import engine_heartbeat_path, read_heartbeat
+from hangwatch.contract.heartbeat import engine_heartbeat_path, read_engine_beacons, read_heartbeat
 from hangwatch.supervisor.probes import GpuProbe
 from hangwatch.supervisor.proctree import CpuMeter, ProcessTree
 from hangwatch.contract.samples import Sample
@@ -38,7 +38,7 @@ class Sampler:
         cpu = self.cpu.measure([p.pid for p in members], self.tree.last_stats)
         gpu = self.probe.sample()
         hb = read_heartbeat(self.heartbeat_path) if self.heartbeat_path else None
-        engine = read_heartbeat(self.engine_path) if self.engine_path else None
+        engine = read_engine_beacons(self.engine_path) if self.engine_path else ()
         return Sample(t=self.clock(), wall=time.time(), cpu_pct=cpu, gpu=gpu, heartbeat=hb, tree_size=len(members),
                       engine=engine)
 

@@ -111,17 +111,53 @@ class Heartbeat:
 MAX_BEAT_BYTES = 64 * 1024
 
 ENGINE_HEARTBEAT_NAME = "engine-heartbeat.json"
+# Engine processes a tick reads at most (the newest): one per rank's engine, plus the dead ones.
+MAX_ENGINE_BEACONS = 64
+_MAX_SCAN = 4096  # directory entries looked at per read
 
 
 def engine_heartbeat_path(heartbeat: str | os.PathLike[str]) -> str:
-    """Where the rollout engine's worker beats: beside the trainer's heartbeat.
+    """The base name the rollout engines beat under (``HANGWATCH_ENGINE_HEARTBEAT``): beside
+    the trainer's heartbeat. Each engine process writes its own file
+    (``engine_beacon_file``), because engines are judged one by one.
 
-    A separate file, because the two mean different things: the trainer's beats
-    are optimizer progress, the engine's are engine steps while a request is in
-    flight (``phase="generate"``, ``step`` = engine steps so far). Sharing one
-    file would let a healthy engine's beats hide a hung trainer.
+    Separate from the trainer's heartbeat, because the two mean different things: the
+    trainer's beats are optimizer progress, an engine's are engine steps while a request
+    is in flight (``phase="generate"``, ``step`` = engine steps so far). Sharing one file
+    would let a healthy engine's beats hide a hung trainer; sharing one file between the
+    engines of several ranks would let one rank's idle engine hide another's stuck one.
     """
     return os.path.join(os.path.dirname(os.fspath(heartbeat)), ENGINE_HEARTBEAT_NAME)
+
+
+def engine_beacon_file(base: str | os.PathLike[str], pid: int) -> str:
+    """The file engine process ``pid`` beats into: ``engine-heartbeat-<pid>.json``."""
+    root, ext = os.path.splitext(os.fspath(base))
+    return f"{root}-{pid}{ext}"
+
+
+def read_engine_beacons(base: str | os.PathLike[str]) -> tuple[Heartbeat, ...]:
+    """Every engine process's last beat (the newest ``MAX_ENGINE_BEACONS`` files), in no order."""
+    directory, name = os.path.split(os.fspath(base))
+    root, ext = os.path.splitext(name)
+    prefix = root + "-"
+    found: list[tuple[float, str]] = []
+    try:
+        with os.scandir(directory or ".") as entries:
+            for i, entry in enumerate(entries):
+                if i >= _MAX_SCAN:
+                    break
+                middle = entry.name[len(prefix):len(entry.name) - len(ext)]
+                if entry.name.startswith(prefix) and entry.name.endswith(ext) and middle.isdigit():
+                    try:
+                        found.append((entry.stat(follow_symlinks=False).st_mtime, entry.path))
+                    except OSError:
+                        continue  # gone since the scan
+    except OSError:
+        return ()
+    found.sort(reverse=True)
+    beats = (read_heartbeat(path) for _, path in found[:MAX_ENGINE_BEACONS])
+    return tuple(b for b in beats if b is not None)
 
 
 def read_heartbeat(path: str | os.PathLike[str]) -> Heartbeat | None:

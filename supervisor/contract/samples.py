@@ -62,8 +62,9 @@ class Sample:
     gpu: tuple[DeviceSample, ...] | None
     heartbeat: Heartbeat | None = None
     tree_size: int = field(default=0)
-    # The rollout engine's beacon (``engine_heartbeat_path``): engine steps while a request is in flight.
-    engine: Heartbeat | None = None
+    # The rollout engines' beacons (``read_engine_beacons``), one per engine process:
+    # engine steps while a request is in flight.
+    engine: tuple[Heartbeat, ...] = ()
 
     def tree_pids(self) -> frozenset[int]:
         return frozenset(self.cpu_pct)
@@ -76,7 +77,7 @@ class Sample:
             "gpu": [d.to_json() for d in self.gpu] if self.gpu is not None else None,
             "heartbeat": self.heartbeat.to_json() if self.heartbeat else None,
             "tree_size": self.tree_size,
-            **({"engine": self.engine.to_json()} if self.engine else {}),
+            **({"engine": [e.to_json() for e in self.engine]} if self.engine else {}),
         }
 
     @classmethod
@@ -90,5 +91,5 @@ class Sample:
             gpu=tuple(DeviceSample.from_json(d) for d in gpu) if gpu is not None else None,
             heartbeat=Heartbeat.from_json(hb) if hb else None,
             tree_size=int(data.get("tree_size", len(data.get("cpu_pct") or {}))),
-            engine=Heartbeat.from_json(data["engine"]) if data.get("engine") else None,
+            engine=tuple(Heartbeat.from_json(e) for e in (data.get("engine") or ())),
         )

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from gen_helpers import fake_kwargs
-from hangwatch.contract.heartbeat import read_heartbeat
+from hangwatch.contract.heartbeat import engine_beacon_file, read_heartbeat
 from hangwatch.generator.beacon import EngineBeacon, instrument_llm
 from hangwatch.generator.colocated import ColocatedGenerator, Timeouts, safer_policy
 from hangwatch.generator.policy import RolloutPolicy
@@ -18,16 +18,18 @@ FAST = Timeouts(start=30, op=5, load=10, generate=10, grace=0.5)
 
 
 def test_the_worker_beats_its_engine_steps_and_says_when_the_request_ends(trainer, tmp_path, monkeypatch):
-    beacon = tmp_path / "engine-heartbeat.json"
-    monkeypatch.setenv("HANGWATCH_ENGINE_HEARTBEAT", str(beacon))
+    base = tmp_path / "engine-heartbeat.json"
+    monkeypatch.setenv("HANGWATCH_ENGINE_HEARTBEAT", str(base))
     model, opt = trainer
     with ColocatedGenerator(model, opt, engine_kwargs=fake_kwargs(), log_dir=str(tmp_path), timeouts=FAST) as gen:
         gen.generate(["p", "q"], 2, seed=1)
+        beacon = engine_beacon_file(base, gen.worker_pid)
         last = read_heartbeat(beacon)
         assert last is not None and last.pid == gen.worker_pid
         assert last.phase == "idle" and last.step >= 2 * 2 * 8, "one step per token, over the worker's life"
         gen.generate(["p"], 1, seed=2)
         assert read_heartbeat(beacon).step > last.step
+    assert not os.path.exists(beacon), "a closed worker's beat is removed with it"
 
 
 def test_a_standby_that_cannot_start_costs_a_warning_never_the_call(trainer, tmp_path, caplog):

@@ -5,12 +5,13 @@ whatever the CPU and the GPU do. Pure: samples and time in, verdicts out."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 
 from hangwatch.contract.capture import TreeProcess
 from hangwatch.contract.errors import ConfigError
-from hangwatch.contract.heartbeat import Heartbeat
+from hangwatch.contract.heartbeat import Heartbeat, beat, engine_beacon_file, read_engine_beacons
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import VerdictKind
 from hangwatch.supervisor.attempt import recovery_level
@@ -26,12 +27,13 @@ def engine(seq: int, steps: int, phase: str = "generate", pid: int = WORKER) -> 
     return Heartbeat(pid=pid, seq=seq, ts=0.0, step=steps, phase=phase)
 
 
-def sample(t: float, eng: Heartbeat | None, *, worker_cpu: float = 0.0, worker_alive: bool = True,
-           util: float = 30.0) -> Sample:
+def sample(t: float, eng: Heartbeat | tuple[Heartbeat, ...] | None, *, worker_cpu: float = 0.0,
+           worker_alive: bool = True, util: float = 30.0) -> Sample:
     cpu = {TRAINER: 2.0, **({WORKER: worker_cpu} if worker_alive else {}), STANDBY: 0.0}
     trainer_beat = Heartbeat(pid=TRAINER, seq=1, ts=0.0, step=16, phase="generate")
+    engines = eng if isinstance(eng, tuple) else (eng,) if eng is not None else ()
     return Sample(t=t, wall=t, cpu_pct=cpu, gpu=(DeviceSample(0, util, 1000.0, (TRAINER, WORKER)),),
-                  heartbeat=trainer_beat, engine=eng)
+                  heartbeat=trainer_beat, engine=engines)
 
 
 def first_verdict(samples, config: DetectorConfig = CONFIG):
@@ -108,7 +110,7 @@ def test_the_early_evidence_round_sees_it_building():
 def test_the_sample_keeps_the_engine_beat_through_json():
     s = sample(1.0, engine(7, 70))
     assert Sample.from_json(s.to_json()) == s
-    plain = dataclasses.replace(s, engine=None)
+    plain = dataclasses.replace(s, engine=())
     assert "engine" not in plain.to_json() and Sample.from_json(plain.to_json()) == plain
 
 
@@ -130,3 +132,27 @@ def test_an_in_process_engine_that_stops_stepping_is_a_job_restart():
     level = recovery_level(VerdictKind.STALL, mode="auto", phase="generate", tree=tree, trainer_pgid=TRAINER,
                            last_engine_restart=None, now=1.0, retry_window=600.0, engine_pid=TRAINER)
     assert level.level == 2 and "no isolated engine worker" in level.reason
+
+
+def test_each_engine_is_judged_alone():
+    """Two ranks' engines: rank 1's finished its batch and went idle (its trainer now waits in a
+    collective), rank 0's is stuck mid-request. One shared beacon would show only rank 1's idle."""
+    samples, t = [], 0.0
+    for i in range(40):
+        stuck = engine(min(i, 10) + 1, 10 + 5 * min(i, 10))  # no step after t=5
+        other = engine(100 + i, 500 + i, phase="generate" if i < 12 else "idle", pid=STANDBY)
+        samples.append(sample(t, (stuck, other)))
+        t += 0.5
+    verdict = first_verdict(samples)
+    assert verdict is not None and verdict.evidence["engine_pid"] == WORKER and verdict.onset == 5.0
+
+
+def test_engine_beacons_are_read_one_file_per_process(tmp_path):
+    base = tmp_path / "engine-heartbeat.json"
+    for pid, phase in ((11, "generate"), (12, "idle")):
+        beat(step=3, phase=phase, path=engine_beacon_file(base, pid))
+    (tmp_path / "engine-heartbeat-x.json").write_text("{}")  # not a pid: not ours
+    (tmp_path / "engine-heartbeat-13.json").write_text("not json")
+    beats = read_engine_beacons(base)
+    assert sorted((b.pid, b.phase) for b in beats) == [(os.getpid(), "generate"), (os.getpid(), "idle")]
+    assert read_engine_beacons(tmp_path / "missing" / "engine-heartbeat.json") == ()
