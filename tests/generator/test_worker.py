@@ -201,16 +201,18 @@ def test_wedge_detected_killed_then_trainer_restored(trainer, tmp_path, monkeypa
     try:
         gen.generate(["p"], 2, seed=1)
         pid_box[0] = gen.worker_pid
-        with pytest.raises(WorkerTimeout, match="generator-worker.log") as info:
-            gen.generate(["p"], 2, seed=2)
-        assert info.value.log_path.endswith("generator-worker.log")
-        assert seen[1] is True and gen.timings[-1].error.startswith("WorkerTimeout")
+        # The wedged call times out; the generator's backstop (no supervisor here) retries it
+        # once on a fresh worker with graphs off, so the call itself returns.
+        assert len(gen.generate(["p"], 2, seed=2)) == 1
+        failed = gen.timings[-2]
+        assert failed.error.startswith("WorkerTimeout") and "generator-worker.log" in failed.error
+        assert seen[1] is True, "the wedged worker was gone before the trainer's tensors came back"
         assert [id(p) for p in model.parameters()] == ids
         assert all(id(k) in state_before for k in opt.state)
         for k, st in opt.state.items():
             assert all(torch.equal(v, state_before[id(k)][s]) for s, v in st.items())
-        assert len(gen.generate(["p"], 2, seed=3)) == 1, "a fresh worker serves the next call"
-        assert gen.worker_pid != pid_box[0]
+        assert gen.worker_pid != pid_box[0] and gen.beat_info["cudagraphs"] == "off"
+        assert len(gen.generate(["p"], 2, seed=3)) == 1, "the fresh worker serves the next call"
     finally:
         gen.close()
 
