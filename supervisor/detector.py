@@ -394,7 +394,13 @@ class Detector:
             return False
         self._last_token = token
         self._heartbeats_seen = True
-        self._last_progress = sample.t
+        # The beat happened when the trainer wrote it, up to one interval before this tick
+        # read it: the timeout runs from then (on average half an interval sooner). Its
+        # wall-clock age is trusted only within one interval: a clock step, or a beat
+        # older than that (read late, or a stale file), gets no credit.
+        age = sample.wall - hb.ts
+        credit = age if 0.0 <= age <= self.config.interval else 0.0
+        self._last_progress = max(self._last_progress, sample.t - credit)
         if hb.phase != self.phase:
             self.phase = hb.phase
             self._window = self.config.window_for(hb.phase)

@@ -642,3 +642,26 @@ def test_sample_time_jitter_does_not_delay_the_verdict_by_a_tick():
     stream = [stalled(k + jitter(k)) for k in range(200)]
     verdict = run(stream)
     assert verdict is not None and round(verdict.detected_at) == 60
+
+
+def test_the_progress_timeout_runs_from_when_the_beat_was_written():
+    """A beat written 0.96 s before the tick that reads it (interval 1 s): the timeout runs from the
+    beat, so the verdict comes a tick sooner; a beat whose clock says it is older than one interval,
+    or from the future (a clock step), gets no such credit."""
+    config = DetectorConfig(interval=1.0, stall_window=60.0, progress_timeout=5.0, engine_step_timeout=None)
+
+    def fired_at(beat_ts: float) -> float:
+        detector = Detector(config, start=0.0)
+        beat = Heartbeat(pid=TRAINER, seq=1, ts=beat_ts, step=1, phase="train")
+        for i in range(40):
+            t = float(i)
+            s = Sample(t=t, wall=t, cpu_pct={TRAINER: 50.0}, gpu=None, heartbeat=beat if t >= 10 else None)
+            verdict = detector.observe(s)
+            if verdict is not None:
+                return verdict.detected_at
+        raise AssertionError("no verdict")
+
+    assert fired_at(9.04) == 14.0
+    assert fired_at(10.0) == 15.0
+    assert fired_at(5.0) == 15.0, "older than one interval: read late or stale, no credit"
+    assert fired_at(10.5) == 15.0, "from the future: a clock step, no credit"

@@ -156,3 +156,4 @@ def test_engine_beacons_are_read_one_file_per_process(tmp_path):
     beats = read_engine_beacons(base)
     assert sorted((b.pid, b.phase) for b in beats) == [(os.getpid(), "generate"), (os.getpid(), "idle")]
     assert read_engine_beacons(tmp_path / "missing" / "engine-heartbeat.json") == ()
+
