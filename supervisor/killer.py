@@ -12,9 +12,14 @@ nor runs after SIGTERM gains nothing from the wait. So once every remaining
 process has used no CPU time, done no I/O, not been in disk sleep and not
 exited for ``quiet_s`` (the clock restarts whenever one of them does any of
 these, or a newcomer appears), SIGKILL goes out early. A process that is busy
-after SIGTERM keeps the whole ``grace``. The report's ``grace_rule`` says which
+after SIGTERM keeps the whole ``grace``. One more early rule: the ``launcher``
+(the tree's root, named by the caller when it never sent a heartbeat while other
+processes did, e.g. torchrun's agent) once every other process is gone. A launcher's
+cleanup after SIGTERM is about its workers, which are dead; the workers, who write
+the emergency checkpoints, kept their grace. The report's ``grace_rule`` says which
 rule applied: ``exited`` (all gone within the grace), ``quiet`` (SIGKILL early),
-``grace`` (SIGKILL when the full grace ended).
+``launcher`` (SIGKILL early: only the launcher left), ``grace`` (SIGKILL when the full
+grace ended).
 
 Processes forked while we wait are picked up by rescanning the tree on every
 poll. Zombies count as dead (they hold no memory, no GPU), and we reap the
@@ -126,9 +131,10 @@ class TreeKiller:
         return True
 
     def kill(self, grace: float, kill_timeout: float = 5.0, first_signal: int = signal.SIGTERM,
-             pgids: frozenset[int] | None = None) -> KillReport:
+             pgids: frozenset[int] | None = None, launcher: int | None = None) -> KillReport:
         """Kill the tree; with ``pgids``, only the members in those process groups (an
-        engine worker's group for an engine-level recovery: the rest of the tree lives on)."""
+        engine worker's group for an engine-level recovery: the rest of the tree lives on).
+        ``launcher``: the root's pid when it is only a launcher (see the module docstring)."""
         start = self.clock()
         known: dict[ProcKey, psutil.Process] = {}
         described: dict[ProcKey, dict[str, Any]] = {}
@@ -184,8 +190,10 @@ class TreeKiller:
 
         quiet = self.quiet_s if self.quiet_s is not None and self.quiet_s < grace else None
         still = _Stillness()
+        early_rule = "quiet"
 
         def wait_until(deadline: float, sig: int, adaptive: bool = False) -> tuple[list[ProcKey], bool]:
+            nonlocal early_rule
             while True:
                 self.reap()
                 refresh()
@@ -195,19 +203,23 @@ class TreeKiller:
                     return remaining, False
                 if adaptive and quiet is not None and still.for_(self.clock(), remaining, known) >= quiet:
                     return remaining, True
+                if adaptive and launcher is not None and len(known) > 1 and [k.pid for k in remaining] == [launcher]:
+                    early_rule = "launcher"
+                    return remaining, True
                 self.sleep(self.poll_s)
 
         refresh()
         send(first_signal, alive())
         remaining, early = wait_until(start + grace, first_signal, adaptive=True)
-        rule = "quiet" if early else ("grace" if remaining else "exited")
+        rule = early_rule if early else ("grace" if remaining else "exited")
         sigkill_after = self.clock() - start if remaining else None
         escalated: list[int] = []
         if remaining:
             waited = self.clock() - start
             for key in remaining:
                 d = described[key]
-                why = f"with no CPU and no exit for {quiet:g} s (wedged)" if early else "for the full grace"
+                why = ("with no CPU and no exit for {:g} s (wedged)".format(quiet or 0) if rule == "quiet" else
+                       "after every other process was gone (a launcher)" if rule == "launcher" else "for the full grace")
                 log.warning(
                     "ignored_sigterm",
                     message=(

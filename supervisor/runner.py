@@ -93,6 +93,7 @@ class Supervisor:
         self._engine_restarts = 0  # level-1 recoveries so far (the control file's seq)
         self._last_engine_restart: float | None = None
         self._engine_pending: dict[str, Any] | None = None
+        self._beat_pids: set[int] = set()  # the processes that sent heartbeats, this attempt
         self._agreed_step: int | None = None
         self._stop_signal: int | None = None
         # Status file, metrics, alerts: told about phases and ticks here, journal records by the journal.
@@ -223,6 +224,7 @@ class Supervisor:
             + (f", resuming from {resume_from}" if resume_from else "")))
 
         evidence: Path | None = None
+        self._beat_pids = set()
         while True:
             verdict, samples, trainer_code = self._watch(trainer, Path(ours["HANGWATCH_HEARTBEAT"]))
             # The attempt's bundle: this verdict's, or an earlier engine-level incident's.
@@ -241,7 +243,10 @@ class Supervisor:
             break
 
         self._enter(AttemptState.KILLING)
-        report = self._kill(reason=verdict.kind.value)
+        # The root is only a launcher (torchrun's agent) when others beat and it never did:
+        # once its workers are gone it is SIGKILLed without waiting out its own teardown.
+        launcher = trainer.pid if self._beat_pids and trainer.pid not in self._beat_pids else None
+        report = self._kill(reason=verdict.kind.value, launcher=launcher)
         trainer.join_output(timeout=2.0)
         if trainer_code is None:
             trainer_code = self.tree.exit_code(trainer)
@@ -393,6 +398,8 @@ class Supervisor:
             self._note_engine_recovery(sample)
             self._upkeep()
             hb = sample.heartbeat
+            if hb is not None and len(self._beat_pids) < 64:
+                self._beat_pids.add(hb.pid)
             if hb is not None and not first_beat_seen:
                 first_beat_seen = True
                 self.journal.append("first_heartbeat", attempt=self.state.attempt, step=hb.step, phase=hb.phase,
@@ -551,8 +558,9 @@ class Supervisor:
             log.info("incidents_pruned", message=(
                 f"removed {len(removed)} old incident bundle(s) (--keep-incidents {self.config.keep_incidents})"))
 
-    def _kill(self, reason: str) -> KillReport | None:
-        report = self.tree.kill(grace=self.config.kill.grace, kill_timeout=self.config.kill.kill_timeout)
+    def _kill(self, reason: str, launcher: int | None = None) -> KillReport | None:
+        report = self.tree.kill(grace=self.config.kill.grace, kill_timeout=self.config.kill.kill_timeout,
+                                launcher=launcher)
         if report is None:
             return None
         self.journal.append("kill", attempt=self.state.attempt, reason=reason, **report.to_json())

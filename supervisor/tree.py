@@ -59,8 +59,9 @@ class TreeOps(Protocol):
     def forward(self, sig: int, trainer: Trainer) -> None:
         """Pass a signal we received to the trainer's process group (if it is still ours)."""
 
-    def kill(self, grace: float, kill_timeout: float) -> KillReport | None:
-        """Kill every process of the tree; None when there was nothing to kill."""
+    def kill(self, grace: float, kill_timeout: float, launcher: int | None = None) -> KillReport | None:
+        """Kill every process of the tree; None when there was nothing to kill. ``launcher``:
+        the root's pid when it is only a launcher, SIGKILLed once everything else is gone."""
 
     def kill_groups(self, pgids: frozenset[int], grace: float, kill_timeout: float) -> KillReport | None:
         """Kill only the members in ``pgids`` (an engine worker's group); None when none was there."""
@@ -175,12 +176,12 @@ class LocalTree:
         self.treefile.update(self._members)
         return report
 
-    def kill(self, grace: float, kill_timeout: float) -> KillReport | None:
+    def kill(self, grace: float, kill_timeout: float, launcher: int | None = None) -> KillReport | None:
         cg = self._cgroup
         if not self.tree.members():
             report = None
         else:
-            report = self.killer.kill(grace=grace, kill_timeout=kill_timeout)
+            report = self.killer.kill(grace=grace, kill_timeout=kill_timeout, launcher=launcher)
         self._members = self.tree.members()
         self.treefile.update(self._members)
         if cg is not None:

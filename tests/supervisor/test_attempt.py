@@ -102,7 +102,7 @@ class FakeTree:
     def forward(self, sig, trainer):
         self.forwarded.append(sig)
 
-    def kill(self, grace, kill_timeout):
+    def kill(self, grace, kill_timeout, launcher=None):
         self.kills += 1
         target = {"pid": self.trainer.pid, "create_time": self.trainer.create_time, "pgid": self.trainer.pid, "name": "t"}
         survivors = (dict(target, state="disk-sleep"),) if self.survivors else ()

@@ -4,8 +4,11 @@ uses no CPU) is SIGKILLed after the quiet period; one that is busy after SIGTERM
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import psutil
 import pytest
@@ -83,3 +86,60 @@ def test_processes_that_exit_on_sigterm_need_no_sigkill(spawn):
 def test_no_quiet_period_means_the_full_grace(spawn):
     report = _kill([spawn(WEDGED)], grace=1.0, quiet=None)
     assert report.grace_rule == "grace" and report.sigkill_after_s >= 1.0
+
+
+def test_a_launcher_left_alone_is_sigkilled_without_waiting_out_its_teardown(spawn):
+    """torchrun's agent: its workers die at SIGTERM, it stays busy tearing down. Named as the
+    launcher, it is SIGKILLed once everything else is gone; not named, it keeps the grace."""
+    launcher, worker = spawn(BUSY), spawn(POLITE)
+    tree = _Tree([psutil.Process(p.pid) for p in (launcher, worker)])
+    killer = TreeKiller(tree, reap=lambda: [p.poll() for p in (launcher, worker)], quiet_s=0.3)
+    report = killer.kill(grace=10.0, kill_timeout=5.0, launcher=launcher.pid)
+    assert report.confirmed and report.grace_rule == "launcher" and report.escalated == (launcher.pid,)
+    assert report.sigkill_after_s < 10.0
+
+    launcher, worker = spawn(BUSY), spawn(POLITE)
+    report = _kill([launcher, worker], grace=1.5, quiet=0.3)
+    assert report.grace_rule == "grace", "without the launcher named, a busy process keeps its grace"
+
+
+def test_a_lone_root_is_never_taken_for_a_launcher(spawn):
+    """A single-process trainer writing an emergency checkpoint: nothing else was in the tree."""
+    root = spawn(BUSY)
+    tree = _Tree([psutil.Process(root.pid)])
+    report = TreeKiller(tree, reap=lambda: root.poll(), quiet_s=0.3).kill(grace=1.5, kill_timeout=5.0,
+                                                                           launcher=root.pid)
+    assert report.grace_rule == "grace" and report.sigkill_after_s >= 1.5
+
+
+LAUNCHER = """
+import os, signal, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", '''
+import time
+from hangwatch.trainer import beat
+for step in range(3):
+    beat(step=step, phase="train"); time.sleep(0.2)
+time.sleep(600)  # hangs: no more beats
+'''])
+def teardown(*_):
+    child.terminate()
+    end = time.monotonic() + 30
+    while time.monotonic() < end:  # a long, busy teardown, like an agent's
+        pass
+    sys.exit(1)
+signal.signal(signal.SIGTERM, teardown)
+sys.exit(child.wait())
+"""
+
+
+@pytest.mark.timeout(90)
+def test_the_supervisor_names_the_root_a_launcher_when_only_its_workers_beat(tmp_path):
+    run_dir = tmp_path / "run"
+    argv = [str(Path(sys.executable).parent / "hangwatch"), "run", "--quiet", "--run-dir", str(run_dir),
+            "--gpu-probe", "none", "--interval", "0.25", "--progress-timeout", "1.5", "--grace", "20",
+            "--max-restarts", "0", "--", sys.executable, "-c", LAUNCHER]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HANGWATCH_")}
+    subprocess.run(argv, env=env, capture_output=True, text=True, timeout=80)
+    journal = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
+    (kill,) = [r for r in journal if r["event"] == "kill"]
+    assert kill["grace_rule"] == "launcher" and kill["sigkill_after_s"] < 20
