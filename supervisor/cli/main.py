@@ -155,8 +155,8 @@ def add_run_parser(sub: Any) -> None:
     g.add_argument("--progress-timeout", type=float, metavar="S",
                    help=f"hang: no heartbeat progress for S seconds after the first beat, busy or idle; 0 disables (default {d['progress_timeout']:g})")
     g.add_argument("--engine-step-timeout", type=float, metavar="S",
-                   help=f"stall: the rollout engine's worker made no step for S seconds with a request in flight "
-                        f"(it beats per step); 0 disables (default {d['engine_step_timeout']:g})")
+                   help=f"stall: a rollout engine made no step for S seconds with a request in flight "
+                        f"(engines beat per step); 0 disables (default {d['engine_step_timeout']:g})")
     g.add_argument("--phase-timeout", action="append", metavar="PHASE=S", dest="phase_timeouts",
                    help="longer window for a phase the trainer announces (repeatable; defaults: checkpoint, compile, warmup = 1800)")
     g.add_argument("--noise-samples", type=int, metavar="N",
