@@ -4,7 +4,8 @@ The supervisor's engine step rule reads it: each engine process beats into its o
 (``hangwatch.contract.heartbeat.engine_beacon_file``) under the base name set for every
 attempt as ``HANGWATCH_ENGINE_HEARTBEAT``, so the engines of several ranks are judged
 one by one.
-A beat says ``phase="generate"`` while a ``generate`` runs and ``"idle"`` after it;
+A beat says ``phase="prepare"`` from a request's arrival to its first step (not judged:
+input processing), ``"generate"`` while its steps run, and ``"idle"`` after it;
 ``step`` counts the worker's engine steps over its whole life, so a worker that has
 never stepped (``step`` 0: its warm-up) is never judged by the rule.
 
@@ -37,19 +38,34 @@ class EngineBeacon:
         self._last_write = float("-inf")
         self._written_steps = -1
         self._depth = 0
+        self._stepping = False  # the current request's first step has started
 
     def begin(self) -> None:
+        """A request arrived. ``prepare`` until its first step starts: rendering and
+        tokenising a large batch (or preprocessing images) can take longer than the
+        rule's timeout without being a stuck step, so it is not judged."""
         self._depth += 1
-        self._write("generate")
+        if self._depth == 1:
+            self._stepping = False
+            self._write("prepare")
+
+    def step_started(self) -> None:
+        """A step is about to run: the first of the request says ``generate`` at once, so a
+        request whose very first step never returns is judged too."""
+        if not self._stepping and self._depth:
+            self._stepping = True
+            self._write("generate")
 
     def step(self) -> None:
+        """A step returned."""
         self.steps += 1
         if self.clock() - self._last_write >= self.min_interval:
-            self._write("generate")
+            self._write("generate" if self._stepping or not self._depth else "prepare")
 
     def end(self) -> None:
         self._depth = max(0, self._depth - 1)
         if self._depth == 0:  # a generate inside a chat: idle only when the outer call ends
+            self._stepping = False
             self._write("idle")
 
     def _write(self, phase: str) -> None:
@@ -76,7 +92,7 @@ def instrument_llm(llm: Any, beacon: EngineBeacon | None = None) -> bool:
     does not look like vLLM's ``LLM``.
     """
     beacon = beacon or EngineBeacon()
-    if not beacon.path or count_steps(getattr(llm, "llm_engine", None), beacon.step) is None:
+    if not beacon.path or count_steps(getattr(llm, "llm_engine", None), beacon.step, beacon.step_started) is None:
         return False
     for name in LLM_REQUEST_METHODS:
         method = getattr(llm, name, None)
@@ -85,15 +101,18 @@ def instrument_llm(llm: Any, beacon: EngineBeacon | None = None) -> bool:
     return True
 
 
-def count_steps(engine: Any, on_step: Callable[[], None]) -> Callable[[], None] | None:
-    """Call ``on_step`` after every ``engine.step()`` (an ``LLMEngine``); returns the undo,
-    or None when ``engine`` has no ``step`` or already counts. The wrapper is an instance
-    attribute, so undoing it (deleting it) restores the class's method."""
+def count_steps(engine: Any, on_step: Callable[[], None],
+                before_step: Callable[[], None] | None = None) -> Callable[[], None] | None:
+    """Call ``before_step`` and ``on_step`` around every ``engine.step()`` (an ``LLMEngine``);
+    returns the undo, or None when ``engine`` has no ``step`` or already counts. The wrapper
+    is an instance attribute, so undoing it (deleting it) restores the class's method."""
     step = getattr(engine, "step", None)
     if not callable(step) or getattr(step, "_hangwatch_wrapped", False):
         return None
 
     def counted_step(*args: Any, **kwargs: Any) -> Any:
+        if before_step is not None:
+            before_step()
         out = step(*args, **kwargs)
         on_step()
         return out

@@ -102,7 +102,7 @@ class Worker:
             self.beacon.begin()
             try:
                 outputs = engine.generate(args["prompts"], n, int(args["seed"]), args.get("sampling") or {},
-                                          on_step=self.beacon.step)
+                                          on_step=self.beacon.step, before_step=self.beacon.step_started)
             finally:
                 self.beacon.end()
             return {"completions": check_completions(outputs, len(args["prompts"]), n)}

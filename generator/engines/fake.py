@@ -191,7 +191,8 @@ class FakeEngine:
         simgpu.release()
 
     def generate(self, prompts: list[str], n: int, seed: int, sampling: Mapping[str, Any],
-                 on_step: Callable[[], None] | None = None) -> list[list[dict[str, Any]]]:
+                 on_step: Callable[[], None] | None = None,
+                 before_step: Callable[[], None] | None = None) -> list[list[dict[str, Any]]]:
         self._check("generate")
         if not self.weights_valid:
             raise EngineStateError("generate with discarded weights: load_weights after wake_weights")
@@ -203,19 +204,25 @@ class FakeEngine:
             self.graph.arm_wedge()
         simgpu.hold(*_GENERATE_UTIL)
         started = time.monotonic()
-        on_step = on_step or (lambda: None)
+        after, before = on_step or (lambda: None), before_step or (lambda: None)
+
+        def step(ids: torch.Tensor) -> torch.Tensor:  # one engine step, as vLLM's LLMEngine.step()
+            before()
+            out = self.runner.execute_model(ids).get_output()
+            after()
+            return out
+
         try:
-            outputs = [self._complete(prompt, n, seed, sampling, on_step) for prompt in prompts]
+            outputs = [self._complete(prompt, n, seed, sampling, step) for prompt in prompts]
             while time.monotonic() - started < self.busy_s:
-                self.runner.execute_model(torch.zeros(1, 4, dtype=torch.long)).get_output()
-                on_step()
+                step(torch.zeros(1, 4, dtype=torch.long))
         finally:
             simgpu.hold(*_FOOTPRINT[S.AWAKE])
         return outputs
 
     @torch.no_grad()
     def _complete(self, prompt: str, n: int, seed: int, sampling: Mapping[str, Any],
-                  on_step: Callable[[], None]) -> list[dict[str, Any]]:
+                  step: Callable[[torch.Tensor], torch.Tensor]) -> list[dict[str, Any]]:
         assert self.runner is not None
         vocab = self.config.vocab
         prompt_ids = [b % vocab for b in prompt.encode()] or [0]
@@ -230,8 +237,7 @@ class FakeEngine:
             tokens: list[int] = []
             for _ in range(max_tokens):
                 ids = torch.tensor([prompt_ids + tokens])
-                logits = self.runner.execute_model(ids).get_output()[0, -1]
-                on_step()  # one engine step: a token (vLLM's step runs one for the whole batch)
+                logits = step(ids)[0, -1]  # one engine step: a token (vLLM's runs one for the whole batch)
                 if temperature <= 0:
                     token = int(logits.argmax())
                 else:

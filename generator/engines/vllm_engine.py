@@ -84,9 +84,10 @@ class VLLMEngine:
         self.llm.wake_up(tags=["kv_cache"])
 
     def generate(self, prompts: list[str], n: int, seed: int, sampling: Mapping[str, Any],
-                 on_step: Callable[[], None] | None = None) -> list[list[dict[str, Any]]]:
+                 on_step: Callable[[], None] | None = None,
+                 before_step: Callable[[], None] | None = None) -> list[list[dict[str, Any]]]:
         params = self._sampling_params(n=n, seed=seed, **dict(sampling))
-        with _counting_steps(self.llm.llm_engine, on_step):
+        with _counting_steps(self.llm.llm_engine, on_step, before_step):
             outputs = self.llm.generate(prompts, params, use_tqdm=False)
         return [[{"index": c.index, "text": c.text, "token_ids": list(c.token_ids)} for c in out.outputs]
                 for out in outputs]
@@ -102,7 +103,8 @@ class VLLMEngine:
 
 
 @contextlib.contextmanager
-def _counting_steps(engine: Any, on_step: Callable[[], None] | None) -> Iterator[None]:
+def _counting_steps(engine: Any, on_step: Callable[[], None] | None,
+                    before_step: Callable[[], None] | None = None) -> Iterator[None]:
     """Call ``on_step`` after each ``LLMEngine.step()`` while the block runs.
 
     ``LLM.generate`` drives the engine with ``while has_unfinished_requests():
@@ -110,7 +112,7 @@ def _counting_steps(engine: Any, on_step: Callable[[], None] | None) -> Iterator
     support), so the counting wrapper sees every step and nothing else changes. A
     step that never returns (the cuda-graph wedge) is exactly what stops the beats.
     """
-    undo = count_steps(engine, on_step) if on_step is not None else None
+    undo = count_steps(engine, on_step, before_step) if on_step is not None else None
     try:
         yield
     finally:

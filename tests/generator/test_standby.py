@@ -140,3 +140,21 @@ def test_an_in_process_engine_beats_its_steps_too(tmp_path):
     assert read_heartbeat(path).phase == "idle" and read_heartbeat(path).step == 12
     assert not instrument_llm(llm, EngineBeacon(str(path))), "instrumented once"
     assert not instrument_llm(_FakeLLM(), EngineBeacon("")), "outside hangwatch: nothing to beat into, nothing changed"
+
+
+def test_a_request_is_judged_from_its_first_step_not_while_its_inputs_are_prepared(tmp_path):
+    """Tokenising a large batch can outlast the rule's timeout: until the first step starts the
+    beat says 'prepare' (not judged); the first step says 'generate' before it runs, so a
+    request whose very first step never returns is judged too."""
+    path = tmp_path / "b.json"
+    beacon = EngineBeacon(str(path), min_interval=0.2, clock=lambda: 0.0)
+    beacon.begin()
+    assert read_heartbeat(path).phase == "prepare"
+    beacon.step_started()
+    assert read_heartbeat(path).phase == "generate", "written before the step runs"
+    seq = read_heartbeat(path).seq
+    beacon.step_started()
+    assert read_heartbeat(path).seq == seq, "once per request"
+    beacon.end()
+    beacon.begin()
+    assert read_heartbeat(path).phase == "prepare"
