@@ -110,7 +110,7 @@ def main() -> int:
     if not a.skip_measure:
         job, cold = measure("job"), measure("auto", standby=False)
         auto = measure("auto")
-        print("measured on the demo's settings (stall window 8 s, engine step timeout 4 s, step ~0.25 s, "
+        print("measured on the demo's settings (stall window 8 s, engine step timeout 4 s, "
               "checkpoint every 5 steps):")
         for name, m in (("--recovery job                ", job), ("--recovery auto, engine cold   ", cold),
                         ("--recovery auto, standby (demo)", auto)):
