@@ -166,7 +166,6 @@ class ColocatedGenerator:
         self.standby: WorkerProcess | None = None
         self._standby_policy: RolloutPolicy | None = safer_policy(self.policy) if standby else None
         self._standby_applied: AppliedSettings | None = None
-        self._failed_phase: str | None = None  # the phase running now (or last run)
         self._failed_at: str | None = None  # the phase the last call failed in
         self._backstop_used = False
 
@@ -221,19 +220,21 @@ class ColocatedGenerator:
         self.beat_info.update({"cudagraphs": "on" if graphs else "off", "enforce_eager": eager})
         self.engine_restarts += 1
         self.beat_info["engine_restarts"] = self.engine_restarts
-        how = "a fresh worker"
         standby, self.standby = self.standby, None
         self._standby_policy = None  # spent (or useless) either way
-        if standby is not None and standby.alive() and self._standby_applied is not None \
-                and standby.engine_kwargs == self.engine_kwargs:
-            self.worker = standby
-            self.applied = self._standby_applied
+        takes_over = (standby is not None and standby.alive() and self._standby_applied is not None
+                      and standby.engine_kwargs == self.engine_kwargs)
+        if takes_over:
+            assert standby is not None and self._standby_applied is not None
+            self.worker, self.applied = standby, self._standby_applied
             self.beat_info.update(self.applied.beat_info())
             standby.note_info(role="active", took_over_at=time.time())
             how = f"the standby worker (pid {standby.pid}, already started)"
-        elif standby is not None:
-            standby.kill()
-        self.beat_info["engine_worker"] = "standby" if self.worker is standby and standby is not None else "cold"
+        else:
+            if standby is not None:
+                standby.kill()
+            how = "a fresh worker"
+        self.beat_info["engine_worker"] = "standby" if takes_over else "cold"
         who = "the generator's backstop" if instruction.get("by") == "generator" else "the supervisor"
         logger.warning("engine worker failed under the call (%s: %s); %s asked for an engine restart with "
                        "cudagraphs %s: retrying the batch on %s", type(cause).__name__, cause, who,
@@ -247,6 +248,7 @@ class ColocatedGenerator:
         timing = CallTimings()
         self.timings.append(timing)
         self._failed_at = None
+        current: str | None = None  # the phase running now
         started = time.perf_counter()
         offload = TrainerOffload(self.model, self.optimizer)
         staged: StagedWeights | None = None
@@ -254,7 +256,8 @@ class ColocatedGenerator:
         result: list[list[Completion]] = []
 
         def phase(name: str) -> Callable[[], None]:
-            self._failed_phase = name
+            nonlocal current
+            current = name
             beat(step=step, phase=name, **self.beat_info)
             t0 = time.perf_counter()
             return lambda: timing.seconds.__setitem__(name, time.perf_counter() - t0)
@@ -296,7 +299,7 @@ class ColocatedGenerator:
             done()
         except BaseException as caught:
             error = caught
-            self._failed_at = self._failed_phase
+            self._failed_at = current
         finally:
             if staged is not None:
                 self._stager.done(staged)
@@ -316,15 +319,20 @@ class ColocatedGenerator:
         timing.ok = True
         return result
 
-    def _start_worker(self, step: int | None) -> None:
-        worker = WorkerProcess(self.engine, self.engine_kwargs, log_dir=self.log_dir, device=self.device,
-                               parent_death_signal=self.parent_death_signal, grace_s=self.timeouts.grace,
-                               connect_timeout=self.timeouts.start)
-        self.worker = worker
+    def _new_worker(self, engine_kwargs: Mapping[str, Any], name: str = "generator-worker") -> WorkerProcess:
+        return WorkerProcess(self.engine, engine_kwargs, log_dir=self.log_dir, device=self.device,
+                             parent_death_signal=self.parent_death_signal, grace_s=self.timeouts.grace,
+                             connect_timeout=self.timeouts.start, name=name)
+
+    def _boot(self, worker: WorkerProcess) -> tuple[Any, AppliedSettings]:
+        """Spawn and connect ``worker``, start its engine (it ends asleep); its report and what it applied."""
         worker.start(self.timeouts.start)
-        self.start_report = worker.request("start", self.timeouts.start)
-        self.applied = AppliedSettings.from_json(
-            self.start_report.get("applied") if isinstance(self.start_report, dict) else None)
+        report = worker.request("start", self.timeouts.start)
+        return report, AppliedSettings.from_json(report.get("applied") if isinstance(report, dict) else None)
+
+    def _start_worker(self, step: int | None) -> None:
+        worker = self.worker = self._new_worker(self.engine_kwargs)  # set first: a failed start is killed
+        self.start_report, self.applied = self._boot(worker)
         # Every later beat of this attempt carries what the worker applied, so the
         # supervisor's journal has it even if it misses this one.
         self.beat_info.update(self.applied.beat_info())
@@ -341,13 +349,9 @@ class ColocatedGenerator:
         policy = self._standby_policy
         assert policy is not None
         kwargs = with_policy(self.engine_kwargs, policy)
-        standby = WorkerProcess(self.engine, kwargs, log_dir=self.log_dir, device=self.device,
-                                parent_death_signal=self.parent_death_signal, grace_s=self.timeouts.grace,
-                                connect_timeout=self.timeouts.start, name="generator-standby")
+        standby = self._new_worker(kwargs, name="generator-standby")
         try:
-            standby.start(self.timeouts.start)
-            report = standby.request("start", self.timeouts.start)
-            applied = AppliedSettings.from_json(report.get("applied") if isinstance(report, dict) else None)
+            _, applied = self._boot(standby)
             check_applied(policy.cudagraphs and cudagraphs_enabled_in(kwargs), applied, requested=kwargs,
                           log_path=standby.log_path)
         except (GeneratorError, OSError) as error:
