@@ -36,7 +36,6 @@ class EngineBeacon:
         self.clock = clock
         self.steps = 0
         self._last_write = float("-inf")
-        self._written_steps = -1
         self._depth = 0
         self._stepping = False  # the current request's first step has started
 
@@ -60,7 +59,8 @@ class EngineBeacon:
         """A step returned."""
         self.steps += 1
         if self.clock() - self._last_write >= self.min_interval:
-            self._write("generate" if self._stepping or not self._depth else "prepare")
+            # A step outside any request (someone drives the engine directly) is never judged.
+            self._write("generate" if self._stepping else "prepare" if self._depth else "idle")
 
     def end(self) -> None:
         self._depth = max(0, self._depth - 1)
@@ -72,7 +72,6 @@ class EngineBeacon:
         if not self.path:
             return
         self._last_write = self.clock()
-        self._written_steps = self.steps
         beat(step=self.steps, phase=phase, path=self.path)
 
 

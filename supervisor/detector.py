@@ -333,7 +333,7 @@ class Detector:
             known = engines.get(engine.pid)
             if known is None or known[0] != engine.token:
                 known = engines[engine.pid] = (engine.token, sample.t)
-            if engine.phase == "generate" and engine.step and engine.pid in sample.cpu_pct:
+            if engine.step and _in_flight(engine, sample):  # stepped before: past its warm-up
                 if worst is None or known[1] < worst[0]:
                     worst = (known[1], engine)
         if self.config.engine_step_timeout is None:
@@ -356,7 +356,7 @@ class Detector:
             onset=since,
             window=timeout,
             phase=self.phase,
-            reason=(f"the rollout engine (worker pid {engine.pid}) made no step for {silent_for:.0f} s with a request "
+            reason=(f"the rollout engine (pid {engine.pid}) made no step for {silent_for:.0f} s with a request "
                     f"in flight (engine step timeout {timeout:g} s), cpu={evidence['engine_cpu_pct']:.1f}%"),
             evidence=evidence,
         )
@@ -410,7 +410,7 @@ class Detector:
 
     def _evidence(self, sample: Sample, scan: "_Scan", tree_cpu: float) -> dict[str, Any]:
         evidence = self._base_evidence(sample, scan, tree_cpu)
-        in_flight = [e for e in sample.engine if e.phase == "generate" and e.pid in sample.cpu_pct]
+        in_flight = [e for e in sample.engine if _in_flight(e, sample)]
         if in_flight:
             # Whichever rule fired, the engine with a request in flight (the longest silent of
             # them) is the engine suspect: engine-level recovery kills its group, and spares a
@@ -431,6 +431,11 @@ class Detector:
             "phase": self.phase,
             "last_progress_t": round(self._last_progress, 4),
         }
+
+
+def _in_flight(engine: Heartbeat, sample: Sample) -> bool:
+    """The engine is stepping a request and is alive in the tree (a dead one's beat is stale)."""
+    return engine.phase == "generate" and engine.pid in sample.cpu_pct
 
 
 class _Scan:
