@@ -33,9 +33,6 @@ from hangwatch.generator import protocol
 from hangwatch.generator.errors import (AuthenticationFailed, GeneratorError, WeightMismatch, WorkerDied,
                               WorkerError, WorkerTimeout, WorkerUnkillable)
 
-WORKER_LOG = "generator-worker.log"
-WORKER_INFO = "generator-worker.json"
-
 
 @dataclass(frozen=True)
 class WorkerExit:

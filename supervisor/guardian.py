@@ -37,7 +37,7 @@ import psutil
 
 from hangwatch.contract.procid import ProcKey, kill_verified, same_process
 from hangwatch.contract.pyexec import module_command
-from hangwatch.contract.tools import HELPER_PIDS, _helpers_lock
+from hangwatch.contract.tools import add_helper, forget_helper
 
 
 ARMED = b"armed\n"
@@ -109,8 +109,7 @@ def start(timeout: float = 10.0) -> Guardian:
         raise GuardianError(f"the guardian did not arm ({why})")
     os.set_blocking(proc.stdin.fileno(), False)
     # Never part of the supervised tree: not sampled, not captured, not killed.
-    with _helpers_lock:
-        HELPER_PIDS.add(proc.pid)
+    add_helper(proc.pid)
     return Guardian(proc)
 
 
@@ -125,8 +124,7 @@ def stop(guardian: Guardian, timeout: float = 5.0) -> None:
         proc.wait(timeout=timeout)
     except (OSError, subprocess.TimeoutExpired):
         proc.kill()
-    with _helpers_lock:
-        HELPER_PIDS.discard(proc.pid)
+    forget_helper(proc.pid)
 
 
 def main(argv: list[str]) -> int:

@@ -218,8 +218,8 @@ class TreeKiller:
             waited = self.clock() - start
             for key in remaining:
                 d = described[key]
-                why = ("with no CPU and no exit for {:g} s (wedged)".format(quiet or 0) if rule == "quiet" else
-                       "after every other process was gone (a launcher)" if rule == "launcher" else "for the full grace")
+                why = {"quiet": f"with no CPU and no exit for {quiet or 0:g} s (wedged)",
+                       "launcher": "after every other process was gone (a launcher)"}.get(rule, "for the full grace")
                 log.warning(
                     "ignored_sigterm",
                     message=(

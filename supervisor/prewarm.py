@@ -60,7 +60,7 @@ import structlog
 
 from hangwatch.contract import env as names
 from hangwatch.contract.procid import ProcKey, kill_verified, same_process
-from hangwatch.contract.tools import HELPER_PIDS, _helpers_lock
+from hangwatch.contract.tools import add_helper, forget_helper
 from hangwatch.supervisor.launcher import LOG_MAX_BYTES, LaunchError, TrainerProcess, child_setup, open_logs, tee
 
 log = structlog.get_logger("hangwatch.prewarm")
@@ -234,8 +234,7 @@ class _Warm:
             raise
         finally:
             theirs.close()
-        with _helpers_lock:
-            HELPER_PIDS.add(self.popen.pid)  # not attempt N's: never sampled, captured, killed or reaped with it
+        add_helper(self.popen.pid)  # not attempt N's: never sampled, captured, killed or reaped with it
         self.sock = ours
         self.key = ProcKey(self.popen.pid, _create_time(self.popen.pid))
         self.spawned_at = clock()
@@ -312,8 +311,7 @@ class _Warm:
             # Left a helper, so the tree never adopts it; its parent-death signal still ends it with us.
             log.warning("prewarm_kill", message=f"the unused warm process {self.pid} did not die within 2 s")
         else:
-            with _helpers_lock:
-                HELPER_PIDS.discard(self.pid)
+            forget_helper(self.pid)
         self.sock.close()
         for pipe in (self.popen.stdout, self.popen.stderr):
             if pipe is not None:
@@ -396,14 +394,12 @@ class Prewarmer:
             warm.kill()
             raise
         sys_argv, orig_argv = warm.plan.argv(argv)
-        with _helpers_lock:
-            HELPER_PIDS.discard(warm.pid)  # from now on the attempt's root: a member of the tree
+        forget_helper(warm.pid)  # from now on the attempt's root: a member of the tree
         try:
             warm.start({"argv": sys_argv, "orig_argv": orig_argv, "env": dict(env)})
         except OSError as exc:
             logs.close()
-            with _helpers_lock:
-                HELPER_PIDS.add(warm.pid)
+            add_helper(warm.pid)
             warm.kill()
             return None, {"mode": "cold", "reason": f"the warm process could not be told the attempt: {exc}"}
         trainer = tee(warm.popen, warm.key.create_time, logs, echo=echo, log_limit=log_limit)

@@ -39,6 +39,18 @@ class ToolResult:
         return self.error is None and not self.timed_out and self.returncode == 0
 
 
+def add_helper(pid: int) -> None:
+    """``pid`` is one of the supervisor's helpers: the tree scanner leaves it out."""
+    with _helpers_lock:
+        HELPER_PIDS.add(pid)
+
+
+def forget_helper(pid: int) -> None:
+    """``pid`` is no longer a helper (it ended, or it became a member of the tree)."""
+    with _helpers_lock:
+        HELPER_PIDS.discard(pid)
+
+
 def helper_pids() -> frozenset[int]:
     with _helpers_lock:
         return frozenset(HELPER_PIDS)
