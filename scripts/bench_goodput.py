@@ -80,13 +80,14 @@ def project(a: argparse.Namespace) -> list[tuple[str, float, float]]:
     # An engine wedge is caught by whichever rule fires first: the engine step rule
     # (the worker made no step for --engine-step-timeout) or the stall window.
     detect = min(a.stall_window, a.engine_step_timeout) if a.engine_step_timeout > 0 else a.stall_window
-    detect_capture_kill = detect + a.capture_s + a.kill_s
+    # The engine level SIGKILLs its worker at once (no grace: nothing in it is worth saving).
+    detect_capture = detect + a.capture_s
     losses = [
         ("no watchdog (a person notices)", a.notice_hours * 3600 + a.trainer_restart_s + redo),
         ("heartbeat watchdog, 450 s, job restart", 450 + a.kill_s + a.trainer_restart_s + redo),
-        ("hangwatch level 2 (job restart)", detect_capture_kill + a.trainer_restart_s + redo),
-        ("hangwatch level 1, engine started cold", detect_capture_kill + a.engine_init_s + a.step_s),
-        ("hangwatch level 1, standby engine", detect_capture_kill + a.standby_takeover_s + a.step_s),
+        ("hangwatch level 2 (job restart)", detect_capture + a.kill_s + a.trainer_restart_s + redo),
+        ("hangwatch level 1, engine started cold", detect_capture + a.engine_init_s + a.step_s),
+        ("hangwatch level 1, standby engine", detect_capture + a.standby_takeover_s + a.step_s),
     ]
     return [(name, lost, between / (between + lost)) for name, lost in losses]
 
@@ -104,7 +105,9 @@ def main() -> int:
     p.add_argument("--standby-takeover-s", type=float, default=5.0,
                    help="a standby's takeover beyond what every call does anyway (its wake and weight load)")
     p.add_argument("--capture-s", type=float, default=2.0)
-    p.add_argument("--kill-s", type=float, default=1.0)
+    p.add_argument("--kill-s", type=float, default=1.0,
+                   help="the job-level kill (a wedged tree is SIGKILLed after 1 s of quiet); the engine level "
+                        "SIGKILLs its worker at once")
     p.add_argument("--notice-hours", type=float, default=4.0)
     a = p.parse_args()
     if not a.skip_measure:

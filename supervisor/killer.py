@@ -19,7 +19,8 @@ cleanup after SIGTERM is about its workers, which are dead; the workers, who wri
 the emergency checkpoints, kept their grace. The report's ``grace_rule`` says which
 rule applied: ``exited`` (all gone within the grace), ``quiet`` (SIGKILL early),
 ``launcher`` (SIGKILL early: only the launcher left), ``grace`` (SIGKILL when the full
-grace ended).
+grace ended), ``none`` (a grace of 0: SIGKILL first, no SIGTERM; the engine-level kill,
+whose worker holds nothing worth saving).
 
 Processes forked while we wait are picked up by rescanning the tree on every
 poll. Zombies count as dead (they hold no memory, no GPU), and we reap the
@@ -60,7 +61,7 @@ class KillReport:
     escalated: tuple[int, ...]
     survivors: tuple[dict[str, Any], ...]
     duration_s: float
-    grace_rule: str = "exited"  # exited | quiet | grace (see the module docstring)
+    grace_rule: str = "exited"  # exited | quiet | launcher | grace | none (see the module docstring)
     grace_s: float | None = None
     quiet_s: float | None = None
     sigkill_after_s: float | None = None
@@ -134,8 +135,11 @@ class TreeKiller:
              pgids: frozenset[int] | None = None, launcher: int | None = None) -> KillReport:
         """Kill the tree; with ``pgids``, only the members in those process groups (an
         engine worker's group for an engine-level recovery: the rest of the tree lives on).
-        ``launcher``: the root's pid when it is only a launcher (see the module docstring)."""
+        ``launcher``: the root's pid when it is only a launcher (see the module docstring).
+        A ``grace`` of 0 sends SIGKILL first: nobody is given time to clean up."""
         start = self.clock()
+        if grace <= 0:
+            first_signal = signal.SIGKILL
         known: dict[ProcKey, psutil.Process] = {}
         described: dict[ProcKey, dict[str, Any]] = {}
         signals: list[dict[str, Any]] = []
@@ -210,11 +214,16 @@ class TreeKiller:
 
         refresh()
         send(first_signal, alive())
-        remaining, early = wait_until(start + grace, first_signal, adaptive=True)
-        rule = early_rule if early else ("grace" if remaining else "exited")
-        sigkill_after = self.clock() - start if remaining else None
         escalated: list[int] = []
-        if remaining:
+        if first_signal == signal.SIGKILL:
+            rule, sigkill_after = "none", 0.0
+            self._kill_cgroup(pgids, signals, start)
+            remaining, _ = wait_until(start + kill_timeout, signal.SIGKILL)
+        else:
+            remaining, early = wait_until(start + grace, first_signal, adaptive=True)
+            rule = early_rule if early else ("grace" if remaining else "exited")
+            sigkill_after = self.clock() - start if remaining else None
+        if remaining and first_signal != signal.SIGKILL:
             waited = self.clock() - start
             for key in remaining:
                 d = described[key]
@@ -228,9 +237,7 @@ class TreeKiller:
                     ),
                 )
                 escalated.append(key.pid)
-            if pgids is None and self.cgroup is not None and self.cgroup.kill():
-                # Everything in the attempt's cgroup, seen or not yet, atomically with fork.
-                signals.append(_sig_record(f"cgroup {self.cgroup.path.name}", signal.SIGKILL, self.clock() - start))
+            self._kill_cgroup(pgids, signals, start)
             send(signal.SIGKILL, remaining)
             remaining, _ = wait_until(self.clock() + kill_timeout, signal.SIGKILL)
         self.reap()
@@ -254,6 +261,12 @@ class TreeKiller:
             quiet_s=quiet,
             sigkill_after_s=sigkill_after,
         )
+
+    def _kill_cgroup(self, pgids: frozenset[int] | None, signals: list[dict[str, Any]], start: float) -> None:
+        """SIGKILL everything in the attempt's cgroup, seen or not yet, atomically with fork
+        (a whole-tree kill only: an engine-level kill leaves the rest of the cgroup alive)."""
+        if pgids is None and self.cgroup is not None and self.cgroup.kill():
+            signals.append(_sig_record(f"cgroup {self.cgroup.path.name}", signal.SIGKILL, self.clock() - start))
 
 
 def _describe(proc: psutil.Process, key: ProcKey) -> dict[str, Any]:

@@ -329,8 +329,10 @@ class Supervisor:
                                 "cudagraphs": "off" if policy.cudagraphs_off else "on",
                                 "enforce_eager": policy.enforce_eager, "reason": verdict.reason})
         started = self.clock()
-        report = self.tree.kill_groups(level.engine_pgids, grace=self.config.kill.grace,
-                                       kill_timeout=self.config.kill.kill_timeout)
+        # SIGKILL at once, no grace: the worker holds nothing worth saving (the trainer keeps
+        # the weights, the batch is retried), and the wedge this is for ignores SIGTERM, so a
+        # grace would only add the quiet rule's second to every engine-level recovery.
+        report = self.tree.kill_groups(level.engine_pgids, grace=0.0, kill_timeout=self.config.kill.kill_timeout)
         if report is not None:
             self.journal.append("kill", attempt=st.attempt, reason=f"{verdict.kind.value} (engine only)",
                                 scope="engine", **report.to_json())

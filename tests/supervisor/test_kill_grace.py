@@ -88,6 +88,17 @@ def test_no_quiet_period_means_the_full_grace(spawn):
     assert report.grace_rule == "grace" and report.sigkill_after_s >= 1.0
 
 
+def test_a_grace_of_zero_sends_sigkill_first_and_never_sigterm(spawn):
+    """The engine-level kill: a busy process that would save something on SIGTERM gets no
+    chance to (its SIGTERM handler never runs), and the report says no grace applied."""
+    busy = spawn(BUSY)
+    report = _kill([busy], grace=0.0, quiet=0.5)
+    assert report.confirmed and report.grace_rule == "none" and report.sigkill_after_s == 0.0
+    assert [s["signal"] for s in report.signals] and {s["signal"] for s in report.signals} == {"SIGKILL"}
+    assert busy.wait(5) == -9
+    assert report.escalated == ()
+
+
 def test_a_launcher_left_alone_is_sigkilled_without_waiting_out_its_teardown(spawn):
     """torchrun's agent: its workers die at SIGTERM, it stays busy tearing down. Named as the
     launcher, it is SIGKILLed once everything else is gone; not named, it keeps the grace."""

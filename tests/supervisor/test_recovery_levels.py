@@ -118,6 +118,8 @@ def test_the_standby_worker_takes_over_and_is_spared_by_the_engine_kill(tmp_path
     stuck = incident["evidence"]["engine_pid"]
     (restart,) = _events(journal, "engine_restart")
     assert restart["ok"] and restart["pids"] == [stuck], "only the stuck worker's group was killed"
+    (kill,) = [r for r in _events(journal, "kill") if r.get("scope") == "engine"]
+    assert kill["grace_rule"] == "none" and kill["signals"][0]["signal"] == "SIGKILL", "no grace for the engine"
     (recovered,) = _events(journal, "engine_recovered")
     assert recovered["engine"]["engine_worker"] == "standby" and recovered["engine"]["cudagraphs"] == "off"
     assert len(_events(journal, "attempt_started")) == 1
