@@ -23,6 +23,7 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,9 +33,8 @@ from hangwatch.contract.capture import CaptureHook, CaptureRequest
 from hangwatch.contract.exitcodes import EXIT_UNKILLABLE
 from hangwatch.contract.journal import Journal, read_journal
 from hangwatch.contract.redact import redact_argv
-from hangwatch.contract.samples import Sample
+from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import Verdict, VerdictKind, classify_exit
-from hangwatch.contract.control import write_control
 from hangwatch.supervisor.attempt import (AttemptLifecycle, AttemptState, RecoveryLevel, RunState, attempt_argv,
                                           attempt_environment, escalate, recovery_level)
 from hangwatch.supervisor.capture import SamplesOnlyCapture
@@ -43,6 +43,8 @@ from hangwatch.supervisor.cohort import Cohort
 from hangwatch.supervisor.cohort_link import CohortLink
 from hangwatch.supervisor.config import RunConfig
 from hangwatch.supervisor.detector import Detector
+from hangwatch.supervisor.engine_level import EngineLevel
+from hangwatch.supervisor.gpu_release import gpu_released
 from hangwatch.supervisor.killer import KillReport
 from hangwatch.supervisor.longrun import LOW_DISK_LOG_BYTES, DiskWatch, HeapTrim, RecordBudget, prune_incidents
 from hangwatch.supervisor.observe import NullObserver, RunObserver, Tick
@@ -90,9 +92,11 @@ class Supervisor:
         self._early: _EarlyRound | None = None  # the early py-spy round of the building incident
         # Multi-node: the other nodes' supervisors (docs/multinode.md).
         self.cohort = CohortLink(cohort, lambda: self.journal) if cohort is not None else None
-        self._engine_restarts = 0  # level-1 recoveries so far (the control file's seq)
-        self._last_engine_restart: float | None = None
-        self._engine_pending: dict[str, Any] | None = None
+        # Level 1: engine-only recoveries (docs/generator.md).
+        self.engine_level = EngineLevel(
+            self.tree, lambda: self.journal, clock, kill_timeout=config.kill.kill_timeout,
+            read_gpu=None if isinstance(probe, NoProbe) else probe.sample,
+            wait_gpu_release=lambda report, before: self._wait_gpu_release(report, before=before, engine_only=True))
         self._beat_pids: set[int] = set()  # the processes that sent heartbeats, this attempt
         self._agreed_step: int | None = None
         self._stop_signal: int | None = None
@@ -233,7 +237,7 @@ class Supervisor:
                 break
             level = recovery_level(
                 verdict.kind, mode=self.config.recovery, phase=verdict.phase, tree=self.tree.describe(),
-                trainer_pgid=trainer.pid, last_engine_restart=self._last_engine_restart, now=self.clock(),
+                trainer_pgid=trainer.pid, last_engine_restart=self.engine_level.last_restart, now=self.clock(),
                 retry_window=self.config.engine_retry_window, in_cohort=self.cohort is not None,
                 engine_pid=verdict.evidence.get("engine_pid"))
             if level.level == 1 and self._restart_engine(level, verdict, Path(ours["HANGWATCH_CONTROL"]), evidence):
@@ -320,58 +324,12 @@ class Supervisor:
         return evidence
 
     def _restart_engine(self, level: RecoveryLevel, verdict: Verdict, control: Path, evidence: Path | None) -> bool:
-        """Level 1: tell the trainer the policy, kill only the engine worker's group; True if that worked."""
-        st = self.state
+        """Level 1 (``engine_level``); True when the trainer lives on and is watched again."""
         self._enter(AttemptState.RESTARTING_ENGINE)
-        self._engine_restarts += 1
-        policy = st.policy
-        write_control(control, {"seq": self._engine_restarts, "action": "restart_engine", "attempt": st.attempt,
-                                "cudagraphs": "off" if policy.cudagraphs_off else "on",
-                                "enforce_eager": policy.enforce_eager, "reason": verdict.reason})
-        started = self.clock()
-        # SIGKILL at once, no grace: the worker holds nothing worth saving (the trainer keeps
-        # the weights, the batch is retried), and the wedge this is for ignores SIGTERM, so a
-        # grace would only add the quiet rule's second to every engine-level recovery.
-        report = self.tree.kill_groups(level.engine_pgids, grace=0.0, kill_timeout=self.config.kill.kill_timeout)
-        if report is not None:
-            self.journal.append("kill", attempt=st.attempt, reason=f"{verdict.kind.value} (engine only)",
-                                scope="engine", **report.to_json())
-        if report is None or not report.confirmed:
-            self.journal.append("engine_restart", attempt=st.attempt, ok=False, pgids=sorted(level.engine_pgids),
-                                reason="the engine worker could not be killed" if report else "no engine worker left",
-                                escalated_to="job")
-            log.error("engine_restart", message="the engine worker could not be killed alone; restarting the job")
+        if not self.engine_level.restart(self.state.attempt, self.state.policy, level, verdict, control, evidence):
             return False
-        if report.pids and not isinstance(self.probe, NoProbe):
-            self._wait_gpu_release(report)
-        self._last_engine_restart = self.clock()
-        self._engine_pending = {"onset": verdict.onset, "killed_at": self.clock(), "step": verdict.evidence.get("step")}
-        self.journal.append("engine_restart", attempt=st.attempt, ok=True, pgids=sorted(level.engine_pgids),
-                            pids=list(report.pids), reason=level.reason, cudagraphs="off" if policy.cudagraphs_off else "on",
-                            enforce_eager=policy.enforce_eager, onset_to_killed_s=round(self.clock() - verdict.onset, 3),
-                            kill_s=round(self.clock() - started, 3), evidence_path=str(evidence) if evidence else None)
-        log.warning("engine_restart", message=(
-            f"only the rollout engine was wedged: killed its worker ({list(report.pids)}); the trainer "
-            f"restarts it with {policy.describe()} and retries the batch"))
         self._enter(AttemptState.WATCHING)
         return True
-
-    def _note_engine_recovery(self, sample: Sample) -> None:
-        """Journal ``engine_recovered`` at the first heartbeat past the step the engine wedged in."""
-        pending, hb = self._engine_pending, sample.heartbeat
-        if pending is None or hb is None or hb.step is None:
-            return
-        if pending["step"] is not None and hb.step <= pending["step"]:
-            return
-        self._engine_pending = None
-        # What the fresh worker applied (the generator beats it), so the journal shows the retry ran graphs off.
-        applied = {k: v for k, v in (hb.info or {}).items()
-                   if k in ("cudagraphs", "enforce_eager", "engine_restarts", "engine_worker") or k.startswith("applied_")}
-        self.journal.append("engine_recovered", attempt=self.state.attempt, step=hb.step,
-                            onset_to_progress_s=round(sample.t - pending["onset"], 3),
-                            kill_to_progress_s=round(sample.t - pending["killed_at"], 3), engine=applied)
-        log.info("engine_recovered", message=(
-            f"the trainer progressed to step {hb.step} {sample.t - pending['killed_at']:.1f} s after the engine restart"))
 
     def _watch(self, trainer: Trainer, heartbeat: Path) -> tuple[Verdict, list[Sample], int | None]:
         cfg = self.config.detector
@@ -397,7 +355,7 @@ class Supervisor:
                 return external, samples.snapshot(), None
             sample = self.tree.sample()
             samples.append(sample)
-            self._note_engine_recovery(sample)
+            self.engine_level.observe(self.state.attempt, sample)
             self._upkeep()
             hb = sample.heartbeat
             if hb is not None and len(self._beat_pids) < 64:
@@ -576,7 +534,8 @@ class Supervisor:
         )
         return report
 
-    def _wait_gpu_release(self, report: KillReport) -> None:
+    def _wait_gpu_release(self, report: KillReport, *, before: Sequence[DeviceSample] | None = None,
+                          engine_only: bool = False) -> None:
         pids = set(report.pids)
         threshold = self.config.kill.gpu_release_mib
         started = self.clock()
@@ -584,9 +543,7 @@ class Supervisor:
         devices = None
         while True:
             devices = self.probe.sample()
-            if devices is not None and all(
-                (not pids.intersection(d.pids)) if d.pids else d.mem_used_mib <= threshold for d in devices
-            ):
+            if devices is not None and gpu_released(devices, pids, threshold, before=before, engine_only=engine_only):
                 released = True
                 break
             if self.clock() >= deadline:

@@ -1,0 +1,106 @@
+"""Level 1, engine-only recovery: kill the wedged rollout engine's worker, the trainer lives on.
+
+Which level a verdict gets is decided by ``attempt.recovery_level``; this carries level 1
+out and remembers what the run needs about it (docs/generator.md, docs/journal.md)::
+
+    write the control file (the policy the trainer's generator restarts its engine with)
+    -> SIGKILL the worker's process group, no grace -> wait for its GPU memory
+    -> ``engine_restart``; later, at the first heartbeat past the wedged step,
+       ``engine_recovered``
+
+The control file goes first so that the generator, woken by its worker's death, already
+finds its instruction. The kill has no grace: the worker holds nothing worth saving (the
+trainer keeps the weights and retries the batch) and the wedge it is killed for ignores
+SIGTERM, so a grace would only add the quiet rule's second to every engine restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Callable
+
+import structlog
+
+from hangwatch.contract.control import write_control
+from hangwatch.contract.journal import Journal
+from hangwatch.contract.samples import DeviceSample, Sample
+from hangwatch.contract.verdict import Verdict
+from hangwatch.supervisor.attempt import GraphPolicy, RecoveryLevel
+from hangwatch.supervisor.killer import KillReport
+from hangwatch.supervisor.tree import TreeOps
+
+log = structlog.get_logger("hangwatch.run")
+
+# What of the trainer's beat info shows the engine the retry ran on (the generator beats it).
+_ENGINE_INFO = ("cudagraphs", "enforce_eager", "engine_restarts", "engine_worker")
+
+
+class EngineLevel:
+    """The run's engine restarts: how many (the control file's seq), when the last one was
+    (for the retry window) and the one still waiting for the trainer to progress."""
+
+    def __init__(self, tree: TreeOps, journal: Callable[[], Journal], clock: Callable[[], float], *,
+                 kill_timeout: float, read_gpu: Callable[[], Sequence[DeviceSample] | None] | None,
+                 wait_gpu_release: Callable[[KillReport, Sequence[DeviceSample] | None], None]) -> None:
+        self.tree = tree
+        self.journal = journal
+        self.clock = clock
+        self.kill_timeout = kill_timeout
+        self.read_gpu = read_gpu  # None: no GPU probe, no release to wait for
+        self.wait_gpu_release = wait_gpu_release
+        self.restarts = 0
+        self.last_restart: float | None = None
+        self._pending: dict[str, Any] | None = None
+
+    def restart(self, attempt: int, policy: GraphPolicy, level: RecoveryLevel, verdict: Verdict,
+                control: Path, evidence: Path | None) -> bool:
+        """Tell the trainer the policy, kill only the engine worker's group; True if that worked
+        (False: the caller restarts the job, level 2)."""
+        self.restarts += 1
+        write_control(control, {"seq": self.restarts, "action": "restart_engine", "attempt": attempt,
+                                "cudagraphs": "off" if policy.cudagraphs_off else "on",
+                                "enforce_eager": policy.enforce_eager, "reason": verdict.reason})
+        started = self.clock()
+        before = self.read_gpu() if self.read_gpu is not None else None
+        report = self.tree.kill_groups(level.engine_pgids, grace=0.0, kill_timeout=self.kill_timeout)
+        journal = self.journal()
+        if report is not None:
+            journal.append("kill", attempt=attempt, reason=f"{verdict.kind.value} (engine only)", scope="engine",
+                           **report.to_json())
+        if report is None or not report.confirmed:
+            journal.append("engine_restart", attempt=attempt, ok=False, pgids=sorted(level.engine_pgids),
+                           reason="the engine worker could not be killed" if report else "no engine worker left",
+                           escalated_to="job")
+            log.error("engine_restart", message="the engine worker could not be killed alone; restarting the job")
+            return False
+        if report.pids and self.read_gpu is not None:
+            self.wait_gpu_release(report, before)
+        now = self.clock()
+        self.last_restart = now
+        self._pending = {"onset": verdict.onset, "killed_at": now, "step": verdict.evidence.get("step")}
+        journal.append("engine_restart", attempt=attempt, ok=True, pgids=sorted(level.engine_pgids),
+                       pids=list(report.pids), reason=level.reason,
+                       cudagraphs="off" if policy.cudagraphs_off else "on", enforce_eager=policy.enforce_eager,
+                       onset_to_killed_s=round(now - verdict.onset, 3), kill_s=round(now - started, 3),
+                       evidence_path=str(evidence) if evidence else None)
+        log.warning("engine_restart", message=(
+            f"only the rollout engine was wedged: killed its worker ({list(report.pids)}); the trainer "
+            f"restarts it with {policy.describe()} and retries the batch"))
+        return True
+
+    def observe(self, attempt: int, sample: Sample) -> None:
+        """Journal ``engine_recovered`` at the first heartbeat past the step the engine wedged in."""
+        pending, hb = self._pending, sample.heartbeat
+        if pending is None or hb is None or hb.step is None:
+            return
+        if pending["step"] is not None and hb.step <= pending["step"]:
+            return
+        self._pending = None
+        # What the fresh worker applied, so the journal shows the retry ran graphs off.
+        applied = {k: v for k, v in (hb.info or {}).items() if k in _ENGINE_INFO or k.startswith("applied_")}
+        self.journal().append("engine_recovered", attempt=attempt, step=hb.step,
+                              onset_to_progress_s=round(sample.t - pending["onset"], 3),
+                              kill_to_progress_s=round(sample.t - pending["killed_at"], 3), engine=applied)
+        log.info("engine_recovered", message=(
+            f"the trainer progressed to step {hb.step} {sample.t - pending['killed_at']:.1f} s after the engine restart"))
