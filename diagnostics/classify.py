@@ -54,8 +54,9 @@ _RANK_PATTERNS = (
     re.compile(r"(?:Worker|scheduler|worker)_?TP(\d{1,5})"),
     re.compile(r"--local[_-]rank[= ](\d{1,5})"),
     re.compile(r"\bRANK=(\d{1,5})"),
-    re.compile(r"\brank[_ =:]?(\d{1,5})\b", re.IGNORECASE),
-    re.compile(r"\bTP(\d{1,4})\b"),
+    # Not "--node-rank 0" / "node_rank=1": a node's index is not a process's rank.
+    re.compile(r"(?<![-_])\brank[_ =:]?(\d{1,5})\b", re.IGNORECASE),
+    re.compile(r"(?:\b|_)TP(\d{1,4})\b"),
 )
 
 

@@ -72,12 +72,16 @@ _PROMPT = re.compile(r"^(?:[$%#]|[\w.@-]{1,80}[:@][^\s$#%]{0,200}[$#%]|\([\w.-]{
 _PYSPY_PID = re.compile(r"py-spy\s+dump\b.{0,200}?(?:--pid|-p)[ =](\d{1,10})")
 _PID_INTRO = re.compile(r"\b(?:pid|PID|Pid|process|Process)\s{0,2}[:=#]?\s{0,2}(\d{2,10})\s{0,3}[:)]?\s{0,3}(?:=+|-+)?\s{0,3}:?\s{0,3}$")
 _HTML = re.compile(r"^</?(?:details|summary|pre|code|br|p|div|b|i|em|strong|sub|sup|hr)\b[^>]{0,200}>", re.IGNORECASE)
-_LOCALS_HEAD = re.compile(r"^(Arguments|Locals):\s*$")
+# py-spy 0.2-0.3 printed "Arguments::" / "Locals::" (two colons); newer ones one.
+_LOCALS_HEAD = re.compile(r"^(Arguments|Locals)::?\s*$")
 _IDENT = re.compile(r"^[\w.<>$\[\]-]{1,300}$")
 _PY_EXT = (".py", ".pyx", ".pyi", ".pyc")
 _NATIVE_PATH = re.compile(r"(\.so(\.\d{1,6}){0,4}|\.dylib|\.dll|\.(c|cc|cpp|cxx|h|hpp|cu|cuh|rs|S)|^python\d[\d.]{0,6}|^\[\w{1,20}\])$")
 _WS = re.compile(r"\s")
 _HEX = re.compile(r"^0[xX][0-9a-fA-F]{1,16}$")
+_CUT_WITH_LINE = re.compile(r"^([\w./<>-]{1,500}\.pyx?):(\d{1,7})$")
+# "decode pid=951 (MainThread active+gil):": a label, the pid, then thread name and state.
+_LABELLED_HEADER = re.compile(r"\bpid[=: ]{1,2}(\d{1,10})\b")
 _ARROWS = (" → ", " -> ", " ⇒ ", " => ")
 _LEFT_NOTES = ("<-", "←", "⟵", "#", "//", "<==")
 
@@ -150,6 +154,10 @@ def parse_location(inner: str) -> tuple[str, int | None, bool] | None:
     """``path:line`` / ``lib.so`` / ``<string>:1`` inside parentheses:
     (file, line, native), or None when it does not look like a code location."""
     inner = inner.strip()
+    if "\\" in inner:
+        # Windows: py-spy prints "concurrent\\futures\\thread.py"; one separator
+        # keeps the standard-library test and the signatures' path patterns working.
+        inner = inner.replace("\\", "/")
     if inner.startswith("inside "):
         inner = inner[7:].strip()
     path, line = inner, None
@@ -242,7 +250,7 @@ def _faulthandler_frame(s: str) -> tuple[list[Frame], bool, bool] | None:
     A traceback's ``line N, in func`` (outermost first) is not a stack dump."""
     m = _FAULTHANDLER_FRAME.match(s)
     if m:
-        path, line, fn = m.group(1), m.group(2), m.group(3)
+        path, line, fn = m.group(1).replace("\\", "/"), m.group(2), m.group(3)
         if line is None:
             return [Frame("?", path, None)], False, True
         return [Frame(fn, path, int(line))], False, False
@@ -283,7 +291,10 @@ def _single_frame(s: str) -> tuple[Frame, bool] | None:
         fn, rest = s[:i].strip(), s[i + 1 :].strip()
         if fn and _IDENT.match(fn) and (not rest or re.match(r"^[\w./<>-]{1,500}:?\d{0,7}$", rest)):
             if rest and not _WS.search(rest):
-                rest = rest.rstrip(":")
+                rest = rest.rstrip(":").replace("\\", "/")
+                whole = _CUT_WITH_LINE.match(rest)
+                if whole:  # "f (pkg/mod.py:1242": only ")" lost, the location is whole
+                    return Frame(fn, whole.group(1), int(whole.group(2))), True
                 if _NATIVE_PATH.search(rest):  # "cuEventSynchronize (libcuda.so.5": only ")" lost
                     return Frame(fn, rest, None, native=True), True
                 return Frame(fn, rest + "…", None), True
@@ -327,7 +338,23 @@ def parse_thread_header(s: str) -> tuple[str | None, str, str] | None:
             name = body[:i].strip().strip('"')
             if m and name and s.endswith(":") and not name.startswith(("(", "Process")):
                 return None, m.group(1), name
+            labelled = _labelled_header(body[:i], state) if s.endswith(":") else None
+            if labelled is not None:
+                return labelled
     return None
+
+
+def _labelled_header(label: str, inner: str) -> tuple[str | None, str, str] | None:
+    """'decode pid=951 (MainThread active+gil):' (a reporter's own caption): the
+    thread name and state share the parentheses, the pid is in the label. The
+    main thread's id is the pid, so it becomes the ident (and the process's pid)."""
+    pid = _LABELLED_HEADER.search(label)
+    name, sep, state = inner.replace(",", " ").rpartition(" ")
+    name = name.strip().strip('"')
+    m = _STATE.match(state)
+    if pid is None or not sep or m is None or not _IDENT.match(name):
+        return None
+    return (pid.group(1) if name == "MainThread" else None), m.group(1), name
 
 
 @dataclass

@@ -45,6 +45,7 @@ def test_no_thread_header_is_one_unnamed_thread_with_low_confidence():
         ("Thread <PID> (active+gil)", "<PID>", "", True),
         ("MainThread (active, 100% CPU):", "?1", "MainThread", True),
         ("Thread 0x00007f13c65f5400 (most recent call first):", "0x00007f13c65f5400", "", None),
+        ("decode pid=951 (MainThread active+gil):", "951", "MainThread", True),  # a reporter's caption
     ],
 )
 def test_thread_header_shapes(header, ident, name, active):
@@ -75,11 +76,31 @@ def test_thread_header_shapes(header, ident, name, active):
         ("    replay (torch/cuda/", "replay (torch/cuda/…)"),  # cut mid-line
         ("    cuEventSynchronize       (libcuda.so.5", "cuEventSynchronize (libcuda.so.5)"),
         ('  File "/usr/lib/python3.12/queue.py", line 180 in get', "get (queue.py:180)"),  # faulthandler
+        ("    shutdown (concurrent\\futures\\thread.py:229)", "shutdown (thread.py:229)"),  # Windows
+        ("    _process_executor_events (airflow/jobs/scheduler_job.py:1242", "_process_executor_events (scheduler_job.py:1242)"),
     ],
 )
 def test_frame_shapes(line, rendered):
     _, proc = _one('Thread 1 (idle): "MainThread"\n' + line + "\n")
     assert _frames(proc.threads[0]) == [rendered]
+
+
+def test_windows_paths_and_labelled_headers_keep_what_the_classifier_needs():
+    """Backslash paths are still standard library; a 'LABEL pid=N (MainThread state):'
+    caption names the process (hordelib_old#221, the B300 NVLink notes in data/pasted)."""
+    _, proc = _one('Thread 9 (idle): "MainThread"\n    join (threading.py:1089)\n    shutdown (concurrent\\futures\\thread.py:229)\n')
+    assert all(f.is_stdlib for f in proc.threads[0].frames)
+    _, proc = _one("decode pid=951 (MainThread active+gil):\n    all_reduce (torch/distributed/distributed_c10d.py:3068)\n")
+    assert proc.pid == 951 and proc.threads[0].owns_gil
+
+
+def test_old_double_colon_locals_blocks_are_skipped_silently():
+    """py-spy 0.2-0.3 printed 'Arguments::' / 'Locals::' (airflow#7935)."""
+    text = ('Thread 132 (idle): "MainThread"\n    _send (multiprocessing/connection.py:368)\n'
+            "        Arguments::\n            self: <Connection at 0x7f5d>\n        Locals::\n            remaining: 1213\n"
+            "    send (multiprocessing/connection.py:206)\n")
+    report, proc = _one(text)
+    assert [f.function for f in proc.threads[0].frames] == ["_send", "send"] and report.skipped == 0
 
 
 def test_arrow_chains_are_frames_innermost_first():
