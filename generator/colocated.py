@@ -306,7 +306,8 @@ class ColocatedGenerator:
             if error is not None:
                 timing.error = f"{type(error).__name__}: {error}"
                 try:
-                    self._kill_worker()
+                    # A worker that did not answer in time is wedged: it would ignore SIGTERM too.
+                    self._kill_worker(at_once=isinstance(error, WorkerTimeout))
                 except WorkerUnkillable as unkillable:
                     # Never put trainer tensors back next to an engine that may still hold the device.
                     raise unkillable from error
@@ -366,7 +367,8 @@ class ColocatedGenerator:
         logger.info("standby engine worker %s ready, asleep (cudagraphs %s, enforce_eager %s)", standby.pid,
                     policy.beat_info()["cudagraphs"], policy.enforce_eager)
 
-    def _kill_worker(self) -> None:
+    def _kill_worker(self, at_once: bool = False) -> None:
+        """``at_once``: SIGKILL without the SIGTERM grace (a worker that timed out)."""
         worker, self.worker = self.worker, None
         # What a dead worker applied must not be reported next to the next worker's policy
         # ("cudagraphs off" beside a stale FULL_AND_PIECEWISE reads as a violation).
@@ -374,7 +376,7 @@ class ColocatedGenerator:
         for key in AppliedSettings("NONE", None, 0).beat_info():
             self.beat_info.pop(key, None)
         if worker is not None and worker.proc is not None:
-            worker.kill()
+            worker.kill(grace_s=0.0 if at_once else None)
 
     def close(self) -> None:
         """Close the engine gracefully (kill if it does not answer); idempotent."""

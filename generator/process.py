@@ -7,7 +7,8 @@ starts (vLLM's engine-core and GPU worker processes) is in that group:
 
 Kill protocol (``kill``): SIGTERM to the group, wait ``grace_s`` on a
 monotonic deadline, then SIGKILL, then confirm: the leader reaped and no
-live (non-zombie) member left in the group. Only a confirmed-dead worker has
+live (non-zombie) member left in the group. A grace of 0 sends SIGKILL
+first (a worker that timed out: the wedge ignores SIGTERM anyway). Only a confirmed-dead worker has
 surely released its (GPU) memory; until then ``WorkerUnkillable``.
 """
 
@@ -203,7 +204,10 @@ class WorkerProcess:
         grace = self.grace_s if grace_s is None else grace_s
         pgid = self.proc.pid  # start_new_session: the worker leads its own group
         escalated = False
-        if self._group_alive(pgid):
+        if grace <= 0 and self._group_alive(pgid):
+            self._signal_group(pgid, signal.SIGKILL)
+            escalated = True
+        elif self._group_alive(pgid):
             self._signal_group(pgid, signal.SIGTERM)
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline and self._group_alive(pgid):

@@ -182,7 +182,7 @@ def test_wedged_worker_ignores_sigterm_and_is_sigkilled(worker, trainer, tmp_pat
     assert exit.escalated_to_sigkill and exit.returncode == -signal.SIGKILL
 
 
-def test_wedge_detected_killed_then_trainer_restored(trainer, tmp_path, monkeypatch):
+def test_wedge_detected_killed_then_trainer_restored(trainer, tmp_path, monkeypatch, capfd):
     model, opt = trainer
     ids = [id(p) for p in model.parameters()]
     state_before = {id(k): {s: v.clone() for s, v in st.items()} for k, st in opt.state.items()}
@@ -207,6 +207,7 @@ def test_wedge_detected_killed_then_trainer_restored(trainer, tmp_path, monkeypa
         failed = gen.timings[-2]
         assert failed.error.startswith("WorkerTimeout") and "generator-worker.log" in failed.error
         assert seen[1] is True, "the wedged worker was gone before the trainer's tensors came back"
+        assert "ignored SIGTERM" not in capfd.readouterr().err, "a worker that timed out is SIGKILLed at once"
         assert [id(p) for p in model.parameters()] == ids
         assert all(id(k) in state_before for k in opt.state)
         for k, st in opt.state.items():
