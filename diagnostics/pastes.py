@@ -79,6 +79,11 @@ _PY_EXT = (".py", ".pyx", ".pyi", ".pyc")
 _NATIVE_PATH = re.compile(r"(\.so(\.\d{1,6}){0,4}|\.dylib|\.dll|\.(c|cc|cpp|cxx|h|hpp|cu|cuh|rs|S)|^python\d[\d.]{0,6}|^\[\w{1,20}\])$")
 _WS = re.compile(r"\s")
 _HEX = re.compile(r"^0[xX][0-9a-fA-F]{1,16}$")
+_FLAT_FRAME = re.compile(
+    r'(?P<proc>\bProcess \d{1,10}:)'
+    r'|(?P<thread>\bThread (?:0[xX][0-9A-Fa-f]{1,16} |\d{1,12} |<\w{1,20}> )?\((?:idle|active|active\+gil|gil)\):? ?(?:"[^"\n]{0,200}")?)'
+    r'|(?<![\w(<>.$\[\]-])[\w<>.$\[\]-]{1,300} \([^()\s]{1,500}\)'
+)
 _CUT_WITH_LINE = re.compile(r"^([\w./<>-]{1,500}\.pyx?):(\d{1,7})$")
 # "decode pid=951 (MainThread active+gil):": a label, the pid, then thread name and state.
 _LABELLED_HEADER = re.compile(r"\bpid[=: ]{1,2}(\d{1,10})\b")
@@ -309,6 +314,42 @@ def _single_frame(s: str) -> tuple[Frame, bool] | None:
     return None
 
 
+def split_flattened(s: str) -> list[str] | None:
+    """A dump whose line breaks were lost (a web page or a digest flattened it):
+    'Process 7: X Python v3.12 (/p) Thread 7 (active+gil): "MainThread" f (a.py:1) g (b.py:2) h (c...'.
+    Two frames or more on one line that is not a frame chain come back as one
+    line per header and frame, in order; else None. Linear: one left-to-right scan."""
+    tokens: list[tuple[int, int, str]] = []
+    frames = 0
+    for m in _FLAT_FRAME.finditer(s):
+        text = m.group(0)
+        if m.group("proc"):
+            tokens.append((m.start(), m.end(), "proc"))
+        elif m.group("thread"):
+            tokens.append((m.start(), m.end(), "thread"))
+        elif _single_frame(text) is not None:
+            tokens.append((m.start(), m.end(), "frame"))
+            frames += 1
+        if len(tokens) > MAX_FRAMES:
+            break
+    if frames < 2:
+        return None
+    out: list[str] = []
+    for n, (start, end, kind) in enumerate(tokens):
+        nxt = tokens[n + 1][0] if n + 1 < len(tokens) else len(s)
+        if kind == "proc":
+            cmd = s[end:nxt].split(" Python v", 1)[0].strip()
+            out.append(f"{s[start:end]} {cmd}")
+        elif kind == "thread":
+            out.append(s[start:end])
+        else:
+            out.append("    " + s[start:end])
+    tail = s[tokens[-1][1]:].strip().rstrip(".…").strip()
+    if tail and "(" in tail and _single_frame(tail) is not None:  # the last frame, cut: "h (c..."
+        out.append("    " + tail)
+    return out
+
+
 def _strip_note(text: str) -> str:
     """A command line without a reporter's trailing note ("  ← stuck here")."""
     for mark in ("  ←", "  <-", " ← ", " <-- ", "  #"):
@@ -485,6 +526,12 @@ class _Reader:
         if self.in_locals and indent > self.locals_indent:
             return
         self.in_locals = False
+        # Two frames or more on one line: a flattened dump (an arrow chain splits the same way).
+        pieces = split_flattened(s) if s.count(" (") >= 2 and ") " in s else None
+        if pieces is not None:
+            for piece in pieces:  # each holds one header or frame: no further split
+                self.feed(piece)
+            return
         parsed = parse_frame_line(s)
         if parsed is None:
             self.skip(s)
@@ -498,7 +545,7 @@ class _Reader:
 
     def handle_header(self, s: str, rank: re.Match[str] | None) -> bool:
         m = _PROCESS.match(s)
-        if m:
+        if m and split_flattened(m.group(2)) is None:  # else a whole flattened dump: split below
             pid = int(m.group(1)) if m.group(1).isdigit() else None
             self.new_process(pid, _strip_note(m.group(2)), header=True)
             self.report.process_headers += 1

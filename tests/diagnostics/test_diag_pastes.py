@@ -103,6 +103,18 @@ def test_old_double_colon_locals_blocks_are_skipped_silently():
     assert [f.function for f in proc.threads[0].frames] == ["_send", "send"] and report.skipped == 0
 
 
+@pytest.mark.parametrize("lead", ["When stuck, py-spy shows: ``` ", ""])
+def test_a_dump_flattened_onto_one_line_is_split_back(lead):
+    """Line breaks lost (a web page or digest flattened the paste, vllm#25890 in data/pasted)."""
+    text = (lead + 'Process 1829647: VLLM::EngineCore Python v3.12.9 (envs/vllm/bin/python3.12) '
+            'Thread 1829647 (active+gil): "MainThread" get_num_common_prefix_blocks (vllm/v1/core/kv_cache_coordinator.py:138) '
+            "schedule (vllm/v1/core/sched/scheduler.py:540) step (vllm...\n")
+    _, proc = _one(text)
+    assert (proc.pid, proc.cmdline) == (1829647, "VLLM::EngineCore")
+    (t,) = proc.threads
+    assert t.name == "MainThread" and [f.function for f in t.frames] == ["get_num_common_prefix_blocks", "schedule", "step"]
+
+
 def test_arrow_chains_are_frames_innermost_first():
     _, proc = _one("Process 1390: VLLM::Worker_TP1   ← back in its loop\n    ... dequeue (vllm/shm_broadcast.py:779) → worker_busy_loop\n")
     assert proc.cmdline == "VLLM::Worker_TP1"
