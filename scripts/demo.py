@@ -1,7 +1,9 @@
 """The demo: a toy GRPO-style run wedges in the engine's cuda-graph replay, hangwatch
-catches it, captures the evidence, kills the whole tree (the escaped engine worker
-ignores SIGTERM), and resumes from the newest complete checkpoint with cuda graphs
-off; training completes.
+catches it (the engine step rule) and captures the evidence. With the default
+``--recovery auto`` it SIGKILLs only the engine's worker and the trainer, alive all
+along, retries the batch on a standby worker with cuda graphs off; with ``--recovery
+job`` it kills the whole tree (the escaped engine worker ignores SIGTERM) and resumes
+from the newest complete checkpoint with cuda graphs off. Training completes.
 
     .venv/bin/python scripts/demo.py [--run-dir DIR] [--steps 30] [--wedge-at-step 17]
 
@@ -67,7 +69,7 @@ def main() -> int:
         "--generate-timeout", "300",
         # Without its parent-death guard the wedged worker outlives the trainer, as
         # vLLM's EngineCore processes do: hangwatch must find it (escaped into its
-        # own session), see it ignore SIGTERM, and SIGKILL it.
+        # own session) and kill it (--recovery job: it ignores SIGTERM, so SIGKILL).
         "--no-parent-death-signal",
         # Engine-level recovery hands over to a standby worker started ahead of time.
         *(["--standby-engine"] if args.recovery == "auto" else []),
@@ -105,8 +107,12 @@ def summarise(run_dir: Path, code: int, elapsed: float, args: argparse.Namespace
         if signature:
             print(f"           classified as: {signature}")
     for k in kills:
-        print(f"kill       {len(k['pids'])} process(es), SIGKILL needed for {k['escalated']} "
-              f"(ignored SIGTERM), confirmed dead: {k['confirmed']}")
+        if k.get("grace_rule") == "none":
+            print(f"kill       {len(k['pids'])} process(es) (the engine worker's group), SIGKILL at once, "
+                  f"confirmed dead: {k['confirmed']}")
+        else:
+            print(f"kill       {len(k['pids'])} process(es), SIGKILL needed for {k['escalated']} "
+                  f"(ignored SIGTERM), confirmed dead: {k['confirmed']}")
     for r in restarts:
         print(f"engine     only the rollout engine's worker was restarted, cuda graphs {r['cudagraphs']}; the trainer "
               f"process (pid {attempts[0]['pid']}) lived on, no checkpoint was reloaded")
@@ -127,7 +133,11 @@ def summarise(run_dir: Path, code: int, elapsed: float, args: argparse.Namespace
         problems.append(f"the run did not finish successfully (exit {code})")
     if [i["kind"] for i in incidents] != ["stall"]:
         problems.append(f"expected one stall incident, got {[i['kind'] for i in incidents]}")
-    if not kills or not kills[0]["escalated"]:
+    if not kills or not kills[0]["confirmed"]:
+        problems.append("expected a kill confirmed dead")
+    elif args.recovery == "auto" and kills[0].get("grace_rule") != "none":
+        problems.append("expected the engine worker SIGKILLed at once (no grace)")
+    elif args.recovery == "job" and not kills[0]["escalated"]:
         problems.append("expected a kill that needed SIGKILL for the SIGTERM-ignoring worker")
     if args.recovery == "auto":
         if len(attempts) != 1 or len(restarts) != 1 or not recovered:
