@@ -79,9 +79,21 @@ class Suspect:
     source: str
     reason: str
     signature_id: str | None = None
+    rank: int | None = None
+    #: False for the note "the culprit is not among them": no process of this input.
+    present: bool = True
 
     def to_json(self) -> dict[str, Any]:
-        return {"pid": self.pid, "source": self.source, "reason": self.reason, "signature_id": self.signature_id}
+        return {"pid": self.pid, "source": self.source, "reason": self.reason, "signature_id": self.signature_id,
+                "rank": self.rank, "present": self.present}
+
+    def who(self) -> str:
+        """How the report names it: a pasted process may have no pid, only a rank."""
+        if self.pid is not None:
+            return f"pid {self.pid}"
+        if not self.present:
+            return "not in this input"
+        return f"rank {self.rank} (no pid in the paste)" if self.rank is not None else "a process without a pid"
 
 
 @dataclass(frozen=True)
@@ -138,7 +150,8 @@ class Classification:
             tuple(parse_frame_text(s) for s in data.get("stack", ())),
             data.get("frozen"),
             int(data.get("rounds", 1)),
-            suspect=Suspect(sus.get("pid"), str(sus.get("source", "")), str(sus.get("reason", "")), sus.get("signature_id")) if isinstance(sus, dict) else None,
+            suspect=Suspect(sus.get("pid"), str(sus.get("source", "")), str(sus.get("reason", "")), sus.get("signature_id"),
+                            sus.get("rank"), bool(sus.get("present", sus.get("pid") is not None or bool(sus.get("source"))))) if isinstance(sus, dict) else None,
             processes=int(data.get("processes", 1) or 1),
             reference=str(data.get("source") or ""),
         )
@@ -465,9 +478,9 @@ def _result(v: ProcessVerdict, sid, title, advice, evidence, rounds, verdicts, s
     suspect = None
     if story.suspect is not None:
         s = story.suspect
-        suspect = Suspect(s.pid, s.source, story.reason, s.signature_id if s.state == "stalled" else None)
+        suspect = Suspect(s.pid, s.source, story.reason, s.signature_id if s.state == "stalled" else None, s.rank)
     elif story.note:
-        suspect = Suspect(None, "", story.note, None)
+        suspect = Suspect(None, "", story.note, None, present=False)
     t = v.thread
     return Classification(
         signature_id=sid,

@@ -57,6 +57,9 @@ _PREFIX = re.compile(
     re.VERBOSE,
 )
 _RANK_PREFIX = re.compile(r"\[(?:rank|RANK|Rank)[ ]?(\d{1,6})\]")
+# "DP0,1,2: synchronize (...)" / "DP3..7:  broadcast (...)" / "rank 3: step (...)": a
+# reporter folding ranks that share a stack onto one labelled line (one process per label).
+_GROUP_LABEL = re.compile(r"^(?:DP|TP|PP|EP|CP|rank|Rank|RANK)[ _]?(\d{1,6})[\d,.~ -]{0,40}:\s+(?=\S)")
 _PROCESS = re.compile(r"^Process (\d{1,10}|<\w{1,20}>):? ?(.*)$")
 _PYTHON = re.compile(r"^Python (v?\d[\w.+-]{0,30})(?: \((.{0,500})\))?\s*$")
 _THREAD = re.compile(
@@ -517,6 +520,14 @@ class _Reader:
                 return
             if _PROMPT.match(s):
                 return
+        label = _GROUP_LABEL.match(s) if first in "DTPECRr" else None
+        if label is not None and parse_frame_line(s[label.end():]) is not None:
+            self.new_process(header=True)
+            self.proc.rank = int(label.group(1))  # type: ignore[union-attr]
+            self.report.process_headers += 1
+            self.start_thread(None, "unknown", "MainThread")
+            s = line = s[label.end():]
+            first = s[0]
         if (first in "PSTt=-#" or s[-1] == ":") and self.handle_header(s, rank):
             return
         indent = len(line) - len(line.lstrip())

@@ -309,8 +309,7 @@ def render_text(incidents: Sequence[Incident], agg: Mapping[str, Any], ov: Overv
             if c.cmdline:
                 out.append(f"   process: {c.cmdline[:160]}")
             if c.suspect is not None:
-                who = f"pid {c.suspect.pid}" if c.suspect.pid is not None else "not in this input"
-                out.append(f"   suspect: {who} — {c.suspect.reason}")
+                out.append(f"   suspect: {c.suspect.who()} — {c.suspect.reason}")
             out.append("   evidence:")
             out.extend(f"     {f.render()}" for f in c.evidence)
             out.append(f"   advice: {c.advice}")

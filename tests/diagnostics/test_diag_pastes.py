@@ -115,6 +115,16 @@ def test_a_dump_flattened_onto_one_line_is_split_back(lead):
     assert t.name == "MainThread" and [f.function for f in t.frames] == ["get_num_common_prefix_blocks", "schedule", "step"]
 
 
+def test_rank_labelled_lines_are_one_process_per_label():
+    """'DP0,1,2: frame' / 'DP3..7:  frame': ranks folded onto labelled lines (GLM notes in data/pasted)."""
+    text = ("   DP0,1,2: synchronize (torch/cuda/__init__.py:1083)\n"
+            "              _make_launchers (torch/_inductor/runtime/triton_heuristics.py:646)\n"
+            "   DP3..7:  broadcast (torch/distributed/distributed_c10d.py:2841)\n")
+    procs = read_text(text).processes
+    assert [(p.rank, [f.function for f in p.threads[0].frames]) for p in procs] == [
+        (0, ["synchronize", "_make_launchers"]), (3, ["broadcast"])]
+
+
 def test_arrow_chains_are_frames_innermost_first():
     _, proc = _one("Process 1390: VLLM::Worker_TP1   ← back in its loop\n    ... dequeue (vllm/shm_broadcast.py:779) → worker_busy_loop\n")
     assert proc.cmdline == "VLLM::Worker_TP1"

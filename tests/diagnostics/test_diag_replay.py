@@ -213,6 +213,15 @@ def test_a_process_py_spy_could_not_dump_is_the_suspect(capsys, tmp_path):
     assert rows[102]["state"] == "not dumped" and rows[100]["rank"] == 0
 
 
+def test_a_suspect_without_a_pid_is_named_by_its_rank(capsys, tmp_path):
+    """Pasted ranks often have no pid; the suspect is still in the input (not 'not in this input')."""
+    dump = tmp_path / "ranks.txt"
+    dump.write_text("DP0: synchronize (torch/cuda/__init__.py:1083)\n    _make_launchers (torch/_inductor/runtime/triton_heuristics.py:646)\n"
+                    "DP3:  broadcast (torch/distributed/distributed_c10d.py:2841)\n")
+    rc, text, _ = _run(capsys, "replay", str(dump))
+    assert rc == 0 and "suspect: rank 0 (no pid in the paste)" in text and "torch-compile-stall" in text
+
+
 def test_paste_report_says_what_was_skipped(capsys):
     rc, out, _ = _run(capsys, "replay", "--json", str(PASTED / "verl_340_two_frames_no_header.txt"))
     (incident,) = json.loads(out)["incidents"]
