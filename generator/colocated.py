@@ -46,6 +46,7 @@ Invariants:
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import os
 import tempfile
@@ -75,8 +76,9 @@ PHASES = ("offload", "stage", "start", "standby", "load", "generate", "sleep", "
 
 @dataclass(frozen=True)
 class Timeouts:
-    """Seconds per operation. ``generate`` must exceed the supervisor's stall window
-    so that the supervisor, which captures stacks first, sees a wedge before we do."""
+    """Seconds per operation. ``generate`` is the backstop: under hangwatch it is raised to
+    at least ``HANGWATCH_DETECT_WITHIN`` (the supervisor's engine detection plus capture), so
+    that the supervisor, which captures stacks first, acts on a wedge before we do."""
 
     start: float = 120.0
     op: float = 60.0
@@ -146,7 +148,7 @@ class ColocatedGenerator:
         self.device = device or str(next(model.parameters()).device)
         self.staging_dir = staging_dir
         self._stager = Stager(staging_dir, reuse=reuse_staging)
-        self.timeouts = timeouts
+        self.timeouts = _at_least_detection(timeouts, os.environ.get(names.DETECT_WITHIN))
         # Trainer-side names, tied weights once (named_parameters dedups aliases).
         self._weights = weights or (lambda: ((n, p.detach()) for n, p in model.named_parameters()))
         self.parent_death_signal = parent_death_signal
@@ -392,6 +394,24 @@ class ColocatedGenerator:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _at_least_detection(timeouts: Timeouts, detect_within: str | None) -> Timeouts:
+    """Our generate timeout is the backstop: under hangwatch it must not fire before the
+    supervisor has caught the wedge and taken the evidence (``HANGWATCH_DETECT_WITHIN``),
+    or the evidence would be lost to our own kill. A shorter one is raised, and said so."""
+    if not detect_within:
+        return timeouts
+    try:
+        floor = float(detect_within)
+    except ValueError:
+        logger.warning("ignoring %s=%r: not a number of seconds", names.DETECT_WITHIN, detect_within)
+        return timeouts
+    if not 0 < floor < float("inf") or timeouts.generate >= floor:
+        return timeouts
+    logger.warning("generate timeout %.0f s is shorter than hangwatch's engine detection and capture (%.0f s): "
+                   "raised to %.0f s so that the supervisor takes the evidence first", timeouts.generate, floor, floor)
+    return dataclasses.replace(timeouts, generate=floor)
 
 
 def _completions(raw: Any, prompts: int, n: int, log_path: str) -> list[list[Completion]]:

@@ -34,6 +34,7 @@ from hangwatch.contract import env as names
 from hangwatch.contract.heartbeat import engine_heartbeat_path
 from hangwatch.contract.journal import fold_journal
 from hangwatch.contract.verdict import VerdictKind
+from hangwatch.supervisor.detector import DetectorConfig
 from hangwatch.supervisor.restart import AttemptOutcome
 
 
@@ -119,8 +120,10 @@ def attempt_environment(
     policy: GraphPolicy,
     resume_from: Path | None,
     sim_gpu: Path | None = None,
+    detect_within: float | None = None,
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """The trainer's whole environment, and the ``HANGWATCH_*`` part we set (for the journal)."""
+    """The trainer's whole environment, and the ``HANGWATCH_*`` part we set (for the journal).
+    ``detect_within``: ``engine_detect_within`` of the run's settings."""
     ours = {
         names.RUN_DIR: str(run_dir),
         names.ATTEMPT: str(attempt),
@@ -134,9 +137,19 @@ def attempt_environment(
         ours[names.RESUME_FROM] = str(resume_from)
     if sim_gpu is not None:
         ours[names.SIM_GPU] = str(sim_gpu)
+    if detect_within is not None:
+        ours[names.DETECT_WITHIN] = f"{detect_within:g}"
     full = names.without_ours(base)
     full.update(ours)
     return full, ours
+
+
+def engine_detect_within(detector: DetectorConfig, capture_timeout: float) -> float:
+    """The longest a wedged rollout engine can go before the supervisor has its verdict and its
+    evidence: the engine step rule's timeout (the stall window in the generate phase when
+    the rule is off), two sampling intervals of slack, the capture's own deadline."""
+    detect = detector.engine_step_timeout or detector.window_for("generate")
+    return detect + 2 * detector.interval + capture_timeout
 
 
 def attempt_argv(command: Sequence[str], resume_arg: str | None, resume_from: Path | None) -> list[str]:

@@ -36,7 +36,7 @@ from hangwatch.contract.redact import redact_argv
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import Verdict, VerdictKind, classify_exit
 from hangwatch.supervisor.attempt import (AttemptLifecycle, AttemptState, RecoveryLevel, RunState, attempt_argv,
-                                          attempt_environment, escalate, recovery_level)
+                                          attempt_environment, engine_detect_within, escalate, recovery_level)
 from hangwatch.supervisor.capture import SamplesOnlyCapture
 from hangwatch.supervisor.checkpoints import newest_complete, scan
 from hangwatch.supervisor.cohort import Cohort
@@ -207,6 +207,7 @@ class Supervisor:
         env, ours = attempt_environment(
             os.environ, run_dir=self.run_dir, attempt=st.attempt, attempt_dir=attempt_dir, policy=st.policy,
             resume_from=resume_from, sim_gpu=self.probe.path if isinstance(self.probe, FileProbe) else None,
+            detect_within=engine_detect_within(self.config.detector, self.config.capture_timeout),
         )
         argv = attempt_argv(self.config.command, self.config.resume_arg, resume_from)
         started = self.clock()

@@ -21,11 +21,15 @@ CUDAGRAPHS = "HANGWATCH_CUDAGRAPHS"      #: "1" engine defaults, "0" graphs off
 ENFORCE_EAGER = "HANGWATCH_ENFORCE_EAGER"  #: "1" after a second stall with graphs off
 SIM_GPU = "HANGWATCH_SIM_GPU"            #: with --gpu-probe file:PATH, the simulated GPU
 CONTROL = "HANGWATCH_CONTROL"            #: the supervisor's instructions to the trainer (contract.control)
+#: seconds within which the supervisor catches a wedged rollout engine and has captured its
+#: evidence; the generator's own generate timeout is never shorter (it is only the backstop)
+DETECT_WITHIN = "HANGWATCH_DETECT_WITHIN"
 
 CONFIG = "HANGWATCH_CONFIG"              #: the user's settings file (read by the CLI)
 PYSPY = "HANGWATCH_PYSPY"                #: the py-spy binary to use instead of PATH's
 
-ATTEMPT_VARS = (RUN_DIR, ATTEMPT, ATTEMPT_DIR, HEARTBEAT, ENGINE_HEARTBEAT, RESUME_FROM, CUDAGRAPHS, ENFORCE_EAGER, SIM_GPU, CONTROL)
+ATTEMPT_VARS = (RUN_DIR, ATTEMPT, ATTEMPT_DIR, HEARTBEAT, ENGINE_HEARTBEAT, RESUME_FROM, CUDAGRAPHS, ENFORCE_EAGER, SIM_GPU, CONTROL,
+                DETECT_WITHIN)
 PASS_THROUGH = frozenset({CONFIG, PYSPY})
 
 

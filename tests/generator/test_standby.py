@@ -158,3 +158,17 @@ def test_a_request_is_judged_from_its_first_step_not_while_its_inputs_are_prepar
     beacon.end()
     beacon.begin()
     assert read_heartbeat(path).phase == "prepare"
+
+
+def test_under_hangwatch_the_generate_timeout_never_fires_before_the_supervisors_detection(
+        trainer, tmp_path, monkeypatch, caplog):
+    """A backstop shorter than the supervisor's detection and capture would kill the wedged
+    worker before py-spy saw it: it is raised to HANGWATCH_DETECT_WITHIN, with a warning."""
+    model, opt = trainer
+    monkeypatch.setenv("HANGWATCH_DETECT_WITHIN", "52")
+    short = ColocatedGenerator(model, opt, log_dir=str(tmp_path), timeouts=Timeouts(generate=10.0))
+    assert short.timeouts.generate == 52.0 and short.timeouts.op == Timeouts().op
+    assert "raised to 52 s" in caplog.text
+    assert ColocatedGenerator(model, opt, log_dir=str(tmp_path), timeouts=Timeouts(generate=300.0)).timeouts.generate == 300.0
+    monkeypatch.setenv("HANGWATCH_DETECT_WITHIN", "soon")
+    assert ColocatedGenerator(model, opt, log_dir=str(tmp_path), timeouts=Timeouts(generate=10.0)).timeouts.generate == 10.0

@@ -122,7 +122,9 @@ def test_the_standby_worker_takes_over_and_is_spared_by_the_engine_kill(tmp_path
     assert kill["grace_rule"] == "none" and kill["signals"][0]["signal"] == "SIGKILL", "no grace for the engine"
     (recovered,) = _events(journal, "engine_recovered")
     assert recovered["engine"]["engine_worker"] == "standby" and recovered["engine"]["cudagraphs"] == "off"
-    assert len(_events(journal, "attempt_started")) == 1
+    (started,) = _events(journal, "attempt_started")
+    # The generator's own timeout may not fire first: engine step timeout + 2 intervals + capture deadline.
+    assert started["env"]["HANGWATCH_DETECT_WITHIN"] == "17"
     standby = json.loads((tmp_path / "run" / "attempts" / "attempt-001" / "generator-standby.json").read_text())
     assert standby["role"] == "active" and standby["pid"] != stuck
     events = [r["event"] for r in journal]
