@@ -63,8 +63,10 @@ _GROUP_LABEL = re.compile(r"^(?:DP|TP|PP|EP|CP|rank|Rank|RANK)[ _]?(\d{1,6})[\d,
 _PROCESS = re.compile(r"^Process (\d{1,10}|<\w{1,20}>):? ?(.*)$")
 _PYTHON = re.compile(r"^Python (v?\d[\w.+-]{0,30})(?: \((.{0,500})\))?\s*$")
 _THREAD = re.compile(
-    r'^Thread(?: (0[xX][0-9A-Fa-f]{1,16}|\d{1,12}|<\w{1,20}>))?:? ?\(([a-z+]{1,16})(?:,[^()\n]{0,60})?\)(?::? ?"([^"\n]{0,200})"?)?:?(.{0,400})$'
+    r'^Thread(?: (0[xX][0-9A-Fa-f]{1,16}|\d{1,12}|<\w{1,20}>|[A-Z]{1,8}|0[xX][0-9A-Fa-f]{0,16}(?:\.\.\.|…)|\.\.\.|…))?:? ?\(([a-z+]{1,16})(?:,[^()\n]{0,60})?\)(?::? ?"([^"\n]{0,200})"?)?:?(.{0,400})$'
 )
+# Placeholders people write for an id they left out: "Thread N", "Thread 0x7f...".
+_PLACEHOLDER_IDENT = re.compile(r"^(?:[A-Z]{1,8}|0[xX][0-9A-Fa-f]{0,16}(?:\.\.\.|…)|\.\.\.|…)$")
 _FAULTHANDLER_THREAD = re.compile(r"^(Current thread|Thread) (0[xX][0-9A-Fa-f]{1,16}) \(most recent call first\):?\s*$")
 _FAULTHANDLER_FRAME = re.compile(r'^File "([^"\n]{1,1000})"(?:, line (\d{1,7}) in ([^\s()]{1,300}))?\s*$')
 _FAULTHANDLER_CUT = re.compile(r'^File "([^"\n]{1,1000})$')
@@ -367,7 +369,10 @@ def parse_thread_header(s: str) -> tuple[str | None, str, str] | None:
     if s.startswith(("Thread", "Current thread")):
         m = _THREAD.match(s)
         if m:
-            return m.group(1), m.group(2), m.group(3) or ""
+            ident = m.group(1)
+            if ident is not None and _PLACEHOLDER_IDENT.match(ident):
+                ident = None
+            return ident, m.group(2), m.group(3) or ""
         m = _FAULTHANDLER_THREAD.match(s)
         if m:  # Python's faulthandler (also PyTorch's dump on NCCL timeouts)
             return m.group(2), "unknown", ""

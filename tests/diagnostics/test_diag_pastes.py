@@ -46,6 +46,8 @@ def test_no_thread_header_is_one_unnamed_thread_with_low_confidence():
         ("MainThread (active, 100% CPU):", "?1", "MainThread", True),
         ("Thread 0x00007f13c65f5400 (most recent call first):", "0x00007f13c65f5400", "", None),
         ("decode pid=951 (MainThread active+gil):", "951", "MainThread", True),  # a reporter's caption
+        ('Thread N (idle): "MainThread"', "?1", "MainThread", False),  # placeholder id
+        ('Thread 0x7f... (active): "MainThread"', "?1", "MainThread", True),
     ],
 )
 def test_thread_header_shapes(header, ident, name, active):
