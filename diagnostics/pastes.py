@@ -74,7 +74,7 @@ _STATE = re.compile(r"^(idle|active|active\+gil|gil|running|sleeping|waiting)(?:
 _STACK_DUMP_FOR = re.compile(r"^Stack dump for (.{0,2000})$")
 _SEPARATOR = re.compile(r"^(?:=|-|#){2,}\s{0,5}(?:(pid|process|rank|worker|node)\s{0,3}[:=#]?\s{0,3}(\d{1,10}))\b.{0,200}$", re.IGNORECASE)
 _PROMPT = re.compile(r"^(?:[$%#]|[\w.@-]{1,80}[:@][^\s$#%]{0,200}[$#%]|\([\w.-]{1,60}\)\s{0,3}[\w.@-]{0,80}[:~][^\s]{0,200}[$#%])\s")
-_PYSPY_PID = re.compile(r"py-spy\s+dump\b.{0,200}?(?:--pid|-p)[ =](\d{1,10})")
+_PYSPY_PID = re.compile(r"py-spy\s+dump\b.{0,200}?(?:--pid|-p)[ =](\d{1,10})|pystack\s+remote\b(?:\s+-{1,2}[\w-]{1,30})*\s+(\d{1,10})")
 _PID_INTRO = re.compile(r"\b(?:pid|PID|Pid|process|Process)\s{0,2}[:=#]?\s{0,2}(\d{2,10})\s{0,3}[:)]?\s{0,3}(?:=+|-+)?\s{0,3}:?\s{0,3}$")
 _HTML = re.compile(r"^</?(?:details|summary|pre|code|br|p|div|b|i|em|strong|sub|sup|hr)\b[^>]{0,200}>", re.IGNORECASE)
 # py-spy 0.2-0.3 printed "Arguments::" / "Locals::" (two colons); newer ones one.
@@ -89,6 +89,9 @@ _FLAT_FRAME = re.compile(
     r'|(?P<thread>\bThread (?:0[xX][0-9A-Fa-f]{1,16} |\d{1,12} |<\w{1,20}> )?\((?:idle|active|active\+gil|gil)\):? ?(?:"[^"\n]{0,200}")?)'
     r'|(?<![\w(<>.$\[\]-])[\w<>.$\[\]-]{1,300} \([^()\s]{1,500}\)'
 )
+# pystack ("pystack remote PID"): outermost frame first, source lines under the frames.
+_PYSTACK_THREAD = re.compile(r"^Traceback for thread (\d{1,12}) \(([^()\n]{0,200})\)(?: \[([^\]\n]{0,100})\])? \(most recent call last\):?\s*$")
+_PYSTACK_FRAME = re.compile(r'^\((Python|C)\) File "([^"\n]{1,1000})", line (\d{1,7}), in (\S.{0,1000}?)(?: \(([^()\s]{1,300})\))?\s*$')
 _CUT_WITH_LINE = re.compile(r"^([\w./<>-]{1,500}\.pyx?):(\d{1,7})$")
 # "decode pid=951 (MainThread active+gil):": a label, the pid, then thread name and state.
 _LABELLED_HEADER = re.compile(r"\bpid[=: ]{1,2}(\d{1,10})\b")
@@ -413,6 +416,7 @@ class _Thread:
     state: str | None
     frames: list[Frame] = field(default_factory=list)
     headerless: bool = False
+    outermost_first: bool = False  # pystack lists the outermost frame first
 
 
 @dataclass
@@ -517,11 +521,11 @@ class _Reader:
         if first in ".…[(" and (s in ("[...]", "(...)") or set(s) <= {".", "…", " "}):
             self.report.abbreviated += 1
             return
-        if "py-spy" in s or (("$" in s or "#" in s or "%" in s) and _PROMPT.match(s)):
+        if "py-spy" in s or "pystack" in s or (("$" in s or "#" in s or "%" in s) and _PROMPT.match(s)):
             # "$ py-spy dump --pid 42": what follows is process 42.
             m2 = _PYSPY_PID.search(s)
             if m2:
-                self.expect_process(int(m2.group(1)))
+                self.expect_process(int(m2.group(1) or m2.group(2)))
                 return
             if _PROMPT.match(s):
                 return
@@ -542,6 +546,16 @@ class _Reader:
         if self.in_locals and indent > self.locals_indent:
             return
         self.in_locals = False
+        m = _PYSTACK_FRAME.match(s)
+        if m:
+            kind, path, lineno, fn, lib = m.groups()
+            if kind == "C":
+                frame = Frame(fn.strip(), lib or path, None, native=True)
+            else:
+                frame = Frame(fn.strip(), path.replace("\\", "/"), int(lineno))
+            self.add_frames([frame])
+            self.in_locals, self.locals_indent = True, indent  # its source line follows, deeper
+            return
         # Two frames or more on one line: a flattened dump (an arrow chain splits the same way).
         pieces = split_flattened(s) if s.count(" (") >= 2 and ") " in s else None
         if pieces is not None:
@@ -587,6 +601,12 @@ class _Reader:
                 proc.rank = num
             self.report.process_headers += 1
             return True
+        m = _PYSTACK_THREAD.match(s)
+        if m:
+            status = m.group(3) or ""
+            self.start_thread(m.group(1), "active+gil" if "Has the GIL" in status else "unknown", m.group(2).strip())
+            self.group[-1].outermost_first = True
+            return True
         th = parse_thread_header(s)
         if th:
             ident, state, name = th
@@ -626,7 +646,8 @@ class _Reader:
                 if ident.lower().startswith("0x"):
                     ident = ident.lower()
                 active = None if t.state in (None, "unknown") else (t.state not in ("idle", "sleeping", "waiting"))
-                threads.append(ThreadDump(ident, t.name, tuple(t.frames), active, "gil" in (t.state or "")))
+                frames = tuple(reversed(t.frames)) if t.outermost_first else tuple(t.frames)
+                threads.append(ThreadDump(ident, t.name, frames, active, "gil" in (t.state or "")))
             if not threads:
                 continue
             key = p.pid

@@ -127,6 +127,19 @@ def test_rank_labelled_lines_are_one_process_per_label():
         (0, ["synchronize", "_make_launchers"]), (3, ["broadcast"])]
 
 
+def test_pystack_threads_are_read_innermost_first():
+    """pystack lists the outermost frame first, with source lines under each frame."""
+    text = ("$ pystack remote 1904\n"
+            "Traceback for thread 1904 (python3.12) [Has the GIL] (most recent call last):\n"
+            '    (Python) File "/usr/lib/python3.12/runpy.py", line 88, in _run_code\n        exec(code, run_globals)\n'
+            '    (Python) File "/app/train.py", line 40, in main\n        loss.item()\n'
+            '    (C) File "???", line 0, in cuEventSynchronize (libcuda.so.1)\n')
+    report, proc = _one(text)
+    (t,) = proc.threads
+    assert proc.pid == 1904 and t.ident == "1904" and t.owns_gil and report.skipped == 0
+    assert _frames(t) == ["cuEventSynchronize (libcuda.so.1)", "main (train.py:40)", "_run_code (runpy.py:88)"]
+
+
 def test_arrow_chains_are_frames_innermost_first():
     _, proc = _one("Process 1390: VLLM::Worker_TP1   ← back in its loop\n    ... dequeue (vllm/shm_broadcast.py:779) → worker_busy_loop\n")
     assert proc.cmdline == "VLLM::Worker_TP1"
