@@ -53,9 +53,13 @@ _PREFIX = re.compile(
       | \d\d:\d\d:\d\d(?:[.,]\d{1,9})?[ ]?(?:\|[ ]?)?     # clock time
       | [\w.-]{1,80}[ ]{1,40}\|[ ]?                       # docker compose "name  | "
       | \((?:\w{1,40}[ ])?pid=\d{1,10}(?:,[ ]ip=[\d.]{1,40})?\)[ ]?   # ray / vLLM "(EngineCore pid=123) "
+      | (?:stdout|stderr)[ ][FP][ ]                       # Kubernetes/containerd log: "<time> stdout F "
+      | \d{1,6}:[ ]                                        # srun --label: "3: "
     ))*""",
     re.VERBOSE,
 )
+# Terminal colours kept by a captured log ("\x1b[1;32m").
+_ANSI = re.compile(r"\x1b\[[0-9;?]{0,20}[A-Za-z]")
 _RANK_PREFIX = re.compile(r"\[(?:rank|RANK|Rank)[ ]?(\d{1,6})\]")
 # "DP0,1,2: synchronize (...)" / "DP3..7:  broadcast (...)" / "rank 3: step (...)": a
 # reporter folding ranks that share a stack onto one labelled line (one process per label).
@@ -501,6 +505,8 @@ class _Reader:
             raw = raw[:MAX_LINE_CHARS]
             self.report.cut_lines += 1
         raw = raw.rstrip().replace("\t", "    ")
+        if "\x1b" in raw:
+            raw = _ANSI.sub("", raw)
         m = _PREFIX.match(raw)
         prefix = raw[: m.end()] if m else ""
         line = raw[m.end():] if m else raw

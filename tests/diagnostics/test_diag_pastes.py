@@ -140,6 +140,17 @@ def test_pystack_threads_are_read_innermost_first():
     assert _frames(t) == ["cuEventSynchronize (libcuda.so.1)", "main (train.py:40)", "_run_code (runpy.py:88)"]
 
 
+def test_cluster_log_prefixes_and_terminal_colours_are_stripped():
+    """Kubernetes/containerd log lines, `srun --label` task prefixes, ANSI colours."""
+    text = ("2025-03-01T10:00:00.123456789Z stdout F Process 42: python train.py\n"
+            '2025-03-01T10:00:00.123456789Z stdout F \x1b[1mThread 42 (idle): "MainThread"\x1b[0m\n'
+            "2025-03-01T10:00:00.123456789Z stdout F     all_reduce (torch/distributed/distributed_c10d.py:2050)\n"
+            '3: Thread 43 (active): "MainThread"\n3:     forward (model.py:12)\n')
+    report = read_text(text)
+    assert [(p.pid, [f.function for f in p.threads[0].frames]) for p in report.processes] == [(42, ["all_reduce"]), (43, ["forward"])]
+    assert report.skipped == 0
+
+
 def test_arrow_chains_are_frames_innermost_first():
     _, proc = _one("Process 1390: VLLM::Worker_TP1   ← back in its loop\n    ... dequeue (vllm/shm_broadcast.py:779) → worker_busy_loop\n")
     assert proc.cmdline == "VLLM::Worker_TP1"
