@@ -171,6 +171,8 @@ def parse_location(inner: str) -> tuple[str, int | None, bool] | None:
     """``path:line`` / ``lib.so`` / ``<string>:1`` inside parentheses:
     (file, line, native), or None when it does not look like a code location."""
     inner = inner.strip()
+    if "\\_" in inner:  # markdown-escaped underscores: "torch/\\_inductor/"
+        inner = inner.replace("\\_", "_")
     if "\\" in inner:
         # Windows: py-spy prints "concurrent\\futures\\thread.py"; one separator
         # keeps the standard-library test and the signatures' path patterns working.
@@ -204,6 +206,8 @@ def _clean_function(fn: str) -> tuple[str, bool]:
     """Strip list markers and abbreviation dots; (function, abbreviated)."""
     abbreviated = False
     fn = fn.strip()
+    if "\\_" in fn:  # a rich-text editor escaped the underscores: "\\_\\_call\\_\\_ (..."
+        fn = fn.replace("\\_", "_")
     while fn[:3] == "..." or fn[:1] == "…":
         fn = fn[3:] if fn[:3] == "..." else fn[1:]
         fn = fn.strip()

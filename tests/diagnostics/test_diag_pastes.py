@@ -79,6 +79,7 @@ def test_thread_header_shapes(header, ident, name, active):
         ("    cuEventSynchronize       (libcuda.so.5", "cuEventSynchronize (libcuda.so.5)"),
         ('  File "/usr/lib/python3.12/queue.py", line 180 in get', "get (queue.py:180)"),  # faulthandler
         ("    shutdown (concurrent\\futures\\thread.py:229)", "shutdown (thread.py:229)"),  # Windows
+        ("    \\_\\_call\\_\\_ (torch/\\_inductor/async\\_compile.py:12)", "__call__ (async_compile.py:12)"),  # markdown-escaped
         ("    _process_executor_events (airflow/jobs/scheduler_job.py:1242", "_process_executor_events (scheduler_job.py:1242)"),
     ],
 )
