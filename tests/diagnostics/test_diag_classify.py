@@ -202,6 +202,15 @@ def test_a_main_thread_without_a_name_is_known_by_its_id():
         ([("hipStreamSynchronize", "libamdhip64.so", None), ("item", "ops.py", 3)], "cuda-synchronize-wait"),
         ([("ur::level_zero::urEventWait", "libur_adapter_level_zero.so.0", None), ("build", "vllm/v1/attention/backends/gdn_attn.py", 307)],
          "cuda-synchronize-wait"),  # namespaced native names
+        # second corpus collection (data/pasted) and the shapes around it
+        ([("wait", "torch/utils/file_baton.py", 42), ("_jit_compile", "torch/utils/cpp_extension.py", 1522),
+          ("jit_load", "deepspeed/ops/op_builder/builder.py", 480)], "extension-build-lock"),
+        ([("get_num_common_prefix_blocks", "vllm/v1/core/kv_cache_coordinator.py", 138),
+          ("schedule", "vllm/v1/core/sched/scheduler.py", 540), ("step", "vllm/v1/engine/core.py", 287)], "vllm-scheduler-spin"),
+        ([("synchronize", "torch/cuda/__init__.py", 1083), ("_make_launchers", "torch/_inductor/runtime/triton_heuristics.py", 646)],
+         "torch-compile-stall"),
+        ([("destroy_process_group", "torch/distributed/distributed_c10d.py", 2100), ("main", "train.py", 90)], "process-group-destroy"),
+        ([("wait_tensor", "torch/distributed/_functional_collectives.py", 144), ("forward", "model.py", 9)], "nccl-collective-wait"),
     ],
 )
 def test_new_signatures_on_library_frames(frames, expected):
