@@ -24,13 +24,18 @@ by default PyTorch's c10d ``TCPStore`` hosted by node 0's supervisor):
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+import structlog
+
 from hangwatch.supervisor.attempt import GraphPolicy
 from hangwatch.supervisor.store import Store, StoreError
+
+log = structlog.get_logger("hangwatch.cohort")
 
 
 class CohortError(RuntimeError):
@@ -57,6 +62,29 @@ class StoreLost(CohortError):
 
 class BarrierTimeout(CohortError):
     reason = "barrier_timeout"
+
+
+class MemberLeft(CohortError):
+    """A node left the cohort on purpose (its record in the store says how)."""
+
+    reason = "member_left"
+
+    def __init__(self, node: int, record: Mapping[str, Any]) -> None:
+        if record.get("finished"):
+            text = (f"node {node}'s trainer finished (attempt {record.get('attempt')}): the job cannot be "
+                    "restarted without it")
+        elif record.get("refused"):
+            text = f"node {node} was refused: {record['refused']}"
+        else:
+            text = f"node {node}'s supervisor stopped (it left the cohort)"
+        super().__init__(text)
+        self.node = node
+
+
+class CohortStopped(CohortError):
+    """Another node's supervisor was stopped (SIGINT/SIGTERM/SIGHUP): every node stops."""
+
+    reason = "stopped"
 
 
 @dataclass(frozen=True)
@@ -167,6 +195,28 @@ def decide(reports: Mapping[int, Mapping[str, Any]]) -> tuple[int | None, GraphP
     return step, policy
 
 
+def settled(decisions: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """The cohort's restart decision from every node's own (pure).
+
+    Each node applies its restart policy to its own history; the histories can
+    differ at the edges (a crash here is a hang there, an hour's window read on two
+    clocks, options that are not part of the fingerprint), and nodes that decided
+    differently would split the job (one relaunches into a rendezvous that never
+    completes). So: the job restarts only if every node would; otherwise every node
+    stops with the code of the lowest-ranked node that stops. The backoff is the
+    longest any node asked for, so no node relaunches before another is ready.
+    """
+    stopping = sorted(n for n, d in decisions.items() if not d.get("restart"))
+    if not stopping:
+        delay = max((float(d.get("delay_s") or 0.0) for d in decisions.values()), default=0.0)
+        return {"restart": True, "exit_code": None, "delay_s": delay, "node": None}
+    node = stopping[0]
+    d = decisions[node]
+    code = d.get("exit_code")
+    return {"restart": False, "exit_code": int(code) if code is not None else 1, "delay_s": 0.0, "node": node,
+            "reason": str(d.get("reason") or "")}
+
+
 class Cohort:
     def __init__(self, store: Store, membership: Membership, fingerprint: Mapping[str, Any], *,
                  lease_interval: float = 1.0, lease_timeout: float = 15.0, barrier_timeout: float = 300.0,
@@ -180,60 +230,113 @@ class Cohort:
         self.barrier_timeout = barrier_timeout
         self.clock, self.sleep, self.wall = clock, sleep, wall
         self.problem: CohortError | None = None
+        # A stop (SIGINT/SIGTERM/SIGHUP) on any node stops every node: ``local_stop`` is
+        # set by this node's signal handler (no I/O there: the lease thread publishes it),
+        # ``stopped`` is another node's stop once seen, ``on_stop`` is told of it.
+        self.local_stop: int | None = None
+        self.stopped: dict[str, Any] | None = None
+        self.on_stop: Callable[[dict[str, Any]], None] | None = None
+        self._stop_published = False
+        self._left: dict[int, dict[str, Any]] = {}  # nodes that left on purpose (finished, gave up, stopped)
+        self._left_written = False
+        self._generation = ""  # this run's keys (see join): a rerun never reads an older run's records
         self._seen: dict[int, tuple[int, float]] = {}
         self._failing_since: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _key(self, *parts: object) -> str:
+    def _root(self, *parts: object) -> str:
         return "/".join(["hangwatch", self.me.cohort_id, *map(str, parts)])
+
+    def _key(self, *parts: object) -> str:
+        return self._root(*([self._generation] if self._generation else []), *parts)
+
+    @property
+    def others(self) -> list[int]:
+        return [n for n in range(self.me.nnodes) if n != self.me.node_rank]
 
     # -- membership ------------------------------------------------------------
 
     def join(self, timeout: float = 120.0) -> None:
         """Publish our fingerprint, check it against node 0's, wait (bounded) for every node; start the lease thread.
 
-        A second supervisor for a rank that already joined (one restarted in the middle
-        of the job) is refused: the cohort cannot take a node back mid-job.
+        Node 0 opens a new generation of the cohort's keys (a counter in the store) and
+        publishes it with its settings; every key of the run lives under it, so a rerun
+        with the same cohort id on a store that outlived the last run never reads that
+        run's incidents, agreements or leases. A second supervisor for a rank that
+        already joined this generation (one restarted in the middle of the job) is
+        refused: the cohort cannot take a node back mid-job.
         """
-        mine = json.dumps({**self.fingerprint, "nonce": f"{id(self):x}-{self.wall():.6f}"}, sort_keys=True)
-        stored = self.store.compare_set(self._key("join", self.me.node_rank), "", mine)
-        if stored != mine:
-            raise CohortRefused(f"node {self.me.node_rank} already joined this cohort ({self.me.cohort_id}); a node "
-                                "cannot rejoin a running job: stop every node and start the job again")
         deadline = self.clock() + timeout
-        leader = None
-        while leader is None:
-            leader = self.store.get(self._key("join", 0))
-            if leader is None:
-                if self.clock() >= deadline:
-                    raise CohortRefused(f"node 0 did not join within {timeout:g} s")
-                self.sleep(0.2)
-        theirs = _object(leader, "node 0's join record")
-        theirs.pop("nonce", None)
-        differ = sorted(k for k in set(theirs) | set(self.fingerprint) if theirs.get(k) != self.fingerprint.get(k))
-        if differ:
-            what = "; ".join(f"{k}: node 0 has {theirs.get(k)!r}, this node {self.fingerprint.get(k)!r}" for k in differ)
-            raise CohortRefused(f"settings differ from node 0's ({what}); start every node with the same options")
-        missing = set(range(self.me.nnodes))
-        while missing:
-            missing = {n for n in missing if self.store.get(self._key("join", n)) is None}
-            if missing and self.clock() >= deadline:
-                raise CohortRefused(f"nodes {sorted(missing)} did not join within {timeout:g} s (is hangwatch run "
-                                    "started on every node, with the same --nnodes and --cohort?)")
-            if missing:
-                self.sleep(0.2)
+        nonce = f"{id(self):x}-{self.wall():.6f}"
+        if self.me.is_leader:
+            generation = str(self.store.add(self._root("generation"), 1))
+            self.store.set(self._root("leader"), json.dumps({**self.fingerprint, "generation": generation,
+                                                             "nonce": nonce}, sort_keys=True))
+        # A generation we were refused in may be a finished run's: wait (briefly) for a newer one.
+        refused_in: str | None = None
+        refused_until = self.clock() + min(timeout, self.lease_timeout)
+        missing = list(range(self.me.nnodes))
+        while True:
+            raw = self.store.get(self._root("leader"))
+            theirs = _object(raw, "node 0's join record") if raw is not None else None
+            generation = str(theirs.get("generation", "")) if theirs is not None else ""
+            if theirs is not None and generation not in (refused_in, self._generation):
+                self._generation = generation
+                try:
+                    self._check_settings(theirs)
+                except CohortRefused as exc:
+                    self._leave(finished=False, refused=str(exc))  # node 0 stops waiting for us, and says why
+                    raise
+                mine = json.dumps({**self.fingerprint, "nonce": nonce}, sort_keys=True)
+                if self.store.compare_set(self._key("join", self.me.node_rank), "", mine) != mine:
+                    refused_in, self._generation = generation, ""
+                    continue
+            if self._generation:
+                missing = [n for n in range(self.me.nnodes) if self.store.get(self._key("join", n)) is None]
+                if not missing:
+                    break
+                for n in missing:
+                    left = self._read_left(n)
+                    if left is not None:
+                        raise CohortRefused(str(MemberLeft(n, left)))
+            now = self.clock()
+            if refused_in is not None and not self._generation and now >= refused_until:
+                raise CohortRefused(f"node {self.me.node_rank} already joined this cohort ({self.me.cohort_id}); a "
+                                    "node cannot rejoin a running job: stop every node and start the job again")
+            if now >= deadline:
+                if theirs is None:
+                    raise CohortRefused(f"node 0 did not join within {timeout:g} s (is hangwatch run started on node 0, "
+                                        f"with --cohort {self.me.host}:{self.me.port}?)")
+                raise CohortRefused(f"nodes {missing} did not join within {timeout:g} s (is hangwatch run started on "
+                                    "every node, with the same --nnodes and --cohort?)")
+            self.sleep(0.2)
         self.renew()
         self._thread = threading.Thread(target=self._lease_loop, name="cohort-lease", daemon=True)
         self._thread.start()
 
+    def _check_settings(self, theirs: dict[str, Any]) -> None:
+        theirs = {k: v for k, v in theirs.items() if k not in ("nonce", "generation")}
+        differ = sorted(k for k in set(theirs) | set(self.fingerprint) if theirs.get(k) != self.fingerprint.get(k))
+        if differ:
+            what = "; ".join(f"{k}: node 0 has {theirs.get(k)!r}, this node {self.fingerprint.get(k)!r}" for k in differ)
+            raise CohortRefused(f"settings differ from node 0's ({what}); start every node with the same options")
+
     def renew(self) -> None:
-        """Bump our lease and check everyone else's (one round; the lease thread loops on it)."""
+        """Bump our lease and check everyone else's (one round; the lease thread loops on it).
+
+        A counter that stopped moving is a supervisor that is gone, unless that node
+        left on purpose (its record says so: a finished trainer is no loss).
+        """
         now = self.clock()
         try:
             self.store.add(self._key("lease", self.me.node_rank), 1)
-            counts = {n: self.store.add(self._key("lease", n), 0) for n in range(self.me.nnodes) if n != self.me.node_rank}
-        except StoreError as exc:
+            counts = {n: self.store.add(self._key("lease", n), 0) for n in self.others}
+            self._exchange_stop()
+            still = [n for n, c in counts.items() if n not in self._left and n in self._seen and self._seen[n][0] == c]
+            for n in still:
+                self._read_left(n)
+        except (StoreError, ValueError, TypeError) as exc:
             if self._failing_since is None:
                 self._failing_since = now
             elif now - self._failing_since >= self.lease_timeout and self.problem is None:
@@ -242,21 +345,125 @@ class Cohort:
             return
         self._failing_since = None
         for node, count in counts.items():
+            left = self._left.get(node)
+            if left is not None:
+                if not left.get("finished") and self.problem is None and self.stopped is None:
+                    self.problem = MemberLeft(node, left)
+                continue
             last = self._seen.get(node)
             if last is None or count != last[0]:
                 self._seen[node] = (count, now)
-            elif count > 0 and now - last[1] >= self.lease_timeout and self.problem is None:
+            elif now - last[1] >= self.lease_timeout and self.problem is None:
                 self.problem = MemberLost(node, now - last[1])
 
     def _lease_loop(self) -> None:
         while not self._stop.wait(self.lease_interval):
-            self.renew()
+            try:
+                self.renew()
+            except Exception:  # noqa: BLE001  (the lease must outlive any one bad round)
+                continue
 
-    def close(self) -> None:
+    def _read_left(self, node: int) -> dict[str, Any] | None:
+        if node in self._left:
+            return self._left[node]
+        raw = self.store.get(self._key("left", node))
+        if raw is None:
+            return None
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            record = None
+        self._left[node] = record if isinstance(record, dict) else {"finished": False}
+        return self._left[node]
+
+    def _exchange_stop(self) -> None:
+        """Publish this node's stop, or pick up another node's (first stop wins)."""
+        if self.local_stop is not None:
+            if not self._stop_published:
+                self.store.compare_set(self._key("stop"), "", json.dumps(
+                    {"node": self.me.node_rank, "signal": int(self.local_stop)}))
+                self._stop_published = True
+            return
+        if self.stopped is not None:
+            return
+        raw = self.store.get(self._key("stop"))
+        if raw is None:
+            return
+        try:
+            info = json.loads(raw)
+            info = {"node": int(info["node"]), "signal": int(info["signal"])}
+        except (ValueError, TypeError, KeyError):
+            return  # not a record we wrote
+        if info["node"] == self.me.node_rank:
+            return
+        self.stopped = info
+        if self.on_stop is not None:
+            self.on_stop(info)
+
+    def finish(self, attempt: int) -> None:
+        """This node's trainer finished: the others must not take its silence for a loss."""
+        self._leave(finished=True, attempt=attempt)
+
+    def _leave(self, **record: Any) -> None:
+        if self._left_written:
+            return
+        try:
+            self.store.set(self._key("left", self.me.node_rank), json.dumps(record))
+            self._left_written = True
+        except StoreError:
+            pass  # without the record the others fall back on the lease
+
+    def close(self, linger_cap: float | None = None) -> None:
+        """Leave the cohort: say so in the store (with a stop, if one is pending); node 0,
+        which hosts the store, keeps it up until every other node has left or is lost.
+
+        Node 0 waits without a deadline while its own trainer finished and the others are
+        alive (their trainers may still be saving; their leases say they live); after a
+        failure or a stop it waits at most ``linger_cap`` (default: twice the lease),
+        long enough for the others to read why and stop themselves.
+        """
+        try:
+            if self.local_stop is not None and not self._stop_published:
+                self._exchange_stop()
+            self._leave(finished=False)
+            if self.me.is_leader and self._generation:
+                self._linger(2 * self.lease_timeout if linger_cap is None else linger_cap)
+        except (StoreError, ValueError, TypeError):
+            pass
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.lease_interval + 5.0)
         self.store.close()
+
+    def _linger(self, cap: float) -> None:
+        finished = bool(self._left_written and self._left_record_finished())
+        deadline = None if finished and self.local_stop is None else self.clock() + cap
+        said = False
+        while True:
+            now = self.clock()
+            running = [n for n in self.others if self._read_left(n) is None
+                       and not (n in self._seen and now - self._seen[n][1] >= self.lease_timeout)]
+            if not running:
+                return
+            if self.local_stop is not None and deadline is None:
+                self._exchange_stop()
+                deadline = now + cap
+            if deadline is not None and now >= deadline:
+                log.warning("cohort_linger", message=(
+                    f"nodes {running} are still running; closing the cohort store after {cap:g} s"))
+                return
+            if not said:
+                log.info("cohort_linger", message=(
+                    f"keeping the cohort store up until nodes {running} finish or stop"))
+                said = True
+            self.sleep(0.2)
+
+    def _left_record_finished(self) -> bool:
+        raw = self.store.get(self._key("left", self.me.node_rank))
+        try:
+            return bool(raw is not None and json.loads(raw).get("finished"))
+        except (ValueError, AttributeError):
+            return False
 
     # -- incidents ----------------------------------------------------------------
 
@@ -281,16 +488,29 @@ class Cohort:
             return None  # not a record we wrote: ignore it rather than act on it
         return ann if ann.attempt == attempt else None
 
+    def mark_captured(self, attempt: int) -> None:
+        """Nothing to capture here (our trainer crashed): no node should wait for us."""
+        try:
+            self.store.add(self._key("captured", attempt), 1)
+        except StoreError:
+            pass
+
     def all_captured(self, attempt: int, timeout: float) -> float | None:
-        """Say our evidence is taken; wait (bounded) until every node's is. Seconds waited, or None."""
+        """Say our evidence is taken; wait (bounded) until every node's is. Seconds waited, or None.
+
+        Nodes that left (a finished trainer) capture nothing and are not waited for.
+        """
         start = self.clock()
         try:
             self.store.add(self._key("captured", attempt), 1)
-            while self.store.add(self._key("captured", attempt), 0) < self.me.nnodes:
-                if self.problem is not None or self.clock() - start >= timeout:
+            while True:
+                gone = sum(1 for n in self.others if self._read_left(n) is not None)
+                if self.store.add(self._key("captured", attempt), 0) >= self.me.nnodes - gone:
+                    break
+                if self.problem is not None or self.stopped is not None or self.clock() - start >= timeout:
                     return None
                 self.sleep(0.05)
-        except StoreError:
+        except (StoreError, ValueError, TypeError):
             return None  # the lease thread decides whether the store is lost; the kill goes on
         return self.clock() - start
 
@@ -311,15 +531,16 @@ class Cohort:
         deadline = self.clock() + self.barrier_timeout
         if self.me.is_leader:
             reports: dict[int, Any] = {}
-            while len(reports) < self.me.nnodes:
-                self._check(deadline, f"reports from nodes {sorted(set(range(self.me.nnodes)) - set(reports))}")
-                for n in range(self.me.nnodes):
-                    if n not in reports:
-                        raw = self.store.get(self._key("done", attempt, n))
-                        if raw is not None:
-                            reports[n] = _object(raw, f"node {n}'s report")
-                if len(reports) < self.me.nnodes:
-                    self.sleep(0.1)
+            while True:
+                for n in sorted(set(range(self.me.nnodes)) - set(reports)):
+                    raw = self.store.get(self._key("done", attempt, n))
+                    if raw is not None:
+                        reports[n] = _object(raw, f"node {n}'s report")
+                missing = sorted(set(range(self.me.nnodes)) - set(reports))
+                if not missing:
+                    break
+                self._check(deadline, f"reports from nodes {missing}", missing)
+                self.sleep(0.1)
             step, agreed = decide(reports)
             decision = Agreement(attempt, step, agreed, {str(k): v for k, v in reports.items()})
             self.store.set(self._key("agreed", attempt), json.dumps(decision.to_json()))
@@ -334,14 +555,49 @@ class Cohort:
                                      GraphPolicy(d["cudagraphs"] == "off", bool(d["enforce_eager"])), dict(d["reports"]))
                 except (KeyError, TypeError, ValueError) as exc:
                     raise CohortError(f"node 0's decision in the store is malformed ({exc!r})") from None
-            self._check(deadline, "node 0's decision")
+            self._check(deadline, "node 0's decision", [0])
             self.sleep(0.1)
 
-    def _check(self, deadline: float, waiting_for: str) -> None:
+    def settle(self, attempt: int, mine: Mapping[str, Any]) -> dict[str, Any]:
+        """Every node's restart decision after this attempt, combined (``settled``); bounded."""
+        try:
+            self.store.set(self._key("decision", attempt, self.me.node_rank), json.dumps(dict(mine), default=str))
+            deadline = self.clock() + self.barrier_timeout
+            decisions: dict[int, Mapping[str, Any]] = {self.me.node_rank: mine}
+            while True:
+                for n in sorted(set(range(self.me.nnodes)) - set(decisions)):
+                    raw = self.store.get(self._key("decision", attempt, n))
+                    if raw is not None:
+                        decisions[n] = _object(raw, f"node {n}'s restart decision")
+                missing = sorted(set(range(self.me.nnodes)) - set(decisions))
+                if not missing:
+                    break
+                self._check(deadline, f"the restart decisions of nodes {missing}", missing)  # read first: one
+                self.sleep(0.1)  # that decided and left is not missing
+        except StoreError as exc:
+            raise StoreLost(f"the cohort store (node 0's supervisor, {self.me.host}:{self.me.port}) is "
+                            f"unreachable: {exc}") from exc
+        return settled(decisions)
+
+    def _check(self, deadline: float, waiting_for: str, nodes: Sequence[int] = ()) -> None:
         if self.problem is not None:
             raise self.problem
+        if self.stopped is not None:
+            raise CohortStopped(f"node {self.stopped['node']}'s supervisor was stopped "
+                                f"({_signal_name(self.stopped['signal'])})")
+        for n in nodes:
+            left = self._read_left(n)
+            if left is not None:
+                raise MemberLeft(n, left)
         if self.clock() >= deadline:
             raise BarrierTimeout(f"waited {self.barrier_timeout:g} s for {waiting_for} before relaunch")
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def _object(raw: str, what: str) -> dict[str, Any]:

@@ -9,11 +9,16 @@ it, at four points of the attempt's lifecycle:
   cohort's incident, or journal the loss;
 * after the capture: ``captured`` — wait (bounded) for every node's capture;
 * before a relaunch: ``agree`` — the checkpoint step and the policy every node
-  relaunches with, or the exit code when the cohort cannot go on.
+  relaunches with, or the exit code when the cohort cannot go on;
+* after the restart policy's decision: ``settle`` — the decision every node
+  takes (the job restarts only if every node would).
+
+``bind_stop`` makes a stop signal on any node stop every node.
 """
 
 from __future__ import annotations
 
+import signal
 from typing import Any, Callable, Protocol, Sequence
 
 import structlog
@@ -21,7 +26,8 @@ import structlog
 from hangwatch.contract.exitcodes import EXIT_COHORT
 from hangwatch.contract.verdict import Verdict, VerdictKind
 from hangwatch.supervisor.attempt import GraphPolicy
-from hangwatch.supervisor.cohort import Agreement, Cohort
+from hangwatch.supervisor.cohort import Agreement, Cohort, CohortStopped
+from hangwatch.supervisor.restart import AttemptOutcome, Decision
 
 log = structlog.get_logger("hangwatch.cohort")
 
@@ -37,6 +43,7 @@ class CohortLink:
         """``journal`` returns the runner's current journal (the CLI may wrap it after start)."""
         self.cohort = cohort
         self._journal = journal
+        self._attempt: int | None = None  # the attempt being watched, for records made off the main loop
 
     @property
     def journal(self) -> _Journal:
@@ -49,10 +56,13 @@ class CohortLink:
     def joined(self) -> None:
         me = self.cohort.me
         self.journal.append("cohort_joined", node_rank=me.node_rank, nnodes=me.nnodes, cohort_id=me.cohort_id,
-                            store=f"{me.host}:{me.port}", hosts_store=me.is_leader)
+                            store=f"{me.host}:{me.port}", hosts_store=me.is_leader, engine_recovery=ENGINE_RECOVERY_OFF)
+        log.info("cohort_joined", message=(f"cohort of {me.nnodes} nodes joined; engine-level recovery is off in a "
+                                           f"cohort: {ENGINE_RECOVERY_OFF}"))
 
     def verdict(self, attempt: int, now: float) -> Verdict | None:
         """Another node's incident for this attempt, or a lost member/store: our verdict too."""
+        self._attempt = attempt
         problem = self.cohort.problem
         if problem is not None:
             return Verdict(VerdictKind.COHORT_LOST, now, now, str(problem), evidence={"cohort": problem.reason})
@@ -67,6 +77,10 @@ class CohortLink:
     def incident(self, attempt: int, verdict: Verdict) -> None:
         """Announce a local incident (first node wins) and journal the cohort's incident."""
         if verdict.kind is VerdictKind.DONE:
+            self.cohort.finish(attempt)  # our silence from now on is no loss to the others
+            return
+        if self.cohort.local_stop is not None or self.cohort.stopped is not None:
+            self.cohort.mark_captured(attempt)  # a stop, not an incident: the stop itself tells the others
             return
         if verdict.kind is VerdictKind.COHORT_LOST:
             self.journal.append("member_lost", attempt=attempt, reason=verdict.reason,
@@ -80,6 +94,8 @@ class CohortLink:
             except Exception as exc:  # noqa: BLE001  (a store hiccup must not stop the local recovery)
                 log.warning("cohort_announce_failed", message=f"could not announce the incident to the cohort: {exc}")
                 return
+        if not verdict.kind.is_hang:
+            self.cohort.mark_captured(attempt)  # a crash leaves nothing to capture here: nobody waits for us
         first = ann["node"] == self.node_rank
         self.journal.append("cohort_incident", attempt=attempt, announced_by=ann["node"], kind=ann["kind"],
                             reason=ann["reason"], suspect_node=ann["node"], this_node_first=first,
@@ -101,6 +117,8 @@ class CohortLink:
             return None, EXIT_COHORT
         try:
             agreed = self.cohort.agree(attempt, steps, policy)
+        except CohortStopped:
+            return None, EXIT_COHORT  # journaled when the stop was seen; the runner finishes as interrupted
         except Exception as exc:  # noqa: BLE001  (CohortError or any store failure ends the cohort)
             self.journal.append("member_lost", attempt=attempt, reason=f"no agreement before relaunch: {exc}",
                                 cause=getattr(exc, "reason", "store_error"))
@@ -108,3 +126,66 @@ class CohortLink:
             return None, EXIT_COHORT
         self.journal.append("cohort_agreed", **agreed.to_json())
         return agreed, None
+
+    def settle(self, outcome: AttemptOutcome, decision: Decision) -> Decision:
+        """The restart policy's decision, made the same on every node (``cohort.settled``).
+
+        A finished trainer needs no one's agreement. The journal says when another
+        node's decision stops this one.
+        """
+        if outcome.kind is VerdictKind.DONE:
+            return decision
+        mine = {"restart": decision.restart, "exit_code": decision.exit_code, "reason": decision.reason,
+                "delay_s": decision.delay_s}
+        try:
+            together = self.cohort.settle(outcome.attempt, mine)
+        except CohortStopped as exc:
+            sig = int(self.cohort.stopped["signal"]) if self.cohort.stopped else int(signal.SIGTERM)
+            return Decision(False, f"multi-node cohort: {exc}", 128 + sig)
+        except Exception as exc:  # noqa: BLE001  (CohortError or any store failure ends the cohort)
+            self.journal.append("member_lost", attempt=outcome.attempt, reason=f"no agreement on restarting: {exc}",
+                                cause=getattr(exc, "reason", "store_error"))
+            log.error("member_lost", message=f"cohort: no agreement on restarting: {exc}; stopping")
+            return Decision(False, f"multi-node cohort: no agreement on restarting: {exc}", EXIT_COHORT)
+        if together["restart"]:
+            return Decision(True, decision.reason, None, max(decision.delay_s, together["delay_s"]))
+        if together["node"] == self.node_rank:
+            return decision
+        return Decision(False, f"node {together['node']}: {together['reason']} (every node of the cohort stops with it)",
+                        together["exit_code"])
+
+    def bind_stop(self, request_stop: Callable[..., None]) -> Callable[..., None]:
+        """Wire a stop on any node to every node; returns this node's signal handler.
+
+        The handler only notes the signal (the lease thread tells the others: no I/O in
+        a signal handler) and stops this node as before. A stop seen from another node
+        is journaled (``member_lost``, cause ``stopped``) and stops this node the same way.
+        """
+        def stopped_elsewhere(info: dict[str, Any]) -> None:
+            name = _signal_name(info["signal"])
+            reason = f"node {info['node']}'s supervisor received {name}: the whole job stops"
+            try:
+                self.journal.append("member_lost", attempt=self._attempt, reason=reason, cause="stopped",
+                                    node=info["node"], signal=name)
+            finally:
+                log.warning("cohort_stop", message=f"cohort: {reason}; stopping this node too")
+                request_stop(info["signal"])
+
+        def handler(signum: int, frame: Any = None) -> None:
+            if self.cohort.local_stop is None:
+                self.cohort.local_stop = signum
+            request_stop(signum, frame)
+
+        self.cohort.on_stop = stopped_elsewhere
+        return handler
+
+
+ENGINE_RECOVERY_OFF = ("an engine restart on one node would desynchronise the ranks of the others; every incident "
+                       "restarts the whole job from the agreed checkpoint")
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"

@@ -154,6 +154,8 @@ class Supervisor:
             if code is not None:
                 return code
             decision = self.config.restart.decide(self.state.history, self._policy_time())
+            if self.cohort is not None:  # every node takes the same decision (docs/multinode.md)
+                decision = self.cohort.settle(outcome, decision)
             if not decision.restart:
                 return self._finish(decision)
             policy = self.state.policy

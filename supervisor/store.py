@@ -88,6 +88,7 @@ class TCPStoreClient:
         self.timeout = timeout
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self._buf = b""
         try:
             self.proc = subprocess.Popen(
                 module_command("hangwatch.supervisor.store_helper") + [host, str(port), "1" if master else "0",
@@ -105,12 +106,28 @@ class TCPStoreClient:
             raise StoreError(f"cohort store at {where}: {hello.get('error', 'no answer')}")
         self.port = int(hello["port"])
 
-    def _read(self, timeout: float) -> dict:
+    def _read(self, timeout: float, want: int | None = None) -> dict:
+        """The next reply line (the one answering request ``want``, when given), within ``timeout``.
+
+        A call that timed out leaves its reply in the pipe, to arrive late: it is read
+        and dropped here by its id, never taken for the answer to a later call.
+        """
         assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout
-        buf = b""
         fd = self.proc.stdout.fileno()
-        while not buf.endswith(b"\n"):
+        while True:
+            line, nl, rest = self._buf.partition(b"\n")
+            if nl:
+                self._buf = rest
+                try:
+                    reply = json.loads(line)
+                except ValueError:
+                    raise StoreError("unreadable reply from the cohort store helper") from None
+                if not isinstance(reply, dict):
+                    raise StoreError("unreadable reply from the cohort store helper")
+                if want is None or reply.get("id") == want:
+                    return reply
+                continue  # a late answer to a call that already timed out
             left = deadline - time.monotonic()
             if left <= 0:
                 raise StoreError(f"the cohort store did not answer within {timeout:g} s")
@@ -119,10 +136,9 @@ class TCPStoreClient:
                 chunk = os.read(fd, 65536)
                 if not chunk:
                     raise StoreError("the cohort store helper exited")
-                buf += chunk
-                if len(buf) > 1 << 20:
+                self._buf += chunk
+                if len(self._buf) > 1 << 20:
                     raise StoreError("oversized reply from the cohort store helper")
-        return json.loads(buf)
 
     def _call(self, op: str, **fields: object) -> object:
         with self._lock:
@@ -135,7 +151,7 @@ class TCPStoreClient:
                 self.proc.stdin.flush()
             except OSError as exc:
                 raise StoreError(f"the cohort store helper is gone: {exc}") from exc
-            reply = self._read(self.timeout)
+            reply = self._read(self.timeout, want=req_id)
         if not reply.get("ok"):
             raise StoreError(str(reply.get("error")))
         return reply.get("value")
@@ -148,7 +164,10 @@ class TCPStoreClient:
         return None if value is None else str(value)
 
     def add(self, key: str, amount: int = 1) -> int:
-        return int(self._call("add", key=key, amount=amount))  # type: ignore[arg-type]
+        value = self._call("add", key=key, amount=amount)
+        if not isinstance(value, int):
+            raise StoreError(f"the cohort store answered {value!r} to an add")
+        return value
 
     def compare_set(self, key: str, expected: str, desired: str) -> str:
         return str(self._call("compare_set", key=key, expected=expected, desired=desired))

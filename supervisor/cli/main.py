@@ -311,8 +311,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         log.warning("attempt_lost", message=f"attempt {lost} was left open by the dead supervisor: journaled as supervisor_lost")
     ops = operate.start(config, operate_config, supervisor.state.run_id, probe.name, log)
     supervisor.journal, supervisor.observer = ops.journal, ops.observer  # status file, alerts, metrics
+    # In a cohort a stop on this node stops every node, and another node's stop stops this one.
+    stop = supervisor.cohort.bind_stop(supervisor.request_stop) if supervisor.cohort is not None else supervisor.request_stop
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, supervisor.request_stop)
+        signal.signal(sig, stop)
     containment = _contain(supervisor, config, log, resumed=resume_dir is not None)
     if config.prewarm_launcher and isinstance(supervisor.tree, LocalTree):
         from hangwatch.supervisor.prewarm import Prewarmer  # noqa: PLC0415
@@ -475,7 +477,7 @@ def _join_cohort(args: argparse.Namespace, config: Any, log: Any) -> Any:
                                 f"{membership.host}:{membership.port}" + (" (hosted here)" if membership.is_leader else "")))
     try:
         store = TCPStoreClient(membership.host, membership.port, master=membership.is_leader,
-                               timeout=max(2.0, lease / 3))
+                               timeout=max(2.0, lease / 3), connect_timeout=120.0)  # as long as the join waits
         cohort = Cohort(store, membership, fingerprint, lease_interval=max(0.2, lease / 10), lease_timeout=lease)
         cohort.join(timeout=120.0)
     except (StoreError, CohortError) as exc:

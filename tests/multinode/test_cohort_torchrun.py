@@ -32,7 +32,8 @@ def _free_port() -> int:
 
 class Job:
     def __init__(self, tmp: Path, nnodes: int, *, wedge_node: int = -1, wedge_step: int = -1, steps: int = 10,
-                 lease: float = 8.0, extra: dict[int, list[str]] | None = None, crash_node: int = -1) -> None:
+                 lease: float = 8.0, extra: dict[int, list[str]] | None = None, crash_node: int = -1,
+                 after: dict[int, float] | None = None) -> None:
         self.tmp, self.nnodes = tmp, nnodes
         self.ckpt = tmp / "ckpt"
         store, rdzv = _free_port(), _free_port()
@@ -47,6 +48,9 @@ class Job:
                     "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{rdzv}", "--rdzv-id", "job",
                     str(TRAINER), "--ckpt", str(self.ckpt), "--steps", str(steps),
                     "--wedge-node", str(wedge_node), "--wedge-step", str(wedge_step), "--crash-node", str(crash_node)]
+            if i in (after or {}):  # this node's command goes on after torchrun (a final upload, say)
+                cut = argv.index("--") + 1
+                argv[cut:] = ["sh", "-c", f'"$0" "$@" && sleep {after[i]}', *argv[cut:]]
             env = dict(os.environ, TEST_NODE=str(i))
             env.pop("HANGWATCH_CONFIG", None)
             self.procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -67,12 +67,20 @@ def test_a_node_with_other_settings_is_refused_with_what_differs():
                                fp1={"checkpoint_dir": "/local/ckpt", "nnodes": 2})
     import threading  # noqa: PLC0415
 
-    leader = threading.Thread(target=n0.join, kwargs={"timeout": 1e9})  # fake time runs fast
+    failed: list[Exception] = []
+
+    def lead() -> None:
+        try:
+            n0.join(timeout=1e9)  # fake time runs fast
+        except CohortRefused as exc:
+            failed.append(exc)
+
+    leader = threading.Thread(target=lead)
     leader.start()
     with pytest.raises(CohortRefused, match="checkpoint_dir: node 0 has '/shared/ckpt', this node '/local/ckpt'"):
         n1.join()
     leader.join(timeout=10)
-    n0.close()
+    assert failed and "node 1 was refused: settings differ" in str(failed[0]), "node 0 stops waiting, and says why"
 
 
 def test_every_node_must_join_and_a_rank_cannot_join_twice():

@@ -1,0 +1,256 @@
+"""Cohort faults as decisions over the in-memory store, with fake clocks (no processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from hangwatch.contract.exitcodes import EXIT_BUDGET, EXIT_COHORT
+from hangwatch.contract.verdict import Verdict, VerdictKind
+from hangwatch.supervisor.attempt import GraphPolicy
+from hangwatch.supervisor.cohort import (Cohort, CohortStopped, MemberLeft, MemberLost, Membership, settled)
+from hangwatch.supervisor.cohort_link import CohortLink
+from hangwatch.supervisor.restart import AttemptOutcome, Decision
+from hangwatch.supervisor.store import MemoryStore, StoreError, TCPStoreClient
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class Clock:
+    def __init__(self, start: float = 0.0, rate: float = 1.0) -> None:
+        self.now = start
+        self.rate = rate
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s * self.rate
+        time.sleep(0.002)  # lets the other nodes' threads run while fake time flies
+
+
+class Journal:
+    def __init__(self) -> None:
+        self.records: list[dict] = []
+
+    def append(self, event: str, **fields):
+        self.records.append({"event": event, **fields})
+        return self.records[-1]
+
+
+def _node(store, i, nnodes=2, clock=None, **kw):
+    clock = clock or Clock()
+    return Cohort(store, Membership(i, nnodes, "127.0.0.1", 29600, "job"), {"a": 1}, lease_interval=3600,
+                  lease_timeout=10, barrier_timeout=30, clock=clock, sleep=clock.sleep, wall=clock, **kw)
+
+
+def _join_all(nodes):
+    errors: list[Exception] = []
+
+    def run(n):
+        try:
+            n.join(timeout=60)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in nodes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert not errors, errors
+
+
+def _tick(clock_nodes, seconds=1.0, rounds=1):
+    for _ in range(rounds):
+        for clock, node in clock_nodes:
+            clock.now += seconds
+            node.renew()
+
+
+def test_a_finished_node_is_no_loss_but_a_node_that_left_otherwise_is_at_once():
+    """A node whose trainer finished stops renewing its lease: that must not kill the others'
+    trainers (they may still be saving). A node that left without finishing is lost at once."""
+    store = MemoryStore()
+    c0, c1, c2 = Clock(), Clock(), Clock()
+    n0, n1, n2 = _node(store, 0, 3, c0), _node(store, 1, 3, c1), _node(store, 2, 3, c2)
+    _join_all([n0, n1, n2])
+    _tick([(c0, n0), (c1, n1), (c2, n2)], rounds=3)
+    n1.finish(attempt=1)  # node 1's trainer exited 0; its supervisor is gone from now on
+    _tick([(c0, n0), (c2, n2)], rounds=30)
+    assert n0.problem is None and n2.problem is None, n0.problem
+    n2._leave(finished=False)  # node 2's supervisor gave up
+    _tick([(c0, n0)], rounds=2)
+    assert isinstance(n0.problem, MemberLeft) and n0.problem.node == 2
+    assert "node 2's supervisor stopped" in str(n0.problem)
+
+
+def test_a_node_that_joined_but_never_renewed_is_lost_within_the_lease():
+    """Its counter stays at zero: that is a lost node too (it was never taken for one)."""
+    store = MemoryStore()
+    n0, n1 = _node(store, 0), _node(store, 1)
+    _join_all([n0, n1])
+    store.data[n1._key("lease", 1)] = "0"  # as if node 1 died between its join and its first renewal
+    clock = n0.clock
+    for _ in range(12):
+        clock.now += 1
+        n0.renew()
+    assert isinstance(n0.problem, MemberLost) and n0.problem.node == 1
+
+
+def test_skewed_clocks_decide_nothing():
+    """Node clocks hours apart and running at different rates: leases are counters judged on
+    each node's own clock, so nobody is lost while everyone renews, and a real loss is
+    still seen within the lease on the observer's clock."""
+    store = MemoryStore()
+    c0, c1 = Clock(start=1e9), Clock(start=5.0, rate=1.0)
+    n0 = _node(store, 0, clock=c0)
+    n1 = Cohort(store, Membership(1, 2, "127.0.0.1", 29600, "job"), {"a": 1}, lease_interval=3600, lease_timeout=10,
+                clock=c1, sleep=c1.sleep, wall=lambda: -7200.0)  # its wall clock two hours behind
+    _join_all([n0, n1])
+    for _ in range(40):
+        c0.now += 1.0
+        c1.now += 0.25  # node 1's clock runs at a quarter of node 0's
+        n0.renew(), n1.renew()
+    assert n0.problem is None and n1.problem is None
+    won = n1.announce(1, "stall", "x")
+    assert n0.poll(1) == won, "an announcement is taken whatever its wall time"
+    for _ in range(11):
+        c0.now += 1.0
+        n0.renew()
+    assert isinstance(n0.problem, MemberLost)
+
+
+def test_a_rerun_with_the_same_cohort_id_never_reads_the_previous_runs_records():
+    store = MemoryStore()
+    old0, old1 = _node(store, 0), _node(store, 1)
+    _join_all([old0, old1])
+    old1.announce(1, "stall", "the old run's wedge")
+    old1.store.set(old1._key("done", 1, 1), json.dumps({"steps": [2], "cudagraphs_off": True}))
+    old0.agree(1, [2], GraphPolicy(True))
+    old0.close(linger_cap=0), old1.close()
+    new0, new1 = _node(store, 0), _node(store, 1)
+    _join_all([new1, new0])  # node 1 first: it may read the old run's join record before node 0 writes the new
+    assert new0.poll(1) is None and new1.poll(1) is None, "the old attempt's incident is not this run's"
+    assert new1._key("agreed", 1) != old1._key("agreed", 1)
+    assert new0.problem is None and new1.problem is None
+
+
+def test_a_stop_on_one_node_reaches_the_others_and_ends_their_barriers():
+    store = MemoryStore()
+    n0, n1 = _node(store, 0), _node(store, 1)
+    _join_all([n0, n1])
+    seen: list[dict] = []
+    n0.on_stop = seen.append
+    n1.local_stop = signal.SIGTERM  # node 1's signal handler noted it; its lease round publishes it
+    n1.renew()
+    n0.renew()
+    assert seen == [{"node": 1, "signal": int(signal.SIGTERM)}]
+    with pytest.raises(CohortStopped, match="node 1's supervisor was stopped \\(SIGTERM\\)"):
+        n0.agree(1, [2], GraphPolicy())
+
+
+def test_a_stop_announced_at_close_is_not_lost_when_no_lease_round_ran():
+    store = MemoryStore()
+    n0, n1 = _node(store, 0), _node(store, 1)
+    _join_all([n0, n1])
+    n1.local_stop = signal.SIGINT
+    n1.close()  # exits before its next lease round
+    seen: list[dict] = []
+    n0.on_stop = seen.append
+    n0.renew()
+    assert seen and seen[0]["signal"] == int(signal.SIGINT)
+    assert n0.problem is None, "a stopped node's departure is the stop, not a loss"
+
+
+def test_settled_restart_decision_is_the_same_on_every_node():
+    go = {"restart": True, "delay_s": 1.5}
+    assert settled({0: go, 1: {"restart": True, "delay_s": 4.0}}) == {"restart": True, "exit_code": None,
+                                                                     "delay_s": 4.0, "node": None}
+    stop = settled({0: go, 1: {"restart": False, "exit_code": EXIT_BUDGET, "reason": "budget"},
+                    2: {"restart": False, "exit_code": 72, "reason": "crash"}})
+    assert (stop["restart"], stop["exit_code"], stop["node"]) == (False, EXIT_BUDGET, 1)
+
+
+def test_restart_limit_on_one_node_stops_every_node_with_its_code():
+    store = MemoryStore()
+    nodes = [_node(store, i) for i in range(2)]
+    _join_all(nodes)
+    links = [CohortLink(n, Journal) for n in nodes]
+    outcome = AttemptOutcome(3, VerdictKind.STALL, 0.0, 2, 2)
+    mine = [Decision(True, "restart after stall", None, 0.5),
+            Decision(False, "restart budget exhausted", EXIT_BUDGET)]
+    results: list = [None, None]
+
+    def run(i):
+        results[i] = links[i].settle(outcome, mine[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert [r.restart for r in results] == [False, False]
+    assert [r.exit_code for r in results] == [EXIT_BUDGET, EXIT_BUDGET]
+    assert results[0].reason.startswith("node 1: restart budget exhausted")
+    done = AttemptOutcome(4, VerdictKind.DONE, 0.0, 2, 4)
+    assert links[0].settle(done, Decision(False, "the trainer finished", 0)).exit_code == 0, "no barrier on success"
+
+
+def test_a_crash_elsewhere_does_not_hold_up_the_others_capture():
+    """The crashed node has nothing to capture: the hung nodes must not wait the whole
+    capture timeout for it before killing."""
+    store = MemoryStore()
+    nodes = [_node(store, i) for i in range(2)]
+    _join_all(nodes)
+    crashed = CohortLink(nodes[1], Journal)
+    crashed.incident(1, Verdict(VerdictKind.CRASH, 0.0, 0.0, "trainer exited with code 1"))
+    assert nodes[0].all_captured(1, timeout=15) == 0.0
+
+
+def test_a_finished_node_is_not_waited_for_and_the_job_cannot_restart_without_it():
+    store = MemoryStore()
+    nodes = [_node(store, i) for i in range(2)]
+    _join_all(nodes)
+    CohortLink(nodes[1], Journal).incident(1, Verdict(VerdictKind.DONE, 0.0, 0.0, "trainer exited 0"))
+    assert nodes[0].all_captured(1, timeout=15) == 0.0
+    journal = Journal()
+    agreed, code = CohortLink(nodes[0], lambda: journal).agree(
+        1, Verdict(VerdictKind.STALL, 0.0, 0.0, "x"), [2], GraphPolicy())
+    assert agreed is None and code == EXIT_COHORT
+    assert "node 1's trainer finished" in journal.records[-1]["reason"]
+    assert nodes[0].clock() < 1.0, "at once, not after the barrier deadline"
+
+
+def test_engine_level_recovery_is_off_in_a_cohort_and_the_journal_says_so():
+    from hangwatch.supervisor.attempt import recovery_level  # noqa: PLC0415
+
+    level = recovery_level(VerdictKind.STALL, mode="auto", phase="generate", tree=[], trainer_pgid=1,
+                           last_engine_restart=None, now=0.0, retry_window=60.0, in_cohort=True)
+    assert level.level == 2 and "multi-node" in level.reason
+    store = MemoryStore()
+    journal = Journal()
+    CohortLink(_node(store, 0), lambda: journal).joined()
+    assert "desynchronise" in journal.records[-1]["engine_recovery"]
+
+
+def test_a_late_reply_is_never_taken_for_the_answer_to_a_later_call():
+    """A call that timed out leaves its reply in the pipe; the next call must skip it."""
+    client = object.__new__(TCPStoreClient)
+    read_fd, write_fd = os.pipe()
+
+    class Proc:
+        stdout = os.fdopen(read_fd, "rb", buffering=0)
+
+    client.proc, client._buf = Proc(), b""
+    os.write(write_fd, b'{"id": 1, "ok": true, "value": "stale"}\n{"id": 2, "ok": true, "value": 7}\n')
+    assert client._read(1.0, want=2)["value"] == 7
+    with pytest.raises(StoreError, match="did not answer"):
+        client._read(0.05, want=3)
+    os.close(write_fd)
+    Proc.stdout.close()
