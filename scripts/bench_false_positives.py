@@ -3,9 +3,18 @@
 
     .venv/bin/python scripts/bench_false_positives.py [--seed 0] [--hours-per-scenario 128] [--jobs 2]
 
-Prints one row per scenario, then exactly one summary line:
+Prints one row per scenario, then the summary line:
 
     run_hours=<h> false_verdicts=<n> wedges_detected=<k>/<m> median_latency_over_window=<r> busy_hangs_detected=<b>/<c>
+
+and, for the engine streams (the engine step rule: per-process engine beats beside the
+trainer's; ``fp_corpus.engine_corpus``), a table, the longest silence the rule watched on a
+healthy engine, a sweep of ``engine_step_timeout`` (false verdicts by cause), and a last line:
+
+    engine_run_hours=<h> engine_false_verdicts=<n> engine_wedges_detected=<k>/<m> median_engine_latency_s=<s> longest_healthy_silence_s=<l> engine_sweep=<timeout>:<false verdicts>,...
+
+An engine wedge counts as detected when a verdict comes within ``engine_step_timeout`` + 2
+intervals of the engine's last beat; its latency is measured from that beat.
 
 A wedge counts as detected when a stall verdict comes within window + 2 intervals
 of the injected onset; r is the median of those latencies divided by the window.
@@ -93,6 +102,76 @@ def ablations(runs, jobs) -> None:
     print()
 
 
+def _replay_engine(args):
+    plan, config = args
+    return fp.replay_engine(plan, config)
+
+
+def replay_engine_all(runs, config, jobs):
+    if jobs <= 1:
+        return [fp.replay_engine(plan, config) for plan in runs]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(_replay_engine, [(plan, config) for plan in runs], chunksize=1))
+
+
+def _causes(causes: dict) -> str:
+    return ", ".join(f"{why} {n}" for why, n in sorted(causes.items(), key=lambda kv: -kv[1])) or "-"
+
+
+def engine_section(runs, config, sweep, jobs) -> tuple[bool, str]:
+    """The engine streams under ``config``, then under each timeout of ``sweep``; returns
+    (all quiet and all caught, the summary line)."""
+    started = time.perf_counter()
+    results = replay_engine_all(runs, config, jobs)
+    rows = fp.summarise_engine(results, config)
+    timeout = config.engine_step_timeout
+    print()
+    print(f"engine streams: beats at most every {fp.BEACON_INTERVAL:g} s, read every {config.interval:g} s; "
+          f"engine step timeout {timeout:g} s" if timeout else "engine streams: engine step rule off")
+    print(f"{'scenario':<20} {'runs':>4} {'run_h':>7} {'false':>5} {'wedges':>8}   latency s min / median / max"
+          f"   by engine_step   longest healthy silence")
+    for row in rows:
+        lat = row.latencies
+        lat_s = f"{min(lat):.1f} / {statistics.median(lat):.1f} / {max(lat):.1f}" if lat else "-"
+        print(f"{row.scenario:<20} {row.runs:>4} {row.hours:>7.1f} {row.false_verdicts:>5} "
+              f"{row.detected:>4}/{row.wedges:<3}   {lat_s:<26}   {row.by_engine_rule:>4}/{row.wedges:<3}       "
+              f"{row.longest_silence:>4.0f} s ({row.longest_cause or '-'})")
+    for r in results:
+        for v, why in list(zip(r.false_verdicts, r.causes))[:3]:
+            print(f"false verdict: {r.plan.scenario}#{r.plan.index}: {v.reason} (t={v.detected_at:.0f}, {why})")
+    samples = sum(r.samples for r in results)
+    print(f"replayed {samples:,} engine samples in {time.perf_counter() - started:.1f} s")
+    sweep_out = []
+    if sweep:
+        print()
+        print("engine_step_timeout sweep (false verdicts by what the engine was doing; wedges caught within "
+              "timeout + 2 intervals):")
+        print(f"{'timeout':>7} {'false':>6} {'wedges':>9}  {'median latency':>14}  causes")
+        for value in sweep:
+            cfg = dataclasses.replace(config, engine_step_timeout=value)
+            srows = rows if value == timeout else fp.summarise_engine(replay_engine_all(runs, cfg, jobs), cfg)
+            causes: dict[str, int] = {}
+            for row in srows:
+                for why, n in row.causes.items():
+                    causes[why] = causes.get(why, 0) + n
+            false = sum(row.false_verdicts for row in srows)
+            lat = [x for row in srows for x in row.latencies]
+            med = f"{statistics.median(lat):.1f} s" if lat else "-"
+            print(f"{value:>6g}s {false:>6} {sum(r.detected for r in srows):>4}/{sum(r.wedges for r in srows):<4}  "
+                  f"{med:>14}  {_causes(causes)}")
+            sweep_out.append(f"{value:g}:{false}")
+    hours = sum(row.hours for row in rows)
+    false = sum(row.false_verdicts for row in rows)
+    detected = sum(row.detected for row in rows)
+    wedges = sum(row.wedges for row in rows)
+    lat = [x for row in rows for x in row.latencies]
+    longest = max((row.longest_silence for row in rows), default=0.0)
+    line = (f"engine_run_hours={hours:.1f} engine_false_verdicts={false} engine_wedges_detected={detected}/{wedges} "
+            f"median_engine_latency_s={statistics.median(lat) if lat else float('nan'):.1f} "
+            f"longest_healthy_silence_s={longest:.0f}" + (f" engine_sweep={','.join(sweep_out)}" if sweep_out else ""))
+    return false == 0 and detected == wedges, line
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=0)
@@ -106,7 +185,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--progress-timeout", type=float, help="what-if: another progress timeout (s)")
     parser.add_argument("--idle-only", action="store_true", help="what-if: the progress rule needs an idle tree")
     parser.add_argument("--ablations", action="store_true", help="also replay a slice under weaker settings")
+    parser.add_argument("--engine-hours-per-scenario", type=float, default=32.0,
+                        help=f"engine streams: run-hours per scenario ({len(fp.ENGINE_SCENARIOS)} scenarios; "
+                             "default 32; 0 skips them)")
+    parser.add_argument("--engine-step-timeout", type=float, help="what-if: another engine step timeout (s)")
+    parser.add_argument("--engine-sweep", default="5,10,15,20,30",
+                        help="engine step timeouts (s, comma-separated) to replay the engine streams under; '' for none")
+    parser.add_argument("--engine-only", action="store_true", help="replay only the engine streams")
     args = parser.parse_args(argv)
+    try:
+        sweep = [float(x) for x in args.engine_sweep.split(",") if x.strip()]
+        if any(not x > 0 for x in sweep):
+            raise ValueError
+    except ValueError:
+        parser.error(f"--engine-sweep: positive seconds separated by commas, got {args.engine_sweep!r}")
 
     config = DetectorConfig()
     if args.stall_window is not None:
@@ -119,6 +211,14 @@ def main(argv: list[str] | None = None) -> int:
         config = dataclasses.replace(config, progress_timeout=args.progress_timeout)
     if args.idle_only:
         config = dataclasses.replace(config, idle_only=True)
+    if args.engine_step_timeout is not None:
+        config = dataclasses.replace(config, engine_step_timeout=args.engine_step_timeout)
+    engine_runs = (fp.engine_corpus(seed=args.seed, hours_per_scenario=args.engine_hours_per_scenario,
+                                    wedges_per_run=args.wedges_per_run) if args.engine_hours_per_scenario > 0 else [])
+    if args.engine_only:
+        ok, line = engine_section(engine_runs, config, sweep, args.jobs)
+        print(line)
+        return 0 if ok else 1
 
     started = time.perf_counter()
     runs = fp.corpus(seed=args.seed, hours_per_scenario=args.hours_per_scenario, wedges_per_run=args.wedges_per_run)
@@ -149,9 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     wedges = sum(row.wedges for row in rows) + busy_wedges
     latencies = [x for row in rows for x in row.latencies]
     ratio = statistics.median(latencies) / config.stall_window if latencies else float("nan")
+    engine_ok, engine_line = engine_section(engine_runs, config, sweep, args.jobs) if engine_runs else (True, "")
     print(f"run_hours={hours:.1f} false_verdicts={false} wedges_detected={detected}/{wedges} "
           f"median_latency_over_window={ratio:.3f} busy_hangs_detected={busy_detected}/{busy_wedges}")
-    return 0 if false == 0 and detected == wedges else 1
+    if engine_line:
+        print(engine_line)
+    return 0 if false == 0 and detected == wedges and engine_ok else 1
 
 
 if __name__ == "__main__":

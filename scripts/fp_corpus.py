@@ -36,13 +36,25 @@ are at most 560 s apart outside long phases and 1500 s inside them, and no run
 of "GPU busy, holders idle" readings outside a long phase lasts 60 s without a beat
 (the longest is a 45 s blocking straggler wait).
 
+Engine streams (``ENGINE_SCENARIOS``, for the engine step rule) are a second kind of
+run: per-process engine beat files as ``EngineBeacon`` writes them (at most one write per
+0.2 s, read once a tick), beside the trainer's heartbeat, the tree's CPU and the GPUs,
+planned per engine slot as segments (load, wake, prepare, generate, idle, standby, gone)
+and expanded lazily into steps. Their wedges freeze one engine mid-request (its beat still
+says ``generate``) with its host asleep or busy-polling; ``replay_engine`` forks the
+detector there as ``replay`` does, and feeds it the same samples with the wedge laid over.
+
 Usage: ``corpus(seed, hours_per_scenario)`` -> runs; ``replay(run, config)`` ->
-``RunResult``; ``summarise(results)`` -> per-scenario rows.
+``RunResult``; ``summarise(results)`` -> per-scenario rows. Engine streams:
+``engine_corpus``, ``replay_engine``, ``summarise_engine``.
 """
 
 from __future__ import annotations
 
+import collections
 import copy
+import dataclasses
+import itertools
 import random
 import statistics
 from dataclasses import dataclass, field
@@ -673,4 +685,696 @@ def summarise(results: Sequence[RunResult], config: DetectorConfig | None = None
             if w.latency is not None and w.latency <= bound:
                 row.detected += 1
                 row.latencies.append(w.latency)
+    return list(rows.values())
+
+
+# -- engine streams: the engine step rule ---------------------------------------------------
+#
+# Every rollout engine process beats into its own file, at most once per 0.2 s while it
+# steps (``generator/beacon.py``): ``prepare`` from a request's arrival to its first step,
+# ``generate`` from then on, ``idle`` after it; ``step`` counts the process's steps over
+# its life. The streams below are the files' contents as the sampler reads them once a
+# tick, beside the trainer's heartbeat, the tree's CPU and the GPUs. One vLLM V1 step is
+# one scheduler iteration: a decode step takes tens of ms, a prefill chunk is bounded by
+# ``max_num_batched_tokens`` but takes seconds on a big model. What must not fire:
+# long prefill chunks (up to 10 s), a first-use JIT of a kernel mid-run (one step of up
+# to 20 s, at most once in a process's life: Triton and FlashInfer compile a kernel the
+# first time a path is taken; public reports give ~14 s for a dozen Triton kernels on a
+# first request, ~20 s for a FlashInfer kernel on the first prefix-cache hit), GC and
+# host-contention pauses of a few seconds, a big batch's input
+# processing (minutes of ``prepare``), idle and asleep while the trainer trains (hours),
+# a standby worker that never steps, a worker's first step (its warm-up), several engines
+# on one rank, a worker that died mid-request (its file still says ``generate``), a pid
+# reused by the next worker, steps in the wall clock. What must fire: an engine that stops
+# stepping mid-request, its host asleep (``engine_sleep``: the cuda-graph wedge) or
+# busy-polling (``engine_spin``).
+
+ENGINE_SCENARIOS = (
+    "engine_worker",
+    "engine_colocate",
+    "engine_standby",
+    "engine_multi",
+    "engine_restarts",
+    "engine_clock",
+)
+ENGINE_WEDGES = ("engine_sleep", "engine_spin")
+BEACON_INTERVAL = 0.2  # EngineBeacon.min_interval
+ROLLOUT_BUDGET = MAX_SILENCE - 20  # trainer beats at a rollout's start and end: under the progress timeout
+LONG_STEP = 2.0  # steps at least this long are traced, so a false verdict can name its cause
+LONGEST_HEALTHY_STEP = 20.0  # the longest step after a process's first (a first-use JIT)
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    """How long this run's engine steps take (seconds)."""
+
+    decode: float  # one decode step
+    chunk: float  # the longest prefill chunk (a full ``max_num_batched_tokens`` budget)
+    warmup: float  # the longest first step of a process (lazy initialisation; never judged)
+
+
+@dataclass(frozen=True)
+class ESeg:
+    """One stretch of one engine slot (a "lane"). ``kind``: ``absent`` (no process), ``load``
+    (starting; no beat file yet), ``standby`` (alive, asleep, never asked: no file), ``idle``
+    (between requests, or asleep while the trainer trains), ``wake`` (waking and loading
+    weights: outside any request), ``prepare`` and ``generate`` (a request), ``gone`` (the
+    process died with a request in flight; the generator removes its file at ``removed``,
+    or never in this run when None)."""
+
+    kind: str
+    start: float
+    end: float
+    pid: int = 0
+    first: bool = False  # generate: the process's first request (its first step is the warm-up)
+    jit: bool = False  # generate: one step meets a kernel's first-use JIT compile
+    removed: float | None = None
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    scenario: str
+    index: int
+    seed: int
+    ranks: int
+    colocated: bool  # the engine steps in the trainer's process (TRL colocate): no worker, no EngineCore
+    lanes: tuple[tuple[int, tuple[ESeg, ...]], ...]  # (rank, segments) per engine slot
+    trainer_beats: tuple[tuple[float, str], ...]
+    training: tuple[tuple[float, float], ...]  # the trainer computes (GPU and trainer CPU busy)
+    profile: StepProfile
+    ticks: int
+    clock_jumps: tuple[tuple[float, float], ...] = ()  # (when, seconds the wall clock steps by)
+    noise_rate: float = 0.002
+    wedges: tuple[tuple[int, int], ...] = ()  # (tick, lane)
+    wedge_variants: tuple[str, ...] = ()
+
+    @property
+    def hours(self) -> float:
+        return self.ticks * INTERVAL / 3600.0
+
+    @staticmethod
+    def trainer(rank: int) -> int:
+        return 2000 + 100 * rank
+
+    def check(self) -> None:
+        """Healthy for every other rule by construction; fail loudly if a change breaks that."""
+        beats = [t for t, _ in self.trainer_beats] + [float(self.ticks)]
+        for t0, t1 in zip(beats, beats[1:]):
+            if t1 - t0 > MAX_SILENCE:
+                raise AssertionError(
+                    f"{self.scenario}#{self.index}: {t1 - t0:.0f} s without a trainer beat after {t0:.0f}")
+        for lane, (_, segs) in enumerate(self.lanes):
+            for a, b in zip(segs, segs[1:]):
+                if a.end != b.start or a.end < a.start:
+                    raise AssertionError(f"{self.scenario}#{self.index}: lane {lane} has a hole at {a.end}")
+
+    def samples(self, trace: "EngineTrace | None" = None) -> Iterator[Sample]:
+        return _engine_samples(self, trace)
+
+
+class EngineTrace:
+    """What the stream generator knows and the samples do not say: when each visible engine
+    beat was really written (its ``ts`` may be off by a clock step), and the long steps."""
+
+    def __init__(self, keep: int = 2) -> None:
+        # pid -> the last ``keep`` beats read (a replay reads ahead of the tick it forks at)
+        self.built: dict[int, collections.deque[tuple[Heartbeat, float]]] = {}
+        self.keep = keep
+        self.long_steps: list[tuple[int, float, float, str]] = []  # (pid, start, end, cause)
+
+    def written_at(self, beat: Heartbeat) -> float | None:
+        for hb, t in self.built.get(beat.pid, ()):
+            if hb is beat:
+                return t
+        return None
+
+    def cause(self, pid: int, onset: float, until: float) -> str:
+        """The traced long step of ``pid`` that covers the silence [onset, until], if any."""
+        best = "no long step"
+        for p, a, b, why in self.long_steps:
+            if p == pid and a <= onset + INTERVAL and b >= until - INTERVAL:
+                best = why
+        return best
+
+
+class _EngineBuilder:
+    def __init__(self, rng: random.Random, ranks: int, lanes: Sequence[int], colocated: bool) -> None:
+        self.rng = rng
+        self.colocated = colocated
+        self.lanes: list[tuple[int, list[ESeg]]] = [(rank, []) for rank in lanes]
+        self.pid: list[int] = []
+        self.next_pid = {rank: EnginePlan.trainer(rank) + 2 for rank in range(ranks)}
+        self.requests: list[int] = [0] * len(lanes)  # requests of the current process's life
+        self.jit_at: list[int] = [0] * len(lanes)  # which of its requests meets the first-use JIT (0: none)
+        self.beats: list[tuple[float, str]] = []
+        self.training: list[tuple[float, float]] = []
+        for lane, rank in enumerate(lanes):
+            self.pid.append(EnginePlan.trainer(rank) if colocated else 0)
+            self.new_life(lane)
+
+    def new_life(self, lane: int, reuse: bool = False) -> None:
+        """A new engine process in this slot: a fresh pid (workers take two: the worker and its
+        EngineCore child), or the dead one's again."""
+        rank = self.lanes[lane][0]
+        if not self.colocated and not reuse:
+            self.pid[lane] = self.next_pid[rank]
+            self.next_pid[rank] += 2
+        self.requests[lane] = 0
+        self.jit_at[lane] = self.rng.randint(2, 8) if self.rng.random() < 0.5 else 0
+
+    def end(self, lane: int) -> float:
+        segs = self.lanes[lane][1]
+        return segs[-1].end if segs else 0.0
+
+    def extend(self, lane: int, kind: str, until: float, **extra) -> None:
+        start = self.end(lane)
+        if until > start:
+            pid = 0 if kind == "absent" else self.pid[lane]
+            self.lanes[lane][1].append(ESeg(kind, start, until, pid, **extra))
+
+    def request(self, lane: int, start: float, prepare: float, generate: float) -> float:
+        """One request: ``prepare`` then ``generate`` seconds of steps; returns its end."""
+        self.extend(lane, "idle", start)
+        self.requests[lane] += 1
+        k = self.requests[lane]
+        self.extend(lane, "prepare", start + prepare)
+        self.extend(lane, "generate", start + prepare + generate, first=k == 1, jit=k == self.jit_at[lane])
+        return start + prepare + generate
+
+
+def _engine_rollout(b: _EngineBuilder, lane: int, t0: float, budget: float, scenario: str,
+                    standby: int | None) -> tuple[float, int, int | None]:
+    """One rank's rollout on its active lane from ``t0``: wake and weight sync (outside any
+    request), then one request (a GRPO batch). The worker may die mid-request; the generator
+    then removes its file and retries the batch on the standby, or on a fresh worker (sometimes
+    under the same pid). Returns (end, the active lane after it, the standby lane after it)."""
+    rng = b.rng
+    t = t0 + rng.uniform(1, 20) + rng.uniform(2, 40)  # wake_up (weights, KV cache), then the weight sync
+    b.extend(lane, "idle", t0)
+    b.extend(lane, "wake", t)
+    big_batch = rng.random() < (0.15 if scenario == "engine_worker" else 0.04)
+    prepare = rng.uniform(60, 300) if big_batch else rng.uniform(0.05, 3)
+    generate = rng.uniform(60, 400)
+    generate = max(10.0, min(generate, t0 + budget - t - prepare))
+    die_p = {"engine_restarts": 0.12, "engine_standby": 0.05}.get(scenario, 0.01)
+    if b.colocated or rng.random() >= die_p:
+        return b.request(lane, t, prepare, generate), lane, standby
+    # The worker dies mid-request: its last beat says "generate" while its pid is gone.
+    dies = t + prepare + rng.uniform(0.05, 0.9) * generate
+    if t0 + budget - dies < 150:  # no room for a respawn and a retry in this rollout
+        return b.request(lane, t, prepare, generate), lane, standby
+    b.requests[lane] += 1
+    b.extend(lane, "prepare", t + prepare)
+    b.extend(lane, "generate", dies, first=b.requests[lane] == 1)
+    noticed = dies + rng.uniform(0.01, 3.0)  # the generator sees the socket close, kills the group
+    takeover = standby is not None and b.end(standby) <= noticed  # a standby that has finished starting
+    reuse = not takeover and rng.random() < (0.5 if scenario == "engine_restarts" else 0.2)
+    kept = not reuse and rng.random() < 0.2  # the cleanup did not run (the file stays for good)
+    b.extend(lane, "gone", noticed, removed=None if kept else noticed)
+    left = t0 + budget - noticed
+    if takeover:
+        # The standby takes over: no engine start, its first request is its warm-up.
+        assert standby is not None
+        b.extend(standby, "standby", noticed)
+        b.extend(lane, "absent", noticed + rng.uniform(0.5, 5))
+        new_active, new_standby = standby, lane
+        retry = noticed + rng.uniform(3, 30)  # wake, verified weight load
+    else:
+        respawn = noticed + rng.uniform(0.5, 5)
+        b.extend(lane, "absent", respawn)
+        b.new_life(lane, reuse=reuse)
+        retry = respawn + rng.uniform(30, min(240, max(31, left * 0.5)))
+        b.extend(lane, "load", retry)
+        new_active, new_standby = lane, standby
+    remaining = max(10.0, min(generate, t0 + budget - retry - 5))
+    end = b.request(new_active, retry, rng.uniform(0.05, 2), remaining)
+    if takeover:  # a new standby starts, goes to sleep, and is asked nothing
+        b.new_life(new_standby)
+        b.extend(new_standby, "load", end + rng.uniform(60, 240))
+    return end, new_active, new_standby
+
+
+def plan_engine_run(scenario: str, index: int, seed: int, hours: float, wedges: int = 3) -> EnginePlan:
+    rng = random.Random(f"{seed}/{scenario}/{index}")
+    ranks = 2 if scenario == "engine_multi" else 1
+    colocated = scenario == "engine_colocate"
+    # Lanes: one engine per rank; engine_multi adds a second engine on rank 0 (a judge or
+    # reward model), engine_standby a standby worker.
+    lane_ranks = list(range(ranks)) + ([0] if scenario in ("engine_multi", "engine_standby") else [])
+    big = scenario == "engine_worker" or rng.random() < 0.5
+    profile = StepProfile(
+        decode=rng.uniform(0.015, 0.06),
+        chunk=rng.uniform(2.0, 10.0) if big else rng.uniform(0.2, 2.0),
+        warmup=rng.uniform(5.0, 120.0),
+    )
+    b = _EngineBuilder(rng, ranks, lane_ranks, colocated)
+    standby = 1 if scenario == "engine_standby" else None
+    active = list(range(ranks))  # rank -> its active lane
+    second = len(lane_ranks) - 1 if scenario == "engine_multi" else None
+    t = rng.uniform(60, 600)  # engines start: load, cuda graphs; no beat before the first request
+    for lane in range(len(lane_ranks)):
+        b.extend(lane, "load", t if lane != standby else t + rng.uniform(60, 240))
+    target = hours * 3600
+    long_idle_p = 0.05 if scenario == "engine_clock" else 0.01
+    while t < target:
+        b.beats.append((t, "generate"))
+        end = t
+        for rank in range(ranks):
+            budget = ROLLOUT_BUDGET * (1.0 if rank == 0 else rng.uniform(0.4, 0.9))  # ranks finish apart
+            e, active[rank], standby = _engine_rollout(b, active[rank], t, budget, scenario, standby)
+            end = max(end, e)
+        if second is not None:
+            # The second engine on rank 0: after the policy engine's batch (one idle while the
+            # other generates), or beside it.
+            after = rng.random() < 0.6
+            start = end + rng.uniform(0.5, 5) if after else t + rng.uniform(5, 120)
+            length = rng.uniform(20, 150)
+            if start + length > t + ROLLOUT_BUDGET:
+                length = max(5.0, t + ROLLOUT_BUDGET - start - 2)
+            end = max(end, b.request(second, start, rng.uniform(0.05, 2), length))
+        end += rng.uniform(0.5, 3)
+        b.beats.append((end, "train"))
+        train = rng.uniform(20, 200)
+        if rng.random() < long_idle_p:
+            # Hours of training without rollouts: the engines asleep, the trainer beating.
+            train = rng.uniform(3600, 3 * 3600)
+            beat = end
+            while beat + 300 < end + train:
+                beat += rng.uniform(30, 300)
+                b.beats.append((beat, "train"))
+        b.training.append((end, end + train))
+        t = end + train
+        if standby is not None:
+            b.extend(standby, "standby", t)
+    ticks = int(t) + 1
+    for lane in range(len(lane_ranks)):
+        kind = b.lanes[lane][1][-1].kind if b.lanes[lane][1] else "idle"
+        b.extend(lane, "standby" if kind == "standby" else "absent" if kind == "absent" else "idle", float(ticks))
+    jumps: list[tuple[float, float]] = []
+    for _ in range(rng.randint(2, 6) if scenario == "engine_clock" else int(rng.random() < 0.2)):
+        step = rng.choice([rng.uniform(-30, 30), rng.uniform(-3600, 3600)])  # an NTP step, a bad RTC
+        jumps.append((rng.uniform(0, ticks), step))
+    plan = EnginePlan(scenario, index, rng.randrange(2**31), ranks, colocated,
+                      tuple((rank, tuple(segs)) for rank, segs in b.lanes), tuple(b.beats), tuple(b.training),
+                      profile, ticks, tuple(sorted(jumps)))
+    plan.check()
+    return _pick_engine_wedges(plan, rng, wedges)
+
+
+def _pick_engine_wedges(plan: EnginePlan, rng: random.Random, count: int) -> EnginePlan:
+    """Ticks inside a request that is not its process's first (a first step is never judged),
+    whose process lives on after it, far enough from the end for the copy to run."""
+    ranges = []
+    for lane, (_, segs) in enumerate(plan.lanes):
+        for seg, nxt in zip(segs, segs[1:]):
+            if seg.kind == "generate" and not seg.first and nxt.kind != "gone":
+                a, b_ = int(seg.start) + 2, min(int(seg.end) - 1, plan.ticks - 120)
+                if b_ > a:
+                    ranges.append((lane, a, b_))
+    total = sum(b_ - a for _, a, b_ in ranges)
+    picks = []
+    for _ in range(count if total else 0):
+        x = rng.randrange(total)
+        for lane, a, b_ in ranges:
+            if x < b_ - a:
+                picks.append((a + x, lane))
+                break
+            x -= b_ - a
+    picks.sort()
+    variants = tuple(ENGINE_WEDGES[(plan.index + k) % len(ENGINE_WEDGES)] for k in range(len(picks)))
+    return dataclasses.replace(plan, wedges=tuple(picks), wedge_variants=variants)
+
+
+def engine_corpus(seed: int = 0, hours_per_scenario: float = 32.0, run_hours: tuple[float, float] = (2.0, 6.0),
+                  wedges_per_run: int = 3, scenarios: Sequence[str] = ENGINE_SCENARIOS) -> list[EnginePlan]:
+    """Engine runs for each scenario until ``hours_per_scenario``; deterministic from ``seed``."""
+    runs = []
+    for scenario in scenarios:
+        rng = random.Random(f"{seed}/{scenario}")
+        done, index = 0.0, 0
+        while done < hours_per_scenario:
+            hours = min(rng.uniform(*run_hours), max(hours_per_scenario - done, 0.5))
+            plan = plan_engine_run(scenario, index, seed, hours, wedges_per_run)
+            runs.append(plan)
+            done += plan.hours
+            index += 1
+    return runs
+
+
+# -- engine streams: steps, beats, samples ----------------------------------------------------
+
+
+def _steps(seg: ESeg, profile: StepProfile, rng: random.Random) -> Iterator[tuple[float, int, str]]:
+    """The request's steps as (end time, steps, cause): a process's first step (its warm-up),
+    the batch's prefill chunks, then decode steps with the odd chunk (sequences admitted as
+    others finish, or recomputed after a preemption), GC pauses, host contention, maybe one
+    first-use JIT. Fast decode steps come a beacon interval's worth at a time: the beacon
+    writes at most once per interval, so the files read the same."""
+    t, end = seg.start, seg.end
+    decode = profile.decode
+    per_write = max(1, int(BEACON_INTERVAL / decode) + 1)
+    if seg.first:
+        t = min(end, t + rng.uniform(1.0, profile.warmup))
+        yield t, 1, "warm-up"
+    for _ in range(rng.randint(1, 16)):
+        if t >= end:
+            return
+        t = min(end, t + profile.chunk * rng.uniform(0.5, 1.0))
+        yield t, 1, "prefill chunk"
+    jit_at = rng.uniform(t, end) if seg.jit else None
+    contention = (rng.uniform(t, end), rng.uniform(10, 120), rng.uniform(2, 5)) if rng.random() < 0.1 else None
+    r = rng.random
+    while t < end:
+        if jit_at is not None and t >= jit_at:
+            jit_at = None
+            n, length, why = 1, rng.uniform(3.0, LONGEST_HEALTHY_STEP), "first-use JIT"
+        elif r() < BEACON_INTERVAL / 45:  # one admission or recompute chunk every ~45 s
+            n, length, why = 1, profile.chunk * rng.uniform(0.3, 1.0), "prefill chunk"
+        else:
+            n, length, why = per_write, per_write * decode * rng.uniform(0.8, 1.25), "decode"
+            if contention is not None and contention[0] <= t < contention[0] + contention[1]:
+                length *= contention[2]  # descheduled among the data loaders and tokenisers
+                if r() < 0.02:
+                    length += rng.uniform(1.0, 5.0)  # and now and then off the CPU for seconds
+                why = "host contention"
+            if r() < length / 200:  # a GC pause every ~200 s
+                length += rng.uniform(0.3, 6.0)
+                why = "GC pause"
+        t = min(end, t + length)
+        yield t, n, why
+
+
+def _lane_events(plan: EnginePlan, lane: int,
+                 trace: EngineTrace | None) -> Iterator[tuple[float, int, int, str | None, int]]:
+    """The lane's file writes as (time, pid, step, phase, seq), and removals as (time, pid,
+    0, None, 0), as ``EngineBeacon`` makes them: ``prepare`` at a request's start,
+    ``generate`` when its first step starts, then at a step's end if the last write is at
+    least ``BEACON_INTERVAL`` old, ``idle`` at its end. ``seq`` and ``step`` count from the
+    process's start (a reused pid starts them again); a dead process writes nothing more."""
+    segs = plan.lanes[lane][1]
+    steps = seq = 0
+    for index, seg in enumerate(segs):
+        kind = seg.kind
+        if kind == "load":
+            steps = seq = 0  # a new process
+        elif kind == "gone":
+            if seg.removed is not None:
+                yield seg.removed, seg.pid, 0, None, 0
+        elif kind == "prepare":
+            seq += 1
+            yield seg.start, seg.pid, steps, "prepare", seq
+        elif kind == "generate":
+            rng = random.Random(plan.seed * 1_000_003 + lane * 10_007 + index)
+            seq += 1
+            yield seg.start, seg.pid, steps, "generate", seq
+            last = prev = seg.start
+            for t, n, why in _steps(seg, plan.profile, rng):
+                steps += n
+                if trace is not None and t - prev >= LONG_STEP:
+                    trace.long_steps.append((seg.pid, prev, t, why))
+                prev = t
+                if t - last >= BEACON_INTERVAL:
+                    seq += 1
+                    yield t, seg.pid, steps, "generate", seq
+                    last = t
+            if index + 1 < len(segs) and segs[index + 1].kind != "gone":
+                seq += 1
+                yield seg.end, seg.pid, steps, "idle", seq
+
+
+# (gpu lo, gpu hi), worker cpu, EngineCore cpu: per lane activity (an isolated worker).
+_ENGINE_ACTIVITY = {
+    "load": ((0, 60), (80, 120), (30, 100)),
+    "standby": ((0, 3), (0, 1), (0, 1)),
+    "idle": ((0, 3), (0, 2), (0, 1)),
+    "wake": ((10, 60), (10, 60), (20, 80)),
+    "prepare": ((0, 5), (90, 105), (0, 2)),
+    "generate": ((85, 100), (20, 60), (95, 105)),  # the EngineCore's busy loop holds a core
+}
+# The engine inside the trainer's process (colocate): one pid does all of it.
+_COLOCATED_CPU = {"load": (80, 120), "wake": (10, 60), "prepare": (90, 105), "generate": (70, 130)}
+
+
+def _wall_offset(jumps: Sequence[tuple[float, float]], t: float) -> float:
+    return sum(step for when, step in jumps if when <= t)
+
+
+def _engine_samples(plan: EnginePlan, trace: EngineTrace | None) -> Iterator[Sample]:
+    rng = random.Random(plan.seed ^ 0xE9)
+    r = rng.random
+    jumps = plan.clock_jumps
+    lanes = plan.lanes
+    events = [_lane_events(plan, lane, trace) for lane in range(len(lanes))]
+    heads = [next(it, None) for it in events]
+    seg_at = [0] * len(lanes)
+    files: dict[int, tuple[float, int, int, str | None, int]] = {}  # pid -> its file: (written, pid, step, phase, seq)
+    built: dict[int, tuple[tuple, Heartbeat]] = {}  # pid -> (the write it was built from, the beat)
+    beats = plan.trainer_beats
+    beat_i, beat_seq, trainer_beat = 0, 0, None
+    train_i = 0
+    device_cache: dict[tuple[int, int, tuple[int, ...]], DeviceSample] = {}
+    for tick in range(plan.ticks):
+        t = float(tick)
+        wall = t + (_wall_offset(jumps, t) if jumps else 0.0)
+        while beat_i < len(beats) and beats[beat_i][0] <= t:
+            bt, phase = beats[beat_i]
+            beat_seq += 1
+            trainer_beat = Heartbeat(plan.trainer(0), beat_seq, bt + _wall_offset(jumps, bt), beat_seq, phase)
+            beat_i += 1
+        for lane, it in enumerate(events):
+            head = heads[lane]
+            while head is not None and head[0] <= t:
+                if head[3] is None:
+                    files.pop(head[1], None)
+                else:
+                    files[head[1]] = head
+                head = next(it, None)
+            heads[lane] = head
+        while train_i < len(plan.training) and plan.training[train_i][1] <= t:
+            train_i += 1
+        training = train_i < len(plan.training) and plan.training[train_i][0] <= t
+        cpu: dict[int, float] = {}
+        utils: dict[int, int] = {}
+        holders: dict[int, list[int]] = {}
+        for rank in range(plan.ranks):
+            trainer = plan.trainer(rank)
+            cpu[trainer] = 90 + 20 * r() if training else 3 * r()
+            utils[rank] = 90 + int(11 * r()) if training else int(4 * r())
+            holders[rank] = [trainer]
+        for lane, (rank, segs) in enumerate(lanes):
+            i = seg_at[lane]
+            while segs[i].end <= t and i + 1 < len(segs):
+                i += 1
+            seg_at[lane] = i
+            kind = segs[i].kind
+            if kind in ("absent", "gone"):
+                continue
+            (glo, ghi), worker, core = _ENGINE_ACTIVITY[kind]
+            utils[rank] = max(utils[rank], glo + int((ghi - glo + 1) * r()))
+            pid = segs[i].pid
+            if plan.colocated:
+                lo, hi = _COLOCATED_CPU.get(kind, (0, 0))
+                if hi:
+                    cpu[pid] = lo + (hi - lo) * r()
+                continue
+            cpu[pid] = worker[0] + (worker[1] - worker[0]) * r()
+            cpu[pid + 1] = core[0] + (core[1] - core[0]) * r()
+            holders[rank].append(pid + 1)
+        if r() < plan.noise_rate:
+            ulist = [utils[k] for k in range(plan.ranks)]
+            _noise(rng, cpu, ulist)
+            utils = dict(enumerate(ulist))
+        devices = []
+        for rank in range(plan.ranks):
+            key = (rank, utils[rank], tuple(holders[rank]))
+            dev = device_cache.get(key)
+            if dev is None:
+                dev = device_cache[key] = DeviceSample(rank, float(utils[rank]), 40000.0, key[2])
+            devices.append(dev)
+        engine = []
+        for pid, rec in files.items():
+            known = built.get(pid)
+            if known is not None and known[0] is rec:
+                engine.append(known[1])
+                continue
+            when = rec[0]
+            hb = Heartbeat(pid, rec[4], when + (_wall_offset(jumps, when) if jumps else 0.0), rec[2], rec[3])
+            built[pid] = (rec, hb)
+            if trace is not None:
+                trace.built.setdefault(pid, collections.deque(maxlen=trace.keep)).append((hb, when))
+            engine.append(hb)
+        for pid in [p for p in built if p not in files]:
+            del built[pid]
+        yield Sample(t, wall, cpu, tuple(devices), trainer_beat, len(cpu), tuple(engine))
+
+
+# -- engine streams: replay -----------------------------------------------------------------
+
+
+@dataclass
+class EngineWedge:
+    at: int
+    variant: str
+    pid: int  # the wedged engine's
+    onset: float  # when its last beat was written (its last step, give or take the rate limit)
+    verdict: Verdict | None
+
+    @property
+    def latency(self) -> float | None:
+        return None if self.verdict is None else self.verdict.detected_at - self.onset
+
+    @property
+    def rule(self) -> str | None:
+        return None if self.verdict is None else self.verdict.evidence.get("rule", "stall")
+
+
+@dataclass
+class EngineRunResult:
+    plan: EnginePlan
+    false_verdicts: list[Verdict] = field(default_factory=list)
+    causes: list[str] = field(default_factory=list)  # per false verdict: what the engine was doing
+    wedges: list[EngineWedge] = field(default_factory=list)
+    samples: int = 0
+    longest_silence: float = 0.0  # the longest the rule watched a healthy engine without a step
+    longest_cause: str = ""
+    long_steps: dict[str, int] = field(default_factory=dict)  # steps of LONG_STEP or more, by cause
+
+
+def _lane_pid(plan: EnginePlan, lane: int, t: float) -> int:
+    for seg in plan.lanes[lane][1]:
+        if seg.start <= t < seg.end:
+            return seg.pid
+    raise ValueError(f"lane {lane} has no segment at {t}")
+
+
+def replay_engine(plan: EnginePlan, config: DetectorConfig | None = None) -> EngineRunResult:
+    """Replay the healthy run; at each wedge tick fork the detector and feed the fork the
+    copy: the same samples from there on, except that the wedged engine's beat and the
+    trainer's stop, and its CPU and GPU read the variant's."""
+    config = config or DetectorConfig()
+    ahead = int(config.engine_step_timeout or 30.0) + 10
+    detector = Detector(config, start=0.0)
+    trace = EngineTrace(keep=ahead + 2)
+    result = EngineRunResult(plan)
+    pending = list(zip(plan.wedges, plan.wedge_variants))
+    it = plan.samples(trace)
+    prev: Sample | None = None
+    n = 0
+    judged: dict[int, tuple[tuple[int, int], float]] = {}  # pid -> (token, since): the margin, measured
+    longest = (0.0, 0, 0.0)
+    while True:
+        sample = next(it, None)
+        if sample is None:
+            break
+        while pending and prev is not None and int(sample.t) == pending[0][0][0]:
+            (at, lane), variant = pending.pop(0)
+            pid = _lane_pid(plan, lane, at - 1.0)
+            frozen = next(e for e in prev.engine if e.pid == pid)
+            onset = trace.written_at(frozen)
+            assert onset is not None and frozen.phase == "generate" and frozen.step, (plan.scenario, plan.index, at)
+            it, fork_it = itertools.tee(it)
+            copy_samples = [sample, *itertools.islice(fork_it, ahead - 1)]
+            wedge = _engine_wedge_samples(plan, copy_samples, lane, pid, frozen, prev.heartbeat, variant,
+                                          plan.seed ^ at)
+            fork = copy.deepcopy(detector)
+            verdict = next((v for v in map(fork.observe, wedge) if v is not None), None)
+            result.wedges.append(EngineWedge(at, variant, pid, onset, verdict))
+        verdict = detector.observe(sample)
+        n += 1
+        prev = sample
+        for e in sample.engine:
+            if e.step and e.phase == "generate" and e.pid in sample.cpu_pct:
+                known = judged.get(e.pid)
+                if known is None or known[0] != e.token:
+                    judged[e.pid] = (e.token, sample.t)
+                elif sample.t - known[1] > longest[0]:
+                    longest = (sample.t - known[1], e.pid, known[1])
+            else:
+                judged.pop(e.pid, None)
+        if verdict is not None:
+            result.false_verdicts.append(verdict)
+            ev = verdict.evidence
+            if ev.get("rule") == "engine_step":
+                result.causes.append(trace.cause(ev["engine_pid"], verdict.onset, verdict.detected_at))
+            else:
+                result.causes.append(f"{ev.get('rule', 'stall')} rule")
+            detector = Detector(config, start=sample.t)
+    result.samples = n
+    for _, _, _, why in trace.long_steps:
+        result.long_steps[why] = result.long_steps.get(why, 0) + 1
+    if longest[0] > 0:
+        result.longest_silence = longest[0]
+        result.longest_cause = trace.cause(longest[1], longest[2], longest[2] + longest[0])
+    return result
+
+
+def _engine_wedge_samples(plan: EnginePlan, healthy: Sequence[Sample], lane: int, pid: int, frozen: Heartbeat,
+                          trainer_beat: Heartbeat | None, variant: str, seed: int) -> Iterator[Sample]:
+    """``engine_sleep``: the host thread asleep in a synchronize, the GPU pinned (the
+    cuda-graph wedge); ``engine_spin``: the engine busy-polls for a step that never
+    comes. Either way no more steps, the beat still says ``generate``, the trainer waits."""
+    rng = random.Random(seed)
+    r = rng.random
+    rank = plan.lanes[lane][0]
+    core = None if plan.colocated else pid + 1
+    trainer = plan.trainer(rank)
+    for s in healthy:
+        cpu = dict(s.cpu_pct)
+        if not plan.colocated:
+            cpu[trainer] = 3 * r()  # waiting for its rollouts
+        if variant == "engine_sleep":
+            cpu[pid] = 2 * r()
+            util = 96 + int(5 * r())
+        else:
+            cpu[pid] = 90 + 15 * r() if plan.colocated else 20 + 40 * r()
+            util = 85 + int(16 * r())
+        if core is not None:
+            cpu[core] = 3 * r() if variant == "engine_sleep" else 90 + 15 * r()
+        devices = list(s.gpu or ())
+        for k, d in enumerate(devices):
+            if d.index == rank:
+                pids = d.pids if core is None or core in (d.pids or ()) else (*(d.pids or ()), core)
+                devices[k] = DeviceSample(rank, float(util), d.mem_used_mib, pids)
+        engine = tuple(frozen if e.pid == pid else e for e in s.engine)
+        if frozen not in engine:
+            engine = (*engine, frozen)
+        yield Sample(s.t, s.wall, cpu, tuple(devices), trainer_beat, len(cpu), engine)
+
+
+@dataclass
+class EngineRow:
+    scenario: str
+    runs: int = 0
+    hours: float = 0.0
+    false_verdicts: int = 0
+    detected: int = 0
+    by_engine_rule: int = 0
+    wedges: int = 0
+    latencies: list[float] = field(default_factory=list)
+    causes: dict[str, int] = field(default_factory=dict)
+    longest_silence: float = 0.0
+    longest_cause: str = ""
+
+
+def summarise_engine(results: Sequence[EngineRunResult], config: DetectorConfig | None = None) -> list[EngineRow]:
+    """Rows per scenario; a wedge counts as detected when a hang verdict comes within the
+    engine step timeout + 2 intervals of the engine's last beat."""
+    config = config or DetectorConfig()
+    bound = (config.engine_step_timeout or config.stall_window) + 2 * config.interval
+    rows: dict[str, EngineRow] = {}
+    for res in results:
+        row = rows.setdefault(res.plan.scenario, EngineRow(res.plan.scenario))
+        row.runs += 1
+        row.hours += res.plan.hours
+        row.false_verdicts += len(res.false_verdicts)
+        for cause in res.causes:
+            row.causes[cause] = row.causes.get(cause, 0) + 1
+        if res.longest_silence > row.longest_silence:
+            row.longest_silence, row.longest_cause = res.longest_silence, res.longest_cause
+        for w in res.wedges:
+            row.wedges += 1
+            if w.latency is not None and 0 <= w.latency <= bound:
+                row.detected += 1
+                row.latencies.append(w.latency)
+                row.by_engine_rule += w.rule == "engine_step"
     return list(rows.values())
