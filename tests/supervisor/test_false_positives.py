@@ -4,8 +4,8 @@ The full corpus (>= 1,000 run-hours) is ``scripts/bench_false_positives.py``; he
 72 run-hour subset with ~75 injected wedges and ~25 busy hangs must give zero false
 verdicts, catch every wedge within window + 2 intervals and every busy hang at its
 last beat + the progress timeout (+ 1 interval). Its engine streams (27 run-hours, 33
-engine wedges) must give zero false verdicts from the engine step rule and catch every
-engine wedge at the engine's last beat + ``engine_step_timeout`` (+ 1 interval).
+engine wedges) must give zero false verdicts and every engine wedge caught by the engine
+step rule at the engine's last beat + ``engine_step_timeout`` (+ 1 interval).
 """
 
 from __future__ import annotations
