@@ -48,6 +48,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-dir", default=os.path.join(run_dir, "checkpoints") if run_dir else "checkpoints")
     p.add_argument("--step-time", type=float, default=0.1, help="seconds of simulated compute per step")
     p.add_argument("--wedge-at-step", type=int, default=None)
+    p.add_argument("--trainer-wedge-at-step", type=int, default=None,
+                   help="the trainer itself hangs in step N's train phase (GPU busy, CPU idle), the engine asleep")
     p.add_argument("--wedge-on-attempts", default="all", help="comma list of HANGWATCH_ATTEMPT values, or 'all'")
     p.add_argument("--resume_from_checkpoint", "--resume-from-checkpoint", dest="resume",
                    default=os.environ.get("HANGWATCH_RESUME_FROM") or None)
@@ -110,8 +112,8 @@ def load_checkpoint(path: Path, model: torch.nn.Module, opt: torch.optim.Optimiz
     return int(state["global_step"])
 
 
-def wedge_applies(args: argparse.Namespace) -> bool:
-    if args.wedge_at_step is None:
+def wedge_applies(args: argparse.Namespace, at_step: int | None) -> bool:
+    if at_step is None:
         return False
     if args.wedge_on_attempts == "all":
         return True
@@ -132,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"resumed from {args.resume} at global_step={global_step}", flush=True)
 
     engine_kwargs = {"fake_model_config": config.to_json(), "seed": 0, **policy.engine_kwargs()}
-    if wedge_applies(args):
+    if wedge_applies(args, args.wedge_at_step):
         engine_kwargs["fake_wedge_at_seed"] = args.wedge_at_step
     if args.fail_engine_without_graphs:
         engine_kwargs["fake_fail_start_without_graphs"] = True
@@ -155,6 +157,13 @@ def main(argv: list[str] | None = None) -> int:
             simgpu.hold(0, 2000)  # offloaded while the engine runs
             rollouts = generator.generate(PROMPTS, args.n, seed=step, step=global_step)
             simgpu.hold(45, 9000)
+            if step == args.trainer_wedge_at_step and wedge_applies(args, step):
+                # The trainer's own thread wedges (a collective that never returns): not the engine's.
+                beat(step=global_step, phase="train", **generator.beat_info)
+                print(f"step {step}: trainer wedged in its train phase", flush=True)
+                simgpu.hold(100, 9000)
+                while True:
+                    time.sleep(3600)
             tokens = torch.tensor([list(c.token_ids) for row in rollouts for c in row])
             logits = model(tokens[:, :-1])
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, config.vocab), tokens[:, 1:].reshape(-1))

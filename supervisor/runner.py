@@ -243,6 +243,8 @@ class Supervisor:
                 trainer_pgid=trainer.pid, last_engine_restart=self.engine_level.last_restart, now=self.clock(),
                 retry_window=self.config.engine_retry_window, in_cohort=self.cohort is not None,
                 engine_pid=verdict.evidence.get("engine_pid"))
+            self.journal.append("recovery", attempt=st.attempt, level=level.level,
+                                scope="engine" if level.level == 1 else "job", reason=level.reason)
             if level.level == 1 and self._restart_engine(level, verdict, Path(ours["HANGWATCH_CONTROL"]), evidence):
                 continue  # the trainer lives on: watch it again, in the same attempt
             if level.level == 2 and self.config.recovery == "auto" and verdict.kind is VerdictKind.STALL:

@@ -43,6 +43,7 @@ EVENTS = (
     "member_lost",
     "disk_low",  # free space under --min-free-mb (once a run; hangwatch.supervisor.longrun)
     "incidents_pruned",  # bundles removed by --keep-incidents
+    "recovery",  # the recovery level chosen for a hang verdict, and why (before any kill)
     "engine_restart",  # level-1 recovery: only the rollout engine's worker was killed
     "engine_recovered",  # the trainer progressed again after an engine restart
 )

@@ -153,7 +153,7 @@ def test_wedge_is_captured_killed_and_relaunched_with_graphs_off(tmp_path):
     sup, tree, clock, capture = _supervisor(tmp_path, ["wedge", "train"])
     assert sup.run() == 0
     events = [r["event"] for r in read_journal(sup.run_dir / "journal.jsonl")]
-    assert events == ["run_started", "attempt_started", "incident", "capture", "kill", "gpu_released",
+    assert events == ["run_started", "attempt_started", "incident", "capture", "recovery", "kill", "gpu_released",
                       "attempt_ended", "restart_scheduled", "attempt_started", "first_heartbeat", "kill",
                       "gpu_released", "attempt_ended", "run_finished"]
     # The first attempt walked the whole hang path, in order.

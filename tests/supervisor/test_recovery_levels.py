@@ -25,13 +25,14 @@ ROOT = Path(__file__).resolve().parents[2]
 HANGWATCH = str(Path(sys.executable).parent / "hangwatch")
 
 
-def _run(tmp_path: Path, *extra_hw: str, trainer: tuple[str, ...] = ()) -> tuple[int, list[dict], str]:
+def _run(tmp_path: Path, *extra_hw: str, trainer: tuple[str, ...] = (),
+         wedge: tuple[str, ...] = ("--wedge-at-step", "3")) -> tuple[int, list[dict], str]:
     run_dir, ckpt = tmp_path / "run", tmp_path / "ckpt"
     argv = [HANGWATCH, "run", "--quiet", "--run-dir", str(run_dir), "--gpu-probe", f"file:{tmp_path / 'gpu.json'}",
             "--interval", "0.25", "--stall-window", "3", "--grace", "1", "--backoff", "0.1", "--capture-timeout", "15",
             "--checkpoint-dir", str(ckpt), "--resume-arg", "--resume_from_checkpoint={checkpoint}", *extra_hw, "--",
             sys.executable, str(ROOT / "scripts" / "toy_trainer.py"), "--steps", "6", "--save-every", "2",
-            "--checkpoint-dir", str(ckpt), "--wedge-at-step", "3", "--generate-timeout", "120", "--step-time", "0.05",
+            "--checkpoint-dir", str(ckpt), *wedge, "--generate-timeout", "120", "--step-time", "0.05",
             *trainer]
     env = {k: v for k, v in os.environ.items() if not k.startswith("HANGWATCH_")}
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=150)
@@ -57,7 +58,7 @@ def test_a_second_engine_wedge_within_the_window_restarts_the_job(tmp_path):
     assert len(starts) == 2 and starts[1]["resume_from"], "level 2: a new attempt from the newest checkpoint"
     events = [r["event"] for r in journal]
     second = [i for i, e in enumerate(events) if e == "incident"][1]
-    assert events[second + 1] == "capture" and events[second + 2] == "kill"
+    assert events[second + 1: second + 4] == ["capture", "recovery", "kill"]
 
 
 @pytest.mark.slow
@@ -86,6 +87,24 @@ def test_recovery_job_never_restarts_the_engine_alone(tmp_path):
 
 def _tree(*cmdlines: tuple[int, int, str]) -> list[TreeProcess]:
     return [TreeProcess(pid, 0.0, 1, pgid, pgid, "python", tuple(cmd.split())) for pid, pgid, cmd in cmdlines]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_wedged_trainer_restarts_the_job_even_with_an_engine_worker_in_the_tree(tmp_path):
+    """The trainer's own thread is the stalled one (its last beat says train, the engine
+    sleeps): killing the engine would not help, so the tree is killed and resumed."""
+    code, journal, out = _run(tmp_path, wedge=("--trainer-wedge-at-step", "3", "--wedge-on-attempts", "1"))
+    assert code == 0, out[-3000:]
+    (incident,) = _events(journal, "incident")
+    assert incident["phase"] == "train" and incident["evidence"].get("rule") != "engine_step"
+    assert not _events(journal, "engine_restart"), "no engine-only recovery for a trainer wedge"
+    (recovery,) = _events(journal, "recovery")
+    assert recovery["level"] == 2 and "its own threads are stalled" in recovery["reason"]
+    starts = _events(journal, "attempt_started")
+    assert len(starts) == 2 and starts[1]["resume_from"], "level 2: a new attempt from the newest checkpoint"
+    events = [r["event"] for r in journal]
+    assert events.index("capture") < events.index("kill"), "evidence before the kill"
 
 
 def test_the_level_decision():
@@ -118,6 +137,7 @@ def test_the_standby_worker_takes_over_and_is_spared_by_the_engine_kill(tmp_path
     stuck = incident["evidence"]["engine_pid"]
     (restart,) = _events(journal, "engine_restart")
     assert restart["ok"] and restart["pids"] == [stuck], "only the stuck worker's group was killed"
+    assert [r["scope"] for r in _events(journal, "recovery")] == ["engine"]
     (kill,) = [r for r in _events(journal, "kill") if r.get("scope") == "engine"]
     assert kill["grace_rule"] == "none" and kill["signals"][0]["signal"] == "SIGKILL", "no grace for the engine"
     (recovered,) = _events(journal, "engine_recovered")
