@@ -10,9 +10,12 @@ and skipped, never touched: this module only reads.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from hangwatch.contract.capped import FileTooLarge, read_capped
 
 DEFAULT_GLOB = "checkpoint-*"
 DEFAULT_MARKER = "trainer_state.json"
@@ -77,7 +80,28 @@ def _incomplete(path: Path, marker: str) -> str | None:
         return f"no {marker} (save did not finish)"
     if marker_path.suffix == ".json":
         try:
-            json.loads(marker_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            json.loads(read_capped(marker_path, MAX_MARKER_PARSE_BYTES))
+        except FileTooLarge:
+            return _incomplete_tail(marker_path, marker)
+        except (OSError, ValueError, RecursionError) as exc:
             return f"{marker} unreadable: {exc}"
     return None
+
+
+# The trainer (maybe another user) writes the marker: it is parsed whole only up to this
+# size (HF's trainer_state.json holds the log history: MiBs on a long run); a larger one
+# is judged by its last bytes, so a 3 GiB sparse file cannot take the supervisor's memory.
+MAX_MARKER_PARSE_BYTES = 64 << 20
+
+
+def _incomplete_tail(marker_path: Path, marker: str) -> str | None:
+    """A JSON document too large to parse: complete if it ends like one (a torn write does not)."""
+    try:
+        fd = os.open(marker_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            tail = os.pread(fd, 4096, max(0, os.fstat(fd).st_size - 4096)).rstrip()
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return f"{marker} unreadable: {exc}"
+    return None if tail.endswith((b"}", b"]")) else f"{marker} does not end like a whole JSON document"

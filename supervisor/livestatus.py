@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping
 
 import structlog
 
+from hangwatch.contract.capped import read_capped
 from hangwatch.supervisor.attempt import AttemptState
 from hangwatch.supervisor.detector import DetectorConfig
 from hangwatch.supervisor.observe import Tick
@@ -244,10 +245,14 @@ class LiveStatus:
                                                            "will show less until it can")
 
 
+MAX_STATUS_BYTES = 1 << 20  # the file is a few KiB
+
+
 def read_status(run_dir: Path) -> dict[str, Any] | None:
     """The last status the supervisor wrote, or None (none yet, or unreadable)."""
     try:
-        data = json.loads((run_dir / FILE_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        # Capped and without blocking: `hangwatch status` may be pointed at any directory.
+        data = json.loads(read_capped(run_dir / FILE_NAME, MAX_STATUS_BYTES, follow_symlinks=False))
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) and data.get("schema") == SCHEMA else None

@@ -19,6 +19,7 @@ from typing import Protocol
 
 import structlog
 
+from hangwatch.contract.capped import read_capped
 from hangwatch.contract.procid import pid_running
 from hangwatch.contract.samples import DeviceSample
 
@@ -47,6 +48,9 @@ class NoProbe:
         pass
 
 
+MAX_PROBE_FILE_BYTES = 1 << 20  # a few devices' numbers: a few hundred bytes
+
+
 class FileProbe:
     """Reads ``{"devices": [{"index", "util_pct", "mem_used_mib", "pids"}]}`` each tick.
 
@@ -63,7 +67,7 @@ class FileProbe:
 
     def sample(self) -> tuple[DeviceSample, ...] | None:
         try:
-            raw = self.path.read_text(encoding="utf-8")
+            raw = read_capped(self.path, MAX_PROBE_FILE_BYTES)  # every tick: never blocks, never unbounded
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -73,7 +77,7 @@ class FileProbe:
             data = json.loads(raw)
             devices = _devices_of_live_holders(data) if isinstance(data, dict) and "holders" in data \
                 else _parse_devices(data)
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError, OverflowError) as exc:
             self._problem(f"malformed GPU probe file {self.path}: {exc}")
             return None
         self._last_problem = None

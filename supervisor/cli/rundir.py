@@ -20,6 +20,7 @@ from pathlib import Path
 
 from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.journal import Journal, fold_journal, read_journal
+from hangwatch.contract.private import open_private
 
 LOCK_NAME = "supervisor.lock"
 LOST = "supervisor_lost"
@@ -32,7 +33,7 @@ class RunDirBusy(ConfigError):
 def lock(run_dir: Path) -> int:
     """Take the run directory for this process; returns the fd to keep open (never inherited)."""
     path = run_dir / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = open_private(path, os.O_RDWR | os.O_CREAT)  # never through a link: it is truncated and written
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -51,7 +52,8 @@ def held_by_live_supervisor(run_dir: Path) -> bool | None:
     """True if a live supervisor holds the lock, False if none does, None if the
     directory has no lock file (a run from before the lock existed)."""
     try:
-        fd = os.open(run_dir / LOCK_NAME, os.O_RDONLY)
+        # Without blocking: a FIFO planted as the lock file would hang ``hangwatch status`` in open().
+        fd = os.open(run_dir / LOCK_NAME, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     try:

@@ -10,7 +10,9 @@ journal events and phase changes until the run finishes.
 from __future__ import annotations
 
 import json
+import os
 import signal
+import stat
 import sys
 import time
 from pathlib import Path
@@ -19,7 +21,7 @@ from typing import Any, Callable, Mapping, TextIO
 from hangwatch.cli.rundir import held_by_live_supervisor
 from hangwatch.contract import env
 from hangwatch.contract.terminal import terminal_safe
-from hangwatch.contract.journal import fold_journal, read_journal
+from hangwatch.contract.journal import MAX_LINE_BYTES, fold_journal, parse_record, read_journal
 from hangwatch.contract.procid import pid_exists
 from hangwatch.supervisor.evidence import bundle_summary
 from hangwatch.supervisor.livestatus import read_status
@@ -51,7 +53,7 @@ def summarise(path: Path) -> dict[str, Any]:
     records = read_journal(path)
     run = fold_journal(records)
     run_dir = path.parent
-    ended = {int(r["attempt"]): r for r in records if r.get("event") == "attempt_ended" and "attempt" in r}
+    ended = {int(r["attempt"]): r for r in records if r.get("event") == "attempt_ended" and r.get("attempt") is not None}
     attempts = []
     for a in sorted(run.attempts, key=lambda a: a.attempt):
         end = ended.get(a.attempt, {})
@@ -135,8 +137,20 @@ def _signal_name(exit_code: int | None, journaled: str | None) -> str | None:
     return None
 
 
+# What a field of the wrong type raises while a line is formatted: status.json and the
+# journal are files on disk that anyone with access to the run dir may have edited.
+_MALFORMED = (TypeError, ValueError, KeyError, AttributeError, OverflowError, IndexError)
+
+
 def describe_live(live: Mapping[str, Any], now: float | None = None) -> str:
     """One line: what the supervisor is doing, with its numbers."""
+    try:
+        return _describe_live(live, now)
+    except _MALFORMED as exc:
+        return f"phase {str(live.get('phase'))[:40]!r} (status.json holds fields hangwatch does not write: {exc!s:.80})"
+
+
+def _describe_live(live: Mapping[str, Any], now: float | None = None) -> str:
     now = time.time() if now is None else now
     phase = live.get("phase")
     attempt = live.get("attempt")
@@ -172,15 +186,9 @@ def describe_live(live: Mapping[str, Any], now: float | None = None) -> str:
     return text
 
 
-def render_status(summary: dict[str, Any], now: float | None = None) -> str:
-    now = time.time() if now is None else now
-    lines = [
-        f"run      {summary['run_dir']} ({summary['run_id']})",
-        f"state    {summary['state']}",
-    ]
-    live = summary.get("live")
-    if live:
-        lines.append(f"now      {describe_live(live, now)}")
+def _live_lines(live: Mapping[str, Any], now: float) -> list[str]:
+    lines = [f"now      {describe_live(live, now)}"]
+    try:
         hb = live.get("heartbeat")
         if hb:
             lines.append(f"heartbeat step {hb.get('step')}, phase {hb.get('phase') or '-'}, "
@@ -191,6 +199,20 @@ def render_status(summary: dict[str, Any], now: float | None = None) -> str:
             lines.append(f"warning  {w['message']}")
         for name, where in (live.get("links") or {}).items():
             lines.append(f"{name:<8} {where}")
+    except _MALFORMED as exc:
+        lines.append(f"status   status.json holds fields hangwatch does not write ({exc!s:.80}); the journal below is the record")
+    return lines
+
+
+def render_status(summary: dict[str, Any], now: float | None = None) -> str:
+    now = time.time() if now is None else now
+    lines = [
+        f"run      {summary['run_dir']} ({summary['run_id']})",
+        f"state    {summary['state']}",
+    ]
+    live = summary.get("live")
+    if live:
+        lines += _live_lines(live, now)
     lines += [
         f"restarts {summary['restarts']}, incidents {len(summary['incidents'])}",
         "",
@@ -210,17 +232,17 @@ def render_status(summary: dict[str, Any], now: float | None = None) -> str:
                      f"report {i.get('report') or i.get('evidence_path') or 'none (no evidence captured)'}")
     cohort = summary.get("cohort")
     if cohort:
-        lines.append(f"cohort:  node {cohort['node_rank']} of {cohort['nnodes']} ({cohort['cohort_id']}), store "
-                     f"{cohort['store']}" + (" hosted here" if cohort.get("hosts_store") else ""))
+        lines.append(f"cohort:  node {cohort.get('node_rank')} of {cohort.get('nnodes')} ({cohort.get('cohort_id')}), store "
+                     f"{cohort.get('store')}" + (" hosted here" if cohort.get("hosts_store") else ""))
         for e in cohort["events"]:
             if e["event"] == "cohort_incident":
-                lines.append(f"         attempt {e['attempt']}: node {e['announced_by']} announced {e['kind']} "
-                             f"(suspect node {e['suspect_node']})")
+                lines.append(f"         attempt {e.get('attempt')}: node {e.get('announced_by')} announced {e.get('kind')} "
+                             f"(suspect node {e.get('suspect_node')})")
             elif e["event"] == "cohort_agreed":
-                lines.append(f"         attempt {e['attempt']}: agreed checkpoint step {e['checkpoint_step']}, "
-                             f"graphs {e['cudagraphs']}")
+                lines.append(f"         attempt {e.get('attempt')}: agreed checkpoint step {e.get('checkpoint_step')}, "
+                             f"graphs {e.get('cudagraphs')}")
             else:
-                lines.append(f"         attempt {e.get('attempt')}: {e['reason']}")
+                lines.append(f"         attempt {e.get('attempt')}: {e.get('reason')}")
     for e in summary.get("engine_restarts") or []:
         if not e.get("ok"):
             lines.append(f"engine:  attempt {e['attempt']}: the engine could not be restarted alone; the job was restarted")
@@ -243,7 +265,16 @@ def render_status(summary: dict[str, Any], now: float | None = None) -> str:
 
 
 def event_line(r: Mapping[str, Any]) -> str:
-    """One journal record as a line a person reads."""
+    """One journal record as a line a person reads (as raw JSON if a field has a type we never write)."""
+    try:
+        return _event_line(r)
+    except _MALFORMED:
+        stamp = time.strftime("%H:%M:%S", time.localtime(float(r.get("ts") or 0)))
+        return f"{stamp}  {r.get('event')} " + json.dumps({k: v for k, v in r.items() if k not in ("event", "ts", "run_id")},
+                                                          default=str)[:200]
+
+
+def _event_line(r: Mapping[str, Any]) -> str:
     e, a = r.get("event"), r.get("attempt")
     if e == "run_started":
         text = f"run started: supervisor pid {r.get('pid')}, gpu probe {r.get('gpu_probe')}"
@@ -278,34 +309,46 @@ def event_line(r: Mapping[str, Any]) -> str:
 
 
 class JournalTail:
-    """New whole records of a growing journal, at most ``chunk`` bytes per read."""
+    """New whole records of a growing journal, at most ``chunk`` bytes per read.
+
+    Lines go through the journal's own parser (the same checks as every reader);
+    a line longer than a record can be is dropped as it streams, never held."""
 
     def __init__(self, path: Path, chunk: int = 1 << 20) -> None:
         self.path = path
         self.offset = 0
         self.chunk = chunk
         self._partial = b""
+        self._skipping = False  # inside an overlong line: drop bytes up to its newline
+        self.caught_up = False  # the last read reached the end of the file
 
     def read(self) -> list[dict[str, Any]]:
         try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self.offset)
-                data = handle.read(self.chunk)
+            # Without blocking, and only a regular file: a FIFO would hang the follower.
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             return []
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return []
+            data = os.pread(fd, self.chunk, self.offset)
+        except OSError:
+            return []
+        finally:
+            os.close(fd)
         self.offset += len(data)
+        self.caught_up = len(data) < self.chunk
+        if self._skipping:
+            end = data.find(b"\n")
+            if end < 0:
+                return []
+            data, self._skipping = data[end + 1:], False
         data = self._partial + data
         lines = data.split(b"\n")
         self._partial = lines.pop()  # an unfinished last line waits for its newline
-        out = []
-        for line in lines:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and "event" in record:
-                out.append(record)
-        return out
+        if len(self._partial) > MAX_LINE_BYTES:
+            self._partial, self._skipping = b"", True
+        return [r for r in map(parse_record, lines) if r is not None]
 
 
 def follow(run_dir: Path, *, as_json: bool = False, out: TextIO = sys.stdout, poll: float = 0.5,
@@ -337,6 +380,8 @@ def follow(run_dir: Path, *, as_json: bool = False, out: TextIO = sys.stdout, po
                     stamp = time.strftime("%H:%M:%S", time.localtime(float(live.get("updated") or time.time())))
                     out.write(f"{stamp}  now: {terminal_safe(describe_live(live))}\n")
         out.flush()
+        if not tail.caught_up:
+            continue  # a journal longer than one read: the rest first, then judge the supervisor
         if not alive:
             if gone:  # and nothing finished since the last look: it died
                 out.write("supervisor gone without finishing: continue with hangwatch run --resume RUN_DIR\n")

@@ -30,8 +30,9 @@ def replacing(path: Path, mode: int = 0o600) -> Iterator[BinaryIO]:
         with os.fdopen(fd, "wb") as handle:
             yield handle
             handle.flush()
+            # By descriptor: in a directory others can write, the name could be a link by now.
+            os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -41,7 +41,7 @@ def read_control(path: str | os.PathLike[str] | None) -> dict[str, Any] | None:
     if not path:
         return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block
     except OSError:
         return None
     try:
@@ -54,6 +54,6 @@ def read_control(path: str | os.PathLike[str] | None) -> dict[str, Any] | None:
         return None
     try:
         record = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return record if isinstance(record, dict) and isinstance(record.get("seq"), int) else None

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from hangwatch.contract.capped import read_capped
 from hangwatch.contract.env import HEARTBEAT as HEARTBEAT_ENV
 
 _counter = itertools.count(1)
@@ -162,11 +163,10 @@ def read_engine_beacons(base: str | os.PathLike[str]) -> tuple[Heartbeat, ...]:
 
 def read_heartbeat(path: str | os.PathLike[str]) -> Heartbeat | None:
     """The current beat, or None when there is none yet or it is unreadable (or oversized)."""
+    # The trainer writes this file: whatever it holds must not stop the supervisor's tick.
+    # Never blocks (a FIFO), never follows a link, never reads past the cap; nesting too deep
+    # and numbers too large for an int (1e400) are no beat either.
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_BEAT_BYTES + 1)
-        if len(raw) > MAX_BEAT_BYTES:
-            return None
-        return Heartbeat.from_json(json.loads(raw))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return Heartbeat.from_json(json.loads(read_capped(path, MAX_BEAT_BYTES, follow_symlinks=False)))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError):
         return None

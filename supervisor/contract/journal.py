@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from hangwatch.contract.capped import FileTooLarge, NotRegularFile, describe_kind, human_bytes
 from hangwatch.contract.private import open_private
 
 EVENTS = (
@@ -107,23 +110,71 @@ def read_journal(path: Path) -> list[dict[str, Any]]:
     return list(iter_journal(path))
 
 
+# A record is a few KiB at most (a kill lists its pids, a capture its paths). A longer
+# line is no record of ours, and a journal over the total cap is no journal: both are
+# refused without being read whole (a 3 GiB line, or a link to /dev/zero, would take all
+# memory; a FIFO would block: the file is opened without waiting and must be regular).
+MAX_LINE_BYTES = 1 << 20
+MAX_JOURNAL_BYTES = 1 << 30
+
+
 def iter_journal(path: Path) -> Iterator[dict[str, Any]]:
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            line = line.strip()
-            if not line:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(errno.EINVAL, f"not a regular file (it is {describe_kind(st.st_mode)})", str(path))
+        if st.st_size > MAX_JOURNAL_BYTES:
+            raise FileTooLarge(errno.EFBIG, f"{human_bytes(st.st_size)}, over the {human_bytes(MAX_JOURNAL_BYTES)} a "
+                               "journal may have", str(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    with open(fd, "rb") as handle:
+        read = 0
+        while read <= MAX_JOURNAL_BYTES:
+            raw = handle.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            read += len(raw)
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                read += _skip_line(handle)  # no record of ours: skipped like a torn one, never held whole
                 continue
-            try:
-                record = json.loads(line)
-            except (ValueError, RecursionError):
-                # A torn last line after a crash mid-write; every earlier line is whole.
-                # (RecursionError: a line nested too deeply is no record of ours either.)
-                continue
-            if isinstance(record, dict) and "event" in record and _well_typed(record):
+            record = parse_record(raw)
+            if record is not None:
                 yield record
 
 
+def _skip_line(handle: Any) -> int:
+    skipped = 0
+    while skipped <= MAX_JOURNAL_BYTES:
+        chunk = handle.readline(MAX_LINE_BYTES)
+        skipped += len(chunk)
+        if not chunk or chunk.endswith(b"\n"):
+            break
+    return skipped
+
+
+def parse_record(raw: bytes) -> dict[str, Any] | None:
+    """One journal line as a record, or None when it is not a whole, well-typed record of ours."""
+    line = raw.strip()
+    if not line:
+        return None
+    try:
+        record = json.loads(line.decode("utf-8"))
+    except (ValueError, RecursionError):
+        # A torn last line after a crash mid-write; every earlier line is whole.
+        # (Undecodable bytes, or a line nested too deeply: no record of ours either.)
+        return None
+    if isinstance(record, dict) and "event" in record and _well_typed(record):
+        return record
+    return None
+
+
 _NUMBERS = ("attempt", "pid", "ts", "exit_code", "start_step", "end_step", "latency_s")
+# What a real record can hold: a timestamp a clock can show, a pid the kernel can give.
+_HUGE = float(1 << 63)
+_RANGES = {"ts": (0, 1e11), "pid": (0, 1 << 31), "attempt": (0, 1 << 31)}
 
 
 def _well_typed(record: Mapping[str, Any]) -> bool:
@@ -131,9 +182,18 @@ def _well_typed(record: Mapping[str, Any]) -> bool:
     forged line) is skipped like a torn one, so every reader gets records it can fold."""
     for name in _NUMBERS:
         value = record.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return False  # NaN/Infinity too: every reader turns these into ints and times
+        low, high = _RANGES.get(name, (-_HUGE, _HUGE))
+        if not low <= value < high:
             return False
-    return isinstance(record.get("event"), str) and isinstance(record.get("env") or {}, dict)
+    if record.get("event") in ("attempt_started", "attempt_ended") and record.get("attempt") is None:
+        return False  # an attempt's record names its attempt
+    env = record.get("env") or {}
+    return (isinstance(record.get("event"), str) and isinstance(env, dict)
+            and all(isinstance(v, str) for v in env.values()))
 
 
 @dataclass

@@ -17,7 +17,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import IO, Mapping, Sequence
 
 HELPER_PIDS: set[int] = set()
 _helpers_lock = threading.Lock()
@@ -62,10 +62,14 @@ def run_bounded(
     *,
     env: Mapping[str, str] | None = None,
     max_output: int = 16 * 1024 * 1024,
+    run_as: tuple[int, int] | None = None,
 ) -> ToolResult:
     """Run ``argv`` for at most ``timeout`` seconds. Never raises for a tool problem:
-    a missing binary, a timeout or a non-zero exit come back as data."""
+    a missing binary, a timeout or a non-zero exit come back as data.
+
+    ``run_as``: (uid, gid) to drop to first (root running a program another user controls)."""
     started = time.monotonic()
+    drop: dict[str, object] = {} if run_as is None else {"user": run_as[0], "group": run_as[1], "extra_groups": []}
     try:
         proc = subprocess.Popen(
             list(argv),
@@ -74,6 +78,7 @@ def run_bounded(
             stderr=subprocess.PIPE,
             env=dict(env) if env is not None else None,
             start_new_session=True,
+            **drop,  # type: ignore[arg-type]
         )
     except OSError as exc:
         return ToolResult(tuple(argv), None, "", "", time.monotonic() - started, error=f"{argv[0]}: {exc.strerror or exc}")
@@ -81,23 +86,22 @@ def run_bounded(
         HELPER_PIDS.add(proc.pid)
         _RUNNING_TOOLS.add(proc.pid)
     try:
-        try:
-            out, err = proc.communicate(timeout=max(0.01, timeout))
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        # Each pipe is drained into at most max_output bytes (the rest is read and dropped):
+        # communicate() would hold all of it, and a tool that floods its output (a hostile
+        # trainer's stacks, a fake interpreter) would take the supervisor's memory.
+        out, err = _Drain(proc.stdout, max_output), _Drain(proc.stderr, max_output)
+        deadline = started + max(0.01, timeout)
+        timed_out = not _finished(proc, (out, err), deadline)
+        if timed_out:
             _kill_group(proc.pid)
-            try:
-                out, err = proc.communicate(timeout=2.0)
-            except subprocess.TimeoutExpired:
-                # A process in uninterruptible sleep survives SIGKILL for a while;
-                # give up on its output rather than wait.
-                out, err = b"", b""
+            # A process in uninterruptible sleep survives SIGKILL for a while;
+            # give up on the rest of its output rather than wait.
+            _finished(proc, (out, err), time.monotonic() + 2.0)
         return ToolResult(
             tuple(argv),
             proc.returncode,
-            out[:max_output].decode("utf-8", "replace"),
-            err[:max_output].decode("utf-8", "replace"),
+            out.text(),
+            err.text(),
             time.monotonic() - started,
             timed_out=timed_out,
             error=f"{argv[0]} did not finish within {timeout:.1f} s" if timed_out else None,
@@ -106,6 +110,43 @@ def run_bounded(
         with _helpers_lock:
             HELPER_PIDS.discard(proc.pid)
             _RUNNING_TOOLS.discard(proc.pid)
+
+
+class _Drain:
+    """Reads one pipe to its end in a thread, keeping the first ``cap`` bytes."""
+
+    def __init__(self, stream: IO[bytes] | None, cap: int) -> None:
+        self._chunks: list[bytes] = []
+        self._cap = cap
+        self.thread = threading.Thread(target=self._run, args=(stream,), name="tool-output", daemon=True)
+        self.thread.start()
+
+    def _run(self, stream: IO[bytes] | None) -> None:
+        if stream is None:
+            return
+        kept = 0
+        with stream:
+            while True:
+                chunk = stream.read1(1 << 16)  # type: ignore[attr-defined]
+                if not chunk:
+                    return
+                if kept < self._cap:
+                    self._chunks.append(chunk[: self._cap - kept])
+                    kept += len(self._chunks[-1])
+
+    def text(self) -> str:
+        return b"".join(self._chunks).decode("utf-8", "replace")
+
+
+def _finished(proc: subprocess.Popen[bytes], drains: tuple[_Drain, ...], deadline: float) -> bool:
+    """True once the process exited and closed its output, before ``deadline``."""
+    try:
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return False
+    for drain in drains:
+        drain.thread.join(max(0.0, deadline - time.monotonic()))
+    return not any(d.thread.is_alive() for d in drains)
 
 
 def abort_running_tools() -> list[int]:
