@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from hangwatch.contract import atomic
+from hangwatch.contract.capped import FileTooLarge, NotRegularFile, read_capped
 from hangwatch.supervisor.checkpoints import DEFAULT_GLOB, DEFAULT_MARKER, CheckpointSpec
 from hangwatch.contract.errors import ConfigError
+from hangwatch.contract.redact import redact_text
 from hangwatch.supervisor.detector import DEFAULT_PHASE_TIMEOUTS, DetectorConfig
 from hangwatch.supervisor.restart import RestartPolicy
 
@@ -143,32 +145,77 @@ SETTINGS: dict[str, tuple[type, Any]] = {
 }
 
 
+# A config file is a few lines, settings.json a few KiB plus the command (ARG_MAX is 2 MiB):
+# anything larger is not one, and reading it whole would let /dev/zero or a sparse
+# file take all memory (a FIFO would block forever: contract.capped never waits).
+MAX_CONFIG_BYTES = 1 << 20
+MAX_SETTINGS_BYTES = 4 << 20
+
+# Every wait is bounded: seconds past this overflow the OS's sleeps and timers
+# (an --interval of 1e300 crashed the supervisor) or mean "never" (a backoff of
+# 1e12 s); a week is beyond any sensible timeout.
+MAX_SECONDS = 7 * 24 * 3600.0
+SECONDS_SETTINGS = ("interval", "stall_window", "progress_timeout", "engine_step_timeout", "grace", "kill_timeout",
+                    "gpu_release_timeout", "capture_timeout", "backoff", "backoff_max", "engine_retry_window",
+                    "heartbeat_warning")
+
+_KIND_WORDS = {float: "a number", int: "a whole number", bool: "true or false", str: "a string",
+               list: "a list of strings", dict: "a table of phase = seconds"}
+
+
 def load_file(path: Path) -> dict[str, Any]:
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = read_capped(path, MAX_CONFIG_BYTES).decode("utf-8")
+        raw = tomllib.loads(text)
     except FileNotFoundError as exc:
         raise ConfigError(f"config file {path} does not exist") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    except (NotRegularFile, FileTooLarge) as exc:
+        raise ConfigError(f"config file {path}: {exc.strerror}; --config takes a TOML file of settings") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path}: not UTF-8 text (byte {exc.start}); save it as UTF-8 TOML") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path}: {exc}") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"config file {path}: nested too deeply; not a settings file") from exc
     values: dict[str, Any] = {}
     for key, value in raw.items():
         name = key.replace("-", "_")
         if name not in SETTINGS:
             known = ", ".join(sorted(k.replace("_", "-") for k in SETTINGS))
             raise ConfigError(f"config file {path}: unknown key {key!r} (known keys: {known})")
-        kind = SETTINGS[name][0]
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if kind is list and isinstance(value, str):
-            value = [value]
-        if kind is str and name == "metrics_port" and isinstance(value, int) and not isinstance(value, bool):
-            value = str(value)
-        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-            raise ConfigError(f"config file {path}: {key} must be a {kind.__name__}, got {value!r}")
-        values[name] = value
+        values[name] = check_value(name, value, f"config file {path}: {key}")
     return values
+
+
+def check_value(name: str, value: Any, where: str) -> Any:
+    """``value`` for setting ``name`` in the type SETTINGS gives it, or a ConfigError that says
+    where it came from, what it is and what it must be. ``None`` stands for "not set" where
+    the default is None."""
+    kind, default = SETTINGS[name]
+    if value is None and default is None:
+        return None
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if kind is list and isinstance(value, str):
+        value = [value]
+    if kind is str and name == "metrics_port" and isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if name == "phase_timeouts" and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value  # as the command line gives it (PHASE=SECONDS strings), saved for --resume
+    ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+    if ok and kind is list:
+        ok = all(isinstance(v, str) for v in value)
+    if not ok:
+        raise ConfigError(f"{where} must be {_KIND_WORDS[kind]}, got {_shown(value)}")
+    return value
+
+
+def _shown(value: Any) -> str:
+    """A value quoted in an error: short, and a token that looks like a secret is not echoed."""
+    text = redact_text(repr(value))
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def parse_phase_timeouts(items: list[str] | Mapping[str, Any] | None) -> dict[str, float]:
@@ -184,6 +231,9 @@ def parse_phase_timeouts(items: list[str] | Mapping[str, Any] | None) -> dict[st
             raise ConfigError(f"--phase-timeout {phase}={seconds!r}: seconds must be a number") from exc
         if not 0 < value < math.inf:
             raise ConfigError(f"--phase-timeout {phase}={seconds!r}: seconds must be a positive, finite number")
+        if value > MAX_SECONDS:
+            raise ConfigError(f"--phase-timeout {phase}={seconds!r}: more than a week ({MAX_SECONDS:.0f} s); every "
+                              "wait must end: give at most that")
         result[str(phase)] = value
     return result
 
@@ -208,6 +258,11 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
         # inf and nan pass every "> 0" test but break every deadline computed from them.
         if kind is float and v.get(name) is not None and not math.isfinite(v[name]):
             raise ConfigError(f"--{name.replace('_', '-')} must be a finite number of seconds or percent, got {v[name]!r}")
+    for name in SECONDS_SETTINGS:
+        if v.get(name) is not None and v[name] > MAX_SECONDS:
+            raise ConfigError(f"--{name.replace('_', '-')} {v[name]:g} is more than a week ({MAX_SECONDS:.0f} s); "
+                              "every wait must end: give at most that (0 turns the timeouts off where the help says so)")
+    _check_checkpoint_names(v)
     if v.get("containment", "auto") not in ("auto", "cgroup", "tree"):
         raise ConfigError(f"--containment must be auto, cgroup or tree, got {v['containment']!r}")
     if v["on_crash"] not in ("restart", "stop"):
@@ -292,6 +347,19 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
         prewarm_launcher=bool(v.get("prewarm_launcher", False)),
         prewarm_import=_prewarm_imports(v.get("prewarm_import")),
     )
+
+
+def _check_checkpoint_names(v: Mapping[str, Any]) -> None:
+    """The glob and the marker name paths inside the checkpoint directory: one that is empty,
+    absolute or climbs out with ``..`` would judge (and resume from) folders elsewhere."""
+    for option, value, example in (("checkpoint-glob", v.get("checkpoint_glob"), "checkpoint-*"),
+                                   ("checkpoint-marker", v.get("checkpoint_marker"), "trainer_state.json")):
+        if value is None:
+            continue
+        parts = Path(value).parts
+        if not value.strip() or Path(value).is_absolute() or ".." in parts or "\0" in value:
+            raise ConfigError(f"--{option} {value!r}: must be a non-empty path inside --checkpoint-dir, without "
+                              f"'..' or a leading '/', e.g. --{option} '{example}'")
 
 
 def _prewarm_imports(items: list[str] | None) -> tuple[str, ...]:
@@ -392,19 +460,29 @@ def default_run_dir() -> Path:
 
 
 def saved_values(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
-    """The setting values and command a run was started with (for --resume)."""
+    """The setting values and command a run was started with (for --resume).
+
+    Every value is checked as a config file's would be; a setting the file lacks
+    (a run saved before the option existed) gets its default, one this version
+    does not know is dropped."""
     path = run_dir / "settings.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_capped(path, MAX_SETTINGS_BYTES, follow_symlinks=False))
     except FileNotFoundError as exc:
         raise ConfigError(f"--resume {run_dir}: not a hangwatch run directory (no settings.json)") from exc
-    except (OSError, ValueError, RecursionError) as exc:
-        raise ConfigError(f"--resume {run_dir}: cannot read {path}: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError(f"--resume {run_dir}: cannot read {path}: {exc.strerror or exc}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(f"--resume {run_dir}: cannot read {path}: not JSON ({str(exc)[:120]})") from exc
     values, command = data.get("values") if isinstance(data, dict) else None, data.get("command") if isinstance(data, dict) else None
     if not isinstance(values, dict) or not isinstance(command, list) or not all(isinstance(a, str) for a in command):
         raise ConfigError(f"--resume {run_dir}: {path} is not what hangwatch writes (needs values: an object, "
                           "command: a list of strings); start a new run with a new --run-dir")
-    return dict(values), list(command)
+    checked = {k: v[1] for k, v in SETTINGS.items()}
+    for name, value in values.items():
+        if name in SETTINGS:
+            checked[name] = check_value(name, value, f"--resume {run_dir}: {path}: {name}")
+    return checked, list(command)
 
 
 def save_values(run_dir: Path, values: Mapping[str, Any], command: list[str]) -> None:

@@ -12,6 +12,7 @@ User mistakes print ``hangwatch: error: ...`` and exit 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
@@ -26,7 +27,7 @@ from hangwatch.contract.exitcodes import EXIT_CODES, EXIT_INTERNAL, EXIT_USAGE
 from hangwatch.contract.terminal import terminal_safe
 from hangwatch.contract.tools import abort_running_tools
 from hangwatch.contract.private import private_dir
-from hangwatch.supervisor.config import SETTINGS, build, build_operate, load_file, save_values, saved_values
+from hangwatch.supervisor.config import MAX_SECONDS, SETTINGS, build, build_operate, load_file, save_values, saved_values
 
 EPILOG_EXIT = "exit codes:\n" + "\n".join(f"  {code:3d}  {text}" for code, text in EXIT_CODES.items()) + (
     "\n  other  after SIGINT/SIGTERM to the supervisor: the trainer's own status, shell style"
@@ -292,7 +293,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
 
     run_dir = config.run_dir
-    _open_run_dir(run_dir, resumed=resume_dir is not None)
+    _open_run_dir(run_dir, resumed=resume_dir is not None, given=values.get("run_dir"))
     values["run_dir"] = str(run_dir)
     save_values(run_dir, values, command)
     logsetup.configure(run_dir / "hangwatch.log")
@@ -369,11 +370,14 @@ def _run_settings(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], 
     return values, command, resume_dir, set(cli_values)
 
 
-def _open_run_dir(run_dir: Path, *, resumed: bool) -> None:
+def _open_run_dir(run_dir: Path, *, resumed: bool, given: str | None = None) -> None:
     """Create (0700) or check the run dir, lock it for this process's life, refuse a used one."""
     from hangwatch.cli import rundir  # noqa: PLC0415
+    from hangwatch.contract.private import check_ancestors  # noqa: PLC0415
 
     try:
+        if given:
+            check_ancestors(Path(given).expanduser(), "run directory")  # as written: a link on the way counts
         private_dir(run_dir)  # refuses a directory another user controls
     except OSError as exc:
         raise UsageError(f"--run-dir {run_dir}: cannot create it: {exc}") from exc
@@ -453,6 +457,7 @@ def _join_cohort(args: argparse.Namespace, config: Any, log: Any) -> Any:
     from hangwatch.supervisor.cohort import Cohort, CohortError, membership_from  # noqa: PLC0415
     from hangwatch.supervisor.store import StoreError, TCPStoreClient  # noqa: PLC0415
 
+    _check_cohort_numbers(args)
     try:
         membership = membership_from(os.environ, endpoint=getattr(args, "cohort", None),
                                      node_rank=getattr(args, "node_rank", None), nnodes=getattr(args, "nnodes", None),
@@ -485,6 +490,17 @@ def _join_cohort(args: argparse.Namespace, config: Any, log: Any) -> Any:
             store.close()
         raise UsageError(f"--cohort: {exc}") from exc
     return cohort
+
+
+def _check_cohort_numbers(args: argparse.Namespace) -> None:
+    """Refused when given, cohort or not: a value that cannot be meant is never silently ignored."""
+    nnodes = getattr(args, "nnodes", None)
+    if nnodes is not None and nnodes < 1:
+        raise UsageError(f"--nnodes {nnodes}: must be at least 1 (the number of nodes, one hangwatch run on each)")
+    lease = getattr(args, "lease_timeout", None)
+    if lease is not None and not (math.isfinite(lease) and 0 < lease <= MAX_SECONDS):
+        raise UsageError(f"--lease-timeout {lease:g}: must be a positive number of seconds, at most {MAX_SECONDS:.0f} "
+                         "(default 15)")
 
 
 def _contain(supervisor: Any, config: Any, log: Any, resumed: bool = False) -> str:
@@ -531,7 +547,10 @@ def _check_resumable(run_dir: Path) -> None:
     journal = run_dir / "journal.jsonl"
     if not journal.is_file():
         raise UsageError(f"--resume {run_dir}: no journal.jsonl; nothing to resume")
-    summary = summarise(journal)
+    try:
+        summary = summarise(journal)
+    except OSError as exc:
+        raise UsageError(f"--resume {run_dir}: cannot read the journal: {exc.strerror or exc}") from exc
     if summary["finished"] is not None:
         raise UsageError(
             f"--resume {run_dir}: this run already finished ({summary['finished']['outcome']}, exit "
@@ -568,7 +587,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.run_dir}: not a hangwatch run directory (no journal.jsonl)")
     if args.follow:
         return follow(args.run_dir, as_json=args.json)
-    summary = summarise(path)
+    try:
+        summary = summarise(path)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the journal: {exc.strerror or exc}") from exc
     if args.json:
         import json  # noqa: PLC0415
 
