@@ -32,11 +32,19 @@ class UnsafePathError(ConfigError):
 
 
 def private_dir(path: Path, what: str = "run directory", *, create: bool = True) -> Path:
-    """Make sure ``path`` is a directory that only we control; create it (0700) if missing."""
+    """Make sure ``path`` is a directory that only we control; create it (0700) if missing.
+
+    Also refused: a directory above it that another user could change (they could
+    swap our directory for a link), and an existing directory holding a link or
+    another user's file (planted while it was open to others, and still there after
+    a ``chmod``: root would write through it)."""
+    check_ancestors(path, what)
+    existed = True
     if create:
+        _make_parents(path.parent)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
             os.mkdir(path, DIR_MODE)
+            existed = False
         except FileExistsError:
             pass
     st = os.lstat(path)
@@ -45,7 +53,70 @@ def private_dir(path: Path, what: str = "run directory", *, create: bool = True)
         raise UnsafePathError(f"{what} {path} is not a directory; choose another path")
     if stat.S_IMODE(st.st_mode) != DIR_MODE:
         os.chmod(path, DIR_MODE)  # ours and not writable by others: only tighten
+    if existed:
+        _check_entries(path, what)
     return path
+
+
+def check_ancestors(path: Path, what: str) -> None:
+    """Refuse ``path`` when a directory above it (as written, and with links resolved) is
+    one another user could change, or a link on the way is another user's: they could
+    rename our directory away and put a link in its place, and everything written
+    "into the run directory" would land where the link points. Root's and our own
+    directories are fine, and so are sticky ones like /tmp (there nobody but an
+    entry's owner may rename it)."""
+    me = os.geteuid()
+    written = Path(os.path.abspath(path))
+    for folder in [*reversed(written.parents), written, *reversed(Path(os.path.realpath(written)).parents)]:
+        try:
+            st = os.lstat(folder)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # not there yet: we create it, 0755 at most
+        if folder == written and not stat.S_ISLNK(st.st_mode):
+            continue  # the directory itself: its owner and mode are checked by its user
+        if st.st_uid not in (0, me):
+            kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "a directory"
+            raise UnsafePathError(
+                f"{what} {path}: {folder} on its way is {kind} owned by uid {st.st_uid}, not by you (uid {me}) or "
+                f"root: that user could replace what hangwatch writes below it; choose a path under directories only "
+                f"you or root control (e.g. your home or /var/tmp)")
+        if stat.S_ISDIR(st.st_mode) and st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            raise UnsafePathError(
+                f"{what} {path}: {folder} on its way is writable by group or others and not sticky (mode "
+                f"{stat.S_IMODE(st.st_mode):o}): another user could rename the run directory and put a link in its "
+                f"place; `chmod go-w {folder}` or `chmod +t {folder}`, or choose a path under directories only you or "
+                "root control")
+
+
+def _make_parents(folder: Path) -> None:
+    """``mkdir -p`` whose new folders are never writable by others, whatever the umask."""
+    missing = []
+    while not os.path.lexists(folder) and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for new in reversed(missing):
+        try:
+            os.mkdir(new, 0o755)  # 0755 & ~umask: never group/other-writable
+        except FileExistsError:
+            pass
+
+
+# A run directory holds about ten entries; looking at this many bounds the scan.
+_MAX_ENTRIES_CHECKED = 4096
+
+
+def _check_entries(path: Path, what: str) -> None:
+    me = os.geteuid()
+    with os.scandir(path) as entries:
+        for n, entry in enumerate(entries):
+            if n >= _MAX_ENTRIES_CHECKED:
+                break
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode) or st.st_uid != me:
+                why = "a symbolic link" if stat.S_ISLNK(st.st_mode) else f"owned by uid {st.st_uid}, not by you (uid {me})"
+                raise UnsafePathError(
+                    f"{what} {path} holds {entry.name!r}, {why}: hangwatch never writes through what another user may "
+                    f"have planted; remove {Path(entry.path)} if you know what it is, or use a new --run-dir")
 
 
 def check_private_file(path: Path, what: str) -> None:
