@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -278,13 +279,41 @@ _VERSIONS_SNIPPET = (
 
 
 def interpreter_versions(python: str, timeout: float = 10.0) -> tuple[tuple[int, ...], dict[str, str]]:
-    """Python version and installed TRL/vLLM/transformers of another interpreter (never imports them)."""
-    result = run_bounded([python, "-I", "-c", _VERSIONS_SNIPPET], timeout)
+    """Python version and installed TRL/vLLM/transformers of another interpreter (never imports them).
+
+    Starting an interpreter runs its venv's ``.pth`` files and ``sitecustomize``: as root,
+    one that another user controls is run as that user, never as root."""
+    run_as = owner_to_run_as(python)
+    result = run_bounded([python, "-I", "-c", _VERSIONS_SNIPPET], timeout, max_output=1 << 20, run_as=run_as)
     if not result.ok:
         why = result.error or ("timed out" if result.timed_out else result.stderr.strip()[-300:])
-        raise RuntimeError(f"{python} did not report its packages: {why}")
-    data = json.loads(result.stdout)
-    return tuple(int(x) for x in data["python"]), {str(k): str(v) for k, v in data["packages"].items()}
+        who = f" (run as uid {run_as[0]}, the owner of it or a folder above it)" if run_as else ""
+        raise RuntimeError(f"{python} did not report its packages{who}: {why}")
+    try:
+        data = json.loads(result.stdout)
+        return tuple(int(x) for x in data["python"]), {str(k): str(v) for k, v in data["packages"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        raise RuntimeError(f"{python} answered something else than its packages ({type(exc).__name__}); "
+                           "is it a Python interpreter?") from None
+
+
+def owner_to_run_as(program: str) -> tuple[int, int] | None:
+    """(uid, gid) of the nearest other user who owns ``program`` or a folder above it (as
+    written, then with links resolved): root must not run what that user can change. None
+    when we are not root, or only root and we own the way."""
+    me = os.geteuid()
+    if me != 0:
+        return None  # not privileged: running it cannot give anyone more than they have
+    written = Path(os.path.abspath(program))
+    resolved = Path(os.path.realpath(written))
+    for path in (written, *written.parents, resolved, *resolved.parents):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if st.st_uid not in (0, me):
+            return st.st_uid, st.st_gid
+    return None
 
 
 def check_versions(found: dict[str, str] | None = None, *, python: tuple[int, ...] | None = None,
@@ -346,7 +375,9 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
     if args.python:
         try:
             python, found = interpreter_versions(args.python)
-            checks.extend(check_versions(found, python=python, where=args.python))
+            run_as = owner_to_run_as(args.python)
+            where = args.python + (f" (run as uid {run_as[0]}, its owner)" if run_as else "")
+            checks.extend(check_versions(found, python=python, where=where))
         except (RuntimeError, ValueError, KeyError, TypeError) as exc:
             checks.append(Check("versions", "fail", str(exc)[:400],
                                 "pass the trainer's Python executable, e.g. --python /path/to/venv/bin/python"))
@@ -369,7 +400,9 @@ def parse_bytes(text: str) -> int:
         value = float(number)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size; write e.g. 16G, 15000000000 or 14.2GiB") from None
-    if unit not in units or value <= 0:
+    # not finite: inf, or 1e400 read as inf, has no int and must be refused here (argparse turns
+    # only ValueError and TypeError into a usage error; an OverflowError became a traceback).
+    if unit not in units or not 0 < value < math.inf or value * units[unit] >= 1 << 63:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size; write e.g. 16G, 15000000000 or 14.2GiB")
     return int(value * units[unit])
 
