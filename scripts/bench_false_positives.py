@@ -39,6 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hangwatch.contract.errors import ConfigError  # noqa: E402
 from hangwatch.supervisor.detector import DetectorConfig  # noqa: E402
 
 
@@ -212,7 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.idle_only:
         config = dataclasses.replace(config, idle_only=True)
     if args.engine_step_timeout is not None:
-        config = dataclasses.replace(config, engine_step_timeout=args.engine_step_timeout)
+        try:  # 0 turns the rule off, as on the command line of ``hangwatch run``
+            config = dataclasses.replace(config, engine_step_timeout=args.engine_step_timeout or None)
+        except ConfigError as exc:
+            parser.error(str(exc))
     engine_runs = (fp.engine_corpus(seed=args.seed, hours_per_scenario=args.engine_hours_per_scenario,
                                     wedges_per_run=args.wedges_per_run) if args.engine_hours_per_scenario > 0 else [])
     if args.engine_only:

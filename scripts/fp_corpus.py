@@ -968,8 +968,8 @@ def plan_engine_run(scenario: str, index: int, seed: int, hours: float, wedges: 
             b.extend(standby, "standby", t)
     ticks = int(t) + 1
     for lane in range(len(lane_ranks)):
-        kind = b.lanes[lane][1][-1].kind if b.lanes[lane][1] else "idle"
-        b.extend(lane, "standby" if kind == "standby" else "absent" if kind == "absent" else "idle", float(ticks))
+        kind = b.lanes[lane][1][-1].kind
+        b.extend(lane, "standby" if lane == standby else "absent" if kind == "absent" else "idle", float(ticks))
     jumps: list[tuple[float, float]] = []
     for _ in range(rng.randint(2, 6) if scenario == "engine_clock" else int(rng.random() < 0.2)):
         step = rng.choice([rng.uniform(-30, 30), rng.uniform(-3600, 3600)])  # an NTP step, a bad RTC
@@ -1252,7 +1252,9 @@ def replay_engine(plan: EnginePlan, config: DetectorConfig | None = None) -> Eng
     copy: the same samples from there on, except that the wedged engine's beat and the
     trainer's stop, and its CPU and GPU read the variant's."""
     config = config or DetectorConfig()
-    ahead = int(config.engine_step_timeout or 30.0) + 10
+    # The copy runs a little past the timeout (with the rule off, to the progress timeout:
+    # what the other rules make of an engine wedge).
+    ahead = int(config.engine_step_timeout or config.progress_timeout or config.stall_window) + 10
     detector = Detector(config, start=0.0)
     trace = EngineTrace(keep=ahead + 2)
     result = EngineRunResult(plan)
