@@ -254,3 +254,36 @@ def test_a_late_reply_is_never_taken_for_the_answer_to_a_later_call():
         client._read(0.05, want=3)
     os.close(write_fd)
     Proc.stdout.close()
+
+
+@pytest.mark.slow
+def test_a_store_blip_shorter_than_the_lease_leaves_every_later_call_right():
+    """node 0's store stalls (a frozen host, a network blip) for longer than one call's
+    deadline, then comes back: calls that timed out get their replies late, and those must
+    not answer later calls (before: the next reads were off by one or two lines, and both
+    supervisors died of a JSON error, exit 70)."""
+    import socket  # noqa: PLC0415
+
+    import psutil  # noqa: PLC0415
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    host = TCPStoreClient("127.0.0.1", port, master=True, timeout=1.0, connect_timeout=30)
+    peer = TCPStoreClient("127.0.0.1", port, master=False, timeout=1.0, connect_timeout=30)
+    try:
+        peer.set("k", "v")
+        frozen = psutil.Process(host.proc.pid)
+        frozen.suspend()
+        try:
+            for _ in range(2):
+                with pytest.raises(StoreError, match="did not answer"):
+                    peer.add("lease", 1)
+        finally:
+            frozen.resume()
+        assert peer.get("k") == "v"
+        assert peer.add("lease", 0) == 2, "both timed-out adds landed; this answer is this call's"
+        assert peer.get("missing") is None
+    finally:
+        peer.close()
+        host.close()

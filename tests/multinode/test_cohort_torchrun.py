@@ -199,3 +199,49 @@ def test_a_node_with_other_settings_is_refused(job_factory, tmp_path):
     out = job.output(1)
     assert code1 == 2 and "cudagraphs_after_stall: node 0 has 'off', this node 'keep'" in out, out
     job.cleanup()
+
+
+@pytest.mark.timeout(120)
+def test_a_node_still_working_after_the_others_finished_is_left_alone(job_factory):
+    """Node 1's command goes on after torchrun (a final upload) while node 0's has finished:
+    node 0 keeps the store up until node 1 is done, and neither node takes the other's
+    silence for a loss (before: node 1 was killed and exited 75, the store gone)."""
+    job = job_factory(2, steps=4, lease=2.0, after={1: 4})
+    codes = job.wait(90)
+    assert codes == [0, 0], [job.output(i) for i in range(2)]
+    for i in range(2):
+        records = job.journal(i)
+        assert not [r for r in records if r["event"] in ("member_lost", "incident")], records
+        assert records[-1]["event"] == "run_finished" and records[-1]["outcome"] == "success"
+    assert not job.leftovers()
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_on_one_node_stops_every_node_and_the_journals_say_why(job_factory):
+    """SIGTERM to node 1's supervisor: node 0 stops too, at once and the same way, and its
+    journal names node 1's signal (before: node 1's stop was announced as a crash, node 0
+    captured a fake incident and gave up with 75 on a 'lost' member)."""
+    job = job_factory(2, steps=400, lease=4.0)
+    _wait_training(job, 0), _wait_training(job, 1)
+    os.kill(job.procs[1].pid, signal.SIGTERM)
+    codes = job.wait(60)
+    assert codes[0] == codes[1] and codes[0] is not None and codes[0] != 75, [job.output(i) for i in range(2)]
+    records = job.journal(0)
+    stop = next(r for r in records if r["event"] == "member_lost")
+    assert stop["cause"] == "stopped" and "node 1's supervisor received SIGTERM" in stop["reason"]
+    assert not [r for r in records if r["event"] in ("incident", "cohort_incident")], "a stop is not an incident"
+    assert records[-1]["event"] == "run_finished" and records[-1]["outcome"] == "interrupted"
+    time.sleep(1)
+    assert not job.leftovers()
+
+
+@pytest.mark.timeout(120)
+def test_the_restart_limit_on_one_node_stops_every_node_with_its_code(job_factory):
+    """Node 1's policy allows no restart: every node gives up with its code (before: node 1
+    exited 71 while node 0 relaunched alone into a rendezvous that never completed, then 75)."""
+    job = job_factory(2, crash_node=1, wedge_step=3, extra={1: ["--max-restarts", "0"]})
+    codes = job.wait(90)
+    assert codes == [71, 71], [job.output(i) for i in range(2)]
+    final = job.journal(0)[-1]
+    assert final["event"] == "run_finished" and final["reason"].startswith("node 1: restart budget exhausted")
+    assert not job.leftovers()
