@@ -217,6 +217,7 @@ class Detector:
         # Per engine process: (its last token, when it last changed), and the stuck one, if any.
         self._engines: dict[int, tuple[tuple[int, int], float]] = {}
         self._engine_stuck: tuple[float, Heartbeat] | None = None
+        self._last_t: float | None = None  # the previous sample's time
         self.phase: str | None = None
         self.step: int | None = None
         # The window and timeout of the current phase, recomputed when it changes.
@@ -236,6 +237,7 @@ class Detector:
             return None
         cfg = self.config
         t = sample.t
+        self._skip_unobserved(t)
         progressed = self._note_heartbeat(sample)
         tree_cpu = sum(sample.cpu_pct.values())
         gpu = _classify(sample, tree_cpu, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
@@ -280,7 +282,7 @@ class Detector:
                 evidence=self._evidence(sample, scan, tree_cpu),
             )
 
-        stuck = self._engine_stuck = self._stuck_engine(sample) if sample.engine else None
+        stuck = self._engine_stuck = self._stuck_engine(sample)
         if stuck is not None and t - stuck[0] >= (cfg.engine_step_timeout or 0) - self._slack:
             return self._engine_verdict(sample, tree_cpu, stuck)
 
@@ -324,11 +326,28 @@ class Detector:
             evidence=evidence,
         )
 
+    def _skip_unobserved(self, t: float) -> None:
+        """Time between two samples beyond the gap tolerance was not observed: the supervisor
+        did not run (the whole job stopped and continued, a suspended VM, a starved host), so
+        it is not silence of the trainer's or an engine's. The progress clocks move on by that
+        much. Only the excess over the tolerance: a supervisor that keeps ticking late still
+        sees the silence grow, by the tolerance per tick."""
+        last, self._last_t = self._last_t, t
+        unobserved = t - last - self.config.effective_gap_tolerance if last is not None else 0.0
+        if unobserved <= 0:
+            return
+        self._last_progress += unobserved
+        self._engines = {pid: (token, since + unobserved) for pid, (token, since) in self._engines.items()}
+
     def _stuck_engine(self, sample: Sample) -> tuple[float, Heartbeat] | None:
         """The engine process silent the longest while the rule applies to it (a request in
-        flight, stepped before, alive in the tree): (its last progress, its beat), or None."""
+        flight, stepped before, alive in the tree): (its last progress, its beat), or None.
+        An engine whose beat is gone (its file removed: the worker is dead) or whose process
+        is not in the tree is forgotten, so a new process under the same pid starts afresh
+        and never inherits the dead one's last step."""
         worst: tuple[float, Heartbeat] | None = None
-        engines = self._engines
+        seen = {e.pid for e in sample.engine if e.pid in sample.cpu_pct}
+        engines = self._engines = {pid: known for pid, known in self._engines.items() if pid in seen}
         for engine in sample.engine:
             known = engines.get(engine.pid)
             if known is None or known[0] != engine.token:
