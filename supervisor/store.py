@@ -102,8 +102,10 @@ class TCPStoreClient:
         hello = self._read(connect_timeout + 30.0)
         if not hello.get("ready"):
             self.close()
-            where = f"{host}:{port}"
-            raise StoreError(f"cohort store at {where}: {hello.get('error', 'no answer')}")
+            hint = ("this node (0) hosts it: is the port free on this host?" if master else
+                    "node 0's supervisor hosts it: is hangwatch run started on node 0 with the same --cohort, "
+                    "and the port reachable from this node?")
+            raise StoreError(f"cohort store at {host}:{port}: {hello.get('error', 'no answer')} ({hint})")
         self.port = int(hello["port"])
 
     def _read(self, timeout: float, want: int | None = None) -> dict:

@@ -127,6 +127,8 @@ def add_run_parser(sub: Any) -> None:
     m.add_argument("--cohort-id", metavar="ID", help="names the job in the store (default: $SLURM_JOB_ID)")
     m.add_argument("--lease-timeout", type=float, metavar="S",
                    help="a node whose supervisor has not renewed its lease for this long is lost (default 15)")
+    m.add_argument("--join-timeout", type=float, metavar="S",
+                   help="how long every node waits at start for all nodes to join the cohort (default 120)")
     g.add_argument("--config", metavar="FILE", type=Path,
                    help="TOML file of settings (keys = long option names); also $HANGWATCH_CONFIG")
     g.add_argument("--quiet", action="store_true", help="do not echo the trainer's output to the console")
@@ -478,13 +480,14 @@ def _join_cohort(args: argparse.Namespace, config: Any, log: Any) -> Any:
         "eager_escalation": config.eager_escalation,
     }
     lease = float(getattr(args, "lease_timeout", 15.0))
+    join = float(getattr(args, "join_timeout", None) or 120.0)
     log.info("cohort", message=(f"node {membership.node_rank} of {membership.nnodes}; cohort store "
                                 f"{membership.host}:{membership.port}" + (" (hosted here)" if membership.is_leader else "")))
     try:
         store = TCPStoreClient(membership.host, membership.port, master=membership.is_leader,
-                               timeout=max(2.0, lease / 3), connect_timeout=120.0)  # as long as the join waits
+                               timeout=max(2.0, lease / 3), connect_timeout=join)  # as long as the join waits
         cohort = Cohort(store, membership, fingerprint, lease_interval=max(0.2, lease / 10), lease_timeout=lease)
-        cohort.join(timeout=120.0)
+        cohort.join(timeout=join)
     except (StoreError, CohortError) as exc:
         if "store" in locals():
             store.close()
@@ -501,6 +504,10 @@ def _check_cohort_numbers(args: argparse.Namespace) -> None:
     if lease is not None and not (math.isfinite(lease) and 0 < lease <= MAX_SECONDS):
         raise UsageError(f"--lease-timeout {lease:g}: must be a positive number of seconds, at most {MAX_SECONDS:.0f} "
                          "(default 15)")
+    join = getattr(args, "join_timeout", None)
+    if join is not None and not (math.isfinite(join) and 0 < join <= MAX_SECONDS):
+        raise UsageError(f"--join-timeout {join:g}: must be a positive number of seconds, at most {MAX_SECONDS:.0f} "
+                         "(default 120)")
 
 
 def _contain(supervisor: Any, config: Any, log: Any, resumed: bool = False) -> str:

@@ -245,3 +245,24 @@ def test_the_restart_limit_on_one_node_stops_every_node_with_its_code(job_factor
     final = job.journal(0)[-1]
     assert final["event"] == "run_finished" and final["reason"].startswith("node 1: restart budget exhausted")
     assert not job.leftovers()
+
+
+@pytest.mark.timeout(60)
+def test_a_node_that_never_shows_up_ends_the_wait_with_what_is_missing(tmp_path):
+    """--join-timeout bounds the start: node 0 alone says which node is missing, a node
+    without node 0 says where it looked for the store and what to check."""
+    procs = []
+    started = time.monotonic()
+    for rank in (0, 1):  # two separate cohorts: each node waits alone
+        argv = [HANGWATCH, "run", "--quiet", "--run-dir", str(tmp_path / f"run{rank}"), "--cohort",
+                f"127.0.0.1:{_free_port()}", "--node-rank", str(rank), "--nnodes", "2", "--join-timeout", "2", "--",
+                sys.executable, "-c", "pass"]
+        procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    runs = []
+    for p in procs:
+        _, err = p.communicate(timeout=50)
+        runs.append((p.returncode, err, time.monotonic() - started))
+    (code0, err0, took0), (code1, err1, took1) = runs
+    assert code0 == 2 and "nodes [1] did not join within 2 s" in err0, err0
+    assert code1 == 2 and "is hangwatch run started on node 0 with the same --cohort" in err1, err1
+    assert took0 < 30 and took1 < 30, "bounded by --join-timeout (plus start-up), not the 120 s default"
