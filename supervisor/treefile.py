@@ -20,6 +20,7 @@ from typing import Iterable
 import psutil
 
 from hangwatch.contract import atomic
+from hangwatch.contract.capped import read_capped
 from hangwatch.contract.procid import ProcKey, kill_verified, same_process
 
 
@@ -51,10 +52,14 @@ class TreeFile:
 
 def recorded(path: Path) -> list[ProcKey]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        # Capped (a tree is a few hundred members) and never through a link or a FIFO.
+        data = json.loads(read_capped(path, MAX_TREE_BYTES, follow_symlinks=False))
         return [ProcKey(int(m["pid"]), float(m["create_time"])) for m in data.get("members", [])]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError):
         return []
+
+
+MAX_TREE_BYTES = 16 << 20
 
 
 def kill_recorded(path: Path, grace: float = 2.0) -> list[int]:

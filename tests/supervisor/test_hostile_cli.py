@@ -397,3 +397,14 @@ def test_a_tool_that_floods_its_output_is_held_to_the_cap():
         tracemalloc.stop()
     assert result.ok and len(result.stdout) == 1 << 20
     assert peak < 24 << 20, f"held {peak >> 20} MiB of a tool's output"
+
+
+@pytest.mark.timeout(30)
+def test_a_huge_or_malformed_tree_file_kills_nothing_and_reads_nothing_whole(tmp_path):
+    from hangwatch.supervisor.treefile import recorded
+
+    assert recorded(sparse(tmp_path / "tree.json", 3 << 30, b'{"members": [')) == []
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert recorded(tmp_path / "deep.json") == []
+    (tmp_path / "inf.json").write_text('{"members": [{"pid": 1e400, "create_time": 0}]}')
+    assert recorded(tmp_path / "inf.json") == []
