@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from hangwatch.contract import atomic
 from hangwatch.contract.capped import FileTooLarge, NotRegularFile, read_capped
 from hangwatch.supervisor.checkpoints import DEFAULT_GLOB, DEFAULT_MARKER, CheckpointSpec
 from hangwatch.contract.errors import ConfigError
-from hangwatch.contract.redact import redact_text
+from hangwatch.contract.redact import redact_argv, redact_text
 from hangwatch.supervisor.detector import DEFAULT_PHASE_TIMEOUTS, DetectorConfig
 from hangwatch.supervisor.restart import RestartPolicy
 
@@ -69,8 +70,10 @@ class RunConfig:
     def to_json(self) -> dict[str, Any]:
         restart = asdict(self.restart)
         restart.pop("rng", None)
+        # For the journal, which is shown and shared (status, reports, bug reports): secrets in
+        # the command or the resume template are redacted; settings.json keeps them verbatim.
         return {
-            "command": list(self.command),
+            "command": redact_argv(self.command),
             "run_dir": str(self.run_dir),
             "detector": self.detector.to_json(),
             "kill": asdict(self.kill),
@@ -80,7 +83,7 @@ class RunConfig:
                 if self.checkpoint
                 else None
             ),
-            "resume_arg": self.resume_arg,
+            "resume_arg": _redacted_template(self.resume_arg),
             "gpu_probe": self.gpu_probe,
             "capture_timeout": self.capture_timeout,
             "cudagraphs_after_stall": self.cudagraphs_after_stall,
@@ -95,6 +98,15 @@ class RunConfig:
             "prewarm_launcher": self.prewarm_launcher,
             "prewarm_import": list(self.prewarm_import),
         }
+
+
+def _redacted_template(template: str | None) -> str | None:
+    if template is None:
+        return None
+    try:
+        return " ".join(redact_argv(shlex.split(template)))
+    except ValueError:  # unbalanced quotes: judge it as text
+        return redact_text(template)
 
 
 # Settings as (key, type, default). Keys are the long option names with
@@ -149,7 +161,7 @@ SETTINGS: dict[str, tuple[type, Any]] = {
 # anything larger is not one, and reading it whole would let /dev/zero or a sparse
 # file take all memory (a FIFO would block forever: contract.capped never waits).
 MAX_CONFIG_BYTES = 1 << 20
-MAX_SETTINGS_BYTES = 4 << 20
+MAX_SETTINGS_BYTES = 16 << 20  # JSON escapes non-ASCII: up to 6 bytes a character
 
 # Every wait is bounded: seconds past this overflow the OS's sleeps and timers
 # (an --interval of 1e300 crashed the supervisor) or mean "never" (a backoff of

@@ -408,3 +408,15 @@ def test_a_huge_or_malformed_tree_file_kills_nothing_and_reads_nothing_whole(tmp
     assert recorded(tmp_path / "deep.json") == []
     (tmp_path / "inf.json").write_text('{"members": [{"pid": 1e400, "create_time": 0}]}')
     assert recorded(tmp_path / "inf.json") == []
+
+
+@pytest.mark.timeout(30)
+def test_secrets_in_the_resume_template_never_reach_the_journal(tmp_path):
+    from hangwatch.supervisor.config import build
+
+    config = build(_values(run_dir=str(tmp_path / "run"), checkpoint_dir=str(tmp_path),
+                           resume_arg="--resume={checkpoint} --hub-token=hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123 --password hunter2"),
+                   ["train", "--api-key", "s3cr3t"])
+    text = json.dumps(config.to_json())
+    assert "hf_AbCdEf" not in text and "hunter2" not in text and "s3cr3t" not in text
+    assert config.resume_arg and "hunter2" in config.resume_arg  # the launch itself keeps it
