@@ -287,3 +287,26 @@ def test_a_store_blip_shorter_than_the_lease_leaves_every_later_call_right():
     finally:
         peer.close()
         host.close()
+
+
+def test_two_nodes_announcing_at_the_same_moment_make_one_incident():
+    store = MemoryStore()
+    nodes = [_node(store, i, 3) for i in range(3)]
+    _join_all(nodes)
+    journals = [Journal() for _ in nodes]
+    links = [CohortLink(n, (lambda j=j: j)) for n, j in zip(nodes, journals)]
+    gate = threading.Barrier(2)
+
+    def detect(i):
+        gate.wait(timeout=5)
+        links[i].incident(2, Verdict(VerdictKind.STALL, 0.0, 0.0, f"node {i}'s detector"))
+
+    threads = [threading.Thread(target=detect, args=(i,)) for i in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    winners = {j.records[-1]["announced_by"] for j in journals[1:]}
+    assert len(winners) == 1, "one incident, the same winner on both"
+    assert links[0].verdict(2, 0.0).evidence["cohort_incident"]["node"] in winners
+    assert links[0].verdict(1, 0.0) is None and links[0].verdict(3, 0.0) is None, "other attempts are not this one"
