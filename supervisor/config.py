@@ -167,6 +167,7 @@ MAX_SETTINGS_BYTES = 16 << 20  # JSON escapes non-ASCII: up to 6 bytes a charact
 # (an --interval of 1e300 crashed the supervisor) or mean "never" (a backoff of
 # 1e12 s); a week is beyond any sensible timeout.
 MAX_SECONDS = 7 * 24 * 3600.0
+MIN_INTERVAL = 0.001
 SECONDS_SETTINGS = ("interval", "stall_window", "progress_timeout", "engine_step_timeout", "grace", "kill_timeout",
                     "gpu_release_timeout", "capture_timeout", "backoff", "backoff_max", "engine_retry_window",
                     "heartbeat_warning")
@@ -266,6 +267,9 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
     v = dict(values)
     if not command:
         raise ConfigError("no command to supervise: put it after --, e.g. hangwatch run -- python train.py")
+    if not command[0].strip():
+        raise ConfigError(f"the command's program is empty ({command[0]!r} right after --): give the program to run, "
+                          "e.g. hangwatch run -- python train.py")
     for name, (kind, _default) in SETTINGS.items():
         # inf and nan pass every "> 0" test but break every deadline computed from them.
         if kind is float and v.get(name) is not None and not math.isfinite(v[name]):
@@ -274,6 +278,9 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
         if v.get(name) is not None and v[name] > MAX_SECONDS:
             raise ConfigError(f"--{name.replace('_', '-')} {v[name]:g} is more than a week ({MAX_SECONDS:.0f} s); "
                               "every wait must end: give at most that (0 turns the timeouts off where the help says so)")
+    if v.get("interval") is not None and 0 < v["interval"] < MIN_INTERVAL:
+        raise ConfigError(f"--interval {v['interval']:g} is under {MIN_INTERVAL:g} s: the supervisor would spin a CPU "
+                          "sampling; give at least that (the default is 1)")
     _check_checkpoint_names(v)
     if v.get("containment", "auto") not in ("auto", "cgroup", "tree"):
         raise ConfigError(f"--containment must be auto, cgroup or tree, got {v['containment']!r}")

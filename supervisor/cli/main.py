@@ -377,10 +377,11 @@ def _open_run_dir(run_dir: Path, *, resumed: bool, given: str | None = None) -> 
     from hangwatch.cli import rundir  # noqa: PLC0415
     from hangwatch.contract.private import check_ancestors  # noqa: PLC0415
 
+    leads = f"--run-dir {given}: " if given and Path(os.path.abspath(Path(given).expanduser())) != run_dir else ""
     try:
         if given:
             check_ancestors(Path(given).expanduser(), "run directory")  # as written: a link on the way counts
-        private_dir(run_dir)  # refuses a directory another user controls
+        private_dir(run_dir, f"{leads}run directory")  # refuses a directory another user controls
     except OSError as exc:
         raise UsageError(f"--run-dir {run_dir}: cannot create it: {exc}") from exc
     try:

@@ -420,3 +420,13 @@ def test_secrets_in_the_resume_template_never_reach_the_journal(tmp_path):
     text = json.dumps(config.to_json())
     assert "hf_AbCdEf" not in text and "hunter2" not in text and "s3cr3t" not in text
     assert config.resume_arg and "hunter2" in config.resume_arg  # the launch itself keeps it
+
+
+@pytest.mark.timeout(30)
+def test_an_empty_program_or_a_spinning_interval_is_refused(tmp_path):
+    from hangwatch.supervisor.config import build
+
+    with pytest.raises(ConfigError, match="program is empty"):
+        build(_values(run_dir=str(tmp_path / "run")), ["", "train.py"])
+    with pytest.raises(ConfigError, match="under 0.001 s"):
+        build(_values(run_dir=str(tmp_path / "run"), interval=1e-300), ["true"])
