@@ -80,6 +80,7 @@ def _report_runs_too(report: argparse.ArgumentParser) -> None:
         if not (run_dir / "journal.jsonl").is_file():
             return int(bundle_report(args))
         from hangwatch.cli.runreport import write_run_report  # noqa: PLC0415
+        from hangwatch.contract.capped import FileTooLarge, NotRegularFile  # noqa: PLC0415
         from hangwatch.diagnostics.bundle import check_output_path  # noqa: PLC0415
         from hangwatch.diagnostics.errors import DiagnosticsError  # noqa: PLC0415
 
@@ -90,6 +91,8 @@ def _report_runs_too(report: argparse.ArgumentParser) -> None:
             path, g = write_run_report(run_dir, out)
         except DiagnosticsError as exc:
             raise UsageError(str(exc)) from exc
+        except (NotRegularFile, FileTooLarge) as exc:  # the journal: the only file read whole
+            raise UsageError(f"{run_dir / 'journal.jsonl'}: cannot read the journal: {exc.strerror}") from exc
         except OSError as exc:
             raise UsageError(f"{out or run_dir}: cannot write the report there ({exc.strerror or exc})") from exc
         goodput = f"{100 * g['goodput']:.1f} %" if g["goodput"] is not None else "-"

@@ -430,3 +430,14 @@ def test_an_empty_program_or_a_spinning_interval_is_refused(tmp_path):
         build(_values(run_dir=str(tmp_path / "run")), ["", "train.py"])
     with pytest.raises(ConfigError, match="under 0.001 s"):
         build(_values(run_dir=str(tmp_path / "run"), interval=1e-300), ["true"])
+
+
+@pytest.mark.timeout(30)
+def test_report_of_a_run_whose_journal_cannot_be_read_says_so(tmp_path, capsys):
+    from hangwatch.cli.main import main
+
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    sparse(run / "journal.jsonl", 2 << 30, rec("run_started", pid=1).encode() + b"\n")
+    assert main(["report", str(run)]) == EXIT_USAGE
+    assert "journal.jsonl: cannot read the journal: 2.0 GiB" in capsys.readouterr().err
