@@ -275,6 +275,9 @@ def test_a_store_blip_shorter_than_the_lease_leaves_every_later_call_right():
         peer.set("k", "v")
         frozen = psutil.Process(host.proc.pid)
         frozen.suspend()
+        deadline = time.monotonic() + 5
+        while frozen.status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+            time.sleep(0.01)  # SIGSTOP lands asynchronously
         try:
             for _ in range(2):
                 with pytest.raises(StoreError, match="did not answer"):

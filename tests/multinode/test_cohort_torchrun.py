@@ -235,18 +235,6 @@ def test_a_stop_on_one_node_stops_every_node_and_the_journals_say_why(job_factor
     assert not job.leftovers()
 
 
-@pytest.mark.timeout(120)
-def test_the_restart_limit_on_one_node_stops_every_node_with_its_code(job_factory):
-    """Node 1's policy allows no restart: every node gives up with its code (before: node 1
-    exited 71 while node 0 relaunched alone into a rendezvous that never completed, then 75)."""
-    job = job_factory(2, crash_node=1, wedge_step=3, extra={1: ["--max-restarts", "0"]})
-    codes = job.wait(90)
-    assert codes == [71, 71], [job.output(i) for i in range(2)]
-    final = job.journal(0)[-1]
-    assert final["event"] == "run_finished" and final["reason"].startswith("node 1: restart budget exhausted")
-    assert not job.leftovers()
-
-
 @pytest.mark.timeout(60)
 def test_a_node_that_never_shows_up_ends_the_wait_with_what_is_missing(tmp_path):
     """--join-timeout bounds the start: node 0 alone says which node is missing, a node

@@ -1,0 +1,161 @@
+"""Whole cohort runs through the real runner, with a fake tree per node and the in-memory store.
+
+No process is started: two ``Supervisor`` objects run in threads, each with its own
+fake clock (they never agree, on purpose), and speak through one ``MemoryStore``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from hangwatch.contract.exitcodes import EXIT_BUDGET
+from hangwatch.contract.journal import read_journal
+from hangwatch.contract.samples import DeviceSample, Sample
+from hangwatch.supervisor.cohort import Cohort, Membership
+from hangwatch.supervisor.config import SETTINGS, build
+from hangwatch.supervisor.killer import KillReport
+from hangwatch.supervisor.runner import Supervisor
+from hangwatch.supervisor.store import MemoryStore
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Clock:
+    def __init__(self, start: float) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(seconds, 0.001)
+        time.sleep(0.0005)  # let the other node's thread run while fake time flies
+
+
+@dataclass
+class Trainer:
+    pid: int
+    create_time: float
+    stdout_path: Path
+    stderr_path: Path
+    behaviour: str
+
+    def join_output(self, timeout: float) -> None:
+        pass
+
+
+@dataclass
+class Tree:
+    """Each attempt's trainer crashes at once or trains for a while and exits 0."""
+
+    clock: Clock
+    script: list[str]
+    launched: list[dict] = field(default_factory=list)
+    trainer: Trainer | None = None
+    started: float = 0.0
+
+    def launch(self, argv, env, attempt_dir):
+        self.launched.append(dict(env))
+        self.trainer = Trainer(5000 + len(self.launched), self.clock(), attempt_dir / "o", attempt_dir / "e",
+                               self.script[len(self.launched) - 1])
+        self.started = self.clock()
+        return self.trainer
+
+    def exit_code(self, trainer):
+        if trainer.behaviour == "crash":
+            return 1
+        if trainer.behaviour == "killed":
+            return -15
+        return 0 if self.clock() - self.started >= 3.0 else None
+
+    def sample(self):
+        return Sample(t=self.clock(), wall=self.clock(), cpu_pct={self.trainer.pid: 100.0},
+                      gpu=(DeviceSample(0, 50.0, 1000.0, (self.trainer.pid,)),), heartbeat=None, tree_size=1)
+
+    def describe(self):
+        return []
+
+    def watch(self, heartbeat):
+        pass
+
+    def forward(self, sig, trainer):
+        pass
+
+    def kill(self, grace, kill_timeout, launcher=None):
+        self.trainer.behaviour = "killed"
+        target = {"pid": self.trainer.pid, "create_time": 0.0, "pgid": self.trainer.pid, "name": "t"}
+        return KillReport((target,), (), (), (), 0.1)
+
+
+class Probe:
+    name = "fake"
+
+    def sample(self):
+        return (DeviceSample(0, 0.0, 0.0, ()),)
+
+    def close(self):
+        pass
+
+
+def _node(tmp_path: Path, store: MemoryStore, rank: int, script: list[str], **over) -> tuple[Supervisor, Tree]:
+    clock = Clock(start=1000.0 + 7200.0 * rank)  # clocks hours apart: nothing may compare them
+    values = {k: v[1] for k, v in SETTINGS.items()}
+    values.update(run_dir=str(tmp_path / f"run{rank}"), interval=1.0, stall_window=10.0, progress_timeout=30.0,
+                  backoff=2.0, gpu_probe="none", quiet=True, **over)
+    config = build(values, ["python", "train.py"])
+    config.run_dir.mkdir(parents=True)
+    cohort = Cohort(store, Membership(rank, 2, "127.0.0.1", 29600, "job"), {"same": True}, lease_interval=3600,
+                    lease_timeout=60, barrier_timeout=300, clock=clock, sleep=clock.sleep, wall=clock)
+    tree = Tree(clock, script)
+    sup = Supervisor(config, Probe(), lambda request: None, tree=tree, clock=clock, sleep=clock.sleep, wall=clock,
+                     cohort=cohort)
+    return sup, tree
+
+
+def _run_all(sups: list[Supervisor]) -> list[int | None]:
+    for s in sups:  # the CLI joins before running
+        threading.Thread(target=s.cohort.cohort.join, kwargs={"timeout": 60}).start()
+    deadline = time.monotonic() + 20
+    while not all(s.cohort.cohort._thread for s in sups) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    codes: list[int | None] = [None] * len(sups)
+
+    def run(i):
+        codes[i] = sups[i].run()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(sups))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=40)
+    for s in sups:
+        s.cohort.cohort.close(linger_cap=0)
+    return codes
+
+
+def test_the_restart_limit_on_one_node_stops_every_node_with_its_code(tmp_path):
+    """Node 1 allows no restart, node 0 would restart: both give up with node 1's code, and
+    node 0 never relaunches alone into a rendezvous node 1 will not join."""
+    store = MemoryStore()
+    (s0, t0), (s1, t1) = _node(tmp_path, store, 0, ["crash", "train"]), _node(tmp_path, store, 1, ["crash", "train"],
+                                                                                max_restarts=0)
+    assert _run_all([s0, s1]) == [EXIT_BUDGET, EXIT_BUDGET]
+    assert len(t0.launched) == 1 and len(t1.launched) == 1
+    last = read_journal(s0.run_dir / "journal.jsonl")[-1]
+    assert last["event"] == "run_finished" and last["reason"].startswith("node 1: restart budget exhausted")
+
+
+def test_a_crash_on_every_node_restarts_every_node_once_with_one_agreement(tmp_path):
+    store = MemoryStore()
+    (s0, t0), (s1, t1) = _node(tmp_path, store, 0, ["crash", "train"]), _node(tmp_path, store, 1, ["crash", "train"])
+    assert _run_all([s0, s1]) == [0, 0]
+    for sup, tree in ((s0, t0), (s1, t1)):
+        assert [env["HANGWATCH_ATTEMPT"] for env in tree.launched] == ["1", "2"]
+        records = read_journal(sup.run_dir / "journal.jsonl")
+        assert len([r for r in records if r["event"] == "cohort_incident"]) == 1
+        assert len([r for r in records if r["event"] == "cohort_agreed"]) == 1
