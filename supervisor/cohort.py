@@ -283,6 +283,7 @@ class Cohort:
             generation = str(theirs.get("generation", "")) if theirs is not None else ""
             if theirs is not None and generation not in (refused_in, self._generation):
                 self._generation = generation
+                self._left.clear()  # what we read under another generation is not this run's
                 try:
                     self._check_settings(theirs)
                 except CohortRefused as exc:
@@ -422,6 +423,7 @@ class Cohort:
         failure or a stop it waits at most ``linger_cap`` (default: twice the lease),
         long enough for the others to read why and stop themselves.
         """
+        self.on_stop = None  # this node's run is over: a stop seen now has nothing left to stop
         try:
             if self.local_stop is not None and not self._stop_published:
                 self._exchange_stop()
