@@ -20,7 +20,12 @@ in well under a second). It accepts:
 * line prefixes (quotes, timestamps, ``[rank3]:``, ``name | ``), markdown fences,
   HTML ``<details>``, shell prompts (``$ py-spy dump --pid 42`` names the pid of
   what follows), ``ray stack``'s ``Stack dump for ...`` and ``=== PID n ===``
-  separators, ``Arguments:``/``Locals:`` blocks.
+  separators, ``Arguments:``/``Locals:`` blocks (``Arguments::`` in py-spy 0.2);
+* what reporters and tools add on top: captions (``decode pid=951 (MainThread
+  active+gil):``), placeholder ids (``Thread N``), rank-labelled lines
+  (``DP0,1,2: frame``), a whole dump flattened onto one line, Windows and
+  markdown-escaped paths, cluster log prefixes (``stdout F``, ``srun --label``),
+  ANSI colours, and pystack's outermost-first threads.
 
 Everything else is skipped and counted; the report says how much was skipped
 and how confident the reading is. Text with no recognisable frame at all is
