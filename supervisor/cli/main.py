@@ -561,7 +561,8 @@ def _check_resumable(run_dir: Path) -> None:
     try:
         summary = summarise(journal)
     except OSError as exc:
-        raise UsageError(f"--resume {run_dir}: cannot read the journal: {exc.strerror or exc}") from exc
+        raise UsageError(f"--resume {run_dir}: cannot read the journal: {exc.strerror or exc}; this is not a run "
+                         "hangwatch can continue: start a new one with a new --run-dir") from exc
     if summary["finished"] is not None:
         raise UsageError(
             f"--resume {run_dir}: this run already finished ({summary['finished']['outcome']}, exit "
@@ -601,7 +602,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     try:
         summary = summarise(path)
     except OSError as exc:
-        raise UsageError(f"{path}: cannot read the journal: {exc.strerror or exc}") from exc
+        raise UsageError(f"{path}: cannot read the journal: {exc.strerror or exc}; is RUN_DIR a hangwatch run "
+                         "directory?") from exc
     if args.json:
         import json  # noqa: PLC0415
 
