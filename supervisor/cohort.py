@@ -303,14 +303,15 @@ class Cohort:
                         raise CohortRefused(str(MemberLeft(n, left)))
             now = self.clock()
             if refused_in is not None and not self._generation and now >= refused_until:
-                raise CohortRefused(f"node {self.me.node_rank} already joined this cohort ({self.me.cohort_id}); a "
-                                    "node cannot rejoin a running job: stop every node and start the job again")
+                raise CohortRefused(f"node {self.me.node_rank} already joined this cohort ({self.me.cohort_id}): two "
+                                    f"nodes started with --node-rank {self.me.node_rank}, or one restarted in a running "
+                                    "job, which a cohort cannot take back: stop every node and start the job again")
             if now >= deadline:
                 if theirs is None:
                     raise CohortRefused(f"node 0 did not join within {timeout:g} s (is hangwatch run started on node 0, "
                                         f"with --cohort {self.me.host}:{self.me.port}?)")
                 raise CohortRefused(f"nodes {missing} did not join within {timeout:g} s (is hangwatch run started on "
-                                    "every node, with the same --nnodes and --cohort?)")
+                                    "every node, with the same --nnodes, --cohort and --cohort-id?)")
             self.sleep(0.2)
         self.renew()
         self._thread = threading.Thread(target=self._lease_loop, name="cohort-lease", daemon=True)
