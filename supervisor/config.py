@@ -21,6 +21,7 @@ from hangwatch.contract import atomic
 from hangwatch.contract.capped import FileTooLarge, NotRegularFile, read_capped
 from hangwatch.supervisor.checkpoints import DEFAULT_GLOB, DEFAULT_MARKER, CheckpointSpec
 from hangwatch.contract.errors import ConfigError
+from hangwatch.contract.private import check_trusted_file
 from hangwatch.contract.redact import redact_argv, redact_text
 from hangwatch.supervisor.detector import DEFAULT_PHASE_TIMEOUTS, DetectorConfig
 from hangwatch.supervisor.restart import RestartPolicy
@@ -178,6 +179,9 @@ _KIND_WORDS = {float: "a number", int: "a whole number", bool: "true or false", 
 
 def load_file(path: Path) -> dict[str, Any]:
     try:
+        # It chooses commands hangwatch runs as us (--notify-command): only if nobody else can change it.
+        check_trusted_file(path, "config file", "whoever can change it chooses what hangwatch runs as you "
+                           "(--notify-command, the run directory)")
         text = read_capped(path, MAX_CONFIG_BYTES).decode("utf-8")
         raw = tomllib.loads(text)
     except FileNotFoundError as exc:

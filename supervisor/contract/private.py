@@ -83,7 +83,7 @@ def check_ancestors(path: Path, what: str) -> None:
         if stat.S_ISDIR(st.st_mode) and st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
             raise UnsafePathError(
                 f"{what} {path}: {folder} on its way is writable by group or others and not sticky (mode "
-                f"{stat.S_IMODE(st.st_mode):o}): another user could rename the run directory and put a link in its "
+                f"{stat.S_IMODE(st.st_mode):o}): another user could rename what is below it and put a link in its "
                 f"place; `chmod go-w {folder}` or `chmod +t {folder}`, or choose a path under directories only you or "
                 "root control")
 
@@ -117,6 +117,23 @@ def _check_entries(path: Path, what: str) -> None:
                 raise UnsafePathError(
                     f"{what} {path} holds {entry.name!r}, {why}: hangwatch never writes through what another user may "
                     f"have planted; remove {Path(entry.path)} if you know what it is, or use a new --run-dir")
+
+
+def check_trusted_file(path: Path, what: str, why: str) -> None:
+    """Refuse a file that decides what hangwatch runs (a config file: ``--notify-command``)
+    when someone but us or root could change it, or a directory on its way."""
+    check_ancestors(path, what)
+    real = Path(os.path.realpath(path))
+    st = os.stat(real)
+    if not stat.S_ISREG(st.st_mode):
+        return  # not a file at all: its reader says what it is instead
+    me = os.geteuid()
+    if st.st_uid not in (0, me):
+        raise UnsafePathError(f"{what} {path} is owned by uid {st.st_uid}, not by you (uid {me}) or root: {why}; "
+                              f"use a copy of your own")
+    if st.st_mode & 0o022:
+        raise UnsafePathError(f"{what} {path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o}): "
+                              f"{why}; `chmod go-w {real}`")
 
 
 def check_private_file(path: Path, what: str) -> None:

@@ -441,3 +441,23 @@ def test_report_of_a_run_whose_journal_cannot_be_read_says_so(tmp_path, capsys):
     sparse(run / "journal.jsonl", 2 << 30, rec("run_started", pid=1).encode() + b"\n")
     assert main(["report", str(run)]) == EXIT_USAGE
     assert "journal.jsonl: cannot read the journal: 2.0 GiB" in capsys.readouterr().err
+
+
+@needs_root
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("how", ["world-writable", "another-users", "in-a-shared-folder"])
+def test_a_config_file_others_can_change_is_refused(tmp_path, how):
+    from hangwatch.supervisor.config import load_file
+
+    folder = tmp_path / "etc"
+    folder.mkdir()
+    config = folder / "c.toml"
+    config.write_text('notify-command = "id > /tmp/pwned"\n')  # runs as the supervisor's user on every alert
+    if how == "world-writable":
+        config.chmod(0o666)
+    elif how == "another-users":
+        os.chown(config, NOBODY, NOBODY)
+    else:
+        folder.chmod(0o777)
+    with pytest.raises(ConfigError, match="(writable by group or others|owned by uid 65534)"):
+        load_file(config)
