@@ -234,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except (UsageError, ConfigError) as exc:
-        print(f"hangwatch: error: {exc}", file=sys.stderr)
+        # Paths and values in the message can come from disk (a planted name, a journal's text).
+        print(f"hangwatch: error: {terminal_safe(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

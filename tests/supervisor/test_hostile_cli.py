@@ -461,3 +461,12 @@ def test_a_config_file_others_can_change_is_refused(tmp_path, how):
         folder.chmod(0o777)
     with pytest.raises(ConfigError, match="(writable by group or others|owned by uid 65534)"):
         load_file(config)
+
+
+@pytest.mark.timeout(30)
+def test_errors_never_put_terminal_escapes_on_the_console(tmp_path, capsys):
+    from hangwatch.cli.main import main
+
+    assert main(["run", "--gpu-probe", "none", "--checkpoint-dir", "/nonexistent\x1b]0;pwned\x07/a/b", "--", "true"]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "\\x1b]0;pwned\\x07" in err
