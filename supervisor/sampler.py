@@ -10,7 +10,7 @@ from typing import Callable
 
 import psutil
 
-from hangwatch.contract.heartbeat import engine_heartbeat_path, read_engine_beacons, read_heartbeat
+from hangwatch.contract.heartbeat import Heartbeat, engine_heartbeat_path, read_engine_beacons, read_heartbeat
 from hangwatch.supervisor.probes import GpuProbe
 from hangwatch.supervisor.proctree import CpuMeter, ProcessTree
 from hangwatch.contract.samples import Sample
@@ -39,8 +39,28 @@ class Sampler:
         gpu = self.probe.sample()
         hb = read_heartbeat(self.heartbeat_path) if self.heartbeat_path else None
         engine = read_engine_beacons(self.engine_path) if self.engine_path else ()
+        if engine:
+            engine = own_beats(engine, members)
         return Sample(t=self.clock(), wall=time.time(), cpu_pct=cpu, gpu=gpu, heartbeat=hb, tree_size=len(members),
                       engine=engine)
+
+
+# A beat is written after its process started; psutil's start time is good to about a
+# second (the boot time it counts from is whole seconds). Older than this: not that process's.
+_BEAT_BEFORE_START_S = 5.0
+
+
+def own_beats(beats: tuple[Heartbeat, ...], members: list[psutil.Process]) -> tuple[Heartbeat, ...]:
+    """The engine beats written by the process that holds their pid now. A beat from before
+    that process started is a dead worker's file left behind under a reused pid: judged as
+    the new process's, its stale "in flight" would read as a stuck engine."""
+    started: dict[int, float] = {}
+    for proc in members:
+        try:
+            started[proc.pid] = proc.create_time()
+        except psutil.Error:
+            continue
+    return tuple(b for b in beats if b.pid not in started or b.ts >= started[b.pid] - _BEAT_BEFORE_START_S)
 
 
 class SampleWindow:

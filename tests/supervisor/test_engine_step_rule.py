@@ -157,3 +157,28 @@ def test_engine_beacons_are_read_one_file_per_process(tmp_path):
     assert sorted((b.pid, b.phase) for b in beats) == [(os.getpid(), "generate"), (os.getpid(), "idle")]
     assert read_engine_beacons(tmp_path / "missing" / "engine-heartbeat.json") == ()
 
+
+def test_a_dead_workers_beat_left_behind_under_a_reused_pid_is_not_the_new_processs():
+    """The file of a worker that died without its cleanup stays; a new process gets its pid.
+    The sampler keeps only beats written since the pid's current process started, so the
+    stale "in flight" is never judged (the detector alone cannot tell: it has no start times)."""
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from hangwatch.supervisor.sampler import own_beats
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        proc = psutil.Process(child.pid)
+        now = time.time()
+        stale = Heartbeat(child.pid, 40, now - 3600, 300, "generate")  # written an hour before it started
+        fresh = Heartbeat(child.pid, 2, now, 1, "generate")
+        elsewhere = Heartbeat(4_194_000, 7, now - 3600, 3, "generate")  # not in the tree: the detector's call
+        assert own_beats((stale, elsewhere), [proc]) == (elsewhere,)
+        assert own_beats((fresh,), [proc]) == (fresh,)
+    finally:
+        child.kill()
+        child.wait(5)

@@ -303,26 +303,6 @@ def test_a_job_stopped_and_continued_is_not_an_engine_wedge():
             if v.evidence.get("rule") == "engine_step"] == []
 
 
-@pytest.mark.xfail(strict=True, reason="a dead engine's beat is forgotten, then judged afresh as soon as a "
-                                       "new process holds its pid: while the dead one's file is still there, "
-                                       "its stale in-flight beat times out 30 s later")
-def test_a_dead_workers_file_left_behind_is_not_judged_under_a_reused_pid():
-    pid = 3001
-    det = Detector(DetectorConfig(), start=0.0)
-    verdicts = []
-    for t in range(0, 12):  # a worker stepping
-        beat = Heartbeat(pid, 400 + 10 * t, t + 0.9, 300 + 10 * t, "generate")
-        verdicts.append(det.observe(_tick(t, {1000: 1.0, pid: 50.0}, [beat])))
-    # It dies mid-request and its file stays (the cleanup did not run); a new process takes
-    # the pid and loads for minutes before its first request, as a worker does.
-    for t in range(12, 200):
-        verdicts.append(det.observe(_tick(t, {1000: 1.0, **({pid: 90.0} if t >= 60 else {})}, [beat])))
-    # Its own first beats; then it wedges for real, and that is still caught.
-    for t in range(200, 210):
-        beat = Heartbeat(pid, 1 + t, t + 0.5, 1 + t, "generate")
-        verdicts.append(det.observe(_tick(t, {1000: 1.0, pid: 50.0}, [beat])))
-    healthy = [v.to_json() for v in verdicts if v is not None]
-    for t in range(210, 245):
-        verdicts.append(det.observe(_tick(t, {1000: 1.0, pid: 1.0}, [beat])))
-    assert healthy == []
-    assert [v.evidence["rule"] for v in verdicts if v is not None] == ["engine_step"]
+# A third: a dead worker's file left behind while a new process holds its pid. The detector
+# cannot tell that beat from the new process's (it has no start times); the sampler drops a
+# beat written before its pid's current process started (test_engine_step_rule.py).
