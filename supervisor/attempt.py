@@ -227,7 +227,8 @@ def recovery_level(
     now: float,
     retry_window: float,
     in_cohort: bool = False,
-    engine_pid: int | None = None,
+    evidence: Mapping[str, Any] | None = None,
+    window: float | None = None,
 ) -> RecoveryLevel:
     """Whether this incident can be recovered by restarting the rollout engine alone.
 
@@ -236,13 +237,19 @@ def recovery_level(
     ``generate`` phase, with an isolated engine worker in the tree. Anything else,
     or a second engine-level incident within ``retry_window``, is a job restart.
 
-    ``engine_pid`` (the worker the engine step rule found stuck) narrows the kill to
-    that worker's group: a generator may keep a standby worker, asleep and healthy,
-    which must survive to take over. Without it every engine group is the suspect.
+    Where the engines beat their steps (``evidence["engine_beats"]``), they say which one
+    the trainer waits on (``engine_pid``, the in-flight engine silent the longest), and the
+    level follows them: no engine in flight, or one still stepping when another rule fired
+    (on a node with several ranks, the last beat's phase may be another rank's), is not an
+    engine wedge; the kill is narrowed to that worker's group, so a standby worker, asleep
+    and healthy, survives to take over; and a stuck worker already gone (the generator's
+    own timeout killed it) is level 1 with nothing left to kill. Without beats (an older
+    worker) every engine group is the suspect.
     """
     def job(reason: str) -> RecoveryLevel:
         return RecoveryLevel(2, reason)
 
+    evidence = evidence or {}
     if mode == "job":
         return job("--recovery job")
     if in_cohort:
@@ -252,12 +259,24 @@ def recovery_level(
     if phase not in GENERATE_PHASES:
         return job(f"the trainer was in phase {phase or 'unknown'!r}, not waiting on rollouts: its own threads are stalled")
     groups = engine_groups(tree) - {trainer_pgid}
-    if not groups:
+    engine_pid = evidence.get("engine_pid")
+    if evidence.get("engine_beats"):
+        if engine_pid is None:
+            return job("no rollout engine had a request in flight: the trainer was not waiting on one")
+        silent = float(evidence.get("engine_silent_s") or 0.0)
+        if evidence.get("rule") != "engine_step" and silent < (window or 0.0) / 2:
+            return job(f"the rollout engine (pid {engine_pid}) was still stepping ({silent:.0f} s since its last "
+                       f"step): the stall is elsewhere")
+        holder = next((p for p in tree if p.pid == engine_pid), None)
+        if holder is not None and holder.pgid not in groups:
+            return job("no isolated engine worker: the stuck engine runs inside the trainer's process")
+        groups = frozenset({holder.pgid}) if holder is not None else frozenset()
+    elif not groups:
         return job("no isolated engine worker in the tree")
-    stuck = frozenset(p.pgid for p in tree if p.pid == engine_pid) & groups if engine_pid is not None else frozenset()
-    if stuck:
-        groups = stuck
     if last_engine_restart is not None and now - last_engine_restart < retry_window:
         return job(f"a second engine wedge {now - last_engine_restart:.0f} s after the last engine restart "
                    f"(--engine-retry-window {retry_window:g} s)")
+    if not groups:
+        return RecoveryLevel(1, f"the stuck engine worker (pid {engine_pid}) is gone already: its generator "
+                                f"restarts it", frozenset())
     return RecoveryLevel(1, "the rollout engine's worker is wedged while the trainer waits on it", groups)

@@ -429,13 +429,18 @@ class Detector:
 
     def _evidence(self, sample: Sample, scan: "_Scan", tree_cpu: float) -> dict[str, Any]:
         evidence = self._base_evidence(sample, scan, tree_cpu)
+        if sample.engine:
+            evidence["engine_beats"] = len(sample.engine)  # the engines say which one, if any, was in flight
         in_flight = [e for e in sample.engine if _in_flight(e, sample)]
         if in_flight:
             # Whichever rule fired, the engine with a request in flight (the longest silent of
             # them) is the engine suspect: engine-level recovery kills its group, and spares a
-            # standby worker.
-            engine = min(in_flight, key=lambda e: self._engines.get(e.pid, (None, sample.t))[1])
-            evidence.update(engine_pid=engine.pid, engine_steps=engine.step)
+            # standby worker. How long it has been silent tells a stuck engine from one that
+            # steps while something else is stalled.
+            since = {e.pid: self._engines.get(e.pid, (None, sample.t))[1] for e in in_flight}
+            engine = min(in_flight, key=lambda e: since[e.pid])
+            evidence.update(engine_pid=engine.pid, engine_steps=engine.step,
+                            engine_silent_s=round(sample.t - since[engine.pid], 3))
         return evidence
 
     def _base_evidence(self, sample: Sample, scan: "_Scan", tree_cpu: float) -> dict[str, Any]:

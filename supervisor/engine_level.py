@@ -3,20 +3,23 @@
 Which level a verdict gets is decided by ``attempt.recovery_level``; this carries level 1
 out and remembers what the run needs about it (docs/generator.md, docs/journal.md)::
 
-    write the control file (the policy the trainer's generator restarts its engine with)
-    -> SIGKILL the worker's process group, no grace -> wait for its GPU memory
-    -> ``engine_restart``; later, at the first heartbeat past the wedged step,
-       ``engine_recovered``
+    write the control file (the policy the trainer's generator restarts its engine with,
+    and which worker it is for) -> SIGKILL the worker's process group, no grace
+    -> ``engine_restart``; later, at the first heartbeat past the wedged step of the
+       same attempt, ``engine_recovered``
 
 The control file goes first so that the generator, woken by its worker's death, already
 finds its instruction. The kill has no grace: the worker holds nothing worth saving (the
 trainer keeps the weights and retries the batch) and the wedge it is killed for ignores
-SIGTERM, so a grace would only add the quiet rule's second to every engine restart.
+SIGTERM, so a grace would only add the quiet rule's second to every engine restart. There
+is no wait for the GPU memory here: the generator restarts its engine as soon as it sees
+the worker die, and a process confirmed dead has had its device memory freed by the
+driver as it exited. A stuck worker already gone (the generator's own timeout killed it
+first) leaves nothing to kill: the restart is the generator's, and it is journaled as such.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,10 +27,9 @@ import structlog
 
 from hangwatch.contract.control import write_control
 from hangwatch.contract.journal import Journal
-from hangwatch.contract.samples import DeviceSample, Sample
+from hangwatch.contract.samples import Sample
 from hangwatch.contract.verdict import Verdict
 from hangwatch.supervisor.attempt import GraphPolicy, RecoveryLevel
-from hangwatch.supervisor.killer import KillReport
 from hangwatch.supervisor.tree import TreeOps
 
 log = structlog.get_logger("hangwatch.run")
@@ -41,14 +43,11 @@ class EngineLevel:
     (for the retry window) and the one still waiting for the trainer to progress."""
 
     def __init__(self, tree: TreeOps, journal: Callable[[], Journal], clock: Callable[[], float], *,
-                 kill_timeout: float, read_gpu: Callable[[], Sequence[DeviceSample] | None] | None,
-                 wait_gpu_release: Callable[[KillReport, Sequence[DeviceSample] | None], None]) -> None:
+                 kill_timeout: float) -> None:
         self.tree = tree
         self.journal = journal
         self.clock = clock
         self.kill_timeout = kill_timeout
-        self.read_gpu = read_gpu  # None: no GPU probe, no release to wait for
-        self.wait_gpu_release = wait_gpu_release
         self.restarts = 0
         self.last_restart: float | None = None
         self._pending: dict[str, Any] | None = None
@@ -57,14 +56,18 @@ class EngineLevel:
                 control: Path, evidence: Path | None) -> bool:
         """Tell the trainer the policy, kill only the engine worker's group; True if that worked
         (False: the caller restarts the job, level 2)."""
+        journal = self.journal()
+        if not level.engine_pgids:
+            return self._restarted_by_generator(attempt, level, verdict, evidence)
         self.restarts += 1
+        # ``pgids``: the workers it is for (a worker leads its own group), so that another rank's
+        # generator, failing later for another reason, does not take it for its own.
         write_control(control, {"seq": self.restarts, "action": "restart_engine", "attempt": attempt,
                                 "cudagraphs": "off" if policy.cudagraphs_off else "on",
-                                "enforce_eager": policy.enforce_eager, "reason": verdict.reason})
+                                "enforce_eager": policy.enforce_eager, "reason": verdict.reason,
+                                "pgids": sorted(level.engine_pgids)})
         started = self.clock()
-        before = self.read_gpu() if self.read_gpu is not None else None
         report = self.tree.kill_groups(level.engine_pgids, grace=0.0, kill_timeout=self.kill_timeout)
-        journal = self.journal()
         if report is not None:
             journal.append("kill", attempt=attempt, reason=f"{verdict.kind.value} (engine only)", scope="engine",
                            **report.to_json())
@@ -74,11 +77,10 @@ class EngineLevel:
                            escalated_to="job")
             log.error("engine_restart", message="the engine worker could not be killed alone; restarting the job")
             return False
-        if report.pids and self.read_gpu is not None:
-            self.wait_gpu_release(report, before)
         now = self.clock()
         self.last_restart = now
-        self._pending = {"onset": verdict.onset, "killed_at": now, "step": verdict.evidence.get("step")}
+        self._pending = {"attempt": attempt, "onset": verdict.onset, "killed_at": now,
+                         "step": verdict.evidence.get("step")}
         journal.append("engine_restart", attempt=attempt, ok=True, pgids=sorted(level.engine_pgids),
                        pids=list(report.pids), reason=level.reason,
                        cudagraphs="off" if policy.cudagraphs_off else "on", enforce_eager=policy.enforce_eager,
@@ -89,9 +91,25 @@ class EngineLevel:
             f"restarts it with {policy.describe()} and retries the batch"))
         return True
 
+    def _restarted_by_generator(self, attempt: int, level: RecoveryLevel, verdict: Verdict,
+                                evidence: Path | None) -> bool:
+        now = self.clock()
+        self.last_restart = now
+        self._pending = {"attempt": attempt, "onset": verdict.onset, "killed_at": now,
+                         "step": verdict.evidence.get("step")}
+        self.journal().append("engine_restart", attempt=attempt, ok=True, pgids=[], pids=[], reason=level.reason,
+                              by="generator", onset_to_killed_s=round(now - verdict.onset, 3), kill_s=0.0,
+                              evidence_path=str(evidence) if evidence else None)
+        log.warning("engine_restart", message=f"{level.reason}; nothing left to kill, watching the trainer")
+        return True
+
     def observe(self, attempt: int, sample: Sample) -> None:
-        """Journal ``engine_recovered`` at the first heartbeat past the step the engine wedged in."""
+        """Journal ``engine_recovered`` at the first heartbeat past the step the engine wedged
+        in, in the same attempt (a restart whose retry failed is never 'recovered' by the next
+        attempt's progress)."""
         pending, hb = self._pending, sample.heartbeat
+        if pending is not None and pending["attempt"] != attempt:
+            self._pending = pending = None
         if pending is None or hb is None or hb.step is None:
             return
         if pending["step"] is not None and hb.step <= pending["step"]:

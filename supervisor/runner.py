@@ -23,7 +23,6 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,7 +32,7 @@ from hangwatch.contract.capture import CaptureHook, CaptureRequest
 from hangwatch.contract.exitcodes import EXIT_UNKILLABLE
 from hangwatch.contract.journal import Journal, read_journal
 from hangwatch.contract.redact import redact_argv
-from hangwatch.contract.samples import DeviceSample, Sample
+from hangwatch.contract.samples import Sample
 from hangwatch.contract.verdict import Verdict, VerdictKind, classify_exit
 from hangwatch.supervisor.attempt import (AttemptLifecycle, AttemptState, RecoveryLevel, RunState, attempt_argv,
                                           attempt_environment, engine_detect_within, escalate, recovery_level)
@@ -93,10 +92,7 @@ class Supervisor:
         # Multi-node: the other nodes' supervisors (docs/multinode.md).
         self.cohort = CohortLink(cohort, lambda: self.journal) if cohort is not None else None
         # Level 1: engine-only recoveries (docs/generator.md).
-        self.engine_level = EngineLevel(
-            self.tree, lambda: self.journal, clock, kill_timeout=config.kill.kill_timeout,
-            read_gpu=None if isinstance(probe, NoProbe) else probe.sample,
-            wait_gpu_release=lambda report, before: self._wait_gpu_release(report, before=before, engine_only=True))
+        self.engine_level = EngineLevel(self.tree, lambda: self.journal, clock, kill_timeout=config.kill.kill_timeout)
         self._beat_pids: set[int] = set()  # the processes that sent heartbeats, this attempt
         self._agreed_step: int | None = None
         self._stop_signal: int | None = None
@@ -242,7 +238,7 @@ class Supervisor:
                 verdict.kind, mode=self.config.recovery, phase=verdict.phase, tree=self.tree.describe(),
                 trainer_pgid=trainer.pid, last_engine_restart=self.engine_level.last_restart, now=self.clock(),
                 retry_window=self.config.engine_retry_window, in_cohort=self.cohort is not None,
-                engine_pid=verdict.evidence.get("engine_pid"))
+                evidence=verdict.evidence, window=verdict.window)
             self.journal.append("recovery", attempt=st.attempt, level=level.level,
                                 scope="engine" if level.level == 1 else "job", reason=level.reason)
             if level.level == 1 and self._restart_engine(level, verdict, Path(ours["HANGWATCH_CONTROL"]), evidence):
@@ -539,8 +535,7 @@ class Supervisor:
         )
         return report
 
-    def _wait_gpu_release(self, report: KillReport, *, before: Sequence[DeviceSample] | None = None,
-                          engine_only: bool = False) -> None:
+    def _wait_gpu_release(self, report: KillReport) -> None:
         pids = set(report.pids)
         threshold = self.config.kill.gpu_release_mib
         started = self.clock()
@@ -548,7 +543,7 @@ class Supervisor:
         devices = None
         while True:
             devices = self.probe.sample()
-            if devices is not None and gpu_released(devices, pids, threshold, before=before, engine_only=engine_only):
+            if devices is not None and gpu_released(devices, pids, threshold):
                 released = True
                 break
             if self.clock() >= deadline:

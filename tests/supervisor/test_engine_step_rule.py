@@ -121,16 +121,46 @@ def test_engine_level_recovery_kills_the_stuck_worker_and_spares_the_standby():
         (STANDBY, STANDBY, "python -P -u -m hangwatch.generator.worker"))]
     kw = dict(mode="auto", phase="generate", tree=tree, trainer_pgid=TRAINER, last_engine_restart=None, now=1.0,
               retry_window=600.0)
-    assert recovery_level(VerdictKind.STALL, engine_pid=WORKER, **kw).engine_pgids == {WORKER}
+    stuck = {"rule": "engine_step", "engine_beats": 2, "engine_pid": WORKER, "engine_silent_s": 30.0}
+    assert recovery_level(VerdictKind.STALL, evidence=stuck, **kw).engine_pgids == {WORKER}
     assert recovery_level(VerdictKind.STALL, **kw).engine_pgids == {WORKER, STANDBY}, "no beacon: every engine group"
-    assert recovery_level(VerdictKind.STALL, engine_pid=4242, **kw).engine_pgids == {WORKER, STANDBY}
+
+
+def test_a_stuck_worker_already_gone_is_not_a_licence_to_kill_the_others():
+    """The generator's own timeout killed the stuck worker and promoted the standby before the
+    supervisor decided: level 1 with nothing to kill, never every engine group."""
+    tree = [TreeProcess(pid, 0.0, 1, pgid, pgid, "python", tuple(cmd.split())) for pid, pgid, cmd in (
+        (TRAINER, TRAINER, "python train.py"), (STANDBY, STANDBY, "python -P -u -m hangwatch.generator.worker"))]
+    gone = {"rule": "engine_step", "engine_beats": 1, "engine_pid": WORKER, "engine_silent_s": 30.0}
+    level = recovery_level(VerdictKind.STALL, mode="auto", phase="generate", tree=tree, trainer_pgid=TRAINER,
+                           last_engine_restart=None, now=1.0, retry_window=600.0, evidence=gone, window=30.0)
+    assert level.level == 1 and level.engine_pgids == frozenset() and "gone already" in level.reason
+
+
+def test_a_stall_elsewhere_while_the_engine_steps_is_a_job_restart():
+    """Several ranks on one node: rank 3's own kernel is wedged while rank 5's engine is still
+    generating (and rank 5's beat, saying generate, was the last). Its healthy worker must not
+    be killed for rank 3's wedge."""
+    tree = [TreeProcess(pid, 0.0, 1, pgid, pgid, "python", tuple(cmd.split())) for pid, pgid, cmd in (
+        (TRAINER, TRAINER, "torchrun train.py"), (WORKER, WORKER, "python -P -u -m hangwatch.generator.worker"))]
+    kw = dict(mode="auto", phase="generate", tree=tree, trainer_pgid=TRAINER, last_engine_restart=None, now=1.0,
+              retry_window=600.0, window=60.0)
+    stepping = {"engine_beats": 2, "engine_pid": WORKER, "engine_silent_s": 0.4}
+    level = recovery_level(VerdictKind.STALL, evidence=stepping, **kw)
+    assert level.level == 2 and "still stepping" in level.reason
+    idle = {"engine_beats": 2}
+    assert "no rollout engine had a request in flight" in recovery_level(VerdictKind.STALL, evidence=idle, **kw).reason
+    # The stall rule first (engine step timeout longer than the window) on an engine silent as long: level 1.
+    silent = {"engine_beats": 2, "engine_pid": WORKER, "engine_silent_s": 58.0}
+    assert recovery_level(VerdictKind.STALL, evidence=silent, **kw).engine_pgids == {WORKER}
 
 
 def test_an_in_process_engine_that_stops_stepping_is_a_job_restart():
     """TRL's colocate engine beats from the trainer's own pid: nothing to restart alone."""
     tree = [TreeProcess(TRAINER, 0.0, 1, TRAINER, TRAINER, "python", ("python", "train_grpo.py"))]
     level = recovery_level(VerdictKind.STALL, mode="auto", phase="generate", tree=tree, trainer_pgid=TRAINER,
-                           last_engine_restart=None, now=1.0, retry_window=600.0, engine_pid=TRAINER)
+                           last_engine_restart=None, now=1.0, retry_window=600.0,
+                           evidence={"rule": "engine_step", "engine_beats": 1, "engine_pid": TRAINER})
     assert level.level == 2 and "no isolated engine worker" in level.reason
 
 

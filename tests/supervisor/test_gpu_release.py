@@ -1,16 +1,17 @@
-"""When killed processes' GPU memory counts as released (``gpu_release.gpu_released``), and the
-engine-level recovery waiting on it with fakes: where the probe lists no processes (NVML in a
-container), an engine restart must not wait out the whole --gpu-release-timeout because the
-trainer, alive on purpose, still holds its own memory."""
+"""When killed processes' GPU memory counts as released after a whole-tree kill
+(``gpu_release.gpu_released``), and the engine-level restart with fakes: what it writes, what
+it kills, and what it leaves alone."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from hangwatch.contract.journal import Journal, read_journal
-from hangwatch.contract.samples import DeviceSample
+from hangwatch.contract.heartbeat import Heartbeat
+from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import Verdict, VerdictKind
 from hangwatch.supervisor.attempt import GraphPolicy, RecoveryLevel
 from hangwatch.supervisor.engine_level import EngineLevel
@@ -36,20 +37,6 @@ def test_whole_tree_on_unlisted_devices_needs_them_all_but_empty():
     assert gpu_released([_dev(0, 0.5 * GIB), _dev(1, 0.3 * GIB)], {20}, GIB)
 
 
-def test_engine_only_on_unlisted_devices_is_judged_by_the_drop_since_the_kill():
-    before = [_dev(0, 70 * GIB), _dev(1, 30 * GIB)]  # the engine on 0 beside the trainer; 1 is the trainer's
-    held = [_dev(0, 70 * GIB), _dev(1, 30 * GIB)]
-    freed = [_dev(0, 30 * GIB), _dev(1, 30 * GIB)]
-    assert not gpu_released(held, {20}, GIB, before=before, engine_only=True)
-    assert gpu_released(freed, {20}, GIB, before=before, engine_only=True)
-    # The whole-tree test would have waited for an empty device: the trainer's 30 GiB never go.
-    assert not gpu_released(freed, {20}, GIB, before=before)
-
-
-def test_engine_only_with_no_reading_at_the_kill_trusts_the_confirmed_kill():
-    assert gpu_released([_dev(0, 30 * GIB)], {20}, GIB, before=None, engine_only=True)
-
-
 class _Tree:
     def __init__(self) -> None:
         self.kills: list[tuple[frozenset[int], float]] = []
@@ -61,19 +48,39 @@ class _Tree:
                           survivors=(), duration_s=0.01, grace_rule="none", grace_s=0.0)
 
 
-def test_the_engine_restart_reads_the_gpu_before_the_kill_and_kills_without_grace(tmp_path: Path):
+def _restart(tmp_path: Path, pgids: frozenset[int], attempt: int = 1):
     journal = Journal(tmp_path / "journal.jsonl", "run")
-    readings = iter([[_dev(0, 70 * GIB)]])
-    waited: list[tuple[KillReport, object]] = []
     tree = _Tree()
-    level = EngineLevel(tree, lambda: journal, lambda: 100.0, kill_timeout=5.0, read_gpu=lambda: next(readings),
-                        wait_gpu_release=lambda report, before: waited.append((report, before)))
+    level = EngineLevel(tree, lambda: journal, lambda: 100.0, kill_timeout=5.0)
     verdict = Verdict(VerdictKind.STALL, detected_at=100.0, onset=96.0, reason="engine made no step",
                       evidence={"step": 17})
     control = tmp_path / "control.json"
-    ok = level.restart(1, GraphPolicy(cudagraphs_off=True), RecoveryLevel(1, "engine only", frozenset({20})),
+    ok = level.restart(attempt, GraphPolicy(cudagraphs_off=True), RecoveryLevel(1, "engine only", pgids),
                        verdict, control, None)
+    return ok, level, tree, control, journal
+
+
+def test_the_engine_restart_names_its_worker_in_the_control_file_and_kills_without_grace(tmp_path: Path):
+    ok, level, tree, control, _ = _restart(tmp_path, frozenset({20}))
     assert ok and tree.kills == [(frozenset({20}), 0.0)]
-    assert waited and waited[0][1] == [_dev(0, 70 * GIB)], "the reading from before the kill is the baseline"
+    record = json.loads(control.read_text())
+    assert record["pgids"] == [20] and record["cudagraphs"] == "off" and record["seq"] == 1
     events = [r["event"] for r in read_journal(tmp_path / "journal.jsonl")]
     assert events == ["kill", "engine_restart"] and level.restarts == 1 and level.last_restart == 100.0
+
+
+def test_a_stuck_worker_already_gone_is_the_generators_restart_and_nothing_is_killed(tmp_path: Path):
+    """The generator's own timeout killed the stuck worker first and promoted its standby:
+    the supervisor must not kill whatever engine is left (it widened to every group once)."""
+    ok, level, tree, control, _ = _restart(tmp_path, frozenset())
+    assert ok and tree.kills == [] and not control.exists()
+    (restart,) = [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_restart"]
+    assert restart["by"] == "generator" and restart["pids"] == [] and level.last_restart == 100.0
+
+
+def test_a_restart_whose_retry_failed_is_not_recovered_by_the_next_attempt(tmp_path: Path):
+    ok, level, _, _, _ = _restart(tmp_path, frozenset({20}), attempt=1)
+    beat = Heartbeat(1000, 9, 0.0, 18, "train")
+    level.observe(2, Sample(t=103.0, wall=103.0, cpu_pct={}, gpu=None, heartbeat=beat))
+    level.observe(1, Sample(t=104.0, wall=104.0, cpu_pct={}, gpu=None, heartbeat=beat))
+    assert not [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_recovered"]
