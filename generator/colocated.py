@@ -148,7 +148,8 @@ class ColocatedGenerator:
         self.device = device or str(next(model.parameters()).device)
         self.staging_dir = staging_dir
         self._stager = Stager(staging_dir, reuse=reuse_staging)
-        self.timeouts = _at_least_detection(timeouts, os.environ.get(names.DETECT_WITHIN))
+        self._detect_within = _seconds(os.environ.get(names.DETECT_WITHIN))  # None: no supervisor to wait for
+        self.timeouts = _at_least_detection(timeouts, self._detect_within)
         # Trainer-side names, tied weights once (named_parameters dedups aliases).
         self._weights = weights or (lambda: ((n, p.detach()) for n, p in model.named_parameters()))
         self.parent_death_signal = parent_death_signal
@@ -169,6 +170,7 @@ class ColocatedGenerator:
         self._standby_policy: RolloutPolicy | None = safer_policy(self.policy) if standby else None
         self._standby_applied: AppliedSettings | None = None
         self._failed_at: str | None = None  # the phase the last call failed in
+        self._failed_pid: int | None = None  # the worker the last call failed on
         self._backstop_used = False
 
     @property
@@ -205,12 +207,36 @@ class ColocatedGenerator:
                 "enforce_eager": policy.enforce_eager, "by": "generator"}
 
     def _new_instruction(self) -> dict[str, Any] | None:
-        """A ``restart_engine`` instruction from the supervisor that we have not acted on yet."""
+        """A ``restart_engine`` instruction from the supervisor for our failed worker that we
+        have not acted on yet."""
+        record = self._pending_instruction()
+        if record is not None:
+            self._control_seq = int(record["seq"])
+        return record
+
+    def _pending_instruction(self) -> dict[str, Any] | None:
         record = read_control(self.control_path)
         if record is None or int(record["seq"]) <= self._control_seq or record.get("action") != "restart_engine":
             return None
-        self._control_seq = int(record["seq"])
+        targets = record.get("pgids")
+        if isinstance(targets, list) and self._failed_pid not in targets:
+            return None  # another rank's worker (a worker leads its own process group)
         return record
+
+    def _await_supervisor(self) -> None:
+        """Our generate timeout counts from the request's start, the supervisor's engine rule
+        from the engine's last step: a wedge late in a long request reaches our timeout first.
+        Under hangwatch, give the supervisor its ``HANGWATCH_DETECT_WITHIN`` to take the
+        evidence and act (it kills the worker and leaves an instruction) before we kill the
+        worker ourselves and lose the evidence."""
+        worker, within = self.worker, self._detect_within
+        if worker is None or within is None:
+            return
+        deadline = time.monotonic() + within
+        logger.warning("the engine did not answer generate in time; waiting up to %.0f s for hangwatch to take "
+                       "the evidence and restart it", within)
+        while time.monotonic() < deadline and worker.alive() and self._pending_instruction() is None:
+            time.sleep(0.2)
 
     def _apply_instruction(self, instruction: Mapping[str, Any], cause: BaseException) -> None:
         """Take the supervisor's policy for the next worker (the dead one is already gone):
@@ -307,6 +333,9 @@ class ColocatedGenerator:
                 self._stager.done(staged)
             if error is not None:
                 timing.error = f"{type(error).__name__}: {error}"
+                self._failed_pid = self.worker.pid if self.worker is not None else None
+                if isinstance(error, WorkerTimeout):
+                    self._await_supervisor()
                 try:
                     # A worker that did not answer in time is wedged: it would ignore SIGTERM too.
                     self._kill_worker(at_once=isinstance(error, WorkerTimeout))
@@ -396,18 +425,26 @@ class ColocatedGenerator:
         self.close()
 
 
-def _at_least_detection(timeouts: Timeouts, detect_within: str | None) -> Timeouts:
-    """Our generate timeout is the backstop: under hangwatch it must not fire before the
-    supervisor has caught the wedge and taken the evidence (``HANGWATCH_DETECT_WITHIN``),
-    or the evidence would be lost to our own kill. A shorter one is raised, and said so."""
-    if not detect_within:
-        return timeouts
+def _seconds(value: str | None) -> float | None:
+    """``HANGWATCH_DETECT_WITHIN`` as seconds; None when unset or not a sane number (said so)."""
+    if not value:
+        return None
     try:
-        floor = float(detect_within)
+        seconds = float(value)
     except ValueError:
-        logger.warning("ignoring %s=%r: not a number of seconds", names.DETECT_WITHIN, detect_within)
-        return timeouts
-    if not 0 < floor < float("inf") or timeouts.generate >= floor:
+        seconds = float("nan")
+    if not 0 < seconds <= 7 * 24 * 3600:
+        logger.warning("ignoring %s=%r: not a number of seconds", names.DETECT_WITHIN, value)
+        return None
+    return seconds
+
+
+def _at_least_detection(timeouts: Timeouts, floor: float | None) -> Timeouts:
+    """Our generate timeout is the backstop: under hangwatch it must not fire before the
+    supervisor could have caught a wedge at the request's start and taken the evidence
+    (``HANGWATCH_DETECT_WITHIN``). A shorter one is raised, and said so. (A wedge later in
+    the request is covered by ``_await_supervisor``.)"""
+    if floor is None or timeouts.generate >= floor:
         return timeouts
     logger.warning("generate timeout %.0f s is shorter than hangwatch's engine detection and capture (%.0f s): "
                    "raised to %.0f s so that the supervisor takes the evidence first", timeouts.generate, floor, floor)

@@ -144,12 +144,16 @@ def attempt_environment(
     return full, ours
 
 
+# How long past its own deadline a capture may take to finish (its bundle's rename).
+CAPTURE_SLACK_S = 2.0
+
+
 def engine_detect_within(detector: DetectorConfig, capture_timeout: float) -> float:
     """The longest a wedged rollout engine can go before the supervisor has its verdict and its
     evidence: the engine step rule's timeout (the stall window in the generate phase when
-    the rule is off), two sampling intervals of slack, the capture's own deadline."""
+    the rule is off), two sampling intervals of slack, the capture's deadline and its slack."""
     detect = detector.engine_step_timeout or detector.window_for("generate")
-    return detect + 2 * detector.interval + capture_timeout
+    return detect + 2 * detector.interval + capture_timeout + CAPTURE_SLACK_S
 
 
 def attempt_argv(command: Sequence[str], resume_arg: str | None, resume_from: Path | None) -> list[str]:

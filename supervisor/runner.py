@@ -34,8 +34,9 @@ from hangwatch.contract.journal import Journal, read_journal
 from hangwatch.contract.redact import redact_argv
 from hangwatch.contract.samples import Sample
 from hangwatch.contract.verdict import Verdict, VerdictKind, classify_exit
-from hangwatch.supervisor.attempt import (AttemptLifecycle, AttemptState, RecoveryLevel, RunState, attempt_argv,
-                                          attempt_environment, engine_detect_within, escalate, recovery_level)
+from hangwatch.supervisor.attempt import (CAPTURE_SLACK_S, AttemptLifecycle, AttemptState, RecoveryLevel, RunState,
+                                          attempt_argv, attempt_environment, engine_detect_within, escalate,
+                                          recovery_level)
 from hangwatch.supervisor.capture import SamplesOnlyCapture
 from hangwatch.supervisor.checkpoints import newest_complete, scan
 from hangwatch.supervisor.cohort import Cohort
@@ -431,7 +432,7 @@ class Supervisor:
         thread = threading.Thread(target=work, name="capture", daemon=True)
         thread.start()
         # Small slack beyond the hook's own deadline for it to finish its rename.
-        hard_deadline = started + timeout + 2.0
+        hard_deadline = started + timeout + CAPTURE_SLACK_S
         while thread.is_alive() and self.clock() < hard_deadline and self._stop_signal is None:
             thread.join(timeout=0.05)
             if thread.is_alive():

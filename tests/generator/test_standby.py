@@ -172,3 +172,53 @@ def test_under_hangwatch_the_generate_timeout_never_fires_before_the_supervisors
     assert ColocatedGenerator(model, opt, log_dir=str(tmp_path), timeouts=Timeouts(generate=300.0)).timeouts.generate == 300.0
     monkeypatch.setenv("HANGWATCH_DETECT_WITHIN", "soon")
     assert ColocatedGenerator(model, opt, log_dir=str(tmp_path), timeouts=Timeouts(generate=10.0)).timeouts.generate == 10.0
+
+
+def _supervisor_acts_on(control, worker_pid: int, after_s: float, pgids: list[int]) -> None:
+    """What hangwatch does at level 1, from outside: the instruction first, then SIGKILL the group."""
+    import signal
+    import threading
+    import time
+
+    def act():
+        time.sleep(after_s)
+        control.write_text(json.dumps({"seq": 1, "action": "restart_engine", "cudagraphs": "off",
+                                       "enforce_eager": False, "pgids": pgids}))
+        if worker_pid in pgids:
+            os.killpg(worker_pid, signal.SIGKILL)
+
+    threading.Thread(target=act, daemon=True).start()
+
+
+def test_a_wedge_late_in_a_request_waits_for_the_supervisor_to_take_the_evidence(
+        trainer, tmp_path, monkeypatch, caplog):
+    """The generate timeout fires first (it counts from the request's start, the engine rule
+    from the last step): under hangwatch the generator waits for the supervisor, which kills
+    the worker after its capture and leaves the instruction; no backstop restart of its own."""
+    model, opt = trainer
+    control = tmp_path / "control.json"
+    monkeypatch.setenv("HANGWATCH_CONTROL", str(control))
+    monkeypatch.setenv("HANGWATCH_DETECT_WITHIN", "6")
+    timeouts = Timeouts(start=30, op=5, load=10, generate=6.0, grace=0.3)
+    with ColocatedGenerator(model, opt, engine_kwargs=fake_kwargs(fake_wedge_at_seed=7), log_dir=str(tmp_path),
+                            timeouts=timeouts) as gen:
+        gen.generate(["p"], 1, seed=1)
+        wedged = gen.worker_pid
+        _supervisor_acts_on(control, wedged, after_s=8.0, pgids=[wedged])  # 2 s after our timeout
+        assert len(gen.generate(["p"], 1, seed=7)) == 1
+        assert gen.beat_info["cudagraphs"] == "off" and "engine_restart_by" not in gen.beat_info
+    assert "waiting up to 6 s for hangwatch" in caplog.text
+
+
+def test_an_instruction_for_another_ranks_worker_is_not_ours(trainer, tmp_path, monkeypatch, caplog):
+    model, opt = trainer
+    control = tmp_path / "control.json"
+    monkeypatch.setenv("HANGWATCH_CONTROL", str(control))
+    monkeypatch.setenv("HANGWATCH_DETECT_WITHIN", "2")
+    timeouts = Timeouts(start=30, op=5, load=10, generate=2.0, grace=0.3)
+    with ColocatedGenerator(model, opt, engine_kwargs=fake_kwargs(fake_wedge_at_seed=7), log_dir=str(tmp_path),
+                            timeouts=timeouts) as gen:
+        gen.generate(["p"], 1, seed=1)
+        _supervisor_acts_on(control, gen.worker_pid, after_s=0.5, pgids=[4_194_001])  # another rank's worker
+        assert len(gen.generate(["p"], 1, seed=7)) == 1
+        assert gen.beat_info["engine_restart_by"] == "generator", "its own backstop, not the other rank's order"

@@ -257,10 +257,10 @@ def test_the_trainer_is_told_how_long_an_engine_wedge_takes_to_catch_and_capture
     """The generator's own generate timeout must not fire first (it would kill the evidence)."""
     from hangwatch.supervisor.attempt import engine_detect_within
     from hangwatch.supervisor.detector import DetectorConfig
-    assert engine_detect_within(DetectorConfig(interval=1.0, engine_step_timeout=30.0), 20.0) == 52.0
+    assert engine_detect_within(DetectorConfig(interval=1.0, engine_step_timeout=30.0), 20.0) == 54.0
     no_rule = DetectorConfig(interval=1.0, stall_window=60.0, engine_step_timeout=None,
                              phase_timeouts={"generate": 90.0})
-    assert engine_detect_within(no_rule, 20.0) == 112.0, "without the engine rule: the generate phase's window"
+    assert engine_detect_within(no_rule, 20.0) == 114.0, "without the engine rule: the generate phase's window"
     _, ours = attempt_environment({}, run_dir=Path("/r"), attempt=1, attempt_dir=Path("/r/a1"), policy=GraphPolicy(),
                                   resume_from=None, detect_within=52.0)
     assert ours[names.DETECT_WITHIN] == "52"
