@@ -470,3 +470,34 @@ def test_errors_never_put_terminal_escapes_on_the_console(tmp_path, capsys):
     assert main(["run", "--gpu-probe", "none", "--checkpoint-dir", "/nonexistent\x1b]0;pwned\x07/a/b", "--", "true"]) == 2
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\x07" not in err and "\\x1b]0;pwned\\x07" in err
+
+
+@pytest.mark.timeout(30)
+def test_control_file_and_gpu_probe_file_never_block_or_read_unbounded(tmp_path):
+    from hangwatch.contract.control import read_control
+    from hangwatch.supervisor.probes import FileProbe
+
+    fifo = tmp_path / "control.json"
+    os.mkfifo(fifo)
+    assert finishes(lambda: read_control(fifo), release=fifo) is None
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert read_control(tmp_path / "deep.json") is None
+    gpu = tmp_path / "gpu.json"
+    os.mkfifo(gpu)
+    assert finishes(lambda: FileProbe(gpu).sample(), release=gpu) is None
+    gpu.unlink()
+    sparse(gpu, 2 << 30, b'{"devices": [')
+    assert FileProbe(gpu).sample() is None
+
+
+@pytest.mark.timeout(30)
+def test_the_run_dir_lock_is_never_taken_through_a_link(tmp_path):
+    from hangwatch.cli.rundir import lock
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched\n")
+    (tmp_path / "run").mkdir(mode=0o700)
+    (tmp_path / "run" / "supervisor.lock").symlink_to(victim)
+    with pytest.raises(OSError):
+        lock(tmp_path / "run")
+    assert victim.read_text() == "untouched\n"
