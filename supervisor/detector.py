@@ -217,7 +217,6 @@ class Detector:
         # Per engine process: (its last token, when it last changed), and the stuck one, if any.
         self._engines: dict[int, tuple[tuple[int, int], float]] = {}
         self._engine_stuck: tuple[float, Heartbeat] | None = None
-        self._last_t: float | None = None  # the previous sample's time
         self.phase: str | None = None
         self.step: int | None = None
         # The window and timeout of the current phase, recomputed when it changes.
@@ -237,7 +236,6 @@ class Detector:
             return None
         cfg = self.config
         t = sample.t
-        self._skip_unobserved(t)
         progressed = self._note_heartbeat(sample)
         tree_cpu = sum(sample.cpu_pct.values())
         gpu = _classify(sample, tree_cpu, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
@@ -326,18 +324,16 @@ class Detector:
             evidence=evidence,
         )
 
-    def _skip_unobserved(self, t: float) -> None:
-        """Time between two samples beyond the gap tolerance was not observed: the supervisor
-        did not run (the whole job stopped and continued, a suspended VM, a starved host), so
-        it is not silence of the trainer's or an engine's. The progress clocks move on by that
-        much. Only the excess over the tolerance: a supervisor that keeps ticking late still
-        sees the silence grow, by the tolerance per tick."""
-        last, self._last_t = self._last_t, t
-        unobserved = t - last - self.config.effective_gap_tolerance if last is not None else 0.0
-        if unobserved <= 0:
+    def unobserved(self, seconds: float) -> None:
+        """The supervisor was not running for ``seconds`` between two samples (its sleep
+        overran: the whole job stopped and continued, a starved host), so that time is not
+        silence of the trainer's or an engine's: the progress timeout's and the engine step
+        rule's clocks move on by it. Told by the caller, who knows when it slept; a gap
+        spent inside a tick (a hung probe) is observed time and counts."""
+        if not seconds > 0:
             return
-        self._last_progress += unobserved
-        self._engines = {pid: (token, since + unobserved) for pid, (token, since) in self._engines.items()}
+        self._last_progress += seconds
+        self._engines = {pid: (token, since + seconds) for pid, (token, since) in self._engines.items()}
 
     def _stuck_engine(self, sample: Sample) -> tuple[float, Heartbeat] | None:
         """The engine process silent the longest while the rule applies to it (a request in

@@ -380,8 +380,16 @@ class Supervisor:
             delay = next_tick - self.clock()
             if delay < 0:
                 next_tick = self.clock()  # we fell behind (a slow probe); do not burst
-            elif not self._sleep(delay):
                 continue
+            slept_from = self.clock()
+            if not self._sleep(delay):
+                continue
+            # A sleep that overran by more than the gap tolerance: we were not running (the
+            # job was stopped and continued). That time was not observed, so it is not silence.
+            overrun = self.clock() - slept_from - delay
+            if overrun > cfg.effective_gap_tolerance:
+                detector.unobserved(overrun - cfg.effective_gap_tolerance)
+                next_tick = self.clock()
 
     def _forward_stop(self, trainer: Trainer) -> int | None:
         """Pass SIGINT/SIGTERM to the trainer's group, give it the grace to exit."""

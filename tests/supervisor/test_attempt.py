@@ -169,6 +169,40 @@ def test_wedge_is_captured_killed_and_relaunched_with_graphs_off(tmp_path):
     assert sum(clock.sleeps) >= 3.0
 
 
+class _StoppedOnce(FakeTree):
+    """A trainer that beats every 20 s (healthy under the 30 s progress timeout); the whole job,
+    supervisor included, is stopped for 20 min at t=1010 and continued."""
+
+    stopped_for = 0.0  # the trainer's own clock stood still meanwhile
+
+    def sample(self):
+        t = self.trainer
+        seq = int((self.clock() - self.stopped_for - self.started_at) // 20)
+        hb = Heartbeat(t.pid, seq, self.clock(), seq, "train")
+        return Sample(t=self.clock(), wall=self.clock(), cpu_pct={t.pid: 100.0},
+                      gpu=(DeviceSample(0, 50.0, 1000.0, (t.pid,)),), heartbeat=hb, tree_size=1)
+
+
+def test_a_job_stopped_and_continued_is_not_a_hang(tmp_path):
+    """Before, the first tick after the stop read 20 min without progress: a silent hang, a kill."""
+    clock = FakeClock()
+    stopped = [False]
+
+    def sleep(seconds):
+        clock.sleep(seconds)
+        if clock.now >= 1010 and not stopped[0]:
+            stopped[0] = True
+            clock.now += 1200  # SIGSTOP ... SIGCONT, while we slept
+            tree.stopped_for = 1200.0
+
+    tree = _StoppedOnce(clock, ["train"], train_for=1400.0)
+    config = _config(tmp_path)
+    config.run_dir.mkdir(parents=True)
+    sup = Supervisor(config, FakeProbe(), RecordingCapture(), tree=tree, clock=clock, sleep=sleep, wall=clock)
+    assert sup.run() == 0 and stopped[0]
+    assert not [r for r in read_journal(sup.run_dir / "journal.jsonl") if r["event"] == "incident"]
+
+
 def test_second_stall_with_graphs_off_escalates_to_eager(tmp_path):
     sup, tree, _, _ = _supervisor(tmp_path, ["wedge", "wedge", "train"])
     assert sup.run() == 0
