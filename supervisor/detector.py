@@ -338,11 +338,12 @@ class Detector:
     def _stuck_engine(self, sample: Sample) -> tuple[float, Heartbeat] | None:
         """The engine process silent the longest while the rule applies to it (a request in
         flight, stepped before, alive in the tree): (its last progress, its beat), or None.
-        An engine whose beat is gone (its file removed: the worker is dead) or whose process
-        is not in the tree is forgotten, so a new process under the same pid starts afresh
-        and never inherits the dead one's last step."""
+        An engine whose beat is gone (its file removed: the worker is dead) is forgotten, so
+        a new process under the same pid starts afresh and never inherits the dead one's last
+        step. (Not on a tick that misses its process: one failed read of the tree must not
+        restart a stuck engine's clock.)"""
         worst: tuple[float, Heartbeat] | None = None
-        seen = {e.pid for e in sample.engine if e.pid in sample.cpu_pct}
+        seen = {e.pid for e in sample.engine}
         engines = self._engines = {pid: known for pid, known in self._engines.items() if pid in seen}
         for engine in sample.engine:
             known = engines.get(engine.pid)

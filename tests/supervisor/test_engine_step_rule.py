@@ -212,3 +212,15 @@ def test_a_dead_workers_beat_left_behind_under_a_reused_pid_is_not_the_new_proce
     finally:
         child.kill()
         child.wait(5)
+
+
+def test_one_tick_that_misses_the_engines_process_does_not_restart_its_clock():
+    """A failed read of the tree (the engine's pid missing from one sample) forgets nothing."""
+    samples = [sample(0.0, engine(1, 1))]
+    for t in range(1, 20):
+        s = sample(float(t), engine(1, 1))
+        if t == 2:
+            s = dataclasses.replace(s, cpu_pct={p: c for p, c in s.cpu_pct.items() if p != WORKER})
+        samples.append(s)
+    verdict = first_verdict(samples)
+    assert verdict is not None and verdict.evidence["rule"] == "engine_step" and verdict.detected_at <= 4.0 + 1.0
