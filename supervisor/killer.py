@@ -52,6 +52,9 @@ log = structlog.get_logger("hangwatch.kill")
 QUIET_S = 1.0
 # CPU time below this over the quiet period is "none" (the clock ticks at 10 ms).
 _CPU_EPS_S = 0.005
+# The least wait after SIGKILL before anything is called a survivor: even SIGKILL takes a
+# moment (the exit, the reap); with no wait at all every target would read as unkillable.
+MIN_KILL_TIMEOUT_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,7 @@ class TreeKiller:
         ``launcher``: the root's pid when it is only a launcher (see the module docstring).
         A ``grace`` of 0 sends SIGKILL first: nobody is given time to clean up."""
         start = self.clock()
+        kill_timeout = max(kill_timeout, MIN_KILL_TIMEOUT_S)
         if grace <= 0:
             first_signal = signal.SIGKILL
         known: dict[ProcKey, psutil.Process] = {}

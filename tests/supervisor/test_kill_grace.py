@@ -99,6 +99,14 @@ def test_a_grace_of_zero_sends_sigkill_first_and_never_sigterm(spawn):
     assert report.escalated == ()
 
 
+def test_a_kill_timeout_of_zero_still_lets_sigkill_land(spawn):
+    """With no wait after SIGKILL every target read as a survivor: a level-1 restart became a job
+    restart, and a whole-tree kill exit 74 (unkillable)."""
+    tree = _Tree([psutil.Process(spawn(WEDGED).pid)])
+    report = TreeKiller(tree, reap=lambda: None).kill(grace=0.0, kill_timeout=0.0)
+    assert report.confirmed and report.survivors == ()
+
+
 def test_a_launcher_left_alone_is_sigkilled_without_waiting_out_its_teardown(spawn):
     """torchrun's agent: its workers die at SIGTERM, it stays busy tearing down. Named as the
     launcher, it is SIGKILLed once everything else is gone; not named, it keeps the grace."""
