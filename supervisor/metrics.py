@@ -59,7 +59,7 @@ class MetricsExporter:
         self.incidents_c = Counter("hangwatch_incidents", "hang verdicts by kind", ["kind"], registry=r)
         self.exits_c = Counter("hangwatch_attempts_ended", "ended attempts by verdict kind", ["kind"], registry=r)
         self.lost_c = Counter("hangwatch_seconds_lost", "seconds from incident onset to the next attempt's first "
-                              "heartbeat", registry=r)
+                              "heartbeat, or to the trainer's progress after an engine-level restart", registry=r)
         self.notify_failed_c = Counter("hangwatch_notify_failures", "alerts that could not be delivered", registry=r)
         self.step_g = Gauge("hangwatch_last_heartbeat_step", "step of the last heartbeat (NaN before the first)",
                             registry=r)
@@ -118,7 +118,7 @@ class MetricsExporter:
                 self.exits_c.labels(kind=str(r.get("kind"))).inc()
             elif event == "restart_scheduled":
                 self.restarts_c.inc()
-            elif event == "first_heartbeat" and self._lost_onset is not None:
+            elif event in ("first_heartbeat", "engine_recovered") and self._lost_onset is not None:
                 self.lost_c.inc(max(0.0, float(r.get("ts") or self.wall()) - self._lost_onset))
                 self._lost_onset = None
             elif event == "notify_failed":

@@ -95,6 +95,7 @@ class Supervisor:
         # Level 1: engine-only recoveries (docs/generator.md).
         self.engine_level = EngineLevel(self.tree, lambda: self.journal, clock, kill_timeout=config.kill.kill_timeout)
         self._beat_pids: set[int] = set()  # the processes that sent heartbeats, this attempt
+        self._first_beat_seen = False  # this attempt's first_heartbeat is journaled
         self._agreed_step: int | None = None
         self._stop_signal: int | None = None
         # Status file, metrics, alerts: told about phases and ticks here, journal records by the journal.
@@ -229,6 +230,7 @@ class Supervisor:
 
         evidence: Path | None = None
         self._beat_pids = set()
+        self._first_beat_seen = False
         while True:
             verdict, samples, trainer_code = self._watch(trainer, Path(ours["HANGWATCH_HEARTBEAT"]))
             # The attempt's bundle: this verdict's, or an earlier engine-level incident's.
@@ -343,7 +345,6 @@ class Supervisor:
         last_info: dict[str, Any] | None = None
         info_budget = RecordBudget(self.clock)  # a trainer beating new info every step must not fill the journal
         launched = self.clock()
-        first_beat_seen = False
         next_tick = self.clock()
         while True:
             code = self.tree.exit_code(trainer)
@@ -362,8 +363,8 @@ class Supervisor:
             hb = sample.heartbeat
             if hb is not None and len(self._beat_pids) < 64:
                 self._beat_pids.add(hb.pid)
-            if hb is not None and not first_beat_seen:
-                first_beat_seen = True
+            if hb is not None and not self._first_beat_seen:  # once an attempt, not once a watch
+                self._first_beat_seen = True
                 self.journal.append("first_heartbeat", attempt=self.state.attempt, step=hb.step, phase=hb.phase,
                                     after_launch_s=round(sample.t - launched, 3))
             if hb is not None and hb.info and dict(hb.info) != last_info and info_budget.due():

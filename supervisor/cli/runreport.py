@@ -39,7 +39,7 @@ def goodput(records: Sequence[Mapping[str, Any]], now: float | None = None) -> d
         if event == "attempt_started":
             attempts[int(n)] = {"attempt": int(n), "started": float(r["ts"]), "first_beat": None, "onset": None,
                                 "detected": None, "ended": None, "kind": None, "exit_code": None,
-                                "evidence": None}
+                                "evidence": None, "engine_level": []}
             order.append(int(n))
         elif n is None or int(n) not in attempts:
             continue
@@ -52,6 +52,12 @@ def goodput(records: Sequence[Mapping[str, Any]], now: float | None = None) -> d
             a["incident"] = {"kind": r.get("kind"), "reason": r.get("reason"), "latency_s": r.get("latency_s")}
         elif event == "capture" and r.get("evidence_path"):
             a["evidence"] = r["evidence_path"]
+        elif event == "engine_recovered" and a["onset"] is not None:
+            # Level 1: the incident ended inside the attempt, the trainer went on. Its span is
+            # lost time within the attempt, not the attempt's end.
+            a["engine_level"].append({**{k: a[k] for k in ("onset", "detected", "evidence", "incident")},
+                                      "recovered": float(r["ts"])})
+            a["onset"] = a["detected"] = a["evidence"] = None
         elif event == "attempt_ended":
             a["ended"], a["kind"], a["exit_code"] = float(r["ts"]), r.get("kind"), r.get("exit_code")
     totals = {"productive": 0.0, "startup": 0.0, "hung": 0.0, "recovery": 0.0, "backoff": 0.0}
@@ -70,7 +76,18 @@ def goodput(records: Sequence[Mapping[str, Any]], now: float | None = None) -> d
             previous_end = a_end
             continue
         stop = a["onset"] if a["onset"] is not None else a_end
-        totals["productive"] += max(0.0, stop - working_from)
+        lost_inside = 0.0
+        for e in a["engine_level"]:
+            onset = max(e["onset"], working_from)
+            detected = max(e["detected"] or e["recovered"], onset)
+            totals["hung"] += detected - onset
+            totals["recovery"] += max(0.0, e["recovered"] - detected)
+            lost_inside += max(0.0, e["recovered"] - onset)
+            info = bundle_summary(e["evidence"])
+            incidents.append({"attempt": n, **e["incident"], "signature": info["signature"],
+                              "report": info["report"] or e["evidence"], "level": 1,
+                              "time_to_recover_s": round(e["recovered"] - e["onset"], 1)})
+        totals["productive"] += max(0.0, stop - working_from - lost_inside)
         if a["onset"] is not None:
             detected = a["detected"] or a_end
             totals["hung"] += max(0.0, detected - max(a["onset"], working_from))

@@ -43,6 +43,29 @@ def test_goodput_splits_the_run_into_progress_and_what_was_lost():
     assert [(i["attempt"], i["kind"], i["time_to_recover_s"]) for i in g["incidents"]] == [(1, "stall", 114.0)]
 
 
+def test_an_engine_level_recovery_is_lost_time_inside_the_attempt_not_its_end():
+    """Level 1: the trainer lived on. Before, the journal's repeated first_heartbeat and the
+    single incident slot made a clean run read 0 % goodput."""
+    r = {"run_id": "abc"}
+    records = [
+        {**r, "event": "run_started", "ts": T, "pid": 1},
+        {**r, "event": "attempt_started", "ts": T + 1, "attempt": 1, "pid": 2},
+        {**r, "event": "first_heartbeat", "ts": T + 11, "attempt": 1, "step": 1},
+        {**r, "event": "incident", "ts": T + 641, "attempt": 1, "kind": "stall", "onset_wall": T + 611,
+         "latency_s": 30.0, "reason": "engine made no step"},
+        {**r, "event": "capture", "ts": T + 643, "attempt": 1, "evidence_path": None},
+        {**r, "event": "recovery", "ts": T + 643, "attempt": 1, "level": 1, "scope": "engine", "reason": "x"},
+        {**r, "event": "engine_restart", "ts": T + 643, "attempt": 1, "ok": True},
+        {**r, "event": "engine_recovered", "ts": T + 651, "attempt": 1, "step": 18},
+        {**r, "event": "attempt_ended", "ts": T + 1651, "attempt": 1, "kind": "done", "exit_code": 0},
+        {**r, "event": "run_finished", "ts": T + 1652, "outcome": "success", "exit_code": 0, "reason": "ok"},
+    ]
+    g = goodput(records)
+    assert (g["startup_s"], g["hung_s"], g["recovery_s"]) == (10, 30, 10)
+    assert g["productive_s"] == 1640 - 40
+    assert [(i["attempt"], i["level"], i["time_to_recover_s"]) for i in g["incidents"]] == [(1, 1, 40.0)]
+
+
 def test_a_lost_attempt_is_not_counted_as_progress():
     records = _records()[:3] + [
         {"run_id": "abc", "event": "run_resumed", "ts": T + 5000, "pid": 9},

@@ -142,6 +142,7 @@ def test_the_standby_worker_takes_over_and_is_spared_by_the_engine_kill(tmp_path
     assert kill["grace_rule"] == "none" and kill["signals"][0]["signal"] == "SIGKILL", "no grace for the engine"
     (recovered,) = _events(journal, "engine_recovered")
     assert recovered["engine"]["engine_worker"] == "standby" and recovered["engine"]["cudagraphs"] == "off"
+    assert len(_events(journal, "first_heartbeat")) == 1, "once an attempt, not again after the engine restart"
     (started,) = _events(journal, "attempt_started")
     # The generator's own timeout may not fire first: engine step timeout + 2 intervals + capture deadline + slack.
     assert started["env"]["HANGWATCH_DETECT_WITHIN"] == "19"
