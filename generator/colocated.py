@@ -195,6 +195,11 @@ class ColocatedGenerator:
         safer one. Any other failure, or a second timeout, reaches the caller."""
         if not isinstance(cause, WorkerTimeout) or self._failed_at != "generate" or self._backstop_used:
             return None
+        if os.environ.get(names.ENGINE_RECOVERY) == "job":
+            # --recovery job, or a multi-node cohort: no engine restart alone; hangwatch restarts the job.
+            logger.warning("the engine did not answer generate in time; not restarting it alone (%s=job): "
+                           "the error goes to the trainer and hangwatch restarts the job", names.ENGINE_RECOVERY)
+            return None
         policy = safer_policy(self.policy)
         if policy is None:
             return None

@@ -121,9 +121,11 @@ def attempt_environment(
     resume_from: Path | None,
     sim_gpu: Path | None = None,
     detect_within: float | None = None,
+    engine_recovery: str | None = None,
 ) -> tuple[dict[str, str], dict[str, str]]:
     """The trainer's whole environment, and the ``HANGWATCH_*`` part we set (for the journal).
-    ``detect_within``: ``engine_detect_within`` of the run's settings."""
+    ``detect_within``: ``engine_detect_within`` of the run's settings; ``engine_recovery``:
+    ``engine`` or ``job`` (whether the trainer's generator may restart its engine alone)."""
     ours = {
         names.RUN_DIR: str(run_dir),
         names.ATTEMPT: str(attempt),
@@ -139,6 +141,8 @@ def attempt_environment(
         ours[names.SIM_GPU] = str(sim_gpu)
     if detect_within is not None:
         ours[names.DETECT_WITHIN] = f"{detect_within:g}"
+    if engine_recovery is not None:
+        ours[names.ENGINE_RECOVERY] = engine_recovery
     full = names.without_ours(base)
     full.update(ours)
     return full, ours

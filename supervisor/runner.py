@@ -207,7 +207,10 @@ class Supervisor:
         env, ours = attempt_environment(
             os.environ, run_dir=self.run_dir, attempt=st.attempt, attempt_dir=attempt_dir, policy=st.policy,
             resume_from=resume_from, sim_gpu=self.probe.path if isinstance(self.probe, FileProbe) else None,
-            detect_within=engine_detect_within(self.config.detector, self.config.capture_timeout),
+            # In a cohort the capture waits for every node's: one more capture timeout.
+            detect_within=engine_detect_within(self.config.detector, self.config.capture_timeout)
+            + (self.config.capture_timeout if self.cohort is not None else 0.0),
+            engine_recovery="job" if self.config.recovery == "job" or self.cohort is not None else "engine",
         )
         argv = attempt_argv(self.config.command, self.config.resume_arg, resume_from)
         started = self.clock()

@@ -24,12 +24,15 @@ CONTROL = "HANGWATCH_CONTROL"            #: the supervisor's instructions to the
 #: seconds within which the supervisor catches a wedged rollout engine and has captured its
 #: evidence; the generator's own generate timeout is never shorter (it is only the backstop)
 DETECT_WITHIN = "HANGWATCH_DETECT_WITHIN"
+#: "engine": the trainer's generator may restart its engine alone; "job": it may not (``--recovery
+#: job``, or a multi-node cohort, where one node's engine restart would desynchronise the ranks)
+ENGINE_RECOVERY = "HANGWATCH_ENGINE_RECOVERY"
 
 CONFIG = "HANGWATCH_CONFIG"              #: the user's settings file (read by the CLI)
 PYSPY = "HANGWATCH_PYSPY"                #: the py-spy binary to use instead of PATH's
 
 ATTEMPT_VARS = (RUN_DIR, ATTEMPT, ATTEMPT_DIR, HEARTBEAT, ENGINE_HEARTBEAT, RESUME_FROM, CUDAGRAPHS, ENFORCE_EAGER, SIM_GPU, CONTROL,
-                DETECT_WITHIN)
+                DETECT_WITHIN, ENGINE_RECOVERY)
 PASS_THROUGH = frozenset({CONFIG, PYSPY})
 
 

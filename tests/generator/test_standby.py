@@ -222,3 +222,19 @@ def test_an_instruction_for_another_ranks_worker_is_not_ours(trainer, tmp_path, 
         _supervisor_acts_on(control, gen.worker_pid, after_s=0.5, pgids=[4_194_001])  # another rank's worker
         assert len(gen.generate(["p"], 1, seed=7)) == 1
         assert gen.beat_info["engine_restart_by"] == "generator", "its own backstop, not the other rank's order"
+
+
+def test_under_recovery_job_or_in_a_cohort_the_generator_never_restarts_its_engine_alone(
+        trainer, tmp_path, monkeypatch):
+    """One node's engine restart would desynchronise a multi-node job: the error goes to the trainer."""
+    from hangwatch.generator.errors import WorkerTimeout
+
+    model, opt = trainer
+    monkeypatch.setenv("HANGWATCH_ENGINE_RECOVERY", "job")
+    timeouts = Timeouts(start=30, op=5, load=10, generate=1.5, grace=0.3)
+    with ColocatedGenerator(model, opt, engine_kwargs=fake_kwargs(fake_wedge_at_seed=7), log_dir=str(tmp_path),
+                            timeouts=timeouts) as gen:
+        gen.generate(["p"], 1, seed=1)
+        with pytest.raises(WorkerTimeout):
+            gen.generate(["p"], 1, seed=7)
+        assert "engine_restart_by" not in gen.beat_info

@@ -296,5 +296,5 @@ def test_the_trainer_is_told_how_long_an_engine_wedge_takes_to_catch_and_capture
                              phase_timeouts={"generate": 90.0})
     assert engine_detect_within(no_rule, 20.0) == 114.0, "without the engine rule: the generate phase's window"
     _, ours = attempt_environment({}, run_dir=Path("/r"), attempt=1, attempt_dir=Path("/r/a1"), policy=GraphPolicy(),
-                                  resume_from=None, detect_within=52.0)
-    assert ours[names.DETECT_WITHIN] == "52"
+                                  resume_from=None, detect_within=52.0, engine_recovery="job")
+    assert ours[names.DETECT_WITHIN] == "52" and ours[names.ENGINE_RECOVERY] == "job"

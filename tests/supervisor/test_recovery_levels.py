@@ -145,7 +145,7 @@ def test_the_standby_worker_takes_over_and_is_spared_by_the_engine_kill(tmp_path
     assert len(_events(journal, "first_heartbeat")) == 1, "once an attempt, not again after the engine restart"
     (started,) = _events(journal, "attempt_started")
     # The generator's own timeout may not fire first: engine step timeout + 2 intervals + capture deadline + slack.
-    assert started["env"]["HANGWATCH_DETECT_WITHIN"] == "19"
+    assert started["env"]["HANGWATCH_DETECT_WITHIN"] == "19" and started["env"]["HANGWATCH_ENGINE_RECOVERY"] == "engine"
     standby = json.loads((tmp_path / "run" / "attempts" / "attempt-001" / "generator-standby.json").read_text())
     assert standby["role"] == "active" and standby["pid"] != stuck
     events = [r["event"] for r in journal]
