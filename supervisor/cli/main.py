@@ -219,6 +219,7 @@ def add_run_parser(sub: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _ensure_standard_streams()
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     if not args_list:
@@ -241,6 +242,23 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:  # noqa: BLE001  (one line here, the traceback in a file)
         return _internal_error(exc)
+
+
+def _ensure_standard_streams() -> None:
+    """Started with stdin, stdout or stderr closed (``>&-``, some schedulers): put /dev/null there.
+
+    Otherwise Python's ``sys.stdout`` is None (echoing the trainer failed: exit 70), and the
+    next file opened would get descriptor 1 or 2, so a stray print would land in it."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", errors="replace", closefd=False))
 
 
 def _internal_error(exc: BaseException) -> int:
