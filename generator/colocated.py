@@ -67,11 +67,11 @@ from hangwatch.generator.process import WorkerProcess
 from hangwatch.generator.staging import StagedWeights, Stager
 from hangwatch.contract import env as names
 from hangwatch.contract.control import read_control
-from hangwatch.contract.heartbeat import beat
+from hangwatch.contract.heartbeat import GENERATOR_PHASES, beat
 
 logger = logging.getLogger(__name__)
 
-PHASES = ("offload", "stage", "start", "standby", "load", "generate", "sleep", "restore")
+PHASES = GENERATOR_PHASES
 
 
 @dataclass(frozen=True)
@@ -339,8 +339,8 @@ class ColocatedGenerator:
             if error is not None:
                 timing.error = f"{type(error).__name__}: {error}"
                 self._failed_pid = self.worker.pid if self.worker is not None else None
-                if isinstance(error, WorkerTimeout):
-                    self._await_supervisor()
+                if isinstance(error, WorkerTimeout) and current == "generate":
+                    self._await_supervisor()  # only a wedged generate is the supervisor's to catch
                 try:
                     # A worker that did not answer in time is wedged: it would ignore SIGTERM too.
                     self._kill_worker(at_once=isinstance(error, WorkerTimeout))

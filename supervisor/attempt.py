@@ -237,6 +237,7 @@ def recovery_level(
     in_cohort: bool = False,
     evidence: Mapping[str, Any] | None = None,
     window: float | None = None,
+    engines_beat: bool = False,
 ) -> RecoveryLevel:
     """Whether this incident can be recovered by restarting the rollout engine alone.
 
@@ -252,7 +253,8 @@ def recovery_level(
     engine wedge; the kill is narrowed to that worker's group, so a standby worker, asleep
     and healthy, survives to take over; and a stuck worker already gone (the generator's
     own timeout killed it) is level 1 with nothing left to kill. Without beats (an older
-    worker) every engine group is the suspect.
+    worker) every engine group is the suspect. ``engines_beat``: an engine has beaten in this
+    attempt (its file may be gone by the verdict, the new worker not beating yet).
     """
     def job(reason: str) -> RecoveryLevel:
         return RecoveryLevel(2, reason)
@@ -268,11 +270,14 @@ def recovery_level(
         return job(f"the trainer was in phase {phase or 'unknown'!r}, not waiting on rollouts: its own threads are stalled")
     groups = engine_groups(tree) - {trainer_pgid}
     engine_pid = evidence.get("engine_pid")
-    if evidence.get("engine_beats"):
+    if evidence.get("engine_beats") or engines_beat:
         if engine_pid is None:
             return job("no rollout engine had a request in flight: the trainer was not waiting on one")
         silent = float(evidence.get("engine_silent_s") or 0.0)
-        if evidence.get("rule") != "engine_step" and silent < (window or 0.0) / 2:
+        # How long the stall had held: the window, or for the progress rule (its timeout is the
+        # window then) the stall it suspected; an engine silent for half of that is part of it.
+        span = float(evidence.get("stall_suspected_s") or window or 0.0)
+        if evidence.get("rule") != "engine_step" and silent < span / 2:
             return job(f"the rollout engine (pid {engine_pid}) was still stepping ({silent:.0f} s since its last "
                        f"step): the stall is elsewhere")
         holder = next((p for p in tree if p.pid == engine_pid), None)

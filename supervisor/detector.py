@@ -326,10 +326,10 @@ class Detector:
 
     def unobserved(self, seconds: float) -> None:
         """The supervisor was not running for ``seconds`` between two samples (its sleep
-        overran: the whole job stopped and continued, a starved host), so that time is not
-        silence of the trainer's or an engine's: the progress timeout's and the engine step
-        rule's clocks move on by it. Told by the caller, who knows when it slept; a gap
-        spent inside a tick (a hung probe) is observed time and counts."""
+        overran by more than the gap tolerance: the whole job stopped and continued, a starved
+        host), so that time is not silence of the trainer's or an engine's: the progress
+        timeout's and the engine step rule's clocks move on by it. Told by the caller, who
+        knows when it slept; a gap spent inside a tick (a hung probe) is observed and counts."""
         if not seconds > 0:
             return
         self._last_progress += seconds

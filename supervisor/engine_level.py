@@ -26,6 +26,7 @@ from typing import Any, Callable
 import structlog
 
 from hangwatch.contract.control import write_control
+from hangwatch.contract.heartbeat import GENERATOR_PHASES
 from hangwatch.contract.journal import Journal
 from hangwatch.contract.samples import Sample
 from hangwatch.contract.verdict import Verdict
@@ -62,21 +63,23 @@ class EngineLevel:
         self.restarts += 1
         # ``pgids``: the workers it is for (a worker leads its own group), so that another rank's
         # generator, failing later for another reason, does not take it for its own.
-        write_control(control, {"seq": self.restarts, "action": "restart_engine", "attempt": attempt,
-                                "cudagraphs": "off" if policy.cudagraphs_off else "on",
-                                "enforce_eager": policy.enforce_eager, "reason": verdict.reason,
-                                "pgids": sorted(level.engine_pgids)})
+        try:
+            write_control(control, {"seq": self.restarts, "action": "restart_engine", "attempt": attempt,
+                                    "cudagraphs": "off" if policy.cudagraphs_off else "on",
+                                    "enforce_eager": policy.enforce_eager, "reason": verdict.reason,
+                                    "pgids": sorted(level.engine_pgids)})
+        except OSError as exc:  # a full disk: without the instruction the trainer cannot retry alone
+            return self._failed(attempt, level, f"the control file could not be written: {exc}")
         started = self.clock()
         report = self.tree.kill_groups(level.engine_pgids, grace=0.0, kill_timeout=self.kill_timeout)
-        if report is not None:
-            journal.append("kill", attempt=attempt, reason=f"{verdict.kind.value} (engine only)", scope="engine",
-                           **report.to_json())
-        if report is None or not report.confirmed:
-            journal.append("engine_restart", attempt=attempt, ok=False, pgids=sorted(level.engine_pgids),
-                           reason="the engine worker could not be killed" if report else "no engine worker left",
-                           escalated_to="job")
-            log.error("engine_restart", message="the engine worker could not be killed alone; restarting the job")
-            return False
+        if report is None:
+            # Gone between the decision and the kill: the generator, waiting on our instruction
+            # (written above), killed it itself and restarts it with that policy.
+            return self._restarted_by_generator(attempt, level, verdict, evidence)
+        journal.append("kill", attempt=attempt, reason=f"{verdict.kind.value} (engine only)", scope="engine",
+                       **report.to_json())
+        if not report.confirmed:
+            return self._failed(attempt, level, "the engine worker could not be killed")
         now = self.clock()
         self.last_restart = now
         self._pending = {"attempt": attempt, "onset": verdict.onset, "killed_at": now,
@@ -91,14 +94,20 @@ class EngineLevel:
             f"restarts it with {policy.describe()} and retries the batch"))
         return True
 
+    def _failed(self, attempt: int, level: RecoveryLevel, why: str) -> bool:
+        self.journal().append("engine_restart", attempt=attempt, ok=False, pgids=sorted(level.engine_pgids),
+                              reason=why, escalated_to="job")
+        log.error("engine_restart", message=f"{why}; restarting the job")
+        return False
+
     def _restarted_by_generator(self, attempt: int, level: RecoveryLevel, verdict: Verdict,
                                 evidence: Path | None) -> bool:
         now = self.clock()
         self.last_restart = now
         self._pending = {"attempt": attempt, "onset": verdict.onset, "killed_at": now,
                          "step": verdict.evidence.get("step")}
-        self.journal().append("engine_restart", attempt=attempt, ok=True, pgids=[], pids=[], reason=level.reason,
-                              by="generator", onset_to_killed_s=round(now - verdict.onset, 3), kill_s=0.0,
+        self.journal().append("engine_restart", attempt=attempt, ok=True, pgids=sorted(level.engine_pgids), pids=[],
+                              reason=level.reason, by="generator", onset_to_killed_s=round(now - verdict.onset, 3), kill_s=0.0,
                               evidence_path=str(evidence) if evidence else None)
         log.warning("engine_restart", message=f"{level.reason}; nothing left to kill, watching the trainer")
         return True
@@ -110,10 +119,13 @@ class EngineLevel:
         pending, hb = self._pending, sample.heartbeat
         if pending is not None and pending["attempt"] != attempt:
             self._pending = pending = None
-        if pending is None or hb is None or hb.step is None:
+        if pending is None or hb is None:
             return
-        if pending["step"] is not None and hb.step <= pending["step"]:
-            return
+        if pending["step"] is not None:
+            if hb.step is None or hb.step <= pending["step"]:
+                return
+        elif hb.phase in GENERATOR_PHASES or hb.token == pending.setdefault("token", hb.token):
+            return  # a trainer that beats no step: recovered at its first own beat after the rollout
         self._pending = None
         # What the fresh worker applied, so the journal shows the retry ran graphs off.
         applied = {k: v for k, v in (hb.info or {}).items() if k in _ENGINE_INFO or k.startswith("applied_")}
@@ -121,4 +133,4 @@ class EngineLevel:
                               onset_to_progress_s=round(sample.t - pending["onset"], 3),
                               kill_to_progress_s=round(sample.t - pending["killed_at"], 3), engine=applied)
         log.info("engine_recovered", message=(
-            f"the trainer progressed to step {hb.step} {sample.t - pending['killed_at']:.1f} s after the engine restart"))
+            f"the trainer progressed (step {hb.step}) {sample.t - pending['killed_at']:.1f} s after the engine restart"))

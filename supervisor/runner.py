@@ -96,6 +96,7 @@ class Supervisor:
         self.engine_level = EngineLevel(self.tree, lambda: self.journal, clock, kill_timeout=config.kill.kill_timeout)
         self._beat_pids: set[int] = set()  # the processes that sent heartbeats, this attempt
         self._first_beat_seen = False  # this attempt's first_heartbeat is journaled
+        self._engines_beat = False  # a rollout engine has beaten its steps in this attempt
         self._agreed_step: int | None = None
         self._stop_signal: int | None = None
         # Status file, metrics, alerts: told about phases and ticks here, journal records by the journal.
@@ -234,6 +235,7 @@ class Supervisor:
         evidence: Path | None = None
         self._beat_pids = set()
         self._first_beat_seen = False
+        self._engines_beat = False
         while True:
             verdict, samples, trainer_code = self._watch(trainer, Path(ours["HANGWATCH_HEARTBEAT"]))
             # The attempt's bundle: this verdict's, or an earlier engine-level incident's.
@@ -244,7 +246,7 @@ class Supervisor:
                 verdict.kind, mode=self.config.recovery, phase=verdict.phase, tree=self.tree.describe(),
                 trainer_pgid=trainer.pid, last_engine_restart=self.engine_level.last_restart, now=self.clock(),
                 retry_window=self.config.engine_retry_window, in_cohort=self.cohort is not None,
-                evidence=verdict.evidence, window=verdict.window)
+                evidence=verdict.evidence, window=verdict.window, engines_beat=self._engines_beat)
             self.journal.append("recovery", attempt=st.attempt, level=level.level,
                                 scope="engine" if level.level == 1 else "job", reason=level.reason)
             if level.level == 1 and self._restart_engine(level, verdict, Path(ours["HANGWATCH_CONTROL"]), evidence):
@@ -364,6 +366,7 @@ class Supervisor:
             self.engine_level.observe(self.state.attempt, sample)
             self._upkeep()
             hb = sample.heartbeat
+            self._engines_beat = self._engines_beat or bool(sample.engine)
             if hb is not None and len(self._beat_pids) < 64:
                 self._beat_pids.add(hb.pid)
             if hb is not None and not self._first_beat_seen:  # once an attempt, not once a watch
@@ -389,10 +392,10 @@ class Supervisor:
             if not self._sleep(delay):
                 continue
             # A sleep that overran by more than the gap tolerance: we were not running (the
-            # job was stopped and continued). That time was not observed, so it is not silence.
+            # job was stopped and continued). None of that time was observed: it is not silence.
             overrun = self.clock() - slept_from - delay
             if overrun > cfg.effective_gap_tolerance:
-                detector.unobserved(overrun - cfg.effective_gap_tolerance)
+                detector.unobserved(overrun)
                 next_tick = self.clock()
 
     def _forward_stop(self, trainer: Trainer) -> int | None:

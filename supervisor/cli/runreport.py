@@ -47,6 +47,13 @@ def goodput(records: Sequence[Mapping[str, Any]], now: float | None = None) -> d
         if event == "first_heartbeat":
             a["first_beat"] = float(r["ts"])
         elif event == "incident":
+            if a["onset"] is not None:
+                # An engine-level incident never recovered (its retry wedged again): lost until this
+                # one's onset, and listed too.
+                onset_now = float(r.get("onset_wall") or r["ts"])
+                a["engine_level"].append({**{k: a[k] for k in ("onset", "detected", "evidence", "incident")},
+                                          "recovered": max(onset_now, a["detected"] or onset_now),
+                                          "unrecovered": True})
             a["detected"] = float(r["ts"])
             a["onset"] = float(r.get("onset_wall") or r["ts"])
             a["incident"] = {"kind": r.get("kind"), "reason": r.get("reason"), "latency_s": r.get("latency_s")}
@@ -86,7 +93,7 @@ def goodput(records: Sequence[Mapping[str, Any]], now: float | None = None) -> d
             info = bundle_summary(e["evidence"])
             incidents.append({"attempt": n, **e["incident"], "signature": info["signature"],
                               "report": info["report"] or e["evidence"], "level": 1,
-                              "time_to_recover_s": round(e["recovered"] - e["onset"], 1)})
+                              "time_to_recover_s": None if e.get("unrecovered") else round(e["recovered"] - e["onset"], 1)})
         totals["productive"] += max(0.0, stop - working_from - lost_inside)
         if a["onset"] is not None:
             detected = a["detected"] or a_end

@@ -112,6 +112,9 @@ class Heartbeat:
 MAX_BEAT_BYTES = 64 * 1024
 
 ENGINE_HEARTBEAT_NAME = "engine-heartbeat.json"
+#: The phases the trainer's generator beats through one rollout call, in order
+#: (``ColocatedGenerator.generate``): a beat outside them is the trainer's own work again.
+GENERATOR_PHASES = ("offload", "stage", "start", "standby", "load", "generate", "sleep", "restore")
 # Engine processes a tick reads at most (the newest): one per rank's engine, plus the dead ones.
 MAX_ENGINE_BEACONS = 64
 _MAX_SCAN = 4096  # directory entries looked at per read

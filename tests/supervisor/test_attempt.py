@@ -170,14 +170,14 @@ def test_wedge_is_captured_killed_and_relaunched_with_graphs_off(tmp_path):
 
 
 class _StoppedOnce(FakeTree):
-    """A trainer that beats every 20 s (healthy under the 30 s progress timeout); the whole job,
+    """A trainer that beats every 25 s (healthy under the 30 s progress timeout); the whole job,
     supervisor included, is stopped for 20 min at t=1010 and continued."""
 
     stopped_for = 0.0  # the trainer's own clock stood still meanwhile
 
     def sample(self):
         t = self.trainer
-        seq = int((self.clock() - self.stopped_for - self.started_at) // 20)
+        seq = int((self.clock() - self.stopped_for - self.started_at) // 25)
         hb = Heartbeat(t.pid, seq, self.clock(), seq, "train")
         return Sample(t=self.clock(), wall=self.clock(), cpu_pct={t.pid: 100.0},
                       gpu=(DeviceSample(0, 50.0, 1000.0, (t.pid,)),), heartbeat=hb, tree_size=1)

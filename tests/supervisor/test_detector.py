@@ -274,7 +274,7 @@ def test_time_the_supervisor_did_not_run_is_not_silence():
     beat = hb(1)
     detector = Detector(DetectorConfig(), 0.0)
     assert not [v for t in range(0, 300) if (v := detector.observe(idle(t, beat=beat)))]
-    detector.unobserved(1500 - 300 - 10)  # the runner reports the overrun beyond the gap tolerance
+    detector.unobserved(1500 - 300)  # the runner reports its sleep's overrun
     assert detector.observe(idle(1500, beat=beat)) is None
     verdicts = [v for t in range(1501, 3000) if (v := detector.observe(idle(t, beat=hb(2))))]
     assert verdicts and verdicts[0].kind is VerdictKind.SILENT_HANG and verdicts[0].detected_at == 1501 + 600

@@ -296,7 +296,7 @@ def test_a_job_stopped_and_continued_is_not_an_engine_wedge():
     # The scheduler suspends the job for 10 minutes (SIGSTOP to every process, the supervisor
     # included), then continues it: the runner sees its sleep overrun and says so. The first
     # tick after it comes before the engine's next write.
-    det.unobserved(620 - 19 - DetectorConfig().effective_gap_tolerance)
+    det.unobserved(620 - 19)
     verdicts.append(det.observe(_tick(620, {1000: 0.0, pid: 0.0}, [beat])))
     for t in range(621, 630):
         beat = Heartbeat(pid, 2 + 5 * t, t + 0.9, 1 + 50 * t, "generate")

@@ -66,6 +66,30 @@ def test_an_engine_level_recovery_is_lost_time_inside_the_attempt_not_its_end():
     assert [(i["attempt"], i["level"], i["time_to_recover_s"]) for i in g["incidents"]] == [(1, 1, 40.0)]
 
 
+def test_an_engine_restart_whose_retry_wedged_again_is_listed_and_lost():
+    """Level 1, the retried batch wedges again, level 2: both incidents listed, nothing between
+    the first onset and the end of the attempt counted as progress."""
+    r = {"run_id": "abc"}
+    records = [
+        {**r, "event": "run_started", "ts": T, "pid": 1},
+        {**r, "event": "attempt_started", "ts": T + 1, "attempt": 1, "pid": 2},
+        {**r, "event": "first_heartbeat", "ts": T + 11, "attempt": 1, "step": 1},
+        {**r, "event": "incident", "ts": T + 641, "attempt": 1, "kind": "stall", "onset_wall": T + 611},
+        {**r, "event": "engine_restart", "ts": T + 643, "attempt": 1, "ok": True},
+        {**r, "event": "incident", "ts": T + 680, "attempt": 1, "kind": "stall", "onset_wall": T + 650},
+        {**r, "event": "attempt_ended", "ts": T + 690, "attempt": 1, "kind": "stall", "exit_code": -9},
+        {**r, "event": "attempt_started", "ts": T + 691, "attempt": 2, "pid": 3},
+        {**r, "event": "first_heartbeat", "ts": T + 701, "attempt": 2, "step": 15},
+        {**r, "event": "attempt_ended", "ts": T + 1701, "attempt": 2, "kind": "done", "exit_code": 0},
+        {**r, "event": "run_finished", "ts": T + 1701, "outcome": "success", "exit_code": 0, "reason": "ok"},
+    ]
+    g = goodput(records)
+    assert [(i["attempt"], i.get("level"), i["time_to_recover_s"]) for i in g["incidents"]] == [
+        (1, 1, None), (1, None, 701 - 650)]
+    assert g["productive_s"] == 600 + 1000
+    assert g["productive_s"] + g["startup_s"] + g["hung_s"] + g["recovery_s"] + g["backoff_s"] == g["wall_s"]
+
+
 def test_a_lost_attempt_is_not_counted_as_progress():
     records = _records()[:3] + [
         {"run_id": "abc", "event": "run_resumed", "ts": T + 5000, "pid": 9},
