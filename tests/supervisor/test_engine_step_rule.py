@@ -153,6 +153,14 @@ def test_a_stall_elsewhere_while_the_engine_steps_is_a_job_restart():
     # The stall rule first (engine step timeout longer than the window) on an engine silent as long: level 1.
     silent = {"engine_beats": 2, "engine_pid": WORKER, "engine_silent_s": 58.0}
     assert recovery_level(VerdictKind.STALL, evidence=silent, **kw).engine_pgids == {WORKER}
+    # The progress rule first (its window is its 600 s timeout) with the stall it suspected: measured
+    # against that stall, a wedged engine silent as long is still level 1.
+    suspected = {"rule": "progress", "stall_suspected_s": 39.0, "engine_beats": 2, "engine_pid": WORKER,
+                 "engine_silent_s": 40.0}
+    assert recovery_level(VerdictKind.STALL, evidence=suspected, **{**kw, "window": 600.0}).engine_pgids == {WORKER}
+    # The stuck worker's file already removed, the next one not beating yet: engines did beat in this
+    # attempt, so no sample without beats may widen the kill to every engine group.
+    assert recovery_level(VerdictKind.STALL, evidence={}, engines_beat=True, **kw).level == 2
 
 
 def test_an_in_process_engine_that_stops_stepping_is_a_job_restart():
