@@ -12,6 +12,7 @@ The layout is documented in docs/bundle-format.md.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -20,13 +21,14 @@ import tarfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import IO, Any, Callable, Mapping
 
 from hangwatch.diagnostics.errors import BundleError, InputError
 from hangwatch.diagnostics.pyspy import parse_json
 from hangwatch.contract.redact import redact_text
 from hangwatch.diagnostics.stacks import ProcessDump, ProcessSeries, group_series
 from hangwatch.contract import atomic
+from hangwatch.contract.capped import FileTooLarge, NotRegularFile, describe_kind, human_bytes
 from hangwatch.contract.samples import Sample
 
 SCHEMA = 1
@@ -145,6 +147,8 @@ def is_bundle_path(path: Path) -> bool:
 MAX_MEMBER_BYTES = 32 * 1024 * 1024
 MAX_TOTAL_BYTES = 128 * 1024 * 1024
 MAX_MEMBERS = 4096
+#: The .tar.gz itself: what it may hold, plus room for headers and incompressible data.
+MAX_ARCHIVE_BYTES = MAX_TOTAL_BYTES + MAX_TOTAL_BYTES // 8
 
 
 def load_bundle(path: Path) -> Bundle:
@@ -160,7 +164,7 @@ def load_bundle(path: Path) -> Bundle:
         return Bundle(path, path.name, _read_dir(path))
     budget = _Budget(path)
     try:
-        with tarfile.open(path, "r:gz") as tar:
+        with _open_archive(path) as raw, tarfile.open(fileobj=raw, mode="r:gz") as tar:
             files = {}
             top = None
             for member in tar:
@@ -176,11 +180,32 @@ def load_bundle(path: Path) -> Bundle:
                     files[rel] = extracted.read(MAX_MEMBER_BYTES + 1)
                     budget.check_read(member.name, len(files[rel]))
             tar.members = []  # tarfile keeps every header; we are done with them
+    except (NotRegularFile, FileTooLarge) as exc:
+        raise InputError(f"{path}: {exc.strerror}; give a bundle directory or its .tar.gz") from None
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise InputError(f"{path}: not a readable .tar.gz bundle ({exc})") from None
     if MANIFEST not in files:
         raise InputError(f"{path}: archive has no {MANIFEST} under a top directory; not a hangwatch bundle")
     return Bundle(path, top or path.name, files)
+
+
+def _open_archive(path: Path) -> IO[bytes]:
+    """The archive, open for reading: a FIFO named ``x.tar.gz`` would make a plain
+    open wait forever for a writer, and a device never ends, so it is opened
+    without blocking and must be a regular file of a bundle's size."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(errno.EINVAL, f"not a regular file (it is {describe_kind(st.st_mode)})", str(path))
+        if st.st_size > MAX_ARCHIVE_BYTES:
+            raise FileTooLarge(errno.EFBIG, f"{human_bytes(st.st_size)}, over the {human_bytes(MAX_ARCHIVE_BYTES)} "
+                               "a bundle archive may have", str(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class _Budget:

@@ -107,3 +107,27 @@ def test_malformed_manifest_is_an_error_not_a_traceback(tmp_path, manifest):
         done = _cli(*args)
         assert done.returncode == 2, (args, done.stdout[-500:], done.stderr[-2000:])
         assert done.stderr.startswith("hangwatch: error:") and "Traceback" not in done.stderr
+
+
+def _usage_error(capsys, *args: str) -> str:
+    """Run the CLI in-process; it must refuse with one ``hangwatch: error:`` line (exit 2)."""
+    capsys.readouterr()
+    assert main(list(args)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hangwatch: error:") and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.timeout(10)
+def test_a_fifo_named_like_an_archive_is_refused_not_waited_on(tmp_path, capsys):
+    fifo = tmp_path / "fifo.tar.gz"
+    os.mkfifo(fifo)
+    (tmp_path / "link.tgz").symlink_to(fifo)
+    for args in (["replay", str(fifo)], ["report", str(fifo), "-o", str(tmp_path / "r.html")],
+                 ["replay", str(tmp_path / "link.tgz")]):
+        err = _usage_error(capsys, *args)
+        assert args[1] in err and "not a regular file (it is a FIFO)" in err
+    sparse = tmp_path / "sparse.tar.gz"
+    with open(sparse, "wb") as fh:
+        fh.truncate(3 << 30)
+    assert "3.0 GiB" in _usage_error(capsys, "replay", str(sparse))
