@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from hangwatch.contract.capped import FileTooLarge, NotRegularFile, read_capped
 from hangwatch.diagnostics.bundle import Bundle, list_bundles, load_bundle
 from hangwatch.diagnostics.classify import NO_STACKS, Classification, Overview, ProcessVerdict, headline, overview, process_verdicts
 from hangwatch.diagnostics.errors import InputError
@@ -168,18 +169,21 @@ def load_source(path: Path) -> Source:
 
 
 def read_dump_file(path: Path, limit: int | None = None) -> str:
-    """The file's text, refusing files over ``limit`` bytes (read at most limit+1)."""
+    """The file's text, refusing files over ``limit`` bytes and anything but a regular
+    file (a FIFO would block the open forever, a device would never end)."""
     limit = MAX_DUMP_BYTES if limit is None else limit
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(limit + 1)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if len(data) > limit:
+        data = read_capped(path, limit)
+    except NotRegularFile as exc:
+        raise InputError(f"{path}: {exc.strerror}; give a bundle (directory or .tar.gz), a run directory "
+                         "or a py-spy dump saved to a file") from None
+    except FileTooLarge:
         raise InputError(
             f"{path}: larger than {limit / (1024 * 1024):g} MiB; a py-spy dump is far smaller: "
             "cut the file down to the stacks"
-        )
+        ) from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
     return data.decode("utf-8", errors="replace")
 
 

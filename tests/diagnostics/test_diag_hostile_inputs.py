@@ -131,3 +131,15 @@ def test_a_fifo_named_like_an_archive_is_refused_not_waited_on(tmp_path, capsys)
     with open(sparse, "wb") as fh:
         fh.truncate(3 << 30)
     assert "3.0 GiB" in _usage_error(capsys, "replay", str(sparse))
+
+
+@pytest.mark.timeout(10)
+def test_a_fifo_or_device_given_as_a_dump_is_refused_not_waited_on(tmp_path, capsys):
+    fifo = tmp_path / "dump.txt"
+    os.mkfifo(fifo)
+    assert "not a regular file (it is a FIFO)" in _usage_error(capsys, "replay", str(fifo))
+    assert "not a regular file (it is a character device)" in _usage_error(capsys, "replay", "/dev/zero")
+    sparse = tmp_path / "huge.txt"
+    with open(sparse, "wb") as fh:
+        fh.truncate(3 << 30)
+    assert "larger than 16 MiB" in _usage_error(capsys, "replay", str(sparse))
