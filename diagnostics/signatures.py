@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from hangwatch.contract.capped import FileTooLarge, NotRegularFile, read_capped
 from hangwatch.diagnostics.errors import SignatureFileError
 from hangwatch.diagnostics.stacks import Frame, ThreadDump
 
@@ -33,6 +34,10 @@ _FRAME_KEYS = {"function", "file", "regex"}
 #: Signatures look at the innermost frames only: a stall is where the thread
 #: is, and a runaway recursion in a paste must not cost time.
 MAX_MATCH_FRAMES = 256
+#: A signature file is a few KiB (the built-in one, every known hang, is ~32 KiB):
+#: anything larger is not one, and reading /dev/zero or a sparse file whole would
+#: take all memory (a FIFO would block forever: contract.capped never waits).
+MAX_SIGNATURE_FILE_BYTES = 1 << 20
 _rx = functools.lru_cache(maxsize=4096)(re.compile)
 
 
@@ -196,7 +201,9 @@ def load_signatures(extra: Iterable[str | Path] = (), *, builtin: bool = True) -
 
 def load_file(path: Path) -> list[Signature]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_capped(path, MAX_SIGNATURE_FILE_BYTES).decode("utf-8")
+    except (NotRegularFile, FileTooLarge) as exc:
+        raise SignatureFileError(f"{path}: {exc.strerror}; --signatures takes a TOML file of [[signature]] tables") from None
     except OSError as exc:
         raise SignatureFileError(f"{path}: cannot read signature file ({exc.strerror or exc})") from None
     except UnicodeDecodeError as exc:
@@ -207,6 +214,8 @@ def load_file(path: Path) -> list[Signature]:
     except tomllib.TOMLDecodeError as exc:
         # tomllib's message ends with "(at line L, column C)".
         raise SignatureFileError(f"{path}: invalid TOML: {exc}") from None
+    except RecursionError:
+        raise SignatureFileError(f"{path}: nested too deeply; not a signature file") from None
     unknown = set(data) - {"signature"}
     if unknown:
         raise SignatureFileError(f"{path}: unknown top-level key(s) {sorted(unknown)}; expected [[signature]] tables")

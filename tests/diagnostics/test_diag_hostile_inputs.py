@@ -143,3 +143,19 @@ def test_a_fifo_or_device_given_as_a_dump_is_refused_not_waited_on(tmp_path, cap
     with open(sparse, "wb") as fh:
         fh.truncate(3 << 30)
     assert "larger than 16 MiB" in _usage_error(capsys, "replay", str(sparse))
+
+
+@pytest.mark.timeout(10)
+def test_a_signature_file_that_is_a_fifo_device_or_huge_is_refused_by_name(tmp_path, capsys):
+    dump = str(ROOT / "tests" / "diagnostics" / "data" / "nccl_all_reduce.txt")
+    fifo = tmp_path / "sig.toml"
+    os.mkfifo(fifo)
+    sparse = tmp_path / "huge.toml"
+    with open(sparse, "wb") as fh:
+        fh.truncate(3 << 30)
+    deep = tmp_path / "deep.toml"
+    deep.write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    for path, why in ((fifo, "it is a FIFO"), ("/dev/zero", "it is a character device"), (sparse, "3.0 GiB"),
+                      (deep, "nested too deeply")):
+        err = _usage_error(capsys, "replay", "--signatures", str(path), dump)
+        assert f"{path}: " in err and why in err, err
