@@ -211,8 +211,9 @@ def _open_archive(path: Path) -> IO[bytes]:
 class _Budget:
     """Member count, member size and total size of one bundle read, with a clear error."""
 
-    def __init__(self, source: Path) -> None:
+    def __init__(self, source: Path, hint: str = "not a hangwatch bundle (or a decompression bomb)") -> None:
         self.source = source
+        self.hint = hint
         self.count = 0
         self.total = 0
 
@@ -223,7 +224,7 @@ class _Budget:
             raise InputError(f"{self.source}: more than {MAX_MEMBERS} files; not a hangwatch bundle")
         if size > MAX_MEMBER_BYTES:
             raise InputError(f"{self.source}: {name} is {size / 2**20:.0f} MiB, over the {MAX_MEMBER_BYTES >> 20} MiB "
-                             "a bundle file may have; not a hangwatch bundle (or a decompression bomb)")
+                             f"a bundle file may have; {self.hint}")
         if self.total > MAX_TOTAL_BYTES:
             raise InputError(f"{self.source}: over {MAX_TOTAL_BYTES >> 20} MiB in all; not a hangwatch bundle")
 
@@ -232,9 +233,11 @@ class _Budget:
             raise InputError(f"{self.source}: {name} is larger than its header says; not a hangwatch bundle")
 
 
-def _read_dir(path: Path) -> dict[str, bytes]:
-    budget = _Budget(path)
-    files: dict[str, bytes] = {}
+def _walk(path: Path, budget: _Budget, skipped: Callable[[str, str], None] | None = None) -> list[tuple[str, str]]:
+    """``(relative name, path)`` of every regular file of the bundle directory, under
+    ``budget``; hidden entries (in-progress temporaries) are left out, and so are
+    symlinks, FIFOs, devices and sockets: named to ``skipped`` with what they are."""
+    found: list[tuple[str, str]] = []
     stack = [path]
     while stack:
         folder = stack.pop()
@@ -248,34 +251,80 @@ def _read_dir(path: Path) -> dict[str, bytes]:
             if entry.is_dir(follow_symlinks=False):
                 stack.append(Path(entry.path))
                 continue
-            if not entry.is_file(follow_symlinks=False):
-                continue  # symlinks (and devices, FIFOs) are never read
             rel = Path(entry.path).relative_to(path).as_posix()
-            budget.member(rel, entry.stat(follow_symlinks=False).st_size)
             try:
-                fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-                with os.fdopen(fd, "rb") as handle:
-                    files[rel] = handle.read(MAX_MEMBER_BYTES + 1)
+                st = entry.stat(follow_symlinks=False)
             except OSError as exc:
                 raise InputError(f"{entry.path}: cannot read ({exc.strerror or exc})") from None
-            budget.check_read(rel, len(files[rel]))
+            if not stat.S_ISREG(st.st_mode):
+                if skipped is not None:  # symlinks (and devices, FIFOs) are never read
+                    skipped(rel, describe_kind(st.st_mode))
+                continue
+            budget.member(rel, st.st_size)
+            found.append((rel, entry.path))
+    return sorted(found)
+
+
+def _open_member(path: str) -> IO[bytes] | None:
+    """A bundle file for reading, or None if it is no longer a regular file (swapped
+    for a link, a FIFO or a device since the walk): never followed, never waited on."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def _read_dir(path: Path) -> dict[str, bytes]:
+    budget = _Budget(path)
+    files: dict[str, bytes] = {}
+    for rel, file in _walk(path, budget):
+        try:
+            handle = _open_member(file)
+            if handle is None:
+                continue
+            with handle:
+                files[rel] = handle.read(MAX_MEMBER_BYTES + 1)
+        except OSError as exc:
+            raise InputError(f"{file}: cannot read ({exc.strerror or exc})") from None
+        budget.check_read(rel, len(files[rel]))
     return dict(sorted(files.items()))
 
 
-def pack(bundle_dir: Path, out: Path | None = None) -> Path:
-    """``BUNDLE.tar.gz`` next to the bundle (or ``out``), written atomically."""
+def pack(bundle_dir: Path, out: Path | None = None, skipped: Callable[[str, str], None] | None = None) -> Path:
+    """``BUNDLE.tar.gz`` next to the bundle (or ``out``), written atomically.
+
+    The archive is for sharing, so it holds the bundle's regular files only, under
+    the reader's size limits: a symlink would carry a link to a local path, a FIFO
+    or a device has no content to share. Each one left out is named to ``skipped``
+    (relative name, what it is).
+    """
     bundle_dir = Path(bundle_dir)
     if not (bundle_dir / MANIFEST).is_file():
         raise InputError(f"{bundle_dir}: not a bundle directory (no {MANIFEST})")
     out = Path(out) if out is not None else bundle_dir.with_name(bundle_dir.name + ".tar.gz")
     check_output_path(out)
+    members = _walk(bundle_dir, _Budget(bundle_dir, "take it out of the bundle directory (share it apart if needed)"),
+                    skipped)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         with atomic.replacing(out) as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
-            for file in sorted(bundle_dir.rglob("*")):
-                rel = file.relative_to(bundle_dir)
-                if file.is_file() and not any(p.startswith(".") for p in rel.parts):
-                    tar.add(file, arcname=f"{bundle_dir.name}/{rel.as_posix()}", recursive=False)
+            for rel, file in members:
+                try:
+                    handle = _open_member(file)
+                except OSError as exc:
+                    raise InputError(f"{file}: cannot read ({exc.strerror or exc})") from None
+                if handle is None:
+                    if skipped is not None:
+                        skipped(rel, "no longer a regular file")
+                    continue
+                with handle:
+                    info = tar.gettarinfo(arcname=f"{bundle_dir.name}/{rel}", fileobj=handle)
+                    if info.size > MAX_MEMBER_BYTES:  # it grew since the walk
+                        raise InputError(f"{bundle_dir}: {rel} grew over the {MAX_MEMBER_BYTES >> 20} MiB a bundle file "
+                                         "may have while being packed")
+                    tar.addfile(info, handle)
     except OSError as exc:
         raise InputError(f"{out}: cannot write the archive there ({exc.strerror or exc}); "
                          "give -o a path in a writable directory") from None

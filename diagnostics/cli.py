@@ -96,7 +96,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
-    out = pack(Path(args.bundle), Path(args.output) if args.output else None)
+    def skipped(name: str, what: str) -> None:
+        print(f"hangwatch: warning: {terminal_safe(name)}: left out of the archive ({what}); it holds regular "
+              "files only", file=sys.stderr)
+
+    out = pack(Path(args.bundle), Path(args.output) if args.output else None, skipped)
     print(out)
     return 0
 

@@ -159,3 +159,29 @@ def test_a_signature_file_that_is_a_fifo_device_or_huge_is_refused_by_name(tmp_p
                       (deep, "nested too deeply")):
         err = _usage_error(capsys, "replay", "--signatures", str(path), dump)
         assert f"{path}: " in err and why in err, err
+
+
+@pytest.mark.timeout(20)
+def test_pack_leaves_out_links_and_special_files_and_caps_sizes(tmp_path, capsys):
+    private = tmp_path / "private.txt"
+    private.write_text("TOPSECRET-CONTENT\n")
+    bundle = synthetic_bundle(tmp_path)
+    (bundle / "logs").mkdir(exist_ok=True)
+    (bundle / "logs" / "stdout.tail.txt").symlink_to(private)
+    (bundle / "linked-dir").symlink_to(tmp_path)
+    os.mkfifo(bundle / "pipe")
+    out = tmp_path / "out.tar.gz"
+    assert main(["bundle", "pack", str(bundle), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    for name, what in (("logs/stdout.tail.txt", "a symbolic link"), ("linked-dir", "a symbolic link"), ("pipe", "a FIFO")):
+        assert f"hangwatch: warning: {name}: left out of the archive ({what})" in err, err
+    with tarfile.open(out) as tar:
+        members = tar.getmembers()
+    assert members and all(m.isfile() for m in members), [(m.name, m.type) for m in members]
+    assert f"{bundle.name}/manifest.json" in {m.name for m in members}
+    assert load_bundle(out).files.keys() == load_bundle(bundle).files.keys()
+    with open(bundle / "core", "wb") as fh:
+        fh.truncate(3 << 30)
+    err = _usage_error(capsys, "bundle", "pack", str(bundle), "-o", str(tmp_path / "big.tar.gz"))
+    assert "core is 3072 MiB, over the 32 MiB" in err
+    assert not (tmp_path / "big.tar.gz").exists()
