@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from functools import wraps
 from pathlib import Path
@@ -73,7 +74,28 @@ def register(subparsers: Any, whatif: WhatIfDetector | None = None) -> None:
     rep.set_defaults(func=_guard(cmd_report))
 
 
+#: The what-if options, checked as ``hangwatch run`` checks the same ones: NaN passes no
+#: comparison and would leave the detector silently blind, a window or interval of zero or
+#: less means nothing, and seconds past a week overflow the OS's timers in a run.
+_WEEK = 7 * 24 * 3600.0
+_WHATIF_LIMITS: dict[str, tuple[Callable[[float], bool], str]] = {
+    "stall_window": (lambda v: 0 < v <= _WEEK, "a positive number of seconds, at most a week (604800)"),
+    "interval": (lambda v: 0.001 <= v <= _WEEK, "a number of seconds from 0.001 to a week (604800)"),
+    "progress_timeout": (lambda v: 0 < v <= _WEEK, "a positive number of seconds, at most a week (604800)"),
+    "gpu_busy": (lambda v: 0 < v <= 100, "a percent in (0, 100]"),
+    "cpu_idle": (lambda v: 0 <= v, "a percent of one core, 0 or more"),
+}
+
+
+def _check_whatif(args: argparse.Namespace) -> None:
+    for name, (ok, what) in _WHATIF_LIMITS.items():
+        value = getattr(args, name)
+        if value is not None and not (math.isfinite(value) and ok(value)):
+            raise DiagnosticsError(f"--{name.replace('_', '-')} must be {what}, got {value!r}")
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
+    _check_whatif(args)
     signatures = load_signatures(args.signatures)
     overrides = {
         "stall_window": args.stall_window,

@@ -185,3 +185,14 @@ def test_pack_leaves_out_links_and_special_files_and_caps_sizes(tmp_path, capsys
     err = _usage_error(capsys, "bundle", "pack", str(bundle), "-o", str(tmp_path / "big.tar.gz"))
     assert "core is 3072 MiB, over the 32 MiB" in err
     assert not (tmp_path / "big.tar.gz").exists()
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("option, value", [("--stall-window", "nan"), ("--stall-window", "-5"), ("--stall-window", "0"),
+                                           ("--interval", "-1"), ("--interval", "inf"), ("--interval", "1e300"),
+                                           ("--progress-timeout", "-1"), ("--gpu-busy", "150"), ("--gpu-busy", "nan"),
+                                           ("--cpu-idle", "-1"), ("--cpu-idle", "nan")])
+def test_replay_refuses_what_if_values_run_refuses(tmp_path, capsys, option, value):
+    dump = str(ROOT / "tests" / "diagnostics" / "data" / "nccl_all_reduce.txt")
+    err = _usage_error(capsys, "replay", option, value, dump)  # with no bundle, nothing else would check them
+    assert f"{option} must be" in err and "got" in err, err
