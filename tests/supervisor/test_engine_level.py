@@ -1,6 +1,6 @@
-"""When killed processes' GPU memory counts as released after a whole-tree kill
-(``gpu_release.gpu_released``), and the engine-level restart with fakes: what it writes, what
-it kills, and what it leaves alone."""
+"""The engine-level restart with fakes (``engine_level.EngineLevel``): what it writes, what it
+kills, what it leaves alone, when it is recovered; and when killed processes' GPU memory counts
+as released after a whole-tree kill (``gpu_release.gpu_released``)."""
 
 from __future__ import annotations
 
@@ -38,22 +38,25 @@ def test_whole_tree_on_unlisted_devices_needs_them_all_but_empty():
 
 
 class _Tree:
-    def __init__(self) -> None:
+    def __init__(self, gone: bool = False) -> None:
         self.kills: list[tuple[frozenset[int], float]] = []
+        self.gone = gone
 
     def kill_groups(self, pgids, grace, kill_timeout):
         self.kills.append((pgids, grace))
+        if self.gone:
+            return None
         return KillReport(targets=({"pid": 20, "create_time": 1.0, "pgid": 20, "name": "worker"},),
                           signals=({"target": "pgid 20", "signal": "SIGKILL", "t": 0.0},), escalated=(),
                           survivors=(), duration_s=0.01, grace_rule="none", grace_s=0.0)
 
 
-def _restart(tmp_path: Path, pgids: frozenset[int], attempt: int = 1):
+def _restart(tmp_path: Path, pgids: frozenset[int], attempt: int = 1, *, gone: bool = False, step: int | None = 17):
     journal = Journal(tmp_path / "journal.jsonl", "run")
-    tree = _Tree()
+    tree = _Tree(gone)
     level = EngineLevel(tree, lambda: journal, lambda: 100.0, kill_timeout=5.0)
     verdict = Verdict(VerdictKind.STALL, detected_at=100.0, onset=96.0, reason="engine made no step",
-                      evidence={"step": 17})
+                      evidence={"step": step})
     control = tmp_path / "control.json"
     ok = level.restart(attempt, GraphPolicy(cudagraphs_off=True), RecoveryLevel(1, "engine only", pgids),
                        verdict, control, None)
@@ -84,3 +87,30 @@ def test_a_restart_whose_retry_failed_is_not_recovered_by_the_next_attempt(tmp_p
     level.observe(2, Sample(t=103.0, wall=103.0, cpu_pct={}, gpu=None, heartbeat=beat))
     level.observe(1, Sample(t=104.0, wall=104.0, cpu_pct={}, gpu=None, heartbeat=beat))
     assert not [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_recovered"]
+
+
+def test_a_worker_gone_between_the_decision_and_the_kill_is_not_a_job_restart(tmp_path: Path):
+    """The generator, waiting on the instruction, killed its worker first: it restarts it with
+    that policy; the supervisor must not escalate (it once read 'no engine worker left')."""
+    ok, _, tree, control, _ = _restart(tmp_path, frozenset({20}), gone=True)
+    assert ok and control.exists() and tree.kills
+    (restart,) = [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_restart"]
+    assert restart["ok"] and restart["by"] == "generator"
+
+
+def test_a_control_file_that_cannot_be_written_restarts_the_job(tmp_path: Path):
+    (tmp_path / "control.json").mkdir()  # os.replace onto a directory fails like a full disk would
+    ok, _, tree, _, _ = _restart(tmp_path, frozenset({20}))
+    assert not ok and tree.kills == [], "without the instruction nothing is killed alone"
+    (restart,) = [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_restart"]
+    assert restart["ok"] is False and restart["escalated_to"] == "job"
+
+
+def test_a_trainer_that_beats_no_step_is_recovered_at_its_first_own_beat_after_the_rollout(tmp_path: Path):
+    _, level, _, _, _ = _restart(tmp_path, frozenset({20}), step=None)
+    for t, (seq, phase) in enumerate([(5, "generate"), (6, "load"), (7, "generate"), (8, "sleep"), (9, "train"),
+                                      (10, "train")]):
+        level.observe(1, Sample(t=101.0 + t, wall=101.0 + t, cpu_pct={}, gpu=None,
+                                heartbeat=Heartbeat(1000, seq, 0.0, None, phase)))
+    (recovered,) = [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_recovered"]
+    assert recovered["step"] is None and recovered["onset_to_progress_s"] == 106.0 - 96.0
