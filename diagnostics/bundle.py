@@ -12,7 +12,6 @@ The layout is documented in docs/bundle-format.md.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
@@ -28,7 +27,7 @@ from hangwatch.diagnostics.pyspy import parse_json
 from hangwatch.contract.redact import redact_text
 from hangwatch.diagnostics.stacks import ProcessDump, ProcessSeries, group_series
 from hangwatch.contract import atomic
-from hangwatch.contract.capped import FileTooLarge, NotRegularFile, describe_kind, human_bytes
+from hangwatch.contract.capped import FileTooLarge, NotRegularFile, describe_kind, open_capped
 from hangwatch.contract.samples import Sample
 
 SCHEMA = 1
@@ -193,14 +192,8 @@ def _open_archive(path: Path) -> IO[bytes]:
     """The archive, open for reading: a FIFO named ``x.tar.gz`` would make a plain
     open wait forever for a writer, and a device never ends, so it is opened
     without blocking and must be a regular file of a bundle's size."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    fd = open_capped(path, MAX_ARCHIVE_BYTES, what="a bundle archive may have")
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFile(errno.EINVAL, f"not a regular file (it is {describe_kind(st.st_mode)})", str(path))
-        if st.st_size > MAX_ARCHIVE_BYTES:
-            raise FileTooLarge(errno.EFBIG, f"{human_bytes(st.st_size)}, over the {human_bytes(MAX_ARCHIVE_BYTES)} "
-                               "a bundle archive may have", str(path))
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from pathlib import Path
 
 
 class NotRegularFile(OSError):
@@ -25,8 +24,11 @@ class FileTooLarge(OSError):
     """A file over the size its reader allows."""
 
 
-def read_capped(path: str | os.PathLike[str], limit: int, *, follow_symlinks: bool = True) -> bytes:
-    """The whole content of the regular file ``path``, refused if it is over ``limit`` bytes."""
+def open_capped(path: str | os.PathLike[str], limit: int, *, follow_symlinks: bool = True,
+                what: str = "allowed") -> int:
+    """A descriptor of the regular file ``path`` (opened without blocking: a FIFO never makes
+    us wait), refused if it is over ``limit`` bytes; the caller closes it. ``what`` ends the
+    refusal: "over the 1.0 GiB {what}"."""
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow_symlinks else os.O_NOFOLLOW)
     fd = os.open(path, flags)
     try:
@@ -34,7 +36,18 @@ def read_capped(path: str | os.PathLike[str], limit: int, *, follow_symlinks: bo
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFile(errno.EINVAL, f"not a regular file (it is {describe_kind(st.st_mode)})", str(path))
         if st.st_size > limit:
-            raise FileTooLarge(errno.EFBIG, f"{human_bytes(st.st_size)}, over the {human_bytes(limit)} allowed", str(path))
+            raise FileTooLarge(errno.EFBIG, f"{human_bytes(st.st_size)}, over the {human_bytes(limit)} {what}",
+                               str(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_capped(path: str | os.PathLike[str], limit: int, *, follow_symlinks: bool = True) -> bytes:
+    """The whole content of the regular file ``path``, refused if it is over ``limit`` bytes."""
+    fd = open_capped(path, limit, follow_symlinks=follow_symlinks)
+    try:
         chunks: list[bytes] = []
         total = 0
         while total <= limit:

@@ -16,14 +16,13 @@ import errno
 import json
 import math
 import os
-import stat
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from hangwatch.contract.capped import FileTooLarge, NotRegularFile, describe_kind, human_bytes
+from hangwatch.contract.capped import open_capped
 from hangwatch.contract.private import open_private
 
 EVENTS = (
@@ -119,17 +118,7 @@ MAX_JOURNAL_BYTES = 1 << 30
 
 
 def iter_journal(path: Path) -> Iterator[dict[str, Any]]:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFile(errno.EINVAL, f"not a regular file (it is {describe_kind(st.st_mode)})", str(path))
-        if st.st_size > MAX_JOURNAL_BYTES:
-            raise FileTooLarge(errno.EFBIG, f"{human_bytes(st.st_size)}, over the {human_bytes(MAX_JOURNAL_BYTES)} a "
-                               "journal may have", str(path))
-    except BaseException:
-        os.close(fd)
-        raise
+    fd = open_capped(path, MAX_JOURNAL_BYTES, what="a journal may have")
     with open(fd, "rb") as handle:
         read = 0
         while read <= MAX_JOURNAL_BYTES:
