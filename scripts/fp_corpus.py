@@ -58,7 +58,7 @@ import itertools
 import random
 import statistics
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from hangwatch.contract.verdict import Verdict, VerdictKind
 from hangwatch.supervisor.detector import DEFAULT_PHASE_TIMEOUTS, Detector, DetectorConfig
@@ -523,15 +523,22 @@ def plan_run(scenario: str, index: int, seed: int, hours: float, wedges: int = 3
 def corpus(seed: int = 0, hours_per_scenario: float = 128.0, run_hours: tuple[float, float] = (2.0, 6.0),
            wedges_per_run: int = 3, scenarios: Sequence[str] = SCENARIOS, busy_wedges_per_run: int = 1) -> list[RunPlan]:
     """Runs for each scenario until ``hours_per_scenario`` is reached; deterministic from ``seed``."""
+    return _fill(seed, scenarios, hours_per_scenario, run_hours,
+                 lambda scenario, index, hours: plan_run(scenario, index, seed, hours, wedges_per_run,
+                                                         busy_wedges_per_run))
+
+
+def _fill(seed: int, scenarios: Sequence[str], hours_per_scenario: float, run_hours: tuple[float, float],
+          plan: Callable[[str, int, float], Any]) -> list[Any]:
+    """Plans of random lengths per scenario until each has ``hours_per_scenario``."""
     runs = []
     for scenario in scenarios:
         rng = random.Random(f"{seed}/{scenario}")
         done, index = 0.0, 0
         while done < hours_per_scenario:
-            hours = min(rng.uniform(*run_hours), max(hours_per_scenario - done, 0.5))
-            plan = plan_run(scenario, index, seed, hours, wedges_per_run, busy_wedges_per_run)
-            runs.append(plan)
-            done += plan.hours
+            run = plan(scenario, index, min(rng.uniform(*run_hours), max(hours_per_scenario - done, 0.5)))
+            runs.append(run)
+            done += run.hours
             index += 1
     return runs
 
@@ -1008,17 +1015,8 @@ def _pick_engine_wedges(plan: EnginePlan, rng: random.Random, count: int) -> Eng
 def engine_corpus(seed: int = 0, hours_per_scenario: float = 32.0, run_hours: tuple[float, float] = (2.0, 6.0),
                   wedges_per_run: int = 3, scenarios: Sequence[str] = ENGINE_SCENARIOS) -> list[EnginePlan]:
     """Engine runs for each scenario until ``hours_per_scenario``; deterministic from ``seed``."""
-    runs = []
-    for scenario in scenarios:
-        rng = random.Random(f"{seed}/{scenario}")
-        done, index = 0.0, 0
-        while done < hours_per_scenario:
-            hours = min(rng.uniform(*run_hours), max(hours_per_scenario - done, 0.5))
-            plan = plan_engine_run(scenario, index, seed, hours, wedges_per_run)
-            runs.append(plan)
-            done += plan.hours
-            index += 1
-    return runs
+    return _fill(seed, scenarios, hours_per_scenario, run_hours,
+                 lambda scenario, index, hours: plan_engine_run(scenario, index, seed, hours, wedges_per_run))
 
 
 # -- engine streams: steps, beats, samples ----------------------------------------------------
