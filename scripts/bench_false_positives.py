@@ -58,15 +58,16 @@ fp = _load_corpus()
 
 
 def _replay(args):
-    plan, config = args
-    return fp.replay(plan, config)
+    replay, plan, config = args
+    return getattr(fp, replay)(plan, config)
 
 
-def replay_all(runs, config, jobs):
+def replay_all(runs, config, jobs, replay: str = "replay", chunksize: int = 2):
+    """``fp.<replay>(plan, config)`` for every run, in ``jobs`` processes."""
     if jobs <= 1:
-        return [fp.replay(plan, config) for plan in runs]
+        return [getattr(fp, replay)(plan, config) for plan in runs]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(_replay, [(plan, config) for plan in runs], chunksize=2))
+        return list(pool.map(_replay, [(replay, plan, config) for plan in runs], chunksize=chunksize))
 
 
 def print_table(rows, config) -> None:
@@ -103,16 +104,8 @@ def ablations(runs, jobs) -> None:
     print()
 
 
-def _replay_engine(args):
-    plan, config = args
-    return fp.replay_engine(plan, config)
-
-
 def replay_engine_all(runs, config, jobs):
-    if jobs <= 1:
-        return [fp.replay_engine(plan, config) for plan in runs]
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(_replay_engine, [(plan, config) for plan in runs], chunksize=1))
+    return replay_all(runs, config, jobs, replay="replay_engine", chunksize=1)
 
 
 def _causes(causes: dict) -> str:
