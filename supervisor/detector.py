@@ -342,9 +342,14 @@ class Detector:
         a new process under the same pid starts afresh and never inherits the dead one's last
         step. (Not on a tick that misses its process: one failed read of the tree must not
         restart a stuck engine's clock.)"""
-        worst: tuple[float, Heartbeat] | None = None
+        engines = self._engines
+        if not sample.engine:  # the common case on a replay's hot path: nothing to build
+            engines.clear()
+            return None
         seen = {e.pid for e in sample.engine}
-        engines = self._engines = {pid: known for pid, known in self._engines.items() if pid in seen}
+        for gone in [pid for pid in engines if pid not in seen]:
+            del engines[gone]
+        worst: tuple[float, Heartbeat] | None = None
         for engine in sample.engine:
             known = engines.get(engine.pid)
             if known is None or known[0] != engine.token:
