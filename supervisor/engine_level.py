@@ -80,10 +80,7 @@ class EngineLevel:
                        **report.to_json())
         if not report.confirmed:
             return self._failed(attempt, level, "the engine worker could not be killed")
-        now = self.clock()
-        self.last_restart = now
-        self._pending = {"attempt": attempt, "onset": verdict.onset, "killed_at": now,
-                         "step": verdict.evidence.get("step")}
+        now = self._restarted(attempt, verdict)
         journal.append("engine_restart", attempt=attempt, ok=True, pgids=sorted(level.engine_pgids),
                        pids=list(report.pids), reason=level.reason,
                        cudagraphs="off" if policy.cudagraphs_off else "on", enforce_eager=policy.enforce_eager,
@@ -94,6 +91,13 @@ class EngineLevel:
             f"restarts it with {policy.describe()} and retries the batch"))
         return True
 
+    def _restarted(self, attempt: int, verdict: Verdict) -> float:
+        """Start the retry window and wait for the trainer's progress; the time of it."""
+        now = self.last_restart = self.clock()
+        self._pending = {"attempt": attempt, "onset": verdict.onset, "killed_at": now,
+                         "step": verdict.evidence.get("step")}
+        return now
+
     def _failed(self, attempt: int, level: RecoveryLevel, why: str) -> bool:
         self.journal().append("engine_restart", attempt=attempt, ok=False, pgids=sorted(level.engine_pgids),
                               reason=why, escalated_to="job")
@@ -102,10 +106,7 @@ class EngineLevel:
 
     def _restarted_by_generator(self, attempt: int, level: RecoveryLevel, verdict: Verdict,
                                 evidence: Path | None) -> bool:
-        now = self.clock()
-        self.last_restart = now
-        self._pending = {"attempt": attempt, "onset": verdict.onset, "killed_at": now,
-                         "step": verdict.evidence.get("step")}
+        now = self._restarted(attempt, verdict)
         self.journal().append("engine_restart", attempt=attempt, ok=True, pgids=sorted(level.engine_pgids), pids=[],
                               reason=level.reason, by="generator", onset_to_killed_s=round(now - verdict.onset, 3), kill_s=0.0,
                               evidence_path=str(evidence) if evidence else None)
