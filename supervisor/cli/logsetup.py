@@ -23,6 +23,7 @@ import structlog
 
 from hangwatch.contract.private import open_private
 from hangwatch.contract.redact import redact_text
+from hangwatch.contract.terminal import terminal_safe
 
 #: the file ``configure`` sends the log to, if any (where an internal error's traceback goes)
 log_path: Path | None = None
@@ -58,7 +59,14 @@ class _Tee:
         if trace:
             where = f"traceback in {self.path}" if self.file is not None else trace.strip().splitlines()[-1]
             event_dict["event"] = f"{event_dict.get('event')} ({where})"
-        return self.console(logger, method, event_dict)
+        return self.console(logger, method, _console_safe(event_dict))
+
+
+def _console_safe(event_dict: dict[str, Any]) -> dict[str, Any]:
+    """Messages quote what the trainer's user chose (a checkpoint folder's name, a process
+    name, a phase): on the terminal its control characters, newlines included (a forged
+    log line), are shown escaped, never obeyed, even under ``--quiet``."""
+    return {k: terminal_safe(v).replace("\n", "\\n") if isinstance(v, str) else v for k, v in event_dict.items()}
 
 
 def _pop_traceback(event_dict: dict[str, Any]) -> str | None:
