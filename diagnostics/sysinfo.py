@@ -93,6 +93,36 @@ def site_dirs(pid: int) -> tuple[str | None, list[Path]]:
     return python, dirs[:_MAX_SITE_DIRS]
 
 
+def startup_paths(executable: str | os.PathLike[str]) -> list[Path]:
+    """What the interpreter ``executable`` (as invoked) trusts when it starts with ``-I``, found
+    without running it: ``pyvenv.cfg`` (its ``home`` chooses the standard library), the
+    standard library folder, the site directories, and every entry in them (``.pth`` files
+    run their ``import`` lines at startup, and may import any package there). Whoever can
+    change one of these can make the interpreter run their code: a caller about to run it
+    as root checks who owns them. Bounded like ``site_dirs`` (entry and folder caps).
+    """
+    invoked = Path(os.path.abspath(executable))
+    resolved = Path(os.path.realpath(invoked))
+    cfg, venv = _pyvenv(invoked)
+    python = cfg.get("version") or _version_from_name(invoked.name) or _version_from_name(resolved.name)
+    xy = ".".join(python.split(".")[:2]) if python else None
+    out: list[Path] = []
+    if venv is not None:
+        out.append(venv / "pyvenv.cfg")
+    base = Path(cfg["home"]).parent if "home" in cfg else resolved.parent.parent
+    stdlib = [base / lib / (f"python{xy}" if xy else "") for lib in ("lib", "lib64")]
+    sites = _prefix_sites(venv, xy) if venv is not None else []
+    if venv is None or cfg.get("include-system-site-packages", "false").lower() == "true":
+        sites += _prefix_sites(base, xy)
+        if xy and base == Path("/usr"):
+            sites += [Path("/usr/local/lib") / f"python{xy}" / "dist-packages", Path("/usr/lib/python3/dist-packages")]
+    out += [p for p in stdlib if p.is_dir()]
+    for site in [s for s in sites if s.is_dir()][:_MAX_SITE_DIRS]:
+        out.append(site)
+        out += [Path(e.path) for e in _bounded_scandir(site)]
+    return out
+
+
 def _environ(pid: int) -> dict[str, str]:
     raw = Path(f"/proc/{pid}/environ").read_bytes()
     env = {}

@@ -32,6 +32,8 @@ import argparse
 import json
 import math
 import os
+import pwd
+import stat
 import subprocess
 import sys
 import threading
@@ -282,12 +284,14 @@ def interpreter_versions(python: str, timeout: float = 10.0) -> tuple[tuple[int,
     """Python version and installed TRL/vLLM/transformers of another interpreter (never imports them).
 
     Starting an interpreter runs its venv's ``.pth`` files and ``sitecustomize``: as root,
-    one that another user controls is run as that user, never as root."""
+    one that another user controls (the program, or anything its startup loads) is run as
+    that user, never as root (``owner_to_run_as``)."""
     run_as = owner_to_run_as(python)
     result = run_bounded([python, "-I", "-c", _VERSIONS_SNIPPET], timeout, max_output=1 << 20, run_as=run_as)
     if not result.ok:
         why = result.error or ("timed out" if result.timed_out else result.stderr.strip()[-300:])
-        who = f" (run as uid {run_as[0]}, the owner of it or a folder above it)" if run_as else ""
+        who = (f" (run as uid {run_as[0]}, not root: that user, or anyone, can change it or what it runs at "
+               "startup; run doctor as the trainer's user)") if run_as else ""
         raise RuntimeError(f"{python} did not report its packages{who}: {why}")
     try:
         data = json.loads(result.stdout)
@@ -298,22 +302,51 @@ def interpreter_versions(python: str, timeout: float = 10.0) -> tuple[tuple[int,
 
 
 def owner_to_run_as(program: str) -> tuple[int, int] | None:
-    """(uid, gid) of the nearest other user who owns ``program`` or a folder above it (as
-    written, then with links resolved): root must not run what that user can change. None
-    when we are not root, or only root and we own the way."""
+    """(uid, gid) to run the interpreter ``program`` as, when root must not run it itself.
+
+    That is the nearest other user who owns ``program`` or a folder above it (as written,
+    then with links resolved), or anything its startup trusts (``pyvenv.cfg``, the standard
+    library folder, the site directories and every entry in them: a ``.pth`` there runs at
+    startup); ``nobody`` when one of those is group- or world-writable, so that anyone could
+    have changed it. None when we are not root, or only root and we control all of it."""
     me = os.geteuid()
     if me != 0:
         return None  # not privileged: running it cannot give anyone more than they have
+    from hangwatch.diagnostics.sysinfo import startup_paths  # noqa: PLC0415
+
     written = Path(os.path.abspath(program))
     resolved = Path(os.path.realpath(written))
-    for path in (written, *written.parents, resolved, *resolved.parents):
+    way = (written, *written.parents, resolved, *resolved.parents)
+    try:
+        startup = startup_paths(written)
+    except OSError:
+        startup = []
+    writable_by_others: Path | None = None
+    for path in (*way, *startup):
         try:
-            st = os.lstat(path)
+            lst = os.lstat(path)
+            st = os.stat(path)  # a link in a site directory is read through: its target counts too
         except OSError:
             continue
-        if st.st_uid not in (0, me):
-            return st.st_uid, st.st_gid
+        for owner in (lst, st):
+            if owner.st_uid not in (0, me):
+                return owner.st_uid, owner.st_gid
+        # A sticky folder on the way (/tmp) lets others add names, not replace ours; a
+        # site directory others can add a .pth to is theirs, sticky or not.
+        shared = st.st_mode & 0o022 and not stat.S_ISLNK(lst.st_mode)
+        if shared and (path in startup or not st.st_mode & stat.S_ISVTX):
+            writable_by_others = writable_by_others or path
+    if writable_by_others is not None:
+        return _nobody()
     return None
+
+
+def _nobody() -> tuple[int, int]:
+    try:
+        entry = pwd.getpwnam("nobody")
+        return entry.pw_uid, entry.pw_gid
+    except KeyError:
+        return 65534, 65534
 
 
 def check_versions(found: dict[str, str] | None = None, *, python: tuple[int, ...] | None = None,
@@ -376,7 +409,7 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
         try:
             python, found = interpreter_versions(args.python)
             run_as = owner_to_run_as(args.python)
-            where = args.python + (f" (run as uid {run_as[0]}, its owner)" if run_as else "")
+            where = args.python + (f" (run as uid {run_as[0]}, not root)" if run_as else "")
             checks.extend(check_versions(found, python=python, where=where))
         except (RuntimeError, ValueError, KeyError, TypeError) as exc:
             checks.append(Check("versions", "fail", str(exc)[:400],
