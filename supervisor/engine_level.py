@@ -11,15 +11,19 @@ out and remembers what the run needs about it (docs/generator.md, docs/journal.m
 The control file goes first so that the generator, woken by its worker's death, already
 finds its instruction. The kill has no grace: the worker holds nothing worth saving (the
 trainer keeps the weights and retries the batch) and the wedge it is killed for ignores
-SIGTERM, so a grace would only add the quiet rule's second to every engine restart. There
-is no wait for the GPU memory here: the generator restarts its engine as soon as it sees
-the worker die, and a process confirmed dead has had its device memory freed by the
-driver as it exited. A stuck worker already gone (the generator's own timeout killed it
-first) leaves nothing to kill: the restart is the generator's, and it is journaled as such.
+SIGTERM, so a grace would only add the quiet rule's second to every engine restart. With a
+GPU probe the kill is then verified on the device too: no killed pid may still hold one
+(``gpu_release.engine_gpu_released``, bounded by ``--gpu-release-timeout``); a worker whose
+memory the driver never freed would fail the retry for lack of it, so the job is restarted
+instead. The generator does not wait for this: a process confirmed dead has normally had
+its memory freed as it exited, and the check journals that it was. A stuck worker already
+gone (the generator's own timeout killed it first) leaves nothing to kill: the restart is
+the generator's, and it is journaled as such.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,9 +32,10 @@ import structlog
 from hangwatch.contract.control import write_control
 from hangwatch.contract.heartbeat import GENERATOR_PHASES
 from hangwatch.contract.journal import Journal
-from hangwatch.contract.samples import Sample
+from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import Verdict
 from hangwatch.supervisor.attempt import GraphPolicy, RecoveryLevel
+from hangwatch.supervisor.gpu_release import engine_gpu_released
 from hangwatch.supervisor.tree import TreeOps
 
 log = structlog.get_logger("hangwatch.run")
@@ -44,11 +49,16 @@ class EngineLevel:
     (for the retry window) and the one still waiting for the trainer to progress."""
 
     def __init__(self, tree: TreeOps, journal: Callable[[], Journal], clock: Callable[[], float], *,
-                 kill_timeout: float) -> None:
+                 kill_timeout: float, devices: Callable[[], Sequence[DeviceSample] | None] | None = None,
+                 sleep: Callable[[float], None] | None = None, release_timeout: float = 60.0) -> None:
+        """``devices``: the GPU probe's sample (None without a probe: nothing to verify)."""
         self.tree = tree
         self.journal = journal
         self.clock = clock
         self.kill_timeout = kill_timeout
+        self.devices = devices
+        self.sleep = sleep
+        self.release_timeout = release_timeout
         self.restarts = 0
         self.last_restart: float | None = None
         self._pending: dict[str, Any] | None = None
@@ -80,23 +90,52 @@ class EngineLevel:
                        **report.to_json())
         if not report.confirmed:
             return self._failed(attempt, level, "the engine worker could not be killed")
-        now = self._restarted(attempt, verdict)
+        killed_at = self.clock()
+        if self._await_release(attempt, report.pids) is False:
+            return self._failed(attempt, level, f"the killed engine worker still held GPU memory "
+                                                f"{self.release_timeout:g} s later (--gpu-release-timeout)")
+        self._restarted(attempt, verdict, killed_at)
         journal.append("engine_restart", attempt=attempt, ok=True, pgids=sorted(level.engine_pgids),
                        pids=list(report.pids), reason=level.reason,
                        cudagraphs="off" if policy.cudagraphs_off else "on", enforce_eager=policy.enforce_eager,
-                       onset_to_killed_s=round(now - verdict.onset, 3), kill_s=round(now - started, 3),
+                       onset_to_killed_s=round(killed_at - verdict.onset, 3), kill_s=round(killed_at - started, 3),
                        evidence_path=str(evidence) if evidence else None)
         log.warning("engine_restart", message=(
             f"only the rollout engine was wedged: killed its worker ({list(report.pids)}); the trainer "
             f"restarts it with {policy.describe()} and retries the batch"))
         return True
 
-    def _restarted(self, attempt: int, verdict: Verdict) -> float:
+    def _restarted(self, attempt: int, verdict: Verdict, killed_at: float | None = None) -> float:
         """Start the retry window and wait for the trainer's progress; the time of it."""
-        now = self.last_restart = self.clock()
+        now = self.last_restart = self.clock() if killed_at is None else killed_at
         self._pending = {"attempt": attempt, "onset": verdict.onset, "killed_at": now,
                          "step": verdict.evidence.get("step")}
         return now
+
+    def _await_release(self, attempt: int, pids: Collection[int]) -> bool | None:
+        """Poll the GPU probe until no killed pid holds a device (bounded); journal the answer:
+        True, False (still held at the deadline) or None (the probe lists no processes, or
+        gave no sample). Nothing without a probe."""
+        if self.devices is None or not pids:
+            return None
+        started = self.clock()
+        answer: bool | None = None
+        devices: Sequence[DeviceSample] | None = None
+        while True:
+            devices = self.devices()
+            answer = engine_gpu_released(devices, pids) if devices is not None else None
+            if answer is not False:  # released, or nothing to tell (only a listed holder is waited for)
+                break
+            if self.clock() - started >= self.release_timeout or self.sleep is None:
+                break
+            self.sleep(0.2)
+        waited = self.clock() - started
+        self.journal().append("gpu_released", attempt=attempt, scope="engine", released=answer,
+                              waited_s=round(waited, 3), devices=[d.to_json() for d in devices] if devices else None)
+        if answer is False:
+            log.warning("gpu_not_released", message=(
+                f"the killed engine worker {sorted(pids)} still held GPU memory {waited:.0f} s after the kill"))
+        return answer
 
     def _failed(self, attempt: int, level: RecoveryLevel, why: str) -> bool:
         self.journal().append("engine_restart", attempt=attempt, ok=False, pgids=sorted(level.engine_pgids),

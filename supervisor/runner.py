@@ -93,7 +93,10 @@ class Supervisor:
         # Multi-node: the other nodes' supervisors (docs/multinode.md).
         self.cohort = CohortLink(cohort, lambda: self.journal) if cohort is not None else None
         # Level 1: engine-only recoveries (docs/generator.md).
-        self.engine_level = EngineLevel(self.tree, lambda: self.journal, clock, kill_timeout=config.kill.kill_timeout)
+        self.engine_level = EngineLevel(
+            self.tree, lambda: self.journal, clock, kill_timeout=config.kill.kill_timeout,
+            devices=None if isinstance(probe, NoProbe) else probe.sample, sleep=sleep,
+            release_timeout=config.kill.gpu_release_timeout)
         self._beat_pids: set[int] = set()  # the processes that sent heartbeats, this attempt
         self._first_beat_seen = False  # this attempt's first_heartbeat is journaled
         self._engines_beat = False  # a rollout engine has beaten its steps in this attempt

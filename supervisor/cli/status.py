@@ -294,7 +294,10 @@ def _event_line(r: Mapping[str, Any]) -> str:
         text = f"attempt {a}: killed {len(r.get('pids') or [])} process(es) in {r.get('duration_s')} s" + (
             "" if r.get("confirmed", True) else f"; {len(r.get('survivors') or [])} SURVIVED")
     elif e == "gpu_released":
-        text = f"attempt {a}: GPU memory {'released' if r.get('released') else 'NOT released'} after {r.get('waited_s')} s"
+        released = r.get("released")
+        whose = "the killed engine worker's GPU memory" if r.get("scope") == "engine" else "GPU memory"
+        text = (f"attempt {a}: {whose} not verifiable (the probe lists no processes)" if released is None else
+                f"attempt {a}: {whose} {'released' if released else 'NOT released'} after {r.get('waited_s')} s")
     elif e == "attempt_ended":
         text = f"attempt {a} ended: {r.get('kind')}, {describe_exit(r.get('exit_code'), r.get('kind'))}"
     elif e == "restart_scheduled":

@@ -114,3 +114,60 @@ def test_a_trainer_that_beats_no_step_is_recovered_at_its_first_own_beat_after_t
                                 heartbeat=Heartbeat(1000, seq, 0.0, None, phase)))
     (recovered,) = [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_recovered"]
     assert recovered["step"] is None and recovered["onset_to_progress_s"] == 106.0 - 96.0
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _restart_with_probe(tmp_path: Path, listings: list[tuple[int, ...] | None]):
+    """An engine restart whose GPU probe lists, at each poll, the next of ``listings``
+    (the last repeats); the killed worker is pid 20, the trainer 10."""
+    journal, clock, polls = Journal(tmp_path / "journal.jsonl", "run"), _Clock(), []
+
+    def devices():
+        polls.append(clock.now)
+        pids = listings[min(len(polls), len(listings)) - 1]
+        return (_dev(0, 30 * GIB, pids),)
+
+    level = EngineLevel(_Tree(), lambda: journal, clock, kill_timeout=5.0, devices=devices, sleep=clock.sleep,
+                        release_timeout=10.0)
+    verdict = Verdict(VerdictKind.STALL, detected_at=100.0, onset=96.0, reason="engine made no step",
+                      evidence={"step": 17})
+    ok = level.restart(1, GraphPolicy(cudagraphs_off=True), RecoveryLevel(1, "engine only", frozenset({20})),
+                       verdict, tmp_path / "control.json", None)
+    return ok, level, polls, read_journal(tmp_path / "journal.jsonl")
+
+
+def test_the_engine_kill_is_verified_on_the_device_the_trainer_keeps_its_memory(tmp_path: Path):
+    ok, level, polls, records = _restart_with_probe(tmp_path, [(10, 20), (10, 20), (10,)])
+    assert ok and len(polls) == 3, "polled until the killed worker left the device, not until it was empty"
+    assert [r["event"] for r in records] == ["kill", "gpu_released", "engine_restart"]
+    (released,) = [r for r in records if r["event"] == "gpu_released"]
+    assert released["released"] is True and released["scope"] == "engine" and released["waited_s"] == pytest.approx(0.4)
+
+
+def test_a_killed_worker_still_holding_the_gpu_restarts_the_job(tmp_path: Path):
+    """Its memory never freed, the retry would fail for lack of it: level 2 instead, within
+    --gpu-release-timeout, and no retry window is started by a restart that failed."""
+    ok, level, polls, records = _restart_with_probe(tmp_path, [(10, 20)])
+    assert not ok and level.last_restart is None
+    assert polls[-1] - polls[0] == pytest.approx(10.0, abs=0.3)
+    (restart,) = [r for r in records if r["event"] == "engine_restart"]
+    assert restart["ok"] is False and restart["escalated_to"] == "job" and "GPU memory" in restart["reason"]
+
+
+def test_a_probe_that_lists_no_processes_cannot_verify_and_does_not_wait(tmp_path: Path):
+    for name, listing in (("empty", ()), ("unlisted", None)):
+        (tmp_path / name).mkdir()
+        ok, _, polls, records = _restart_with_probe(tmp_path / name, [listing])
+        assert ok and len(polls) == 1
+        (released,) = [r for r in records if r["event"] == "gpu_released"]
+        assert released["released"] is None
