@@ -104,6 +104,24 @@ _PYSTACK_FRAME = re.compile(r'^\((Python|C)\) File "([^"\n]{1,1000})", line (\d{
 _CUT_WITH_LINE = re.compile(r"^([\w./<>-]{1,500}\.pyx?):(\d{1,7})$")
 # "decode pid=951 (MainThread active+gil):": a label, the pid, then thread name and state.
 _LABELLED_HEADER = re.compile(r"\bpid[=: ]{1,2}(\d{1,10})\b")
+# gdb: "#3 Frame 0x7fa3..., for file /p/queues.py, line 131, in get (self=...": py-bt of
+# Python 2 / older gdb, one line per frame (the locals run on, often wrapped and cut).
+_GDB_PYFRAME = re.compile(r"^#\d{1,6} Frame 0x[0-9a-fA-F]{1,16}, for file (.{1,1000}?), line (\d{1,7}), in ([^\s(]{1,300})")
+# gdb bt: "#0  0x00007f.. in poll () at ../sysdeps/x.S:81" / "#2  c10::Foo::bar (this=...) at f.cpp:53"
+# / "#5  0x.. in ?? () from /lib/libc.so.6": innermost first, like py-spy.
+_GDB_FRAME = re.compile(r"^(?:#\d{1,6}\s{1,4}(?:0x[0-9a-fA-F]{1,16} in )?|0x[0-9a-fA-F]{1,16} in )(\S{1,1000}?) \(")
+_GDB_BUILTIN = re.compile(r"^<built-in method (\w{1,200}) of ")
+_GDB_FROM = re.compile(r"\) from (\S{1,1000})\s*$")
+_GDB_AT = re.compile(r"\) at (\S{1,1000}?):(\d{1,7})\s*$")
+# gdb thread headers: "Thread 1 (Thread 0x7f38.. (LWP 237)):" (thread apply all) and
+# "[Switching to thread 12 (Thread 0x7f9d.. (LWP 30756))]"; gdb's thread 1 is the main thread.
+_GDB_THREAD = re.compile(r"^\[?(?:Thread|Switching to thread) (\d{1,7}) \(Thread 0x[0-9a-fA-F]{1,16} \(LWP (\d{1,10})\)\)")
+# gdb py-bt (python-gdb.py), newer: "Traceback (most recent call first):" then
+# '  File "/p/threading.py", line 295, in wait' with the source line under it.
+_RECENT_FIRST = re.compile(r"^Traceback \(most recent call (first|last)\):?\s*$")
+_TRACEBACK_FRAME = re.compile(r'^File "([^"\n]{1,1000})", line (\d{1,7}), in (\S{1,300})\s*$')
+# A library name the paste cut: "cudaLaunchKernel (libcudart.so…)".
+_NATIVE_CUT = re.compile(r"\.(so|dylib|dll)(\.\d{0,6}){0,4}$")
 _ARROWS = (" → ", " -> ", " ⇒ ", " => ")
 _LEFT_NOTES = ("<-", "←", "⟵", "#", "//", "<==")
 
@@ -198,6 +216,9 @@ def parse_location(inner: str) -> tuple[str, int | None, bool] | None:
         return path, line, False
     if _NATIVE_PATH.search(path):
         return path, line, True
+    if path[-1:] == "…" or path[-3:] == "...":
+        if _NATIVE_CUT.search(path.rstrip(".…")):
+            return path.rstrip(".…"), None, True
     if path in ("?", "???", "unknown"):
         return "?", None, True
     if line is not None and _IDENT.match(path) and path[0] not in "0123456789":
@@ -452,6 +473,7 @@ class _Reader:
         self.in_locals = False
         self.locals_indent = 0
         self.after_break = False
+        self.recent_first = False  # inside gdb's "Traceback (most recent call first):"
 
     # -- structure ------------------------------------------------------------
     def new_process(self, pid: int | None = None, cmdline: str = "", header: bool = False) -> _Process:
@@ -459,6 +481,7 @@ class _Reader:
         if pid is None and self.pid_hint is not None:
             pid = self.pid_hint
         self.pid_hint = None
+        self.recent_first = False
         proc = _Process(pid, cmdline, has_header=header)
         if len(self.processes) < MAX_PROCESSES:
             self.processes.append(proc)
@@ -490,6 +513,7 @@ class _Reader:
         self.report.thread_headers += 1
         self.in_locals = False
         self.after_break = False
+        self.recent_first = False
 
     def add_frames(self, frames: list[Frame]) -> None:
         if not self.group or (self.after_break and all(t.headerless for t in self.group)):
@@ -516,6 +540,8 @@ class _Reader:
         raw = raw.rstrip().replace("\t", "    ")
         if "\x1b" in raw:
             raw = _ANSI.sub("", raw)
+        if "Switching to thread" in raw and self.gdb_header(raw.strip()):
+            return
         m = _PREFIX.match(raw)
         prefix = raw[: m.end()] if m else ""
         line = raw[m.end():] if m else raw
@@ -552,6 +578,20 @@ class _Reader:
             self.start_thread(None, "unknown", "MainThread")
             s = line = s[label.end():]
             first = s[0]
+        if (first == "#" and s[1:2].isdigit()) or (first == "0" and s[:2] == "0x" and " in " in s):
+            if self.gdb_frame(s):
+                return
+        elif first in "T[" and self.gdb_header(s):
+            return
+        if self.recent_first and (first == "F" or first == "<"):
+            m = _TRACEBACK_FRAME.match(s) if first == "F" else _GDB_BUILTIN.match(s)
+            if m:
+                frame = (Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2))) if first == "F"
+                         else Frame(m.group(1), "?", None, native=True))
+                self.add_frames([frame])
+                indent = len(line) - len(line.lstrip())
+                self.in_locals, self.locals_indent = True, indent  # its source line follows, deeper
+                return
         if (first in "PSTt=-#" or s[-1] == ":") and self.handle_header(s, rank):
             return
         indent = len(line) - len(line.lstrip())
@@ -628,6 +668,37 @@ class _Reader:
             self.start_thread(ident, state, name)
             if rank is not None and self.proc is not None and self.proc.rank is None:
                 self.proc.rank = int(rank.group(1))
+            return True
+        return False
+
+    def gdb_frame(self, s: str) -> bool:
+        """One gdb backtrace line: a py-bt frame ("#3 Frame 0x.., for file F, line N, in f (...")
+        or a native one ("#0  0x.. in poll () at x.S:81", "... from /lib/libc.so.6")."""
+        m = _GDB_PYFRAME.match(s)
+        if m:
+            self.add_frames([Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2)))])
+            self.after_break = False
+            return True
+        m = _GDB_FRAME.match(s)
+        if m is None:
+            return False
+        fn = m.group(1)
+        where = _GDB_FROM.search(s) or _GDB_AT.search(s)
+        self.add_frames([Frame("?" if fn == "??" else fn, where.group(1) if where else "?", None, native=True)])
+        self.after_break = False
+        return True
+
+    def gdb_header(self, s: str) -> bool:
+        """gdb's thread headers and py-bt's "Traceback (most recent call first):"."""
+        m = _GDB_THREAD.match(s)
+        if m:
+            self.start_thread(m.group(2), "unknown", "MainThread" if m.group(1) == "1" else "")
+            return True
+        m = _RECENT_FIRST.match(s)
+        if m:
+            # py-bt of the thread whose native frame gdb just showed: the same thread.
+            self.recent_first = m.group(1) == "first"
+            self.after_break = False
             return True
         return False
 

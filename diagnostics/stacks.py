@@ -17,7 +17,9 @@ from typing import Any, Iterable, Mapping, Sequence
 # Pasted dumps have paths relative to sys.path ("http/client.py", "threading.py"):
 # their first component names the module.
 _STDLIB_NAMES = frozenset(getattr(sys, "stdlib_module_names", ())) | {"threading", "queue", "socket", "ssl", "selectors", "asyncio", "multiprocessing", "concurrent", "http", "json", "runpy", "subprocess", "contextlib", "functools"}
-_STDLIB_PATH = re.compile(r"/lib/python3\.\d+/(?!site-packages|dist-packages)")
+# "/usr/lib/python3.10/threading.py", and in gdb py-bt pastes of Python 2 as well as
+# vendored interpreters ("/av/lib/third_party/python2.7/threading.py").
+_STDLIB_PATH = re.compile(r"/python[23]\.\d{1,2}/(?!site-packages/|dist-packages/)")
 
 
 @dataclass(frozen=True)

@@ -211,6 +211,14 @@ def test_a_main_thread_without_a_name_is_known_by_its_id():
          "torch-compile-stall"),
         ([("destroy_process_group", "torch/distributed/distributed_c10d.py", 2100), ("main", "train.py", 90)], "process-group-destroy"),
         ([("wait_tensor", "torch/distributed/_functional_collectives.py", 144), ("forward", "model.py", 9)], "nccl-collective-wait"),
+        # third corpus collection (data/pasted)
+        ([("cuLibraryGetModule", "libcuda.so.1.1", None), ("cudaLaunchKernel", "libcudart.so", None),
+          ("embedding", "paddle/nn/functional/input.py", 336)], "cuda-module-load"),
+        ([("backend_compile", "jax/_src/compiler.py", 321), ("compile_or_get_cached", "jax/_src/compiler.py", 400)], "torch-compile-stall"),
+        ([("_recv", "billiard/connection.py", 425)], "all-idle"),
+        ([("poll", "kombu/utils/eventio.py", 83), ("drain_events", "kombu/connection.py", 300)], "all-idle"),
+        ([("get", "multiprocessing/queues.py", 113), ("_worker_loop", "torch/utils/data/_utils/worker.py", 300),
+          ("run", "multiprocessing/process.py", 108)], "all-idle"),  # a DataLoader worker waiting for its next index
     ],
 )
 def test_new_signatures_on_library_frames(frames, expected):

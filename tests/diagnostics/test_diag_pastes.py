@@ -81,6 +81,7 @@ def test_thread_header_shapes(header, ident, name, active):
         ("    shutdown (concurrent\\futures\\thread.py:229)", "shutdown (thread.py:229)"),  # Windows
         ("    \\_\\_call\\_\\_ (torch/\\_inductor/async\\_compile.py:12)", "__call__ (async_compile.py:12)"),  # markdown-escaped
         ("    _process_executor_events (airflow/jobs/scheduler_job.py:1242", "_process_executor_events (scheduler_job.py:1242)"),
+        ("cudaLaunchKernel (libcudart.so…)", "cudaLaunchKernel (libcudart.so)"),  # a library name cut by the reporter
     ],
 )
 def test_frame_shapes(line, rendered):
@@ -156,6 +157,49 @@ def test_arrow_chains_are_frames_innermost_first():
     _, proc = _one("Process 1390: VLLM::Worker_TP1   ← back in its loop\n    ... dequeue (vllm/shm_broadcast.py:779) → worker_busy_loop\n")
     assert proc.cmdline == "VLLM::Worker_TP1"
     assert [f.function for f in proc.threads[0].frames] == ["dequeue", "worker_busy_loop"]
+
+
+def test_gdb_backtraces_and_py_bt_are_stacks_innermost_first():
+    """gdb pastes (PyTorch#24927, PyTorch#12011, voltron#232 in data/pasted): a thread
+    header or "Switching to thread", native bt lines, py-bt's one-line "#N Frame" form
+    with locals wrapped and cut, and py-bt's "Traceback (most recent call first)" form
+    with source lines under each frame. gdb's thread 1 is the main thread."""
+    text = (
+        "(gdb) thread 12\n"
+        "[Switching to thread 12 (Thread 0x7f9d0cc00700 (LWP 30756))]\n"
+        "#0  0x00007fa50b024fdd in poll () at ../sysdeps/unix/syscall-template.S:81\n"
+        "81      in ../sysdeps/unix/syscall-template.S\n"
+        "(gdb) py-bt\n"
+        "#3 Frame 0x7fa3b9fec850, for file /opt/lib/python2.7/multiprocessing/queues.py, line 131, in get (self=<Queue(_writer=<Conn\n"
+        "tions.deque at remote 0x7fa33ea056e0>, _closed=False, acquire=<built-in method acquire of _multiprocessing.SemLock obj...(trunca\n"
+        "#4 Frame 0x7fa3b9fec9e0, for file /opt/app/loader.py, line 20, in pin_loop (q=<Queue at remote 0x1>)\n"
+    )
+    _, proc = _one(text)
+    (thread,) = proc.threads
+    assert thread.ident == "30756" and _frames(thread) == ["poll (syscall-template.S)", "get (queues.py:131)", "pin_loop (loader.py:20)"]
+    assert thread.frames[1].is_stdlib  # a Python 2 standard library path
+    _, proc = _one("Thread 1 (Thread 0x7f384e2dc740 (LWP 237)):\n#2  0x00007f in ?? () from /lib64/libc.so.6\n"
+                   "#4 Frame 0x7f3484000910, for file /usr/lib/python2.7/threading.py, line 358, in wait (self=<_Condition\n")
+    assert proc.pid == 237 and proc.threads[0].name == "MainThread"
+    assert _frames(proc.threads[0]) == ["? (libc.so.6)", "wait (threading.py:358)"]
+    text = (
+        "0x00007f653b6ebd76 in futex_abstimed_wait_cancelable (private=0, abstime=0x0) at ../sysdeps/unix/sysv/linux/futex-internal.h:205\n"
+        "205\t../sysdeps/unix/sysv/linux/futex-internal.h: No such file or directory.\n"
+        "(gdb) py-bt\n"
+        "Traceback (most recent call first):\n"
+        "  <built-in method acquire of _thread.lock object at remote 0x7f6533d180a8>\n"
+        '  File "/usr/lib/python3.6/threading.py", line 295, in wait\n'
+        "    waiter.acquire()\n"
+        '  File "/home/u/app/worker.py", line 49, in inner\n'
+        "    res = q.get()\n"
+    )
+    report, proc = _one(text)
+    assert _frames(proc.threads[0]) == ["futex_abstimed_wait_cancelable (futex-internal.h)", "acquire (?)", "wait (threading.py:295)",
+                                        "inner (worker.py:49)"]
+    assert report.skipped == 2  # gdb's source line and its command; the py-bt source lines are not counted
+    # A Python traceback (most recent call LAST) is still not a stack.
+    report, proc = _one('Traceback (most recent call last):\n  File "/x/a.py", line 3, in f\nThread 7 (idle): "MainThread"\n    g (b.py:1)\n')
+    assert _frames(proc.threads[0]) == ["g (b.py:1)"]
 
 
 def test_prose_and_traceback_lines_are_skipped_not_frames():
