@@ -46,8 +46,15 @@ _VALUE_PATTERNS = [
     re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
 ]
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token) [A-Za-z0-9._~+/\-]{8,}=*")
-# user may be empty: redis://:password@host
-_URL_CREDS = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^\s/:@\"']*):([^\s/@\"']+)@")
+# user may be empty: redis://:password@host; the password runs to the authority's last @
+# (an unescaped @ in it must not leave its end in clear: postgres://u:p@ss@db)
+_URL_CREDS = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^\s/:@\"']*):([^\s/\"']+)@")
+# A PEM private key (RSA, EC, OpenSSH, PGP, ...): the whole body goes, not only the lines that
+# look random; a log tail may begin inside one (an END with no BEGIN before it).
+_PEM_BLOCK = re.compile(r"(-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----).*?"
+                        r"(-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)", re.S)
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
+_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
 # Webhook URLs are credentials in themselves: whoever has one can post.
 _WEBHOOKS = re.compile(
     r"(?i)\b(https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)/|(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/))"
@@ -63,6 +70,10 @@ _NAME_SEP = re.compile(
     re.VERBOSE,
 )
 _VALUE = re.compile(r"\[REDACTED\]|[^\s\"',;&}\]]+")
+# After an opening quote the value is everything up to its closing quote (a password
+# with spaces, an escaped quote in JSON), or to the end of the line when none comes.
+_QUOTED = {'"': re.compile(r'(?:[^"\\\n]|\\.)*'), "'": re.compile(r"(?:[^'\\\n]|\\.)*")}
+_ARG_NAME = re.compile(r"-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*")
 _CANDIDATE = re.compile(r"[A-Za-z0-9+/=_\-]{32,}")
 
 
@@ -95,6 +106,7 @@ def looks_high_entropy(token: str) -> bool:
 
 
 def redact_text(text: str) -> str:
+    text = _redact_pem(text)
     text = _URL_CREDS.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MARK}@", text)
     text = _WEBHOOKS.sub(lambda m: f"{m.group(1)}{MARK}", text)
     text = _USER_COLON.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}:{MARK}", text)
@@ -115,14 +127,24 @@ def _redact_assignments(text: str) -> str:
         # "--api-key VALUE" counts for flags only: "key value" in prose is too common.
         if not m.group("sep").strip() and not name.startswith("-"):
             continue
-        value = _VALUE.match(text, m.end())
-        if value is None or value.group(0) == MARK:
+        start, quote = m.end(), m.group("sep")[-1:]
+        if quote not in _QUOTED and text[start : start + 1] in _QUOTED:
+            quote, start = text[start], start + 1  # --password 'a b': the quote follows the space
+        value = (_QUOTED[quote] if quote in _QUOTED else _VALUE).match(text, start)
+        if value is None or value.group(0) in (MARK, ""):
             continue
-        out.append(text[pos : m.end()])
+        out.append(text[pos:start])
         out.append(MARK)
         pos = value.end()
     out.append(text[pos:])
     return "".join(out)
+
+
+def _redact_pem(text: str) -> str:
+    end = _PEM_END.search(text)
+    if end is not None and not _PEM_BEGIN.search(text, 0, end.start()):
+        text = f"{MARK}\n{text[end.start():]}"
+    return _PEM_BLOCK.sub(lambda m: f"{m.group(1)}\n{MARK}\n{m.group(2)}", text)
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -152,6 +174,10 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
         if arg in ("-u", "--user"):
             user_next = True  # curl -u user:password
             out.append(arg)
+            continue
+        name, eq, _ = arg.partition("=")
+        if eq and _ARG_NAME.fullmatch(name) and is_sensitive_name(name):
+            out.append(f"{name}={MARK}")  # one argument: --password=correct horse battery, HF_TOKEN=a b
             continue
         if len(arg) > 2 and arg.startswith("-p") and not arg.startswith("--"):
             out.append(f"-p{MARK}")  # mysql -pSECRET
