@@ -73,6 +73,8 @@ class MemberLeft(CohortError):
         if record.get("finished"):
             text = (f"node {node}'s trainer finished (attempt {record.get('attempt')}): the job cannot be "
                     "restarted without it")
+        elif record.get("stopped"):
+            text = f"node {node}'s supervisor was stopped ({_signal_name(record['stopped'])})"
         elif record.get("refused"):
             text = f"node {node} was refused: {record['refused']}"
         else:
@@ -402,6 +404,20 @@ class Cohort:
         if self.on_stop is not None:
             self.on_stop(info)
 
+    def refresh_stop(self) -> dict[str, Any] | None:
+        """Read another node's stop now, not at the next lease round; the stop, if any.
+
+        A stop on one node ends its trainer at once, and the ranks on the other nodes
+        fail with it: before this node takes that crash for an incident, or a node
+        that left for a loss, it must know whether a stop caused it.
+        """
+        if self.stopped is None and self.local_stop is None:
+            try:
+                self._exchange_stop()
+            except (StoreError, ValueError, TypeError):
+                pass  # the lease thread decides when failures mean the store is lost
+        return self.stopped
+
     def finish(self, attempt: int) -> None:
         """This node's trainer finished: the others must not take its silence for a loss."""
         self._leave(finished=True, attempt=attempt)
@@ -428,7 +444,7 @@ class Cohort:
         try:
             if self.local_stop is not None and not self._stop_published:
                 self._exchange_stop()
-            self._leave(finished=False)
+            self._leave(finished=False, **({"stopped": int(self.local_stop)} if self.local_stop is not None else {}))
             if self.me.is_leader and self._generation:
                 self._linger(2 * self.lease_timeout if linger_cap is None else linger_cap)
         except (StoreError, ValueError, TypeError):
@@ -585,7 +601,7 @@ class Cohort:
     def _check(self, deadline: float, waiting_for: str, nodes: Sequence[int] = ()) -> None:
         if self.problem is not None:
             raise self.problem
-        if self.stopped is not None:
+        if self.refresh_stop() is not None:  # a node that left because it was stopped is that stop, not a loss
             raise CohortStopped(f"node {self.stopped['node']}'s supervisor was stopped "
                                 f"({_signal_name(self.stopped['signal'])})")
         for n in nodes:

@@ -79,7 +79,8 @@ class CohortLink:
         if verdict.kind is VerdictKind.DONE:
             self.cohort.finish(attempt)  # our silence from now on is no loss to the others
             return
-        if self.cohort.local_stop is not None or self.cohort.stopped is not None:
+        # A crash here may be another node's stop reaching our ranks: read the stop first.
+        if self.cohort.local_stop is not None or self.cohort.refresh_stop() is not None:
             self.cohort.mark_captured(attempt)  # a stop, not an incident: the stop itself tells the others
             return
         if verdict.kind is VerdictKind.COHORT_LOST:

@@ -168,6 +168,31 @@ def test_a_stop_announced_at_close_is_not_lost_when_no_lease_round_ran():
     assert n0.problem is None, "a stopped node's departure is the stop, not a loss"
 
 
+def test_the_crash_a_stop_elsewhere_causes_is_that_stop_not_an_incident_or_a_lost_member():
+    """SIGTERM on node 0: its trainer dies at once and node 1's ranks crash with it, often
+    before node 1's next lease round has read the stop. Node 1 must stop as interrupted, like
+    node 0 (before: it announced a crash and exited 75 on "node 0 left the cohort")."""
+    store = MemoryStore()
+    n0, n1 = _node(store, 0), _node(store, 1)
+    _join_all([n0, n1])
+    journal, stops = Journal(), []
+    link = CohortLink(n1, lambda: journal)
+    link.bind_stop(lambda sig, frame=None: stops.append(sig))
+    crash = Verdict(VerdictKind.CRASH, 0.0, 0.0, "trainer exited with code 1")
+    n0.local_stop = signal.SIGTERM  # node 0's handler noted it; no lease round published it yet
+    link.incident(1, crash)  # nothing says "stop" yet: a crash is announced
+    n0.close(linger_cap=0)  # node 0 finished as interrupted: publishes its stop, leaves
+    assert link.agree(1, crash, [2], GraphPolicy()) == (None, EXIT_COHORT)
+    assert stops == [signal.SIGTERM], "node 1 stops as interrupted, with node 0's signal"
+    assert [r["cause"] for r in journal.records if r["event"] == "member_lost"] == ["stopped"]
+    # The same crash seen after the stop was published is no incident at all.
+    n2, later = _node(store, 1), Journal()
+    n2._generation = n1._generation
+    CohortLink(n2, lambda: later).incident(1, crash)
+    assert not [r for r in later.records if r["event"] == "cohort_incident"] and n2.stopped["node"] == 0
+    assert "was stopped (SIGTERM)" in str(MemberLeft(0, json.loads(store.get(n1._key("left", 0)))))
+
+
 def test_settled_restart_decision_is_the_same_on_every_node():
     go = {"restart": True, "delay_s": 1.5}
     assert settled({0: go, 1: {"restart": True, "delay_s": 4.0}}) == {"restart": True, "exit_code": None,
