@@ -399,11 +399,25 @@ def find_suspect(verdicts: Sequence[ProcessVerdict]) -> Story:
         if odd is not None:
             return Story(odd[0], odd[1], crowd)
         return Story(None, "", crowd, note=(f"all {len(crowd)} processes wait in a collective ({_crowd_ops(crowd)}): "
-                                            "the culprit is not among them (a rank on another node, one that exited, or one not dumped)"))
+                                            "the culprit is not among them (a rank on another node, one that exited, or one not dumped)"
+                                            + _missing_ranks(crowd)))
     if undumped and len(undumped) < len(verdicts):
         v = undumped[0]
         return Story(v, f"py-spy could not dump it ({v.note or 'no stacks'}) while the others could")
     return Story(None, "")
+
+
+def _missing_ranks(crowd: Sequence[ProcessVerdict]) -> str:
+    """Ranks below the highest one present that the input does not show: when every rank
+    waits in the collective, the one that never arrived is most likely among these
+    (NCCL watchdog lines from ranks 1-5 and none from rank 0)."""
+    ranks = {v.rank for v in crowd}
+    if None in ranks or len(ranks) < 2:
+        return ""
+    missing = sorted(set(range(max(ranks) + 1)) - ranks)  # type: ignore[type-var, arg-type]
+    if not missing or len(missing) > 8:
+        return ""
+    return f"; not in this input: rank {', '.join(str(r) for r in missing)}, look there first"
 
 
 def _crowd_ops(crowd: Sequence[ProcessVerdict]) -> str:

@@ -120,6 +120,11 @@ _GDB_THREAD = re.compile(r"^\[?(?:Thread|Switching to thread) (\d{1,7}) \(Thread
 # '  File "/p/threading.py", line 295, in wait' with the source line under it.
 _RECENT_FIRST = re.compile(r"^Traceback \(most recent call (first|last)\):?\s*$")
 _TRACEBACK_FRAME = re.compile(r'^File "([^"\n]{1,1000})", line (\d{1,7}), in (\S{1,300})\s*$')
+# PyTorch's NCCL watchdog on a timeout: "[rank2]:[E ProcessGroupNCCL.cpp:563] [Rank 2] Watchdog
+# caught collective operation timeout: WorkNCCL(SeqNum=4084, OpType=ALLREDUCE, ...)": no stack,
+# but it says which collective each rank waited in, and at which sequence number.
+_WATCHDOG = re.compile(r"WorkNCCL\(SeqNum=(\d{1,12}), OpType=([A-Za-z_]{1,40})")
+_PID_IN_PREFIX = re.compile(r"\bpid=(\d{1,10})\b")
 # A library name the paste cut: "cudaLaunchKernel (libcudart.so…)".
 _NATIVE_CUT = re.compile(r"\.(so|dylib|dll)(\.\d{0,6}){0,4}$")
 _ARROWS = (" → ", " -> ", " ⇒ ", " => ")
@@ -143,6 +148,7 @@ class ParseReport:
     cut_lines: int = 0
     dropped_frames: int = 0
     pid_inferred: int = 0
+    watchdog_only: int = 0
     ranks: dict[int, int] = field(default_factory=dict)
 
     @property
@@ -171,6 +177,8 @@ class ParseReport:
             out.append(f"{self.cut_frames} frame(s) cut off mid-line")
         if self.skipped:
             out.append(f"skipped {self.skipped} line(s) that are not stack text")
+        if self.watchdog_only:
+            out.append(f"{self.watchdog_only} rank(s) known only from NCCL watchdog timeout lines (no stack: the collective and its sequence number)")
         if self.cut_lines:
             out.append(f"{self.cut_lines} line(s) over {MAX_LINE_CHARS} characters cut")
         if self.dropped_frames:
@@ -333,8 +341,9 @@ def _single_frame(s: str) -> tuple[Frame, bool] | None:
                 return Frame(fn, path, None if native and not path.endswith((".c", ".cc", ".cpp", ".cu", ".rs", ".h")) else line, native), False
             return None
         i = s.find("(", j + 1)
-    if i != -1 and s.find(")", i) == -1:
-        # Cut mid-line: "replay (torch/cuda/" or "_forward_raw (".
+    if i > 0 and s[i - 1] in " \t" and s.find(")", i) == -1:
+        # Cut mid-line: "replay (torch/cuda/" or "_forward_raw (". py-spy puts a space
+        # before the parenthesis; a call in quoted code ("rank_zero_warn(") has none.
         fn, rest = s[:i].strip(), s[i + 1 :].strip()
         if fn and _IDENT.match(fn) and (not rest or re.match(r"^[\w./<>-]{1,500}:?\d{0,7}$", rest)):
             if rest and not _WS.search(rest):
@@ -474,6 +483,9 @@ class _Reader:
         self.locals_indent = 0
         self.after_break = False
         self.recent_first = False  # inside gdb's "Traceback (most recent call first):"
+        # rank -> (pid, OpType, SeqNum) from NCCL watchdog timeout lines, first report per rank
+        self.watchdog: dict[int | None, tuple[int | None, str, str]] = {}
+        self.watchdog_pending: int | None = None
 
     # -- structure ------------------------------------------------------------
     def new_process(self, pid: int | None = None, cmdline: str = "", header: bool = False) -> _Process:
@@ -549,6 +561,9 @@ class _Reader:
         if not s:
             return
         rank = _RANK_PREFIX.search(prefix) if "[" in prefix else None
+        if "Watchdog caught collective" in s or "WorkNCCL(SeqNum=" in s:
+            self.watchdog_line(s, prefix, rank)
+            return
         if s.startswith(("```", "~~~")):
             self.group = [] if any(t.frames for t in self.group) else self.group
             self.after_break = True
@@ -671,6 +686,21 @@ class _Reader:
             return True
         return False
 
+    def watchdog_line(self, s: str, prefix: str, rank: re.Match[str] | None) -> None:
+        m = _WATCHDOG.search(s)
+        if rank is None:
+            rank = _RANK_PREFIX.search(s)
+        if m is None:
+            # "[rank7]: Watchdog caught collective operation timeout:" with the WorkNCCL(...)
+            # on the next line (a reporter re-wrapping the log).
+            self.watchdog_pending = int(rank.group(1)) if rank else None
+            return
+        key = int(rank.group(1)) if rank else self.watchdog_pending
+        self.watchdog_pending = None
+        if key not in self.watchdog and len(self.watchdog) < MAX_PROCESSES:
+            pid = _PID_IN_PREFIX.search(prefix)
+            self.watchdog[key] = (int(pid.group(1)) if pid else None, m.group(2).lower(), m.group(1))
+
     def gdb_frame(self, s: str) -> bool:
         """One gdb backtrace line: a py-bt frame ("#3 Frame 0x.., for file F, line N, in f (...")
         or a native one ("#0  0x.. in poll () at x.S:81", "... from /lib/libc.so.6")."""
@@ -741,6 +771,18 @@ class _Reader:
             out.append(ProcessDump(p.pid, tuple(threads), p.cmdline, p.python, rounds[key], rank=p.rank))
             if p.rank is not None and p.pid is not None:
                 self.report.ranks[p.pid] = p.rank
+        # Ranks the paste shows only through the NCCL watchdog: one process each, waiting in
+        # that collective (a rank whose stack is also pasted keeps its stack).
+        dumped = {d.rank for d in out if d.rank is not None}
+        for key, (pid, op, seq) in self.watchdog.items():
+            if key is not None and key in dumped:
+                continue
+            frame = Frame(f"nccl:{op}", f"SeqNum {seq}", None)
+            out.append(ProcessDump(pid, (ThreadDump("watchdog", "MainThread", (frame,)),), rank=key))
+            self.report.frames += 1
+            self.report.watchdog_only += 1
+            if pid is not None and key is not None:
+                self.report.ranks[pid] = key
         self.report.processes = tuple(out)
         return self.report
 

@@ -268,6 +268,16 @@ def test_everyone_in_the_collective_says_the_culprit_is_elsewhere():
     assert "not among them" in c.suspect.reason
 
 
+def test_all_ranks_in_the_collective_name_the_ranks_missing_from_the_input():
+    """NCCL watchdog lines from ranks 1-5 and none from rank 0 (profam#286 in data/pasted):
+    the rank that never arrived is most likely the one not shown."""
+    procs = [ProcessDump(100 + r, (ThreadDump(str(100 + r), "MainThread", tuple(ALL_REDUCE)),), rank=r) for r in (1, 2, 3, 5)]
+    c = classify(group_series(procs), SIGS)
+    assert c.suspect.pid is None and "not in this input: rank 0, 4, look there first" in c.suspect.reason
+    procs = [ProcessDump(100 + r, (ThreadDump(str(100 + r), "MainThread", tuple(ALL_REDUCE)),), rank=r) for r in (0, 1)]
+    assert "look there first" not in classify(group_series(procs), SIGS).suspect.reason
+
+
 def test_one_rank_in_a_different_collective_is_the_odd_one():
     other = [Frame("broadcast", "torch/distributed/distributed_c10d.py", 1191), Frame("sync_flags", "train.py", 9)]
     c = classify(_series(*[(p, ALL_REDUCE, "") for p in range(1, 5)], (9, other, "")), SIGS)

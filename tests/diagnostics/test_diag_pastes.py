@@ -202,6 +202,36 @@ def test_gdb_backtraces_and_py_bt_are_stacks_innermost_first():
     assert _frames(proc.threads[0]) == ["g (b.py:1)"]
 
 
+def test_nccl_watchdog_timeout_lines_are_one_rank_each_in_its_collective():
+    """PyTorch's watchdog log is the only evidence many hang reports carry (Automodel#1574,
+    PyTorch#20630, vLLM#6042 in data/pasted): each rank becomes a process waiting in the
+    collective the watchdog names, at its sequence number; repeats of a rank are one;
+    a WorkNCCL(...) wrapped onto the next line keeps the rank of the line before."""
+    text = (
+        "[rank2]:[E ProcessGroupNCCL.cpp:563] [Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4084, "
+        "OpType=ALLREDUCE, NumelIn=48, NumelOut=48, Timeout(ms)=600000) ran for 600077 milliseconds before timing out.\n"
+        "(RayWorkerWrapper pid=4009) [rank1]:[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=4084, OpType=ALLREDUCE, NumelIn=48, NumelOut=48, Timeout(ms)=600000) ran for 600095 milliseconds.\n"
+        "[rank1]:[E ProcessGroupNCCL.cpp:1414] [PG 1 Rank 1] Process group watchdog thread terminated with exception: [Rank 1] "
+        "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4084, OpType=ALLREDUCE, NumelIn=48)\n"
+        "  [rank7]: Watchdog caught collective operation timeout:\n"
+        "    WorkNCCL(SeqNum=4084, OpType=BROADCAST, NumelIn=1, NumelOut=8, Timeout(ms)=60000)\n"
+    )
+    report = read_text(text)
+    got = {p.rank: (p.pid, _frames(p.threads[0])) for p in report.processes}
+    assert got == {2: (None, ["nccl:allreduce (SeqNum 4084)"]), 1: (4009, ["nccl:allreduce (SeqNum 4084)"]),
+                   7: (None, ["nccl:broadcast (SeqNum 4084)"])}
+    assert report.skipped == 0 and "3 rank(s) known only from NCCL watchdog timeout lines" in " ".join(report.notes())
+    # A rank whose stack is pasted too keeps its stack.
+    report = read_text(text + '=== rank 2 ===\nThread 9 (idle): "MainThread"\n    all_reduce (torch/distributed/distributed_c10d.py:2050)\n')
+    assert [_frames(p.threads[0]) for p in report.processes if p.rank == 2] == [["all_reduce (distributed_c10d.py:2050)"]]
+
+
+def test_a_call_in_quoted_code_is_not_a_frame_cut_mid_line():
+    report, proc = _one('  rank_zero_warn(\nThread 7 (idle): "MainThread"\n    step (train.py:3)\n')
+    assert _frames(proc.threads[0]) == ["step (train.py:3)"] and report.skipped == 1
+
+
 def test_prose_and_traceback_lines_are_skipped_not_frames():
     text = (
         "The engine hangs (see below) after a while.\n"
