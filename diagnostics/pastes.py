@@ -486,6 +486,7 @@ class _Reader:
         # rank -> (pid, OpType, SeqNum) from NCCL watchdog timeout lines, first report per rank
         self.watchdog: dict[int | None, tuple[int | None, str, str]] = {}
         self.watchdog_pending: int | None = None
+        self.after_file_frame = False  # the line before was faulthandler's header or frame
 
     # -- structure ------------------------------------------------------------
     def new_process(self, pid: int | None = None, cmdline: str = "", header: bool = False) -> _Process:
@@ -607,7 +608,9 @@ class _Reader:
                 indent = len(line) - len(line.lstrip())
                 self.in_locals, self.locals_indent = True, indent  # its source line follows, deeper
                 return
+        after_file_frame, self.after_file_frame = self.after_file_frame, False
         if (first in "PSTt=-#" or s[-1] == ":") and self.handle_header(s, rank):
+            self.after_file_frame = s.endswith("(most recent call first):")
             return
         indent = len(line) - len(line.lstrip())
         if _LOCALS_HEAD.match(s):
@@ -633,6 +636,13 @@ class _Reader:
                 self.feed(piece)
             return
         parsed = parse_frame_line(s)
+        if parsed is not None and first == "F" and s.startswith('File "'):
+            # 'File "/x/a.py' cut mid-path is faulthandler's only under its header or
+            # after its frames; at the end of a Python traceback it is not a stack.
+            if parsed[2] and not after_file_frame:
+                parsed = None
+            else:
+                self.after_file_frame = True
         if parsed is None:
             self.skip(s)
             return

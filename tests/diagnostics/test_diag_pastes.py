@@ -227,6 +227,16 @@ def test_nccl_watchdog_timeout_lines_are_one_rank_each_in_its_collective():
     assert [_frames(p.threads[0]) for p in report.processes if p.rank == 2] == [["all_reduce (distributed_c10d.py:2050)"]]
 
 
+def test_a_traceback_cut_in_a_file_line_is_not_a_stack():
+    """nccl#1438 in data/pasted: a Python traceback (most recent call last) cut inside
+    'File "/x/...': faulthandler's cut frame only under its header or after its frames."""
+    text = 'Traceback (most recent call last):\n  File "/x/runpy.py", line 85, in _run_code\n    exec(code)\n  File "/idas/users/yaof\n'
+    with pytest.raises(InputError):
+        read_text(text)
+    _, proc = _one('Thread 0x00007f13 (most recent call first):\n  File "/x/queue.py", line 180 in get\n  File "/x/train.py\n')
+    assert _frames(proc.threads[0]) == ["get (queue.py:180)", "? (/x/train.py…)"]
+
+
 def test_a_call_in_quoted_code_is_not_a_frame_cut_mid_line():
     report, proc = _one('  rank_zero_warn(\nThread 7 (idle): "MainThread"\n    step (train.py:3)\n')
     assert _frames(proc.threads[0]) == ["step (train.py:3)"] and report.skipped == 1
