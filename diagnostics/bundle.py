@@ -12,6 +12,7 @@ The layout is documented in docs/bundle-format.md.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -158,9 +159,10 @@ def load_bundle(path: Path) -> Bundle:
     """
     path = Path(path)
     if path.is_dir():
-        if not (path / MANIFEST).is_file():
-            raise InputError(f"{path}: not a bundle (no {MANIFEST})")
-        return Bundle(path, path.name, _read_dir(path))
+        with _BundleDir(path) as folder:
+            if not folder.has_manifest():
+                raise InputError(f"{path}: not a bundle (no {MANIFEST})")
+            return Bundle(path, path.name, _read_dir(folder))
     budget = _Budget(path)
     try:
         with _open_archive(path) as raw, tarfile.open(fileobj=raw, mode="r:gz") as tar:
@@ -226,61 +228,139 @@ class _Budget:
             raise InputError(f"{self.source}: {name} is larger than its header says; not a hangwatch bundle")
 
 
-def _walk(path: Path, budget: _Budget, skipped: Callable[[str, str], None] | None = None) -> list[tuple[str, str]]:
-    """``(relative name, path)`` of every regular file of the bundle directory, under
-    ``budget``; hidden entries (in-progress temporaries) are left out, and so are
-    symlinks, FIFOs, devices and sockets: named to ``skipped`` with what they are."""
-    found: list[tuple[str, str]] = []
-    stack = [path]
-    while stack:
-        folder = stack.pop()
+class _BundleDir:
+    """A bundle directory held open by descriptor while it is read or packed.
+
+    Every name below it is opened from that descriptor one component at a time,
+    each ``O_NOFOLLOW``: another user who owns the directory can swap a folder in
+    it for a link to a private one between the walk and the read (a race that put
+    a root-only file into a shared archive), and it must not matter. A file that
+    is a hard link (more than one name) and belongs to someone other than the
+    directory's owner is not theirs to share either (where ``fs.protected_hardlinks``
+    is 0, anyone may link any file they can see): it is left out.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
         try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+            # The folder the user named, once (a link to it is theirs to make); nothing below it is followed.
+            self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
-            raise InputError(f"{folder}: cannot read ({exc.strerror or exc})") from None
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue  # in-progress temporaries
-            if entry.is_dir(follow_symlinks=False):
-                stack.append(Path(entry.path))
-                continue
-            rel = Path(entry.path).relative_to(path).as_posix()
+            raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        self.owner = os.fstat(self.fd).st_uid
+
+    def __enter__(self) -> "_BundleDir":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+    def has_manifest(self) -> bool:
+        try:
+            return stat.S_ISREG(os.stat(MANIFEST, dir_fd=self.fd, follow_symlinks=False).st_mode)
+        except OSError:
+            return False
+
+    def foreign_link(self, st: os.stat_result) -> str | None:
+        if st.st_nlink > 1 and st.st_uid != self.owner:
+            return f"a hard link to a file of uid {st.st_uid}, not of the bundle's owner (uid {self.owner})"
+        return None
+
+    def open_dir(self, rel: str) -> int:
+        """``rel`` (``a/b``) as a directory descriptor; OSError if a part is a link or not a folder."""
+        fd = self.fd
+        for part in rel.split("/") if rel else ():
+            parent = fd
             try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError as exc:
-                raise InputError(f"{entry.path}: cannot read ({exc.strerror or exc})") from None
-            if not stat.S_ISREG(st.st_mode):
-                if skipped is not None:  # symlinks (and devices, FIFOs) are never read
-                    skipped(rel, describe_kind(st.st_mode))
-                continue
-            budget.member(rel, st.st_size)
-            found.append((rel, entry.path))
+                fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+            finally:
+                if parent != self.fd:
+                    os.close(parent)
+        return fd
+
+    def open_file(self, rel: str) -> IO[bytes] | None:
+        """A bundle file for reading, or None if it (or a folder on its way) is no longer
+        a regular file or folder (swapped for a link, a FIFO or a device since the walk),
+        or is another user's hard link: never followed, never waited on."""
+        folder, _, name = rel.rpartition("/")
+        try:
+            parent = self.open_dir(folder)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                return None
+            raise
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                return None
+            raise
+        finally:
+            if parent != self.fd:
+                os.close(parent)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or self.foreign_link(st):
+            os.close(fd)
+            return None
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+
+
+def _walk(folder: _BundleDir, budget: _Budget, skipped: Callable[[str, str], None] | None = None) -> list[str]:
+    """The relative name of every regular file of the bundle directory, under ``budget``
+    (folders count as entries too); hidden entries (in-progress temporaries) are left
+    out, and so are symlinks, FIFOs, devices, sockets and other users' hard links:
+    named to ``skipped`` with what they are."""
+    found: list[str] = []
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        try:
+            fd = folder.open_dir(rel_dir)
+        except OSError as exc:
+            raise InputError(f"{folder.path / rel_dir}: cannot read ({exc.strerror or exc})") from None
+        try:
+            with os.scandir(fd) as it:
+                entries = sorted(it, key=lambda e: e.name)
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue  # in-progress temporaries
+                rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError as exc:
+                    raise InputError(f"{folder.path / rel}: cannot read ({exc.strerror or exc})") from None
+                if stat.S_ISDIR(st.st_mode):
+                    budget.member(rel + "/", 0)
+                    stack.append(rel)
+                    continue
+                why = describe_kind(st.st_mode) if not stat.S_ISREG(st.st_mode) else folder.foreign_link(st)
+                if why:
+                    if skipped is not None:  # symlinks (and devices, FIFOs, others' hard links) are never read
+                        skipped(rel, why)
+                    continue
+                budget.member(rel, st.st_size)
+                found.append(rel)
+        except OSError as exc:
+            raise InputError(f"{folder.path / rel_dir}: cannot read ({exc.strerror or exc})") from None
+        finally:
+            if fd != folder.fd:
+                os.close(fd)
     return sorted(found)
 
 
-def _open_member(path: str) -> IO[bytes] | None:
-    """A bundle file for reading, or None if it is no longer a regular file (swapped
-    for a link, a FIFO or a device since the walk): never followed, never waited on."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        return None
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
-
-
-def _read_dir(path: Path) -> dict[str, bytes]:
-    budget = _Budget(path)
+def _read_dir(folder: _BundleDir) -> dict[str, bytes]:
+    budget = _Budget(folder.path)
     files: dict[str, bytes] = {}
-    for rel, file in _walk(path, budget):
+    for rel in _walk(folder, budget):
         try:
-            handle = _open_member(file)
+            handle = folder.open_file(rel)
             if handle is None:
                 continue
             with handle:
                 files[rel] = handle.read(MAX_MEMBER_BYTES + 1)
         except OSError as exc:
-            raise InputError(f"{file}: cannot read ({exc.strerror or exc})") from None
+            raise InputError(f"{folder.path / rel}: cannot read ({exc.strerror or exc})") from None
         budget.check_read(rel, len(files[rel]))
     return dict(sorted(files.items()))
 
@@ -294,20 +374,29 @@ def pack(bundle_dir: Path, out: Path | None = None, skipped: Callable[[str, str]
     (relative name, what it is).
     """
     bundle_dir = Path(bundle_dir)
-    if not (bundle_dir / MANIFEST).is_file():
+    if not bundle_dir.is_dir() or not (bundle_dir / MANIFEST).is_file():
         raise InputError(f"{bundle_dir}: not a bundle directory (no {MANIFEST})")
     out = Path(out) if out is not None else bundle_dir.with_name(bundle_dir.name + ".tar.gz")
     check_output_path(out)
-    members = _walk(bundle_dir, _Budget(bundle_dir, "take it out of the bundle directory (share it apart if needed)"),
-                    skipped)
+    with _BundleDir(bundle_dir) as folder:
+        if not folder.has_manifest():
+            raise InputError(f"{bundle_dir}: not a bundle directory (no {MANIFEST})")
+        members = _walk(folder, _Budget(bundle_dir, "take it out of the bundle directory (share it apart if needed)"),
+                        skipped)
+        _pack_members(folder, members, out, skipped)
+    return out
+
+
+def _pack_members(folder: _BundleDir, members: list[str], out: Path, skipped: Callable[[str, str], None] | None) -> None:
+    bundle_dir = folder.path
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         with atomic.replacing(out) as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
-            for rel, file in members:
+            for rel in members:
                 try:
-                    handle = _open_member(file)
+                    handle = folder.open_file(rel)
                 except OSError as exc:
-                    raise InputError(f"{file}: cannot read ({exc.strerror or exc})") from None
+                    raise InputError(f"{bundle_dir / rel}: cannot read ({exc.strerror or exc})") from None
                 if handle is None:
                     if skipped is not None:
                         skipped(rel, "no longer a regular file")
@@ -321,7 +410,6 @@ def pack(bundle_dir: Path, out: Path | None = None, skipped: Callable[[str, str]
     except OSError as exc:
         raise InputError(f"{out}: cannot write the archive there ({exc.strerror or exc}); "
                          "give -o a path in a writable directory") from None
-    return out
 
 
 def check_output_path(out: Path) -> None:

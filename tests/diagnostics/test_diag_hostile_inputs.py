@@ -196,3 +196,70 @@ def test_replay_refuses_what_if_values_run_refuses(tmp_path, capsys, option, val
     dump = str(ROOT / "tests" / "diagnostics" / "data" / "nccl_all_reduce.txt")
     err = _usage_error(capsys, "replay", option, value, dump)  # with no bundle, nothing else would check them
     assert f"{option} must be" in err and "got" in err, err
+
+
+# -- a bundle directory another user owns, read or packed as root (red-team probe) -----------------
+
+
+def _swap_after_walk(monkeypatch, bundle: Path, folder: str, target: Path) -> None:
+    """Between the walk and the reads, the directory's owner renames ``folder`` away and
+    puts a link to ``target`` in its place (reproduced for real with a second user and a
+    bundle large enough to pack slowly; here the swap is made at that exact point)."""
+    import hangwatch.diagnostics.bundle as bundle_mod
+
+    real = bundle_mod._walk
+
+    def walk_then_swap(*args, **kwargs):
+        found = real(*args, **kwargs)
+        (bundle / folder).rename(bundle / f"{folder}.old")
+        (bundle / folder).symlink_to(target)
+        return found
+
+    monkeypatch.setattr(bundle_mod, "_walk", walk_then_swap)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("how", ["pack", "read"])
+def test_a_folder_swapped_for_a_link_during_a_read_is_never_followed(tmp_path, capsys, monkeypatch, how):
+    private = tmp_path / "private"
+    private.mkdir()
+    (private / "secret.txt").write_text("TOPSECRET-CONTENT\n")
+    bundle = synthetic_bundle(tmp_path)
+    (bundle / "z").mkdir()
+    (bundle / "z" / "secret.txt").write_text("decoy\n")
+    _swap_after_walk(monkeypatch, bundle, "z", private)
+    if how == "pack":
+        out = tmp_path / "out.tar.gz"
+        assert main(["bundle", "pack", str(bundle), "-o", str(out)]) == 0
+        assert "z/secret.txt: left out of the archive (no longer a regular file)" in capsys.readouterr().err
+        with tarfile.open(out) as tar:
+            texts = [tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()]
+    else:
+        texts = list(load_bundle(bundle).files.values())
+    assert not any(b"TOPSECRET" in t for t in texts), "a private file was read through a swapped-in link"
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.skipif(os.geteuid() != 0, reason="a file of another user needs root")
+def test_another_users_hard_link_in_their_bundle_is_never_read(tmp_path, capsys):
+    """Where fs.protected_hardlinks is 0 (the kernel's default), anyone may hard-link a
+    root-only file they can reach into their own bundle; root packing or reading that
+    bundle put the file's content into the archive and the report."""
+    private = tmp_path / "private.txt"
+    private.write_text("TOPSECRET-CONTENT\n")
+    private.chmod(0o600)
+    bundle = synthetic_bundle(tmp_path)
+    (bundle / "logs").mkdir(exist_ok=True)
+    os.link(private, bundle / "logs" / "stdout.tail.txt")  # what that user can do with the sysctl at 0
+    for path in (bundle, *bundle.rglob("*")):
+        if not path.samefile(private):
+            os.chown(path, 65534, 65534, follow_symlinks=False)
+    out = tmp_path / "out.tar.gz"
+    assert main(["bundle", "pack", str(bundle), "-o", str(out)]) == 0
+    assert "logs/stdout.tail.txt: left out of the archive (a hard link to a file of uid 0" in capsys.readouterr().err
+    with tarfile.open(out) as tar:
+        assert not any(b"TOPSECRET" in tar.extractfile(m).read() for m in tar.getmembers() if m.isfile())
+    assert "logs/stdout.tail.txt" not in load_bundle(bundle).files
+    report = tmp_path / "r.html"
+    assert main(["report", str(bundle), "-o", str(report)]) == 0
+    assert "TOPSECRET" not in report.read_text()
