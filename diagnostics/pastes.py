@@ -60,6 +60,7 @@ _PREFIX = re.compile(
       | \((?:\w{1,40}[ ])?pid=\d{1,10}(?:,[ ]ip=[\d.]{1,40})?\)[ ]?   # ray / vLLM "(EngineCore pid=123) "
       | (?:stdout|stderr)[ ][FP][ ]                       # Kubernetes/containerd log: "<time> stdout F "
       | \d{1,6}:[ ]                                        # srun --label: "3: "
+      | \^C                                               # the terminal's echo of Ctrl+C: "^CTraceback ..."
     ))*""",
     re.VERBOSE,
 )
@@ -120,6 +121,8 @@ _GDB_THREAD = re.compile(r"^\[?(?:Thread|Switching to thread) (\d{1,7}) \(Thread
 # '  File "/p/threading.py", line 295, in wait' with the source line under it.
 _RECENT_FIRST = re.compile(r"^Traceback \(most recent call (first|last)\):?\s*$")
 _TRACEBACK_FRAME = re.compile(r'^File "([^"\n]{1,1000})", line (\d{1,7}), in (\S{1,300})\s*$')
+# The line that ends a Python traceback: "KeyboardInterrupt", "RuntimeError: ...".
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200}(?:Error|Exception|Interrupt|Exit|Warning|Timeout))\b:?")
 # PyTorch's NCCL watchdog on a timeout: "[rank2]:[E ProcessGroupNCCL.cpp:563] [Rank 2] Watchdog
 # caught collective operation timeout: WorkNCCL(SeqNum=4084, OpType=ALLREDUCE, ...)": no stack,
 # but it says which collective each rank waited in, and at which sequence number.
@@ -487,6 +490,11 @@ class _Reader:
         self.watchdog: dict[int | None, tuple[int | None, str, str]] = {}
         self.watchdog_pending: int | None = None
         self.after_file_frame = False  # the line before was faulthandler's header or frame
+        # Inside a Python traceback (most recent call last): its frames, kept until the
+        # exception line says whether it is a stack (KeyboardInterrupt: where the hung
+        # process was when the user pressed Ctrl+C) or an error report (dropped).
+        self.tb_frames: list[Frame] | None = None
+        self.tb_lines = 0
 
     # -- structure ------------------------------------------------------------
     def new_process(self, pid: int | None = None, cmdline: str = "", header: bool = False) -> _Process:
@@ -562,6 +570,10 @@ class _Reader:
         if not s:
             return
         rank = _RANK_PREFIX.search(prefix) if "[" in prefix else None
+        if self.tb_frames is None and s[0] == "F" and not self.recent_first and _TRACEBACK_FRAME.match(s):
+            self.tb_frames, self.tb_lines = [], 0  # a traceback pasted without its first line
+        if self.tb_frames is not None and self.traceback_line(s, line):
+            return
         if "Watchdog caught collective" in s or "WorkNCCL(SeqNum=" in s:
             self.watchdog_line(s, prefix, rank)
             return
@@ -739,8 +751,45 @@ class _Reader:
             # py-bt of the thread whose native frame gdb just showed: the same thread.
             self.recent_first = m.group(1) == "first"
             self.after_break = False
+            if not self.recent_first:
+                self.end_traceback(keep=False)
+                self.tb_frames, self.tb_lines = [], 1
             return True
         return False
+
+    def traceback_line(self, s: str, line: str) -> bool:
+        """A line inside a Python traceback (most recent call last); False ends it
+        without consuming the line (something that is not traceback text)."""
+        m = _TRACEBACK_FRAME.match(s)
+        if m:
+            if self.tb_frames is not None and len(self.tb_frames) < MAX_FRAMES:
+                self.tb_frames.append(Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2))))
+            self.tb_lines += 1
+            self.tb_indent = len(line) - len(line.lstrip())
+            return True
+        if self.tb_frames and len(line) - len(line.lstrip()) > getattr(self, "tb_indent", 0):
+            self.tb_lines += 1  # the source line under a frame, or 3.11's ^^^^ markers
+            return True
+        m = _EXCEPTION_LINE.match(s)
+        if m:
+            evidence = "WorkNCCL(SeqNum=" in s  # "...was aborted ... Watchdog caught ...": read it too
+            self.tb_lines += not evidence
+            self.end_traceback(keep=m.group(1).rsplit(".", 1)[-1] == "KeyboardInterrupt")
+            return not evidence
+        self.end_traceback(keep=False)
+        return False
+
+    def end_traceback(self, keep: bool) -> None:
+        frames, self.tb_frames = self.tb_frames, None
+        if frames is None:
+            return
+        if keep and frames:
+            self.start_thread(None, "unknown", "MainThread")  # Ctrl+C lands in the main thread
+            self.report.thread_headers -= 1  # no header was pasted
+            self.add_frames(list(reversed(frames)))
+        else:
+            self.report.skipped += self.tb_lines
+        self.tb_lines = 0
 
     def expect_process(self, pid: int) -> None:
         """A line that introduces the dump of ``pid`` (a command, a caption)."""
@@ -761,6 +810,9 @@ class _Reader:
 
     # -- result ---------------------------------------------------------------
     def finish(self, source: str) -> ParseReport:
+        # A traceback the paste cut before its exception line is kept only when it is the
+        # paste's only stack ("not a dump" would say less than its frames do).
+        self.end_traceback(keep=not any(t.frames for p in self.processes for t in p.threads))
         rounds: dict[int | None, int] = {}
         out = []
         for p in self.processes:

@@ -227,6 +227,38 @@ def test_nccl_watchdog_timeout_lines_are_one_rank_each_in_its_collective():
     assert [_frames(p.threads[0]) for p in report.processes if p.rank == 2] == [["all_reduce (distributed_c10d.py:2050)"]]
 
 
+def test_a_ctrl_c_traceback_is_the_main_threads_stack_innermost_first():
+    """Reporters press Ctrl+C on the hung process and paste the KeyboardInterrupt
+    traceback (PyTorch#39570, icefall#1084, nunif#26 in data/pasted): outermost first,
+    often without its 'Traceback' line, '^C' echoed in front. Other exceptions' tracebacks
+    are error reports, not stacks; a traceback cut before its exception line is kept only
+    when it is the paste's only stack."""
+    text = (
+        "^CTraceback (most recent call last):\n"
+        '  File "train.py", line 10, in <module>\n'
+        "    main()\n"
+        '  File "/usr/lib/python3.8/multiprocessing/popen_fork.py", line 28, in poll\n'
+        "    pid, sts = os.waitpid(self.pid, flag)\n"
+        "               ^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+        "KeyboardInterrupt\n"
+        "Traceback (most recent call last):\n"
+        '  File "/x/worker.py", line 3, in run\n'
+        "    step()\n"
+        "RuntimeError: boom\n"
+    )
+    report, proc = _one(text)
+    assert proc.threads[0].name == "MainThread"
+    assert _frames(proc.threads[0]) == ["poll (popen_fork.py:28)", "<module> (train.py:10)"]
+    assert report.skipped == 4  # the second traceback: its header, frame, source line and error
+    _, proc = _one('  File "C:\\nunif\\train.py", line 22, in <module>\n    main()\nKeyboardInterrupt:\n')
+    assert _frames(proc.threads[0]) == ["<module> (train.py:22)"]
+    _, proc = _one('Traceback (most recent call last):\n  File "/x/loader.py", line 1132, in _try_get_data\n    data = q.get(timeout=ti\n')
+    assert _frames(proc.threads[0]) == ["_try_get_data (loader.py:1132)"]
+    report, proc = _one('Traceback (most recent call last):\n  File "/x/a.py", line 3, in f\n'
+                        'Thread 7 (idle): "MainThread"\n    g (b.py:1)\n')
+    assert _frames(proc.threads[0]) == ["g (b.py:1)"]  # a cut traceback next to a real stack is dropped
+
+
 def test_a_traceback_cut_in_a_file_line_is_not_a_stack():
     """nccl#1438 in data/pasted: a Python traceback (most recent call last) cut inside
     'File "/x/...': faulthandler's cut frame only under its header or after its frames."""
