@@ -77,6 +77,8 @@ class MemberLeft(CohortError):
             text = f"node {node}'s supervisor was stopped ({_signal_name(record['stopped'])})"
         elif record.get("refused"):
             text = f"node {node} was refused: {record['refused']}"
+        elif record.get("why"):
+            text = f"node {node}'s supervisor gave up: {str(record['why'])[:300]}"
         else:
             text = f"node {node}'s supervisor stopped (it left the cohort)"
         super().__init__(text)
@@ -241,6 +243,7 @@ class Cohort:
         self._stop_published = False
         self._left: dict[int, dict[str, Any]] = {}  # nodes that left on purpose (finished, gave up, stopped)
         self._left_written = False
+        self.why: str | None = None  # why this node gives up, for the others (its left record carries it)
         self._generation = ""  # this run's keys (see join): a rerun never reads an older run's records
         self._seen: dict[int, tuple[int, float]] = {}
         self._failing_since: float | None = None
@@ -334,7 +337,8 @@ class Cohort:
         """
         now = self.clock()
         try:
-            self.store.add(self._key("lease", self.me.node_rank), 1)
+            if not self._left_written:  # once we left, a still lease makes the others read why at once
+                self.store.add(self._key("lease", self.me.node_rank), 1)  # (node 0 lingers, its thread runs on)
             counts = {n: self.store.add(self._key("lease", n), 0) for n in self.others}
             self._exchange_stop()
             still = [n for n, c in counts.items() if n not in self._left and n in self._seen and self._seen[n][0] == c]
@@ -444,7 +448,8 @@ class Cohort:
         try:
             if self.local_stop is not None and not self._stop_published:
                 self._exchange_stop()
-            self._leave(finished=False, **({"stopped": int(self.local_stop)} if self.local_stop is not None else {}))
+            self._leave(finished=False, **({"stopped": int(self.local_stop)} if self.local_stop is not None else
+                                           {"why": self.why} if self.why else {}))
             if self.me.is_leader and self._generation:
                 self._linger(2 * self.lease_timeout if linger_cap is None else linger_cap)
         except (StoreError, ValueError, TypeError):

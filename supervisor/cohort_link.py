@@ -84,6 +84,7 @@ class CohortLink:
             self.cohort.mark_captured(attempt)  # a stop, not an incident: the stop itself tells the others
             return
         if verdict.kind is VerdictKind.COHORT_LOST:
+            self.cohort.why = self.cohort.why or verdict.reason  # the others read why we left
             self.journal.append("member_lost", attempt=attempt, reason=verdict.reason,
                                 cause=verdict.evidence.get("cohort"))
             log.error("member_lost", message=f"cohort: {verdict.reason}; capturing, killing and stopping")
@@ -121,6 +122,7 @@ class CohortLink:
         except CohortStopped:
             return None, EXIT_COHORT  # journaled when the stop was seen; the runner finishes as interrupted
         except Exception as exc:  # noqa: BLE001  (CohortError or any store failure ends the cohort)
+            self.cohort.why = self.cohort.why or f"no agreement before relaunch: {exc}"
             self.journal.append("member_lost", attempt=attempt, reason=f"no agreement before relaunch: {exc}",
                                 cause=getattr(exc, "reason", "store_error"))
             log.error("member_lost", message=f"cohort: no agreement before relaunch: {exc}; stopping")
@@ -144,6 +146,7 @@ class CohortLink:
             sig = int(self.cohort.stopped["signal"]) if self.cohort.stopped else int(signal.SIGTERM)
             return Decision(False, f"multi-node cohort: {exc}", 128 + sig)
         except Exception as exc:  # noqa: BLE001  (CohortError or any store failure ends the cohort)
+            self.cohort.why = self.cohort.why or f"no agreement on restarting: {exc}"
             self.journal.append("member_lost", attempt=outcome.attempt, reason=f"no agreement on restarting: {exc}",
                                 cause=getattr(exc, "reason", "store_error"))
             log.error("member_lost", message=f"cohort: no agreement on restarting: {exc}; stopping")

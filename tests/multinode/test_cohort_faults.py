@@ -193,6 +193,28 @@ def test_the_crash_a_stop_elsewhere_causes_is_that_stop_not_an_incident_or_a_los
     assert "was stopped (SIGTERM)" in str(MemberLeft(0, json.loads(store.get(n1._key("left", 0)))))
 
 
+def test_node_0_that_left_is_noticed_at_once_though_it_keeps_the_store_up():
+    """Node 0 gave up alone (it took node 1, SIGSTOPped past the lease, for lost; or it hit an
+    error) and keeps the store up for the others: its lease thread runs on while it lingers.
+    Node 1 must read that node 0 left at its next lease round (before: only once node 0's
+    linger ended and the store was gone, three leases later)."""
+    store = MemoryStore()
+    n0, n1 = (Cohort(store, Membership(i, 2, "127.0.0.1", 29600, "job"), {"a": 1}, lease_interval=0.02,
+                     lease_timeout=10, barrier_timeout=30) for i in range(2))
+    _join_all([n0, n1])
+    n0.why = "node 1's supervisor stopped renewing its lease 16 s ago"  # as CohortLink notes it
+    closing = threading.Thread(target=n0.close, kwargs={"linger_cap": 20})
+    closing.start()
+    deadline = time.monotonic() + 5
+    while n1.problem is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert isinstance(n1.problem, MemberLeft) and n1.problem.node == 0, n1.problem
+    assert "node 0's supervisor gave up: node 1's supervisor stopped renewing" in str(n1.problem), "and why"
+    n1.close()  # node 1 stops in turn: node 0's linger ends
+    closing.join(timeout=5)
+    assert not closing.is_alive()
+
+
 def test_settled_restart_decision_is_the_same_on_every_node():
     go = {"restart": True, "delay_s": 1.5}
     assert settled({0: go, 1: {"restart": True, "delay_s": 4.0}}) == {"restart": True, "exit_code": None,
