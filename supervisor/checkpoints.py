@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from hangwatch.contract.capped import FileTooLarge, read_capped
+from hangwatch.contract.capped import FileTooLarge, open_regular, read_capped
 
 DEFAULT_GLOB = "checkpoint-*"
 DEFAULT_MARKER = "trainer_state.json"
@@ -97,7 +97,7 @@ MAX_MARKER_PARSE_BYTES = 64 << 20
 def _incomplete_tail(marker_path: Path, marker: str) -> str | None:
     """A JSON document too large to parse: complete if it ends like one (a torn write does not)."""
     try:
-        fd = os.open(marker_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_regular(marker_path)  # the trainer's user may have swapped in a link to a device since
         try:
             tail = os.pread(fd, 4096, max(0, os.fstat(fd).st_size - 4096)).rstrip()
         finally:

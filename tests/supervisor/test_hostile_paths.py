@@ -76,3 +76,84 @@ def test_doctor_never_runs_what_another_user_can_put_in_a_root_venv(how):
         assert "uid 0" not in ran, "root ran a .pth another user could change"
     finally:
         shutil.rmtree(base)
+
+
+# A root process that is a session leader without a terminal (a supervisor started by systemd)
+# opens PATH; it prints the terminal it has afterwards (0: none) and what the read said.
+_OPENER = r"""
+import os, sys, time
+from pathlib import Path
+os.setsid()
+from hangwatch.contract.capped import NotRegularFile, read_capped
+from hangwatch.supervisor.checkpoints import CheckpointSpec, scan
+
+def tty_nr():
+    return int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[4])
+
+if sys.argv[1] == "read":
+    try:
+        read_capped(sys.argv[2], 1 << 20)
+        said = "read"
+    except NotRegularFile as exc:
+        said = "refused"
+    print(tty_nr(), said)
+else:
+    end, n = time.monotonic() + float(sys.argv[3]), 0
+    while time.monotonic() < end and not tty_nr():
+        scan(CheckpointSpec(Path(sys.argv[2])))
+        n += 1
+    print(tty_nr(), n)
+"""
+
+# Another user's process: flips checkpoint-9/trainer_state.json between a real file and a link
+# to its own pseudo-terminal, as fast as it can.
+_FLIPPER = r"""
+import os, sys, time
+ck = sys.argv[1]
+tty = sys.argv[2]
+open(ck + "/real.json", "w").write("{}")
+end = time.monotonic() + float(sys.argv[3])
+while time.monotonic() < end:
+    for target, tmp in (("real.json", "a"), (tty, "b")):
+        os.symlink(target, f"{ck}/{tmp}")
+        os.rename(f"{ck}/{tmp}", f"{ck}/trainer_state.json")
+"""
+
+
+def _opener(*args: str) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", _OPENER, *args], capture_output=True, text=True, timeout=30,
+                         stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+@pytest.mark.timeout(30)
+def test_a_link_to_a_terminal_is_refused_without_opening_it():
+    master, slave = os.openpty()
+    try:
+        tty, said = _opener("read", os.ttyname(slave))
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert said == "refused"
+    assert tty == "0", "opening the path made the terminal the supervisor's controlling terminal"
+
+
+@pytest.mark.timeout(60)
+def test_a_checkpoint_marker_flipped_to_a_terminal_never_becomes_the_supervisors(tmp_path):
+    """The trainer's user owns the checkpoint folder. Checking the marker, then opening it,
+    raced with a link flipped between a file and their pseudo-terminal: root's supervisor took
+    it as its controlling terminal within a few hundred scans, and their ^C became a SIGINT
+    to it (reproduced with a second user)."""
+    ck = tmp_path / "ck"
+    (ck / "checkpoint-9").mkdir(parents=True)
+    master, slave = os.openpty()
+    flipper = subprocess.Popen([sys.executable, "-c", _FLIPPER, str(ck / "checkpoint-9"), os.ttyname(slave), "20"])
+    try:
+        tty, scans = _opener("scan", str(ck), "4")
+    finally:
+        flipper.kill()
+        flipper.wait()
+        os.close(master)
+        os.close(slave)
+    assert tty == "0", f"the supervisor took the other user's terminal after {scans} scans"
