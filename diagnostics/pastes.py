@@ -25,7 +25,15 @@ in well under a second). It accepts:
   active+gil):``), placeholder ids (``Thread N``), rank-labelled lines
   (``DP0,1,2: frame``), a whole dump flattened onto one line, Windows and
   markdown-escaped paths, cluster log prefixes (``stdout F``, ``srun --label``),
-  ANSI colours, and pystack's outermost-first threads.
+  ANSI colours, and pystack's outermost-first threads;
+* gdb: ``thread apply all bt`` / ``Switching to thread`` headers, native ``#N 0x.. in f ()``
+  frames, and both forms of ``py-bt`` (``#N Frame 0x.., for file F, line N, in f`` and
+  ``Traceback (most recent call first):``);
+* a Ctrl+C traceback ending in ``KeyboardInterrupt`` (where the hung main thread was),
+  outermost first; other tracebacks are error reports and are skipped;
+* PyTorch's NCCL watchdog timeout lines (``[rank2]: ... Watchdog caught collective
+  operation timeout: WorkNCCL(SeqNum=4084, OpType=ALLREDUCE, ...)``): no stack, but one
+  process per rank waiting in that collective at that sequence number.
 
 Everything else is skipped and counted; the report says how much was skipped
 and how confident the reading is. Text with no recognisable frame at all is
@@ -495,6 +503,7 @@ class _Reader:
         # process was when the user pressed Ctrl+C) or an error report (dropped).
         self.tb_frames: list[Frame] | None = None
         self.tb_lines = 0
+        self.tb_indent = 0
 
     # -- structure ------------------------------------------------------------
     def new_process(self, pid: int | None = None, cmdline: str = "", header: bool = False) -> _Process:
@@ -767,7 +776,7 @@ class _Reader:
             self.tb_lines += 1
             self.tb_indent = len(line) - len(line.lstrip())
             return True
-        if self.tb_frames and len(line) - len(line.lstrip()) > getattr(self, "tb_indent", 0):
+        if self.tb_frames and len(line) - len(line.lstrip()) > self.tb_indent:
             self.tb_lines += 1  # the source line under a frame, or 3.11's ^^^^ markers
             return True
         m = _EXCEPTION_LINE.match(s)
