@@ -777,8 +777,11 @@ class _Reader:
             self.tb_indent = len(line) - len(line.lstrip())
             return True
         if self.tb_frames and len(line) - len(line.lstrip()) > self.tb_indent:
-            self.tb_lines += 1  # the source line under a frame, or 3.11's ^^^^ markers
-            return True
+            one = _single_frame(s) if "(" in s else None
+            if one is None or one[0].line is None:
+                self.tb_lines += 1  # the source line under a frame, or 3.11's ^^^^ markers
+                return True
+            # "wait (threading.py:320)": a py-spy frame after a cut traceback, not its source line
         m = _EXCEPTION_LINE.match(s)
         if m:
             evidence = "WorkNCCL(SeqNum=" in s  # "...was aborted ... Watchdog caught ...": read it too

@@ -257,6 +257,8 @@ def test_a_ctrl_c_traceback_is_the_main_threads_stack_innermost_first():
     report, proc = _one('Traceback (most recent call last):\n  File "/x/a.py", line 3, in f\n'
                         'Thread 7 (idle): "MainThread"\n    g (b.py:1)\n')
     assert _frames(proc.threads[0]) == ["g (b.py:1)"]  # a cut traceback next to a real stack is dropped
+    _, proc = _one('  File "/x/a.py", line 3, in f\n    g()\n      wait (threading.py:320)\n      step (train.py:9)\n')
+    assert _frames(proc.threads[0]) == ["wait (threading.py:320)", "step (train.py:9)"]  # py-spy frames end it
 
 
 def test_a_traceback_cut_in_a_file_line_is_not_a_stack():
