@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hangwatch.contract import versions
+from hangwatch.contract.terminal import terminal_safe
 from hangwatch.contract.tools import run_bounded
 
 GIB = 1 << 30
@@ -59,8 +60,14 @@ class Check:
     fix: str = ""
 
     def line(self) -> str:
-        text = f"{self.status:<4}  {self.name:<9} {self.detail}"
-        return f"{text}\n{'':16}fix: {self.fix}" if self.fix and self.status != "ok" else text
+        # A detail can quote what another user chose (their interpreter's stderr, its package
+        # versions): shown with control characters and newlines escaped, never obeyed.
+        text = f"{self.status:<4}  {self.name:<9} {_shown(self.detail)}"
+        return f"{text}\n{'':16}fix: {_shown(self.fix)}" if self.fix and self.status != "ok" else text
+
+
+def _shown(text: str) -> str:
+    return terminal_safe(text).replace("\n", "\\n")
 
 
 def _read(path: str) -> str | None:

@@ -7,6 +7,7 @@ what they chose is shown, never obeyed, and never runs as root.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -157,3 +158,31 @@ def test_a_checkpoint_marker_flipped_to_a_terminal_never_becomes_the_supervisors
         os.close(master)
         os.close(slave)
     assert tty == "0", f"the supervisor took the other user's terminal after {scans} scans"
+
+
+@needs_root
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("answer", ["stderr", "versions"])
+def test_doctor_never_puts_another_users_escapes_or_lines_on_the_console(tmp_path, answer):
+    """doctor runs another user's interpreter as that user, and shows what it answered: its
+    stderr when it fails, its package versions when it does not. Both reached root's
+    terminal raw (a retitled window, a cleared screen, a forged "ok" line)."""
+    base = Path(tempfile.mkdtemp(prefix="hw-doctor-"))  # not under pytest's 0700 folders: that user must reach it
+    try:
+        base.chmod(0o755)
+        python = base / "python"
+        hostile = "\x1b]0;PWNED\x07\x1b[2J fake\nok    everything fine"
+        said = json.dumps({"python": [3, 11, 0], "packages": {hostile: "1.0"}})  # valid JSON: \u001b escapes
+        python.write_text("#!/bin/sh\ncat <<'EOF'" + (" >&2\n" + hostile + "\nEOF\nexit 1\n" if answer == "stderr"
+                                                      else "\n" + said + "\nEOF\n"))
+        python.chmod(0o755)
+        os.chown(python, NOBODY, NOBODY)
+        result = subprocess.run([sys.executable, "-m", "hangwatch.cli", "doctor", "--python", str(python),
+                                 "--run-dir", str(tmp_path)], capture_output=True, text=True, timeout=50,
+                                stdin=subprocess.DEVNULL)
+    finally:
+        shutil.rmtree(base)
+    line = next(x for x in result.stdout.splitlines() if "versions" in x)
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout, "raw escape sequence on the console"
+    assert not any(x.startswith("ok    everything") for x in result.stdout.splitlines()), "a forged check line"
+    assert "\\x1b]0;PWNED\\x07" in line
