@@ -85,7 +85,8 @@ _THREAD = re.compile(
 )
 # Placeholders people write for an id they left out: "Thread N", "Thread 0x7f...".
 _PLACEHOLDER_IDENT = re.compile(r"^(?:[A-Z]{1,8}|0[xX][0-9A-Fa-f]{0,16}(?:\.\.\.|…)|\.\.\.|…)$")
-_FAULTHANDLER_THREAD = re.compile(r"^(Current thread|Thread) (0[xX][0-9A-Fa-f]{1,16}) \(most recent call first\):?\s*$")
+# Python 3.14 adds the thread's name: "Current thread 0x00007604707c3780 [python] (most recent call first):".
+_FAULTHANDLER_THREAD = re.compile(r"^(Current thread|Thread) (0[xX][0-9A-Fa-f]{1,16})(?: \[([^\]\n]{0,100})\])? \(most recent call first\):?\s*$")
 _FAULTHANDLER_FRAME = re.compile(r'^File "([^"\n]{1,1000})"(?:, line (\d{1,7}) in ([^\s()]{1,300}))?\s*$')
 _FAULTHANDLER_CUT = re.compile(r'^File "([^"\n]{1,1000})$')
 _STATE = re.compile(r"^(idle|active|active\+gil|gil|running|sleeping|waiting)(?:,.{0,60})?$")
@@ -128,7 +129,10 @@ _GDB_THREAD = re.compile(r"^\[?(?:Thread|Switching to thread) (\d{1,7}) \(Thread
 # gdb py-bt (python-gdb.py), newer: "Traceback (most recent call first):" then
 # '  File "/p/threading.py", line 295, in wait' with the source line under it.
 _RECENT_FIRST = re.compile(r"^Traceback \(most recent call (first|last)\):?\s*$")
-_TRACEBACK_FRAME = re.compile(r'^File "([^"\n]{1,1000})", line (\d{1,7}), in (\S{1,300})\s*$')
+_TRACEBACK_FRAME = re.compile(r'^File:? "([^"\n]{1,1000})", line (\d{1,7}), in (\S{1,300})\s*$')
+# The caption a stack-dumping helper prints before each thread's traceback.format_stack
+# ("# Thread: MainThread(140735)", "Thread worker-1 (1234):").
+_CAPTION_THREAD = re.compile(r"(?i)^[#=*\s-]{0,6}thread\b[:#\s]{0,3}[\"']?([A-Za-z_][\w.-]{0,60})")
 # The line that ends a Python traceback: "KeyboardInterrupt", "RuntimeError: ...".
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200}(?:Error|Exception|Interrupt|Exit|Warning|Timeout))\b:?")
 # PyTorch's NCCL watchdog on a timeout: "[rank2]:[E ProcessGroupNCCL.cpp:563] [Rank 2] Watchdog
@@ -432,7 +436,7 @@ def parse_thread_header(s: str) -> tuple[str | None, str, str] | None:
             return ident, m.group(2), m.group(3) or ""
         m = _FAULTHANDLER_THREAD.match(s)
         if m:  # Python's faulthandler (also PyTorch's dump on NCCL timeouts)
-            return m.group(2), "unknown", ""
+            return m.group(2), "unknown", m.group(3) or ""
         return None
     # Condensed: 'MainThread (active, 100% CPU):' / 'Thread-3 (worker) (idle):'
     if s.endswith("):") or s.endswith(")"):
@@ -504,6 +508,13 @@ class _Reader:
         self.tb_frames: list[Frame] | None = None
         self.tb_lines = 0
         self.tb_indent = 0
+        self.tb_caption = ""
+        # Traceback-shaped blocks that ended without an exception line (a thread dump
+        # printed with traceback.format_stack, or a cut traceback): kept only when the
+        # paste has no other stack. (caption, frames, lines)
+        self.tb_pending: list[tuple[str, list[Frame], int]] = []
+        self.prev_text = ""  # the last non-blank line before the current one
+        self.cur_text = ""
 
     # -- structure ------------------------------------------------------------
     def new_process(self, pid: int | None = None, cmdline: str = "", header: bool = False) -> _Process:
@@ -578,9 +589,10 @@ class _Reader:
         s = line.strip()
         if not s:
             return
+        self.prev_text, self.cur_text = self.cur_text, s
         rank = _RANK_PREFIX.search(prefix) if "[" in prefix else None
         if self.tb_frames is None and s[0] == "F" and not self.recent_first and _TRACEBACK_FRAME.match(s):
-            self.tb_frames, self.tb_lines = [], 0  # a traceback pasted without its first line
+            self.start_traceback(0)  # a traceback pasted without its first line
         if self.tb_frames is not None and self.traceback_line(s, line):
             return
         if "Watchdog caught collective" in s or "WorkNCCL(SeqNum=" in s:
@@ -762,7 +774,7 @@ class _Reader:
             self.after_break = False
             if not self.recent_first:
                 self.end_traceback(keep=False)
-                self.tb_frames, self.tb_lines = [], 1
+                self.start_traceback(1)
             return True
         return False
 
@@ -786,22 +798,33 @@ class _Reader:
         if m:
             evidence = "WorkNCCL(SeqNum=" in s  # "...was aborted ... Watchdog caught ...": read it too
             self.tb_lines += not evidence
-            self.end_traceback(keep=m.group(1).rsplit(".", 1)[-1] == "KeyboardInterrupt")
+            interrupted = m.group(1).rsplit(".", 1)[-1] == "KeyboardInterrupt"
+            self.end_traceback(keep=interrupted, error=not interrupted)
             return not evidence
         self.end_traceback(keep=False)
         return False
 
-    def end_traceback(self, keep: bool) -> None:
+    def start_traceback(self, lines: int) -> None:
+        m = _CAPTION_THREAD.match(self.prev_text) if len(self.prev_text) < 200 else None
+        self.tb_caption = m.group(1) if m else ""
+        self.tb_frames, self.tb_lines = [], lines
+
+    def end_traceback(self, keep: bool, error: bool = False) -> None:
         frames, self.tb_frames = self.tb_frames, None
         if frames is None:
             return
         if keep and frames:
-            self.start_thread(None, "unknown", "MainThread")  # Ctrl+C lands in the main thread
-            self.report.thread_headers -= 1  # no header was pasted
-            self.add_frames(list(reversed(frames)))
+            self.traceback_thread("MainThread", frames)  # Ctrl+C lands in the main thread
         else:
             self.report.skipped += self.tb_lines
+            if frames and not error and len(self.tb_pending) < MAX_THREADS:
+                self.tb_pending.append((self.tb_caption, frames, self.tb_lines))
         self.tb_lines = 0
+
+    def traceback_thread(self, name: str, frames: list[Frame]) -> None:
+        self.start_thread(None, "unknown", name)
+        self.report.thread_headers -= 1  # no header was pasted
+        self.add_frames(list(reversed(frames)))  # outermost first in a traceback
 
     def expect_process(self, pid: int) -> None:
         """A line that introduces the dump of ``pid`` (a command, a caption)."""
@@ -822,9 +845,14 @@ class _Reader:
 
     # -- result ---------------------------------------------------------------
     def finish(self, source: str) -> ParseReport:
-        # A traceback the paste cut before its exception line is kept only when it is the
-        # paste's only stack ("not a dump" would say less than its frames do).
-        self.end_traceback(keep=not any(t.frames for p in self.processes for t in p.threads))
+        # Traceback-shaped blocks without an exception line (cut, or format_stack dumps of
+        # every thread) are kept only when the paste has no other stack ("not a dump"
+        # would say less than their frames do).
+        self.end_traceback(keep=False)
+        if self.tb_pending and not any(t.frames for p in self.processes for t in p.threads):
+            for n, (caption, frames, lines) in enumerate(self.tb_pending):
+                self.report.skipped -= lines
+                self.traceback_thread(caption or ("MainThread" if n == 0 else ""), frames)
         rounds: dict[int | None, int] = {}
         out = []
         for p in self.processes:

@@ -250,7 +250,8 @@ def test_a_ctrl_c_traceback_is_the_main_threads_stack_innermost_first():
     assert proc.threads[0].name == "MainThread"
     assert _frames(proc.threads[0]) == ["poll (popen_fork.py:28)", "<module> (train.py:10)"]
     assert report.skipped == 4  # the second traceback: its header, frame, source line and error
-    _, proc = _one('  File "C:\\nunif\\train.py", line 22, in <module>\n    main()\nKeyboardInterrupt:\n')
+    _, proc = _one('The loader thread hangs, I pressed Ctrl+C:\n  File "C:\\nunif\\train.py", line 22, in <module>\n    main()\nKeyboardInterrupt:\n')
+    assert proc.threads[0].name == "MainThread"  # prose that mentions a thread is not a caption
     assert _frames(proc.threads[0]) == ["<module> (train.py:22)"]
     _, proc = _one('Traceback (most recent call last):\n  File "/x/loader.py", line 1132, in _try_get_data\n    data = q.get(timeout=ti\n')
     assert _frames(proc.threads[0]) == ["_try_get_data (loader.py:1132)"]
@@ -261,12 +262,36 @@ def test_a_ctrl_c_traceback_is_the_main_threads_stack_innermost_first():
     assert _frames(proc.threads[0]) == ["wait (threading.py:320)", "step (train.py:9)"]  # py-spy frames end it
 
 
+def test_format_stack_thread_dumps_and_named_faulthandler_threads():
+    """Stack-dumping helpers print every thread with traceback.format_stack under a
+    caption ("# Thread: NAME(ID)", 'File: "..."' in the common recipe): outermost
+    first, no exception line; Python 3.14's faulthandler names threads in brackets."""
+    text = (
+        "# Thread: MainThread(140735120184128)\n"
+        'File: "train.py", line 90, in <module>\n  main()\n'
+        'File: "/usr/lib/python3.8/threading.py", line 1011, in join\n  self._wait_for_tstate_lock()\n\n'
+        "# Thread: loader-0(139876)\n"
+        'File: "/usr/lib/python3.8/threading.py", line 890, in _bootstrap\n  self._bootstrap_inner()\n'
+        'File: "/app/data.py", line 12, in run\n  self.read()\n'
+    )
+    report, proc = _one(text)
+    assert [(t.name, _frames(t)) for t in proc.threads] == [
+        ("MainThread", ["join (threading.py:1011)", "<module> (train.py:90)"]),
+        ("loader-0", ["run (data.py:12)", "_bootstrap (threading.py:890)"])]
+    assert report.skipped == 0
+    _, proc = _one('Current thread 0x00007604707c3780 [python] (most recent call first):\n  File "zi.py", line 14 in <module>\n')
+    assert proc.threads[0].name == "python" and _frames(proc.threads[0]) == ["<module> (zi.py:14)"]
+
+
 def test_a_traceback_cut_in_a_file_line_is_not_a_stack():
     """nccl#1438 in data/pasted: a Python traceback (most recent call last) cut inside
-    'File "/x/...': faulthandler's cut frame only under its header or after its frames."""
+    'File "/x/...': faulthandler's cut frame only under its header or after its frames
+    (the traceback itself, cut, counts only as a paste's only stack)."""
     text = 'Traceback (most recent call last):\n  File "/x/runpy.py", line 85, in _run_code\n    exec(code)\n  File "/idas/users/yaof\n'
+    _, proc = _one(text)
+    assert _frames(proc.threads[0]) == ["_run_code (runpy.py:85)"]
     with pytest.raises(InputError):
-        read_text(text)
+        read_text('RuntimeError: boom\n  File "/idas/users/yaof\n')
     _, proc = _one('Thread 0x00007f13 (most recent call first):\n  File "/x/queue.py", line 180 in get\n  File "/x/train.py\n')
     assert _frames(proc.threads[0]) == ["get (queue.py:180)", "? (/x/train.py…)"]
 
