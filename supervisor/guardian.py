@@ -19,6 +19,19 @@ recorded member that is still the same process, and to every process in a
 recorded group or session that started after the run's first member (what was
 forked between the last tick and the supervisor's death).
 
+And to every process that carries one of the state's marks in the environment
+it was started with (``/proc/PID/environ``) and was born after the mark was
+set: ``HANGWATCH_ATTEMPT_DIR=<this attempt's dir>``, which every process of the
+attempt inherits, however it left the session or group, forked while nobody
+looked (during a capture or a kill, between two ticks); and, only when the
+supervisor died (not at a normal stop), ``HANGWATCH_SUPERVISOR=<token>``, a
+random token in the supervisor's own environment, which every helper it starts
+(py-spy, nvidia-smi) inherits: a helper stuck on a target in state D would
+otherwise outlive it. A mark is no proof against a process that clears its
+environment (or overwrites it, as ``setproctitle`` does); that is what the
+cgroup is for. A process that copies a mark into its own environment only gets
+itself killed.
+
 Usage (by the supervisor only): ``python -m hangwatch.supervisor.guardian``
 with stdin connected to a pipe the supervisor holds open.
 """
@@ -27,14 +40,17 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import select
 import signal
 import subprocess
 import sys
+import time
 from typing import Any, Mapping
 
 import psutil
 
+from hangwatch.contract.env import SUPERVISOR
 from hangwatch.contract.procid import ProcKey, kill_verified, same_process
 from hangwatch.contract.pyexec import module_command
 from hangwatch.contract.tools import add_helper, forget_helper
@@ -43,6 +59,11 @@ from hangwatch.contract.tools import add_helper, forget_helper
 ARMED = b"armed\n"
 #: a line larger than this is not a message from the supervisor
 _MAX_LINE = 4 * 1024 * 1024
+#: a mark's "born since" is its setting time less this: psutil's create time counts from a
+#: boot time in whole seconds, so it can read up to a second early
+MARK_SLACK_S = 2.0
+#: the most of a process's initial environment read when looking for a mark
+_MAX_ENVIRON = 1 << 20
 
 
 class GuardianError(RuntimeError):
@@ -52,10 +73,14 @@ class GuardianError(RuntimeError):
 class Guardian:
     """The supervisor's end: the process and the pipe the tree goes over."""
 
-    def __init__(self, proc: subprocess.Popen) -> None:
+    def __init__(self, proc: subprocess.Popen, helper_mark: list[Any] | None = None) -> None:
         self.proc = proc
         self._pending = b""
         self.lost = False
+        #: [mark, born since] of the supervisor's helpers, added to every state; None at a normal stop
+        self.helper_mark = helper_mark
+        self._state: dict[str, Any] = {}
+        self._env_before: str | None = None
 
     def send(self, state: Mapping[str, Any]) -> None:
         """Tell the guardian the tree's current state (replaces what it had).
@@ -65,7 +90,11 @@ class Guardian:
         """
         if self.lost or self.proc.stdin is None:
             return
-        self._pending += json.dumps(dict(state), separators=(",", ":")).encode() + b"\n"
+        self._state = dict(state)
+        message = dict(state)
+        if self.helper_mark is not None:
+            message["marks"] = [*(message.get("marks") or []), self.helper_mark]
+        self._pending += json.dumps(message, separators=(",", ":")).encode() + b"\n"
         self.flush()
 
     def flush(self) -> None:
@@ -110,13 +139,26 @@ def start(timeout: float = 10.0) -> Guardian:
     os.set_blocking(proc.stdin.fileno(), False)
     # Never part of the supervised tree: not sampled, not captured, not killed.
     add_helper(proc.pid)
-    return Guardian(proc)
+    # From here on every helper we start carries our token (the guardian itself started without it).
+    guardian = Guardian(proc, [f"{SUPERVISOR}={os.getpid()}-{secrets.token_hex(8)}", time.time() - MARK_SLACK_S])
+    guardian._env_before = os.environ.get(SUPERVISOR)
+    os.environ[SUPERVISOR] = guardian.helper_mark[0].partition("=")[2]
+    guardian.send({})
+    return guardian
 
 
 def stop(guardian: Guardian, timeout: float = 5.0) -> None:
     """Normal shutdown: closing the pipe is the same signal as our death."""
     proc = guardian.proc
+    # A normal stop: our helpers are done (or were aborted); a later start gets a new token.
+    guardian.helper_mark = None
+    if guardian._env_before is None:
+        os.environ.pop(SUPERVISOR, None)
+    else:
+        os.environ[SUPERVISOR] = guardian._env_before
     try:
+        if not guardian.lost and proc.stdin is not None:
+            guardian.send(guardian._state)
         if proc.stdin is not None:
             os.set_blocking(proc.stdin.fileno(), True)
             guardian.flush()
@@ -167,7 +209,39 @@ def kill_state(state: Mapping[str, Any], grace: float = 2.0) -> list[int]:
     sessions = {int(s) for s in state.get("sessions") or [] if isinstance(s, int) and s > 1}
     since = min((k.create_time for k in members), default=None)
     killed += kill_members(members, groups, sessions, since, grace)
+    marks = [(str(m[0]), float(m[1])) for m in state.get("marks") or []
+             if isinstance(m, list) and len(m) == 2 and isinstance(m[0], str) and "=" in m[0]
+             and isinstance(m[1], (int, float))]
+    if marks:
+        marked = marked_processes(marks)
+        kill_verified(marked, grace)
+        killed += [p.pid for p in marked]
     return sorted(set(killed))
+
+
+def marked_processes(marks: list[tuple[str, float]]) -> list[psutil.Process]:
+    """Processes born at or after a mark's time whose initial environment holds that mark
+    (``NAME=value``, a whole entry), this guardian excepted."""
+    wanted = [(m.encode(), since) for m, since in marks]
+    earliest = min(since for _, since in wanted)
+    me = os.getpid()
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            born = proc.create_time()
+            if proc.pid == me or born < earliest:
+                continue
+            entries = _initial_environ(proc.pid)
+        except (OSError, psutil.Error):
+            continue  # gone, or not readable to us: never ours to prove
+        if any(born >= since and mark in entries for mark, since in wanted):
+            found.append(proc)
+    return found
+
+
+def _initial_environ(pid: int) -> set[bytes]:
+    with open(f"/proc/{pid}/environ", "rb") as handle:
+        return set(handle.read(_MAX_ENVIRON).split(b"\0"))
 
 
 def kill_members(members: list[ProcKey], groups: set[int], sessions: set[int], since: float | None,

@@ -17,9 +17,11 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import psutil
 
+from hangwatch.contract import env as names
 from hangwatch.contract.capture import TreeProcess
 from hangwatch.contract.samples import Sample
 from hangwatch.supervisor.cgroup import AttemptCgroup, Containment
+from hangwatch.supervisor.guardian import MARK_SLACK_S
 from hangwatch.supervisor.killer import KillReport, TreeKiller
 from hangwatch.supervisor.launcher import Reaper, TrainerProcess, launch
 from hangwatch.supervisor.prewarm import Prewarmer
@@ -86,6 +88,7 @@ class LocalTree:
         self.log_limit = log_limit  # the trainer logs' cap, read per write (launcher.CappedLog)
         self._cgroup: AttemptCgroup | None = None
         self._members: list[psutil.Process] = []
+        self._marks: list[list[Any]] = []  # the guardian's marks of this attempt's processes (guardian.py)
         self._guardian: Callable[[dict[str, Any]], None] | None = None
         #: the next attempt's warm launcher (``--prewarm-launcher``); None: every launch is cold
         self.prewarm: Prewarmer | None = None
@@ -106,7 +109,11 @@ class LocalTree:
             self.tree.source = self._cgroup.pids
             self.killer.cgroup = self._cgroup
             procs = self._cgroup.procs_file
-            self._tell_guardian()  # before the trainer exists: no fork can beat it
+        # Every process of the attempt inherits this from the trainer's environment, whatever it
+        # does to its session or group, and however briefly nobody looked at the tree.
+        mark = env.get(names.ATTEMPT_DIR)
+        self._marks = [[f"{names.ATTEMPT_DIR}={mark}", time.time() - MARK_SLACK_S]] if mark else []
+        self._tell_guardian()  # before the trainer exists: no fork can beat it
         limit = {"log_limit": self.log_limit} if self.log_limit else {}
         trainer, how = None, {"mode": "cold"}
         if self.prewarm is not None:
@@ -139,6 +146,7 @@ class LocalTree:
             "members": members,
             "groups": sorted(groups),
             "sessions": sorted(sessions),
+            "marks": self._marks,
         })
 
     def exit_code(self, trainer: Trainer) -> int | None:

@@ -28,6 +28,10 @@ DETECT_WITHIN = "HANGWATCH_DETECT_WITHIN"
 #: job``, or a multi-node cohort, where one node's engine restart would desynchronise the ranks)
 ENGINE_RECOVERY = "HANGWATCH_ENGINE_RECOVERY"
 
+#: set in the supervisor's own environment while its guardian is armed (a random token): every
+#: helper it starts carries it, and the guardian kills what does when the supervisor dies.
+#: Never passed to the trainer (not an attempt variable), whose processes carry ATTEMPT_DIR.
+SUPERVISOR = "HANGWATCH_SUPERVISOR"
 CONFIG = "HANGWATCH_CONFIG"              #: the user's settings file (read by the CLI)
 PYSPY = "HANGWATCH_PYSPY"                #: the py-spy binary to use instead of PATH's
 

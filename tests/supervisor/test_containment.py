@@ -126,17 +126,92 @@ def test_sigkill_right_after_fork_leaves_nothing_20_times(tmp_path):
         wait_for(lambda: not leftover.exists(), timeout=30, what=f"{leftover} removed")
 
 
-@pytest.mark.timeout(60)
-def test_tree_fallback_guardian_kills_the_recorded_session_it_never_saw_fork(tmp_path):
-    """Without a cgroup, the guardian still kills what stayed in the trainer's session
-    (forked after the last tick); the escaped grandchild is the known, documented gap."""
-    pids, left = _race(tmp_path, 0, "tree", settle=1.5)
-    trainer, escaped, *children = pids
-    assert children and not any(_alive(c) for c in children), "the group-mate forked after the last tick was killed"
-    assert not _alive(trainer)
-    run = tmp_path / "run-0"
-    started = [line for line in (run / "journal.jsonl").read_text().splitlines() if '"run_started"' in line]
+@pytest.mark.timeout(90)
+def test_tree_fallback_guardian_kills_what_it_never_saw_fork_5_times(tmp_path):
+    """Without a cgroup, the guardian kills what stayed in the trainer's session (forked after
+    the last tick) and, by the attempt's mark in its environment, the escaped grandchild too
+    (it survived every run before the mark)."""
+    with concurrent.futures.ThreadPoolExecutor(5) as pool:
+        results = list(pool.map(lambda n: _race(tmp_path, n, "tree", settle=3.0), range(5)))
+    for pids, left in results:
+        trainer, escaped, *children = pids
+        assert children, "the racer's group-mate child was reported"
+        assert left == [], f"survivors (trainer {trainer}, escaped {escaped}, children {children}): {left}"
+    started = [line for line in (tmp_path / "run-0" / "journal.jsonl").read_text().splitlines()
+               if '"run_started"' in line]
     assert '"containment":"tree"' in started[0]
+
+
+# Beats, then hangs; each second forks a worker that escapes (setsid + double fork, SIGTERM
+# ignored): what it forks during the capture, nobody looks at until the capture ends.
+SPAWNER = r"""
+import os, signal, sys, time
+from hangwatch.trainer import beat
+for step in range(4):
+    beat(step=step, phase="train"); time.sleep(0.1)
+while True:
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            with open(sys.argv[1], "a") as f:
+                f.write(f"{os.getpid()}\n")
+            time.sleep(120); os._exit(0)
+        os._exit(0)
+    os.wait()
+    time.sleep(0.5)
+"""
+PYSPY_HANG = Path(__file__).resolve().parents[1] / "diagnostics" / "fixtures" / "pyspy_hang.sh"
+
+
+def _helpers_since(since: float) -> list[int]:
+    """The hanging py-spy stand-in's processes (``sleep 3600``) started since ``since``."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "create_time"]):
+        try:
+            if proc.info["create_time"] >= since - 1 and proc.info["cmdline"] == ["sleep", "3600"] \
+                    and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("containment", ["tree", "auto"])
+def test_sigkill_during_the_capture_leaves_neither_the_tree_nor_the_capture_helpers(tmp_path, containment):
+    """The supervisor dies while its capture waits on a hung py-spy: the workers that escaped
+    while nobody looked (tree walk) and the hung py-spy helpers (both ways) used to survive it."""
+    since = time.time()
+    pidfile = tmp_path / "escaped"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hangwatch.cli", "run", "--run-dir", str(tmp_path / "run"), "--gpu-probe", "none",
+         "--interval", "0.5", "--progress-timeout", "1", "--capture-timeout", "30", "--containment", containment,
+         "--quiet", "--", sys.executable, "-c", SPAWNER, str(pidfile)],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ, HANGWATCH_PYSPY=str(PYSPY_HANG)))
+    pids: list[int] = []
+    try:
+        journal = tmp_path / "run" / "journal.jsonl"
+        wait_for(lambda: journal.exists() and '"incident"' in journal.read_text(), timeout=60, what="incident")
+        time.sleep(1.5)  # a worker or two escape during the capture
+        helpers = _helpers_since(since)
+        pids = [int(p) for p in pidfile.read_text().split()] + helpers
+        assert helpers, "the capture is waiting on the hung py-spy stand-in"
+        proc.kill()
+        proc.wait(10)
+        deadline = time.monotonic() + 5
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [p for p in pids if _alive(p)] == [], f"survivors of the SIGKILLed supervisor among {pids}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def test_detect_falls_back_or_refuses_without_a_cgroup(tmp_path):
