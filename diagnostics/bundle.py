@@ -29,6 +29,7 @@ from hangwatch.contract.redact import redact_text
 from hangwatch.diagnostics.stacks import ProcessDump, ProcessSeries, group_series
 from hangwatch.contract import atomic
 from hangwatch.contract.capped import FileTooLarge, NotRegularFile, describe_kind, open_capped
+from hangwatch.contract.private import UnsafePathError, check_ancestors
 from hangwatch.contract.samples import Sample
 
 SCHEMA = 1
@@ -54,7 +55,19 @@ def write_bundle(final: Path, files: Mapping[str, bytes | str]) -> Path:
 def replace_file(bundle_dir: Path, name: str, content: str) -> Path:
     """Atomically (re)write one text file inside an existing bundle (the report)."""
     _check_relative(name)
+    _check_place(bundle_dir / name, "give -o OUT.html to write the report elsewhere")
     return atomic.write_file(bundle_dir / name, redact_text(content).encode())
+
+
+def _check_place(out: Path, fix: str) -> None:
+    """Refuse to write ``out`` below a folder another user controls (as the run directory
+    is refused): the bundle directory they own, or a folder on the way, can be swapped
+    for a link between our check and our write, and root's report then landed in a
+    root-only directory of their choosing (reproduced with a flipping link)."""
+    try:
+        check_ancestors(out, "output")
+    except UnsafePathError as exc:
+        raise InputError(f"{exc}; {fix}") from None
 
 
 def _check_relative(name: str) -> None:
@@ -419,6 +432,7 @@ def check_output_path(out: Path) -> None:
     it would replace the device node itself (as root), aimed at a directory it
     fails halfway, aimed at a symlink it replaces the link, not its target.
     """
+    _check_place(out, "give -o a path under directories only you or root control")
     try:
         st = os.lstat(out)
     except FileNotFoundError:

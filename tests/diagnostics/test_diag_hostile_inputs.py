@@ -263,3 +263,39 @@ def test_another_users_hard_link_in_their_bundle_is_never_read(tmp_path, capsys)
     report = tmp_path / "r.html"
     assert main(["report", str(bundle), "-o", str(report)]) == 0
     assert "TOPSECRET" not in report.read_text()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.skipif(os.geteuid() != 0, reason="a directory of another user needs root")
+@pytest.mark.parametrize("command", ["report", "pack"])
+def test_root_never_writes_below_a_folder_another_user_controls(tmp_path, capsys, monkeypatch, command):
+    """Root reports on (or packs) a bundle another user owns. They flip its folder with a
+    link to a root-only directory: once the bundle was read, root's report.html (or the
+    archive) landed in that directory (reproduced with a second user and a flipping link;
+    here the swap is made right after the read)."""
+    import hangwatch.diagnostics.bundle as bundle_mod
+    import hangwatch.diagnostics.cli as diag_cli
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    bundle = synthetic_bundle(theirs)
+    for path in (theirs, *theirs.rglob("*")):
+        os.chown(path, 65534, 65534, follow_symlinks=False)
+    target = tmp_path / "root-only"
+    target.mkdir(mode=0o700)
+
+    def swap():
+        bundle.rename(bundle.with_name("real"))
+        bundle.symlink_to(target)
+
+    real_load, real_walk = diag_cli.load_bundle, bundle_mod._walk
+    if command == "report":
+        monkeypatch.setattr(diag_cli, "load_bundle", lambda p: (real_load(p), swap())[0])
+    else:
+        monkeypatch.setattr(bundle_mod, "_walk", lambda *a, **k: (real_walk(*a, **k), swap())[0])
+    argv = ["report", str(bundle)] if command == "report" else ["bundle", "pack", str(bundle), "-o",
+                                                                 str(bundle / "x.tar.gz")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "hangwatch: error: output" in err and "owned by uid 65534" in err, err
+    assert list(target.iterdir()) == [], "root wrote into the directory the other user chose"
