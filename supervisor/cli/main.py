@@ -86,8 +86,7 @@ def _report_runs_too(report: argparse.ArgumentParser) -> None:
 
         out = Path(args.output) if args.output else None
         try:
-            if out is not None:
-                check_output_path(out)
+            check_output_path(out or run_dir / "report.html")  # never below a folder another user controls
             path, g = write_run_report(run_dir, out)
         except DiagnosticsError as exc:
             raise UsageError(str(exc)) from exc
@@ -479,7 +478,7 @@ def _supervise(supervisor: Any, config: Any, log: Any, *, resumed: bool, guardia
 
 def _join_cohort(args: argparse.Namespace, config: Any, log: Any) -> Any:
     """Multi-node: join the cohort of per-node supervisors (None for a single-node run)."""
-    from hangwatch.supervisor.cohort import Cohort, CohortError, membership_from  # noqa: PLC0415
+    from hangwatch.supervisor.cohort import Cohort, CohortError, joined_before, membership_from  # noqa: PLC0415
     from hangwatch.supervisor.store import StoreError, TCPStoreClient  # noqa: PLC0415
 
     _check_cohort_numbers(args)
@@ -489,10 +488,12 @@ def _join_cohort(args: argparse.Namespace, config: Any, log: Any) -> Any:
                                      cohort_id=getattr(args, "cohort_id", None))
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
+    joined = joined_before(config.run_dir / "journal.jsonl") if getattr(args, "resume", None) is not None else None
+    if getattr(args, "resume", None) is not None and (membership is not None or joined is not None):
+        node = f" (this run was node {joined.get('node_rank')} of {joined.get('nnodes')})" if joined else ""
+        raise UsageError(f"--resume is not supported for a multi-node cohort{node}: restart the job on every node")
     if membership is None:
         return None
-    if getattr(args, "resume", None) is not None:
-        raise UsageError("--resume is not supported for a multi-node cohort: restart the job on every node")
     checkpoint = config.checkpoint
     fingerprint = {
         "nnodes": membership.nnodes,

@@ -186,3 +186,35 @@ def test_doctor_never_puts_another_users_escapes_or_lines_on_the_console(tmp_pat
     assert "\x1b" not in result.stdout and "\x07" not in result.stdout, "raw escape sequence on the console"
     assert not any(x.startswith("ok    everything") for x in result.stdout.splitlines()), "a forged check line"
     assert "\\x1b]0;PWNED\\x07" in line
+
+
+@needs_root
+@pytest.mark.timeout(30)
+def test_root_never_writes_a_run_report_where_another_user_points_it(tmp_path, monkeypatch, capsys):
+    """Root runs `hangwatch report RUN_DIR` on another user's run. They watch their journal's
+    access time and, once it was read, swap the run folder for a link to a root-only
+    directory: root's report.html (0644) landed there (reproduced with a second user; here the
+    swap is made right after the read)."""
+    import hangwatch.cli.runreport as runreport
+    from hangwatch.cli.main import main
+
+    theirs = tmp_path / "theirs"
+    run = theirs / "run"
+    run.mkdir(parents=True)
+    (run / "journal.jsonl").write_text(json.dumps({"event": "run_started", "ts": 1.7e9, "run_id": "r"}) + "\n")
+    for path in (theirs, run, run / "journal.jsonl"):
+        os.chown(path, NOBODY, NOBODY)
+    target = tmp_path / "root-only"
+    target.mkdir(mode=0o700)
+    real_render = runreport.render_html
+
+    def render_then_swap(*args, **kwargs):
+        page = real_render(*args, **kwargs)
+        run.rename(theirs / "real")
+        run.symlink_to(target)
+        return page
+
+    monkeypatch.setattr(runreport, "render_html", render_then_swap)
+    assert main(["report", str(run)]) == 2
+    assert "owned by uid 65534" in capsys.readouterr().err
+    assert list(target.iterdir()) == [], "root wrote its report into the directory the other user chose"
