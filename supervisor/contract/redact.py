@@ -27,8 +27,9 @@ from typing import Iterable, Mapping
 
 MARK = "[REDACTED]"
 
+# CREDS, PW and SSHPASS (sshpass -e reads it) are common short forms that no infix below catches.
 _SENSITIVE_PARTS = frozenset({"TOKEN", "KEY", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY",
-                              "PASS", "PRIVATE", "PAT", "PWD"})
+                              "PASS", "PRIVATE", "PAT", "PWD", "CREDS", "PW", "SSHPASS"})
 # Anywhere in a name (PGPASSWORD, MYSQL_PWD, SENTRY_DSN, HTTP_COOKIE, SLACK_WEBHOOK_URL, ...).
 # TOKENS/TOKENIZER are counts and models (MAX_TOKENS, TOKENIZERS_PARALLELISM), not secrets.
 _SENSITIVE_INFIX = re.compile(r"TOKEN(?!S|IZ)|SECRET|PASSWORD|PASSWD|PASSPHRASE|PWD|KEY|DSN|COOKIE|WEBHOOK|CREDENTIAL")

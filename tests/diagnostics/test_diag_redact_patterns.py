@@ -14,7 +14,7 @@ SECRET = "Zq7pW2xK9mLr"
 
 @pytest.mark.parametrize("name", ["PGPASSWORD", "MYSQL_PWD", "SENTRY_DSN", "COOKIE", "HTTP_COOKIE", "GITHUB_PAT",
                                   "SLACK_WEBHOOK_URL", "MY_SERVICE_KEY", "DB_PASSPHRASE", "ACCESS_TOKEN",
-                                  "clientSecret", "AWS_SECRET_ACCESS_KEY"])
+                                  "clientSecret", "AWS_SECRET_ACCESS_KEY", "SSHPASS", "GCP_CREDS", "LDAP_BIND_PW"])
 def test_secret_looking_names_in_the_environment(name):
     assert redact_env({name: SECRET}) == {name: MARK}
     assert SECRET not in redact_text(f"{name}={SECRET}")
