@@ -28,10 +28,12 @@ import signal
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import structlog
 
+from hangwatch.contract.journal import iter_journal
 from hangwatch.supervisor.attempt import GraphPolicy
 from hangwatch.supervisor.store import Store, StoreError
 
@@ -140,6 +142,19 @@ def membership_from(env: Mapping[str, str], *, endpoint: str | None = None, node
         raise ValueError("a multi-node run needs this node's rank: --node-rank N (or SLURM_NODEID / NODE_RANK)")
     job = cohort_id or first("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID") or "hangwatch"
     return Membership(rank, count or 1, host, port, job)
+
+
+def joined_before(journal: Path) -> Mapping[str, Any] | None:
+    """The cohort a run's journal says it joined (its ``cohort_joined`` record), or None.
+
+    ``--resume`` takes a run's settings from its run dir, and the cohort options are
+    not among them: without this a cohort node resumed alone ran as a single node,
+    its launcher waiting for a rendezvous that would never complete.
+    """
+    try:
+        return next((r for r in iter_journal(journal) if r.get("event") == "cohort_joined"), None)
+    except (OSError, ValueError):
+        return None  # no readable journal: --resume itself says so
 
 
 def first_host(nodelist: str) -> str:

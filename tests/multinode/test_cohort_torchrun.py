@@ -33,7 +33,7 @@ def _free_port() -> int:
 class Job:
     def __init__(self, tmp: Path, nnodes: int, *, wedge_node: int = -1, wedge_step: int = -1, steps: int = 10,
                  lease: float = 8.0, extra: dict[int, list[str]] | None = None, crash_node: int = -1,
-                 after: dict[int, float] | None = None) -> None:
+                 after: dict[int, float] | None = None, before: dict[int, float] | None = None) -> None:
         self.tmp, self.nnodes = tmp, nnodes
         self.ckpt = tmp / "ckpt"
         store, rdzv = _free_port(), _free_port()
@@ -51,6 +51,9 @@ class Job:
             if i in (after or {}):  # this node's command goes on after torchrun (a final upload, say)
                 cut = argv.index("--") + 1
                 argv[cut:] = ["sh", "-c", f'"$0" "$@" && sleep {after[i]}', *argv[cut:]]
+            if i in (before or {}):  # this node's launcher starts later (another node hosts torchrun's rendezvous)
+                cut = argv.index("--") + 1
+                argv[cut:] = ["sh", "-c", f'sleep {before[i]} && exec "$0" "$@"', *argv[cut:]]
             env = dict(os.environ, TEST_NODE=str(i))
             env.pop("HANGWATCH_CONFIG", None)
             self.procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -254,3 +257,34 @@ def test_a_node_that_never_shows_up_ends_the_wait_with_what_is_missing(tmp_path)
     assert code0 == 2 and "nodes [1] did not join within 2 s" in err0, err0
     assert code1 == 2 and "is hangwatch run started on node 0 with the same --cohort" in err1, err1
     assert took0 < 30 and took1 < 30, "bounded by --join-timeout (plus start-up), not the 120 s default"
+
+
+@pytest.mark.timeout(90)
+def test_a_cohort_node_resumed_alone_is_refused_not_run_as_a_single_node(tmp_path):
+    """`hangwatch run --resume RUN_DIR` takes the saved settings, which do not hold the cohort
+    options: a node whose supervisor was SIGKILLed and resumed that way ran alone as a
+    single-node run (its launcher waiting for a rendezvous the others had left) instead of
+    being refused as documented."""
+    port = _free_port()
+    procs = [subprocess.Popen([HANGWATCH, "run", "--quiet", "--run-dir", str(tmp_path / f"run{rank}"), "--cohort",
+                               f"127.0.0.1:{port}", "--node-rank", str(rank), "--nnodes", "2", "--lease-timeout", "2",
+                               "--", "sleep", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True) for rank in (0, 1)]
+    try:
+        journal = tmp_path / "run1" / "journal.jsonl"
+        deadline = time.monotonic() + 40
+        while not (journal.exists() and "attempt_started" in journal.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        os.kill(procs[1].pid, signal.SIGKILL)
+        procs[1].wait(timeout=10)
+        resumed = subprocess.run([HANGWATCH, "run", "--quiet", "--resume", str(tmp_path / "run1")],
+                                 capture_output=True, text=True, timeout=60)
+        assert resumed.returncode == 2, resumed.stderr
+        assert "--resume is not supported for a multi-node cohort (this run was node 1 of 2)" in resumed.stderr
+        assert journal.read_text().count('"attempt_started"') == 1, "nothing was launched"
+        assert procs[0].wait(timeout=40) == 75, "node 0 lost node 1 (the job is restarted as a whole)"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
