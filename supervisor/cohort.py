@@ -307,7 +307,11 @@ class Cohort:
                 try:
                     self._check_settings(theirs)
                 except CohortRefused as exc:
-                    self._leave(finished=False, refused=str(exc))  # node 0 stops waiting for us, and says why
+                    # Node 0 stops waiting for us, and says why; but only while our rank's slot is
+                    # free: a node of another job on the same store and port (same rank, other
+                    # settings) must not write into this job's records that its node left.
+                    if self.store.get(self._key("join", self.me.node_rank)) is None:
+                        self._leave(finished=False, refused=str(exc))
                     raise
                 mine = json.dumps({**self.fingerprint, "nonce": nonce}, sort_keys=True)
                 if self.store.compare_set(self._key("join", self.me.node_rank), "", mine) != mine:

@@ -13,7 +13,7 @@ import pytest
 from hangwatch.contract.exitcodes import EXIT_BUDGET, EXIT_COHORT
 from hangwatch.contract.verdict import Verdict, VerdictKind
 from hangwatch.supervisor.attempt import GraphPolicy
-from hangwatch.supervisor.cohort import (Cohort, CohortStopped, MemberLeft, MemberLost, Membership, settled)
+from hangwatch.supervisor.cohort import (Cohort, CohortRefused, CohortStopped, MemberLeft, MemberLost, Membership, settled)
 from hangwatch.supervisor.cohort_link import CohortLink
 from hangwatch.supervisor.restart import AttemptOutcome, Decision
 from hangwatch.supervisor.store import MemoryStore, StoreError, TCPStoreClient
@@ -213,6 +213,26 @@ def test_node_0_that_left_is_noticed_at_once_though_it_keeps_the_store_up():
     n1.close()  # node 1 stops in turn: node 0's linger ends
     closing.join(timeout=5)
     assert not closing.is_alive()
+
+
+def test_a_node_of_another_job_refused_on_this_store_leaves_no_record_in_this_job():
+    """Two jobs with the default cohort id whose node 0 share a host and port: the second
+    job's node 0 cannot bind, its node 1 reaches the first job's store and is refused (other
+    settings). Before: it wrote "node 1 left (refused)" into the running job's records, and
+    that job's next incident skipped node 1's capture and ended with 75 at the barrier."""
+    store = MemoryStore()
+    n0, n1 = _node(store, 0), _node(store, 1)
+    _join_all([n0, n1])
+    clock = Clock()
+    stranger = Cohort(store, Membership(1, 2, "127.0.0.1", 29600, "job"), {"a": 2}, lease_interval=3600,
+                      lease_timeout=10, clock=clock, sleep=clock.sleep, wall=clock)
+    with pytest.raises(CohortRefused, match="settings differ"):
+        stranger.join(timeout=5)
+    assert n0._read_left(1) is None
+    n1.all_captured(1, timeout=0)  # node 1 captured
+    assert n0.all_captured(1, timeout=15) is not None and n0.problem is None
+    n1.store.set(n1._key("done", 1, 1), json.dumps({"steps": [2]}))  # node 1's report
+    assert n0.agree(1, [2], GraphPolicy()).checkpoint_step == 2
 
 
 def test_settled_restart_decision_is_the_same_on_every_node():
