@@ -21,6 +21,9 @@ loop of transformers 5.24 (``Trainer._inner_training_loop``) and TRL 1.16.0:
 
 * ``on_train_begin``, ``on_step_begin``, ``on_substep_end``, ``on_step_end``:
   ``beat(step=state.global_step, phase="train")``; the step is the global step.
+  ``on_substep_end`` (each gradient-accumulation micro-batch but the last) adds
+  ``micro_batch=<n>`` to that beat: the supervisor counts a beat that only repeats
+  the step as a sign of life, not progress, and a micro-batch done is progress.
 * The ``checkpoint`` phase *before* a save starts. The loop calls
   ``on_step_end`` and then ``_maybe_log_save_evaluate``, which saves when
   ``control.should_save`` is set; ``DefaultFlowCallback`` (always first in the
@@ -127,6 +130,7 @@ class HangwatchCallbackCore:
         self.log_fields = run_log_fields(env)
         self.phase: str | None = None
         self.step: int | None = None
+        self._micro_batch = 0  # gradient-accumulation micro-batches done in this optimizer step
 
     # -- public helpers ----------------------------------------------------------
 
@@ -199,11 +203,16 @@ class HangwatchCallbackCore:
         return control
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self._micro_batch = 0
         self.send(state.global_step, "train")
         return control
 
     def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        self.send(state.global_step, "train")
+        # The global step moves once per optimizer step: a beat that only repeated it would be a
+        # sign of life, not progress (docs/detector.md), and one optimizer step of many
+        # gradient-accumulation micro-batches may take longer than the progress timeout.
+        self._micro_batch += 1
+        self.send(state.global_step, "train", micro_batch=self._micro_batch)
         return control
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:

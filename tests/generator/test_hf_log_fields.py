@@ -48,3 +48,28 @@ def test_plain_callback_fills_the_history_on_log():
     logs = {"loss": 0.1}
     cb.on_log(None, state, None, logs=logs)
     assert logs["hangwatch/attempt"] == 3 and state.log_history[-1]["hangwatch/resumed_from_step"] == 1200
+
+
+def test_a_long_optimizer_step_of_many_micro_batches_is_progress_not_a_hang():
+    """The supervisor reads a beat that only repeats the step as a sign of life (a heartbeat
+    thread must not hide a stuck loop); the callback's micro-batch beats say how far the step
+    got, so one optimizer step longer than the progress timeout is not a false hang."""
+    from hangwatch.contract.heartbeat import Heartbeat
+    from hangwatch.contract.samples import Sample
+    from hangwatch.supervisor.detector import Detector, DetectorConfig
+
+    beats: list[dict] = []
+    cb = HangwatchCallbackCore(env={}, beat_fn=lambda **kw: beats.append(kw))
+    state = SimpleNamespace(global_step=0)
+    cb.on_train_begin(None, state, None)
+    for _ in range(3):  # three optimizer steps of 40 micro-batches, one beat a second
+        cb.on_step_begin(None, state, None)
+        for _ in range(39):
+            cb.on_substep_end(None, state, None)
+        state.global_step += 1
+        cb.on_step_end(None, state, None)
+    detector = Detector(DetectorConfig(progress_timeout=10.0, engine_step_timeout=None), start=0.0)
+    for t, kw in enumerate(beats):
+        info = {k: v for k, v in kw.items() if k not in ("step", "phase")}
+        hb = Heartbeat(4242, t + 1, float(t), kw["step"], kw["phase"], info or None)
+        assert detector.observe(Sample(t=float(t), wall=float(t), cpu_pct={}, gpu=None, heartbeat=hb)) is None, t
