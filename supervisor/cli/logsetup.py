@@ -69,6 +69,29 @@ def _console_safe(event_dict: dict[str, Any]) -> dict[str, Any]:
     return {k: terminal_safe(v).replace("\n", "\\n") if isinstance(v, str) else v for k, v in event_dict.items()}
 
 
+class _Console:
+    """The terminal side of the log. A console that went away (the reader of a pipe
+    exited: ``hangwatch run ... | tee x`` with tee killed, ``| head``) ends the echo,
+    never the run: a write that raises would reach the supervisor's loop as an
+    internal error and kill a healthy trainer. The log file keeps everything."""
+
+    def __init__(self, file: TextIO) -> None:
+        self._file = file
+        self._lock = threading.Lock()
+        self.gone = False
+
+    def msg(self, message: str) -> None:
+        with self._lock:
+            if self.gone:
+                return
+            try:
+                print(message, file=self._file, flush=True)
+            except (OSError, ValueError):  # EPIPE, EIO (a closed terminal), a closed file
+                self.gone = True
+
+    log = debug = info = warn = warning = error = err = critical = exception = fatal = failure = msg
+
+
 def _pop_traceback(event_dict: dict[str, Any]) -> str | None:
     exc_info = event_dict.pop("exc_info", None)
     event_dict.pop("exception", None)
@@ -98,6 +121,7 @@ def configure(log_file: Path | None = None, *, verbose: bool = False) -> None:
     # default rich formatter shows them); _Tee takes exc_info out before it anyway.
     console = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), pad_event_to=0,
                                             exception_formatter=structlog.dev.plain_traceback)
+    console_out = _Console(sys.stderr)
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
@@ -105,7 +129,7 @@ def configure(log_file: Path | None = None, *, verbose: bool = False) -> None:
             _Tee(handle, console, log_file),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(10 if verbose else 20),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=lambda *_args: console_out,
         cache_logger_on_first_use=False,
     )
 

@@ -239,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`hangwatch status RUN | head`): not our failure. Point stdout
+        # at /dev/null so the interpreter's final flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as the shell reports a command killed by it
     except Exception as exc:  # noqa: BLE001  (one line here, the traceback in a file)
         return _internal_error(exc)
 
