@@ -49,7 +49,7 @@ _VALUE_PATTERNS = [
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token) [A-Za-z0-9._~+/\-]{8,}=*")
 # user may be empty: redis://:password@host; the password runs to the authority's last @
 # (an unescaped @ in it must not leave its end in clear: postgres://u:p@ss@db)
-_URL_CREDS = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^\s/:@\"']*):([^\s/\"']+)@")
+_URL_CREDS = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]{0,31}://)([^\s/:@\"']{0,256}):([^\s/\"']{1,1024})@")
 # A PEM private key (RSA, EC, OpenSSH, PGP, ...): the whole body goes, not only the lines that
 # look random; a log tail may begin inside one (an END with no BEGIN before it).
 _PEM_BLOCK = re.compile(r"(-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----).*?"
@@ -65,8 +65,11 @@ _USER_COLON = re.compile(r"(?<!\S)(-u|--user)([ \t]+|=)([^\s:]+):([^\s\"']+)")
 # name=value, name: value, "name": "value", --name value, --name=value. Only the
 # name and separator are matched here; the value is taken by _VALUE, so a
 # non-sensitive "wandb: " never swallows the "api_key=..." that follows it.
+# A name starts where a word does (not inside a run of name characters) and is at most 128
+# characters: otherwise every position of a long run (a base64 blob, a hex dump in a log
+# line) started a match that scanned the rest of the run, and 20 KB took 26 s.
 _NAME_SEP = re.compile(
-    r"""(?P<name>-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)
+    r"""(?<![A-Za-z0-9_.\-])(?P<name>-{0,2}[A-Za-z_][A-Za-z0-9_.\-]{0,127})
         (?P<sep>["']?[ \t]*[:=][ \t]*["']?|(?<=[A-Za-z0-9])[ \t]+(?=[^\s-]))""",
     re.VERBOSE,
 )

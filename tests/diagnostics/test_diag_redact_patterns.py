@@ -133,3 +133,17 @@ def test_a_real_processes_command_line_and_log_tail_in_a_bundle(tmp_path):
                    + "\n-----END PRIVATE KEY-----\n")
     text = tail(log)
     assert SECRET not in text and SECRET[:8] not in text and "staple" not in text, text
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("run", ["a", "a.", "Aa1-"])
+def test_a_long_run_of_name_characters_in_a_log_is_redacted_in_one_pass(tmp_path, run):
+    """A log line holding a long unbroken run (a base64url blob, a hex dump, a minified value)
+    made every position start a name match that scanned the rest of the run: 20 KB took 26 s,
+    a 256 KiB log tail hours, so the capture's log step and `hangwatch report` never ended."""
+    from hangwatch.diagnostics.sysinfo import tail
+
+    log = tmp_path / "stdout.log"
+    log.write_text("step 1\n" + run * ((200 << 10) // len(run)) + f" HF_TOKEN={SECRET}\n")
+    out = tail(log)  # redacted on the way out; the timeout fails the test before the fix
+    assert SECRET not in out and out.startswith("step 1")
