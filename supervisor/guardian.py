@@ -45,6 +45,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Mapping
 
@@ -81,6 +82,7 @@ class Guardian:
         self.helper_mark = helper_mark
         self._state: dict[str, Any] = {}
         self._env_before: str | None = None
+        self._lock = threading.Lock()  # the supervisor's main thread and its busy watcher both send
 
     def send(self, state: Mapping[str, Any]) -> None:
         """Tell the guardian the tree's current state (replaces what it had).
@@ -88,14 +90,15 @@ class Guardian:
         Never blocks the supervisor: the pipe is non-blocking, and what does not
         fit now goes out with the next call. A guardian that died is noted once.
         """
-        if self.lost or self.proc.stdin is None:
-            return
-        self._state = dict(state)
-        message = dict(state)
-        if self.helper_mark is not None:
-            message["marks"] = [*(message.get("marks") or []), self.helper_mark]
-        self._pending += json.dumps(message, separators=(",", ":")).encode() + b"\n"
-        self.flush()
+        with self._lock:
+            if self.lost or self.proc.stdin is None or self.proc.stdin.closed:
+                return
+            self._state = dict(state)
+            message = dict(state)
+            if self.helper_mark is not None:
+                message["marks"] = [*(message.get("marks") or []), self.helper_mark]
+            self._pending += json.dumps(message, separators=(",", ":")).encode() + b"\n"
+            self.flush()
 
     def flush(self) -> None:
         assert self.proc.stdin is not None
@@ -159,10 +162,11 @@ def stop(guardian: Guardian, timeout: float = 5.0) -> None:
     try:
         if not guardian.lost and proc.stdin is not None:
             guardian.send(guardian._state)
-        if proc.stdin is not None:
-            os.set_blocking(proc.stdin.fileno(), True)
-            guardian.flush()
-            proc.stdin.close()
+        with guardian._lock:  # no send after this one: the pipe closes
+            if proc.stdin is not None and not proc.stdin.closed:
+                os.set_blocking(proc.stdin.fileno(), True)
+                guardian.flush()
+                proc.stdin.close()
         proc.wait(timeout=timeout)
     except (OSError, subprocess.TimeoutExpired):
         proc.kill()

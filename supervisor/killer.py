@@ -115,6 +115,9 @@ class TreeKiller:
         self.quiet_s = quiet_s  # None: always the full grace
         #: the attempt's cgroup (``cgroup.AttemptCgroup``) when the kernel contains the tree
         self.cgroup: Any = None
+        #: told the tree's members whenever a poll finds a new one (the guardian must know what
+        #: a SIGTERM handler forked while we wait, should we die before the kill ends)
+        self.on_members: Callable[[list[psutil.Process]], None] | None = None
 
     def forward(self, sig: int, pid: int, create_time: float) -> bool:
         """Pass ``sig`` (one we received) to the process group led by ``pid``.
@@ -150,7 +153,9 @@ class TreeKiller:
         signalled: dict[ProcKey, int] = {}
 
         def refresh() -> None:
-            for proc in self.tree.members():
+            members = self.tree.members()
+            found = False
+            for proc in members:
                 try:
                     key = ProcKey.of(proc)
                     if pgids is not None and os.getpgid(proc.pid) not in pgids:
@@ -160,6 +165,9 @@ class TreeKiller:
                 if key not in known:
                     known[key] = proc
                     described[key] = _describe(proc, key)
+                    found = True
+            if found and self.on_members is not None:
+                self.on_members(members)
 
         def alive() -> list[ProcKey]:
             return [k for k, p in known.items() if is_running(p, k)]

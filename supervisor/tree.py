@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
@@ -90,6 +91,11 @@ class LocalTree:
         self._members: list[psutil.Process] = []
         self._marks: list[list[Any]] = []  # the guardian's marks of this attempt's processes (guardian.py)
         self._guardian: Callable[[dict[str, Any]], None] | None = None
+        self._guardian_lock = threading.Lock()  # the main thread and the busy watcher both tell it
+        self._last_look = time.monotonic()  # when the members were last read (a tick, a kill's poll)
+        self._cadence = 1.0  # the time between the last two ticks
+        self._closed = threading.Event()
+        self.killer.on_members = self._seen
         #: the next attempt's warm launcher (``--prewarm-launcher``); None: every launch is cold
         self.prewarm: Prewarmer | None = None
 
@@ -101,6 +107,34 @@ class LocalTree:
         """Keep the guardian told what to kill should we die (``guardian.Guardian.send``)."""
         self._guardian = send
         self._tell_guardian()
+        threading.Thread(target=self._watch_while_busy, name="guardian-watch", daemon=True).start()
+
+    def _seen(self, members: list[psutil.Process]) -> None:
+        """New members found by a look outside the tick (the killer's polls): the guardian first."""
+        self._last_look = time.monotonic()
+        self._tell_guardian(members)
+
+    def _watch_while_busy(self) -> None:
+        """With the tree walk only: while nothing else looks at the tree (a capture, a
+        backoff, an engine restart: no ticks), look every ``WATCH_POLL_S`` and tell the
+        guardian what is new, so that a worker that escaped meanwhile (a new session, and an
+        environment without the attempt's mark) is not unknown to it should we die. Its own
+        ``ProcessTree``: the main thread's is not shared across threads."""
+        tree = ProcessTree()
+        told: set[tuple[int, float]] = set()
+        while not self._closed.wait(WATCH_POLL_S):
+            if self.containment is not None:
+                return  # the cgroup holds whatever is forked, looked at or not
+            if time.monotonic() - self._last_look < max(WATCH_IDLE_S, 2 * self._cadence):
+                continue
+            try:
+                members = tree.members()
+                keys = {(p.pid, p.create_time()) for p in members}
+            except (OSError, psutil.Error):
+                continue
+            if keys - told:
+                self._tell_guardian(members)
+            told = keys
 
     def launch(self, argv: Sequence[str], env: Mapping[str, str], attempt_dir: Path) -> TrainerProcess:
         procs = None
@@ -130,11 +164,16 @@ class LocalTree:
         self._tell_guardian()
         return trainer
 
-    def _tell_guardian(self) -> None:
+    def _tell_guardian(self, procs: list[psutil.Process] | None = None) -> None:
         if self._guardian is None:
             return
+        with self._guardian_lock:
+            self._tell_guardian_locked(self._members if procs is None else procs)
+
+    def _tell_guardian_locked(self, procs: list[psutil.Process]) -> None:
+        assert self._guardian is not None
         members, groups, sessions = [], set(), set()
-        for proc in self._members:
+        for proc in procs:
             try:
                 members.append([proc.pid, proc.create_time()])
                 groups.add(os.getpgid(proc.pid))
@@ -162,6 +201,9 @@ class LocalTree:
     def sample(self) -> Sample:
         assert self._sampler is not None, "watch() first"
         sample = self._sampler.tick()
+        now = time.monotonic()
+        self._cadence = min(5.0, max(0.01, now - self._last_look))
+        self._last_look = now
         if self.prewarm is not None:
             self.prewarm.tick(beat_seen=sample.heartbeat is not None)  # here: the main thread, as spawning needs
         if self.treefile.update(self._sampler.last_members):
@@ -212,10 +254,17 @@ class LocalTree:
 
     def close(self) -> None:
         """Kill an unused warm launcher; remove the run's (empty) cgroups."""
+        self._closed.set()
         if self.prewarm is not None:
             self.prewarm.close()
         if self.containment is not None:
             self.containment.close()
+
+
+# The busy watcher (tree walk only): how often it wakes, and how long nobody must have looked
+# at the tree (at least two of the ticks' own intervals) before it looks itself.
+WATCH_POLL_S = 0.25
+WATCH_IDLE_S = 0.5
 
 
 def _pgid(pid: int) -> int:

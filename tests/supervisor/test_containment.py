@@ -142,24 +142,33 @@ def test_tree_fallback_guardian_kills_what_it_never_saw_fork_5_times(tmp_path):
     assert '"containment":"tree"' in started[0]
 
 
-# Beats, then hangs; each second forks a worker that escapes (setsid + double fork, SIGTERM
-# ignored): what it forks during the capture, nobody looks at until the capture ends.
-SPAWNER = r"""
-import os, signal, sys, time
-from hangwatch.trainer import beat
-for step in range(4):
-    beat(step=step, phase="train"); time.sleep(0.1)
-while True:
+# A worker that escapes (setsid + double fork, SIGTERM ignored) and, with ``bare``, execs with
+# an empty environment (no attempt mark: only a look at the tree finds it); its pid to argv[1].
+ESCAPE = r"""
+def escape(bare):
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             with open(sys.argv[1], "a") as f:
                 f.write(f"{os.getpid()}\n")
+            if bare:
+                os.execve("/bin/sleep", ["sleep", "120"], {})
             time.sleep(120); os._exit(0)
         os._exit(0)
     os.wait()
-    time.sleep(0.5)
+"""
+# Beats, then hangs; 2 s later (the capture has begun: progress timeout 1 s) a worker escapes
+# with its environment and one without: nobody looks at the tree until the capture ends.
+SPAWNER = "import os, signal, sys, time\n" + ESCAPE + r"""
+from hangwatch.trainer import beat
+for step in range(4):
+    beat(step=step, phase="train"); time.sleep(0.1)
+time.sleep(2.0)
+escape(bare=False)
+escape(bare=True)
+while True:
+    time.sleep(1)
 """
 PYSPY_HANG = Path(__file__).resolve().parents[1] / "diagnostics" / "fixtures" / "pyspy_hang.sh"
 
@@ -178,10 +187,12 @@ def _helpers_since(since: float) -> list[int]:
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("containment", ["tree", "auto"])
-def test_sigkill_during_the_capture_leaves_neither_the_tree_nor_the_capture_helpers(tmp_path, containment):
+def test_sigkill_during_the_capture_leaves_neither_the_tree_nor_the_capture_helpers(tmp_path):
     """The supervisor dies while its capture waits on a hung py-spy: the workers that escaped
-    while nobody looked (tree walk) and the hung py-spy helpers (both ways) used to survive it."""
+    while nobody looked (tree walk: by the attempt's mark, or the busy watcher's look for those
+    without it) and the hung py-spy helpers (by the supervisor's mark, whatever the containment)
+    used to survive it."""
+    containment = "tree"
     since = time.time()
     pidfile = tmp_path / "escaped"
     proc = subprocess.Popen(
@@ -193,9 +204,11 @@ def test_sigkill_during_the_capture_leaves_neither_the_tree_nor_the_capture_help
     try:
         journal = tmp_path / "run" / "journal.jsonl"
         wait_for(lambda: journal.exists() and '"incident"' in journal.read_text(), timeout=60, what="incident")
-        time.sleep(1.5)  # a worker or two escape during the capture
+        wait_for(lambda: pidfile.exists() and len(pidfile.read_text().split()) == 2, timeout=30, what="escapes")
+        time.sleep(1.0)  # the busy watcher's look (nobody else looks during the capture)
         helpers = _helpers_since(since)
         pids = [int(p) for p in pidfile.read_text().split()] + helpers
+        assert '"capture"' not in journal.read_text(), "the capture still waits on the hung py-spy"
         assert helpers, "the capture is waiting on the hung py-spy stand-in"
         proc.kill()
         proc.wait(10)
@@ -288,3 +301,57 @@ def test_resume_kills_what_a_dead_runs_cgroup_still_holds():
         sleeper.kill()
         sleeper.wait(5)
         run.close()
+
+
+# The trainer ignores SIGTERM; its child's SIGTERM handler hands off to a bare escaped worker,
+# then stays busy, so the kill keeps its whole grace.
+HANDS_OFF = "import os, signal, sys, time\n" + ESCAPE + r"""
+from hangwatch.trainer import beat
+def on_term(*_):
+    escape(bare=True)
+    end = time.time() + 30
+    while time.time() < end:
+        pass
+if os.fork() == 0:
+    signal.signal(signal.SIGTERM, on_term)
+    while True:
+        time.sleep(0.1)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+for step in range(4):
+    beat(step=step, phase="train"); time.sleep(0.1)
+while True:
+    time.sleep(1)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_sigkill_during_the_kill_takes_what_a_sigterm_handler_started(tmp_path):
+    """Tree walk: the killer sees the worker a SIGTERM handler started during the grace, and the
+    guardian must hear of it then, not when the kill is over (it survived a supervisor SIGKILLed
+    in the grace)."""
+    pidfile = tmp_path / "escaped"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hangwatch.cli", "run", "--run-dir", str(tmp_path / "run"), "--gpu-probe", "none",
+         "--interval", "0.5", "--progress-timeout", "1", "--capture-timeout", "5", "--grace", "20",
+         "--containment", "tree", "--quiet", "--", sys.executable, "-c", HANDS_OFF, str(pidfile)],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    pids: list[int] = []
+    try:
+        wait_for(pidfile.exists, timeout=60, what="the SIGTERM handler's worker")
+        time.sleep(0.3)  # the killer's next poll (every 0.05 s) has seen it
+        pids = [int(p) for p in pidfile.read_text().split()]
+        proc.kill()
+        proc.wait(10)
+        deadline = time.monotonic() + 5
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [p for p in pids if _alive(p)] == [], f"survivors of the SIGKILLed supervisor among {pids}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
