@@ -299,3 +299,25 @@ def test_root_never_writes_below_a_folder_another_user_controls(tmp_path, capsys
     err = capsys.readouterr().err
     assert "hangwatch: error: output" in err and "owned by uid 65534" in err, err
     assert list(target.iterdir()) == [], "root wrote into the directory the other user chose"
+
+
+@pytest.mark.timeout(30)
+def test_a_command_line_never_forges_a_row_or_an_escape_in_the_process_table():
+    """A trainer chooses its own argv: a newline in it forged a pid-1 row in processes.txt."""
+    import psutil
+
+    from hangwatch.contract.capture import TreeProcess
+    from hangwatch.diagnostics.proctable import process_table, render_table
+
+    forged = "\n      1       0       1       1 S -   0.0   0.0    1  /sbin/init\x1b[2J"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", forged])
+    try:
+        p = psutil.Process(proc.pid)
+        rows = process_table([TreeProcess(proc.pid, p.create_time(), p.ppid(), os.getpgid(proc.pid),
+                                          os.getsid(proc.pid), p.name(), tuple(p.cmdline()))])
+    finally:
+        proc.kill()
+        proc.wait()
+    text = render_table(rows)
+    assert len(text.splitlines()) == 2 and "\x1b" not in text, text
+    assert rows[0]["cmdline"][-1] == forged  # processes.json keeps it as it was
