@@ -177,9 +177,14 @@ class NvmlProbe:
                 pids.extend(p.pid for p in getter(handle))
         except nvml.NVMLError:
             return None
-        # In a container without the host PID namespace NVML lists nothing (or
-        # host pids we cannot see); "unknown" is then the honest answer.
-        return tuple(sorted(set(pids))) or None
+        # NVML lists host pids. In a container without the host PID namespace the list is
+        # empty, or names pids that are not ours to see: either way "unknown" (None) is the
+        # honest answer. Taken as they are, host pids matched no tree process, so the device
+        # read as held only by strangers and a wedge on it could never be a stall.
+        listed = sorted(set(pids))
+        if not listed or not all(pid_running(pid) for pid in listed):
+            return None
+        return tuple(listed)
 
     def close(self) -> None:
         try:

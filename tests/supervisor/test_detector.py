@@ -749,3 +749,38 @@ def test_a_beat_inside_a_long_step_that_says_how_far_it_got_is_progress():
     stream = [tick(i, 0.0, 100.0, beat=Heartbeat(TRAINER, i + 1, 0.0, i // 30, "train", {"micro_batch": i % 30}))
               for i in range(200)]
     assert run(stream, config) is None
+
+
+def test_nvml_host_pids_in_a_container_are_unknown_holders_so_a_wedge_still_stalls(monkeypatch):
+    """NVML names holders by host pid: in a container without the host PID namespace they are
+    not ours to see. Taken as they were, the wedged device read as held only by strangers and
+    never stalled; as unknown holders it is the tree's, judged by the whole tree's CPU."""
+    import os
+    import sys
+    import types
+
+    from hangwatch.supervisor.probes import NvmlProbe
+
+    class NVMLError(Exception):
+        pass
+
+    invisible = 4_000_000  # above any pid_max: no process of ours has it
+    listed = {"pids": [invisible]}
+    fake = types.SimpleNamespace(
+        NVMLError=NVMLError, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=100),
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=8 << 30),
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [types.SimpleNamespace(pid=p) for p in listed["pids"]],
+        nvmlDeviceGetGraphicsRunningProcesses=lambda h: [])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    probe = NvmlProbe()
+    devices = probe.sample()
+    assert devices is not None and devices[0].pids is None, "host pids we cannot see are unknown holders"
+    config = DetectorConfig(stall_window=5.0, engine_step_timeout=None)
+    stream = [Sample(t=float(t), wall=float(t), cpu_pct={TRAINER: 0.5}, gpu=probe.sample(), heartbeat=None)
+              for t in range(10)]
+    verdict = run(stream, config)
+    assert verdict is not None and verdict.kind is VerdictKind.STALL and verdict.detected_at == 5.0
+    listed["pids"] = [os.getpid()]  # on the host (or with its PID namespace): kept as named
+    assert probe.sample()[0].pids == (os.getpid(),)
