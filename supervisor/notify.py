@@ -32,7 +32,6 @@ import re
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from typing import Any, Callable, Mapping, Protocol, Sequence
@@ -41,8 +40,11 @@ import structlog
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
 
 from hangwatch.contract.errors import ConfigError
+from hangwatch.contract.pyexec import module_command
 from hangwatch.contract.redact import MARK, redact_text
+from hangwatch.contract.tools import add_helper, forget_helper
 from hangwatch.supervisor.evidence import bundle_summary
+from hangwatch.supervisor.notify_exec import PAYLOAD_ENV
 
 log = structlog.get_logger("hangwatch.notify")
 
@@ -117,8 +119,12 @@ class AppriseTarget:
 
 
 class CommandTarget:
-    """``--notify-command``: run through ``/bin/sh -c`` with the event JSON on stdin,
-    in its own session so a timeout kills everything it started."""
+    """``--notify-command``: run through ``/bin/sh -c`` with the event JSON on stdin, under
+    its own reaper (``notify_exec``): nothing it starts joins the trainer's tree (the
+    supervisor treats its own descendants as the trainer's), and nothing it starts,
+    ``setsid`` daemons included, outlives the try's deadline."""
+
+    STDERR_TAIL = 2048  # bytes of the command's stderr kept for the error message (it may flood)
 
     def __init__(self, command: str) -> None:
         self.command = command
@@ -127,24 +133,69 @@ class CommandTarget:
 
     def send(self, payload: Mapping[str, Any], title: str, body: str, timeout: float) -> None:
         env = dict(os.environ, HANGWATCH_EVENT=str(payload.get("event")))
-        with tempfile.TemporaryFile() as err:
-            proc = subprocess.Popen(["/bin/sh", "-c", self.command], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                    stderr=err, env=env, start_new_session=True)
+        env[PAYLOAD_ENV] = json.dumps(dict(payload), default=str) + "\n"  # one line on stdin
+        try:
+            proc = subprocess.Popen([*module_command("hangwatch.supervisor.notify_exec"), f"{timeout:g}", self.command],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                    start_new_session=True)
+        except OSError as exc:
+            raise DeliveryError(f"{self.name}: cannot start it: {exc.strerror or exc}") from None
+        add_helper(proc.pid)  # the tree scanner leaves the runner, and all below it, out of the trainer's tree
+        try:
+            err = _Tail(proc.stderr, self.STDERR_TAIL)
             try:
-                proc.communicate(json.dumps(dict(payload), default=str).encode() + b"\n", timeout=timeout)
+                proc.wait(timeout + _RUNNER_GRACE_S)  # the runner keeps its own deadline; this is the backstop
             except subprocess.TimeoutExpired:
                 try:
                     os.killpg(proc.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass  # it exited in between
                 proc.wait()
-                raise DeliveryError(f"{self.name}: no exit within {timeout:g} s; killed") from None
-            except BrokenPipeError:
-                proc.wait()  # it exited without reading stdin; judged by its status below
-            if proc.returncode != 0:
-                err.seek(max(0, os.fstat(err.fileno()).st_size - 300))
-                tail = err.read().decode("utf-8", "replace").strip()
-                raise DeliveryError(f"{self.name}: exit status {proc.returncode}" + (f": {redact_text(tail)}" if tail else ""))
+            assert proc.stdout is not None
+            line = proc.stdout.read(4096)
+            err.thread.join(1.0)
+        finally:
+            forget_helper(proc.pid)
+            proc.stdout.close()  # type: ignore[union-attr]
+        tail = " ".join(err.text().split())[-300:]
+        tail = f": {redact_text(tail)}" if tail else ""
+        try:
+            result = json.loads(line)
+        except ValueError:
+            raise DeliveryError(f"{self.name}: the alert runner failed (exit {proc.returncode}){tail}") from None
+        if result.get("timed_out"):
+            raise DeliveryError(f"{self.name}: no exit within {timeout:g} s; killed {result.get('killed')} "
+                                "process(es): the command and what it started")
+        if result.get("status") != 0:
+            raise DeliveryError(f"{self.name}: exit status {result.get('status')}{tail}")
+        if result.get("lingered"):
+            log.warning("notify_lingered", message=f"{self.name} exited 0 but left {result.get('killed')} process(es) "
+                                                   f"running; killed at its {timeout:g} s deadline")
+
+
+#: how long past its own deadline the runner may take to kill and reap what the command left
+_RUNNER_GRACE_S = 5.0
+
+
+class _Tail:
+    """Reads a pipe to its end in a thread, keeping only its last ``cap`` bytes."""
+
+    def __init__(self, stream: Any, cap: int) -> None:
+        self._data = b""
+        self._cap = cap
+        self.thread = threading.Thread(target=self._run, args=(stream,), name="notify-stderr", daemon=True)
+        self.thread.start()
+
+    def _run(self, stream: Any) -> None:
+        with stream:
+            while True:
+                chunk = stream.read1(1 << 16)
+                if not chunk:
+                    return
+                self._data = (self._data + chunk)[-self._cap:]
+
+    def text(self) -> str:
+        return self._data.decode("utf-8", "replace")
 
 
 def _bounded(fn: Callable[[], None], timeout: float, name: str) -> None:

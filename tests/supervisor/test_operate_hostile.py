@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -54,3 +55,54 @@ def test_status_into_a_closed_pipe_is_not_an_internal_error(tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=30) == 141, err
     assert "internal error" not in err and "Traceback" not in err
+
+
+# -- --notify-command: bounded, reaped, never part of the trainer's tree ----------------------
+
+
+def _running(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_an_alert_command_and_its_daemon_stay_out_of_the_tree_and_die_at_the_deadline(tmp_path):
+    """The supervisor treats its descendants as the trainer's tree: a notify command run from it
+    was captured and killed as the trainer, and a `setsid` daemon it left outlived every deadline."""
+    import threading
+
+    from hangwatch.supervisor.notify import CommandTarget
+    from hangwatch.supervisor.proctree import ProcessTree
+
+    daemon_pid, shell_pid = tmp_path / "daemon.pid", tmp_path / "shell.pid"
+    got = tmp_path / "got.json"
+    target = CommandTarget(f"echo $$ > {shell_pid}; cat > {got}; (setsid sh -c 'echo $$ > {daemon_pid}; exec sleep 30' &);"
+                           " sleep 0.5; exit 0")
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (target.send({"event": "incident"}, "t", "b", 1.5), done.set()))
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not daemon_pid.exists() or not daemon_pid.read_text().strip():
+        assert time.monotonic() < deadline, "the daemon never started"
+        time.sleep(0.02)
+    pid = int(daemon_pid.read_text())
+    assert _running(pid)
+    members = {p.pid for p in ProcessTree().members()}  # this process's tree, as the supervisor sees its own
+    assert int(shell_pid.read_text()) not in members, "the alert command would be taken for the trainer's process"
+    thread.join(10)
+    assert done.is_set(), "exit 0 with a daemon left is a delivered alert"
+    assert json.loads(got.read_text())["event"] == "incident"
+    assert not _running(pid), "nothing an alert command starts outlives its deadline"
+
+
+def test_an_alert_command_that_floods_stderr_fails_with_a_short_line(tmp_path):
+    from hangwatch.supervisor.notify import CommandTarget, DeliveryError
+
+    target = CommandTarget("head -c 30000000 /dev/zero | tr '\\0' x >&2; echo; echo 'the last words' >&2; exit 3")
+    with pytest.raises(DeliveryError) as caught:
+        target.send({"event": "gave_up"}, "t", "b", 10)
+    message = str(caught.value)
+    assert "exit status 3" in message and message.endswith("the last words") and len(message) < 500
