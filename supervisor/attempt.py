@@ -196,10 +196,12 @@ class RunState:
             if a.outcome is not None and a.outcome in VerdictKind._value2member_map_:
                 state.history.append(AttemptOutcome(a.attempt, VerdictKind(a.outcome), float(a.ended or 0.0),
                                                     a.start_step, a.end_step))
-        if run.pending_restart is not None:
-            # The supervisor died during the backoff: the policy it had decided for the next attempt.
-            r = run.pending_restart
-            state.policy = GraphPolicy(r.get("cudagraphs") == "off", bool(r.get("enforce_eager")))
+        if run.decided_policy is not None:
+            # Decided after the last attempt started (a stall's recovery, a level-1 engine restart,
+            # a restart scheduled before the supervisor died in the backoff): the engine that
+            # wedged must not come back with graphs on.
+            r = run.decided_policy
+            state.policy = GraphPolicy(r["cudagraphs"] == "off", bool(r["enforce_eager"]))
         return state
 
 
@@ -238,6 +240,7 @@ def recovery_level(
     evidence: Mapping[str, Any] | None = None,
     window: float | None = None,
     engines_beat: bool = False,
+    retry_pending: bool = False,
 ) -> RecoveryLevel:
     """Whether this incident can be recovered by restarting the rollout engine alone.
 
@@ -255,6 +258,9 @@ def recovery_level(
     own timeout killed it) is level 1 with nothing left to kill. Without beats (an older
     worker) every engine group is the suspect. ``engines_beat``: an engine has beaten in this
     attempt (its file may be gone by the verdict, the new worker not beating yet).
+    ``retry_pending``: an engine restart of this attempt whose retry has not moved the trainer
+    on yet; a hang now is that retry failing, a job restart whatever the retry window says
+    (the generator retries a batch once).
     """
     def job(reason: str) -> RecoveryLevel:
         return RecoveryLevel(2, reason)
@@ -266,6 +272,8 @@ def recovery_level(
         return job("multi-node: an engine restart on one node would desynchronise the ranks")
     if verdict_kind is not VerdictKind.STALL:
         return job(f"a {verdict_kind.value} is not an engine wedge")
+    if retry_pending:
+        return job("the trainer stalled again before the retry after the last engine restart moved it on")
     if phase not in GENERATE_PHASES:
         return job(f"the trainer was in phase {phase or 'unknown'!r}, not waiting on rollouts: its own threads are stalled")
     groups = engine_groups(tree) - {trainer_pgid}

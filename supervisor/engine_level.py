@@ -112,6 +112,17 @@ class EngineLevel:
                          "step": verdict.evidence.get("step")}
         return now
 
+    def unrecovered(self, attempt: int) -> bool:
+        """An engine restart of ``attempt`` whose retry has not yet moved the trainer on."""
+        return self._pending is not None and self._pending["attempt"] == attempt
+
+    def retry_failed(self, attempt: int, why: str) -> None:
+        """The retry after the engine restart failed (the trainer crashed, or wedged again):
+        journal it as a failed engine restart, escalated to the job (level 2)."""
+        self._pending = None
+        self.journal().append("engine_restart", attempt=attempt, ok=False, pgids=[], reason=why, escalated_to="job")
+        log.error("engine_restart", message=f"{why}; restarting the job")
+
     def _await_release(self, attempt: int, pids: Collection[int]) -> bool | None:
         """Poll the GPU probe until no killed pid holds a device (bounded); journal the answer:
         True, False (still held at the deadline) or None (the probe lists no processes, or

@@ -18,6 +18,7 @@ journal, a clock and a sleep), so a test can drive whole attempts with fakes.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -241,17 +242,30 @@ class Supervisor:
         self._engines_beat = False
         while True:
             verdict, samples, trainer_code = self._watch(trainer, Path(ours["HANGWATCH_HEARTBEAT"]))
+            retrying = self.engine_level.unrecovered(st.attempt)
             # The attempt's bundle: this verdict's, or an earlier engine-level incident's.
             evidence = self._incident(verdict, samples, trainer, attempt_dir) or evidence
             if not verdict.kind.is_hang:
+                if retrying and verdict.kind is VerdictKind.CRASH:
+                    # The batch's retry on the restarted engine failed and took the trainer down:
+                    # that is the engine wedge escalating to the job (level 2), not a crash of
+                    # the trainer's own for --on-crash to judge.
+                    self.engine_level.retry_failed(st.attempt, f"the retry after the engine restart failed "
+                                                               f"({verdict.reason})")
+                    verdict = dataclasses.replace(verdict, kind=VerdictKind.STALL,
+                                                  reason=f"engine wedge not recovered at the engine level: {verdict.reason}")
                 break
             level = recovery_level(
                 verdict.kind, mode=self.config.recovery, phase=verdict.phase, tree=self.tree.describe(),
                 trainer_pgid=trainer.pid, last_engine_restart=self.engine_level.last_restart, now=self.clock(),
                 retry_window=self.config.engine_retry_window, in_cohort=self.cohort is not None,
-                evidence=verdict.evidence, window=verdict.window, engines_beat=self._engines_beat)
+                evidence=verdict.evidence, window=verdict.window, engines_beat=self._engines_beat,
+                retry_pending=retrying)
+            # With the policy this incident decided: a --resume after it must keep it.
             self.journal.append("recovery", attempt=st.attempt, level=level.level,
-                                scope="engine" if level.level == 1 else "job", reason=level.reason)
+                                scope="engine" if level.level == 1 else "job", reason=level.reason,
+                                cudagraphs="off" if st.policy.cudagraphs_off else "on",
+                                enforce_eager=st.policy.enforce_eager)
             if level.level == 1 and self._restart_engine(level, verdict, Path(ours["HANGWATCH_CONTROL"]), evidence):
                 continue  # the trainer lives on: watch it again, in the same attempt
             if level.level == 2 and self.config.recovery == "auto" and verdict.kind is VerdictKind.STALL:

@@ -211,6 +211,10 @@ class RunRecord:
     supervisor_pids: list[int] = field(default_factory=list)
     #: the last ``restart_scheduled`` when no attempt started after it (the supervisor died in the backoff)
     pending_restart: dict[str, Any] | None = None
+    #: the graph policy decided since the last ``attempt_started`` (``recovery``, a level-1
+    #: ``engine_restart``, ``restart_scheduled``: ``cudagraphs``, ``enforce_eager``), the latest
+    #: winning; None when none was (the last attempt's start environment still holds)
+    decided_policy: dict[str, Any] | None = None
     #: multi-node: this node's membership (``cohort_joined``) and the cohort's decisions, in order
     cohort: dict[str, Any] | None = None
     cohort_events: list[dict[str, Any]] = field(default_factory=list)
@@ -229,7 +233,7 @@ def fold_journal(records: Sequence[Mapping[str, Any]]) -> RunRecord:
                               r.get("resume_from"))
             by_number[a.attempt] = a
             run.attempts.append(a)
-            run.pending_restart = None
+            run.pending_restart = run.decided_policy = None
         elif event == "attempt_ended" and int(r.get("attempt", -1)) in by_number:
             a = by_number[int(r["attempt"])]
             a.ended, a.outcome, a.exit_code = float(r.get("ts", 0.0)), r.get("kind"), r.get("exit_code")
@@ -241,6 +245,9 @@ def fold_journal(records: Sequence[Mapping[str, Any]]) -> RunRecord:
                 run.stalls += 1
         elif event == "restart_scheduled":
             run.pending_restart = dict(r)
+        if event in ("recovery", "engine_restart", "restart_scheduled") and r.get("cudagraphs") in ("on", "off") \
+                and r.get("ok", True) is not False:
+            run.decided_policy = {"cudagraphs": r["cudagraphs"], "enforce_eager": bool(r.get("enforce_eager"))}
         elif event == "run_finished":
             run.finished = {k: r.get(k) for k in ("outcome", "exit_code", "reason", "ts")}
         elif event == "cohort_joined":

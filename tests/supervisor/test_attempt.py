@@ -257,6 +257,29 @@ def test_resume_state_comes_from_the_journal_including_a_pending_restart(tmp_pat
     assert RunState.from_journal(read_journal(tmp_path / "j.jsonl")).policy == GraphPolicy(cudagraphs_off=True)
 
 
+@pytest.mark.parametrize("records, policy", [
+    # A level-1 engine restart switched the live trainer to graphs off; the supervisor died after.
+    ([("recovery", {"level": 1, "cudagraphs": "off", "enforce_eager": False}),
+      ("engine_restart", {"ok": True, "cudagraphs": "off", "enforce_eager": False})], GraphPolicy(True)),
+    # A stall's job restart was decided (recovery) but the supervisor died before restart_scheduled.
+    ([("recovery", {"level": 2, "cudagraphs": "off", "enforce_eager": False})], GraphPolicy(True)),
+    # A failed engine restart decides nothing of its own; the recovery before it still holds.
+    ([("recovery", {"level": 1, "cudagraphs": "off", "enforce_eager": True}),
+      ("engine_restart", {"ok": False, "escalated_to": "job"})], GraphPolicy(True, True)),
+])
+def test_resume_keeps_the_policy_an_incident_decided_after_the_attempt_started(tmp_path, records, policy):
+    """A --resume after a level-1 incident relaunched with graphs on and wedged again."""
+    j = Journal(tmp_path / "j.jsonl", "r1")
+    j.append("attempt_started", attempt=1, pid=1, env={names.CUDAGRAPHS: "1"})
+    j.append("incident", attempt=1, kind="stall")
+    for event, fields in records:
+        j.append(event, attempt=1, **fields)
+    assert RunState.from_journal(read_journal(tmp_path / "j.jsonl")).policy == policy
+    j.append("attempt_started", attempt=2, pid=2, env={names.CUDAGRAPHS: "1"})
+    assert RunState.from_journal(read_journal(tmp_path / "j.jsonl")).policy == GraphPolicy(), \
+        "a later attempt's own start environment holds again"
+
+
 def test_illegal_transition_is_a_named_error():
     life = AttemptLifecycle(3)
     life.advance(AttemptState.WATCHING, 1.0)

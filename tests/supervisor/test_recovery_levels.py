@@ -64,16 +64,20 @@ def test_a_second_engine_wedge_within_the_window_restarts_the_job(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_an_engine_restart_that_fails_falls_back_to_a_job_restart(tmp_path):
-    """The fresh engine (graphs off) cannot start: the trainer's retry fails, the trainer
-    crashes, and the crash is handled as today (a new attempt from the checkpoint)."""
-    code, journal, out = _run(tmp_path, "--max-restarts", "1", trainer=("--fail-engine-without-graphs",))
-    assert code == 71, out[-3000:]
-    assert [r["ok"] for r in _events(journal, "engine_restart")] == [True]
+    """The fresh engine (graphs off) cannot start: the trainer's retry fails and the trainer
+    exits. That is the engine wedge escalating to level 2 (a new attempt from the checkpoint),
+    not a crash of the trainer's own: --on-crash stop once gave up here. (The injected fault
+    fails every graphs-off engine, so attempt 2 crashes for real and --on-crash stop ends it.)"""
+    code, journal, out = _run(tmp_path, "--on-crash", "stop", trainer=("--fail-engine-without-graphs",))
+    assert code == 73, out[-3000:]
+    restarts = _events(journal, "engine_restart")
+    assert [r["ok"] for r in restarts] == [True, False] and restarts[1]["escalated_to"] == "job"
     assert not _events(journal, "engine_recovered")
     ended = _events(journal, "attempt_ended")
-    assert ended[0]["kind"] == "crash" and ended[0]["evidence_path"], "the level-1 bundle stays the attempt's evidence"
+    assert ended[0]["kind"] == "stall" and ended[0]["evidence_path"], "the level-1 bundle stays the attempt's evidence"
     starts = _events(journal, "attempt_started")
     assert len(starts) == 2 and starts[1]["env"]["HANGWATCH_CUDAGRAPHS"] == "0" and starts[1]["resume_from"]
+    assert ended[1]["kind"] == "crash"
 
 
 @pytest.mark.slow
