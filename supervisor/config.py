@@ -452,9 +452,14 @@ def build_operate(values: Mapping[str, Any]) -> OperateConfig:
             raise ConfigError(f"--metrics-port {raw!r}: port must be 0-65535")
     textfile = None
     if values.get("metrics_textfile"):
-        textfile = Path(values["metrics_textfile"]).expanduser().resolve()
+        given = Path(values["metrics_textfile"]).expanduser()
+        textfile = given.absolute().parent.resolve() / given.name  # the name itself is never resolved
         if not textfile.parent.is_dir():
             raise ConfigError(f"--metrics-textfile {values['metrics_textfile']}: directory {textfile.parent} does not exist")
+        if textfile.is_symlink():
+            # Resolved, root's metrics replaced the file it points to (any file: a planted link).
+            raise ConfigError(f"--metrics-textfile {values['metrics_textfile']}: is a symbolic link; give the path "
+                              "of the file itself (hangwatch replaces it at each write)")
         if textfile.exists() and not textfile.is_file():
             raise ConfigError(f"--metrics-textfile {values['metrics_textfile']}: exists and is not a regular file")
     warn = values.get("heartbeat_warning")

@@ -19,9 +19,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server, write_to_textfile
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, start_http_server
+
+from hangwatch.contract import atomic
 
 from hangwatch.supervisor.livestatus import LiveStatus
+
+log = structlog.get_logger("hangwatch.metrics")
 
 PHASES = ("starting", "watching", "stall_building", "capturing", "killing", "releasing", "restarting_engine", "ended",
           "backing_off", "finished")
@@ -46,6 +51,7 @@ class MetricsExporter:
         self.server: Any = None
         self._lock = threading.Lock()
         self._last_textfile = -1e18
+        self._textfile_failed = False
         self._lost_onset: float | None = None  # wall time of the incident onset not yet recovered from
         self._gpus: set[str] = set()
         self._hb_phase: str | None = None
@@ -95,6 +101,13 @@ class MetricsExporter:
             self.server.shutdown()
             self.server.server_close()
 
+    def write_textfile(self) -> None:
+        """Write the textfile now; raises OSError (the wiring's first write: refused at start)."""
+        assert self.textfile is not None
+        # A new hidden temporary (O_EXCL) renamed over the file: the collector never sees half,
+        # and a link planted at the name is replaced, never written through.
+        atomic.write_file(self.textfile, generate_latest(self.registry), mode=0o644)
+
     def _write_textfile(self, force: bool = False) -> None:
         if self.textfile is None:
             return
@@ -102,7 +115,19 @@ class MetricsExporter:
         if not force and now - self._last_textfile < self.textfile_interval:
             return
         self._last_textfile = now
-        write_to_textfile(str(self.textfile), self.registry)  # tmp file + rename, so the collector never sees half
+        try:
+            self.write_textfile()
+        except OSError as exc:
+            # Never into the run: a full disk or a removed directory costs the metrics, not the
+            # run's exit status (at close it turned a finished run into an internal error).
+            if not self._textfile_failed:
+                self._textfile_failed = True
+                log.warning("metrics_textfile_failed", message=f"cannot write {self.textfile}: {exc.strerror or exc}; "
+                            f"retrying every {self.textfile_interval:g} s")
+            return
+        if self._textfile_failed:
+            self._textfile_failed = False
+            log.info("metrics_textfile_ok", message=f"{self.textfile} written again")
 
     # -- RunObserver ----------------------------------------------------------------
 

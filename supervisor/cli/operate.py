@@ -84,6 +84,13 @@ def start(config: RunConfig, operate: OperateConfig, run_id: str, probe_name: st
             status.link("metrics", url)
             log.info("metrics", message=f"Prometheus metrics at {url}")
         if operate.metrics_textfile is not None:
+            try:
+                ops.metrics.write_textfile()  # a place it cannot write is refused now, not found out later
+            except OSError as exc:
+                ops.metrics.textfile = None
+                ops.metrics.close()
+                raise ConfigError(f"--metrics-textfile {operate.metrics_textfile}: cannot write there "
+                                  f"({exc.strerror or exc})") from None
             status.link("metrics_textfile", str(operate.metrics_textfile))
         observers.add(ops.metrics)
 

@@ -106,3 +106,37 @@ def test_an_alert_command_that_floods_stderr_fails_with_a_short_line(tmp_path):
         target.send({"event": "gave_up"}, "t", "b", 10)
     message = str(caught.value)
     assert "exit status 3" in message and message.endswith("the last words") and len(message) < 500
+
+
+# -- --metrics-textfile ------------------------------------------------------------------------
+
+
+def test_a_metrics_textfile_that_stops_being_writable_costs_the_metrics_not_the_run(tmp_path):
+    """Its directory went away mid-run (here: replaced by a file): the write at the end raised
+    out of the supervisor's cleanup and a finished run exited 70 as an internal error."""
+    folder = tmp_path / "textfile"
+    folder.mkdir()
+    run_dir = tmp_path / "run"
+    trainer = (f"import os, shutil, time; time.sleep(0.3); shutil.rmtree({str(folder)!r}); "
+               f"open({str(folder)!r}, 'w').close(); time.sleep(0.3)")
+    proc = _hangwatch(["run", "--run-dir", str(run_dir), "--gpu-probe", "none", "--interval", "0.1",
+                       "--metrics-textfile", str(folder / "hangwatch.prom"), "--", sys.executable, "-c", trainer],
+                      tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=40)
+    assert proc.returncode == 0, err
+    assert "metrics_textfile_failed" in err and "internal error" not in err
+
+
+def test_a_metrics_textfile_that_is_a_link_is_refused_and_its_target_untouched(tmp_path):
+    """The path was resolved at start, so a link planted at the name had root's metrics
+    replace whatever file it pointed to."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    link = tmp_path / "hangwatch.prom"
+    link.symlink_to(victim)
+    proc = _hangwatch(["run", "--run-dir", str(tmp_path / "run"), "--gpu-probe", "none", "--metrics-textfile",
+                       str(link), "--", sys.executable, "-c", "pass"],
+                      tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=40)
+    assert proc.returncode == 2 and "is a symbolic link" in err, err
+    assert victim.read_text() == "precious\n" and link.is_symlink()
