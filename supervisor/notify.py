@@ -88,6 +88,7 @@ class AppriseTarget:
         logging.getLogger("apprise").propagate = False
         self._url = url
         self.name = redact_url(url)
+        self._abandoned: threading.Thread | None = None
         if not apprise.Apprise().add(url):
             raise ConfigError(f"--notify {self.name}: apprise does not understand this URL; see apprise's list of "
                               "services (e.g. slack://..., ntfy://topic, json://host:port/path)")
@@ -108,7 +109,16 @@ class AppriseTarget:
                 result["ok"] = False
                 result["log"] = f"{type(exc).__name__}: {exc}"
 
-        _bounded(attempt, timeout, self.name)
+        if self._abandoned is not None and self._abandoned.is_alive():
+            # A receiver that dribbles its answer never trips apprise's socket timeouts, so an
+            # abandoned try can live on; one per target at most, or each retry of each alert
+            # would leave one more thread and connection behind.
+            raise DeliveryError(f"{self.name}: an earlier try, abandoned after its deadline, is still waiting on "
+                                "the receiver; not opening another connection")
+        thread = _bounded(attempt, timeout, self.name)
+        if thread is not None:
+            self._abandoned = thread
+            raise DeliveryError(f"{self.name}: no answer within {timeout:g} s")
         if not result.get("ok"):
             reason = (result.get("log") or "").strip().splitlines()
             raise DeliveryError(f"{self.name}: {self._clean(reason[-1]) if reason else 'apprise reported a failure'}")
@@ -198,13 +208,14 @@ class _Tail:
         return self._data.decode("utf-8", "replace")
 
 
-def _bounded(fn: Callable[[], None], timeout: float, name: str) -> None:
-    thread = threading.Thread(target=fn, name="notify-try", daemon=True)
+def _bounded(fn: Callable[[], None], timeout: float, name: str) -> threading.Thread | None:
+    """Run ``fn`` in a thread for at most ``timeout`` s; the thread if it is still running.
+
+    Abandoned, not killed (threads cannot be): apprise's socket timeouts usually end it."""
+    thread = threading.Thread(target=fn, name=f"notify-try {name}", daemon=True)
     thread.start()
     thread.join(timeout)
-    if thread.is_alive():
-        # Abandoned, not killed (threads cannot be): apprise's socket timeouts end it.
-        raise DeliveryError(f"{name}: no answer within {timeout:g} s")
+    return thread if thread.is_alive() else None
 
 
 class Notifier:

@@ -140,3 +140,47 @@ def test_a_metrics_textfile_that_is_a_link_is_refused_and_its_target_untouched(t
     out, err = proc.communicate(timeout=40)
     assert proc.returncode == 2 and "is a symbolic link" in err, err
     assert victim.read_text() == "precious\n" and link.is_symlink()
+
+
+# -- --notify URL ------------------------------------------------------------------------------
+
+
+def test_a_receiver_that_dribbles_its_answer_leaves_one_abandoned_try_not_one_per_retry():
+    """Apprise's socket timeouts bound each read, not the answer: a receiver sending a byte now
+    and then kept every abandoned try's thread and connection alive, one more per retry."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from hangwatch.supervisor.notify import AppriseTarget, DeliveryError
+
+    stop = threading.Event()
+    connections: list[int] = []
+
+    class Dribble(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            connections.append(1)
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            while not stop.wait(0.1):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Dribble)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        target = AppriseTarget(f"json://127.0.0.1:{server.server_address[1]}/hook")
+        for _ in range(4):
+            with pytest.raises(DeliveryError):
+                target.send({"event": "incident"}, "t", "b", 0.4)
+        tries = [t for t in threading.enumerate() if t.name.startswith("notify-try") and t.is_alive()]
+        assert len(tries) == 1 and len(connections) == 1
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
