@@ -274,13 +274,17 @@ def recovery_level(
         return job(f"a {verdict_kind.value} is not an engine wedge")
     if retry_pending:
         return job("the trainer stalled again before the retry after the last engine restart moved it on")
-    if phase not in GENERATE_PHASES:
-        return job(f"the trainer was in phase {phase or 'unknown'!r}, not waiting on rollouts: its own threads are stalled")
+    own_threads = job(f"the trainer was in phase {phase or 'unknown'!r}, not waiting on rollouts: its own threads "
+                      f"are stalled")
     groups = engine_groups(tree) - {trainer_pgid}
     engine_pid = evidence.get("engine_pid")
     if evidence.get("engine_beats") or engines_beat:
+        # The engines say who waits on whom: a stuck engine with a request in flight has its
+        # rank waiting on it, whatever the heartbeat's phase (with several ranks on a node the
+        # file holds whichever rank beat last, often one already past its rollouts).
         if engine_pid is None:
-            return job("no rollout engine had a request in flight: the trainer was not waiting on one")
+            return own_threads if phase not in GENERATE_PHASES else \
+                job("no rollout engine had a request in flight: the trainer was not waiting on one")
         silent = float(evidence.get("engine_silent_s") or 0.0)
         # How long the stall had held: the window, or for the progress rule (its timeout is the
         # window then) the stall it suspected; an engine silent for half of that is part of it.
@@ -292,6 +296,8 @@ def recovery_level(
         if holder is not None and holder.pgid not in groups:
             return job("no isolated engine worker: the stuck engine runs inside the trainer's process")
         groups = frozenset({holder.pgid}) if holder is not None else frozenset()
+    elif phase not in GENERATE_PHASES:
+        return own_threads
     elif not groups:
         return job("no isolated engine worker in the tree")
     if last_engine_restart is not None and now - last_engine_restart < retry_window:

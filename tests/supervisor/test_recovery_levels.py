@@ -127,6 +127,24 @@ def test_the_level_decision():
     assert again.level == 2 and "second engine wedge" in again.reason
     assert recovery_level(VerdictKind.STALL, **{**kw, "last_engine_restart": 300.0}).level == 1, "outside the window"
     assert recovery_level(VerdictKind.STALL, **{**kw, "in_cohort": True}).level == 2
+    pending = recovery_level(VerdictKind.STALL, **{**kw, "retry_pending": True})
+    assert pending.level == 2 and "before the retry" in pending.reason, "the generator retries a batch once"
+
+
+def test_a_stuck_engine_in_flight_is_level_1_whatever_another_rank_last_beat():
+    """Two ranks on one node share the heartbeat file: the phase is whichever rank beat last
+    (here one past its rollouts, in 'restore'); the engine step rule names rank 1's stuck
+    engine, whose rank waits on it. That is level 1, not 'its own threads are stalled'."""
+    tree = _tree((100, 100, "python launcher.py"), (110, 100, "python train.py --rank 0"),
+                 (120, 100, "python train.py --rank 1"), (200, 200, "python -P -u -m hangwatch.generator.worker"),
+                 (300, 300, "python -P -u -m hangwatch.generator.worker"))
+    kw = dict(mode="auto", phase="restore", tree=tree, trainer_pgid=100, last_engine_restart=None, now=1000.0,
+              retry_window=600.0, window=8.0)
+    stuck = {"engine_beats": 2, "engine_pid": 300, "engine_silent_s": 4.0, "rule": "engine_step"}
+    level = recovery_level(VerdictKind.STALL, **kw, evidence=stuck)
+    assert level.level == 1 and level.engine_pgids == {300}
+    idle = recovery_level(VerdictKind.STALL, **{**kw, "phase": "train"}, evidence={"engine_beats": 2})
+    assert idle.level == 2 and "its own threads" in idle.reason, "no engine in flight: the trainer's own stall"
 
 
 @pytest.mark.slow
