@@ -384,11 +384,30 @@ class Cohort:
                 self.problem = MemberLost(node, now - last[1])
 
     def _lease_loop(self) -> None:
-        while not self._stop.wait(self.lease_interval):
+        while True:
+            slept_from = self.clock()
+            if self._stop.wait(self.lease_interval):
+                return
             try:
+                late = self.clock() - slept_from - self.lease_interval
+                if late > max(self.lease_interval, self.lease_timeout / 4):  # not a busy host's jitter
+                    self.unobserved(late)
                 self.renew()
             except Exception:  # noqa: BLE001  (the lease must outlive any one bad round)
                 continue
+
+    def unobserved(self, seconds: float) -> None:
+        """This node was not running for ``seconds`` (SIGSTOP, a suspended job, a frozen
+        host): what it did not watch is no one's silence.
+
+        A job suspended as a whole (Slurm's suspend, a paused VM) stops every node's
+        supervisor; the first to be continued saw the others' counters unchanged for
+        the whole pause and took them for lost, though they were continued a moment
+        later. Their leases are judged on the time this node was watching.
+        """
+        self._seen = {n: (count, t + seconds) for n, (count, t) in self._seen.items()}
+        if self._failing_since is not None:
+            self._failing_since += seconds
 
     def _read_left(self, node: int) -> dict[str, Any] | None:
         if node in self._left:

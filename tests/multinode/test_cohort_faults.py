@@ -235,6 +235,32 @@ def test_a_node_of_another_job_refused_on_this_store_leaves_no_record_in_this_jo
     assert n0.agree(1, [2], GraphPolicy()).checkpoint_step == 2
 
 
+def test_a_job_suspended_as_a_whole_loses_no_member_when_it_is_continued():
+    """Slurm's suspend stops every process of the job; on resume node 0's lease thread ran
+    before node 1's and took node 1's counter, unchanged for the whole pause, for a lost
+    member: the job was killed with 75 (reproduced with the real job, 10 s pause, lease 4 s).
+    Time this node was not running is not watched; a member that stays silent once the
+    node watches again is still lost within the lease."""
+    store = MemoryStore()
+    c0 = Clock()
+    n0 = Cohort(store, Membership(0, 2, "127.0.0.1", 29600, "job"), {"a": 1}, lease_interval=0.02,
+                lease_timeout=10, clock=c0, sleep=c0.sleep, wall=c0)
+    n1 = _node(store, 1)  # its lease thread never runs on its own: it is continued later
+    _join_all([n0, n1])
+    time.sleep(0.1)  # node 0's lease thread has seen node 1's counter
+    c0.now += 30  # the whole job stopped for 30 s: node 0's thread wakes 30 s late
+    time.sleep(0.2)
+    assert n0.problem is None, n0.problem
+    n1.renew()  # node 1 continued a moment later
+    silent = 0
+    while n0.problem is None and silent < 60:  # then node 1 stays silent while node 0 watches
+        c0.now += 1
+        silent += 1
+        time.sleep(0.06)
+    assert isinstance(n0.problem, MemberLost) and n0.problem.node == 1 and silent >= 10
+    n0.close(linger_cap=0)
+
+
 def test_settled_restart_decision_is_the_same_on_every_node():
     go = {"restart": True, "delay_s": 1.5}
     assert settled({0: go, 1: {"restart": True, "delay_s": 4.0}}) == {"restart": True, "exit_code": None,
