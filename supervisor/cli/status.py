@@ -76,7 +76,7 @@ def summarise(path: Path) -> dict[str, Any]:
             evidence[r.get("attempt")] = r["evidence_path"]
     incidents = []
     for i in run.incidents:
-        info = bundle_summary(evidence.get(i.get("attempt")))
+        info = bundle_summary(i.get("evidence_path") or evidence.get(i.get("attempt")))
         incidents.append({**i, "evidence_path": info["bundle"], "report": info["report"],
                           "signature": info["signature"], "signature_title": info["title"]})
     pids = run.supervisor_pids

@@ -243,6 +243,10 @@ def fold_journal(records: Sequence[Mapping[str, Any]]) -> RunRecord:
             run.incidents.append({k: r.get(k) for k in ("attempt", "kind", "reason", "latency_s", "ts")})
             if r.get("kind") == "stall":
                 run.stalls += 1
+        elif event == "capture" and run.incidents and r.get("evidence_path") \
+                and run.incidents[-1].get("attempt") == r.get("attempt") and "evidence_path" not in run.incidents[-1]:
+            # Each incident's own bundle: an attempt with engine-level restarts has several.
+            run.incidents[-1]["evidence_path"] = r["evidence_path"]
         elif event == "restart_scheduled":
             run.pending_restart = dict(r)
         if event in ("recovery", "engine_restart", "restart_scheduled") and r.get("cudagraphs") in ("on", "off") \

@@ -171,3 +171,19 @@ def test_a_probe_that_lists_no_processes_cannot_verify_and_does_not_wait(tmp_pat
         assert ok and len(polls) == 1
         (released,) = [r for r in records if r["event"] == "gpu_released"]
         assert released["released"] is None
+
+
+def test_status_links_each_incident_of_an_attempt_to_its_own_bundle(tmp_path: Path):
+    """Several engine-level incidents in one attempt each have their bundle; status showed
+    every one with the attempt's last (its report link and signature)."""
+    from hangwatch.cli.status import summarise
+
+    journal = Journal(tmp_path / "journal.jsonl", "run")
+    journal.append("attempt_started", attempt=1, pid=10, env={})
+    for n in (1, 2):
+        journal.append("incident", attempt=1, kind="stall", reason=f"wedge {n}")
+        journal.append("capture", attempt=1, ok=True, evidence_path=str(tmp_path / f"bundle-{n}"))
+    journal.append("incident", attempt=1, kind="stall", reason="wedge 3, its capture failed")
+    journal.append("capture", attempt=1, ok=False, error="py-spy missing")
+    incidents = summarise(tmp_path / "journal.jsonl")["incidents"]
+    assert [i["evidence_path"] for i in incidents][:2] == [str(tmp_path / "bundle-1"), str(tmp_path / "bundle-2")]
