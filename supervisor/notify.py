@@ -4,7 +4,8 @@ A ``Notifier`` is a ``RunObserver`` on journal records. It turns them into at
 most three kinds of message:
 
 * ``incident``: sent once the supervisor has acted on a hang (evidence taken,
-  tree killed, restart decided), so the message says what happened, where,
+  tree killed, restart decided; or, at the engine level, the rollout engine's
+  worker restarted alone), so the message says what happened, where,
   which signature, what hangwatch did and where the report is;
 * ``gave_up``: the run stopped with a non-zero outcome;
 * ``run_finished``: the run ended successfully.
@@ -267,6 +268,14 @@ class Notifier:
         elif self._incident is not None and event == "kill":
             self._incident["killed"] = len(r.get("pids") or [])
             self._incident["survivors"] = len(r.get("survivors") or [])
+        elif self._incident is not None and event == "engine_restart" and r.get("ok"):
+            # Level 1: the run goes on in the same attempt, so no restart_scheduled will follow.
+            graphs = "cuda graphs off" if r.get("cudagraphs") == "off" else "cuda graphs on"
+            if r.get("enforce_eager"):
+                graphs += ", enforce_eager"
+            who = "its generator restarts" if r.get("by") == "generator" else "restarted"
+            self._emit_incident(f"{who} only the rollout engine's worker ({graphs}); the trainer lives on "
+                                f"and retries the batch")
         elif self._incident is not None and event == "restart_scheduled":
             graphs = "cuda graphs off" if r.get("cudagraphs") == "off" else "cuda graphs on"
             if r.get("enforce_eager"):

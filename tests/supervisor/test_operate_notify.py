@@ -66,6 +66,29 @@ def test_one_incident_message_after_the_action_then_the_end():
     assert target.sent[1][1] == "hangwatch: run finished on node7"
 
 
+def test_each_engine_level_incident_is_alerted_when_the_engine_is_restarted():
+    """Level 1 schedules no restart: each incident was held back, overwritten by the next, and
+    only the last one went out, at the run's end."""
+    target = Recorder()
+    n = Notifier([target], run_dir="/run", host="h", describe=lambda p: {})
+    r = {"run_id": "abc"}
+    for k in (1, 2):
+        n.record({**r, "event": "incident", "attempt": 1, "kind": "stall", "reason": f"engine wedge {k}",
+                  "evidence": {"step": 10 * k}, "phase": "generate"})
+        n.record({**r, "event": "capture", "attempt": 1, "evidence_path": f"/run/incidents/{k}"})
+        n.record({**r, "event": "recovery", "attempt": 1, "level": 1, "scope": "engine"})
+        n.record({**r, "event": "kill", "attempt": 1, "pids": [7 + k], "survivors": [], "scope": "engine"})
+        n.record({**r, "event": "engine_restart", "attempt": 1, "ok": True, "cudagraphs": "off"})
+    n.record({**r, "event": "run_finished", "outcome": "success", "exit_code": 0, "reason": "trainer exited 0",
+              "attempts": 1})
+    assert n.close(10)
+    sent = [p for p, _, _ in target.sent]
+    assert [p["event"] for p in sent] == ["incident", "incident", "run_finished"]
+    assert [p["reason"] for p in sent[:2]] == ["engine wedge 1", "engine wedge 2"]
+    assert sent[0]["action"] == ("killed 1 process(es); restarted only the rollout engine's worker (cuda graphs off); "
+                                 "the trainer lives on and retries the batch")
+
+
 def test_retries_with_backoff_then_journals_the_failure():
     sleeps: list[float] = []
     journaled: list[tuple[str, dict]] = []
