@@ -256,6 +256,7 @@ class Cohort:
         self.stopped: dict[str, Any] | None = None
         self.on_stop: Callable[[dict[str, Any]], None] | None = None
         self._stop_published = False
+        self._stop_lock = threading.Lock()
         self._left: dict[int, dict[str, Any]] = {}  # nodes that left on purpose (finished, gave up, stopped)
         self._left_written = False
         self.why: str | None = None  # why this node gives up, for the others (its left record carries it)
@@ -442,7 +443,10 @@ class Cohort:
             return  # not a record we wrote
         if info["node"] == self.me.node_rank:
             return
-        self.stopped = info
+        with self._stop_lock:  # the lease thread and the main thread (refresh_stop) may both read it
+            if self.stopped is not None:
+                return
+            self.stopped = info
         if self.on_stop is not None:
             self.on_stop(info)
 
