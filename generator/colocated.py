@@ -204,7 +204,6 @@ class ColocatedGenerator:
         if policy is None:
             return None
         self._backstop_used = True
-        self.beat_info["engine_restart_by"] = "generator"
         logger.warning("the engine did not answer generate within %.0f s and the supervisor gave no instruction: "
                        "restarting the engine from the generator (its generate timeout is the backstop)",
                        self.timeouts.generate)
@@ -253,6 +252,8 @@ class ColocatedGenerator:
         self.beat_info.update({"cudagraphs": "on" if graphs else "off", "enforce_eager": eager})
         self.engine_restarts += 1
         self.beat_info["engine_restarts"] = self.engine_restarts
+        # Who decided this restart: the supervisor journals one the generator decided alone.
+        self.beat_info["engine_restart_by"] = "generator" if instruction.get("by") == "generator" else "supervisor"
         standby, self.standby = self.standby, None
         self._standby_policy = None  # spent (or useless) either way
         takes_over = (standby is not None and standby.alive() and self._standby_applied is not None

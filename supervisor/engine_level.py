@@ -62,6 +62,8 @@ class EngineLevel:
         self.restarts = 0
         self.last_restart: float | None = None
         self._pending: dict[str, Any] | None = None
+        # The generators' own engine restarts already journaled: (attempt, trainer pid, its count).
+        self._backstops: set[tuple[int, int, int]] = set()
 
     def restart(self, attempt: int, policy: GraphPolicy, level: RecoveryLevel, verdict: Verdict,
                 control: Path, evidence: Path | None) -> bool:
@@ -163,10 +165,40 @@ class EngineLevel:
         log.warning("engine_restart", message=f"{level.reason}; nothing left to kill, watching the trainer")
         return True
 
-    def observe(self, attempt: int, sample: Sample) -> None:
+    def observe(self, attempt: int, sample: Sample) -> GraphPolicy | None:
         """Journal ``engine_recovered`` at the first heartbeat past the step the engine wedged
         in, in the same attempt (a restart whose retry failed is never 'recovered' by the next
-        attempt's progress)."""
+        attempt's progress). A restart the trainer's generator decided alone (its generate
+        timeout fired and no verdict came: no GPU probe, the engine's first request) is
+        journaled too, and its policy returned for the run to keep."""
+        policy = self._backstop(attempt, sample)
+        self._recovered(attempt, sample)
+        return policy
+
+    def _backstop(self, attempt: int, sample: Sample) -> GraphPolicy | None:
+        hb = sample.heartbeat
+        info = (hb.info or {}) if hb is not None else {}
+        count = info.get("engine_restarts")
+        if hb is None or info.get("engine_restart_by") != "generator" or not isinstance(count, int):
+            return None
+        key = (attempt, hb.pid, count)
+        if key in self._backstops:
+            return None
+        if len(self._backstops) >= 1024:
+            self._backstops.clear()
+        self._backstops.add(key)
+        self.last_restart = sample.t
+        policy = GraphPolicy(info.get("cudagraphs") == "off", bool(info.get("enforce_eager")))
+        self.journal().append("engine_restart", attempt=attempt, ok=True, pgids=[], pids=[], by="generator",
+                              backstop=True, step=hb.step, cudagraphs="off" if policy.cudagraphs_off else "on",
+                              enforce_eager=policy.enforce_eager,
+                              reason="the trainer's generator restarted its engine on its own generate timeout: "
+                                     "no hang verdict came first, so no evidence was taken")
+        log.warning("engine_restart", message=f"the trainer (pid {hb.pid}) restarted its rollout engine itself "
+                                              f"after its generate timeout, with {policy.describe()}")
+        return policy
+
+    def _recovered(self, attempt: int, sample: Sample) -> None:
         pending, hb = self._pending, sample.heartbeat
         if pending is not None and pending["attempt"] != attempt:
             self._pending = pending = None

@@ -380,7 +380,9 @@ class Supervisor:
                 return external, samples.snapshot(), None
             sample = self.tree.sample()
             samples.append(sample)
-            self.engine_level.observe(self.state.attempt, sample)
+            decided = self.engine_level.observe(self.state.attempt, sample)
+            if decided is not None:  # the generator restarted its engine alone: the run keeps its policy
+                self.state.policy = decided
             self._upkeep()
             hb = sample.heartbeat
             self._engines_beat = self._engines_beat or bool(sample.engine)

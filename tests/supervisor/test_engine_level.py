@@ -187,3 +187,22 @@ def test_status_links_each_incident_of_an_attempt_to_its_own_bundle(tmp_path: Pa
     journal.append("capture", attempt=1, ok=False, error="py-spy missing")
     incidents = summarise(tmp_path / "journal.jsonl")["incidents"]
     assert [i["evidence_path"] for i in incidents][:2] == [str(tmp_path / "bundle-1"), str(tmp_path / "bundle-2")]
+
+
+def test_an_engine_restart_the_generator_decided_alone_is_journaled_once_and_its_policy_kept(tmp_path: Path):
+    """No verdict came (no GPU probe, the engine's first request): the generator's own generate
+    timeout restarted its engine with graphs off. Only its beats say so; the journal, the
+    retry window and the run's policy for later attempts once knew nothing of it."""
+    journal = Journal(tmp_path / "journal.jsonl", "run")
+    level = EngineLevel(_Tree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
+    info = {"engine_restarts": 1, "engine_restart_by": "generator", "cudagraphs": "off", "enforce_eager": False}
+    decided = [level.observe(1, Sample(t=200.0 + k, wall=200.0 + k, cpu_pct={}, gpu=None,
+                                       heartbeat=Heartbeat(1000, 5 + k, 0.0, 3, "train", info)))
+               for k in range(3)]
+    assert decided[0] == GraphPolicy(cudagraphs_off=True) and decided[1:] == [None, None]
+    (restart,) = [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_restart"]
+    assert restart["by"] == "generator" and restart["backstop"] and restart["cudagraphs"] == "off"
+    assert level.last_restart == 200.0
+    supervisor_asked = {**info, "engine_restarts": 2, "engine_restart_by": "supervisor"}
+    assert level.observe(1, Sample(t=300.0, wall=300.0, cpu_pct={}, gpu=None,
+                                   heartbeat=Heartbeat(1000, 9, 0.0, 4, "train", supervisor_asked))) is None
