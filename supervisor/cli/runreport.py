@@ -21,14 +21,15 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from hangwatch.cli.status import describe_exit
+from hangwatch.cli.status import describe_exit, locate_bundle, supervisor_alive
 from hangwatch.contract import atomic
-from hangwatch.contract.journal import read_journal
+from hangwatch.contract.journal import fold_journal, read_journal
 from hangwatch.supervisor.evidence import bundle_summary
 
 
-def goodput(records: Sequence[Mapping[str, Any]], now: float | None = None) -> dict[str, Any]:
-    """Time accounting of a run from its journal records (wall-clock seconds)."""
+def goodput(records: Sequence[Mapping[str, Any]], now: float | None = None, run_dir: Path | None = None) -> dict[str, Any]:
+    """Time accounting of a run from its journal records (wall-clock seconds); with ``run_dir``,
+    incident bundles are looked for where they are now (``status.locate_bundle``)."""
     start = next((float(r["ts"]) for r in records if r.get("event") in ("run_started", "run_resumed")), None)
     finish = next((float(r["ts"]) for r in records if r.get("event") == "run_finished"), None)
     end = finish if finish is not None else (time.time() if now is None else now)
@@ -90,9 +91,9 @@ def goodput(records: Sequence[Mapping[str, Any]], now: float | None = None) -> d
             totals["hung"] += detected - onset
             totals["recovery"] += max(0.0, e["recovered"] - detected)
             lost_inside += max(0.0, e["recovered"] - onset)
-            info = bundle_summary(e["evidence"])
+            info = _bundle(run_dir, e["evidence"])
             incidents.append({"attempt": n, **e["incident"], "signature": info["signature"],
-                              "report": info["report"] or e["evidence"], "level": 1,
+                              "report": info["report"], "level": 1,
                               "time_to_recover_s": None if e.get("unrecovered") else round(e["recovered"] - e["onset"], 1)})
         totals["productive"] += max(0.0, stop - working_from - lost_inside)
         if a["onset"] is not None:
@@ -101,9 +102,9 @@ def goodput(records: Sequence[Mapping[str, Any]], now: float | None = None) -> d
             totals["recovery"] += max(0.0, a_end - detected)
             nxt = attempts[order[i + 1]] if i + 1 < len(order) else None
             recovered = nxt["first_beat"] if nxt is not None else None
-            info = bundle_summary(a["evidence"])
+            info = _bundle(run_dir, a["evidence"])
             incidents.append({"attempt": n, **a["incident"], "signature": info["signature"],
-                              "report": info["report"] or a["evidence"],
+                              "report": info["report"],
                               "time_to_recover_s": round(recovered - a["onset"], 1) if recovered else None})
         previous_end = a_end
     if previous_end is not None and finish is not None:
@@ -119,12 +120,25 @@ def goodput(records: Sequence[Mapping[str, Any]], now: float | None = None) -> d
     }
 
 
-def render_html(run_dir: Path, records: Sequence[Mapping[str, Any]], g: Mapping[str, Any]) -> str:
+def _bundle(run_dir: Path | None, path: Any) -> dict[str, Any]:
+    """bundle_summary, where the bundle is now; ``report`` falls back to the bundle, None if it is gone."""
+    gone = False
+    if run_dir is not None:
+        path, gone = locate_bundle(run_dir, path)
+    info = bundle_summary(path)
+    return {**info, "report": None if gone else info["report"] or info["bundle"]}
+
+
+def render_html(run_dir: Path, records: Sequence[Mapping[str, Any]], g: Mapping[str, Any],
+                alive: bool | None = None) -> str:
     e = html.escape
     finished = next((r for r in records if r.get("event") == "run_finished"), None)
     run_id = records[0].get("run_id") if records else ""
     state = (f"{finished.get('outcome')} (exit {finished.get('exit_code')}): {finished.get('reason')}"
-             if finished else "still running, or its supervisor died (see hangwatch status)")
+             if finished else "still running (times up to now)" if alive
+             else "its supervisor is gone without finishing (times up to its last record; hangwatch run --resume "
+                  "continues it)" if alive is False
+             else "still running, or its supervisor died (see hangwatch status)")
     wall = g["wall_s"] or 1.0
     parts = [("productive", "#2e7d32"), ("startup", "#90a4ae"), ("hung", "#c62828"), ("recovery", "#ef6c00"),
              ("backoff", "#fbc02d")]
@@ -137,7 +151,7 @@ def render_html(run_dir: Path, records: Sequence[Mapping[str, Any]], g: Mapping[
 
     def link(path: str | None) -> str:
         if not path:
-            return "none"
+            return "none (no bundle, or it was removed)"
         try:
             rel = os.path.relpath(path, run_dir)
         except ValueError:
@@ -179,8 +193,12 @@ onset to the next attempt's first heartbeat. Work redone since the last checkpoi
 
 def write_run_report(run_dir: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:
     records = read_journal(run_dir / "journal.jsonl")
-    g = goodput(records)
-    page = render_html(run_dir, records, g)
+    alive = supervisor_alive(run_dir, fold_journal(records).supervisor_pids)
+    # A run without run_finished is live, or its supervisor died: then it ended with its last
+    # record, not now (a report written a week later counted the week as the run's lost time).
+    last = max((float(r["ts"]) for r in records if isinstance(r.get("ts"), (int, float))), default=None)
+    g = goodput(records, now=None if alive or last is None else last, run_dir=run_dir)
+    page = render_html(run_dir, records, g, alive=alive)
     target = out or run_dir / "report.html"
     atomic.write_file(target, page.encode(), mode=0o644)
     return target, json.loads(json.dumps(g, default=str))

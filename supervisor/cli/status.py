@@ -49,6 +49,26 @@ def describe_exit(exit_code: int | None, kind: str | None = None) -> str:
     return f"exit {exit_code}"
 
 
+def locate_bundle(run_dir: Path, path: Any) -> tuple[Any, bool]:
+    """Where an incident bundle the journal names is now, and whether it is gone.
+
+    The journal holds absolute paths: in a run directory that was moved or copied (off a
+    cluster, say) they name the old place, so the bundle is looked for by its name under
+    this run directory's ``incidents/`` too. Gone: removed (``--keep-incidents``, by hand)."""
+    if not path or not isinstance(path, str):
+        return path, False
+    try:
+        if os.path.lexists(path):
+            return path, False
+        name = Path(path).name
+        here = run_dir / "incidents" / name
+        if name not in ("", ".", "..") and here.is_dir():
+            return str(here), False
+    except (OSError, ValueError):  # a name too long, a NUL: as journaled
+        return path, False
+    return path, True
+
+
 def summarise(path: Path) -> dict[str, Any]:
     records = read_journal(path)
     run = fold_journal(records)
@@ -76,8 +96,9 @@ def summarise(path: Path) -> dict[str, Any]:
             evidence[r.get("attempt")] = r["evidence_path"]
     incidents = []
     for i in run.incidents:
-        info = bundle_summary(i.get("evidence_path") or evidence.get(i.get("attempt")))
-        incidents.append({**i, "evidence_path": info["bundle"], "report": info["report"],
+        bundle, gone = locate_bundle(run_dir, i.get("evidence_path") or evidence.get(i.get("attempt")))
+        info = bundle_summary(bundle)
+        incidents.append({**i, "evidence_path": info["bundle"], "report": info["report"], "bundle_gone": gone,
                           "signature": info["signature"], "signature_title": info["title"]})
     pids = run.supervisor_pids
     alive = run.finished is None and supervisor_alive(run_dir, pids)
@@ -204,6 +225,12 @@ def _live_lines(live: Mapping[str, Any], now: float) -> list[str]:
     return lines
 
 
+def _report_of(incident: Mapping[str, Any]) -> str:
+    if incident.get("bundle_gone"):
+        return f"none (its bundle {incident.get('evidence_path')} no longer exists)"
+    return str(incident.get("report") or incident.get("evidence_path") or "none (no evidence captured)")
+
+
 def render_status(summary: dict[str, Any], now: float | None = None) -> str:
     now = time.time() if now is None else now
     lines = [
@@ -229,7 +256,7 @@ def render_status(summary: dict[str, Any], now: float | None = None) -> str:
         sig = i.get("signature") or "none"
         lines.append(f"incident: attempt {i['attempt']} {i['kind']}: {i['reason']} (latency {i['latency_s']} s)")
         lines.append(f"          signature {sig}{' (' + i['signature_title'] + ')' if i.get('signature_title') else ''}; "
-                     f"report {i.get('report') or i.get('evidence_path') or 'none (no evidence captured)'}")
+                     f"report {_report_of(i)}")
     cohort = summary.get("cohort")
     if cohort:
         lines.append(f"cohort:  node {cohort.get('node_rank')} of {cohort.get('nnodes')} ({cohort.get('cohort_id')}), store "

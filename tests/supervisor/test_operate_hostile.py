@@ -184,3 +184,55 @@ def test_a_receiver_that_dribbles_its_answer_leaves_one_abandoned_try_not_one_pe
         stop.set()
         server.shutdown()
         server.server_close()
+
+
+# -- status and report on run directories as people find them ----------------------------------
+
+
+def _write_journal(run_dir: Path, records: list[dict]) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "journal.jsonl").write_text("".join(json.dumps({"run_id": "r", **r}) + "\n" for r in records))
+
+
+def test_the_report_of_a_run_whose_supervisor_died_ends_at_its_last_record(tmp_path):
+    """Without run_finished the report ran the clock to now: written a day after the supervisor
+    died, a run of 100 s had a day of wall time and a goodput near 0."""
+    from hangwatch.cli.runreport import write_run_report
+
+    run_dir = tmp_path / "run"
+    t0 = 1.0e9  # long ago
+    _write_journal(run_dir, [{"event": "run_started", "ts": t0, "pid": 1},
+                             {"event": "attempt_started", "ts": t0, "attempt": 1, "pid": 2},
+                             {"event": "first_heartbeat", "ts": t0 + 10, "attempt": 1},
+                             {"event": "trainer_info", "ts": t0 + 100, "attempt": 1}])
+    (run_dir / "supervisor.lock").write_text("1\n")  # nobody holds it: the supervisor is gone
+    path, g = write_run_report(run_dir)
+    assert g["wall_s"] == 100.0 and g["productive_s"] == 90.0 and g["goodput"] == 0.9
+    assert "supervisor is gone without finishing" in path.read_text()
+
+
+def test_status_and_report_find_bundles_of_a_moved_run_dir_and_say_when_one_is_gone(tmp_path):
+    from hangwatch.cli.runreport import write_run_report
+    from hangwatch.cli.status import render_status, summarise
+
+    run_dir = tmp_path / "copied"
+    old = "/gone/cluster/run/incidents"
+    _write_journal(run_dir, [
+        {"event": "run_started", "ts": 1.0e9, "pid": 1},
+        {"event": "attempt_started", "ts": 1.0e9, "attempt": 1, "pid": 2},
+        {"event": "incident", "ts": 1.0e9 + 5, "attempt": 1, "kind": "stall", "reason": "r", "latency_s": 2.0},
+        {"event": "capture", "ts": 1.0e9 + 6, "attempt": 1, "evidence_path": f"{old}/b1"},
+        {"event": "attempt_ended", "ts": 1.0e9 + 7, "attempt": 1, "kind": "stall", "exit_code": -15},
+        {"event": "attempt_started", "ts": 1.0e9 + 8, "attempt": 2, "pid": 3},
+        {"event": "incident", "ts": 1.0e9 + 9, "attempt": 2, "kind": "stall", "reason": "r", "latency_s": 2.0},
+        {"event": "capture", "ts": 1.0e9 + 9, "attempt": 2, "evidence_path": f"{old}/b2"},
+        {"event": "attempt_ended", "ts": 1.0e9 + 10, "attempt": 2, "kind": "stall", "exit_code": -15},
+        {"event": "run_finished", "ts": 1.0e9 + 10, "outcome": "gave_up", "exit_code": 71, "reason": "budget"}])
+    bundle = run_dir / "incidents" / "b1"
+    bundle.mkdir(parents=True)
+    (bundle / "report.html").write_text("<html></html>")  # b2 was removed (--keep-incidents, by hand)
+    shown = render_status(summarise(run_dir / "journal.jsonl"))
+    assert f"report {bundle / 'report.html'}" in shown
+    assert f"report none (its bundle {old}/b2 no longer exists)" in shown
+    page = write_run_report(run_dir)[0].read_text()
+    assert 'href="incidents/b1/report.html"' in page and old not in page.split("<h2>Incidents")[1]
