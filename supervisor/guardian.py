@@ -47,12 +47,12 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import psutil
 
 from hangwatch.contract.env import SUPERVISOR
-from hangwatch.contract.procid import ProcKey, kill_verified, same_process
+from hangwatch.contract.procid import ProcKey, kill_verified, same_process, same_start
 from hangwatch.contract.pyexec import module_command
 from hangwatch.contract.tools import add_helper, forget_helper
 
@@ -212,10 +212,10 @@ def kill_state(state: Mapping[str, Any], grace: float = 2.0) -> list[int]:
     groups = {int(g) for g in state.get("groups") or [] if isinstance(g, int) and g > 1}
     sessions = {int(s) for s in state.get("sessions") or [] if isinstance(s, int) and s > 1}
     since = min((k.create_time for k in members), default=None)
-    killed += kill_members(members, groups, sessions, since, grace)
     marks = [(str(m[0]), float(m[1])) for m in state.get("marks") or []
              if isinstance(m, list) and len(m) == 2 and isinstance(m[0], str) and "=" in m[0]
              and isinstance(m[1], (int, float))]
+    killed += kill_members(members, groups, sessions, since, grace, marks)
     if marks:
         marked = marked_processes(marks)
         kill_verified(marked, grace)
@@ -226,21 +226,26 @@ def kill_state(state: Mapping[str, Any], grace: float = 2.0) -> list[int]:
 def marked_processes(marks: list[tuple[str, float]]) -> list[psutil.Process]:
     """Processes born at or after a mark's time whose initial environment holds that mark
     (``NAME=value``, a whole entry), this guardian excepted."""
-    wanted = [(m.encode(), since) for m, since in marks]
-    earliest = min(since for _, since in wanted)
+    earliest = min(since for _, since in marks)
     me = os.getpid()
     found = []
     for proc in psutil.process_iter():
         try:
             born = proc.create_time()
-            if proc.pid == me or born < earliest:
-                continue
-            entries = _initial_environ(proc.pid)
+            if proc.pid != me and born >= earliest and _carries(proc.pid, born, marks):
+                found.append(proc)
         except (OSError, psutil.Error):
             continue  # gone, or not readable to us: never ours to prove
-        if any(born >= since and mark in entries for mark, since in wanted):
-            found.append(proc)
     return found
+
+
+def _carries(pid: int, born: float, marks: Sequence[tuple[str, float]]) -> bool:
+    """Whether process ``pid`` (born at ``born``) was started with one of ``marks`` (set before it was born)."""
+    wanted = [(m.encode(), since) for m, since in marks if born >= since]
+    if not wanted:
+        return False
+    entries = _initial_environ(pid)
+    return any(mark in entries for mark, _ in wanted)
 
 
 def _initial_environ(pid: int) -> set[bytes]:
@@ -249,11 +254,23 @@ def _initial_environ(pid: int) -> set[bytes]:
 
 
 def kill_members(members: list[ProcKey], groups: set[int], sessions: set[int], since: float | None,
-                 grace: float) -> list[int]:
+                 grace: float, marks: Sequence[tuple[str, float]] = ()) -> list[int]:
     """SIGKILL the recorded members that are still the same processes, and every
     process of a recorded group or session born since the first member (so never
-    an older process that shares a reused group id)."""
+    an older process that shares a reused group id) whose id still names ours
+    (``_still_ours``: never a stranger's group that took a reused id since)."""
     procs = [p for p in (same_process(k) for k in members) if p is not None]
+    # A group or session one of our live members is in now is ours (no process joins a
+    # group outside its own session); any other id must prove it still names ours.
+    held_groups, held_sessions = set(), set()
+    for proc in procs:
+        try:
+            held_groups.add(os.getpgid(proc.pid))
+            held_sessions.add(os.getsid(proc.pid))
+        except OSError:
+            continue
+    groups = (groups & held_groups) | _still_ours(groups - held_groups, members, marks)
+    sessions = (sessions & held_sessions) | _still_ours(sessions - held_sessions, members, marks)
     if since is not None and (groups or sessions):
         me = os.getpid()
         for proc in psutil.process_iter():
@@ -266,6 +283,31 @@ def kill_members(members: list[ProcKey], groups: set[int], sessions: set[int], s
                 continue
     kill_verified(procs, grace)
     return sorted({p.pid for p in procs})
+
+
+def _still_ours(ids: set[int], members: list[ProcKey], marks: Sequence[tuple[str, float]]) -> set[int]:
+    """The recorded group or session ids that provably still name ours. The id is its leader's
+    pid, and the kernel never hands out a pid that a live group or session still uses: so with
+    no process holding that pid the group is the one we recorded, and so it is when the holder
+    is our recorded member or carries our mark. Any other holder means ours all died and the
+    id went to a stranger after the last tell (a pid reused within a tick, or a tiny pid_max)."""
+    kept = set()
+    for gid in ids:
+        try:
+            holder = psutil.Process(gid)
+            born = holder.create_time()
+        except psutil.NoSuchProcess:
+            kept.add(gid)
+            continue
+        except psutil.Error:
+            continue  # cannot be read: not provably ours
+        try:
+            if any(m.pid == gid and same_start(born, m.create_time) for m in members) \
+                    or (marks and _carries(gid, born, marks)):
+                kept.add(gid)
+        except OSError:
+            continue
+    return kept
 
 
 if __name__ == "__main__":

@@ -355,3 +355,27 @@ def test_sigkill_during_the_kill_takes_what_a_sigterm_handler_started(tmp_path):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+@pytest.mark.timeout(30)
+def test_the_guardian_never_kills_a_group_whose_id_went_to_a_stranger():
+    """A recorded group or session whose members all died, its id then handed to a stranger's
+    new group (pid reuse within a tick): the stranger, born after our first member, used to be
+    killed as a member of "our" group. Simulated with a stranger whose own group id is listed."""
+    from hangwatch.contract.procid import ProcKey
+    from hangwatch.supervisor import guardian
+
+    gone = ProcKey(4_000_000, time.time() - 10)  # our recorded member, dead: nobody holds its pid
+    stranger = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    ours = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        time.sleep(0.1)
+        mine = ProcKey(ours.pid, psutil.Process(ours.pid).create_time())
+        killed = guardian.kill_state({"members": [[gone.pid, gone.create_time], [mine.pid, mine.create_time]],
+                                      "groups": [stranger.pid, ours.pid], "sessions": [stranger.pid]}, grace=2.0)
+        assert stranger.poll() is None and stranger.pid not in killed, "a stranger's group was killed"
+        assert ours.wait(5) == -signal.SIGKILL, "the group still led by our member is ours"
+    finally:
+        for proc in (stranger, ours):
+            proc.kill()
+            proc.wait(5)
