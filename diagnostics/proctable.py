@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import psutil
 
 from hangwatch.contract.redact import redact_argv
-from hangwatch.contract.terminal import terminal_safe
+from hangwatch.contract.terminal import one_line  # a process sets its own command line: a newline forged rows
 from hangwatch.contract.capture import TreeProcess
 from hangwatch.contract.procid import ProcKey, same_process
 
@@ -173,12 +173,6 @@ def _safe(fn, pid: int) -> int | None:
         return None
 
 
-def _one_line(text: str) -> str:
-    """A process sets its own command line: a newline in it forged a row of another process
-    (pid 1, say) in processes.txt, and escape sequences in it reached whoever printed the file."""
-    return terminal_safe(text).replace("\n", "\\n").replace("\t", "\\t")
-
-
 def render_table(rows: Sequence[dict[str, Any]]) -> str:
     header = f"{'PID':>7} {'PPID':>7} {'PGID':>7} {'SID':>7} S {'WCHAN':<22} {'CPU_S':>8} {'RSS_MB':>8} {'THR':>4}  CMD"
     lines = [header]
@@ -187,6 +181,6 @@ def render_table(rows: Sequence[dict[str, Any]]) -> str:
         lines.append(
             f"{r['pid']:>7} {r.get('ppid', ''):>7} {str(r.get('pgid', '')):>7} {str(r.get('sid', '')):>7} "
             f"{r.get('state', '?')[:1]} {(r.get('wchan') or '-')[:22]:<22} {cpu:>8.1f} "
-            f"{(r.get('rss_bytes') or 0) / 2**20:>8.1f} {r.get('num_threads', 0):>4}  {_one_line(' '.join(r.get('cmdline') or []))[:300]}"
+            f"{(r.get('rss_bytes') or 0) / 2**20:>8.1f} {r.get('num_threads', 0):>4}  {one_line(' '.join(r.get('cmdline') or []))[:300]}"
         )
     return "\n".join(lines) + "\n"

@@ -14,6 +14,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from hangwatch.contract.terminal import one_line
+
 # Pasted dumps have paths relative to sys.path ("http/client.py", "threading.py"):
 # their first component names the module.
 _STDLIB_NAMES = frozenset(getattr(sys, "stdlib_module_names", ())) | {"threading", "queue", "socket", "ssl", "selectors", "asyncio", "multiprocessing", "concurrent", "http", "json", "runpy", "subprocess", "contextlib", "functools"}
@@ -198,16 +200,18 @@ def render_text(series: Sequence[ProcessSeries]) -> str:
     out: list[str] = []
     for s in series:
         for dump in s.dumps:
-            out.append(f"Process {dump.pid if dump.pid is not None else '?'}: {dump.cmdline}  [round {dump.round}]")
+            # Command lines, thread names and frames are the traced process's own words: one line each.
+            out.append(f"Process {dump.pid if dump.pid is not None else '?'}: {one_line(dump.cmdline)}  "
+                       f"[round {dump.round}]")
             if dump.python:
-                out.append(f"Python {dump.python}")
+                out.append(f"Python {one_line(dump.python)}")
             for thread in dump.threads:
                 state = "unknown" if thread.active is None else ("active" if thread.active else "idle")
                 if thread.owns_gil:
                     state += "+gil"
                 frozen = s.frozen(thread.ident)
                 mark = "" if frozen is None else ("  [frozen across rounds]" if frozen else "  [changing]")
-                out.append(f'Thread {thread.ident} ({state}): "{thread.name}"{mark}')
-                out.extend(f"    {f.render()}" for f in thread.frames)
+                out.append(f'Thread {thread.ident} ({state}): "{one_line(thread.name)}"{mark}')
+                out.extend(f"    {one_line(f.render())}" for f in thread.frames)
             out.append("")
     return "\n".join(out)

@@ -16,3 +16,9 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 def terminal_safe(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+
+
+def one_line(text: str) -> str:
+    """``terminal_safe`` for a field of a line-per-record text file: a newline or tab the
+    source chose (a process's own command line, a thread's name) must not forge a record."""
+    return terminal_safe(text).replace("\n", "\\n").replace("\t", "\\t")

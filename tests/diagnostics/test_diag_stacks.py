@@ -97,3 +97,17 @@ def test_real_pyspy_text_and_json_agree_also_when_pasted_with_prefixes(hung_tree
     (nat,) = parse_text(native)
     main = next(t for t in nat.threads if t.name == "MainThread")
     assert any(f.native for f in main.frames) and _py(main.frames) == by_name_t["MainThread"]
+
+
+def test_the_text_rendering_keeps_a_traced_process_own_words_on_one_line():
+    """A thread name (the trainer's own choice) with a newline forged a line of stacks.txt,
+    and escape sequences in it reached whoever printed the file."""
+    from hangwatch.diagnostics.stacks import Frame, ProcessDump, ProcessSeries, ThreadDump, render_text
+
+    thread = ThreadDump(ident="1", name="main\n    forged_frame (x.py:1)\x1b]0;pwned\x07",
+                        frames=(Frame("step", "train.py", 3),), active=True)
+    dump = ProcessDump(pid=7, threads=(thread,), cmdline="python train.py\nProcess 1: init", round=0)
+    text = render_text([ProcessSeries(7, (dump,))])
+    assert "\x1b" not in text and "\x07" not in text
+    assert [line for line in text.splitlines() if line.startswith(("Process", "    forged"))] == \
+        ["Process 7: python train.py\\nProcess 1: init  [round 0]"]
