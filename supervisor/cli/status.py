@@ -27,6 +27,10 @@ from hangwatch.supervisor.evidence import bundle_summary
 from hangwatch.supervisor.livestatus import read_status
 
 
+#: ``status --json``'s version: raised when a key changes meaning or goes; new keys may come
+JSON_SCHEMA = 1
+
+
 def supervisor_alive(run_dir: Path, pids: list[int]) -> bool:
     held = held_by_live_supervisor(run_dir)
     if held is not None:
@@ -86,9 +90,11 @@ def summarise(path: Path) -> dict[str, Any]:
             "resume_from": a.resume_from,
             "ended": a.ended,
             "outcome": a.outcome,
+            # Every key always there (null while the attempt runs): `--json` readers see one shape.
             **({"exit_code": a.exit_code, "signal": _signal_name(a.exit_code, end.get("signal")),
                 "exit": describe_exit(a.exit_code, a.outcome), "duration_s": end.get("duration_s"),
-                "evidence": a.evidence, "reason": a.reason} if a.ended is not None else {}),
+                "evidence": a.evidence, "reason": a.reason} if a.ended is not None else
+               {"exit_code": None, "signal": None, "exit": "-", "duration_s": None, "evidence": None, "reason": None}),
         })
     evidence = {a["attempt"]: a.get("evidence") for a in attempts}
     for r in records:
@@ -107,10 +113,12 @@ def summarise(path: Path) -> dict[str, Any]:
         state = f"finished: {run.finished['outcome']} (exit {run.finished['exit_code']})"
     elif alive:
         current = attempts[-1]["attempt"] if attempts else None
-        state = f"running: attempt {current}, supervisor pid {pids[-1] if pids else '?'}"
+        doing = f"attempt {current}" if current is not None else "starting (no attempt yet)"
+        state = f"running: {doing}, supervisor pid {pids[-1] if pids else '?'}"
     else:
         state = "supervisor gone without finishing: continue with hangwatch run --resume RUN_DIR"
     return {
+        "schema": JSON_SCHEMA,
         "run_dir": str(run_dir),
         "run_id": run.run_id,
         "state": state,

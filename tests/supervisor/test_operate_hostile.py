@@ -236,3 +236,20 @@ def test_status_and_report_find_bundles_of_a_moved_run_dir_and_say_when_one_is_g
     assert f"report none (its bundle {old}/b2 no longer exists)" in shown
     page = write_run_report(run_dir)[0].read_text()
     assert 'href="incidents/b1/report.html"' in page and old not in page.split("<h2>Incidents")[1]
+
+
+def test_status_json_has_one_shape_for_running_and_ended_attempts(tmp_path):
+    """A running attempt lacked exit_code, signal, exit, duration_s, evidence and reason
+    (present once it ended): a `--json` reader met KeyErrors mid-run."""
+    from hangwatch.cli.status import render_status, summarise
+
+    run_dir = tmp_path / "run"
+    _write_journal(run_dir, [
+        {"event": "run_started", "ts": 1.0e9, "pid": 1},
+        {"event": "attempt_started", "ts": 1.0e9, "attempt": 1, "pid": 2},
+        {"event": "attempt_ended", "ts": 1.0e9 + 5, "attempt": 1, "kind": "crash", "exit_code": 1},
+        {"event": "attempt_started", "ts": 1.0e9 + 6, "attempt": 2, "pid": 3}])
+    summary = summarise(run_dir / "journal.jsonl")
+    ended, running = summary["attempts"]
+    assert set(ended) == set(running) and running["exit_code"] is None and summary["schema"] == 1
+    assert render_status(summary).splitlines()[-1].split()[3] == "running"
