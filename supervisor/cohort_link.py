@@ -50,6 +50,11 @@ class CohortLink:
         return self._journal()
 
     @property
+    def why(self) -> str | None:
+        """Why the cohort cannot go on, once this node knows (a lost member, no agreement)."""
+        return self.cohort.why
+
+    @property
     def node_rank(self) -> int:
         return self.cohort.me.node_rank
 

@@ -312,7 +312,8 @@ class Supervisor:
             return outcome, self._finish_interrupted(trainer_code)
         if cohort_code is not None:
             self.journal.append("run_finished", outcome="gave_up", exit_code=cohort_code,
-                                reason=f"multi-node cohort: {verdict.reason}", attempts=st.attempt)
+                                reason=f"multi-node cohort: {(self.cohort and self.cohort.why) or verdict.reason}",
+                                attempts=st.attempt)
             log.error("run_finished", message=f"giving up: the cohort cannot continue (exit {cohort_code})")
             return outcome, cohort_code
         return outcome, None

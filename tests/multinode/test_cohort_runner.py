@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch.contract.exitcodes import EXIT_BUDGET
+from hangwatch.contract.exitcodes import EXIT_BUDGET, EXIT_COHORT
 from hangwatch.contract.journal import read_journal
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.supervisor.cohort import Cohort, Membership
@@ -159,3 +159,21 @@ def test_a_crash_on_every_node_restarts_every_node_once_with_one_agreement(tmp_p
         records = read_journal(sup.run_dir / "journal.jsonl")
         assert len([r for r in records if r["event"] == "cohort_incident"]) == 1
         assert len([r for r in records if r["event"] == "cohort_agreed"]) == 1
+
+
+def test_the_last_record_names_why_the_cohort_cannot_go_on(tmp_path):
+    """Node 0's trainer crashed because node 1 was gone: its run_finished said only "trainer
+    exited with code 1" (the member_lost record above it had the cause); it names node 1."""
+    store = MemoryStore()
+    (s0, _), (s1, _) = _node(tmp_path, store, 0, ["crash"]), _node(tmp_path, store, 1, ["train"])
+    joins = [threading.Thread(target=s.cohort.cohort.join, kwargs={"timeout": 60}) for s in (s0, s1)]
+    for t in joins:
+        t.start()
+    for t in joins:
+        t.join(timeout=20)
+    s1.cohort.cohort.why = "node 1's store helper failed"
+    s1.cohort.cohort.close()  # node 1 gave up and left
+    assert s0.run() == EXIT_COHORT
+    s0.cohort.cohort.close(linger_cap=0)
+    last = read_journal(s0.run_dir / "journal.jsonl")[-1]
+    assert last["event"] == "run_finished" and "node 1's supervisor gave up: node 1's store helper failed" in last["reason"]
