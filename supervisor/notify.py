@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
+import collections
 import re
 import signal
 import socket
@@ -245,7 +245,11 @@ class Notifier:
         self.tries = tries
         self.max_wait = max_wait
         self.sleep = sleep
-        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=queue_size)
+        self.queue_size = queue_size
+        self._pending: collections.deque[dict[str, Any]] = collections.deque()
+        self._cv = threading.Condition()
+        self._closing_by: float | None = None  # monotonic deadline once close() was called
+        self._reserve = 0.0  # seconds of it kept for the run's last alert
         self._incident: dict[str, Any] | None = None
         self._incidents = 0
         self._thread = threading.Thread(target=self._work, name="notify", daemon=True)
@@ -304,30 +308,53 @@ class Notifier:
         self._incident = None
 
     def _put(self, payload: dict[str, Any]) -> None:
-        try:
-            self._queue.put_nowait(payload)
-        except queue.Full:
-            self._failed(payload, "(all)", f"the notification queue is full ({self._queue.maxsize}); dropped", 0)
+        with self._cv:
+            if len(self._pending) < self.queue_size:
+                self._pending.append(payload)
+                self._cv.notify()
+                return
+        self._failed(payload, "(all)", f"the notification queue is full ({self.queue_size}); dropped", 0)
 
     # -- the worker ----------------------------------------------------------------
 
     def close(self, timeout: float = 30.0) -> bool:
-        """Deliver what is queued, for at most ``timeout`` s; False if some was left."""
-        try:
-            self._queue.put(None, timeout=max(0.1, timeout))
-        except queue.Full:
-            return False
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            log.warning("notify_unfinished", message=f"notifications still undelivered after {timeout:g} s; giving up on them")
-            return False
-        return True
+        """Deliver what is queued, for at most ``timeout`` s in all; False if some was left.
+
+        The run's last word (``gave_up``, ``run_finished``) is kept time for: behind incident
+        alerts that a hanging target holds for 3 tries each, it was the one never sent. From
+        now on an incident alert gets one try, cut short so that the last word keeps its share
+        (one try per target, half the time at most). What is left at the deadline is journaled."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            self._reserve = min(self.timeout * len(self.targets), timeout / 2)
+            self._closing_by = deadline
+            self._cv.notify()
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        if not self._thread.is_alive():
+            return True
+        with self._cv:
+            left = list(self._pending)
+            self._pending.clear()
+        log.warning("notify_unfinished", message=f"{len(left)} notification(s) not sent, one still being tried, "
+                                                 f"after {timeout:g} s; giving up on them")
+        for payload in left:
+            self._failed(payload, "(all)", f"not sent: the run ended and its {timeout:g} s for alerts ran out", 0)
+        return False
 
     def _work(self) -> None:
         while True:
-            payload = self._queue.get()
+            with self._cv:
+                while not self._pending and self._closing_by is None:
+                    self._cv.wait()
+                if not self._pending:
+                    return  # closing, and all delivered
+                payload = self._pending.popleft()
+                if self._no_time_for(payload):
+                    skipped, payload = payload, None
             if payload is None:
-                return
+                self._failed(skipped, "(all)", "not sent: the run ended, and the time left for alerts was kept for "
+                                               "its last one", 0)
+                continue
             try:
                 self._deliver(payload)
             except Exception as exc:  # noqa: BLE001  (the worker must outlive any one bug)
@@ -343,11 +370,16 @@ class Notifier:
 
             def one_try(target: Target = target) -> None:
                 nonlocal tries
+                limit = self._try_timeout(payload)
+                if limit < 0.5:
+                    raise DeliveryError(f"{target.name}: not tried: the run ended, and the time left for alerts "
+                                        "was kept for its last one")
                 tries += 1
-                target.send(payload, title, body, self.timeout)
+                target.send(payload, title, body, limit)
 
             try:
-                for attempt in Retrying(stop=stop_after_attempt(self.tries) | stop_after_delay(self.max_wait),
+                for attempt in Retrying(stop=stop_after_attempt(self.tries) | stop_after_delay(self.max_wait)
+                                        | self._closing_stop(payload),
                                         wait=wait_exponential(multiplier=0.5, max=5.0),
                                         retry=retry_if_exception_type(DeliveryError), sleep=self.sleep, reraise=True):
                     with attempt:
@@ -355,6 +387,26 @@ class Notifier:
                 log.info("notified", message=f"{payload['event']} sent to {target.name}")
             except DeliveryError as exc:
                 self._failed(payload, target.name, str(exc), tries)
+
+    def _try_timeout(self, payload: Mapping[str, Any]) -> float:
+        """A try's bound: ``timeout``, or, closing, what an incident alert may take of the time left."""
+        by = self._closing_by
+        if by is None or payload.get("event") != "incident":
+            return self.timeout
+        return min(self.timeout, by - time.monotonic() - self._reserve)
+
+    def _no_time_for(self, payload: Mapping[str, Any]) -> bool:
+        return self._try_timeout(payload) < 0.5
+
+    def _closing_stop(self, payload: Mapping[str, Any]) -> Callable[[Any], bool]:
+        """Once the run ended: an incident alert is not retried, and nothing past the deadline."""
+        final = payload.get("event") != "incident"
+
+        def stop(retry_state: Any) -> bool:
+            by = self._closing_by
+            return by is not None and (not final or time.monotonic() >= by)
+
+        return stop
 
     def _failed(self, payload: Mapping[str, Any], target: str, error: str, tries: int) -> None:
         log.warning("notify_failed", message=f"{payload.get('event')} notification to {target} failed after "

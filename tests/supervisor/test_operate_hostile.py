@@ -253,3 +253,30 @@ def test_status_json_has_one_shape_for_running_and_ended_attempts(tmp_path):
     ended, running = summary["attempts"]
     assert set(ended) == set(running) and running["exit_code"] is None and summary["schema"] == 1
     assert render_status(summary).splitlines()[-1].split()[3] == "running"
+
+
+def test_the_runs_last_alert_is_not_starved_by_incident_alerts_a_slow_target_holds():
+    """At the end the notifier had a fixed time for its queue, first in first out: behind a few
+    incident alerts to a slow target, `gave_up` (the alert that matters when nobody watches)
+    was never sent, and the alerts dropped at the deadline were journaled nowhere."""
+    from hangwatch.supervisor.notify import Notifier
+
+    sent: list[str] = []
+
+    class Slow:
+        name = "slow://[REDACTED]"
+
+        def send(self, payload, title, body, timeout):
+            time.sleep(0.4)
+            sent.append(payload["event"])
+
+    journaled: list[dict] = []
+    n = Notifier([Slow()], run_dir="/run", host="h", describe=lambda p: {},
+                 journal_append=lambda event, **f: journaled.append({"event": event, **f}))
+    for attempt in (1, 2, 3, 4):
+        n.record({"event": "incident", "attempt": attempt, "kind": "stall", "reason": "r"})
+        n.record({"event": "restart_scheduled", "after_attempt": attempt, "delay_s": 0})
+    n.record({"event": "run_finished", "outcome": "gave_up", "exit_code": 71, "reason": "budget", "attempts": 5})
+    n.close(1.5)
+    assert "gave_up" in sent
+    assert len(sent) + len([j for j in journaled if j["event"] == "notify_failed"]) == 5, "each alert sent or journaled"
