@@ -444,6 +444,8 @@ def build_operate(values: Mapping[str, Any]) -> OperateConfig:
     raw = values.get("metrics_port")
     if raw:
         host, sep, number = str(raw).rpartition(":")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]  # [::1]:9464, as URLs write an IPv6 address
         try:
             port = (host if sep else "", int(number))
         except ValueError:

@@ -92,6 +92,8 @@ class MetricsExporter:
         self.server = server
         bound = server.server_address[1]
         shown = host if host and host not in ("0.0.0.0", "::") else "127.0.0.1"
+        if ":" in shown:
+            shown = f"[{shown}]"  # an IPv6 address in a URL
         return f"http://{shown}:{bound}/metrics"
 
     def close(self) -> None:

@@ -280,3 +280,28 @@ def test_the_runs_last_alert_is_not_starved_by_incident_alerts_a_slow_target_hol
     n.close(1.5)
     assert "gave_up" in sent
     assert len(sent) + len([j for j in journaled if j["event"] == "notify_failed"]) == 5, "each alert sent or journaled"
+
+
+def test_metrics_port_takes_a_bracketed_ipv6_address():
+    """`--metrics-port [::1]:9464` (how URLs write it) was refused: 'Name or service not known'."""
+    import socket
+    import urllib.request
+
+    from hangwatch.supervisor.config import build_operate
+    from hangwatch.supervisor.detector import DetectorConfig
+    from hangwatch.supervisor.livestatus import LiveStatus
+    from hangwatch.supervisor.metrics import MetricsExporter
+
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    host, port = build_operate({"metrics_port": "[::1]:0"}).metrics_port
+    exporter = MetricsExporter(LiveStatus(Path(os.devnull), detector=DetectorConfig(), gpu_probe="none"))
+    try:
+        url = exporter.serve(host, port)
+        assert url.startswith("http://[::1]:")
+        assert b"hangwatch_supervisor_running 1.0" in urllib.request.urlopen(url, timeout=5).read()
+    finally:
+        exporter.close()
