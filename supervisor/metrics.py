@@ -62,6 +62,9 @@ class MetricsExporter:
         self.up_g = Gauge("hangwatch_supervisor_running", "1 while the supervisor runs the training command", registry=r)
         self.attempt_g = Gauge("hangwatch_attempt", "current attempt number, 1-based", registry=r)
         self.restarts_c = Counter("hangwatch_restarts", "restarts scheduled", registry=r)
+        self.engine_restarts_c = Counter("hangwatch_engine_restarts", "engine-level restarts (only the rollout "
+                                         "engine's worker killed; ok=false: it escalated to a job restart)", ["ok"],
+                                         registry=r)
         self.incidents_c = Counter("hangwatch_incidents", "hang verdicts by kind", ["kind"], registry=r)
         self.exits_c = Counter("hangwatch_attempts_ended", "ended attempts by verdict kind", ["kind"], registry=r)
         self.lost_c = Counter("hangwatch_seconds_lost", "seconds from incident onset to the next attempt's first "
@@ -145,6 +148,8 @@ class MetricsExporter:
                 self.exits_c.labels(kind=str(r.get("kind"))).inc()
             elif event == "restart_scheduled":
                 self.restarts_c.inc()
+            elif event == "engine_restart":
+                self.engine_restarts_c.labels(ok="true" if r.get("ok") else "false").inc()
             elif event in ("first_heartbeat", "engine_recovered") and self._lost_onset is not None:
                 self.lost_c.inc(max(0.0, float(r.get("ts") or self.wall()) - self._lost_onset))
                 self._lost_onset = None

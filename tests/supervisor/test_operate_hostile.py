@@ -305,3 +305,29 @@ def test_metrics_port_takes_a_bracketed_ipv6_address():
         assert b"hangwatch_supervisor_running 1.0" in urllib.request.urlopen(url, timeout=5).read()
     finally:
         exporter.close()
+
+
+def test_metrics_count_engine_level_restarts_and_their_lost_time():
+    """After a level-1 recovery the metrics said 0 restarts: nothing counted the engine restart."""
+    from prometheus_client.parser import text_string_to_metric_families
+    from prometheus_client import generate_latest
+
+    from hangwatch.supervisor.detector import DetectorConfig
+    from hangwatch.supervisor.livestatus import LiveStatus
+    from hangwatch.supervisor.metrics import MetricsExporter
+
+    exporter = MetricsExporter(LiveStatus(Path(os.devnull), detector=DetectorConfig(), gpu_probe="none"))
+    for r in [{"event": "incident", "ts": 100.0, "onset_wall": 96.0, "attempt": 1, "kind": "stall"},
+              {"event": "engine_restart", "ts": 100.5, "attempt": 1, "ok": True},
+              {"event": "engine_recovered", "ts": 110.0, "attempt": 1},
+              {"event": "incident", "ts": 200.0, "onset_wall": 195.0, "attempt": 1, "kind": "stall"},
+              {"event": "engine_restart", "ts": 200.5, "attempt": 1, "ok": False},
+              {"event": "restart_scheduled", "ts": 201.0, "after_attempt": 1, "delay_s": 0},
+              {"event": "first_heartbeat", "ts": 215.0, "attempt": 2}]:
+        exporter.record(r)
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for f in text_string_to_metric_families(generate_latest(exporter.registry).decode()) for s in f.samples}
+    assert got[("hangwatch_engine_restarts_total", (("ok", "true"),))] == 1
+    assert got[("hangwatch_engine_restarts_total", (("ok", "false"),))] == 1
+    assert got[("hangwatch_restarts_total", ())] == 1 and got[("hangwatch_incidents_total", (("kind", "stall"),))] == 2
+    assert got[("hangwatch_seconds_lost_total", ())] == (110 - 96) + (215 - 195)
