@@ -28,6 +28,9 @@ from hangwatch.supervisor.livestatus import LiveStatus
 
 log = structlog.get_logger("hangwatch.metrics")
 
+#: a trainer-chosen phase is cut to this many characters in the label
+PHASE_LABEL_MAX = 64
+
 PHASES = ("starting", "watching", "stall_building", "capturing", "killing", "releasing", "restarting_engine", "ended",
           "backing_off", "finished")
 
@@ -186,12 +189,14 @@ class MetricsExporter:
         self.attempt_g.set(st.get("attempt") or 0)
         hb = st.get("heartbeat")
         self.step_g.set(hb["step"] if hb and hb.get("step") is not None else math.nan)
-        hb_phase = hb.get("phase") if hb else None
+        hb_phase = str(hb["phase"])[:PHASE_LABEL_MAX] if hb and hb.get("phase") is not None else None
         if hb_phase != self._hb_phase:
+            # The trainer names its phases (any string, "epoch 3/step 1200" too): the old series is
+            # removed, not set to 0, or every phase ever announced stayed in each scrape for good.
             if self._hb_phase is not None:
-                self.hb_phase_g.labels(phase=self._hb_phase).set(0)
+                self.hb_phase_g.remove(self._hb_phase)
             if hb_phase is not None:
-                self.hb_phase_g.labels(phase=str(hb_phase)).set(1)
+                self.hb_phase_g.labels(phase=hb_phase).set(1)
             self._hb_phase = hb_phase
         stall = st.get("stall")
         self.stall_g.set(stall["held_s"] if stall else 0)

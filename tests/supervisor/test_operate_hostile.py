@@ -331,3 +331,22 @@ def test_metrics_count_engine_level_restarts_and_their_lost_time():
     assert got[("hangwatch_engine_restarts_total", (("ok", "false"),))] == 1
     assert got[("hangwatch_restarts_total", ())] == 1 and got[("hangwatch_incidents_total", (("kind", "stall"),))] == 2
     assert got[("hangwatch_seconds_lost_total", ())] == (110 - 96) + (215 - 195)
+
+
+def test_heartbeat_phase_metric_holds_the_current_phase_only():
+    """Each phase the trainer ever announced stayed a series (set to 0): a trainer naming its
+    phases per step grew every scrape without bound (1.3 MB after 5,000 phases)."""
+    from prometheus_client import generate_latest
+
+    from hangwatch.supervisor.detector import DetectorConfig
+    from hangwatch.supervisor.livestatus import LiveStatus
+    from hangwatch.supervisor.metrics import MetricsExporter
+
+    status = LiveStatus(Path(os.devnull), detector=DetectorConfig(), gpu_probe="none")
+    exporter = MetricsExporter(status)
+    for step in range(500):
+        status.state["heartbeat"] = {"step": step, "phase": f"epoch 1/step {step} " + "x" * 500, "ts": 1.0}
+        exporter.tick(None)
+    lines = [line for line in generate_latest(exporter.registry).decode().splitlines()
+             if line.startswith("hangwatch_heartbeat_phase{")]
+    assert len(lines) == 1 and "step 499" in lines[0] and lines[0].endswith(" 1.0") and len(lines[0]) < 200
