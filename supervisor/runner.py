@@ -619,10 +619,12 @@ class Supervisor:
         """The checkpoint to resume from (when ``resume``) and the newest complete step."""
         if not self.config.checkpoint:
             return None, None
-        if resume and self._agreed_step is not None:
+        if resume and self.cohort is not None:  # the agreed step or, when no step is complete on every node, none
             agreed = next((c for c in scan(self.config.checkpoint) if c.complete and c.step == self._agreed_step), None)
-            if agreed is not None:
-                return agreed.path, agreed.step
+            if agreed is None:
+                log.warning("no_checkpoint", message=f"no checkpoint complete on every node of the cohort (agreed step "
+                                                     f"{self._agreed_step}); restarting from scratch with them")
+            return (agreed.path, agreed.step) if agreed is not None else (None, None)
         chosen, skipped = newest_complete(self.config.checkpoint)
         step = chosen.step if chosen else None
         if not resume:

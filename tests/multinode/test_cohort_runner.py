@@ -177,3 +177,22 @@ def test_the_last_record_names_why_the_cohort_cannot_go_on(tmp_path):
     s0.cohort.cohort.close(linger_cap=0)
     last = read_journal(s0.run_dir / "journal.jsonl")[-1]
     assert last["event"] == "run_finished" and "node 1's supervisor gave up: node 1's store helper failed" in last["reason"]
+
+
+def test_node_local_checkpoints_with_no_common_step_resume_every_node_from_scratch(tmp_path):
+    """Node-local checkpoint dirs: node 0 finished checkpoint-2, node 1's save of it had not
+    completed. No step is complete on every node, so none is agreed: node 0 resumed from its
+    own checkpoint-2 while node 1 started from scratch, two ranks at different steps that
+    nothing would ever notice. Every node starts from scratch, together."""
+    store = MemoryStore()
+    for rank, complete in ((0, True), (1, False)):
+        ckpt = tmp_path / f"local{rank}" / "checkpoint-2"
+        ckpt.mkdir(parents=True)
+        if complete:
+            (ckpt / "trainer_state.json").write_text('{"global_step": 2}')
+    nodes = [_node(tmp_path, store, rank, ["crash", "train"], checkpoint_dir=str(tmp_path / f"local{rank}"))
+             for rank in (0, 1)]
+    assert _run_all([s for s, _ in nodes]) == [0, 0]
+    for sup, tree in nodes:
+        assert [env["HANGWATCH_ATTEMPT"] for env in tree.launched] == ["1", "2"]
+        assert "HANGWATCH_RESUME_FROM" not in tree.launched[1], tree.launched[1].get("HANGWATCH_RESUME_FROM")
