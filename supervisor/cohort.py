@@ -132,10 +132,15 @@ def membership_from(env: Mapping[str, str], *, endpoint: str | None = None, node
         host, _, port_text = endpoint.rpartition(":")
         if not host or not port_text.isdigit():
             raise ValueError(f"--cohort {endpoint!r}: expected HOST:PORT (for example node0:29600)")
+        if ":" in host and not (host.startswith("[") and host.endswith("]")):
+            raise ValueError(f"--cohort {endpoint!r}: an IPv6 address goes in brackets, [ADDRESS]:PORT "
+                             "(for example [fd00::5]:29600)")
         port = int(port_text)
     else:
         nodelist = first("SLURM_JOB_NODELIST", "SLURM_NODELIST")
         host = first_host(nodelist) if nodelist else first("MASTER_ADDR")
+    if host is not None and host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]  # [fd00::5]:29600 as torchrun's endpoints are written; the store wants the bare address
     if host is None:
         raise ValueError("a multi-node run needs the store's address: --cohort HOST:PORT (or SLURM_JOB_NODELIST / MASTER_ADDR)")
     if rank is None:

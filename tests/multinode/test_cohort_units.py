@@ -135,6 +135,13 @@ def test_membership_from_options_slurm_and_torchrun_style():
         membership_from({}, endpoint="nohost", node_rank=0, nnodes=2)
     with pytest.raises(ValueError, match="node-rank 5 must be in"):
         membership_from({}, endpoint="h:1", node_rank=5, nnodes=2)
+    # IPv6 as torchrun's endpoints are written: c10d's TCPStore wants the bare address (with the
+    # brackets, node 1 never connected and waited out --join-timeout); unbracketed is ambiguous.
+    v6 = membership_from({}, endpoint="[fd00::5]:31000", node_rank=1, nnodes=2)
+    assert (v6.host, v6.port) == ("fd00::5", 31000)
+    assert membership_from({"NODE_RANK": "1", "NNODES": "2", "MASTER_ADDR": "[fd00::5]"}).host == "fd00::5"
+    with pytest.raises(ValueError, match="IPv6 address goes in brackets"):
+        membership_from({}, endpoint="fd00::5:31000", node_rank=1, nnodes=2)
 
 
 def test_nodes_wait_for_each_others_capture_before_killing_bounded():
