@@ -309,7 +309,8 @@ class Supervisor:
             log.error("run_finished", message="processes survived SIGKILL; not restarting (exit 74)")
             return outcome, EXIT_UNKILLABLE
         if self._stop_signal is not None:
-            return outcome, self._finish_interrupted(trainer_code)
+            # A hang's tree was killed by us: its status is our SIGKILL, not the trainer's answer to the stop.
+            return outcome, self._finish_interrupted(None if verdict.kind.is_hang else trainer_code)
         if cohort_code is not None:
             self.journal.append("run_finished", outcome="gave_up", exit_code=cohort_code,
                                 reason=f"multi-node cohort: {(self.cohort and self.cohort.why) or verdict.reason}",

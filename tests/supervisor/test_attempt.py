@@ -242,6 +242,22 @@ def test_stop_signal_is_forwarded_to_the_trainer(tmp_path):
     assert read_journal(sup.run_dir / "journal.jsonl")[-1]["outcome"] == "interrupted"
 
 
+def test_a_stop_during_an_incident_exits_with_the_stop_signal_not_the_tree_kill(tmp_path):
+    """Ctrl-C while the evidence of a hang is taken: the tree is killed as usual and the run
+    ends interrupted with 128 + SIGINT (it said 137 or 143, the status of our own kill)."""
+    sup, tree, clock, capture = _supervisor(tmp_path, ["wedge", "train"])
+    original = capture.__call__
+
+    def capture_then_stop(request):
+        sup.request_stop(2)
+        return original(request)
+
+    sup.capture_hook = capture_then_stop
+    assert sup.run() == 128 + 2
+    assert len(tree.launched) == 1 and tree.kills >= 1
+    assert read_journal(sup.run_dir / "journal.jsonl")[-1]["outcome"] == "interrupted"
+
+
 def test_resume_state_comes_from_the_journal_including_a_pending_restart(tmp_path):
     sup, _, _, _ = _supervisor(tmp_path, ["wedge", "train"])
     sup.run()
