@@ -16,20 +16,41 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import os
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from hangwatch.cli.status import describe_exit, locate_bundle, supervisor_alive
+from hangwatch.cli.status import describe_exit, locate_bundle, started_at, supervisor_alive
 from hangwatch.contract import atomic
 from hangwatch.contract.journal import fold_journal, read_journal
 from hangwatch.supervisor.evidence import bundle_summary
 
 
+def _timed(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The records the accounting can use: with a time, and an onset only if it is a time.
+
+    The journal reader checks the fields every reader needs; these two it leaves (a record
+    may lack ``ts``, ``onset_wall`` is ours alone), and `report`, like `status`, may be
+    pointed at a journal edited by hand or written by another version: no traceback."""
+    def is_time(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+    out = []
+    for r in records:
+        if not is_time(r.get("ts")):
+            continue
+        if r.get("onset_wall") is not None and not is_time(r.get("onset_wall")):
+            r = {k: v for k, v in r.items() if k != "onset_wall"}
+        out.append(r)
+    return out
+
+
 def goodput(records: Sequence[Mapping[str, Any]], now: float | None = None, run_dir: Path | None = None) -> dict[str, Any]:
     """Time accounting of a run from its journal records (wall-clock seconds); with ``run_dir``,
     incident bundles are looked for where they are now (``status.locate_bundle``)."""
+    records = _timed(records)
     start = next((float(r["ts"]) for r in records if r.get("event") in ("run_started", "run_resumed")), None)
     finish = next((float(r["ts"]) for r in records if r.get("event") == "run_finished"), None)
     end = finish if finish is not None else (time.time() if now is None else now)
@@ -193,7 +214,7 @@ onset to the next attempt's first heartbeat. Work redone since the last checkpoi
 
 def write_run_report(run_dir: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:
     records = read_journal(run_dir / "journal.jsonl")
-    alive = supervisor_alive(run_dir, fold_journal(records).supervisor_pids)
+    alive = supervisor_alive(run_dir, fold_journal(records).supervisor_pids, started_at(records))
     # A run without run_finished is live, or its supervisor died: then it ended with its last
     # record, not now (a report written a week later counted the week as the run's lost time).
     last = max((float(r["ts"]) for r in records if isinstance(r.get("ts"), (int, float))), default=None)

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, TextIO
 
+import psutil
+
 from hangwatch.cli.rundir import held_by_live_supervisor
 from hangwatch.contract import env
 from hangwatch.contract.terminal import terminal_safe
@@ -31,11 +33,35 @@ from hangwatch.supervisor.livestatus import read_status
 JSON_SCHEMA = 1
 
 
-def supervisor_alive(run_dir: Path, pids: list[int]) -> bool:
+def supervisor_alive(run_dir: Path, pids: list[int], since: float | None = None) -> bool:
+    """The run's supervisor lives: it holds the run dir's lock; without a lock file (a run from
+    before it existed), its pid, the last one ``run_started``/``run_resumed`` named at ``since``,
+    still runs and is as old as that record."""
     held = held_by_live_supervisor(run_dir)
     if held is not None:
         return held
-    return bool(pids) and pid_exists(pids[-1])  # a run from before the lock existed
+    return bool(pids) and _running_since(pids[-1], since)
+
+
+def _running_since(pid: int, since: float | None) -> bool:
+    """``pid`` exists and was created before ``since``: a pid reused by a newer process (pid 1 in a
+    journal from elsewhere) made `status` say "running" and `--follow` wait forever."""
+    if not pid_exists(pid):
+        return False
+    if since is None:
+        return True
+    try:
+        return psutil.Process(pid).create_time() <= since + 1.0
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True  # exists, but its age cannot be read: as before
+
+
+def started_at(records: list[dict[str, Any]]) -> float | None:
+    """When the last supervisor of a run wrote its ``run_started`` or ``run_resumed``."""
+    ts = [r.get("ts") for r in records if r.get("event") in ("run_started", "run_resumed")]
+    return ts[-1] if ts and isinstance(ts[-1], (int, float)) else None
 
 
 def describe_exit(exit_code: int | None, kind: str | None = None) -> str:
@@ -107,7 +133,7 @@ def summarise(path: Path) -> dict[str, Any]:
         incidents.append({**i, "evidence_path": info["bundle"], "report": info["report"], "bundle_gone": gone,
                           "signature": info["signature"], "signature_title": info["title"]})
     pids = run.supervisor_pids
-    alive = run.finished is None and supervisor_alive(run_dir, pids)
+    alive = run.finished is None and supervisor_alive(run_dir, pids, started_at(records))
     live = read_status(run_dir) if alive else None
     if run.finished is not None:
         state = f"finished: {run.finished['outcome']} (exit {run.finished['exit_code']})"
@@ -395,18 +421,20 @@ def follow(run_dir: Path, *, as_json: bool = False, out: TextIO = sys.stdout, po
     tail = JournalTail(run_dir / "journal.jsonl")
     last_phase: tuple[Any, ...] | None = None
     pids: list[int] = []
+    since: float | None = None
     gone = False
     while True:
         finished = False
         for r in tail.read():
             if r.get("event") in ("run_started", "run_resumed"):
                 pids.append(int(r.get("pid") or 0))
+                since = started_at([r])
             finished = finished or r.get("event") == "run_finished"
             out.write((json.dumps(r, default=str) if as_json else terminal_safe(event_line(r))) + "\n")
         if finished:
             out.flush()
             return 0
-        alive = supervisor_alive(run_dir, pids)
+        alive = supervisor_alive(run_dir, pids, since)
         live = read_status(run_dir) if alive else None
         if live is not None:
             key = (live.get("phase"), live.get("attempt"))

@@ -350,3 +350,36 @@ def test_heartbeat_phase_metric_holds_the_current_phase_only():
     lines = [line for line in generate_latest(exporter.registry).decode().splitlines()
              if line.startswith("hangwatch_heartbeat_phase{")]
     assert len(lines) == 1 and "step 499" in lines[0] and lines[0].endswith(" 1.0") and len(lines[0]) < 200
+
+
+def test_report_on_a_journal_with_fields_of_other_types_is_written_not_a_traceback(tmp_path):
+    """`status` took any journal; `report` raised on an incident without a time or with an
+    onset that is not one (a journal edited by hand, or from another version): exit 70."""
+    from hangwatch.cli.runreport import write_run_report
+
+    run_dir = tmp_path / "run"
+    _write_journal(run_dir, [
+        {"event": "run_started", "ts": 1.0e9, "pid": 1},
+        {"event": "attempt_started", "ts": 1.0e9 + 1, "attempt": 1, "pid": 2},
+        {"event": "incident", "ts": 1.0e9 + 5, "attempt": 1, "kind": "stall", "onset_wall": "yesterday"},
+        {"event": "incident", "attempt": 1, "kind": "stall"},
+        {"event": "attempt_ended", "ts": 1.0e9 + 8, "attempt": 1, "kind": "stall", "exit_code": -15},
+        {"event": "run_finished", "ts": 1.0e9 + 10, "outcome": "gave_up", "exit_code": 71, "reason": "b"}])
+    path, g = write_run_report(run_dir)
+    assert g["wall_s"] == 10.0 and len(g["incidents"]) == 1 and path.is_file()
+
+
+def test_follow_ends_when_the_journals_supervisor_pid_now_belongs_to_a_newer_process(tmp_path):
+    """Without a lock file (a run from before it existed, or a journal from elsewhere), a pid in
+    use again (pid 1 here) made `status` say running and `status --follow` wait forever."""
+    import io
+
+    from hangwatch.cli.status import follow, summarise
+
+    run_dir = tmp_path / "run"
+    _write_journal(run_dir, [{"event": "run_started", "ts": 1.0e9, "pid": 1}])  # pid 1 started after 2001
+    assert not summarise(run_dir / "journal.jsonl")["alive"]
+    out = io.StringIO()
+    sleeps: list[float] = []
+    assert follow(run_dir, out=out, sleep=sleeps.append) == 1 and not sleeps
+    assert "supervisor gone without finishing" in out.getvalue()
