@@ -184,6 +184,9 @@ class CommandTarget:
                                                    f"running; killed at its {timeout:g} s deadline")
 
 
+#: the least time a try is started with at the end of a run: half a second of try, a second of margin
+_LAST_TRY_S = 1.5
+
 #: how long past its own deadline the runner may take to kill and reap what the command left
 _RUNNER_GRACE_S = 5.0
 
@@ -352,8 +355,8 @@ class Notifier:
                 if self._no_time_for(payload):
                     skipped, payload = payload, None
             if payload is None:
-                self._failed(skipped, "(all)", "not sent: the run ended, and the time left for alerts was kept for "
-                                               "its last one", 0)
+                self._failed(skipped, "(all)", "not sent: the run ended, and its time for alerts ran out"
+                             + (" (what was left is kept for its last alert)" if skipped.get("event") == "incident" else ""), 0)
                 continue
             try:
                 self._deliver(payload)
@@ -372,15 +375,16 @@ class Notifier:
                 nonlocal tries
                 limit = self._try_timeout(payload)
                 if limit < 0.5:
-                    raise DeliveryError(f"{target.name}: not tried: the run ended, and the time left for alerts "
-                                        "was kept for its last one")
+                    raise DeliveryError(f"{target.name}: not tried: the run ended, and its time for alerts ran out"
+                                        + (" (what was left is kept for its last alert)"
+                                           if payload.get("event") == "incident" else ""))
                 tries += 1
                 target.send(payload, title, body, limit)
 
             try:
                 for attempt in Retrying(stop=stop_after_attempt(self.tries) | stop_after_delay(self.max_wait)
                                         | self._closing_stop(payload),
-                                        wait=wait_exponential(multiplier=0.5, max=5.0),
+                                        wait=self._closing_wait(wait_exponential(multiplier=0.5, max=5.0)),
                                         retry=retry_if_exception_type(DeliveryError), sleep=self.sleep, reraise=True):
                     with attempt:
                         one_try()
@@ -389,24 +393,37 @@ class Notifier:
                 self._failed(payload, target.name, str(exc), tries)
 
     def _try_timeout(self, payload: Mapping[str, Any]) -> float:
-        """A try's bound: ``timeout``, or, closing, what an incident alert may take of the time left."""
+        """A try's bound: ``timeout``, or, closing, what is left of the time for alerts (for an
+        incident alert, less the last alert's share), so every try ends, and is journaled, in time."""
         by = self._closing_by
-        if by is None or payload.get("event") != "incident":
+        if by is None:
             return self.timeout
-        return min(self.timeout, by - time.monotonic() - self._reserve)
+        # A second for the try's own end (a command's reaper kills and reaps) and its journal line.
+        keep = (self._reserve if payload.get("event") == "incident" else 0.0) + 1.0
+        return round(min(self.timeout, by - time.monotonic() - keep), 1)
 
     def _no_time_for(self, payload: Mapping[str, Any]) -> bool:
         return self._try_timeout(payload) < 0.5
 
     def _closing_stop(self, payload: Mapping[str, Any]) -> Callable[[Any], bool]:
-        """Once the run ended: an incident alert is not retried, and nothing past the deadline."""
+        """Once the run ended: an incident alert is not retried, and no try is started that
+        could not end (and be journaled) before the deadline."""
         final = payload.get("event") != "incident"
 
         def stop(retry_state: Any) -> bool:
             by = self._closing_by
-            return by is not None and (not final or time.monotonic() >= by)
+            return by is not None and (not final or by - time.monotonic() < _LAST_TRY_S)
 
         return stop
+
+    def _closing_wait(self, wait: Callable[[Any], float]) -> Callable[[Any], float]:
+        """The retry wait, cut so that a last try still fits before the deadline."""
+        def cut(retry_state: Any) -> float:
+            by = self._closing_by
+            planned = wait(retry_state)
+            return planned if by is None else max(0.0, min(planned, by - time.monotonic() - _LAST_TRY_S))
+
+        return cut
 
     def _failed(self, payload: Mapping[str, Any], target: str, error: str, tries: int) -> None:
         log.warning("notify_failed", message=f"{payload.get('event')} notification to {target} failed after "
