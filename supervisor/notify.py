@@ -238,6 +238,7 @@ class Notifier:
         max_wait: float = 60.0,
         queue_size: int = 64,
         sleep: Callable[[float], None] = time.sleep,
+        incidents_so_far: int = 0,
     ) -> None:
         self.targets = list(targets)
         self.run_dir = run_dir
@@ -254,7 +255,7 @@ class Notifier:
         self._closing_by: float | None = None  # monotonic deadline once close() was called
         self._reserve = 0.0  # seconds of it kept for the run's last alert
         self._incident: dict[str, Any] | None = None
-        self._incidents = 0
+        self._incidents = incidents_so_far  # a resumed run's earlier supervisors had these
         self._thread = threading.Thread(target=self._work, name="notify", daemon=True)
         self._thread.start()
 

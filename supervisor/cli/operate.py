@@ -8,9 +8,11 @@ decisions stay in the supervisor; nothing here can stop a recovery.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
 from hangwatch.contract.errors import ConfigError
+from hangwatch.contract.journal import fold_journal, read_journal
 from hangwatch.supervisor.config import OperateConfig, RunConfig
 from hangwatch.supervisor.evidence import bundle_summary
 from hangwatch.supervisor.livestatus import FILE_NAME, LiveStatus
@@ -46,6 +48,17 @@ class Operations:
             self.notifier.close(NOTIFY_DRAIN_S)
         if self.metrics is not None:
             self.metrics.close()
+
+
+def _incidents_so_far(journal: Path) -> int:
+    """Incidents already in the journal (``--resume``): the end alert counts the run's, not this
+    supervisor's (after a resume it said 2 of the run's 3)."""
+    if not journal.exists():
+        return 0
+    try:
+        return len(fold_journal(read_journal(journal)).incidents)
+    except (OSError, ValueError):  # read again by the supervisor, which reports it
+        return 0
 
 
 def start(config: RunConfig, operate: OperateConfig, run_id: str, probe_name: str, log: Any) -> Operations:
@@ -97,7 +110,8 @@ def start(config: RunConfig, operate: OperateConfig, run_id: str, probe_name: st
     if targets:
         from hangwatch.supervisor.notify import Notifier  # noqa: PLC0415
 
-        ops.notifier = Notifier(targets, run_dir=str(run_dir), journal_append=journal.append)
+        ops.notifier = Notifier(targets, run_dir=str(run_dir), journal_append=journal.append,
+                                incidents_so_far=_incidents_so_far(run_dir / "journal.jsonl"))
         observers.add(ops.notifier)
         log.info("notify", message="alerts (incident, gave_up, run_finished) to: " + ", ".join(t.name for t in targets))
     return ops

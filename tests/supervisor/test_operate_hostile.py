@@ -383,3 +383,27 @@ def test_follow_ends_when_the_journals_supervisor_pid_now_belongs_to_a_newer_pro
     sleeps: list[float] = []
     assert follow(run_dir, out=out, sleep=sleeps.append) == 1 and not sleeps
     assert "supervisor gone without finishing" in out.getvalue()
+
+
+def test_the_end_alert_of_a_resumed_run_counts_the_runs_incidents(tmp_path):
+    """After `--resume` the notifier counted only its own supervisor's incidents: gave_up said
+    'incidents: 2' of a run whose journal held 3."""
+    import structlog
+
+    from hangwatch.cli import operate
+    from hangwatch.supervisor.config import SETTINGS, build, build_operate
+
+    run_dir = tmp_path / "run"
+    _write_journal(run_dir, [{"event": "run_started", "ts": 1.0e9, "pid": 1},
+                             {"event": "attempt_started", "ts": 1.0e9 + 1, "attempt": 1, "pid": 2},
+                             {"event": "incident", "ts": 1.0e9 + 5, "attempt": 1, "kind": "stall"},
+                             {"event": "attempt_started", "ts": 1.0e9 + 6, "attempt": 2, "pid": 3},
+                             {"event": "incident", "ts": 1.0e9 + 9, "attempt": 2, "kind": "stall"}])
+    got = tmp_path / "alert.json"
+    values = {k: v[1] for k, v in SETTINGS.items()}
+    values.update(run_dir=str(run_dir), gpu_probe="none", notify_command=f"cat > {got}")
+    ops = operate.start(build(values, ["true"]), build_operate(values), "r", "none", structlog.get_logger("t"))
+    ops.journal.append("incident", attempt=3, kind="stall")
+    ops.journal.append("run_finished", outcome="gave_up", exit_code=71, reason="budget", attempts=3)
+    ops.close()
+    assert json.loads(got.read_text())["incidents"] == 3
