@@ -267,19 +267,19 @@ def test_the_runs_last_alert_is_not_starved_by_incident_alerts_a_slow_target_hol
         name = "slow://[REDACTED]"
 
         def send(self, payload, title, body, timeout):
-            time.sleep(0.4)
+            time.sleep(0.5)
             sent.append(payload["event"])
 
     journaled: list[dict] = []
     n = Notifier([Slow()], run_dir="/run", host="h", describe=lambda p: {},
                  journal_append=lambda event, **f: journaled.append({"event": event, **f}))
-    for attempt in (1, 2, 3, 4):
+    for attempt in range(1, 9):  # 8 alerts of 0.5 s each: more than the 3.5 s the end has
         n.record({"event": "incident", "attempt": attempt, "kind": "stall", "reason": "r"})
         n.record({"event": "restart_scheduled", "after_attempt": attempt, "delay_s": 0})
-    n.record({"event": "run_finished", "outcome": "gave_up", "exit_code": 71, "reason": "budget", "attempts": 5})
-    n.close(1.5)
+    n.record({"event": "run_finished", "outcome": "gave_up", "exit_code": 71, "reason": "budget", "attempts": 9})
+    n.close(3.5)
     assert "gave_up" in sent
-    assert len(sent) + len([j for j in journaled if j["event"] == "notify_failed"]) == 5, "each alert sent or journaled"
+    assert len(sent) + len([j for j in journaled if j["event"] == "notify_failed"]) == 9, "each alert sent or journaled"
 
 
 def test_metrics_port_takes_a_bracketed_ipv6_address():
