@@ -173,13 +173,12 @@ while True:
 PYSPY_HANG = Path(__file__).resolve().parents[1] / "diagnostics" / "fixtures" / "pyspy_hang.sh"
 
 
-def _helpers_since(since: float) -> list[int]:
-    """The hanging py-spy stand-in's processes (``sleep 3600``) started since ``since``."""
+def _helpers_of(supervisor: int) -> list[int]:
+    """The hanging py-spy stand-ins (``sleep 3600``) that this supervisor started (no other run's)."""
     found = []
-    for proc in psutil.process_iter(["cmdline", "create_time"]):
+    for proc in psutil.Process(supervisor).children():
         try:
-            if proc.info["create_time"] >= since - 1 and proc.info["cmdline"] == ["sleep", "3600"] \
-                    and proc.status() != psutil.STATUS_ZOMBIE:
+            if proc.cmdline() == ["sleep", "3600"] and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc.pid)
         except psutil.Error:
             continue
@@ -193,7 +192,6 @@ def test_sigkill_during_the_capture_leaves_neither_the_tree_nor_the_capture_help
     without it) and the hung py-spy helpers (by the supervisor's mark, whatever the containment)
     used to survive it."""
     containment = "tree"
-    since = time.time()
     pidfile = tmp_path / "escaped"
     proc = subprocess.Popen(
         [sys.executable, "-m", "hangwatch.cli", "run", "--run-dir", str(tmp_path / "run"), "--gpu-probe", "none",
@@ -206,7 +204,7 @@ def test_sigkill_during_the_capture_leaves_neither_the_tree_nor_the_capture_help
         wait_for(lambda: journal.exists() and '"incident"' in journal.read_text(), timeout=60, what="incident")
         wait_for(lambda: pidfile.exists() and len(pidfile.read_text().split()) == 2, timeout=30, what="escapes")
         time.sleep(1.0)  # the busy watcher's look (nobody else looks during the capture)
-        helpers = _helpers_since(since)
+        helpers = _helpers_of(proc.pid)
         pids = [int(p) for p in pidfile.read_text().split()] + helpers
         assert '"capture"' not in journal.read_text(), "the capture still waits on the hung py-spy"
         assert helpers, "the capture is waiting on the hung py-spy stand-in"
