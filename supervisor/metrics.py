@@ -14,19 +14,58 @@ relaunch + warm-up. Work lost since the last checkpoint comes on top.
 from __future__ import annotations
 
 import math
+import socket
 import threading
 import time
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.exposition import MetricsHandler
 
 from hangwatch.contract import atomic
 
 from hangwatch.supervisor.livestatus import LiveStatus
 
 log = structlog.get_logger("hangwatch.metrics")
+
+#: /metrics: connections served at once, and how long one may take to send its request
+_MAX_CONNECTIONS = 8
+_REQUEST_TIMEOUT_S = 10.0
+
+
+class _BoundedHTTPServer(ThreadingHTTPServer):
+    """``/metrics`` with a bounded number of handler threads, each with a socket timeout.
+
+    prometheus-client's server starts a thread per connection and waits on it without a
+    timeout: 600 idle connections to the port (all interfaces by default) were 600 threads
+    in the supervisor, whose own launches and captures then hit the thread/pid limit. A
+    connection past the limit is closed at once; a scraper retries at its next interval."""
+
+    daemon_threads = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._slots = threading.BoundedSemaphore(_MAX_CONNECTIONS)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()  # no thread was started to release it
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
 
 #: a trainer-chosen phase is cut to this many characters in the label
 PHASE_LABEL_MAX = 64
@@ -94,7 +133,12 @@ class MetricsExporter:
 
     def serve(self, host: str, port: int) -> str:
         """Start ``/metrics`` on host:port (port 0: any free one); returns its URL."""
-        server, _thread = start_http_server(port, addr=host or "0.0.0.0", registry=self.registry)
+        addr = host or "0.0.0.0"
+        family = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0][0]
+        server_class = type("MetricsServer", (_BoundedHTTPServer,), {"address_family": family})
+        handler = type("MetricsRequest", (MetricsHandler.factory(self.registry),), {"timeout": _REQUEST_TIMEOUT_S})
+        server = server_class((addr, port), handler)
+        threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
         self.server = server
         bound = server.server_address[1]
         shown = host if host and host not in ("0.0.0.0", "::") else "127.0.0.1"

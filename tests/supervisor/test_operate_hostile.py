@@ -407,3 +407,39 @@ def test_the_end_alert_of_a_resumed_run_counts_the_runs_incidents(tmp_path):
     ops.journal.append("run_finished", outcome="gave_up", exit_code=71, reason="budget", attempts=3)
     ops.close()
     assert json.loads(got.read_text())["incidents"] == 3
+
+
+def test_idle_connections_to_metrics_cost_a_bounded_number_of_threads():
+    """A thread per connection, waiting without a timeout: 600 idle connections to /metrics (all
+    interfaces by default) were 600 threads in the supervisor."""
+    import socket
+    import threading
+    import urllib.request
+
+    from hangwatch.supervisor.detector import DetectorConfig
+    from hangwatch.supervisor.livestatus import LiveStatus
+    from hangwatch.supervisor.metrics import MetricsExporter
+
+    exporter = MetricsExporter(LiveStatus(Path(os.devnull), detector=DetectorConfig(), gpu_probe="none"))
+    url = exporter.serve("127.0.0.1", 0)
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    before = threading.active_count()
+    idle = []
+    try:
+        for _ in range(40):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            idle[-1].sendall(b"GET /metrics HTTP/1.1\r\n")  # and never the rest
+        time.sleep(0.5)
+        assert threading.active_count() - before <= 10
+    finally:
+        for s in idle:
+            s.close()
+    deadline = time.monotonic() + 5
+    while True:  # slots come back as the idle connections close
+        try:
+            assert b"hangwatch_supervisor_running" in urllib.request.urlopen(url, timeout=2).read()
+            break
+        except OSError:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    exporter.close()
