@@ -50,8 +50,9 @@ class EngineLevel:
 
     def __init__(self, tree: TreeOps, journal: Callable[[], Journal], clock: Callable[[], float], *,
                  kill_timeout: float, devices: Callable[[], Sequence[DeviceSample] | None] | None = None,
-                 sleep: Callable[[float], None] | None = None, release_timeout: float = 60.0) -> None:
-        """``devices``: the GPU probe's sample (None without a probe: nothing to verify)."""
+                 sleep: Callable[[float], bool] | None = None, release_timeout: float = 60.0) -> None:
+        """``devices``: the GPU probe's sample (None without a probe: nothing to verify);
+        ``sleep``: False when a stop came meanwhile (the wait ends, unverified)."""
         self.tree = tree
         self.journal = journal
         self.clock = clock
@@ -141,7 +142,9 @@ class EngineLevel:
                 break
             if self.clock() - started >= self.release_timeout or self.sleep is None:
                 break
-            self.sleep(0.2)
+            if not self.sleep(0.2):
+                answer = None  # a stop: the run ends, the release is not ours to judge any more
+                break
         waited = self.clock() - started
         self.journal().append("gpu_released", attempt=attempt, scope="engine", released=answer,
                               waited_s=round(waited, 3), devices=[d.to_json() for d in devices] if devices else None)

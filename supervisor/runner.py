@@ -96,7 +96,7 @@ class Supervisor:
         # Level 1: engine-only recoveries (docs/generator.md).
         self.engine_level = EngineLevel(
             self.tree, lambda: self.journal, clock, kill_timeout=config.kill.kill_timeout,
-            devices=None if isinstance(probe, NoProbe) else probe.sample, sleep=sleep,
+            devices=None if isinstance(probe, NoProbe) else probe.sample, sleep=self._sleep,
             release_timeout=config.kill.gpu_release_timeout)
         self._beat_pids: set[int] = set()  # the processes that sent heartbeats, this attempt
         self._first_beat_seen = False  # this attempt's first_heartbeat is journaled
@@ -583,10 +583,9 @@ class Supervisor:
             if devices is not None and gpu_released(devices, pids, threshold):
                 released = True
                 break
-            if self.clock() >= deadline:
+            if self.clock() >= deadline or not self._sleep(0.2):  # a stop: the run ends, nothing to wait for
                 released = False
                 break
-            self.sleep(0.2)
         waited = self.clock() - started
         self.journal.append(
             "gpu_released",
@@ -595,7 +594,7 @@ class Supervisor:
             waited_s=round(waited, 3),
             devices=[d.to_json() for d in devices] if devices else None,
         )
-        if not released:
+        if not released and self._stop_signal is None:
             log.warning("gpu_not_released", message=(
                 f"GPU memory still held {waited:.0f} s after the kill (--gpu-release-timeout); restarting anyway"))
 

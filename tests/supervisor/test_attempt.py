@@ -258,6 +258,24 @@ def test_a_stop_during_an_incident_exits_with_the_stop_signal_not_the_tree_kill(
     assert read_journal(sup.run_dir / "journal.jsonl")[-1]["outcome"] == "interrupted"
 
 
+def test_a_stop_ends_the_wait_for_gpu_release_at_once(tmp_path):
+    """The killed trainer's memory is never freed; a SIGTERM to the supervisor meanwhile was
+    ignored for the whole --gpu-release-timeout (60 s)."""
+    sup, tree, clock, capture = _supervisor(tmp_path, ["wedge", "train"])
+    sup.probe = type("HeldProbe", (), {"name": "held", "close": lambda self: None,
+                                       "sample": lambda self: (DeviceSample(0, 0.0, 30000.0, (4001,)),)})()
+    original = tree.kill
+
+    def kill_then_stop(*args, **kwargs):
+        sup.request_stop(15)
+        return original(*args, **kwargs)
+
+    tree.kill = kill_then_stop
+    assert sup.run() == 128 + 15
+    (released,) = [r for r in read_journal(sup.run_dir / "journal.jsonl") if r["event"] == "gpu_released"]
+    assert released["released"] is False and released["waited_s"] < 1.0
+
+
 def test_resume_state_comes_from_the_journal_including_a_pending_restart(tmp_path):
     sup, _, _, _ = _supervisor(tmp_path, ["wedge", "train"])
     sup.run()

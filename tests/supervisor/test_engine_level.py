@@ -123,8 +123,9 @@ class _Clock:
     def __call__(self) -> float:
         return self.now
 
-    def sleep(self, seconds: float) -> None:
+    def sleep(self, seconds: float) -> bool:
         self.now += seconds
+        return True
 
 
 def _restart_with_probe(tmp_path: Path, listings: list[tuple[int, ...] | None]):
