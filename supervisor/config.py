@@ -440,6 +440,10 @@ def build_operate(values: Mapping[str, Any]) -> OperateConfig:
         if "://" not in url:
             raise ConfigError(f"--notify {url.split(':')[0]!r}...: not an apprise URL (SCHEME://...), "
                               "e.g. slack://..., ntfy://topic, json://host:port/path")
+    for name in ("notify_command", "metrics_port", "metrics_textfile"):
+        if isinstance(values.get(name), str) and not values[name].strip():
+            # `--metrics-port "$PORT"` with PORT unset: an empty value turned the option off unsaid.
+            raise ConfigError(f"--{name.replace('_', '-')} was given an empty value; give one, or leave the option out")
     port = None
     raw = values.get("metrics_port")
     if raw:

@@ -443,3 +443,13 @@ def test_idle_connections_to_metrics_cost_a_bounded_number_of_threads():
             assert time.monotonic() < deadline
             time.sleep(0.1)
     exporter.close()
+
+
+@pytest.mark.parametrize("name", ["metrics_port", "metrics_textfile", "notify_command"])
+def test_an_empty_operations_option_is_refused_not_silently_off(name):
+    """`--metrics-port "$PORT"` with PORT unset ran without metrics and said nothing."""
+    from hangwatch.contract.errors import ConfigError
+    from hangwatch.supervisor.config import build_operate
+
+    with pytest.raises(ConfigError, match="empty value"):
+        build_operate({name: ""})
