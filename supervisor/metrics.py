@@ -13,8 +13,11 @@ relaunch + warm-up. Work lost since the last checkpoint comes on top.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import socket
+import tempfile
 import threading
 import time
 from http.server import ThreadingHTTPServer
@@ -24,8 +27,6 @@ from typing import Any, Callable, Mapping
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import MetricsHandler
-
-from hangwatch.contract import atomic
 
 from hangwatch.supervisor.livestatus import LiveStatus
 
@@ -157,8 +158,18 @@ class MetricsExporter:
         """Write the textfile now; raises OSError (the wiring's first write: refused at start)."""
         assert self.textfile is not None
         # A new hidden temporary (O_EXCL) renamed over the file: the collector never sees half,
-        # and a link planted at the name is replaced, never written through.
-        atomic.write_file(self.textfile, generate_latest(self.registry), mode=0o644)
+        # and a link planted at the name is replaced, never written through. Not fsynced: it is
+        # rewritten at each journal record, inside the recovery path, and a crash may lose it.
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.textfile.name}.", dir=self.textfile.parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(generate_latest(self.registry))
+                os.fchmod(handle.fileno(), 0o644)  # the collector runs as another user
+            os.replace(tmp, self.textfile)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     def _write_textfile(self, force: bool = False) -> None:
         if self.textfile is None:
