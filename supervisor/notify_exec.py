@@ -36,6 +36,8 @@ import sys
 import threading
 import time
 
+from hangwatch.supervisor.proctree import scan_proc
+
 PR_SET_CHILD_SUBREAPER = 36
 PAYLOAD_ENV = "HANGWATCH_EVENT_JSON"
 _POLL_S = 0.02
@@ -45,16 +47,8 @@ _KILL_ROUNDS_S = 2.0  # SIGKILL rounds at the deadline: a forking loop is outrun
 def _descendants(root: int) -> list[int]:
     """Every process below ``root`` (by parent links, from one pass over /proc)."""
     children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                data = handle.read()
-        except OSError:
-            continue
-        ppid = int(data[data.rindex(b")") + 2:].split()[1])
-        children.setdefault(ppid, []).append(int(name))
+    for stat in scan_proc().values():
+        children.setdefault(stat.ppid, []).append(stat.pid)
     found, stack = [], list(children.get(root, []))
     while stack:
         pid = stack.pop()
