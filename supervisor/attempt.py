@@ -241,6 +241,7 @@ def recovery_level(
     window: float | None = None,
     engines_beat: bool = False,
     retry_pending: bool = False,
+    same_wedge: bool = False,
 ) -> RecoveryLevel:
     """Whether this incident can be recovered by restarting the rollout engine alone.
 
@@ -260,7 +261,9 @@ def recovery_level(
     attempt (its file may be gone by the verdict, the new worker not beating yet).
     ``retry_pending``: an engine restart of this attempt whose retry has not moved the trainer
     on yet; a hang now is that retry failing, a job restart whatever the retry window says
-    (the generator retries a batch once).
+    (the generator retries a batch once). ``same_wedge``: the stuck engine had a request in
+    flight under the old policy at that restart (another rank wedged at the same time): the
+    same wedge, so neither the pending retry nor the retry window makes it a job restart.
     """
     def job(reason: str) -> RecoveryLevel:
         return RecoveryLevel(2, reason)
@@ -272,7 +275,7 @@ def recovery_level(
         return job("multi-node: an engine restart on one node would desynchronise the ranks")
     if verdict_kind is not VerdictKind.STALL:
         return job(f"a {verdict_kind.value} is not an engine wedge")
-    if retry_pending:
+    if retry_pending and not same_wedge:
         return job("the trainer stalled again before the retry after the last engine restart moved it on")
     own_threads = job(f"the trainer was in phase {phase or 'unknown'!r}, not waiting on rollouts: its own threads "
                       f"are stalled")
@@ -300,7 +303,7 @@ def recovery_level(
         return own_threads
     elif not groups:
         return job("no isolated engine worker in the tree")
-    if last_engine_restart is not None and now - last_engine_restart < retry_window:
+    if last_engine_restart is not None and now - last_engine_restart < retry_window and not same_wedge:
         return job(f"a second engine wedge {now - last_engine_restart:.0f} s after the last engine restart "
                    f"(--engine-retry-window {retry_window:g} s)")
     if not groups:

@@ -65,12 +65,26 @@ class EngineLevel:
         self._pending: dict[str, Any] | None = None
         # The generators' own engine restarts already journaled: (attempt, trainer pid, its count).
         self._backstops: set[tuple[int, int, int]] = set()
+        # (attempt, engines that had a request in flight under the old policy at the last engine
+        # restart and were not killed by it): with several ranks, another stuck one among them
+        # is the same wedge, not the retry failing.
+        self._old_policy: tuple[int, frozenset[int]] | None = None
+
+    def ran_old_policy(self, attempt: int, engine_pid: Any) -> bool:
+        """Whether ``engine_pid`` had a request in flight under the old policy at this attempt's
+        last engine restart (and survived it): stuck now, it is that wedge on another rank."""
+        return self._old_policy is not None and self._old_policy[0] == attempt and engine_pid in self._old_policy[1]
 
     def restart(self, attempt: int, policy: GraphPolicy, level: RecoveryLevel, verdict: Verdict,
-                control: Path, evidence: Path | None) -> bool:
+                control: Path, evidence: Path | None, *, in_flight: frozenset[int] = frozenset()) -> bool:
         """Tell the trainer the policy, kill only the engine worker's group; True if that worked
-        (False: the caller restarts the job, level 2)."""
+        (False: the caller restarts the job, level 2). ``in_flight``: the engines with a request in
+        flight at the verdict."""
         journal = self.journal()
+        # Engines still on the old policy after this restart: the ones left of an earlier restart's
+        # (a second rank's stuck engine, restarted now), else the other in-flight ones at this verdict.
+        old = self._old_policy[1] if self.ran_old_policy(attempt, verdict.evidence.get("engine_pid")) else in_flight
+        self._old_policy = (attempt, frozenset(old) - {verdict.evidence.get("engine_pid")})
         if not level.engine_pgids:
             return self._restarted_by_generator(attempt, level, verdict, evidence)
         self.restarts += 1

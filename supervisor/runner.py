@@ -243,8 +243,12 @@ class Supervisor:
         while True:
             verdict, samples, trainer_code = self._watch(trainer, Path(ours["HANGWATCH_HEARTBEAT"]))
             retrying = self.engine_level.unrecovered(st.attempt)
+            # Another rank's engine, stuck under the old policy since before the last engine restart
+            # (several ranks wedged at once): the same wedge, so the same policy and level 1 again.
+            same_wedge = verdict.kind is VerdictKind.STALL and \
+                self.engine_level.ran_old_policy(st.attempt, verdict.evidence.get("engine_pid"))
             # The attempt's bundle: this verdict's, or an earlier engine-level incident's.
-            evidence = self._incident(verdict, samples, trainer, attempt_dir) or evidence
+            evidence = self._incident(verdict, samples, trainer, attempt_dir, escalate_policy=not same_wedge) or evidence
             if not verdict.kind.is_hang:
                 if retrying and verdict.kind is VerdictKind.CRASH:
                     # The batch's retry on the restarted engine failed and took the trainer down:
@@ -260,13 +264,15 @@ class Supervisor:
                 trainer_pgid=trainer.pid, last_engine_restart=self.engine_level.last_restart, now=self.clock(),
                 retry_window=self.config.engine_retry_window, in_cohort=self.cohort is not None,
                 evidence=verdict.evidence, window=verdict.window, engines_beat=self._engines_beat,
-                retry_pending=retrying)
+                retry_pending=retrying, same_wedge=same_wedge)
             # With the policy this incident decided: a --resume after it must keep it.
             self.journal.append("recovery", attempt=st.attempt, level=level.level,
                                 scope="engine" if level.level == 1 else "job", reason=level.reason,
                                 cudagraphs="off" if st.policy.cudagraphs_off else "on",
                                 enforce_eager=st.policy.enforce_eager)
-            if level.level == 1 and self._restart_engine(level, verdict, Path(ours["HANGWATCH_CONTROL"]), evidence):
+            in_flight = frozenset(e.pid for e in (samples[-1].engine if samples else ()) if e.phase == "generate")
+            if level.level == 1 and self._restart_engine(level, verdict, Path(ours["HANGWATCH_CONTROL"]), evidence,
+                                                         in_flight):
                 continue  # the trainer lives on: watch it again, in the same attempt
             if level.level == 2 and self.config.recovery == "auto" and verdict.kind is VerdictKind.STALL:
                 log.info("recovery_level", message=f"restarting the job, not the engine alone: {level.reason}")
@@ -319,7 +325,8 @@ class Supervisor:
             return outcome, cohort_code
         return outcome, None
 
-    def _incident(self, verdict: Verdict, samples: list[Sample], trainer: Trainer, attempt_dir: Path) -> Path | None:
+    def _incident(self, verdict: Verdict, samples: list[Sample], trainer: Trainer, attempt_dir: Path, *,
+                  escalate_policy: bool = True) -> Path | None:
         """Journal a hang verdict and capture its evidence (before anything is killed); the bundle."""
         st = self.state
         evidence = None
@@ -347,14 +354,17 @@ class Supervisor:
                 self.cohort.captured(st.attempt, self.config.capture_timeout)
             if verdict.kind is VerdictKind.STALL:
                 st.stalls += 1
-            st.policy = escalate(st.policy, verdict.kind, after_stall=self.config.cudagraphs_after_stall,
-                                 eager_escalation=self.config.eager_escalation)
+            if escalate_policy:
+                st.policy = escalate(st.policy, verdict.kind, after_stall=self.config.cudagraphs_after_stall,
+                                     eager_escalation=self.config.eager_escalation)
         return evidence
 
-    def _restart_engine(self, level: RecoveryLevel, verdict: Verdict, control: Path, evidence: Path | None) -> bool:
+    def _restart_engine(self, level: RecoveryLevel, verdict: Verdict, control: Path, evidence: Path | None,
+                        in_flight: frozenset[int]) -> bool:
         """Level 1 (``engine_level``); True when the trainer lives on and is watched again."""
         self._enter(AttemptState.RESTARTING_ENGINE)
-        if not self.engine_level.restart(self.state.attempt, self.state.policy, level, verdict, control, evidence):
+        if not self.engine_level.restart(self.state.attempt, self.state.policy, level, verdict, control, evidence,
+                                         in_flight=in_flight):
             return False
         self._enter(AttemptState.WATCHING)
         return True

@@ -207,3 +207,22 @@ def test_an_engine_restart_the_generator_decided_alone_is_journaled_once_and_its
     supervisor_asked = {**info, "engine_restarts": 2, "engine_restart_by": "supervisor"}
     assert level.observe(1, Sample(t=300.0, wall=300.0, cpu_pct={}, gpu=None,
                                    heartbeat=Heartbeat(1000, 9, 0.0, 4, "train", supervisor_asked))) is None
+
+
+def test_another_ranks_engine_stuck_under_the_old_policy_is_the_same_wedge(tmp_path: Path):
+    """Two ranks' engines wedged a few seconds apart: the second, in flight under the old policy
+    when the first was restarted, is that wedge again (level 1, no further escalation), not the
+    retry failing; the first rank's fresh engine never is."""
+    journal = Journal(tmp_path / "journal.jsonl", "run")
+    level = EngineLevel(_Tree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
+
+    def restart(engine_pid: int, in_flight: frozenset[int]) -> bool:
+        verdict = Verdict(VerdictKind.STALL, detected_at=100.0, onset=96.0, reason="engine made no step",
+                          evidence={"step": 3, "engine_pid": engine_pid})
+        return level.restart(1, GraphPolicy(cudagraphs_off=True), RecoveryLevel(1, "engine only", frozenset({engine_pid})),
+                             verdict, tmp_path / "control.json", None, in_flight=in_flight)
+
+    assert restart(20, frozenset({20, 30}))
+    assert level.ran_old_policy(1, 30) and not level.ran_old_policy(1, 20) and not level.ran_old_policy(2, 30)
+    assert restart(30, frozenset({30, 40}))  # 40: rank 0's retried engine, on the new policy
+    assert not level.ran_old_policy(1, 40) and not level.ran_old_policy(1, 30)

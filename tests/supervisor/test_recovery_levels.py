@@ -129,6 +129,9 @@ def test_the_level_decision():
     assert recovery_level(VerdictKind.STALL, **{**kw, "in_cohort": True}).level == 2
     pending = recovery_level(VerdictKind.STALL, **{**kw, "retry_pending": True})
     assert pending.level == 2 and "before the retry" in pending.reason, "the generator retries a batch once"
+    same = recovery_level(VerdictKind.STALL, **{**kw, "retry_pending": True, "last_engine_restart": 999.0,
+                                                "same_wedge": True})
+    assert same.level == 1, "another rank's engine stuck under the old policy: the same wedge"
 
 
 def test_a_stuck_engine_in_flight_is_level_1_whatever_another_rank_last_beat():
