@@ -175,3 +175,29 @@ def test_the_standby_worker_takes_over_and_is_spared_by_the_engine_kill(tmp_path
     assert standby["role"] == "active" and standby["pid"] != stuck
     events = [r["event"] for r in journal]
     assert events.index("capture") < events.index("kill"), "evidence before the kill"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_two_ranks_on_a_node_whose_engines_both_wedge_recover_at_the_engine_level(tmp_path):
+    """Two ranks share the heartbeat file (its phase is whichever rank beat last) and their
+    engines wedge in the same step, a few seconds apart. Each stuck engine is restarted alone
+    with graphs off; the job is not restarted (it was: the phase read 'restore', then the second
+    engine was taken for the retry failing and the policy escalated to enforce_eager)."""
+    run_dir, ckpt = tmp_path / "run", tmp_path / "ckpt"
+    argv = [HANGWATCH, "run", "--quiet", "--run-dir", str(run_dir), "--gpu-probe", f"file:{tmp_path / 'gpu.json'}",
+            "--interval", "0.25", "--stall-window", "3", "--engine-step-timeout", "2", "--grace", "1",
+            "--backoff", "0.1", "--capture-timeout", "15", "--checkpoint-dir", str(ckpt),
+            "--resume-arg", "--resume_from_checkpoint={checkpoint}", "--",
+            sys.executable, str(ROOT / "tests" / "fixtures" / "two_rank_toy.py"), "--steps", "6",
+            "--checkpoint-dir", str(ckpt), "--generate-timeout", "120", "--step-time", "0.1", "--standby-engine",
+            "--wedge-at-step", "3", "--", "--save-every", "0"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HANGWATCH_")}
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=150)
+    journal = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert len(_events(journal, "attempt_started")) == 1, "no job restart"
+    restarts = _events(journal, "engine_restart")
+    assert [r["ok"] for r in restarts] == [True, True] and restarts[0]["pids"] != restarts[1]["pids"]
+    assert [r["level"] for r in _events(journal, "recovery")] == [1, 1]
+    assert all(r["cudagraphs"] == "off" and not r["enforce_eager"] for r in _events(journal, "recovery"))
