@@ -328,6 +328,10 @@ class ColocatedGenerator:
                                  seed=seed, sampling=self.sampling)
             result = _completions(raw, len(prompts), n, worker.log_path)
             done()
+            # The rollouts came back on the engine of this many restarts: every later beat says so,
+            # so the supervisor tells a retry that worked (a crash after it is the trainer's own)
+            # from one that failed.
+            self.beat_info["rollouts_ok"] = self.engine_restarts
             done = phase("sleep")
             worker.request("sleep", self.timeouts.op)
             done()

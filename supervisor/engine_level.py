@@ -30,7 +30,7 @@ from typing import Any, Callable
 import structlog
 
 from hangwatch.contract.control import write_control
-from hangwatch.contract.heartbeat import GENERATOR_PHASES
+from hangwatch.contract.heartbeat import GENERATOR_PHASES, Heartbeat
 from hangwatch.contract.journal import Journal
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import Verdict
@@ -69,6 +69,9 @@ class EngineLevel:
         # restart and were not killed by it): with several ranks, another stuck one among them
         # is the same wedge, not the retry failing.
         self._old_policy: tuple[int, frozenset[int]] | None = None
+        # The attempt whose last restart was journaled as the generator's own (the stuck worker
+        # was gone already): the backstop beat that follows is that restart, not another.
+        self._claimed: int | None = None
 
     def ran_old_policy(self, attempt: int, engine_pid: Any) -> bool:
         """Whether ``engine_pid`` had a request in flight under the old policy at this attempt's
@@ -130,8 +133,20 @@ class EngineLevel:
         return now
 
     def unrecovered(self, attempt: int) -> bool:
-        """An engine restart of ``attempt`` whose retry has not yet moved the trainer on."""
-        return self._pending is not None and self._pending["attempt"] == attempt
+        """An engine restart of ``attempt`` whose retry has not yet come back: its rollouts not
+        returned (the generator's ``rollouts_ok``) and the trainer not past the wedged step."""
+        pending = self._pending
+        return pending is not None and pending["attempt"] == attempt and not pending.get("retried")
+
+    def note_beat(self, hb: Heartbeat | None) -> None:
+        """A trainer beat (each tick's, and the last one left when the trainer exits): the
+        generator says ``rollouts_ok == engine_restarts`` once the retried call's rollouts came
+        back on the restarted engine."""
+        info = (hb.info or {}) if hb is not None else {}
+        restarts = info.get("engine_restarts")
+        if self._pending is not None and isinstance(restarts, int) and restarts >= 1 \
+                and info.get("rollouts_ok") == restarts:
+            self._pending["retried"] = True
 
     def retry_failed(self, attempt: int, why: str) -> None:
         """The retry after the engine restart failed (the trainer crashed, or wedged again):
@@ -175,6 +190,7 @@ class EngineLevel:
 
     def _restarted_by_generator(self, attempt: int, level: RecoveryLevel, verdict: Verdict,
                                 evidence: Path | None) -> bool:
+        self._claimed = attempt
         now = self._restarted(attempt, verdict)
         self.journal().append("engine_restart", attempt=attempt, ok=True, pgids=sorted(level.engine_pgids), pids=[],
                               reason=level.reason, by="generator", onset_to_killed_s=round(now - verdict.onset, 3), kill_s=0.0,
@@ -189,6 +205,7 @@ class EngineLevel:
         timeout fired and no verdict came: no GPU probe, the engine's first request) is
         journaled too, and its policy returned for the run to keep."""
         policy = self._backstop(attempt, sample)
+        self.note_beat(sample.heartbeat)
         self._recovered(attempt, sample)
         return policy
 
@@ -204,6 +221,10 @@ class EngineLevel:
         if len(self._backstops) >= 1024:
             self._backstops.clear()
         self._backstops.add(key)
+        if self._claimed == attempt:
+            # The supervisor had its verdict and journaled this restart as the generator's already.
+            self._claimed = None
+            return None
         self.last_restart = sample.t
         policy = GraphPolicy(info.get("cudagraphs") == "off", bool(info.get("enforce_eager")))
         self.journal().append("engine_restart", attempt=attempt, ok=True, pgids=[], pids=[], by="generator",

@@ -31,6 +31,7 @@ import structlog
 
 from hangwatch.contract.capture import CaptureHook, CaptureRequest
 from hangwatch.contract.exitcodes import EXIT_UNKILLABLE
+from hangwatch.contract.heartbeat import read_heartbeat
 from hangwatch.contract.journal import Journal, read_journal
 from hangwatch.contract.redact import redact_argv
 from hangwatch.contract.samples import Sample
@@ -251,6 +252,10 @@ class Supervisor:
             evidence = self._incident(verdict, samples, trainer, attempt_dir, escalate_policy=not same_wedge) or evidence
             if not verdict.kind.is_hang:
                 if retrying and verdict.kind is VerdictKind.CRASH:
+                    # The beat it left may say the retry's rollouts came back (a crash of its own after).
+                    self.engine_level.note_beat(read_heartbeat(ours["HANGWATCH_HEARTBEAT"]))
+                    retrying = self.engine_level.unrecovered(st.attempt)
+                if retrying and verdict.kind is VerdictKind.CRASH and self._stop_signal is None:
                     # The batch's retry on the restarted engine failed and took the trainer down:
                     # that is the engine wedge escalating to the job (level 2), not a crash of
                     # the trainer's own for --on-crash to judge.

@@ -226,3 +226,24 @@ def test_another_ranks_engine_stuck_under_the_old_policy_is_the_same_wedge(tmp_p
     assert level.ran_old_policy(1, 30) and not level.ran_old_policy(1, 20) and not level.ran_old_policy(2, 30)
     assert restart(30, frozenset({30, 40}))  # 40: rank 0's retried engine, on the new policy
     assert not level.ran_old_policy(1, 40) and not level.ran_old_policy(1, 30)
+
+
+def test_a_retry_whose_rollouts_came_back_is_no_longer_pending(tmp_path: Path):
+    """Once the generator says the retried call's rollouts came back on the restarted engine, a
+    crash before the step moves is the trainer's own (--on-crash judges it), not a failed retry."""
+    ok, level, _, _, _ = _restart(tmp_path, frozenset({20}))
+    assert level.unrecovered(1)
+    failed_retry = Heartbeat(1000, 9, 0.0, 17, "restore", {"engine_restarts": 1, "rollouts_ok": 0})
+    level.note_beat(failed_retry)
+    assert level.unrecovered(1), "the restore beat of a failed retry says nothing came back"
+    level.note_beat(Heartbeat(1000, 10, 0.0, 17, "restore", {"engine_restarts": 1, "rollouts_ok": 1}))
+    assert not level.unrecovered(1)
+
+
+def test_a_restart_journaled_as_the_generators_is_not_journaled_again_from_its_beats(tmp_path: Path):
+    """The stuck worker was gone (the generator's timeout killed it) when the verdict came: the
+    supervisor journals that restart as the generator's; the backstop beat that follows is it."""
+    ok, level, _, _, journal = _restart(tmp_path, frozenset())
+    info = {"engine_restarts": 1, "engine_restart_by": "generator", "cudagraphs": "off"}
+    level.observe(1, Sample(t=101.0, wall=101.0, cpu_pct={}, gpu=None, heartbeat=Heartbeat(1000, 5, 0.0, 17, "load", info)))
+    assert len([r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_restart"]) == 1
