@@ -28,9 +28,9 @@ The conditions:
   at that moment (the GPU signature says what it is, and the cuda-graph
   escalation must follow it). Before the first beat the rule never fires: that
   is the warm-up allowance (loading, first compile, data-loader warm-up).
-  In the loop's own phase (``train`` or none), a beat that repeats its
-  process's last beat (step, phase, info) is not progress (``_advances``): a
-  heartbeat thread must not hide a stuck loop.
+  In the loop's own phase (``train`` or none), once the step has moved, a beat
+  that repeats its process's last beat (step, phase, info) is not progress
+  (``_advances``): a heartbeat thread must not hide a stuck loop.
 * **engine step rule**: each rollout engine process beats once per engine step
   (``Sample.engine``, a file per process, judged one by one). An engine that has
   stepped before, has a request in flight and has made no step for
@@ -223,9 +223,10 @@ class Detector:
         self._last_hb: object | None = None
         self._last_progress = start
         self._heartbeats_seen = False
-        # The step rule (``_advances``): each beating process's last (step, phase, info), and
-        # the beats since the last progress that only repeated one.
+        # The step rule (``_advances``): each beating process's last (step, phase), whether a
+        # step has ever moved, and the beats since the last progress that only repeated one.
         self._last_keys: dict[int, tuple[int | None, str | None, Mapping[str, Any]]] = {}
+        self._stepped = False
         self._repeats = 0
         # Per engine process: (its last token, when it last changed), and the stuck one, if any.
         self._engines: dict[int, tuple[tuple[int, int], float]] = {}
@@ -453,23 +454,23 @@ class Detector:
 
     def _advances(self, hb: Heartbeat) -> bool:
         """Whether a new beat is progress. In the training loop's own phase (``train``, or no
-        phase) the step is the progress: a beat that repeats its process's last beat exactly
-        (step, phase and info) is a sign of life, not of progress (a heartbeat thread that keeps
-        beating while the loop is stuck, from the first step or a later one); a beat inside a
-        long step that says how far it got (``info``: a micro-batch, tokens done) still counts.
-        Anywhere else (``evaluate``, ``checkpoint``, ``generate``, ...) every beat counts, since
-        those phases have no step of their own (a beat per eval batch or per saved shard), and
-        so does every beat without a step. Judged per beating process: ranks that share the
-        file each repeat their own step. (Not "once the step was seen to move": the supervisor
-        reads the latest beat once a tick, and a loop whose few steps before the hang all fell
-        between two ticks was never seen to move; its thread's beats hid the hang.)"""
+        phase) the step is the progress: once the step has been seen to move, a beat that
+        repeats the last beat exactly (step, phase and info) is a sign of life, not of progress
+        (a heartbeat thread that keeps beating while the loop is stuck); a beat inside a long
+        step that says how far it got (``info``: a micro-batch, tokens done) still counts. Anywhere else (``evaluate``,
+        ``checkpoint``, ``generate``, ...) every beat counts, since those phases have no step of
+        their own (a beat per eval batch or per saved shard), and so does every beat without a
+        step, or before the step first moved (a thread beating step 0 through a long load).
+        Judged per beating process: ranks that share the file each repeat their own step."""
         keys = self._last_keys
         key = (hb.step, hb.phase, hb.info)
         last = keys.get(hb.pid)
+        if last is not None and hb.step is not None and last[0] is not None and last[0] != hb.step:
+            self._stepped = True
         if last is None and len(keys) >= _MAX_BEATING_PIDS:
             keys.clear()  # pids churning (elastic restarts): start over, each first beat is progress
         keys[hb.pid] = key
-        return not (key == last and hb.step is not None and hb.phase in STEP_PHASES)
+        return not (key == last and self._stepped and hb.step is not None and hb.phase in STEP_PHASES)
 
     def _evidence(self, sample: Sample, scan: "_Scan", tree_cpu: float) -> dict[str, Any]:
         evidence = self._base_evidence(sample, scan, tree_cpu)

@@ -16,21 +16,27 @@ from hangwatch.supervisor.runner import Supervisor
 
 pytestmark = pytest.mark.timeout(60)
 
-PRELUDE = "import os, threading, time\nfrom hangwatch.trainer import beat\nstep = 0\n"
-STEPS = "for step in range(5):\n    beat(step=step, phase='train'); time.sleep(0.1)\n"
+STEPS = (
+    "import os, threading, time\n"
+    "from hangwatch.trainer import beat\n"
+    "step = 0\n"
+    "for step in range(5):\n"
+    "    beat(step=step, phase='train'); time.sleep(0.3)\n"
+)
+# (Steps of 0.3 s, longer than half the interval: the supervisor reads the latest beat once a
+# tick, and sees the step move before the hang even on a loaded machine.)
 # Each spins until a deadline and then exits 0: a hang the supervisor misses ends as "done".
 SPIN_UNTIL = "end = time.time() + 15\nwhile time.time() < end:\n    pass\n"
 HANGS = {
-    "spin": PRELUDE + STEPS + SPIN_UNTIL,
-    # A thread beats the loop's current step from the start and goes on while the loop is stuck
-    # (its fast steps may all fall between two ticks: the supervisor may never see them move).
-    "heartbeat_thread": PRELUDE + (
+    "spin": STEPS + SPIN_UNTIL,
+    # The beat goes on from a thread (the step it last saw) while the training loop is stuck.
+    "heartbeat_thread": STEPS + (
         "def keepalive():\n"
         "    while True:\n"
-        "        beat(step=step, phase='train'); time.sleep(0.05)\n"
-        "threading.Thread(target=keepalive, daemon=True).start()\n") + STEPS + SPIN_UNTIL,
+        "        beat(step=step, phase='train'); time.sleep(0.1)\n"
+        "threading.Thread(target=keepalive, daemon=True).start()\n") + SPIN_UNTIL,
     # A child spins while the trainer sleeps waiting for it.
-    "child_spins": PRELUDE + STEPS + "if os.fork() == 0:\n    " + SPIN_UNTIL.replace("\n", "\n    ")
+    "child_spins": STEPS + "if os.fork() == 0:\n    " + SPIN_UNTIL.replace("\n", "\n    ")
     + "os._exit(0)\nos.wait()\n",
 }
 INTERVAL, TIMEOUT = 0.5, 2.0
