@@ -29,8 +29,8 @@ The conditions:
   escalation must follow it). Before the first beat the rule never fires: that
   is the warm-up allowance (loading, first compile, data-loader warm-up).
   In the loop's own phase (``train`` or none), once the step has moved, a beat
-  that repeats its process's last beat (step, phase, info) is not progress
-  (``_advances``): a heartbeat thread must not hide a stuck loop.
+  that repeats its process's last step is not progress (``_advances``): a
+  heartbeat thread must not hide a stuck loop.
 * **engine step rule**: each rollout engine process beats once per engine step
   (``Sample.engine``, a file per process, judged one by one). An engine that has
   stepped before, has a request in flight and has made no step for
@@ -225,7 +225,7 @@ class Detector:
         self._heartbeats_seen = False
         # The step rule (``_advances``): each beating process's last (step, phase), whether a
         # step has ever moved, and the beats since the last progress that only repeated one.
-        self._last_keys: dict[int, tuple[int | None, str | None, Mapping[str, Any]]] = {}
+        self._last_keys: dict[int, tuple[int | None, str | None]] = {}
         self._stepped = False
         self._repeats = 0
         # Per engine process: (its last token, when it last changed), and the stuck one, if any.
@@ -455,15 +455,14 @@ class Detector:
     def _advances(self, hb: Heartbeat) -> bool:
         """Whether a new beat is progress. In the training loop's own phase (``train``, or no
         phase) the step is the progress: once the step has been seen to move, a beat that
-        repeats the last beat exactly (step, phase and info) is a sign of life, not of progress
-        (a heartbeat thread that keeps beating while the loop is stuck); a beat inside a long
-        step that says how far it got (``info``: a micro-batch, tokens done) still counts. Anywhere else (``evaluate``,
+        repeats the last beat's step and phase is a sign of life, not of progress (a heartbeat
+        thread that keeps beating while the loop is stuck). Anywhere else (``evaluate``,
         ``checkpoint``, ``generate``, ...) every beat counts, since those phases have no step of
         their own (a beat per eval batch or per saved shard), and so does every beat without a
         step, or before the step first moved (a thread beating step 0 through a long load).
         Judged per beating process: ranks that share the file each repeat their own step."""
         keys = self._last_keys
-        key = (hb.step, hb.phase, hb.info)
+        key = (hb.step, hb.phase)
         last = keys.get(hb.pid)
         if last is not None and hb.step is not None and last[0] is not None and last[0] != hb.step:
             self._stepped = True

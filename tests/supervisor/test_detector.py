@@ -742,15 +742,6 @@ def test_ranks_sharing_the_heartbeat_file_are_judged_each_on_its_own_repeats():
     assert verdict is not None and verdict.kind is VerdictKind.SILENT_HANG and verdict.detected_at == 19
 
 
-def test_a_beat_inside_a_long_step_that_says_how_far_it_got_is_progress():
-    """A slow step (longer than the timeout) that beats its micro-batches in ``info``: progress,
-    not a repeated beat."""
-    config = DetectorConfig(progress_timeout=10.0, engine_step_timeout=None)
-    stream = [tick(i, 0.0, 100.0, beat=Heartbeat(TRAINER, i + 1, 0.0, i // 30, "train", {"micro_batch": i % 30}))
-              for i in range(200)]
-    assert run(stream, config) is None
-
-
 def test_nvml_host_pids_in_a_container_are_unknown_holders_so_a_wedge_still_stalls(monkeypatch):
     """NVML names holders by host pid: in a container without the host PID namespace they are
     not ours to see. Taken as they were, the wedged device read as held only by strangers and
