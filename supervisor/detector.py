@@ -28,9 +28,6 @@ The conditions:
   at that moment (the GPU signature says what it is, and the cuda-graph
   escalation must follow it). Before the first beat the rule never fires: that
   is the warm-up allowance (loading, first compile, data-loader warm-up).
-  In the loop's own phase (``train`` or none), once the step has moved, a beat
-  that repeats its process's last step is not progress (``_advances``): a
-  heartbeat thread must not hide a stuck loop.
 * **engine step rule**: each rollout engine process beats once per engine step
   (``Sample.engine``, a file per process, judged one by one). An engine that has
   stepped before, has a request in flight and has made no step for
@@ -81,12 +78,6 @@ DEFAULT_PHASE_TIMEOUTS: Mapping[str, float] = {
     "compile": 1800.0,
     "warmup": 1800.0,
 }
-
-
-#: the phases of the training loop itself, where progress is the step moving (``Detector._advances``)
-STEP_PHASES = frozenset({None, "train"})
-# Beating processes the step rule remembers (one per rank, plus restarts).
-_MAX_BEATING_PIDS = 256
 
 
 class DetectorState(str, enum.Enum):
@@ -223,11 +214,6 @@ class Detector:
         self._last_hb: object | None = None
         self._last_progress = start
         self._heartbeats_seen = False
-        # The step rule (``_advances``): each beating process's last (step, phase), whether a
-        # step has ever moved, and the beats since the last progress that only repeated one.
-        self._last_keys: dict[int, tuple[int | None, str | None]] = {}
-        self._stepped = False
-        self._repeats = 0
         # Per engine process: (its last token, when it last changed), and the stuck one, if any.
         self._engines: dict[int, tuple[tuple[int, int], float]] = {}
         self._engine_stuck: tuple[float, Heartbeat] | None = None
@@ -317,9 +303,6 @@ class Detector:
         evidence = self._evidence(sample, scan, tree_cpu)
         evidence["rule"] = "idle" if cfg.idle_only else "progress"
         evidence["tree"] = "idle" if idle else "busy"
-        if self._repeats:
-            # Beats kept coming, the step did not move: say so, or "no progress" reads as a lie.
-            evidence["beats_without_progress"] = self._repeats
         stall_onset = self._stall.onset
         if stall_onset is not None and self._stall.last_confirm is not None:
             # The GPU signature of the cuda-graph wedge is already there, only its
@@ -337,9 +320,7 @@ class Detector:
             onset=self._last_progress,
             window=timeout,
             phase=self.phase,
-            reason=(f"no heartbeat progress for {silent_for:.0f} s (timeout {timeout:.0f} s), {what}"
-                    + (f"; {self._repeats} beat(s) meanwhile, all at step {self.step} ({self.phase or 'no phase'})"
-                       if self._repeats else "")),
+            reason=f"no heartbeat progress for {silent_for:.0f} s (timeout {timeout:.0f} s), {what}",
             evidence=evidence,
         )
 
@@ -434,10 +415,6 @@ class Detector:
             return False
         self._last_token = token
         self._heartbeats_seen = True
-        if not self._advances(hb):
-            self._repeats += 1
-            return False
-        self._repeats = 0
         # The beat happened when the trainer wrote it, up to one interval before this tick
         # read it: the timeout runs from then (on average half an interval sooner). Its
         # wall-clock age is trusted only within one interval: a clock step, or a beat
@@ -451,25 +428,6 @@ class Detector:
             self._timeout = self.config.progress_timeout_for(hb.phase)
         self.step = hb.step
         return True
-
-    def _advances(self, hb: Heartbeat) -> bool:
-        """Whether a new beat is progress. In the training loop's own phase (``train``, or no
-        phase) the step is the progress: once the step has been seen to move, a beat that
-        repeats the last beat's step and phase is a sign of life, not of progress (a heartbeat
-        thread that keeps beating while the loop is stuck). Anywhere else (``evaluate``,
-        ``checkpoint``, ``generate``, ...) every beat counts, since those phases have no step of
-        their own (a beat per eval batch or per saved shard), and so does every beat without a
-        step, or before the step first moved (a thread beating step 0 through a long load).
-        Judged per beating process: ranks that share the file each repeat their own step."""
-        keys = self._last_keys
-        key = (hb.step, hb.phase)
-        last = keys.get(hb.pid)
-        if last is not None and hb.step is not None and last[0] is not None and last[0] != hb.step:
-            self._stepped = True
-        if last is None and len(keys) >= _MAX_BEATING_PIDS:
-            keys.clear()  # pids churning (elastic restarts): start over, each first beat is progress
-        keys[hb.pid] = key
-        return not (key == last and self._stepped and hb.step is not None and hb.phase in STEP_PHASES)
 
     def _evidence(self, sample: Sample, scan: "_Scan", tree_cpu: float) -> dict[str, Any]:
         evidence = self._base_evidence(sample, scan, tree_cpu)

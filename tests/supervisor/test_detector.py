@@ -687,61 +687,6 @@ def test_the_progress_timeout_runs_from_when_the_beat_was_written():
     assert fired_at(10.5) == 15.0, "from the future: a clock step, no credit"
 
 
-# -- beats that repeat the step: a heartbeat thread while the training loop is stuck -----------
-
-
-def _beats(steps: list[tuple[int | None, str | None]], cpu: float = 100.0, start: float = 0.0) -> list[Sample]:
-    """One beat per tick (a new seq each), with the given (step, phase)s."""
-    return [tick(start + i, 0.0, cpu, beat=Heartbeat(TRAINER, i + 1, 0.0, step, phase))
-            for i, (step, phase) in enumerate(steps)]
-
-
-@pytest.mark.parametrize("phase", ["train", None])
-def test_beats_that_repeat_the_step_are_not_progress_once_the_step_moved(phase):
-    """A heartbeat thread keeps beating the loop's last step while the loop is stuck (spinning or
-    not): the progress timeout runs from the last step change, not from the last beat."""
-    config = DetectorConfig(progress_timeout=10.0, engine_step_timeout=None)
-    stream = _beats([(s, phase) for s in range(5)] + [(4, phase)] * 40)
-    verdict = run(stream, config)
-    assert verdict is not None and verdict.kind is VerdictKind.SILENT_HANG
-    assert (verdict.onset, verdict.detected_at) == (4, 14)
-    assert verdict.evidence["beats_without_progress"] == 10
-    assert "10 beat(s) meanwhile, all at step 4" in verdict.reason
-
-
-def test_repeated_beats_stay_progress_where_the_step_has_no_say():
-    """Every beat counts before the step first moved (a thread beating step 0 through a long
-    load), in phases without a step of their own (a beat per eval batch, per saved shard, per
-    rollout), without a step at all, and when the phase changes."""
-    config = DetectorConfig(progress_timeout=10.0, engine_step_timeout=None)
-    assert run(_beats([(0, "train")] * 100), config) is None
-    for phase in ("evaluate", "checkpoint", "generate", "my_phase"):
-        assert run(_beats([(1, "train"), (2, "train")] + [(2, phase)] * 100), config) is None, phase
-    assert run(_beats([(1, "train"), (2, "train")] + [(None, "train")] * 100), config) is None
-    alternating = [(2, "train" if i % 2 else "evaluate") for i in range(100)]
-    assert run(_beats([(1, "train")] + alternating), config) is None
-
-
-def test_a_wedge_under_a_beating_heartbeat_thread_is_a_stall():
-    """The repeated beats are not progress for the stall rule either: GPU busy, holders idle,
-    a thread beating the same step: the stall fires after its window."""
-    config = DetectorConfig(stall_window=20.0, progress_timeout=600.0, engine_step_timeout=None)
-    stream = [tick(i, 100.0, 1.0, beat=Heartbeat(TRAINER, i + 1, 0.0, min(i, 4), "train")) for i in range(100)]
-    verdict = run(stream, config)
-    assert verdict is not None and verdict.kind is VerdictKind.STALL
-    assert verdict.onset == 4 and verdict.detected_at == 24
-
-
-def test_ranks_sharing_the_heartbeat_file_are_judged_each_on_its_own_repeats():
-    """Two ranks' threads beat their own stuck steps into one file, alternately: neither repeat
-    is progress, though each beat differs from the other rank's last one."""
-    config = DetectorConfig(progress_timeout=10.0, engine_step_timeout=None)
-    beats = [Heartbeat(TRAINER + i % 2, i + 1, 0.0, min(i, 6) if i < 8 else 6 - i % 2, "train") for i in range(60)]
-    stream = [tick(i, 0.0, 100.0, beat=b) for i, b in enumerate(beats)]
-    verdict = run(stream, config)
-    assert verdict is not None and verdict.kind is VerdictKind.SILENT_HANG and verdict.detected_at == 19
-
-
 def test_nvml_host_pids_in_a_container_are_unknown_holders_so_a_wedge_still_stalls(monkeypatch):
     """NVML names holders by host pid: in a container without the host PID namespace they are
     not ours to see. Taken as they were, the wedged device read as held only by strangers and
