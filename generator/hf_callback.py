@@ -22,8 +22,7 @@ loop of transformers 5.24 (``Trainer._inner_training_loop``) and TRL 1.16.0:
 * ``on_train_begin``, ``on_step_begin``, ``on_substep_end``, ``on_step_end``:
   ``beat(step=state.global_step, phase="train")``; the step is the global step.
   ``on_substep_end`` (each gradient-accumulation micro-batch but the last) adds
-  ``micro_batch=<n>`` to that beat: the supervisor counts a beat that only repeats
-  the step as a sign of life, not progress, and a micro-batch done is progress.
+  ``micro_batch=<n>`` to that beat, so it says how far the optimizer step got.
 * The ``checkpoint`` phase *before* a save starts. The loop calls
   ``on_step_end`` and then ``_maybe_log_save_evaluate``, which saves when
   ``control.should_save`` is set; ``DefaultFlowCallback`` (always first in the
@@ -208,9 +207,8 @@ class HangwatchCallbackCore:
         return control
 
     def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        # The global step moves once per optimizer step: a beat that only repeated it would be a
-        # sign of life, not progress (docs/detector.md), and one optimizer step of many
-        # gradient-accumulation micro-batches may take longer than the progress timeout.
+        # The global step moves once per optimizer step, which with many gradient-accumulation
+        # micro-batches may take long: the beat says how far it got.
         self._micro_batch += 1
         self.send(state.global_step, "train", micro_batch=self._micro_batch)
         return control

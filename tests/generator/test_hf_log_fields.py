@@ -51,9 +51,8 @@ def test_plain_callback_fills_the_history_on_log():
 
 
 def test_a_long_optimizer_step_of_many_micro_batches_is_progress_not_a_hang():
-    """The supervisor reads a beat that only repeats the step as a sign of life (a heartbeat
-    thread must not hide a stuck loop); the callback's micro-batch beats say how far the step
-    got, so one optimizer step longer than the progress timeout is not a false hang."""
+    """The callback beats each micro-batch (with its number): one optimizer step longer than the
+    progress timeout is not a false hang."""
     from hangwatch.contract.heartbeat import Heartbeat
     from hangwatch.contract.samples import Sample
     from hangwatch.supervisor.detector import Detector, DetectorConfig

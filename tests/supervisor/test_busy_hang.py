@@ -16,22 +16,25 @@ from hangwatch.supervisor.runner import Supervisor
 
 pytestmark = pytest.mark.timeout(60)
 
-SPIN = (
-    "import time\n"
-    "from hangwatch.trainer import beat\n"
-    "for step in range(5):\n"
-    "    beat(step=step, phase='train'); time.sleep(0.1)\n"
-    "while True:\n"
-    "    pass\n"
-)
+PRELUDE = "import os, threading, time\nfrom hangwatch.trainer import beat\nstep = 0\n"
+STEPS = "for step in range(5):\n    beat(step=step, phase='train'); time.sleep(0.1)\n"
+# Each spins until a deadline and then exits 0: a hang the supervisor misses ends as "done".
+SPIN_UNTIL = "end = time.time() + 15\nwhile time.time() < end:\n    pass\n"
+HANGS = {
+    "spin": PRELUDE + STEPS + SPIN_UNTIL,
+    # A child spins while the trainer sleeps waiting for it.
+    "child_spins": PRELUDE + STEPS + "if os.fork() == 0:\n    " + SPIN_UNTIL.replace("\n", "\n    ")
+    + "os._exit(0)\nos.wait()\n",
+}
 INTERVAL, TIMEOUT = 0.5, 2.0
 
 
-def test_a_spinning_hang_is_detected_within_the_progress_timeout_plus_one_interval(tmp_path):
+@pytest.mark.parametrize("hang", sorted(HANGS))
+def test_a_spinning_hang_is_detected_within_the_progress_timeout_plus_one_interval(tmp_path, hang):
     values = {k: v[1] for k, v in SETTINGS.items()}
     values.update(run_dir=str(tmp_path / "run"), gpu_probe="none", interval=INTERVAL, progress_timeout=TIMEOUT,
                   max_restarts=0, grace=2.0, quiet=True)
-    config = build(values, [sys.executable, "-c", SPIN])
+    config = build(values, [sys.executable, "-c", HANGS[hang]])
     config.run_dir.mkdir(parents=True)
     sup = Supervisor(config, NoProbe(), SamplesOnlyCapture())
     sup.run()
