@@ -47,6 +47,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import select
 import socket
 import subprocess
@@ -61,6 +62,7 @@ import structlog
 from hangwatch.contract import env as names
 from hangwatch.contract.procid import ProcKey, kill_verified, same_process
 from hangwatch.contract.tools import add_helper, forget_helper
+from hangwatch.supervisor.guardian import MARK_SLACK_S
 from hangwatch.supervisor.launcher import LOG_MAX_BYTES, LaunchError, TrainerProcess, child_setup, open_logs, tee
 
 log = structlog.get_logger("hangwatch.prewarm")
@@ -222,12 +224,15 @@ class _Warm:
     def __init__(self, warm_plan: WarmPlan, command: Sequence[str], env: dict[str, str],
                  clock: Callable[[], float]) -> None:
         self.plan, self.env, self.cwd, self.clock = warm_plan, env, os.getcwd(), clock
+        # The guardian's mark for this process and all it will fork (``names.WARM``).
+        self.mark = [f"{names.WARM}={secrets.token_hex(8)}", time.time() - MARK_SLACK_S]
         ours, theirs = socket.socketpair()
         try:
             # preexec_fn (the parent-death signal) makes this a fork from the main thread, like launch().
             self.popen = subprocess.Popen(
                 [warm_plan.interpreter, *warm_plan.flags, "-c", BOOT, str(theirs.fileno()), warm_plan.spec(command)],
-                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env={**env, names.WARM: self.mark[0].partition("=")[2]}, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True, preexec_fn=child_setup(), pass_fds=(theirs.fileno(),))
         except BaseException:
             ours.close()
@@ -422,6 +427,11 @@ class Prewarmer:
     @property
     def warm_pid(self) -> int | None:
         return self._warm.pid if self._warm is not None else None
+
+    @property
+    def warm_mark(self) -> list[Any] | None:
+        """The guardian's mark ([entry, since]) of the warm process ``take`` would use."""
+        return self._warm.mark if self._warm is not None else None
 
     def close(self) -> None:
         """The run is over: an unused warm process is killed and reaped."""

@@ -147,6 +147,10 @@ class LocalTree:
         # does to its session or group, and however briefly nobody looked at the tree.
         mark = env.get(names.ATTEMPT_DIR)
         self._marks = [[f"{names.ATTEMPT_DIR}={mark}", time.time() - MARK_SLACK_S]] if mark else []
+        if self.prewarm is not None and self.prewarm.warm_mark is not None:
+            # A warm root's environment was fixed before it knew the attempt: its own mark (harmless
+            # if it is not taken: an unused warm process is killed anyway).
+            self._marks.append(self.prewarm.warm_mark)
         self._tell_guardian()  # before the trainer exists: no fork can beat it
         limit = {"log_limit": self.log_limit} if self.log_limit else {}
         trainer, how = None, {"mode": "cold"}

@@ -32,6 +32,10 @@ ENGINE_RECOVERY = "HANGWATCH_ENGINE_RECOVERY"
 #: helper it starts carries it, and the guardian kills what does when the supervisor dies.
 #: Never passed to the trainer (not an attempt variable), whose processes carry ATTEMPT_DIR.
 SUPERVISOR = "HANGWATCH_SUPERVISOR"
+#: in a warm launcher's initial environment (``--prewarm-launcher``; a random token): it gets the
+#: attempt's variables only when it is taken, after its environment was fixed, so the guardian
+#: knows the warm root and all it forks by this mark instead of ATTEMPT_DIR.
+WARM = "HANGWATCH_WARM"
 CONFIG = "HANGWATCH_CONFIG"              #: the user's settings file (read by the CLI)
 PYSPY = "HANGWATCH_PYSPY"                #: the py-spy binary to use instead of PATH's
 

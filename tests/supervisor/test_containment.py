@@ -377,3 +377,58 @@ def test_the_guardian_never_kills_a_group_whose_id_went_to_a_stranger():
         for proc in (stranger, ours):
             proc.kill()
             proc.wait(5)
+
+
+WARM_RACER = """
+import os, signal, sys, time
+pidfile = sys.argv[1]
+if os.environ.get("HANGWATCH_ATTEMPT") == "1":  # attempt 1 beats and fails: attempt 2 starts warm
+    from hangwatch.trainer import beat
+    beat(step=0, phase="train"); time.sleep(4); sys.exit(1)
+r, w = os.pipe()
+if os.fork() == 0:  # escapes: new session, double fork, ignores SIGTERM
+    os.setsid()
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.write(w, str(os.getpid()).encode()); os.close(w)
+        time.sleep(60); os._exit(0)
+    os._exit(0)
+escaped = os.read(r, 32).decode()
+with open(pidfile + ".tmp", "w") as f:
+    f.write(f"{os.getpid()} {escaped}")
+os.rename(pidfile + ".tmp", pidfile)
+time.sleep(60)
+"""
+
+
+@pytest.mark.timeout(90)
+def test_tree_fallback_guardian_kills_what_a_warm_launcher_forked(tmp_path):
+    """--prewarm-launcher: the warm root's environment was fixed before it knew the attempt, so
+    nothing it forks carries the attempt's mark; its escaped worker survived a SIGKILLed
+    supervisor until the warm process got a mark of its own."""
+    pidfile, racer = tmp_path / "pids", tmp_path / "racer.py"
+    racer.write_text(WARM_RACER)  # a script file: a warm launcher runs scripts and modules, not -c
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hangwatch.cli", "run", "--run-dir", str(tmp_path / "run"), "--gpu-probe", "none",
+         "--interval", "1", "--containment", "tree", "--backoff", "0", "--max-restarts", "2", "--prewarm-launcher",
+         "--quiet", "--", sys.executable, str(racer), str(pidfile)],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    pids: list[int] = []
+    try:
+        wait_for(lambda: pidfile.exists(), timeout=60, what="the warm attempt forked")
+        pids = [int(p) for p in pidfile.read_text().split()]
+        proc.kill()
+        proc.wait(10)
+        wait_for(lambda: not any(_alive(p) for p in pids), timeout=10, what=f"{pids} killed by the guardian")
+        started = [json.loads(line) for line in (tmp_path / "run" / "journal.jsonl").read_text().splitlines()
+                   if '"attempt_started"' in line]
+        assert started[-1]["launch"]["mode"] == "warm"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
