@@ -138,7 +138,7 @@ def test_applied_mode_is_beaten_for_the_journal_including_a_worker_downgrade(tra
         assert gen.applied == AppliedSettings("PIECEWISE", "VLLM_COMPILE", 1)
     info = json.loads(hb.read_text())["info"]
     assert info == {"cudagraphs": "on", "enforce_eager": False, "applied_cudagraph_mode": "PIECEWISE",
-                    "applied_compile_mode": "VLLM_COMPILE"}
+                    "applied_compile_mode": "VLLM_COMPILE", "rollouts_ok": 0}
 
 
 def test_graphs_off_policy_with_graphs_on_worker_is_refused(trainer, tmp_path, monkeypatch):
