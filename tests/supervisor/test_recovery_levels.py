@@ -201,3 +201,38 @@ def test_two_ranks_on_a_node_whose_engines_both_wedge_recover_at_the_engine_leve
     assert [r["ok"] for r in restarts] == [True, True] and restarts[0]["pids"] != restarts[1]["pids"]
     assert [r["level"] for r in _events(journal, "recovery")] == [1, 1]
     assert all(r["cudagraphs"] == "off" and not r["enforce_eager"] for r in _events(journal, "recovery"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_stop_during_the_retry_is_a_stop_not_a_failed_retry(tmp_path):
+    """SIGTERM right after the engine restart: the trainer dies of the forwarded stop before its
+    retry came back. That is the user's stop (interrupted), not the retry failing escalated to
+    the job (it was journaled as engine_restart ok: false and a stall)."""
+    import signal
+    import time
+
+    run_dir, ckpt = tmp_path / "run", tmp_path / "ckpt"
+    argv = [HANGWATCH, "run", "--quiet", "--run-dir", str(run_dir), "--gpu-probe", f"file:{tmp_path / 'gpu.json'}",
+            "--interval", "0.25", "--stall-window", "3", "--grace", "1", "--backoff", "0.1", "--capture-timeout", "15",
+            "--checkpoint-dir", str(ckpt), "--resume-arg", "--resume_from_checkpoint={checkpoint}", "--",
+            sys.executable, str(ROOT / "scripts" / "toy_trainer.py"), "--steps", "6", "--save-every", "2",
+            "--checkpoint-dir", str(ckpt), "--wedge-at-step", "3", "--generate-timeout", "120", "--step-time", "0.05"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HANGWATCH_")}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        journal_path = run_dir / "journal.jsonl"
+        deadline = time.monotonic() + 120
+        while not (journal_path.exists() and '"engine_restart"' in journal_path.read_text()):
+            assert time.monotonic() < deadline and proc.poll() is None, "no engine restart"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    journal = [json.loads(line) for line in journal_path.read_text().splitlines()]
+    assert [r["ok"] for r in _events(journal, "engine_restart")] == [True], "no failed retry was journaled"
+    assert all(r["kind"] != "stall" for r in _events(journal, "attempt_ended"))
+    assert journal[-1]["event"] == "run_finished" and journal[-1]["outcome"] == "interrupted"
