@@ -70,6 +70,25 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _wait_dead(pids: list[int], settle: float) -> None:
+    """Give the guardian up to ``settle`` s to kill ``pids``."""
+    deadline = time.monotonic() + settle
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _reap_all(proc: subprocess.Popen, pids: list[int]) -> None:
+    """Whatever a test started: the supervisor, and every pid its trainer reported."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(10)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def _start(tmp: Path, n: int, containment: str) -> tuple[subprocess.Popen, Path]:
     run = tmp / f"run-{n}"
     pidfile = tmp / f"pids-{n}"
@@ -91,19 +110,10 @@ def _race(tmp: Path, n: int, containment: str, settle: float = 10.0) -> tuple[li
         pids += children
         proc.kill()  # right after the fork: the supervisor's next tick is ~0.5 s away
         proc.wait(10)
-        deadline = time.monotonic() + settle
-        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_dead(pids, settle)
         return pids, [p for p in pids if _alive(p)]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _reap_all(proc, pids)
 
 
 @needs_cgroup
@@ -210,19 +220,10 @@ def test_sigkill_during_the_capture_leaves_neither_the_tree_nor_the_capture_help
         assert helpers, "the capture is waiting on the hung py-spy stand-in"
         proc.kill()
         proc.wait(10)
-        deadline = time.monotonic() + 5
-        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_dead(pids, 5)
         assert [p for p in pids if _alive(p)] == [], f"survivors of the SIGKILLed supervisor among {pids}"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _reap_all(proc, pids)
 
 
 def test_detect_falls_back_or_refuses_without_a_cgroup(tmp_path):
@@ -340,19 +341,10 @@ def test_sigkill_during_the_kill_takes_what_a_sigterm_handler_started(tmp_path):
         pids = [int(p) for p in pidfile.read_text().split()]
         proc.kill()
         proc.wait(10)
-        deadline = time.monotonic() + 5
-        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_dead(pids, 5)
         assert [p for p in pids if _alive(p)] == [], f"survivors of the SIGKILLed supervisor among {pids}"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _reap_all(proc, pids)
 
 
 @pytest.mark.timeout(30)
@@ -424,11 +416,4 @@ def test_tree_fallback_guardian_kills_what_a_warm_launcher_forked(tmp_path):
                    if '"attempt_started"' in line]
         assert started[-1]["launch"]["mode"] == "warm"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _reap_all(proc, pids)
