@@ -188,14 +188,18 @@ class Supervisor:
 
     def _finish_interrupted(self, trainer_code: int | None) -> int:
         sig = self._stop_signal or signal.SIGTERM
-        if trainer_code is None:
+        if trainer_code is None or self.cohort is not None:
+            # In a cohort every node exits the same way: 128 + the signal the stop began with.
+            # A launcher's own status on a forwarded signal is not: torchrun answers SIGTERM
+            # with 1 or 143 depending on where the signal finds it (its status is journaled).
             code = 128 + sig
         elif trainer_code < 0:
             code = 128 - trainer_code
         else:
             code = trainer_code
         self.journal.append("run_finished", outcome="interrupted", exit_code=code,
-                            reason=f"supervisor received {signal.Signals(sig).name}", attempts=self.state.attempt)
+                            reason=f"supervisor received {signal.Signals(sig).name}", attempts=self.state.attempt,
+                            **({"trainer_exit_code": trainer_code} if trainer_code is not None else {}))
         log.warning("run_finished", message=f"interrupted by {signal.Signals(sig).name}; exit {code}")
         return code
 

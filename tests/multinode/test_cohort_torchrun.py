@@ -228,7 +228,8 @@ def test_a_stop_on_one_node_stops_every_node_and_the_journals_say_why(job_factor
     _wait_training(job, 0), _wait_training(job, 1)
     os.kill(job.procs[1].pid, signal.SIGTERM)
     codes = job.wait(60)
-    assert codes[0] == codes[1] and codes[0] is not None and codes[0] != 75, [job.output(i) for i in range(2)]
+    # 128 + SIGTERM on both: torchrun's own answer to the forwarded SIGTERM (1 or 143) is not the job's.
+    assert codes == [143, 143], [job.output(i) for i in range(2)]
     records = job.journal(0)
     stop = next(r for r in records if r["event"] == "member_lost")
     assert stop["cause"] == "stopped" and "node 1's supervisor received SIGTERM" in stop["reason"]
