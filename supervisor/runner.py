@@ -104,6 +104,8 @@ class Supervisor:
         self._engines_beat = False  # a rollout engine has beaten its steps in this attempt
         self._agreed_step: int | None = None
         self._stop_signal: int | None = None
+        # When we were last continued (SIGCONT) and no sample has accounted for it yet.
+        self._continued_at: float | None = None
         # Status file, metrics, alerts: told about phases and ticks here, journal records by the journal.
         self.observer: RunObserver = observer or NullObserver()
 
@@ -113,6 +115,11 @@ class Supervisor:
         """Signal handler: only records; the loop acts at its next poll."""
         if self._stop_signal is None:
             self._stop_signal = signum
+
+    def note_continued(self, _signum: int = signal.SIGCONT, _frame: Any = None) -> None:
+        """SIGCONT handler: we were stopped and continued (a suspended job). A stop inside
+        our sleep shows as its overrun; this tells of one that landed inside a tick."""
+        self._continued_at = self.clock()
 
     def _sleep(self, seconds: float) -> bool:
         """Sleep in small steps; False if a stop was requested meanwhile."""
@@ -389,6 +396,8 @@ class Supervisor:
         info_budget = RecordBudget(self.clock)  # a trainer beating new info every step must not fill the journal
         launched = self.clock()
         next_tick = self.clock()
+        self._continued_at = None
+        last_t: float | None = None  # the previous sample's time
         while True:
             code = self.tree.exit_code(trainer)
             if code is not None:
@@ -400,6 +409,16 @@ class Supervisor:
             if external is not None:
                 return external, samples.snapshot(), None
             sample = self.tree.sample()
+            continued = self._continued_at
+            if continued is not None and continued <= sample.t:
+                # Stopped and continued inside a tick (no sleep overran): the time since the
+                # previous sample, beyond one interval, was not observed and is not silence.
+                self._continued_at = None
+                gap = sample.t - last_t - cfg.interval if last_t is not None else 0.0
+                if gap > cfg.effective_gap_tolerance:
+                    detector.unobserved(gap)
+                    next_tick = self.clock()
+            last_t = sample.t
             samples.append(sample)
             decided = self.engine_level.observe(self.state.attempt, sample)
             if decided is not None:  # the generator restarted its engine alone: the run keeps its policy
@@ -437,6 +456,8 @@ class Supervisor:
             if overrun > cfg.effective_gap_tolerance:
                 detector.unobserved(overrun)
                 next_tick = self.clock()
+                if self._continued_at is not None and self._continued_at >= slept_from:
+                    self._continued_at = None  # that stop was this overrun, already discounted
 
     def _forward_stop(self, trainer: Trainer) -> int | None:
         """Pass SIGINT/SIGTERM to the trainer's group, give it the grace to exit."""

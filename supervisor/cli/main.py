@@ -345,6 +345,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     stop = supervisor.cohort.bind_stop(supervisor.request_stop) if supervisor.cohort is not None else supervisor.request_stop
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop)
+    signal.signal(signal.SIGCONT, supervisor.note_continued)  # a suspended job: that time is not silence
     containment = _contain(supervisor, config, log, resumed=resume_dir is not None)
     if config.prewarm_launcher and isinstance(supervisor.tree, LocalTree):
         from hangwatch.supervisor.prewarm import Prewarmer  # noqa: PLC0415

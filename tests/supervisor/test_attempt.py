@@ -7,6 +7,7 @@ run in milliseconds, and every side effect the runner asked for is recorded.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -200,6 +201,33 @@ def test_a_job_stopped_and_continued_is_not_a_hang(tmp_path):
     config.run_dir.mkdir(parents=True)
     sup = Supervisor(config, FakeProbe(), RecordingCapture(), tree=tree, clock=clock, sleep=sleep, wall=clock)
     assert sup.run() == 0 and stopped[0]
+    assert not [r for r in read_journal(sup.run_dir / "journal.jsonl") if r["event"] == "incident"]
+
+
+class _StoppedInsideATick(_StoppedOnce):
+    """The same job stop, landing inside the supervisor's tick (while it samples), not its sleep:
+    no sleep overran, and only the SIGCONT the continued supervisor receives tells of it."""
+
+    supervisor = None
+
+    def sample(self):
+        if self.clock() >= 1010 and not self.stopped_for:
+            self.clock.now += 1200  # SIGSTOP ... SIGCONT, inside the tick
+            self.stopped_for = 1200.0
+            self.supervisor.note_continued(signal.SIGCONT)
+        return super().sample()
+
+
+def test_a_job_stopped_inside_a_tick_and_continued_is_not_a_hang(tmp_path):
+    """Before, only a stop inside the supervisor's sleep was discounted: this one read as 20 min
+    without progress, a silent hang and a kill."""
+    clock = FakeClock()
+    tree = _StoppedInsideATick(clock, ["train"], train_for=1400.0)
+    config = _config(tmp_path)
+    config.run_dir.mkdir(parents=True)
+    sup = tree.supervisor = Supervisor(config, FakeProbe(), RecordingCapture(), tree=tree, clock=clock,
+                                       sleep=clock.sleep, wall=clock)
+    assert sup.run() == 0 and tree.stopped_for
     assert not [r for r in read_journal(sup.run_dir / "journal.jsonl") if r["event"] == "incident"]
 
 
