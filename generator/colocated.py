@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import logging
 import os
 import tempfile
@@ -72,6 +73,10 @@ from hangwatch.contract.heartbeat import GENERATOR_PHASES, beat
 logger = logging.getLogger(__name__)
 
 PHASES = GENERATOR_PHASES
+
+# Which generator of this trainer process beat an engine restart (a process may hold several:
+# the supervisor tells their restarts apart by it, since each counts its own from 1).
+_GENERATOR_INDEX = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -172,6 +177,7 @@ class ColocatedGenerator:
         self._failed_at: str | None = None  # the phase the last call failed in
         self._failed_pid: int | None = None  # the worker the last call failed on
         self._backstop_used = False
+        self._index = next(_GENERATOR_INDEX)
 
     @property
     def worker_pid(self) -> int | None:
@@ -252,6 +258,7 @@ class ColocatedGenerator:
         self.beat_info.update({"cudagraphs": "on" if graphs else "off", "enforce_eager": eager})
         self.engine_restarts += 1
         self.beat_info["engine_restarts"] = self.engine_restarts
+        self.beat_info["engine_restart_generator"] = self._index
         # Who decided this restart: the supervisor journals one the generator decided alone.
         self.beat_info["engine_restart_by"] = "generator" if instruction.get("by") == "generator" else "supervisor"
         standby, self.standby = self.standby, None

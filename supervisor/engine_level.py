@@ -63,8 +63,9 @@ class EngineLevel:
         self.restarts = 0
         self.last_restart: float | None = None
         self._pending: dict[str, Any] | None = None
-        # The generators' own engine restarts already journaled: (attempt, trainer pid, its count).
-        self._backstops: set[tuple[int, int, int]] = set()
+        # The generators' own engine restarts already journaled: (attempt, trainer pid, which of
+        # the process's generators, its count).
+        self._backstops: set[tuple[int, int, Any, int]] = set()
         # (attempt, engines that had a request in flight under the old policy at the last engine
         # restart and were not killed by it): with several ranks, another stuck one among them
         # is the same wedge, not the retry failing.
@@ -215,7 +216,8 @@ class EngineLevel:
         count = info.get("engine_restarts")
         if hb is None or info.get("engine_restart_by") != "generator" or not isinstance(count, int):
             return None
-        key = (attempt, hb.pid, count)
+        generator = info.get("engine_restart_generator")
+        key = (attempt, hb.pid, generator if isinstance(generator, int) else None, count)
         if key in self._backstops:
             return None
         if len(self._backstops) >= 1024:

@@ -209,6 +209,22 @@ def test_an_engine_restart_the_generator_decided_alone_is_journaled_once_and_its
                                    heartbeat=Heartbeat(1000, 9, 0.0, 4, "train", supervisor_asked))) is None
 
 
+def test_two_generators_of_one_trainer_each_have_their_own_restart_journaled(tmp_path: Path):
+    """A trainer process holding two generators (each counts its restarts from 1): the second's
+    own restart is its own, not the first's seen again (before: keyed on pid and count only,
+    it was never journaled and its policy never kept)."""
+    journal = Journal(tmp_path / "journal.jsonl", "run")
+    level = EngineLevel(_Tree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
+    first = {"engine_restarts": 1, "engine_restart_by": "generator", "cudagraphs": "off",
+             "engine_restart_generator": 0}
+    second = {**first, "engine_restart_generator": 1, "enforce_eager": True}
+    for k, info in enumerate([first, first, second, second]):
+        level.observe(1, Sample(t=200.0 + k, wall=200.0 + k, cpu_pct={}, gpu=None,
+                                heartbeat=Heartbeat(1000, 5 + k, 0.0, 3, "train", info)))
+    restarts = [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_restart"]
+    assert [r["enforce_eager"] for r in restarts] == [False, True]
+
+
 def test_another_ranks_engine_stuck_under_the_old_policy_is_the_same_wedge(tmp_path: Path):
     """Two ranks' engines wedged a few seconds apart: the second, in flight under the old policy
     when the first was restarted, is that wedge again (level 1, no further escalation), not the
