@@ -13,6 +13,8 @@ The layout is documented in docs/bundle-format.md.
 from __future__ import annotations
 
 import errno
+import gzip
+import io
 import json
 import os
 import re
@@ -178,7 +180,10 @@ def load_bundle(path: Path) -> Bundle:
             return Bundle(path, path.name, _read_dir(folder))
     budget = _Budget(path)
     try:
-        with _open_archive(path) as raw, tarfile.open(fileobj=raw, mode="r:gz") as tar:
+        # Read as a stream ("r|"), inflated by us: every byte tarfile sees, headers and skipped
+        # data included, passes through _Inflated's count.
+        with _open_archive(path) as raw, gzip.GzipFile(fileobj=raw, mode="rb") as gz, \
+                tarfile.open(fileobj=_Inflated(gz, path), mode="r|", tarinfo=_HeaderCapped) as tar:
             files = {}
             top = None
             for member in tar:
@@ -196,11 +201,62 @@ def load_bundle(path: Path) -> Bundle:
             tar.members = []  # tarfile keeps every header; we are done with them
     except (NotRegularFile, FileTooLarge) as exc:
         raise InputError(f"{path}: {exc.strerror}; give a bundle directory or its .tar.gz") from None
+    except _HeaderTooLarge as exc:
+        raise InputError(f"{path}: a tar header of {exc.size / 2**20:.0f} MiB, over the {MAX_HEADER_BYTES >> 20} MiB "
+                         "a bundle's may have; not a hangwatch bundle (or a decompression bomb)") from None
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise InputError(f"{path}: not a readable .tar.gz bundle ({exc})") from None
     if MANIFEST not in files:
         raise InputError(f"{path}: archive has no {MANIFEST} under a top directory; not a hangwatch bundle")
     return Bundle(path, top or path.name, files)
+
+
+#: What tarfile may read of the inflated archive: the files' bytes plus a header and padding per
+#: member and room for long names. The sizes above are checked from each member's header, but the
+#: headers themselves are not members: a GNU long name or a pax header is read whole into memory
+#: (a 1 GiB one from a 1 MB archive took 2.1 GB), and a member of a type tarfile does not know is
+#: skipped by inflating all of it. Counting every inflated byte bounds both.
+MAX_INFLATED_BYTES = MAX_TOTAL_BYTES + MAX_MEMBERS * 2048 + (16 << 20)
+#: A long name, link name or pax header of a bundle member is a path and a few fields.
+MAX_HEADER_BYTES = 1 << 20
+
+
+class _Inflated(io.RawIOBase):
+    """The inflated archive, refused with a clear error past ``MAX_INFLATED_BYTES``."""
+
+    def __init__(self, stream: IO[bytes], source: Path) -> None:
+        super().__init__()
+        self.stream = stream
+        self.source = source
+        self.total = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        want = MAX_INFLATED_BYTES + 1 - self.total
+        data = self.stream.read(want if size is None or size < 0 else min(size, want))
+        self.total += len(data)
+        if self.total > MAX_INFLATED_BYTES:
+            raise InputError(f"{self.source}: inflates to over {MAX_INFLATED_BYTES >> 20} MiB; not a hangwatch "
+                             "bundle (or a decompression bomb)")
+        return data
+
+
+class _HeaderCapped(tarfile.TarInfo):
+    """Refuses a long-name or pax header larger than ``MAX_HEADER_BYTES`` before tarfile reads it."""
+
+    def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
+                         tarfile.SOLARIS_XHDTYPE) and self.size > MAX_HEADER_BYTES:
+            raise _HeaderTooLarge(self.size)
+        return super()._proc_member(tarfile_)
+
+
+class _HeaderTooLarge(Exception):
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
 
 
 def _open_archive(path: Path) -> IO[bytes]:
