@@ -27,7 +27,7 @@ from typing import IO, Any, Callable, Mapping
 
 from hangwatch.diagnostics.errors import BundleError, InputError
 from hangwatch.diagnostics.pyspy import parse_json
-from hangwatch.contract.redact import redact_text
+from hangwatch.contract.redact import redact_text, redact_value
 from hangwatch.diagnostics.stacks import ProcessDump, ProcessSeries, group_series
 from hangwatch.contract import atomic
 from hangwatch.contract.capped import FileTooLarge, NotRegularFile, describe_kind, open_capped
@@ -48,10 +48,38 @@ def write_bundle(final: Path, files: Mapping[str, bytes | str]) -> Path:
     encoded = {}
     for name, content in files.items():
         _check_relative(name)
-        encoded[name] = redact_text(content).encode() if isinstance(content, str) else content
+        encoded[name] = _redacted(name, content).encode() if isinstance(content, str) else content
     # Private like the rest of the run dir (logs and environment are in it, redacted
     # or not); `hangwatch bundle pack` makes the copy meant for sharing.
     return atomic.write_dir(final, encoded, mode=0o700)
+
+
+def _redacted(name: str, text: str) -> str:
+    """``text`` redacted for a bundle. A JSON file (or JSON-lines file) is redacted field by
+    field (``redact_value``) and left as written when nothing in it is secret: redacting its
+    text replaced a sensitive key's number or ``{`` with a bare marker, and a trainer beating
+    ``pass_at_1=0.25`` left every bundle of its run unreadable by replay and report."""
+    if name.endswith(".json"):
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError):
+            return redact_text(text)
+        clean = redact_value(data)
+        return text if clean == data else dumps_json(clean)
+    if name.endswith(".jsonl"):
+        return "\n".join(_redacted_line(line) for line in text.split("\n"))
+    return redact_text(text)
+
+
+def _redacted_line(line: str) -> str:
+    try:
+        data = json.loads(line) if line.strip() else None
+    except (ValueError, RecursionError):
+        return redact_text(line)
+    if data is None:
+        return line
+    clean = redact_value(data)
+    return line if clean == data else json.dumps(clean, default=str)
 
 
 def replace_file(bundle_dir: Path, name: str, content: str) -> Path:

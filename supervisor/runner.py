@@ -33,7 +33,7 @@ from hangwatch.contract.capture import CaptureHook, CaptureRequest
 from hangwatch.contract.exitcodes import EXIT_UNKILLABLE
 from hangwatch.contract.heartbeat import read_heartbeat
 from hangwatch.contract.journal import Journal, read_journal
-from hangwatch.contract.redact import redact_argv
+from hangwatch.contract.redact import redact_argv, redact_value
 from hangwatch.contract.samples import Sample
 from hangwatch.contract.verdict import Verdict, VerdictKind, classify_exit
 from hangwatch.supervisor.attempt import (CAPTURE_SLACK_S, AttemptLifecycle, AttemptState, RecoveryLevel, RunState,
@@ -435,7 +435,7 @@ class Supervisor:
             if hb is not None and hb.info and dict(hb.info) != last_info and info_budget.due():
                 last_info = dict(hb.info)
                 self.journal.append("trainer_info", attempt=self.state.attempt, step=hb.step, phase=hb.phase,
-                                    info=last_info)
+                                    info=redact_value(last_info))
             verdict = detector.observe(sample)
             if verdict is None:
                 self._maybe_early_round(detector, sample.t)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 MARK = "[REDACTED]"
 
@@ -149,6 +149,37 @@ def _redact_pem(text: str) -> str:
     if end is not None and not _PEM_BEGIN.search(text, 0, end.start()):
         text = f"{MARK}\n{text[end.start():]}"
     return _PEM_BLOCK.sub(lambda m: f"{m.group(1)}\n{MARK}\n{m.group(2)}", text)
+
+
+#: Deeper than this, a JSON value is not ours to keep: it goes whole.
+_MAX_VALUE_DEPTH = 100
+
+
+def redact_value(value: Any, *, _depth: int = 0) -> Any:
+    """A JSON-shaped value (a heartbeat's ``info``, a bundle's JSON file) redacted field by field.
+
+    It keeps its shape, so it stays valid JSON: ``redact_text`` over the serialized text
+    replaced the number after ``"pass_at_1":`` (the part PASS) or the ``{`` after ``"auth":``
+    with a bare ``[REDACTED]``, and the file no longer parsed. Here a value under a sensitive
+    key goes whole (a string, a number, a list or an object; ``None``, a bool and ``""`` hold
+    nothing to hide), and every other string, keys included, is redacted as text.
+    """
+    if _depth > _MAX_VALUE_DEPTH:
+        return MARK
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, Mapping):
+        out: dict[Any, Any] = {}
+        for key, item in value.items():
+            name = redact_text(key) if isinstance(key, str) else key
+            if isinstance(key, str) and is_sensitive_name(key) and item not in (None, "") and not isinstance(item, bool):
+                out[name] = MARK
+            else:
+                out[name] = redact_value(item, _depth=_depth + 1)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [redact_value(item, _depth=_depth + 1) for item in value]
+    return value
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
