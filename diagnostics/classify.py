@@ -268,8 +268,10 @@ class _Matcher:
         self.helpers = [s for s in signatures if s.kind == "helper"]
         self.memo: dict[tuple, _ThreadFacts] = {}
 
-    def facts(self, thread: ThreadDump, pid: int | None, cmdline: str) -> _ThreadFacts:
-        main = is_main(thread, pid)
+    def facts(self, thread: ThreadDump, pid: int | None, cmdline: str, alone: bool = False) -> _ThreadFacts:
+        # The only thread a dump shows of its process (one thread of a gdb/lldb session,
+        # a stack pasted on its own) is the one the reporter looked at: it decides.
+        main = is_main(thread, pid) or alone
         key = (thread.frames, thread.name, cmdline, main)
         got = self.memo.get(key)
         if got is None:
@@ -315,7 +317,8 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
     m = matcher or _Matcher(signatures)
     pid, cmd = series.pid, series.cmdline
     threads = series.latest.threads if series.dumps else ()
-    cands = [(t, series.frozen(t.ident), m.facts(t, pid, cmd)) for t in threads]
+    alone = len(threads) == 1
+    cands = [(t, series.frozen(t.ident), m.facts(t, pid, cmd, alone)) for t in threads]
     workers = [c for c in cands if not c[2].helper]
 
     def matches(pool):
@@ -325,7 +328,7 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
     if found:
         found.sort(key=lambda x: (-x[2].priority, x[1] is not True, not is_main(x[0], pid), -len(x[3])))
         t, frozen, sig, frames = found[0]
-        idle = m.facts(t, pid, cmd).idle
+        idle = m.facts(t, pid, cmd, alone).idle
         return ProcessVerdict(series, "stalled", sig, t, frames, frozen, idle is not None, idle.title if idle else "",
                               tuple((x[0], x[2], x[3]) for x in found[:50]), source)
     pool = workers or cands
@@ -337,6 +340,9 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
     if not workers:
         return ProcessVerdict(series, "idle", None, t, (), frozen, False, "only helper threads", (), source)
     if not t.telling_frames(limit=1):
+        native = t.native_telling_frames()
+        if native:  # blocked in libcuda/libnccl/an extension with no signature: not idle
+            return ProcessVerdict(series, "unknown", None, t, native, frozen, False, "", (), source)
         return ProcessVerdict(series, "idle", None, t, (), frozen, False, "standard-library wait", (), source)
     return ProcessVerdict(series, "unknown", None, t, t.telling_frames(), frozen, False, "", (), source)
 

@@ -27,8 +27,15 @@ in well under a second). It accepts:
   markdown-escaped paths, cluster log prefixes (``stdout F``, ``srun --label``),
   ANSI colours, and pystack's outermost-first threads;
 * gdb: ``thread apply all bt`` / ``Switching to thread`` headers, native ``#N 0x.. in f ()``
-  frames, and both forms of ``py-bt`` (``#N Frame 0x.., for file F, line N, in f`` and
-  ``Traceback (most recent call first):``);
+  frames (C++ names with their own parameter lists, ``from LIB`` wrapped onto the next
+  line, placeholder line numbers), ``info threads`` rows, and both forms of ``py-bt``
+  (``#N Frame 0x.., for file F, line N, in f`` and ``Traceback (most recent call first):``);
+* lldb: ``thread #N, name = '...'`` and ``frame #N: 0x.. lib.so`symbol + off``;
+* vLLM's ``VLLM_TRACE_FUNCTION`` log (``Call to f in a.py:1 from g in b.py:2`` /
+  ``Return from ...``): the calls still open are the stack;
+* function names alone on their lines next to real frames (a stack written by hand);
+* py-spy's own failure for a process (``Error: Failed to suspend process``): that pid
+  is reported as not dumped;
 * a Ctrl+C traceback ending in ``KeyboardInterrupt`` (where the hung main thread was),
   outermost first; other tracebacks are error reports and are skipped;
 * PyTorch's NCCL watchdog timeout lines (``[rank2]: ... Watchdog caught collective
@@ -118,14 +125,38 @@ _LABELLED_HEADER = re.compile(r"\bpid[=: ]{1,2}(\d{1,10})\b")
 # Python 2 / older gdb, one line per frame (the locals run on, often wrapped and cut).
 _GDB_PYFRAME = re.compile(r"^#\d{1,6} Frame 0x[0-9a-fA-F]{1,16}, for file (.{1,1000}?), line (\d{1,7}), in ([^\s(]{1,300})")
 # gdb bt: "#0  0x00007f.. in poll () at ../sysdeps/x.S:81" / "#2  c10::Foo::bar (this=...) at f.cpp:53"
-# / "#5  0x.. in ?? () from /lib/libc.so.6": innermost first, like py-spy.
-_GDB_FRAME = re.compile(r"^(?:#\d{1,6}\s{1,4}(?:0x[0-9a-fA-F]{1,16} in )?|0x[0-9a-fA-F]{1,16} in )(\S{1,1000}?) \(")
+# / "#5  0x.. in ?? () from /lib/libc.so.6": innermost first, like py-spy (see _gdb_call).
 _GDB_BUILTIN = re.compile(r"^<built-in method (\w{1,200}) of ")
-_GDB_FROM = re.compile(r"\) from (\S{1,1000})\s*$")
-_GDB_AT = re.compile(r"\) at (\S{1,1000}?):(\d{1,7})\s*$")
 # gdb thread headers: "Thread 1 (Thread 0x7f38.. (LWP 237)):" (thread apply all) and
 # "[Switching to thread 12 (Thread 0x7f9d.. (LWP 30756))]"; gdb's thread 1 is the main thread.
 _GDB_THREAD = re.compile(r"^\[?(?:Thread|Switching to thread) (\d{1,7}) \(Thread 0x[0-9a-fA-F]{1,16} \(LWP (\d{1,10})\)\)")
+# gdb bt, any frame: "#N  " then an optional "0x.. in ", then the call. The call itself
+# (a C++ name with its own parameter list, "from" or "at" wrapped onto the next line, a
+# placeholder line number) is taken apart by _gdb_call.
+_GDB_NUMBERED = re.compile(r"^#\d{1,6}\s{1,4}(0x[0-9a-fA-F]{1,16} in )?")
+# gdb "info threads": "* 1    Thread 0x7fc7.. (LWP 52422) "python" select_poll_poll () at x.c:219":
+# one line per thread, its innermost frame at the end; gdb's thread 1 is the main thread.
+_GDB_INFO_THREAD = re.compile(r'^\*?\s{0,4}(\d{1,7})\s{1,12}Thread 0x[0-9a-fA-F]{1,16} \(LWP (\d{1,10})\)(?: "([^"\n]{0,100})")?\s{1,12}(\S.{0,3000})$')
+# lldb "bt": "* thread #1, name = 'python', stop reason = signal SIGSTOP" and
+# "  frame #0: 0x00007fb0.. libc.so.6`syscall + 29" (lldb's thread #1 is the main thread).
+_LLDB_THREAD = re.compile(r"^\*?\s{0,4}thread #(\d{1,7})(?:: tid = (\d{1,10}))?(?:.{0,200}?\bname = '([^'\n]{0,100})')?")
+_LLDB_FRAME = re.compile(r"^\*?\s{0,4}frame #\d{1,6}: (?:0[xX][0-9a-fA-F]{1,16} )?([^`\s]{1,500})`(.{1,3000})$")
+_LLDB_OFFSET = re.compile(r" \+ \d{1,12}$")
+# vLLM's VLLM_TRACE_FUNCTION log: "<time> Call to f in /p/a.py:93 from g in /p/b.py:101" and
+# "Return from f in /p/a.py:95 to g in /p/b.py:101". The calls still open at the end of
+# the log are the stack the process hung in.
+_TRACE_CALL = re.compile(r"^(Call to|Return from) (\S{1,300}) in (\S{1,1000}?):(\d{1,7}) (?:from|to) (\S{1,300}) in (\S{1,1000}?):(\d{1,7})\s*$")
+# py-spy's own failure for a process it could not read ("Error: Failed to suspend process",
+# "Reason: EPERM: Operation not permitted"): that process was not dumped, often the culprit.
+_PYSPY_ERROR = re.compile(r"^(?:Error|error|Reason):\s{0,3}(.{1,200})$")
+_PYSPY_FAILURES = ("failed to suspend", "permission denied", "operation not permitted", "eperm", "failed to copy py_version",
+                   "failed to find python", "no such process", "timed out", "failed to get process", "ptrace")
+# A function name written alone on its line ("cuStreamSynchronize", "process_batch_result"),
+# maybe with a note in parentheses ("_local_scalar_dense_cuda (tensor.item())"): a frame when
+# it sits next to real frames, as people write a stack by hand. Code-shaped only: an
+# underscore, a "::" or a camelCase step, so prose words are not taken.
+_BARE_NAME = re.compile(r"^([A-Za-z_][\w:<>~]{3,200})(?:\s{1,8}\([^\n]{0,200}\))?$")
+_CAMEL = re.compile(r"[a-z][A-Z]")
 # gdb py-bt (python-gdb.py), newer: "Traceback (most recent call first):" then
 # '  File "/p/threading.py", line 295, in wait' with the source line under it.
 _RECENT_FIRST = re.compile(r"^Traceback \(most recent call (first|last)\):?\s*$")
@@ -160,11 +191,14 @@ class ParseReport:
     headerless_threads: int = 0
     abbreviated: int = 0
     cut_frames: int = 0
+    bare_frames: int = 0
     cut_lines: int = 0
     dropped_frames: int = 0
     pid_inferred: int = 0
     watchdog_only: int = 0
     ranks: dict[int, int] = field(default_factory=dict)
+    #: pid -> py-spy's error, for processes the paste shows py-spy failing on.
+    undumped: dict[int, str] = field(default_factory=dict)
 
     @property
     def confidence(self) -> str:
@@ -176,7 +210,8 @@ class ParseReport:
             return "low"
         if self.frames < 3 or self.skipped > 2 * self.frames:
             return "low"
-        if not self.process_headers or self.headerless_threads or self.skipped or self.cut_frames or self.abbreviated:
+        if (not self.process_headers or self.headerless_threads or self.skipped or self.cut_frames or self.abbreviated
+                or self.bare_frames):
             return "medium"
         return "high"
 
@@ -190,8 +225,12 @@ class ParseReport:
             out.append(f"{self.abbreviated} elided or abbreviated line(s) ('...')")
         if self.cut_frames:
             out.append(f"{self.cut_frames} frame(s) cut off mid-line")
+        if self.bare_frames:
+            out.append(f"{self.bare_frames} frame(s) given by name only (no file or library)")
         if self.skipped:
             out.append(f"skipped {self.skipped} line(s) that are not stack text")
+        if self.undumped:
+            out.append(f"{len(self.undumped)} process(es) py-spy could not dump ({'; '.join(f'{p}: {r}' for p, r in list(self.undumped.items())[:3])})")
         if self.watchdog_only:
             out.append(f"{self.watchdog_only} rank(s) known only from NCCL watchdog timeout lines (no stack: the collective and its sequence number)")
         if self.cut_lines:
@@ -416,6 +455,69 @@ def split_flattened(s: str) -> list[str] | None:
     return out
 
 
+def _cxx_name(name: str) -> str:
+    """A demangled C++ name without its parameter list and qualifiers:
+    "at::native::f(at::Tensor const&)::{lambda()#1}::operator()() const" -> "at::native::f".
+    Parentheses inside template arguments (<...>) or lambdas ({...}) are kept; one pass."""
+    depth = 0
+    for i, ch in enumerate(name):
+        if ch in "<{":
+            depth += 1
+        elif ch in ">}" and depth:
+            depth -= 1
+        elif ch == "(" and depth == 0 and i > 0 and not name.endswith("operator", 0, i):
+            return name[:i].strip()
+    return name.strip()
+
+
+def _gdb_call(text: str, addressed: bool) -> Frame | None:
+    """A gdb frame after its "#N  0x.. in " prefix: "poll () at x.S:81", "ns::f(int) () from
+    /lib/x.so", "c10::Foo::bar (this=...) at f.cpp:53", "g () at init.cc:XXX" (a re-typed
+    placeholder line), or cut anywhere ("ccl_comm::allgather(", "c10d::abortComm").
+    ``addressed``: it had "0x.. in ", so a name alone (cut before its arguments) is a frame."""
+    where = "?"
+    for mark in (") from ", ") at "):
+        i = text.rfind(mark)
+        if i != -1 and not _WS.search(text[i + len(mark):].strip()):
+            where = text[i + len(mark):].strip()
+            if mark == ") at ":
+                where = where.split(":", 1)[0]  # "f.cpp:53", "init.cc:XXX", "futex.cc:217:18"
+            text = text[: i + 1]
+            break
+    text = text.strip()
+    if text.endswith(")"):
+        # The argument list is the last balanced "(...)" (walked back once).
+        depth = 0
+        for i in range(len(text) - 1, -1, -1):
+            ch = text[i]
+            if ch == ")":
+                depth += 1
+            elif ch == "(":
+                depth -= 1
+                if depth == 0:
+                    text = text[:i]
+                    break
+        else:
+            return None
+    elif not addressed and where == "?":
+        return None
+    name = _cxx_name(text)
+    if not name or len(name) > 2000 or (_WS.search(name) and "::" not in name and "<" not in name):
+        return None
+    return Frame("?" if name == "??" else name, where, None, native=True)
+
+
+def _bare_name(s: str) -> str | None:
+    """The function of a line that is only a code-shaped name (see _BARE_NAME), else None."""
+    m = _BARE_NAME.match(s)
+    if m is None:
+        return None
+    name = m.group(1)
+    if "_" in name or "::" in name or _CAMEL.search(name):
+        return name
+    return None
+
+
 def _strip_note(text: str) -> str:
     """A command line without a reporter's trailing note ("  ← stuck here")."""
     for mark in ("  ←", "  <-", " ← ", " <-- ", "  #"):
@@ -515,6 +617,11 @@ class _Reader:
         self.tb_pending: list[tuple[str, list[Frame], int]] = []
         self.prev_text = ""  # the last non-blank line before the current one
         self.cur_text = ""
+        self.gdb_open = False  # the last gdb frame had no library: "from ..." may follow
+        self.trace: list[Frame] | None = None  # VLLM_TRACE_FUNCTION calls still open
+        # Code-shaped names alone on their lines, waiting to see whether frames follow.
+        self.bare: list[Frame] = []
+        self.after_frame = False  # the line before was a frame (a bare name there continues it)
 
     # -- structure ------------------------------------------------------------
     def new_process(self, pid: int | None = None, cmdline: str = "", header: bool = False) -> _Process:
@@ -598,7 +705,27 @@ class _Reader:
         if "Watchdog caught collective" in s or "WorkNCCL(SeqNum=" in s:
             self.watchdog_line(s, prefix, rank)
             return
+        after_frame, self.after_frame = self.after_frame, False
+        gdb_open, self.gdb_open = self.gdb_open, False
+        if gdb_open and s.startswith(("from ", "at ")) and self.gdb_continuation(s):
+            return
+        if s[0] in "CR" and s.startswith(("Call to ", "Return from ")):
+            mt = _TRACE_CALL.match(s)
+            if mt:
+                self.trace_line(mt)
+                return
+        if self.trace is not None:
+            self.end_trace()
+        if s[0] in "EeR" and self.pyspy_failure(s):
+            return
+        if s[0] in "*tf" and ("thread #" in s[:14] or "frame #" in s[:14]) and self.lldb_line(s):
+            return
+        if (s[0] == "*" or s[0].isdigit()) and " Thread 0x" in s[:40]:
+            mi = _GDB_INFO_THREAD.match(s)
+            if mi and self.gdb_info_thread(mi):
+                return
         if s.startswith(("```", "~~~")):
+            self.drop_bare()
             self.group = [] if any(t.frames for t in self.group) else self.group
             self.after_break = True
             s = s.lstrip("`~").strip()
@@ -677,6 +804,16 @@ class _Reader:
             else:
                 self.after_file_frame = True
         if parsed is None:
+            name = _bare_name(s) if len(s) <= 300 else None
+            if name is not None and after_frame:
+                self.add_frames([Frame(name, "?")])  # the list of frames goes on, by name only
+                self.report.bare_frames += 1
+                self.after_frame = True
+                return
+            if name is not None and len(self.bare) < 64:
+                self.bare.append(Frame(name, "?"))  # a frame if real frames follow
+                return
+            self.drop_bare()
             self.skip(s)
             return
         frames, abbreviated, cut = parsed
@@ -684,7 +821,17 @@ class _Reader:
         self.report.cut_frames += cut
         if rank is not None and self.proc is not None and self.proc.rank is None and not self.proc.threads:
             self.proc.rank = int(rank.group(1))
+        if self.bare:
+            self.report.bare_frames += len(self.bare)
+            frames, self.bare = self.bare + frames, []
         self.add_frames(frames)
+        self.after_frame = True
+
+    def drop_bare(self) -> None:
+        """Names alone on their lines that no frame followed: text, not a stack."""
+        if self.bare:
+            self.report.skipped += len(self.bare)
+            self.bare = []
 
     def handle_header(self, s: str, rank: re.Match[str] | None) -> bool:
         m = _PROCESS.match(s)
@@ -752,13 +899,104 @@ class _Reader:
             self.add_frames([Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2)))])
             self.after_break = False
             return True
-        m = _GDB_FRAME.match(s)
-        if m is None:
+        m = _GDB_NUMBERED.match(s)
+        if m is not None:
+            frame = _gdb_call(s[m.end():], addressed=m.group(1) is not None)
+        else:
+            head, sep, rest = s.partition(" in ")  # "0x00007f.. in poll () ..."
+            frame = _gdb_call(rest, addressed=True) if sep and _HEX.match(head) else None
+        if frame is None:
             return False
-        fn = m.group(1)
-        where = _GDB_FROM.search(s) or _GDB_AT.search(s)
-        self.add_frames([Frame("?" if fn == "??" else fn, where.group(1) if where else "?", None, native=True)])
+        self.add_frames([frame])
+        self.gdb_open = frame.file == "?"  # gdb may wrap "from /lib/x.so" onto the next line
         self.after_break = False
+        return True
+
+    def gdb_continuation(self, s: str) -> bool:
+        """'   from /opt/lib/libccl.so.1' under a gdb frame that gdb wrapped: its library."""
+        self.gdb_open = False
+        where = s[5:].strip() if s.startswith("from ") else s[3:].strip().split(":", 1)[0]
+        if not where or _WS.search(where):
+            return False
+        for t in self.group:
+            if t.frames and t.frames[-1].file == "?":
+                last = t.frames[-1]
+                t.frames[-1] = Frame(last.function, where, None, native=True)
+        return True
+
+    def lldb_line(self, s: str) -> bool:
+        """lldb's "thread #N, name = 'x', ..." and "frame #N: 0x.. lib.so`symbol + off [at f.cc:1:2]"."""
+        m = _LLDB_FRAME.match(s)
+        if m is not None:
+            lib, sym = m.group(1), m.group(2)
+            i = sym.rfind(" at ")
+            if i != -1 and not _WS.search(sym[i + 4:].strip()):
+                sym = sym[:i]
+            sym = _LLDB_OFFSET.sub("", sym.strip())
+            name = _cxx_name(sym)
+            if not name:
+                return False
+            self.add_frames([Frame(name, lib, None, native=True)])
+            self.after_break = False
+            return True
+        m = _LLDB_THREAD.match(s)
+        if m is not None:
+            name = "MainThread" if m.group(1) == "1" else (m.group(3) or "")
+            self.start_thread(m.group(2) or f"lldb-{m.group(1)}", "unknown", name)
+            return True
+        return False
+
+    def gdb_info_thread(self, m: re.Match[str]) -> bool:
+        """One row of gdb's "info threads": a thread and its innermost frame."""
+        rest = m.group(4)
+        head, sep, call = rest.partition(" in ")
+        frame = _gdb_call(call, addressed=True) if sep and _HEX.match(head) else _gdb_call(rest, addressed=False)
+        if frame is None:
+            return False
+        self.start_thread(m.group(2), "unknown", "MainThread" if m.group(1) == "1" else (m.group(3) or ""))
+        self.add_frames([frame])
+        self.after_break = False
+        return True
+
+    def trace_line(self, m: re.Match[str]) -> None:
+        """One VLLM_TRACE_FUNCTION line: the open calls are kept as a stack."""
+        kind, fn, path, line, caller, cpath, cline = m.groups()
+        stack = self.trace if self.trace is not None else []
+        self.trace = stack
+        if kind == "Call to":
+            if stack and stack[-1].function == caller:
+                top = stack[-1]
+                stack[-1] = Frame(top.function, top.file, int(cline))  # the caller's line now
+            elif len(stack) < MAX_FRAMES:
+                stack.append(Frame(caller, cpath.replace("\\", "/"), int(cline)))
+            if len(stack) < MAX_FRAMES:
+                stack.append(Frame(fn, path.replace("\\", "/"), int(line)))
+        else:
+            for k in range(len(stack) - 1, max(len(stack) - 64, -1), -1):
+                if stack[k].function == fn:
+                    del stack[k:]
+                    break
+
+    def end_trace(self) -> None:
+        stack, self.trace = self.trace, None
+        if stack:
+            self.traceback_thread("MainThread", stack)  # outermost first, like a traceback
+
+    def pyspy_failure(self, s: str) -> bool:
+        """py-spy's error for the process the paste was about to show: not dumped."""
+        m = _PYSPY_ERROR.match(s)
+        if m is None or not any(k in m.group(1).lower() for k in _PYSPY_FAILURES):
+            return False
+        proc = self.proc
+        pid = self.pid_hint if self.pid_hint is not None else (proc.pid if proc is not None and not proc.threads else None)
+        if pid is None:
+            return False
+        reason = m.group(1).strip()
+        before = self.report.undumped.get(pid)
+        if before is None and len(self.report.undumped) < MAX_PROCESSES:
+            self.report.undumped[pid] = reason
+        elif before is not None and reason not in before and len(before) < 300:
+            self.report.undumped[pid] = f"{before}; {reason}"
         return True
 
     def gdb_header(self, s: str) -> bool:
@@ -849,6 +1087,8 @@ class _Reader:
         # every thread) are kept only when the paste has no other stack ("not a dump"
         # would say less than their frames do).
         self.end_traceback(keep=False)
+        self.end_trace()
+        self.drop_bare()
         if self.tb_pending and not any(t.frames for p in self.processes for t in p.threads):
             for n, (caption, frames, lines) in enumerate(self.tb_pending):
                 self.report.skipped -= lines

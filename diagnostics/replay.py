@@ -41,10 +41,13 @@ class Source:
     parse: ParseReport | None = None
 
     def undumped(self) -> list[ProcessVerdict]:
-        """Processes of a bundle that py-spy could not dump (timeout, ptrace, gone)."""
-        if self.bundle is None:
-            return []
+        """Processes of a bundle that py-spy could not dump (timeout, ptrace, gone), and
+        those a paste shows py-spy failing on ("Error: Failed to suspend process")."""
         have = {s.pid for s in self.series}
+        if self.bundle is None:
+            failed = self.parse.undumped if self.parse is not None else {}
+            return [ProcessVerdict(None, NO_STACKS, source=self.name, pid_override=pid, note=f"py-spy: {problem}")
+                    for pid, problem in failed.items() if pid not in have]
         seen: dict[int, str] = {}
         rounds = ((self.bundle.manifest.get("stacks") or {}).get("rounds")) or []
         for r in rounds:

@@ -22,6 +22,13 @@ _STDLIB_NAMES = frozenset(getattr(sys, "stdlib_module_names", ())) | {"threading
 # "/usr/lib/python3.10/threading.py", and in gdb py-bt pastes of Python 2 as well as
 # vendored interpreters ("/av/lib/third_party/python2.7/threading.py").
 _STDLIB_PATH = re.compile(r"/python[23]\.\d{1,2}/(?!site-packages/|dist-packages/)")
+# Native code that every process waits in (the C library, the C++ runtime, the
+# interpreter itself): a thread whose only native frames are these is not blocked in
+# anything of the job's own (CUDA, NCCL, torch, an extension).
+_SYSTEM_NATIVE = re.compile(
+    r"(^|/)(libc|libpthread|libstdc\+\+|libgcc_s|libm|librt|libdl|ld-linux[\w.-]{0,40}|ld|libpython[\d.]{0,8}m?|python[\d.]{0,8})(\.so[\d.]{0,20}|\.dylib)?$"
+    r"|(^|/)(sysdeps|nptl|glibc[\w.-]{0,40}|Modules|Python|Objects|Include)/|syscall-template|futex"
+)
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,12 @@ class Frame:
         # "<string>": the ``python -c`` entry of a spawned worker, not own code.
         return head.removesuffix(".py") in _STDLIB_NAMES or head.startswith("<frozen") or head in ("<string>", "<stdin>")
 
+    @property
+    def is_system_native(self) -> bool:
+        """A native frame of the C library, the C++ runtime or the interpreter (or of
+        an unknown library): waiting there says nothing about the job's own code."""
+        return self.native and (self.file in ("?", "???", "") or bool(_SYSTEM_NATIVE.search(self.file)))
+
     def render(self) -> str:
         if self.native or self.line is None:
             return f"{self.function} ({self.short_file})"
@@ -93,6 +106,12 @@ class ThreadDump:
     def telling_frames(self, limit: int = 5) -> tuple[Frame, ...]:
         """Innermost frames that are neither standard library nor native."""
         return tuple(f for f in self.frames if not f.is_stdlib)[:limit]
+
+    def native_telling_frames(self, limit: int = 5) -> tuple[Frame, ...]:
+        """Innermost native frames outside the C library and the interpreter (libcuda,
+        libnccl, libtorch, an extension): a gdb/lldb/--native stack blocked in the job's
+        own native code, which is no standard-library wait."""
+        return tuple(f for f in self.frames if f.native and not f.is_system_native and f.function != "?")[:limit]
 
     def to_json(self) -> dict[str, Any]:
         return {

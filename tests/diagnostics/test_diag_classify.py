@@ -284,3 +284,22 @@ def test_one_rank_in_a_different_collective_is_the_odd_one():
     other = [Frame("broadcast", "torch/distributed/distributed_c10d.py", 1191), Frame("sync_flags", "train.py", 9)]
     c = classify(_series(*[(p, ALL_REDUCE, "") for p in range(1, 5)], (9, other, "")), SIGS)
     assert c.suspect.pid == 9 and "mismatched collectives" in c.suspect.reason
+
+
+def test_a_lone_native_stack_decides_and_is_not_called_idle():
+    """A gdb/lldb paste of one thread (no 'MainThread' name) blocked in the job's own
+    native code: it decides its process (it is no helper), a signature matches NCCL's
+    "pnccl*" aliases, and with no signature it is unknown, never a standard-library wait
+    (NCCL#1013, torch-xpu-ops#1536, JAX#9767 in data/pasted)."""
+    def one(*frames: Frame):
+        return classify(group_series([ProcessDump(None, (ThreadDump("?1", "", frames),))]), SIGS)
+
+    c = one(Frame("__pthread_clockjoin_ex", "./nptl/pthread_join_common.c", None, True), Frame("?", "/lib/libnccl.so.2", None, True),
+            Frame("pncclCommAbort", "/lib/libnccl.so.2", None, True))
+    assert c.signature_id == "process-group-destroy"
+    c = one(Frame("ccl_executor::wait", "/opt/libccl.so.1", None, True), Frame("ccl_comm::allgather", "?", None, True))
+    assert c.signature_id == "nccl-collective-wait"
+    c = one(Frame("poll", "/lib64/libc.so.6", None, True), Frame("absl::Mutex::Block", "/x/xla_extension.so", None, True))
+    assert c.signature_id is None and [f.function for f in c.evidence] == ["absl::Mutex::Block"]
+    c = one(*[Frame("?", "/lib64/libcuda.so.1", None, True)] * 4, Frame("at::native::_local_scalar_dense_cuda", "?", None, True))
+    assert c.signature_id == "cuda-synchronize-wait"  # tensor.item() waiting for the stream

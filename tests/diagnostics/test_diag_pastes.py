@@ -411,3 +411,89 @@ def test_every_real_paste_in_the_corpus_parses():
     for path in pastes:
         report = read_text(path.read_text(encoding="utf-8"), source=path.name)
         assert report.frames >= 1, path.name
+
+
+def test_gdb_cxx_frames_keep_their_names_and_wrapped_libraries():
+    """gdb prints a C++ frame with its own parameter list before the call's arguments,
+    wraps "from LIB" onto the next line, and reporters re-type line numbers as "XXX"
+    (torch-xpu-ops#1536, NCCL#1013, NCCL#1777 in data/pasted): every frame is kept,
+    named without its parameter list, with its library."""
+    text = (
+        "#0  0x0000145afa2a9e40 in ccl_executor::wait(ccl_request const*) () from /opt/ccl/lib/libccl.so.1\n"
+        "#1  0x0000145afa164cf1 in ccl_coll_create(ccl_coll_param&, ccl_coll_attr const&) ()\n"
+        "   from /opt/ccl/lib/libccl.so.1\n"
+        "#2  0x00007f21c7a5fc7a in c10d::NCCLComm::ncclCommAbort(c10::optional<std::basic_string<char, std::char_traits<char> > >) () from /t/libtorch_cuda.so\n"
+        "#3  0x00007fefe4a7fe62 in c10d::ProcessGroupNCCL::abort() at ProcessGroupNCCL.cpp:XXX\n"
+        "#4  0x00007f22220966a4 in at::native::_local_scalar_dense_cuda(at::Tensor const&)::{lambda()#1}::operator()() const [clone .isra.100] ()\n"
+        "#5  0x00007f21c7a2ba38 in c10d::abortComm\n"
+    )
+    _, proc = _one(text)
+    assert _frames(proc.threads[0]) == [
+        "ccl_executor::wait (libccl.so.1)", "ccl_coll_create (libccl.so.1)", "c10d::NCCLComm::ncclCommAbort (libtorch_cuda.so)",
+        "c10d::ProcessGroupNCCL::abort (ProcessGroupNCCL.cpp)", "at::native::_local_scalar_dense_cuda (?)", "c10d::abortComm (?)"]
+
+
+def test_lldb_backtrace_and_gdb_info_threads_are_stacks():
+    """lldb's "bt" (pytorch#149153) and gdb's "info threads" table (pytorch#75147): thread
+    #1 / gdb's thread 1 is the main thread; an info-threads row is a thread and its
+    innermost frame."""
+    text = (
+        "* thread #1, name = 'python', stop reason = signal SIGSTOP\n"
+        "  * frame #0: 0x00007fb0b7f0792d libc.so.6`syscall + 29\n"
+        "    frame #1: 0x00007fb090db1068 libtorch_cuda.so`c10d::ProcessGroupNCCL::abort() + 664\n"
+        "    frame #2: 0x00007fb08faef142 libstdc++.so.6`std::__atomic_futex_unsigned_base::_M_futex_wait_until_steady(this=<unavailable>, __addr=0x1) at futex.cc:217:18\n"
+    )
+    _, proc = _one(text)
+    (t,) = proc.threads
+    assert t.name == "MainThread" and _frames(t) == [
+        "syscall (libc.so.6)", "c10d::ProcessGroupNCCL::abort (libtorch_cuda.so)",
+        "std::__atomic_futex_unsigned_base::_M_futex_wait_until_steady (libstdc++.so.6)"]
+    text = (
+        "(gdb) info threads\n"
+        "  Id   Target Id         Frame\n"
+        '* 1    Thread 0x7fc73ac5d700 (LWP 52422) "" select_poll_poll () at /src/Modules/clinic/selectmodule.c.h:219\n'
+        '  5    Thread 0x7fc6b71e9700 (LWP 52742) "pt_worker" 0x00007fc739c909c8 in accept4 (fd=7, flags=524288) at ../sysdeps/accept4.c:40\n'
+    )
+    report, proc = _one(text)
+    assert proc.pid == 52422 and [(t.ident, t.name) for t in proc.threads] == [("52422", "MainThread"), ("52742", "pt_worker")]
+    assert _frames(proc.threads[1]) == ["accept4 (accept4.c)"] and report.skipped == 2
+
+
+def test_vllm_trace_function_log_keeps_the_calls_still_open():
+    """VLLM_TRACE_FUNCTION's "Call to"/"Return from" lines (vLLM#5170): the calls never
+    returned from are the stack the process hung in, innermost first."""
+    text = (
+        "2024-06-03 16:53:30.700000 Call to __init__ in /v/vllm/distributed/device_communicators/pynccl.py:60 from init in /v/vllm/worker.py:10\n"
+        "2024-06-03 16:53:30.710000 Call to helper in /v/vllm/utils.py:5 from __init__ in /v/vllm/distributed/device_communicators/pynccl.py:90\n"
+        "2024-06-03 16:53:30.720000 Return from helper in /v/vllm/utils.py:7 to __init__ in /v/vllm/distributed/device_communicators/pynccl.py:90\n"
+        "2024-06-03 16:53:30.748291 Call to synchronize in /v/torch/cuda/streams.py:93 from __init__ in /v/vllm/distributed/device_communicators/pynccl.py:101\n"
+    )
+    _, proc = _one(text)
+    assert _frames(proc.threads[0]) == ["synchronize (streams.py:93)", "__init__ (pynccl.py:101)", "init (worker.py:10)"]
+
+
+def test_py_spy_failing_on_a_process_is_recorded_as_not_dumped():
+    """A paste that shows py-spy failing on a process (m4 notes in data/pasted: the rank in
+    D state): that pid is recorded as not dumped, with py-spy's reason."""
+    text = (
+        'Thread 280064 (active): "MainThread"\n    barrier (torch/distributed/distributed_c10d.py:2784)\n'
+        "$ py-spy dump --pid 280058\nProcess 280058: ...\nError: Failed to suspend process\nReason: EPERM: Operation not permitted\n"
+    )
+    report = read_text(text)
+    assert [p.pid for p in report.processes] == [280064]
+    assert report.undumped == {280058: "Failed to suspend process; EPERM: Operation not permitted"}
+    assert any("could not dump" in n for n in report.notes())
+
+
+def test_function_names_alone_next_to_frames_are_frames_and_prose_is_not():
+    """A stack written by hand as bare names (sglang#22276: 'cuStreamSynchronize' over
+    indented frames): code-shaped names adjacent to real frames are frames, by name
+    only; ordinary words and names that no frame follows are skipped text."""
+    text = ("```\n  cuStreamSynchronize\n    _local_scalar_dense_cuda (tensor.item())\n"
+            "      update_single_wrapper (flashinfer_backend.py:1252)\n      process_batch_result\n```\n")
+    report, proc = _one(text)
+    assert _frames(proc.threads[0]) == ["cuStreamSynchronize (?)", "_local_scalar_dense_cuda (?)", "update_single_wrapper (flashinfer_backend.py:1252)",
+                                        "process_batch_result (?)"]
+    assert report.bare_frames == 3 and report.confidence != "high"
+    report, proc = _one("See the log_watchdog output\nsome_setting_name\nThanks\n```\n    f (a.py:1)\n```\n")
+    assert _frames(proc.threads[0]) == ["f (a.py:1)"] and report.skipped == 3

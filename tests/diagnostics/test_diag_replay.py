@@ -276,3 +276,15 @@ def test_real_corpus_meets_the_bar():
     assert all(o.parsed for o in outcomes), [o.entry.name for o in outcomes if not o.parsed]
     known = [o for o in outcomes if o.known]
     assert sum(o.right for o in known) >= 0.9 * len(known), [(o.entry.name, o.entry.expected, o.got) for o in known if not o.right]
+
+
+def test_a_pasted_py_spy_failure_is_the_suspect(capsys):
+    """The m4 notes (data/pasted): every rank py-spy could read waits in a barrier, and
+    py-spy failed on rank 0 (EPERM, the process in D state): that one is the suspect."""
+    rc, out, _ = _run(capsys, "replay", "--json", str(PASTED / "m4_accelerate_barrier_pyspy_eperm.txt"))
+    assert rc == 0
+    data = json.loads(out)
+    (incident,) = data["incidents"]
+    assert incident["signature_id"] == "nccl-collective-wait" and incident["suspect"]["pid"] == 280058
+    assert "EPERM" in incident["suspect"]["reason"]
+    assert {r["pid"]: r["state"] for r in data["processes"]} == {280064: "stalled", 280058: "not dumped"}
