@@ -438,14 +438,9 @@ class Cohort:
             return
         if self.stopped is not None:
             return
-        raw = self.store.get(self._key("stop"))
-        if raw is None:
-            return
-        try:
-            info = json.loads(raw)
-            info = {"node": int(info["node"]), "signal": int(info["signal"])}
-        except (ValueError, TypeError, KeyError):
-            return  # not a record we wrote
+        info = _stop_record(self.store.get(self._key("stop")))
+        if info is None:
+            return  # none yet, or not a record we wrote
         if info["node"] == self.me.node_rank:
             return
         with self._stop_lock:  # the lease thread and the main thread (refresh_stop) may both read it
@@ -468,6 +463,23 @@ class Cohort:
             except (StoreError, ValueError, TypeError):
                 pass  # the lease thread decides when failures mean the store is lost
         return self.stopped
+
+    def job_stop(self) -> dict[str, int] | None:
+        """The stop the whole job exits with: the first the store recorded, this node's or another's.
+
+        Two nodes stopped at about the same moment with different signals (Ctrl-C on
+        one, the scheduler's SIGTERM on another) each saw its own signal first; every
+        node must still exit alike, so the store's first stop decides. Without the
+        store (node 0 gone) this node's own view stands.
+        """
+        local = {"node": self.me.node_rank, "signal": int(self.local_stop)} if self.local_stop is not None else None
+        try:
+            if local is not None and not self._stop_published:
+                self._exchange_stop()  # publish ours now: the lease thread may not have yet
+            recorded = _stop_record(self.store.get(self._key("stop")))
+        except (StoreError, ValueError, TypeError):
+            recorded = None
+        return recorded or self.stopped or local
 
     def finish(self, attempt: int) -> None:
         """This node's trainer finished: the others must not take its silence for a loss."""
@@ -669,6 +681,17 @@ def _signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
+
+
+def _stop_record(raw: str | None) -> dict[str, int] | None:
+    """The ``stop`` key's record (``node``, ``signal``), or None: none yet, or not one we wrote."""
+    if raw is None:
+        return None
+    try:
+        info = json.loads(raw)
+        return {"node": int(info["node"]), "signal": int(signal.Signals(int(info["signal"])))}
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 def _object(raw: str, what: str) -> dict[str, Any]:

@@ -147,9 +147,9 @@ class CohortLink:
                 "delay_s": decision.delay_s}
         try:
             together = self.cohort.settle(outcome.attempt, mine)
-        except CohortStopped as exc:
-            sig = int(self.cohort.stopped["signal"]) if self.cohort.stopped else int(signal.SIGTERM)
-            return Decision(False, f"multi-node cohort: {exc}", 128 + sig)
+        except CohortStopped:
+            sig, why = self.job_stop(int(signal.SIGTERM))
+            return Decision(False, f"multi-node cohort: {why}", 128 + sig)
         except Exception as exc:  # noqa: BLE001  (CohortError or any store failure ends the cohort)
             self.cohort.why = self.cohort.why or f"no agreement on restarting: {exc}"
             self.journal.append("member_lost", attempt=outcome.attempt, reason=f"no agreement on restarting: {exc}",
@@ -162,6 +162,20 @@ class CohortLink:
             return decision
         return Decision(False, f"node {together['node']}: {together['reason']} (every node of the cohort stops with it)",
                         together["exit_code"])
+
+    def job_stop(self, received: int) -> tuple[int, str]:
+        """The signal every node of a stopped job exits with (128 + it), and why, for ``run_finished``.
+
+        The store's first stop: a node stopped with SIGINT while another was stopped with
+        SIGTERM a moment earlier exits like that one (``received`` is this node's own).
+        """
+        info = self.cohort.job_stop()
+        if info is None or (info["node"] == self.node_rank and info["signal"] == received):
+            return received, f"supervisor received {_signal_name(received)}"
+        why = f"node {info['node']}'s supervisor received {_signal_name(info['signal'])}: the whole job stops"
+        if self.cohort.local_stop is not None and info["node"] != self.node_rank:
+            why += f" (this node's {_signal_name(self.cohort.local_stop)} came later)"
+        return info["signal"], why
 
     def bind_stop(self, request_stop: Callable[..., None]) -> Callable[..., None]:
         """Wire a stop on any node to every node; returns this node's signal handler.

@@ -195,6 +195,9 @@ class Supervisor:
 
     def _finish_interrupted(self, trainer_code: int | None) -> int:
         sig = self._stop_signal or signal.SIGTERM
+        why = f"supervisor received {signal.Signals(sig).name}"
+        if self.cohort is not None:  # the job's first stop, whichever node it reached (docs/multinode.md)
+            sig, why = self.cohort.job_stop(sig)
         if trainer_code is None or self.cohort is not None:
             # In a cohort every node exits the same way: 128 + the signal the stop began with.
             # A launcher's own status on a forwarded signal is not: torchrun answers SIGTERM
@@ -204,8 +207,7 @@ class Supervisor:
             code = 128 - trainer_code
         else:
             code = trainer_code
-        self.journal.append("run_finished", outcome="interrupted", exit_code=code,
-                            reason=f"supervisor received {signal.Signals(sig).name}", attempts=self.state.attempt,
+        self.journal.append("run_finished", outcome="interrupted", exit_code=code, reason=why, attempts=self.state.attempt,
                             **({"trainer_exit_code": trainer_code} if trainer_code is not None else {}))
         log.warning("run_finished", message=f"interrupted by {signal.Signals(sig).name}; exit {code}")
         return code

@@ -6,6 +6,7 @@ fake clock (they never agree, on purpose), and speak through one ``MemoryStore``
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -196,3 +197,35 @@ def test_node_local_checkpoints_with_no_common_step_resume_every_node_from_scrat
     for sup, tree in nodes:
         assert [env["HANGWATCH_ATTEMPT"] for env in tree.launched] == ["1", "2"]
         assert "HANGWATCH_RESUME_FROM" not in tree.launched[1], tree.launched[1].get("HANGWATCH_RESUME_FROM")
+
+
+def test_nodes_stopped_with_different_signals_at_once_all_exit_with_the_first_stop(tmp_path):
+    """The scheduler's SIGTERM reached node 1 and a Ctrl-C reached node 0 a moment later, before
+    node 0 had read node 1's stop: each node exited with its own signal (a real 3-node job
+    ended 130, 130, 143), though a job's nodes must agree. The store's first stop decides."""
+    store = MemoryStore()
+    (s0, _), (s1, _) = _node(tmp_path, store, 0, ["train"]), _node(tmp_path, store, 1, ["train"])
+    joins = [threading.Thread(target=s.cohort.cohort.join, kwargs={"timeout": 60}) for s in (s0, s1)]
+    for t in joins:
+        t.start()
+    for t in joins:
+        t.join(timeout=20)
+    s1.cohort.bind_stop(s1.request_stop)(signal.SIGTERM)
+    s1.cohort.cohort.renew()  # node 1's lease round publishes its stop
+    s0.cohort.bind_stop(s0.request_stop)(signal.SIGINT)  # node 0's own, before it read node 1's
+    codes: list[int | None] = [None, None]
+
+    def run(i, sup):
+        codes[i] = sup.run()
+
+    threads = [threading.Thread(target=run, args=(i, s)) for i, s in enumerate((s0, s1))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=40)
+    for s in (s0, s1):
+        s.cohort.cohort.close(linger_cap=0)
+    assert codes == [128 + signal.SIGTERM] * 2
+    last = read_journal(s0.run_dir / "journal.jsonl")[-1]
+    assert last["outcome"] == "interrupted" and "node 1's supervisor received SIGTERM" in last["reason"], last
+    assert "this node's SIGINT came later" in last["reason"]
