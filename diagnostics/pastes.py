@@ -129,7 +129,8 @@ _GDB_PYFRAME = re.compile(r"^#\d{1,6} Frame 0x[0-9a-fA-F]{1,16}, for file (.{1,1
 _GDB_BUILTIN = re.compile(r"^<built-in method (\w{1,200}) of ")
 # gdb thread headers: "Thread 1 (Thread 0x7f38.. (LWP 237)):" (thread apply all) and
 # "[Switching to thread 12 (Thread 0x7f9d.. (LWP 30756))]"; gdb's thread 1 is the main thread.
-_GDB_THREAD = re.compile(r"^\[?(?:Thread|Switching to thread) (\d{1,7}) \(Thread 0x[0-9a-fA-F]{1,16} \(LWP (\d{1,10})\)\)")
+# gdb names the thread when it has a name: 'Thread 7 (Thread 0x7f93.. (LWP 3271135) "executionLoop"):'.
+_GDB_THREAD = re.compile(r'^\[?(?:Thread|Switching to thread) (\d{1,7}) \(Thread 0x[0-9a-fA-F]{1,16} \(LWP (\d{1,10})\)(?: "([^"\n]{0,100})")?\)')
 # gdb bt, any frame: "#N  " then an optional "0x.. in ", then the call. The call itself
 # (a C++ name with its own parameter list, "from" or "at" wrapped onto the next line, a
 # placeholder line number) is taken apart by _gdb_call.
@@ -1003,7 +1004,7 @@ class _Reader:
         """gdb's thread headers and py-bt's "Traceback (most recent call first):"."""
         m = _GDB_THREAD.match(s)
         if m:
-            self.start_thread(m.group(2), "unknown", "MainThread" if m.group(1) == "1" else "")
+            self.start_thread(m.group(2), "unknown", "MainThread" if m.group(1) == "1" else (m.group(3) or ""))
             return True
         m = _RECENT_FIRST.match(s)
         if m:

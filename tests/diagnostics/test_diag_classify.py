@@ -303,3 +303,12 @@ def test_a_lone_native_stack_decides_and_is_not_called_idle():
     assert c.signature_id is None and [f.function for f in c.evidence] == ["absl::Mutex::Block"]
     c = one(*[Frame("?", "/lib64/libcuda.so.1", None, True)] * 4, Frame("at::native::_local_scalar_dense_cuda", "?", None, True))
     assert c.signature_id == "cuda-synchronize-wait"  # tensor.item() waiting for the stream
+
+
+def test_shm_broadcast_queue_waiting_for_its_readers_at_start_up():
+    """vLLM's MessageQueue blocks in wait_until_ready while it is created, until every
+    reader connected (vllm#6355 in data/pasted): the shared-memory queue's wait."""
+    frames = (Frame("wait_until_ready", "vllm/distributed/device_communicators/shm_broadcast.py", 284),
+              Frame("create_from_process_group", "vllm/distributed/device_communicators/shm_broadcast.py", 489))
+    c = classify(group_series([ProcessDump(None, (ThreadDump("?1", "MainThread", frames),))]), SIGS)
+    assert c.signature_id == "vllm-shm-broadcast-wait"

@@ -497,3 +497,13 @@ def test_function_names_alone_next_to_frames_are_frames_and_prose_is_not():
     assert report.bare_frames == 3 and report.confidence != "high"
     report, proc = _one("See the log_watchdog output\nsome_setting_name\nThanks\n```\n    f (a.py:1)\n```\n")
     assert _frames(proc.threads[0]) == ["f (a.py:1)"] and report.skipped == 3
+
+
+def test_gdb_thread_headers_with_a_thread_name():
+    """Newer gdb names threads in 'thread apply all bt' (TensorRT-LLM#2560 in data/pasted):
+    the header still starts a thread, with that name."""
+    _, proc = _one('Thread 7 (Thread 0x7f9356c7a000 (LWP 3271135) "executionLoop"):\n'
+                   "#0  0x00007f9f12e0a85d in __lll_lock_wait () from /lib64/libpthread.so.0\n"
+                   'Thread 1 (Thread 0x7f9356c7b000 (LWP 3271100) "python"):\n'
+                   "#0  0x00007f9f12e0a85d in poll () from /lib64/libc.so.6\n")
+    assert [(t.ident, t.name) for t in proc.threads] == [("3271135", "executionLoop"), ("3271100", "MainThread")]
