@@ -638,6 +638,7 @@ class _Reader:
         return proc
 
     def close_group(self) -> None:
+        self.drop_bare()  # names before a header or a caption are not its frames
         self.group = []
         self.in_locals = False
 
@@ -645,6 +646,7 @@ class _Reader:
         # Headers in a row with the same name share the frames that follow (a
         # reporter folding identical ranks); py-spy itself prints a thread with
         # no Python frames as a bare header, which must not borrow the next one's.
+        self.drop_bare()
         joining = bool(self.group) and not any(t.frames for t in self.group) and all(t.name == name for t in self.group)
         group = self.group if joining else []
         proc = self.proc
@@ -900,6 +902,7 @@ class _Reader:
             self.add_frames([Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2)))])
             self.after_break = False
             return True
+        self.drop_bare()
         m = _GDB_NUMBERED.match(s)
         if m is not None:
             frame = _gdb_call(s[m.end():], addressed=m.group(1) is not None)

@@ -497,6 +497,8 @@ def test_function_names_alone_next_to_frames_are_frames_and_prose_is_not():
     assert report.bare_frames == 3 and report.confidence != "high"
     report, proc = _one("See the log_watchdog output\nsome_setting_name\nThanks\n```\n    f (a.py:1)\n```\n")
     assert _frames(proc.threads[0]) == ["f (a.py:1)"] and report.skipped == 3
+    report, proc = _one('stack_of_rank_0\nThread 7 (idle): "MainThread"\n    f (a.py:1)\n')  # a caption, not a frame
+    assert _frames(proc.threads[0]) == ["f (a.py:1)"] and report.skipped == 1
 
 
 def test_gdb_thread_headers_with_a_thread_name():
