@@ -590,7 +590,8 @@ class Cohort:
                 gone = sum(1 for n in self.others if self._read_left(n) is not None)
                 if self.store.add(self._key("captured", attempt), 0) >= self.me.nnodes - gone:
                     break
-                if self.problem is not None or self.stopped is not None or self.clock() - start >= timeout:
+                if self.problem is not None or self.stopped is not None or self.local_stop is not None \
+                        or self.clock() - start >= timeout:  # a stop, here or elsewhere, ends the run: no wait
                     return None
                 self.sleep(0.05)
         except (StoreError, ValueError, TypeError):
@@ -665,6 +666,8 @@ class Cohort:
     def _check(self, deadline: float, waiting_for: str, nodes: Sequence[int] = ()) -> None:
         if self.problem is not None:
             raise self.problem
+        if self.local_stop is not None:  # this node's own stop ends its waits at once, as it does alone
+            raise CohortStopped(f"node {self.me.node_rank}'s supervisor was stopped ({_signal_name(self.local_stop)})")
         if self.refresh_stop() is not None:  # a node that left because it was stopped is that stop, not a loss
             raise CohortStopped(f"node {self.stopped['node']}'s supervisor was stopped "
                                 f"({_signal_name(self.stopped['signal'])})")

@@ -168,6 +168,8 @@ class Supervisor:
             if self.cohort is not None:  # every node takes the same decision (docs/multinode.md)
                 decision = self.cohort.settle(outcome, decision)
             if not decision.restart:
+                if self.cohort is not None and self._stop_signal is not None:
+                    return self._finish_interrupted(None)  # stopped while the nodes settled: a stop, not a give-up
                 return self._finish(decision)
             policy = self.state.policy
             self.journal.append(

@@ -406,3 +406,21 @@ def test_two_nodes_announcing_at_the_same_moment_make_one_incident():
     assert len(winners) == 1, "one incident, the same winner on both"
     assert links[0].verdict(2, 0.0).evidence["cohort_incident"]["node"] in winners
     assert links[0].verdict(1, 0.0) is None and links[0].verdict(3, 0.0) is None, "other attempts are not this one"
+
+
+def test_a_stop_on_this_node_ends_its_own_cohort_waits_at_once():
+    """Ctrl-C on a node waiting for the others (their capture, node 0's decision, the restart
+    decisions) while another node is frozen: the wait went on until the lease took that node
+    for lost or the deadline passed (15 s, 300 s), then journaled a lost member. A stop here
+    ends this node's waits at once, as a single-node run stops at once."""
+    store = MemoryStore()
+    n0, n1 = _node(store, 0), _node(store, 1)  # node 0 never answers: frozen
+    _join_all([n0, n1])
+    n1.local_stop = signal.SIGINT
+    assert n1.all_captured(1, timeout=15) is None
+    with pytest.raises(CohortStopped, match="node 1's supervisor was stopped \\(SIGINT\\)"):
+        n1.agree(1, [2], GraphPolicy())
+    decision = CohortLink(n1, Journal).settle(AttemptOutcome(1, VerdictKind.CRASH, 0.0, None, 2),
+                                              Decision(True, "restart after crash", None, 0.5))
+    assert (decision.restart, decision.exit_code) == (False, 128 + signal.SIGINT)
+    assert n1.clock() < 1.0, "at once, not after the capture timeout or the barrier deadline"

@@ -229,3 +229,32 @@ def test_nodes_stopped_with_different_signals_at_once_all_exit_with_the_first_st
     last = read_journal(s0.run_dir / "journal.jsonl")[-1]
     assert last["outcome"] == "interrupted" and "node 1's supervisor received SIGTERM" in last["reason"], last
     assert "this node's SIGINT came later" in last["reason"]
+
+
+def test_a_stop_while_waiting_for_a_frozen_node_0s_decision_is_a_stop_at_once(tmp_path):
+    """Node 1's trainer crashed; node 0's supervisor is frozen and decides nothing. Ctrl-C on node
+    1 waited out the barrier deadline and journaled "no agreement before relaunch" (a lost member)
+    before stopping; it stops at once, as interrupted, with nothing else to say."""
+    store = MemoryStore()
+    (s0, _), (s1, _) = _node(tmp_path, store, 0, ["train"]), _node(tmp_path, store, 1, ["crash"])
+    joins = [threading.Thread(target=s.cohort.cohort.join, kwargs={"timeout": 60}) for s in (s0, s1)]
+    for t in joins:
+        t.start()
+    for t in joins:
+        t.join(timeout=20)
+    handler = s1.cohort.bind_stop(s1.request_stop)
+    agree = s1.cohort.cohort.agree
+
+    def stopped_while_waiting(*args, **kw):
+        handler(signal.SIGINT)
+        return agree(*args, **kw)
+
+    s1.cohort.cohort.agree = stopped_while_waiting
+    started = s1.clock()
+    assert s1.run() == 128 + signal.SIGINT
+    assert s1.clock() - started < 30, "not the barrier deadline (300 s)"
+    records = read_journal(s1.run_dir / "journal.jsonl")
+    assert not [r for r in records if r["event"] == "member_lost"], records
+    assert records[-1]["outcome"] == "interrupted"
+    for s in (s0, s1):
+        s.cohort.cohort.close(linger_cap=0)
