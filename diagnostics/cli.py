@@ -33,8 +33,9 @@ def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
         except (DiagnosticsError, ConfigError) as exc:
             print(f"hangwatch: error: {terminal_safe(str(exc))}", file=sys.stderr)
             return EXIT_USAGE
-        except (KeyError, TypeError, AttributeError, IndexError, RecursionError, MemoryError) as exc:
-            # Bundles come from other people: a field of the wrong type or shape is
+        except (KeyError, TypeError, ValueError, ArithmeticError, AttributeError, IndexError, RecursionError,
+                MemoryError) as exc:
+            # Bundles come from other people: a field of the wrong type, shape or value is
             # malformed input, not our bug, and never a traceback.
             print(f"hangwatch: error: malformed input ({type(exc).__name__}: {terminal_safe(str(exc)[:200])}); "
                   "not a bundle or dump hangwatch wrote", file=sys.stderr)

@@ -58,3 +58,31 @@ def test_a_bomb_in_the_tar_headers_is_refused_within_the_bundle_limits(tmp_path,
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
     assert done.stderr.startswith("hangwatch: error:") and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "MemoryError" not in done.stderr and "MiB" in done.stderr, done.stderr
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["pid", "frame_line", "thresholds"])
+def test_a_field_that_is_not_a_number_is_an_error_not_an_internal_error(tmp_path, where):
+    """A bundle field of the wrong value (not only the wrong type) is malformed input: exit 2 and
+    ``hangwatch: error:``; it was an internal error (exit 70, traceback in a file in /tmp)."""
+    from diag_helpers import synthetic_bundle  # noqa: PLC0415
+
+    bundle = synthetic_bundle(tmp_path)
+    if where == "pid":
+        (bundle / "processes.json").write_text(json.dumps([{"pid": "4242\x1b[2J", "cmdline": ["python"]}]))
+    elif where == "frame_line":
+        dump = json.loads((bundle / "stacks/round-1/pid-4242.json").read_text())
+        dump[0]["frames"][0]["line"] = "x"
+        (bundle / "stacks/round-1/pid-4242.json").write_text(json.dumps(dump))
+    else:
+        manifest = json.loads((bundle / "manifest.json").read_text())
+        manifest["thresholds"] = ["abc"]
+        (bundle / "manifest.json").write_text(json.dumps(manifest))
+    for args in (["replay", str(bundle)], ["report", str(bundle), "-o", str(tmp_path / "r.html")]):
+        done = subprocess.run([sys.executable, "-m", "hangwatch.cli", *args], capture_output=True, text=True,
+                              timeout=50, cwd=ROOT)
+        if done.returncode == 0:
+            continue  # this command never reads that field
+        assert done.returncode == 2, (args, done.returncode, done.stderr[-2000:])
+        assert done.stderr.startswith("hangwatch: error:") and "internal error" not in done.stderr, done.stderr
+        assert "\x1b" not in done.stderr
