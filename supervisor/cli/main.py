@@ -11,13 +11,26 @@ User mistakes print ``hangwatch: error: ...`` and exit 2, never a traceback.
 
 from __future__ import annotations
 
-import argparse
-import math
-import os
-import signal
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+
+
+def _quiet_interrupt(kind, value, traceback):  # type: ignore[no-untyped-def]
+    """A Ctrl-C while hangwatch is still importing: one line, not a traceback (the process
+    still dies of SIGINT, as the shell expects). Kept only if the imports below are cut short."""
+    if issubclass(kind, KeyboardInterrupt):
+        sys.stderr.write("hangwatch: interrupted\n")
+    else:
+        sys.__excepthook__(kind, value, traceback)
+
+
+_excepthook, sys.excepthook = sys.excepthook, _quiet_interrupt
+
+import argparse  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import TYPE_CHECKING, Any, Mapping  # noqa: E402
 
 if TYPE_CHECKING:
     from hangwatch.contract.capture import CaptureHook
@@ -28,6 +41,8 @@ from hangwatch.contract.terminal import terminal_safe
 from hangwatch.contract.tools import abort_running_tools
 from hangwatch.contract.private import private_dir
 from hangwatch.supervisor.config import MAX_SECONDS, SETTINGS, build, build_operate, load_file, save_values, saved_values
+
+sys.excepthook = _excepthook  # imported: main() handles a Ctrl-C from here on
 
 EPILOG_EXIT = "exit codes:\n" + "\n".join(f"  {code:3d}  {text}" for code, text in EXIT_CODES.items()) + (
     "\n  other  after SIGINT/SIGTERM to the supervisor: the trainer's own status, shell style"
@@ -219,6 +234,13 @@ def add_run_parser(sub: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C while the parser's modules load: no traceback
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     _ensure_standard_streams()
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
