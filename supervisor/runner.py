@@ -328,12 +328,13 @@ class Supervisor:
         )
         self._enter(AttemptState.ENDED)
         if report is not None and not report.confirmed:
-            self.journal.append(
-                "run_finished", outcome="gave_up", exit_code=EXIT_UNKILLABLE,
-                reason=f"{len(report.survivors)} process(es) survived SIGKILL", attempts=st.attempt,
-            )
-            log.error("run_finished", message="processes survived SIGKILL; not restarting (exit 74)")
-            return outcome, EXIT_UNKILLABLE
+            unkillable = Decision(False, f"{len(report.survivors)} process(es) survived SIGKILL", EXIT_UNKILLABLE)
+            if self.cohort is not None and cohort_code is None:  # the other nodes stop with it, and say why
+                unkillable = self.cohort.settle(outcome, unkillable)
+            self.journal.append("run_finished", outcome="gave_up", exit_code=unkillable.exit_code,
+                                reason=unkillable.reason, attempts=st.attempt)
+            log.error("run_finished", message=f"processes survived SIGKILL; not restarting (exit {unkillable.exit_code})")
+            return outcome, unkillable.exit_code
         if self._stop_signal is not None:
             # A hang's tree was killed by us: its status is our SIGKILL, not the trainer's answer to the stop.
             return outcome, self._finish_interrupted(None if verdict.kind.is_hang else trainer_code)

@@ -6,6 +6,7 @@ fake clock (they never agree, on purpose), and speak through one ``MemoryStore``
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch.contract.exitcodes import EXIT_BUDGET, EXIT_COHORT
+from hangwatch.contract.exitcodes import EXIT_BUDGET, EXIT_COHORT, EXIT_UNKILLABLE
 from hangwatch.contract.journal import read_journal
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.supervisor.cohort import Cohort, Membership
@@ -258,3 +259,22 @@ def test_a_stop_while_waiting_for_a_frozen_node_0s_decision_is_a_stop_at_once(tm
     assert records[-1]["outcome"] == "interrupted"
     for s in (s0, s1):
         s.cohort.cohort.close(linger_cap=0)
+
+
+def test_processes_that_survive_sigkill_on_one_node_stop_every_node_with_74(tmp_path):
+    """A rank on node 1 survived SIGKILL (stuck in the GPU driver): node 1 gave up with 74 without
+    telling the others, so node 0 waited at the restart barrier until node 1 left or the deadline
+    passed and exited 75 on "node 1 left". Every node stops with 74 and says why."""
+    store = MemoryStore()
+    (s0, t0), (s1, t1) = _node(tmp_path, store, 0, ["crash", "train"]), _node(tmp_path, store, 1, ["crash", "train"])
+    kill = t1.kill
+
+    def kill_leaving_a_survivor(grace, kill_timeout, launcher=None):
+        report = kill(grace, kill_timeout, launcher)
+        return dataclasses.replace(report, survivors=({"pid": 4242, "name": "rank", "state": "D"},))
+
+    t1.kill = kill_leaving_a_survivor
+    assert _run_all([s0, s1]) == [EXIT_UNKILLABLE, EXIT_UNKILLABLE]
+    assert len(t0.launched) == 1, "node 0 never relaunched alone"
+    last = read_journal(s0.run_dir / "journal.jsonl")[-1]
+    assert last["event"] == "run_finished" and last["reason"].startswith("node 1: 1 process(es) survived SIGKILL")
