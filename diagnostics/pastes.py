@@ -36,6 +36,8 @@ in well under a second). It accepts:
 * function names alone on their lines next to real frames (a stack written by hand);
 * py-spy's own failure for a process (``Error: Failed to suspend process``): that pid
   is reported as not dumped;
+* a process that printed its own stacks (a signal handler calling a "dumpstacks"
+  helper): those frames are dropped from the top of the thread they interrupted;
 * a Ctrl+C traceback ending in ``KeyboardInterrupt`` (where the hung main thread was),
   outermost first; other tracebacks are error reports and are skipped;
 * PyTorch's NCCL watchdog timeout lines (``[rank2]: ... Watchdog caught collective
@@ -158,6 +160,9 @@ _PYSPY_FAILURES = ("failed to suspend", "permission denied", "operation not perm
 # underscore, a "::" or a camelCase step, so prose words are not taken.
 _BARE_NAME = re.compile(r"^([A-Za-z_][\w:<>~]{3,200})(?:\s{1,8}\([^\n]{0,200}\))?$")
 _CAMEL = re.compile(r"[a-z][A-Z]")
+# A process printing its own stacks: the printing code, then the signal handler that called it.
+_DUMPER = re.compile(r"(?i)^_{0,2}(dump_?(all_?)?(stacks?|threads?|traceback(_later)?)|print_?(all_?)?stacks?|format_stack|extract_stack|print_stack|walk_stack)$")
+_HANDLER = re.compile(r"(?i)(handler|^_?on_?sig|^handle_?sig|^_?sig(int|term|usr\d?)_?)")
 # gdb py-bt (python-gdb.py), newer: "Traceback (most recent call first):" then
 # '  File "/p/threading.py", line 295, in wait' with the source line under it.
 _RECENT_FIRST = re.compile(r"^Traceback \(most recent call (first|last)\):?\s*$")
@@ -517,6 +522,19 @@ def _bare_name(s: str) -> str | None:
     if "_" in name or "::" in name or _CAMEL.search(name):
         return name
     return None
+
+
+def _without_dumper(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
+    """A thread that printed the dump itself (a SIGINT/SIGUSR1 handler calling
+    traceback.extract_stack or a "dumpstacks" helper) has that code innermost, over
+    the place the signal interrupted: the dumper's frames and the handler under them
+    are dropped, so the wait they interrupted is what decides."""
+    n = 0
+    while n < len(frames) and n < 8 and _DUMPER.match(frames[n].function):
+        n += 1
+    if n and n < len(frames) and _HANDLER.search(frames[n].function):
+        n += 1
+    return frames[n:] if 0 < n < len(frames) else frames
 
 
 def _strip_note(text: str) -> str:
@@ -1108,7 +1126,7 @@ class _Reader:
                 if ident.lower().startswith("0x"):
                     ident = ident.lower()
                 active = None if t.state in (None, "unknown") else (t.state not in ("idle", "sleeping", "waiting"))
-                frames = tuple(reversed(t.frames)) if t.outermost_first else tuple(t.frames)
+                frames = _without_dumper(tuple(reversed(t.frames)) if t.outermost_first else tuple(t.frames))
                 threads.append(ThreadDump(ident, t.name, frames, active, "gil" in (t.state or "")))
             if not threads:
                 continue

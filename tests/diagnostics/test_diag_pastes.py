@@ -509,3 +509,18 @@ def test_gdb_thread_headers_with_a_thread_name():
                    'Thread 1 (Thread 0x7f9356c7b000 (LWP 3271100) "python"):\n'
                    "#0  0x00007f9f12e0a85d in poll () from /lib64/libc.so.6\n")
     assert [(t.ident, t.name) for t in proc.threads] == [("3271135", "executionLoop"), ("3271100", "MainThread")]
+
+
+def test_a_process_printing_its_own_stacks_is_read_below_the_printing_code():
+    """A SIGINT handler that prints every thread's stack (the OpenVINO web UI in
+    data/pasted) is innermost in the thread it interrupted: the dumper's frames and the
+    handler are dropped, the wait it interrupted stays."""
+    text = (
+        "# Thread: MainThread(140735)\n"
+        'File: "/app/worker.py", line 40, in loop\n  item = q.get()\n'
+        'File: "/usr/lib/python3.10/queue.py", line 171, in get\n  self.not_empty.wait()\n'
+        'File: "/app/util.py", line 156, in sigint_handler\n  dumpstacks()\n'
+        'File: "/app/util.py", line 143, in dumpstacks\n  for f in traceback.extract_stack(stack):\n'
+    )
+    _, proc = _one(text)
+    assert _frames(proc.threads[0]) == ["get (queue.py:171)", "loop (worker.py:40)"]
