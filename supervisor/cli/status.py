@@ -279,11 +279,14 @@ def render_status(summary: dict[str, Any], now: float | None = None) -> str:
         "",
         "attempt  started              outcome          exit                       graphs  resumed from",
     ]
+    # An attempt without its end record runs only while its supervisor does; one a dead
+    # supervisor left open is not running (its guardian kills what is left; --resume closes it).
+    open_attempt = "running" if summary.get("alive", True) else "left open"
     for a in summary["attempts"]:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a["started"]))
         graphs = a["cudagraphs"] + ("+eager" if a["enforce_eager"] else "")
         lines.append(
-            f"{a['attempt']:>7}  {started}  {str(a['outcome'] or 'running'):<15}  {a.get('exit', '-'):<25}  "
+            f"{a['attempt']:>7}  {started}  {str(a['outcome'] or open_attempt):<15}  {a.get('exit', '-'):<25}  "
             f"{graphs:<6}  {a['resume_from'] or '-'}"
         )
     for i in summary["incidents"]:

@@ -53,3 +53,20 @@ def test_importing_the_cli_leaves_the_excepthook_alone() -> None:
          "assert sys.excepthook is before, sys.excepthook"],
         capture_output=True, text=True, timeout=50)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_status_of_a_dead_supervisors_run_does_not_call_its_open_attempt_running(tmp_path) -> None:
+    from hangwatch.cli.status import render_status, summarise
+    from hangwatch.contract.journal import Journal
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(timeout=50)  # a supervisor that died (SIGKILL, OOM) without writing run_finished
+    journal = Journal(tmp_path / "journal.jsonl", run_id="r1")
+    journal.append("run_started", pid=gone.pid, command=["python", "train.py"], run_dir=str(tmp_path))
+    journal.append("attempt_started", attempt=1, pid=gone.pid + 1, create_time=0.0, argv=["python", "train.py"], env={})
+    summary = summarise(tmp_path / "journal.jsonl")
+    assert summary["alive"] is False
+    text = render_status(summary)
+    assert "supervisor gone without finishing" in text
+    row = next(line for line in text.splitlines() if line.strip().startswith("1 "))
+    assert "running" not in row and "left open" in row, row
