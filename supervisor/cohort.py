@@ -248,7 +248,9 @@ class Cohort:
                  wall: Callable[[], float] = time.time) -> None:
         self.store = store
         self.me = membership
-        self.fingerprint = dict(fingerprint)
+        # The lease must match too: a node renewing every lease/10 of a longer lease than another
+        # node's is taken for lost by it, though it is alive (a job killed seconds in).
+        self.fingerprint = {**fingerprint, "lease_timeout": lease_timeout}
         self.lease_interval = lease_interval
         self.lease_timeout = lease_timeout
         self.barrier_timeout = barrier_timeout

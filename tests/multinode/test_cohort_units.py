@@ -88,8 +88,8 @@ def test_every_node_must_join_and_a_rank_cannot_join_twice():
     with pytest.raises(CohortRefused, match=r"nodes \[1\] did not join within 5 s"):
         n0.join(timeout=5)
     n1.join(timeout=5)
-    again = Cohort(store, Membership(1, 2, "127.0.0.1", 29600, "job"), {"a": 1}, lease_interval=3600, clock=clock,
-                   sleep=clock.sleep, wall=clock)
+    again = Cohort(store, Membership(1, 2, "127.0.0.1", 29600, "job"), {"a": 1}, lease_interval=3600, lease_timeout=10,
+                   clock=clock, sleep=clock.sleep, wall=clock)
     with pytest.raises(CohortRefused, match="node 1 already joined this cohort"):
         again.join(timeout=5)
     n1.close()
@@ -164,3 +164,19 @@ def test_malformed_store_records_are_ignored_or_refused_not_a_traceback():
     store.set(n1._key("done", 3, 1), "{}")
     with pytest.raises(CohortError, match="decision in the store is malformed"):
         n1.agree(3, [2], GraphPolicy())
+
+
+def test_a_node_with_another_lease_timeout_is_refused():
+    """--lease-timeout 40 on node 1, 3 on node 0: node 1 renewed every 4 s, and node 0 took it for
+    lost 3 s into a healthy job (a real 2-node job ended 75, 75). The lease is part of the settings."""
+    store, clock = MemoryStore(), Clock()
+    n0, n1 = (Cohort(store, Membership(i, 2, "127.0.0.1", 29600, "job"), {"a": 1}, lease_interval=3600,
+                     lease_timeout=lease, clock=clock, sleep=clock.sleep, wall=clock) for i, lease in ((0, 3.0), (1, 40.0)))
+    import threading  # noqa: PLC0415
+
+    leader = threading.Thread(target=lambda: pytest.raises(CohortRefused, n0.join, timeout=1e9))
+    leader.start()
+    with pytest.raises(CohortRefused, match="lease_timeout: node 0 has 3.0, this node 40.0"):
+        n1.join()
+    leader.join(timeout=10)
+    assert not leader.is_alive(), "node 0 stops waiting for the refused node"
