@@ -25,6 +25,7 @@ from hangwatch.diagnostics.stacks import Frame, ProcessDump, ThreadDump
 from hangwatch.contract.tools import ToolResult, run_bounded
 
 from hangwatch.contract.env import PYSPY as PYSPY_ENV
+from hangwatch.contract.env import SUPERVISOR as SUPERVISOR_ENV
 
 PTRACE_FIX = (
     "py-spy needs ptrace: run the supervisor as root or give it CAP_SYS_PTRACE "
@@ -77,8 +78,63 @@ def dump_process(pyspy: str | None, pid: int, *, round_no: int, timeout: float, 
     argv = [pyspy, "dump", "--pid", str(pid), "--json"]
     if native:
         argv.append("--native")
-    result = run_bounded(argv, timeout)
+    owner = dump_as(pid)
+    result = run_bounded(argv, timeout) if owner is None else _run_as_owner(argv, owner, timeout)
     return _interpret(result, pid, round_no)
+
+
+#: What py-spy keeps when it runs as the owner of the process it dumps: the one capability
+#: it needs (to attach where Yama allows only descendants), no group, no new privileges.
+_OWNER_PRIVILEGES = ("--clear-groups", "--nnp", "--inh-caps=-all,+sys_ptrace", "--ambient-caps=-all,+sys_ptrace",
+                     "--bounding-set=-all,+sys_ptrace")
+
+
+def dump_as(pid: int) -> tuple[int, int] | None:
+    """The (uid, gid) py-spy runs as to dump ``pid``: its owner's, when we are root and it is
+    another user's; None to run py-spy as we are.
+
+    py-spy reads the interpreter's library from the path the process's memory map names,
+    through ``/proc/PID/root``: in the process's own mount namespace, which its user controls
+    (``unshare -Urm`` and a bind mount). Run as root, py-spy opened whatever that user mounted
+    there, a root-only FIFO or a device such as ``/dev/watchdog`` (reproduced with a FIFO);
+    run as the owner, it can open only what the owner could."""
+    if os.geteuid() != 0:
+        return None
+    ids: dict[str, list[int]] = {}
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                key, _, rest = line.partition(":")
+                if key in ("Uid", "Gid"):
+                    ids[key] = [int(x) for x in rest.split()]
+    except (OSError, ValueError):
+        return None  # gone: py-spy says so
+    uids, gids = ids.get("Uid"), ids.get("Gid")
+    if not uids or not gids or 0 in uids:
+        return None  # root's own process (a setuid one included): nothing another user mounted for it
+    return uids[0], gids[0]
+
+
+def _run_as_owner(argv: list[str], owner: tuple[int, int], timeout: float) -> ToolResult:
+    """py-spy as ``owner`` with only CAP_SYS_PTRACE (``setpriv``; without it, dropped with no
+    capability, which attaches where same-user ptrace is allowed). The binary is opened here and
+    run as ``/proc/self/fd/N``: the owner need not be able to reach its path (a venv under /root).
+    Its environment is PATH and the supervisor's helper mark only: nothing of ours for the owner
+    to read in ``/proc/PID/environ``."""
+    try:
+        fd = os.open(argv[0], os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        return ToolResult(tuple(argv), None, "", "", 0.0, error=f"{argv[0]}: {exc.strerror or exc}")
+    try:
+        exe = [f"/proc/self/fd/{fd}", *argv[1:]]
+        env = {k: os.environ[k] for k in ("PATH", SUPERVISOR_ENV) if k in os.environ}
+        setpriv = shutil.which("setpriv")
+        if setpriv is not None:
+            return run_bounded([setpriv, f"--reuid={owner[0]}", f"--regid={owner[1]}", *_OWNER_PRIVILEGES, "--", *exe],
+                               timeout, env=env, pass_fds=(fd,))
+        return run_bounded(exe, timeout, env=env, run_as=owner, pass_fds=(fd,))
+    finally:
+        os.close(fd)
 
 
 def _interpret(result: ToolResult, pid: int, round_no: int) -> DumpResult:

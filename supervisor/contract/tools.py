@@ -63,11 +63,13 @@ def run_bounded(
     env: Mapping[str, str] | None = None,
     max_output: int = 16 * 1024 * 1024,
     run_as: tuple[int, int] | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> ToolResult:
     """Run ``argv`` for at most ``timeout`` seconds. Never raises for a tool problem:
     a missing binary, a timeout or a non-zero exit come back as data.
 
-    ``run_as``: (uid, gid) to drop to first (root running a program another user controls)."""
+    ``run_as``: (uid, gid) to drop to first (root running a program another user controls).
+    ``pass_fds``: descriptors the tool inherits (a binary opened by us, run as ``/proc/self/fd/N``)."""
     started = time.monotonic()
     drop: dict[str, object] = {} if run_as is None else {"user": run_as[0], "group": run_as[1], "extra_groups": []}
     try:
@@ -78,6 +80,7 @@ def run_bounded(
             stderr=subprocess.PIPE,
             env=dict(env) if env is not None else None,
             start_new_session=True,
+            pass_fds=tuple(pass_fds),
             **drop,  # type: ignore[arg-type]
         )
     except OSError as exc:
