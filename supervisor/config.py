@@ -194,6 +194,8 @@ def load_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: not UTF-8 text (byte {exc.start}); save it as UTF-8 TOML") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path}: {exc}") from exc
+    except ValueError as exc:  # an integer of thousands of digits: tomllib's int() refuses it
+        raise ConfigError(f"config file {path}: {str(exc).split(';')[0]}; not a setting's value") from exc
     except RecursionError as exc:
         raise ConfigError(f"config file {path}: nested too deeply; not a settings file") from exc
     values: dict[str, Any] = {}

@@ -1,0 +1,27 @@
+"""Hostile values in a config file are ``hangwatch: error:`` (exit 2), never an internal error."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(60)
+def test_an_integer_of_thousands_of_digits_in_a_config_file_is_a_config_error(tmp_path):
+    # tomllib reads it with int(), which refuses more than 4300 digits with a ValueError that
+    # is not a TOMLDecodeError: the run died with exit 70 and a traceback file.
+    config = tmp_path / "hangwatch.toml"
+    config.write_text("max-restarts = " + "9" * 5000 + "\n")
+    config.chmod(0o600)
+    done = subprocess.run([sys.executable, "-m", "hangwatch.cli", "run", "--config", str(config), "--run-dir",
+                           str(tmp_path / "run"), "--gpu-probe", "none", "--", "true"],
+                          capture_output=True, text=True, timeout=50, cwd=ROOT)
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert done.stderr.startswith("hangwatch: error: config file") and "internal error" not in done.stderr, done.stderr
+    assert "digits" in done.stderr and "set_int_max_str_digits" not in done.stderr, done.stderr
+    assert not (tmp_path / "run").exists()
