@@ -410,6 +410,13 @@ def _run_settings(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], 
             raise UsageError(
                 f"--resume {resume_dir} continues the run's own command ({' '.join(saved_command)!s:.80}); "
                 "drop the command after --, or start a new run with a new --run-dir")
+        if getattr(args, "config", None):  # given with the resume: it changes the saved settings, as options do
+            cli_values = {**load_file(Path(args.config)), **cli_values}
+        given_dir = cli_values.get("run_dir")
+        if given_dir and Path(given_dir).expanduser().resolve() != resume_dir:
+            where = f"--run-dir {given_dir}" if getattr(args, "run_dir", None) else f"run-dir = {given_dir!r} in {args.config}"
+            raise UsageError(f"{where}: a resumed run stays in its own directory ({resume_dir}); drop it, "
+                             "or resume the run that is there")
         values.update(cli_values)
         values["run_dir"] = str(resume_dir)
         command = command or saved_command

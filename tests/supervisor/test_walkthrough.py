@@ -70,3 +70,46 @@ def test_status_of_a_dead_supervisors_run_does_not_call_its_open_attempt_running
     assert "supervisor gone without finishing" in text
     row = next(line for line in text.splitlines() if line.strip().startswith("1 "))
     assert "running" not in row and "left open" in row, row
+
+
+def _interrupted_run(tmp_path):
+    """A run directory as a supervisor that died (SIGKILL) leaves it: settings, an open journal."""
+    import os
+
+    from hangwatch.contract.journal import Journal
+    from hangwatch.supervisor.config import SETTINGS, save_values
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    values = {k: v[1] for k, v in SETTINGS.items()} | {"run_dir": str(run_dir), "gpu_probe": "none"}
+    save_values(run_dir, values, [sys.executable, "-c", "pass"])  # ends at once if it were ever resumed
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(timeout=50)
+    Journal(run_dir / "journal.jsonl", run_id="r1").append("run_started", pid=gone.pid, command=[sys.executable, "-c", "pass"])
+    os.chmod(run_dir / "journal.jsonl", 0o600)
+    return run_dir
+
+
+def test_resume_refuses_another_run_dir_instead_of_ignoring_it(tmp_path, capsys) -> None:
+    run_dir = _interrupted_run(tmp_path)
+    assert cli_main.main(["run", "--resume", str(run_dir), "--run-dir", str(tmp_path / "other")]) == 2
+    err = capsys.readouterr().err
+    assert "--run-dir" in err and "stays in its own directory" in err and "Traceback" not in err
+    assert not (tmp_path / "other").exists()
+
+
+def test_resume_reads_the_config_file_it_is_given(tmp_path, capsys) -> None:
+    run_dir = _interrupted_run(tmp_path)
+    missing = tmp_path / "missing.toml"
+    assert cli_main.main(["run", "--resume", str(run_dir), "--config", str(missing)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    config = tmp_path / "more.toml"
+    config.write_text("eager-escalation = false\nstall-window = 90\n")
+    config.chmod(0o600)
+    args = cli_main.build_parser().parse_args(["run", "--resume", str(run_dir), "--config", str(config),
+                                               "--stall-window", "45"])
+    values, command, resumed, explicit = cli_main._run_settings(args)
+    assert resumed == run_dir.resolve() and command == [sys.executable, "-c", "pass"]
+    assert values["eager_escalation"] is False  # from the file
+    assert values["stall_window"] == 45.0  # the command line wins over the file
+    assert values["gpu_probe"] == "none"  # what the file does not set stays as the run saved it
