@@ -81,3 +81,23 @@ def test_the_trainers_info_is_journaled_redacted(tmp_path):
     text = (run_dir / "journal.jsonl").read_text()
     assert not any(s in text for s in SECRETS), text[-3000:]
     assert records[0]["info"]["engine_kwargs"]["model"] == "m"
+
+
+@pytest.mark.timeout(30)
+def test_the_samples_only_fallback_bundle_is_redacted_too(tmp_path):
+    """When the diagnostics capture fails, the runner's fallback writes the verdict and the samples:
+    it wrote them as they were, the trainer's ``info`` (an engine's ``hf_token``) included."""
+    import dataclasses  # noqa: PLC0415
+
+    from diag_helpers import make_request  # noqa: PLC0415
+    from hangwatch.contract.heartbeat import Heartbeat  # noqa: PLC0415
+    from hangwatch.supervisor.capture import SamplesOnlyCapture  # noqa: PLC0415
+
+    request = make_request(tmp_path / "run", None)
+    beat = Heartbeat(pid=4242, seq=1, ts=0.0, step=3, phase="train", info=_info())
+    request = dataclasses.replace(request, samples=[dataclasses.replace(s, heartbeat=beat) for s in request.samples])
+    path = SamplesOnlyCapture()(request)
+    for name in ("manifest.json", "samples.jsonl"):
+        text = (path / name).read_text()
+        assert not any(s in text for s in SECRETS), (name, text[:2000])
+    assert len(load_bundle(path).samples()) == len(request.samples)
