@@ -529,6 +529,10 @@ def _join_cohort(args: argparse.Namespace, config: Any, log: Any) -> Any:
         node = f" (this run was node {joined.get('node_rank')} of {joined.get('nnodes')})" if joined else ""
         raise UsageError(f"--resume is not supported for a multi-node cohort{node}: restart the job on every node")
     if membership is None:
+        rank = getattr(args, "node_rank", None)
+        if rank:  # this node would run alone as if it were node 0: its peers wait for a node that never joins
+            raise UsageError(f"--node-rank {rank}: no multi-node cohort is set up (no --nnodes above 1, --cohort, "
+                             "Slurm or NNODES); add --nnodes N --cohort HOST:PORT, or drop --node-rank")
         return None
     checkpoint = config.checkpoint
     fingerprint = {

@@ -113,3 +113,20 @@ def test_resume_reads_the_config_file_it_is_given(tmp_path, capsys) -> None:
     assert values["eager_escalation"] is False  # from the file
     assert values["stall_window"] == 45.0  # the command line wins over the file
     assert values["gpu_probe"] == "none"  # what the file does not set stays as the run saved it
+
+
+def test_a_node_rank_without_a_cohort_is_refused_not_run_as_a_single_node(tmp_path) -> None:
+    import os
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SLURM_NODEID", "SLURM_NNODES", "NODE_RANK", "NNODES", "GROUP_RANK", "MASTER_ADDR",
+                        "SLURM_JOB_NODELIST", "SLURM_NODELIST")}
+    marker = tmp_path / "trainer-ran"
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys; from hangwatch.cli.main import main; sys.exit(main())",
+         "run", "--run-dir", str(tmp_path / "run"), "--gpu-probe", "none", "--node-rank", "1", "--",
+         sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
+        capture_output=True, text=True, timeout=50, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert "--node-rank 1" in proc.stderr and "--nnodes" in proc.stderr and "Traceback" not in proc.stderr
+    assert not marker.exists()  # node 1 of a job that never formed would have trained alone, as node 0
