@@ -399,6 +399,10 @@ def _run_settings(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], 
         raise UsageError(f"unknown option or missing '--' before the command: {command[0]!r} "
                          "(write: hangwatch run [options] -- COMMAND...)")
     cli_values = {k: v for k, v in vars(args).items() if k in SETTINGS}
+    for name, value in cli_values.items():
+        # `--checkpoint-dir "$OUT"` with OUT unset: the empty value turned resuming off unsaid.
+        if isinstance(value, str) and not value.strip():
+            raise UsageError(f"--{name.replace('_', '-')} was given an empty value; give one, or leave the option out")
 
     resume_dir: Path | None = getattr(args, "resume", None)
     if resume_dir is not None:

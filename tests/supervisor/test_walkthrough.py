@@ -130,3 +130,12 @@ def test_a_node_rank_without_a_cohort_is_refused_not_run_as_a_single_node(tmp_pa
     assert proc.returncode == 2, proc.stderr
     assert "--node-rank 1" in proc.stderr and "--nnodes" in proc.stderr and "Traceback" not in proc.stderr
     assert not marker.exists()  # node 1 of a job that never formed would have trained alone, as node 0
+
+
+@pytest.mark.parametrize("option", ["--checkpoint-dir", "--run-dir"])
+def test_an_empty_path_option_is_refused_not_taken_as_unset(option, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # a run that started anyway would land here, under ./hangwatch-runs
+    assert cli_main.main(["run", option, "", "--gpu-probe", "none", "--", sys.executable, "-c", "pass"]) == 2
+    err = capsys.readouterr().err
+    assert f"{option} was given an empty value" in err
+    assert not (tmp_path / "hangwatch-runs").exists()
