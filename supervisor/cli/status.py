@@ -250,7 +250,10 @@ def _live_lines(live: Mapping[str, Any], now: float) -> list[str]:
                          f"{max(0.0, now - float(hb['ts'])):.0f} s ago")
         else:
             lines.append("heartbeat none yet in this attempt")
-        for w in (live.get("warnings") or [])[-2:]:
+        warnings = live.get("warnings") or []
+        if live.get("heartbeat_seen"):  # "no heartbeat yet" warnings no longer say what is happening now
+            warnings = [w for w in warnings if w.get("event") not in ("no_detection", "no_heartbeat")]
+        for w in warnings[-2:]:
             lines.append(f"warning  {w['message']}")
         for name, where in (live.get("links") or {}).items():
             lines.append(f"{name:<8} {where}")

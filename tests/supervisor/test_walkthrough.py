@@ -139,3 +139,23 @@ def test_an_empty_path_option_is_refused_not_taken_as_unset(option, tmp_path, ca
     err = capsys.readouterr().err
     assert f"{option} was given an empty value" in err
     assert not (tmp_path / "hangwatch-runs").exists()
+
+
+def test_status_drops_the_no_heartbeat_warning_once_heartbeats_arrive() -> None:
+    from hangwatch.cli.status import render_status
+
+    no_detection = {"ts": 1.0, "event": "no_detection", "message": "attempt 1: NO HANG CAN BE DETECTED yet"}
+    disk = {"ts": 2.0, "event": "disk_low", "message": "disk low"}
+
+    def status_text(heartbeat_seen: bool) -> str:
+        live = {"phase": "watching", "attempt": 1, "updated": 100.0, "heartbeat_seen": heartbeat_seen,
+                "heartbeat": {"step": 17, "phase": "train", "ts": 99.0} if heartbeat_seen else None,
+                "warnings": [no_detection, disk]}
+        summary = {"run_dir": "/r", "run_id": "x", "state": "running: attempt 1, supervisor pid 5", "restarts": 0,
+                   "alive": True, "live": live, "attempts": [], "incidents": [], "finished": None}
+        return render_status(summary, now=100.0)
+
+    assert "NO HANG CAN BE DETECTED" in status_text(heartbeat_seen=False)
+    beating = status_text(heartbeat_seen=True)
+    assert "heartbeat step 17" in beating and "NO HANG CAN BE DETECTED" not in beating
+    assert "disk low" in beating  # other warnings stay
