@@ -45,7 +45,7 @@ from hangwatch.supervisor.config import MAX_SECONDS, SETTINGS, build, build_oper
 sys.excepthook = _excepthook  # imported: main() handles a Ctrl-C from here on
 
 EPILOG_EXIT = "exit codes:\n" + "\n".join(f"  {code:3d}  {text}" for code, text in EXIT_CODES.items()) + (
-    "\n  other  after SIGINT/SIGTERM to the supervisor: the trainer's own status, shell style"
+    "\n  other  after SIGINT/SIGTERM/SIGHUP to the supervisor: the trainer's own status, shell style"
     "\n         (128+N if it died of signal N); 128 + our signal if no trainer was running"
     "\n         and, in a multi-node job, on every node"
 )
