@@ -475,12 +475,14 @@ class Cohort:
         store (node 0 gone) this node's own view stands.
         """
         local = {"node": self.me.node_rank, "signal": int(self.local_stop)} if self.local_stop is not None else None
-        try:
-            if local is not None and not self._stop_published:
-                self._exchange_stop()  # publish ours now: the lease thread may not have yet
-            recorded = _stop_record(self.store.get(self._key("stop")))
-        except (StoreError, ValueError, TypeError):
-            recorded = None
+        recorded = None
+        if self._failing_since is None:  # a store already failing would only add a call's deadline to the exit
+            try:
+                if local is not None and not self._stop_published:
+                    self._exchange_stop()  # publish ours now: the lease thread may not have yet
+                recorded = _stop_record(self.store.get(self._key("stop")))
+            except (StoreError, ValueError, TypeError):
+                pass
         return recorded or self.stopped or local
 
     def finish(self, attempt: int) -> None:
