@@ -268,15 +268,19 @@ class _Matcher:
         self.helpers = [s for s in signatures if s.kind == "helper"]
         self.memo: dict[tuple, _ThreadFacts] = {}
 
-    def facts(self, thread: ThreadDump, pid: int | None, cmdline: str, alone: bool = False) -> _ThreadFacts:
+    def facts(self, thread: ThreadDump, pid: int | None, cmdline: str, alone: bool = False,
+              chosen: bool = False) -> _ThreadFacts:
         # The only thread a dump shows of its process (one thread of a gdb/lldb session,
         # a stack pasted on its own) is the one the reporter looked at: it decides.
+        # ``chosen``: a C-level backtrace in an excerpt with no main thread; it may decide
+        # too, unless a helper signature says what it is (a native thread pool's idler).
         main = is_main(thread, pid) or alone
-        key = (thread.frames, thread.name, cmdline, main)
+        key = (thread.frames, thread.name, cmdline, main, chosen)
         got = self.memo.get(key)
         if got is None:
             lines = ThreadLines.for_thread(thread)
-            helper = not main and (not thread.telling_frames(limit=1) or any(_helper_match(h, thread, cmdline, lines) for h in self.helpers))
+            known_helper = not main and any(_helper_match(h, thread, cmdline, lines) for h in self.helpers)
+            helper = known_helper or (not main and not chosen and not thread.telling_frames(limit=1))
             stalls = []
             for sig in self.stalls:
                 frames = sig.match_thread(thread, cmdline, lines)
@@ -318,7 +322,15 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
     pid, cmd = series.pid, series.cmdline
     threads = series.latest.threads if series.dumps else ()
     alone = len(threads) == 1
-    cands = [(t, series.frozen(t.ident), m.facts(t, pid, cmd, alone)) for t in threads]
+    # A gdb/lldb excerpt of some threads, none of them the main thread: each C-level
+    # backtrace is one the reporter chose to show, so it may decide like a lone thread
+    # (horovod#26: a thread in ncclAllReduce next to one in libcuda, no thread 1).
+    # Threads with Python frames keep the helper rules (a py-spy paste cut before its
+    # MainThread still shows only helpers).
+    no_main = not any(is_main(t, pid) for t in threads)
+    cands = [(t, series.frozen(t.ident),
+              m.facts(t, pid, cmd, alone, chosen=no_main and bool(t.frames) and all(f.native for f in t.frames)))
+             for t in threads]
     workers = [c for c in cands if not c[2].helper]
 
     def matches(pool):
@@ -328,7 +340,7 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
     if found:
         found.sort(key=lambda x: (-x[2].priority, x[1] is not True, not is_main(x[0], pid), -len(x[3])))
         t, frozen, sig, frames = found[0]
-        idle = m.facts(t, pid, cmd, alone).idle
+        idle = next(c[2] for c in cands if c[0] is t).idle
         return ProcessVerdict(series, "stalled", sig, t, frames, frozen, idle is not None, idle.title if idle else "",
                               tuple((x[0], x[2], x[3]) for x in found[:50]), source)
     pool = workers or cands

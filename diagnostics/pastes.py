@@ -137,6 +137,10 @@ _GDB_THREAD = re.compile(r'^\[?(?:Thread|Switching to thread) (\d{1,7}) \(Thread
 # (a C++ name with its own parameter list, "from" or "at" wrapped onto the next line, a
 # placeholder line number) is taken apart by _gdb_call.
 _GDB_NUMBERED = re.compile(r"^#\d{1,6}\s{1,4}(0x[0-9a-fA-F]{1,16} in )?")
+# A numbered frame with no parameter list, "NAME from WHERE[:LINE]", as some stack tools
+# print mixed stacks ("#56 forward from /srv/app/models/llama.py:2083", sglang#10124):
+# a Python frame when WHERE is a Python file, else a native one in that library.
+_NUMBERED_FROM = re.compile(r"^([A-Za-z_<][\w.<>$:~-]{0,300}) from (\S{1,1000}?)(?::(\d{1,7}))?$")
 # gdb "info threads": "* 1    Thread 0x7fc7.. (LWP 52422) "python" select_poll_poll () at x.c:219":
 # one line per thread, its innermost frame at the end; gdb's thread 1 is the main thread.
 _GDB_INFO_THREAD = re.compile(r'^\*?\s{0,4}(\d{1,7})\s{1,12}Thread 0x[0-9a-fA-F]{1,16} \(LWP (\d{1,10})\)(?: "([^"\n]{0,100})")?\s{1,12}(\S.{0,3000})$')
@@ -167,6 +171,21 @@ _HANDLER = re.compile(r"(?i)(handler|^_?on_?sig|^handle_?sig|^_?sig(int|term|usr
 # '  File "/p/threading.py", line 295, in wait' with the source line under it.
 _RECENT_FIRST = re.compile(r"^Traceback \(most recent call (first|last)\):?\s*$")
 _TRACEBACK_FRAME = re.compile(r'^File:? "([^"\n]{1,1000})", line (\d{1,7}), in (\S{1,300})\s*$')
+# IPython / Jupyter tracebacks (ultralytics#6206): "Empty      Traceback (most recent call last)",
+# then frames as "File C:\\...\\dataloader.py:1132, in Class.method(self, timeout)" (IPython 8),
+# "~/lib/python3.7/.../dataloader.py in _try_get_data(self, timeout)" (older IPython),
+# "Cell In[14], line 1" / "<ipython-input-5-2a1c..> in <module>" for notebook cells, each
+# followed by numbered source lines ("   1131 try:", "-> 1132     data = ...", "----> 1 x").
+_IPY_TB_START = re.compile(r"^[A-Za-z_][\w.]{0,200}\s{2,}Traceback \(most recent call last\)\s*$")
+_IPY_FRAME = re.compile(r"^File (\S.{0,1000}?):(\d{1,7}), in ([^\s(]{1,300})(?:\(.{0,3000}\)?)?\s*$")
+_IPY_OLD_FRAME = re.compile(r"^(\S{1,1000}\.pyx?) in ([^\s(]{1,300})(?:\(.{0,3000}\)?)?\s*$")
+_IPY_CELL = re.compile(r"^(?:Cell In ?\[(\d{1,7})\], line (\d{1,7})(?:, in ([^\s(]{1,300}).{0,3000})?|<ipython-input-(\d{1,7})-\w{0,40}> in ([^\s(]{1,300}).{0,3000})\s*$")
+# gdb frames quoted inline in prose (pytorch#15638: "it hangs at the function call of
+# `c10d::TCPStore::TCPStore(std::string const&, ...) ()`, `c10d::tcputil::connect(...) ()`"):
+# a backticked span in gdb's form for a frame without debug info, "name(args) ()" with an
+# optional " from LIB" / " at FILE:LINE".
+_INLINE_GDB = re.compile(r"`([^`\n]{3,3000}?\) \(\)(?: (?:from|at) [^`\s]{1,1000})?)`")
+_IPY_SOURCE = re.compile(r"^(?:-{0,12}>\s{0,4})?\d{1,7}(?:\s|$)")
 # The caption a stack-dumping helper prints before each thread's traceback.format_stack
 # ("# Thread: MainThread(140735)", "Thread worker-1 (1234):").
 _CAPTION_THREAD = re.compile(r"(?i)^[#=*\s-]{0,6}thread\b[:#\s]{0,3}[\"']?([A-Za-z_][\w.-]{0,60})")
@@ -471,6 +490,10 @@ def _cxx_name(name: str) -> str:
             depth += 1
         elif ch in ">}" and depth:
             depth -= 1
+        elif ch == "(" and depth == 0 and name.startswith("(anonymous namespace)", i):
+            depth += 1  # "c10d::ops::(anonymous namespace)::recv_CUDA(...)": part of the name
+        elif ch == ")" and depth and name.endswith("(anonymous namespace)", 0, i + 1):
+            depth -= 1
         elif ch == "(" and depth == 0 and i > 0 and not name.endswith("operator", 0, i):
             return name[:i].strip()
     return name.strip()
@@ -511,6 +534,33 @@ def _gdb_call(text: str, addressed: bool) -> Frame | None:
     if not name or len(name) > 2000 or (_WS.search(name) and "::" not in name and "<" not in name):
         return None
     return Frame("?" if name == "??" else name, where, None, native=True)
+
+
+def _ipython_frame(s: str) -> Frame | None:
+    """One frame header of an IPython traceback (see _IPY_FRAME), else None."""
+    m = _IPY_FRAME.match(s)
+    if m is not None:
+        return Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2)))
+    m = _IPY_CELL.match(s)
+    if m is not None:
+        if m.group(1) is not None:
+            return Frame(m.group(3) or "<module>", f"<ipython-input-{m.group(1)}>", int(m.group(2)))
+        return Frame(m.group(5), f"<ipython-input-{m.group(4)}>", None)
+    m = _IPY_OLD_FRAME.match(s)
+    if m is not None:
+        return Frame(m.group(2), m.group(1).replace("\\", "/"), None)
+    return None
+
+
+def _numbered_from(text: str) -> Frame | None:
+    """'forward from /p/llama.py:2083' / 'poll from /lib/libc.so.6' (see _NUMBERED_FROM)."""
+    m = _NUMBERED_FROM.match(text)
+    if m is None:
+        return None
+    name, where, line = m.group(1), m.group(2).replace("\\", "/"), m.group(3)
+    if where.endswith(_PY_EXT):
+        return Frame(name, where, int(line) if line else None)
+    return Frame(name, where, None, native=True)
 
 
 def _bare_name(s: str) -> str | None:
@@ -630,6 +680,7 @@ class _Reader:
         self.tb_lines = 0
         self.tb_indent = 0
         self.tb_caption = ""
+        self.tb_ipython = False  # the open traceback is IPython's (numbered source lines)
         # Traceback-shaped blocks that ended without an exception line (a thread dump
         # printed with traceback.format_stack, or a cut traceback): kept only when the
         # paste has no other stack. (caption, frames, lines)
@@ -721,6 +772,11 @@ class _Reader:
         rank = _RANK_PREFIX.search(prefix) if "[" in prefix else None
         if self.tb_frames is None and s[0] == "F" and not self.recent_first and _TRACEBACK_FRAME.match(s):
             self.start_traceback(0)  # a traceback pasted without its first line
+        if s.endswith("(most recent call last)") and _IPY_TB_START.match(s):
+            self.end_traceback(keep=False)
+            self.start_traceback(1)
+            self.tb_ipython = True
+            return
         if self.tb_frames is not None and self.traceback_line(s, line):
             return
         if "Watchdog caught collective" in s or "WorkNCCL(SeqNum=" in s:
@@ -835,6 +891,12 @@ class _Reader:
                 self.bare.append(Frame(name, "?"))  # a frame if real frames follow
                 return
             self.drop_bare()
+            inline = [f for f in (_gdb_call(m.group(1), addressed=False) for m in _INLINE_GDB.finditer(s)) if f] if "`" in s else []
+            if inline:
+                self.add_frames(inline[:MAX_FRAMES])
+                self.report.bare_frames += len(inline)
+                self.after_break = True  # prose: the next frames are another stack
+                return
             self.skip(s)
             return
         frames, abbreviated, cut = parsed
@@ -923,7 +985,7 @@ class _Reader:
         self.drop_bare()
         m = _GDB_NUMBERED.match(s)
         if m is not None:
-            frame = _gdb_call(s[m.end():], addressed=m.group(1) is not None)
+            frame = _gdb_call(s[m.end():], addressed=m.group(1) is not None) or _numbered_from(s[m.end():].strip())
         else:
             head, sep, rest = s.partition(" in ")  # "0x00007f.. in poll () ..."
             frame = _gdb_call(rest, addressed=True) if sep and _HEX.match(head) else None
@@ -1048,6 +1110,13 @@ class _Reader:
             self.tb_lines += 1
             self.tb_indent = len(line) - len(line.lstrip())
             return True
+        if self.tb_ipython:
+            frame = _ipython_frame(s)
+            if frame is not None or _IPY_SOURCE.match(s) or set(s) <= {"-"}:
+                if frame is not None and self.tb_frames is not None and len(self.tb_frames) < MAX_FRAMES:
+                    self.tb_frames.append(frame)
+                self.tb_lines += 1
+                return True
         if self.tb_frames and len(line) - len(line.lstrip()) > self.tb_indent:
             one = _single_frame(s) if "(" in s else None
             if one is None or one[0].line is None:
@@ -1065,6 +1134,7 @@ class _Reader:
         return False
 
     def start_traceback(self, lines: int) -> None:
+        self.tb_ipython = False
         m = _CAPTION_THREAD.match(self.prev_text) if len(self.prev_text) < 200 else None
         self.tb_caption = m.group(1) if m else ""
         self.tb_frames, self.tb_lines = [], lines

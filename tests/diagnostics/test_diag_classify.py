@@ -312,3 +312,33 @@ def test_shm_broadcast_queue_waiting_for_its_readers_at_start_up():
               Frame("create_from_process_group", "vllm/distributed/device_communicators/shm_broadcast.py", 489))
     c = classify(group_series([ProcessDump(None, (ThreadDump("?1", "MainThread", frames),))]), SIGS)
     assert c.signature_id == "vllm-shm-broadcast-wait"
+
+
+def test_native_threads_of_an_excerpt_without_its_main_thread_decide():
+    """gdb threads pasted without thread 1 (horovod#26, lightning-thunder#462 in data/pasted):
+    a C-level thread in ncclAllReduce decides (it is no idle helper); a c10 thread-pool
+    worker parked in pthread_cond_wait is a helper and never does."""
+    nccl = ThreadDump("69796", "", (Frame("pthread_cond_wait", "pthread_cond_wait.S", None, True), Frame("?", "/x/libnccl.so.2", None, True),
+                                    Frame("ncclAllReduce", "/x/libnccl.so.2", None, True)))
+    cuda = ThreadDump("80993", "", (Frame("sem_wait", "sem_wait.S", None, True), Frame("?", "/usr/lib/libcuda.so.1", None, True)))
+    pool = ThreadDump("87", "", (Frame("pthread_cond_wait", "/lib/libc.so.6", None, True),
+                                 Frame("c10::ThreadPool::main_loop", "/t/libc10.so", None, True)))
+    c = classify(group_series([ProcessDump(None, (nccl, cuda))]), SIGS)
+    assert c.signature_id == "nccl-collective-wait" and c.thread_ident == "69796"
+    c = classify(group_series([ProcessDump(None, (pool, pool))]), SIGS)
+    assert c.signature_id == "all-idle"
+
+
+@pytest.mark.parametrize(("frames", "expected"), [
+    # torch's C++ collective and p2p entry points (Megatron-LM#1679, sglang#10124)
+    ((Frame("c10d::ProcessGroupNCCL::recv", "/t/libtorch_cuda.so", None, True),), "nccl-collective-wait"),
+    ((Frame("c10d::ProcessGroup::_reduce_scatter_base", ":0", None, True),), "nccl-collective-wait"),
+    # the c10d store under init_process_group (pytorch#15638)
+    ((Frame("c10d::tcputil::connect", "?", None, True), Frame("c10d::TCPStore::TCPStore", "?", None, True)), "nccl-comm-init"),
+    # a parent joining a child that never exits (the Ascend fork troubleshooting page)
+    ((Frame("poll", "multiprocessing/popen_fork.py", 27), Frame("wait", "multiprocessing/popen_fork.py", 47),
+      Frame("join", "multiprocessing/process.py", 149), Frame("_terminate_pool", "multiprocessing/pool.py", 729)), "child-process-wait"),
+])
+def test_native_collectives_store_connect_and_child_join_signatures(frames, expected):
+    c = classify(group_series([ProcessDump(None, (ThreadDump("1", "MainThread", frames),))]), SIGS)
+    assert c.signature_id == expected

@@ -524,3 +524,60 @@ def test_a_process_printing_its_own_stacks_is_read_below_the_printing_code():
     )
     _, proc = _one(text)
     assert _frames(proc.threads[0]) == ["get (queue.py:171)", "loop (worker.py:40)"]
+
+
+def test_gdb_names_in_an_anonymous_namespace_are_kept():
+    """torch's C++ ops live in "(anonymous namespace)" (Megatron-LM#1679 in data/pasted):
+    that parenthesis is part of the name, not its parameter list."""
+    text = ("#10 0x00007f6804fedcb5 in c10d::ops::(anonymous namespace)::recv_CUDA(c10::ArrayRef<at::Tensor>, long, long) () "
+            "from /t/libtorch_cpu.so\n")
+    _, proc = _one(text)
+    assert _frames(proc.threads[0]) == ["c10d::ops::(anonymous namespace)::recv_CUDA (libtorch_cpu.so)"]
+
+
+def test_numbered_name_from_file_frames_are_read():
+    """A mixed stack printed as "#N NAME from FILE:LINE" (sglang#10124 in data/pasted):
+    a Python frame when FILE is a Python file, a native one in a library otherwise."""
+    text = ("#55 ncclGroupEnd from /usr/lib/libnccl.so.2\n"
+            "#56 forward from /sgl-workspace/sglang/python/sglang/srt/models/deepseek_v2.py:2083\n"
+            "#57 _call_impl from /usr/local/lib/python3.12/dist-packages/torch/nn/modules/module.py:1784\n")
+    _, proc = _one(text)
+    assert _frames(proc.threads[0]) == ["ncclGroupEnd (libnccl.so.2)", "forward (deepseek_v2.py:2083)", "_call_impl (module.py:1784)"]
+
+
+def test_ipython_tracebacks_are_stacks():
+    """Jupyter/IPython tracebacks (ultralytics#6206 in data/pasted): the exception name and
+    "Traceback (most recent call last)" on one line, "File PATH:LINE, in f(args)" or the
+    older "PATH in f(args)", notebook cells, numbered source lines with "-->" arrows."""
+    text = (
+        "---------------------------------------------------------------------------\n"
+        "Empty                                     Traceback (most recent call last)\n"
+        "File C:\\ProgramData\\anaconda3\\Lib\\site-packages\\torch\\utils\\data\\dataloader.py:1132, in _MultiProcessingDataLoaderIter._try_get_data(self, timeout)\n"
+        "   1131 try:\n"
+        "-> 1132     data = self._data_queue.get(timeout=timeout)\n"
+        "File C:\\ProgramData\\anaconda3\\Lib\\queue.py:179, in Queue.get(self, block, timeout)\n"
+        "--> 179     raise Empty\n"
+        "Empty: \n"
+    )
+    _, proc = _one(text)
+    assert _frames(proc.threads[0]) == ["Queue.get (queue.py:179)", "_MultiProcessingDataLoaderIter._try_get_data (dataloader.py:1132)"]
+    old = (
+        "KeyboardInterrupt                         Traceback (most recent call last)\n"
+        "<ipython-input-5-2a1c3f> in <module>\n"
+        "----> 1 for batch in loader:\n"
+        "~/env/lib/python3.7/site-packages/torch/utils/data/dataloader.py in _next_data(self)\n"
+        "    973             self._shutdown_workers()\n"
+        "--> 974         idx, data = self._get_data()\n"
+    )
+    _, proc = _one(old)
+    assert _frames(proc.threads[0]) == ["_next_data (dataloader.py)", "<module> (<ipython-input-5>)"]
+
+
+def test_gdb_frames_quoted_inline_in_prose_are_a_stack():
+    """A reporter who names the frames gdb showed in a sentence, each in backticks in gdb's
+    form (pytorch#15638 in data/pasted): those frames, not "not a dump"."""
+    report, proc = _one("Looks like it hangs at `c10d::TCPStore::TCPStore(std::string const&, unsigned short, bool) ()`, "
+                        "`c10d::tcputil::connect(std::string const&, unsigned short) ()`\n\nIt should return.\n")
+    assert _frames(proc.threads[0]) == ["c10d::TCPStore::TCPStore (?)", "c10d::tcputil::connect (?)"]
+    with pytest.raises(InputError):
+        read_text("We call `init_process_group()` and `barrier()` and it hangs.\n")
