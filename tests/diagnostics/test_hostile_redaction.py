@@ -69,9 +69,13 @@ def test_a_bundle_whose_json_holds_sensitive_keys_stays_readable_and_redacted(tm
 @pytest.mark.timeout(60)
 def test_the_trainers_info_is_journaled_redacted(tmp_path):
     run_dir = tmp_path / "run"
-    trainer = ("import time; from hangwatch.trainer import beat\n"
+    # The trainer waits (bounded) until the supervisor has journaled its beat, then exits.
+    trainer = ("import os, time; from hangwatch.trainer import beat\n"
                f"beat(step=1, phase='train', **{_info()!r})\n"
-               "time.sleep(2.5)\n")
+               "journal = os.path.join(os.environ['HANGWATCH_RUN_DIR'], 'journal.jsonl')\n"
+               "deadline = time.monotonic() + 30\n"
+               "while time.monotonic() < deadline and '\"event\":\"trainer' + '_info' not in open(journal).read():\n"
+               "    time.sleep(0.05)\n")
     done = subprocess.run([sys.executable, "-m", "hangwatch.cli", "run", "--quiet", "--run-dir", str(run_dir),
                            "--gpu-probe", "none", "--", sys.executable, "-c", trainer],
                           capture_output=True, text=True, timeout=50, cwd=ROOT)
