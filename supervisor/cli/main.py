@@ -546,6 +546,9 @@ def _join_cohort(args: argparse.Namespace, config: Any, log: Any) -> Any:
         "checkpoint_marker": checkpoint.marker if checkpoint else None,
         "cudagraphs_after_stall": config.cudagraphs_after_stall,
         "eager_escalation": config.eager_escalation,
+        # Each node waits this long for the others' capture before it kills: a shorter wait on one
+        # node would kill its ranks, and wake the others', in the middle of their capture.
+        "capture_timeout": config.capture_timeout,
     }
     lease = float(getattr(args, "lease_timeout", 15.0))
     join = float(getattr(args, "join_timeout", None) or 120.0)

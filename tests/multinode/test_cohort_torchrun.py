@@ -197,10 +197,12 @@ def test_a_crash_on_one_node_restarts_every_node_together(job_factory):
 
 @pytest.mark.timeout(120)
 def test_a_node_with_other_settings_is_refused(job_factory, tmp_path):
-    job = job_factory(2, steps=400, extra={1: ["--cudagraphs-after-stall", "keep"]})
+    job = job_factory(2, steps=400, extra={1: ["--cudagraphs-after-stall", "keep", "--capture-timeout", "60"]})
     code1 = job.procs[1].wait(timeout=90)
     out = job.output(1)
     assert code1 == 2 and "cudagraphs_after_stall: node 0 has 'off', this node 'keep'" in out, out
+    # A shorter capture wait on one node killed its ranks, and woke the others', mid-capture.
+    assert "capture_timeout: node 0 has 15.0, this node 60.0" in out, out
     job.cleanup()
 
 
