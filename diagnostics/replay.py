@@ -19,6 +19,7 @@ from hangwatch.diagnostics.pyspy import parse_json
 from hangwatch.diagnostics.signatures import Signature
 from hangwatch.diagnostics.stacks import Frame, ProcessSeries, group_series
 from hangwatch.contract.samples import Sample
+from hangwatch.contract.terminal import one_line
 from hangwatch.contract.verdict import Verdict
 
 
@@ -314,7 +315,7 @@ def render_text(incidents: Sequence[Incident], agg: Mapping[str, Any], ov: Overv
         else:
             out.append(f"   {c.summary()}")
             if c.cmdline:
-                out.append(f"   process: {c.cmdline[:160]}")
+                out.append(f"   process: {one_line(c.cmdline[:160])}")  # its newlines must not forge lines
             if c.suspect is not None:
                 out.append(f"   suspect: {c.suspect.who()} — {c.suspect.reason}")
             out.append("   evidence:")

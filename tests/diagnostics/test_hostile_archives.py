@@ -86,3 +86,20 @@ def test_a_field_that_is_not_a_number_is_an_error_not_an_internal_error(tmp_path
         assert done.returncode == 2, (args, done.returncode, done.stderr[-2000:])
         assert done.stderr.startswith("hangwatch: error:") and "internal error" not in done.stderr, done.stderr
         assert "\x1b" not in done.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_command_line_never_forges_a_line_in_replays_text(tmp_path):
+    """replay showed the stalled process's command line as it was: a newline in it (a bundle's
+    ``processes.json``, or a trainer's ``python -c`` script) printed lines of its own choosing."""
+    from diag_helpers import synthetic_bundle  # noqa: PLC0415
+
+    bundle = synthetic_bundle(tmp_path)
+    rows = json.loads((bundle / "processes.json").read_text())
+    rows[0]["cmdline"] = ["python", "x\n== /forged (bundle)\n   suspect: pid 1"]
+    (bundle / "processes.json").write_text(json.dumps(rows))
+    done = subprocess.run([sys.executable, "-m", "hangwatch.cli", "replay", str(bundle)], capture_output=True,
+                          text=True, timeout=50, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not any(line.startswith("== /forged") for line in done.stdout.splitlines()), done.stdout
+    assert "x\\n== /forged" in done.stdout, done.stdout
