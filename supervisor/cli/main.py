@@ -653,8 +653,17 @@ def default_capture_hook() -> "CaptureHook":
 
 def _whatif(samples: Any, config: Mapping[str, Any]) -> Any:
     """``hangwatch replay``'s what-if: the supervisor's own detector over a bundle's samples."""
+    from hangwatch.supervisor.config import MAX_SECONDS, MIN_INTERVAL  # noqa: PLC0415
     from hangwatch.supervisor.detector import DetectorConfig, replay_detector  # noqa: PLC0415
 
+    # The bundle's recorded thresholds come from whoever sent it: held to what `run` accepts
+    # (an interval of 1e308 failed an assertion in the detector: exit 70).
+    for name in ("interval", "stall_window", "progress_timeout", "engine_step_timeout", "gap_tolerance"):
+        value = config.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not (
+                math.isfinite(value) and 0 <= value <= MAX_SECONDS and (name != "interval" or value >= MIN_INTERVAL)):
+            raise ConfigError(f"the bundle's recorded {name} is {value!r}: not a number of seconds hangwatch run "
+                              f"takes (at most a week; an interval of at least {MIN_INTERVAL:g} s)")
     return replay_detector(samples, DetectorConfig.from_json(config))
 
 

@@ -61,7 +61,7 @@ def test_a_bomb_in_the_tar_headers_is_refused_within_the_bundle_limits(tmp_path,
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("where", ["pid", "frame_line", "thresholds"])
+@pytest.mark.parametrize("where", ["pid", "frame_line", "thresholds", "interval"])
 def test_a_field_that_is_not_a_number_is_an_error_not_an_internal_error(tmp_path, where):
     """A bundle field of the wrong value (not only the wrong type) is malformed input: exit 2 and
     ``hangwatch: error:``; it was an internal error (exit 70, traceback in a file in /tmp)."""
@@ -74,9 +74,9 @@ def test_a_field_that_is_not_a_number_is_an_error_not_an_internal_error(tmp_path
         dump = json.loads((bundle / "stacks/round-1/pid-4242.json").read_text())
         dump[0]["frames"][0]["line"] = "x"
         (bundle / "stacks/round-1/pid-4242.json").write_text(json.dumps(dump))
-    else:
+    else:  # thresholds of the wrong shape; an interval no run takes (it failed an assertion in the detector)
         manifest = json.loads((bundle / "manifest.json").read_text())
-        manifest["thresholds"] = ["abc"]
+        manifest["thresholds"] = ["abc"] if where == "thresholds" else {**manifest["thresholds"], "interval": 1e308}
         (bundle / "manifest.json").write_text(json.dumps(manifest))
     for args in (["replay", str(bundle)], ["report", str(bundle), "-o", str(tmp_path / "r.html")]):
         done = subprocess.run([sys.executable, "-m", "hangwatch.cli", *args], capture_output=True, text=True,
