@@ -782,6 +782,17 @@ class _Reader:
         if "Watchdog caught collective" in s or "WorkNCCL(SeqNum=" in s:
             self.watchdog_line(s, prefix, rank)
             return
+        if "Stack trace of the failed collective:" in s:
+            # torch's flight recorder prints that rank's stack of the collective that timed
+            # out ("#0 all_gather_into_tensor from /p/distributed_c10d.py:4186", vlm-training#26):
+            # those frames are the rank's own stack, not another process.
+            rank = rank or _RANK_PREFIX.search(s)
+            self.new_process(header=True)
+            if rank is not None:
+                self.proc.rank = int(rank.group(1))  # type: ignore[union-attr]
+            self.start_thread(None, "unknown", "MainThread")
+            self.report.thread_headers -= 1  # no thread header was pasted
+            return
         after_frame, self.after_frame = self.after_frame, False
         gdb_open, self.gdb_open = self.gdb_open, False
         if gdb_open and s.startswith(("from ", "at ")) and self.gdb_continuation(s):

@@ -581,3 +581,18 @@ def test_gdb_frames_quoted_inline_in_prose_are_a_stack():
     assert _frames(proc.threads[0]) == ["c10d::TCPStore::TCPStore (?)", "c10d::tcputil::connect (?)"]
     with pytest.raises(InputError):
         read_text("We call `init_process_group()` and `barrier()` and it hangs.\n")
+
+
+def test_flight_recorder_stack_belongs_to_its_rank():
+    """torch's flight recorder prints the timed-out rank's own stack under its watchdog line
+    ("Stack trace of the failed collective:" then "#N f from /p/x.py:L", vlm-training#26 in
+    data/pasted): one process, that rank, with those frames; not a second, unknown process."""
+    text = (
+        "[rank9]:[E607 23:46:59.25 ProcessGroupNCCL.cpp:689] [Rank 9] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=190346, OpType=_ALLGATHER_BASE, NumelIn=1, NumelOut=16, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.\n"
+        "[rank9]:[E607 23:46:59.25 ProcessGroupNCCL.cpp:733] Stack trace of the failed collective: \n"
+        "#0 all_gather_into_tensor from /env/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py:4186\n"
+        "#1 wrapper from /env/lib/python3.12/site-packages/torch/distributed/c10d_logger.py:83\n"
+    )
+    _, proc = _one(text)
+    assert proc.rank == 9 and _frames(proc.threads[0]) == ["all_gather_into_tensor (distributed_c10d.py:4186)", "wrapper (c10d_logger.py:83)"]
