@@ -170,11 +170,13 @@ class CohortLink:
         SIGTERM a moment earlier exits like that one (``received`` is this node's own).
         """
         info = self.cohort.job_stop()
-        if info is None or (info["node"] == self.node_rank and info["signal"] == received):
-            return received, f"supervisor received {_signal_name(received)}"
+        own = self.cohort.local_stop
+        if info is None or info["node"] == self.node_rank or (own is not None and own == info["signal"]):
+            sig = received if info is None else info["signal"]  # (a stop that reached every node: SIGTERM from scancel)
+            return sig, f"supervisor received {_signal_name(sig)}"
         why = f"node {info['node']}'s supervisor received {_signal_name(info['signal'])}: the whole job stops"
-        if self.cohort.local_stop is not None and info["node"] != self.node_rank:
-            why += f" (this node's {_signal_name(self.cohort.local_stop)} came later)"
+        if own is not None:
+            why += f" (this node's {_signal_name(own)} came later)"
         return info["signal"], why
 
     def bind_stop(self, request_stop: Callable[..., None]) -> Callable[..., None]:
