@@ -20,7 +20,7 @@ def _quiet_interrupt(kind, value, traceback):  # type: ignore[no-untyped-def]
     if issubclass(kind, KeyboardInterrupt):
         sys.stderr.write("hangwatch: interrupted\n")
     else:
-        sys.__excepthook__(kind, value, traceback)
+        _excepthook(kind, value, traceback)  # whatever hook was there before
 
 
 _excepthook, sys.excepthook = sys.excepthook, _quiet_interrupt
