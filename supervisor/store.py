@@ -137,7 +137,7 @@ class TCPStoreClient:
             if ready:
                 chunk = os.read(fd, 65536)
                 if not chunk:
-                    raise StoreError("the cohort store helper exited")
+                    raise StoreError(self._gone())
                 self._buf += chunk
                 if len(self._buf) > 1 << 20:
                     raise StoreError("oversized reply from the cohort store helper")
@@ -145,7 +145,7 @@ class TCPStoreClient:
     def _call(self, op: str, **fields: object) -> object:
         with self._lock:
             if self.proc.poll() is not None:
-                raise StoreError("the cohort store helper exited")
+                raise StoreError(self._gone())
             req_id = next(self._ids)
             assert self.proc.stdin is not None
             try:
@@ -157,6 +157,12 @@ class TCPStoreClient:
         if not reply.get("ok"):
             raise StoreError(str(reply.get("error")))
         return reply.get("value")
+
+    def _gone(self) -> str:
+        """Whose failure it is: this node's own helper died (killed, out of memory), not node 0's store."""
+        code = self.proc.poll()
+        return (f"this node's cohort store helper (pid {self.proc.pid}) exited"
+                + (f" with status {code}" if code is not None else ""))
 
     def set(self, key: str, value: str) -> None:
         self._call("set", key=key, value=value)

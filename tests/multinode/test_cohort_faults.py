@@ -380,6 +380,11 @@ def test_a_store_blip_shorter_than_the_lease_leaves_every_later_call_right():
         assert peer.get("k") == "v"
         assert peer.add("lease", 0) == 2, "both timed-out adds landed; this answer is this call's"
         assert peer.get("missing") is None
+        # This node's own helper killed (out of memory, a stray kill): it says so, not "node 0 is gone".
+        psutil.Process(peer.proc.pid).kill()
+        peer.proc.wait(timeout=10)
+        with pytest.raises(StoreError, match=f"this node's cohort store helper \\(pid {peer.proc.pid}\\) exited"):
+            peer.get("k")
     finally:
         peer.close()
         host.close()
