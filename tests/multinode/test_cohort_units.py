@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from hangwatch.supervisor.attempt import GraphPolicy
@@ -77,8 +79,11 @@ def test_a_node_with_other_settings_is_refused_with_what_differs():
 
     leader = threading.Thread(target=lead)
     leader.start()
+    deadline = time.monotonic() + 10
+    while store.get(n0._root("leader")) is None and time.monotonic() < deadline:
+        time.sleep(0.01)  # fake time runs fast: node 1 must not give up on node 0 before it opened the cohort
     with pytest.raises(CohortRefused, match="checkpoint_dir: node 0 has '/shared/ckpt', this node '/local/ckpt'"):
-        n1.join()
+        n1.join(timeout=1e9)
     leader.join(timeout=10)
     assert failed and "node 1 was refused: settings differ" in str(failed[0]), "node 0 stops waiting, and says why"
 
@@ -176,7 +181,10 @@ def test_a_node_with_another_lease_timeout_is_refused():
 
     leader = threading.Thread(target=lambda: pytest.raises(CohortRefused, n0.join, timeout=1e9))
     leader.start()
+    deadline = time.monotonic() + 10
+    while store.get(n0._root("leader")) is None and time.monotonic() < deadline:
+        time.sleep(0.01)  # node 0 opened the cohort (fake time runs fast: node 1 must not give up on it first)
     with pytest.raises(CohortRefused, match="lease_timeout: node 0 has 3.0, this node 40.0"):
-        n1.join()
+        n1.join(timeout=1e9)
     leader.join(timeout=10)
     assert not leader.is_alive(), "node 0 stops waiting for the refused node"
