@@ -342,3 +342,19 @@ def test_native_threads_of_an_excerpt_without_its_main_thread_decide():
 def test_native_collectives_store_connect_and_child_join_signatures(frames, expected):
     c = classify(group_series([ProcessDump(None, (ThreadDump("1", "MainThread", frames),))]), SIGS)
     assert c.signature_id == expected
+
+
+def test_a_collective_under_vllms_graph_wrapper_is_not_a_replay():
+    """vLLM's CUDAGraphWrapper.__call__ runs the model itself when it has no graph for the
+    batch (or is capturing one): a thread deep in an all_reduce under that frame
+    (ms-swift#8506 in data/pasted) waits in the collective; a replay has the wrapper at
+    the top of the stack."""
+    under = (Frame("__call__", "torch/_ops.py", 1209), Frame("all_reduce", "vllm/distributed/device_communicators/symm_mem.py", 148),
+             Frame("all_reduce", "vllm/distributed/parallel_state.py", 132), Frame("call", "cnm2xsczc.py", 1317),
+             Frame("run", "torch/_inductor/utils.py", 3220), Frame("__call__", "vllm/compilation/piecewise_backend.py", 343),
+             Frame("__call__", "vllm/compilation/cuda_graph.py", 223), Frame("forward", "<eval_with_key>.110", 590))
+    replay = (Frame("replay", "torch/cuda/graphs.py", 88), Frame("__call__", "vllm/compilation/cuda_graph.py", 209),
+              Frame("forward", "vllm/model_executor/models/llama.py", 400))
+    for frames, expected in ((under, "nccl-collective-wait"), (replay, "vllm-cuda-graph-replay")):
+        c = classify(group_series([ProcessDump(None, (ThreadDump("1", "MainThread", frames),))]), SIGS)
+        assert c.signature_id == expected
