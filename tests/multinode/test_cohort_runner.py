@@ -26,6 +26,11 @@ from hangwatch.supervisor.store import MemoryStore
 
 pytestmark = pytest.mark.timeout(60)
 
+# Fake time flies while a node waits for the others to join: a fake minute passed in a fraction of a real
+# second, so a node whose peer's thread started late on a busy host gave up on it. Joins wait (fake) days;
+# the test's own timeout bounds them.
+JOIN_S = 1e6
+
 
 class Clock:
     def __init__(self, start: float) -> None:
@@ -121,7 +126,7 @@ def _node(tmp_path: Path, store: MemoryStore, rank: int, script: list[str], **ov
 
 def _run_all(sups: list[Supervisor]) -> list[int | None]:
     for s in sups:  # the CLI joins before running
-        threading.Thread(target=s.cohort.cohort.join, kwargs={"timeout": 60}).start()
+        threading.Thread(target=s.cohort.cohort.join, kwargs={"timeout": JOIN_S}).start()
     deadline = time.monotonic() + 20
     while not all(s.cohort.cohort._thread for s in sups) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -168,7 +173,7 @@ def test_the_last_record_names_why_the_cohort_cannot_go_on(tmp_path):
     exited with code 1" (the member_lost record above it had the cause); it names node 1."""
     store = MemoryStore()
     (s0, _), (s1, _) = _node(tmp_path, store, 0, ["crash"]), _node(tmp_path, store, 1, ["train"])
-    joins = [threading.Thread(target=s.cohort.cohort.join, kwargs={"timeout": 60}) for s in (s0, s1)]
+    joins = [threading.Thread(target=s.cohort.cohort.join, kwargs={"timeout": JOIN_S}) for s in (s0, s1)]
     for t in joins:
         t.start()
     for t in joins:
@@ -206,7 +211,7 @@ def test_nodes_stopped_with_different_signals_at_once_all_exit_with_the_first_st
     ended 130, 130, 143), though a job's nodes must agree. The store's first stop decides."""
     store = MemoryStore()
     (s0, _), (s1, _) = _node(tmp_path, store, 0, ["train"]), _node(tmp_path, store, 1, ["train"])
-    joins = [threading.Thread(target=s.cohort.cohort.join, kwargs={"timeout": 60}) for s in (s0, s1)]
+    joins = [threading.Thread(target=s.cohort.cohort.join, kwargs={"timeout": JOIN_S}) for s in (s0, s1)]
     for t in joins:
         t.start()
     for t in joins:
@@ -238,7 +243,7 @@ def test_a_stop_while_waiting_for_a_frozen_node_0s_decision_is_a_stop_at_once(tm
     before stopping; it stops at once, as interrupted, with nothing else to say."""
     store = MemoryStore()
     (s0, _), (s1, _) = _node(tmp_path, store, 0, ["train"]), _node(tmp_path, store, 1, ["crash"])
-    joins = [threading.Thread(target=s.cohort.cohort.join, kwargs={"timeout": 60}) for s in (s0, s1)]
+    joins = [threading.Thread(target=s.cohort.cohort.join, kwargs={"timeout": JOIN_S}) for s in (s0, s1)]
     for t in joins:
         t.start()
     for t in joins:
