@@ -560,7 +560,11 @@ def _numbered_from(text: str) -> Frame | None:
     name, where, line = m.group(1), m.group(2).replace("\\", "/"), m.group(3)
     if where.endswith(_PY_EXT):
         return Frame(name, where, int(line) if line else None)
-    return Frame(name, where, None, native=True)
+    if where.startswith(":") and where[1:].isdigit():
+        return Frame(name, "?", None, native=True)  # "from :0": no file known
+    if _NATIVE_PATH.search(where.rsplit("/", 1)[-1]) or _NATIVE_CUT.search(where):
+        return Frame(name, where, None, native=True)
+    return None  # "#12 Merge from upstream/main": a numbered list, not a frame
 
 
 def _bare_name(s: str) -> str | None:

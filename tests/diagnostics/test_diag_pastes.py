@@ -596,3 +596,10 @@ def test_flight_recorder_stack_belongs_to_its_rank():
     )
     _, proc = _one(text)
     assert proc.rank == 9 and _frames(proc.threads[0]) == ["all_gather_into_tensor (distributed_c10d.py:4186)", "wrapper (c10d_logger.py:83)"]
+
+
+def test_a_numbered_list_is_not_a_numbered_frame():
+    """'#12 Merge from upstream/main' in a changelog is not '#N name from FILE:LINE': the
+    place after 'from' must be a Python file or a library."""
+    with pytest.raises(InputError):
+        read_text("#12 Merge from upstream/main\n#13 Revert from release\n")
