@@ -270,6 +270,7 @@ class Cohort:
         self._generation = ""  # this run's keys (see join): a rerun never reads an older run's records
         self._seen: dict[int, tuple[int, float]] = {}
         self._failing_since: float | None = None
+        self._saw_leader = False  # node 0's record was read while joining
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -285,17 +286,31 @@ class Cohort:
 
     # -- membership ------------------------------------------------------------
 
-    def join(self, timeout: float = 120.0) -> None:
+    def join(self, timeout: float = 120.0, spent: float = 0.0) -> None:
         """Publish our fingerprint, check it against node 0's, wait (bounded) for every node; start the lease thread.
 
-        Node 0 opens a new generation of the cohort's keys (a counter in the store) and
+        ``spent``: seconds of ``timeout`` already spent reaching the store (a node started
+        before node 0 waits for it to come up first): the whole start is bounded by it.
+        A store that goes away once node 0 was seen is node 0 that stopped waiting.
+        """
+        self._saw_leader = False
+        try:
+            self._join(timeout, spent)
+        except StoreError as exc:
+            if not self._saw_leader:
+                raise
+            raise CohortRefused(f"node 0 closed the cohort store while this node was joining (node 0 stopped: its "
+                                f"own message says why) ({exc})") from None
+
+    def _join(self, timeout: float, spent: float) -> None:
+        """Node 0 opens a new generation of the cohort's keys (a counter in the store) and
         publishes it with its settings; every key of the run lives under it, so a rerun
         with the same cohort id on a store that outlived the last run never reads that
         run's incidents, agreements or leases. A second supervisor for a rank that
         already joined this generation (one restarted in the middle of the job) is
         refused: the cohort cannot take a node back mid-job.
         """
-        deadline = self.clock() + timeout
+        deadline = self.clock() + max(0.0, timeout - spent)
         nonce = f"{id(self):x}-{self.wall():.6f}"
         if self.me.is_leader:
             generation = str(self.store.add(self._root("generation"), 1))
@@ -308,6 +323,7 @@ class Cohort:
         while True:
             raw = self.store.get(self._root("leader"))
             theirs = _object(raw, "node 0's join record") if raw is not None else None
+            self._saw_leader = self._saw_leader or theirs is not None
             generation = str(theirs.get("generation", "")) if theirs is not None else ""
             if theirs is not None and generation not in (refused_in, self._generation):
                 self._generation = generation

@@ -520,6 +520,7 @@ def _join_cohort(args: argparse.Namespace, config: Any, log: Any) -> Any:
     """Multi-node: join the cohort of per-node supervisors (None for a single-node run)."""
     from hangwatch.supervisor.cohort import Cohort, CohortError, joined_before, membership_from  # noqa: PLC0415
     from hangwatch.supervisor.store import StoreError, TCPStoreClient  # noqa: PLC0415
+    import time  # noqa: PLC0415
 
     _check_cohort_numbers(args)
     try:
@@ -554,11 +555,12 @@ def _join_cohort(args: argparse.Namespace, config: Any, log: Any) -> Any:
     join = float(getattr(args, "join_timeout", None) or 120.0)
     log.info("cohort", message=(f"node {membership.node_rank} of {membership.nnodes}; cohort store "
                                 f"{membership.host}:{membership.port}" + (" (hosted here)" if membership.is_leader else "")))
+    started = time.monotonic()
     try:
         store = TCPStoreClient(membership.host, membership.port, master=membership.is_leader,
                                timeout=max(2.0, lease / 3), connect_timeout=join)  # as long as the join waits
         cohort = Cohort(store, membership, fingerprint, lease_interval=max(0.2, lease / 10), lease_timeout=lease)
-        cohort.join(timeout=join)
+        cohort.join(timeout=join, spent=time.monotonic() - started)  # reaching the store counts: one bound in all
     except (StoreError, CohortError) as exc:
         if "store" in locals():
             store.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -188,3 +189,24 @@ def test_a_node_with_another_lease_timeout_is_refused():
         n1.join(timeout=1e9)
     leader.join(timeout=10)
     assert not leader.is_alive(), "node 0 stops waiting for the refused node"
+
+
+def test_the_join_timeout_bounds_the_whole_start_and_a_vanished_store_says_node_0_stopped():
+    """A node started before node 0 spent most of --join-timeout reaching the store, then waited the
+    whole timeout again for the other nodes (--join-timeout 8: 20 s in a real 3-node start); and when
+    node 0 gave up first and closed its store, the node said only "DistNetworkError: Failed to recv"."""
+    store, clock, (n0, n1) = _pair()
+    with pytest.raises(CohortRefused, match=r"node 0 did not join within 8 s"):
+        n1.join(timeout=8, spent=6)
+    assert clock.now < 3, "what was left of the 8 s, not 8 s more"
+
+    class Vanishing(MemoryStore):
+        def get(self, key):
+            value = super().get(key)
+            self.down = self.down or key.endswith("/leader")  # node 0 was seen, then gave up with its store
+            return value
+
+    _, _, (n0, n1) = _pair(store=Vanishing())
+    n0.store.set(n0._root("leader"), json.dumps({**n0.fingerprint, "generation": "1", "nonce": "x"}))
+    with pytest.raises(CohortRefused, match="node 0 closed the cohort store while this node was joining"):
+        n1.join(timeout=8)
