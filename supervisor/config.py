@@ -10,6 +10,7 @@ that names it.
 from __future__ import annotations
 
 import json
+import os
 import math
 import shlex
 import sys
@@ -521,11 +522,23 @@ def saved_values(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
     return checked, list(command)
 
 
-def save_values(run_dir: Path, values: Mapping[str, Any], command: list[str]) -> None:
+def save_values(run_dir: Path, values: Mapping[str, Any], command: list[str], cwd: str | None = None) -> None:
     """Written 0600: the command is kept verbatim (a resume must relaunch exactly it),
-    unlike the journal and logs, where secrets in it are redacted."""
-    payload = json.dumps({"values": dict(values), "command": command}, indent=2).encode()
+    unlike the journal and logs, where secrets in it are redacted. ``cwd``: where the run
+    was started, so that a resume runs its command and relative paths there too."""
+    payload = json.dumps({"values": dict(values), "command": command, **({"cwd": cwd} if cwd else {})},
+                         indent=2).encode()
     atomic.write_file(run_dir / "settings.json", payload, mode=0o600)
+
+
+def saved_cwd(run_dir: Path) -> str | None:
+    """The working directory a run was started in (None for a run saved before it was kept)."""
+    try:
+        data = json.loads(read_capped(run_dir / "settings.json", MAX_SETTINGS_BYTES, follow_symlinks=False))
+    except (OSError, ValueError, RecursionError):
+        return None  # saved_values has said what is wrong with the file
+    cwd = data.get("cwd") if isinstance(data, dict) else None
+    return cwd if isinstance(cwd, str) and os.path.isabs(cwd) else None
 
 
 def _engine_step_timeout(value: Any) -> float | None:

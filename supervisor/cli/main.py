@@ -40,7 +40,7 @@ from hangwatch.contract.exitcodes import EXIT_CODES, EXIT_INTERNAL, EXIT_USAGE
 from hangwatch.contract.terminal import terminal_safe
 from hangwatch.contract.tools import abort_running_tools
 from hangwatch.contract.private import private_dir
-from hangwatch.supervisor.config import MAX_SECONDS, SETTINGS, build, build_operate, load_file, save_values, saved_values
+from hangwatch.supervisor.config import MAX_SECONDS, SETTINGS, build, build_operate, load_file, save_values, saved_cwd, saved_values
 
 sys.excepthook = _excepthook  # imported: main() handles a Ctrl-C from here on
 
@@ -346,7 +346,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_dir = config.run_dir
     _open_run_dir(run_dir, resumed=resume_dir is not None, given=values.get("run_dir"))
     values["run_dir"] = str(run_dir)
-    save_values(run_dir, values, command)
+    save_values(run_dir, values, command, cwd=os.getcwd())
     logsetup.configure(run_dir / "hangwatch.log")
     import structlog  # noqa: PLC0415
 
@@ -421,6 +421,7 @@ def _run_settings(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], 
             where = f"--run-dir {given_dir}" if getattr(args, "run_dir", None) else f"run-dir = {given_dir!r} in {args.config}"
             raise UsageError(f"{where}: a resumed run stays in its own directory ({resume_dir}); drop it, "
                              "or resume the run that is there")
+        _enter_saved_cwd(resume_dir, cli_values)
         values.update(cli_values)
         values["run_dir"] = str(resume_dir)
         command = command or saved_command
@@ -431,6 +432,29 @@ def _run_settings(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], 
             cli_values = {**load_file(Path(config_file)), **cli_values}  # given, not defaulted
         values.update(cli_values)
     return values, command, resume_dir, set(cli_values)
+
+
+# Settings that name a path: given with --resume, they are the user's, relative to where they typed them.
+_PATH_SETTINGS = ("checkpoint_dir", "metrics_textfile")
+
+
+def _enter_saved_cwd(resume_dir: Path, cli_values: dict[str, Any]) -> None:
+    """A resumed run runs where the run was started: its command (``python train.py``) and its
+    relative paths (``--checkpoint-dir out``) resolve there, wherever ``--resume`` is typed."""
+    cwd = saved_cwd(resume_dir)
+    if cwd is None or cwd == os.getcwd():
+        return
+    if not os.path.isdir(cwd):
+        raise UsageError(f"--resume {resume_dir}: the run was started in {cwd}, which is gone; its command and "
+                         "relative paths resolve there: recreate that directory, or start a new run")
+    for name in _PATH_SETTINGS:
+        if isinstance(cli_values.get(name), str):
+            cli_values[name] = os.path.abspath(os.path.expanduser(cli_values[name]))
+    try:
+        os.chdir(cwd)
+    except OSError as exc:
+        raise UsageError(f"--resume {resume_dir}: cannot enter {cwd}, where the run was started: "
+                         f"{exc.strerror or exc}") from exc
 
 
 def _open_run_dir(run_dir: Path, *, resumed: bool, given: str | None = None) -> None:
