@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 import zlib
 from pathlib import Path
 
@@ -313,6 +314,11 @@ def test_a_command_line_never_forges_a_row_or_an_escape_in_the_process_table():
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", forged])
     try:
         p = psutil.Process(proc.pid)
+        # Until the child has exec'd, its command line is the parent's (pytest's): wait, bounded.
+        deadline = time.monotonic() + 20
+        while p.cmdline()[-1:] != [forged]:
+            assert time.monotonic() < deadline, p.cmdline()
+            time.sleep(0.01)
         rows = process_table([TreeProcess(proc.pid, p.create_time(), p.ppid(), os.getpgid(proc.pid),
                                           os.getsid(proc.pid), p.name(), tuple(p.cmdline()))])
     finally:
