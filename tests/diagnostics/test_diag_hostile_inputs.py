@@ -314,7 +314,7 @@ def test_a_command_line_never_forges_a_row_or_an_escape_in_the_process_table():
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", forged])
     try:
         p = psutil.Process(proc.pid)
-        # Until the child has exec'd, its command line is the parent's (pytest's): wait, bounded.
+        # Just after exec the child's command line reads empty for a moment: wait for its own, bounded.
         deadline = time.monotonic() + 20
         while p.cmdline()[-1:] != [forged]:
             assert time.monotonic() < deadline, p.cmdline()
