@@ -245,6 +245,8 @@ def parse_phase_timeouts(items: list[str] | Mapping[str, Any] | None) -> dict[st
         return result
     pairs = items.items() if isinstance(items, Mapping) else [_split_phase(i) for i in items]
     for phase, seconds in pairs:
+        if isinstance(seconds, bool):  # `checkpoint = true` in a file: float(True) would be 1 s
+            raise ConfigError(f"--phase-timeout {phase}={seconds!r}: seconds must be a number")
         try:
             value = float(seconds)
         except (TypeError, ValueError) as exc:
@@ -295,6 +297,10 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
         raise ConfigError(f"--on-crash must be restart or stop, got {v['on_crash']!r}")
     if v.get("recovery", "auto") not in ("auto", "job"):
         raise ConfigError(f"--recovery must be auto or job, got {v['recovery']!r}")
+    for name in ("progress_timeout", "engine_step_timeout"):
+        if v.get(name) is not None and v[name] < 0:  # not silently "off": 0 is how to say that
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 seconds (0 turns the rule off), "
+                              f"got {v[name]!r}")
     if v.get("engine_retry_window") is not None and not v["engine_retry_window"] >= 0:
         raise ConfigError(f"--engine-retry-window must be >= 0 seconds, got {v['engine_retry_window']!r}")
     if v["cudagraphs_after_stall"] not in ("off", "keep"):
@@ -542,5 +548,5 @@ def saved_cwd(run_dir: Path) -> str | None:
 
 
 def _engine_step_timeout(value: Any) -> float | None:
-    """0 (or less) turns the engine step rule off, like --progress-timeout 0."""
+    """0 turns the engine step rule off, like --progress-timeout 0 (build refuses a negative)."""
     return float(value) if value and value > 0 else None

@@ -25,3 +25,14 @@ def test_an_integer_of_thousands_of_digits_in_a_config_file_is_a_config_error(tm
     assert done.stderr.startswith("hangwatch: error: config file") and "internal error" not in done.stderr, done.stderr
     assert "digits" in done.stderr and "set_int_max_str_digits" not in done.stderr, done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_phase_timeout_of_true_in_a_config_file_is_refused_not_one_second():
+    """TOML ``checkpoint = true``: a bool is an int to float(), so it became a 1 s window and a
+    healthy checkpoint save was a hang after one second."""
+    from hangwatch.contract.errors import ConfigError
+    from hangwatch.supervisor.config import parse_phase_timeouts
+
+    with pytest.raises(ConfigError, match="seconds must be a number"):
+        parse_phase_timeouts({"checkpoint": True})
+    assert parse_phase_timeouts({"checkpoint": 90})["checkpoint"] == 90.0

@@ -173,6 +173,7 @@ def test_status_reads_the_journal(hw):
         (["run", "--stall-window", "5"], "no command to supervise"),
         (["run", "--gpu-busy", "150", "--", "true"], "--gpu-busy must be in (0, 100]"),
         (["run", "--stall-window", "-1", "--", "true"], "--stall-window must be a positive"),
+        (["run", "--progress-timeout", "-1", "--", "true"], "--progress-timeout must be >= 0 seconds (0 turns"),
         (["run", "--checkpoint-dir", "/nonexistent/deeper/ckpt", "--", "true"], "neither it nor its parent"),
         (["run", "--gpu-probe", "magic", "--", "true"], "expected auto, nvml, none or file:PATH"),
         (["run", "--resume-arg", "--resume", "--", "true"], "must contain {checkpoint}"),
