@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.journal import fold_journal, read_journal
+from hangwatch.contract.private import UnsafePathError, check_ancestors
 from hangwatch.supervisor.config import OperateConfig, RunConfig
 from hangwatch.supervisor.evidence import bundle_summary
 from hangwatch.supervisor.livestatus import FILE_NAME, LiveStatus
@@ -98,7 +99,14 @@ def start(config: RunConfig, operate: OperateConfig, run_id: str, probe_name: st
             log.info("metrics", message=f"Prometheus metrics at {url}")
         if operate.metrics_textfile is not None:
             try:
+                # Rewritten all run long: below a folder another user controls, they could swap it for a
+                # link and have it land in a directory of their choice (a run dir's rule, contract.private).
+                check_ancestors(operate.metrics_textfile, "--metrics-textfile")
                 ops.metrics.write_textfile()  # a place it cannot write is refused now, not found out later
+            except UnsafePathError as exc:
+                ops.metrics.textfile = None
+                ops.metrics.close()
+                raise ConfigError(str(exc)) from None
             except OSError as exc:
                 ops.metrics.textfile = None
                 ops.metrics.close()

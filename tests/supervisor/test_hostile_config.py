@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,3 +37,20 @@ def test_a_phase_timeout_of_true_in_a_config_file_is_refused_not_one_second():
     with pytest.raises(ConfigError, match="seconds must be a number"):
         parse_phase_timeouts({"checkpoint": True})
     assert parse_phase_timeouts({"checkpoint": 90})["checkpoint"] == 90.0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a folder to another user")
+def test_a_metrics_textfile_below_another_users_folder_is_refused(tmp_path):
+    # The textfile is rewritten every few seconds for the whole run, 0644: the folder's owner
+    # renamed it away and put a link to a root-only folder in its place, and root's supervisor
+    # wrote hw.prom there (reproduced with a second user). Refused like a run dir or a report -o.
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    done = subprocess.run([sys.executable, "-m", "hangwatch.cli", "run", "--run-dir", str(tmp_path / "run"),
+                           "--gpu-probe", "none", "--metrics-textfile", str(theirs / "hw.prom"), "--", "true"],
+                          capture_output=True, text=True, timeout=50, cwd=ROOT)
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert done.stderr.startswith("hangwatch: error: --metrics-textfile") and "uid 65534" in done.stderr, done.stderr
+    assert not (theirs / "hw.prom").exists()
