@@ -35,7 +35,7 @@ from hangwatch.contract.heartbeat import read_heartbeat
 from hangwatch.contract.journal import Journal, read_journal
 from hangwatch.contract.redact import redact_argv, redact_value
 from hangwatch.contract.samples import Sample
-from hangwatch.contract.verdict import Verdict, VerdictKind, classify_exit
+from hangwatch.contract.verdict import Verdict, VerdictKind, classify_exit, stopped
 from hangwatch.supervisor.attempt import (CAPTURE_SLACK_S, AttemptLifecycle, AttemptState, RecoveryLevel, RunState,
                                           attempt_argv, attempt_environment, engine_detect_within, escalate,
                                           recovery_level)
@@ -406,10 +406,12 @@ class Supervisor:
         while True:
             code = self.tree.exit_code(trainer)
             if code is not None:
-                return classify_exit(code, self.clock()), samples.snapshot(), code
+                verdict = classify_exit(code, self.clock())
+                return (stopped(verdict) if self._stop_signal is not None else verdict), samples.snapshot(), code
             if self._stop_signal is not None:
                 code = self._forward_stop(trainer)
-                return classify_exit(code if code is not None else -self._stop_signal, self.clock()), samples.snapshot(), code
+                verdict = classify_exit(code if code is not None else -self._stop_signal, self.clock())
+                return stopped(verdict), samples.snapshot(), code
             external = self.cohort.verdict(self.state.attempt, self.clock()) if self.cohort is not None else None
             if external is not None:
                 return external, samples.snapshot(), None

@@ -18,6 +18,7 @@ class VerdictKind(str, enum.Enum):
     CRASH = "crash"
     DONE = "done"
     COHORT_LOST = "cohort_lost"  # multi-node: another node's supervisor or the store is gone
+    STOPPED = "stopped"  # the user stopped the run (SIGINT/SIGTERM/SIGHUP): the trainer's end is no crash
 
     @property
     def is_hang(self) -> bool:
@@ -70,3 +71,12 @@ def classify_exit(returncode: int, t: float) -> Verdict:
             VerdictKind.CRASH, t, t, f"trainer killed by {name}", exit_code=128 - returncode, signal=name
         )
     return Verdict(VerdictKind.CRASH, t, t, f"trainer exited with code {returncode}", exit_code=returncode)
+
+
+def stopped(verdict: Verdict) -> Verdict:
+    """The trainer's end after a stop was asked for: a death by the forwarded signal (or any
+    other non-zero status) is the stop, not a crash; a clean exit stays ``done``."""
+    if verdict.kind is not VerdictKind.CRASH:
+        return verdict
+    return Verdict(VerdictKind.STOPPED, verdict.detected_at, verdict.onset, f"stopped: {verdict.reason}",
+                   exit_code=verdict.exit_code, signal=verdict.signal)

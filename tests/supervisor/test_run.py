@@ -124,6 +124,8 @@ def test_signal_to_supervisor_is_forwarded_and_leaves_nothing(hw, sig):
     assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 137}[sig], err
     finished = hw.events("run_finished")[-1]
     assert finished["outcome"] == "interrupted"
+    # The trainer's death by the forwarded signal is the user's stop, not a crash.
+    assert hw.events("attempt_ended")[-1]["kind"] == "stopped"
     assert not hw.alive()
 
 
