@@ -344,6 +344,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
 
     run_dir = config.run_dir
+    membership = _cohort_membership(args, config)  # a usage error here leaves no run directory behind
     _open_run_dir(run_dir, resumed=resume_dir is not None, given=values.get("run_dir"))
     values["run_dir"] = str(run_dir)
     save_values(run_dir, values, command, cwd=os.getcwd())
@@ -357,7 +358,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         log.warning("no_subreaper", message="PR_SET_CHILD_SUBREAPER unavailable: escaped processes may be missed")
     state, lost = _resume_state(run_dir, log) if resume_dir is not None else (None, None)
 
-    cohort = _join_cohort(args, config, log)
+    cohort = _join_cohort(args, config, log, membership)
     supervisor = Supervisor(config, probe, default_capture_hook(), state=state, cohort=cohort)
     if lost is not None:
         log.warning("attempt_lost", message=f"attempt {lost} was left open by the dead supervisor: journaled as supervisor_lost")
@@ -540,11 +541,10 @@ def _supervise(supervisor: Any, config: Any, log: Any, *, resumed: bool, guardia
         return EXIT_INTERNAL
 
 
-def _join_cohort(args: argparse.Namespace, config: Any, log: Any) -> Any:
-    """Multi-node: join the cohort of per-node supervisors (None for a single-node run)."""
-    from hangwatch.supervisor.cohort import Cohort, CohortError, joined_before, membership_from  # noqa: PLC0415
-    from hangwatch.supervisor.store import StoreError, TCPStoreClient  # noqa: PLC0415
-    import time  # noqa: PLC0415
+def _cohort_membership(args: argparse.Namespace, config: Any) -> Any:
+    """This node's place in a multi-node cohort (None for a single-node run), checked before
+    anything is written: a mistake in the multi-node options is a usage error, not a run."""
+    from hangwatch.supervisor.cohort import joined_before, membership_from  # noqa: PLC0415
 
     _check_cohort_numbers(args)
     try:
@@ -562,6 +562,16 @@ def _join_cohort(args: argparse.Namespace, config: Any, log: Any) -> Any:
         if rank:  # this node would run alone as if it were node 0: its peers wait for a node that never joins
             raise UsageError(f"--node-rank {rank}: no multi-node cohort is set up (no --nnodes above 1, --cohort, "
                              "Slurm or NNODES); add --nnodes N --cohort HOST:PORT, or drop --node-rank")
+    return membership
+
+
+def _join_cohort(args: argparse.Namespace, config: Any, log: Any, membership: Any) -> Any:
+    """Multi-node: join the cohort of per-node supervisors (None for a single-node run)."""
+    from hangwatch.supervisor.cohort import Cohort, CohortError  # noqa: PLC0415
+    from hangwatch.supervisor.store import StoreError, TCPStoreClient  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    if membership is None:
         return None
     checkpoint = config.checkpoint
     fingerprint = {

@@ -130,6 +130,7 @@ def test_a_node_rank_without_a_cohort_is_refused_not_run_as_a_single_node(tmp_pa
     assert proc.returncode == 2, proc.stderr
     assert "--node-rank 1" in proc.stderr and "--nnodes" in proc.stderr and "Traceback" not in proc.stderr
     assert not marker.exists()  # node 1 of a job that never formed would have trained alone, as node 0
+    assert not (tmp_path / "run").exists()  # refused before anything was written (no stray run directory)
 
 
 @pytest.mark.parametrize("option", ["--checkpoint-dir", "--run-dir"])
