@@ -32,6 +32,7 @@ import structlog
 from hangwatch.contract.control import write_control
 from hangwatch.contract.heartbeat import GENERATOR_PHASES, Heartbeat
 from hangwatch.contract.journal import Journal
+from hangwatch.contract.redact import redact_value
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import Verdict
 from hangwatch.supervisor.attempt import GraphPolicy, RecoveryLevel
@@ -251,7 +252,7 @@ class EngineLevel:
             return  # a trainer that beats no step: recovered at its first own beat after the rollout
         self._pending = None
         # What the fresh worker applied, so the journal shows the retry ran graphs off.
-        applied = {k: v for k, v in (hb.info or {}).items() if k in _ENGINE_INFO or k.startswith("applied_")}
+        applied = redact_value({k: v for k, v in (hb.info or {}).items() if k in _ENGINE_INFO or k.startswith("applied_")})
         self.journal().append("engine_recovered", attempt=attempt, step=hb.step,
                               onset_to_progress_s=round(sample.t - pending["onset"], 3),
                               kill_to_progress_s=round(sample.t - pending["killed_at"], 3), engine=applied)

@@ -193,7 +193,9 @@ def render_html(run_dir: Path, records: Sequence[Mapping[str, Any]], g: Mapping[
         for i in g["incidents"]) or '<tr><td colspan="7">none</td></tr>'
     goodput_pct = f"{100 * g['goodput']:.1f} %" if g["goodput"] is not None else "-"
     return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>hangwatch run {e(str(run_id))}</title>
+<html><head><meta charset="utf-8">
+<meta http-equiv=Content-Security-Policy content="default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'">
+<title>hangwatch run {e(str(run_id))}</title>
 <style>body{{font:14px system-ui,sans-serif;margin:2em;max-width:70em}}table{{border-collapse:collapse;margin:1em 0}}
 td,th{{border:1px solid #ccc;padding:.3em .6em;text-align:left}}.bar{{display:flex;height:1.4em;border:1px solid #999}}
 .bar div{{height:100%}}code{{background:#f4f4f4}}</style></head><body>
