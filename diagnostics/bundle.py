@@ -526,8 +526,9 @@ def check_output_path(out: Path) -> None:
     if not stat.S_ISREG(st.st_mode):
         what = ("a directory" if stat.S_ISDIR(st.st_mode) else "a symbolic link" if stat.S_ISLNK(st.st_mode)
                 else "a device or special file")
+        example = f"{out}.html" if out.suffix not in (".gz", ".tgz") else "incident.tar.gz"
         raise InputError(f"{out}: is {what}, not a regular file; give -o the path of a new or existing regular "
-                         "file, e.g. -o incident.tar.gz")
+                         f"file, e.g. -o {example}")
 
 
 def dumps_json(data: Any) -> str:

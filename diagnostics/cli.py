@@ -68,7 +68,7 @@ def register(subparsers: Any, whatif: WhatIfDetector | None = None) -> None:
     pk.add_argument("-o", "--output", metavar="OUT.tar.gz")
     pk.set_defaults(func=_guard(cmd_pack))
 
-    rep = subparsers.add_parser("report", help="(re)generate a bundle's report.html")
+    rep = subparsers.add_parser("report", help="(re)generate a bundle's report.html, or a run's (RUN_DIR/report.html)")
     rep.add_argument("bundle", metavar="BUNDLE")
     rep.add_argument("-o", "--output", metavar="OUT.html", help="default: BUNDLE/report.html (required for .tar.gz)")
     rep.add_argument("--signatures", action="append", default=[], metavar="FILE")
