@@ -82,6 +82,15 @@ def test_run_dir_free_space(tmp_path, monkeypatch, free, status):
     assert check.status == status and f"on {tmp_path}" in check.detail
 
 
+def test_a_run_dir_that_is_a_file_fails_with_the_fix_that_fits(tmp_path):
+    """A file (or a path below one) cannot be a run directory: before, it passed or failed on free space."""
+    afile = tmp_path / "notes.txt"
+    afile.write_text("x")
+    for given in (afile, afile / "run"):
+        check = doctor.check_run_dir(given)
+        assert check.status == "fail" and "is not a directory" in check.detail and "directory's path" in check.fix
+
+
 def test_versions_outside_the_table_warn_with_the_fix():
     (check,) = doctor.check_versions({"trl": "1.16.0", "vllm": "0.33.0"})
     assert check.status == "warn" and "vLLM 0.33.0" in check.detail and check.fix == "pip install 'vllm>=0.22.0,<=0.31.0'"

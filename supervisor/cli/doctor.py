@@ -376,6 +376,9 @@ def check_run_dir(run_dir: Path) -> Check:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     fix = "choose a --run-dir on a filesystem with room (logs, journal and incident bundles grow for days)"
+    if not existing.is_dir():
+        return Check("run-dir", "fail", f"{existing} is not a directory (for {target})",
+                     "give --run-dir a directory's path: it is created, with its missing parents, if it does not exist")
     if not os.access(existing, os.W_OK | os.X_OK):
         return Check("run-dir", "fail", f"{existing} is not writable (for {target})", fix)
     free, total = _free_and_total(str(existing))
