@@ -3,8 +3,10 @@
 A corpus is a directory of ``NAME.txt`` dumps, each with a ``NAME.meta`` sidecar
 of ``key: value`` lines: ``url`` (where it was pasted), ``expected`` (the
 signature id of the cause stated in that thread, ``?`` when the thread states
-none), ``cause``, ``shape``, optionally ``suspect`` (the pid of the culprit) and
-``heldout: yes`` (kept out of tuning). The last line printed is
+none), ``cause``, ``shape``, optionally ``suspect`` (the pid of the culprit),
+``heldout: yes`` (kept out of tuning) and ``parse: refuse`` (a paste with no whole
+frame left, e.g. two dumps interleaved character by character: replay is right to
+refuse it). The last line printed is
 
     dumps=N parsed=P known_cause=K right=R
 
@@ -34,6 +36,11 @@ class Entry:
     @property
     def expected(self) -> str:
         return self.meta.get("expected", "?").strip() or "?"
+
+    @property
+    def refusable(self) -> bool:
+        """No whole frame survives in the paste: refusing it is the right answer."""
+        return self.meta.get("parse", "").strip().lower() == "refuse"
 
     @property
     def heldout(self) -> bool:
@@ -117,7 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     outcomes = score(load_corpus(directory, args.subset), args.signatures)
     for o in outcomes:
         if args.verbose or not (o.right or (o.parsed and not o.known)):
-            mark = "ok  " if o.right else ("--  " if o.parsed and not o.known else ("MISS" if o.parsed else "FAIL"))
+            mark = "ok  " if o.right else ("--  " if o.parsed and not o.known else (
+                "MISS" if o.parsed else ("REFD" if o.entry.refusable else "FAIL")))
             print(f"{mark} {o.entry.name:48s} expected={o.entry.expected:26s} got={o.got}{'  ' + o.error if o.error else ''}")
     print(summary(outcomes))
     return 0

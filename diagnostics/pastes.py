@@ -39,7 +39,10 @@ in well under a second). It accepts:
 * a process that printed its own stacks (a signal handler calling a "dumpstacks"
   helper): those frames are dropped from the top of the thread they interrupted;
 * a Ctrl+C traceback ending in ``KeyboardInterrupt`` (where the hung main thread was),
-  outermost first; other tracebacks are error reports and are skipped;
+  outermost first; other tracebacks are error reports, skipped unless they are the
+  paste's only stack (a hung call's own ``TimeoutError`` says where it waited);
+* interleaved lines of several processes behind ray / vLLM ``(Worker_TP2 pid=N)``
+  prefixes (read per pid), and ``File "..."`` lines a terminal wrapped mid-path;
 * PyTorch's NCCL watchdog timeout lines (``[rank2]: ... Watchdog caught collective
   operation timeout: WorkNCCL(SeqNum=4084, OpType=ALLREDUCE, ...)``): no stack, but one
   process per rank waiting in that collective at that sequence number.
@@ -74,7 +77,9 @@ _PREFIX = re.compile(
       | \d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?[ ]?(?:\|[ ]?)?   # ISO timestamp
       | \d\d:\d\d:\d\d(?:[.,]\d{1,9})?[ ]?(?:\|[ ]?)?     # clock time
       | [\w.-]{1,80}[ ]{1,40}\|[ ]?                       # docker compose "name  | "
-      | \((?:\w{1,40}[ ])?pid=\d{1,10}(?:,[ ]ip=[\d.]{1,40})?\)[ ]?   # ray / vLLM "(EngineCore pid=123) "
+      | \d{0,9}\((?:\w{1,40}[ ])?pid=\d{1,10}(?:,[ ]ip=[\w.:\[\]-]{1,60})?\)[ ]?   # ray / vLLM "(EngineCore pid=123) ",
+                                                          # ip=[IPv6]; a log viewer's line number glued in front
+      | (?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)[ ]{1,3}\d\d-\d\d[ ]   # vLLM's "ERROR 01-12 " (the clock follows)
       | (?:stdout|stderr)[ ][FP][ ]                       # Kubernetes/containerd log: "<time> stdout F "
       | \d{1,6}:[ ]                                        # srun --label: "3: "
       | \^C                                               # the terminal's echo of Ctrl+C: "^CTraceback ..."
@@ -194,6 +199,10 @@ _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200}(?:Error|Exception|Interru
 # PyTorch's NCCL watchdog on a timeout: "[rank2]:[E ProcessGroupNCCL.cpp:563] [Rank 2] Watchdog
 # caught collective operation timeout: WorkNCCL(SeqNum=4084, OpType=ALLREDUCE, ...)": no stack,
 # but it says which collective each rank waited in, and at which sequence number.
+# One frame of the C++ backtrace torch prints under an error ("Exception raised from doWait
+# at TCPStore.cpp:550 (most recent call first):"), innermost first:
+# "frame #2: c10d::TCPStore::doGet(std::string const&) + 0x32 (0x7f60.. in /x/libtorch_cpu.so)".
+_TORCH_CXX_FRAME = re.compile(r"^frame #(\d{1,4}): (\S.{0,3000}?) \+ 0x[0-9a-fA-F]{1,16}(?: \((?:0x[0-9a-fA-F]{0,16})?(?: in ?(\S{0,1000}?))?\)?)?$")
 _WATCHDOG = re.compile(r"WorkNCCL\(SeqNum=(\d{1,12}), OpType=([A-Za-z_]{1,40})")
 _PID_IN_PREFIX = re.compile(r"\bpid=(\d{1,10})\b")
 # A library name the paste cut: "cudaLaunchKernel (libcudart.so…)".
@@ -221,6 +230,8 @@ class ParseReport:
     dropped_frames: int = 0
     pid_inferred: int = 0
     watchdog_only: int = 0
+    #: stacks read from an exception's traceback (the paste had no other stack)
+    error_tracebacks: int = 0
     ranks: dict[int, int] = field(default_factory=dict)
     #: pid -> py-spy's error, for processes the paste shows py-spy failing on.
     undumped: dict[int, str] = field(default_factory=dict)
@@ -256,6 +267,9 @@ class ParseReport:
             out.append(f"skipped {self.skipped} line(s) that are not stack text")
         if self.undumped:
             out.append(f"{len(self.undumped)} process(es) py-spy could not dump ({'; '.join(f'{p}: {r}' for p, r in list(self.undumped.items())[:3])})")
+        if self.error_tracebacks:
+            out.append(f"{self.error_tracebacks} stack(s) read from an exception's traceback (where that thread was when the "
+                       "error was raised: for a timeout, where it waited; not a live dump)")
         if self.watchdog_only:
             out.append(f"{self.watchdog_only} rank(s) known only from NCCL watchdog timeout lines (no stack: the collective and its sequence number)")
         if self.cut_lines:
@@ -688,7 +702,11 @@ class _Reader:
         # Traceback-shaped blocks that ended without an exception line (a thread dump
         # printed with traceback.format_stack, or a cut traceback): kept only when the
         # paste has no other stack. (caption, frames, lines)
-        self.tb_pending: list[tuple[str, list[Frame], int]] = []
+        self.tb_pending: list[tuple[str, list[Frame], int, bool, int | None]] = []  # ..., error, stream pid
+        self.stream_pid: int | None = None  # the process whose interleaved lines are being read
+        self.cxx_blocks: list[list[Frame]] = []  # torch's C++ error backtraces, innermost first
+        self.cxx_of: dict[int, list[Frame]] = {}  # tb_pending index -> the C++ backtrace under its error
+        self.error_tb_line = -10  # the line on which the last error traceback ended
         self.prev_text = ""  # the last non-blank line before the current one
         self.cur_text = ""
         self.gdb_open = False  # the last gdb frame had no library: "from ..." may follow
@@ -785,6 +803,8 @@ class _Reader:
             return
         if "Watchdog caught collective" in s or "WorkNCCL(SeqNum=" in s:
             self.watchdog_line(s, prefix, rank)
+            return
+        if s.startswith("frame #") and "`" not in s and self.cxx_frame(s):
             return
         if "Stack trace of the failed collective:" in s:
             # torch's flight recorder prints that rank's stack of the collective that timed
@@ -989,6 +1009,27 @@ class _Reader:
             pid = _PID_IN_PREFIX.search(prefix)
             self.watchdog[key] = (int(pid.group(1)) if pid else None, m.group(2).lower(), m.group(1))
 
+    def cxx_frame(self, s: str) -> bool:
+        """A line of torch's C++ error backtrace: the raising thread's native frames, kept
+        (one block per backtrace) for a paste that has no other stack."""
+        m = _TORCH_CXX_FRAME.match(s)
+        if m is None:
+            return False
+        name = m.group(2)
+        name = "?" if name.startswith("<unknown") else (_cxx_name(name) or name)
+        frame = Frame(name, m.group(3) or "?", None, native=True)
+        if m.group(1) == "0" or not self.cxx_blocks:
+            if len(self.cxx_blocks) >= MAX_THREADS:
+                return True
+            self.cxx_blocks.append([])
+            if self.report.lines - self.error_tb_line <= 4 and self.tb_pending:
+                # Right under an error's Python traceback (its message, then "Exception raised
+                # from X (most recent call first):"): the same thread's inner, native part.
+                self.cxx_of[len(self.tb_pending) - 1] = self.cxx_blocks[-1]
+        if len(self.cxx_blocks[-1]) < MAX_FRAMES:
+            self.cxx_blocks[-1].append(frame)
+        return True
+
     def gdb_frame(self, s: str) -> bool:
         """One gdb backtrace line: a py-bt frame ("#3 Frame 0x.., for file F, line N, in f (...")
         or a native one ("#0  0x.. in poll () at x.S:81", "... from /lib/libc.so.6")."""
@@ -1162,14 +1203,25 @@ class _Reader:
             self.traceback_thread("MainThread", frames)  # Ctrl+C lands in the main thread
         else:
             self.report.skipped += self.tb_lines
-            if frames and not error and len(self.tb_pending) < MAX_THREADS:
-                self.tb_pending.append((self.tb_caption, frames, self.tb_lines))
+            if frames and len(self.tb_pending) < MAX_THREADS:
+                # An error's traceback too: a paste whose only frames are in one (the
+                # TimeoutError a hung RPC ended in, the DistBackendError of a barrier that
+                # timed out) shows where that thread waited; kept only as the only stack.
+                self.tb_pending.append((self.tb_caption, frames, self.tb_lines, error, self.stream_pid))
+                if error:
+                    self.error_tb_line = self.report.lines
         self.tb_lines = 0
 
-    def traceback_thread(self, name: str, frames: list[Frame]) -> None:
+    def traceback_thread(self, name: str, frames: list[Frame], inner: list[Frame] | None = None) -> None:
         self.start_thread(None, "unknown", name)
         self.report.thread_headers -= 1  # no header was pasted
-        self.add_frames(list(reversed(frames)))  # outermost first in a traceback
+        self.add_frames((inner or []) + list(reversed(frames)))  # outermost first in a traceback
+
+    def start_stream(self, pid: int) -> None:
+        """The lines that follow are process ``pid``'s own (see ``_streams``)."""
+        self.end_traceback(keep=False)
+        self.stream_pid = pid
+        self.expect_process(pid)
 
     def expect_process(self, pid: int) -> None:
         """A line that introduces the dump of ``pid`` (a command, a caption)."""
@@ -1196,10 +1248,27 @@ class _Reader:
         self.end_traceback(keep=False)
         self.end_trace()
         self.drop_bare()
-        if self.tb_pending and not any(t.frames for p in self.processes for t in p.threads):
-            for n, (caption, frames, lines) in enumerate(self.tb_pending):
+        pending_used = bool(self.tb_pending) and not any(t.frames for p in self.processes for t in p.threads)
+        if pending_used:
+            stream: int | None = None
+            for n, (caption, frames, lines, error, pid) in enumerate(self.tb_pending):
                 self.report.skipped -= lines
-                self.traceback_thread(caption or ("MainThread" if n == 0 else ""), frames)
+                self.report.error_tracebacks += error
+                if pid is not None and pid != stream:
+                    self.expect_process(pid)  # each interleaved process its own
+                    stream = pid
+                self.traceback_thread(caption or ("MainThread" if n == 0 or pid is not None else ""), frames,
+                                      inner=_raised_from(self.cxx_of.get(n, [])))
+        used = {id(b) for b in self.cxx_of.values()} if pending_used else set()
+        cxx_lines = sum(len(b) for b in self.cxx_blocks if id(b) not in used)
+        if self.cxx_blocks and not self.watchdog and not any(t.frames for p in self.processes for t in p.threads):
+            # Only torch's C++ error backtrace was pasted: the raising thread's native stack
+            # (where a store get or a communicator setup was waiting when it timed out).
+            for block in self.cxx_blocks:
+                self.group = []
+                self.add_frames(_raised_from(block) or block)
+        else:
+            self.report.skipped += cxx_lines
         rounds: dict[int | None, int] = {}
         out = []
         for p in self.processes:
@@ -1236,18 +1305,77 @@ class _Reader:
         return self.report
 
 
+# A line led by a ray / vLLM process prefix: "(Worker_TP2 pid=291276) ERROR ...".
+_STREAM_PID = re.compile(r"^[ \t]*\d{0,9}\((?:\w{1,40}[ ])?pid=(\d{1,10})(?:,[ ]ip=[\w.:\[\]-]{1,60})?\)")
+# The rest of a 'File "..."' traceback line that a terminal wrapped: 'm/v1/x.py", line 9, in f'.
+_WRAPPED_FILE_TAIL = re.compile(r'^[^\s"]{1,1000}", line \d{1,7}')
+# A torch C++ backtrace line wrapped before its library: "frame #2: f() + 0xd8 (0x7f.. in" + "/x/lib.so)".
+_WRAPPED_CXX_HEAD = re.compile(r"^\s{0,8}frame #\d{1,4}: .{1,3000} \(0x[0-9a-fA-F]{1,16} in$")
+_WRAPPED_CXX_TAIL = re.compile(r"^\s{0,8}/\S{1,1000}\)$")
+
+
+def _raised_from(block: list[Frame]) -> list[Frame]:
+    """A torch C++ error backtrace without the frames that build the error itself
+    (c10::Error, TORCH_CHECK's helpers) or that have no name."""
+    return [f for f in block if f.function != "?" and not f.function.startswith(("c10::Error::", "c10::detail::torchCheck"))]
+
+
+def _streams(lines: list[str]) -> list[tuple[int | None, list[str]]]:
+    """Lines of processes whose logs interleave, one stream per pid.
+
+    vLLM's workers and Ray's actors print through one terminal, each line led by
+    "(Worker_TP2 pid=N)"; two tracebacks printed at once interleave line by line
+    (llm-scaler#235). When several pids' lines interleave, each pid's lines are read
+    on their own (a line without a prefix continues the line before it: a wrap);
+    otherwise the paste is read in order."""
+    pids: list[int | None] = []
+    last: int | None = None
+    seen: set[int] = set()
+    interleaved = False
+    for line in lines:
+        m = _STREAM_PID.match(line) if "pid=" in line else None
+        if m is not None:
+            pid = int(m.group(1))
+            if pid != last and pid in seen:
+                interleaved = True
+            seen.add(pid)
+            last = pid
+        pids.append(last)
+    if not interleaved:
+        return [(None, lines)]
+    out: dict[int | None, list[str]] = {}
+    for pid, line in zip(pids, lines):
+        out.setdefault(pid, []).append(line)
+    return list(out.items())
+
+
+def _join_wrapped(lines: list[str]) -> list[str]:
+    """'File "/a/vll' + 'm/v1/x.py", line 9, in f' -> one traceback line, and a torch C++
+    frame wrapped before its library likewise (a terminal's hard wrap, kept by the copy)."""
+    out: list[str] = []
+    for line in lines:
+        if out and _WRAPPED_FILE_TAIL.match(line):
+            prev = out[-1]
+            cut = prev.rfind('File "')
+            if cut != -1 and '"' not in prev[cut + 6:]:
+                out[-1] = prev.rstrip("\r") + line.strip()
+                continue
+        if out and line[:1] in (" ", "/") and _WRAPPED_CXX_TAIL.match(line) and _WRAPPED_CXX_HEAD.match(out[-1].rstrip()):
+            out[-1] = out[-1].rstrip() + " " + line.strip()
+            continue
+        out.append(line)
+    return out
+
+
 def read_text(text: str, *, source: str = "text") -> ParseReport:
     """Every process in a pasted dump, and what was skipped. Raises ``InputError``
     only when there is not a single recognisable frame."""
     reader = _Reader()
-    start = 0
-    n = len(text)
-    while start < n:
-        end = text.find("\n", start)
-        if end == -1:
-            end = n
-        reader.feed(text[start:end])
-        start = end + 1
+    for pid, lines in _streams(text.split("\n")):
+        if pid is not None:
+            reader.start_stream(pid)
+        for line in _join_wrapped(lines):
+            reader.feed(line)
     report = reader.finish(source)
     if not report.processes:
         raise InputError(

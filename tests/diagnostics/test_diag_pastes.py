@@ -406,10 +406,19 @@ def test_two_megabytes_of_stack_shaped_text_read_in_linear_time(kind):
 
 
 def test_every_real_paste_in_the_corpus_parses():
+    """Every paste with a whole frame left; one marked 'parse: refuse' in its .meta (two
+    dumps interleaved character by character, ms-swift#4353) has none and is refused."""
+    from hangwatch.diagnostics.corpus import read_meta  # noqa: PLC0415
+
     pastes = sorted(PASTED.glob("*.txt"))
     assert len(pastes) >= 58
     for path in pastes:
-        report = read_text(path.read_text(encoding="utf-8"), source=path.name)
+        text = path.read_text(encoding="utf-8")
+        if read_meta(path.with_suffix(".meta")).get("parse") == "refuse":
+            with pytest.raises(InputError):
+                read_text(text, source=path.name)
+            continue
+        report = read_text(text, source=path.name)
         assert report.frames >= 1, path.name
 
 
@@ -603,3 +612,84 @@ def test_a_numbered_list_is_not_a_numbered_frame():
     place after 'from' must be a Python file or a library."""
     with pytest.raises(InputError):
         read_text("#12 Merge from upstream/main\n#13 Revert from release\n")
+
+
+def test_an_errors_traceback_is_the_stack_when_it_is_the_only_one():
+    """A hung RPC or barrier often ends in its own timeout, and that traceback is all the
+    reporter pastes (vllm#41530: get_response -> MessageQueue.dequeue -> TimeoutError;
+    OpenRLHF#211: barrier -> DistBackendError 'Socket Timeout'). Its frames are where the
+    thread waited: read them, say so, and still skip an error's traceback next to a stack."""
+    text = (
+        "  Traceback (most recent call last):\n"
+        '    File "vllm/v1/executor/multiproc_executor.py", line 395, in get_response          \n'
+        "      status, result = mq.dequeue(timeout=dequeue_timeout)                              \n"
+        '    File "vllm/distributed/device_communicators/shm_broadcast.py", line 755, in dequeue  \n'
+        "      with self.acquire_read(timeout, indefinite) as buf:                               \n"
+        "  TimeoutError\n"
+    )
+    report, proc = _one(text)
+    assert _frames(proc.threads[0]) == ["dequeue (shm_broadcast.py:755)", "get_response (multiproc_executor.py:395)"]
+    assert report.error_tracebacks == 1 and any("exception's traceback" in n for n in report.notes())
+    report, proc = _one(text + 'Thread 7 (idle): "MainThread"\n    g (b.py:1)\n')
+    assert _frames(proc.threads[0]) == ["g (b.py:1)"] and report.error_tracebacks == 0
+
+
+def test_interleaved_worker_tracebacks_are_read_per_pid_and_wrapped_paths_rejoined():
+    """Two vLLM workers' tracebacks printed at once interleave line by line behind their
+    "(Worker_TP2 pid=N) ERROR MM-DD hh:mm:ss [file.py:N]" prefixes, and the terminal wraps a
+    long path onto an unprefixed line (llm-scaler#235 in data/pasted): one process per pid,
+    each with its own frames; Ray's "ip=[IPv6]" and a log viewer's line number glued in front
+    (OpenRLHF#1052) are prefixes too."""
+    p2 = "(Worker_TP2 pid=291276) ERROR 01-12 02:58:31 [multiproc_executor.py:654] "
+    p0 = "(Worker_TP0 pid=291274) ERROR 01-12 02:58:31 [multiproc_executor.py:654] "
+    text = (
+        p2 + "Traceback (most recent call last):\n"
+        + p0 + "Traceback (most recent call last):\n"
+        + p2 + '  File "/usr/lib/python3.12/dist-packages/vllm-0.10.3.egg/vll\n'
+        'm/v1/worker/gpu_model_runner.py", line 3776, in _to_list\n'
+        + p0 + '  File "/usr/lib/python3.12/dist-packages/vllm-0.10.3.egg/vll\n'
+        'm/v1/executor/multiproc_executor.py", line 649, in worker_busy_loop\n'
+        + p2 + "    self.transfer_event.synchronize()\n"
+        + p2 + "RuntimeError: Native API failed. Native API returns: 20 (UR_RESULT_ERROR_DEVICE_LOST)\n"
+        + p0 + "RuntimeError: Native API failed. Native API returns: 20 (UR_RESULT_ERROR_DEVICE_LOST)\n"
+    )
+    report = read_text(text)
+    assert sorted((p.pid, _frames(p.threads[0])) for p in report.processes) == [
+        (291274, ["worker_busy_loop (multiproc_executor.py:649)"]), (291276, ["_to_list (gpu_model_runner.py:3776)"])]
+    ray = "(LLMRayActor pid=3823828, ip=[2605:340:cd51:4900:c06a:4260:c8a8:4be7])   "
+    _, proc = _one(ray + 'File "/x/vllm/device_allocator/cumem.py", line 204 in sleep\n'
+                   "49192" + ray + 'File "/x/vllm/v1/worker/gpu_worker.py", line 76 in sleep\n')
+    assert _frames(proc.threads[0]) == ["sleep (cumem.py:204)", "sleep (gpu_worker.py:76)"]
+
+
+def test_torchs_cxx_backtrace_under_an_error_is_the_same_threads_inner_stack(tmp_path):
+    """torch prints an error's Python traceback, the message, then "Exception raised from X
+    (most recent call first):" and the raising thread's C++ frames ("frame #2:
+    c10d::TCPStore::doGet(...) + 0x32 (0x7f.. in /x/libtorch_cpu.so)", OpenRLHF#211 in
+    data/pasted): one thread, C++ frames innermost, read as communicator setup waiting for
+    rank 0's ncclUniqueId; a backtrace pasted alone is a stack too, its library rejoined when
+    the terminal wrapped it (ChatGLM-6B#1232)."""
+    from hangwatch.diagnostics.replay import analyse  # noqa: PLC0415
+    from hangwatch.diagnostics.signatures import load_signatures  # noqa: PLC0415
+
+    text = (
+        '  File "/env/torch/distributed/distributed_c10d.py", line 3439, in barrier\n'
+        "    work = default_pg.barrier(opts=opts)\n"
+        "torch.distributed.DistBackendError: [1] is setting up NCCL communicator and retrieving ncclUniqueId "
+        "from [0] via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout\n"
+        "Exception raised from doWait at ../torch/csrc/distributed/c10d/TCPStore.cpp:550 (most recent call first):\n"
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x57 (0x7f63740f4d87 in /env/torch/lib/libc10.so)\n"
+        "frame #1: <unknown function> + 0x15c0e0b (0x7f604e191e0b in /env/torch/lib/libtorch_cpu.so)\n"
+        "frame #2: c10d::TCPStore::doGet(std::string const&) + 0x32 (0x7f6052460b32 in /env/torch/lib/libtorch_cpu.so)\n"
+    )
+    report, proc = _one(text)
+    assert _frames(proc.threads[0]) == ["c10d::TCPStore::doGet (libtorch_cpu.so)", "barrier (distributed_c10d.py:3439)"]
+    assert report.skipped == 1  # the "Exception raised from" line; the message ends the traceback
+    dump = tmp_path / "dump.txt"
+    dump.write_text(text)
+    (incident,) = analyse([dump], load_signatures())
+    assert incident.classification.signature_id == "nccl-comm-init"
+    _, proc = _one("frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x57 (0x7f79 in /x/libc10.so)\n"
+                   "frame #2: c10d::TCPStore::doWait(c10::ArrayRef<std::string>) + 0xd8 (0x7f79ca652918 in \n"
+                   "/opt/conda/lib/python3.10/site-packages/torch/lib/libtorch_cpu.so)\n")
+    assert _frames(proc.threads[0]) == ["c10d::TCPStore::doWait (libtorch_cpu.so)"]
