@@ -125,6 +125,13 @@ def membership_from(env: Mapping[str, str], *, endpoint: str | None = None, node
     count = nnodes if nnodes is not None else _int(first("SLURM_NNODES", "NNODES"), "node count")
     if count is None or count <= 1:
         if endpoint is None:
+            if node_rank is None and nnodes is None and rank:  # (--node-rank alone: the CLI says so in its words)
+                # NODE_RANK=1 with no node count (Lightning-style variables: NODE_RANK and WORLD_SIZE): this
+                # node ran alone, unwatched by the others, the very split a cohort exists to prevent.
+                name = next(n for n in ("SLURM_NODEID", "NODE_RANK", "GROUP_RANK") if env.get(n))
+                raise ValueError(f"the environment's {name}={env[name]} says this is node {rank} of a multi-node job, "
+                                 f"but no node count above 1 is set (SLURM_NNODES, NNODES or --nnodes): this node would "
+                                 f"be watched alone; add --nnodes N --cohort HOST:PORT, or unset {name}")
             return None
     host = None
     port = default_port
@@ -147,6 +154,30 @@ def membership_from(env: Mapping[str, str], *, endpoint: str | None = None, node
         raise ValueError("a multi-node run needs this node's rank: --node-rank N (or SLURM_NODEID / NODE_RANK)")
     job = cohort_id or first("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID") or "hangwatch"
     return Membership(rank, count or 1, host, port, job)
+
+
+def settings_fingerprint(config: Any, nnodes: int) -> dict[str, Any]:
+    """The settings every node must share (``config``: the run's ``RunConfig``); ``Cohort`` adds the lease.
+
+    Only what would make the nodes act apart: options each node may set for itself (its
+    detector's windows, its restart limits: every node's decision is exchanged, ``settled``)
+    are left out.
+    """
+    checkpoint = config.checkpoint
+    return {
+        "nnodes": nnodes,
+        "checkpoint_dir": str(checkpoint.directory) if checkpoint else None,
+        "checkpoint_glob": checkpoint.glob if checkpoint else None,
+        "checkpoint_marker": checkpoint.marker if checkpoint else None,
+        # A node without --resume-arg relaunches its ranks from step 0 while the others resume
+        # from the agreed checkpoint: their step counters and data order part, silently.
+        "resume_arg_given": bool(config.resume_arg),
+        "cudagraphs_after_stall": config.cudagraphs_after_stall,
+        "eager_escalation": config.eager_escalation,
+        # Each node waits this long for the others' capture before it kills: a shorter wait on one
+        # node would kill its ranks, and wake the others', in the middle of their capture.
+        "capture_timeout": config.capture_timeout,
+    }
 
 
 def joined_before(journal: Path) -> Mapping[str, Any] | None:
@@ -312,6 +343,11 @@ class Cohort:
         """
         deadline = self.clock() + max(0.0, timeout - spent)
         nonce = f"{id(self):x}-{self.wall():.6f}"
+        # Outside every cohort id's keys: what lets a node started with another --cohort-id (or a
+        # default one: $SLURM_JOB_ID on one node, none on another) say so, instead of waiting out
+        # the join timeout for a node 0 that is there under another name.
+        mine_id = json.dumps({"cohort_id": self.me.cohort_id, "node": self.me.node_rank})
+        self.store.set(_IDS_KEY + ("leader" if self.me.is_leader else "joiner"), mine_id)
         if self.me.is_leader:
             generation = str(self.store.add(self._root("generation"), 1))
             self.store.set(self._root("leader"), json.dumps({**self.fingerprint, "generation": generation,
@@ -324,6 +360,13 @@ class Cohort:
             raw = self.store.get(self._root("leader"))
             theirs = _object(raw, "node 0's join record") if raw is not None else None
             self._saw_leader = self._saw_leader or theirs is not None
+            if theirs is None and not self.me.is_leader:
+                # The store is node 0's supervisor's own (one per host and port): a node 0 there under
+                # another cohort id is this job's, started with other options, or another job's.
+                other = _other_cohort(self.store.get(_IDS_KEY + "leader"), self.me.cohort_id)
+                if other is not None:
+                    raise CohortRefused(f"node 0 at {self.me.host}:{self.me.port} runs the cohort {other!r}, this "
+                                        f"node {self.me.cohort_id!r}: {_SAME_ID}")
             generation = str(theirs.get("generation", "")) if theirs is not None else ""
             if theirs is not None and generation not in (refused_in, self._generation):
                 self._generation = generation
@@ -358,8 +401,12 @@ class Cohort:
                 if theirs is None:
                     raise CohortRefused(f"node 0 did not join within {timeout:g} s (is hangwatch run started on node 0, "
                                         f"with --cohort {self.me.host}:{self.me.port}?)")
+                stray = _other_cohort(self.store.get(_IDS_KEY + "joiner"), self.me.cohort_id) \
+                    if self.me.is_leader else None
+                hint = (f"; a node reached this store under the cohort {stray!r}, this node's is "
+                        f"{self.me.cohort_id!r}: {_SAME_ID}") if stray is not None else ""
                 raise CohortRefused(f"nodes {missing} did not join within {timeout:g} s (is hangwatch run started on "
-                                    "every node, with the same --nnodes, --cohort and --cohort-id?)")
+                                    f"every node, with the same --nnodes, --cohort and --cohort-id?){hint}")
             self.sleep(0.2)
         self.renew()
         self._thread = threading.Thread(target=self._lease_loop, name="cohort-lease", daemon=True)
@@ -704,6 +751,22 @@ def _signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
+
+
+_IDS_KEY = "hangwatch-cohort-ids/"  # + leader / joiner: the last of each to join this store, and its cohort id
+_SAME_ID = ("start every node with the same --cohort-id (its default is $SLURM_JOB_ID, then $TORCHELASTIC_RUN_ID, "
+            "then 'hangwatch': a node started outside the Slurm job, or with the option on one node only, differs)")
+
+
+def _other_cohort(raw: str | None, mine: str) -> str | None:
+    """The cohort id in an ids record when it is not ``mine`` (capped: it is only shown), else None."""
+    if raw is None:
+        return None
+    try:
+        other = json.loads(raw).get("cohort_id")
+    except (ValueError, AttributeError):
+        return None
+    return other[:100] if isinstance(other, str) and other != mine else None
 
 
 def _stop_record(raw: str | None) -> dict[str, int] | None:

@@ -567,24 +567,13 @@ def _cohort_membership(args: argparse.Namespace, config: Any) -> Any:
 
 def _join_cohort(args: argparse.Namespace, config: Any, log: Any, membership: Any) -> Any:
     """Multi-node: join the cohort of per-node supervisors (None for a single-node run)."""
-    from hangwatch.supervisor.cohort import Cohort, CohortError  # noqa: PLC0415
+    from hangwatch.supervisor.cohort import Cohort, CohortError, settings_fingerprint  # noqa: PLC0415
     from hangwatch.supervisor.store import StoreError, TCPStoreClient  # noqa: PLC0415
     import time  # noqa: PLC0415
 
     if membership is None:
         return None
-    checkpoint = config.checkpoint
-    fingerprint = {
-        "nnodes": membership.nnodes,
-        "checkpoint_dir": str(checkpoint.directory) if checkpoint else None,
-        "checkpoint_glob": checkpoint.glob if checkpoint else None,
-        "checkpoint_marker": checkpoint.marker if checkpoint else None,
-        "cudagraphs_after_stall": config.cudagraphs_after_stall,
-        "eager_escalation": config.eager_escalation,
-        # Each node waits this long for the others' capture before it kills: a shorter wait on one
-        # node would kill its ranks, and wake the others', in the middle of their capture.
-        "capture_timeout": config.capture_timeout,
-    }
+    fingerprint = settings_fingerprint(config, membership.nnodes)
     lease = float(getattr(args, "lease_timeout", 15.0))
     join = float(getattr(args, "join_timeout", None) or 120.0)
     log.info("cohort", message=(f"node {membership.node_rank} of {membership.nnodes}; cohort store "

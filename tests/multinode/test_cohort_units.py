@@ -210,3 +210,60 @@ def test_the_join_timeout_bounds_the_whole_start_and_a_vanished_store_says_node_
     n0.store.set(n0._root("leader"), json.dumps({**n0.fingerprint, "generation": "1", "nonce": "x"}))
     with pytest.raises(CohortRefused, match="node 0 closed the cohort store while this node was joining"):
         n1.join(timeout=8)
+
+
+def test_a_node_started_under_another_cohort_id_is_told_so_not_left_waiting():
+    """Node 1 started with --cohort-id B (or outside the Slurm job: another default id) against node 0's
+    store of cohort A: it waited out --join-timeout, then said "DistNetworkError: Failed to recv" when node
+    0 gave up first, and node 0 said only "nodes [1] did not join" (a real 2-node start: 2 and 2, no word
+    of the id)."""
+    store = MemoryStore()
+
+    def node(rank: int, cohort_id: str) -> tuple[Cohort, Clock]:
+        clock = Clock()
+        return Cohort(store, Membership(rank, 2, "127.0.0.1", 29600, cohort_id), {"a": 1}, lease_interval=3600,
+                      lease_timeout=10, clock=clock, sleep=clock.sleep, wall=clock), clock
+
+    early, _ = node(1, "B")
+    with pytest.raises(CohortRefused, match="node 0 did not join within 5 s"):
+        early.join(timeout=5)  # before node 0 is up: nothing to tell yet
+    leader, _ = node(0, "A")
+    with pytest.raises(CohortRefused, match=r"nodes \[1\] did not join within 5 s .*under the cohort 'B', this "
+                                            r"node's is 'A': start every node with the same --cohort-id"):
+        leader.join(timeout=5)
+    late, clock = node(1, "B")
+    with pytest.raises(CohortRefused, match="node 0 at 127.0.0.1:29600 runs the cohort 'A', this node 'B'"):
+        late.join(timeout=1e6)
+    assert clock.now < 1, "refused at once, not after the join timeout"
+
+
+def test_the_fingerprint_holds_resume_arg_and_leaves_per_node_options_out(tmp_path):
+    """A node without --resume-arg relaunched its ranks from step 0 while the others resumed from the
+    agreed checkpoint (the fingerprint did not hold it): step counters and data order parted, silently."""
+    from hangwatch.supervisor.cohort import settings_fingerprint  # noqa: PLC0415
+    from hangwatch.supervisor.config import SETTINGS, build  # noqa: PLC0415
+
+    def fingerprint(**given):
+        values = {**{k: d for k, (_t, d) in SETTINGS.items()}, "checkpoint_dir": str(tmp_path), **given}
+        return settings_fingerprint(build(values, ["python", "train.py"]), 2)
+
+    plain = fingerprint()
+    resuming = fingerprint(resume_arg="--resume_from_checkpoint={checkpoint}")
+    assert plain["resume_arg_given"] is False and resuming["resume_arg_given"] is True
+    # Options each node may set for itself (its detector, its restart limits: decisions are exchanged).
+    assert fingerprint(stall_window=90.0, max_restarts=2, on_crash="stop", backoff=5.0, grace=3.0) == plain
+    store, _, (n0, n1) = _pair(fp0=resuming, fp1=plain)
+    n0.store.set(n0._root("leader"), json.dumps({**n0.fingerprint, "generation": "1", "nonce": "x"}))
+    with pytest.raises(CohortRefused, match="resume_arg_given: node 0 has True, this node False"):
+        n1.join(timeout=5)
+
+
+def test_a_node_rank_from_the_environment_without_a_node_count_is_refused_not_run_alone():
+    """NODE_RANK=1 with no NNODES (Lightning-style variables: NODE_RANK and WORLD_SIZE) made node 1 a
+    single-node run: every node watched alone, the split a cohort exists to prevent."""
+    with pytest.raises(ValueError, match="NODE_RANK=1 says this is node 1 of a multi-node job, but no node count"):
+        membership_from({"NODE_RANK": "1", "WORLD_SIZE": "16", "MASTER_ADDR": "trainer-0"})
+    with pytest.raises(ValueError, match="SLURM_NODEID=2"):
+        membership_from({"SLURM_NODEID": "2", "SLURM_NNODES": "1"})
+    assert membership_from({"NODE_RANK": "0", "MASTER_ADDR": "trainer-0"}) is None, "node 0 alone: a single run"
+    assert membership_from({"NODE_RANK": "1"}, nnodes=1) is None, "--nnodes 1 given: the user said single-node"
