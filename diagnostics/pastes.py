@@ -1326,8 +1326,8 @@ def _streams(lines: list[str]) -> list[tuple[int | None, list[str]]]:
     vLLM's workers and Ray's actors print through one terminal, each line led by
     "(Worker_TP2 pid=N)"; two tracebacks printed at once interleave line by line
     (llm-scaler#235). When several pids' lines interleave, each pid's lines are read
-    on their own (a line without a prefix continues the line before it: a wrap);
-    otherwise the paste is read in order."""
+    on their own (a line without a prefix continues the line before it, a wrap, up to
+    a blank line); otherwise the paste is read in order."""
     pids: list[int | None] = []
     last: int | None = None
     seen: set[int] = set()
@@ -1340,6 +1340,8 @@ def _streams(lines: list[str]) -> list[tuple[int | None, list[str]]]:
                 interleaved = True
             seen.add(pid)
             last = pid
+        elif not line.strip():
+            last = None  # after a blank line, unprefixed text is nobody's continuation
         pids.append(last)
     if not interleaved:
         return [(None, lines)]
