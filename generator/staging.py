@@ -31,6 +31,7 @@ import concurrent.futures
 import json
 import mmap
 import os
+import secrets
 import struct
 import tempfile
 from dataclasses import dataclass
@@ -79,7 +80,11 @@ def stage(named: Iterable[tuple[str, torch.Tensor]], directory: str | None = Non
     directory = directory or default_staging_dir()
     fd, tmp = tempfile.mkstemp(prefix=f"{_PREFIX}{os.getpid()}-", suffix=".safetensors.tmp", dir=directory)
     try:
-        final = tmp[: -len(".tmp")]
+        # A final name of its own, unguessable, never the temp name less ".tmp": the
+        # directory is shared (/dev/shm), and another user who saw the temp name
+        # claimed that one first, so the rename (EPERM in a sticky directory) failed
+        # every weight sync of the run.
+        final = os.path.join(directory, f"{_PREFIX}{os.getpid()}-{secrets.token_hex(16)}.safetensors")
         # Held while we live: the sweep of another trainer (maybe in another pid
         # namespace sharing /dev/shm) can then never take this file for an orphan.
         ownerlock.hold(final, fd)
