@@ -1217,11 +1217,19 @@ class _Reader:
         self.report.thread_headers -= 1  # no header was pasted
         self.add_frames((inner or []) + list(reversed(frames)))  # outermost first in a traceback
 
-    def start_stream(self, pid: int) -> None:
-        """The lines that follow are process ``pid``'s own (see ``_streams``)."""
+    def start_stream(self, pid: int | None) -> None:
+        """The lines that follow are process ``pid``'s own (see ``_streams``); ``None``:
+        lines no prefix claims (the whole paste when nothing interleaves)."""
+        if pid is None and self.stream_pid is None:
+            return
         self.end_traceback(keep=False)
         self.stream_pid = pid
-        self.expect_process(pid)
+        if pid is None:
+            self.close_group()
+            self.proc = None
+            self.pid_hint = None
+        else:
+            self.expect_process(pid)
 
     def expect_process(self, pid: int) -> None:
         """A line that introduces the dump of ``pid`` (a command, a caption)."""
@@ -1254,10 +1262,14 @@ class _Reader:
             for n, (caption, frames, lines, error, pid) in enumerate(self.tb_pending):
                 self.report.skipped -= lines
                 self.report.error_tracebacks += error
-                if pid is not None and pid != stream:
+                fresh = pid != stream
+                if fresh and pid is not None:
                     self.expect_process(pid)  # each interleaved process its own
-                    stream = pid
-                self.traceback_thread(caption or ("MainThread" if n == 0 or pid is not None else ""), frames,
+                elif fresh:
+                    self.close_group()  # after them, a traceback no prefix claims: not theirs
+                    self.proc, self.pid_hint = None, None
+                stream = pid
+                self.traceback_thread(caption or ("MainThread" if n == 0 or pid is not None or fresh else ""), frames,
                                       inner=_raised_from(self.cxx_of.get(n, [])))
         used = {id(b) for b in self.cxx_of.values()} if pending_used else set()
         cxx_lines = sum(len(b) for b in self.cxx_blocks if id(b) not in used)
@@ -1374,8 +1386,7 @@ def read_text(text: str, *, source: str = "text") -> ParseReport:
     only when there is not a single recognisable frame."""
     reader = _Reader()
     for pid, lines in _streams(text.split("\n")):
-        if pid is not None:
-            reader.start_stream(pid)
+        reader.start_stream(pid)
         for line in _join_wrapped(lines):
             reader.feed(line)
     report = reader.finish(source)

@@ -696,3 +696,12 @@ def test_torchs_cxx_backtrace_under_an_error_is_the_same_threads_inner_stack(tmp
                    "frame #2: c10d::TCPStore::doWait(c10::ArrayRef<std::string>) + 0xd8 (0x7f79ca652918 in \n"
                    "/opt/conda/lib/python3.10/site-packages/torch/lib/libtorch_cpu.so)\n")
     assert _frames(proc.threads[0]) == ["c10d::TCPStore::doWait (libtorch_cpu.so)"]
+
+
+def test_a_stack_pasted_below_interleaved_worker_logs_borrows_no_pid():
+    """Unprefixed lines continue the prefixed line above them (a terminal's wrap) only up
+    to a blank line: a headerless stack pasted under interleaved worker logs is its own."""
+    logs = "".join(f"(Worker_TP{n} pid={100 + n}) INFO 01-12 02:58:31 [a.py:1] step\n" for n in (0, 1, 0, 1))
+    report = read_text(logs + "\n    all_reduce (torch/distributed/distributed_c10d.py:2050)\n    step (train.py:9)\n")
+    (proc,) = report.processes
+    assert proc.pid is None and _frames(proc.threads[0]) == ["all_reduce (distributed_c10d.py:2050)", "step (train.py:9)"]
