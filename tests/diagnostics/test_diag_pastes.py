@@ -696,6 +696,8 @@ def test_torchs_cxx_backtrace_under_an_error_is_the_same_threads_inner_stack(tmp
                    "frame #2: c10d::TCPStore::doWait(c10::ArrayRef<std::string>) + 0xd8 (0x7f79ca652918 in \n"
                    "/opt/conda/lib/python3.10/site-packages/torch/lib/libtorch_cpu.so)\n")
     assert _frames(proc.threads[0]) == ["c10d::TCPStore::doWait (libtorch_cpu.so)"]
+    with pytest.raises(InputError):  # the NCCL watchdog thread's own backtrace is not the hung stack
+        read_text("frame #2: c10d::ProcessGroupNCCL::watchdogHandler() + 0x233 (0x7ff2 in /x/libtorch_cuda.so)\n")
 
 
 def test_a_stack_pasted_below_interleaved_worker_logs_borrows_no_pid():
