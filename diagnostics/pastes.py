@@ -1277,7 +1277,7 @@ class _Reader:
             # Only torch's C++ error backtrace was pasted: the raising thread's native stack
             # (where a store get or a communicator setup was waiting when it timed out).
             for block in self.cxx_blocks:
-                if any("Watchdog" in f.function or "checkTimeout" in f.function for f in block):
+                if any("watchdog" in f.function.lower() or "checkTimeout" in f.function for f in block):
                     continue  # the NCCL watchdog thread's own stack, never the hung one
                 self.group = []
                 self.add_frames(_raised_from(block) or block)
