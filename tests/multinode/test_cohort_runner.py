@@ -163,6 +163,8 @@ def test_a_crash_on_every_node_restarts_every_node_once_with_one_agreement(tmp_p
     assert _run_all([s0, s1]) == [0, 0]
     for sup, tree in ((s0, t0), (s1, t1)):
         assert [env["HANGWATCH_ATTEMPT"] for env in tree.launched] == ["1", "2"]
+        # --recovery auto (the default) in a cohort: the trainer's generator never restarts its engine alone.
+        assert sup.config.recovery == "auto" and {env["HANGWATCH_ENGINE_RECOVERY"] for env in tree.launched} == {"job"}
         records = read_journal(sup.run_dir / "journal.jsonl")
         assert len([r for r in records if r["event"] == "cohort_incident"]) == 1
         assert len([r for r in records if r["event"] == "cohort_agreed"]) == 1
