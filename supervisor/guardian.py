@@ -51,7 +51,7 @@ from typing import Any, Mapping, Sequence
 
 import psutil
 
-from hangwatch.contract.env import SUPERVISOR
+from hangwatch.contract.env import ATTEMPT_DIR, SUPERVISOR
 from hangwatch.contract.procid import ProcKey, kill_verified, same_process, same_start
 from hangwatch.contract.pyexec import module_command
 from hangwatch.contract.tools import add_helper, forget_helper
@@ -237,6 +237,38 @@ def marked_processes(marks: list[tuple[str, float]]) -> list[psutil.Process]:
         except (OSError, psutil.Error):
             continue  # gone, or not readable to us: never ours to prove
     return found
+
+
+def kill_marked(marks: list[tuple[str, float]], grace: float = 2.0) -> list[int]:
+    """SIGKILL every process ``marked_processes`` finds (never the caller); returns their pids."""
+    me = os.getpid()
+    marked = [p for p in marked_processes(marks) if p.pid != me] if marks else []
+    kill_verified(marked, grace)
+    return sorted(p.pid for p in marked)
+
+
+def resume_marks(records: Sequence[Mapping[str, Any]], run_dir: str) -> list[tuple[str, float]]:
+    """``--resume``: the marks of a dead supervisor's attempts, from its journal, for when its
+    guardian died with it (a node's OOM kill, a kill of every process the user owns).
+    ``tree.json`` names only what a tick saw; what was forked and escaped after the last one
+    (a new session, so no parent-death signal reaches it) still carries its attempt's mark.
+    Each mark is ``HANGWATCH_ATTEMPT_DIR=<the dir>`` as the attempt's environment had it, kept
+    only when that dir is one of ``run_dir``'s attempts (the journal names the path; a path
+    elsewhere is no mark of this run's), born since the run's first record."""
+    if not records:
+        return []
+    try:
+        since = float(records[0].get("ts", 0.0)) - MARK_SLACK_S
+        attempts = os.path.realpath(os.path.join(run_dir, "attempts"))
+    except (TypeError, ValueError, OSError):
+        return []
+    marks = []
+    for record in records:
+        env = record.get("env") if record.get("event") == "attempt_started" else None
+        value = env.get(ATTEMPT_DIR) if isinstance(env, dict) else None
+        if isinstance(value, str) and value and os.path.dirname(os.path.realpath(value)) == attempts:
+            marks.append((f"{ATTEMPT_DIR}={value}", since))
+    return marks
 
 
 def _carries(pid: int, born: float, marks: Sequence[tuple[str, float]]) -> bool:

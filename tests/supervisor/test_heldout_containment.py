@@ -1,0 +1,117 @@
+"""Orphans left when the supervisor and its guardian die together, on real processes.
+
+A node-wide OOM kill or a kill of everything the user owns can take the guardian along
+with the supervisor. ``--resume`` then has to clean up alone: with a cgroup it empties
+the dead run's cgroups; with the tree walk it had only ``tree.json``, which names what a
+tick saw. A worker that escaped (new session, double fork) after the last tick kept
+running, training on GPU memory the resumed attempt needs. It still carries its
+attempt's mark (``HANGWATCH_ATTEMPT_DIR``), which ``--resume`` now reads from the journal.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from waiting import wait_for
+
+# Attempt 1 escapes a SIGTERM-ignoring worker when told (the test's "go" file); attempt 2 exits 0.
+ESCAPER = r"""
+import os, signal, sys, time
+tmp = sys.argv[1]
+if os.environ.get("HANGWATCH_ATTEMPT") != "1":
+    sys.exit(0)
+open(tmp + "/root.tmp", "w").write(str(os.getpid())); os.rename(tmp + "/root.tmp", tmp + "/root")
+while not os.path.exists(tmp + "/go"):
+    time.sleep(0.02)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        open(tmp + "/worker.tmp", "w").write(str(os.getpid())); os.rename(tmp + "/worker.tmp", tmp + "/worker")
+        time.sleep(120); os._exit(0)
+    os._exit(0)
+time.sleep(120)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@pytest.mark.timeout(120)
+def test_resume_kills_a_worker_that_escaped_after_the_last_tick_when_the_guardian_died_too(tmp_path):
+    hw = [sys.executable, "-m", "hangwatch.cli", "run"]
+    run = tmp_path / "run"
+    supervisor = subprocess.Popen(
+        hw + ["--run-dir", str(run), "--gpu-probe", "none", "--interval", "0.2", "--containment", "tree",
+              "--quiet", "--", sys.executable, "-c", ESCAPER, str(tmp_path)],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started: list[int] = []
+    try:
+        wait_for(lambda: (tmp_path / "root").exists(), timeout=60, what="attempt 1 started")
+        started.append(int((tmp_path / "root").read_text()))
+        wait_for(lambda: any("hangwatch.supervisor.guardian" in " ".join(c.cmdline())
+                             for c in psutil.Process(supervisor.pid).children()), timeout=20, what="guardian")
+        guardians = [c.pid for c in psutil.Process(supervisor.pid).children()
+                     if "hangwatch.supervisor.guardian" in " ".join(c.cmdline())]
+        started += guardians
+        # No tick from here on: whatever escapes now is in no tree.json and unknown to the guardian.
+        supervisor.send_signal(signal.SIGSTOP)
+        (tmp_path / "go").write_text("")
+        wait_for(lambda: (tmp_path / "worker").exists(), timeout=30, what="worker escaped")
+        worker = int((tmp_path / "worker").read_text())
+        started.append(worker)
+        for pid in guardians:
+            _kill(pid)
+        supervisor.kill()
+        supervisor.wait(10)
+        wait_for(lambda: not any(_alive(p) for p in guardians), timeout=10, what="guardian gone")
+        assert _alive(worker), "precondition: nothing left to kill the escaped worker"
+
+        resumed = subprocess.run(hw + ["--resume", str(run), "--quiet"], cwd=tmp_path,
+                                 capture_output=True, text=True, timeout=90)
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        wait_for(lambda: not _alive(worker), timeout=10, what="escaped worker killed by --resume")
+        assert f"{worker}" in resumed.stderr  # the orphans_killed warning names it
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait(10)
+        for pid in started:
+            _kill(pid)
+
+
+def test_resume_marks_are_only_this_runs_attempt_dirs(tmp_path):
+    """The journal names the path; a mark outside the run's attempts is none of this run's."""
+    from hangwatch.supervisor.guardian import MARK_SLACK_S, resume_marks
+
+    run = tmp_path / "run"
+    (run / "attempts" / "attempt-001").mkdir(parents=True)
+    records = [
+        {"event": "run_started", "ts": 100.0},
+        {"event": "attempt_started", "ts": 101.0, "env": {"HANGWATCH_ATTEMPT_DIR": str(run / "attempts" / "attempt-001")}},
+        {"event": "attempt_started", "ts": 102.0, "env": {"HANGWATCH_ATTEMPT_DIR": "/"}},
+        {"event": "attempt_started", "ts": 103.0, "env": {"HANGWATCH_ATTEMPT_DIR": str(tmp_path / "other" / "attempts" / "x")}},
+        {"event": "attempt_started", "ts": 104.0, "env": {"HANGWATCH_ATTEMPT_DIR": 7}},
+        {"event": "attempt_started", "ts": 105.0},
+    ]
+    assert resume_marks(records, str(run)) == [
+        (f"HANGWATCH_ATTEMPT_DIR={run / 'attempts' / 'attempt-001'}", 100.0 - MARK_SLACK_S)]
+    assert resume_marks([], str(run)) == []
