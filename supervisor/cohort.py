@@ -160,7 +160,8 @@ def settings_fingerprint(config: Any, nnodes: int) -> dict[str, Any]:
     """The settings every node must share (``config``: the run's ``RunConfig``); ``Cohort`` adds the lease.
 
     Only what would make the nodes act apart: options each node may set for itself (its
-    detector's windows, its restart limits: every node's decision is exchanged, ``settled``)
+    detector's windows, its restart limits: every node counts the same attempts, and every
+    node's decision is exchanged, ``settled``)
     are left out.
     """
     checkpoint = config.checkpoint
@@ -172,6 +173,9 @@ def settings_fingerprint(config: Any, nnodes: int) -> dict[str, Any]:
         # A node without --resume-arg relaunches its ranks from step 0 while the others resume
         # from the agreed checkpoint: their step counters and data order part, silently.
         "resume_arg_given": bool(config.resume_arg),
+        # The node whose trainer crashed judges the crash; the others saw their ranks hang. With
+        # --on-crash stop on some nodes only, a crash stopped the job or restarted it by where it was.
+        "on_crash": config.restart.on_crash,
         "cudagraphs_after_stall": config.cudagraphs_after_stall,
         "eager_escalation": config.eager_escalation,
         # Each node waits this long for the others' capture before it kills: a shorter wait on one

@@ -237,9 +237,11 @@ def test_a_node_started_under_another_cohort_id_is_told_so_not_left_waiting():
     assert clock.now < 1, "refused at once, not after the join timeout"
 
 
-def test_the_fingerprint_holds_resume_arg_and_leaves_per_node_options_out(tmp_path):
+def test_the_fingerprint_holds_resume_arg_and_on_crash_and_leaves_per_node_options_out(tmp_path):
     """A node without --resume-arg relaunched its ranks from step 0 while the others resumed from the
-    agreed checkpoint (the fingerprint did not hold it): step counters and data order parted, silently."""
+    agreed checkpoint (the fingerprint did not hold it): step counters and data order parted, silently.
+    And --on-crash stop on node 0 only: a crash on node 0 stopped the job, one on node 1 restarted it
+    (node 0 saw its ranks hang, and judged a hang)."""
     from hangwatch.supervisor.cohort import settings_fingerprint  # noqa: PLC0415
     from hangwatch.supervisor.config import SETTINGS, build  # noqa: PLC0415
 
@@ -251,7 +253,9 @@ def test_the_fingerprint_holds_resume_arg_and_leaves_per_node_options_out(tmp_pa
     resuming = fingerprint(resume_arg="--resume_from_checkpoint={checkpoint}")
     assert plain["resume_arg_given"] is False and resuming["resume_arg_given"] is True
     # Options each node may set for itself (its detector, its restart limits: decisions are exchanged).
-    assert fingerprint(stall_window=90.0, max_restarts=2, on_crash="stop", backoff=5.0, grace=3.0) == plain
+    assert fingerprint(on_crash="stop")["on_crash"] == "stop" != plain["on_crash"]
+    assert fingerprint(stall_window=90.0, max_restarts=2, backoff=5.0, grace=3.0, gpu_release_timeout=9.0,
+                       recovery="job", interval=2.0) == plain
     store, _, (n0, n1) = _pair(fp0=resuming, fp1=plain)
     n0.store.set(n0._root("leader"), json.dumps({**n0.fingerprint, "generation": "1", "nonce": "x"}))
     with pytest.raises(CohortRefused, match="resume_arg_given: node 0 has True, this node False"):
