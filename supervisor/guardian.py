@@ -17,7 +17,10 @@ time) with their process groups and sessions.
 On EOF: ``cgroup.kill`` on the cgroup (nothing in it escapes), SIGKILL to each
 recorded member that is still the same process, and to every process in a
 recorded group or session that started after the run's first member (what was
-forked between the last tick and the supervisor's death).
+forked between the last tick and the supervisor's death). Each is stopped (SIGSTOP) as it
+is found and all are killed together, with every descendant of theirs: a worker forked after
+the last tick into a new session with an empty environment is still its live parent's child,
+and a stopped process forks no more while the guardian looks.
 
 And to every process that carries one of the state's marks in the environment
 it was started with (``/proc/PID/environ``) and was born after the mark was
@@ -215,12 +218,53 @@ def kill_state(state: Mapping[str, Any], grace: float = 2.0) -> list[int]:
     marks = [(str(m[0]), float(m[1])) for m in state.get("marks") or []
              if isinstance(m, list) and len(m) == 2 and isinstance(m[0], str) and "=" in m[0]
              and isinstance(m[1], (int, float))]
-    killed += kill_members(members, groups, sessions, since, grace, marks)
+    # Stopped as found, killed together: a process of ours that forks while we look (its parent
+    # died with the supervisor and it reacts: a bare helper in a new session, no mark) must not
+    # slip out between our look and our kill; its children are ours too, and a stopped one forks
+    # no more.
+    procs = _stopped([p for p in (same_process(k) for k in members) if p is not None])  # first: no scan needed
+    procs += _stopped(members_of(members, groups, sessions, since, marks))
     if marks:
-        marked = marked_processes(marks)
-        kill_verified(marked, grace)
-        killed += [p.pid for p in marked]
+        procs += _stopped(marked_processes(marks))
+    procs += _stopped_descendants(procs)
+    kill_verified(procs, grace)
+    killed += [p.pid for p in procs]
     return sorted(set(killed))
+
+
+#: a bound on the descendant walk's passes (each finds a generation forked before its parent stopped)
+_MAX_GENERATIONS = 32
+
+
+def _stopped(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """SIGSTOP ``procs`` (identity-checked by psutil) so that none forks again before the kill."""
+    for proc in procs:
+        try:
+            proc.send_signal(signal.SIGSTOP)
+        except psutil.Error:
+            pass  # gone already, or no longer the process we verified: the kill skips it too
+    return procs
+
+
+def _stopped_descendants(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Every descendant of ``procs``, stopped: a child forked (and escaped into its own session,
+    with an empty environment) before its parent stopped is still that parent's child while the
+    parent lives, and stopped parents live until the kill."""
+    me = os.getpid()
+    seen = {p.pid for p in procs}
+    parents = set(seen)
+    found: list[psutil.Process] = []
+    for _ in range(_MAX_GENERATIONS):
+        if not parents:
+            break
+        new = []
+        for proc in psutil.process_iter(["ppid"]):
+            if proc.info.get("ppid") in parents and proc.pid not in seen and proc.pid != me:
+                seen.add(proc.pid)
+                new.append(proc)
+        found += _stopped(new)
+        parents = {p.pid for p in new}
+    return found
 
 
 def marked_processes(marks: list[tuple[str, float]]) -> list[psutil.Process]:
@@ -285,12 +329,12 @@ def _initial_environ(pid: int) -> set[bytes]:
         return set(handle.read(_MAX_ENVIRON).split(b"\0"))
 
 
-def kill_members(members: list[ProcKey], groups: set[int], sessions: set[int], since: float | None,
-                 grace: float, marks: Sequence[tuple[str, float]] = ()) -> list[int]:
-    """SIGKILL the recorded members that are still the same processes, and every
-    process of a recorded group or session born since the first member (so never
-    an older process that shares a reused group id) whose id still names ours
-    (``_still_ours``: never a stranger's group that took a reused id since)."""
+def members_of(members: list[ProcKey], groups: set[int], sessions: set[int], since: float | None,
+               marks: Sequence[tuple[str, float]] = ()) -> list[psutil.Process]:
+    """The recorded members that are still the same processes, and every process of a
+    recorded group or session born since the first member (so never an older process that
+    shares a reused group id) whose id still names ours (``_still_ours``: never a stranger's
+    group that took a reused id since)."""
     procs = [p for p in (same_process(k) for k in members) if p is not None]
     # A group or session one of our live members is in now is ours (no process joins a
     # group outside its own session); any other id must prove it still names ours.
@@ -313,8 +357,7 @@ def kill_members(members: list[ProcKey], groups: set[int], sessions: set[int], s
                     procs.append(proc)
             except (OSError, psutil.Error):
                 continue
-    kill_verified(procs, grace)
-    return sorted({p.pid for p in procs})
+    return procs
 
 
 def _still_ours(ids: set[int], members: list[ProcKey], marks: Sequence[tuple[str, float]]) -> set[int]:

@@ -115,3 +115,57 @@ def test_resume_marks_are_only_this_runs_attempt_dirs(tmp_path):
     assert resume_marks(records, str(run)) == [
         (f"HANGWATCH_ATTEMPT_DIR={run / 'attempts' / 'attempt-001'}", 100.0 - MARK_SLACK_S)]
     assert resume_marks([], str(run)) == []
+
+
+# Attempt 1's child forks, when told, a bare worker: a new session, an empty environment (no
+# mark), SIGTERM ignored; the child itself lives on, in the trainer's group.
+BARE_CHILD = r"""
+import os, signal, sys, time
+tmp = sys.argv[1]
+if os.fork() == 0:
+    while not os.path.exists(tmp + "/go"):
+        time.sleep(0.02)
+    if os.fork() == 0:
+        os.setsid()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.execve("/bin/sh", ["sh", "-c", "echo $$ > " + tmp + "/worker.tmp; mv " + tmp + "/worker.tmp "
+                  + tmp + "/worker; exec sleep 120"], {})
+    time.sleep(120); os._exit(0)
+open(tmp + "/root.tmp", "w").write(str(os.getpid())); os.rename(tmp + "/root.tmp", tmp + "/root")
+time.sleep(120)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_guardian_kills_a_bare_worker_forked_after_the_last_tick_by_a_live_member(tmp_path):
+    """Tree walk: a worker with neither a recorded group nor a mark, forked while nobody looked,
+    is still its live parent's child when the guardian acts: it is ours and dies with it."""
+    run = tmp_path / "run"
+    supervisor = subprocess.Popen(
+        [sys.executable, "-m", "hangwatch.cli", "run", "--run-dir", str(run), "--gpu-probe", "none",
+         "--interval", "0.2", "--containment", "tree", "--quiet", "--", sys.executable, "-c", BARE_CHILD, str(tmp_path)],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started: list[int] = []
+    try:
+        wait_for(lambda: (tmp_path / "root").exists(), timeout=60, what="attempt 1 started")
+        root = int((tmp_path / "root").read_text())
+        started.append(root)
+        wait_for(lambda: psutil.Process(root).children(), timeout=20, what="child forked")
+        started += [c.pid for c in psutil.Process(root).children()]
+        # the child recorded: tree.json names it (the guardian was told the same)
+        wait_for(lambda: all(str(p) in (run / "tree.json").read_text() for p in started), timeout=20,
+                 what="tree recorded")
+        supervisor.send_signal(signal.SIGSTOP)  # no tick from here on
+        (tmp_path / "go").write_text("")
+        wait_for(lambda: (tmp_path / "worker").exists(), timeout=30, what="bare worker started")
+        worker = int((tmp_path / "worker").read_text())
+        started.append(worker)
+        supervisor.kill()
+        supervisor.wait(10)
+        wait_for(lambda: not any(_alive(p) for p in started), timeout=20, what="the guardian killed everything")
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait(10)
+        for pid in started:
+            _kill(pid)
