@@ -111,6 +111,11 @@ class Membership:
     def is_leader(self) -> bool:
         return self.node_rank == 0
 
+    @property
+    def endpoint(self) -> str:
+        """HOST:PORT as it is written, an IPv6 address in brackets ('fd00::5:29600' reads as a port 5)."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
 
 def membership_from(env: Mapping[str, str], *, endpoint: str | None = None, node_rank: int | None = None,
                     nnodes: int | None = None, cohort_id: str | None = None, default_port: int = 29600) -> Membership | None:
@@ -133,6 +138,9 @@ def membership_from(env: Mapping[str, str], *, endpoint: str | None = None, node
                                  f"but no node count above 1 is set (SLURM_NNODES, NNODES or --nnodes): this node would "
                                  f"be watched alone; add --nnodes N --cohort HOST:PORT, or unset {name}")
             return None
+        if count is None:  # a cohort of one: this node would run alone, its peers refused for their node count
+            raise ValueError(f"--cohort {endpoint}: a multi-node run needs the node count too: --nnodes N "
+                             "(or SLURM_NNODES / NNODES in the environment)")
     host = None
     port = default_port
     if endpoint:
@@ -369,7 +377,7 @@ class Cohort:
                 # another cohort id is this job's, started with other options, or another job's.
                 other = _other_cohort(self.store.get(_IDS_KEY + "leader"), self.me.cohort_id)
                 if other is not None:
-                    raise CohortRefused(f"node 0 at {self.me.host}:{self.me.port} runs the cohort {other!r}, this "
+                    raise CohortRefused(f"node 0 at {self.me.endpoint} runs the cohort {other!r}, this "
                                         f"node {self.me.cohort_id!r}: {_SAME_ID}")
             generation = str(theirs.get("generation", "")) if theirs is not None else ""
             if theirs is not None and generation not in (refused_in, self._generation):
@@ -404,7 +412,7 @@ class Cohort:
             if now >= deadline:
                 if theirs is None:
                     raise CohortRefused(f"node 0 did not join within {timeout:g} s (is hangwatch run started on node 0, "
-                                        f"with --cohort {self.me.host}:{self.me.port}?)")
+                                        f"with --cohort {self.me.endpoint}?)")
                 stray = _other_cohort(self.store.get(_IDS_KEY + "joiner"), self.me.cohort_id) \
                     if self.me.is_leader else None
                 hint = (f"; a node reached this store under the cohort {stray!r}, this node's is "
@@ -442,7 +450,7 @@ class Cohort:
             if self._failing_since is None:
                 self._failing_since = now
             elif now - self._failing_since >= self.lease_timeout and self.problem is None:
-                self.problem = StoreLost(f"the cohort store (node 0's supervisor, {self.me.host}:{self.me.port}) "
+                self.problem = StoreLost(f"the cohort store (node 0's supervisor, {self.me.endpoint}) "
                                          f"has been unreachable for {now - self._failing_since:.0f} s: {exc}")
             return
         self._failing_since = None
@@ -676,7 +684,7 @@ class Cohort:
         try:
             return self._agree(attempt, steps, policy)
         except StoreError as exc:
-            raise StoreLost(f"the cohort store (node 0's supervisor, {self.me.host}:{self.me.port}) is "
+            raise StoreLost(f"the cohort store (node 0's supervisor, {self.me.endpoint}) is "
                             f"unreachable: {exc}") from exc
 
     def _agree(self, attempt: int, steps: Sequence[int], policy: GraphPolicy) -> Agreement:
@@ -730,7 +738,7 @@ class Cohort:
                 self._check(deadline, f"the restart decisions of nodes {missing}", missing)  # read first: one
                 self.sleep(0.1)  # that decided and left is not missing
         except StoreError as exc:
-            raise StoreLost(f"the cohort store (node 0's supervisor, {self.me.host}:{self.me.port}) is "
+            raise StoreLost(f"the cohort store (node 0's supervisor, {self.me.endpoint}) is "
                             f"unreachable: {exc}") from exc
         return settled(decisions)
 

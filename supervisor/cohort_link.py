@@ -61,7 +61,7 @@ class CohortLink:
     def joined(self) -> None:
         me = self.cohort.me
         self.journal.append("cohort_joined", node_rank=me.node_rank, nnodes=me.nnodes, cohort_id=me.cohort_id,
-                            store=f"{me.host}:{me.port}", hosts_store=me.is_leader, engine_recovery=ENGINE_RECOVERY_OFF)
+                            store=f"{me.endpoint}", hosts_store=me.is_leader, engine_recovery=ENGINE_RECOVERY_OFF)
         log.info("cohort_joined", message=(f"cohort of {me.nnodes} nodes joined; engine-level recovery is off in a "
                                            f"cohort: {ENGINE_RECOVERY_OFF}"))
 

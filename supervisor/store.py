@@ -105,7 +105,8 @@ class TCPStoreClient:
             hint = ("this node (0) hosts it: is the port free on this host?" if master else
                     "node 0's supervisor hosts it: is hangwatch run started on node 0 with the same --cohort, "
                     "and the port reachable from this node?")
-            raise StoreError(f"cohort store at {host}:{port}: {hello.get('error', 'no answer')} ({hint})")
+            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # an IPv6 address as it is written
+            raise StoreError(f"cohort store at {where}: {hello.get('error', 'no answer')} ({hint})")
         self.port = int(hello["port"])
 
     def _read(self, timeout: float, want: int | None = None) -> dict:

@@ -583,7 +583,7 @@ def _join_cohort(args: argparse.Namespace, config: Any, log: Any, membership: An
     lease = float(getattr(args, "lease_timeout", 15.0))
     join = float(getattr(args, "join_timeout", None) or 120.0)
     log.info("cohort", message=(f"node {membership.node_rank} of {membership.nnodes}; cohort store "
-                                f"{membership.host}:{membership.port}" + (" (hosted here)" if membership.is_leader else "")))
+                                f"{membership.endpoint}" + (" (hosted here)" if membership.is_leader else "")))
     started = time.monotonic()
     try:
         store = TCPStoreClient(membership.host, membership.port, master=membership.is_leader,

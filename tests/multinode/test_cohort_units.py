@@ -271,3 +271,15 @@ def test_a_node_rank_from_the_environment_without_a_node_count_is_refused_not_ru
         membership_from({"SLURM_NODEID": "2", "SLURM_NNODES": "1"})
     assert membership_from({"NODE_RANK": "0", "MASTER_ADDR": "trainer-0"}) is None, "node 0 alone: a single run"
     assert membership_from({"NODE_RANK": "1"}, nnodes=1) is None, "--nnodes 1 given: the user said single-node"
+
+
+def test_a_cohort_without_a_node_count_is_refused_and_an_ipv6_store_is_written_in_brackets():
+    """`--cohort H:P --node-rank 0` without --nnodes made a cohort of one: node 0 trained alone (its
+    launcher waiting for a rendezvous) while its peers were refused for their node count; and an IPv6
+    store read 'fd00::5:29600' in every message."""
+    with pytest.raises(ValueError, match="--cohort 10.0.0.5:29600: a multi-node run needs the node count too"):
+        membership_from({}, endpoint="10.0.0.5:29600", node_rank=0)
+    assert membership_from({"NNODES": "2"}, endpoint="10.0.0.5:29600", node_rank=1).nnodes == 2
+    assert membership_from({}, endpoint="h:1", node_rank=0, nnodes=1).nnodes == 1, "--nnodes 1 said so"
+    assert membership_from({}, endpoint="[fd00::5]:29600", node_rank=1, nnodes=2).endpoint == "[fd00::5]:29600"
+    assert membership_from({}, endpoint="node0:29600", node_rank=1, nnodes=2).endpoint == "node0:29600"
