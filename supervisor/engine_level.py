@@ -23,7 +23,7 @@ the generator's, and it is journaled as such.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable
 
@@ -134,6 +134,19 @@ class EngineLevel:
                          "step": verdict.evidence.get("step")}
         return now
 
+    def ended(self, attempt: int, hb: Heartbeat | None, t: float) -> None:
+        """The attempt ended without a hang (the trainer exited, crashed or was stopped) while an
+        engine restart of it waited for progress: the last beat it left decides. Its retried
+        rollouts came back (or its step moved past the wedged one): the engine was recovered,
+        whatever ended the trainer after (a trainer whose last rollout was the retried one exits
+        before any sample sees it go on; it once read 'not recovered' in status and the report)."""
+        pending = self._pending
+        if pending is None or pending["attempt"] != attempt or hb is None:
+            return
+        self.note_beat(hb)
+        if pending.get("retried") or self._progressed(pending, hb):
+            self._journal_recovered(attempt, hb, t, at_exit=True)
+
     def unrecovered(self, attempt: int) -> bool:
         """An engine restart of ``attempt`` whose retry has not yet come back: its rollouts not
         returned (the generator's ``rollouts_ok``) and the trainer not past the wedged step."""
@@ -146,8 +159,12 @@ class EngineLevel:
         back on the restarted engine."""
         info = (hb.info or {}) if hb is not None else {}
         restarts = info.get("engine_restarts")
-        if self._pending is not None and isinstance(restarts, int) and restarts >= 1 \
-                and info.get("rollouts_ok") == restarts:
+        if self._pending is None or not isinstance(restarts, int) or restarts < 1:
+            return
+        # What the restarted engine runs, for ``engine_recovered``: the beat that shows the trainer
+        # past the wedged step may carry none of it (a checkpoint's beat, a callback's plain one).
+        self._pending["engine"] = _engine_info(info)
+        if info.get("rollouts_ok") == restarts:
             self._pending["retried"] = True
 
     def retry_failed(self, attempt: int, why: str) -> None:
@@ -237,24 +254,48 @@ class EngineLevel:
                                      "no hang verdict came first, so no evidence was taken")
         log.warning("engine_restart", message=f"the trainer (pid {hb.pid}) restarted its rollout engine itself "
                                               f"after its generate timeout, with {policy.describe()}")
+        # Its retry is watched like any engine restart's: ``engine_recovered`` once the trainer goes on
+        # (timed from this beat, the first that told of it), a job restart if it fails. Before, a
+        # backstop restart was never recovered: status said 'no progress after it' all run long.
+        self._pending = {"attempt": attempt, "onset": sample.t, "killed_at": sample.t, "step": hb.step,
+                         "backstop": True}
         return policy
 
     def _recovered(self, attempt: int, sample: Sample) -> None:
         pending, hb = self._pending, sample.heartbeat
         if pending is not None and pending["attempt"] != attempt:
             self._pending = pending = None
-        if pending is None or hb is None:
+        if pending is None or hb is None or not self._progressed(pending, hb):
             return
+        self._journal_recovered(attempt, hb, sample.t)
+
+    @staticmethod
+    def _progressed(pending: dict[str, Any], hb: Heartbeat) -> bool:
+        """Whether ``hb`` shows the trainer past the step the engine wedged in."""
         if pending["step"] is not None:
-            if hb.step is None or hb.step <= pending["step"]:
-                return
-        elif hb.phase in GENERATOR_PHASES or hb.token == pending.setdefault("token", hb.token):
-            return  # a trainer that beats no step: recovered at its first own beat after the rollout
+            return hb.step is not None and hb.step > pending["step"]
+        # A trainer that beats no step: recovered at its first own beat after the rollout.
+        return not (hb.phase in GENERATOR_PHASES or hb.token == pending.setdefault("token", hb.token))
+
+    def _journal_recovered(self, attempt: int, hb: Heartbeat, t: float, **extra: Any) -> None:
+        pending = self._pending
+        assert pending is not None
         self._pending = None
-        # What the fresh worker applied, so the journal shows the retry ran graphs off.
-        applied = redact_value({k: v for k, v in (hb.info or {}).items() if k in _ENGINE_INFO or k.startswith("applied_")})
+        # What the fresh worker applied, so the journal shows the retry ran graphs off: this beat's,
+        # else the last the generator beat since the restart.
+        info = hb.info or {}
+        engine = _engine_info(info) if isinstance(info.get("engine_restarts"), int) else pending.get("engine", {})
+        if pending.get("backstop"):
+            extra["backstop"] = True
         self.journal().append("engine_recovered", attempt=attempt, step=hb.step,
-                              onset_to_progress_s=round(sample.t - pending["onset"], 3),
-                              kill_to_progress_s=round(sample.t - pending["killed_at"], 3), engine=applied)
+                              onset_to_progress_s=round(t - pending["onset"], 3),
+                              kill_to_progress_s=round(t - pending["killed_at"], 3), engine=redact_value(engine),
+                              **extra)
         log.info("engine_recovered", message=(
-            f"the trainer progressed (step {hb.step}) {sample.t - pending['killed_at']:.1f} s after the engine restart"))
+            f"the trainer progressed (step {hb.step}) {t - pending['killed_at']:.1f} s after the engine restart"
+            if not extra.get("at_exit") else
+            f"the trainer's retried rollouts came back after the engine restart; it then exited (step {hb.step})"))
+
+
+def _engine_info(info: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in info.items() if k in _ENGINE_INFO or k.startswith("applied_")}

@@ -266,10 +266,10 @@ class Supervisor:
             # The attempt's bundle: this verdict's, or an earlier engine-level incident's.
             evidence = self._incident(verdict, samples, trainer, attempt_dir, escalate_policy=not same_wedge) or evidence
             if not verdict.kind.is_hang:
-                if retrying and verdict.kind is VerdictKind.CRASH:
-                    # The beat it left may say the retry's rollouts came back (a crash of its own after).
-                    self.engine_level.note_beat(read_heartbeat(ours["HANGWATCH_HEARTBEAT"]))
-                    retrying = self.engine_level.unrecovered(st.attempt)
+                # The beat it left may say the retry's rollouts came back: the engine was recovered
+                # (journaled), and a crash after it is the trainer's own.
+                self.engine_level.ended(st.attempt, read_heartbeat(ours["HANGWATCH_HEARTBEAT"]), self.clock())
+                retrying = self.engine_level.unrecovered(st.attempt)
                 if retrying and verdict.kind is VerdictKind.CRASH and self._stop_signal is None:
                     # The batch's retry on the restarted engine failed and took the trainer down:
                     # that is the engine wedge escalating to the job (level 2), not a crash of

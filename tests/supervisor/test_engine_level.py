@@ -263,3 +263,49 @@ def test_a_restart_journaled_as_the_generators_is_not_journaled_again_from_its_b
     info = {"engine_restarts": 1, "engine_restart_by": "generator", "cudagraphs": "off"}
     level.observe(1, Sample(t=101.0, wall=101.0, cpu_pct={}, gpu=None, heartbeat=Heartbeat(1000, 5, 0.0, 17, "load", info)))
     assert len([r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_restart"]) == 1
+
+
+def test_a_trainer_that_exits_once_its_retried_rollouts_came_back_was_recovered(tmp_path: Path):
+    """The wedged rollout was the trainer's last: its retry came back, then it exited before any
+    sample saw it go on. Status once said 'no progress after it' and the run report 'not recovered'."""
+    ok, level, _, _, _ = _restart(tmp_path, frozenset({20}))
+    left = Heartbeat(1000, 9, 0.0, 17, "restore", {"engine_restarts": 1, "rollouts_ok": 1, "cudagraphs": "off"})
+    level.ended(1, left, 105.0)
+    (recovered,) = [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_recovered"]
+    assert recovered["at_exit"] and recovered["step"] == 17 and recovered["onset_to_progress_s"] == 105.0 - 96.0
+    assert recovered["engine"]["cudagraphs"] == "off" and not level.unrecovered(1)
+
+
+def test_a_trainer_that_exits_before_its_retry_came_back_was_not_recovered(tmp_path: Path):
+    ok, level, _, _, _ = _restart(tmp_path, frozenset({20}))
+    level.ended(1, Heartbeat(1000, 9, 0.0, 17, "restore", {"engine_restarts": 1, "rollouts_ok": 0}), 105.0)
+    assert not [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_recovered"]
+    assert level.unrecovered(1), "still the retry failing, for the runner to escalate"
+
+
+def test_the_recovered_record_says_what_engine_ran_the_retry_though_its_beat_carries_none(tmp_path: Path):
+    """The first beat past the wedged step is a checkpoint's, or a callback's plain one: the engine
+    info comes from the generator's last beat since the restart (it once read engine: {})."""
+    ok, level, _, _, _ = _restart(tmp_path, frozenset({20}))
+    info = {"engine_restarts": 1, "rollouts_ok": 1, "cudagraphs": "off", "engine_worker": "standby",
+            "applied_cudagraph_mode": "NONE", "loss": 0.5}
+    for t, hb in enumerate([Heartbeat(1000, 9, 0.0, 17, "generate", info), Heartbeat(1000, 10, 0.0, 18, "checkpoint")]):
+        level.observe(1, Sample(t=101.0 + t, wall=101.0 + t, cpu_pct={}, gpu=None, heartbeat=hb))
+    (recovered,) = [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_recovered"]
+    assert recovered["step"] == 18 and recovered["engine"] == {
+        "engine_restarts": 1, "cudagraphs": "off", "engine_worker": "standby", "applied_cudagraph_mode": "NONE"}
+
+
+def test_an_engine_restart_the_generator_decided_alone_is_recovered_or_its_failed_retry_escalates(tmp_path: Path):
+    """A backstop restart's retry is watched like the supervisor's own: ``engine_recovered`` once the
+    trainer goes on (it never came: status said 'no progress after it' for the rest of the run),
+    and while it is pending a crash is the retry failing."""
+    journal = Journal(tmp_path / "journal.jsonl", "run")
+    level = EngineLevel(_Tree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
+    info = {"engine_restarts": 1, "engine_restart_by": "generator", "cudagraphs": "off", "rollouts_ok": 0}
+    level.observe(1, Sample(t=200.0, wall=200.0, cpu_pct={}, gpu=None, heartbeat=Heartbeat(1000, 5, 0.0, 2, "load", info)))
+    assert level.unrecovered(1), "its retry has not come back yet"
+    level.observe(1, Sample(t=203.0, wall=203.0, cpu_pct={}, gpu=None,
+                            heartbeat=Heartbeat(1000, 9, 0.0, 3, "train", {**info, "rollouts_ok": 1})))
+    (recovered,) = [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_recovered"]
+    assert recovered["backstop"] and recovered["step"] == 3 and recovered["kill_to_progress_s"] == 3.0
