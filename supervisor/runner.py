@@ -290,6 +290,10 @@ class Supervisor:
                                 scope="engine" if level.level == 1 else "job", reason=level.reason,
                                 cudagraphs="off" if st.policy.cudagraphs_off else "on",
                                 enforce_eager=st.policy.enforce_eager)
+            if retrying and level.level == 2:
+                # The retry hung before it moved the trainer on: that engine restart failed, as when
+                # the retry crashes (before, only the crash said so: status read 'the trainer lived on').
+                self.engine_level.retry_failed(st.attempt, f"the retry after the engine restart hung ({level.reason})")
             in_flight = frozenset(e.pid for e in (samples[-1].engine if samples else ()) if e.phase == "generate")
             if level.level == 1 and self._restart_engine(level, verdict, Path(ours["HANGWATCH_CONTROL"]), evidence,
                                                          in_flight):
