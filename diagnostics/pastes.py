@@ -175,6 +175,21 @@ _HANDLER = re.compile(r"(?i)(handler|^_?on_?sig|^handle_?sig|^_?sig(int|term|usr
 # gdb py-bt (python-gdb.py), newer: "Traceback (most recent call first):" then
 # '  File "/p/threading.py", line 295, in wait' with the source line under it.
 _RECENT_FIRST = re.compile(r"^Traceback \(most recent call (first|last)\):?\s*$")
+# py-spy top and record print sampled totals, not one stack per thread: a top row
+# ("40.00%  80.00%  11.20s  19.73s  mapstar (multiprocessing/pool.py:44)"), its header and
+# banner lines, record's own "py-spy> " messages (py-spy#329, #737, #610). Their rows look
+# like frames; read as a stack they would name a busy function as the hung thread.
+_PROFILE_LINE = re.compile(
+    r"^(?:-?\d{1,7}\.\d{1,3}%\s{1,12}-?\d{1,7}\.\d{1,3}%\s|%Own\s{1,12}%Total\b|Collecting samples from '"
+    r"|Total Samples \d|GIL: \d{1,3}\.\d{1,3}%, Active: |py-spy> )"
+)
+# A thread's banner above its traceback-style stack (outermost first): pytest-timeout's
+# "~~~~ Stack of MainThread (1399...) ~~~~" and the hanging_threads package's
+# '---------Thread 1332... "MainThread" hangs ---------'. Without it the stacks of
+# every thread ran together as one cut traceback (ptvsd#1988, pytorch#193951).
+_BANNER_THREAD = re.compile(
+    r'^[~=-]{3,}\s{0,4}(?:Stack of (\S.{0,200}?) \((\d{1,20})\)|Thread (\d{1,20}) "([^"\n]{0,200})" hangs)\s{0,4}[~=-]{3,}$'
+)
 _TRACEBACK_FRAME = re.compile(r'^File:? "([^"\n]{1,1000})", line (\d{1,7}), in (\S{1,300})\s*$')
 # IPython / Jupyter tracebacks (ultralytics#6206): "Empty      Traceback (most recent call last)",
 # then frames as "File C:\\...\\dataloader.py:1132, in Class.method(self, timeout)" (IPython 8),
@@ -230,6 +245,8 @@ class ParseReport:
     dropped_frames: int = 0
     pid_inferred: int = 0
     watchdog_only: int = 0
+    #: lines of py-spy top/record output (sampled totals, collapsed stacks): never frames
+    profile_lines: int = 0
     #: stacks read from an exception's traceback (the paste had no other stack)
     error_tracebacks: int = 0
     ranks: dict[int, int] = field(default_factory=dict)
@@ -270,6 +287,8 @@ class ParseReport:
         if self.error_tracebacks:
             out.append(f"{self.error_tracebacks} stack(s) read from an exception's traceback (where that thread was when the "
                        "error was raised: for a timeout, where it waited; not a live dump)")
+        if self.profile_lines:
+            out.append(f"ignored {self.profile_lines} line(s) of py-spy top/record output (sampled totals, not a thread's stack)")
         if self.watchdog_only:
             out.append(f"{self.watchdog_only} rank(s) known only from NCCL watchdog timeout lines (no stack: the collective and its sequence number)")
         if self.cut_lines:
@@ -699,6 +718,7 @@ class _Reader:
         self.tb_indent = 0
         self.tb_caption = ""
         self.tb_ipython = False  # the open traceback is IPython's (numbered source lines)
+        self.banner: tuple[str | None, str] | None = None  # (ident, name) of the thread whose banner was read last
         # Traceback-shaped blocks that ended without an exception line (a thread dump
         # printed with traceback.format_stack, or a cut traceback): kept only when the
         # paste has no other stack. (caption, frames, lines)
@@ -792,6 +812,13 @@ class _Reader:
             return
         self.prev_text, self.cur_text = self.cur_text, s
         rank = _RANK_PREFIX.search(prefix) if "[" in prefix else None
+        if (s[0] in "-0123456789%CTGp" or ";" in s) and self.profile_line(s):
+            return
+        if s[0] in "~=-" and s[-1] in "~=-":
+            mb = _BANNER_THREAD.match(s)
+            if mb:
+                self.banner_line(mb)
+                return
         if self.tb_frames is None and s[0] == "F" and not self.recent_first and _TRACEBACK_FRAME.match(s):
             self.start_traceback(0)  # a traceback pasted without its first line
         if s.endswith("(most recent call last)") and _IPY_TB_START.match(s):
@@ -1195,9 +1222,46 @@ class _Reader:
         self.tb_caption = m.group(1) if m else ""
         self.tb_frames, self.tb_lines = [], lines
 
+    def profile_line(self, s: str) -> bool:
+        """py-spy top/record output: a table row, its banner, record's messages, or a
+        collapsed stack ('f (a.py:1);g (b.py:2) 431', outermost first, a sample count
+        last): a profile, not a snapshot, so none of it is read as frames."""
+        if ";" in s and s[-1].isdigit():
+            rest, _, count = s.rpartition(" ")
+            parts = rest.split(";")
+            collapsed = count.isdigit() and len(parts) >= 2 and all(x.endswith(")") and " (" in x for x in parts)
+        else:
+            collapsed = False
+        if not collapsed and _PROFILE_LINE.match(s) is None:
+            return False
+        self.report.profile_lines += 1
+        return True
+
+    def banner_line(self, m: re.Match[str]) -> None:
+        """A thread's banner: the traceback open above it was the previous banner's
+        thread (or, with none, a thread whose banner was not pasted)."""
+        frames, self.tb_frames = self.tb_frames, None
+        if frames:
+            self.banner_thread(frames)
+        self.tb_lines = 0
+        name = (m.group(1) if m.group(1) is not None else m.group(4)) or ""
+        self.banner = (m.group(2) or m.group(3), name.strip())
+
+    def banner_thread(self, frames: list[Frame]) -> None:
+        banner, self.banner = self.banner, None
+        if banner is None:
+            self.traceback_thread("", frames)  # the paste starts below that thread's banner
+            return
+        self.start_thread(banner[0], "unknown", banner[1])
+        self.add_frames(list(reversed(frames)))  # outermost first, like a traceback
+
     def end_traceback(self, keep: bool, error: bool = False) -> None:
         frames, self.tb_frames = self.tb_frames, None
         if frames is None:
+            return
+        if self.banner is not None and frames:
+            self.banner_thread(frames)  # a bannered thread's stack, not an error report
+            self.tb_lines = 0
             return
         if keep and frames:
             self.traceback_thread("MainThread", frames)  # Ctrl+C lands in the main thread
@@ -1392,6 +1456,12 @@ def read_text(text: str, *, source: str = "text") -> ParseReport:
         for line in _join_wrapped(lines):
             reader.feed(line)
     report = reader.finish(source)
+    if not report.processes and report.profile_lines:
+        raise InputError(
+            f"{source}: this is py-spy top or record output (sampled totals or collapsed stacks), not a "
+            "stack dump: it says where time went, not where each thread is stuck. Take "
+            "'py-spy dump --pid PID' of the hung process and replay that"
+        )
     if not report.processes:
         raise InputError(
             f"{source}: no py-spy stacks found: no line looks like a stack frame "

@@ -164,7 +164,9 @@ def load_source(path: Path) -> Source:
             pass  # maybe a text paste that starts with "[rank0]:"
     try:
         report = read_text(text, source=str(path))
-    except InputError:
+    except InputError as exc:
+        if "py-spy top or record output" in str(exc):
+            raise  # it says what was pasted and what to take instead
         raise InputError(
             f"{path}: neither a hangwatch bundle nor a py-spy dump (text or --json): "
             "no line looks like a stack frame ('function (file.py:line)')"

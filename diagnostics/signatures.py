@@ -30,7 +30,7 @@ _KNOWN_KEYS = {"id", "title", "priority", "match", "thread", "process", "frames"
 #: engine's or a worker's loop); helper: a background thread that never decides
 #: the verdict (progress bars, pin-memory, monitors, watchdogs).
 KINDS = ("stall", "idle", "helper")
-_FRAME_KEYS = {"function", "file", "regex"}
+_FRAME_KEYS = {"function", "file", "regex", "innermost"}
 #: Signatures look at the innermost frames only: a stall is where the thread
 #: is, and a runaway recursion in a paste must not cost time.
 MAX_MATCH_FRAMES = 256
@@ -72,6 +72,9 @@ class FramePattern:
     function: str | None = None
     file: str | None = None
     regex: bool = False
+    #: only the thread's innermost Python frame may match (a name as common as
+    #: "acquire" says the thread waits only where the stack ends)
+    innermost: bool = False
 
     def __post_init__(self) -> None:
         # Compiled once: a big paste is matched frame by frame.
@@ -170,7 +173,8 @@ class Signature:
             lines = None
         if lines is None:
             lines = ThreadLines(frames)
-        hits = [[f for f in frames if p.matches(f)] if p.could_match(lines) else [] for p in self.frames]
+        hits = [[f for f in (_innermost(frames, 1) if p.innermost else frames) if p.matches(f)] if p.could_match(lines) else []
+                for p in self.frames]
         if self.match == "all" and not all(hits):
             return ()
         evidence = {id(f): f for group in hits for f in group}
@@ -279,19 +283,22 @@ def _build(entry: Mapping[str, Any], path: Path, index: int, line: int | None) -
             raise fail(f"frames[{n}] must be a table, got {raw!r}")
         bad = set(raw) - _FRAME_KEYS
         if bad:
-            raise fail(f"frames[{n}]: unknown key(s) {sorted(bad)}; allowed: function, file, regex")
+            raise fail(f"frames[{n}]: unknown key(s) {sorted(bad)}; allowed: function, file, regex, innermost")
         if raw.get("function") is None and raw.get("file") is None:
             raise fail(f"frames[{n}] needs 'function' or 'file'")
         regex = raw.get("regex", False)
         if not isinstance(regex, bool):
             raise fail(f"frames[{n}]: 'regex' must be true or false, got {regex!r}")
+        only_innermost = raw.get("innermost", False)
+        if not isinstance(only_innermost, bool):
+            raise fail(f"frames[{n}]: 'innermost' must be true or false, got {only_innermost!r}")
         for key in ("function", "file"):
             value = raw.get(key)
             if value is not None and not isinstance(value, str):
                 raise fail(f"frames[{n}]: '{key}' must be a string, got {value!r}")
             if value is not None and regex:
                 _compile(value, fail, f"frames[{n}].{key}")
-        frames.append(FramePattern(raw.get("function"), raw.get("file"), regex))
+        frames.append(FramePattern(raw.get("function"), raw.get("file"), regex, only_innermost))
     return Signature(
         id=sid,
         title=entry["title"].strip(),

@@ -707,3 +707,63 @@ def test_a_stack_pasted_below_interleaved_worker_logs_borrows_no_pid():
     report = read_text(logs + "\n    all_reduce (torch/distributed/distributed_c10d.py:2050)\n    step (train.py:9)\n")
     (proc,) = report.processes
     assert proc.pid is None and _frames(proc.threads[0]) == ["all_reduce (distributed_c10d.py:2050)", "step (train.py:9)"]
+
+
+def test_thread_banners_above_traceback_style_stacks_are_one_thread_each():
+    """pytest-timeout prints '~~~ Stack of NAME (ident) ~~~' above each thread's stack,
+    outermost first with source lines (ptvsd#1988, ros2cli#932); the hanging_threads
+    package prints '---Thread N "NAME" hangs ---'. Every thread ran together as one
+    cut traceback, so a tqdm monitor's frames were read as the main thread's."""
+    text = (
+        '  File "/usr/lib/python3.9/queue.py", line 164, in get\n'
+        "    self.not_empty.wait()\n"
+        "\n"
+        "~~~~~~~~~~~ Stack of Thread-26 (139951743956544) ~~~~~~~~~~~\n"
+        '  File "/usr/lib/python3.9/threading.py", line 937, in _bootstrap\n'
+        "    self._bootstrap_inner()\n"
+        '  File "/venv/site-packages/tqdm/_monitor.py", line 60, in run\n'
+        "    self.was_killed.wait(self.sleep_interval)\n"
+        "\n"
+        "~~~~~~~~~~~ Stack of MainThread (139952591243072) ~~~~~~~~~~~\n"
+        '  File "/work/train.py", line 9, in <module>\n'
+        "    main()\n"
+        '  File "/work/train.py", line 5, in main\n'
+        "    dist.barrier()\n"
+    )
+    report = read_text(text)
+    threads = [t for p in report.processes for t in p.threads]
+    assert [(t.ident, t.name) for t in threads] == [("?1", ""), ("139951743956544", "Thread-26"), ("139952591243072", "MainThread")]
+    assert _frames(threads[1]) == ["run (_monitor.py:60)", "_bootstrap (threading.py:937)"]
+    assert _frames(threads[2]) == ["main (train.py:5)", "<module> (train.py:9)"]
+    assert report.error_tracebacks == 0
+    _, proc = _one(
+        '---------Thread 133256667530752 "MainThread" hangs ---------\n'
+        '        File "x/syn.py", line 49, in <module>\n'
+        "                p.start()\n"
+        '        File "x/multiprocessing/popen_fork.py", line 19, in __init__\n'
+        "                self._launch(process_obj)\n"
+    )
+    (t,) = proc.threads
+    assert (t.ident, t.name) == ("133256667530752", "MainThread")
+    assert _frames(t) == ["__init__ (popen_fork.py:19)", "<module> (syn.py:49)"]
+
+
+@pytest.mark.parametrize("name", ["pyspy_329_top_threadpool_gil_table", "pyspy_737_top_logging_acquire_no_lines",
+                                  "pyspy_610_record_messages_only"])
+def test_pyspy_top_and_record_output_is_refused_as_a_profile(name):
+    with pytest.raises(InputError, match="py-spy top or record output"):
+        read_text((PASTED / f"{name}.txt").read_text())
+
+
+def test_collapsed_stacks_from_py_spy_record_are_never_read_as_a_stack():
+    """py-spy record --format raw: one sampled stack per line, outermost first, ';'-joined,
+    a sample count last. Read as frames, three samples became one stack in the wrong order."""
+    raw = (
+        "_bootstrap (threading.py:973);_bootstrap_inner (threading.py:1016);_worker (concurrent/futures/thread.py:83) 431\n"
+        "<module> (train.py:40);main (train.py:33);train_step (train.py:20);backward (torch/_tensor.py:522) 977\n"
+    )
+    with pytest.raises(InputError, match="py-spy top or record output"):
+        read_text(raw)
+    report, proc = _one('Thread 7 (idle): "MainThread"\n    g (b.py:1)\n    <module> (b.py:9)\n\n' + raw)
+    assert _frames(proc.threads[0]) == ["g (b.py:1)", "<module> (b.py:9)"]
+    assert report.profile_lines == 2 and any("py-spy top/record" in n for n in report.notes())
