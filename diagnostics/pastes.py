@@ -245,6 +245,9 @@ class ParseReport:
     dropped_frames: int = 0
     pid_inferred: int = 0
     watchdog_only: int = 0
+    #: what faulthandler said above the stacks ('Fatal Python error: Segmentation fault'):
+    #: the dump was printed as the process died, not taken from a live hang
+    fatal_error: str = ""
     #: lines of py-spy top/record output (sampled totals, collapsed stacks): never frames
     profile_lines: int = 0
     #: stacks read from an exception's traceback (the paste had no other stack)
@@ -287,6 +290,11 @@ class ParseReport:
         if self.error_tracebacks:
             out.append(f"{self.error_tracebacks} stack(s) read from an exception's traceback (where that thread was when the "
                        "error was raised: for a timeout, where it waited; not a live dump)")
+        if self.fatal_error:
+            out.append(f"printed at 'Fatal Python error: {self.fatal_error}': " + (
+                "SIGABRT (a kill -ABRT of a hung process, or an abort()): each thread is where it was then"
+                if self.fatal_error.strip().lower().startswith("aborted") else
+                "the process crashed; the stacks show where each thread was at the crash, which need not be a hang"))
         if self.profile_lines:
             out.append(f"ignored {self.profile_lines} line(s) of py-spy top/record output (sampled totals, not a thread's stack)")
         if self.watchdog_only:
@@ -812,6 +820,9 @@ class _Reader:
             return
         self.prev_text, self.cur_text = self.cur_text, s
         rank = _RANK_PREFIX.search(prefix) if "[" in prefix else None
+        if s[0] == "F" and s.startswith("Fatal Python error: ") and not self.report.fatal_error:
+            self.report.fatal_error = s[len("Fatal Python error: "):][:200]
+            return
         if (s[0] in "-0123456789%CTGp" or ";" in s) and self.profile_line(s):
             return
         if s[0] in "~=-" and s[-1] in "~=-":

@@ -767,3 +767,15 @@ def test_collapsed_stacks_from_py_spy_record_are_never_read_as_a_stack():
     report, proc = _one('Thread 7 (idle): "MainThread"\n    g (b.py:1)\n    <module> (b.py:9)\n\n' + raw)
     assert _frames(proc.threads[0]) == ["g (b.py:1)", "<module> (b.py:9)"]
     assert report.profile_lines == 2 and any("py-spy top/record" in n for n in report.notes())
+
+
+def test_a_fatal_python_error_header_is_said_not_skipped():
+    """faulthandler's 'Fatal Python error: X' says how the dump came about: on SIGABRT a
+    hung process's threads where they waited (the Crystal deadlock write-up); on a crash
+    (nogil#32's refcount assertion) where they were when it died, not a hang."""
+    body = 'Thread 0x00007fa5749a8700 (most recent call first):\n  File "/w/worker.py", line 42 in _run_thread\n'
+    report = read_text("Fatal Python error: Aborted\n\n" + body)
+    assert report.fatal_error == "Aborted" and report.skipped == 0
+    assert any("SIGABRT" in n for n in report.notes())
+    report = read_text("Fatal Python error: Segmentation fault\n\n" + body)
+    assert any("the process crashed" in n for n in report.notes())
