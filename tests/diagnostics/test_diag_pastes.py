@@ -383,7 +383,8 @@ def test_text_without_frames_is_the_only_failure():
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize(
     "kind",
-    ["frames", "one_long_line", "nested_parens", "open_parens", "thread_like", "prefix_like", "cxx_like", "interleaved_pids"],
+    ["frames", "one_long_line", "nested_parens", "open_parens", "thread_like", "prefix_like", "cxx_like", "interleaved_pids",
+     "banner_like", "collapsed_like"],
 )
 def test_two_megabytes_of_stack_shaped_text_read_in_linear_time(kind):
     size = 2_000_000
@@ -395,6 +396,8 @@ def test_two_megabytes_of_stack_shaped_text_read_in_linear_time(kind):
         "thread_like": ("Thread " + "x" * 40 + ' (idle (idle (idle "' * 20 + "\n") * (size // 448),
         "prefix_like": ("[rank0] " * 10 + "name  |  " * 10 + "    g (g.py:1)\n") * (size // 190),
         "cxx_like": ("frame #1: " + "a + 0x1 (0x2 in " * 250 + "\n") * (size // 4011),
+        "banner_like": ("~" * 1000 + " Stack of " + "(" * 500 + " ~~~\n" + '  File "/a.py", line 1, in f\n') * (size // 1540),
+        "collapsed_like": ("f (a.py:1);" * 300 + "g (b.py:2" + " 7\n") * (size // 3312),
         "interleaved_pids": "".join(f'(W pid={i % 50}) ERROR 01-12 02:58:31 [a.py:1]   File "/x/vll\nm/a.py", line 3, in f\n'
                                     for i in range(size // 78)),
     }[kind]
