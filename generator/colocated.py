@@ -172,6 +172,12 @@ class ColocatedGenerator:
         self.engine_restarts = 0
         # The standby: its worker, its policy, what it applied; None once spent or refused.
         self.standby: WorkerProcess | None = None
+        if standby and os.environ.get(names.ENGINE_RECOVERY) == "job":
+            # --recovery job, or a multi-node cohort: nothing ever restarts the engine alone, so a
+            # standby could never take over; it would only cost an engine start and a CUDA context.
+            logger.info("no standby engine worker: %s=job (hangwatch restarts the whole job on a wedge)",
+                        names.ENGINE_RECOVERY)
+            standby = False
         self._standby_policy: RolloutPolicy | None = safer_policy(self.policy) if standby else None
         self._standby_applied: AppliedSettings | None = None
         self._failed_at: str | None = None  # the phase the last call failed in

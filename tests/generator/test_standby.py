@@ -238,3 +238,15 @@ def test_under_recovery_job_or_in_a_cohort_the_generator_never_restarts_its_engi
         with pytest.raises(WorkerTimeout):
             gen.generate(["p"], 1, seed=7)
         assert "engine_restart_by" not in gen.beat_info
+
+
+def test_under_recovery_job_no_standby_is_started(trainer, tmp_path, monkeypatch):
+    """It could never take over (nothing restarts the engine alone): it only cost an engine start
+    and a sleeping engine's CUDA context on the device for the whole run."""
+    model, opt = trainer
+    monkeypatch.setenv("HANGWATCH_ENGINE_RECOVERY", "job")
+    with ColocatedGenerator(model, opt, engine_kwargs=fake_kwargs(), log_dir=str(tmp_path), timeouts=FAST,
+                            standby=True) as gen:
+        gen.generate(["p"], 1, seed=0)
+        assert gen.standby is None and "standby" not in gen.timings[-1].seconds
+    assert not (tmp_path / "generator-standby.json").exists()
