@@ -8,6 +8,8 @@
    ratio to the walk's.
 2. The SIGKILL-right-after-fork race (the test in tests/supervisor/test_containment.py)
    --runs times with each containment: processes that survived the supervisor.
+3. The reaction race: a recorded member double-forks a bare worker (new session, empty
+   environment) as soon as the supervisor's death takes its parent: workers that survived.
 
 Needs a writable cgroup v2 hierarchy with cgroup.kill (root, or a delegated subtree).
 """
@@ -66,6 +68,61 @@ def race(runs: int, mode: str) -> tuple[int, int]:
     return sum(len(p) for p, _ in results), sum(len(s) for _, s in results)
 
 
+# A member that reacts to its parent's death (the trainer dies with the supervisor) by
+# double-forking a bare worker: new session, empty environment, the intermediate gone at once.
+REACTOR = r"""
+import os, sys, time
+out = sys.argv[1]
+root = os.getpid()
+if os.fork() == 0:
+    while os.getppid() == root:
+        time.sleep(0.005)
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execve("/bin/sh", ["sh", "-c", "echo $$ > " + out + ".tmp; mv " + out + ".tmp " + out + "; exec sleep 60"], {})
+        os._exit(0)
+    time.sleep(60); os._exit(0)
+time.sleep(60)
+"""
+
+
+def reaction(runs: int, mode: str) -> tuple[int, int]:
+    """Each run: the supervisor SIGKILLed once the member is recorded; whether the bare worker
+    it forks in reaction survives (the tree walk's remaining gap; a cgroup holds it)."""
+    import psutil  # noqa: PLC0415
+
+    tmp = Path(tempfile.mkdtemp(prefix="hw-bench-reaction-"))
+
+    def one(n: int) -> int:
+        out = tmp / f"worker-{n}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hangwatch.cli", "run", "--run-dir", str(tmp / f"run-{n}"), "--gpu-probe", "none",
+             "--interval", "0.5", "--containment", mode, "--quiet", "--", sys.executable, "-c", REACTOR, str(out)],
+            cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        tree = tmp / f"run-{n}" / "tree.json"
+        while time.monotonic() < deadline and not (tree.exists() and tree.read_text().count("\"pid\"") >= 2):
+            time.sleep(0.05)  # root and member recorded
+        proc.kill()
+        proc.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not out.exists():
+            time.sleep(0.05)
+        time.sleep(3.0)
+        try:
+            pid = int(out.read_text())
+            alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+            psutil.Process(pid).kill()
+        except (OSError, ValueError, psutil.Error):
+            return 0
+        return int(alive)
+
+    with concurrent.futures.ThreadPoolExecutor(5) as pool:
+        survived = sum(pool.map(one, range(runs)))
+    return runs, survived
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--procs", type=int, default=64)
@@ -77,6 +134,10 @@ def main() -> int:
     for mode in ("cgroup", "tree"):
         total, survivors = race(args.runs, mode)
         print(f"race x{args.runs}, --containment {mode}: {survivors} of {total} processes survived the supervisor's SIGKILL")
+    for mode in ("cgroup", "tree"):
+        total, survivors = reaction(args.runs, mode)
+        print(f"reaction x{args.runs}, --containment {mode}: {survivors} of {total} bare workers forked after the "
+              "supervisor's SIGKILL survived")
     return 0
 
 
