@@ -284,9 +284,13 @@ def marked_processes(marks: list[tuple[str, float]]) -> list[psutil.Process]:
 
 
 def kill_marked(marks: list[tuple[str, float]], grace: float = 2.0) -> list[int]:
-    """SIGKILL every process ``marked_processes`` finds (never the caller); returns their pids."""
-    me = os.getpid()
-    marked = [p for p in marked_processes(marks) if p.pid != me] if marks else []
+    """SIGKILL every process ``marked_processes`` finds (never the caller or its ancestors: a
+    shell that inherited a mark, say); returns their pids."""
+    try:
+        spared = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    except psutil.Error:
+        spared = {os.getpid(), os.getppid()}
+    marked = [p for p in marked_processes(marks) if p.pid not in spared] if marks else []
     kill_verified(marked, grace)
     return sorted(p.pid for p in marked)
 
