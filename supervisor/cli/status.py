@@ -22,7 +22,7 @@ import psutil
 
 from hangwatch.cli.rundir import held_by_live_supervisor
 from hangwatch.contract import env
-from hangwatch.contract.terminal import terminal_safe
+from hangwatch.contract.terminal import one_line, terminal_safe
 from hangwatch.contract.journal import MAX_LINE_BYTES, fold_journal, parse_record, read_journal
 from hangwatch.contract.procid import pid_exists
 from hangwatch.supervisor.evidence import bundle_summary
@@ -268,8 +268,22 @@ def _report_of(incident: Mapping[str, Any]) -> str:
     return str(incident.get("report") or incident.get("evidence_path") or "none (no evidence captured)")
 
 
+def _lines_safe(value: Any) -> Any:
+    """Every string in ``value`` on one line: a checkpoint folder the trainer's user named
+    ``checkpoint-5\n      9  ...`` printed a forged attempt row of its own (terminal_safe
+    keeps newlines: they are the text's own line breaks)."""
+    if isinstance(value, str):
+        return one_line(value)
+    if isinstance(value, Mapping):
+        return {_lines_safe(k): _lines_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_lines_safe(v) for v in value]
+    return value
+
+
 def render_status(summary: dict[str, Any], now: float | None = None) -> str:
     now = time.time() if now is None else now
+    summary = _lines_safe(summary)
     lines = [
         f"run      {summary['run_dir']} ({summary['run_id']})",
         f"state    {summary['state']}",
@@ -333,6 +347,7 @@ def render_status(summary: dict[str, Any], now: float | None = None) -> str:
 
 def event_line(r: Mapping[str, Any]) -> str:
     """One journal record as a line a person reads (as raw JSON if a field has a type we never write)."""
+    r = _lines_safe(r)
     try:
         return _event_line(r)
     except _MALFORMED:
@@ -450,7 +465,7 @@ def follow(run_dir: Path, *, as_json: bool = False, out: TextIO = sys.stdout, po
                     out.write(json.dumps({"event": "phase", **live}, default=str) + "\n")
                 else:
                     stamp = time.strftime("%H:%M:%S", time.localtime(float(live.get("updated") or time.time())))
-                    out.write(f"{stamp}  now: {terminal_safe(describe_live(live))}\n")
+                    out.write(f"{stamp}  now: {one_line(describe_live(live))}\n")
         out.flush()
         if not tail.caught_up:
             continue  # a journal longer than one read: the rest first, then judge the supervisor

@@ -169,6 +169,8 @@ _RANGES = {"ts": (0, 1e11), "pid": (0, 1 << 31), "attempt": (0, 1 << 31)}
 def _well_typed(record: Mapping[str, Any]) -> bool:
     """A record whose fields have the types we write. Anything else (an edited or
     forged line) is skipped like a torn one, so every reader gets records it can fold."""
+    if "ts" in record and record["ts"] is None:
+        return False  # every record is written with its time; a null one failed every fold
     for name in _NUMBERS:
         value = record.get(name)
         if value is None:
