@@ -53,9 +53,11 @@ class CohortRefused(CohortError):
 class MemberLost(CohortError):
     reason = "member_lost"
 
-    def __init__(self, node: int, waited: float) -> None:
-        super().__init__(f"node {node}'s supervisor stopped renewing its lease {waited:.0f} s ago")
-        self.node = node
+    def __init__(self, node: int, waited: float, also: Sequence[int] = ()) -> None:
+        # Nodes lost in the same lease round (a rack, a switch): each is named, not only the first.
+        more = f" (and so did nodes {list(also)})" if also else ""
+        super().__init__(f"node {node}'s supervisor stopped renewing its lease {waited:.0f} s ago{more}")
+        self.node, self.waited, self.also = node, waited, tuple(also)
 
 
 class StoreLost(CohortError):
@@ -454,6 +456,7 @@ class Cohort:
                                          f"has been unreachable for {now - self._failing_since:.0f} s: {exc}")
             return
         self._failing_since = None
+        expired: list[tuple[int, float]] = []
         for node, count in counts.items():
             left = self._left.get(node)
             if left is not None:
@@ -463,8 +466,17 @@ class Cohort:
             last = self._seen.get(node)
             if last is None or count != last[0]:
                 self._seen[node] = (count, now)
-            elif now - last[1] >= self.lease_timeout and self.problem is None:
-                self.problem = MemberLost(node, now - last[1])
+            elif now - last[1] >= self.lease_timeout:
+                expired.append((node, now - last[1]))
+        if expired and self.problem is None:
+            self.problem = MemberLost(expired[0][0], expired[0][1], [n for n, _ in expired[1:]])
+        elif expired and isinstance(self.problem, MemberLost):
+            # Killed together, their last renewals fell in different rounds: the second expires a
+            # round later, while this node still captures and kills; the records to come name it.
+            lost = self.problem
+            new = [n for n, _ in expired if n != lost.node and n not in lost.also]
+            if new:
+                self.problem = MemberLost(lost.node, lost.waited, [*lost.also, *new])
 
     def _lease_loop(self) -> None:
         while True:

@@ -429,3 +429,23 @@ def test_a_stop_on_this_node_ends_its_own_cohort_waits_at_once():
                                               Decision(True, "restart after crash", None, 0.5))
     assert (decision.restart, decision.exit_code) == (False, 128 + signal.SIGINT)
     assert n1.clock() < 1.0, "at once, not after the capture timeout or the barrier deadline"
+
+
+def test_nodes_lost_in_the_same_lease_round_are_all_named():
+    """4 nodes, nodes 1 and 2 SIGKILLed at once (a rack lost): node 0's journal named node 1 only."""
+    store, clock = MemoryStore(), Clock()
+    nodes = [Cohort(store, Membership(i, 4, "127.0.0.1", 29600, "job"), {"a": 1}, lease_interval=3600,
+                    lease_timeout=10, clock=clock, sleep=clock.sleep, wall=clock) for i in range(4)]
+    for n in nodes:
+        n.renew()
+    clock.now += 0.5
+    nodes[0].renew(), nodes[2].renew(), nodes[3].renew()  # node 2's last renewal came a round after node 1's
+    for _ in range(10):  # nodes 1 and 2 are gone: their counters stop
+        clock.now += 1
+        nodes[0].renew(), nodes[3].renew()
+    assert isinstance(nodes[0].problem, MemberLost) and nodes[0].problem.node == 1
+    assert "and so did" not in str(nodes[0].problem), "node 2 is not lost yet"
+    clock.now += 1
+    nodes[0].renew()
+    assert nodes[0].problem.node == 1 and "(and so did nodes [2])" in str(nodes[0].problem)
+    assert "node 3" not in str(nodes[0].problem)
