@@ -42,6 +42,10 @@ _VALUE_PATTERNS = [
     re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}"),
     re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"),
     re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"),
+    # GitLab's tokens (personal, OAuth, deploy, runner, CI job, trigger, feed, ...): a 20-character
+    # body, too short for the high-entropy rule, so a bare glpat- in a log went out as it was.
+    re.compile(r"\bgl(?:pat|oas|dt|rt|rtr|cbt|ptt|ft|imt|agent|soat|ffct)-[A-Za-z0-9_\-]{20,}"),
+    re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"),
     re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
     re.compile(r"\bxox[abprs]-[A-Za-z0-9\-]{10,}"),
     re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
