@@ -191,7 +191,25 @@ def settings_fingerprint(config: Any, nnodes: int) -> dict[str, Any]:
         # Each node waits this long for the others' capture before it kills: a shorter wait on one
         # node would kill its ranks, and wake the others', in the middle of their capture.
         "capture_timeout": config.capture_timeout,
+        # The barrier before relaunch waits for it (``barrier_timeout``): a node that waits longer for
+        # its GPU release than the others' barrier allows is taken for gone by them (75, 75).
+        "gpu_release_timeout": config.kill.gpu_release_timeout,
     }
+
+
+def barrier_timeout(config: Any) -> float:
+    """How long a node waits for the others' reports and decisions before relaunch.
+
+    Every node reports only after its kill and its wait for the GPU release, both bounded
+    by options; a fixed deadline (it was 300 s) under a longer ``--gpu-release-timeout``, or
+    with a GPU probe that stopped answering (the release cannot be seen, so it is waited
+    out), ended a healthy job with 75 on every node.
+    """
+    kill = config.kill
+    return BARRIER_BASE_S + kill.gpu_release_timeout + kill.grace + kill.kill_timeout
+
+
+BARRIER_BASE_S = 300.0
 
 
 def joined_before(journal: Path) -> Mapping[str, Any] | None:

@@ -254,8 +254,9 @@ def test_the_fingerprint_holds_resume_arg_and_on_crash_and_leaves_per_node_optio
     assert plain["resume_arg_given"] is False and resuming["resume_arg_given"] is True
     # Options each node may set for itself (its detector, its restart limits: decisions are exchanged).
     assert fingerprint(on_crash="stop")["on_crash"] == "stop" != plain["on_crash"]
-    assert fingerprint(stall_window=90.0, max_restarts=2, backoff=5.0, grace=3.0, gpu_release_timeout=9.0,
-                       recovery="job", interval=2.0) == plain
+    assert fingerprint(gpu_release_timeout=400.0)["gpu_release_timeout"] == 400.0 != plain["gpu_release_timeout"]
+    assert fingerprint(stall_window=90.0, max_restarts=2, backoff=5.0, grace=3.0, recovery="job",
+                       interval=2.0) == plain
     store, _, (n0, n1) = _pair(fp0=resuming, fp1=plain)
     n0.store.set(n0._root("leader"), json.dumps({**n0.fingerprint, "generation": "1", "nonce": "x"}))
     with pytest.raises(CohortRefused, match="resume_arg_given: node 0 has True, this node False"):
@@ -283,3 +284,18 @@ def test_a_cohort_without_a_node_count_is_refused_and_an_ipv6_store_is_written_i
     assert membership_from({}, endpoint="h:1", node_rank=0, nnodes=1).nnodes == 1, "--nnodes 1 said so"
     assert membership_from({}, endpoint="[fd00::5]:29600", node_rank=1, nnodes=2).endpoint == "[fd00::5]:29600"
     assert membership_from({}, endpoint="node0:29600", node_rank=1, nnodes=2).endpoint == "node0:29600"
+
+
+def test_the_barrier_outlasts_every_nodes_kill_and_gpu_release_wait(tmp_path):
+    """--gpu-release-timeout 400 (or a GPU probe that stopped answering: the release is waited out):
+    a node reported after its wait, and the others, whose barrier was a fixed 300 s, gave up on it
+    (a 2-node job ended 75, 75 with nothing wrong but a slow release)."""
+    from hangwatch.supervisor.cohort import barrier_timeout  # noqa: PLC0415
+    from hangwatch.supervisor.config import SETTINGS, build  # noqa: PLC0415
+
+    def config(**given):
+        return build({**{k: d for k, (_t, d) in SETTINGS.items()}, **given}, ["python", "train.py"])
+
+    assert barrier_timeout(config()) >= 300 + 60 + 10 + 5, "the defaults: 300 s besides the kill's own waits"
+    slow = config(gpu_release_timeout=400.0, grace=20.0, kill_timeout=10.0)
+    assert barrier_timeout(slow) >= 400 + 20 + 10 + 300
