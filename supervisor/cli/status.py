@@ -268,17 +268,23 @@ def _report_of(incident: Mapping[str, Any]) -> str:
     return str(incident.get("report") or incident.get("evidence_path") or "none (no evidence captured)")
 
 
-def _lines_safe(value: Any) -> Any:
+def _lines_safe(value: Any, depth: int = 0) -> Any:
     """Every string in ``value`` on one line: a checkpoint folder the trainer's user named
     ``checkpoint-5\n      9  ...`` printed a forged attempt row of its own (terminal_safe
-    keeps newlines: they are the text's own line breaks)."""
+    keeps newlines: they are the text's own line breaks). Nesting deeper than anything
+    hangwatch writes (a journal line may hold hundreds of levels) is shown as a mark."""
     if isinstance(value, str):
         return one_line(value)
+    if isinstance(value, (Mapping, list, tuple)) and depth >= _SHOWN_DEPTH:
+        return "(nested too deep)"
     if isinstance(value, Mapping):
-        return {_lines_safe(k): _lines_safe(v) for k, v in value.items()}
+        return {_lines_safe(k, depth + 1): _lines_safe(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_lines_safe(v) for v in value]
+        return [_lines_safe(v, depth + 1) for v in value]
     return value
+
+
+_SHOWN_DEPTH = 32
 
 
 def render_status(summary: dict[str, Any], now: float | None = None) -> str:

@@ -72,3 +72,23 @@ def test_a_journal_record_with_a_null_time_is_skipped_not_a_traceback(tmp_path):
         done = _hangwatch(*args)
         assert done.returncode == 0, (args, done.returncode, done.stderr[-2000:])
         assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_deeply_nested_journal_field_is_shown_bounded(tmp_path):
+    """A field nested hundreds of levels deep (which the journal reader accepts) must not
+    exhaust the recursion of what escapes every string for the console."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    deep = "[" * 500 + "]" * 500
+    journal = run / "journal.jsonl"
+    journal.write_text(
+        '{"event":"run_started","ts":1700000000,"run_id":"r","pid":5,"command":["x"]}\n'
+        '{"event":"attempt_started","ts":1700000001,"run_id":"r","attempt":1,"pid":6,"env":{}}\n'
+        '{"event":"incident","ts":1700000002,"run_id":"r","attempt":1,"kind":"stall","reason":{"a":' + deep + '}}\n'
+        '{"event":"run_finished","ts":1700000004,"run_id":"r","outcome":"gave_up","exit_code":71}\n')
+    journal.chmod(0o600)
+    for args in (("status", str(run)), ("status", str(run), "--follow")):
+        done = _hangwatch(*args)
+        assert done.returncode == 0, (args, done.returncode, done.stderr[-2000:])
+        assert "nested too deep" in done.stdout, done.stdout
