@@ -209,6 +209,10 @@ class RunState:
 
 ENGINE_WORKER_MODULE = "hangwatch.generator.worker"
 GENERATE_PHASES = frozenset({"generate"})
+# The generator's phases in which the trainer waits on a request to its engine worker other than
+# generate: the standby's start, the weight load and wake, the sleep ("start" is not one: trainers
+# beat it for their own start-up too).
+WORKER_WAIT_PHASES = frozenset({"standby", "load", "sleep"})
 
 
 @dataclass(frozen=True)
@@ -277,8 +281,14 @@ def recovery_level(
         return job(f"a {verdict_kind.value} is not an engine wedge")
     if retry_pending and not same_wedge:
         return job("the trainer stalled again before the retry after the last engine restart moved it on")
-    own_threads = job(f"the trainer was in phase {phase or 'unknown'!r}, not waiting on rollouts: its own threads "
-                      f"are stalled")
+    if phase in WORKER_WAIT_PHASES:
+        # Waiting on its engine worker, but not for rollouts: not its own threads (the journal said
+        # so, and pointed the user at the wrong process); a fresh engine is not known to cure it.
+        own_threads = job(f"the trainer was waiting on its rollout engine's worker in phase {phase!r}, not for "
+                          f"rollouts: only a wedged generate is restarted at the engine level")
+    else:
+        own_threads = job(f"the trainer was in phase {phase or 'unknown'!r}, not waiting on rollouts: its own "
+                          f"threads are stalled")
     groups = engine_groups(tree) - {trainer_pgid}
     engine_pid = evidence.get("engine_pid")
     if evidence.get("engine_beats") or engines_beat:

@@ -239,3 +239,18 @@ def test_a_stop_during_the_retry_is_a_stop_not_a_failed_retry(tmp_path):
     assert [r["ok"] for r in _events(journal, "engine_restart")] == [True], "no failed retry was journaled"
     assert all(r["kind"] != "stall" for r in _events(journal, "attempt_ended"))
     assert journal[-1]["event"] == "run_finished" and journal[-1]["outcome"] == "interrupted"
+
+
+def test_a_stall_while_the_trainer_waits_on_its_engine_worker_outside_generate_does_not_blame_the_trainer():
+    """The engine worker wedged in its weight load/wake or sleep: a job restart, but the trainer's
+    threads are only waiting on the worker (a real run's journal said 'its own threads are stalled',
+    pointing the user at the wrong process)."""
+    tree = _tree((100, 100, "python train.py"), (200, 200, "python -P -u -m hangwatch.generator.worker"))
+    kw = dict(mode="auto", tree=tree, trainer_pgid=100, last_engine_restart=None, now=1000.0, retry_window=600.0)
+    for phase in ("load", "sleep", "standby"):
+        for evidence in ({}, {"engine_beats": 1}):
+            level = recovery_level(VerdictKind.STALL, phase=phase, evidence=evidence, **kw)
+            assert level.level == 2 and "own threads" not in level.reason, (phase, evidence, level.reason)
+            assert "engine's worker" in level.reason and repr(phase) in level.reason
+    for phase in ("train", "start", "restore"):
+        assert "its own threads" in recovery_level(VerdictKind.STALL, phase=phase, **kw).reason
