@@ -257,7 +257,10 @@ class EngineLevel:
         # Its retry is watched like any engine restart's: ``engine_recovered`` once the trainer goes on
         # (timed from this beat, the first that told of it), a job restart if it fails. Before, a
         # backstop restart was never recovered: status said 'no progress after it' all run long.
-        self._pending = {"attempt": attempt, "onset": sample.t, "killed_at": sample.t, "step": hb.step,
+        # The wedged step: this beat's while the retried call runs; a beat past the rollout (the supervisor
+        # first sees the restart on it) shows the trainer on already.
+        step = hb.step if hb.phase in GENERATOR_PHASES or not isinstance(hb.step, int) else hb.step - 1
+        self._pending = {"attempt": attempt, "onset": sample.t, "killed_at": sample.t, "step": step,
                          "backstop": True}
         return policy
 

@@ -309,3 +309,12 @@ def test_an_engine_restart_the_generator_decided_alone_is_recovered_or_its_faile
                             heartbeat=Heartbeat(1000, 9, 0.0, 3, "train", {**info, "rollouts_ok": 1})))
     (recovered,) = [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_recovered"]
     assert recovered["backstop"] and recovered["step"] == 3 and recovered["kill_to_progress_s"] == 3.0
+
+
+def test_a_backstop_restart_first_seen_after_its_retry_is_recovered_at_once(tmp_path: Path):
+    journal = Journal(tmp_path / "journal.jsonl", "run")
+    level = EngineLevel(_Tree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
+    info = {"engine_restarts": 1, "engine_restart_by": "generator", "cudagraphs": "off", "rollouts_ok": 1}
+    level.observe(1, Sample(t=200.0, wall=200.0, cpu_pct={}, gpu=None, heartbeat=Heartbeat(1000, 9, 0.0, 3, "train", info)))
+    (recovered,) = [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_recovered"]
+    assert recovered["step"] == 3 and recovered["backstop"] and not level.unrecovered(1)
