@@ -24,6 +24,7 @@ by default PyTorch's c10d ``TCPStore`` hosted by node 0's supervisor):
 from __future__ import annotations
 
 import json
+import math
 import signal
 import threading
 import time
@@ -274,7 +275,7 @@ def decide(reports: Mapping[int, Mapping[str, Any]]) -> tuple[int | None, GraphP
     """Node 0's decision (pure): the newest step every node has complete, and the strictest policy."""
     common: set[int] | None = None
     for r in reports.values():
-        steps = set(int(s) for s in r.get("steps", []))
+        steps = _steps(r.get("steps"))
         common = steps if common is None else common & steps
     step = max(common) if common else None
     policy = GraphPolicy(any(r.get("cudagraphs_off") for r in reports.values()),
@@ -295,13 +296,39 @@ def settled(decisions: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
     """
     stopping = sorted(n for n, d in decisions.items() if not d.get("restart"))
     if not stopping:
-        delay = max((float(d.get("delay_s") or 0.0) for d in decisions.values()), default=0.0)
+        delay = max((_delay(d.get("delay_s")) for d in decisions.values()), default=0.0)
         return {"restart": True, "exit_code": None, "delay_s": delay, "node": None}
     node = stopping[0]
     d = decisions[node]
-    code = d.get("exit_code")
-    return {"restart": False, "exit_code": int(code) if code is not None else 1, "delay_s": 0.0, "node": node,
-            "reason": str(d.get("reason") or "")}
+    return {"restart": False, "exit_code": _exit_code(d.get("exit_code")), "delay_s": 0.0, "node": node,
+            "reason": str(d.get("reason") or "")[:2000]}
+
+
+# Values read from the store are checked, never trusted: it is not authenticated (anyone who
+# reaches its port can write), and a value that breaks a node must stop no node but its writer's.
+_STOP_SIGNALS = frozenset({int(signal.SIGINT), int(signal.SIGTERM), int(signal.SIGHUP)})
+MAX_SETTLED_DELAY_S = 7 * 24 * 3600.0  # what run accepts for any wait (config.MAX_SECONDS): bounded, never 1e300
+
+
+def _steps(value: Any) -> set[int]:
+    """A report's complete checkpoint steps: whole, non-negative numbers only; anything else is
+    no step (fewer common steps is safe: the nodes resume from an older one)."""
+    if not isinstance(value, list):
+        return set()
+    return {v for v in value if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 62}
+
+
+def _delay(value: Any) -> float:
+    try:
+        delay = float(value or 0.0)
+    except (TypeError, ValueError):
+        return 0.0
+    return min(delay, MAX_SETTLED_DELAY_S) if math.isfinite(delay) and delay > 0 else 0.0
+
+
+def _exit_code(value: Any) -> int:
+    """A stopping node's exit code, as an exit status can carry it (1 when it cannot)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 255 else 1
 
 
 class Cohort:
@@ -466,7 +493,7 @@ class Cohort:
             still = [n for n, c in counts.items() if n not in self._left and n in self._seen and self._seen[n][0] == c]
             for n in still:
                 self._read_left(n)
-        except (StoreError, ValueError, TypeError) as exc:
+        except (StoreError, ValueError, TypeError, ArithmeticError) as exc:
             if self._failing_since is None:
                 self._failing_since = now
             elif now - self._failing_since >= self.lease_timeout and self.problem is None:
@@ -567,7 +594,7 @@ class Cohort:
         if self.stopped is None and self.local_stop is None:
             try:
                 self._exchange_stop()
-            except (StoreError, ValueError, TypeError):
+            except (StoreError, ValueError, TypeError, ArithmeticError):
                 pass  # the lease thread decides when failures mean the store is lost
         return self.stopped
 
@@ -586,7 +613,7 @@ class Cohort:
                 if local is not None and not self._stop_published:
                     self._exchange_stop()  # publish ours now: the lease thread may not have yet
                 recorded = _stop_record(self.store.get(self._key("stop")))
-            except (StoreError, ValueError, TypeError):
+            except (StoreError, ValueError, TypeError, ArithmeticError):
                 pass
         return recorded or self.stopped or local
 
@@ -620,7 +647,7 @@ class Cohort:
                                            {"why": self.why} if self.why else {}))
             if self.me.is_leader and self._generation:
                 self._linger(2 * self.lease_timeout if linger_cap is None else linger_cap)
-        except (StoreError, ValueError, TypeError):
+        except (StoreError, ValueError, TypeError, ArithmeticError):
             pass
         self._stop.set()
         if self._thread is not None:
@@ -703,7 +730,7 @@ class Cohort:
                         or self.clock() - start >= timeout:  # a stop, here or elsewhere, ends the run: no wait
                     return None
                 self.sleep(0.05)
-        except (StoreError, ValueError, TypeError):
+        except (StoreError, ValueError, TypeError, ArithmeticError):
             return None  # the lease thread decides whether the store is lost; the kill goes on
         return self.clock() - start
 
@@ -817,8 +844,11 @@ def _stop_record(raw: str | None) -> dict[str, int] | None:
         return None
     try:
         info = json.loads(raw)
-        return {"node": int(info["node"]), "signal": int(signal.Signals(int(info["signal"])))}
-    except (ValueError, TypeError, KeyError):
+        sig = int(info["signal"])
+        # Only a stop's signals: the store is not authenticated, and whoever writes this key
+        # must not choose what every node forwards to its trainer (SIGSTOP, SIGKILL, SIGSEGV).
+        return {"node": int(info["node"]), "signal": sig if sig in _STOP_SIGNALS else int(signal.SIGTERM)}
+    except (ValueError, TypeError, KeyError, ArithmeticError):
         return None
 
 
@@ -836,7 +866,10 @@ def _object(raw: str, what: str) -> dict[str, Any]:
 def _announcement(raw: str) -> Announcement | None:
     try:
         d = json.loads(raw)
-        return Announcement(int(d["attempt"]), int(d["node"]), str(d["kind"]), str(d["reason"]), float(d["wall"]),
+        wall = float(d["wall"])
+        if not math.isfinite(wall):
+            return None
+        return Announcement(int(d["attempt"]), int(d["node"]), str(d["kind"]), str(d["reason"]), wall,
                             dict(d.get("evidence") or {}))
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError):
         return None

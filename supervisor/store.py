@@ -83,6 +83,8 @@ class MemoryStore:
 class TCPStoreClient:
     """c10d ``TCPStore`` through the helper process; ``master=True`` hosts it."""
 
+    _discarding = False  # inside a reply line that was too long: dropped up to its end
+
     def __init__(self, host: str, port: int, *, master: bool, timeout: float = 10.0,
                  connect_timeout: float = 60.0) -> None:
         self.timeout = timeout
@@ -139,8 +141,14 @@ class TCPStoreClient:
                 chunk = os.read(fd, 65536)
                 if not chunk:
                     raise StoreError(self._gone())
+                if self._discarding:  # the rest of an oversized line: never read as replies of its own
+                    _, nl, chunk = chunk.partition(b"\n")
+                    self._discarding = not nl
                 self._buf += chunk
-                if len(self._buf) > 1 << 20:
+                if len(self._buf) > 1 << 20 and b"\n" not in self._buf:
+                    # A value too big for us (another job's, or someone's who reached the store): this
+                    # call fails, and the line is dropped to its end, so the next call reads clean.
+                    self._buf, self._discarding = b"", True
                     raise StoreError("oversized reply from the cohort store helper")
 
     def _call(self, op: str, **fields: object) -> object:

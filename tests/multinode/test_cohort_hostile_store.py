@@ -1,0 +1,91 @@
+"""Values read from the cohort store are checked, never trusted.
+
+The store is not authenticated (docs/multinode.md): anyone who reaches its port can write a
+key. A hostile or corrupt value must not crash a node (exit 70), hold every node in a restart
+delay that never ends, or choose the signal every node forwards to its trainer."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from hangwatch.supervisor import cohort as c
+from hangwatch.supervisor.store import MemoryStore
+
+
+def _node_1() -> tuple[c.Cohort, MemoryStore]:
+    store = MemoryStore()
+    member = c.Membership(node_rank=1, nnodes=2, host="127.0.0.1", port=1, cohort_id="x")
+    return c.Cohort(store, member, {}), store
+
+
+@pytest.mark.parametrize("raw", ['{"node": Infinity, "signal": 15}', '{"node": 0, "signal": 1e999}'])
+def test_a_stop_record_with_numbers_out_of_range_is_no_stop_not_a_crash(raw):
+    cohort, store = _node_1()
+    store.set(cohort._key("stop"), raw)
+    assert cohort.refresh_stop() is None  # before: OverflowError, the supervisor's internal error (70)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGSTOP, signal.SIGKILL, signal.SIGSEGV, signal.SIGQUIT])
+def test_a_stop_record_cannot_choose_what_every_node_forwards(sig):
+    cohort, store = _node_1()
+    store.set(cohort._key("stop"), f'{{"node": 0, "signal": {int(sig)}}}')
+    assert cohort.refresh_stop() == {"node": 0, "signal": int(signal.SIGTERM)}
+
+
+@pytest.mark.parametrize("raw", [
+    '{"attempt": Infinity, "node": 0, "kind": "stall", "reason": "x", "wall": 1}',
+    '{"attempt": 1, "node": 1e999, "kind": "stall", "reason": "x", "wall": 1}',
+    '{"attempt": 1, "node": 0, "kind": "stall", "reason": "x", "wall": Infinity}',
+])
+def test_an_incident_announcement_with_numbers_out_of_range_is_ignored(raw):
+    cohort, store = _node_1()
+    store.set(cohort._key("incident", 1), raw)
+    assert cohort.poll(1) is None
+
+
+@pytest.mark.parametrize("bad", [{"steps": [1e999]}, {"steps": 5}, {"steps": ["x"]}, {"steps": [True]},
+                                 {"steps": [10 ** 30]}, {"steps": [-3]}])
+def test_node_0_decides_past_a_malformed_report(bad):
+    step, _ = c.decide({0: {"steps": [4, 8]}, 1: bad})
+    assert step is None  # that node has no usable step: none is common (before: a crash in node 0's decision)
+    assert c.decide({0: {"steps": [4, 8]}, 1: {"steps": [4, 8, 12]}})[0] == 8
+
+
+@pytest.mark.parametrize("bad, code", [({"exit_code": "x"}, 1), ({"exit_code": 1e999}, 1), ({"exit_code": 10 ** 6}, 1),
+                                       ({"exit_code": True}, 1), ({"exit_code": 73}, 73)])
+def test_a_stopping_nodes_exit_code_is_one_an_exit_status_can_carry(bad, code):
+    assert c.settled({0: {"restart": True}, 1: {"restart": False, **bad}})["exit_code"] == code
+
+
+@pytest.mark.parametrize("delay, expected", [("nan", 0.0), (float("inf"), 0.0), (-5, 0.0), ("x", 0.0),
+                                             (1e300, c.MAX_SETTLED_DELAY_S), (2.5, 2.5)])
+def test_the_settled_backoff_is_bounded(delay, expected):
+    together = c.settled({0: {"restart": True, "delay_s": 0.0}, 1: {"restart": True, "delay_s": delay}})
+    assert together["restart"] and together["delay_s"] == expected  # before: 1e300 s, every node asleep for good
+
+
+@pytest.mark.timeout(90)
+def test_an_oversized_value_fails_its_call_only_and_the_next_calls_read_clean():
+    """A value over the reply cap (1 MiB) written by someone who reached the store: that get
+    fails, and the rest of its line is dropped (before: left in the buffer, every later call
+    failed and the node was taken for lost after --lease-timeout)."""
+    import socket
+
+    from hangwatch.supervisor.store import StoreError, TCPStoreClient
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    host = TCPStoreClient("127.0.0.1", port, master=True, timeout=10.0, connect_timeout=30)
+    try:
+        host.set("small", "v")
+        host.set("huge", "x" * (3 << 20))
+        with pytest.raises(StoreError, match="oversized"):
+            host.get("huge")
+        assert host.get("small") == "v"
+        host.set("small", "w")
+        assert host.get("small") == "w"
+    finally:
+        host.close()
