@@ -58,6 +58,12 @@ class CohortLink:
     def node_rank(self) -> int:
         return self.cohort.me.node_rank
 
+    def gave_up(self, reason: str) -> None:
+        """This node's supervisor cannot go on (its launcher would not start, its journal could not
+        be written, hangwatch itself failed): the others read why in its record as it leaves,
+        rather than "node 1's supervisor stopped"."""
+        self.cohort.why = self.cohort.why or reason[:1000]
+
     def joined(self) -> None:
         me = self.cohort.me
         self.journal.append("cohort_joined", node_rank=me.node_rank, nnodes=me.nnodes, cohort_id=me.cohort_id,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import structlog
 
 from hangwatch.contract.exitcodes import EXIT_BUDGET, EXIT_COHORT, EXIT_UNKILLABLE
 from hangwatch.contract.journal import read_journal
@@ -78,6 +79,8 @@ class Tree:
             return 1
         if trainer.behaviour == "killed":
             return -15
+        if trainer.behaviour == "hang":
+            return None
         return 0 if self.clock() - self.started >= 3.0 else None
 
     def sample(self):
@@ -285,3 +288,61 @@ def test_processes_that_survive_sigkill_on_one_node_stop_every_node_with_74(tmp_
     assert len(t0.launched) == 1, "node 0 never relaunched alone"
     last = read_journal(s0.run_dir / "journal.jsonl")[-1]
     assert last["event"] == "run_finished" and last["reason"].startswith("node 1: 1 process(es) survived SIGKILL")
+
+
+def test_a_node_that_cannot_relaunch_tells_the_others_why(tmp_path):
+    """Both nodes agreed to restart; node 1's launcher could not start for attempt 2 (its
+    command gone, its disk full for the attempt's logs). Node 1 exited 2 saying why, but its
+    record in the store said nothing: node 0 stopped on "node 1's supervisor stopped (it left
+    the cohort)". The others read node 1's own reason, whatever ended its supervisor."""
+    from hangwatch.cli.main import _supervise
+    from hangwatch.supervisor.launcher import LaunchError
+
+    store = MemoryStore()
+    (s0, t0), (s1, t1) = _node(tmp_path, store, 0, ["crash", "hang"]), _node(tmp_path, store, 1, ["crash", "train"])
+    node1_left = threading.Event()
+    launch0, launch1 = t0.launch, t1.launch
+
+    def launch_gone(argv, env, attempt_dir):
+        if env["HANGWATCH_ATTEMPT"] == "2":
+            raise LaunchError("cannot start 'torchrun': command not found")
+        return launch1(argv, env, attempt_dir)
+
+    def launch_after_node_1_left(argv, env, attempt_dir):
+        if env["HANGWATCH_ATTEMPT"] == "2":
+            assert node1_left.wait(30)
+            s0.cohort.cohort.renew()  # node 0's next lease round reads node 1's record
+        return launch0(argv, env, attempt_dir)
+
+    t0.launch, t1.launch = launch_after_node_1_left, launch_gone
+    joins = [threading.Thread(target=s.cohort.cohort.join, kwargs={"timeout": JOIN_S}) for s in (s0, s1)]
+    for t in joins:
+        t.start()
+    for t in joins:
+        t.join(timeout=20)
+    codes: list[object] = [None, None]
+
+    def run0():
+        codes[0] = s0.run()
+
+    def run1():
+        try:
+            codes[1] = _supervise(s1, s1.config, structlog.get_logger("test"), resumed=False,
+                                  guardian_state="armed", containment=None)
+        except Exception as exc:  # noqa: BLE001
+            codes[1] = exc
+        finally:
+            s1.cohort.cohort.close(linger_cap=0)
+            node1_left.set()
+
+    threads = [threading.Thread(target=run0), threading.Thread(target=run1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=40)
+    s0.cohort.cohort.close(linger_cap=0)
+    assert "command not found" in str(codes[1])
+    assert codes[0] == EXIT_COHORT
+    last = read_journal(s0.run_dir / "journal.jsonl")[-1]
+    assert last["event"] == "run_finished" and \
+        "node 1's supervisor gave up: cannot start 'torchrun': command not found" in last["reason"], last
