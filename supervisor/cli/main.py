@@ -526,10 +526,15 @@ def _supervise(supervisor: Any, config: Any, log: Any, *, resumed: bool, guardia
     try:
         return supervisor.run(resumed=resumed, guardian=guardian_state, containment=containment)
     except launcher.LaunchError as exc:
+        if supervisor.cohort is not None:  # the other nodes read why this one left (docs/multinode.md)
+            supervisor.cohort.gave_up(str(exc))
         supervisor.journal.append("run_finished", outcome="launch_failed", exit_code=EXIT_USAGE, reason=str(exc),
                                   attempts=supervisor.state.attempt)
         raise UsageError(str(exc)) from exc
     except Exception as exc:
+        if supervisor.cohort is not None:
+            supervisor.cohort.gave_up(f"hangwatch failed on node {supervisor.cohort.node_rank}: "
+                                      f"{type(exc).__name__}: {exc}")
         if isinstance(exc, JournalError):
             # Supervising without a record breaks the promise that every decision is
             # on disk (and the disk is likely full): stop cleanly instead.
