@@ -549,6 +549,27 @@ class Cohort:
         if self._failing_since is not None:
             self._failing_since += seconds
 
+    def _patient(self, call: Callable[..., Any], *args: Any) -> Any:
+        """One store call of an incident's waits, retried while the store fails for less than the lease.
+
+        Each call has a deadline of a third of the lease; node 0's host under heavy load
+        (or a network blip) misses one now and then. The lease thread tolerates that for
+        the whole lease; the incident's waits gave up at the first miss (the capture wait
+        ended, the kill woke the others' ranks mid-capture; the agreement or the restart
+        decision ended the cohort, 75). A store still failing after the lease is lost.
+        """
+        start = self.clock()
+        while True:
+            try:
+                return call(*args)
+            except StoreError:
+                if self.local_stop is not None:
+                    raise CohortStopped(f"node {self.me.node_rank}'s supervisor was stopped "
+                                        f"({_signal_name(self.local_stop)})") from None
+                if self.problem is not None or self.clock() - start >= self.lease_timeout:
+                    raise
+                self.sleep(min(0.5, self.lease_interval))
+
     def _read_left(self, node: int) -> dict[str, Any] | None:
         if node in self._left:
             return self._left[node]
@@ -691,7 +712,7 @@ class Cohort:
         text = json.dumps(dict(evidence or {}), default=str)
         bounded = json.loads(text) if len(text) <= 8192 else {"omitted": f"{len(text)} bytes of evidence"}
         mine = Announcement(attempt, self.me.node_rank, kind, reason, self.wall(), bounded)
-        stored = self.store.compare_set(self._key("incident", attempt), "", json.dumps(mine.to_json()))
+        stored = self._patient(self.store.compare_set, self._key("incident", attempt), "", json.dumps(mine.to_json()))
         return _announcement(stored) or mine  # a malformed record in the store: ours stands
 
     def poll(self, attempt: int) -> Announcement | None:
@@ -721,16 +742,16 @@ class Cohort:
         """
         start = self.clock()
         try:
-            self.store.add(self._key("captured", attempt), 1)
+            self._patient(self.store.add, self._key("captured", attempt), 1)
             while True:
-                gone = sum(1 for n in self.others if self._read_left(n) is not None)
-                if self.store.add(self._key("captured", attempt), 0) >= self.me.nnodes - gone:
+                gone = sum(1 for n in self.others if self._patient(self._read_left, n) is not None)
+                if self._patient(self.store.add, self._key("captured", attempt), 0) >= self.me.nnodes - gone:
                     break
                 if self.problem is not None or self.stopped is not None or self.local_stop is not None \
                         or self.clock() - start >= timeout:  # a stop, here or elsewhere, ends the run: no wait
                     return None
                 self.sleep(0.05)
-        except (StoreError, ValueError, TypeError, ArithmeticError):
+        except (CohortStopped, StoreError, ValueError, TypeError, ArithmeticError):
             return None  # the lease thread decides whether the store is lost; the kill goes on
         return self.clock() - start
 
@@ -747,13 +768,13 @@ class Cohort:
     def _agree(self, attempt: int, steps: Sequence[int], policy: GraphPolicy) -> Agreement:
         report = {"steps": sorted(set(steps))[-64:], "cudagraphs_off": policy.cudagraphs_off,
                   "enforce_eager": policy.enforce_eager}
-        self.store.set(self._key("done", attempt, self.me.node_rank), json.dumps(report))
+        self._patient(self.store.set, self._key("done", attempt, self.me.node_rank), json.dumps(report))
         deadline = self.clock() + self.barrier_timeout
         if self.me.is_leader:
             reports: dict[int, Any] = {}
             while True:
                 for n in sorted(set(range(self.me.nnodes)) - set(reports)):
-                    raw = self.store.get(self._key("done", attempt, n))
+                    raw = self._patient(self.store.get, self._key("done", attempt, n))
                     if raw is not None:
                         reports[n] = _object(raw, f"node {n}'s report")
                 missing = sorted(set(range(self.me.nnodes)) - set(reports))
@@ -763,10 +784,10 @@ class Cohort:
                 self.sleep(0.1)
             step, agreed = decide(reports)
             decision = Agreement(attempt, step, agreed, {str(k): v for k, v in reports.items()})
-            self.store.set(self._key("agreed", attempt), json.dumps(decision.to_json()))
+            self._patient(self.store.set, self._key("agreed", attempt), json.dumps(decision.to_json()))
             return decision
         while True:
-            raw = self.store.get(self._key("agreed", attempt))
+            raw = self._patient(self.store.get, self._key("agreed", attempt))
             if raw is not None:
                 d = _object(raw, "node 0's decision")
                 try:
@@ -781,12 +802,13 @@ class Cohort:
     def settle(self, attempt: int, mine: Mapping[str, Any]) -> dict[str, Any]:
         """Every node's restart decision after this attempt, combined (``settled``); bounded."""
         try:
-            self.store.set(self._key("decision", attempt, self.me.node_rank), json.dumps(dict(mine), default=str))
+            self._patient(self.store.set, self._key("decision", attempt, self.me.node_rank),
+                          json.dumps(dict(mine), default=str))
             deadline = self.clock() + self.barrier_timeout
             decisions: dict[int, Mapping[str, Any]] = {self.me.node_rank: mine}
             while True:
                 for n in sorted(set(range(self.me.nnodes)) - set(decisions)):
-                    raw = self.store.get(self._key("decision", attempt, n))
+                    raw = self._patient(self.store.get, self._key("decision", attempt, n))
                     if raw is not None:
                         decisions[n] = _object(raw, f"node {n}'s restart decision")
                 missing = sorted(set(range(self.me.nnodes)) - set(decisions))
@@ -808,7 +830,7 @@ class Cohort:
             raise CohortStopped(f"node {self.stopped['node']}'s supervisor was stopped "
                                 f"({_signal_name(self.stopped['signal'])})")
         for n in nodes:
-            left = self._read_left(n)
+            left = self._patient(self._read_left, n)
             if left is not None:
                 raise MemberLeft(n, left)
         if self.clock() >= deadline:

@@ -449,3 +449,53 @@ def test_nodes_lost_in_the_same_lease_round_are_all_named():
     nodes[0].renew()
     assert nodes[0].problem.node == 1 and "(and so did nodes [2])" in str(nodes[0].problem)
     assert "node 3" not in str(nodes[0].problem)
+
+
+class _SlowStore(MemoryStore):
+    """Node 0's host under heavy load: the next ``misses`` calls time out (each after its
+    deadline, a third of the lease), then the store answers again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.misses = 0
+        self.clocks: list[Clock] = []
+
+    def _check(self) -> None:
+        super()._check()
+        if self.misses > 0:
+            self.misses -= 1
+            for c in self.clocks:
+                c.now += 10 / 3
+            raise StoreError("no reply within 3.3 s")
+
+
+def test_a_store_slower_than_one_call_but_not_the_lease_costs_no_barrier():
+    """Node 0's host under heavy CPU load answered late for ~7 s of a 10 s lease (two calls
+    past their deadline) while the nodes captured, agreed and settled: one missed reply
+    ended the capture wait (the kill woke the others' ranks mid-capture) and, at the
+    agreement or the restart decision, the cohort itself ("the cohort store is unreachable",
+    75 on every node but 0). A store that stalls for less than the lease costs nothing
+    there too; one that fails for the whole lease is still lost."""
+    store = _SlowStore()
+    clock0, clock1 = Clock(), Clock(start=5000.0)
+    store.clocks = [clock0, clock1]
+    n0, n1 = _node(store, 0, clock=clock0), _node(store, 1, clock=clock1)
+    _join_all([n0, n1])
+    n1.store.add(n1._key("captured", 1), 1)
+    store.misses = 2
+    assert n0.all_captured(1, timeout=60) is not None, "the kill waited for every node's capture"
+    n0.store.set(n0._key("done", 1, 1), json.dumps({"steps": [4], "cudagraphs_off": True, "enforce_eager": False}))
+    store.misses = 2
+    assert n0.agree(1, [4], GraphPolicy(True)).checkpoint_step == 4  # node 1's report: above, by node 0's hand
+    store.misses = 2
+    assert n1.agree(1, [4], GraphPolicy()).checkpoint_step == 4
+    n0.store.set(n0._key("decision", 1, 0), json.dumps({"restart": True, "delay_s": 1.0}))
+    store.misses = 2
+    assert n1.settle(1, {"restart": True, "delay_s": 2.0})["restart"] is True
+    store.misses = 100  # gone for good: lost within the lease, not the barrier's 30 s deadline
+    started = clock1.now
+    with pytest.raises(Exception, match="unreachable"):
+        n1.agree(2, [4], GraphPolicy())
+    assert clock1.now - started < 20
+    for n in (n0, n1):
+        n.close(linger_cap=0)
