@@ -110,12 +110,23 @@ class AppriseTarget:
                 result["ok"] = False
                 result["log"] = f"{type(exc).__name__}: {exc}"
 
-        if self._abandoned is not None and self._abandoned.is_alive():
+        abandoned = self._abandoned
+        if abandoned is not None and abandoned.is_alive():
             # A receiver that dribbles its answer never trips apprise's socket timeouts, so an
             # abandoned try can live on; one per target at most, or each retry of each alert
-            # would leave one more thread and connection behind.
-            raise DeliveryError(f"{self.name}: an earlier try, abandoned after its deadline, is still waiting on "
-                                "the receiver; not opening another connection")
+            # would leave one more thread and connection behind. It is waited for within this
+            # try's own bound, not refused at once: a slow receiver's abandoned try (an incident
+            # alert cut short at the end of the run) usually ends in seconds, and refusing made
+            # the run's last alert spend its three quick tries on it and be lost with time left.
+            started = time.monotonic()
+            abandoned.join(timeout)
+            if abandoned.is_alive():
+                raise DeliveryError(f"{self.name}: an earlier try, abandoned after its deadline, is still waiting "
+                                    f"on the receiver after {timeout:g} s more; not opening another connection")
+            timeout -= time.monotonic() - started
+            if timeout < 0.5:
+                raise DeliveryError(f"{self.name}: an earlier, abandoned try held the receiver for this try's "
+                                    "time; not tried")
         thread = _bounded(attempt, timeout, self.name)
         if thread is not None:
             self._abandoned = thread

@@ -1,0 +1,50 @@
+"""Held-out alert cases: a slow receiver at the end of a run."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_a_slow_receivers_abandoned_try_is_waited_for_not_the_end_alerts_tries_spent_on_it():
+    """At the end of a run an incident alert's try is cut to what is left (0.9 s, say); a
+    receiver answering in 3 s outlived it, and the run's last alert then spent its three
+    quick tries being refused ("an earlier try ... is still waiting") and was lost with
+    seconds to spare. The earlier try is now waited for within the new try's own bound."""
+    from hangwatch.supervisor.notify import AppriseTarget, DeliveryError
+
+    release = threading.Event()
+    received: list[str] = []
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if not received:
+                release.wait(30)  # the first answer is slow
+            received.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        target = AppriseTarget(f"json://127.0.0.1:{server.server_address[1]}/hook")
+        with pytest.raises(DeliveryError):
+            target.send({"event": "incident"}, "t", "b", 0.3)  # abandoned: the receiver still holds it
+        threading.Timer(0.5, release.set).start()
+        target.send({"event": "gave_up"}, "t", "b", 20.0)  # refused at once before
+        assert len(received) == 2
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
