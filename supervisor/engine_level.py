@@ -74,6 +74,8 @@ class EngineLevel:
         # The attempt whose last restart was journaled as the generator's own (the stuck worker
         # was gone already): the backstop beat that follows is that restart, not another.
         self._claimed: int | None = None
+        # (trainer pid, the generator's restart count) of the last beat seen that had one.
+        self._restarts_seen: tuple[int, int] | None = None
 
     def ran_old_policy(self, attempt: int, engine_pid: Any) -> bool:
         """Whether ``engine_pid`` had a request in flight under the old policy at this attempt's
@@ -131,7 +133,11 @@ class EngineLevel:
         """Start the retry window and wait for the trainer's progress; the time of it."""
         now = self.last_restart = self.clock() if killed_at is None else killed_at
         self._pending = {"attempt": attempt, "onset": verdict.onset, "killed_at": now,
-                         "step": verdict.evidence.get("step")}
+                         "step": verdict.evidence.get("step"),
+                         # The generator's count before this restart: its beats keep saying an earlier
+                         # retry came back (rollouts_ok == engine_restarts) until it acts on this one.
+                         # (None when the generator restarted alone first: its count is this restart's.)
+                         "baseline": self._restarts_seen if killed_at is not None else None}
         return now
 
     def ended(self, attempt: int, hb: Heartbeat | None, t: float) -> None:
@@ -159,8 +165,14 @@ class EngineLevel:
         back on the restarted engine."""
         info = (hb.info or {}) if hb is not None else {}
         restarts = info.get("engine_restarts")
-        if self._pending is None or not isinstance(restarts, int) or restarts < 1:
+        if not isinstance(restarts, int) or restarts < 1:
             return
+        self._restarts_seen = (hb.pid, restarts) if hb is not None else None
+        if self._pending is None:
+            return
+        baseline = self._pending.get("baseline")
+        if baseline is not None and hb is not None and hb.pid == baseline[0] and restarts <= baseline[1]:
+            return  # an earlier restart's beat: the generator has not acted on this one yet
         # What the restarted engine runs, for ``engine_recovered``: the beat that shows the trainer
         # past the wedged step may carry none of it (a checkpoint's beat, a callback's plain one).
         self._pending["engine"] = _engine_info(info)

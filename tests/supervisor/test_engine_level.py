@@ -318,3 +318,48 @@ def test_a_backstop_restart_first_seen_after_its_retry_is_recovered_at_once(tmp_
     level.observe(1, Sample(t=200.0, wall=200.0, cpu_pct={}, gpu=None, heartbeat=Heartbeat(1000, 9, 0.0, 3, "train", info)))
     (recovered,) = [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_recovered"]
     assert recovered["step"] == 3 and recovered["backstop"] and not level.unrecovered(1)
+
+
+def test_a_second_restarts_retry_is_not_taken_as_done_from_the_first_retrys_beats(tmp_path: Path):
+    """After an engine restart whose retry came back, every beat says ``rollouts_ok ==
+    engine_restarts`` (1 == 1) until the generator acts on the next restart: the wedged call's beat,
+    read right after the second restart, once marked that retry done at once, so a crash of it
+    was judged a crash of the trainer's own, not the retry failing."""
+    journal = Journal(tmp_path / "journal.jsonl", "run")
+    level = EngineLevel(_Tree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
+
+    def restart(step: int) -> None:
+        verdict = Verdict(VerdictKind.STALL, detected_at=100.0, onset=96.0, reason="engine made no step",
+                          evidence={"step": step})
+        assert level.restart(1, GraphPolicy(cudagraphs_off=True), RecoveryLevel(1, "engine only", frozenset({20})),
+                             verdict, tmp_path / "control.json", None)
+
+    after_first = {"engine_restarts": 1, "rollouts_ok": 1, "cudagraphs": "off"}
+    level.observe(1, Sample(t=99.0, wall=99.0, cpu_pct={}, gpu=None, heartbeat=Heartbeat(1000, 3, 0.0, 4, "train")))
+    restart(4)
+    for t, hb in enumerate([Heartbeat(1000, 4, 0.0, 4, "restore", after_first),
+                            Heartbeat(1000, 5, 0.0, 5, "train", after_first),
+                            Heartbeat(1000, 6, 0.0, 7, "generate", after_first)]):
+        level.observe(1, Sample(t=101.0 + t, wall=101.0 + t, cpu_pct={}, gpu=None, heartbeat=hb))
+    assert not level.unrecovered(1)
+    restart(7)  # the engine wedged again in step 8's rollout
+    stale = Heartbeat(1000, 6, 0.0, 7, "generate", after_first)  # the wedged call's beat, still the file's
+    level.observe(1, Sample(t=110.0, wall=110.0, cpu_pct={}, gpu=None, heartbeat=stale))
+    level.note_beat(stale)
+    assert level.unrecovered(1), "the second retry has not come back"
+    level.note_beat(Heartbeat(1000, 9, 0.0, 7, "restore", {**after_first, "engine_restarts": 2}))
+    assert level.unrecovered(1)
+    level.note_beat(Heartbeat(1000, 10, 0.0, 7, "sleep", {**after_first, "engine_restarts": 2, "rollouts_ok": 2}))
+    assert not level.unrecovered(1)
+
+
+def test_a_new_attempts_trainer_counts_its_restarts_afresh(tmp_path: Path):
+    """The count an earlier attempt's trainer reached says nothing of the next one's generator."""
+    ok, level, _, control, _ = _restart(tmp_path, frozenset({20}), attempt=1)
+    old = {"engine_restarts": 3, "rollouts_ok": 3}
+    level.observe(1, Sample(t=101.0, wall=101.0, cpu_pct={}, gpu=None, heartbeat=Heartbeat(1000, 9, 0.0, 18, "train", old)))
+    verdict = Verdict(VerdictKind.STALL, detected_at=100.0, onset=96.0, reason="engine made no step", evidence={"step": 17})
+    assert level.restart(2, GraphPolicy(cudagraphs_off=True), RecoveryLevel(1, "engine only", frozenset({20})),
+                         verdict, control, None)
+    level.note_beat(Heartbeat(2000, 5, 0.0, 17, "sleep", {"engine_restarts": 1, "rollouts_ok": 1}))
+    assert not level.unrecovered(2)
