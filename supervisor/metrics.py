@@ -118,6 +118,11 @@ class MetricsExporter:
         self.age_g = Gauge("hangwatch_last_heartbeat_age_seconds", "seconds since the last heartbeat (NaN before "
                            "the first in this attempt)", registry=r)
         self.age_g.set_function(self._heartbeat_age)
+        # The age above is computed when the metrics are read: in a textfile that is the last write, so
+        # once the supervisor is gone (OOM-killed, SIGKILL) it stays a few seconds forever and no
+        # "no heartbeat" rule fires. A timestamp keeps aging in the rule: time() - this.
+        self.hb_ts_g = Gauge("hangwatch_last_heartbeat_timestamp_seconds", "wall-clock time of the last heartbeat "
+                             "(unix seconds; NaN before the first in this attempt)", registry=r)
         self.hb_phase_g = Gauge("hangwatch_heartbeat_phase", "1 for the phase the trainer last announced", ["phase"],
                                 registry=r)
         self.stall_g = Gauge("hangwatch_stall_building_seconds", "how long a stall has built (0 when none)", registry=r)
@@ -244,6 +249,7 @@ class MetricsExporter:
         self.attempt_g.set(st.get("attempt") or 0)
         hb = st.get("heartbeat")
         self.step_g.set(hb["step"] if hb and hb.get("step") is not None else math.nan)
+        self.hb_ts_g.set(float(hb["ts"]) if hb and hb.get("ts") is not None else math.nan)
         hb_phase = str(hb["phase"])[:PHASE_LABEL_MAX] if hb and hb.get("phase") is not None else None
         if hb_phase != self._hb_phase:
             # The trainer names its phases (any string, "epoch 3/step 1200" too): the old series is
