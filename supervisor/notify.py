@@ -323,12 +323,21 @@ class Notifier:
         self._incident = None
 
     def _put(self, payload: dict[str, Any]) -> None:
+        dropped = payload
         with self._cv:
+            if len(self._pending) >= self.queue_size and payload.get("event") != "incident":
+                # The run's last word makes room: behind a full queue of incident alerts (a target
+                # that hangs, many hangs) it was the one dropped. The oldest incident alert goes.
+                oldest = next((p for p in self._pending if p.get("event") == "incident"), None)
+                if oldest is not None:
+                    self._pending.remove(oldest)
+                    dropped = oldest
             if len(self._pending) < self.queue_size:
                 self._pending.append(payload)
                 self._cv.notify()
-                return
-        self._failed(payload, "(all)", f"the notification queue is full ({self.queue_size}); dropped", 0)
+                if dropped is payload:
+                    return
+        self._failed(dropped, "(all)", f"the notification queue is full ({self.queue_size}); dropped", 0)
 
     # -- the worker ----------------------------------------------------------------
 

@@ -48,3 +48,31 @@ def test_a_slow_receivers_abandoned_try_is_waited_for_not_the_end_alerts_tries_s
         release.set()
         server.shutdown()
         server.server_close()
+
+
+def test_the_runs_last_alert_makes_room_in_a_full_queue():
+    """Behind a target that hangs, incident alerts filled the bounded queue and the run's last
+    alert (gave_up) was the one dropped. It now takes the place of the oldest incident alert."""
+    from hangwatch.supervisor.notify import Notifier
+
+    release = threading.Event()
+    sent: list[str] = []
+    journaled: list[tuple[str, dict]] = []
+
+    class Stuck:
+        name = "stuck"
+
+        def send(self, payload, title, body, timeout):
+            release.wait(30)
+            sent.append(payload["event"])
+
+    notifier = Notifier([Stuck()], run_dir="/run", journal_append=lambda e, **f: journaled.append((e, f)),
+                        describe=lambda bundle: {}, queue_size=3)
+    for attempt in range(1, 7):
+        notifier.record({"event": "incident", "attempt": attempt, "kind": "silent_hang", "reason": "r"})
+        notifier.record({"event": "restart_scheduled", "after_attempt": attempt, "delay_s": 0})
+    notifier.record({"event": "run_finished", "exit_code": 71, "outcome": "gave_up", "reason": "budget"})
+    release.set()
+    assert notifier.close(30)
+    assert sent[-1] == "gave_up", sent
+    assert all(f["notification"] == "incident" and "queue is full" in f["error"] for _, f in journaled), journaled
