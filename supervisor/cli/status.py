@@ -158,7 +158,21 @@ def summarise(path: Path) -> dict[str, Any]:
         "cohort": {**run.cohort, "events": run.cohort_events} if run.cohort else None,
         "pruned": _pruned(records),
         "engine_restarts": _engine_restarts(records),
+        "alerts_failed": _alerts_failed(records),
     }
+
+
+def _alerts_failed(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Alerts that were not delivered (``notify_failed``): how many, and whether the run's last one is among them.
+
+    The person reading ``status`` is often the one a page never reached."""
+    failed = [r for r in records if r.get("event") == "notify_failed"]
+    if not failed:
+        return None
+    last = failed[-1]
+    finals = [r for r in failed if r.get("notification") in ("gave_up", "run_finished")][:8]
+    return {"count": len(failed), "final_failed": [str(r.get("target")) for r in finals],
+            "last": {k: last.get(k) for k in ("notification", "target", "error", "ts")}}
 
 
 def _engine_restarts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -338,6 +352,13 @@ def render_status(summary: dict[str, Any], now: float | None = None) -> str:
                  if e.get("recovered_step") is not None else "; no progress after it")
         lines.append(f"engine:  attempt {e['attempt']}: only the rollout engine was restarted (graphs "
                      f"{e['cudagraphs']}), the trainer lived on{after}")
+    alerts = summary.get("alerts_failed")
+    if isinstance(alerts, dict) and isinstance(alerts.get("last"), dict):
+        last = alerts["last"]
+        finals = alerts.get("final_failed") or []
+        final = f"; the run's last alert did NOT reach {', '.join(map(str, finals))}" if finals else ""
+        lines.append(f"alerts:  {alerts.get('count')} not delivered{final} (last: {last.get('notification')} to "
+                     f"{last.get('target')}: {last.get('error')})")
     pruned = summary.get("pruned")
     if pruned:
         last = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(pruned["last"])) if pruned["last"] else "?"
