@@ -14,6 +14,8 @@ relaunch + warm-up. Work lost since the last checkpoint comes on top.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import math
 import os
 import socket
@@ -71,6 +73,10 @@ class _BoundedHTTPServer(ThreadingHTTPServer):
 #: a trainer-chosen phase is cut to this many characters in the label
 PHASE_LABEL_MAX = 64
 
+class TextfileInUse(RuntimeError):
+    """Another live supervisor writes the same ``--metrics-textfile``."""
+
+
 PHASES = ("starting", "watching", "stall_building", "capturing", "killing", "releasing", "restarting_engine", "ended",
           "backing_off", "finished")
 
@@ -96,6 +102,7 @@ class MetricsExporter:
         self._last_textfile = -1e18
         self._textfile_failed = False
         self._lost_onset: float | None = None  # wall time of the incident onset not yet recovered from
+        self._claim: int | None = None  # the fd holding the textfile's lock while this run writes it
         self._gpus: set[str] = set()
         self._hb_phase: str | None = None
 
@@ -155,9 +162,35 @@ class MetricsExporter:
     def close(self) -> None:
         self.up_g.set(0)
         self._write_textfile(force=True)
+        if self._claim is not None:
+            os.close(self._claim)  # the kernel drops the lock with it (and at a SIGKILL)
+            self._claim = None
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
+
+    def claim_textfile(self, owner: str) -> None:
+        """Hold ``.NAME.lock`` next to the textfile for the run: one writer per file.
+
+        Two runs on one host given the same path (a shared config file) rewrote it in turn every
+        5 s: each run's values, a finished run's outcome and ``supervisor_running 0`` came and
+        went with the other's, and counters seemed to reset. Raises ``TextfileInUse`` naming
+        the holder, or OSError where the lock cannot be made. The collector reads ``*.prom``
+        only, so the hidden lock file is not mistaken for metrics."""
+        assert self.textfile is not None
+        path = self.textfile.with_name(f".{self.textfile.name}.lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise TextfileInUse(holder or "another hangwatch run") from None
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{owner} (supervisor pid {os.getpid()})\n".encode(), 0)
+        self._claim = fd
 
     def write_textfile(self) -> None:
         """Write the textfile now; raises OSError (the wiring's first write: refused at start)."""

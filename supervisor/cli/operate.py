@@ -86,7 +86,7 @@ def start(config: RunConfig, operate: OperateConfig, run_id: str, probe_name: st
             "NO HANG CAN BE DETECTED in this run: no GPU probe and --progress-timeout 0; only crashes are noticed"))
 
     if operate.metrics_port is not None or operate.metrics_textfile is not None:
-        from hangwatch.supervisor.metrics import MetricsExporter  # noqa: PLC0415  (prometheus-client only if used)
+        from hangwatch.supervisor.metrics import MetricsExporter, TextfileInUse  # noqa: PLC0415  (prometheus-client only if used)
 
         ops.metrics = MetricsExporter(status, textfile=operate.metrics_textfile)
         if operate.metrics_port is not None:
@@ -102,7 +102,14 @@ def start(config: RunConfig, operate: OperateConfig, run_id: str, probe_name: st
                 # Rewritten all run long: below a folder another user controls, they could swap it for a
                 # link and have it land in a directory of their choice (a run dir's rule, contract.private).
                 check_ancestors(operate.metrics_textfile, "--metrics-textfile")
+                ops.metrics.claim_textfile(str(run_dir))
                 ops.metrics.write_textfile()  # a place it cannot write is refused now, not found out later
+            except TextfileInUse as exc:
+                ops.metrics.textfile = None
+                ops.metrics.close()
+                raise ConfigError(f"--metrics-textfile {operate.metrics_textfile}: another run writes it ({exc}); "
+                                  "give each run its own file in the collector's folder, e.g. "
+                                  "hangwatch-<name>.prom") from None
             except UnsafePathError as exc:
                 ops.metrics.textfile = None
                 ops.metrics.close()

@@ -1,4 +1,4 @@
-"""Held-out metrics cases: what a textfile says once nobody rewrites it."""
+"""Held-out metrics cases: the textfile once nobody rewrites it, and two runs given one textfile."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,31 @@ def test_the_textfile_keeps_the_last_heartbeats_time_so_a_rule_can_age_it(tmp_pa
     stamp = metrics.get("hangwatch_last_heartbeat_timestamp_seconds", math.nan)
     assert stamp == pytest.approx(beat["ts"], abs=1e-3), metrics
     assert metrics["hangwatch_last_heartbeat_step"] == beat["step"] == 3
+
+
+def test_a_second_run_on_the_same_textfile_is_refused_while_the_first_writes_it(tmp_path):
+    """Several runs on one host from one config file shared the textfile and rewrote it in turn:
+    each run's values (and a finished run's outcome) came and went with the other's."""
+    textfile = tmp_path / "hangwatch.prom"
+    go = tmp_path / "go"
+    waiter = (f"import os, time\nend = time.monotonic() + 40\n"
+              f"while not os.path.exists({str(go)!r}) and time.monotonic() < end:\n    time.sleep(0.05)\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    common = ["--gpu-probe", "none", "--quiet", "--heartbeat-warning", "0", "--metrics-textfile", str(textfile)]
+    first = subprocess.Popen([sys.executable, "-m", "hangwatch.cli", "run", "--run-dir", str(tmp_path / "a"), *common,
+                              "--", sys.executable, "-c", waiter], cwd=tmp_path, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not textfile.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # written once claimed
+        second = subprocess.run([sys.executable, "-m", "hangwatch.cli", "run", "--run-dir", str(tmp_path / "b"),
+                                 *common, "--", sys.executable, "-c", "pass"],
+                                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=40)
+        assert second.returncode == 2 and "another run writes it" in second.stderr, second.stderr
+        assert str(tmp_path / "a") in second.stderr  # names the run that holds it
+    finally:
+        go.touch()
+        _, err = first.communicate(timeout=40)
+    assert first.returncode == 0, err
+    assert _metrics(textfile.read_text())["hangwatch_supervisor_running"] == 0
