@@ -274,6 +274,9 @@ def test_a_trainer_that_exits_once_its_retried_rollouts_came_back_was_recovered(
     (recovered,) = [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_recovered"]
     assert recovered["at_exit"] and recovered["step"] == 17 and recovered["onset_to_progress_s"] == 105.0 - 96.0
     assert recovered["engine"]["cudagraphs"] == "off" and not level.unrecovered(1)
+    from hangwatch.cli.status import _engine_restarts
+    (shown,) = _engine_restarts(read_journal(tmp_path / "journal.jsonl"))
+    assert shown["recovered"] and shown["recovered_at_exit"]  # status: "its retried rollouts came back, then ..."
 
 
 def test_a_trainer_that_exits_before_its_retry_came_back_was_not_recovered(tmp_path: Path):
