@@ -162,6 +162,31 @@ def summarise(path: Path) -> dict[str, Any]:
     }
 
 
+#: past this many attempts, runs of alike attempts are shown as their first and last row
+_MANY_ATTEMPTS = 50
+_ALIKE_RUN = 5
+
+
+def _attempt_rows(rows: list[tuple[str, str]]) -> list[str]:
+    """The attempt table's lines; with many attempts, a run of alike ones (same outcome, exit,
+    graphs, resume point) is its first row, a count and its last row: a crash loop of 400
+    attempts was 400 identical lines between the run's state and its incidents."""
+    if len(rows) <= _MANY_ATTEMPTS:
+        return [head + rest for head, rest in rows]
+    out: list[str] = []
+    i = 0
+    while i < len(rows):
+        j = i
+        while j + 1 < len(rows) and rows[j + 1][1] == rows[i][1]:
+            j += 1
+        if j - i + 1 >= _ALIKE_RUN:
+            out += [rows[i][0] + rows[i][1], f"    ...  {j - i - 1} more alike", rows[j][0] + rows[j][1]]
+        else:
+            out += [head + rest for head, rest in rows[i:j + 1]]
+        i = j + 1
+    return out
+
+
 def _alerts_failed(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Alerts that were not delivered (``notify_failed``): how many, and whether the run's last one is among them.
 
@@ -182,7 +207,8 @@ def _engine_restarts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if r.get("event") == "engine_restart":
             out.append({k: r.get(k) for k in ("attempt", "ok", "cudagraphs", "reason", "ts")})
         elif r.get("event") == "engine_recovered" and out and "recovered_step" not in out[-1]:
-            out[-1].update(recovered_step=r.get("step"), kill_to_progress_s=r.get("kill_to_progress_s"))
+            out[-1].update(recovered_step=r.get("step"), kill_to_progress_s=r.get("kill_to_progress_s"),
+                           recovered=True, recovered_at_exit=bool(r.get("at_exit")))
     return out
 
 
@@ -319,13 +345,13 @@ def render_status(summary: dict[str, Any], now: float | None = None) -> str:
     # An attempt without its end record runs only while its supervisor does; one a dead
     # supervisor left open is not running (its guardian kills what is left; --resume closes it).
     open_attempt = "running" if summary.get("alive", True) else "left open"
+    rows = []
     for a in summary["attempts"]:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a["started"]))
         graphs = a["cudagraphs"] + ("+eager" if a["enforce_eager"] else "")
-        lines.append(
-            f"{a['attempt']:>7}  {started}  {str(a['outcome'] or open_attempt):<15}  {a.get('exit', '-'):<25}  "
-            f"{graphs:<6}  {a['resume_from'] or '-'}"
-        )
+        rest = f"{str(a['outcome'] or open_attempt):<15}  {a.get('exit', '-'):<25}  {graphs:<6}  {a['resume_from'] or '-'}"
+        rows.append((f"{a['attempt']:>7}  {started}  ", rest))
+    lines += _attempt_rows(rows)
     for i in summary["incidents"]:
         sig = i.get("signature") or "none"
         lines.append(f"incident: attempt {i['attempt']} {i['kind']}: {i['reason']} (latency {i['latency_s']} s)")
@@ -348,8 +374,12 @@ def render_status(summary: dict[str, Any], now: float | None = None) -> str:
         if not e.get("ok"):
             lines.append(f"engine:  attempt {e['attempt']}: the engine could not be restarted alone; the job was restarted")
             continue
-        after = (f"; the trainer reached step {e['recovered_step']} {e['kill_to_progress_s']} s later"
-                 if e.get("recovered_step") is not None else "; no progress after it")
+        if e.get("recovered_at_exit"):
+            after = "; its retried rollouts came back, then the trainer exited"
+        elif e.get("recovered_step") is not None:
+            after = f"; the trainer reached step {e['recovered_step']} {e['kill_to_progress_s']} s later"
+        else:
+            after = "; the trainer moved on" if e.get("recovered") else "; no progress after it"
         lines.append(f"engine:  attempt {e['attempt']}: only the rollout engine was restarted (graphs "
                      f"{e['cudagraphs']}), the trainer lived on{after}")
     alerts = summary.get("alerts_failed")
