@@ -346,3 +346,28 @@ def test_a_node_that_cannot_relaunch_tells_the_others_why(tmp_path):
     last = read_journal(s0.run_dir / "journal.jsonl")[-1]
     assert last["event"] == "run_finished" and \
         "node 1's supervisor gave up: cannot start 'torchrun': command not found" in last["reason"], last
+
+
+def test_a_node_whose_supervisor_fails_tells_the_others_why(tmp_path):
+    """hangwatch itself failed on node 1 (exit 70): the others read its error, not "it left"."""
+    from hangwatch.cli.main import _supervise
+
+    store = MemoryStore()
+    (s0, _), (s1, t1) = _node(tmp_path, store, 0, ["crash"]), _node(tmp_path, store, 1, ["train"])
+
+    def broken_sample():
+        raise RuntimeError("sampler broke")
+
+    t1.sample = broken_sample
+    joins = [threading.Thread(target=s.cohort.cohort.join, kwargs={"timeout": JOIN_S}) for s in (s0, s1)]
+    for t in joins:
+        t.start()
+    for t in joins:
+        t.join(timeout=20)
+    assert _supervise(s1, s1.config, structlog.get_logger("test"), resumed=False, guardian_state="armed",
+                      containment=None) == 70
+    s1.cohort.cohort.close(linger_cap=0)
+    assert s0.run() == EXIT_COHORT
+    s0.cohort.cohort.close(linger_cap=0)
+    last = read_journal(s0.run_dir / "journal.jsonl")[-1]
+    assert "node 1's supervisor gave up: hangwatch failed on node 1: RuntimeError: sampler broke" in last["reason"], last
