@@ -41,10 +41,24 @@ class Checkpoint:
         return {"path": str(self.path), "step": self.step, "complete": self.complete, "problem": self.problem}
 
 
+class CheckpointsUnreadable(Exception):
+    """The checkpoint directory exists but cannot be listed (permissions, a stale NFS handle, an
+    I/O error). Not "no checkpoints": a trainer relaunched from scratch would save over them."""
+
+
 def scan(spec: CheckpointSpec) -> list[Checkpoint]:
-    """All candidates, newest first (by the number in the name, then mtime)."""
-    if not spec.directory.is_dir():
+    """All candidates, newest first (by the number in the name, then mtime).
+
+    A directory that does not exist yet has none; one that cannot be listed raises
+    ``CheckpointsUnreadable`` (``Path.glob`` would have said "none" without a word)."""
+    try:
+        with os.scandir(spec.directory):
+            pass
+    except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise CheckpointsUnreadable(f"cannot list the checkpoint directory {spec.directory}: "
+                                    f"{exc.strerror or exc}") from exc
     found = []
     for path in spec.directory.glob(spec.glob):
         if not path.is_dir() or path.name.startswith("."):

@@ -30,7 +30,7 @@ from typing import Any, Callable
 import structlog
 
 from hangwatch.contract.capture import CaptureHook, CaptureRequest
-from hangwatch.contract.exitcodes import EXIT_UNKILLABLE
+from hangwatch.contract.exitcodes import EXIT_CHECKPOINTS, EXIT_UNKILLABLE
 from hangwatch.contract.heartbeat import read_heartbeat
 from hangwatch.contract.journal import Journal, read_journal
 from hangwatch.contract.redact import redact_argv, redact_value
@@ -40,7 +40,7 @@ from hangwatch.supervisor.attempt import (CAPTURE_SLACK_S, AttemptLifecycle, Att
                                           attempt_argv, attempt_environment, engine_detect_within, escalate,
                                           recovery_level)
 from hangwatch.supervisor.capture import SamplesOnlyCapture
-from hangwatch.supervisor.checkpoints import newest_complete, scan
+from hangwatch.supervisor.checkpoints import CheckpointsUnreadable, newest_complete, scan
 from hangwatch.supervisor.cohort import Cohort
 from hangwatch.supervisor.cohort_link import CohortLink
 from hangwatch.supervisor.config import RunConfig
@@ -161,7 +161,10 @@ class Supervisor:
         if self.cohort is not None:
             self.cohort.joined()
         while True:
-            outcome, code = self._attempt(resumed_run=resumed)
+            try:
+                outcome, code = self._attempt(resumed_run=resumed)
+            except CheckpointsUnreadable as exc:
+                return self._checkpoints_unreadable(exc)
             if code is not None:
                 return code
             decision = self.config.restart.decide(self.state.history, self._policy_time())
@@ -194,6 +197,18 @@ class Supervisor:
         else:
             log.error("run_finished", message=f"giving up: {decision.reason} (exit {code})")
         return code
+
+    def _checkpoints_unreadable(self, exc: CheckpointsUnreadable) -> int:
+        """No relaunch when the checkpoints cannot be read: from scratch, the trainer would save
+        over them (nothing of the run may be lost). The user fixes access, then ``--resume``."""
+        reason = f"{exc}; not relaunching from scratch over checkpoints that may be there"
+        if self.cohort is not None:
+            self.cohort.gave_up(reason)
+        self.journal.append("run_finished", outcome="gave_up", exit_code=EXIT_CHECKPOINTS, reason=reason,
+                            attempts=self.state.attempt)
+        log.error("run_finished", message=f"giving up: {reason}: make it readable, then hangwatch run --resume "
+                                          f"{self.run_dir} (exit {EXIT_CHECKPOINTS})")
+        return EXIT_CHECKPOINTS
 
     def _finish_interrupted(self, trainer_code: int | None) -> int:
         sig = self._stop_signal or signal.SIGTERM
@@ -656,8 +671,14 @@ class Supervisor:
         assert self.cohort is not None
         if verdict.kind is VerdictKind.DONE or (self._stop_signal is not None and verdict.kind is not VerdictKind.COHORT_LOST):
             return None
-        steps = [c.step for c in scan(self.config.checkpoint) if c.complete and c.step is not None] \
-            if self.config.checkpoint else []
+        try:
+            steps = [c.step for c in scan(self.config.checkpoint) if c.complete and c.step is not None] \
+                if self.config.checkpoint else []
+        except CheckpointsUnreadable as exc:
+            # Reporting no steps would have every node relaunch from scratch over the checkpoints.
+            self.cohort.gave_up(f"{exc}; not relaunching from scratch over checkpoints that may be there")
+            log.error("checkpoints_unreadable", message=f"{exc}: this node cannot agree on a checkpoint; the job stops")
+            return EXIT_CHECKPOINTS
         agreed, code = self.cohort.agree(self.state.attempt, verdict, steps, self.state.policy)
         if agreed is not None:
             self.state.policy = agreed.policy
@@ -676,7 +697,13 @@ class Supervisor:
                 log.warning("no_checkpoint", message=f"no checkpoint complete on every node of the cohort (agreed step "
                                                      f"{self._agreed_step}); restarting from scratch with them")
             return (agreed.path, agreed.step) if agreed is not None else (None, None)
-        chosen, skipped = newest_complete(self.config.checkpoint)
+        try:
+            chosen, skipped = newest_complete(self.config.checkpoint)
+        except CheckpointsUnreadable as exc:
+            if resume:
+                raise
+            log.warning("checkpoints_unreadable", message=f"{exc}: a restart will need it readable")
+            return None, None
         step = chosen.step if chosen else None
         if not resume:
             return None, step
@@ -689,9 +716,14 @@ class Supervisor:
         return chosen.path, step
 
     def _newest_step(self) -> int | None:
+        """For the no-progress rule; an unreadable directory is judged when the next attempt
+        would resume (``_choose_checkpoint``), not here."""
         if not self.config.checkpoint:
             return None
-        chosen, _ = newest_complete(self.config.checkpoint)
+        try:
+            chosen, _ = newest_complete(self.config.checkpoint)
+        except CheckpointsUnreadable:
+            return None
         return chosen.step if chosen else None
 
 

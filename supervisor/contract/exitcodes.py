@@ -14,6 +14,7 @@ EXIT_NO_PROGRESS = 72
 EXIT_CRASH_STOP = 73
 EXIT_UNKILLABLE = 74
 EXIT_COHORT = 75
+EXIT_CHECKPOINTS = 76
 
 EXIT_CODES = {
     EXIT_OK: "the trainer finished (exit 0)",
@@ -24,4 +25,5 @@ EXIT_CODES = {
     EXIT_CRASH_STOP: "the trainer crashed and --on-crash stop was set",
     EXIT_UNKILLABLE: "processes of the tree survived SIGKILL; not restarting into a GPU they may hold",
     EXIT_COHORT: "multi-node: a node's supervisor or the cohort store was lost, or nodes could not agree",
+    EXIT_CHECKPOINTS: "the checkpoint directory could not be listed; not relaunching from scratch over it",
 }

@@ -383,3 +383,28 @@ def test_the_trainer_is_told_how_long_an_engine_wedge_takes_to_catch_and_capture
     _, ours = attempt_environment({}, run_dir=Path("/r"), attempt=1, attempt_dir=Path("/r/a1"), policy=GraphPolicy(),
                                   resume_from=None, detect_within=52.0, engine_recovery="job")
     assert ours[names.DETECT_WITHIN] == "52" and ours[names.ENGINE_RECOVERY] == "job"
+
+
+def test_checkpoints_that_cannot_be_listed_stop_the_run_instead_of_a_restart_from_scratch(tmp_path):
+    """The checkpoint directory became unreadable between attempts (here a link loop; permissions,
+    a stale NFS handle): before, it read as "no checkpoints" and the trainer was relaunched from
+    scratch, to save over them. Now the run stops with 76 and says what to fix."""
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "checkpoint-5").mkdir(parents=True)
+    (ckpt / "checkpoint-5" / "trainer_state.json").write_text("{}")
+    sup, tree, clock, _ = _supervisor(tmp_path, ["wedge", "train"], checkpoint_dir=str(ckpt))
+
+    real_sleep = clock.sleep
+
+    def sleep(seconds):  # in the backoff after the wedge, the directory goes bad
+        real_sleep(seconds)
+        if len(tree.launched) == 1 and ckpt.is_dir() and not ckpt.is_symlink():
+            ckpt.rename(tmp_path / "ckpt-moved")
+            ckpt.symlink_to(ckpt)  # a loop: listing it fails with ELOOP, even for root
+
+    sup.sleep = sleep
+    assert sup.run() == 76
+    assert len(tree.launched) == 1, "never relaunched from scratch"
+    last = read_journal(sup.run_dir / "journal.jsonl")[-1]
+    assert last["event"] == "run_finished" and last["exit_code"] == 76
+    assert "cannot list the checkpoint directory" in last["reason"] and "not relaunching from scratch" in last["reason"]
