@@ -183,7 +183,7 @@ def render_html(run_dir: Path, records: Sequence[Mapping[str, Any]], g: Mapping[
         f"<tr><td>{a['attempt']}</td><td>{when(a['started'])}</td>"
         f"<td>{(a['ended'] - a['started']) if a['ended'] else 0:.0f} s</td><td>{e(str(a['kind'] or 'running'))}</td>"
         f"<td>{e(describe_exit(a['exit_code'], a['kind']))}</td>"
-        f"<td>{(a['first_beat'] - a['started']) if a['first_beat'] else float('nan'):.1f} s</td></tr>"
+        f"<td>{_to_first_beat(a)}</td></tr>"
         for a in g["attempts"])
     incidents = "".join(
         f"<tr><td>{i['attempt']}</td><td>{e(str(i['kind']))}</td><td>{e(str(i['reason']))}</td>"
@@ -212,6 +212,13 @@ td,th{{border:1px solid #ccc;padding:.3em .6em;text-align:left}}.bar{{display:fl
 onset to the next attempt's first heartbeat. Work redone since the last checkpoint is not counted.</p>
 </body></html>
 """
+
+
+def _to_first_beat(attempt: dict[str, Any]) -> str:
+    """Launch to the attempt's first heartbeat; 'none' when it sent none (it read 'nan s')."""
+    if not attempt.get("first_beat"):
+        return "none"
+    return f"{attempt['first_beat'] - attempt['started']:.1f} s"
 
 
 def write_run_report(run_dir: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:

@@ -109,3 +109,12 @@ def test_report_command_writes_the_run_page(tmp_path, capsys):
     assert "Goodput 92.7 %" in page and "gpu_util=100%" in page and "114 s" in page
     assert cli_main.main(["report", str(tmp_path), "-o", str(tmp_path)]) == 2
     assert "is a directory" in capsys.readouterr().err
+
+
+def test_an_attempt_without_a_heartbeat_reads_none_not_nan(tmp_path, capsys):
+    """An attempt that wedged before its first beat: 'to first heartbeat' read 'nan s'."""
+    records = [r for r in _records() if not (r["event"] == "first_heartbeat" and r["attempt"] == 1)]
+    (tmp_path / "journal.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert cli_main.main(["report", str(tmp_path)]) == 0
+    page = (tmp_path / "report.html").read_text()
+    assert "nan" not in page and "<td>none</td>" in page and "<td>20.0 s</td>" in page
