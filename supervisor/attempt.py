@@ -183,11 +183,13 @@ class RunState:
     history: list[AttemptOutcome] = field(default_factory=list)
     stalls: int = 0
     policy: GraphPolicy = GraphPolicy()
+    #: wall time of the run's last engine restart (level 1), for ``--engine-retry-window``
+    last_engine_restart_wall: float | None = None
 
     @classmethod
     def from_journal(cls, records: Sequence[Mapping[str, Any]]) -> "RunState":
         run = fold_journal(records)
-        state = cls(run_id=run.run_id or "", stalls=run.stalls)
+        state = cls(run_id=run.run_id or "", stalls=run.stalls, last_engine_restart_wall=run.last_engine_restart_ts)
         for a in run.attempts:
             state.attempt = max(state.attempt, a.attempt)
             state.policy = GraphPolicy.from_env(a.env)

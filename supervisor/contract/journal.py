@@ -220,6 +220,9 @@ class RunRecord:
     #: multi-node: this node's membership (``cohort_joined``) and the cohort's decisions, in order
     cohort: dict[str, Any] | None = None
     cohort_events: list[dict[str, Any]] = field(default_factory=list)
+    #: the wall time of the last engine restart that was carried out (``engine_restart`` not
+    #: ``ok: false``): the engine retry window counts from it, across ``--resume`` too
+    last_engine_restart_ts: float | None = None
 
 
 def fold_journal(records: Sequence[Mapping[str, Any]]) -> RunRecord:
@@ -251,6 +254,8 @@ def fold_journal(records: Sequence[Mapping[str, Any]]) -> RunRecord:
             run.incidents[-1]["evidence_path"] = r["evidence_path"]
         elif event == "restart_scheduled":
             run.pending_restart = dict(r)
+        if event == "engine_restart" and r.get("ok", True) is not False and isinstance(r.get("ts"), (int, float)):
+            run.last_engine_restart_ts = float(r["ts"])
         if event in ("recovery", "engine_restart", "restart_scheduled") and r.get("cudagraphs") in ("on", "off") \
                 and r.get("ok", True) is not False:
             run.decided_policy = {"cudagraphs": r["cudagraphs"], "enforce_eager": bool(r.get("enforce_eager"))}

@@ -342,6 +342,27 @@ def test_resume_keeps_the_policy_an_incident_decided_after_the_attempt_started(t
         "a later attempt's own start environment holds again"
 
 
+def test_the_engine_retry_window_counts_across_a_resume(tmp_path):
+    """A level-1 engine restart, then the supervisor died and was resumed: a wedge right after the
+    resume is a second one within --engine-retry-window (a job restart), not a first one retried
+    at the engine level again. The window starts from the journal's wall time of that restart."""
+    j = Journal(tmp_path / "j.jsonl", "r1")
+    j.append("attempt_started", attempt=1, pid=1, env={names.CUDAGRAPHS: "1"})
+    j.append("engine_restart", attempt=1, ok=True, cudagraphs="off", enforce_eager=False)
+    j.append("engine_restart", attempt=1, ok=False, escalated_to="job")  # a failed one starts no window
+    state = RunState.from_journal(read_journal(tmp_path / "j.jsonl"))
+    restarted_at = state.last_engine_restart_wall
+    assert restarted_at is not None
+    clock = FakeClock()
+    config = _config(tmp_path)
+    config.run_dir.mkdir(parents=True)
+    sup = Supervisor(config, FakeProbe(), RecordingCapture(), state=state, tree=FakeTree(clock, ["train"]),
+                     clock=clock, sleep=clock.sleep, wall=lambda: restarted_at + 120.0)
+    assert sup.engine_level.last_restart == pytest.approx(clock() - 120.0)
+    fresh = RunState.from_journal(read_journal(tmp_path / "j.jsonl")[:1])
+    assert fresh.last_engine_restart_wall is None
+
+
 def test_illegal_transition_is_a_named_error():
     life = AttemptLifecycle(3)
     life.advance(AttemptState.WATCHING, 1.0)
