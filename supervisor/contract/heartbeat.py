@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import threading
 import time
@@ -97,14 +98,26 @@ class Heartbeat:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Heartbeat":
+        """Raises ValueError/TypeError when ``data`` is not a beat. The trainer writes the file:
+        a time that is NaN or infinite is no beat, and a phase that is not a string (a list,
+        an object) is kept as its JSON text. As it was, a phase list reached the detector's
+        phase-timeout lookup and the supervisor's tick died on it (``unhashable type``,
+        exit 70: the run was left unwatched)."""
         step = data.get("step")
+        phase = data.get("phase")
+        if phase is not None and not isinstance(phase, str):
+            phase = json.dumps(phase, sort_keys=True, default=str)
+        ts = float(data.get("ts", 0.0))
+        if not math.isfinite(ts):
+            raise ValueError(f"heartbeat ts is not a finite number: {ts!r}")
+        info = data.get("info") or {}
         return cls(
             pid=int(data["pid"]),
             seq=int(data["seq"]),
-            ts=float(data.get("ts", 0.0)),
+            ts=ts,
             step=int(step) if step is not None else None,
-            phase=data.get("phase"),
-            info=dict(data.get("info") or {}),
+            phase=phase,
+            info=dict(info) if isinstance(info, Mapping) else {},
         )
 
 
