@@ -21,6 +21,11 @@ DEFAULT_GLOB = "checkpoint-*"
 DEFAULT_MARKER = "trainer_state.json"
 
 _STEP = re.compile(r"(\d+)(?!.*\d)")
+# A step is a count of optimizer steps: one past this is a name, not a step. The trainer's user
+# names the folders, and the journal's readers skip a record whose step no counter reaches
+# (``contract.journal``): ``checkpoint-99999999999999999999`` erased every attempt's end from
+# ``hangwatch status`` ("left open", no exit code) and from ``--resume``'s view of the run.
+MAX_STEP = (1 << 63) - 1
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,9 @@ def scan(spec: CheckpointSpec) -> list[Checkpoint]:
         if not path.is_dir() or path.name.startswith("."):
             continue
         match = _STEP.search(path.name)
-        step = int(match.group(1)) if match else None
+        step = int(match.group(1)) if match else None  # a name is at most 255 bytes: int() is cheap
+        if step is not None and step > MAX_STEP:
+            step = None
         problem = _incomplete(path, spec.marker)
         found.append(Checkpoint(path, step, problem is None, problem))
 

@@ -45,3 +45,24 @@ def test_a_beat_without_a_finite_time_is_no_beat(tmp_path: Path, ts: str) -> Non
     path = tmp_path / "heartbeat.json"
     path.write_text('{"pid": 1, "seq": 1, "ts": %s, "step": 1, "phase": "train"}' % ts)
     assert read_heartbeat(path) is None
+
+
+def test_a_checkpoint_name_with_a_huge_number_never_erases_the_journals_records(tmp_path: Path) -> None:
+    """The trainer's user names the checkpoint folders: ``checkpoint-99999999999999999999``
+    became every attempt's ``start_step``/``end_step``, a number no step counter reaches, which
+    the journal's readers skip as a forged record: ``hangwatch status`` showed each attempt
+    "left open" with no exit code (reproduced with a real run and a crashing trainer). A
+    number past any step counter is no step: the folder is an unnumbered checkpoint."""
+    from hangwatch.contract.journal import Journal, fold_journal, read_journal
+    from hangwatch.supervisor.checkpoints import CheckpointSpec, newest_complete
+
+    ckpt = tmp_path / "ckpt" / "checkpoint-99999999999999999999"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text("{}")
+    chosen, _ = newest_complete(CheckpointSpec(tmp_path / "ckpt"))
+    assert chosen is not None and chosen.path == ckpt
+    journal = Journal(tmp_path / "run" / "journal.jsonl", "r1")
+    journal.append("attempt_started", attempt=1, pid=4242, env={}, resume_from=str(chosen.path))
+    journal.append("attempt_ended", attempt=1, kind="crash", exit_code=3, start_step=chosen.step, end_step=chosen.step)
+    run = fold_journal(read_journal(tmp_path / "run" / "journal.jsonl"))
+    assert run.attempts[0].outcome == "crash" and run.attempts[0].exit_code == 3
