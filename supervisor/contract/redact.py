@@ -12,7 +12,8 @@ safety net) every text file the bundle writer writes:
 * by **shape**: values that look like credentials wherever they appear
   (``hf_...``, ``sk-...``, ``ghp_...``, AWS ``AKIA...``, Slack ``xox?-``, JWTs,
   ``Bearer`` tokens, ``scheme://user:pass@`` and ``redis://:pass@`` URLs,
-  Slack and Discord webhook URLs, long high-entropy strings that are not
+  Slack, Discord and other webhook URLs, signed URLs' ``sig=``/``*Signature=``
+  parameter, vendor-prefixed tokens, long high-entropy strings that are not
   identifiers joined by ``_``/``-`` such as bundle names or kernel frames).
 
 Redaction errs towards removing too much: a bundle is shared in bug reports.
@@ -49,6 +50,11 @@ _VALUE_PATTERNS = [
     re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
     re.compile(r"\bxox[abprs]-[A-Za-z0-9\-]{10,}"),
     re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
+    # Prefixed tokens whose bodies the high-entropy rule misses (lowercase hex, short): Databricks'
+    # dapi + 32 hex, Docker's dckr_pat_, Grafana's glsa_/glc_, Shopify's shpat_/shpss_/shpca_/shppa_,
+    # NVIDIA NGC's nvapi-, Replicate's r8_, Tailscale's tskey-, Linear's lin_api_.
+    re.compile(r"\bdapi[0-9a-f]{32}(?:-\d)?\b"),
+    re.compile(r"\b(?:dckr_pat_|glsa_|glc_|shp(?:at|ss|ca|pa)_|nvapi-|r8_|tskey-|lin_api_)[A-Za-z0-9_\-]{16,}"),
 ]
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token) [A-Za-z0-9._~+/\-]{8,}=*")
 # user may be empty: redis://:password@host; the password runs to the authority's last @
@@ -64,6 +70,16 @@ _PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
 _WEBHOOKS = re.compile(
     r"(?i)\b(https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)/|(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/))"
     r"[^\s\"'<>]+")
+# Any other webhook URL: a path segment "webhook(s)"/"webhookb2"/"hooks" (Microsoft Teams'
+# *.webhook.office.com/webhookb2/..., Mattermost's /hooks/ID, Zapier, Discord) and all after it.
+_WEBHOOK_PATHS = re.compile(
+    r"(?i)\b(https?://[^\s/\"'<>]{1,256}(?:/[^\s/\"'<>?#]{0,256}){0,16}?/(?:webhooks?|webhookb2|hooks)/)[^\s\"'<>]+")
+# Signed URLs carry their credential in a query parameter of no secret-sounding name: Azure's
+# SAS ``sig=``, S3's and GCS's ``X-Amz-Signature=``/``X-Goog-Signature=``, CloudFront's
+# ``Signature=`` (a SAS URL in a trainer's log went into the bundle's log tail, its command
+# line into processes.json and the report). Only as a URL's parameter: ``signature`` elsewhere
+# names a stack signature.
+_SIGNED_QUERY = re.compile(r"(?i)([?&;](?:sig|[a-z0-9_\-]{0,64}signature)=)[^&#;\s\"'<>]+")
 # curl -u user:password / --user user:password
 _USER_COLON = re.compile(r"(?<!\S)(-u|--user)([ \t]+|=)([^\s:]+):([^\s\"']+)")
 # name=value, name: value, "name": "value", --name value, --name=value. Only the
@@ -117,6 +133,8 @@ def redact_text(text: str) -> str:
     text = _redact_pem(text)
     text = _URL_CREDS.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MARK}@", text)
     text = _WEBHOOKS.sub(lambda m: f"{m.group(1)}{MARK}", text)
+    text = _WEBHOOK_PATHS.sub(lambda m: f"{m.group(1)}{MARK}", text)
+    text = _SIGNED_QUERY.sub(lambda m: f"{m.group(1)}{MARK}", text)
     text = _USER_COLON.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}:{MARK}", text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {MARK}", text)
     text = _redact_assignments(text)
