@@ -279,7 +279,10 @@ class _Matcher:
         got = self.memo.get(key)
         if got is None:
             lines = ThreadLines.for_thread(thread)
-            known_helper = not main and any(_helper_match(h, thread, cmdline, lines) for h in self.helpers)
+            # Being alone does not make a known helper decide: a process whose only pasted
+            # thread is Ray's profiler flusher or a tqdm monitor was cut before its main
+            # thread (the last process of a `ray stack` paste, ray#3417), not chosen.
+            known_helper = not is_main(thread, pid) and any(_helper_match(h, thread, cmdline, lines) for h in self.helpers)
             helper = known_helper or (not main and not chosen and not thread.telling_frames(limit=1))
             stalls = []
             for sig in self.stalls:

@@ -134,6 +134,20 @@ _GDB_PYFRAME = re.compile(r"^#\d{1,6} Frame 0x[0-9a-fA-F]{1,16}, for file (.{1,1
 # gdb bt: "#0  0x00007f.. in poll () at ../sysdeps/x.S:81" / "#2  c10::Foo::bar (this=...) at f.cpp:53"
 # / "#5  0x.. in ?? () from /lib/libc.so.6": innermost first, like py-spy (see _gdb_call).
 _GDB_BUILTIN = re.compile(r"^<built-in method (\w{1,200}) of ")
+# Lines gdb's py-bt prints in place of a frame: the thread waits to take the GIL, or
+# runs the garbage collector. Either means the frames around it are py-bt's.
+_PYBT_MARKERS = ("Waiting for the GIL", "Garbage-collecting")
+# A call chain written out by hand, outermost first, one call per line:
+#   DPEngineCoreProc.run_busy_loop
+#     -> MultiprocExecutor.get_response
+#     -> shm_broadcast.MessageQueue.dequeue      (vllm-ascend#13648)
+_ARROW = ("-> ", "→ ", "=> ")
+_ARROW_NAME = re.compile(r"^[A-Za-z_<][\w.<>:~$-]{0,300}$")
+# PaddlePaddle's "C++ Traceback (most recent call last):" rows: "8   ncclAllReduce".
+_NUMBERED_CXX_HEAD = re.compile(r"^C\+\+ Traceback \(most recent call last\):?\s*$")
+_NUMBERED_CXX = re.compile(r"^(\d{1,4})\s{1,8}([A-Za-z_~(<].{0,3000})$")
+#: The frame standing for py-bt's "Waiting for the GIL" (signatures match it by name).
+GIL_WAIT = "<waiting for the GIL>"
 # gdb thread headers: "Thread 1 (Thread 0x7f38.. (LWP 237)):" (thread apply all) and
 # "[Switching to thread 12 (Thread 0x7f9d.. (LWP 30756))]"; gdb's thread 1 is the main thread.
 # gdb names the thread when it has a name: 'Thread 7 (Thread 0x7f93.. (LWP 3271135) "executionLoop"):'.
@@ -148,7 +162,9 @@ _GDB_NUMBERED = re.compile(r"^#\d{1,6}\s{1,4}(0x[0-9a-fA-F]{1,16} in )?")
 _NUMBERED_FROM = re.compile(r"^([A-Za-z_<][\w.<>$:~-]{0,300}) from (\S{1,1000}?)(?::(\d{1,7}))?$")
 # gdb "info threads": "* 1    Thread 0x7fc7.. (LWP 52422) "python" select_poll_poll () at x.c:219":
 # one line per thread, its innermost frame at the end; gdb's thread 1 is the main thread.
-_GDB_INFO_THREAD = re.compile(r'^\*?\s{0,4}(\d{1,7})\s{1,12}Thread 0x[0-9a-fA-F]{1,16} \(LWP (\d{1,10})\)(?: "([^"\n]{0,100})")?\s{1,12}(\S.{0,3000})$')
+# The target id is "Thread 0x.. (LWP N)" with libthread_db, a bare "LWP N" without it
+# (a process attached in a container, pytorch#39855).
+_GDB_INFO_THREAD = re.compile(r'^\*?\s{0,4}(\d{1,7})\s{1,12}(?:Thread 0x[0-9a-fA-F]{1,16} \(LWP (\d{1,10})\)|LWP (\d{1,10}))(?: "([^"\n]{0,100})")?\s{1,12}(\S.{0,3000})$')
 # lldb "bt": "* thread #1, name = 'python', stop reason = signal SIGSTOP" and
 # "  frame #0: 0x00007fb0.. libc.so.6`syscall + 29" (lldb's thread #1 is the main thread).
 _LLDB_THREAD = re.compile(r"^\*?\s{0,4}thread #(\d{1,7})(?:: tid = (\d{1,10}))?(?:.{0,200}?\bname = '([^'\n]{0,100})')?")
@@ -550,6 +566,8 @@ def _gdb_call(text: str, addressed: bool) -> Frame | None:
         i = text.rfind(mark)
         if i != -1 and not _WS.search(text[i + len(mark):].strip()):
             where = text[i + len(mark):].strip()
+            if where.startswith("target:"):
+                where = where[7:]  # gdb reading the target's files remotely or in a container
             if mark == ") at ":
                 where = where.split(":", 1)[0]  # "f.cpp:53", "init.cc:XXX", "futex.cc:217:18"
             text = text[: i + 1]
@@ -617,6 +635,15 @@ def _bare_name(s: str) -> str | None:
     if "_" in name or "::" in name or _CAMEL.search(name):
         return name
     return None
+
+
+def _arrow_name(text: str) -> str | None:
+    """The call in one link of a hand-written chain: "model_runner._dummy_run(uniform_decode=True)"
+    -> "model_runner._dummy_run"; "wait / sched_yield" (either) -> "wait"."""
+    text = text.strip().split(" / ", 1)[0].strip()
+    if text.endswith(")") and "(" in text:
+        text = text[: text.index("(")].strip()
+    return text if _ARROW_NAME.match(text) else None
 
 
 def _without_dumper(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
@@ -742,6 +769,9 @@ class _Reader:
         # Code-shaped names alone on their lines, waiting to see whether frames follow.
         self.bare: list[Frame] = []
         self.after_frame = False  # the line before was a frame (a bare name there continues it)
+        self.arrow: list[Frame] | None = None  # a hand-written call chain being read, outermost first
+        self.arrow_head = ""  # the line above the first arrow: the chain's outermost call
+        self.numbered: list[Frame] | None = None  # Paddle's C++ traceback, outermost first
 
     # -- structure ------------------------------------------------------------
     def new_process(self, pid: int | None = None, cmdline: str = "", header: bool = False) -> _Process:
@@ -787,7 +817,9 @@ class _Reader:
 
     def add_frames(self, frames: list[Frame]) -> None:
         if not self.group or (self.after_break and all(t.headerless for t in self.group)):
+            recent_first = self.recent_first  # py-bt pasted without a thread header: still py-bt
             proc = self.proc if self.proc is not None else self.new_process()
+            self.recent_first = recent_first
             t = _Thread(None, "", None, headerless=True)
             proc.threads.append(t)
             self.group = [t]
@@ -819,6 +851,10 @@ class _Reader:
         if not s:
             return
         self.prev_text, self.cur_text = self.cur_text, s
+        if self.arrow is not None and not s.startswith(_ARROW):
+            self.end_arrow()
+        if self.numbered is not None and self.numbered_line(s):
+            return
         rank = _RANK_PREFIX.search(prefix) if "[" in prefix else None
         if s[0] == "F" and s.startswith("Fatal Python error: ") and not self.report.fatal_error:
             self.report.fatal_error = s[len("Fatal Python error: "):][:200]
@@ -830,6 +866,15 @@ class _Reader:
             if mb:
                 self.banner_line(mb)
                 return
+        if s[0] in "WG" and s in _PYBT_MARKERS and not self.tb_frames:
+            # gdb's py-bt (libpython.py) prints this above a thread's innermost Python
+            # frame; the reporter may have replaced its "Traceback (most recent call
+            # first):" line with a caption ("Thread 1 Python stack", pytorch#97833).
+            self.recent_first = True
+            self.tb_frames = None
+            if s == "Waiting for the GIL":
+                self.add_frames([Frame(GIL_WAIT, "?", None, native=True)])
+            return
         if self.tb_frames is None and s[0] == "F" and not self.recent_first and _TRACEBACK_FRAME.match(s):
             self.start_traceback(0)  # a traceback pasted without its first line
         if s.endswith("(most recent call last)") and _IPY_TB_START.match(s):
@@ -870,7 +915,7 @@ class _Reader:
             return
         if s[0] in "*tf" and ("thread #" in s[:14] or "frame #" in s[:14]) and self.lldb_line(s):
             return
-        if (s[0] == "*" or s[0].isdigit()) and " Thread 0x" in s[:40]:
+        if (s[0] == "*" or s[0].isdigit()) and (" Thread 0x" in s[:40] or " LWP " in s[:24]):
             mi = _GDB_INFO_THREAD.match(s)
             if mi and self.gdb_info_thread(mi):
                 return
@@ -884,6 +929,12 @@ class _Reader:
             line = s
         first = s[0]
         if first == "<" and _HTML.match(s):
+            return
+        if first in "-→=" and s.startswith(_ARROW) and self.arrow_line(s):
+            return
+        if first == "C" and _NUMBERED_CXX_HEAD.match(s):
+            self.drop_bare()
+            self.numbered = []
             return
         if first in ".…[(" and (s in ("[...]", "(...)") or set(s) <= {".", "…", " "}):
             self.report.abbreviated += 1
@@ -982,6 +1033,56 @@ class _Reader:
             frames, self.bare = self.bare + frames, []
         self.add_frames(frames)
         self.after_frame = True
+
+    def arrow_line(self, s: str) -> bool:
+        """One "-> call" of a hand-written chain; its first arrow takes the line above
+        as the outermost call (it was read as text: "Class.method" is no frame alone)."""
+        name = _arrow_name(s[2:])
+        if name is None:
+            return False
+        if self.arrow is None:
+            self.arrow = []
+            head = _arrow_name(self.prev_text) if self.prev_text != self.arrow_head else None
+            if head is not None:
+                if self.bare and self.bare[-1].function == self.prev_text:
+                    self.bare.pop()  # held as a maybe-frame: it is this chain's head
+                elif self.report.skipped:
+                    self.report.skipped -= 1  # skipped as text
+                    if self.report.skipped_examples and self.report.skipped_examples[-1] == self.prev_text[:100]:
+                        self.report.skipped_examples.pop()
+                self.arrow.append(Frame(head, "?"))
+                self.report.bare_frames += 1
+            self.drop_bare()
+        if len(self.arrow) < MAX_FRAMES:
+            self.arrow.append(Frame(name, "?"))
+        self.report.bare_frames += 1
+        self.arrow_head = s
+        return True
+
+    def end_arrow(self) -> None:
+        chain, self.arrow = self.arrow, None
+        if chain and len(chain) >= 3:
+            self.traceback_thread("", chain)  # outermost first, like a traceback
+        elif chain:
+            # "-> done" under a sentence: prose, not a call chain (a chain has 3 calls or more).
+            self.report.bare_frames -= len(chain)
+            self.report.skipped += len(chain)
+
+    def numbered_line(self, s: str) -> bool:
+        """A row of Paddle's C++ traceback ("10  ncclBarrierEnqueueWait(ncclComm*)");
+        False (and the traceback ends) on anything else but its dashed rules."""
+        if set(s) <= {"-", "="}:
+            return True
+        m = _NUMBERED_CXX.match(s)
+        frame = _gdb_call(m.group(2), addressed=True) if m else None
+        if frame is None:
+            frames, self.numbered = self.numbered, None
+            if frames:
+                self.traceback_thread("", frames)
+            return False
+        if self.numbered is not None and len(self.numbered) < MAX_FRAMES:
+            self.numbered.append(frame)
+        return True
 
     def drop_bare(self) -> None:
         """Names alone on their lines that no frame followed: text, not a stack."""
@@ -1126,12 +1227,12 @@ class _Reader:
 
     def gdb_info_thread(self, m: re.Match[str]) -> bool:
         """One row of gdb's "info threads": a thread and its innermost frame."""
-        rest = m.group(4)
+        rest = m.group(5)
         head, sep, call = rest.partition(" in ")
         frame = _gdb_call(call, addressed=True) if sep and _HEX.match(head) else _gdb_call(rest, addressed=False)
         if frame is None:
             return False
-        self.start_thread(m.group(2), "unknown", "MainThread" if m.group(1) == "1" else (m.group(3) or ""))
+        self.start_thread(m.group(2) or m.group(3), "unknown", "MainThread" if m.group(1) == "1" else (m.group(4) or ""))
         self.add_frames([frame])
         self.after_break = False
         return True
@@ -1330,6 +1431,9 @@ class _Reader:
         # would say less than their frames do).
         self.end_traceback(keep=False)
         self.end_trace()
+        self.end_arrow()
+        if self.numbered:
+            self.numbered_line("")  # a C++ traceback that ends the paste
         self.drop_bare()
         pending_used = bool(self.tb_pending) and not any(t.frames for p in self.processes for t in p.threads)
         if pending_used:
@@ -1462,6 +1566,10 @@ def read_text(text: str, *, source: str = "text") -> ParseReport:
     """Every process in a pasted dump, and what was skipped. Raises ``InputError``
     only when there is not a single recognisable frame."""
     reader = _Reader()
+    if "\r" in text:
+        # CRLF reads as LF below (rstrip); a lone CR (old Mac line ends, a terminal
+        # capture's carriage returns) ends a line too, else the paste is one long line.
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     for pid, lines in _streams(text.split("\n")):
         reader.start_stream(pid)
         for line in _join_wrapped(lines):

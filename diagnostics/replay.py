@@ -190,6 +190,25 @@ def read_dump_file(path: Path, limit: int | None = None) -> str:
         ) from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return decode_dump(data)
+
+
+def decode_dump(data: bytes) -> str:
+    """A saved dump's text. UTF-8 unless a byte-order mark or the NUL pattern says
+    UTF-16/32: Windows PowerShell's ``py-spy dump ... > dump.txt`` writes UTF-16LE, which
+    read as UTF-8 is a NUL between every character and no frame at all."""
+    for bom, codec in ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"),
+                       (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"), (b"\xef\xbb\xbf", "utf-8")):
+        if data.startswith(bom):
+            return data[len(bom):].decode(codec, errors="replace")
+    head = data[:4096]
+    if len(head) >= 16:
+        # Text in UTF-16 without a mark: nearly every other byte is NUL.
+        even, odd = head[0::2].count(0), head[1::2].count(0)
+        if odd > 0.4 * len(head) / 2 and even < 0.05 * len(head) / 2:
+            return data.decode("utf-16-le", errors="replace")
+        if even > 0.4 * len(head) / 2 and odd < 0.05 * len(head) / 2:
+            return data.decode("utf-16-be", errors="replace")
     return data.decode("utf-8", errors="replace")
 
 

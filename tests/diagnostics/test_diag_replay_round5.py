@@ -1,0 +1,169 @@
+"""Replay on a fifth round of real pasted dumps (data/pasted/, held out): gdb's py-bt
+without its header, GIL waits, gdb 'info threads' without libthread_db, hand-written
+call chains, PaddlePaddle's C++ traceback, a `ray stack` paste cut after a helper
+thread; and saved files in other encodings and line ends."""
+
+from __future__ import annotations
+
+import pytest
+
+from diag_helpers import DATA
+from hangwatch.cli.main import main
+from hangwatch.diagnostics.classify import process_verdicts
+from hangwatch.diagnostics.errors import InputError
+from hangwatch.diagnostics.pastes import GIL_WAIT, read_text
+from hangwatch.diagnostics.replay import analyse, load_source
+from hangwatch.diagnostics.signatures import load_signatures
+from hangwatch.diagnostics.stacks import group_series
+
+pytestmark = pytest.mark.timeout(60)
+
+PASTED = DATA / "pasted"
+SIGS = load_signatures()
+
+
+def _verdict(name: str) -> str:
+    (incident,) = analyse([PASTED / f"{name}.txt"], SIGS)
+    return incident.classification.signature_id or "unknown"
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        # py-bt: "Waiting for the GIL" under a caption instead of py-bt's header (GIL vs allocator lock)
+        ("pytorch_97833_gdb_pybt_waiting_for_gil", "lock-wait"),
+        # gdb: the GIL's condition-variable wait, cut at PyCOND_TIMEDWAIT
+        ("pytorch_119262_gdb_gil_deadlock_autograd_futex", "lock-wait"),
+        # gdb: take_gil under pybind11's gil_scoped_acquire in a tensor's decref
+        ("pytorch_pr61588_gdb_take_gil_tensor_decref", "lock-wait"),
+        # Paddle's numbered C++ traceback, outermost first, into ncclAllReduce
+        ("rccl_429_paddle_cpp_traceback_allreduce", "nccl-collective-wait"),
+        # arrow chains written out by the reporter
+        ("vllm_ascend_13648_arrow_chain_engine_core_dequeue", "vllm-shm-broadcast-wait"),
+        ("vllm_ascend_13648_arrow_chain_worker_aclgraph_sync", "cuda-graph-replay"),
+        # `ray stack` cut after the last worker's profiler thread: that helper does not decide
+        ("ray_3417_ray_stack_tab_workers_between_tasks", "all-idle"),
+    ],
+)
+def test_round5_real_dumps(name, expected):
+    assert _verdict(name) == expected
+
+
+def test_pybt_without_thread_header_keeps_every_frame_innermost_first():
+    # dd-trace-py#935: "```Traceback (most recent call first):" then frames with their
+    # source lines; the first frame opened a process, which forgot it was py-bt.
+    report = read_text((PASTED / "ddtrace_935_gdb_pybt_waiting_for_gil_sampler_lock.txt").read_text())
+    (proc,) = report.processes
+    (thread,) = proc.threads
+    names = [f.function for f in thread.frames]
+    assert names[:4] == [GIL_WAIT, "sample", "start_span", "trace"]
+    assert names[-1] == "execute" and len(names) == 7
+
+
+def test_pybt_builtin_method_lines_stay_in_the_same_thread():
+    text = """Thread 1 Python stack
+  Waiting for the GIL
+  <built-in method _invoke_rpc_python_udf of PyCapsule object at remote 0x7f910957bea0>
+  File "/opt/lib/python3.9/site-packages/torch/distributed/rpc/api.py", line 719, in _invoke_rpc
+    fut = _invoke_rpc_python_udf(
+  <built-in method then of PyCapsule object at remote 0x7f915235d210>
+  File "/opt/lib/python3.9/site-packages/torch/futures/__init__.py", line 161, in then
+    return cast(Future[S], super().then(callback))
+"""
+    (proc,) = read_text(text).processes
+    (thread,) = proc.threads
+    assert [f.function for f in thread.frames] == [GIL_WAIT, "_invoke_rpc_python_udf", "_invoke_rpc", "then", "then"]
+
+
+def test_gdb_info_threads_rows_with_a_bare_lwp_target():
+    # gdb without libthread_db (a process attached inside a container): "1    LWP 27334 ..."
+    report = read_text((PASTED / "pytorch_39855_gdb_info_threads_rpc_spawn.txt").read_text())
+    (proc,) = report.processes
+    assert [t.ident for t in proc.threads][:3] == ["27334", "27340", "27362"]
+    assert proc.threads[0].name == "MainThread"
+    assert proc.threads[1].frames[0].function == "epoll_wait"
+    assert proc.threads[0].frames[0].file == "/lib/x86_64-linux-gnu/libpthread.so.0"  # "target:" dropped
+
+
+def test_arrow_chain_head_is_the_line_above_and_chains_are_innermost_first():
+    text = "Representative stack:\n\nA.run_loop\n  -> step(x=1)\n  -> Queue.get\n  -> wait / sched_yield\nthat is all\n"
+    report = read_text(text)
+    (proc,) = report.processes
+    (thread,) = proc.threads
+    assert [f.function for f in thread.frames] == ["wait", "Queue.get", "step", "A.run_loop"]
+    assert report.skipped == 2  # the caption and the closing prose, not the chain's head
+
+
+def test_paddle_cxx_traceback_is_read_outermost_first():
+    text = """----------------------
+C++ Traceback (most recent call last):
+----------------------
+0   paddle::framework::Run()
+1   ncclAllReduce
+2   ncclEnqueueCheck(ncclInfo*)
+
+----------------------
+Error Message Summary:
+----------------------
+"""
+    (proc,) = read_text(text).processes
+    assert [f.function for f in proc.threads[0].frames] == ["ncclEnqueueCheck", "ncclAllReduce", "paddle::framework::Run"]
+
+
+def test_a_lone_known_helper_thread_does_not_decide_its_process():
+    # The second process was cut before its main thread: only tqdm's monitor is left.
+    text = """Process 10: python train.py
+Thread 10 (idle): "MainThread"
+    _worker_loop (torch/utils/data/_utils/worker.py:300)
+Process 11: python train.py
+Thread 12 (idle): "Thread-1"
+    wait (threading.py:324)
+    run (tqdm/_monitor.py:60)
+"""
+    verdicts = process_verdicts(group_series(read_text(text).processes), SIGS)
+    lone = next(v for v in verdicts if v.pid == 11)
+    assert lone.state == "idle" and lone.signature_id is None
+
+
+@pytest.mark.parametrize("line_end", ["\r\n", "\r"])
+def test_line_ends_crlf_and_lone_cr(line_end):
+    text = 'Thread 1 (idle): "MainThread"\n    all_reduce (torch/distributed/distributed_c10d.py:2050)\n    main (train.py:9)\n'
+    (proc,) = read_text(text.replace("\n", line_end)).processes
+    assert [f.function for f in proc.threads[0].frames] == ["all_reduce", "main"]
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-8-sig"])
+def test_saved_dump_in_other_encodings(tmp_path, encoding):
+    # Windows PowerShell's "py-spy dump --pid N > dump.txt" writes UTF-16LE with a BOM.
+    text = (PASTED / "accelerate_3104_zero3_allgather.txt").read_text()
+    path = tmp_path / "dump.txt"
+    path.write_bytes(text.encode(encoding))
+    src = load_source(path)
+    assert src.kind == "text" and any(t.frames for p in src.parse.processes for t in p.threads)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\x00" * 5000,
+        bytes(range(256)) * 200,
+        "\u00e9\u00e8 nothing here at all".encode("utf-16"),
+        b"\x1b[31m\x1b[0m\r\n\t\r\n",
+    ],
+    ids=["empty", "nuls", "binary", "utf16-prose", "ansi-only"],
+)
+def test_junk_files_get_a_clear_error_not_a_traceback(tmp_path, capsys, data):
+    path = tmp_path / "junk.txt"
+    path.write_bytes(data)
+    with pytest.raises(InputError):
+        load_source(path)
+    assert main(["replay", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hangwatch: error:") and "Traceback" not in err
+
+
+def test_a_single_arrow_under_prose_is_not_a_chain():
+    text = 'Thread 1 (idle): "MainThread"\n    wait (threading.py:320)\nSo the fix is\n  -> done\n'
+    (proc,) = read_text(text).processes
+    assert [[f.function for f in t.frames] for t in proc.threads] == [["wait"]]
