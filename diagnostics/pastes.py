@@ -54,6 +54,8 @@ the only failure (``InputError``).
 
 from __future__ import annotations
 
+import html
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,6 +90,7 @@ _PREFIX = re.compile(
 )
 # Terminal colours kept by a captured log ("\x1b[1;32m").
 _ANSI = re.compile(r"\x1b\[[0-9;?]{0,20}[A-Za-z]")
+_ENTITY = re.compile(r"&(?:lt|gt|quot|amp|#\d{1,6}|#x[0-9a-fA-F]{1,6});")
 _RANK_PREFIX = re.compile(r"\[(?:rank|RANK|Rank)[ ]?(\d{1,6})\]")
 # "DP0,1,2: synchronize (...)" / "DP3..7:  broadcast (...)" / "rank 3: step (...)": a
 # reporter folding ranks that share a stack onto one labelled line (one process per label).
@@ -842,6 +845,8 @@ class _Reader:
         raw = raw.rstrip().replace("\t", "    ")
         if "\x1b" in raw:
             raw = _ANSI.sub("", raw)
+        if "&" in raw and _ENTITY.search(raw):
+            raw = html.unescape(raw)  # copied from a page's source: &lt;module&gt;, &quot;MainThread&quot;
         if "Switching to thread" in raw and self.gdb_header(raw.strip()):
             return
         m = _PREFIX.match(raw)
@@ -1498,6 +1503,34 @@ class _Reader:
         return self.report
 
 
+#: Keys under which JSON log records keep their text (Docker's json-file driver: "log";
+#: journald/structured loggers: "message"/"MESSAGE"/"msg"; Google Cloud Logging: "textPayload").
+_JSON_TEXT_KEYS = ("log", "message", "msg", "MESSAGE", "textPayload", "text", "line")
+_JSON_LINE_MAX = 1 << 20
+
+
+def _unwrap_json_lines(lines: list[str]) -> list[str]:
+    """Log records saved as one JSON object a line (``{"log": "    f (a.py:1)\\n", ...}``)
+    or a dump kept as one JSON string: their text, line by line. Other lines as they are."""
+    out: list[str] = []
+    for line in lines:
+        s = line.strip()
+        if len(s) > 2 and s[0] == "{" and s[-1] == "}" and len(s) < _JSON_LINE_MAX:
+            try:
+                record = json.loads(s)
+            except ValueError:
+                record = None
+            if isinstance(record, dict):
+                text = next((v for k in _JSON_TEXT_KEYS if isinstance(v := record.get(k), str)), None)
+                if text is None:
+                    text = max((v for v in record.values() if isinstance(v, str)), key=len, default=None)
+                if text is not None:
+                    out.extend(text.replace("\r\n", "\n").replace("\r", "\n").rstrip("\n").split("\n"))
+                    continue
+        out.append(line)
+    return out
+
+
 # A line led by a ray / vLLM process prefix: "(Worker_TP2 pid=291276) ERROR ...".
 _STREAM_PID = re.compile(r"^[ \t]*\d{0,9}\((?:\w{1,40}[ ])?pid=(\d{1,10})(?:,[ ]ip=[\w.:\[\]-]{1,60})?\)")
 # The rest of a 'File "..."' traceback line that a terminal wrapped: 'm/v1/x.py", line 9, in f'.
@@ -1570,7 +1603,10 @@ def read_text(text: str, *, source: str = "text") -> ParseReport:
         # CRLF reads as LF below (rstrip); a lone CR (old Mac line ends, a terminal
         # capture's carriage returns) ends a line too, else the paste is one long line.
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-    for pid, lines in _streams(text.split("\n")):
+    lines_in = text.split("\n")
+    if "{" in text:
+        lines_in = _unwrap_json_lines(lines_in)
+    for pid, lines in _streams(lines_in):
         reader.start_stream(pid)
         for line in _join_wrapped(lines):
             reader.feed(line)

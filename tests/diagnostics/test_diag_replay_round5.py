@@ -167,3 +167,18 @@ def test_a_single_arrow_under_prose_is_not_a_chain():
     text = 'Thread 1 (idle): "MainThread"\n    wait (threading.py:320)\nSo the fix is\n  -> done\n'
     (proc,) = read_text(text).processes
     assert [[f.function for f in t.frames] for t in proc.threads] == [["wait"]]
+
+
+def test_json_log_records_and_html_escaped_pastes():
+    import json
+
+    dump = 'Thread 7 (idle): "MainThread"\n    all_reduce (torch/distributed/distributed_c10d.py:2050)\n    <module> (train.py:9)\n'
+    # Docker's json-file driver: one record a line, the text under "log" with its newline.
+    docker = "".join(json.dumps({"log": line + "\n", "stream": "stdout", "time": "2024-01-01T00:00:00Z"}) + "\n"
+                     for line in dump.splitlines())
+    escaped = dump.replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    for text in (docker, json.dumps({"message": dump}), escaped):
+        (proc,) = read_text(text).processes
+        (thread,) = proc.threads
+        assert thread.name == "MainThread"
+        assert [f.function for f in thread.frames] == ["all_reduce", "<module>"]
