@@ -264,11 +264,14 @@ class Agreement:
     checkpoint_step: int | None
     policy: GraphPolicy
     reports: Mapping[str, Any]
+    #: a resumed job's agreement (``Cohort.resume``): the attempts every node counts so far
+    attempts: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"attempt": self.attempt, "checkpoint_step": self.checkpoint_step,
                 "cudagraphs": "off" if self.policy.cudagraphs_off else "on",
-                "enforce_eager": self.policy.enforce_eager, "reports": dict(self.reports)}
+                "enforce_eager": self.policy.enforce_eager, "reports": dict(self.reports),
+                **({"attempts": self.attempts} if self.attempts is not None else {})}
 
 
 def decide(reports: Mapping[int, Mapping[str, Any]]) -> tuple[int | None, GraphPolicy]:
@@ -308,6 +311,19 @@ def settled(decisions: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
 # reaches its port can write), and a value that breaks a node must stop no node but its writer's.
 _STOP_SIGNALS = frozenset({int(signal.SIGINT), int(signal.SIGTERM), int(signal.SIGHUP)})
 MAX_SETTLED_DELAY_S = 7 * 24 * 3600.0  # what run accepts for any wait (config.MAX_SECONDS): bounded, never 1e300
+
+
+def resumed_attempts(reports: Mapping[int, Mapping[str, Any]]) -> int:
+    """A resumed job's attempt count (pure): the most any node's journal holds.
+
+    A node whose supervisor died just before it launched the next attempt counts one
+    fewer than the others; every node must go on from the same number, past all of them.
+    """
+    return max((_count(r.get("attempts")) for r in reports.values()), default=0)
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 31 else 0
 
 
 def _steps(value: Any) -> set[int]:
@@ -474,6 +490,13 @@ class Cohort:
     def _check_settings(self, theirs: dict[str, Any]) -> None:
         theirs = {k: v for k, v in theirs.items() if k not in ("nonce", "generation")}
         differ = sorted(k for k in set(theirs) | set(self.fingerprint) if theirs.get(k) != self.fingerprint.get(k))
+        if "resumed" in differ:
+            # Not an option that differs: one node resumes its run while node 0 runs another (a new job, or
+            # still the job this node's dead supervisor left: node 0 stops with 75 within its lease).
+            which = ("this node resumes its run (--resume), node 0 does not" if self.fingerprint.get("resumed") else
+                     "node 0 resumes its run (--resume), this node starts a new one")
+            raise CohortRefused(f"{which}: a job resumes on every node or on none; once every node has stopped, "
+                                "resume each node's run with hangwatch run --resume RUN_DIR and its cohort options")
         if differ:
             what = "; ".join(f"{k}: node 0 has {theirs.get(k)!r}, this node {self.fingerprint.get(k)!r}" for k in differ)
             raise CohortRefused(f"settings differ from node 0's ({what}); start every node with the same options")
@@ -765,9 +788,25 @@ class Cohort:
             raise StoreLost(f"the cohort store (node 0's supervisor, {self.me.endpoint}) is "
                             f"unreachable: {exc}") from exc
 
-    def _agree(self, attempt: int, steps: Sequence[int], policy: GraphPolicy) -> Agreement:
+    def resume(self, attempts: int, steps: Sequence[int], policy: GraphPolicy) -> Agreement:
+        """A job resumed on every node (``hangwatch run --resume``): before its first attempt,
+        the attempt count, the checkpoint and the policy every node goes on from.
+
+        Each node's journal holds its own view (a node killed in the backoff counts one
+        attempt fewer; a node killed mid-incident missed the policy it decided); without
+        this, each resumed alone from its own newest checkpoint, or, in a cohort, from none.
+        Keys of attempt 0 (attempts count from 1), under the resumed run's new generation.
+        """
+        try:
+            return self._agree(0, steps, policy, attempts=attempts)
+        except StoreError as exc:
+            raise StoreLost(f"the cohort store (node 0's supervisor, {self.me.endpoint}) is "
+                            f"unreachable: {exc}") from exc
+
+    def _agree(self, attempt: int, steps: Sequence[int], policy: GraphPolicy,
+               attempts: int | None = None) -> Agreement:
         report = {"steps": sorted(set(steps))[-64:], "cudagraphs_off": policy.cudagraphs_off,
-                  "enforce_eager": policy.enforce_eager}
+                  "enforce_eager": policy.enforce_eager, **({"attempts": attempts} if attempts is not None else {})}
         self._patient(self.store.set, self._key("done", attempt, self.me.node_rank), json.dumps(report))
         deadline = self.clock() + self.barrier_timeout
         if self.me.is_leader:
@@ -783,7 +822,8 @@ class Cohort:
                 self._check(deadline, f"reports from nodes {missing}", missing)
                 self.sleep(0.1)
             step, agreed = decide(reports)
-            decision = Agreement(attempt, step, agreed, {str(k): v for k, v in reports.items()})
+            decision = Agreement(attempt, step, agreed, {str(k): v for k, v in reports.items()},
+                                 resumed_attempts(reports) if attempts is not None else None)
             self._patient(self.store.set, self._key("agreed", attempt), json.dumps(decision.to_json()))
             return decision
         while True:
@@ -792,8 +832,12 @@ class Cohort:
                 d = _object(raw, "node 0's decision")
                 try:
                     step = d["checkpoint_step"]
-                    return Agreement(int(d["attempt"]), None if step is None else int(step),
-                                     GraphPolicy(d["cudagraphs"] == "off", bool(d["enforce_eager"])), dict(d["reports"]))
+                    agreement = Agreement(int(d["attempt"]), None if step is None else int(step),
+                                          GraphPolicy(d["cudagraphs"] == "off", bool(d["enforce_eager"])),
+                                          dict(d["reports"]), None if attempts is None else _count(d.get("attempts")))
+                    if agreement.attempt != attempt:
+                        raise ValueError(f"it is for attempt {agreement.attempt}, not {attempt}")
+                    return agreement
                 except (KeyError, TypeError, ValueError) as exc:
                     raise CohortError(f"node 0's decision in the store is malformed ({exc!r})") from None
             self._check(deadline, "node 0's decision", [0])

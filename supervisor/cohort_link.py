@@ -141,6 +141,27 @@ class CohortLink:
         self.journal.append("cohort_agreed", **agreed.to_json())
         return agreed, None
 
+    def resume(self, attempts: int, steps: Sequence[int], policy: GraphPolicy) -> tuple[Agreement | None, int | None]:
+        """A job resumed on every node: what every node goes on from (``Cohort.resume``), or the
+        exit code when the cohort cannot agree."""
+        try:
+            agreed = self.cohort.resume(attempts, steps, policy)
+        except CohortStopped:
+            return None, EXIT_COHORT
+        except Exception as exc:  # noqa: BLE001  (CohortError or any store failure ends the cohort)
+            self.cohort.why = self.cohort.why or f"no agreement on resuming the job: {exc}"
+            self.journal.append("member_lost", attempt=attempts, reason=f"no agreement on resuming the job: {exc}",
+                                cause=getattr(exc, "reason", "store_error"))
+            log.error("member_lost", message=f"cohort: no agreement on resuming the job: {exc}; stopping")
+            return None, EXIT_COHORT
+        # As the agreement after attempt N reads (``attempt``: the one it follows), with ``resumed``.
+        self.journal.append("cohort_agreed", **{**agreed.to_json(), "attempt": agreed.attempts, "resumed": True})
+        log.info("cohort_agreed", message=(
+            f"resuming the job on every node after attempt {agreed.attempts}: "
+            + (f"checkpoint step {agreed.checkpoint_step}" if agreed.checkpoint_step is not None else
+               "no checkpoint complete on every node") + f", {agreed.policy.describe()}"))
+        return agreed, None
+
     def settle(self, outcome: AttemptOutcome, decision: Decision) -> Decision:
         """The restart policy's decision, made the same on every node (``cohort.settled``).
 

@@ -30,7 +30,7 @@ from typing import Any, Callable
 import structlog
 
 from hangwatch.contract.capture import CaptureHook, CaptureRequest
-from hangwatch.contract.exitcodes import EXIT_CHECKPOINTS, EXIT_UNKILLABLE
+from hangwatch.contract.exitcodes import EXIT_CHECKPOINTS, EXIT_COHORT, EXIT_UNKILLABLE
 from hangwatch.contract.heartbeat import read_heartbeat
 from hangwatch.contract.journal import Journal, read_journal
 from hangwatch.contract.redact import redact_argv, redact_value
@@ -165,6 +165,8 @@ class Supervisor:
             )
         if self.cohort is not None:
             self.cohort.joined()
+            if resumed and (code := self._cohort_resume()) is not None:
+                return code
         while True:
             try:
                 outcome, code = self._attempt(resumed_run=resumed)
@@ -689,6 +691,28 @@ class Supervisor:
             self.state.policy = agreed.policy
             self._agreed_step = agreed.checkpoint_step
         return code
+
+    def _cohort_resume(self) -> int | None:
+        """A job resumed on every node: the attempt count, checkpoint and policy they all go on from."""
+        assert self.cohort is not None
+        try:
+            steps = [c.step for c in scan(self.config.checkpoint) if c.complete and c.step is not None] \
+                if self.config.checkpoint else []
+        except CheckpointsUnreadable as exc:
+            return self._checkpoints_unreadable(exc)
+        agreed, code = self.cohort.resume(self.state.attempt, steps, self.state.policy)
+        if agreed is None:
+            if self._stop_signal is not None:
+                return self._finish_interrupted(None)  # stopped while the nodes agreed: a stop, not a give-up
+            code = code if code is not None else EXIT_COHORT
+            self.journal.append("run_finished", outcome="gave_up", exit_code=code,
+                                reason=f"multi-node cohort: {self.cohort.why or 'no agreement on resuming the job'}",
+                                attempts=self.state.attempt)
+            return code
+        self.state.attempt = max(self.state.attempt, agreed.attempts or 0)
+        self.state.policy = agreed.policy
+        self._agreed_step = agreed.checkpoint_step
+        return None
 
     # -- checkpoints -----------------------------------------------------------
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from hangwatch.contract.capture import CaptureHook
 
 from hangwatch.contract.errors import ConfigError
-from hangwatch.contract.exitcodes import EXIT_CODES, EXIT_INTERNAL, EXIT_USAGE
+from hangwatch.contract.exitcodes import EXIT_CODES, EXIT_COHORT, EXIT_INTERNAL, EXIT_USAGE
 from hangwatch.contract.terminal import terminal_safe
 from hangwatch.contract.tools import abort_running_tools
 from hangwatch.contract.private import private_dir
@@ -566,8 +566,18 @@ def _cohort_membership(args: argparse.Namespace, config: Any) -> Any:
         raise UsageError(str(exc)) from exc
     joined = joined_before(config.run_dir / "journal.jsonl") if getattr(args, "resume", None) is not None else None
     if getattr(args, "resume", None) is not None and (membership is not None or joined is not None):
+        # A whole job is resumed on every node, each with its cohort options again (they are not saved
+        # settings); a node resumed alone ran as a single node, its launcher waiting for a rendezvous.
         node = f" (this run was node {joined.get('node_rank')} of {joined.get('nnodes')})" if joined else ""
-        raise UsageError(f"--resume is not supported for a multi-node cohort{node}: restart the job on every node")
+        if membership is None:
+            raise UsageError(f"--resume is not supported for a multi-node cohort{node} without its cohort options: "
+                             "resume every node of the job together, each with its --cohort, --node-rank and "
+                             "--nnodes given again")
+        if joined is None or (joined.get("node_rank"), joined.get("nnodes")) != (membership.node_rank, membership.nnodes):
+            was = f"this run was node {joined.get('node_rank')} of {joined.get('nnodes')}" if joined else \
+                "this run was not a multi-node cohort node"
+            raise UsageError(f"--resume with --node-rank {membership.node_rank} --nnodes {membership.nnodes}: {was}; "
+                             "resume each node's own run with its own rank")
     if membership is None:
         rank = getattr(args, "node_rank", None)
         if rank:  # this node would run alone as if it were node 0: its peers wait for a node that never joins
@@ -584,7 +594,8 @@ def _join_cohort(args: argparse.Namespace, config: Any, log: Any, membership: An
 
     if membership is None:
         return None
-    fingerprint = settings_fingerprint(config, membership.nnodes)
+    # A job resumes on every node or on none: one node from scratch while the others resume splits it.
+    fingerprint = {**settings_fingerprint(config, membership.nnodes), "resumed": getattr(args, "resume", None) is not None}
     lease = float(getattr(args, "lease_timeout", 15.0))
     join = float(getattr(args, "join_timeout", None) or 120.0)
     log.info("cohort", message=(f"node {membership.node_rank} of {membership.nnodes}; cohort store "
@@ -667,7 +678,10 @@ def _check_resumable(run_dir: Path) -> None:
     except OSError as exc:
         raise UsageError(f"--resume {run_dir}: cannot read the journal: {exc.strerror or exc}; this is not a run "
                          "hangwatch can continue: start a new one with a new --run-dir") from exc
-    if summary["finished"] is not None:
+    # A cohort node that stopped because the cohort could not go on (75: a node lost) did not fail:
+    # the job is resumed on every node (docs/multinode.md), or its progress would start over.
+    cohort_stop = summary.get("cohort") is not None and (summary["finished"] or {}).get("exit_code") == EXIT_COHORT
+    if summary["finished"] is not None and not cohort_stop:
         raise UsageError(
             f"--resume {run_dir}: this run already finished ({summary['finished']['outcome']}, exit "
             f"{summary['finished']['exit_code']}); start a new run with a new --run-dir"

@@ -233,6 +233,7 @@ def fold_journal(records: Sequence[Mapping[str, Any]]) -> RunRecord:
         event = r.get("event")
         if event in ("run_started", "run_resumed"):
             run.supervisor_pids.append(int(r.get("pid") or 0))
+            run.finished = None  # a cohort node's run that stopped with its cohort (75) is resumed with the job
         elif event == "attempt_started":
             a = AttemptRecord(int(r["attempt"]), r.get("pid"), float(r.get("ts", 0.0)), dict(r.get("env") or {}),
                               r.get("resume_from"))

@@ -1,0 +1,259 @@
+"""Multi-node scenarios probed in the fourth held-out round: a whole job resumed on every node.
+
+The fast tests run whole supervisors against fake trees and the in-memory store; one
+test runs real supervisors (each with its real store helper) around a small trainer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from hangwatch.contract.exitcodes import EXIT_COHORT
+from hangwatch.contract.journal import read_journal
+from hangwatch.contract.samples import DeviceSample, Sample
+from hangwatch.supervisor.attempt import GraphPolicy, RunState
+from hangwatch.supervisor.cohort import Cohort, CohortRefused, Membership
+from hangwatch.supervisor.config import SETTINGS, build
+from hangwatch.supervisor.killer import KillReport
+from hangwatch.supervisor.runner import Supervisor
+from hangwatch.supervisor.store import MemoryStore
+
+HANGWATCH = str(Path(sys.executable).parent / "hangwatch")
+
+
+class Clock:
+    def __init__(self, start: float) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(seconds, 0.001)
+        time.sleep(0.0005)  # let the other node's thread run while fake time flies
+
+
+@dataclass
+class Trainer:
+    pid: int
+    create_time: float
+    stdout_path: Path
+    stderr_path: Path
+
+    def join_output(self, timeout: float) -> None:
+        pass
+
+
+@dataclass
+class Tree:
+    """Each attempt's trainer trains for a (fake) while and exits 0."""
+
+    clock: Clock
+    launched: list[dict] = field(default_factory=list)
+    started: float = 0.0
+    trainer: Trainer | None = None
+
+    def launch(self, argv, env, attempt_dir):
+        self.launched.append(dict(env))
+        self.trainer = Trainer(5000 + len(self.launched), self.clock(), attempt_dir / "o", attempt_dir / "e")
+        self.started = self.clock()
+        return self.trainer
+
+    def exit_code(self, trainer):
+        return 0 if self.clock() - self.started >= 3.0 else None
+
+    def sample(self):
+        return Sample(t=self.clock(), wall=self.clock(), cpu_pct={self.trainer.pid: 100.0},
+                      gpu=(DeviceSample(0, 50.0, 1000.0, (self.trainer.pid,)),), heartbeat=None, tree_size=1)
+
+    def describe(self):
+        return []
+
+    def watch(self, heartbeat):
+        pass
+
+    def forward(self, sig, trainer):
+        pass
+
+    def kill(self, grace, kill_timeout, launcher=None):
+        target = {"pid": self.trainer.pid, "create_time": 0.0, "pgid": self.trainer.pid, "name": "t"}
+        return KillReport((target,), (), (), (), 0.1)
+
+
+class Probe:
+    name = "fake"
+
+    def sample(self):
+        return (DeviceSample(0, 0.0, 0.0, ()),)
+
+    def close(self):
+        pass
+
+
+def _resumed_node(tmp_path: Path, store: MemoryStore, rank: int, state: RunState, steps: list[int]):
+    clock = Clock(start=1000.0 + 7200.0 * rank)  # clocks hours apart: nothing may compare them
+    ckpt = tmp_path / f"local{rank}"  # node-local checkpoints: each node has the steps it saved
+    for step in steps:
+        (ckpt / f"checkpoint-{step}").mkdir(parents=True)
+        (ckpt / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    values = {k: v[1] for k, v in SETTINGS.items()}
+    values.update(run_dir=str(tmp_path / f"run{rank}"), interval=1.0, stall_window=10.0, progress_timeout=30.0,
+                  backoff=2.0, gpu_probe="none", quiet=True, checkpoint_dir=str(ckpt))
+    config = build(values, ["python", "train.py"])
+    config.run_dir.mkdir(parents=True)
+    cohort = Cohort(store, Membership(rank, 2, "127.0.0.1", 29600, "job"), {"resumed": True}, lease_interval=3600,
+                    lease_timeout=60, barrier_timeout=300, clock=clock, sleep=clock.sleep, wall=clock)
+    tree = Tree(clock)
+    sup = Supervisor(config, Probe(), lambda request: None, state=state, tree=tree, clock=clock, sleep=clock.sleep,
+                     wall=clock, cohort=cohort)
+    return sup, tree, ckpt
+
+
+@pytest.mark.timeout(60)
+def test_a_job_resumed_on_every_node_goes_on_from_one_attempt_checkpoint_and_policy(tmp_path):
+    """Each node's journal holds its own view: node 0 counted 3 attempts and turned graphs off
+    after a stall; node 1's supervisor died before it launched attempt 3, and its last save
+    (step 6) had not completed. Resumed, each node went on from its own view (attempt 4 and 3)
+    and, in a cohort, from no checkpoint at all: the job's progress started over. Every node
+    now goes on as attempt 4, from step 4 (the newest every node has), graphs off."""
+    store = MemoryStore()
+    s0, t0, ck0 = _resumed_node(tmp_path, store, 0, RunState("r0", attempt=3, policy=GraphPolicy(True, False)), [2, 4, 6])
+    s1, t1, ck1 = _resumed_node(tmp_path, store, 1, RunState("r1", attempt=2), [2, 4])
+    for s in (s0, s1):  # the CLI joins before running
+        threading.Thread(target=s.cohort.cohort.join, kwargs={"timeout": 1e6}, daemon=True).start()
+    deadline = time.monotonic() + 20
+    while not all(s.cohort.cohort._thread for s in (s0, s1)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    codes: list[int | None] = [None, None]
+
+    def run(i, sup):
+        codes[i] = sup.run(resumed=True)
+
+    threads = [threading.Thread(target=run, args=(i, s), daemon=True) for i, s in enumerate((s0, s1))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=40)
+    for s in (s0, s1):
+        s.cohort.cohort.close(linger_cap=0)
+    assert codes == [0, 0]
+    for sup, tree, ckpt in ((s0, t0, ck0), (s1, t1, ck1)):
+        assert len(tree.launched) == 1
+        env = tree.launched[0]
+        assert env["HANGWATCH_ATTEMPT"] == "4"
+        assert env.get("HANGWATCH_RESUME_FROM") == str(ckpt / "checkpoint-4")
+        assert env["HANGWATCH_CUDAGRAPHS"] == "0"
+        agreed = [r for r in read_journal(sup.run_dir / "journal.jsonl") if r["event"] == "cohort_agreed"]
+        assert len(agreed) == 1 and agreed[0]["resumed"] and agreed[0]["checkpoint_step"] == 4
+        assert agreed[0]["attempt"] == 3 and agreed[0]["cudagraphs"] == "off"
+
+
+def test_a_node_resumed_alone_into_a_running_or_new_job_is_refused_with_why():
+    """A node whose supervisor died, resumed while node 0 still runs the job (or runs a new
+    one): refused, saying that a job resumes on every node or on none."""
+    for node0, node1, words in ((False, True, "this node resumes its run (--resume), node 0 does not"),
+                                (True, False, "node 0 resumes its run (--resume), this node starts a new one")):
+        store = MemoryStore()
+        nodes = [Cohort(store, Membership(i, 2, "127.0.0.1", 29600, "job"), {"resumed": resumed}, lease_timeout=5)
+                 for i, resumed in ((0, node0), (1, node1))]
+        leader = threading.Thread(target=lambda: pytest.raises(CohortRefused, nodes[0].join, timeout=20), daemon=True)
+        leader.start()
+        deadline = time.monotonic() + 10
+        while store.data.get("hangwatch/job/leader") is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(CohortRefused) as refused:
+            nodes[1].join(timeout=20)
+        assert words in str(refused.value) and "resumes on every node or on none" in str(refused.value)
+        leader.join(timeout=20)  # node 0 reads why node 1 left and stops waiting for it
+        assert not leader.is_alive()
+        for n in nodes:
+            n.close(linger_cap=0)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# Attempt 1 saves checkpoint-2 and trains on; an attempt given a checkpoint finishes.
+_TRAINER = """
+import os, pathlib, sys, time
+ckpt = pathlib.Path(sys.argv[1])
+if os.environ.get("HANGWATCH_RESUME_FROM"):
+    sys.exit(0)
+if os.environ["NODE"] == "0":
+    (ckpt / "checkpoint-2").mkdir(parents=True, exist_ok=True)
+    (ckpt / "checkpoint-2" / "trainer_state.json").write_text('{"global_step": 2}')
+time.sleep(120)
+"""
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_a_job_stopped_by_a_lost_node_is_resumed_on_every_node_from_its_checkpoint(tmp_path):
+    """Node 1's supervisor SIGKILLed: node 0 stops with 75 as documented, "restart the job". Its
+    run was refused by --resume ("already finished") and node 1's ("not supported for a
+    multi-node cohort"), so the job could only start over as a new run, from step 0. Resumed on
+    both nodes with their cohort options, both go on as attempt 2 from checkpoint-2 and finish."""
+    ckpt = tmp_path / "ckpt"
+    port = _free_port()
+
+    def cohort(rank):
+        return ["--cohort", f"127.0.0.1:{port}", "--node-rank", str(rank), "--nnodes", "2", "--lease-timeout", "2"]
+
+    def start(rank, argv):
+        env = dict(os.environ, NODE=str(rank))
+        env.pop("HANGWATCH_CONFIG", None)
+        return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+
+    procs = [start(rank, [HANGWATCH, "run", "--quiet", "--run-dir", str(tmp_path / f"run{rank}"), "--gpu-probe", "none",
+                          "--checkpoint-dir", str(ckpt), *cohort(rank), "--", sys.executable, "-c", _TRAINER,
+                          str(ckpt)]) for rank in (0, 1)]
+    try:
+        journal1 = tmp_path / "run1" / "journal.jsonl"
+        _wait_for(lambda: (ckpt / "checkpoint-2" / "trainer_state.json").exists() and journal1.exists()
+                  and "attempt_started" in journal1.read_text(), 60, "both nodes training")
+        os.kill(procs[1].pid, signal.SIGKILL)
+        procs[1].wait(timeout=10)
+        assert procs[0].wait(timeout=60) == EXIT_COHORT, procs[0].stderr.read()
+        procs = [start(rank, [HANGWATCH, "run", "--quiet", "--resume", str(tmp_path / f"run{rank}"), *cohort(rank)])
+                 for rank in (0, 1)]
+        outs = [p.communicate(timeout=90) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
+        for rank in (0, 1):
+            records = read_journal(tmp_path / f"run{rank}" / "journal.jsonl")
+            starts = [r for r in records if r["event"] == "attempt_started"]
+            assert [s["attempt"] for s in starts] == [1, 2]
+            assert starts[1]["resume_from"] == str(ckpt / "checkpoint-2")
+            agreed = next(r for r in records if r["event"] == "cohort_agreed")
+            assert agreed["resumed"] and agreed["checkpoint_step"] == 2
+            assert records[-1]["event"] == "run_finished" and records[-1]["outcome"] == "success"
+        status = json.loads(subprocess.run([HANGWATCH, "status", "--json", str(tmp_path / "run0")],
+                                           capture_output=True, text=True, timeout=30).stdout)
+        assert status["finished"]["exit_code"] == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
