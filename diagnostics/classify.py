@@ -221,7 +221,10 @@ class ProcessVerdict:
         if self.thread is None:
             return ()
         own = self.thread.telling_frames(limit=n)
-        return own if own else tuple(f for f in self.thread.frames if not f.native)[:n]
+        # A C-level stack (gdb, Paddle's C++ traceback) has no Python frame: its own
+        # native frames (libnccl, an extension), else its innermost ones, not a blank cell.
+        return (own or tuple(f for f in self.thread.frames if not f.native)[:n]
+                or self.thread.native_telling_frames(limit=n) or self.thread.frames[:n])
 
     def to_row(self) -> dict[str, Any]:
         active = None if self.thread is None else self.thread.active

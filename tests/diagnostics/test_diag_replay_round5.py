@@ -182,3 +182,14 @@ def test_json_log_records_and_html_escaped_pastes():
         (thread,) = proc.threads
         assert thread.name == "MainThread"
         assert [f.function for f in thread.frames] == ["all_reduce", "<module>"]
+
+
+def test_table_shows_top_frames_of_a_c_level_stack(tmp_path):
+    # A gdb backtrace has no Python frame: the table's TOP FRAMES cell was blank.
+    path = tmp_path / "gdb.txt"
+    path.write_text("Thread 1 (Thread 0x7f22711b9700 (LWP 23578)):\n"
+                    "#0  0x00007f22d64fff0d in poll () from /lib64/libc.so.6\n"
+                    "#1  0x00007f22c0a1b2c3 in ncclProxyService () from /usr/lib/libnccl.so.2\n")
+    (incident,) = analyse([path], SIGS)
+    (verdict,) = incident.verdicts
+    assert [f.function for f in verdict.top_frames()] == ["ncclProxyService"]
