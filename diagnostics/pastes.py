@@ -744,6 +744,7 @@ class _Reader:
         self.locals_indent = 0
         self.after_break = False
         self.recent_first = False  # inside gdb's "Traceback (most recent call first):"
+        self.pybt_seen = False  # the current thread already has py-bt frames
         # rank -> (pid, OpType, SeqNum) from NCCL watchdog timeout lines, first report per rank
         self.watchdog: dict[int | None, tuple[int | None, str, str]] = {}
         self.watchdog_pending: int | None = None
@@ -783,6 +784,7 @@ class _Reader:
             pid = self.pid_hint
         self.pid_hint = None
         self.recent_first = False
+        self.pybt_seen = False
         proc = _Process(pid, cmdline, has_header=header)
         if len(self.processes) < MAX_PROCESSES:
             self.processes.append(proc)
@@ -817,6 +819,7 @@ class _Reader:
         self.in_locals = False
         self.after_break = False
         self.recent_first = False
+        self.pybt_seen = False
 
     def add_frames(self, frames: list[Frame]) -> None:
         if not self.group or (self.after_break and all(t.headerless for t in self.group)):
@@ -875,6 +878,8 @@ class _Reader:
             # gdb's py-bt (libpython.py) prints this above a thread's innermost Python
             # frame; the reporter may have replaced its "Traceback (most recent call
             # first):" line with a caption ("Thread 1 Python stack", pytorch#97833).
+            if self.pybt_seen:
+                self.close_group()  # another thread's py-bt, its header not pasted
             self.recent_first = True
             self.tb_frames = None
             if s == "Waiting for the GIL":
@@ -971,6 +976,7 @@ class _Reader:
                 frame = (Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2))) if first == "F"
                          else Frame(m.group(1), "?", None, native=True))
                 self.add_frames([frame])
+                self.pybt_seen = True
                 indent = len(line) - len(line.lstrip())
                 self.in_locals, self.locals_indent = True, indent  # its source line follows, deeper
                 return
@@ -1291,7 +1297,11 @@ class _Reader:
             return True
         m = _RECENT_FIRST.match(s)
         if m:
-            # py-bt of the thread whose native frame gdb just showed: the same thread.
+            # py-bt of the thread whose native frame gdb just showed: the same thread;
+            # after py-bt frames already read, another thread's (`thread apply all py-bt`
+            # with its thread lines not pasted).
+            if m.group(1) == "first" and self.pybt_seen:
+                self.close_group()
             self.recent_first = m.group(1) == "first"
             self.after_break = False
             if not self.recent_first:

@@ -193,3 +193,18 @@ def test_table_shows_top_frames_of_a_c_level_stack(tmp_path):
     (incident,) = analyse([path], SIGS)
     (verdict,) = incident.verdicts
     assert [f.function for f in verdict.top_frames()] == ["ncclProxyService"]
+
+
+def test_pybt_of_several_threads_without_their_gdb_lines_stay_apart():
+    text = """Traceback (most recent call first):
+  File "a.py", line 3, in f
+    x()
+  File "a.py", line 9, in <module>
+    f()
+Traceback (most recent call first):
+  Waiting for the GIL
+  File "b.py", line 4, in g
+    y()
+"""
+    (proc,) = read_text(text).processes
+    assert [[f.function for f in t.frames] for t in proc.threads] == [["f", "<module>"], [GIL_WAIT, "g"]]
