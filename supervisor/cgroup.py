@@ -215,6 +215,30 @@ def _enable_accounting(run: Path) -> None:
                 pass
 
 
+def check_owners(base: Path) -> None:
+    """Raise ``CgroupError`` unless ``base`` and every cgroup above it are root's or ours.
+
+    Whoever owns a cgroup above the attempt's (a delegated subtree: systemd chowns a user's
+    ``user@UID.service`` to them, and root started from a terminal there stays in it) holds the
+    common ancestor's ``cgroup.procs`` for any move below it: they moved root's trainer out of
+    its attempt's cgroup into one of their own (reproduced as another user), where its
+    ``cgroup.kill`` and ``cgroup.freeze`` are theirs, and the attempt's kill no longer reached
+    it. Containment is claimed only where nobody else can undo it."""
+    me = os.geteuid()
+    level = base
+    while (level / "cgroup.procs").exists():
+        for path in (level, level / "cgroup.procs"):
+            st = os.stat(path)
+            if st.st_uid not in (0, me) or (path.name == "cgroup.procs" and st.st_mode & 0o022):
+                raise CgroupError(
+                    f"the cgroup {level} above the attempts' is controlled by uid {st.st_uid}, who could move "
+                    "the trainer's processes out of their cgroup, freeze or kill them; start hangwatch from a "
+                    "cgroup only root or you control (a system service, an ssh session)")
+        if level.parent == level:
+            break
+        level = level.parent
+
+
 def detect(mode: str, run_id: str, base: Path | None = None) -> tuple[Containment | None, str | None]:
     """(containment or None, why not). ``mode`` is auto, cgroup or tree."""
     if mode not in MODES:
@@ -222,7 +246,9 @@ def detect(mode: str, run_id: str, base: Path | None = None) -> tuple[Containmen
     if mode == "tree":
         return None, "--containment tree"
     try:
-        return Containment.create(base if base is not None else base_dir(), run_id), None
+        base = base if base is not None else base_dir()
+        check_owners(base)
+        return Containment.create(base, run_id), None
     except (CgroupError, OSError) as exc:
         if mode == "cgroup":
             raise CgroupError(f"--containment cgroup: {exc}") from exc

@@ -7,6 +7,7 @@ fails on the code before its fix.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,45 @@ def test_a_checkpoint_name_with_a_huge_number_never_erases_the_journals_records(
     journal.append("attempt_ended", attempt=1, kind="crash", exit_code=3, start_step=chosen.step, end_step=chosen.step)
     run = fold_journal(read_journal(tmp_path / "run" / "journal.jsonl"))
     assert run.attempts[0].outcome == "crash" and run.attempts[0].exit_code == 3
+
+
+def _own_cgroup_writable() -> bool:
+    from hangwatch.supervisor import cgroup
+
+    if os.geteuid() != 0:
+        return False
+    try:
+        containment, _ = cgroup.detect("auto", "probe")
+    except Exception:
+        return False
+    if containment is None:
+        return False
+    containment.close()
+    return True
+
+
+@pytest.mark.skipif(not _own_cgroup_writable(), reason="needs root and a writable cgroup v2 hierarchy")
+def test_no_containment_claimed_below_a_cgroup_another_user_controls() -> None:
+    """Root's supervisor started from a cgroup delegated to another user (their
+    ``user@UID.service``: a terminal or tmux of theirs): the attempt's cgroup was made below
+    theirs, and they moved root's trainer out of it into a cgroup of their own, then froze and
+    killed it through that cgroup's files (reproduced as a second user; the attempt's kill no
+    longer reached it). Such a cgroup is refused: ``auto`` falls back to the tree walk and says
+    why, ``cgroup`` is an error."""
+    from hangwatch.supervisor import cgroup
+
+    delegated = cgroup.base_dir() / f"hw-round3-{os.getpid()}"
+    delegated.mkdir()
+    try:
+        for path in (delegated, delegated / "cgroup.procs", delegated / "cgroup.subtree_control"):
+            os.chown(path, 65534, 65534)  # what systemd's delegation does for a user's subtree
+        containment, why = cgroup.detect("auto", "round3", base=delegated)
+        if containment is not None:
+            containment.close()
+        assert containment is None and "uid 65534" in (why or "")
+        with pytest.raises(cgroup.CgroupError, match="controlled by uid 65534"):
+            cgroup.detect("cgroup", "round3", base=delegated)
+    finally:
+        for child in sorted(delegated.glob("hangwatch-*/*"), reverse=True) + sorted(delegated.glob("hangwatch-*")):
+            child.rmdir()
+        delegated.rmdir()
