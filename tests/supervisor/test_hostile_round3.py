@@ -105,6 +105,9 @@ def test_no_containment_claimed_below_a_cgroup_another_user_controls() -> None:
         assert containment is None and "uid 65534" in (why or "")
         with pytest.raises(cgroup.CgroupError, match="controlled by uid 65534"):
             cgroup.detect("cgroup", "round3", base=delegated)
+        from hangwatch.cli.doctor import check_cgroup
+
+        assert check_cgroup(delegated).status == "warn"  # doctor judges it as run does
     finally:
         for child in sorted(delegated.glob("hangwatch-*/*"), reverse=True) + sorted(delegated.glob("hangwatch-*")):
             child.rmdir()
