@@ -1105,6 +1105,13 @@ class _Reader:
         m = _PROCESS.match(s)
         if m and split_flattened(m.group(2)) is None:  # else a whole flattened dump: split below
             pid = int(m.group(1)) if m.group(1).isdigit() else None
+            if pid is not None and m.group(2).startswith("timed out with traceback"):
+                # PyTorch's distributed test harness: "Process 3 timed out with traceback:"
+                # numbers its ranks, not pids (pytorch PR #54818).
+                self.new_process(None, "", header=True)
+                self.proc.rank = pid  # type: ignore[union-attr]
+                self.report.process_headers += 1
+                return True
             self.new_process(pid, _strip_note(m.group(2)), header=True)
             self.report.process_headers += 1
             if rank is not None:

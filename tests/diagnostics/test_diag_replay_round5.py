@@ -208,3 +208,14 @@ Traceback (most recent call first):
 """
     (proc,) = read_text(text).processes
     assert [[f.function for f in t.frames] for t in proc.threads] == [["f", "<module>"], [GIL_WAIT, "g"]]
+
+
+def test_pytorch_test_harness_process_number_is_a_rank_not_a_pid():
+    report = read_text((PASTED / "pytorch_pr54818_faulthandler_process_timed_out_barrier.txt").read_text())
+    (proc,) = report.processes
+    assert proc.pid is None and proc.rank == 3
+
+
+def test_engine_core_cut_in_get_response_waits_on_the_workers_queue():
+    # An EngineCore log whose traceback is cut right below get_response (vllm#41125).
+    assert _verdict("vllm_41125_enginecore_log_dequeue_timeout") == "vllm-shm-broadcast-wait"
