@@ -10,6 +10,8 @@
    --runs times with each containment: processes that survived the supervisor.
 3. The reaction race: a recorded member double-forks a bare worker (new session, empty
    environment) as soon as the supervisor's death takes its parent: workers that survived.
+   Then the same for a member the supervisor adopted (an escaped worker whose parent is
+   the supervisor itself, a subreaper), which reacts to the supervisor's own death.
 
 Needs a writable cgroup v2 hierarchy with cgroup.kill (root, or a delegated subtree).
 """
@@ -87,7 +89,32 @@ time.sleep(60)
 """
 
 
-def reaction(runs: int, mode: str) -> tuple[int, int]:
+# The same reaction one level further out: an escaped worker (new session, its intermediate
+# gone, so the supervisor, a subreaper, adopted it) double-forks the bare worker as soon as the
+# supervisor's death takes its parent.
+ADOPTED = r"""
+import os, sys, time
+out = sys.argv[1]
+supervisor = os.getppid()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        while os.getppid() != supervisor:
+            time.sleep(0.005)
+        while os.getppid() == supervisor:
+            time.sleep(0.005)
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.execve("/bin/sh", ["sh", "-c", "echo $$ > " + out + ".tmp; mv " + out + ".tmp " + out + "; exec sleep 60"], {})
+            os._exit(0)
+        time.sleep(60); os._exit(0)
+    os._exit(0)
+time.sleep(60)
+"""
+
+
+def reaction(runs: int, mode: str, program: str = REACTOR) -> tuple[int, int]:
     """Each run: the supervisor SIGKILLed once the member is recorded; whether the bare worker
     it forks in reaction survives (the tree walk's remaining gap; a cgroup holds it)."""
     import psutil  # noqa: PLC0415
@@ -98,7 +125,7 @@ def reaction(runs: int, mode: str) -> tuple[int, int]:
         out = tmp / f"worker-{n}"
         proc = subprocess.Popen(
             [sys.executable, "-m", "hangwatch.cli", "run", "--run-dir", str(tmp / f"run-{n}"), "--gpu-probe", "none",
-             "--interval", "0.5", "--containment", mode, "--quiet", "--", sys.executable, "-c", REACTOR, str(out)],
+             "--interval", "0.5", "--containment", mode, "--quiet", "--", sys.executable, "-c", program, str(out)],
             cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         tree = tmp / f"run-{n}" / "tree.json"
@@ -134,10 +161,11 @@ def main() -> int:
     for mode in ("cgroup", "tree"):
         total, survivors = race(args.runs, mode)
         print(f"race x{args.runs}, --containment {mode}: {survivors} of {total} processes survived the supervisor's SIGKILL")
-    for mode in ("cgroup", "tree"):
-        total, survivors = reaction(args.runs, mode)
-        print(f"reaction x{args.runs}, --containment {mode}: {survivors} of {total} bare workers forked after the "
-              "supervisor's SIGKILL survived")
+    for name, program in (("reaction", REACTOR), ("adopted reaction", ADOPTED)):
+        for mode in ("cgroup", "tree"):
+            total, survivors = reaction(args.runs, mode, program)
+            print(f"{name} x{args.runs}, --containment {mode}: {survivors} of {total} bare workers forked after the "
+                  "supervisor's SIGKILL survived")
     return 0
 
 

@@ -103,6 +103,10 @@ class Guardian:
             self._pending += json.dumps(message, separators=(",", ":")).encode() + b"\n"
             self.flush()
 
+    def armed(self) -> bool:
+        """Whether it is still there to kill the tree should we die (not lost, not exited)."""
+        return not self.lost and self.proc.poll() is None
+
     def flush(self) -> None:
         assert self.proc.stdin is not None
         fd = self.proc.stdin.fileno()
@@ -181,6 +185,7 @@ def main(argv: list[str]) -> int:
     # Armed from here on: whatever ends our stdin makes us kill what we were told.
     os.write(sys.stdout.fileno(), ARMED)
     state: dict[str, Any] = {}
+    pinned = Pinned()
     buffer = b""
     while True:
         chunk = sys.stdin.buffer.read1(65536)
@@ -195,12 +200,57 @@ def main(argv: list[str]) -> int:
                 continue  # a fragment; the next whole message replaces it
             if isinstance(message, dict):
                 state = message
+        pinned.update(state.get("members"))
         if len(buffer) > _MAX_LINE:
             buffer = b""
+    pinned.stop()  # first, before any scan: microseconds after the EOF, not milliseconds
     killed = kill_state(state)
     if killed:
         print(f"hangwatch guardian: supervisor gone; killed {killed}", file=sys.stderr)
     return 0
+
+
+#: the most recorded members held by a pidfd (each is a file descriptor of the guardian's)
+MAX_PINNED = 256
+
+
+class Pinned:
+    """A pidfd for each recorded member, opened when it is told and identity-checked once, so
+    that the EOF can SIGSTOP them all at once with no /proc scan in between. The supervisor's
+    death orphans its adopted children (workers that escaped with a double fork): one that
+    reacts to it (a bare worker forked into a new session) has only the guardian's start-up
+    to win against; each scan-free microsecond narrows that race. A pidfd names its process
+    for good, never a reused pid."""
+
+    def __init__(self) -> None:
+        self.fds: dict[tuple[int, float], int] = {}
+
+    def update(self, members: Any) -> None:
+        wanted: set[tuple[int, float]] = set()
+        for m in members if isinstance(members, list) else []:
+            if isinstance(m, list) and len(m) == 2 and isinstance(m[0], int) and isinstance(m[1], (int, float)):
+                wanted.add((m[0], float(m[1])))
+        for key in [k for k in self.fds if k not in wanted]:
+            os.close(self.fds.pop(key))
+        for pid, born in sorted(wanted - set(self.fds)):
+            if len(self.fds) >= MAX_PINNED or pid <= 1:
+                continue
+            try:
+                fd = os.pidfd_open(pid)
+            except (OSError, AttributeError):
+                continue  # gone already, or no pidfds here: the scan at the EOF still finds it
+            # Opened first, checked second: the fd names whoever held the pid at the open.
+            if same_process(ProcKey(pid, born)) is None:
+                os.close(fd)
+                continue
+            self.fds[(pid, born)] = fd
+
+    def stop(self) -> None:
+        for fd in self.fds.values():
+            try:
+                signal.pidfd_send_signal(fd, signal.SIGSTOP)
+            except OSError:
+                pass  # exited: nothing left to stop
 
 
 def kill_state(state: Mapping[str, Any], grace: float = 2.0) -> list[int]:

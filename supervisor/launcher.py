@@ -5,7 +5,9 @@ The only place that creates the trainer process. Each attempt runs:
   terminal does not hit it behind our back and its group can be signalled;
 * with a parent-death signal (SIGKILL), so a supervisor that dies (even by
   SIGKILL) takes the trainer with it. The kernel delivers it when the *thread*
-  that forked exits, so ``launch`` must be called from the main thread;
+  that forked exits, so ``launch`` must be called from the main thread. With the
+  tree walk and an armed guardian it is SIGSTOP instead (``tree.LocalTree``): the
+  root is held, alive, until the guardian kills it with all it started;
 * with stdout/stderr teed into per-attempt log files and the console.
 
 ``set_child_subreaper`` makes the supervisor the reaper of every orphan in the
@@ -67,16 +69,21 @@ class TrainerProcess:
             pump.join(timeout=timeout)
 
 
-def child_setup(cgroup_procs: str | None = None) -> Callable[[], None]:
+def child_setup(cgroup_procs: str | None = None, death_signal: int = signal.SIGKILL) -> Callable[[], None]:
     """What the trainer's root runs between fork and exec (``preexec_fn``): the
     parent-death signal, then the attempt's cgroup. Shared by a cold ``launch``
-    and the warm process (``prewarm``), which joins its cgroup later, when used."""
+    and the warm process (``prewarm``), which joins its cgroup later, when used.
+
+    ``death_signal`` SIGSTOP instead of SIGKILL (only while an armed guardian will kill
+    the tree should we die, see ``launch``): the root stops, alive, at the instant of our
+    death, so none of its descendants sees its parent die and reacts (a double fork of a
+    bare worker into a new session, gone from the tree before the guardian looks)."""
     parent = os.getpid()
     cgroup_procs_path = os.fsencode(cgroup_procs) if cgroup_procs else None
 
     def arm_parent_death_signal() -> None:
         # Runs in the child between fork and exec: async-signal-safe calls only.
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        _libc.prctl(PR_SET_PDEATHSIG, death_signal, 0, 0, 0)
         if os.getppid() != parent:
             # The supervisor died before the signal was armed: nobody will ever
             # deliver it, so do not start a trainer nobody watches.
@@ -104,10 +111,12 @@ def launch(
     echo: bool = True,
     cgroup_procs: str | None = None,
     log_limit: Callable[[], int] = lambda: LOG_MAX_BYTES,
+    death_signal: int = signal.SIGKILL,
 ) -> TrainerProcess:
     """Start ``argv``; with ``cgroup_procs`` (a cgroup's ``cgroup.procs`` path) the
     child moves itself into that cgroup before it execs. ``log_limit`` gives the
-    cap of each log file (``CappedLog``), read at every write."""
+    cap of each log file (``CappedLog``), read at every write. ``death_signal``: the
+    root's parent-death signal (``child_setup``)."""
     logs = open_logs(attempt_dir)
     try:
         popen = subprocess.Popen(
@@ -118,7 +127,7 @@ def launch(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=child_setup(cgroup_procs),
+            preexec_fn=child_setup(cgroup_procs, death_signal),
         )
     except BaseException as exc:
         logs.close()

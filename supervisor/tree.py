@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -91,6 +92,7 @@ class LocalTree:
         self._members: list[psutil.Process] = []
         self._marks: list[list[Any]] = []  # the guardian's marks of this attempt's processes (guardian.py)
         self._guardian: Callable[[dict[str, Any]], None] | None = None
+        self._guardian_armed: Callable[[], bool] | None = None
         self._guardian_lock = threading.Lock()  # the main thread and the busy watcher both tell it
         self._last_look = time.monotonic()  # when the members were last read (a tick, a kill's poll)
         self._cadence = 1.0  # the time between the last two ticks
@@ -103,9 +105,11 @@ class LocalTree:
     def containment_name(self) -> str:
         return "cgroup" if self.containment is not None else "tree"
 
-    def attach_guardian(self, send: Callable[[dict[str, Any]], None]) -> None:
-        """Keep the guardian told what to kill should we die (``guardian.Guardian.send``)."""
+    def attach_guardian(self, send: Callable[[dict[str, Any]], None], armed: Callable[[], bool] | None = None) -> None:
+        """Keep the guardian told what to kill should we die (``guardian.Guardian.send``);
+        ``armed`` says whether it is still there (``launch`` relies on it to kill a stopped root)."""
         self._guardian = send
+        self._guardian_armed = armed
         self._tell_guardian()
         threading.Thread(target=self._watch_while_busy, name="guardian-watch", daemon=True).start()
 
@@ -157,7 +161,8 @@ class LocalTree:
         if self.prewarm is not None:
             trainer, how = self.prewarm.take(argv, env, attempt_dir, echo=self.echo, cgroup_procs=procs, **limit)
         if trainer is None:
-            trainer = launch(argv, env, attempt_dir, echo=self.echo, cgroup_procs=procs, **limit)
+            trainer = launch(argv, env, attempt_dir, echo=self.echo, cgroup_procs=procs,
+                             death_signal=self._root_death_signal(), **limit)
         trainer.launch = how  # journaled with attempt_started: warm, or cold and why
         if self.prewarm is not None:
             self.prewarm.launched(argv, env)  # the next attempt's warm process, once this one is up
@@ -167,6 +172,18 @@ class LocalTree:
             self._members = []
         self._tell_guardian()
         return trainer
+
+    def _root_death_signal(self) -> int:
+        """The root's parent-death signal. With the tree walk and an armed guardian: SIGSTOP.
+        A root SIGKILLed by our death orphans its children at once, and one that reacts (a
+        double fork of a bare worker: new session, no mark, its intermediate gone) is out of
+        every tree before the guardian has read its EOF. Stopped, the root lives until the
+        guardian kills it with everything under it, and nobody below sees a parent die. With a
+        cgroup (nothing escapes it) or no guardian (nobody would kill a stopped root): SIGKILL."""
+        armed = self._guardian_armed
+        if self.containment is None and self._guardian is not None and armed is not None and armed():
+            return signal.SIGSTOP
+        return signal.SIGKILL
 
     def _tell_guardian(self, procs: list[psutil.Process] | None = None) -> None:
         if self._guardian is None:

@@ -513,7 +513,7 @@ def _start_guardian(supervisor: Any, log: Any) -> tuple[Any, str]:
             "will not be killed; hangwatch run --resume kills them later"))
         return None, f"unavailable: {exc}"
     if isinstance(supervisor.tree, LocalTree):
-        supervisor.tree.attach_guardian(keeper.send)  # the tree goes over the pipe, not through a file
+        supervisor.tree.attach_guardian(keeper.send, keeper.armed)  # the tree goes over the pipe, not through a file
     return keeper, "armed"
 
 
