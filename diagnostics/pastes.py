@@ -90,6 +90,7 @@ _PREFIX = re.compile(
 )
 # Terminal colours kept by a captured log ("\x1b[1;32m").
 _ANSI = re.compile(r"\x1b\[[0-9;?]{0,20}[A-Za-z]")
+_INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
 _ENTITY = re.compile(r"&(?:lt|gt|quot|amp|#\d{1,6}|#x[0-9a-fA-F]{1,6});")
 _RANK_PREFIX = re.compile(r"\[(?:rank|RANK|Rank)[ ]?(\d{1,6})\]")
 # "DP0,1,2: synchronize (...)" / "DP3..7:  broadcast (...)" / "rank 3: step (...)": a
@@ -1616,6 +1617,10 @@ def read_text(text: str, *, source: str = "text") -> ParseReport:
     """Every process in a pasted dump, and what was skipped. Raises ``InputError``
     only when there is not a single recognisable frame."""
     reader = _Reader()
+    if _INVISIBLE.search(text):
+        # Zero-width spaces, joiners, soft hyphens, marks and stray BOMs that web pages,
+        # chat tools and wikis put into copied text: "wait\u200b (threading.py:320)" is no frame.
+        text = _INVISIBLE.sub("", text)
     if "\r" in text:
         # CRLF reads as LF below (rstrip); a lone CR (old Mac line ends, a terminal
         # capture's carriage returns) ends a line too, else the paste is one long line.

@@ -219,3 +219,11 @@ def test_pytorch_test_harness_process_number_is_a_rank_not_a_pid():
 def test_engine_core_cut_in_get_response_waits_on_the_workers_queue():
     # An EngineCore log whose traceback is cut right below get_response (vllm#41125).
     assert _verdict("vllm_41125_enginecore_log_dequeue_timeout") == "vllm-shm-broadcast-wait"
+
+
+@pytest.mark.parametrize("invisible", ["\u200b", "\ufeff", "\u00ad", "\u200e", "\u2060"])
+def test_invisible_characters_from_web_copies_are_ignored(invisible):
+    text = 'Thread 7 (idle): "MainThread"\n    all_reduce (torch/distributed/distributed_c10d.py:2050)\n    main (train.py:9)\n'
+    (proc,) = read_text(text.replace(" (", invisible + " (").replace("Main", "Main" + invisible)).processes
+    (thread,) = proc.threads
+    assert thread.name == "MainThread" and [f.function for f in thread.frames] == ["all_reduce", "main"]
