@@ -56,6 +56,29 @@ def scan(spec: CheckpointSpec) -> list[Checkpoint]:
 
     A directory that does not exist yet has none; one that cannot be listed raises
     ``CheckpointsUnreadable`` (``Path.glob`` would have said "none" without a word)."""
+    return [Checkpoint(path, step, problem is None, problem)
+            for path, step in _candidates(spec) for problem in (_incomplete(path, spec.marker),)]
+
+
+def newest_complete(spec: CheckpointSpec) -> tuple[Checkpoint | None, list[Checkpoint]]:
+    """The newest complete checkpoint and the newer incomplete ones skipped on the way.
+
+    Only those are judged, newest first: each judgement parses the marker, and HF's
+    ``trainer_state.json`` holds the whole log history (MiBs on a long run). Judging every
+    checkpoint, as ``scan`` does, took 18.7 s for 200 checkpoints of 2.9 MB at every attempt's
+    end and again at the next one's start, on the path from a kill to the relaunch."""
+    skipped = []
+    for path, step in _candidates(spec):
+        problem = _incomplete(path, spec.marker)
+        candidate = Checkpoint(path, step, problem is None, problem)
+        if candidate.complete:
+            return candidate, skipped
+        skipped.append(candidate)
+    return None, skipped
+
+
+def _candidates(spec: CheckpointSpec) -> list[tuple[Path, int | None]]:
+    """(folder, step) of every checkpoint folder, newest first, none of them judged yet."""
     try:
         with os.scandir(spec.directory):
             pass
@@ -72,27 +95,13 @@ def scan(spec: CheckpointSpec) -> list[Checkpoint]:
         step = int(match.group(1)) if match else None  # a name is at most 255 bytes: int() is cheap
         if step is not None and step > MAX_STEP:
             step = None
-        problem = _incomplete(path, spec.marker)
-        found.append(Checkpoint(path, step, problem is None, problem))
-
-    def order(c: Checkpoint) -> tuple[int, float]:
         try:
-            mtime = c.path.stat().st_mtime
+            mtime = path.stat().st_mtime
         except OSError:
             mtime = 0.0
-        return (c.step if c.step is not None else -1, mtime)
-
-    return sorted(found, key=order, reverse=True)
-
-
-def newest_complete(spec: CheckpointSpec) -> tuple[Checkpoint | None, list[Checkpoint]]:
-    """The newest complete checkpoint and the newer incomplete ones skipped on the way."""
-    skipped = []
-    for candidate in scan(spec):
-        if candidate.complete:
-            return candidate, skipped
-        skipped.append(candidate)
-    return None, skipped
+        found.append((step if step is not None else -1, mtime, path, step))
+    found.sort(key=lambda f: (f[0], f[1]), reverse=True)
+    return [(path, step) for _, _, path, step in found]
 
 
 def _incomplete(path: Path, marker: str) -> str | None:
