@@ -5,6 +5,7 @@ apart from reading the inputs.
 
 from __future__ import annotations
 
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,6 +168,9 @@ def load_source(path: Path) -> Source:
     except InputError as exc:
         if "py-spy top or record output" in str(exc):
             raise  # it says what was pasted and what to take instead
+        what = _not_text(text)
+        if what:
+            raise InputError(f"{path}: {what}; give a py-spy dump saved as text, a bundle or a run directory") from None
         raise InputError(
             f"{path}: neither a hangwatch bundle nor a py-spy dump (text or --json): "
             "no line looks like a stack frame ('function (file.py:line)')"
@@ -190,7 +194,44 @@ def read_dump_file(path: Path, limit: int | None = None) -> str:
         ) from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if data[:2] == b"\x1f\x8b":
+        data = _gunzip(path, data, limit)  # a dump or log saved compressed (dump.txt.gz)
+    if data[:4] == b"PK\x03\x04":
+        raise InputError(f"{path}: a zip archive; unzip it and give the dump file inside")
+    if data[257:262] == b"ustar":
+        raise InputError(f"{path}: a tar archive; give a bundle as NAME.tar.gz, or unpack it and give the dump file")
     return decode_dump(data)
+
+
+def _gunzip(path: Path, data: bytes, limit: int) -> bytes:
+    """A gzip file's content, never more than ``limit`` bytes of it (a small file can
+    inflate to gigabytes); every member, as gzip readers do."""
+    out = bytearray()
+    rest = data
+    for _ in range(1024):
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            out += d.decompress(rest, limit + 1 - len(out))
+        except zlib.error as exc:
+            raise InputError(f"{path}: a gzip file that cannot be decompressed ({exc})") from None
+        if len(out) > limit or d.unconsumed_tail:
+            raise InputError(f"{path}: larger than {limit / (1024 * 1024):g} MiB once decompressed; a py-spy "
+                             "dump is far smaller: cut the file down to the stacks")
+        rest = d.unused_data
+        if not rest.strip(b"\x00"):
+            break
+    return bytes(out)
+
+
+def _not_text(text: str) -> str:
+    """Why a file that gave no frame is no paste at all ("" when it is text)."""
+    if not text.strip():
+        return "the file is empty"
+    head = text[:65536]
+    odd = sum(1 for ch in head if ch == "\ufffd" or (ch < " " and ch not in "\t\n\r\x1b\x0c"))
+    if odd > len(head) // 10:
+        return "binary data, not text"
+    return ""
 
 
 def decode_dump(data: bytes) -> str:

@@ -227,3 +227,26 @@ def test_invisible_characters_from_web_copies_are_ignored(invisible):
     (proc,) = read_text(text.replace(" (", invisible + " (").replace("Main", "Main" + invisible)).processes
     (thread,) = proc.threads
     assert thread.name == "MainThread" and [f.function for f in thread.frames] == ["all_reduce", "main"]
+
+
+def test_compressed_and_archived_dumps(tmp_path, capsys):
+    import gzip
+    import zipfile
+
+    text = (PASTED / "accelerate_3104_zero3_allgather.txt").read_bytes()
+    gz = tmp_path / "dump.txt.gz"
+    gz.write_bytes(gzip.compress(text))
+    assert load_source(gz).kind == "text"
+    bomb = tmp_path / "bomb.gz"
+    bomb.write_bytes(gzip.compress(bytes(20 << 20)))  # 20 MiB of zeros in ~20 KB
+    zipped = tmp_path / "dump.zip"
+    with zipfile.ZipFile(zipped, "w") as z:
+        z.writestr("dump.txt", text)
+    junk = tmp_path / "core.bin"
+    junk.write_bytes(bytes((i * 7919) % 251 for i in range(200_000)))
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"  \n\t\n")
+    for path, says in ((bomb, "once decompressed"), (zipped, "zip archive"), (junk, "binary data"), (empty, "empty")):
+        assert main(["replay", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("hangwatch: error:") and says in err and "Traceback" not in err, err
