@@ -343,13 +343,19 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
         return [(t, frozen, sig, frames) for t, frozen, facts in pool for sig, frames in facts.stalls]
 
     found = matches([c for c in workers if c[1] is not False]) or matches(workers)
+    holder = next((c for c in workers if c[0].owns_gil), None)
+    if holder is not None:
+        # A thread waiting to take the GIL waits on the thread that holds it (py-spy's
+        # "active+gil"): a main thread busy in Python makes every other thread queue
+        # for the GIL, and that queue is no lock-wait of theirs.
+        found = [x for x in found if x[0] is holder[0] or not _only_gil_wait(x[3])]
     if found:
         found.sort(key=lambda x: (-x[2].priority, x[1] is not True, not is_main(x[0], pid), -len(x[3])))
         t, frozen, sig, frames = found[0]
         idle = next(c[2] for c in cands if c[0] is t).idle
         return ProcessVerdict(series, "stalled", sig, t, frames, frozen, idle is not None, idle.title if idle else "",
                               tuple((x[0], x[2], x[3]) for x in found[:50]), source)
-    pool = workers or cands
+    pool = [holder] if holder is not None else (workers or cands)
     if not pool:
         return ProcessVerdict(series, "idle", source=source, idle_label="no threads")
     t, frozen, facts = min(pool, key=lambda c: _telling_rank(c[:2], pid))
@@ -363,6 +369,16 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
             return ProcessVerdict(series, "unknown", None, t, native, frozen, False, "", (), source)
         return ProcessVerdict(series, "idle", None, t, (), frozen, False, "standard-library wait", (), source)
     return ProcessVerdict(series, "unknown", None, t, t.telling_frames(), frozen, False, "", (), source)
+
+
+#: Frames of a thread waiting to take the GIL (py-bt's "Waiting for the GIL", CPython's
+#: take_gil under PyEval_RestoreThread, pybind11's gil_scoped_acquire).
+_GIL_WAIT = re.compile(r"^(<waiting for the GIL>|take_gil|PyEval_RestoreThread|PyEval_AcquireThread|PyEval_AcquireLock"
+                       r"|PyGILState_Ensure|PyCOND_TIMEDWAIT|PyCOND_WAIT)$|gil_scoped_acquire::gil_scoped_acquire$")
+
+
+def _only_gil_wait(evidence: Sequence[Frame]) -> bool:
+    return bool(evidence) and all(_GIL_WAIT.search(f.function) for f in evidence)
 
 
 def process_verdicts(series: Sequence[ProcessSeries], signatures: Sequence[Signature], source: str = "") -> list[ProcessVerdict]:

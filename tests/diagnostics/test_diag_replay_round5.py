@@ -250,3 +250,26 @@ def test_compressed_and_archived_dumps(tmp_path, capsys):
         assert main(["replay", str(path)]) == 2
         err = capsys.readouterr().err
         assert err.startswith("hangwatch: error:") and says in err and "Traceback" not in err, err
+
+
+def test_a_thread_waiting_for_the_gil_does_not_outrank_the_thread_holding_it(tmp_path):
+    # A main thread busy in Python (active+gil) makes another thread queue in take_gil:
+    # that is no lock wait of the queued thread's; the holder decides.
+    path = tmp_path / "busy.txt"
+    path.write_text('''Process 42: python train.py
+Thread 42 (active+gil): "MainThread"
+    _compute_stats (myproj/metrics.py:88)
+    main (myproj/train.py:200)
+Thread 57 (idle): "Thread-3 (_writer)"
+    take_gil (libpython3.11.so.1.0)
+    PyEval_RestoreThread (libpython3.11.so.1.0)
+    write (myproj/writer.py:30)
+    run (threading.py:982)
+''')
+    (incident,) = analyse([path], SIGS)
+    c = incident.classification
+    assert c.signature_id is None and c.thread_name == "MainThread"
+    # Without a holder in the paste, the GIL wait is the verdict (a GIL deadlock).
+    path.write_text(path.read_text().replace("(active+gil)", "(idle)"))
+    (incident,) = analyse([path], SIGS)
+    assert incident.classification.signature_id == "lock-wait"
