@@ -237,6 +237,9 @@ def test_a_job_stopped_by_a_lost_node_is_resumed_on_every_node_from_its_checkpoi
         os.kill(procs[1].pid, signal.SIGKILL)
         procs[1].wait(timeout=10)
         assert procs[0].wait(timeout=60) == EXIT_COHORT, procs[0].stderr.read()
+        swapped = subprocess.run([HANGWATCH, "run", "--quiet", "--resume", str(tmp_path / "run0"), *cohort(1)],
+                                 capture_output=True, text=True, timeout=60)
+        assert swapped.returncode == 2 and "this run was node 0 of 2" in swapped.stderr, swapped.stderr
         procs = [start(rank, [HANGWATCH, "run", "--quiet", "--resume", str(tmp_path / f"run{rank}"), *cohort(rank)])
                  for rank in (0, 1)]
         outs = [p.communicate(timeout=90) for p in procs]
