@@ -22,6 +22,12 @@ is found and all are killed together, with every descendant of theirs: a worker 
 the last tick into a new session with an empty environment is still its live parent's child,
 and a stopped process forks no more while the guardian looks.
 
+With the tree walk the root is not killed by the supervisor's death but stopped (its
+parent-death signal is SIGSTOP while we are armed, ``tree.LocalTree``): nothing below it
+sees a parent die and reacts. The members we were told are pinned by pidfd as they arrive
+(``Pinned``) and stopped first at the EOF, before any scan: one the supervisor adopted (an
+escaped worker) sees its parent die, and races only the guardian's wake-up.
+
 And to every process that carries one of the state's marks in the environment
 it was started with (``/proc/PID/environ``) and was born after the mark was
 set: ``HANGWATCH_ATTEMPT_DIR=<this attempt's dir>``, which every process of the
