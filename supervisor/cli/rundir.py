@@ -18,6 +18,7 @@ import fcntl
 import os
 from pathlib import Path
 
+from hangwatch.contract.capped import open_regular
 from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.journal import Journal, fold_journal, read_journal
 from hangwatch.contract.private import open_private
@@ -52,8 +53,10 @@ def held_by_live_supervisor(run_dir: Path) -> bool | None:
     """True if a live supervisor holds the lock, False if none does, None if the
     directory has no lock file (a run from before the lock existed)."""
     try:
-        # Without blocking: a FIFO planted as the lock file would hang ``hangwatch status`` in open().
-        fd = os.open(run_dir / LOCK_NAME, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        # Only a regular file, never through a link, and no device opened even for an instant:
+        # root's `hangwatch status` on another user's run dir opened whatever their lock-file link
+        # named (a FIFO, reproduced; their terminal, or /dev/watchdog); a FIFO also hung open().
+        fd = open_regular(run_dir / LOCK_NAME, follow_symlinks=False)
     except OSError:
         return None
     try:

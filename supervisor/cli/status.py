@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import stat
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ import psutil
 
 from hangwatch.cli.rundir import held_by_live_supervisor
 from hangwatch.contract import env
+from hangwatch.contract.capped import open_regular
 from hangwatch.contract.terminal import one_line, terminal_safe
 from hangwatch.contract.journal import MAX_LINE_BYTES, fold_journal, parse_record, read_journal
 from hangwatch.contract.procid import pid_exists
@@ -466,13 +466,13 @@ class JournalTail:
 
     def read(self) -> list[dict[str, Any]]:
         try:
-            # Without blocking, and only a regular file: a FIFO would hang the follower.
-            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            # Only a regular file, and no device opened even for an instant (``open_regular``): each
+            # poll of root's `status --follow` on another user's run dir opened what their journal
+            # link named (their terminal, /dev/watchdog); a FIFO would hang the follower.
+            fd = open_regular(self.path)
         except OSError:
             return []
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return []
             data = os.pread(fd, self.chunk, self.offset)
         except OSError:
             return []

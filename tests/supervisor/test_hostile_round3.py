@@ -132,3 +132,37 @@ def test_choosing_the_checkpoint_parses_only_the_markers_it_must(tmp_path: Path,
     chosen, skipped = checkpoints.newest_complete(checkpoints.CheckpointSpec(tmp_path))
     assert chosen is not None and chosen.step == 200 and [c.step for c in skipped] == [210]
     assert reads == [tmp_path / "checkpoint-200" / "trainer_state.json"]
+
+
+def _opens_for_reading(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Paths handed to ``os.open`` for anything but ``O_PATH`` (a real open: a driver's open runs)."""
+    opened: list[str] = []
+    real = os.open
+
+    def spy(path, flags, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if not flags & getattr(os, "O_PATH", 0):
+            opened.append(os.fspath(path))
+        return real(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", spy)
+    return opened
+
+
+def test_status_never_opens_what_another_users_run_dir_links_to(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root's `hangwatch status` (and each poll of `--follow`) on another user's run dir opened
+    whatever their ``supervisor.lock`` or ``journal.jsonl`` link named: reproduced with a FIFO
+    whose writer their open unblocked; their terminal or ``/dev/watchdog`` open the same way.
+    Only a regular file is ever opened; a linked lock file is no lock."""
+    from hangwatch.cli.rundir import held_by_live_supervisor
+    from hangwatch.cli.status import JournalTail
+
+    fifo = tmp_path / "theirs.fifo"
+    os.mkfifo(fifo)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "supervisor.lock").symlink_to(fifo)
+    (run_dir / "journal.jsonl").symlink_to(fifo)
+    opened = _opens_for_reading(monkeypatch)
+    assert held_by_live_supervisor(run_dir) is None
+    assert JournalTail(run_dir / "journal.jsonl").read() == []
+    assert [p for p in opened if p.startswith(str(tmp_path))] == []
