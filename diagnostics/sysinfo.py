@@ -7,11 +7,11 @@ import importlib.metadata
 import os
 import platform
 import re
-import stat
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from hangwatch.contract.capped import open_regular
 from hangwatch.contract.redact import redact_env, redact_text
 
 PACKAGES = ("hangwatch", "torch", "vllm", "trl", "transformers", "flashinfer-python", "triton", "nvidia-nccl-cu12", "flash-linear-attention", "py-spy", "nvidia-ml-py")
@@ -223,13 +223,16 @@ def _bounded_scandir(directory: Path) -> list[os.DirEntry]:
 
 
 def _read_capped(path: Path) -> str | None:
+    """The first bytes of a regular file of the trainer's user, or None. Never a device, never
+    a FIFO, not even opened (``open_regular``): the file was opened first and checked after, so
+    root's capture opened their FIFO named METADATA (reproduced with a ``setpriv`` trainer), and
+    in their own mount namespace, reached through ``/proc/PID/root`` on their path, a device
+    bind-mounted there (their terminal, without O_NOCTTY; ``/dev/watchdog``)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_regular(path, follow_symlinks=False)
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
         return os.read(fd, _MAX_HEADER_BYTES).decode("utf-8", "replace")
     except OSError:
         return None
@@ -288,10 +291,8 @@ def log_files(log_paths: Mapping[str, Any]) -> dict[str, Path]:
 
 def tail(path: Path, lines: int = 200, max_bytes: int = 256 * 1024) -> str:
     """The last ``lines`` lines (read from the end: logs can be gigabytes), redacted."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = open_regular(path, follow_symlinks=False)  # never a link, a FIFO or a device, not even opened
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path}: not a regular file")
         handle.seek(0, 2)
         size = handle.tell()
         handle.seek(max(0, size - max_bytes))
