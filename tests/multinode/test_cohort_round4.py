@@ -167,7 +167,15 @@ def test_a_node_resumed_alone_into_a_running_or_new_job_is_refused_with_why():
         store = MemoryStore()
         nodes = [Cohort(store, Membership(i, 2, "127.0.0.1", 29600, "job"), {"resumed": resumed}, lease_timeout=5)
                  for i, resumed in ((0, node0), (1, node1))]
-        leader = threading.Thread(target=lambda: pytest.raises(CohortRefused, nodes[0].join, timeout=20), daemon=True)
+        errors: list[Exception] = []
+
+        def lead():
+            try:
+                nodes[0].join(timeout=20)
+            except CohortRefused as exc:
+                errors.append(exc)
+
+        leader = threading.Thread(target=lead, daemon=True)
         leader.start()
         deadline = time.monotonic() + 10
         while store.data.get("hangwatch/job/leader") is None and time.monotonic() < deadline:
@@ -176,7 +184,7 @@ def test_a_node_resumed_alone_into_a_running_or_new_job_is_refused_with_why():
             nodes[1].join(timeout=20)
         assert words in str(refused.value) and "resumes on every node or on none" in str(refused.value)
         leader.join(timeout=20)  # node 0 reads why node 1 left and stops waiting for it
-        assert not leader.is_alive()
+        assert not leader.is_alive() and errors and "node 1 was refused" in str(errors[0]), errors
         for n in nodes:
             n.close(linger_cap=0)
 
@@ -219,7 +227,7 @@ def test_a_job_stopped_by_a_lost_node_is_resumed_on_every_node_from_its_checkpoi
     port = _free_port()
 
     def cohort(rank):
-        return ["--cohort", f"127.0.0.1:{port}", "--node-rank", str(rank), "--nnodes", "2", "--lease-timeout", "2"]
+        return ["--cohort", f"127.0.0.1:{port}", "--node-rank", str(rank), "--nnodes", "2", "--lease-timeout", "3"]
 
     def start(rank, argv):
         env = dict(os.environ, NODE=str(rank))
