@@ -415,9 +415,9 @@ def find_suspect(verdicts: Sequence[ProcessVerdict]) -> Story:
     # Launchers and idle helpers (torchrun's agent, a parked worker) are not ranks that
     # could hold the crowd up: when processes that are busy elsewhere exist, only they compete.
     busy_elsewhere = [v for v in others if v.state != "idle" and not v.waiting_for_work]
-    if crowd and busy_elsewhere and len(busy_elsewhere) <= max(len(crowd), 1) < len(others):
+    if crowd and busy_elsewhere and _ranks(busy_elsewhere) <= max(len(crowd), 1) < _ranks(others):
         others = busy_elsewhere
-    if crowd and others and len(others) <= max(len(crowd), 1):
+    if crowd and others and _ranks(others) <= max(len(crowd), 1):
         def order(v: ProcessVerdict) -> tuple:
             return ({"stalled": 0, NO_STACKS: 1, "unknown": 2, "idle": 3}.get(v.state, 4), v.waiting_for_work)
 
@@ -445,6 +445,12 @@ def find_suspect(verdicts: Sequence[ProcessVerdict]) -> Story:
         v = undumped[0]
         return Story(v, f"py-spy could not dump it ({v.note or 'no stacks'}) while the others could")
     return Story(None, "")
+
+
+def _ranks(vs: Sequence[ProcessVerdict]) -> int:
+    """How many ranks these processes are: processes of one known rank (a rank and its
+    dataset-map or DataLoader workers, ms-swift notes in data/pasted) count once."""
+    return len({v.rank for v in vs if v.rank is not None}) + sum(1 for v in vs if v.rank is None)
 
 
 def _missing_ranks(crowd: Sequence[ProcessVerdict]) -> str:

@@ -91,6 +91,13 @@ _PREFIX = re.compile(
 # Terminal colours kept by a captured log ("\x1b[1;32m").
 _ANSI = re.compile(r"\x1b\[[0-9;?]{0,20}[A-Za-z]")
 _INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
+#: What reporters write in place of a line number they left out.
+_LINE_PLACEHOLDERS = frozenset(("...", "…", "?", "??", "???", "N", "NNN", "X", "XX", "XXX", "xxx", "LINE", "line", "L"))
+# py-spy top's banner or table header anywhere in a line: a top table flattened onto one
+# line (a digest quoting it) is sampled totals, never frames.
+_TOP_BANNER = re.compile(r"%Own\s{1,12}%Total\s{1,12}OwnTime|GIL: \d{1,3}\.\d{1,3}%, Active: \d{1,5}\.\d{1,3}%, Threads: \d")
+# "Rank 1 (waiting):", "**rank 3**:", "[rank7] py-spy:": a caption naming the rank of the stack below.
+_CAPTION_RANK = re.compile(r"(?i)\brank\s{0,2}[#=]?\s{0,2}(\d{1,6})\b")
 _ENTITY = re.compile(r"&(?:lt|gt|quot|amp|#\d{1,6}|#x[0-9a-fA-F]{1,6});")
 _RANK_PREFIX = re.compile(r"\[(?:rank|RANK|Rank)[ ]?(\d{1,6})\]")
 # "DP0,1,2: synchronize (...)" / "DP3..7:  broadcast (...)" / "rank 3: step (...)": a
@@ -354,6 +361,8 @@ def parse_location(inner: str) -> tuple[str, int | None, bool] | None:
     head, sep, tail = inner.rpartition(":")
     if sep and tail.isdigit() and len(tail) <= 7:
         path, line = head, int(tail)
+    elif sep and tail in _LINE_PLACEHOLDERS and head.endswith(_PY_EXT):
+        path = head  # "barrier (torch/distributed/distributed_c10d.py:...)": the line left out
     if not path or len(path) > 1000:
         return None
     if path[0] == "<" and path[-1] == ">":
@@ -774,6 +783,7 @@ class _Reader:
         # Code-shaped names alone on their lines, waiting to see whether frames follow.
         self.bare: list[Frame] = []
         self.after_frame = False  # the line before was a frame (a bare name there continues it)
+        self.caption: tuple[int | None, bool] | None = None  # (rank, main thread) a caption named
         self.arrow: list[Frame] | None = None  # a hand-written call chain being read, outermost first
         self.arrow_head = ""  # the line above the first arrow: the chain's outermost call
         self.numbered: list[Frame] | None = None  # Paddle's C++ traceback, outermost first
@@ -821,13 +831,23 @@ class _Reader:
         self.after_break = False
         self.recent_first = False
         self.pybt_seen = False
+        self.caption = None
 
     def add_frames(self, frames: list[Frame]) -> None:
         if not self.group or (self.after_break and all(t.headerless for t in self.group)):
             recent_first = self.recent_first  # py-bt pasted without a thread header: still py-bt
-            proc = self.proc if self.proc is not None else self.new_process()
+            caption, self.caption = self.caption, None
+            rank, main = caption if caption is not None else (None, False)
+            proc = self.proc
+            if proc is not None and proc.threads and (
+                    rank is not None or (main and any(t.name == "MainThread" for t in proc.threads))):
+                proc = None  # the caption names another process
+            if proc is None:
+                proc = self.new_process()
+                if rank is not None:
+                    proc.rank = rank
             self.recent_first = recent_first
-            t = _Thread(None, "", None, headerless=True)
+            t = _Thread(None, "MainThread" if main else "", None, headerless=True)
             proc.threads.append(t)
             self.group = [t]
             self.report.headerless_threads += 1
@@ -869,6 +889,9 @@ class _Reader:
             self.report.fatal_error = s[len("Fatal Python error: "):][:200]
             return
         if (s[0] in "-0123456789%CTGp" or ";" in s) and self.profile_line(s):
+            return
+        if "%" in s and len(s) > 200 and _TOP_BANNER.search(s):
+            self.report.profile_lines += 1
             return
         if s[0] in "~=-" and s[-1] in "~=-":
             mb = _BANNER_THREAD.match(s)
@@ -1446,6 +1469,15 @@ class _Reader:
         self.after_break = True
         if len(self.report.skipped_examples) < 3:
             self.report.skipped_examples.append(s[:100])
+        # A caption right above a stack with no header says whose it is: "**Rank 1
+        # (waiting):**" is another process; "... py-spy MainThread:" is a main thread,
+        # and a second such stack cannot be the same process's.
+        self.caption = None
+        if len(s) < 400 and s.rstrip("*_ ").endswith(":"):
+            mr = _CAPTION_RANK.search(s)
+            self.caption = (int(mr.group(1)) if mr else None, "MainThread" in s)
+            if self.caption == (None, False):
+                self.caption = None
 
     # -- result ---------------------------------------------------------------
     def finish(self, source: str) -> ParseReport:

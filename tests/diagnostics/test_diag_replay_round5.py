@@ -273,3 +273,27 @@ Thread 57 (idle): "Thread-3 (_writer)"
     path.write_text(path.read_text().replace("(active+gil)", "(idle)"))
     (incident,) = analyse([path], SIGS)
     assert incident.classification.signature_id == "lock-wait"
+
+
+def test_frame_with_its_line_number_left_out():
+    (proc,) = read_text("    barrier (torch/distributed/distributed_c10d.py:...)\n    main (train.py:N)\n").processes
+    assert [(f.function, f.line) for f in proc.threads[0].frames] == [("barrier", None), ("main", None)]
+
+
+def test_py_spy_top_flattened_onto_one_line_is_refused():
+    with pytest.raises(InputError, match="py-spy top or record"):
+        load_source(PASTED / "vllm_idle_cpu_pyspy_top_flattened_digest.txt")
+
+
+def test_captions_name_other_processes_and_main_threads():
+    # Two MainThread stacks under captions are two processes: the straggler is the suspect.
+    (incident,) = analyse([PASTED / "biom3_xccl_backward_straggler_barrier_waiters.txt"], SIGS)
+    assert len(incident.verdicts) == 2
+    c = incident.classification
+    assert c.signature_id == "nccl-collective-wait"
+    assert c.suspect is not None and "somewhere else" in c.suspect.reason
+    # "**Rank 1 (waiting):**" / "**Rank 0 (orchestrating):**" / "**Rank 0 worker (one of 8):**"
+    (incident,) = analyse([PASTED / "msswift_omni_decord_worker_rank0_map_rank1_barrier.txt"], SIGS)
+    assert [v.rank for v in incident.verdicts] == [1, 0, 0]
+    # a rank and its workers are one rank against the crowd of one: rank 0 is the suspect
+    assert incident.classification.suspect is not None and incident.classification.suspect.rank == 0
