@@ -96,6 +96,9 @@ _LINE_PLACEHOLDERS = frozenset(("...", "…", "?", "??", "???", "N", "NNN", "X",
 # py-spy top's banner or table header anywhere in a line: a top table flattened onto one
 # line (a digest quoting it) is sampled totals, never frames.
 _TOP_BANNER = re.compile(r"%Own\s{1,12}%Total\s{1,12}OwnTime|GIL: \d{1,3}\.\d{1,3}%, Active: \d{1,5}\.\d{1,3}%, Threads: \d")
+# pdb's "where": "  /app/train.py(88)step()" per frame, oldest first, the current one
+# marked "> " (with "->None" after a return), each followed by "-> source line".
+_PDB_FRAME = re.compile(r"^(?:\(Pdb\)\s{1,8})?(?:>\s{1,4})?([^\s()]{1,1000}?\.pyx?|<[\w.-]{1,60}>)\((\d{1,7})\)([^\s()]{1,300})\(\)(?:->.{0,300})?$")
 # "Rank 1 (waiting):", "**rank 3**:", "[rank7] py-spy:": a caption naming the rank of the stack below.
 _CAPTION_RANK = re.compile(r"(?i)\brank\s{0,2}[#=]?\s{0,2}(\d{1,6})\b")
 _ENTITY = re.compile(r"&(?:lt|gt|quot|amp|#\d{1,6}|#x[0-9a-fA-F]{1,6});")
@@ -787,6 +790,7 @@ class _Reader:
         self.arrow: list[Frame] | None = None  # a hand-written call chain being read, outermost first
         self.arrow_head = ""  # the line above the first arrow: the chain's outermost call
         self.numbered: list[Frame] | None = None  # Paddle's C++ traceback, outermost first
+        self.pdb: list[Frame] | None = None  # pdb's "where", outermost first
 
     # -- structure ------------------------------------------------------------
     def new_process(self, pid: int | None = None, cmdline: str = "", header: bool = False) -> _Process:
@@ -880,6 +884,23 @@ class _Reader:
         if not s:
             return
         self.prev_text, self.cur_text = self.cur_text, s
+        if self.pdb is not None:
+            if s.startswith("->"):
+                return  # the source line under a pdb frame
+            if s.startswith("(Pdb)") and len(self.pdb) == 1:
+                self.pdb = None  # where pdb stopped ("> f.py(4)main()"): its "where" repeats it
+            if not _PDB_FRAME.match(s):
+                self.end_pdb()
+        if (s[0] in "/<>(~." or s[1:3] == ":\\") and s.endswith(")") or "()->" in s:
+            mp = _PDB_FRAME.match(s)
+            if mp:
+                if self.pdb is None:
+                    self.end_traceback(keep=False)
+                    self.drop_bare()
+                    self.pdb = []
+                if len(self.pdb) < MAX_FRAMES:
+                    self.pdb.append(Frame(mp.group(3), mp.group(1).replace("\\", "/"), int(mp.group(2))))
+                return
         if self.arrow is not None and not s.startswith(_ARROW):
             self.end_arrow()
         if self.numbered is not None and self.numbered_line(s):
@@ -1093,6 +1114,11 @@ class _Reader:
         self.report.bare_frames += 1
         self.arrow_head = s
         return True
+
+    def end_pdb(self) -> None:
+        frames, self.pdb = self.pdb, None
+        if frames:
+            self.traceback_thread("MainThread", frames)  # pdb shows the thread it stopped in
 
     def end_arrow(self) -> None:
         chain, self.arrow = self.arrow, None
@@ -1487,6 +1513,7 @@ class _Reader:
         self.end_traceback(keep=False)
         self.end_trace()
         self.end_arrow()
+        self.end_pdb()
         if self.numbered:
             self.numbered_line("")  # a C++ traceback that ends the paste
         self.drop_bare()

@@ -297,3 +297,23 @@ def test_captions_name_other_processes_and_main_threads():
     assert [v.rank for v in incident.verdicts] == [1, 0, 0]
     # a rank and its workers are one rank against the crowd of one: rank 0 is the suspect
     assert incident.classification.suspect is not None and incident.classification.suspect.rank == 0
+
+
+def test_pdb_where_is_a_stack():
+    text = """> /app/train.py(88)main()
+-> dist.barrier()
+(Pdb) where
+  /usr/lib/python3.10/runpy.py(86)_run_code()
+-> exec(code, run_globals)
+  /app/train.py(120)<module>()
+-> main()
+  /app/train.py(88)main()
+-> dist.barrier()
+> /usr/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py(3685)barrier()->None
+-> work.wait()
+(Pdb)
+"""
+    (proc,) = read_text(text).processes
+    (thread,) = proc.threads
+    assert thread.name == "MainThread"
+    assert [(f.function, f.line) for f in thread.frames] == [("barrier", 3685), ("main", 88), ("<module>", 120), ("_run_code", 86)]
