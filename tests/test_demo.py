@@ -44,6 +44,8 @@ def test_demo_wedge_caught_killed_resumed_with_evidence(tmp_path, recovery):
         assert "only the rollout engine was restarted (graphs off), the trainer lived on" in status
     else:
         assert len(attempts) == 2 and attempts[1]["resume_from"].endswith("checkpoint-15")
+        assert not any(r["event"] == "engine_restart" for r in journal), "--recovery job never restarts the engine alone"
+        assert [r["level"] for r in journal if r["event"] == "recovery"] == [2]
     bundle = Path(next(r["evidence_path"] for r in journal if r["event"] == "attempt_ended" and r["evidence_path"]))
     manifest = json.loads((bundle / "manifest.json").read_text())
     classification = manifest["classification"]

@@ -55,6 +55,15 @@ def _kill(pid: int) -> None:
         pass
 
 
+def _reap(supervisor: subprocess.Popen, pids: list[int]) -> None:
+    """Whatever a test started: the supervisor, and every pid its trainer reported."""
+    if supervisor.poll() is None:
+        supervisor.kill()
+        supervisor.wait(10)
+    for pid in pids:
+        _kill(pid)
+
+
 @pytest.mark.timeout(120)
 def test_resume_kills_a_worker_that_escaped_after_the_last_tick_when_the_guardian_died_too(tmp_path):
     hw = [sys.executable, "-m", "hangwatch.cli", "run"]
@@ -91,11 +100,7 @@ def test_resume_kills_a_worker_that_escaped_after_the_last_tick_when_the_guardia
         wait_for(lambda: not _alive(worker), timeout=10, what="escaped worker killed by --resume")
         assert f"{worker}" in resumed.stderr  # the orphans_killed warning names it
     finally:
-        if supervisor.poll() is None:
-            supervisor.kill()
-            supervisor.wait(10)
-        for pid in started:
-            _kill(pid)
+        _reap(supervisor, started)
 
 
 def test_resume_marks_are_only_this_runs_attempt_dirs(tmp_path):
@@ -164,8 +169,4 @@ def test_guardian_kills_a_bare_worker_forked_after_the_last_tick_by_a_live_membe
         supervisor.wait(10)
         wait_for(lambda: not any(_alive(p) for p in started), timeout=20, what="the guardian killed everything")
     finally:
-        if supervisor.poll() is None:
-            supervisor.kill()
-            supervisor.wait(10)
-        for pid in started:
-            _kill(pid)
+        _reap(supervisor, started)
