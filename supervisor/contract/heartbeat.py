@@ -111,14 +111,24 @@ class Heartbeat:
         if not math.isfinite(ts):
             raise ValueError(f"heartbeat ts is not a finite number: {ts!r}")
         info = data.get("info") or {}
+        pid, seq = _int64(data["pid"], "pid"), _int64(data["seq"], "seq")
         return cls(
-            pid=int(data["pid"]),
-            seq=int(data["seq"]),
+            pid=pid,
+            seq=seq,
             ts=ts,
-            step=int(step) if step is not None else None,
+            step=_int64(step, "step") if step is not None else None,
             phase=phase,
             info=dict(info) if isinstance(info, Mapping) else {},
         )
+
+
+def _int64(value: Any, name: str) -> int:
+    """A counter as the supervisor keeps it: one past 64 bits is no beat's (a step of 400
+    digits stopped the metrics at every tick: no float holds it)."""
+    number = int(value)
+    if not -(1 << 63) <= number < (1 << 63):
+        raise ValueError(f"heartbeat {name} out of range")
+    return number
 
 
 # A beat is a few hundred bytes; anything past this is not one of ours.

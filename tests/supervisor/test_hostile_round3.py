@@ -166,3 +166,13 @@ def test_status_never_opens_what_another_users_run_dir_links_to(tmp_path: Path, 
     assert held_by_live_supervisor(run_dir) is None
     assert JournalTail(run_dir / "journal.jsonl").read() == []
     assert [p for p in opened if p.startswith(str(tmp_path))] == []
+
+
+@pytest.mark.parametrize("field", ["step", "seq", "pid"])
+def test_a_beat_with_a_number_past_64_bits_is_no_beat(tmp_path: Path, field: str) -> None:
+    """A step of 400 digits (an int no float holds) made the metrics exporter fail at every tick
+    (``OverflowError``): the textfile was no longer rewritten while the beat stood."""
+    path = tmp_path / "heartbeat.json"
+    record = {"pid": 4242, "seq": 1, "ts": 1000.0, "step": 1, "phase": "train"}
+    path.write_text(json.dumps(record).replace(f'"{field}": {record[field]}', f'"{field}": {"9" * 400}'))
+    assert read_heartbeat(path) is None
