@@ -90,6 +90,12 @@ class MemberLeft(CohortError):
         self.node = node
 
 
+class LauncherMismatch(CohortError):
+    """This node's launcher formed a rendezvous of another node count than the cohort's: it trains apart."""
+
+    reason = "launcher_mismatch"
+
+
 class CohortStopped(CohortError):
     """Another node's supervisor was stopped (SIGINT/SIGTERM/SIGHUP): every node stops."""
 

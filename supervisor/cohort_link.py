@@ -26,7 +26,7 @@ import structlog
 from hangwatch.contract.exitcodes import EXIT_COHORT
 from hangwatch.contract.verdict import Verdict, VerdictKind
 from hangwatch.supervisor.attempt import GraphPolicy
-from hangwatch.supervisor.cohort import Agreement, Cohort, CohortStopped
+from hangwatch.supervisor.cohort import Agreement, Cohort, CohortStopped, LauncherMismatch
 from hangwatch.supervisor.restart import AttemptOutcome, Decision
 
 log = structlog.get_logger("hangwatch.cohort")
@@ -44,6 +44,9 @@ class CohortLink:
         self.cohort = cohort
         self._journal = journal
         self._attempt: int | None = None  # the attempt being watched, for records made off the main loop
+        # The launcher check (``_launcher_apart``): the attempt it is for, the processes already read,
+        # whether a rendezvous worker was found, and when to look again.
+        self._launch_check: tuple[int, set[Any], bool, float] = (0, set(), False, 0.0)
 
     @property
     def journal(self) -> _Journal:
@@ -71,10 +74,16 @@ class CohortLink:
         log.info("cohort_joined", message=(f"cohort of {me.nnodes} nodes joined; engine-level recovery is off in a "
                                            f"cohort: {ENGINE_RECOVERY_OFF}"))
 
-    def verdict(self, attempt: int, now: float) -> Verdict | None:
-        """Another node's incident for this attempt, or a lost member/store: our verdict too."""
+    def verdict(self, attempt: int, now: float, tree: Any = None) -> Verdict | None:
+        """Another node's incident for this attempt, or a lost member/store: our verdict too.
+
+        ``tree`` (``describe()``): this node's processes, to check that its launcher's
+        rendezvous is the cohort's (``_launcher_apart``).
+        """
         self._attempt = attempt
         problem = self.cohort.problem
+        if problem is None and tree is not None:
+            problem = self._launcher_apart(attempt, now, tree)
         if problem is not None:
             return Verdict(VerdictKind.COHORT_LOST, now, now, str(problem), evidence={"cohort": problem.reason})
         ann = self.cohort.poll(attempt)
@@ -84,6 +93,50 @@ class CohortLink:
         kind = VerdictKind(ann.kind) if ann.kind in _HANGS else VerdictKind.SILENT_HANG
         return Verdict(kind, now, now, f"node {ann.node} announced {ann.kind}: {ann.reason}",
                        evidence={"cohort_incident": ann.to_json()})
+
+    def _launcher_apart(self, attempt: int, now: float, tree: Any) -> LauncherMismatch | None:
+        """This node's launcher trains apart from the cohort: its workers joined a rendezvous of
+        another node count (``GROUP_WORLD_SIZE``, set by torchrun and accelerate for every worker).
+
+        A launcher started with its own --rdzv-endpoint, --rdzv-id or --nnodes on one node formed
+        a job of its own: it trained alone, saving into the shared checkpoint directory, and
+        finished, while the other nodes' launchers waited for it in their rendezvous, unwatched
+        (no rank beats before it), until torchrun's join timeout (600 s by default). Each process
+        is read once (its environment is fixed at exec: once per command line, for a process seen
+        between its fork and its exec); looked at every 2 s until a worker is found.
+        """
+        checked_for, seen, found, next_at = self._launch_check
+        if checked_for != attempt:
+            seen, found, next_at = set(), False, 0.0
+        if found or now < next_at:
+            self._launch_check = (attempt, seen, found, next_at)
+            return None
+        mismatch = None
+        try:
+            procs = list(tree.describe())[:MAX_LAUNCH_CHECK]
+        except Exception:  # noqa: BLE001  (a tree that cannot be listed now is listed again at the next look)
+            procs = []
+        for proc in procs:
+            key = (proc.pid, proc.create_time, tuple(proc.cmdline))  # read again once it has exec'd
+            if key in seen:
+                continue
+            seen.add(key)
+            size = rendezvous_nodes(proc.pid)
+            if size is None:
+                continue
+            found = True
+            nnodes = self.cohort.me.nnodes
+            if size != nnodes:
+                mismatch = LauncherMismatch(
+                    f"node {self.node_rank}'s launcher formed a rendezvous of {size} node(s) (GROUP_WORLD_SIZE={size} "
+                    f"in its worker pid {proc.pid}), but the cohort has {nnodes}: that node's torchrun --nnodes, "
+                    "--rdzv-endpoint or --rdzv-id differ from the other nodes' (it trains apart from them); start "
+                    "every node's launcher with the same ones")
+                self.cohort.problem = self.cohort.problem or mismatch
+                self.cohort.why = self.cohort.why or str(mismatch)
+            break
+        self._launch_check = (attempt, seen if len(seen) < 4096 else set(), found, now + LAUNCH_CHECK_EVERY_S)
+        return mismatch
 
     def incident(self, attempt: int, verdict: Verdict) -> None:
         """Announce a local incident (first node wins) and journal the cohort's incident."""
@@ -230,6 +283,26 @@ class CohortLink:
 
         self.cohort.on_stop = stopped_elsewhere
         return handler
+
+
+MAX_LAUNCH_CHECK = 256  # processes looked at per check
+LAUNCH_CHECK_EVERY_S = 2.0
+_ENVIRON_CAP = 1 << 20
+
+
+def rendezvous_nodes(pid: int) -> int | None:
+    """The node count of the rendezvous a launcher's worker joined (its ``GROUP_WORLD_SIZE``), or None:
+    not a torchrun-style worker, gone, or not readable."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            environ = handle.read(_ENVIRON_CAP)
+    except OSError:
+        return None
+    for entry in environ.split(b"\0"):
+        if entry.startswith(b"GROUP_WORLD_SIZE="):
+            value = entry.partition(b"=")[2]
+            return int(value) if value.isdigit() and len(value) < 10 else None
+    return None
 
 
 ENGINE_RECOVERY_OFF = ("an engine restart on one node would desynchronise the ranks of the others; every incident "

@@ -438,7 +438,7 @@ class Supervisor:
                 code = self._forward_stop(trainer)
                 verdict = classify_exit(code if code is not None else -self._stop_signal, self.clock())
                 return stopped(verdict), samples.snapshot(), code
-            external = self.cohort.verdict(self.state.attempt, self.clock()) if self.cohort is not None else None
+            external = self.cohort.verdict(self.state.attempt, self.clock(), self.tree) if self.cohort is not None else None
             if external is not None:
                 return external, samples.snapshot(), None
             sample = self.tree.sample()

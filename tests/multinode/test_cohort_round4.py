@@ -21,9 +21,11 @@ import pytest
 
 from hangwatch.contract.exitcodes import EXIT_COHORT
 from hangwatch.contract.journal import read_journal
+from hangwatch.contract.capture import TreeProcess
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.supervisor.attempt import GraphPolicy, RunState
 from hangwatch.supervisor.cohort import Cohort, CohortRefused, Membership
+from hangwatch.supervisor.cohort_link import CohortLink, rendezvous_nodes
 from hangwatch.supervisor.config import SETTINGS, build
 from hangwatch.supervisor.killer import KillReport
 from hangwatch.supervisor.runner import Supervisor
@@ -63,6 +65,9 @@ class Tree:
     launched: list[dict] = field(default_factory=list)
     started: float = 0.0
     trainer: Trainer | None = None
+    workers: list = field(default_factory=list)  # what describe() lists (real processes, to read their environ)
+    waits: bool = False  # the launcher waits (in its rendezvous) until killed
+    killed: bool = False
 
     def launch(self, argv, env, attempt_dir):
         self.launched.append(dict(env))
@@ -71,6 +76,10 @@ class Tree:
         return self.trainer
 
     def exit_code(self, trainer):
+        if self.killed:
+            return -9
+        if self.waits:
+            return None
         return 0 if self.clock() - self.started >= 3.0 else None
 
     def sample(self):
@@ -78,7 +87,7 @@ class Tree:
                       gpu=(DeviceSample(0, 50.0, 1000.0, (self.trainer.pid,)),), heartbeat=None, tree_size=1)
 
     def describe(self):
-        return []
+        return list(self.workers)
 
     def watch(self, heartbeat):
         pass
@@ -87,6 +96,7 @@ class Tree:
         pass
 
     def kill(self, grace, kill_timeout, launcher=None):
+        self.killed = True
         target = {"pid": self.trainer.pid, "create_time": 0.0, "pgid": self.trainer.pid, "name": "t"}
         return KillReport((target,), (), (), (), 0.1)
 
@@ -101,7 +111,7 @@ class Probe:
         pass
 
 
-def _resumed_node(tmp_path: Path, store: MemoryStore, rank: int, state: RunState, steps: list[int]):
+def _resumed_node(tmp_path: Path, store: MemoryStore, rank: int, state: RunState | None, steps: list[int]):
     clock = Clock(start=1000.0 + 7200.0 * rank)  # clocks hours apart: nothing may compare them
     ckpt = tmp_path / f"local{rank}"  # node-local checkpoints: each node has the steps it saved
     for step in steps:
@@ -187,6 +197,82 @@ def test_a_node_resumed_alone_into_a_running_or_new_job_is_refused_with_why():
         assert not leader.is_alive() and errors and "node 1 was refused" in str(errors[0]), errors
         for n in nodes:
             n.close(linger_cap=0)
+
+
+def _worker(group_world_size: str) -> subprocess.Popen:
+    """A stand-in for a torchrun worker: a process whose environment says its rendezvous's node count."""
+    worker = subprocess.Popen(["sleep", "60"], env=dict(os.environ, GROUP_WORLD_SIZE=group_world_size))
+    deadline = time.monotonic() + 10
+    while rendezvous_nodes(worker.pid) != int(group_world_size):  # until it has exec'd
+        assert time.monotonic() < deadline, "the stand-in worker never started"
+        time.sleep(0.01)
+    return worker
+
+
+@pytest.mark.timeout(60)
+def test_a_launcher_that_formed_its_own_rendezvous_stops_the_job_naming_it(tmp_path):
+    """Node 1's torchrun was started with its own --rdzv-endpoint and --nnodes 1 (a copy-paste slip):
+    it trained alone, saving into the shared checkpoints, and finished (0), while node 0's launcher
+    waited in its rendezvous, unwatched, for torchrun's join timeout (600 s). Its workers say so
+    at once (GROUP_WORLD_SIZE=1 in a cohort of 2): every node stops (75), naming the mismatch."""
+    store = MemoryStore()
+    s0, t0, _ = _resumed_node(tmp_path, store, 0, None, [])
+    s1, t1, _ = _resumed_node(tmp_path, store, 1, None, [])
+    t0.waits = True  # node 0's launcher waits for a rendezvous that never completes
+    worker = _worker("1")
+    try:
+        t1.waits = True
+        t1.workers = [TreeProcess(worker.pid, 0.0, os.getpid(), worker.pid, worker.pid, "python")]
+        for s in (s0, s1):
+            threading.Thread(target=s.cohort.cohort.join, kwargs={"timeout": 1e6}, daemon=True).start()
+        deadline = time.monotonic() + 20
+        while not all(s.cohort.cohort._thread for s in (s0, s1)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        codes: list[int | None] = [None, None]
+
+        def run(i, sup):
+            codes[i] = sup.run()
+
+        threads = [threading.Thread(target=run, args=(i, s), daemon=True) for i, s in enumerate((s0, s1))]
+        for t in threads:
+            t.start()
+        threads[1].join(timeout=30)
+        s1.cohort.cohort.close(linger_cap=0)  # node 1 leaves, saying why
+        s0.cohort.cohort.renew()  # node 0's next lease round reads it
+        threads[0].join(timeout=30)
+        s0.cohort.cohort.close(linger_cap=0)
+    finally:
+        worker.kill()
+        worker.wait(timeout=10)
+    assert codes == [EXIT_COHORT, EXIT_COHORT]
+    last1 = read_journal(s1.run_dir / "journal.jsonl")[-1]
+    assert "node 1's launcher formed a rendezvous of 1 node(s)" in last1["reason"], last1
+    assert "but the cohort has 2" in last1["reason"]
+    last0 = read_journal(s0.run_dir / "journal.jsonl")[-1]
+    assert "node 1's supervisor gave up: node 1's launcher formed a rendezvous of 1 node(s)" in last0["reason"], last0
+    assert t0.killed and t1.killed
+
+
+def test_a_launcher_in_the_cohorts_rendezvous_is_checked_once():
+    """GROUP_WORLD_SIZE equal to the node count: nothing to say, and no more reads in that attempt."""
+    store = MemoryStore()
+    cohort = Cohort(store, Membership(1, 2, "127.0.0.1", 29600, "job"), {})
+    link = CohortLink(cohort, lambda: None)
+    worker = _worker("2")
+    calls = []
+
+    class Tree:
+        def describe(self):
+            calls.append(1)
+            return [TreeProcess(worker.pid, 0.0, os.getpid(), worker.pid, worker.pid, "python")]
+
+    try:
+        assert [link.verdict(1, t, Tree()) for t in (0.0, 5.0, 10.0)] == [None, None, None]
+        assert len(calls) == 1
+        assert link.verdict(2, 11.0, Tree()) is None and len(calls) == 2, "a new attempt's workers are checked again"
+    finally:
+        worker.kill()
+        worker.wait(timeout=10)
 
 
 def _free_port() -> int:
