@@ -99,3 +99,24 @@ def test_the_capture_never_opens_a_fifo_or_device_the_trainers_user_names(tmp_pa
     with pytest.raises(OSError):
         sysinfo.tail(tmp_path / "stdout.log")
     assert not [p for p in opened if p.endswith(("torch-2.9.0.dist-info/METADATA", "stdout.log"))]
+
+
+def test_a_bundle_nested_thousands_of_folders_deep_is_refused_at_once(tmp_path: Path) -> None:
+    """Every file of a bundle directory is opened one folder at a time from the top, so folders
+    nested thousands deep made `replay` and `report` quadratic (3,000 empty folders: 7 s, up to
+    ~15 s within the 4096-entry cap). A bundle is three folders deep: past 16 it is refused."""
+    import os
+
+    from diag_helpers import synthetic_bundle
+    from hangwatch.diagnostics.bundle import MAX_DEPTH, load_bundle
+    from hangwatch.diagnostics.errors import InputError
+
+    bundle = synthetic_bundle(tmp_path)
+    load_bundle(bundle)  # as written: fine
+    deep = bundle / "logs"
+    deep.mkdir()
+    for _ in range(MAX_DEPTH + 2):
+        deep = deep / "d"
+        os.mkdir(deep)
+    with pytest.raises(InputError, match="nested"):
+        load_bundle(bundle)
