@@ -667,6 +667,12 @@ class Cohort:
                 pass
         return recorded or self.stopped or local
 
+    def leave(self, why: str) -> None:
+        """Leave the cohort now, saying why: the others stop at their next lease round, not after
+        this node's kill and its wait for the GPU release (``close`` then has nothing to add)."""
+        self.why = self.why or why[:1000]
+        self._leave(finished=False, why=self.why)
+
     def finish(self, attempt: int) -> None:
         """This node's trainer finished: the others must not take its silence for a loss."""
         self._leave(finished=True, attempt=attempt)

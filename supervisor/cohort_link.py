@@ -133,7 +133,7 @@ class CohortLink:
                     "--rdzv-endpoint or --rdzv-id differ from the other nodes' (it trains apart from them); start "
                     "every node's launcher with the same ones")
                 self.cohort.problem = self.cohort.problem or mismatch
-                self.cohort.why = self.cohort.why or str(mismatch)
+                self.cohort.leave(str(mismatch))  # the others' launchers wait for this node's: tell them now
             break
         self._launch_check = (attempt, seen if len(seen) < 4096 else set(), found, now + LAUNCH_CHECK_EVERY_S)
         return mismatch
@@ -168,6 +168,12 @@ class CohortLink:
                             suspect_evidence=ann.get("evidence") or {})
         log.error("cohort_incident", message=(
             f"cohort incident in attempt {attempt}: node {ann['node']} {ann['kind']}" + (" (this node)" if first else "")))
+
+    def wants_capture(self, verdict: Verdict) -> bool:
+        """Whether this verdict's tree is worth its stacks before the kill. Not a launcher that trains
+        apart from the cohort: nothing hangs there, and every second of a capture is a second more of
+        a job of its own saving into the shared checkpoint directory."""
+        return (verdict.evidence or {}).get("cohort") != LauncherMismatch.reason
 
     def captured(self, attempt: int, timeout: float) -> None:
         """Kill only once every node has its stacks: the first node's kill would otherwise

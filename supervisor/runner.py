@@ -379,7 +379,7 @@ class Supervisor:
         evidence = None
         if self.cohort is not None:
             self.cohort.incident(st.attempt, verdict)
-        if verdict.kind.is_hang:
+        if verdict.kind.is_hang and (self.cohort is None or self.cohort.wants_capture(verdict)):
             self._enter(AttemptState.CAPTURING)
             self.journal.append(
                 "incident",
