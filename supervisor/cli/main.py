@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from hangwatch.contract.capture import CaptureHook
 
 from hangwatch.contract.errors import ConfigError
-from hangwatch.contract.exitcodes import EXIT_CODES, EXIT_COHORT, EXIT_INTERNAL, EXIT_USAGE
+from hangwatch.contract.exitcodes import EXIT_CODES, EXIT_INTERNAL, EXIT_USAGE
 from hangwatch.contract.terminal import terminal_safe
 from hangwatch.contract.tools import abort_running_tools
 from hangwatch.contract.private import private_dir
@@ -668,6 +668,7 @@ def _check_private_run_dir(run_dir: Path) -> None:
 def _check_resumable(run_dir: Path) -> None:
     """Refuse to resume a run that finished, or one whose supervisor is still alive
     (resuming would kill the processes it is watching)."""
+    from hangwatch.cli.rundir import resumable_finish  # noqa: PLC0415
     from hangwatch.cli.status import summarise  # noqa: PLC0415
 
     journal = run_dir / "journal.jsonl"
@@ -678,10 +679,11 @@ def _check_resumable(run_dir: Path) -> None:
     except OSError as exc:
         raise UsageError(f"--resume {run_dir}: cannot read the journal: {exc.strerror or exc}; this is not a run "
                          "hangwatch can continue: start a new one with a new --run-dir") from exc
-    # A cohort node that stopped because the cohort could not go on (75: a node lost) did not fail:
-    # the job is resumed on every node (docs/multinode.md), or its progress would start over.
-    cohort_stop = summary.get("cohort") is not None and (summary["finished"] or {}).get("exit_code") == EXIT_COHORT
-    if summary["finished"] is not None and not cohort_stop:
+    # A stopped run (a user, a scheduler's preemption), one whose checkpoints could not be listed
+    # (76), and a cohort node's that stopped because the cohort could not go on (75: the job is
+    # resumed on every node, docs/multinode.md) did not fail: resumed, or their progress would start over.
+    finished = summary["finished"]
+    if finished is not None and not resumable_finish(finished, cohort=summary.get("cohort") is not None):
         raise UsageError(
             f"--resume {run_dir}: this run already finished ({summary['finished']['outcome']}, exit "
             f"{summary['finished']['exit_code']}); start a new run with a new --run-dir"

@@ -6,7 +6,7 @@
   dies, SIGKILL included, so a stale lock cannot block ``--resume``.
 * ``refuse_existing``: ``run`` on a directory that already holds a journal would
   append a second run to it; finished runs get a new directory, interrupted
-  ones ``--resume``.
+  ones (a dead supervisor, a stop, checkpoints that could not be listed) ``--resume``.
 * ``close_lost_attempt``: on ``--resume``, the attempt the dead supervisor was
   watching gets its ``attempt_ended`` (kind ``supervisor_lost``), so no reader
   shows it "running" forever.
@@ -18,7 +18,11 @@ import fcntl
 import os
 from pathlib import Path
 
+from collections.abc import Mapping
+from typing import Any
+
 from hangwatch.contract.capped import open_regular
+from hangwatch.contract.exitcodes import EXIT_CHECKPOINTS, EXIT_COHORT
 from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.journal import Journal, fold_journal, read_journal
 from hangwatch.contract.private import open_private
@@ -84,6 +88,11 @@ def refuse_existing(run_dir: Path) -> None:
         finished = fold_journal(read_journal(journal)).finished
     except (OSError, ValueError):
         finished = None
+    if finished is not None and resumable_finish(finished, cohort=False):
+        raise ConfigError(
+            f"--run-dir {run_dir} already holds a run that was {_ended_how(finished)}; continue it from its newest "
+            f"checkpoint with hangwatch run --resume {run_dir}, or give a new --run-dir"
+        )
     if finished is not None:
         raise ConfigError(
             f"--run-dir {run_dir} already holds a finished run ({finished.get('outcome')}, exit "
@@ -93,6 +102,23 @@ def refuse_existing(run_dir: Path) -> None:
         f"--run-dir {run_dir} already holds a run that did not finish; continue it with "
         f"hangwatch run --resume {run_dir}, or give a new --run-dir"
     )
+
+
+def resumable_finish(finished: Mapping[str, Any], *, cohort: bool) -> bool:
+    """Whether a finished run may go on with ``--resume``: one that was stopped (SIGINT, SIGTERM,
+    SIGHUP: a user, a scheduler preempting the job), one that stopped because its checkpoints
+    could not be listed (76: access fixed, it resumes), and a cohort node's that stopped with its
+    cohort (75: the job resumes on every node). Not a success, nor a give-up of the restart
+    policy: those start a new run."""
+    code = finished.get("exit_code")
+    return (finished.get("outcome") == "interrupted" or code == EXIT_CHECKPOINTS
+            or (cohort and code == EXIT_COHORT))
+
+
+def _ended_how(finished: Mapping[str, Any]) -> str:
+    if finished.get("outcome") == "interrupted":
+        return f"stopped ({finished.get('reason') or 'a signal'}, exit {finished.get('exit_code')})"
+    return f"ended with exit {finished.get('exit_code')} ({finished.get('reason') or finished.get('outcome')})"
 
 
 def close_lost_attempt(run_dir: Path, killed: list[int]) -> int | None:

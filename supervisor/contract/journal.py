@@ -201,6 +201,9 @@ class AttemptRecord:
     evidence: str | None = None
     start_step: int | None = None
     end_step: int | None = None
+    #: the run was stopped (SIGINT/SIGTERM/SIGHUP: a user, a scheduler's preemption) as this
+    #: attempt ended: its end says nothing of the trainer
+    interrupted: bool = False
 
 
 @dataclass
@@ -262,6 +265,8 @@ def fold_journal(records: Sequence[Mapping[str, Any]]) -> RunRecord:
             run.decided_policy = {"cudagraphs": r["cudagraphs"], "enforce_eager": bool(r.get("enforce_eager"))}
         elif event == "run_finished":
             run.finished = {k: r.get(k) for k in ("outcome", "exit_code", "reason", "ts")}
+            if r.get("outcome") == "interrupted" and run.attempts:
+                run.attempts[-1].interrupted = True
         elif event == "cohort_joined":
             run.cohort = {k: r.get(k) for k in ("node_rank", "nnodes", "cohort_id", "store", "hosts_store")}
         elif event in ("cohort_incident", "cohort_agreed", "member_lost"):

@@ -363,6 +363,18 @@ def test_the_engine_retry_window_counts_across_a_resume(tmp_path):
     assert fresh.last_engine_restart_wall is None
 
 
+@pytest.mark.parametrize("kind, counted", [("stopped", False), ("done", False), ("stall", True)])
+def test_an_attempt_the_runs_stop_ended_spends_no_restart_after_a_resume(tmp_path, kind, counted):
+    """A preempted (SIGTERM) run, resumed: the stopped attempt is no verdict on the trainer, so the
+    restart policy does not count it; a hang caught before the stop came stays one."""
+    j = Journal(tmp_path / "j.jsonl", "r1")
+    j.append("attempt_started", attempt=1, pid=1, env={names.CUDAGRAPHS: "1"})
+    j.append("attempt_ended", attempt=1, kind=kind)
+    j.append("run_finished", outcome="interrupted", exit_code=143)
+    state = RunState.from_journal(read_journal(tmp_path / "j.jsonl"))
+    assert state.attempt == 1 and [o.attempt for o in state.history] == ([1] if counted else [])
+
+
 def test_illegal_transition_is_a_named_error():
     life = AttemptLifecycle(3)
     life.advance(AttemptState.WATCHING, 1.0)

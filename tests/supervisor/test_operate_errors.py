@@ -94,8 +94,32 @@ def test_run_dir_is_locked_by_its_live_supervisor_and_a_finished_run_is_not_reus
     proc.communicate(timeout=30)
 
     again = hw.run(hw.fast_args() + ["--", "true"], timeout=30)
-    assert again.returncode == EXIT_USAGE and "already holds a finished run (interrupted" in again.stderr
+    assert again.returncode == EXIT_USAGE and "already holds a run that was stopped" in again.stderr
+    assert f"hangwatch run --resume {hw.run_dir}" in again.stderr, "a stopped run is continued, not started over"
     assert len(hw.events("run_started")) == 1, "nothing appended to the finished run's journal"
+
+
+def test_a_stopped_run_is_resumed_from_its_newest_checkpoint_without_spending_a_restart(hw):
+    """A scheduler preempts the job (SIGTERM) and requeues it: ``--resume`` continues from the newest
+    checkpoint. It was refused as 'already finished', so the requeued job started from step 0; and the
+    stopped attempt must not count against --max-restarts (0 here)."""
+    ckpt = hw.tmp / "ckpt"
+    proc = hw.start(hw.fast_args(**{"--stall-window": "60", "--max-restarts": "0", "--checkpoint-dir": str(ckpt),
+                                    "--resume-arg": "--resume_from_checkpoint={checkpoint}"})
+                    + ["--", *hw.trainer("--beats", "30", "--step-time", "0.1", "--save-every", "2",
+                                         "--checkpoint-dir", str(ckpt))])
+    wait_for(lambda: (ckpt / "checkpoint-4" / "trainer_state.json").exists(), timeout=60)
+    proc.terminate()
+    assert proc.wait(30) == 128 + 15
+    resumed = hw.run(["run", "--resume", str(hw.run_dir)], timeout=90)
+    assert resumed.returncode == 0, resumed.stderr
+    starts = hw.events("attempt_started")
+    assert len(starts) == 2 and starts[1]["resume_from"] and int(starts[1]["resume_from"].rsplit("-", 1)[1]) >= 4
+    assert hw.events("run_finished")[-1]["outcome"] == "success"
+    status = json.loads(hw.run(["status", "--json", str(hw.run_dir)], timeout=30).stdout)
+    assert status["finished"]["outcome"] == "success"
+    finished = hw.run(["run", "--resume", str(hw.run_dir)], timeout=30)
+    assert finished.returncode == EXIT_USAGE and "already finished (success" in finished.stderr
 
 
 def test_resume_closes_the_attempt_the_dead_supervisor_left_open(hw):
