@@ -52,9 +52,9 @@ _VALUE_PATTERNS = [
     re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
     # Prefixed tokens whose bodies the high-entropy rule misses (lowercase hex, short): Databricks'
     # dapi + 32 hex, Docker's dckr_pat_, Grafana's glsa_/glc_, Shopify's shpat_/shpss_/shpca_/shppa_,
-    # NVIDIA NGC's nvapi-, Replicate's r8_, Tailscale's tskey-, Linear's lin_api_.
+    # NVIDIA NGC's nvapi-, Replicate's r8_, Tailscale's tskey-, Linear's lin_api_, Pulumi's pul-.
     re.compile(r"\bdapi[0-9a-f]{32}(?:-\d)?\b"),
-    re.compile(r"\b(?:dckr_pat_|glsa_|glc_|shp(?:at|ss|ca|pa)_|nvapi-|r8_|tskey-|lin_api_)[A-Za-z0-9_\-]{16,}"),
+    re.compile(r"\b(?:dckr_pat_|glsa_|glc_|shp(?:at|ss|ca|pa)_|nvapi-|r8_|tskey-|lin_api_|pul-)[A-Za-z0-9_\-]{16,}"),
 ]
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token) [A-Za-z0-9._~+/\-]{8,}=*")
 # user may be empty: redis://:password@host; the password runs to the authority's last @

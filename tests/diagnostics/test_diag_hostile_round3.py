@@ -39,6 +39,7 @@ TOKENS = [
     "glsa_abcdefghijklmnopqrstuvwxyz012345_abcdef12",  # Grafana service account
     "shpat_0123456789abcdef0123456789abcdef",     # Shopify
     "nvapi-abcdefghijklmnopqrstuvwxyz0123456789",  # NVIDIA NGC
+    "pul-0123456789abcdef0123456789abcdef01234567",  # Pulumi: lowercase hex
 ]
 
 
