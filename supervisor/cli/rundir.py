@@ -85,10 +85,11 @@ def refuse_existing(run_dir: Path) -> None:
     if not journal.exists():
         return
     try:
-        finished = fold_journal(read_journal(journal)).finished
+        run = fold_journal(read_journal(journal))
+        finished, cohort = run.finished, run.cohort is not None
     except (OSError, ValueError):
-        finished = None
-    if finished is not None and resumable_finish(finished, cohort=False):
+        finished, cohort = None, False
+    if finished is not None and resumable_finish(finished, cohort=cohort):
         raise ConfigError(
             f"--run-dir {run_dir} already holds a run that was {_ended_how(finished)}; continue it from its newest "
             f"checkpoint with hangwatch run --resume {run_dir}, or give a new --run-dir"

@@ -367,7 +367,7 @@ def render_status(summary: dict[str, Any], now: float | None = None) -> str:
                              f"(suspect node {e.get('suspect_node')})")
             elif e["event"] == "cohort_agreed":
                 lines.append(f"         attempt {e.get('attempt')}: agreed checkpoint step {e.get('checkpoint_step')}, "
-                             f"graphs {e.get('cudagraphs')}")
+                             f"graphs {e.get('cudagraphs')}" + (" (job resumed)" if e.get("resumed") else ""))
             else:
                 lines.append(f"         attempt {e.get('attempt')}: {e.get('reason')}")
     for e in summary.get("engine_restarts") or []:

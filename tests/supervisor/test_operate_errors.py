@@ -252,3 +252,24 @@ def test_sigkilled_supervisor_releases_the_lock(tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     assert rundir.held_by_live_supervisor(tmp_path) is False
+
+
+@pytest.mark.parametrize("finish, cohort, resumable", [
+    ({"outcome": "interrupted", "exit_code": 143, "reason": "supervisor received SIGTERM"}, False, True),
+    ({"outcome": "gave_up", "exit_code": 76, "reason": "checkpoints unreadable"}, False, True),
+    ({"outcome": "gave_up", "exit_code": 75, "reason": "node 1 lost"}, True, True),
+    ({"outcome": "gave_up", "exit_code": 75, "reason": "node 1 lost"}, False, False),
+    ({"outcome": "gave_up", "exit_code": 71, "reason": "restart budget"}, False, False),
+    ({"outcome": "success", "exit_code": 0, "reason": "done"}, False, False),
+])
+def test_a_new_run_on_a_resumable_run_dir_says_to_resume_it(tmp_path, finish, cohort, resumable):
+    from hangwatch.cli.rundir import refuse_existing
+    from hangwatch.contract.journal import Journal
+
+    j = Journal(tmp_path / "journal.jsonl", "r1")
+    if cohort:
+        j.append("cohort_joined", node_rank=1, nnodes=2, cohort_id="job", store="h:1", hosts_store=False)
+    j.append("run_finished", **finish)
+    with pytest.raises(ConfigError) as refused:
+        refuse_existing(tmp_path)
+    assert (f"hangwatch run --resume {tmp_path}" in str(refused.value)) is resumable
