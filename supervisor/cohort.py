@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import threading
 import time
@@ -353,12 +354,32 @@ def _exit_code(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 255 else 1
 
 
+def runs_launcher(command: Sequence[str]) -> bool:
+    """Whether ``command`` starts a launcher that joins the job's rendezvous (torchrun,
+    ``python -m torch.distributed.run``/``launch``, ``accelerate launch``), not standalone.
+
+    Not every node of a cohort trains: one may serve rollouts (``trl vllm-serve``) or a reward
+    model. Only the launchers' nodes make up the rendezvous (``CohortLink._launcher_apart``).
+    A launcher behind a wrapper (a shell script) is not recognised, and its node not checked.
+    """
+    argv = [str(a) for a in command]
+    if "--standalone" in argv:
+        return False  # a single-node rendezvous of its own, by design
+    names = [os.path.basename(a) for a in argv]
+    return ("torchrun" in names or "torch.distributed.run" in argv or "torch.distributed.launch" in argv
+            or any(n == "accelerate" and argv[i + 1:i + 2] == ["launch"] for i, n in enumerate(names)))
+
+
 class Cohort:
     def __init__(self, store: Store, membership: Membership, fingerprint: Mapping[str, Any], *,
                  lease_interval: float = 1.0, lease_timeout: float = 15.0, barrier_timeout: float = 300.0,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, launcher: bool = True) -> None:
+        """``launcher``: this node's command runs a launcher (``runs_launcher``); told to the
+        others at join, not compared (a rollout server's node runs none)."""
         self.store = store
+        self.launcher = launcher
+        self._launchers: int | None = None
         self.me = membership
         # The lease must match too: a node renewing every lease/10 of a longer lease than another
         # node's is taken for lost by it, though it is alive (a job killed seconds in).
@@ -461,7 +482,7 @@ class Cohort:
                     if self.store.get(self._key("join", self.me.node_rank)) is None:
                         self._leave(finished=False, refused=str(exc))
                     raise
-                mine = json.dumps({**self.fingerprint, "nonce": nonce}, sort_keys=True)
+                mine = json.dumps({**self.fingerprint, "nonce": nonce, "launcher": self.launcher}, sort_keys=True)
                 if self.store.compare_set(self._key("join", self.me.node_rank), "", mine) != mine:
                     refused_in, self._generation = generation, ""
                     continue
@@ -493,8 +514,23 @@ class Cohort:
         self._thread = threading.Thread(target=self._lease_loop, name="cohort-lease", daemon=True)
         self._thread.start()
 
+    def launcher_nodes(self) -> int | None:
+        """How many nodes run a launcher, from their join records (read once; a record that says
+        nothing of it counts as one). None when the store cannot tell now (asked again later)."""
+        if self._launchers is None:
+            count = 0
+            try:
+                for n in range(self.me.nnodes):
+                    raw = self.store.get(self._key("join", n))
+                    record = _object(raw, f"node {n}'s join record") if raw is not None else {}
+                    count += record.get("launcher", True) is not False
+            except (StoreError, CohortError):
+                return None
+            self._launchers = count
+        return self._launchers
+
     def _check_settings(self, theirs: dict[str, Any]) -> None:
-        theirs = {k: v for k, v in theirs.items() if k not in ("nonce", "generation")}
+        theirs = {k: v for k, v in theirs.items() if k not in ("nonce", "generation", "launcher")}
         differ = sorted(k for k in set(theirs) | set(self.fingerprint) if theirs.get(k) != self.fingerprint.get(k))
         if "resumed" in differ:
             # Not an option that differs: one node resumes its run while node 0 runs another (a new job, or

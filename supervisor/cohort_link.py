@@ -108,8 +108,13 @@ class CohortLink:
         checked_for, seen, found, next_at = self._launch_check
         if checked_for != attempt:
             seen, found, next_at = set(), False, 0.0
-        if found or now < next_at:
+        if found or now < next_at or not self.cohort.launcher:
+            # (A node that runs no launcher, a rollout or reward server's, joins no rendezvous.)
             self._launch_check = (attempt, seen, found, next_at)
+            return None
+        expected = self.cohort.launcher_nodes()
+        if expected is None:  # the store cannot say now: looked at again at the next check
+            self._launch_check = (attempt, seen, found, now + LAUNCH_CHECK_EVERY_S)
             return None
         mismatch = None
         try:
@@ -126,10 +131,11 @@ class CohortLink:
                 continue
             found = True
             nnodes = self.cohort.me.nnodes
-            if size != nnodes:
+            if size != expected:
+                of = f"{nnodes}" if expected == nnodes else f"{nnodes}, {expected} of them running a launcher"
                 mismatch = LauncherMismatch(
                     f"node {self.node_rank}'s launcher formed a rendezvous of {size} node(s) (GROUP_WORLD_SIZE={size} "
-                    f"in its worker pid {proc.pid}), but the cohort has {nnodes}: that node's torchrun --nnodes, "
+                    f"in its worker pid {proc.pid}), but the cohort has {of}: that node's torchrun --nnodes, "
                     "--rdzv-endpoint or --rdzv-id differ from the other nodes' (it trains apart from them); start "
                     "every node's launcher with the same ones")
                 self.cohort.problem = self.cohort.problem or mismatch

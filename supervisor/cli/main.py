@@ -588,7 +588,8 @@ def _cohort_membership(args: argparse.Namespace, config: Any) -> Any:
 
 def _join_cohort(args: argparse.Namespace, config: Any, log: Any, membership: Any) -> Any:
     """Multi-node: join the cohort of per-node supervisors (None for a single-node run)."""
-    from hangwatch.supervisor.cohort import Cohort, CohortError, barrier_timeout, settings_fingerprint  # noqa: PLC0415
+    from hangwatch.supervisor.cohort import (Cohort, CohortError, barrier_timeout, runs_launcher,  # noqa: PLC0415
+                                             settings_fingerprint)
     from hangwatch.supervisor.store import StoreError, TCPStoreClient  # noqa: PLC0415
     import time  # noqa: PLC0415
 
@@ -605,7 +606,7 @@ def _join_cohort(args: argparse.Namespace, config: Any, log: Any, membership: An
         store = TCPStoreClient(membership.host, membership.port, master=membership.is_leader,
                                timeout=max(2.0, lease / 3), connect_timeout=join)  # as long as the join waits
         cohort = Cohort(store, membership, fingerprint, lease_interval=max(0.2, lease / 10), lease_timeout=lease,
-                        barrier_timeout=barrier_timeout(config))
+                        barrier_timeout=barrier_timeout(config), launcher=runs_launcher(config.command))
         cohort.join(timeout=join, spent=time.monotonic() - started)  # reaching the store counts: one bound in all
     except (StoreError, CohortError) as exc:
         if "store" in locals():

@@ -24,7 +24,7 @@ from hangwatch.contract.journal import read_journal
 from hangwatch.contract.capture import TreeProcess
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.supervisor.attempt import GraphPolicy, RunState
-from hangwatch.supervisor.cohort import Cohort, CohortRefused, Membership
+from hangwatch.supervisor.cohort import Cohort, CohortRefused, Membership, runs_launcher
 from hangwatch.supervisor.cohort_link import CohortLink, rendezvous_nodes
 from hangwatch.supervisor.config import SETTINGS, build
 from hangwatch.supervisor.killer import KillReport
@@ -275,6 +275,50 @@ def test_a_launcher_in_the_cohorts_rendezvous_is_checked_once():
     finally:
         worker.kill()
         worker.wait(timeout=10)
+
+
+@pytest.mark.parametrize("command, launcher", [
+    (["torchrun", "--nnodes", "2", "train.py"], True),
+    (["/opt/venv/bin/torchrun", "--nproc-per-node", "8", "train.py"], True),
+    (["python", "-m", "torch.distributed.run", "--nnodes", "2", "train.py"], True),
+    (["accelerate", "launch", "--num_machines", "2", "train.py"], True),
+    (["trl", "vllm-serve", "--model", "Qwen/Qwen2.5-7B"], False),
+    (["torchrun", "--standalone", "--nproc-per-node", "1", "reward_server.py"], False),
+    (["bash", "train.sh"], False),
+    (["python", "train.py"], False),
+])
+def test_which_commands_join_the_jobs_rendezvous(command, launcher):
+    assert runs_launcher(command) is launcher
+
+
+@pytest.mark.parametrize("size, node1_launcher, stopped", [
+    ("1", False, False),  # node 1 serves rollouts (trl vllm-serve): node 0's torchrun alone is the rendezvous
+    ("1", True, True),    # both run torchrun: a rendezvous of 1 is node 0 training apart
+    ("2", True, False),
+])
+def test_a_node_that_runs_no_launcher_is_not_counted_in_the_rendezvous(size, node1_launcher, stopped):
+    """TRL's server mode: training with torchrun on some nodes, ``trl vllm-serve`` on another. The
+    trainers' rendezvous has fewer nodes than the cohort, by design: the job was stopped (75)."""
+    store = MemoryStore()
+    cohort = Cohort(store, Membership(0, 2, "127.0.0.1", 29600, "job"), {}, launcher=True)
+    for n, launcher in ((0, True), (1, node1_launcher)):
+        store.set(cohort._key("join", n), json.dumps({"launcher": launcher}))
+    link = CohortLink(cohort, lambda: None)
+    worker = _worker(size)
+
+    class Tree:
+        def describe(self):
+            return [TreeProcess(worker.pid, 0.0, os.getpid(), worker.pid, worker.pid, "python")]
+
+    try:
+        verdict = link.verdict(1, 0.0, Tree())
+    finally:
+        worker.kill()
+        worker.wait(timeout=10)
+        cohort.close(linger_cap=0)
+    assert (verdict is not None) is stopped, verdict
+    if stopped:
+        assert "the cohort has 2" in verdict.reason
 
 
 def _free_port() -> int:
