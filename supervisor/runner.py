@@ -99,11 +99,13 @@ class Supervisor:
             self.tree, lambda: self.journal, clock, kill_timeout=config.kill.kill_timeout,
             devices=None if isinstance(probe, NoProbe) else probe.sample, sleep=self._sleep,
             release_timeout=config.kill.gpu_release_timeout)
-        if self.state.last_engine_restart_wall is not None:
+        ago = wall() - self.state.last_engine_restart_wall if self.state.last_engine_restart_wall is not None else None
+        if ago is not None and ago > -60.0:
             # A --resume: the retry window counts from the previous supervisor's last engine
             # restart (journaled in wall time), or a second wedge right after a resume would be
-            # taken for a first one and retried at the engine level again.
-            self.engine_level.last_restart = clock() - max(0.0, wall() - self.state.last_engine_restart_wall)
+            # taken for a first one and retried at the engine level again. (A time well in the
+            # future is a clock that was wrong, or is: no window, not one that starts now.)
+            self.engine_level.last_restart = clock() - max(0.0, ago)
         self._beat_pids: set[int] = set()  # the processes that sent heartbeats, this attempt
         self._first_beat_seen = False  # this attempt's first_heartbeat is journaled
         self._engines_beat = False  # a rollout engine has beaten its steps in this attempt

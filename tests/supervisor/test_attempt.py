@@ -361,6 +361,9 @@ def test_the_engine_retry_window_counts_across_a_resume(tmp_path):
     assert sup.engine_level.last_restart == pytest.approx(clock() - 120.0)
     fresh = RunState.from_journal(read_journal(tmp_path / "j.jsonl")[:1])
     assert fresh.last_engine_restart_wall is None
+    skewed = Supervisor(config, FakeProbe(), RecordingCapture(), state=state, tree=FakeTree(clock, ["train"]),
+                        clock=clock, sleep=clock.sleep, wall=lambda: restarted_at - 3 * 86400.0)
+    assert skewed.engine_level.last_restart is None, "a restart 'in the future' (a clock set back) opens no window"
 
 
 @pytest.mark.parametrize("kind, counted", [("stopped", False), ("done", False), ("stall", True)])
