@@ -15,11 +15,15 @@ The supervisor exports the path to the trainer as ``HANGWATCH_SIM_GPU``.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
+import stat
+import tempfile
 from typing import Any
 
+from hangwatch.contract.capped import read_capped
 from hangwatch.contract.env import SIM_GPU as SIM_GPU_ENV
 
 
@@ -34,27 +38,46 @@ def release(*, path: str | None = None, pid: int | None = None) -> bool:
 
 
 def _update(path: str | None, pid: int, holding: dict[str, Any] | None) -> bool:
+    """The read-modify-write, never through a link another user planted: the file often sits in
+    a shared directory (``--gpu-probe file:/tmp/gpu.json``), and a root trainer followed their
+    ``gpu.json.lock`` link (creating any file they named) and their ``gpu.json.<pid>.tmp`` links
+    (overwriting a root-only file with this JSON; reproduced with a second user). The lock must
+    be ours; the new content goes to a fresh file of a random name, renamed into place."""
     target = path or os.environ.get(SIM_GPU_ENV)
     if not target:
         return False
     try:
-        with open(f"{target}.lock", "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                with open(target, encoding="utf-8") as handle:
-                    holders = dict(json.load(handle).get("holders") or {})
-            except (OSError, ValueError, AttributeError):
-                holders = {}
-            if holding is None:
-                holders.pop(str(pid), None)
-            else:
-                holders[str(pid)] = holding
-            tmp = f"{target}.{pid}.tmp"
-            with open(tmp, "w", encoding="utf-8") as handle:
-                json.dump({"devices": _devices(holders), "holders": holders}, handle)
-            os.replace(tmp, target)
+        lock = os.open(f"{target}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
     except OSError:
         return False
+    try:
+        st = os.fstat(lock)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            return False  # another user's lock (they could hold it for ever): not ours to wait on
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            holders = dict(json.loads(read_capped(target, 1 << 20, follow_symlinks=False)).get("holders") or {})
+        except (OSError, ValueError, AttributeError, TypeError, RecursionError):
+            holders = {}
+        if holding is None:
+            holders.pop(str(pid), None)
+        else:
+            holders[str(pid)] = holding
+        directory, name = os.path.split(os.path.abspath(target))
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+        try:
+            os.fchmod(fd, 0o644)  # what the probe reads: no secret in it
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump({"devices": _devices(holders), "holders": holders}, handle)
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except (OSError, ValueError):
+        return False
+    finally:
+        os.close(lock)
     return True
 
 
