@@ -77,6 +77,30 @@ def newest_complete(spec: CheckpointSpec) -> tuple[Checkpoint | None, list[Check
     return None, skipped
 
 
+def complete_steps(spec: CheckpointSpec, limit: int) -> list[int]:
+    """The steps of the newest ``limit`` complete checkpoints, newest first, judged newest down
+    (what a node tells its cohort: judging every marker, as ``scan`` does, cost seconds between
+    the kill and the relaunch on a long run)."""
+    steps: list[int] = []
+    for path, step in _candidates(spec):
+        if len(steps) >= limit:
+            break
+        if step is not None and step not in steps and _incomplete(path, spec.marker) is None:
+            steps.append(step)
+    return steps
+
+
+def complete_at(spec: CheckpointSpec, step: int | None) -> Checkpoint | None:
+    """The newest complete checkpoint of ``step`` (the one a cohort agreed on), or None;
+    only the folders of that step are judged."""
+    if step is None:
+        return None
+    for path, at in _candidates(spec):
+        if at == step and _incomplete(path, spec.marker) is None:
+            return Checkpoint(path, step, True, None)
+    return None
+
+
 def _candidates(spec: CheckpointSpec) -> list[tuple[Path, int | None]]:
     """(folder, step) of every checkpoint folder, newest first, none of them judged yet."""
     try:

@@ -40,7 +40,8 @@ from hangwatch.supervisor.attempt import (CAPTURE_SLACK_S, AttemptLifecycle, Att
                                           attempt_argv, attempt_environment, engine_detect_within, escalate,
                                           recovery_level)
 from hangwatch.supervisor.capture import SamplesOnlyCapture
-from hangwatch.supervisor.checkpoints import CheckpointsUnreadable, newest_complete, scan
+from hangwatch.supervisor.checkpoints import (CheckpointsUnreadable, complete_at, complete_steps,
+                                                newest_complete)
 from hangwatch.supervisor.cohort import Cohort
 from hangwatch.supervisor.cohort_link import CohortLink
 from hangwatch.supervisor.config import RunConfig
@@ -681,8 +682,7 @@ class Supervisor:
         if verdict.kind is VerdictKind.DONE or (self._stop_signal is not None and verdict.kind is not VerdictKind.COHORT_LOST):
             return None
         try:
-            steps = [c.step for c in scan(self.config.checkpoint) if c.complete and c.step is not None] \
-                if self.config.checkpoint else []
+            steps = complete_steps(self.config.checkpoint, COHORT_STEPS) if self.config.checkpoint else []
         except CheckpointsUnreadable as exc:
             # Reporting no steps would have every node relaunch from scratch over the checkpoints.
             self.cohort.gave_up(f"{exc}; not relaunching from scratch over checkpoints that may be there")
@@ -698,8 +698,7 @@ class Supervisor:
         """A job resumed on every node: the attempt count, checkpoint and policy they all go on from."""
         assert self.cohort is not None
         try:
-            steps = [c.step for c in scan(self.config.checkpoint) if c.complete and c.step is not None] \
-                if self.config.checkpoint else []
+            steps = complete_steps(self.config.checkpoint, COHORT_STEPS) if self.config.checkpoint else []
         except CheckpointsUnreadable as exc:
             return self._checkpoints_unreadable(exc)
         agreed, code = self.cohort.resume(self.state.attempt, steps, self.state.policy)
@@ -723,7 +722,7 @@ class Supervisor:
         if not self.config.checkpoint:
             return None, None
         if resume and self.cohort is not None:  # the agreed step or, when no step is complete on every node, none
-            agreed = next((c for c in scan(self.config.checkpoint) if c.complete and c.step == self._agreed_step), None)
+            agreed = complete_at(self.config.checkpoint, self._agreed_step)
             if agreed is None:
                 log.warning("no_checkpoint", message=f"no checkpoint complete on every node of the cohort (agreed step "
                                                      f"{self._agreed_step}); restarting from scratch with them")
@@ -782,6 +781,10 @@ class _EarlyRound:
             self.result = take(tree, deadline)
         except Exception as exc:  # noqa: BLE001  (no early round: the capture takes its rounds itself)
             self.error = f"{type(exc).__name__}: {exc}"
+
+
+# The newest complete checkpoint steps a node tells its cohort (``Cohort._agree`` sends as many).
+COHORT_STEPS = 64
 
 
 def load_state(run_dir: Path) -> RunState:

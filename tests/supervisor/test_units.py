@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from hangwatch.supervisor.checkpoints import CheckpointSpec, newest_complete
+from hangwatch.supervisor.checkpoints import CheckpointSpec, complete_at, complete_steps, newest_complete
 from hangwatch.contract.verdict import VerdictKind
 from hangwatch.contract.heartbeat import beat, read_heartbeat
 from hangwatch.contract.journal import Journal, read_journal
@@ -48,6 +48,29 @@ def test_newest_complete_checkpoint_skips_incomplete_and_corrupt(tmp_path):
     assert [c.path.name for c in skipped] == ["checkpoint-40", "checkpoint-30"]
     assert "unreadable" in skipped[0].problem and "did not finish" in skipped[1].problem
     assert all((tmp_path / f"checkpoint-{s}").is_dir() for s in (10, 20, 30, 40)), "nothing deleted"
+
+
+def test_a_cohorts_checkpoint_steps_are_judged_newest_down_only_as_far_as_needed(tmp_path, monkeypatch):
+    """What a node tells its cohort (its newest complete steps) and the folder of the step the
+    cohort agreed on: every marker was parsed for both (5 s for 200 checkpoints of 1.6 MB,
+    between the kill and the relaunch)."""
+    for step in range(10, 110, 10):
+        d = tmp_path / f"checkpoint-{step}"
+        d.mkdir()
+        if step != 90:
+            (d / "trainer_state.json").write_text(f'{{"global_step": {step}}}')
+    from hangwatch.supervisor import checkpoints
+
+    judged = []
+    real = checkpoints._incomplete
+    monkeypatch.setattr(checkpoints, "_incomplete", lambda path, marker: judged.append(path.name) or real(path, marker))
+    spec = CheckpointSpec(tmp_path)
+    assert complete_steps(spec, 3) == [100, 80, 70] and len(judged) == 4
+    judged.clear()
+    agreed = complete_at(spec, 30)
+    assert agreed is not None and agreed.path.name == "checkpoint-30" and judged == ["checkpoint-30"]
+    assert complete_at(spec, 90) is None and complete_at(spec, None) is None
+    assert all((tmp_path / f"checkpoint-{s}").is_dir() for s in range(10, 110, 10)), "nothing deleted"
 
 
 def test_checkpoint_custom_glob_and_marker(tmp_path):
