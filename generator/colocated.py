@@ -305,7 +305,10 @@ class ColocatedGenerator:
         def phase(name: str) -> Callable[[], None]:
             nonlocal current
             current = name
-            beat(step=step, phase=name, **self.beat_info)
+            # Which worker this phase waits on: a stall in load or sleep is that worker's, and the
+            # supervisor restarts it alone (a standby beside it is spared to take over).
+            waits_on = {"engine_worker_pid": self.worker.pid} if self.worker is not None and self.worker.pid else {}
+            beat(step=step, phase=name, **self.beat_info, **waits_on)
             t0 = time.perf_counter()
             return lambda: timing.seconds.__setitem__(name, time.perf_counter() - t0)
 

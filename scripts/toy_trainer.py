@@ -50,6 +50,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--wedge-at-step", type=int, default=None)
     p.add_argument("--trainer-wedge-at-step", type=int, default=None,
                    help="the trainer itself hangs in step N's train phase (GPU busy, CPU idle), the engine asleep")
+    p.add_argument("--wedge-in-load", type=int, default=None, metavar="K",
+                   help="the engine wedges in its K-th weight load (graphs on only): the trainer waits on it in 'load'")
     p.add_argument("--wedge-on-attempts", default="all", help="comma list of HANGWATCH_ATTEMPT values, or 'all'")
     p.add_argument("--resume_from_checkpoint", "--resume-from-checkpoint", dest="resume",
                    default=os.environ.get("HANGWATCH_RESUME_FROM") or None)
@@ -136,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     engine_kwargs = {"fake_model_config": config.to_json(), "seed": 0, **policy.engine_kwargs()}
     if wedge_applies(args, args.wedge_at_step):
         engine_kwargs["fake_wedge_at_seed"] = args.wedge_at_step
+    if args.wedge_in_load is not None and wedge_applies(args, args.wedge_in_load):
+        engine_kwargs["fake_wedge_on_load"] = args.wedge_in_load
     if args.fail_engine_without_graphs:
         engine_kwargs["fake_fail_start_without_graphs"] = True
     log_dir = (os.environ.get("HANGWATCH_ATTEMPT_DIR") or os.environ.get("HANGWATCH_RUN_DIR")

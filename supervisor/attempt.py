@@ -218,6 +218,9 @@ GENERATE_PHASES = frozenset({"generate"})
 # generate: the standby's start, the weight load and wake, the sleep ("start" is not one: trainers
 # beat it for their own start-up too).
 WORKER_WAIT_PHASES = frozenset({"standby", "load", "sleep"})
+# Of those, the ones that wait on the engine the rollouts run on (its pid in the beat,
+# ``evidence["waiting_on"]``): a wedge there is restarted at the engine level too.
+WORKER_CALL_PHASES = frozenset({"load", "sleep"})
 
 
 @dataclass(frozen=True)
@@ -288,15 +291,23 @@ def recovery_level(
         return job("the trainer stalled again before the retry after the last engine restart moved it on")
     if phase in WORKER_WAIT_PHASES:
         # Waiting on its engine worker, but not for rollouts: not its own threads (the journal said
-        # so, and pointed the user at the wrong process); a fresh engine is not known to cure it.
-        own_threads = job(f"the trainer was waiting on its rollout engine's worker in phase {phase!r}, not for "
-                          f"rollouts: only a wedged generate is restarted at the engine level")
+        # so, and pointed the user at the wrong process).
+        own_threads = job(f"the trainer was waiting on its rollout engine's worker in phase {phase!r}, and its "
+                          f"beat names no worker of the tree to restart alone" if phase in WORKER_CALL_PHASES else
+                          f"the trainer was waiting on its rollout engine's worker in phase {phase!r} (its standby "
+                          f"worker's start): the engine the rollouts run on is not the stuck one")
     else:
         own_threads = job(f"the trainer was in phase {phase or 'unknown'!r}, not waiting on rollouts: its own "
                           f"threads are stalled")
     groups = engine_groups(tree) - {trainer_pgid}
     engine_pid = evidence.get("engine_pid")
-    if evidence.get("engine_beats") or engines_beat:
+    # The worker a wedged weight load or sleep waits on, as the trainer's generator beat it: its
+    # group alone, if it is an engine worker's of the tree (a standby beside it survives).
+    waited_on = next((p.pgid for p in tree if p.pid == evidence.get("waiting_on") and p.pgid in groups), None) \
+        if phase in WORKER_CALL_PHASES and engine_pid is None else None
+    if waited_on is not None:
+        groups = frozenset({waited_on})
+    elif evidence.get("engine_beats") or engines_beat:
         # The engines say who waits on whom: a stuck engine with a request in flight has its
         # rank waiting on it, whatever the heartbeat's phase (with several ranks on a node the
         # file holds whichever rank beat last, often one already past its rollouts).
@@ -324,4 +335,7 @@ def recovery_level(
     if not groups:
         return RecoveryLevel(1, f"the stuck engine worker (pid {engine_pid}) is gone already: its generator "
                                 f"restarts it", frozenset())
+    if waited_on is not None:
+        return RecoveryLevel(1, f"the rollout engine's worker (pid {evidence.get('waiting_on')}) is wedged in the "
+                                f"generator's {phase!r} phase while the trainer waits on it", groups)
     return RecoveryLevel(1, "the rollout engine's worker is wedged while the trainer waits on it", groups)

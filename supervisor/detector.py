@@ -446,7 +446,7 @@ class Detector:
         return evidence
 
     def _base_evidence(self, sample: Sample, scan: "_Scan", tree_cpu: float) -> dict[str, Any]:
-        return {
+        evidence: dict[str, Any] = {
             "gpu_util_pct": scan.stalled_util if scan.stalled else scan.max_util,
             "holders_cpu_pct": round(scan.stalled_cpu, 2),
             "tree_cpu_pct": round(tree_cpu, 2),
@@ -457,6 +457,13 @@ class Detector:
             "phase": self.phase,
             "last_progress_t": round(self._last_progress, 4),
         }
+        # The engine worker the trainer's generator waits on (its beats say which): a stall in a
+        # weight load or a sleep is that worker's, restarted alone (a standby beside it is spared).
+        info = (sample.heartbeat.info or {}) if sample.heartbeat is not None else {}
+        waits_on = info.get("engine_worker_pid")
+        if isinstance(waits_on, int) and not isinstance(waits_on, bool) and 0 < waits_on < 2**31:
+            evidence["waiting_on"] = waits_on
+        return evidence
 
 
 def _in_flight(engine: Heartbeat, sample: Sample) -> bool:

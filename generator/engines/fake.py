@@ -23,6 +23,8 @@ unknown key is dropped silently, a bad ``cudagraph_mode`` raises a bare
 * ``fake_model_config``: ``ToyConfig`` fields (the engine's packed model);
 * ``fake_wedge_on_generate=K``: the K-th generate call (1-based) wedges;
 * ``fake_wedge_at_seed=S``: a generate call with ``seed == S`` wedges;
+* ``fake_wedge_on_load=K``: the K-th ``load_weights`` of this engine wedges, in the warm-up
+  replay that follows the load (the trainer waits on its worker outside ``generate``);
 * ``fake_generate_busy_s``: minimum CPU-busy time per generate (default 0.02),
   a stand-in for the scheduler loop;
 * ``fake_worker_cudagraph_mode``: the mode the fake GPU worker resolves to,
@@ -61,7 +63,7 @@ from hangwatch.generator.weightsync import verify_loaded
 from hangwatch.contract import simgpu
 
 FAKE_KWARGS = {"fake_model_config", "fake_wedge_on_generate", "fake_wedge_at_seed", "fake_generate_busy_s",
-               "fake_worker_cudagraph_mode", "fake_fail_start_without_graphs"}
+               "fake_worker_cudagraph_mode", "fake_fail_start_without_graphs", "fake_wedge_on_load"}
 
 
 class EngineState(enum.Enum):
@@ -109,6 +111,8 @@ class FakeEngine:
         self.config = ToyConfig.from_json(kwargs.get("fake_model_config") or {})
         self.wedge_on_generate = kwargs.get("fake_wedge_on_generate")
         self.wedge_at_seed = kwargs.get("fake_wedge_at_seed")
+        self.wedge_on_load = kwargs.get("fake_wedge_on_load")
+        self.load_calls = 0
         self.busy_s = float(kwargs.get("fake_generate_busy_s", 0.02))
         self.state = S.NEW
         self.weights_valid = False
@@ -172,6 +176,10 @@ class FakeEngine:
         self.prefix_cache_stale = self.state is S.AWAKE
         self.weights_valid = True
         self._advance("load_weights")
+        self.load_calls += 1
+        if self.graph is not None and self.load_calls == self.wedge_on_load:
+            self.graph.arm_wedge()
+            self.graph.replay(torch.zeros(1, 4, dtype=torch.long))  # a warm-up replay on the new weights
         return verify_loaded(self.model, manifest, loaded)
 
     def reset_prefix_cache(self) -> None:

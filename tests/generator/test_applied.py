@@ -136,7 +136,9 @@ def test_applied_mode_is_beaten_for_the_journal_including_a_worker_downgrade(tra
                             log_dir=str(tmp_path), timeouts=FAST) as gen:
         gen.generate(["p"], 1, seed=0, step=4)
         assert gen.applied == AppliedSettings("PIECEWISE", "VLLM_COMPILE", 1)
+        worker = gen.worker_pid
     info = json.loads(hb.read_text())["info"]
+    assert info.pop("engine_worker_pid") == worker, "the worker the generator's phases wait on"
     assert info == {"cudagraphs": "on", "enforce_eager": False, "applied_cudagraph_mode": "PIECEWISE",
                     "applied_compile_mode": "VLLM_COMPILE", "rollouts_ok": 0}
 

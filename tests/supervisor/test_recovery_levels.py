@@ -173,6 +173,27 @@ def test_the_standby_worker_takes_over_and_is_spared_by_the_engine_kill(tmp_path
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
+def test_a_worker_wedged_in_its_weight_load_is_restarted_alone_and_the_standby_takes_over(tmp_path):
+    """The engine wedges while loading step 2's weights: the trainer waits on it in 'load', not for
+    rollouts. The beat names that worker: only its group is killed, the standby retries the step in
+    the same trainer process (it was a job restart, the trainer's model reloaded from a checkpoint)."""
+    code, journal, out = _run(tmp_path, wedge=("--wedge-in-load", "2"), trainer=("--standby-engine",))
+    assert code == 0, out[-3000:]
+    (incident,) = _events(journal, "incident")
+    assert incident["phase"] == "load" and incident["evidence"]["waiting_on"]
+    (recovery,) = _events(journal, "recovery")
+    assert recovery["level"] == 1 and "'load'" in recovery["reason"], recovery
+    (restart,) = _events(journal, "engine_restart")
+    assert restart["ok"] and restart["pids"] == [incident["evidence"]["waiting_on"]], "only the waited-on worker"
+    (recovered,) = _events(journal, "engine_recovered")
+    assert recovered["engine"]["engine_worker"] == "standby" and recovered["engine"]["cudagraphs"] == "off"
+    assert len(_events(journal, "attempt_started")) == 1, "the trainer lived on: no checkpoint reloaded"
+    events = [r["event"] for r in journal]
+    assert events.index("capture") < events.index("kill"), "evidence before the kill"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
 def test_two_ranks_on_a_node_whose_engines_both_wedge_recover_at_the_engine_level(tmp_path):
     """Two ranks share the heartbeat file (its phase is whichever rank beat last) and their
     engines wedge in the same step, a few seconds apart. Each stuck engine is restarted alone
@@ -245,3 +266,24 @@ def test_a_stall_while_the_trainer_waits_on_its_engine_worker_outside_generate_d
             assert "engine's worker" in level.reason and repr(phase) in level.reason
     for phase in ("train", "start", "restore"):
         assert "its own threads" in recovery_level(VerdictKind.STALL, phase=phase, **kw).reason
+
+
+def test_a_wedge_in_the_weight_load_or_sleep_restarts_the_worker_the_trainer_waits_on():
+    """The generator beats which worker a load or sleep waits on: that worker alone is restarted
+    (level 1), its standby spared; a pid that is not an engine worker of the tree (the trainer's own,
+    a stale one) or the standby's start stays a job restart."""
+    tree = _tree((100, 100, "python train.py"), (200, 200, "python -P -u -m hangwatch.generator.worker"),
+                 (300, 300, "python -P -u -m hangwatch.generator.worker"))
+    kw = dict(mode="auto", tree=tree, trainer_pgid=100, last_engine_restart=None, now=1000.0, retry_window=600.0)
+    for phase in ("load", "sleep"):
+        for beats in ({}, {"engine_beats": 2}):
+            level = recovery_level(VerdictKind.STALL, phase=phase, evidence={"waiting_on": 200, **beats}, **kw)
+            assert level.level == 1 and level.engine_pgids == {200}, (phase, beats, level)
+            assert repr(phase) in level.reason and "200" in level.reason
+        for pid in (100, 999):
+            assert recovery_level(VerdictKind.STALL, phase=phase, evidence={"waiting_on": pid}, **kw).level == 2
+        again = recovery_level(VerdictKind.STALL, phase=phase, evidence={"waiting_on": 200},
+                               **{**kw, "last_engine_restart": 900.0})
+        assert again.level == 2 and "second engine wedge" in again.reason
+    assert recovery_level(VerdictKind.STALL, phase="standby", evidence={"waiting_on": 200}, **kw).level == 2
+    assert recovery_level(VerdictKind.STALL, phase="train", evidence={"waiting_on": 200}, **kw).level == 2
