@@ -56,7 +56,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import psutil
 
@@ -92,6 +92,7 @@ class Guardian:
         self._state: dict[str, Any] = {}
         self._env_before: str | None = None
         self._lock = threading.Lock()  # the supervisor's main thread and its busy watcher both send
+        self._stopping = threading.Event()  # a normal stop: no re-arming (``keep_armed``)
 
     def send(self, state: Mapping[str, Any]) -> None:
         """Tell the guardian the tree's current state (replaces what it had).
@@ -112,6 +113,51 @@ class Guardian:
     def armed(self) -> bool:
         """Whether it is still there to kill the tree should we die (not lost, not exited)."""
         return not self.lost and self.proc.poll() is None
+
+    def keep_armed(self, on_event: Callable[[str, str], None], every: float = 1.0, retry: float = 10.0) -> None:
+        """Watch the guardian (a daemon thread, every ``every`` s) and start a new one, told the
+        same state, if it dies (a user's ``kill``, the OOM killer). Without it the tree-walk root,
+        whose parent-death signal is SIGSTOP while a guardian is armed, would stay stopped, holding
+        its memory, should we die too; and what escaped the trainer's session would be orphaned.
+        ``on_event(event, message)``: ``guardian_rearmed``, or ``guardian_lost`` (not re-armed;
+        tried again every ``retry`` s)."""
+        def watch() -> None:
+            next_try = 0.0
+            while not self._stopping.wait(every):
+                if self.armed() or time.monotonic() < next_try:
+                    continue
+                old = self.proc.pid
+                try:
+                    self._rearm()
+                except GuardianError as exc:
+                    next_try = time.monotonic() + retry
+                    on_event("guardian_lost", f"the guardian (pid {old}) is gone and a new one could not be started "
+                                              f"({exc}): if this supervisor dies now, the trainer's root stays stopped "
+                                              f"and escaped workers live on until hangwatch run --resume kills them")
+                    continue
+                on_event("guardian_rearmed", f"the guardian (pid {old}) was gone; a new one (pid {self.proc.pid}) "
+                                             f"is armed with the same state")
+
+        threading.Thread(target=watch, name="guardian-keeper", daemon=True).start()
+
+    def _rearm(self) -> None:
+        # Never with our helpers' token in its environment, as the first one: it kills what carries it.
+        env = {k: v for k, v in os.environ.items() if k != SUPERVISOR}
+        if self._env_before is not None:
+            env[SUPERVISOR] = self._env_before
+        proc = _spawn(env=env)
+        with self._lock:
+            if self._stopping.is_set():  # a normal stop came meanwhile: this one is not needed
+                _close(proc)
+                return
+            dead, self.proc = self.proc, proc
+            self.lost, self._pending = False, b""
+        forget_helper(dead.pid)
+        try:
+            dead.wait(timeout=0)
+        except subprocess.TimeoutExpired:
+            pass
+        self.send(self._state)
 
     def flush(self) -> None:
         assert self.proc.stdin is not None
@@ -135,9 +181,32 @@ def start(timeout: float = 10.0) -> Guardian:
     Raises ``GuardianError`` when it cannot start or does not confirm: the
     caller must then say that a SIGKILLed supervisor would leave orphans.
     """
+    proc = _spawn(timeout)
+    # From here on every helper we start carries our token (the guardian itself started without it).
+    guardian = Guardian(proc, [f"{SUPERVISOR}={os.getpid()}-{secrets.token_hex(8)}", time.time() - MARK_SLACK_S])
+    guardian._env_before = os.environ.get(SUPERVISOR)
+    os.environ[SUPERVISOR] = guardian.helper_mark[0].partition("=")[2]
+    guardian.send({})
+    return guardian
+
+
+def _close(proc: subprocess.Popen) -> None:
+    """A guardian process not needed: its pipe closed with nothing told, it kills nothing."""
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        proc.wait(timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+    forget_helper(proc.pid)
+
+
+def _spawn(timeout: float = 10.0, env: Mapping[str, str] | None = None) -> subprocess.Popen:
+    """A guardian process, armed (it said so within ``timeout``), its pipe non-blocking."""
     try:
         proc = subprocess.Popen(
             module_command("hangwatch.supervisor.guardian"),
+            env=None if env is None else dict(env),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,
@@ -155,17 +224,14 @@ def start(timeout: float = 10.0) -> Guardian:
     os.set_blocking(proc.stdin.fileno(), False)
     # Never part of the supervised tree: not sampled, not captured, not killed.
     add_helper(proc.pid)
-    # From here on every helper we start carries our token (the guardian itself started without it).
-    guardian = Guardian(proc, [f"{SUPERVISOR}={os.getpid()}-{secrets.token_hex(8)}", time.time() - MARK_SLACK_S])
-    guardian._env_before = os.environ.get(SUPERVISOR)
-    os.environ[SUPERVISOR] = guardian.helper_mark[0].partition("=")[2]
-    guardian.send({})
-    return guardian
+    return proc
 
 
 def stop(guardian: Guardian, timeout: float = 5.0) -> None:
     """Normal shutdown: closing the pipe is the same signal as our death."""
-    proc = guardian.proc
+    guardian._stopping.set()
+    with guardian._lock:  # a re-arm in progress has finished (or will not replace the process)
+        proc = guardian.proc
     # A normal stop: our helpers are done (or were aborted); a later start gets a new token.
     guardian.helper_mark = None
     if guardian._env_before is None:
@@ -239,7 +305,7 @@ class Pinned:
         for key in [k for k in self.fds if k not in wanted]:
             os.close(self.fds.pop(key))
         for pid, born in sorted(wanted - set(self.fds)):
-            if len(self.fds) >= MAX_PINNED or pid <= 1:
+            if len(self.fds) >= MAX_PINNED or pid <= 1 or pid == os.getpid():  # (never ourselves: ``_stopped``)
                 continue
             try:
                 fd = os.pidfd_open(pid)
@@ -293,7 +359,11 @@ _MAX_GENERATIONS = 32
 
 
 def _stopped(procs: list[psutil.Process]) -> list[psutil.Process]:
-    """SIGSTOP ``procs`` (identity-checked by psutil) so that none forks again before the kill."""
+    """SIGSTOP ``procs`` (identity-checked by psutil) so that none forks again before the kill.
+    Never ourselves: a guardian started while the supervisor ran (``Guardian.keep_armed``) may be
+    told as a member of the tree before it is known as a helper."""
+    me = os.getpid()
+    procs = [p for p in procs if p.pid != me]
     for proc in procs:
         try:
             proc.send_signal(signal.SIGSTOP)

@@ -514,6 +514,15 @@ def _start_guardian(supervisor: Any, log: Any) -> tuple[Any, str]:
         return None, f"unavailable: {exc}"
     if isinstance(supervisor.tree, LocalTree):
         supervisor.tree.attach_guardian(keeper.send, keeper.armed)  # the tree goes over the pipe, not through a file
+
+    def guardian_event(event: str, message: str) -> None:
+        (log.warning if event == "guardian_rearmed" else log.error)(event, message=message)
+        try:
+            supervisor.journal.append(event, pid=keeper.proc.pid, message=message)
+        except Exception:  # noqa: BLE001  (a journal that cannot be written is the main loop's to report)
+            pass
+
+    keeper.keep_armed(guardian_event)  # a guardian that dies is replaced (a user's kill, the OOM killer)
     return keeper, "armed"
 
 

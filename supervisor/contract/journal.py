@@ -48,6 +48,8 @@ EVENTS = (
     "recovery",  # the recovery level chosen for a hang verdict, and why (before any kill)
     "engine_restart",  # level-1 recovery: only the rollout engine's worker was killed
     "engine_recovered",  # the trainer progressed again after an engine restart
+    "guardian_rearmed",  # the guardian died while we ran; a new one was started (hangwatch.supervisor.guardian)
+    "guardian_lost",  # the guardian died and no new one could be started
 )
 
 

@@ -139,3 +139,42 @@ def test_the_guardian_stops_its_recorded_members_by_pidfd_without_a_scan() -> No
             proc.wait(10)
         for fd in pinned.fds.values():
             os.close(fd)
+
+
+@pytest.mark.timeout(90)
+def test_a_guardian_that_dies_is_replaced_so_the_stopped_root_is_still_killed(tmp_path: Path) -> None:
+    """The root's parent-death signal is SIGSTOP while a guardian is armed. A guardian killed
+    later (a user's kill, the OOM killer) left nobody to kill the root when the supervisor died:
+    it stayed stopped, holding its memory, until --resume. A dead guardian is now replaced."""
+    run = tmp_path / "run"
+    trainer = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(120)"
+    supervisor = subprocess.Popen(
+        [sys.executable, "-m", "hangwatch.cli", "run", "--run-dir", str(run), "--gpu-probe", "none",
+         "--interval", "0.2", "--containment", "tree", "--quiet", "--", sys.executable, "-c", trainer,
+         str(tmp_path / "root")],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    root = 0
+    try:
+        wait_for(lambda: (tmp_path / "root").exists() and (tmp_path / "root").read_text(), timeout=60,
+                 what="the trainer started")
+        root = int((tmp_path / "root").read_text())
+        wait_for(lambda: str(root) in (run / "tree.json").read_text(), timeout=20, what="the root recorded")
+
+        def guardians() -> list[psutil.Process]:
+            return [c for c in psutil.Process(supervisor.pid).children()
+                    if "hangwatch.supervisor.guardian" in " ".join(c.cmdline())]
+
+        (first,) = guardians()
+        first.kill()
+        journal = run / "journal.jsonl"
+        wait_for(lambda: '"guardian_rearmed"' in journal.read_text(), timeout=30, what="a new guardian")
+        assert [g.pid for g in guardians()] != [first.pid]
+        supervisor.kill()
+        supervisor.wait(10)
+        wait_for(lambda: not _alive(root), timeout=20, what=f"the root {root} killed, not left stopped")
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait(10)
+        if root:
+            _kill([root])
