@@ -191,10 +191,21 @@ class ProcessSeries:
     def frozen(self, ident: str) -> bool | None:
         """True when the thread shows the same frames (with lines) in every round
         it appears in, and it appears in at least two; None with a single look."""
-        seen = [t.signature for d in self.dumps for t in d.threads if t.ident == ident]
+        seen = self._signatures.get(ident, ())
         if len(seen) < 2:
             return None
         return all(s == seen[0] for s in seen[1:])
+
+    @functools.cached_property
+    def _signatures(self) -> dict[str, list[Any]]:
+        """Each thread's signature per round, built once: ``frozen`` is asked for every thread,
+        and scanning every round's threads each time was quadratic (a 40,000-thread bundle
+        took minutes to report)."""
+        by_ident: dict[str, list[Any]] = {}
+        for d in self.dumps:
+            for t in d.threads:
+                by_ident.setdefault(t.ident, []).append(t.signature)
+        return by_ident
 
 
 def group_series(dumps: Iterable[ProcessDump]) -> tuple[ProcessSeries, ...]:

@@ -654,7 +654,8 @@ def _contain(supervisor: Any, config: Any, log: Any, resumed: bool = False) -> s
     try:
         containment, why_not = detect(config.containment, supervisor.state.run_id)
     except CgroupError as exc:
-        raise UsageError(f"{exc}; use --containment auto or tree where cgroup v2 is not writable") from exc
+        raise UsageError(f"{exc} (--containment auto falls back to the process-tree walk where no cgroup can be "
+                         "used; --containment tree always uses it)") from exc
     supervisor.tree.containment = containment
     if containment is None and config.containment == "auto":
         log.warning("no_cgroup_containment", message=(

@@ -111,3 +111,18 @@ def test_the_text_rendering_keeps_a_traced_process_own_words_on_one_line():
     assert "\x1b" not in text and "\x07" not in text
     assert [line for line in text.splitlines() if line.startswith(("Process", "    forged"))] == \
         ["Process 7: python train.py\\nProcess 1: init  [round 0]"]
+
+
+def test_frozen_reads_each_threads_signature_once_per_round(monkeypatch):
+    """``frozen`` is asked for every thread of a process; it scanned every round's threads each
+    time: quadratic (a 40,000-thread bundle, under the size cap, took 6 min to report)."""
+    from hangwatch.diagnostics import stacks
+
+    reads = []
+    real = stacks.ThreadDump.signature
+    monkeypatch.setattr(stacks.ThreadDump, "signature", property(lambda self: reads.append(1) or real.fget(self)))
+    frame = stacks.Frame("wait", "a.py", 1)
+    threads = tuple(stacks.ThreadDump(str(i), "t", (frame,)) for i in range(300))
+    series = stacks.ProcessSeries(1, tuple(stacks.ProcessDump(1, threads, round=r) for r in (1, 2)))
+    assert all(series.frozen(t.ident) for t in threads)
+    assert len(reads) == 600, "one read per thread and round, not per thread asked"
