@@ -198,13 +198,16 @@ class CohortLink:
         except CohortStopped:
             return None, EXIT_COHORT  # journaled when the stop was seen; the runner finishes as interrupted
         except Exception as exc:  # noqa: BLE001  (CohortError or any store failure ends the cohort)
-            self.cohort.why = self.cohort.why or f"no agreement before relaunch: {exc}"
-            self.journal.append("member_lost", attempt=attempt, reason=f"no agreement before relaunch: {exc}",
-                                cause=getattr(exc, "reason", "store_error"))
-            log.error("member_lost", message=f"cohort: no agreement before relaunch: {exc}; stopping")
-            return None, EXIT_COHORT
+            return self._no_agreement(attempt, f"no agreement before relaunch: {exc}", exc)
         self.journal.append("cohort_agreed", **agreed.to_json())
         return agreed, None
+
+    def _no_agreement(self, attempt: int, why: str, exc: BaseException) -> tuple[None, int]:
+        """The nodes could not agree: this node leaves saying why, and the job stops (75)."""
+        self.cohort.why = self.cohort.why or why
+        self.journal.append("member_lost", attempt=attempt, reason=why, cause=getattr(exc, "reason", "store_error"))
+        log.error("member_lost", message=f"cohort: {why}; stopping")
+        return None, EXIT_COHORT
 
     def resume(self, attempts: int, steps: Sequence[int], policy: GraphPolicy) -> tuple[Agreement | None, int | None]:
         """A job resumed on every node: what every node goes on from (``Cohort.resume``), or the
@@ -214,11 +217,7 @@ class CohortLink:
         except CohortStopped:
             return None, EXIT_COHORT
         except Exception as exc:  # noqa: BLE001  (CohortError or any store failure ends the cohort)
-            self.cohort.why = self.cohort.why or f"no agreement on resuming the job: {exc}"
-            self.journal.append("member_lost", attempt=attempts, reason=f"no agreement on resuming the job: {exc}",
-                                cause=getattr(exc, "reason", "store_error"))
-            log.error("member_lost", message=f"cohort: no agreement on resuming the job: {exc}; stopping")
-            return None, EXIT_COHORT
+            return self._no_agreement(attempts, f"no agreement on resuming the job: {exc}", exc)
         # As the agreement after attempt N reads (``attempt``: the one it follows), with ``resumed``.
         self.journal.append("cohort_agreed", **{**agreed.to_json(), "attempt": agreed.attempts, "resumed": True})
         log.info("cohort_agreed", message=(
