@@ -136,7 +136,8 @@ def add_run_parser(sub: Any) -> None:
     g = run.add_argument_group("run")
     g.add_argument("--run-dir", metavar="DIR", help="run directory (default: a new folder under ./hangwatch-runs/)")
     g.add_argument("--resume", metavar="RUN_DIR", type=Path,
-                   help="continue a run whose supervisor died: same journal, attempt count and settings")
+                   help="continue a run whose supervisor died or that was stopped (a preempted job): same journal, "
+                        "attempt count and settings, from the newest complete checkpoint")
     m = run.add_argument_group("multi-node (docs/multinode.md); taken from Slurm or NODE_RANK/NNODES/MASTER_ADDR when unset")
     m.add_argument("--cohort", metavar="HOST:PORT",
                    help="the cohort store: node 0's supervisor hosts it there, the others connect (default port 29600)")
