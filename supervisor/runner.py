@@ -440,6 +440,10 @@ class Supervisor:
             if self._stop_signal is not None:
                 code = self._forward_stop(trainer)
                 verdict = classify_exit(code if code is not None else -self._stop_signal, self.clock())
+                if code is None:  # it did not exit in time: the tree is killed next, by us, not by the signal
+                    name = signal.Signals(self._stop_signal).name
+                    verdict = dataclasses.replace(verdict, reason=f"the trainer did not exit within --grace "
+                                                                  f"{self.config.kill.grace:g} s of {name}; killed")
                 return stopped(verdict), samples.snapshot(), code
             external = self.cohort.verdict(self.state.attempt, self.clock(), self.tree) if self.cohort is not None else None
             if external is not None:

@@ -152,7 +152,10 @@ def summarise(path: Path) -> dict[str, Any]:
         "now": describe_live(live) if live else None,
         "live": live,
         "attempts": attempts,
-        "restarts": max(0, len(attempts) - 1),
+        # Attempts that ended in a verdict and were followed by another: a stop's attempt, or one
+        # a dead supervisor left, was followed by a --resume, not a restart (as --max-restarts counts).
+        "restarts": sum(1 for a in run.attempts[:-1]
+                        if a.outcome != "supervisor_lost" and not (a.interrupted and a.outcome in ("stopped", "done"))),
         "incidents": incidents,
         "finished": run.finished,
         "cohort": {**run.cohort, "events": run.cohort_events} if run.cohort else None,

@@ -378,6 +378,24 @@ def test_an_attempt_the_runs_stop_ended_spends_no_restart_after_a_resume(tmp_pat
     assert state.attempt == 1 and [o.attempt for o in state.history] == ([1] if counted else [])
 
 
+def test_a_trainer_that_outlives_the_stops_grace_is_said_to_be_killed_not_killed_by_the_signal(tmp_path):
+    """SIGINT forwarded, the trainer ignores it past --grace, the tree is killed: the attempt's end
+    said 'trainer killed by SIGINT' beside an exit status of our SIGTERM (-15)."""
+    sup, tree, clock, _ = _supervisor(tmp_path, ["wedge"])
+    original = tree.sample
+
+    def sample_then_stop():
+        if clock.now > 1003:
+            sup.request_stop(signal.SIGINT)
+        return original()
+
+    tree.sample = sample_then_stop
+    assert sup.run() == 128 + signal.SIGTERM, "the trainer's own status: it died of our kill"
+    (ended,) = [r for r in read_journal(sup.run_dir / "journal.jsonl") if r["event"] == "attempt_ended"]
+    assert ended["kind"] == "stopped" and "did not exit within --grace" in ended["reason"], ended
+    assert "killed by SIGINT" not in ended["reason"]
+
+
 def test_illegal_transition_is_a_named_error():
     life = AttemptLifecycle(3)
     life.advance(AttemptState.WATCHING, 1.0)

@@ -118,6 +118,7 @@ def test_a_stopped_run_is_resumed_from_its_newest_checkpoint_without_spending_a_
     assert hw.events("run_finished")[-1]["outcome"] == "success"
     status = json.loads(hw.run(["status", "--json", str(hw.run_dir)], timeout=30).stdout)
     assert status["finished"]["outcome"] == "success"
+    assert status["restarts"] == 0, "a resume after a stop is no restart (status said 1)"
     finished = hw.run(["run", "--resume", str(hw.run_dir)], timeout=30)
     assert finished.returncode == EXIT_USAGE and "already finished (success" in finished.stderr
 
