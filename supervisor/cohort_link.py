@@ -131,7 +131,9 @@ class CohortLink:
                 continue
             found = True
             nnodes = self.cohort.me.nnodes
-            if size != expected:
+            # Fewer nodes than the recognised launchers: this one trains apart. More launchers than
+            # recognised is fine (one behind a wrapper script), but never more nodes than the cohort.
+            if size < expected or size > nnodes:
                 of = f"{nnodes}" if expected == nnodes else f"{nnodes}, {expected} of them running a launcher"
                 mismatch = LauncherMismatch(
                     f"node {self.node_rank}'s launcher formed a rendezvous of {size} node(s) (GROUP_WORLD_SIZE={size} "

@@ -286,6 +286,13 @@ def test_a_launcher_in_the_cohorts_rendezvous_is_checked_once():
     (["torchrun", "--standalone", "--nproc-per-node", "1", "reward_server.py"], False),
     (["bash", "train.sh"], False),
     (["python", "train.py"], False),
+    (["python3", "-u", "-mtorch.distributed.run", "--nnodes", "2", "t.py"], True),
+    (["uv", "run", "torchrun", "t.py"], True),
+    (["srun", "-N", "2", "torchrun", "t.py"], True),
+    (["env", "NCCL_DEBUG=INFO", "torchrun", "t.py"], True),
+    (["deepspeed", "t.py"], True),
+    (["torchrun", "--nnodes", "2", "t.py", "--standalone"], True),  # the script's own option
+    (["python", "serve.py", "--log-dir", "/logs/torchrun"], False),  # a word among the arguments
 ])
 def test_which_commands_join_the_jobs_rendezvous(command, launcher):
     assert runs_launcher(command) is launcher
@@ -295,6 +302,8 @@ def test_which_commands_join_the_jobs_rendezvous(command, launcher):
     ("1", False, False),  # node 1 serves rollouts (trl vllm-serve): node 0's torchrun alone is the rendezvous
     ("1", True, True),    # both run torchrun: a rendezvous of 1 is node 0 training apart
     ("2", True, False),
+    ("2", False, False),  # node 1's torchrun is behind a wrapper script: not recognised, yet in the rendezvous
+    ("3", True, True),    # more nodes than the cohort has
 ])
 def test_a_node_that_runs_no_launcher_is_not_counted_in_the_rendezvous(size, node1_launcher, stopped):
     """TRL's server mode: training with torchrun on some nodes, ``trl vllm-serve`` on another. The
