@@ -5,7 +5,9 @@ The supervisor's engine step rule reads it: each engine process beats into its o
 attempt as ``HANGWATCH_ENGINE_HEARTBEAT``, so the engines of several ranks are judged
 one by one.
 A beat says ``phase="prepare"`` from a request's arrival to its first step (not judged:
-input processing), ``"generate"`` while its steps run, and ``"idle"`` after it;
+input processing), ``"generate"`` while its steps run, and ``"idle"`` after it; ``"load"``
+or ``"sleep"`` while the worker wakes and loads weights or sleeps (no steps: never judged by
+the rule, but they name the worker a stall in those calls is in);
 ``step`` counts the worker's engine steps over its whole life, so a worker that has
 never stepped (``step`` 0: its warm-up) is never judged by the rule.
 
@@ -67,6 +69,14 @@ class EngineBeacon:
         if self._depth == 0:  # a generate inside a chat: idle only when the outer call ends
             self._stepping = False
             self._write("idle")
+
+    def call(self, phase: str) -> None:
+        """A request that runs no engine steps started (``load``: the wake and weight load;
+        ``sleep``): the supervisor names this worker as the stuck one if it never answers."""
+        self._write(phase)
+
+    def call_done(self) -> None:
+        self._write("generate" if self._stepping else "prepare" if self._depth else "idle")
 
     def _write(self, phase: str) -> None:
         if not self.path:

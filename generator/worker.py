@@ -90,13 +90,13 @@ class Worker:
         if op == "start":
             return engine.start()
         if op == "wake_weights":
-            return engine.wake_weights()
+            return self._call("load", engine.wake_weights)
         if op == "load_weights":
-            return engine.load_weights(args["path"], args["manifest"])
+            return self._call("load", lambda: engine.load_weights(args["path"], args["manifest"]))
         if op == "reset_prefix_cache":
-            return engine.reset_prefix_cache()
+            return self._call("load", engine.reset_prefix_cache)
         if op == "wake_kv":
-            return engine.wake_kv()
+            return self._call("load", engine.wake_kv)
         if op == "generate":
             n = int(args["n"])
             self.beacon.begin()
@@ -107,11 +107,19 @@ class Worker:
                 self.beacon.end()
             return {"completions": check_completions(outputs, len(args["prompts"]), n)}
         if op == "sleep":
-            return engine.sleep()
+            return self._call("sleep", engine.sleep)
         if op == "close":
             self.closing = True
             return engine.close()
         raise ValueError(f"unknown operation {op!r}")
+
+    def _call(self, phase: str, run: Any) -> Any:
+        """A request without engine steps, beaten as ``phase`` while it runs (``EngineBeacon.call``)."""
+        self.beacon.call(phase)
+        try:
+            return run()
+        finally:
+            self.beacon.call_done()
 
     def serve(self, conn: socket.socket) -> None:
         while not self.closing:

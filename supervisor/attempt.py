@@ -303,8 +303,15 @@ def recovery_level(
     engine_pid = evidence.get("engine_pid")
     # The worker a wedged weight load or sleep waits on, as the trainer's generator beat it: its
     # group alone, if it is an engine worker's of the tree (a standby beside it survives).
+    # (The worker's own beat says which call it is in, whatever phase the trainer's shared file shows.)
+    call = evidence.get("waiting_on_phase") if evidence.get("waiting_on_phase") in WORKER_CALL_PHASES else phase
     waited_on = next((p.pgid for p in tree if p.pid == evidence.get("waiting_on") and p.pgid in groups), None) \
-        if phase in WORKER_CALL_PHASES and engine_pid is None else None
+        if call in WORKER_CALL_PHASES and engine_pid is None else None
+    span = float(evidence.get("stall_suspected_s") or window or 0.0)
+    if waited_on is not None and evidence.get("waiting_on_phase") is not None \
+            and float(evidence.get("waiting_on_silent_s") or 0.0) < span / 2:
+        return job(f"the rollout engine's worker (pid {evidence.get('waiting_on')}) entered its {call!r} call "
+                   f"only {float(evidence.get('waiting_on_silent_s') or 0.0):.0f} s ago: the stall is elsewhere")
     if waited_on is not None:
         groups = frozenset({waited_on})
     elif evidence.get("engine_beats") or engines_beat:
@@ -337,5 +344,5 @@ def recovery_level(
                                 f"restarts it", frozenset())
     if waited_on is not None:
         return RecoveryLevel(1, f"the rollout engine's worker (pid {evidence.get('waiting_on')}) is wedged in the "
-                                f"generator's {phase!r} phase while the trainer waits on it", groups)
+                                f"generator's {call!r} phase while the trainer waits on it", groups)
     return RecoveryLevel(1, "the rollout engine's worker is wedged while the trainer waits on it", groups)

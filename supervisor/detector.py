@@ -434,6 +434,14 @@ class Detector:
         if sample.engine:
             evidence["engine_beats"] = len(sample.engine)  # the engines say which one, if any, was in flight
         in_flight = [e for e in sample.engine if _in_flight(e, sample)]
+        in_call = [e for e in sample.engine if e.phase in WORKER_CALLS and e.pid in sample.cpu_pct]
+        if in_call and not in_flight:
+            # A worker inside a wake, weight load or sleep says so itself: with ranks sharing the
+            # heartbeat file, the file's last beat may be another rank's, naming its healthy worker.
+            since = {e.pid: self._engines.get(e.pid, (None, sample.t))[1] for e in in_call}
+            engine = min(in_call, key=lambda e: since[e.pid])
+            evidence.update(waiting_on=engine.pid, waiting_on_phase=engine.phase,
+                            waiting_on_silent_s=round(sample.t - since[engine.pid], 3))
         if in_flight:
             # Whichever rule fired, the engine with a request in flight (the longest silent of
             # them) is the engine suspect: engine-level recovery kills its group, and spares a
@@ -467,6 +475,10 @@ class Detector:
         if isinstance(waits_on, int) and not isinstance(waits_on, bool) and 0 < waits_on < 2**31:
             evidence["waiting_on"] = waits_on
         return evidence
+
+
+#: the engine worker's calls that run no steps (``EngineBeacon.call``)
+WORKER_CALLS = frozenset({"load", "sleep"})
 
 
 def _in_flight(engine: Heartbeat, sample: Sample) -> bool:

@@ -287,3 +287,12 @@ def test_a_wedge_in_the_weight_load_or_sleep_restarts_the_worker_the_trainer_wai
         assert again.level == 2 and "second engine wedge" in again.reason
     assert recovery_level(VerdictKind.STALL, phase="standby", evidence={"waiting_on": 200}, **kw).level == 2
     assert recovery_level(VerdictKind.STALL, phase="train", evidence={"waiting_on": 200}, **kw).level == 2
+    # Two ranks share the heartbeat file: the healthy one beat on to 'restore'. The stuck worker's
+    # own beat says it is in its load: that worker is restarted, not the job (it was, 'its own
+    # threads are stalled'); unless it entered the call only now, well inside the stall.
+    told = {"waiting_on": 300, "waiting_on_phase": "load", "waiting_on_silent_s": 8.0, "engine_beats": 2}
+    level = recovery_level(VerdictKind.STALL, phase="restore", evidence=told, window=8.0, **kw)
+    assert level.level == 1 and level.engine_pgids == {300} and "'load'" in level.reason
+    fresh = recovery_level(VerdictKind.STALL, phase="restore", evidence={**told, "waiting_on_silent_s": 1.0},
+                           window=8.0, **kw)
+    assert fresh.level == 2 and "the stall is elsewhere" in fresh.reason
