@@ -220,6 +220,35 @@ def test_two_ranks_on_a_node_whose_engines_both_wedge_recover_at_the_engine_leve
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
+def test_one_ranks_worker_wedged_in_its_load_is_named_by_its_own_beat_not_the_shared_file(tmp_path):
+    """Two ranks share the heartbeat file; rank 1's worker wedges loading step 2's weights while
+    rank 0 beats on through its rollouts to 'restore' (the file then named rank 0's healthy
+    worker, and the job was restarted as 'its own threads are stalled'). The stuck worker's own
+    beat says it is in its load: it alone is restarted, in the same attempt."""
+    run_dir, ckpt = tmp_path / "run", tmp_path / "ckpt"
+    argv = [HANGWATCH, "run", "--quiet", "--run-dir", str(run_dir), "--gpu-probe", f"file:{tmp_path / 'gpu.json'}",
+            "--interval", "0.25", "--stall-window", "3", "--engine-step-timeout", "2", "--grace", "1",
+            "--backoff", "0.1", "--capture-timeout", "15", "--checkpoint-dir", str(ckpt),
+            "--resume-arg", "--resume_from_checkpoint={checkpoint}", "--",
+            sys.executable, str(ROOT / "tests" / "fixtures" / "two_rank_toy.py"), "--steps", "6",
+            "--checkpoint-dir", str(ckpt), "--generate-timeout", "120", "--step-time", "0.1", "--standby-engine",
+            "--", "--wedge-in-load", "2"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HANGWATCH_")}
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=150)
+    journal = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert len(_events(journal, "attempt_started")) == 1, "no job restart"
+    (incident,) = _events(journal, "incident")
+    stuck = incident["evidence"]["waiting_on"]
+    assert incident["evidence"]["waiting_on_phase"] == "load"
+    (restart,) = _events(journal, "engine_restart")
+    assert restart["ok"] and restart["pids"] == [stuck]
+    wedged = (run_dir / "attempts" / "attempt-001" / "generator-worker.log").read_text()
+    assert f"fake engine (pid {stuck}): cuda graph replay wedged" in wedged, "the stuck worker, not rank 0's"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
 def test_a_stop_during_the_retry_is_a_stop_not_a_failed_retry(tmp_path):
     """SIGTERM right after the engine restart: the trainer dies of the forwarded stop before its
     retry came back. That is the user's stop (interrupted), not the retry failing escalated to
