@@ -40,6 +40,23 @@ def _run(tmp_path: Path, *extra_hw: str, trainer: tuple[str, ...] = (),
     return proc.returncode, journal, proc.stdout + proc.stderr
 
 
+def _two_ranks(tmp_path: Path, *toy: str) -> list[dict]:
+    """Two ranks of the toy trainer on one node (``tests/fixtures/two_rank_toy.py``), each with a
+    standby engine, under hangwatch; ``toy``: its options (after ``--``: rank 1's only). Exit 0."""
+    run_dir, ckpt = tmp_path / "run", tmp_path / "ckpt"
+    argv = [HANGWATCH, "run", "--quiet", "--run-dir", str(run_dir), "--gpu-probe", f"file:{tmp_path / 'gpu.json'}",
+            "--interval", "0.25", "--stall-window", "3", "--engine-step-timeout", "2", "--grace", "1",
+            "--backoff", "0.1", "--capture-timeout", "15", "--checkpoint-dir", str(ckpt),
+            "--resume-arg", "--resume_from_checkpoint={checkpoint}", "--",
+            sys.executable, str(ROOT / "tests" / "fixtures" / "two_rank_toy.py"), "--steps", "6",
+            "--checkpoint-dir", str(ckpt), "--generate-timeout", "120", "--step-time", "0.1", "--standby-engine", *toy]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HANGWATCH_")}
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=150)
+    journal = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    return journal
+
+
 def _events(journal: list[dict], name: str) -> list[dict]:
     return [r for r in journal if r["event"] == name]
 
@@ -199,18 +216,7 @@ def test_two_ranks_on_a_node_whose_engines_both_wedge_recover_at_the_engine_leve
     engines wedge in the same step, a few seconds apart. Each stuck engine is restarted alone
     with graphs off; the job is not restarted (it was: the phase read 'restore', then the second
     engine was taken for the retry failing and the policy escalated to enforce_eager)."""
-    run_dir, ckpt = tmp_path / "run", tmp_path / "ckpt"
-    argv = [HANGWATCH, "run", "--quiet", "--run-dir", str(run_dir), "--gpu-probe", f"file:{tmp_path / 'gpu.json'}",
-            "--interval", "0.25", "--stall-window", "3", "--engine-step-timeout", "2", "--grace", "1",
-            "--backoff", "0.1", "--capture-timeout", "15", "--checkpoint-dir", str(ckpt),
-            "--resume-arg", "--resume_from_checkpoint={checkpoint}", "--",
-            sys.executable, str(ROOT / "tests" / "fixtures" / "two_rank_toy.py"), "--steps", "6",
-            "--checkpoint-dir", str(ckpt), "--generate-timeout", "120", "--step-time", "0.1", "--standby-engine",
-            "--wedge-at-step", "3", "--", "--save-every", "0"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HANGWATCH_")}
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=150)
-    journal = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    journal = _two_ranks(tmp_path, "--wedge-at-step", "3", "--", "--save-every", "0")
     assert len(_events(journal, "attempt_started")) == 1, "no job restart"
     restarts = _events(journal, "engine_restart")
     assert [r["ok"] for r in restarts] == [True, True] and restarts[0]["pids"] != restarts[1]["pids"]
@@ -225,25 +231,14 @@ def test_one_ranks_worker_wedged_in_its_load_is_named_by_its_own_beat_not_the_sh
     rank 0 beats on through its rollouts to 'restore' (the file then named rank 0's healthy
     worker, and the job was restarted as 'its own threads are stalled'). The stuck worker's own
     beat says it is in its load: it alone is restarted, in the same attempt."""
-    run_dir, ckpt = tmp_path / "run", tmp_path / "ckpt"
-    argv = [HANGWATCH, "run", "--quiet", "--run-dir", str(run_dir), "--gpu-probe", f"file:{tmp_path / 'gpu.json'}",
-            "--interval", "0.25", "--stall-window", "3", "--engine-step-timeout", "2", "--grace", "1",
-            "--backoff", "0.1", "--capture-timeout", "15", "--checkpoint-dir", str(ckpt),
-            "--resume-arg", "--resume_from_checkpoint={checkpoint}", "--",
-            sys.executable, str(ROOT / "tests" / "fixtures" / "two_rank_toy.py"), "--steps", "6",
-            "--checkpoint-dir", str(ckpt), "--generate-timeout", "120", "--step-time", "0.1", "--standby-engine",
-            "--", "--wedge-in-load", "2"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HANGWATCH_")}
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=150)
-    journal = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    journal = _two_ranks(tmp_path, "--", "--wedge-in-load", "2")
     assert len(_events(journal, "attempt_started")) == 1, "no job restart"
     (incident,) = _events(journal, "incident")
     stuck = incident["evidence"]["waiting_on"]
     assert incident["evidence"]["waiting_on_phase"] == "load"
     (restart,) = _events(journal, "engine_restart")
     assert restart["ok"] and restart["pids"] == [stuck]
-    wedged = (run_dir / "attempts" / "attempt-001" / "generator-worker.log").read_text()
+    wedged = (tmp_path / "run" / "attempts" / "attempt-001" / "generator-worker.log").read_text()
     assert f"fake engine (pid {stuck}): cuda graph replay wedged" in wedged, "the stuck worker, not rank 0's"
 
 
