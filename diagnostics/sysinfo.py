@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from hangwatch.contract.capped import open_regular
+from hangwatch.contract.procid import initial_environ
 from hangwatch.contract.redact import redact_env, redact_text
 
 PACKAGES = ("hangwatch", "torch", "vllm", "trl", "transformers", "flashinfer-python", "triton", "nvidia-nccl-cu12", "flash-linear-attention", "py-spy", "nvidia-ml-py")
@@ -124,9 +125,9 @@ def startup_paths(executable: str | os.PathLike[str]) -> list[Path]:
 
 
 def _environ(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    """The environment ``pid`` was started with (capped); ``OSError`` when unreadable."""
     env = {}
-    for item in raw.split(b"\0"):
+    for item in initial_environ(pid):
         k, sep, v = item.partition(b"=")
         if sep:
             env[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
@@ -251,15 +252,9 @@ def _driver_version() -> str | None:
 def trainer_environ(pid: int) -> dict[str, str] | None:
     """The trainer's environment, redacted; None when unreadable."""
     try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
+        return redact_env(_environ(pid))
     except OSError:
         return None
-    env = {}
-    for item in raw.split(b"\0"):
-        if b"=" in item:
-            k, _, v = item.partition(b"=")
-            env[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
-    return redact_env(env)
 
 
 def log_files(log_paths: Mapping[str, Any]) -> dict[str, Path]:

@@ -24,6 +24,7 @@ from typing import Any, Callable, Protocol, Sequence
 import structlog
 
 from hangwatch.contract.exitcodes import EXIT_COHORT
+from hangwatch.contract.procid import initial_environ
 from hangwatch.contract.verdict import Verdict, VerdictKind
 from hangwatch.supervisor.attempt import GraphPolicy
 from hangwatch.supervisor.cohort import Agreement, Cohort, CohortStopped, LauncherMismatch
@@ -300,18 +301,16 @@ class CohortLink:
 
 MAX_LAUNCH_CHECK = 256  # processes looked at per check
 LAUNCH_CHECK_EVERY_S = 2.0
-_ENVIRON_CAP = 1 << 20
 
 
 def rendezvous_nodes(pid: int) -> int | None:
     """The node count of the rendezvous a launcher's worker joined (its ``GROUP_WORLD_SIZE``), or None:
     not a torchrun-style worker, gone, or not readable."""
     try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            environ = handle.read(_ENVIRON_CAP)
+        environ = initial_environ(pid)
     except OSError:
         return None
-    for entry in environ.split(b"\0"):
+    for entry in environ:
         if entry.startswith(b"GROUP_WORLD_SIZE="):
             value = entry.partition(b"=")[2]
             return int(value) if value.isdigit() and len(value) < 10 else None

@@ -61,7 +61,7 @@ from typing import Any, Callable, Mapping, Sequence
 import psutil
 
 from hangwatch.contract.env import ATTEMPT_DIR, SUPERVISOR
-from hangwatch.contract.procid import ProcKey, kill_verified, same_process, same_start
+from hangwatch.contract.procid import ProcKey, initial_environ, kill_verified, same_process, same_start
 from hangwatch.contract.pyexec import module_command
 from hangwatch.contract.tools import add_helper, forget_helper
 
@@ -72,8 +72,6 @@ _MAX_LINE = 4 * 1024 * 1024
 #: a mark's "born since" is its setting time less this: psutil's create time counts from a
 #: boot time in whole seconds, so it can read up to a second early
 MARK_SLACK_S = 2.0
-#: the most of a process's initial environment read when looking for a mark
-_MAX_ENVIRON = 1 << 20
 
 
 class GuardianError(RuntimeError):
@@ -450,13 +448,8 @@ def _carries(pid: int, born: float, marks: Sequence[tuple[str, float]]) -> bool:
     wanted = [(m.encode(), since) for m, since in marks if born >= since]
     if not wanted:
         return False
-    entries = _initial_environ(pid)
+    entries = set(initial_environ(pid))
     return any(mark in entries for mark, _ in wanted)
-
-
-def _initial_environ(pid: int) -> set[bytes]:
-    with open(f"/proc/{pid}/environ", "rb") as handle:
-        return set(handle.read(_MAX_ENVIRON).split(b"\0"))
 
 
 def members_of(members: list[ProcKey], groups: set[int], sessions: set[int], since: float | None,

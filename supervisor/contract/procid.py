@@ -107,6 +107,18 @@ def kill_verified(procs: "list[psutil.Process]", grace: float) -> None:
         time.sleep(0.05)
 
 
+#: the most of a process's initial environment read (``initial_environ``)
+MAX_ENVIRON = 1 << 20
+
+
+def initial_environ(pid: int) -> list[bytes]:
+    """The ``NAME=value`` entries a process was started with (``/proc/PID/environ``, capped):
+    fixed at its exec, whatever it did to its environment since. Raises ``OSError`` when gone
+    or not readable."""
+    with open(f"/proc/{pid}/environ", "rb") as handle:
+        return handle.read(MAX_ENVIRON).split(b"\0")
+
+
 def _alive(proc: psutil.Process) -> bool:
     try:
         return proc.status() != psutil.STATUS_ZOMBIE
