@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,8 +57,7 @@ def scan(spec: CheckpointSpec) -> list[Checkpoint]:
 
     A directory that does not exist yet has none; one that cannot be listed raises
     ``CheckpointsUnreadable`` (``Path.glob`` would have said "none" without a word)."""
-    return [Checkpoint(path, step, problem is None, problem)
-            for path, step in _candidates(spec) for problem in (_incomplete(path, spec.marker),)]
+    return list(_judged(spec))
 
 
 def newest_complete(spec: CheckpointSpec) -> tuple[Checkpoint | None, list[Checkpoint]]:
@@ -68,9 +68,7 @@ def newest_complete(spec: CheckpointSpec) -> tuple[Checkpoint | None, list[Check
     checkpoint, as ``scan`` does, took 18.7 s for 200 checkpoints of 2.9 MB at every attempt's
     end and again at the next one's start, on the path from a kill to the relaunch."""
     skipped = []
-    for path, step in _candidates(spec):
-        problem = _incomplete(path, spec.marker)
-        candidate = Checkpoint(path, step, problem is None, problem)
+    for candidate in _judged(spec):
         if candidate.complete:
             return candidate, skipped
         skipped.append(candidate)
@@ -82,11 +80,13 @@ def complete_steps(spec: CheckpointSpec, limit: int) -> list[int]:
     (what a node tells its cohort: judging every marker, as ``scan`` does, cost seconds between
     the kill and the relaunch on a long run)."""
     steps: list[int] = []
-    for path, step in _candidates(spec):
-        if len(steps) >= limit:
-            break
-        if step is not None and step not in steps and _incomplete(path, spec.marker) is None:
-            steps.append(step)
+    if limit <= 0:
+        return steps
+    for candidate in _judged(spec, lambda step: step is not None and step not in steps):
+        if candidate.complete and candidate.step is not None:
+            steps.append(candidate.step)
+            if len(steps) >= limit:
+                break
     return steps
 
 
@@ -95,10 +95,16 @@ def complete_at(spec: CheckpointSpec, step: int | None) -> Checkpoint | None:
     only the folders of that step are judged."""
     if step is None:
         return None
-    for path, at in _candidates(spec):
-        if at == step and _incomplete(path, spec.marker) is None:
-            return Checkpoint(path, step, True, None)
-    return None
+    return next((c for c in _judged(spec, lambda at: at == step) if c.complete), None)
+
+
+def _judged(spec: CheckpointSpec, wanted: Callable[[int | None], bool] = lambda step: True) -> Iterator[Checkpoint]:
+    """The candidates whose step is ``wanted``, newest first, each judged (its marker read) only
+    as the caller comes to it."""
+    for path, step in _candidates(spec):
+        if wanted(step):
+            problem = _incomplete(path, spec.marker)
+            yield Checkpoint(path, step, problem is None, problem)
 
 
 def _candidates(spec: CheckpointSpec) -> list[tuple[Path, int | None]]:

@@ -317,6 +317,8 @@ def settled(decisions: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
 # Values read from the store are checked, never trusted: it is not authenticated (anyone who
 # reaches its port can write), and a value that breaks a node must stop no node but its writer's.
 _STOP_SIGNALS = frozenset({int(signal.SIGINT), int(signal.SIGTERM), int(signal.SIGHUP)})
+#: the newest complete checkpoint steps a node reports for an agreement (``Cohort._agree``)
+REPORTED_STEPS = 64
 MAX_SETTLED_DELAY_S = 7 * 24 * 3600.0  # what run accepts for any wait (config.MAX_SECONDS): bounded, never 1e300
 
 
@@ -880,7 +882,7 @@ class Cohort:
 
     def _agree(self, attempt: int, steps: Sequence[int], policy: GraphPolicy,
                attempts: int | None = None) -> Agreement:
-        report = {"steps": sorted(set(steps))[-64:], "cudagraphs_off": policy.cudagraphs_off,
+        report = {"steps": sorted(set(steps))[-REPORTED_STEPS:], "cudagraphs_off": policy.cudagraphs_off,
                   "enforce_eager": policy.enforce_eager, **({"attempts": attempts} if attempts is not None else {})}
         self._patient(self.store.set, self._key("done", attempt, self.me.node_rank), json.dumps(report))
         deadline = self.clock() + self.barrier_timeout

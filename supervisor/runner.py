@@ -42,7 +42,7 @@ from hangwatch.supervisor.attempt import (CAPTURE_SLACK_S, AttemptLifecycle, Att
 from hangwatch.supervisor.capture import SamplesOnlyCapture
 from hangwatch.supervisor.checkpoints import (CheckpointsUnreadable, complete_at, complete_steps,
                                                 newest_complete)
-from hangwatch.supervisor.cohort import Cohort
+from hangwatch.supervisor.cohort import REPORTED_STEPS, Cohort
 from hangwatch.supervisor.cohort_link import CohortLink
 from hangwatch.supervisor.config import RunConfig
 from hangwatch.supervisor.detector import Detector
@@ -686,7 +686,7 @@ class Supervisor:
         if verdict.kind is VerdictKind.DONE or (self._stop_signal is not None and verdict.kind is not VerdictKind.COHORT_LOST):
             return None
         try:
-            steps = complete_steps(self.config.checkpoint, COHORT_STEPS) if self.config.checkpoint else []
+            steps = complete_steps(self.config.checkpoint, REPORTED_STEPS) if self.config.checkpoint else []
         except CheckpointsUnreadable as exc:
             # Reporting no steps would have every node relaunch from scratch over the checkpoints.
             self.cohort.gave_up(f"{exc}; not relaunching from scratch over checkpoints that may be there")
@@ -702,7 +702,7 @@ class Supervisor:
         """A job resumed on every node: the attempt count, checkpoint and policy they all go on from."""
         assert self.cohort is not None
         try:
-            steps = complete_steps(self.config.checkpoint, COHORT_STEPS) if self.config.checkpoint else []
+            steps = complete_steps(self.config.checkpoint, REPORTED_STEPS) if self.config.checkpoint else []
         except CheckpointsUnreadable as exc:
             return self._checkpoints_unreadable(exc)
         agreed, code = self.cohort.resume(self.state.attempt, steps, self.state.policy)
@@ -785,10 +785,6 @@ class _EarlyRound:
             self.result = take(tree, deadline)
         except Exception as exc:  # noqa: BLE001  (no early round: the capture takes its rounds itself)
             self.error = f"{type(exc).__name__}: {exc}"
-
-
-# The newest complete checkpoint steps a node tells its cohort (``Cohort._agree`` sends as many).
-COHORT_STEPS = 64
 
 
 def load_state(run_dir: Path) -> RunState:
