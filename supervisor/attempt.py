@@ -193,12 +193,9 @@ class RunState:
         for a in run.attempts:
             state.attempt = max(state.attempt, a.attempt)
             state.policy = GraphPolicy.from_env(a.env)
-            # "supervisor_lost" (closed by --resume) is no verdict: that attempt's
-            # trainer was killed by the resume, not judged, so the policy skips it; nor is an
-            # attempt that ended by the run's stop (a preempted job, resumed, has spent no restart;
-            # a hang caught before the stop came stays one).
-            stop_ended = a.interrupted and a.outcome in (VerdictKind.STOPPED.value, VerdictKind.DONE.value)
-            if a.outcome is not None and a.outcome in VerdictKind._value2member_map_ and not stop_ended:
+            # The policy skips an attempt that was not judged (``AttemptRecord.judged``): a preempted
+            # job, resumed, has spent no restart.
+            if a.judged and a.outcome in VerdictKind._value2member_map_:
                 state.history.append(AttemptOutcome(a.attempt, VerdictKind(a.outcome), float(a.ended or 0.0),
                                                     a.start_step, a.end_step))
         if run.decided_policy is not None:

@@ -697,8 +697,8 @@ def _check_resumable(run_dir: Path) -> None:
     finished = summary["finished"]
     if finished is not None and not resumable_finish(finished, cohort=summary.get("cohort") is not None):
         raise UsageError(
-            f"--resume {run_dir}: this run already finished ({summary['finished']['outcome']}, exit "
-            f"{summary['finished']['exit_code']}); start a new run with a new --run-dir"
+            f"--resume {run_dir}: this run already finished ({finished['outcome']}, exit "
+            f"{finished['exit_code']}); start a new run with a new --run-dir"
         )
     if summary["state"].startswith("running"):
         raise UsageError(f"--resume {run_dir}: still {summary['state']}; stop that supervisor first")

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import fcntl
 import os
-from pathlib import Path
-
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from hangwatch.contract.capped import open_regular

@@ -152,10 +152,9 @@ def summarise(path: Path) -> dict[str, Any]:
         "now": describe_live(live) if live else None,
         "live": live,
         "attempts": attempts,
-        # Attempts that ended in a verdict and were followed by another: a stop's attempt, or one
-        # a dead supervisor left, was followed by a --resume, not a restart (as --max-restarts counts).
-        "restarts": sum(1 for a in run.attempts[:-1]
-                        if a.outcome != "supervisor_lost" and not (a.interrupted and a.outcome in ("stopped", "done"))),
+        # Judged attempts followed by another, as --max-restarts counts: a stop's attempt, or one a
+        # dead supervisor left, was followed by a --resume, not a restart.
+        "restarts": sum(1 for a in run.attempts[:-1] if a.judged),
         "incidents": incidents,
         "finished": run.finished,
         "cohort": {**run.cohort, "events": run.cohort_events} if run.cohort else None,

@@ -207,6 +207,15 @@ class AttemptRecord:
     #: attempt ended: its end says nothing of the trainer
     interrupted: bool = False
 
+    @property
+    def judged(self) -> bool:
+        """Whether its end is a verdict on the trainer, one the restart policy counts (and a
+        restart followed): not one a dead supervisor left (``supervisor_lost``, closed by
+        ``--resume``), nor one the run's stop ended (a hang caught before the stop stays one)."""
+        if self.outcome is None or self.outcome == "supervisor_lost":
+            return False
+        return not (self.interrupted and self.outcome in ("stopped", "done"))
+
 
 @dataclass
 class RunRecord:
