@@ -34,7 +34,7 @@ from hangwatch.contract import env as names
 from hangwatch.contract.heartbeat import engine_heartbeat_path
 from hangwatch.contract.journal import fold_journal
 from hangwatch.contract.verdict import VerdictKind
-from hangwatch.supervisor.detector import DetectorConfig
+from hangwatch.supervisor.detector import WORKER_CALLS, DetectorConfig
 from hangwatch.supervisor.restart import AttemptOutcome
 
 
@@ -217,7 +217,7 @@ GENERATE_PHASES = frozenset({"generate"})
 WORKER_WAIT_PHASES = frozenset({"standby", "load", "sleep"})
 # Of those, the ones that wait on the engine the rollouts run on (its pid in the beat,
 # ``evidence["waiting_on"]``): a wedge there is restarted at the engine level too.
-WORKER_CALL_PHASES = frozenset({"load", "sleep"})
+WORKER_CALL_PHASES = WORKER_CALLS
 
 
 @dataclass(frozen=True)

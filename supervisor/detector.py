@@ -470,7 +470,7 @@ class Detector:
         # Only from a beat in such a call: with several ranks sharing the file, another rank's later
         # beat (its generate, its restore) names its own healthy worker.
         hb = sample.heartbeat
-        info = (hb.info or {}) if hb is not None and hb.phase in ("load", "sleep") else {}
+        info = (hb.info or {}) if hb is not None and hb.phase in WORKER_CALLS else {}
         waits_on = info.get("engine_worker_pid")
         if isinstance(waits_on, int) and not isinstance(waits_on, bool) and 0 < waits_on < 2**31:
             evidence["waiting_on"] = waits_on
