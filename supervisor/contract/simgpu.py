@@ -63,6 +63,8 @@ def _update(path: str | None, pid: int, holding: dict[str, Any] | None) -> bool:
             holders.pop(str(pid), None)
         else:
             holders[str(pid)] = holding
+        # Not ``atomic.write_file``: it fsyncs, and this is rewritten at every state change of a
+        # simulated engine, in the trainer's step path; a lost write of a simulation costs nothing.
         directory, name = os.path.split(os.path.abspath(target))
         fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
         try:
