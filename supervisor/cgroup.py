@@ -30,6 +30,9 @@ from pathlib import Path
 MODES = ("auto", "cgroup", "tree")
 #: bounds on reading cgroup files (cgroup.procs of a huge tree)
 _MAX_READ = 1 << 20
+#: bounds on the cgroups a trainer made below its attempt's that are read (``AttemptCgroup.pids``)
+_MAX_CGROUPS = 256
+_MAX_DEPTH = 16
 
 
 class CgroupError(RuntimeError):
@@ -94,10 +97,36 @@ class AttemptCgroup:
         return str(self.path / "cgroup.procs")
 
     def pids(self) -> list[int]:
-        try:
-            return sorted({int(x) for x in _read(self.path / "cgroup.procs").split()})
-        except (OSError, ValueError):
-            return []
+        """Every process in the cgroup and in the cgroups below it: a trainer may make its own
+        (a data loader's memory limit, a tool that manages its workers' cgroups). Reading only
+        ours missed them: neither sampled nor captured nor given the SIGTERM grace, and their
+        cgroup kept ours from being removed. ``cgroup.kill`` and ``populated`` were recursive."""
+        found: set[int] = set()
+        for level in self._levels():
+            try:
+                found.update(int(x) for x in _read(level / "cgroup.procs").split())
+            except (OSError, ValueError):
+                continue
+        return sorted(found)
+
+    def _levels(self) -> list[Path]:
+        """This cgroup and its descendants, parents before children (bounded: ``_MAX_CGROUPS``
+        cgroups, ``_MAX_DEPTH`` levels; cgroupfs holds no symlinks, and none is followed)."""
+        levels, frontier = [self.path], [self.path]
+        for _ in range(_MAX_DEPTH):
+            below = []
+            for level in frontier:
+                try:
+                    with os.scandir(level) as entries:
+                        below += [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+                except OSError:
+                    continue
+            below = below[: max(0, _MAX_CGROUPS - len(levels))]
+            if not below:
+                break
+            levels += below
+            frontier = below
+        return levels
 
     def populated(self) -> bool:
         try:
@@ -130,9 +159,15 @@ class AttemptCgroup:
             return False
 
     def remove(self, timeout: float = 2.0) -> bool:
-        """rmdir once empty (bounded); False if it still holds processes (state D)."""
+        """rmdir once empty (bounded), the cgroups the trainer made below it first (a cgroup
+        with children cannot be removed); False if it still holds processes (state D)."""
         deadline = time.monotonic() + timeout
         while True:
+            for level in reversed(self._levels()[1:]):  # children before their parents
+                try:
+                    os.rmdir(level)
+                except OSError:
+                    pass  # still populated: the loop tries again
             try:
                 os.rmdir(self.path)
                 return True

@@ -66,7 +66,7 @@ class ProcessTree:
                  source: Callable[[], Iterable[int]] | None = None) -> None:
         self.root_pid = root_pid if root_pid is not None else os.getpid()
         self._exclude = exclude
-        #: where membership comes from instead of the walk: the attempt cgroup's pids
+        #: where membership comes from besides the walk: the attempt cgroup's pids
         #: (``cgroup.AttemptCgroup.pids``), which no fork or setsid can leave
         self.source = source
         self._cache: dict[tuple[int, int], psutil.Process] = {}
@@ -80,14 +80,22 @@ class ProcessTree:
         children: dict[int, list[int]] = {}
         for st in stats.values():
             children.setdefault(st.ppid, []).append(st.pid)
-        found: list[int] = []
+        found: set[int] = set()
         if self.source is not None:
-            found = [p for p in self.source() if p in stats and p not in excluded]
-        stack = [] if self.source is not None else [p for p in children.get(self.root_pid, []) if p not in excluded]
+            found = {p for p in self.source() if p in stats and p not in excluded}
+        # The walk too, with a source: a process that moved itself out of the attempt's cgroup
+        # (as root: ``systemd-run --scope``, a tool writing another ``cgroup.procs``) is out of
+        # ``cgroup.kill``'s reach, but still our descendant (we are its subreaper). With the
+        # cgroup alone it was no member: the kill never saw it and it outlived the run.
+        stack = [p for p in children.get(self.root_pid, []) if p not in excluded]
+        walked: set[int] = set()
         while stack:
             pid = stack.pop()
-            found.append(pid)
+            if pid in walked:
+                continue
+            walked.add(pid)
             stack.extend(children.get(pid, []))
+        found |= walked
         procs = []
         live_keys = set()
         for pid in sorted(found):

@@ -1,0 +1,153 @@
+"""Containment against trainers that manage cgroups themselves, on real processes.
+
+A trainer running as root may make cgroups of its own below its attempt's (a memory limit for a
+data loader's workers) or move a process out of it (``systemd-run --scope``, a tool writing another
+``cgroup.procs``). Membership came from the attempt's ``cgroup.procs`` alone: the first were never
+sampled, captured or given the SIGTERM grace, and their cgroup was left behind; the second was out
+of ``cgroup.kill``'s reach and of every look at the tree, and outlived the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from waiting import wait_for
+
+from hangwatch.supervisor import cgroup
+from hangwatch.supervisor.cgroup import AttemptCgroup
+from hangwatch.supervisor.proctree import ProcessTree
+
+
+def _usable_cgroup() -> bool:
+    try:
+        containment, _ = cgroup.detect("auto", "probe6")
+    except Exception:  # noqa: BLE001
+        return False
+    if containment is None:
+        return False
+    containment.close()
+    return True
+
+
+needs_cgroup = pytest.mark.skipif(not _usable_cgroup(), reason="no writable cgroup v2 hierarchy with cgroup.kill")
+
+# Two workers that ignore SIGTERM: one moves into a cgroup it makes below its attempt's, the other
+# moves into the supervisor's own cgroup (out of the attempt's) and execs with an empty
+# environment (no attempt mark). Their pids go to argv[1]; then the trainer exits 0.
+MOVER = r"""
+import os, signal, sys, time
+def mine():
+    for line in open("/proc/self/cgroup"):
+        if line.startswith("0::"):
+            return line[3:].strip()
+mount = [l.split()[4] for l in open("/proc/self/mountinfo") if " - cgroup2 " in l][0]
+attempt = mount + mine()
+pids = []
+for where in ("below", "out"):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if where == "below":
+            os.makedirs(attempt + "/workers", exist_ok=True)
+            target = attempt + "/workers"
+        else:
+            target = os.path.dirname(os.path.dirname(attempt))
+        with open(target + "/cgroup.procs", "w") as f:
+            f.write("0")
+        os.write(w, b"x"); os.close(w)
+        if where == "below":
+            while True:
+                time.sleep(1)
+        os.execve("/bin/sleep", ["sleep", "120"], {})
+    os.close(w)
+    os.read(r, 1)
+    pids.append(pid)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(" ".join(map(str, pids)))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@needs_cgroup
+@pytest.mark.timeout(60)
+def test_workers_in_the_trainers_own_cgroups_are_members_killed_and_their_cgroups_removed(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    run = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "hangwatch.cli", "run", "--run-dir", str(run), "--gpu-probe", "none",
+         "--interval", "0.2", "--grace", "0.5", "--containment", "cgroup", "--quiet", "--",
+         sys.executable, "-c", MOVER, str(pidfile), "1.0"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=50)
+    pids = [int(p) for p in pidfile.read_text().split()] if pidfile.exists() else []
+    try:
+        assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+        assert len(pids) == 2, "the trainer reported both workers"
+        below, out = pids
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(out), "the worker that left the attempt's cgroup outlived the run"
+        assert not _alive(below), "the worker in the trainer's own cgroup outlived the run"
+        records = [json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines()]
+        kill = next(r for r in records if r["event"] == "kill")
+        targets = {t["pid"] for t in kill["targets"]}
+        assert {below, out} <= targets, f"both workers are the done-kill's targets: {sorted(targets)}"
+        first = records[0]
+        leftover = cgroup.base_dir() / f"hangwatch-{first['run_id']}-{first['pid']}"
+        wait_for(lambda: not leftover.exists(), timeout=10, what=f"{leftover} removed with the cgroup the trainer made")
+    finally:
+        _kill(pids)
+
+
+@needs_cgroup
+@pytest.mark.timeout(30)
+def test_membership_reads_the_cgroups_below_the_attempts_and_the_walk(tmp_path: Path) -> None:
+    """In-process: a child cgroup's process is a member; so is a child of ours that left the cgroup."""
+    containment, why = cgroup.detect("cgroup", "round6")
+    assert containment is not None, why
+    attempt = containment.new_attempt("attempt-001")
+    procs: list[subprocess.Popen] = []
+    try:
+        inside = subprocess.Popen(["sleep", "60"])
+        procs.append(inside)
+        (attempt.path / "sub" / "deeper").mkdir(parents=True)
+        (attempt.path / "sub" / "deeper" / "cgroup.procs").write_text(str(inside.pid))
+        assert attempt.pids() == [inside.pid]
+        outside = subprocess.Popen(["sleep", "60"])  # our child, never in the attempt's cgroup
+        procs.append(outside)
+        tree = ProcessTree(source=attempt.pids)
+        assert {inside.pid, outside.pid} <= {p.pid for p in tree.members()}
+        assert attempt.kill()
+        inside.wait(10)
+        assert AttemptCgroup(attempt.path).remove(timeout=5), "removed with the cgroups below it"
+        assert not attempt.path.exists()
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(10)
+        containment.close()
