@@ -78,13 +78,58 @@ class Target(Protocol):
     def send(self, payload: Mapping[str, Any], title: str, body: str, timeout: float) -> None: ...
 
 
+#: the most of a receiver's answer the supervisor holds: apprise only needs its status line and a
+#: short body, and a receiver whose answer never ended (a 4 GB Content-Length, an endless chunked
+#: body) grew the supervisor by ~400 MB a second until the kernel killed it, leaving the run unwatched
+MAX_ANSWER_BYTES = 1 << 20
+
+
+class AnswerTooLarge(Exception):
+    """Raised inside a delivery try when the receiver's answer passes ``MAX_ANSWER_BYTES``."""
+
+
+def _cap_http_answers() -> None:
+    """Make every HTTP answer read in this process stop at ``MAX_ANSWER_BYTES``.
+
+    Apprise's plugins call ``requests`` without streaming, which reads the whole answer
+    into memory (a redirect's body too); their socket timeouts bound each read, not the
+    answer. In the supervisor only apprise speaks HTTP, so the cap goes on
+    ``Response.iter_content``, the one path every body (``.content``, ``.text``, a
+    redirect's drained body) is read through. The error is a ``RequestException``, which
+    apprise reports as a failed send; requests' redirect loop does not catch it (it does
+    catch ``ContentDecodingError``, then reads the rest raw and unbounded)."""
+    import requests  # noqa: PLC0415  (apprise's dependency; only when --notify is used)
+
+    if getattr(requests.models.Response.iter_content, "_hangwatch_capped", False):
+        return
+
+    class _TooLarge(requests.RequestException, AnswerTooLarge):
+        pass
+
+    original = requests.models.Response.iter_content
+
+    def iter_content(self: Any, chunk_size: Any = 1, decode_unicode: bool = False) -> Any:
+        seen = 0
+        for chunk in original(self, chunk_size, decode_unicode):
+            seen += len(chunk)
+            if seen > MAX_ANSWER_BYTES:
+                self.close()
+                raise _TooLarge(f"the receiver's answer is over {MAX_ANSWER_BYTES >> 20} MiB; not read further")
+            yield chunk
+
+    iter_content._hangwatch_capped = True  # type: ignore[attr-defined]
+    requests.models.Response.iter_content = iter_content  # type: ignore[method-assign]
+
+
 class AppriseTarget:
     """One ``--notify`` URL. Apprise bounds its own sockets (4 s connect, 4 s read);
-    the try is also abandoned after ``timeout`` in case a plugin blocks elsewhere."""
+    the try is also abandoned after ``timeout`` in case a plugin blocks elsewhere, and
+    no answer is held past ``MAX_ANSWER_BYTES``."""
 
     def __init__(self, url: str) -> None:
         import apprise  # noqa: PLC0415  (only when --notify is used)
 
+        _cap_http_answers()
         # Apprise logs through the logging module; its messages can quote URL parts.
         logging.getLogger("apprise").propagate = False
         self._url = url
