@@ -81,16 +81,18 @@ class GuardianError(RuntimeError):
 class Guardian:
     """The supervisor's end: the process and the pipe the tree goes over."""
 
-    def __init__(self, proc: subprocess.Popen, helper_mark: list[Any] | None = None) -> None:
+    def __init__(self, proc: subprocess.Popen | None, helper_mark: list[Any] | None = None) -> None:
+        #: None until one is armed (``start(later=True)``: the first did not arm; ``keep_armed`` retries)
         self.proc = proc
         self._pending = b""
-        self.lost = False
+        self.lost = proc is None
         #: [mark, born since] of the supervisor's helpers, added to every state; None at a normal stop
         self.helper_mark = helper_mark
         self._state: dict[str, Any] = {}
         self._env_before: str | None = None
         self._lock = threading.Lock()  # the supervisor's main thread and its busy watcher both send
         self._stopping = threading.Event()  # a normal stop: no re-arming (``keep_armed``)
+        self.start_error: GuardianError | None = None  # why the first start did not arm (``start(later=True)``)
 
     def send(self, state: Mapping[str, Any]) -> None:
         """Tell the guardian the tree's current state (replaces what it had).
@@ -99,9 +101,11 @@ class Guardian:
         fit now goes out with the next call. A guardian that died is noted once.
         """
         with self._lock:
-            if self.lost or self.proc.stdin is None or self.proc.stdin.closed:
-                return
+            # Kept even while no guardian hears it: the one ``keep_armed`` starts is told the
+            # latest state, never one from before the loss (another attempt's cgroup and marks).
             self._state = dict(state)
+            if self.lost or self.proc is None or self.proc.stdin is None or self.proc.stdin.closed:
+                return
             message = dict(state)
             if self.helper_mark is not None:
                 message["marks"] = [*(message.get("marks") or []), self.helper_mark]
@@ -110,7 +114,7 @@ class Guardian:
 
     def armed(self) -> bool:
         """Whether it is still there to kill the tree should we die (not lost, not exited)."""
-        return not self.lost and self.proc.poll() is None
+        return not self.lost and self.proc is not None and self.proc.poll() is None
 
     def keep_armed(self, on_event: Callable[[str, str], None], every: float = 1.0, retry: float = 10.0) -> None:
         """Watch the guardian (a daemon thread, every ``every`` s) and start a new one, told the
@@ -124,17 +128,18 @@ class Guardian:
             while not self._stopping.wait(every):
                 if self.armed() or time.monotonic() < next_try:
                     continue
-                old = self.proc.pid
+                old = f"the guardian (pid {self.proc.pid}) is gone" if self.proc is not None \
+                    else "no guardian is armed (it could not be started)"
                 try:
                     self._rearm()
                 except GuardianError as exc:
                     next_try = time.monotonic() + retry
-                    on_event("guardian_lost", f"the guardian (pid {old}) is gone and a new one could not be started "
+                    on_event("guardian_lost", f"{old} and a new one could not be started "
                                               f"({exc}): if this supervisor dies now, the trainer's root stays stopped "
                                               f"and escaped workers live on until hangwatch run --resume kills them")
                     continue
-                on_event("guardian_rearmed", f"the guardian (pid {old}) was gone; a new one (pid {self.proc.pid}) "
-                                             f"is armed with the same state")
+                if self.proc is not None:
+                    on_event("guardian_rearmed", f"{old}; a new one (pid {self.proc.pid}) is armed with the same state")
 
         threading.Thread(target=watch, name="guardian-keeper", daemon=True).start()
 
@@ -150,11 +155,12 @@ class Guardian:
                 return
             dead, self.proc = self.proc, proc
             self.lost, self._pending = False, b""
-        forget_helper(dead.pid)
-        try:
-            dead.wait(timeout=0)
-        except subprocess.TimeoutExpired:
-            pass
+        if dead is not None:
+            forget_helper(dead.pid)
+            try:
+                dead.wait(timeout=0)
+            except subprocess.TimeoutExpired:
+                pass
         self.send(self._state)
 
     def flush(self) -> None:
@@ -173,15 +179,26 @@ class Guardian:
             self._pending = self._pending[-_MAX_LINE:]
 
 
-def start(timeout: float = 10.0) -> Guardian:
+def start(timeout: float = 10.0, later: bool = False) -> Guardian:
     """Start the guardian and wait (at most ``timeout``) until it says it is armed.
 
     Raises ``GuardianError`` when it cannot start or does not confirm: the
-    caller must then say that a SIGKILLed supervisor would leave orphans.
+    caller must then say that a SIGKILLed supervisor would leave orphans. With
+    ``later``, an unarmed ``Guardian`` instead (``armed()`` False, ``start_error`` says
+    why), which ``keep_armed`` goes on trying to arm: a start that failed once (a fork
+    refused under a process limit, a start slower than ``timeout`` on a loaded node) left
+    the whole run without one.
     """
-    proc = _spawn(timeout)
+    proc, error = None, None
+    try:
+        proc = _spawn(timeout)
+    except GuardianError as exc:
+        if not later:
+            raise
+        error = exc
     # From here on every helper we start carries our token (the guardian itself started without it).
     guardian = Guardian(proc, [f"{SUPERVISOR}={os.getpid()}-{secrets.token_hex(8)}", time.time() - MARK_SLACK_S])
+    guardian.start_error = error
     guardian._env_before = os.environ.get(SUPERVISOR)
     os.environ[SUPERVISOR] = guardian.helper_mark[0].partition("=")[2]
     guardian.send({})
@@ -236,6 +253,8 @@ def stop(guardian: Guardian, timeout: float = 5.0) -> None:
         os.environ.pop(SUPERVISOR, None)
     else:
         os.environ[SUPERVISOR] = guardian._env_before
+    if proc is None:  # never armed: nothing to close
+        return
     try:
         if not guardian.lost and proc.stdin is not None:
             guardian.send(guardian._state)

@@ -506,25 +506,24 @@ def _start_guardian(supervisor: Any, log: Any) -> tuple[Any, str]:
     from hangwatch.supervisor import guardian  # noqa: PLC0415
     from hangwatch.supervisor.tree import LocalTree  # noqa: PLC0415
 
-    try:
-        keeper = guardian.start()
-    except guardian.GuardianError as exc:
+    keeper = guardian.start(later=True)  # one that does not arm now is tried again (keep_armed)
+    exc = keeper.start_error
+    if exc is not None:
         log.warning("guardian_unavailable", message=(
             f"{exc}: if this supervisor is SIGKILLed, processes that left the trainer's session "
-            "will not be killed; hangwatch run --resume kills them later"))
-        return None, f"unavailable: {exc}"
+            "will not be killed; hangwatch run --resume kills them later (another start is tried in a second, then every 10 s)"))
     if isinstance(supervisor.tree, LocalTree):
         supervisor.tree.attach_guardian(keeper.send, keeper.armed)  # the tree goes over the pipe, not through a file
 
     def guardian_event(event: str, message: str) -> None:
         (log.warning if event == "guardian_rearmed" else log.error)(event, message=message)
         try:
-            supervisor.journal.append(event, pid=keeper.proc.pid, message=message)
+            supervisor.journal.append(event, pid=keeper.proc.pid if keeper.proc is not None else None, message=message)
         except Exception:  # noqa: BLE001  (a journal that cannot be written is the main loop's to report)
             pass
 
     keeper.keep_armed(guardian_event)  # a guardian that dies is replaced (a user's kill, the OOM killer)
-    return keeper, "armed"
+    return keeper, "armed" if exc is None else f"unavailable: {exc}"
 
 
 def _supervise(supervisor: Any, config: Any, log: Any, *, resumed: bool, guardian_state: str,

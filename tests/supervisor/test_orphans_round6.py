@@ -151,3 +151,52 @@ def test_membership_reads_the_cgroups_below_the_attempts_and_the_walk(tmp_path: 
             p.kill()
             p.wait(10)
         containment.close()
+
+
+@pytest.mark.timeout(40)
+def test_a_guardian_that_could_not_arm_at_the_start_is_armed_later_and_kills_the_tree(monkeypatch) -> None:
+    """The first start fails (a fork refused under a process limit, a start slower than its
+    timeout on a loaded node): the run used to go on with no guardian at all. Now the keeper
+    tries again, the new guardian is told the latest state, and it kills it when we are gone."""
+    import structlog
+
+    from hangwatch.cli.main import _start_guardian
+    from hangwatch.supervisor import guardian
+
+    real_spawn = guardian._spawn
+    calls = []
+
+    def flaky_spawn(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise guardian.GuardianError("the guardian did not arm (no confirmation within 10 s)")
+        return real_spawn(*args, **kwargs)
+
+    monkeypatch.setattr(guardian, "_spawn", flaky_spawn)
+    events: list[tuple[str, dict]] = []
+
+    class Journal:
+        def append(self, event, **fields):
+            events.append((event, fields))
+
+    supervisor = type("S", (), {"tree": None, "journal": Journal()})()
+    member = subprocess.Popen(["sleep", "60"])
+    keeper = None
+    try:
+        keeper, said = _start_guardian(supervisor, structlog.get_logger("test"))
+        assert said.startswith("unavailable: "), said
+        assert keeper is not None and not keeper.armed()
+        # Told while no guardian listens: the one armed later must hear it.
+        keeper.send({"members": [[member.pid, psutil.Process(member.pid).create_time()]]})
+        wait_for(keeper.armed, timeout=20, what="a guardian armed on the retry")
+        assert [e for e, _ in events] == ["guardian_rearmed"]
+        assert events[0][1]["pid"] == keeper.proc.pid
+        keeper._stopping.set()  # no re-arm from here: the pipe's end below is our "death"
+        keeper.proc.stdin.close()
+        member.wait(15)
+        assert member.returncode == -signal.SIGKILL, "the late guardian killed the member it was told before it armed"
+    finally:
+        member.kill()
+        member.wait(10)
+        if keeper is not None:
+            guardian.stop(keeper)
