@@ -140,18 +140,24 @@ class EngineLevel:
                          "baseline": self._restarts_seen if killed_at is not None else None}
         return now
 
-    def ended(self, attempt: int, hb: Heartbeat | None, t: float) -> None:
-        """The attempt ended without a hang (the trainer exited, crashed or was stopped) while an
-        engine restart of it waited for progress: the last beat it left decides. Its retried
-        rollouts came back (or its step moved past the wedged one): the engine was recovered,
-        whatever ended the trainer after (a trainer whose last rollout was the retried one exits
-        before any sample sees it go on; it once read 'not recovered' in status and the report)."""
+    def ended(self, attempt: int, hb: Heartbeat | None, t: float, *, hang: bool = False) -> None:
+        """The attempt ended without a hang (the trainer exited, crashed or was stopped), or
+        ``hang``: a new hang came, while an engine restart of it waited for progress: the last beat
+        it left decides. Its retried rollouts came back (or its step moved past the wedged one):
+        the engine was recovered, whatever ended the trainer or stalled it after (a trainer whose
+        last rollout was the retried one exits before any sample sees it go on; one whose own
+        threads stall in the retried step never moves past it: both once read 'not recovered' in
+        status and the report, though the engine had given the rollouts back)."""
         pending = self._pending
         if pending is None or pending["attempt"] != attempt or hb is None:
             return
         self.note_beat(hb)
         if pending.get("retried") or self._progressed(pending, hb):
-            self._journal_recovered(attempt, hb, t, at_exit=True)
+            if hang:
+                # Timed at the first sample that saw the retried rollouts back, not at the new hang.
+                self._journal_recovered(attempt, hb, pending.get("retried_t", t), before_hang=True)
+            else:
+                self._journal_recovered(attempt, hb, t, at_exit=True)
 
     def unrecovered(self, attempt: int) -> bool:
         """An engine restart of ``attempt`` whose retry has not yet come back: its rollouts not
@@ -237,6 +243,9 @@ class EngineLevel:
         journaled too, and its policy returned for the run to keep."""
         policy = self._backstop(attempt, sample)
         self.note_beat(sample.heartbeat)
+        pending = self._pending
+        if pending is not None and pending.get("retried") and "retried_t" not in pending:
+            pending["retried_t"] = sample.t  # the retried rollouts seen back (a later hang is timed from it)
         self._recovered(attempt, sample)
         return policy
 
@@ -308,8 +317,9 @@ class EngineLevel:
                               **extra)
         log.info("engine_recovered", message=(
             f"the trainer progressed (step {hb.step}) {t - pending['killed_at']:.1f} s after the engine restart"
-            if not extra.get("at_exit") else
-            f"the trainer's retried rollouts came back after the engine restart; it then exited (step {hb.step})"))
+            if not (extra.get("at_exit") or extra.get("before_hang")) else
+            f"the trainer's retried rollouts came back after the engine restart; it then "
+            f"{'exited' if extra.get('at_exit') else 'hung itself'} (step {hb.step})"))
 
 
 def _engine_info(info: Mapping[str, Any]) -> dict[str, Any]:

@@ -288,6 +288,11 @@ class Supervisor:
             # (several ranks wedged at once): the same wedge, so the same policy and level 1 again.
             same_wedge = verdict.kind is VerdictKind.STALL and \
                 self.engine_level.ran_old_policy(st.attempt, verdict.evidence.get("engine_pid"))
+            if verdict.kind.is_hang and not retrying:
+                # An engine restart whose retried rollouts came back, then the trainer's own threads hung
+                # in that step: the engine was recovered (journaled before this incident, which is its own).
+                self.engine_level.ended(st.attempt, read_heartbeat(ours["HANGWATCH_HEARTBEAT"]), self.clock(),
+                                        hang=True)
             # The attempt's bundle: this verdict's, or an earlier engine-level incident's.
             evidence = self._incident(verdict, samples, trainer, attempt_dir, escalate_policy=not same_wedge) or evidence
             if not verdict.kind.is_hang:

@@ -84,8 +84,12 @@ def goodput(records: Sequence[Mapping[str, Any]], now: float | None = None, run_
         elif event == "engine_recovered" and a["onset"] is not None:
             # Level 1: the incident ended inside the attempt, the trainer went on. Its span is
             # lost time within the attempt, not the attempt's end.
+            # Recovered when its record says (a restart whose retried rollouts came back before a new
+            # hang is journaled at that hang), else when it was written.
+            took = r.get("onset_to_progress_s")
             a["engine_level"].append({**{k: a[k] for k in ("onset", "detected", "evidence", "incident")},
-                                      "recovered": float(r["ts"])})
+                                      "recovered": a["onset"] + took if isinstance(took, (int, float)) and not isinstance(took, bool)
+                                      and math.isfinite(took) and took >= 0 else float(r["ts"])})
             a["onset"] = a["detected"] = a["evidence"] = None
         elif event == "attempt_ended":
             a["ended"], a["kind"], a["exit_code"] = float(r["ts"]), r.get("kind"), r.get("exit_code")
@@ -189,8 +193,9 @@ def render_html(run_dir: Path, records: Sequence[Mapping[str, Any]], g: Mapping[
         f"<tr><td>{i['attempt']}</td><td>{e(str(i['kind']))}</td><td>{e(str(i['reason']))}</td>"
         f"<td>{e(str(i['signature'] or 'none'))}</td><td>{i['latency_s']} s</td>"
         f"<td>{'%.0f s' % i['time_to_recover_s'] if i['time_to_recover_s'] is not None else 'not recovered'}</td>"
+        f"<td>{'engine only: the trainer lived on' if i.get('level') == 1 else 'job restart'}</td>"
         f"<td>{link(i['report'])}</td></tr>"
-        for i in g["incidents"]) or '<tr><td colspan="7">none</td></tr>'
+        for i in g["incidents"]) or '<tr><td colspan="8">none</td></tr>'
     goodput_pct = f"{100 * g['goodput']:.1f} %" if g["goodput"] is not None else "-"
     return f"""<!doctype html>
 <html><head><meta charset="utf-8">
@@ -207,9 +212,10 @@ td,th{{border:1px solid #ccc;padding:.3em .6em;text-align:left}}.bar{{display:fl
 <h2>Attempts</h2>
 <table><tr><th>attempt</th><th>started</th><th>ran</th><th>outcome</th><th>exit</th><th>to first heartbeat</th></tr>{rows}</table>
 <h2>Incidents</h2>
-<table><tr><th>attempt</th><th>kind</th><th>reason</th><th>signature</th><th>detection latency</th><th>time to recover</th><th>report</th></tr>{incidents}</table>
+<table><tr><th>attempt</th><th>kind</th><th>reason</th><th>signature</th><th>detection latency</th><th>time to recover</th><th>recovery</th><th>report</th></tr>{incidents}</table>
 <p>Productive time: first heartbeat (or launch) to the attempt's end or its hang's onset. Time to recover:
-onset to the next attempt's first heartbeat. Work redone since the last checkpoint is not counted.</p>
+onset to the next attempt's first heartbeat; for an engine-only recovery, onset to the trainer's first step
+after it. Work redone since the last checkpoint is not counted.</p>
 </body></html>
 """
 

@@ -210,7 +210,8 @@ def _engine_restarts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append({k: r.get(k) for k in ("attempt", "ok", "cudagraphs", "reason", "ts")})
         elif r.get("event") == "engine_recovered" and out and "recovered_step" not in out[-1]:
             out[-1].update(recovered_step=r.get("step"), kill_to_progress_s=r.get("kill_to_progress_s"),
-                           recovered=True, recovered_at_exit=bool(r.get("at_exit")))
+                           recovered=True, recovered_at_exit=bool(r.get("at_exit")),
+                           recovered_before_hang=bool(r.get("before_hang")))
     return out
 
 
@@ -378,6 +379,8 @@ def render_status(summary: dict[str, Any], now: float | None = None) -> str:
             continue
         if e.get("recovered_at_exit"):
             after = "; its retried rollouts came back, then the trainer exited"
+        elif e.get("recovered_before_hang"):
+            after = "; its retried rollouts came back, then a new hang came before the trainer's step moved on"
         elif e.get("recovered_step") is not None:
             after = f"; the trainer reached step {e['recovered_step']} {e['kill_to_progress_s']} s later"
         else:

@@ -1,0 +1,70 @@
+"""Level 1 as users hit it, with fakes: what the journal, status and the run report say when
+the retried rollouts came back and a new hang followed before the trainer's step moved on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hangwatch.cli.runreport import goodput
+from hangwatch.cli.status import _engine_restarts
+from hangwatch.contract.heartbeat import Heartbeat
+from hangwatch.contract.journal import Journal, read_journal
+from hangwatch.contract.samples import Sample
+from hangwatch.contract.verdict import Verdict, VerdictKind
+from hangwatch.supervisor.attempt import GraphPolicy, RecoveryLevel
+from hangwatch.supervisor.engine_level import EngineLevel
+from hangwatch.supervisor.killer import KillReport
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class _Tree:
+    def kill_groups(self, pgids, grace, kill_timeout):
+        return KillReport(targets=({"pid": 20, "create_time": 1.0, "pgid": 20, "name": "worker"},),
+                          signals=({"target": "pgid 20", "signal": "SIGKILL", "t": 0.0},), escalated=(),
+                          survivors=(), duration_s=0.01, grace_rule="none", grace_s=0.0)
+
+
+def test_a_hang_of_the_trainers_own_after_the_retried_rollouts_came_back_leaves_the_engine_recovered(tmp_path: Path):
+    """The engine restart worked (the retried rollouts came back), then the trainer's own threads
+    stalled in that very step (level 2). The journal once had no engine_recovered for it: status
+    said 'no progress after it' and the run report 'not recovered'."""
+    journal = Journal(tmp_path / "journal.jsonl", "run")
+    level = EngineLevel(_Tree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
+    verdict = Verdict(VerdictKind.STALL, detected_at=100.0, onset=96.0, reason="engine made no step",
+                      evidence={"step": 17})
+    assert level.restart(1, GraphPolicy(cudagraphs_off=True), RecoveryLevel(1, "engine only", frozenset({20})),
+                         verdict, tmp_path / "control.json", None)
+    back = Heartbeat(1000, 9, 0.0, 17, "train", {"engine_restarts": 1, "rollouts_ok": 1, "cudagraphs": "off"})
+    level.observe(1, Sample(t=103.0, wall=103.0, cpu_pct={}, gpu=None, heartbeat=back))
+    assert not level.unrecovered(1), "the retry came back: a hang now is not the retry failing"
+    level.ended(1, back, 110.0, hang=True)  # the runner, at the new (level 2) verdict
+    (recovered,) = [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_recovered"]
+    assert recovered["before_hang"] and not recovered.get("at_exit")
+    assert recovered["onset_to_progress_s"] == 103.0 - 96.0, "timed when the rollouts were seen back"
+    assert recovered["engine"]["cudagraphs"] == "off"
+    (shown,) = _engine_restarts(read_journal(tmp_path / "journal.jsonl"))
+    assert shown["recovered"] and shown["recovered_before_hang"]
+
+
+def test_the_run_report_times_an_engine_recovery_from_its_record_and_names_the_level():
+    """An engine_recovered journaled at the next hang is timed by its own onset_to_progress_s, not
+    by when it was written; the next incident is the job's own."""
+    T = 1_700_000_000.0
+    r = {"run_id": "abc"}
+    records = [
+        {**r, "event": "run_started", "ts": T, "pid": 1},
+        {**r, "event": "attempt_started", "ts": T + 1, "attempt": 1, "pid": 2},
+        {**r, "event": "first_heartbeat", "ts": T + 11, "attempt": 1, "step": 1},
+        {**r, "event": "incident", "ts": T + 641, "attempt": 1, "kind": "stall", "onset_wall": T + 611},
+        {**r, "event": "recovery", "ts": T + 643, "attempt": 1, "level": 1, "scope": "engine", "reason": "x"},
+        {**r, "event": "engine_restart", "ts": T + 643, "attempt": 1, "ok": True},
+        {**r, "event": "engine_recovered", "ts": T + 700, "attempt": 1, "step": 17, "onset_to_progress_s": 40.0,
+         "before_hang": True},
+        {**r, "event": "incident", "ts": T + 700, "attempt": 1, "kind": "stall", "onset_wall": T + 670},
+        {**r, "event": "attempt_ended", "ts": T + 702, "attempt": 1, "kind": "stall", "exit_code": -9},
+    ]
+    g = goodput(records)
+    assert [(i.get("level"), i["time_to_recover_s"]) for i in g["incidents"]] == [(1, 40.0), (None, None)]
