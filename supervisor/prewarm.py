@@ -49,6 +49,7 @@ import os
 import re
 import secrets
 import select
+import signal
 import socket
 import subprocess
 import time
@@ -375,9 +376,12 @@ class Prewarmer:
                                             f"({warm_plan.interpreter}, importing {', '.join(warm_plan.imports) or 'nothing'})")
 
     def take(self, argv: Sequence[str], env: Mapping[str, str], attempt_dir: Path, *, echo: bool = True,
-             cgroup_procs: str | None = None,
-             log_limit: Callable[[], int] = lambda: LOG_MAX_BYTES) -> tuple[TrainerProcess | None, dict[str, Any]]:
-        """The attempt started through the warm process, or (None, why it is launched cold)."""
+             cgroup_procs: str | None = None, log_limit: Callable[[], int] = lambda: LOG_MAX_BYTES,
+             death_signal: int = signal.SIGKILL) -> tuple[TrainerProcess | None, dict[str, Any]]:
+        """The attempt started through the warm process, or (None, why it is launched cold).
+        ``death_signal``: the root's parent-death signal from now on, as a cold ``launch`` has it
+        (SIGSTOP while an armed guardian will kill the tree); the warm process sets it itself
+        when told the attempt (it was spawned with SIGKILL, right for an unused helper)."""
         warm, self._warm = self._warm, None  # single use, whatever happens next
         if warm is None:
             return None, {"mode": "cold", "reason": self._why_cold}
@@ -401,7 +405,7 @@ class Prewarmer:
         sys_argv, orig_argv = warm.plan.argv(argv)
         forget_helper(warm.pid)  # from now on the attempt's root: a member of the tree
         try:
-            warm.start({"argv": sys_argv, "orig_argv": orig_argv, "env": dict(env)})
+            warm.start({"argv": sys_argv, "orig_argv": orig_argv, "env": dict(env), "death_signal": int(death_signal)})
         except OSError as exc:
             logs.close()
             add_helper(warm.pid)

@@ -159,7 +159,8 @@ class LocalTree:
         limit = {"log_limit": self.log_limit} if self.log_limit else {}
         trainer, how = None, {"mode": "cold"}
         if self.prewarm is not None:
-            trainer, how = self.prewarm.take(argv, env, attempt_dir, echo=self.echo, cgroup_procs=procs, **limit)
+            trainer, how = self.prewarm.take(argv, env, attempt_dir, echo=self.echo, cgroup_procs=procs,
+                                             death_signal=self._root_death_signal(), **limit)
         if trainer is None:
             trainer = launch(argv, env, attempt_dir, echo=self.echo, cgroup_procs=procs,
                              death_signal=self._root_death_signal(), **limit)

@@ -52,6 +52,7 @@ MAX_MESSAGE = 16 * 1024 * 1024
 
 
 def main() -> None:
+    parent = os.getppid()  # the supervisor
     fd, spec = int(sys.argv[1]), json.loads(sys.argv[2])
     kind, target = spec["kind"], spec["target"]
     started = time.monotonic()
@@ -72,7 +73,23 @@ def main() -> None:
     if message is None:
         os._exit(0)  # never used: nothing ran, nothing to clean up
     os.close(fd)
+    _death_signal(message.get("death_signal"), parent)
     _become(kind, target, message)
+
+
+def _death_signal(sig: object, parent: int) -> None:
+    """Our parent-death signal as the attempt's root, as a cold launch sets it (SIGSTOP while an
+    armed guardian will kill the tree: nothing below us sees a parent die and reacts). It
+    replaces the SIGKILL we were spawned with at once; a supervisor that died before that
+    killed us, one that dies after it finds the new one. No ctypes import unless needed: it
+    would stay in the launcher's ``sys.modules``."""
+    if not isinstance(sig, int) or isinstance(sig, bool) or sig == 9 or not 0 < sig < 65:
+        return
+    import ctypes  # noqa: PLC0415
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(127)  # the supervisor is gone already: nobody watches this attempt
 
 
 def _become(kind: str, target: str, message: dict) -> None:

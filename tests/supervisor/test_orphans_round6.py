@@ -200,3 +200,84 @@ def test_a_guardian_that_could_not_arm_at_the_start_is_armed_later_and_kills_the
         member.wait(10)
         if keeper is not None:
             guardian.stop(keeper)
+
+
+# Runs a warm process and takes it as attempt 2's root with the given parent-death signal, as the
+# supervisor does; prints the root's pid, then waits to be SIGKILLed (the supervisor's death).
+WARM_DRIVER = r"""
+import os, signal, sys, time
+from pathlib import Path
+from hangwatch.supervisor.prewarm import Prewarmer
+command = [sys.executable, sys.argv[1], sys.argv[3]]
+prewarm = Prewarmer()
+prewarm.launched(command, dict(os.environ))
+prewarm.tick(beat_seen=True)
+trainer, how = prewarm.take(command, dict(os.environ, HANGWATCH_ATTEMPT="2"), Path(sys.argv[2]), echo=False,
+                            death_signal=signal.SIGSTOP)
+print("ROOT", trainer.pid if trainer is not None else f"cold: {how}", flush=True)
+time.sleep(60)
+"""
+ROOT = "import sys, time\nopen(sys.argv[1], 'w').write('up')\ntime.sleep(60)\n"
+
+
+@pytest.mark.timeout(60)
+def test_a_warm_root_is_stopped_not_killed_by_the_supervisors_death_while_a_guardian_is_armed(tmp_path: Path) -> None:
+    """--prewarm-launcher with the tree walk: the warm root kept the SIGKILL it was spawned with, so
+    the supervisor's death orphaned its children at once (the race row 14g closed for cold roots).
+    Now it takes the root's signal when it is told the attempt: stopped, it waits for the guardian."""
+    (tmp_path / "root.py").write_text(ROOT)
+    up = tmp_path / "up"
+    driver = subprocess.Popen([sys.executable, "-c", WARM_DRIVER, str(tmp_path / "root.py"), str(tmp_path / "a2"), str(up)],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    root = None
+    try:
+        assert driver.stdout is not None
+        line = ""
+        for raw in driver.stdout:  # its log lines come first; EOF if it died
+            line = raw.decode().strip()
+            if line.startswith("ROOT "):
+                break
+        assert line[5:].isdigit(), (line, driver.stderr.read().decode()[-2000:] if driver.poll() is not None else "")
+        root = int(line[5:])
+        wait_for(up.exists, timeout=30, what="the warm root runs the attempt")
+        driver.kill()
+        driver.wait(10)
+        wait_for(lambda: not _alive(root) or psutil.Process(root).status() == psutil.STATUS_STOPPED, timeout=15,
+                 what="the root stopped (or killed) by its parent-death signal")
+        assert _alive(root), "the warm root was killed by the supervisor's death, not stopped for the guardian"
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(10)
+        if root is not None:
+            _kill([root])
+
+
+def test_the_tree_gives_a_warm_launch_the_same_parent_death_signal_as_a_cold_one(tmp_path: Path) -> None:
+    from hangwatch.supervisor.probes import NoProbe
+    from hangwatch.supervisor.tree import LocalTree
+
+    asked: list[int] = []
+
+    class Warm:
+        warm_mark = None
+
+        def take(self, *args, death_signal, **kwargs):
+            asked.append(death_signal)
+            return None, {"mode": "cold", "reason": "test"}
+
+        def launched(self, argv, env):
+            pass
+
+        def close(self):
+            pass
+
+    tree = LocalTree(tmp_path, NoProbe(), echo=False)
+    tree.prewarm = Warm()  # type: ignore[assignment]
+    tree._guardian, tree._guardian_armed = (lambda state: None), (lambda: True)
+    try:
+        trainer = tree.launch(["true"], dict(os.environ), tmp_path / "attempt-001")
+        trainer.popen.wait(10)
+        assert asked == [signal.SIGSTOP], "a tree walk with an armed guardian: SIGSTOP, warm or cold"
+    finally:
+        tree.close()
