@@ -85,6 +85,7 @@ _PREFIX = re.compile(
       | (?:stdout|stderr)[ ][FP][ ]                       # Kubernetes/containerd log: "<time> stdout F "
       | \d{1,6}:[ ]                                        # srun --label: "3: "
       | \^C                                               # the terminal's echo of Ctrl+C: "^CTraceback ..."
+      | [*\u2022]{1,3}[ ]{1,4}                              # list bullets: "* frame", "\u2022 frame", "***  File: ..."
     ))*""",
     re.VERBOSE,
 )
@@ -220,7 +221,9 @@ _PROFILE_LINE = re.compile(
 _BANNER_THREAD = re.compile(
     r'^[~=-]{3,}\s{0,4}(?:Stack of (\S.{0,200}?) \((\d{1,20})\)|Thread (\d{1,20}) "([^"\n]{0,200})" hangs)\s{0,4}[~=-]{3,}$'
 )
-_TRACEBACK_FRAME = re.compile(r'^File:? "([^"\n]{1,1000})", line (\d{1,7}), in (\S{1,300})\s*$')
+# A stack printer may put the frame's source on the same line after two spaces
+# ('File: "x.py", line 9, in run  session.run(out)', tensorflow#5289).
+_TRACEBACK_FRAME = re.compile(r'^File:? "([^"\n]{1,1000})", line (\d{1,7}), in (\S{1,300})(?:\s{2}.{0,3000})?\s*$')
 # IPython / Jupyter tracebacks (ultralytics#6206): "Empty      Traceback (most recent call last)",
 # then frames as "File C:\\...\\dataloader.py:1132, in Class.method(self, timeout)" (IPython 8),
 # "~/lib/python3.7/.../dataloader.py in _try_get_data(self, timeout)" (older IPython),
@@ -249,6 +252,12 @@ _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200}(?:Error|Exception|Interru
 # "frame #2: c10d::TCPStore::doGet(std::string const&) + 0x32 (0x7f60.. in /x/libtorch_cpu.so)".
 _TORCH_CXX_FRAME = re.compile(r"^frame #(\d{1,4}): (\S.{0,3000}?) \+ 0x[0-9a-fA-F]{1,16}(?: \((?:0x[0-9a-fA-F]{0,16})?(?: in ?(\S{0,1000}?))?\)?)?$")
 _WATCHDOG = re.compile(r"WorkNCCL\(SeqNum=(\d{1,12}), OpType=([A-Za-z_]{1,40})")
+# Horovod's stall inspector: "allreduce.conv1.weight [ready ranks: 0, 7, 3, 2, 4, 6]" per
+# stalled tensor (several on one line in older logs; "missing ranks" in newer ones): the
+# ranks that submitted it wait in that collective (horovod#364).
+_HOROVOD_STALL = re.compile(
+    r"\b(allreduce|allgather|broadcast|alltoall|reducescatter|adasum)\.([^\s\[\]]{1,300}?)\s{0,4}\[(ready|missing) ranks:\s{0,4}([\d,\s]{0,4000})\]"
+)
 _PID_IN_PREFIX = re.compile(r"\bpid=(\d{1,10})\b")
 # A library name the paste cut: "cudaLaunchKernel (libcudart.so…)".
 _NATIVE_CUT = re.compile(r"\.(so|dylib|dll)(\.\d{0,6}){0,4}$")
@@ -328,7 +337,7 @@ class ParseReport:
         if self.profile_lines:
             out.append(f"ignored {self.profile_lines} line(s) of py-spy top/record output (sampled totals, not a thread's stack)")
         if self.watchdog_only:
-            out.append(f"{self.watchdog_only} rank(s) known only from NCCL watchdog timeout lines (no stack: the collective and its sequence number)")
+            out.append(f"{self.watchdog_only} rank(s) known only from NCCL watchdog timeout lines or Horovod stall warnings (no stack: the collective and its sequence number or tensor)")
         if self.cut_lines:
             out.append(f"{self.cut_lines} line(s) over {MAX_LINE_CHARS} characters cut")
         if self.dropped_frames:
@@ -881,6 +890,10 @@ class _Reader:
         prefix = raw[: m.end()] if m else ""
         line = raw[m.end():] if m else raw
         s = line.strip()
+        if s[:1] == "`" and s[:3] != "```" and (s.count("`") == 1 or (s.count("`") == 2 and s[-1] == "`")):
+            # A line pasted as inline code, one backtick pair per line (py-spy#565: each gdb
+            # frame wrapped in `...`); a line cut before its closing backtick has only one.
+            line = s = s.strip("`").strip()
         if not s:
             return
         self.prev_text, self.cur_text = self.cur_text, s
@@ -941,6 +954,8 @@ class _Reader:
             return
         if "Watchdog caught collective" in s or "WorkNCCL(SeqNum=" in s:
             self.watchdog_line(s, prefix, rank)
+            return
+        if " ranks:" in s and self.horovod_stall_line(s):
             return
         if s.startswith("frame #") and "`" not in s and self.cxx_frame(s):
             return
@@ -1215,6 +1230,21 @@ class _Reader:
         if key not in self.watchdog and len(self.watchdog) < MAX_PROCESSES:
             pid = _PID_IN_PREFIX.search(prefix)
             self.watchdog[key] = (int(pid.group(1)) if pid else None, m.group(2).lower(), m.group(1))
+
+    def horovod_stall_line(self, s: str) -> bool:
+        """Horovod's stall warning: each rank ready in a stalled collective is a process
+        waiting in it (like a watchdog line); the ranks that never submitted it are the
+        ones missing below the highest (the suspects)."""
+        found = False
+        for m in _HOROVOD_STALL.finditer(s):
+            found = True
+            if m.group(3) != "ready":
+                continue
+            for r in m.group(4).replace(",", " ").split():
+                key = int(r)
+                if key not in self.watchdog and len(self.watchdog) < MAX_PROCESSES:
+                    self.watchdog[key] = (None, f"horovod:{m.group(1)}", m.group(2))
+        return found
 
     def cxx_frame(self, s: str) -> bool:
         """A line of torch's C++ error backtrace: the raising thread's native frames, kept
@@ -1570,7 +1600,8 @@ class _Reader:
         for key, (pid, op, seq) in self.watchdog.items():
             if key is not None and key in dumped:
                 continue
-            frame = Frame(f"nccl:{op}", f"SeqNum {seq}", None)
+            # A Horovod stall line names the tensor, not a sequence number.
+            frame = Frame(op, seq, None) if op.startswith("horovod:") else Frame(f"nccl:{op}", f"SeqNum {seq}", None)
             out.append(ProcessDump(pid, (ThreadDump("watchdog", "MainThread", (frame,)),), rank=key))
             self.report.frames += 1
             self.report.watchdog_only += 1

@@ -6,9 +6,13 @@ gdb frames wrapped in backticks, and Horovod's stall warning."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from diag_helpers import DATA
+from hangwatch.cli.main import main
+from hangwatch.diagnostics.pastes import read_text
 from hangwatch.diagnostics.replay import analyse
 from hangwatch.diagnostics.signatures import load_signatures
 
@@ -48,3 +52,50 @@ def test_aot_autograd_runtime_wrappers_are_not_a_compile():
     # (runtime_wrapper, call_func_at_runtime_with_args, forward in aot_autograd.py): the
     # compile-time patterns must not claim it.
     assert _verdict("msswift_8506_header_glued_to_prose_symm_mem") != "torch-compile-stall"
+
+
+def test_gdb_frames_each_wrapped_in_backticks_parse():
+    # py-spy#565: a quoted gdb thread header, then every frame as inline code, one cut
+    # before its closing backtick; before, no line looked like a frame.
+    report = read_text((PASTED / "pyspy_565_quoted_backticked_gdb_rust_frames.txt").read_text())
+    (proc,) = report.processes
+    names = [f.function for t in proc.threads for f in t.frames]
+    assert names[:2] == ["sccp", "waitpid"] and len(names) == 7
+    assert names[-1].startswith("std::sys_common::backtrace::__rust_begin_short_backtrace")
+
+
+def test_star_bulleted_frames_with_source_on_the_same_line():
+    # tensorflow#5289: '***  File: "x.py", line 79, in main_thread2  session2.run(...)'.
+    report = read_text((PASTED / "tensorflow_5289_star_prefixed_file_lines_session_run.txt").read_text())
+    (proc,) = report.processes
+    (thread,) = proc.threads
+    assert [(f.function, f.line) for f in thread.frames] == [
+        ("asarray", 531), ("_run", 938), ("run", 767), ("main_thread2", 79), ("<module>", 93)]
+
+
+def test_markdown_bullets_before_py_spy_frames():
+    text = 'Thread 7 (idle): "MainThread"\n* wait (threading.py:320)\n\u2022 get (queue.py:171)\n* main (train.py:9)\n'
+    (proc,) = read_text(text).processes
+    assert [f.function for f in proc.threads[0].frames] == ["wait", "get", "main"]
+
+
+def test_horovod_stall_warning_names_the_ranks_that_never_submitted(capsys):
+    # horovod#364: six ranks ready in every stalled allreduce, ranks 1 and 5 never submit.
+    rc = main(["replay", "--json", str(PASTED / "horovod_364_stall_warning_ready_ranks.txt")])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    (incident,) = data["incidents"]
+    assert incident["signature_id"] == "nccl-collective-wait"
+    assert sorted(r["rank"] for r in data["processes"]) == [0, 2, 3, 4, 6, 7]
+    assert "rank 1, 5" in json.dumps(data)
+
+
+def test_horovod_stall_ops_on_one_line_and_missing_ranks():
+    # Older logs put every stalled op on the warning's line; newer ones list missing ranks.
+    text = ("WARNING: One or more tensors were submitted to be reduced ... Stalled ops: "
+            "allreduce.conv1.weight [ready ranks: 1, 0, 3], allreduce.bn1.bias [ready ranks: 1, 0, 3], "
+            "broadcast.step [missing ranks: 2]\n")
+    report = read_text(text)
+    assert sorted(p.rank for p in report.processes) == [0, 1, 3]
+    assert {p.threads[0].frames[0].function for p in report.processes} == {"horovod:allreduce"}
+    assert {p.threads[0].frames[0].file for p in report.processes} == {"conv1.weight"}
