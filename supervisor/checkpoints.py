@@ -9,6 +9,7 @@ and skipped, never touched: this module only reads.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -118,7 +119,7 @@ def _candidates(spec: CheckpointSpec) -> list[tuple[Path, int | None]]:
         raise CheckpointsUnreadable(f"cannot list the checkpoint directory {spec.directory}: "
                                     f"{exc.strerror or exc}") from exc
     found = []
-    for path in spec.directory.glob(spec.glob):
+    for path in _glob(spec.directory, spec.glob):
         if not path.is_dir() or path.name.startswith("."):
             continue
         match = _STEP.search(path.name)
@@ -132,6 +133,64 @@ def _candidates(spec: CheckpointSpec) -> list[tuple[Path, int | None]]:
         found.append((step if step is not None else -1, mtime, path, step))
     found.sort(key=lambda f: (f[0], f[1]), reverse=True)
     return [(path, step) for _, _, path, step in found]
+
+
+#: how deep ``**`` goes below the checkpoint directory (a folder nested thousands deep is no run's)
+_MAX_GLOB_DEPTH = 32
+
+
+def _glob(directory: Path, pattern: str) -> list[Path]:
+    """``directory.glob(pattern)``, but a folder that goes away while it is walked is skipped.
+
+    With a nested glob (``run-*/checkpoint-*``, ``**/checkpoint-*``) ``Path.glob`` lists each
+    folder it descends into, and raised anything but a ``PermissionError`` out of the walk: a
+    checkpoint the trainer's rotation (``save_total_limit``) deleted between the listing and
+    the descent (``FileNotFoundError``), or a link the trainer's user put there to a folder
+    that cannot be listed (a zombie's ``/proc/PID/net``: ``EINVAL``), was an internal error,
+    exit 70, between two attempts, and the run was not relaunched. Now a folder that is gone
+    or unreadable is skipped like pathlib skips one without permission, and a failure of
+    another kind below the checkpoint directory is ``CheckpointsUnreadable``, which names it.
+    As with ``Path.glob``, ``**`` never descends through a link; every name matches
+    case-sensitively, dot-names included."""
+    parts = [part for part in Path(pattern).parts if part not in ("", ".")]
+    found: dict[str, Path] = {}
+
+    def entries(folder: str) -> list[os.DirEntry[str]]:
+        try:
+            with os.scandir(folder) as it:
+                return list(it)
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            return []  # removed while we walked, replaced by a file, or not ours to list
+        except OSError as exc:
+            if folder == str(directory):
+                raise
+            raise CheckpointsUnreadable(f"cannot list {folder} below the checkpoint directory: "
+                                        f"{exc.strerror or exc}") from exc
+
+    def is_dir(entry: os.DirEntry[str], *, follow: bool = True) -> bool:
+        try:
+            return entry.is_dir(follow_symlinks=follow)
+        except OSError:
+            return False
+
+    def walk(folder: str, i: int, depth: int) -> None:
+        if i == len(parts):
+            found.setdefault(folder, Path(folder))
+            return
+        part = parts[i]
+        if part == "**":
+            walk(folder, i + 1, depth)
+            if depth < _MAX_GLOB_DEPTH:
+                for entry in entries(folder):
+                    if is_dir(entry, follow=False):
+                        walk(entry.path, i, depth + 1)
+            return
+        for entry in entries(folder):
+            if fnmatch.fnmatchcase(entry.name, part) and (i + 1 == len(parts) or is_dir(entry)):
+                walk(entry.path, i + 1, depth + 1)
+
+    walk(str(directory), 0, 0)
+    return list(found.values())
 
 
 def _incomplete(path: Path, marker: str) -> str | None:
