@@ -831,21 +831,27 @@ class Cohort:
     def mark_captured(self, attempt: int) -> None:
         """Nothing to capture here (our trainer crashed): no node should wait for us."""
         try:
-            self.store.add(self._key("captured", attempt), 1)
+            self.store.set(self._key("captured", attempt, self.me.node_rank), "1")
         except StoreError:
             pass
 
     def all_captured(self, attempt: int, timeout: float) -> float | None:
         """Say our evidence is taken; wait (bounded) until every node's is. Seconds waited, or None.
 
-        Nodes that left (a finished trainer) capture nothing and are not waited for.
+        Nodes that left (a finished trainer) capture nothing and are not waited for. One key
+        per node, set (idempotent), not a shared counter: a call that missed its deadline is
+        retried (``_patient``) though the store may have done it, and a retried add counted
+        this node twice, so the others killed before every node had its stacks.
         """
         start = self.clock()
+        captured = {self.me.node_rank}
         try:
-            self._patient(self.store.add, self._key("captured", attempt), 1)
+            self._patient(self.store.set, self._key("captured", attempt, self.me.node_rank), "1")
             while True:
-                gone = sum(1 for n in self.others if self._patient(self._read_left, n) is not None)
-                if self._patient(self.store.add, self._key("captured", attempt), 0) >= self.me.nnodes - gone:
+                waiting = [n for n in self.others if n not in captured and self._patient(self._read_left, n) is None]
+                captured.update(n for n in waiting
+                                if self._patient(self.store.get, self._key("captured", attempt, n)) is not None)
+                if all(n in captured for n in waiting):
                     break
                 if self.problem is not None or self.stopped is not None or self.local_stop is not None \
                         or self.clock() - start >= timeout:  # a stop, here or elsewhere, ends the run: no wait

@@ -481,7 +481,7 @@ def test_a_store_slower_than_one_call_but_not_the_lease_costs_no_barrier():
     store.clocks = [clock0, clock1]
     n0, n1 = _node(store, 0, clock=clock0), _node(store, 1, clock=clock1)
     _join_all([n0, n1])
-    n1.store.add(n1._key("captured", 1), 1)
+    n1.mark_captured(1)  # node 1 has its stacks
     store.misses = 2
     assert n0.all_captured(1, timeout=60) is not None, "the kill waited for every node's capture"
     n0.store.set(n0._key("done", 1, 1), json.dumps({"steps": [4], "cudagraphs_off": True, "enforce_eager": False}))

@@ -1,0 +1,71 @@
+"""Cohort faults of a store that is alive but unreliable: replies that come after their call
+gave up (the call was done all the same), and connections that are cut (a network blip)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hangwatch.supervisor.cohort import Cohort, Membership
+from hangwatch.supervisor.store import MemoryStore, StoreError
+
+from test_cohort_faults import Clock, _join_all, _node
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class _LateStore(MemoryStore):
+    """Node 0's host under load: the next ``late`` calls are done, but their replies come after the
+    call's deadline (a third of the lease), so the caller sees a failure and retries. The real
+    store does exactly that (``test_a_store_blip_shorter_than_the_lease_leaves_every_later_call_right``:
+    both timed-out adds landed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.late = 0
+        self.clocks: list[Clock] = []
+
+    def _late(self) -> None:
+        if self.late > 0:
+            self.late -= 1
+            for c in self.clocks:
+                c.now += 10 / 3
+            raise StoreError("the cohort store did not answer within 3.33 s")
+
+    def set(self, key: str, value: str) -> None:
+        super().set(key, value)
+        self._late()
+
+    def add(self, key: str, amount: int = 1) -> int:
+        value = super().add(key, amount)
+        self._late()
+        return value
+
+
+def test_a_late_reply_to_this_nodes_capture_does_not_count_it_twice():
+    """Node 1 says it has its stacks while the store answers late: its call is retried, and the
+    retried add counted node 1 twice (2 of 2 nodes), so node 1 stopped waiting and killed its
+    ranks, waking node 0's out of their collective in the middle of node 0's capture."""
+    store = _LateStore()
+    clock0, clock1 = Clock(), Clock(start=5000.0)
+    store.clocks = [clock0, clock1]
+    n0, n1 = _node(store, 0, clock=clock0), _node(store, 1, clock=clock1)
+    _join_all([n0, n1])
+    store.late = 1
+    assert n1.all_captured(1, timeout=8) is None, "node 0 never captured: node 1 waits out its capture timeout"
+    assert clock1.now - 5000.0 >= 8
+    n0.mark_captured(1)  # node 0 has its stacks now
+    assert n1.all_captured(1, timeout=8) is not None
+    for n in (n0, n1):
+        n.close(linger_cap=0)
+
+
+def test_the_capture_wait_skips_a_node_that_left_and_counts_a_crashed_one():
+    store, clock = MemoryStore(), Clock()
+    nodes = [Cohort(store, Membership(i, 3, "127.0.0.1", 29600, "job"), {"a": 1}, lease_interval=3600,
+                    lease_timeout=10, barrier_timeout=30, clock=clock, sleep=clock.sleep, wall=clock) for i in range(3)]
+    _join_all(nodes)
+    nodes[1].finish(1)  # node 1's trainer finished: nothing to capture there
+    nodes[2].mark_captured(1)  # node 2's trainer crashed: nothing to capture either
+    assert nodes[0].all_captured(1, timeout=8) == 0.0
+    for n in nodes:
+        n.close(linger_cap=0)
