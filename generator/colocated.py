@@ -77,6 +77,9 @@ PHASES = GENERATOR_PHASES
 # Which generator of this trainer process beat an engine restart (a process may hold several:
 # the supervisor tells their restarts apart by it, since each counts its own from 1).
 _GENERATOR_INDEX = itertools.count()
+# What the beats say of an engine restart the generator decided alone (no verdict: the supervisor's
+# journal has only these): the failed call's step, and the wall times its request began and its worker died.
+_BACKSTOP_INFO = ("engine_restart_step", "engine_restart_onset_wall", "engine_restart_killed_wall")
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,8 @@ class ColocatedGenerator:
         self._failed_at: str | None = None  # the phase the last call failed in
         self._failed_pid: int | None = None  # the worker the last call failed on
         self._backstop_used = False
+        self._request_began: float | None = None  # wall time the failing call's generate request began
+        self._killed_at: float | None = None  # wall time its worker was confirmed dead
         self._index = next(_GENERATOR_INDEX)
 
     @property
@@ -197,7 +202,7 @@ class ColocatedGenerator:
             instruction = self._new_instruction() or self._backstop_instruction(first)
             if instruction is None:
                 raise
-            self._apply_instruction(instruction, first)
+            self._apply_instruction(instruction, first, step)
             return self._generate_once(prompts, n, seed, step=step)
 
     def _backstop_instruction(self, cause: BaseException) -> dict[str, Any] | None:
@@ -254,9 +259,10 @@ class ColocatedGenerator:
         while time.monotonic() < deadline and worker.alive() and self._pending_instruction() is None:
             time.sleep(0.2)
 
-    def _apply_instruction(self, instruction: Mapping[str, Any], cause: BaseException) -> None:
+    def _apply_instruction(self, instruction: Mapping[str, Any], cause: BaseException, step: int | None = None) -> None:
         """Take the supervisor's policy for the next worker (the dead one is already gone):
-        the standby if it runs exactly that policy and is alive, else a cold start."""
+        the standby if it runs exactly that policy and is alive, else a cold start. ``step``: the
+        failed call's."""
         eager = bool(instruction.get("enforce_eager"))
         graphs = instruction.get("cudagraphs") != "off" and not eager
         self.policy = RolloutPolicy(cudagraphs=graphs, enforce_eager=eager)
@@ -267,6 +273,17 @@ class ColocatedGenerator:
         self.beat_info["engine_restart_generator"] = self._index
         # Who decided this restart: the supervisor journals one the generator decided alone.
         self.beat_info["engine_restart_by"] = "generator" if instruction.get("by") == "generator" else "supervisor"
+        for key in _BACKSTOP_INFO:
+            self.beat_info.pop(key, None)
+        if instruction.get("by") == "generator":
+            # No verdict came, so our beats are all the supervisor learns of this restart: which step's
+            # rollout wedged, when its request began and when we killed the worker (its journal timed
+            # the restart from the first beat it saw, often steps later: 0.25 s lost for ~2 timeouts).
+            now = time.time()
+            self.beat_info.update({"engine_restart_onset_wall": round(self._request_began or now, 3),
+                                   "engine_restart_killed_wall": round(self._killed_at or now, 3)})
+            if isinstance(step, int):
+                self.beat_info["engine_restart_step"] = step
         standby, self.standby = self.standby, None
         self._standby_policy = None  # spent (or useless) either way
         takes_over = (standby is not None and standby.alive() and self._standby_applied is not None
@@ -295,6 +312,7 @@ class ColocatedGenerator:
         timing = CallTimings()
         self.timings.append(timing)
         self._failed_at = None
+        self._request_began = self._killed_at = None  # wall times, for a restart of our own
         current: str | None = None  # the phase running now
         started = time.perf_counter()
         offload = TrainerOffload(self.model, self.optimizer)
@@ -340,6 +358,7 @@ class ColocatedGenerator:
             worker.request("wake_kv", self.timeouts.op)
             done()
             done = phase("generate")
+            self._request_began = time.time()
             raw = worker.request("generate", self.timeouts.generate, prompts=list(prompts), n=n,
                                  seed=seed, sampling=self.sampling)
             result = _completions(raw, len(prompts), n, worker.log_path)
@@ -365,6 +384,7 @@ class ColocatedGenerator:
                 try:
                     # A worker that did not answer in time is wedged: it would ignore SIGTERM too.
                     self._kill_worker(at_once=isinstance(error, WorkerTimeout))
+                    self._killed_at = time.time()
                 except WorkerUnkillable as unkillable:
                     # Never put trainer tensors back next to an engine that may still hold the device.
                     raise unkillable from error

@@ -266,23 +266,28 @@ class EngineLevel:
             # The supervisor had its verdict and journaled this restart as the generator's already.
             self._claimed = None
             return None
-        self.last_restart = sample.t
+        # When it happened, as the generator beat it (the wall times its failed request began and its
+        # worker died), on our clock; else this beat's time, the first that told of it.
+        onset, killed = (sample.t - (sample.wall - w) if w is not None else sample.t
+                         for w in _backstop_walls(info, sample.wall))
+        self.last_restart = killed
+        # The wedged step: the generator's failed call's; else this beat's while the retried call runs
+        # (a beat past the rollout, the supervisor first seeing the restart on it, shows the trainer on).
+        step = info.get("engine_restart_step")
+        if not isinstance(step, int) or isinstance(step, bool):
+            step = hb.step if hb.phase in GENERATOR_PHASES or not isinstance(hb.step, int) else hb.step - 1
         policy = GraphPolicy(info.get("cudagraphs") == "off", bool(info.get("enforce_eager")))
         self.journal().append("engine_restart", attempt=attempt, ok=True, pgids=[], pids=[], by="generator",
-                              backstop=True, step=hb.step, cudagraphs="off" if policy.cudagraphs_off else "on",
-                              enforce_eager=policy.enforce_eager,
+                              backstop=True, step=step, cudagraphs="off" if policy.cudagraphs_off else "on",
+                              enforce_eager=policy.enforce_eager, onset_to_killed_s=round(killed - onset, 3),
                               reason="the trainer's generator restarted its engine on its own generate timeout: "
                                      "no hang verdict came first, so no evidence was taken")
         log.warning("engine_restart", message=f"the trainer (pid {hb.pid}) restarted its rollout engine itself "
                                               f"after its generate timeout, with {policy.describe()}")
         # Its retry is watched like any engine restart's: ``engine_recovered`` once the trainer goes on
-        # (timed from this beat, the first that told of it), a job restart if it fails. Before, a
+        # (timed from the generator's failed request, or this beat), a job restart if it fails. Before, a
         # backstop restart was never recovered: status said 'no progress after it' all run long.
-        # The wedged step: this beat's while the retried call runs; a beat past the rollout (the supervisor
-        # first sees the restart on it) shows the trainer on already.
-        step = hb.step if hb.phase in GENERATOR_PHASES or not isinstance(hb.step, int) else hb.step - 1
-        self._pending = {"attempt": attempt, "onset": sample.t, "killed_at": sample.t, "step": step,
-                         "backstop": True}
+        self._pending = {"attempt": attempt, "onset": onset, "killed_at": killed, "step": step, "backstop": True}
         return policy
 
     def _recovered(self, attempt: int, sample: Sample) -> None:
@@ -320,6 +325,22 @@ class EngineLevel:
             if not (extra.get("at_exit") or extra.get("before_hang")) else
             f"the trainer's retried rollouts came back after the engine restart; it then "
             f"{'exited' if extra.get('at_exit') else 'hung itself'} (step {hb.step})"))
+
+
+def _backstop_walls(info: Mapping[str, Any], now_wall: float) -> tuple[float | None, float | None]:
+    """The generator's wall times of its own engine restart (its failed request's start, its worker's
+    death); both None unless each is a time no later than ``now_wall`` (a second of skew allowed) and
+    within a week of it, the request's start no later than the death (an older generator beats none)."""
+    def wall(key: str) -> float | None:
+        value = info.get(key)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
+            now_wall - 7 * 86400 <= value <= now_wall + 1.0
+        return min(float(value), now_wall) if ok else None
+
+    began, killed = wall("engine_restart_onset_wall"), wall("engine_restart_killed_wall")
+    if began is None or killed is None or began > killed:
+        return None, None
+    return began, killed
 
 
 def _engine_info(info: Mapping[str, Any]) -> dict[str, Any]:

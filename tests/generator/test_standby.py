@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -93,10 +94,16 @@ def test_the_generators_own_timeout_is_the_backstop_and_restarts_the_engine_once
                             standby=True) as gen:
         gen.generate(["p"], 1, seed=1)
         first = gen.worker_pid
-        rows = gen.generate(["p"], 1, seed=7)
+        began = time.time()
+        rows = gen.generate(["p"], 1, seed=7, step=6)
         assert len(rows) == 1 and first is not None and gen.worker_pid != first
         assert gen.beat_info["cudagraphs"] == "off" and gen.beat_info["engine_restart_by"] == "generator"
         assert gen.beat_info["engine_worker"] == "standby"
+        # No verdict came: the beats tell the supervisor which step wedged, and when (its journal timed
+        # the restart from the first beat it saw of it, often steps later).
+        info = gen.beat_info
+        assert info["engine_restart_step"] == 6
+        assert began <= info["engine_restart_onset_wall"] <= info["engine_restart_killed_wall"] - short.generate
     assert "generate timeout is the backstop" in caplog.text
 
 

@@ -68,3 +68,38 @@ def test_the_run_report_times_an_engine_recovery_from_its_record_and_names_the_l
     ]
     g = goodput(records)
     assert [(i.get("level"), i["time_to_recover_s"]) for i in g["incidents"]] == [(1, 40.0), (None, None)]
+
+
+def test_an_engine_restart_the_generator_decided_alone_is_timed_and_stepped_from_its_own_beat(tmp_path: Path):
+    """No verdict came (the generator's own generate timeout): its beats say which step's rollout
+    wedged and when its request began and its worker died. The journal once took the first beat
+    the supervisor saw of it, often steps later: the wedged step read 3 for 2, and the recovery
+    0.25 s for two timeouts' worth of lost time."""
+    journal = Journal(tmp_path / "journal.jsonl", "run")
+    level = EngineLevel(_Tree(), lambda: journal, lambda: 0.0, kill_timeout=5.0)
+    wall = 1_800_000_000.0
+    info = {"engine_restarts": 1, "engine_restart_by": "generator", "cudagraphs": "off", "rollouts_ok": 1,
+            "engine_restart_step": 2, "engine_restart_onset_wall": wall - 20.0, "engine_restart_killed_wall": wall - 5.0}
+    seen = Heartbeat(1000, 9, 0.0, 4, "train", info)  # the trainer is two steps on already
+    assert level.observe(1, Sample(t=500.0, wall=wall, cpu_pct={}, gpu=None, heartbeat=seen)) is not None
+    records = read_journal(tmp_path / "journal.jsonl")
+    (restart,) = [r for r in records if r["event"] == "engine_restart"]
+    assert restart["step"] == 2 and restart["onset_to_killed_s"] == 15.0
+    (recovered,) = [r for r in records if r["event"] == "engine_recovered"]
+    assert recovered["onset_to_progress_s"] == 20.0 and recovered["kill_to_progress_s"] == 5.0
+    assert level.last_restart == 495.0, "the retry window counts from the worker's death"
+
+
+def test_a_generators_restart_times_that_are_not_times_fall_back_to_the_beat(tmp_path: Path):
+    journal = Journal(tmp_path / "journal.jsonl", "run")
+    level = EngineLevel(_Tree(), lambda: journal, lambda: 0.0, kill_timeout=5.0)
+    wall = 1_800_000_000.0
+    for n, (began, killed) in enumerate([(wall + 3600, wall + 3700), (wall - 5, wall - 20), ("x", None),
+                                         (float("nan"), wall - 1), (True, wall - 1)]):
+        info = {"engine_restarts": n + 1, "engine_restart_by": "generator", "cudagraphs": "off",
+                "engine_restart_onset_wall": began, "engine_restart_killed_wall": killed}
+        level.observe(1, Sample(t=500.0 + n, wall=wall, cpu_pct={}, gpu=None,
+                                heartbeat=Heartbeat(1000, n, 0.0, 2, "generate", info)))
+        assert level.last_restart == 500.0 + n
+    restarts = [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_restart"]
+    assert [r["onset_to_killed_s"] for r in restarts] == [0.0] * 5 and {r["step"] for r in restarts} == {2}
