@@ -167,6 +167,11 @@ GIL_WAIT = "<waiting for the GIL>"
 # "[Switching to thread 12 (Thread 0x7f9d.. (LWP 30756))]"; gdb's thread 1 is the main thread.
 # gdb names the thread when it has a name: 'Thread 7 (Thread 0x7f93.. (LWP 3271135) "executionLoop"):'.
 _GDB_THREAD = re.compile(r'^\[?(?:Thread|Switching to thread) (\d{1,7}) \(Thread 0x[0-9a-fA-F]{1,16} \(LWP (\d{1,10})\)(?: "([^"\n]{0,100})")?\)')
+# Without libthread_db (musl, a container) gdb shows "Thread 2 (LWP 3638147):" (py-spy#565);
+# where it stopped a program: 'Thread 1 "python" received signal SIGINT, Interrupt.',
+# followed by the stop location, which the "#0" frame of a bt repeats (pytorch/xla#945).
+_GDB_THREAD_LWP = re.compile(r'^\[?(?:Thread|Switching to thread) (\d{1,7}) \(LWP (\d{1,10})\)(?: "([^"\n]{0,100})")?\)?\]?:?$')
+_GDB_STOPPED = re.compile(r'^Thread (\d{1,7}) "([^"\n]{0,100})" received signal SIG[A-Z0-9]{1,10}\b')
 # gdb bt, any frame: "#N  " then an optional "0x.. in ", then the call. The call itself
 # (a C++ name with its own parameter list, "from" or "at" wrapped onto the next line, a
 # placeholder line number) is taken apart by _gdb_call.
@@ -769,6 +774,8 @@ class _Reader:
         self.pybt_seen = False  # the current thread already has py-bt frames
         # rank -> (pid, OpType, SeqNum) from NCCL watchdog timeout lines, first report per rank
         self.watchdog: dict[int | None, tuple[int | None, str, str]] = {}
+        self.gdb_stop = False  # after gdb's 'Thread N "name" received signal' line: its stop location follows
+        self.gdb_stopped_at: str | None = None  # that location's function, repeated by the bt's "#0"
         self.watchdog_pending: int | None = None
         self.after_file_frame = False  # the line before was faulthandler's header or frame
         # Inside a Python traceback (most recent call last): its frames, kept until the
@@ -1284,6 +1291,13 @@ class _Reader:
             frame = _gdb_call(rest, addressed=True) if sep and _HEX.match(head) else None
         if frame is None:
             return False
+        stop, self.gdb_stop = self.gdb_stop, False
+        if m is not None and s[1:2] == "0" and not s[2:3].isdigit() and self.gdb_stopped_at == frame.function:
+            # "#0" of the bt after gdb's stop location: the same frame, already read.
+            self.gdb_stopped_at = None
+            self.after_break = False
+            return True
+        self.gdb_stopped_at = frame.function if stop and m is None else None
         self.add_frames([frame])
         self.gdb_open = frame.file == "?"  # gdb may wrap "from /lib/x.so" onto the next line
         self.after_break = False
@@ -1378,9 +1392,14 @@ class _Reader:
 
     def gdb_header(self, s: str) -> bool:
         """gdb's thread headers and py-bt's "Traceback (most recent call first):"."""
-        m = _GDB_THREAD.match(s)
+        m = _GDB_THREAD.match(s) or _GDB_THREAD_LWP.match(s)
         if m:
             self.start_thread(m.group(2), "unknown", "MainThread" if m.group(1) == "1" else (m.group(3) or ""))
+            return True
+        m = _GDB_STOPPED.match(s)
+        if m:
+            self.start_thread(None, "unknown", "MainThread" if m.group(1) == "1" else m.group(2))
+            self.gdb_stop = True
             return True
         m = _RECENT_FIRST.match(s)
         if m:

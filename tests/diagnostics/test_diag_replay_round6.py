@@ -99,3 +99,22 @@ def test_horovod_stall_ops_on_one_line_and_missing_ranks():
     assert sorted(p.rank for p in report.processes) == [0, 1, 3]
     assert {p.threads[0].frames[0].function for p in report.processes} == {"horovod:allreduce"}
     assert {p.threads[0].frames[0].file for p in report.processes} == {"conv1.weight"}
+
+
+def test_gdb_stop_line_names_the_thread_and_bt_does_not_repeat_it():
+    # pytorch/xla#945: 'Thread 1 "python" received signal SIGINT', the stop location, a
+    # source line, then bt whose "#0" is that location again. Before: two headerless
+    # frame lists, and a lone unnamed thread read as idle.
+    report = read_text((PASTED / "xla_945_gdb_sigint_sem_wait_model_save.txt").read_text())
+    (proc,) = report.processes
+    (thread,) = proc.threads
+    assert thread.name == "MainThread"
+    assert [f.function for f in thread.frames] == ["futex_abstimed_wait_cancelable", "do_futex_wait", "__new_sem_wait_slow"]
+
+
+def test_gdb_thread_header_without_libthread_db():
+    text = ("Thread 2 (LWP 3638147):\n#0  0x00007f39c9af010a in waitpid () at waitpid.c:6\n"
+            "Thread 1 (LWP 3638146):\n#0  0x00007f39c9af0200 in poll () from /lib/libc.so\n"
+            "#1  0x00007f39c9af0300 in ncclAllReduce () from /usr/lib/libnccl.so.2\n")
+    (proc,) = read_text(text).processes
+    assert [(t.ident, t.name, len(t.frames)) for t in proc.threads] == [("3638147", "", 1), ("3638146", "MainThread", 2)]
