@@ -48,10 +48,20 @@ def write_bundle(final: Path, files: Mapping[str, bytes | str]) -> Path:
     encoded = {}
     for name, content in files.items():
         _check_relative(name)
-        encoded[name] = _redacted(name, content).encode() if isinstance(content, str) else content
+        encoded[name] = encode_text(_redacted(name, content)) if isinstance(content, str) else content
     # Private like the rest of the run dir (logs and environment are in it, redacted
     # or not); `hangwatch bundle pack` makes the copy meant for sharing.
     return atomic.write_dir(final, encoded, mode=0o700)
+
+
+def encode_text(text: str) -> bytes:
+    """A bundle's text as UTF-8, a byte that was not UTF-8 shown as ``\\udcXX``.
+
+    Names from the system come in with such bytes as lone surrogates (a trainer argument, a
+    path or an environment value that is not UTF-8, which the trainer's user chooses): a plain
+    ``.encode()`` raised on one, and the whole capture failed, stacks and all, leaving only the
+    samples-only bundle."""
+    return text.encode("utf-8", "backslashreplace")
 
 
 def _redacted(name: str, text: str) -> str:
@@ -86,7 +96,7 @@ def replace_file(bundle_dir: Path, name: str, content: str) -> Path:
     """Atomically (re)write one text file inside an existing bundle (the report)."""
     _check_relative(name)
     _check_place(bundle_dir / name, "give -o OUT.html to write the report elsewhere")
-    return atomic.write_file(bundle_dir / name, redact_text(content).encode())
+    return atomic.write_file(bundle_dir / name, encode_text(redact_text(content)))
 
 
 def _check_place(out: Path, fix: str) -> None:

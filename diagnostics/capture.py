@@ -439,7 +439,7 @@ def _add_report(final: Path, files: dict[str, bytes | str], manifest: dict[str, 
     from hangwatch.diagnostics.report import render_report  # noqa: PLC0415 - keeps capture importable if report breaks
 
     try:
-        view = Bundle(final, final.name, {k: (v.encode() if isinstance(v, str) else v) for k, v in files.items()})
+        view = Bundle(final, final.name, {k: (bundle_mod.encode_text(v) if isinstance(v, str) else v) for k, v in files.items()})
         files["report.html"] = render_report(view, signature_files=config.signatures)
     except Exception as exc:
         failed["report"] = f"{type(exc).__name__}: {exc}"

@@ -62,7 +62,10 @@ def render_report(bundle: Bundle, *, signature_files: Iterable[str] = ()) -> str
         _logs(bundle),
         "</main></body></html>",
     ]
-    return "\n".join(parts)
+    # A byte that was not UTF-8 (a trainer argument, a path) arrives as a lone surrogate, which
+    # no writer can encode: `hangwatch report` of the bundle failed as malformed input. Shown
+    # as \udcXX instead.
+    return "\n".join(parts).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _stored(manifest: dict[str, Any]) -> Classification | None:

@@ -236,5 +236,7 @@ def write_run_report(run_dir: Path, out: Path | None = None) -> tuple[Path, dict
     g = goodput(records, now=None if alive or last is None else last, run_dir=run_dir)
     page = render_html(run_dir, records, g, alive=alive)
     target = out or run_dir / "report.html"
-    atomic.write_file(target, page.encode(), mode=0o644)
+    # A run dir or command with a byte that is not UTF-8 (a lone surrogate here) failed the
+    # report with an internal error: shown as \udcXX instead.
+    atomic.write_file(target, page.encode("utf-8", "backslashreplace"), mode=0o644)
     return target, json.loads(json.dumps(g, default=str))

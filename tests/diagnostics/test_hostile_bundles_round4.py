@@ -1,0 +1,55 @@
+"""Round 4 of hostile inputs for bundles: bytes that are not UTF-8 in what the trainer's user names."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from diag_helpers import ROOT
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def test_a_trainer_argument_that_is_not_utf8_never_costs_the_capture_or_the_report(tmp_path):
+    """The trainer's user chose an argument with a byte that is not UTF-8 (a file name in
+    Latin-1). Python reads it as a lone surrogate, which a plain .encode() refuses: the whole
+    diagnostics capture failed (stacks, process table, report: the journal's capture was
+    'UnicodeEncodeError', only the samples-only bundle was left), and `hangwatch report` of a
+    bundle holding it was refused as malformed input. Now the byte is shown as \\udcff."""
+    from hangwatch.contract.capture import CaptureRequest, TreeProcess
+    from hangwatch.contract.verdict import Verdict, VerdictKind
+    from hangwatch.diagnostics.capture import capture_incident
+
+    trainer = subprocess.Popen([sys.executable.encode(), b"-c", b"import time; time.sleep(60)", b"data-\xff.bin"])
+    try:
+        proc = psutil.Process(trainer.pid)
+        deadline = time.monotonic() + 20
+        while len(proc.cmdline()) < 4 and time.monotonic() < deadline:  # until it has exec'd
+            time.sleep(0.01)
+        tp = TreeProcess(trainer.pid, proc.create_time(), os.getpid(), os.getpgid(trainer.pid), os.getsid(trainer.pid),
+                         proc.name(), tuple(proc.cmdline()))
+        assert "\udcff" in tp.cmdline[-1]
+        run_dir = tmp_path / "run"
+        run_dir.mkdir(mode=0o700)
+        now = time.monotonic()
+        verdict = Verdict(kind=VerdictKind.SILENT_HANG, detected_at=now, onset=now, reason="no heartbeat progress")
+        bundle = capture_incident(CaptureRequest(run_dir=run_dir, run_id="r", attempt=1, verdict=verdict, samples=[],
+                                                 tree=[tp], log_paths={}, thresholds={}, deadline=now + 60))
+    finally:
+        trainer.kill()
+        trainer.wait()
+    table = (bundle / "processes.txt").read_text()
+    assert "data-\\udcff.bin" in table
+    assert "data-\\udcff.bin" in (bundle / "report.html").read_text()
+
+    out = tmp_path / "again.html"
+    done = subprocess.run([sys.executable, "-m", "hangwatch.cli", "report", str(bundle), "-o", str(out)],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "data-\\udcff.bin" in out.read_text()
