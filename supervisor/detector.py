@@ -28,6 +28,11 @@ The conditions:
   at that moment (the GPU signature says what it is, and the cuda-graph
   escalation must follow it). Before the first beat the rule never fires: that
   is the warm-up allowance (loading, first compile, data-loader warm-up).
+* **step rule** (opt-in, ``step_timeout``): beats go on but the step they carry has not
+  changed for ``step_timeout`` (stretched by phase timeouts like the progress timeout): a
+  livelock that beats each retry, or a side thread beating while the loop is stuck, which
+  the progress rule cannot see (every beat is new). ``silent_hang`` with ``rule: step``.
+  Off by default: a loop that beats each micro-batch repeats its step while healthy.
 * **engine step rule**: each rollout engine process beats once per engine step
   (``Sample.engine``, a file per process, judged one by one). An engine that has
   stepped before, has a request in flight and has made no step for
@@ -100,6 +105,8 @@ class DetectorConfig:
     idle_only: bool = False
     # No engine step for this long with a request in flight: the engine is wedged (None: off).
     engine_step_timeout: float | None = 30.0
+    # Beats go on but their step has not changed for this long: a hang (None: off, the default).
+    step_timeout: float | None = None
 
     def __post_init__(self) -> None:
         _positive("interval", self.interval)
@@ -108,6 +115,8 @@ class DetectorConfig:
             _positive("progress-timeout", self.progress_timeout)
         if self.engine_step_timeout is not None:
             _positive("engine-step-timeout", self.engine_step_timeout)
+        if self.step_timeout is not None:
+            _positive("step-timeout", self.step_timeout)
         if not 0 < self.gpu_busy_pct <= 100:
             raise ConfigError(f"--gpu-busy must be in (0, 100], got {self.gpu_busy_pct!r}")
         # ``not x >= 0`` rather than ``x < 0``: NaN must be refused, it would
@@ -142,6 +151,11 @@ class DetectorConfig:
             return None
         return max(self.progress_timeout, self.phase_timeouts.get(phase or "", 0.0))
 
+    def step_timeout_for(self, phase: str | None) -> float | None:
+        if self.step_timeout is None:
+            return None
+        return max(self.step_timeout, self.phase_timeouts.get(phase or "", 0.0))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "interval": self.interval,
@@ -154,6 +168,7 @@ class DetectorConfig:
             "phase_timeouts": dict(self.phase_timeouts),
             "idle_only": self.idle_only,
             "engine_step_timeout": self.engine_step_timeout,
+            "step_timeout": self.step_timeout,
         }
 
     @classmethod
@@ -214,6 +229,9 @@ class Detector:
         self._last_hb: object | None = None
         self._last_progress = start
         self._heartbeats_seen = False
+        # The step rule: the last step a beat carried, and since when it has not changed.
+        self._step_since: float | None = None
+        self._step_value: int | None = None
         # Per engine process: (its last token, when it last changed), and the stuck one, if any.
         self._engines: dict[int, tuple[tuple[int, int], float]] = {}
         self._engine_stuck: tuple[float, Heartbeat] | None = None
@@ -292,7 +310,33 @@ class Detector:
                 if cfg.idle_only and idle_held < min(window, timeout) - self._slack:
                     return None
                 return self._progress_verdict(sample, tree_cpu, silent_for, timeout, idle_held > 0)
+        step_timeout = cfg.step_timeout_for(self.phase)
+        if self._step_since is not None and step_timeout is not None \
+                and t - self._step_since >= step_timeout - self._slack:
+            return self._step_verdict(sample, tree_cpu, t - self._step_since, step_timeout)
         return None
+
+    def _step_verdict(self, sample: Sample, tree_cpu: float, stuck_for: float, timeout: float) -> Verdict:
+        """Beats went on, the step did not: a livelock that beats without progress, or a side
+        thread that beats while the training loop is stuck. Opt-in (``step_timeout``): a loop that
+        beats each micro-batch, or a long rollout, repeats its step for a while when healthy."""
+        cfg = self.config
+        scan = _scan(sample, tree_cpu, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
+        self.state = DetectorState.FIRED
+        evidence = self._evidence(sample, scan, tree_cpu)
+        evidence["rule"] = "step"
+        evidence["tree"] = "idle" if tree_cpu <= cfg.cpu_idle_pct else "busy"
+        assert self._step_since is not None
+        return Verdict(
+            VerdictKind.SILENT_HANG,
+            detected_at=sample.t,
+            onset=self._step_since,
+            window=timeout,
+            phase=self.phase,
+            reason=(f"step {self._step_value} has not advanced for {stuck_for:.0f} s (step timeout {timeout:.0f} s) "
+                    f"while beats went on, cpu={tree_cpu:.1f}%"),
+            evidence=evidence,
+        )
 
     def _progress_verdict(self, sample: Sample, tree_cpu: float, silent_for: float, timeout: float,
                           idle: bool) -> Verdict:
@@ -333,6 +377,8 @@ class Detector:
         if not seconds > 0:
             return
         self._last_progress += seconds
+        if self._step_since is not None:
+            self._step_since += seconds
         self._engines = {pid: (token, since + seconds) for pid, (token, since) in self._engines.items()}
 
     def _stuck_engine(self, sample: Sample) -> tuple[float, Heartbeat] | None:
@@ -397,6 +443,11 @@ class Detector:
             frac = (t - self._last_progress) / timeout
             if best is None or frac > best[2]:
                 best = ("progress", self._last_progress, frac)
+        step_timeout = self.config.step_timeout_for(self.phase)
+        if self._step_since is not None and step_timeout is not None:
+            frac = (t - self._step_since) / step_timeout
+            if best is None or frac > best[2]:
+                best = ("step", self._step_since, frac)
         stuck = self._engine_stuck
         if stuck is not None and self.config.engine_step_timeout is not None:
             frac = (t - stuck[0]) / self.config.engine_step_timeout
@@ -422,6 +473,9 @@ class Detector:
         age = sample.wall - hb.ts
         credit = age if 0.0 <= age <= self.config.interval else 0.0
         self._last_progress = max(self._last_progress, sample.t - credit)
+        if hb.step is not None and (hb.step != self._step_value or self._step_since is None):
+            # A new step (a beat without one changes nothing): the step rule's clock starts again.
+            self._step_value, self._step_since = hb.step, self._last_progress
         if hb.phase != self.phase:
             self.phase = hb.phase
             self._window = self.config.window_for(hb.phase)
