@@ -257,12 +257,12 @@ _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200}(?:Error|Exception|Interru
 # "frame #2: c10d::TCPStore::doGet(std::string const&) + 0x32 (0x7f60.. in /x/libtorch_cpu.so)".
 _TORCH_CXX_FRAME = re.compile(r"^frame #(\d{1,4}): (\S.{0,3000}?) \+ 0x[0-9a-fA-F]{1,16}(?: \((?:0x[0-9a-fA-F]{0,16})?(?: in ?(\S{0,1000}?))?\)?)?$")
 _WATCHDOG = re.compile(r"WorkNCCL\(SeqNum=(\d{1,12}), OpType=([A-Za-z_]{1,40})")
-# Horovod's stall inspector: "allreduce.conv1.weight [ready ranks: 0, 7, 3, 2, 4, 6]" per
-# stalled tensor (several on one line in older logs; "missing ranks" in newer ones): the
-# ranks that submitted it wait in that collective (horovod#364).
-_HOROVOD_STALL = re.compile(
-    r"\b(allreduce|allgather|broadcast|alltoall|reducescatter|adasum)\.([^\s\[\]]{1,300}?)\s{0,4}\[(ready|missing) ranks:\s{0,4}([\d,\s]{0,4000})\]"
-)
+# Horovod's stall inspector, one stalled tensor per entry (several on the warning's line in
+# older logs): "allreduce.conv1.weight [ready ranks: 0, 7, 3]" (horovod#364), TensorFlow op
+# names "HorovodBroadcast_w_0 [missing ranks: 0]" (horovod#534), Keras names with "/"
+# (horovod#457). Ready ranks wait in that collective; missing ones never submitted it.
+_HOROVOD_STALL = re.compile(r"(?:^|[\s,:])([^\s\[\],]{1,300}?)\s{0,4}\[(ready|missing) ranks:\s{0,4}([\d,\s]{0,4000})\]")
+_HOROVOD_OP = re.compile(r"(?i)^(allreduce|allgather|broadcast|alltoall|reducescatter|adasum)\.|horovod_?(allreduce|allgather|broadcast|alltoall|reducescatter)")
 _PID_IN_PREFIX = re.compile(r"\bpid=(\d{1,10})\b")
 # A library name the paste cut: "cudaLaunchKernel (libcudart.so…)".
 _NATIVE_CUT = re.compile(r"\.(so|dylib|dll)(\.\d{0,6}){0,4}$")
@@ -299,6 +299,8 @@ class ParseReport:
     ranks: dict[int, int] = field(default_factory=dict)
     #: pid -> py-spy's error, for processes the paste shows py-spy failing on.
     undumped: dict[int, str] = field(default_factory=dict)
+    #: Horovod's stall warning: (tensor, the ranks that never submitted it)
+    horovod_missing: tuple[str, tuple[int, ...]] | None = None
 
     @property
     def confidence(self) -> str:
@@ -341,6 +343,9 @@ class ParseReport:
                 "the process crashed; the stacks show where each thread was at the crash, which need not be a hang"))
         if self.profile_lines:
             out.append(f"ignored {self.profile_lines} line(s) of py-spy top/record output (sampled totals, not a thread's stack)")
+        if self.horovod_missing is not None:
+            tensor, missing = self.horovod_missing
+            out.append(f"Horovod's stall warning: rank {', '.join(map(str, missing[:16]))} never submitted {tensor[:120]}: look there first")
         if self.watchdog_only:
             out.append(f"{self.watchdog_only} rank(s) known only from NCCL watchdog timeout lines or Horovod stall warnings (no stack: the collective and its sequence number or tensor)")
         if self.cut_lines:
@@ -774,6 +779,8 @@ class _Reader:
         self.pybt_seen = False  # the current thread already has py-bt frames
         # rank -> (pid, OpType, SeqNum) from NCCL watchdog timeout lines, first report per rank
         self.watchdog: dict[int | None, tuple[int | None, str, str]] = {}
+        # Horovod's first "[missing ranks: ...]" entry: (op, tensor, ranks that never submitted it)
+        self.horovod_missing: tuple[str, str, tuple[int, ...]] | None = None
         self.gdb_stop = False  # after gdb's 'Thread N "name" received signal' line: its stop location follows
         self.gdb_stopped_at: str | None = None  # that location's function, repeated by the bt's "#0"
         self.watchdog_pending: int | None = None
@@ -1245,12 +1252,19 @@ class _Reader:
         found = False
         for m in _HOROVOD_STALL.finditer(s):
             found = True
-            if m.group(3) != "ready":
+            name = m.group(1)
+            mo = _HOROVOD_OP.search(name)
+            op = "horovod:" + (mo.group(1) or mo.group(2)).lower() if mo else "horovod:collective"
+            if mo and mo.group(1):
+                name = name[mo.end():]  # "allreduce.conv1.weight": the tensor is after the op
+            ranks = [int(r) for r in m.group(3).replace(",", " ").split()][:MAX_PROCESSES]
+            if m.group(2) == "missing":
+                if self.horovod_missing is None:
+                    self.horovod_missing = (op, name, tuple(sorted(set(ranks))))
                 continue
-            for r in m.group(4).replace(",", " ").split():
-                key = int(r)
+            for key in ranks:
                 if key not in self.watchdog and len(self.watchdog) < MAX_PROCESSES:
-                    self.watchdog[key] = (None, f"horovod:{m.group(1)}", m.group(2))
+                    self.watchdog[key] = (None, op, name)
         return found
 
     def cxx_frame(self, s: str) -> bool:
@@ -1626,6 +1640,14 @@ class _Reader:
             self.report.watchdog_only += 1
             if pid is not None and key is not None:
                 self.report.ranks[pid] = key
+        if self.horovod_missing is not None:
+            op, tensor, missing = self.horovod_missing
+            self.report.horovod_missing = (tensor, missing)
+            if not self.watchdog:
+                # Only the missing ranks are named: the ranks that did submit wait in the
+                # collective, one process standing for all of them (their ranks unknown).
+                out.append(ProcessDump(None, (ThreadDump("horovod", "MainThread", (Frame(op, tensor, None),)),)))
+                self.report.frames += 1
         self.report.processes = tuple(out)
         return self.report
 

@@ -118,3 +118,33 @@ def test_gdb_thread_header_without_libthread_db():
             "#1  0x00007f39c9af0300 in ncclAllReduce () from /usr/lib/libnccl.so.2\n")
     (proc,) = read_text(text).processes
     assert [(t.ident, t.name, len(t.frames)) for t in proc.threads] == [("3638147", "", 1), ("3638146", "MainThread", 2)]
+
+
+@pytest.mark.parametrize(
+    ("name", "missing"),
+    [
+        # Keras tensor names with "/" and no op prefix, only "[missing ranks: ...]" lines
+        ("horovod_457_missing_ranks_metric_average", (0, 1, 3, 4)),
+        # TensorFlow op names ("HorovodBroadcast_..."), "Stalled ops:" on its own line
+        ("horovod_534_broadcast_missing_rank0", (0,)),
+    ],
+)
+def test_horovod_missing_ranks_lines(name, missing):
+    report = read_text((PASTED / f"{name}.txt").read_text())
+    assert report.horovod_missing is not None and report.horovod_missing[1] == missing
+    assert any("never submitted" in n for n in report.notes())
+    assert _verdict(name) == "nccl-collective-wait"
+
+
+def test_horovod_ready_ranks_with_tensorflow_op_names_on_one_line():
+    # horovod#134: every stalled op on the warning's own line, names like
+    # "v0/tower_0/HorovodAllreduce_..._0 [ready ranks: 2]".
+    report = read_text((PASTED / "horovod_134_one_line_ready_rank_tf_names.txt").read_text())
+    assert sorted(p.rank for p in report.processes) == [2, 3]
+    assert {p.threads[0].frames[0].function for p in report.processes} == {"horovod:allreduce"}
+
+
+def test_ddp_reducer_waiting_for_its_gradient_allreduce_in_native_frames():
+    # Lightning#16307: py-spy --native, no thread header, only C++ frames: Future::wait
+    # under c10d::Reducer::finalize_backward.
+    assert _verdict("lightning_pr16307_pyspy_native_only_reducer_future_wait") == "nccl-collective-wait"
