@@ -36,6 +36,7 @@ from hangwatch.contract.redact import redact_value
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import Verdict
 from hangwatch.supervisor.attempt import GraphPolicy, RecoveryLevel
+from hangwatch.supervisor.detector import WORKER_CALLS
 from hangwatch.supervisor.gpu_release import engine_gpu_released
 from hangwatch.supervisor.tree import TreeOps
 
@@ -78,20 +79,22 @@ class EngineLevel:
         self._restarts_seen: tuple[int, int] | None = None
 
     def ran_old_policy(self, attempt: int, engine_pid: Any) -> bool:
-        """Whether ``engine_pid`` had a request in flight under the old policy at this attempt's
-        last engine restart (and survived it): stuck now, it is that wedge on another rank."""
+        """Whether ``engine_pid`` (``stuck_engine``) was in a request, a weight load or a sleep under
+        the old policy at this attempt's last engine restart (and survived it): stuck now, it is that
+        wedge on another rank."""
         return self._old_policy is not None and self._old_policy[0] == attempt and engine_pid in self._old_policy[1]
 
     def restart(self, attempt: int, policy: GraphPolicy, level: RecoveryLevel, verdict: Verdict,
                 control: Path, evidence: Path | None, *, in_flight: frozenset[int] = frozenset()) -> bool:
         """Tell the trainer the policy, kill only the engine worker's group; True if that worked
-        (False: the caller restarts the job, level 2). ``in_flight``: the engines with a request in
-        flight at the verdict."""
+        (False: the caller restarts the job, level 2). ``in_flight``: the engines in a call at the
+        verdict (``engines_in_a_call``)."""
         journal = self.journal()
         # Engines still on the old policy after this restart: the ones left of an earlier restart's
         # (a second rank's stuck engine, restarted now), else the other in-flight ones at this verdict.
-        old = self._old_policy[1] if self.ran_old_policy(attempt, verdict.evidence.get("engine_pid")) else in_flight
-        self._old_policy = (attempt, frozenset(old) - {verdict.evidence.get("engine_pid")})
+        stuck = stuck_engine(verdict.evidence)
+        old = self._old_policy[1] if self.ran_old_policy(attempt, stuck) else in_flight
+        self._old_policy = (attempt, frozenset(old) - {stuck})
         if not level.engine_pgids:
             return self._restarted_by_generator(attempt, level, verdict, evidence)
         self.restarts += 1
@@ -325,6 +328,21 @@ class EngineLevel:
             if not (extra.get("at_exit") or extra.get("before_hang")) else
             f"the trainer's retried rollouts came back after the engine restart; it then "
             f"{'exited' if extra.get('at_exit') else 'hung itself'} (step {hb.step})"))
+
+
+def stuck_engine(evidence: Mapping[str, Any]) -> Any:
+    """The engine worker a verdict names as stuck: the one silent in a request (``engine_pid``),
+    else the one in a weight load or sleep (``waiting_on``); None if neither."""
+    pid = evidence.get("engine_pid")
+    return pid if pid is not None else evidence.get("waiting_on")
+
+
+def engines_in_a_call(sample: Sample | None) -> frozenset[int]:
+    """The engines a sample shows in a request, a weight load or a sleep: at an engine restart they
+    run the old policy, and one of them stuck later is the same wedge on another rank (two ranks'
+    workers wedged in the same load were taken for a second wedge: the job restarted, eager)."""
+    return frozenset(e.pid for e in (sample.engine if sample is not None else ())
+                     if e.phase == "generate" or e.phase in WORKER_CALLS)
 
 
 def _backstop_walls(info: Mapping[str, Any], now_wall: float) -> tuple[float | None, float | None]:

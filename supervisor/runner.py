@@ -46,7 +46,7 @@ from hangwatch.supervisor.cohort import REPORTED_STEPS, Cohort
 from hangwatch.supervisor.cohort_link import CohortLink
 from hangwatch.supervisor.config import RunConfig
 from hangwatch.supervisor.detector import Detector
-from hangwatch.supervisor.engine_level import EngineLevel
+from hangwatch.supervisor.engine_level import EngineLevel, engines_in_a_call, stuck_engine
 from hangwatch.supervisor.gpu_release import gpu_released
 from hangwatch.supervisor.killer import KillReport
 from hangwatch.supervisor.longrun import LOW_DISK_LOG_BYTES, DiskWatch, HeapTrim, RecordBudget, prune_incidents
@@ -287,7 +287,7 @@ class Supervisor:
             # Another rank's engine, stuck under the old policy since before the last engine restart
             # (several ranks wedged at once): the same wedge, so the same policy and level 1 again.
             same_wedge = verdict.kind is VerdictKind.STALL and \
-                self.engine_level.ran_old_policy(st.attempt, verdict.evidence.get("engine_pid"))
+                self.engine_level.ran_old_policy(st.attempt, stuck_engine(verdict.evidence))
             if verdict.kind.is_hang and not retrying:
                 # An engine restart whose retried rollouts came back, then the trainer's own threads hung
                 # in that step: the engine was recovered (journaled before this incident, which is its own).
@@ -324,7 +324,7 @@ class Supervisor:
                 # The retry hung before it moved the trainer on: that engine restart failed, as when
                 # the retry crashes (before, only the crash said so: status read 'the trainer lived on').
                 self.engine_level.retry_failed(st.attempt, f"the retry after the engine restart hung ({level.reason})")
-            in_flight = frozenset(e.pid for e in (samples[-1].engine if samples else ()) if e.phase == "generate")
+            in_flight = engines_in_a_call(samples[-1] if samples else None)
             if level.level == 1 and self._restart_engine(level, verdict, Path(ours["HANGWATCH_CONTROL"]), evidence,
                                                          in_flight):
                 continue  # the trainer lives on: watch it again, in the same attempt

@@ -103,3 +103,34 @@ def test_a_generators_restart_times_that_are_not_times_fall_back_to_the_beat(tmp
         assert level.last_restart == 500.0 + n
     restarts = [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_restart"]
     assert [r["onset_to_killed_s"] for r in restarts] == [0.0] * 5 and {r["step"] for r in restarts} == {2}
+
+
+def test_two_ranks_workers_wedged_in_the_same_weight_load_are_one_wedge(tmp_path: Path):
+    """Two ranks on a node, both workers stuck in the same load: the first verdict restarts one
+    worker; the second names the other by its own beat (``waiting_on``, no request in flight).
+    It was in its load under the old policy at the first restart, so it is the same wedge: level 1
+    again with the same policy. It was taken for a second wedge within the retry window: the job
+    was restarted, with enforce_eager."""
+    from hangwatch.supervisor.attempt import recovery_level
+    from hangwatch.supervisor.engine_level import engines_in_a_call, stuck_engine
+    from hangwatch.contract.capture import TreeProcess
+
+    journal = Journal(tmp_path / "journal.jsonl", "run")
+    level = EngineLevel(_Tree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
+    beacons = tuple(Heartbeat(pid, 3, 0.0, 1, "load", {}) for pid in (20, 30)) + \
+        (Heartbeat(40, 1, 0.0, 0, "idle", {}),)  # a standby, asleep
+    at_first = Sample(t=100.0, wall=100.0, cpu_pct={}, gpu=None, engine=beacons)
+    assert engines_in_a_call(at_first) == {20, 30}
+    first = Verdict(VerdictKind.STALL, detected_at=100.0, onset=96.0, reason="stall",
+                    evidence={"step": 1, "waiting_on": 20, "waiting_on_phase": "load", "waiting_on_silent_s": 4.0})
+    assert level.restart(1, GraphPolicy(cudagraphs_off=True), RecoveryLevel(1, "load", frozenset({20})), first,
+                         tmp_path / "control.json", None, in_flight=engines_in_a_call(at_first))
+    second = {"step": 1, "waiting_on": 30, "waiting_on_phase": "load", "waiting_on_silent_s": 8.0, "engine_beats": 2}
+    same = level.ran_old_policy(1, stuck_engine(second))
+    assert same, "the other rank's worker stuck in the same load"
+    tree = [TreeProcess(pid, 0.0, 1, pid, pid, "python", ("python", "-m", "hangwatch.generator.worker"))
+            for pid in (30, 40)]
+    decided = recovery_level(VerdictKind.STALL, mode="auto", phase="restore", tree=tree, trainer_pgid=1,
+                             last_engine_restart=100.0, now=104.0, retry_window=1800.0, evidence=second,
+                             window=3.0, engines_beat=True, retry_pending=False, same_wedge=same)
+    assert decided.level == 1 and decided.engine_pgids == {30}
