@@ -1,6 +1,6 @@
 """What kernel containment costs and buys.
 
-    .venv/bin/python scripts/bench_containment.py [--procs 64] [--runs 20]
+    .venv/bin/python scripts/bench_containment.py [--procs 64] [--runs 20] [--moved-only]
 
 1. Membership per tick: ``ProcessTree.members()`` by the tree walk and from the
    attempt cgroup's ``cgroup.procs``, for a tree of --procs sleeping processes,
@@ -12,6 +12,8 @@
    environment) as soon as the supervisor's death takes its parent: workers that survived.
    Then the same for a member the supervisor adopted (an escaped worker whose parent is
    the supervisor itself, a subreaper), which reacts to the supervisor's own death.
+4. Workers that move themselves (cgroup containment): one into a cgroup it makes below its
+   attempt's, one out of it (an empty environment): those that outlived the run.
 
 Needs a writable cgroup v2 hierarchy with cgroup.kill (root, or a delegated subtree).
 """
@@ -150,17 +152,55 @@ def reaction(runs: int, mode: str, program: str = REACTOR) -> tuple[int, int]:
     return runs, survived
 
 
+def moved(runs: int) -> tuple[int, int]:
+    """Each run (``--containment cgroup``): the trainer's two SIGTERM-ignoring workers move
+    themselves, one into a cgroup it makes below its attempt's, one out of it into the
+    supervisor's own cgroup (with an empty environment: no mark); the trainer exits 0.
+    Returns (workers, those alive 3 s after ``hangwatch run`` returned)."""
+    import psutil  # noqa: PLC0415
+    import test_orphans_round6 as t  # noqa: PLC0415
+
+    tmp = Path(tempfile.mkdtemp(prefix="hw-bench-moved-"))
+
+    def one(n: int) -> tuple[int, int]:
+        pidfile = tmp / f"pids-{n}"
+        subprocess.run(
+            [sys.executable, "-m", "hangwatch.cli", "run", "--run-dir", str(tmp / f"run-{n}"), "--gpu-probe", "none",
+             "--interval", "0.2", "--grace", "0.5", "--containment", "cgroup", "--quiet", "--",
+             sys.executable, "-c", t.MOVER, str(pidfile), "1.0"],
+            cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+        pids = [int(x) for x in pidfile.read_text().split()] if pidfile.exists() else []
+        time.sleep(3.0)
+        alive = [p for p in pids if t._alive(p)]
+        for pid in alive:
+            try:
+                psutil.Process(pid).kill()
+            except psutil.Error:
+                pass
+        return len(pids), len(alive)
+
+    with concurrent.futures.ThreadPoolExecutor(5) as pool:
+        results = list(pool.map(one, range(runs)))
+    return sum(n for n, _ in results), sum(a for _, a in results)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--procs", type=int, default=64)
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--moved-only", action="store_true", help="only the membership cost and the moved workers")
     args = parser.parse_args()
     m = membership(args.procs)
     print(f"membership of a {args.procs}-process tree per tick: walk {m['walk'] * 1e3:.2f} ms, "
-          f"cgroup {m['cgroup'] * 1e3:.2f} ms, ratio cgroup/walk {m['cgroup'] / m['walk']:.2f}")
-    for mode in ("cgroup", "tree"):
+          f"cgroup (its cgroups and the walk) {m['cgroup'] * 1e3:.2f} ms, ratio cgroup/walk {m['cgroup'] / m['walk']:.2f}")
+    for mode in () if args.moved_only else ("cgroup", "tree"):
         total, survivors = race(args.runs, mode)
         print(f"race x{args.runs}, --containment {mode}: {survivors} of {total} processes survived the supervisor's SIGKILL")
+    total, survivors = moved(args.runs)
+    print(f"moved x{args.runs}, --containment cgroup: {survivors} of {total} workers that moved themselves (below "
+          "the attempt's cgroup, or out of it) outlived the run")
+    if args.moved_only:
+        return 0
     for name, program in (("reaction", REACTOR), ("adopted reaction", ADOPTED)):
         for mode in ("cgroup", "tree"):
             total, survivors = reaction(args.runs, mode, program)
