@@ -55,11 +55,18 @@ _VALUE_PATTERNS = [
     # NVIDIA NGC's nvapi-, Replicate's r8_, Tailscale's tskey-, Linear's lin_api_, Pulumi's pul-.
     re.compile(r"\bdapi[0-9a-f]{32}(?:-\d)?\b"),
     re.compile(r"\b(?:dckr_pat_|glsa_|glc_|shp(?:at|ss|ca|pa)_|nvapi-|r8_|tskey-|lin_api_|pul-)[A-Za-z0-9_\-]{16,}"),
+    # Lowercase hex or one-case bodies the high-entropy rule (three character classes) misses:
+    # Perplexity's pplx-, DigitalOcean's dop_v1_/doo_v1_/dor_v1_, age's AGE-SECRET-KEY-1.
+    re.compile(r"\b(?:pplx-|do[por]_v1_|AGE-SECRET-KEY-1)[A-Za-z0-9]{32,}"),
 ]
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token) [A-Za-z0-9._~+/\-]{8,}=*")
 # user may be empty: redis://:password@host; the password runs to the authority's last @
 # (an unescaped @ in it must not leave its end in clear: postgres://u:p@ss@db)
 _URL_CREDS = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]{0,31}://)([^\s/:@\"']{0,256}):([^\s/\"']{1,1024})@")
+# A web URL's userinfo with no password is the credential itself: git and pip take a token as the
+# user (``https://TOKEN@github.com/...``, ``git+https://PAT@dev.azure.com/...``), and a token of no
+# known shape (Azure DevOps' 52 lowercase characters, a hex OAuth token) went out as it was.
+_URL_USER = re.compile(r"(?i)\b((?:[a-z][a-z0-9.\-]{0,16}\+)?(?:https?|wss?|ftps?)://)([^\s/:@\"'<>\[\]]{1,256})@")
 # A PEM private key (RSA, EC, OpenSSH, PGP, ...): the whole body goes, not only the lines that
 # look random; a log tail may begin inside one (an END with no BEGIN before it).
 _PEM_BLOCK = re.compile(r"(-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----).*?"
@@ -82,7 +89,8 @@ _WEBHOOK_PATHS = re.compile(
 _SIGNED_QUERY = re.compile(r"(?i)([?&;](?:sig|[a-z0-9_\-]{0,64}signature)=)[^&#;\s\"'<>]+")
 # curl -u user:password / --user user:password
 _USER_COLON = re.compile(r"(?<!\S)(-u|--user)([ \t]+|=)([^\s:]+):([^\s\"']+)")
-# name=value, name: value, "name": "value", --name value, --name=value. Only the
+# name=value, name: value, "name": "value", --name value, --name=value, and a subscript's
+# ["name"] = "value" (``os.environ["HF_TOKEN"] = "..."`` in a ``python -c`` or a traceback). Only the
 # name and separator are matched here; the value is taken by _VALUE, so a
 # non-sensitive "wandb: " never swallows the "api_key=..." that follows it.
 # A name starts where a word does (not inside a run of name characters) and is at most 128
@@ -90,7 +98,7 @@ _USER_COLON = re.compile(r"(?<!\S)(-u|--user)([ \t]+|=)([^\s:]+):([^\s\"']+)")
 # line) started a match that scanned the rest of the run, and 20 KB took 26 s.
 _NAME_SEP = re.compile(
     r"""(?<![A-Za-z0-9_.\-])(?P<name>-{0,2}[A-Za-z_][A-Za-z0-9_.\-]{0,127})
-        (?P<sep>["']?[ \t]*[:=][ \t]*["']?|(?<=[A-Za-z0-9])[ \t]+(?=[^\s-]))""",
+        (?P<sep>["']?\]?[ \t]*[:=][ \t]*["']?|(?<=[A-Za-z0-9])[ \t]+(?=[^\s-]))""",
     re.VERBOSE,
 )
 _VALUE = re.compile(r"\[REDACTED\]|[^\s\"',;&}\]]+")
@@ -132,6 +140,7 @@ def looks_high_entropy(token: str) -> bool:
 def redact_text(text: str) -> str:
     text = _redact_pem(text)
     text = _URL_CREDS.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MARK}@", text)
+    text = _URL_USER.sub(lambda m: f"{m.group(1)}{MARK}@", text)
     text = _WEBHOOKS.sub(lambda m: f"{m.group(1)}{MARK}", text)
     text = _WEBHOOK_PATHS.sub(lambda m: f"{m.group(1)}{MARK}", text)
     text = _SIGNED_QUERY.sub(lambda m: f"{m.group(1)}{MARK}", text)
@@ -213,6 +222,7 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
     out: list[str] = []
     hide_next = False
     user_next = False
+    after_login = False  # the arguments after a ``login`` subcommand
     for arg in argv:
         if hide_next:
             out.append(MARK)
@@ -232,6 +242,11 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
             user_next = True  # curl -u user:password
             out.append(arg)
             continue
+        if after_login and not arg.startswith("-"):
+            out.append(MARK)  # wandb login KEY, vault login TOKEN: a secret of any shape
+            continue
+        if arg == "login":
+            after_login = True
         name, eq, _ = arg.partition("=")
         if eq and _ARG_NAME.fullmatch(name) and is_sensitive_name(name):
             out.append(f"{name}={MARK}")  # one argument: --password=correct horse battery, HF_TOKEN=a b
