@@ -753,6 +753,7 @@ class _Thread:
     frames: list[Frame] = field(default_factory=list)
     headerless: bool = False
     outermost_first: bool = False  # pystack lists the outermost frame first
+    number: str = ""  # gdb's thread number, for the thread its stop line started
 
 
 @dataclass
@@ -783,6 +784,7 @@ class _Reader:
         self.horovod_missing: tuple[str, str, tuple[int, ...]] | None = None
         self.gdb_stop = False  # after gdb's 'Thread N "name" received signal' line: its stop location follows
         self.gdb_stopped_at: str | None = None  # that location's function, repeated by the bt's "#0"
+        self.gdb_stop_thread: _Thread | None = None  # the thread the stop line started
         self.watchdog_pending: int | None = None
         self.after_file_frame = False  # the line before was faulthandler's header or frame
         # Inside a Python traceback (most recent call last): its frames, kept until the
@@ -859,6 +861,7 @@ class _Reader:
         self.recent_first = False
         self.pybt_seen = False
         self.caption = None
+        self.gdb_stopped_at = None  # a stop location is repeated only by its own thread's "#0"
 
     def add_frames(self, frames: list[Frame]) -> None:
         if not self.group or (self.after_break and all(t.headerless for t in self.group)):
@@ -1408,12 +1411,24 @@ class _Reader:
         """gdb's thread headers and py-bt's "Traceback (most recent call first):"."""
         m = _GDB_THREAD.match(s) or _GDB_THREAD_LWP.match(s)
         if m:
+            stopped = self.gdb_stop_thread
+            at = next((i for i, t in enumerate(self.proc.threads) if t is stopped), None) if stopped and self.proc else None
+            if at is not None and stopped.number == m.group(1):  # type: ignore[union-attr]
+                # `thread apply all bt` after the stop line: the stopped thread's own bt
+                # follows (its "#0" is the stop location), so the stop line's thread goes.
+                del self.proc.threads[at]  # type: ignore[union-attr]
+                self.report.thread_headers -= 1
+                self.report.frames -= len(stopped.frames)  # type: ignore[union-attr]
+                self.gdb_stop_thread = None
             self.start_thread(m.group(2), "unknown", "MainThread" if m.group(1) == "1" else (m.group(3) or ""))
             return True
         m = _GDB_STOPPED.match(s)
         if m:
             self.start_thread(None, "unknown", "MainThread" if m.group(1) == "1" else m.group(2))
             self.gdb_stop = True
+            if self.group:
+                self.gdb_stop_thread = self.group[-1]
+                self.gdb_stop_thread.number = m.group(1)
             return True
         m = _RECENT_FIRST.match(s)
         if m:

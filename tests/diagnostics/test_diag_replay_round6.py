@@ -148,3 +148,22 @@ def test_ddp_reducer_waiting_for_its_gradient_allreduce_in_native_frames():
     # Lightning#16307: py-spy --native, no thread header, only C++ frames: Future::wait
     # under c10d::Reducer::finalize_backward.
     assert _verdict("lightning_pr16307_pyspy_native_only_reducer_future_wait") == "nccl-collective-wait"
+
+
+def test_gdb_stop_line_then_thread_apply_all_bt_is_one_process():
+    # After the stop line, `thread apply all bt` prints the stopped thread again under its
+    # own header: one process, the stop line's thread replaced by it, and another thread's
+    # "#0" in the same function as the stop location kept.
+    text = ('Thread 1 "python" received signal SIGINT, Interrupt.\n'
+            "0x00007f01 in poll () from /lib/libc.so.6\n"
+            "(gdb) thread apply all bt\n\n"
+            "Thread 2 (Thread 0x7f02 (LWP 12)):\n"
+            "#0  0x00007f03 in poll () from /lib/libc.so.6\n"
+            "#1  0x00007f04 in helper_loop () from /usr/lib/libfoo.so\n\n"
+            "Thread 1 (Thread 0x7f05 (LWP 11)):\n"
+            "#0  0x00007f01 in poll () from /lib/libc.so.6\n"
+            "#1  0x00007f06 in ncclAllReduce () from /usr/lib/libnccl.so.2\n")
+    (proc,) = read_text(text).processes
+    assert proc.pid == 11
+    assert [(t.name, [f.function for f in t.frames]) for t in proc.threads] == [
+        ("", ["poll", "helper_loop"]), ("MainThread", ["poll", "ncclAllReduce"])]
