@@ -510,7 +510,9 @@ class Detector:
     def _base_evidence(self, sample: Sample, scan: "_Scan", tree_cpu: float) -> dict[str, Any]:
         evidence: dict[str, Any] = {
             "gpu_util_pct": scan.stalled_util if scan.stalled else scan.max_util,
-            "holders_cpu_pct": round(scan.stalled_cpu, 2),
+            # Of the stalled device, else of the busiest: a busy GPU whose holder spins (a synchronize
+            # that spin-waits on a kernel that never ends) read "holders 0 %" beside "gpu 100 %".
+            "holders_cpu_pct": round(scan.stalled_cpu if scan.stalled else scan.busy_cpu, 2),
             "tree_cpu_pct": round(tree_cpu, 2),
             "busy_devices": list(scan.busy),
             "stalled_devices": list(scan.stalled),
@@ -546,9 +548,10 @@ class _Scan:
     ``busy``: indices of devices the tree may use that read >= the busy threshold.
     ``stalled``: those of them whose holders use <= the idle threshold.
     ``stalled_util``/``stalled_cpu``: the stalled device with the least holder CPU.
+    ``busy_cpu``: the holders' CPU of the busiest device (the evidence's when none is stalled).
     """
 
-    __slots__ = ("busy", "stalled", "max_util", "stalled_util", "stalled_cpu")
+    __slots__ = ("busy", "stalled", "max_util", "stalled_util", "stalled_cpu", "busy_cpu")
 
     def __init__(self) -> None:
         self.busy: list[int] = []
@@ -556,6 +559,7 @@ class _Scan:
         self.max_util = 0.0
         self.stalled_util = 0.0
         self.stalled_cpu = 0.0
+        self.busy_cpu = 0.0
 
 
 _NOT_BUSY = "not_busy"  # no busy device the tree may use (or no GPU sample)
@@ -617,6 +621,7 @@ def _scan(sample: Sample, tree_cpu: float, busy_pct: float, idle_pct: float) -> 
         scan.busy.append(d.index)
         if util > scan.max_util:
             scan.max_util = util
+            scan.busy_cpu = holders_cpu
         if holders_cpu <= idle_pct:
             scan.stalled.append(d.index)
             if best_cpu is None or holders_cpu < best_cpu:

@@ -117,3 +117,25 @@ def test_beats_without_step_progress_from_a_real_trainer_are_caught(tmp_path, ha
     # From the beat that first carried the stuck step, on the supervisor's clock: the timeout + 1 interval.
     assert STEP_TIMEOUT - 0.05 * INTERVAL <= incident["latency_s"] <= STEP_TIMEOUT + INTERVAL, incident["latency_s"]
     assert next(r for r in records if r["event"] == "kill")["confirmed"]
+
+
+def test_a_busy_gpu_whose_holder_spins_is_caught_by_the_progress_rule_and_its_evidence_shows_the_spin():
+    """A synchronize that spin-waits on a kernel that never ends (cudaDeviceScheduleSpin, the
+    driver's choice with fewer contexts than cores): GPU 100 %, its holder at 100 % CPU, no beat.
+    Not the stall signature (the holder is busy): the progress rule's silent_hang. Its evidence
+    said holders_cpu_pct 0 beside gpu 100 %, the stall's picture, the opposite of what it saw."""
+    from hangwatch.contract.samples import DeviceSample
+
+    config = DetectorConfig(interval=1.0, stall_window=10.0, progress_timeout=30.0)
+    detector = Detector(config, start=0.0)
+    verdict = None
+    for i in range(60):
+        t = float(i)
+        hb = Heartbeat(pid=TRAINER, seq=min(i, 5) + 1, ts=min(t, 5.0), step=min(i, 5), phase="train")
+        gpu = (DeviceSample(index=0, util_pct=100.0, mem_used_mib=40000.0, pids=(TRAINER,)),)
+        verdict = detector.observe(Sample(t=t, wall=t, cpu_pct={TRAINER: 99.0}, gpu=gpu, heartbeat=hb))
+        if verdict is not None:
+            break
+    assert verdict is not None and verdict.kind is VerdictKind.SILENT_HANG
+    assert verdict.evidence["rule"] == "progress" and verdict.detected_at == 35.0
+    assert verdict.evidence["gpu_util_pct"] == 100.0 and verdict.evidence["holders_cpu_pct"] == 99.0
