@@ -80,6 +80,9 @@ _GENERATOR_INDEX = itertools.count()
 # What the beats say of an engine restart the generator decided alone (no verdict: the supervisor's
 # journal has only these): the failed call's step, and the wall times its request began and its worker died.
 _BACKSTOP_INFO = ("engine_restart_step", "engine_restart_onset_wall", "engine_restart_killed_wall")
+# The phases whose wedged worker the supervisor restarts alone (level 1): a timeout of ours in one
+# of them waits for it, then takes the same path (a wedged weight load once crashed the trainer).
+RESTARTABLE_PHASES = ("load", "generate", "sleep")
 
 
 @dataclass(frozen=True)
@@ -186,7 +189,7 @@ class ColocatedGenerator:
         self._failed_at: str | None = None  # the phase the last call failed in
         self._failed_pid: int | None = None  # the worker the last call failed on
         self._backstop_used = False
-        self._request_began: float | None = None  # wall time the failing call's generate request began
+        self._request_began: float | None = None  # wall time the failing call's last worker phase began
         self._killed_at: float | None = None  # wall time its worker was confirmed dead
         self._index = next(_GENERATOR_INDEX)
 
@@ -206,24 +209,26 @@ class ColocatedGenerator:
             return self._generate_once(prompts, n, seed, step=step)
 
     def _backstop_instruction(self, cause: BaseException) -> dict[str, Any] | None:
-        """Our own generate timeout fired and the supervisor gave no instruction (it runs without
+        """Our own timeout fired in a phase the supervisor restarts the engine for (generate, or
+        the worker's weight load or sleep) and the supervisor gave no instruction (it runs without
         an engine rule, without a GPU probe, or not at all): the same engine restart as level 1,
         decided here, once per generator. The worker is already killed; the policy is the next
         safer one. Any other failure, or a second timeout, reaches the caller."""
-        if not isinstance(cause, WorkerTimeout) or self._failed_at != "generate" or self._backstop_used:
+        if not isinstance(cause, WorkerTimeout) or self._failed_at not in RESTARTABLE_PHASES \
+                or self._backstop_used:
             return None
         if os.environ.get(names.ENGINE_RECOVERY) == "job":
             # --recovery job, or a multi-node cohort: no engine restart alone; hangwatch restarts the job.
-            logger.warning("the engine did not answer generate in time; not restarting it alone (%s=job): "
-                           "the error goes to the trainer and hangwatch restarts the job", names.ENGINE_RECOVERY)
+            logger.warning("the engine did not answer in its %s phase in time; not restarting it alone (%s=job): "
+                           "the error goes to the trainer and hangwatch restarts the job", self._failed_at,
+                           names.ENGINE_RECOVERY)
             return None
         policy = safer_policy(self.policy)
         if policy is None:
             return None
         self._backstop_used = True
-        logger.warning("the engine did not answer generate within %.0f s and the supervisor gave no instruction: "
-                       "restarting the engine from the generator (its generate timeout is the backstop)",
-                       self.timeouts.generate)
+        logger.warning("the engine did not answer in its %s phase in time and the supervisor gave no instruction: "
+                       "restarting the engine from the generator (its timeout is the backstop)", self._failed_at)
         return {"action": "restart_engine", "cudagraphs": "on" if policy.cudagraphs else "off",
                 "enforce_eager": policy.enforce_eager, "by": "generator"}
 
@@ -246,7 +251,8 @@ class ColocatedGenerator:
 
     def _await_supervisor(self) -> None:
         """Our generate timeout counts from the request's start, the supervisor's engine rule
-        from the engine's last step: a wedge late in a long request reaches our timeout first.
+        from the engine's last step: a wedge late in a long request reaches our timeout first
+        (and a weight load's or sleep's timeout may be shorter than the supervisor's stall window).
         Under hangwatch, give the supervisor its ``HANGWATCH_DETECT_WITHIN`` to take the
         evidence and act (it kills the worker and leaves an instruction) before we kill the
         worker ourselves and lose the evidence."""
@@ -254,8 +260,8 @@ class ColocatedGenerator:
         if worker is None or within is None:
             return
         deadline = time.monotonic() + within
-        logger.warning("the engine did not answer generate in time; waiting up to %.0f s for hangwatch to take "
-                       "the evidence and restart it", within)
+        logger.warning("the engine did not answer in its %s phase in time; waiting up to %.0f s for hangwatch to "
+                       "take the evidence and restart it", self._failed_at, within)
         while time.monotonic() < deadline and worker.alive() and self._pending_instruction() is None:
             time.sleep(0.2)
 
@@ -327,6 +333,8 @@ class ColocatedGenerator:
             # supervisor restarts it alone (a standby beside it is spared to take over).
             waits_on = {"engine_worker_pid": self.worker.pid} if self.worker is not None and self.worker.pid else {}
             beat(step=step, phase=name, **self.beat_info, **waits_on)
+            if name in RESTARTABLE_PHASES:
+                self._request_began = time.time()  # a restart of our own is timed from it
             t0 = time.perf_counter()
             return lambda: timing.seconds.__setitem__(name, time.perf_counter() - t0)
 
@@ -358,7 +366,6 @@ class ColocatedGenerator:
             worker.request("wake_kv", self.timeouts.op)
             done()
             done = phase("generate")
-            self._request_began = time.time()
             raw = worker.request("generate", self.timeouts.generate, prompts=list(prompts), n=n,
                                  seed=seed, sampling=self.sampling)
             result = _completions(raw, len(prompts), n, worker.log_path)
@@ -379,8 +386,8 @@ class ColocatedGenerator:
             if error is not None:
                 timing.error = f"{type(error).__name__}: {error}"
                 self._failed_pid = self.worker.pid if self.worker is not None else None
-                if isinstance(error, WorkerTimeout) and current == "generate":
-                    self._await_supervisor()  # only a wedged generate is the supervisor's to catch
+                if isinstance(error, WorkerTimeout) and current in RESTARTABLE_PHASES:
+                    self._await_supervisor()  # a wedge the supervisor restarts the engine for: its evidence first
                 try:
                     # A worker that did not answer in time is wedged: it would ignore SIGTERM too.
                     self._kill_worker(at_once=isinstance(error, WorkerTimeout))

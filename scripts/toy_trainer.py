@@ -61,6 +61,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--standby-engine", action="store_true",
                    help="keep a second engine worker started and asleep (graphs off) to take over on an engine restart")
     p.add_argument("--generate-timeout", type=float, default=300.0)
+    p.add_argument("--load-timeout", type=float, default=120.0, help="the generator's weight load timeout")
     p.add_argument("--worker-grace", type=float, default=5.0, help="SIGTERM-to-SIGKILL grace for the engine worker")
     p.add_argument("--n", type=int, default=2, help="completions per prompt")
     p.add_argument("--no-parent-death-signal", action="store_true",
@@ -150,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     generator = ColocatedGenerator(
         model, opt, engine=args.engine, engine_kwargs=engine_kwargs, log_dir=log_dir,
         sampling={"max_tokens": 6, "temperature": 1.0}, parent_death_signal=not args.no_parent_death_signal,
-        timeouts=Timeouts(generate=args.generate_timeout, grace=args.worker_grace), standby=args.standby_engine,
+        timeouts=Timeouts(generate=args.generate_timeout, load=args.load_timeout,
+                                                      grace=args.worker_grace), standby=args.standby_engine,
     )
     checkpoints = Path(args.checkpoint_dir)
     try:
