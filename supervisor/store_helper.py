@@ -9,6 +9,11 @@ stdin/stdout; a reply always answers, with ``ok: false`` and the error when the
 store call failed (for example, node 0 is gone).
 
 It dies with its supervisor: parent-death signal, and EOF on stdin.
+
+A connection that breaks (reset by a switch, a firewall or a NAT dropping its state:
+the store itself still up) fails that call, and the next call connects again: a c10d
+client never reconnects by itself, so one reset failed every later call ("Broken
+pipe") and the node took the live store for lost after its lease (75, the job ended).
 """
 
 from __future__ import annotations
@@ -18,9 +23,13 @@ import datetime
 import json
 import os
 import signal
+import socket
 import sys
+import time
 
 PR_SET_PDEATHSIG = 1
+RECONNECT_S = 1.0  # how long one new connection may take (a call's own deadline is at least 2 s)
+RECONNECT_EVERY_S = 1.0  # while the store cannot be reached, calls in between fail at once
 
 
 def _serve(store, line: str) -> dict:
@@ -46,17 +55,31 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when we stop
     host, port, master, timeout = argv[0], int(argv[1]), argv[2] == "1", float(argv[3])
     try:
-        from torch.distributed import TCPStore  # noqa: PLC0415  (only in this helper process)
+        from torch.distributed import DistNetworkError, TCPStore  # noqa: PLC0415  (only in this helper process)
 
-        store = TCPStore(host, port, None, master, datetime.timedelta(seconds=timeout), wait_for_workers=False)
+        server = TCPStore(host, port, None, master, datetime.timedelta(seconds=timeout), wait_for_workers=False)
     except Exception as exc:  # noqa: BLE001  (reported to the supervisor, which explains it)
         print(json.dumps({"ready": False, "error": f"{type(exc).__name__}: {exc}"}), flush=True)
         return 1
-    print(json.dumps({"ready": True, "port": store.port}), flush=True)
+    print(json.dumps({"ready": True, "port": server.port}), flush=True)
+    store, retry_at = server, 0.0  # node 0's ``server`` also serves the store: it is kept whatever its socket does
     for line in sys.stdin:
         try:
+            if store is None:  # the connection broke: a new one, at most once per RECONNECT_EVERY_S
+                if time.monotonic() < retry_at:
+                    raise DistNetworkError("the connection to the cohort store broke; reconnecting")
+                retry_at = time.monotonic() + RECONNECT_EVERY_S
+                # A plain connect first: c10d's own retries a refused connection for seconds past
+                # its timeout, and every call queued behind it (a lease round, each tick's poll)
+                # would miss its deadline while node 0 is really gone.
+                socket.create_connection((host, server.port), timeout=RECONNECT_S).close()
+                store = TCPStore(host, server.port, None, False, datetime.timedelta(seconds=min(timeout, RECONNECT_S)),
+                                 wait_for_workers=False)
+                store.set_timeout(datetime.timedelta(seconds=timeout))
             reply = {"ok": True, **_serve(store, line)}
         except Exception as exc:  # noqa: BLE001
+            if isinstance(exc, (DistNetworkError, OSError)):
+                store = None  # this call fails; the next one connects again (the store may be fine)
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         try:
             req_id = json.loads(line).get("id")

@@ -3,10 +3,15 @@ gave up (the call was done all the same), and connections that are cut (a networ
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
+import time
+
 import pytest
 
 from hangwatch.supervisor.cohort import Cohort, Membership
-from hangwatch.supervisor.store import MemoryStore, StoreError
+from hangwatch.supervisor.store import MemoryStore, StoreError, TCPStoreClient
 
 from test_cohort_faults import Clock, _join_all, _node
 
@@ -69,3 +74,90 @@ def test_the_capture_wait_skips_a_node_that_left_and_counts_a_crashed_one():
     assert nodes[0].all_captured(1, timeout=8) == 0.0
     for n in nodes:
         n.close(linger_cap=0)
+
+
+class _Blip:
+    """A TCP relay between a node and the store whose connections can be cut (a switch failover,
+    a firewall or NAT that dropped its state), the store itself staying up."""
+
+    def __init__(self, target: int) -> None:
+        self.target, self.conns, self.lock = target, [], threading.Lock()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+                upstream = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+            except OSError:
+                return
+            with self.lock:
+                self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        with self.lock:
+            for s in self.conns:
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+            self.conns = []
+
+    def close(self) -> None:
+        self.listener.close()
+        self.cut()
+
+
+@pytest.mark.slow
+def test_a_connection_cut_by_the_network_is_made_again_and_a_dead_store_still_fails_fast():
+    """A c10d client never reconnects: one reset connection (the store still up) failed every
+    later call ("Broken pipe"), and the node took the live store for lost after its lease (75 on
+    every node: a network blip ended the job). Now the call in flight fails and the next ones
+    connect again. With node 0 really gone, calls still fail at once rather than each waiting
+    out its deadline behind a reconnect (the lease rounds and every tick's poll go on)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    host = TCPStoreClient("127.0.0.1", port, master=True, timeout=3.0, connect_timeout=30)
+    blip = _Blip(port)
+    peer = TCPStoreClient("127.0.0.1", blip.port, master=False, timeout=3.0, connect_timeout=30)
+    try:
+        assert peer.add("lease/1", 1) == 1
+        blip.cut()
+        deadline, errors = time.monotonic() + 20, []
+        while True:
+            try:
+                value = peer.add("lease/1", 1)
+                break
+            except StoreError as exc:
+                errors.append(str(exc))
+                assert time.monotonic() < deadline, errors
+                time.sleep(0.2)
+        assert value >= 2 and len(errors) <= 3, errors  # before: "Broken pipe" for good
+        assert peer.get("lease/1") == str(value)
+        host.close()  # node 0 gone for good: its port refuses
+        blip.close()
+        failures = []
+        for _ in range(3):  # one reconnect tried in between (at most one a second)
+            with pytest.raises(StoreError) as info:
+                peer.get("lease/1")
+            failures.append(str(info.value))
+            time.sleep(0.6)
+        assert not any("did not answer" in f for f in failures), failures
+    finally:
+        blip.close()
+        peer.close()
+        host.close()
