@@ -4,6 +4,7 @@ gave up (the call was done all the same), and connections that are cut (a networ
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import threading
 import time
@@ -161,3 +162,26 @@ def test_a_connection_cut_by_the_network_is_made_again_and_a_dead_store_still_fa
         blip.close()
         peer.close()
         host.close()
+
+
+def test_status_of_a_node_still_joining_and_of_one_refused_at_start(tmp_path, capsys):
+    """A cohort node waits at start until every node has joined (up to --join-timeout, 120 s), before
+    its journal exists: ``hangwatch status`` said "not a hangwatch run directory" all that time, and
+    the same for a node refused at the join."""
+    import os
+
+    from hangwatch.cli import rundir
+    from hangwatch.cli.main import main
+
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    (run / "settings.json").write_text("{}")
+    fd = rundir.lock(run)  # the supervisor, alive, still joining
+    try:
+        assert main(["status", str(run)]) == 0
+        assert "starting: no attempt yet" in capsys.readouterr().out
+    finally:
+        os.close(fd)
+    assert main(["status", "--json", str(run)]) == 0
+    assert "stopped before its run began" in json.loads(capsys.readouterr().out)["state"]
+    assert main(["status", str(tmp_path)]) == 2  # not a run directory at all
