@@ -47,6 +47,12 @@ def _timed(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return out
 
 
+def _seconds(value: Any) -> float | None:
+    """A journal's duration, or None when it is not a finite non-negative number."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    return float(value) if ok else None
+
+
 def goodput(records: Sequence[Mapping[str, Any]], now: float | None = None, run_dir: Path | None = None) -> dict[str, Any]:
     """Time accounting of a run from its journal records (wall-clock seconds); with ``run_dir``,
     incident bundles are looked for where they are now (``status.locate_bundle``)."""
@@ -86,11 +92,22 @@ def goodput(records: Sequence[Mapping[str, Any]], now: float | None = None, run_
             # lost time within the attempt, not the attempt's end.
             # Recovered when its record says (a restart whose retried rollouts came back before a new
             # hang is journaled at that hang), else when it was written.
-            took = r.get("onset_to_progress_s")
+            took = _seconds(r.get("onset_to_progress_s"))
             a["engine_level"].append({**{k: a[k] for k in ("onset", "detected", "evidence", "incident")},
-                                      "recovered": a["onset"] + took if isinstance(took, (int, float)) and not isinstance(took, bool)
-                                      and math.isfinite(took) and took >= 0 else float(r["ts"])})
+                                      "recovered": a["onset"] + took if took is not None else float(r["ts"])})
             a["onset"] = a["detected"] = a["evidence"] = None
+        elif event == "engine_restart" and r.get("backstop"):
+            a["backstop_killed_s"] = _seconds(r.get("onset_to_killed_s"))
+        elif event == "engine_recovered" and r.get("backstop") and "backstop_killed_s" in a:
+            # The generator's own timeout restarted its engine, no verdict came: lost all the same
+            # (it once read as progress, with no incident listed). Hung until its worker was killed.
+            took, killed = _seconds(r.get("onset_to_progress_s")) or 0.0, a.pop("backstop_killed_s") or 0.0
+            onset = float(r["ts"]) - took
+            a["engine_level"].append({"onset": onset, "detected": onset + min(killed, took), "evidence": None,
+                                      "recovered": float(r["ts"]),
+                                      "incident": {"kind": "stall", "latency_s": round(min(killed, took), 3),
+                                                   "reason": "the generator's own timeout restarted its engine "
+                                                             "(no verdict, no evidence)"}})
         elif event == "attempt_ended":
             a["ended"], a["kind"], a["exit_code"] = float(r["ts"]), r.get("kind"), r.get("exit_code")
     totals = {"productive": 0.0, "startup": 0.0, "hung": 0.0, "recovery": 0.0, "backoff": 0.0}

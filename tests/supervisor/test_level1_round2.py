@@ -134,3 +134,25 @@ def test_two_ranks_workers_wedged_in_the_same_weight_load_are_one_wedge(tmp_path
                              last_engine_restart=100.0, now=104.0, retry_window=1800.0, evidence=second,
                              window=3.0, engines_beat=True, retry_pending=False, same_wedge=same)
     assert decided.level == 1 and decided.engine_pgids == {30}
+
+
+def test_the_run_report_counts_an_engine_restart_the_generator_decided_alone_as_lost():
+    """No verdict came (the generator's own timeout): the time from its failed request to the
+    trainer's next step is lost all the same. The report once counted it as progress, with no
+    incident listed (88 % goodput for a run that spent 15 s of its 24 wedged)."""
+    T = 1_700_000_000.0
+    r = {"run_id": "abc"}
+    records = [
+        {**r, "event": "run_started", "ts": T, "pid": 1},
+        {**r, "event": "attempt_started", "ts": T + 1, "attempt": 1, "pid": 2},
+        {**r, "event": "first_heartbeat", "ts": T + 11, "attempt": 1, "step": 1},
+        {**r, "event": "engine_restart", "ts": T + 500, "attempt": 1, "ok": True, "by": "generator", "backstop": True,
+         "onset_to_killed_s": 300.0},
+        {**r, "event": "engine_recovered", "ts": T + 510, "attempt": 1, "step": 18, "onset_to_progress_s": 310.0,
+         "kill_to_progress_s": 10.0, "backstop": True},
+        {**r, "event": "attempt_ended", "ts": T + 1011, "attempt": 1, "kind": "done", "exit_code": 0},
+        {**r, "event": "run_finished", "ts": T + 1011, "outcome": "success", "exit_code": 0, "reason": "ok"},
+    ]
+    g = goodput(records)
+    assert (g["hung_s"], g["recovery_s"], g["productive_s"]) == (300.0, 10.0, 1000.0 - 310.0)
+    assert [(i["level"], i["time_to_recover_s"], i["latency_s"]) for i in g["incidents"]] == [(1, 310.0, 300.0)]
