@@ -39,7 +39,7 @@ from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.exitcodes import EXIT_CODES, EXIT_INTERNAL, EXIT_USAGE
 from hangwatch.contract.terminal import terminal_safe
 from hangwatch.contract.tools import abort_running_tools
-from hangwatch.contract.private import private_dir
+from hangwatch.contract.private import check_import_path, private_dir
 from hangwatch.supervisor.config import MAX_SECONDS, SETTINGS, build, build_operate, load_file, save_values, saved_cwd, saved_values
 
 sys.excepthook = _excepthook  # imported: main() handles a Ctrl-C from here on
@@ -339,6 +339,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from hangwatch.supervisor.runner import Supervisor  # noqa: PLC0415
     from hangwatch.supervisor.tree import LocalTree  # noqa: PLC0415
 
+    check_import_path(os.environ.get("PYTHONPATH"))  # before it is used: a lazy import, a helper's start
     values, command, resume_dir, explicit = _run_settings(args)
     config = build(values, command, explicit=explicit)
     operate_config = build_operate(values)

@@ -136,6 +136,53 @@ def check_trusted_file(path: Path, what: str, why: str) -> None:
                               f"{why}; `chmod go-w {real}`")
 
 
+def check_import_path(pythonpath: str | None) -> None:
+    """Refuse a ``PYTHONPATH`` entry another user could change (or put a module in).
+
+    ``PYTHONPATH`` is hangwatch's own import path too, ahead of its site-packages: root
+    supervising ``setpriv --reuid=alice python train.py`` with ``PYTHONPATH=/home/alice/proj``
+    in its environment (so that the trainer finds its modules) imported, as root, whatever
+    alice put there later: the supervisor imports lazily (the report at a capture, apprise
+    at an alert) and starts helpers (``notify_exec`` at each alert, a re-armed guardian)
+    that import from it, and the trainer, running as alice, writes there (reproduced: a
+    module she planted ran with uid 0). Each entry, an empty one meaning the working
+    directory, must be ours or root's and not writable by group or others (sticky or not:
+    anyone can add a file to ``/tmp``), below directories only we or root control; one that
+    does not exist yet must not be creatable by another user."""
+    if not pythonpath:
+        return
+    me = os.geteuid()
+    fix = ("hangwatch imports its own code (and its helpers') from PYTHONPATH; to give it to the command only, "
+           "pass it there: hangwatch run ... -- env PYTHONPATH=... COMMAND")
+    for entry in pythonpath.split(os.pathsep):
+        path = Path(os.path.abspath(entry or os.getcwd()))
+        try:
+            check_ancestors(path, "PYTHONPATH entry")
+        except UnsafePathError as exc:
+            raise UnsafePathError(f"{exc}. {fix}") from None
+        real = Path(os.path.realpath(path))
+        target = real
+        while True:
+            try:
+                st = os.stat(target)
+                break
+            except (FileNotFoundError, NotADirectoryError):
+                if target.parent == target:
+                    return
+                target = target.parent  # not there yet: who could create it decides
+        problem = (f"owned by uid {st.st_uid}, not by you (uid {me}) or root" if st.st_uid not in (0, me)
+                   else f"writable by group or others (mode {stat.S_IMODE(st.st_mode):o})" if st.st_mode & 0o022
+                   else None)
+        if problem is not None:
+            shown = entry or f"(empty: the working directory {path})"
+            if target != real:
+                shown += f" (not there yet; {target}, where it would be made,)"
+            elif real != path:
+                shown += f" ({real})"
+            raise UnsafePathError(f"PYTHONPATH entry {shown} is {problem}: whoever can write there can put a "
+                                  f"module in it that hangwatch imports as you. {fix}")
+
+
 def check_private_file(path: Path, what: str) -> None:
     """Refuse to trust ``path`` unless it is a regular file of ours that nobody else can write."""
     try:
