@@ -7,15 +7,15 @@ which is why the capture orchestrator bounds every step.
 
 from __future__ import annotations
 
-import shutil
 from typing import Any
 
+from hangwatch.contract.private import trusted_which
 from hangwatch.contract.tools import run_bounded
 
 
 def gpu_state(nvidia_smi_timeout: float = 10.0) -> dict[str, Any]:
     state: dict[str, Any] = {"nvml": _nvml(), "nvidia_smi": None}
-    smi = shutil.which("nvidia-smi")
+    smi = trusted_which("nvidia-smi")  # run as us (root): never one another user put on PATH
     if smi is None:
         state["nvidia_smi"] = {"available": False, "reason": "nvidia-smi not on PATH"}
     else:

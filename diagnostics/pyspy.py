@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any, Sequence
 from hangwatch.diagnostics.errors import InputError
 from hangwatch.diagnostics.pastes import parse_frame_line, read_text
 from hangwatch.diagnostics.stacks import Frame, ProcessDump, ThreadDump
+from hangwatch.contract.private import trusted_which, untrusted_reason
 from hangwatch.contract.tools import ToolResult, run_bounded
 
 from hangwatch.contract.env import PYSPY as PYSPY_ENV
@@ -35,17 +35,38 @@ PTRACE_FIX = (
 MISSING_FIX = "install py-spy (pip install py-spy; it is a hangwatch dependency) or point HANGWATCH_PYSPY at the binary"
 
 
+#: why the last ``find_pyspy`` passed over a py-spy (another user could change it), for the message
+SKIPPED: list[str] = []
+
+
 def find_pyspy(explicit: str | None = None) -> str | None:
     """The py-spy to run: explicit path, $HANGWATCH_PYSPY, PATH, or next to this Python
-    (a venv's bin is often not on PATH when the supervisor is started by path)."""
+    (a venv's bin is often not on PATH when the supervisor is started by path).
+
+    One that another user could change is passed over (``SKIPPED`` says why): it runs as
+    us, root at a capture."""
+    SKIPPED.clear()
     for candidate in (explicit, os.environ.get(PYSPY_ENV)):
         if candidate:
-            return candidate
-    found = shutil.which("py-spy")
+            why = untrusted_reason(candidate)
+            if why is None:
+                return candidate
+            SKIPPED.append(why)
+    found = trusted_which("py-spy", SKIPPED)
     if found:
         return found
     sibling = Path(sys.executable).parent / "py-spy"
-    return str(sibling) if sibling.exists() else None
+    if sibling.exists():
+        why = untrusted_reason(sibling)
+        if why is None:
+            return str(sibling)
+        SKIPPED.append(why)
+    return None
+
+
+def _missing() -> str:
+    passed = f" (passed over: {'; '.join(SKIPPED)})" if SKIPPED else ""
+    return f"py-spy not found{passed}; {MISSING_FIX}"
 
 
 @dataclass(frozen=True)
@@ -74,7 +95,7 @@ class DumpResult:
 
 def dump_process(pyspy: str | None, pid: int, *, round_no: int, timeout: float, native: bool = False) -> DumpResult:
     if pyspy is None:
-        return DumpResult(pid, round_no, "", 0.0, problem="missing", message=f"py-spy not found; {MISSING_FIX}")
+        return DumpResult(pid, round_no, "", 0.0, problem="missing", message=_missing())
     argv = [pyspy, "dump", "--pid", str(pid), "--json"]
     if native:
         argv.append("--native")
@@ -128,7 +149,7 @@ def _run_as_owner(argv: list[str], owner: tuple[int, int], timeout: float) -> To
     try:
         exe = [f"/proc/self/fd/{fd}", *argv[1:]]
         env = {k: os.environ[k] for k in ("PATH", SUPERVISOR_ENV) if k in os.environ}
-        setpriv = shutil.which("setpriv")
+        setpriv = trusted_which("setpriv")
         if setpriv is not None:
             return run_bounded([setpriv, f"--reuid={owner[0]}", f"--regid={owner[1]}", *_OWNER_PRIVILEGES, "--", *exe],
                                timeout, env=env, pass_fds=(fd,))

@@ -183,6 +183,42 @@ def check_import_path(pythonpath: str | None) -> None:
                                   f"module in it that hangwatch imports as you. {fix}")
 
 
+def untrusted_reason(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` (a program we would run) is one another user could change, or None.
+
+    ``check_trusted_file``'s rule (ours or root's, not group/other-writable, below folders
+    only we or root control), as a reason instead of an error."""
+    try:
+        check_trusted_file(Path(path), "program", "it would run as you")
+    except UnsafePathError as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    return None
+
+
+def trusted_which(name: str, skipped: list[str] | None = None) -> str | None:
+    """``shutil.which(name)``, passing over a match another user could change.
+
+    The supervisor runs tools at a capture (py-spy, setpriv, nvidia-smi), often as root. A
+    PATH that holds another user's folder (the trainer's venv ``bin``, even appended after
+    the system's) had root run the ``py-spy`` they put there (reproduced: it wrote uid 0),
+    when hangwatch's own was next to its interpreter. Each match passed over is described in
+    ``skipped``."""
+    import shutil  # noqa: PLC0415
+
+    for folder in (os.environ.get("PATH") or os.defpath).split(os.pathsep):
+        found = shutil.which(name, path=folder or ".")
+        if found is None:
+            continue
+        why = untrusted_reason(found)
+        if why is None:
+            return found
+        if skipped is not None:
+            skipped.append(why)
+    return None
+
+
 def check_private_file(path: Path, what: str) -> None:
     """Refuse to trust ``path`` unless it is a regular file of ours that nobody else can write."""
     try:
