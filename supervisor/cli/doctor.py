@@ -90,10 +90,11 @@ def _human(n: float) -> str:
 
 
 def check_pyspy(pyspy: str | None) -> Check:
-    from hangwatch.diagnostics.pyspy import MISSING_FIX  # noqa: PLC0415
+    from hangwatch.diagnostics.pyspy import MISSING_FIX, SKIPPED  # noqa: PLC0415
 
     if pyspy is None:
-        return Check("py-spy", "fail", "py-spy not found: no stacks in incident bundles", MISSING_FIX)
+        passed = f" (passed over: {terminal_safe('; '.join(SKIPPED))})" if SKIPPED else ""
+        return Check("py-spy", "fail", f"py-spy not found{passed}: no stacks in incident bundles", MISSING_FIX)
     result = run_bounded([pyspy, "--version"], 3.0)
     if not result.ok:
         why = result.error or ("timed out" if result.timed_out else result.stderr.strip()[:200])
