@@ -119,16 +119,15 @@ class LocalTree:
         self._tell_guardian(members)
 
     def _watch_while_busy(self) -> None:
-        """With the tree walk only: while nothing else looks at the tree (a capture, a
-        backoff, an engine restart: no ticks), look every ``WATCH_POLL_S`` and tell the
-        guardian what is new, so that a worker that escaped meanwhile (a new session, and an
-        environment without the attempt's mark) is not unknown to it should we die. Its own
-        ``ProcessTree``: the main thread's is not shared across threads."""
-        tree = ProcessTree()
+        """While nothing else looks at the tree (a capture, a backoff, an engine restart: no
+        ticks), look every ``WATCH_POLL_S`` and tell the guardian what is new, so that a worker
+        that escaped meanwhile (a new session, and an environment without the attempt's mark)
+        is not unknown to it should we die. With a cgroup too: a worker that moved itself out of
+        the attempt's cgroup is beyond ``cgroup.kill`` (``proctree``). Its own ``ProcessTree``:
+        the main thread's is not shared across threads."""
+        tree = ProcessTree(source=lambda: self._cgroup.pids() if self._cgroup is not None else ())
         told: set[tuple[int, float]] = set()
         while not self._closed.wait(WATCH_POLL_S):
-            if self.containment is not None:
-                return  # the cgroup holds whatever is forked, looked at or not
             if time.monotonic() - self._last_look < max(WATCH_IDLE_S, 2 * self._cadence):
                 continue
             try:

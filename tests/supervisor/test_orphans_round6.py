@@ -281,3 +281,36 @@ def test_the_tree_gives_a_warm_launch_the_same_parent_death_signal_as_a_cold_one
         assert asked == [signal.SIGSTOP], "a tree walk with an armed guardian: SIGSTOP, warm or cold"
     finally:
         tree.close()
+
+
+@needs_cgroup
+@pytest.mark.timeout(30)
+def test_with_a_cgroup_the_busy_watcher_tells_the_guardian_of_a_descendant_outside_it(tmp_path: Path) -> None:
+    """No tick looks during a capture or a backoff; with the tree walk a watcher thread does, and
+    tells the guardian. With a cgroup it did not look at all: a worker that moved out of the
+    attempt's cgroup meanwhile (and cleared its environment) was unknown to the guardian."""
+    from hangwatch.supervisor.probes import NoProbe
+    from hangwatch.supervisor.tree import LocalTree
+
+    containment, why = cgroup.detect("cgroup", "round6w")
+    assert containment is not None, why
+    tree = LocalTree(tmp_path, NoProbe(), echo=False, containment=containment)
+    told: list[dict] = []
+    tree.attach_guardian(told.append, lambda: True)
+    trainer = outside = None
+    try:
+        trainer = tree.launch(["sleep", "60"], dict(os.environ), tmp_path / "attempt-001")
+        outside = subprocess.Popen(["sleep", "60"])  # a descendant of ours, not in the attempt's cgroup
+        tree._last_look = time.monotonic() - 60  # no tick has looked for a while (a capture)
+
+        def told_of_it() -> bool:
+            return any(outside.pid in [m[0] for m in state["members"]] for state in list(told))
+
+        wait_for(told_of_it, timeout=10, what="the watcher told the guardian of the worker outside the cgroup")
+        assert told[-1]["cgroup"] == str(containment.current.path)
+    finally:
+        for proc in (outside, trainer.popen if trainer is not None else None):
+            if proc is not None:
+                proc.kill()
+                proc.wait(10)
+        tree.close()
