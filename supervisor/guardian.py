@@ -128,15 +128,16 @@ class Guardian:
             while not self._stopping.wait(every):
                 if self.armed() or time.monotonic() < next_try:
                     continue
-                old = f"the guardian (pid {self.proc.pid}) is gone" if self.proc is not None \
-                    else "no guardian is armed (it could not be started)"
+                had = self.proc is not None  # else none has armed yet (``start(later=True)``)
+                old = f"the guardian (pid {self.proc.pid}) is gone" if self.proc is not None else "no guardian is armed"
                 try:
                     self._rearm()
                 except GuardianError as exc:
                     next_try = time.monotonic() + retry
+                    stopped = "the trainer's root stays stopped and " if had else ""
                     on_event("guardian_lost", f"{old} and a new one could not be started "
-                                              f"({exc}): if this supervisor dies now, the trainer's root stays stopped "
-                                              f"and escaped workers live on until hangwatch run --resume kills them")
+                                              f"({exc}): if this supervisor dies now, {stopped}escaped workers "
+                                              f"live on until hangwatch run --resume kills them")
                     continue
                 if self.proc is not None:
                     on_event("guardian_rearmed", f"{old}; a new one (pid {self.proc.pid}) is armed with the same state")
