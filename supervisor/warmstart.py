@@ -32,7 +32,9 @@ The life of the process, and why it keeps the fresh-tree guarantee:
    launcher as ``__main__``: a script's code in the real ``__main__`` module
    (as ``python script.py`` does), a module through runpy (as ``python -m``).
    From here on this process *is* the attempt's tree root: the supervisor
-   started it in its own session with the parent-death signal, reads its
+   started it in its own session with the parent-death signal (SIGKILL; the
+   message names the root's, SIGSTOP while an armed guardian will kill the tree,
+   and it is set before the launcher runs), reads its
    stdout/stderr into the attempt's logs, moved it into the attempt's cgroup
    before sending the message, and kills it with the attempt.
 
