@@ -228,7 +228,8 @@ class ColocatedGenerator:
             return None
         self._backstop_used = True
         logger.warning("the engine did not answer in its %s phase in time and the supervisor gave no instruction: "
-                       "restarting the engine from the generator (its timeout is the backstop)", self._failed_at)
+                       "restarting the engine from the generator (its %s timeout is the backstop)", self._failed_at,
+                       self._failed_at)
         return {"action": "restart_engine", "cudagraphs": "on" if policy.cudagraphs else "off",
                 "enforce_eager": policy.enforce_eager, "by": "generator"}
 

@@ -104,7 +104,7 @@ def test_the_generators_own_timeout_is_the_backstop_and_restarts_the_engine_once
         info = gen.beat_info
         assert info["engine_restart_step"] == 6
         assert began <= info["engine_restart_onset_wall"] <= info["engine_restart_killed_wall"] - short.generate
-    assert "timeout is the backstop" in caplog.text
+    assert "generate timeout is the backstop" in caplog.text
 
 
 class _FakeLLMEngine:
