@@ -111,8 +111,8 @@ def _report_runs_too(report: argparse.ArgumentParser) -> None:
         except OSError as exc:
             raise UsageError(f"{out or run_dir}: cannot write the report there ({exc.strerror or exc})") from exc
         goodput = f"{100 * g['goodput']:.1f} %" if g["goodput"] is not None else "-"
-        print(f"{path}  (goodput {goodput}: {g['productive_s']:.0f} s of {g['wall_s']:.0f} s; "
-              f"{len(g['incidents'])} incident(s), {len(g['attempts'])} attempt(s))")
+        print(terminal_safe(f"{path}  (goodput {goodput}: {g['productive_s']:.0f} s of {g['wall_s']:.0f} s; "
+                            f"{len(g['incidents'])} incident(s), {len(g['attempts'])} attempt(s))"))
         return 0
 
     report.set_defaults(func=run_or_bundle)

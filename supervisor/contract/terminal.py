@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import re
 
-# C0 controls but tab and newline, DEL, and C1 controls (0x9b is a one-byte CSI).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0 controls but tab and newline, DEL, and C1 controls (0x9b is a one-byte CSI); and lone
+# surrogates: a byte that was not UTF-8 in a name the trainer's user chose (a checkpoint folder
+# ``checkpoint-5\xff``) is one in Python, and a UTF-8 terminal's stdout (strict outside the C
+# locale) refused it: `hangwatch status` of that run was an internal error, exit 70.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _shown(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def terminal_safe(text: str) -> str:
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+    return _CONTROL.sub(lambda m: _shown(m.group(0)), text)
 
 
 def one_line(text: str) -> str:

@@ -87,3 +87,26 @@ def test_a_pythonpath_of_our_own_is_accepted(tmp_path, monkeypatch):
     monkeypatch.chdir("/tmp")
     with pytest.raises(UnsafePathError, match="working directory"):
         check_import_path(f"{ours}{os.pathsep}")  # an empty entry is the working directory
+
+
+def test_status_on_a_utf8_terminal_shows_a_checkpoint_name_that_is_not_utf8(tmp_path):
+    """The trainer's user named a checkpoint folder with a byte that is not UTF-8
+    (``checkpoint-5\\xff``); the next attempt resumed from it and the journal kept it. On a
+    UTF-8 terminal (stdout strict outside the C locale) `hangwatch status` of that run was an
+    internal error, exit 70. Now such a byte is shown as \\udcff, like control characters."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    resumed = os.fsdecode(str(tmp_path).encode() + b"/ckpt/checkpoint-5\xff")
+    records = [
+        {"event": "run_started", "ts": 1000.0, "run_id": "r", "pid": 1, "run_dir": str(run_dir), "command": ["x"]},
+        {"event": "attempt_started", "ts": 1001.0, "run_id": "r", "attempt": 1, "pid": 2},
+        {"event": "attempt_ended", "ts": 1002.0, "run_id": "r", "attempt": 1, "kind": "crash", "exit_code": 1},
+        {"event": "attempt_started", "ts": 1003.0, "run_id": "r", "attempt": 2, "pid": 3, "resume_from": resumed},
+        {"event": "attempt_ended", "ts": 1004.0, "run_id": "r", "attempt": 2, "kind": "crash", "exit_code": 1},
+        {"event": "run_finished", "ts": 1005.0, "run_id": "r", "outcome": "gave_up", "exit_code": 71, "reason": "budget"},
+    ]
+    (run_dir / "journal.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    done = subprocess.run([sys.executable, "-m", "hangwatch.cli", "status", str(run_dir)], capture_output=True,
+                          env=dict(os.environ, PYTHONIOENCODING="utf-8:strict"), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert b"checkpoint-5\\udcff" in done.stdout
