@@ -257,6 +257,18 @@ _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200}(?:Error|Exception|Interru
 # "frame #2: c10d::TCPStore::doGet(std::string const&) + 0x32 (0x7f60.. in /x/libtorch_cpu.so)".
 _TORCH_CXX_FRAME = re.compile(r"^frame #(\d{1,4}): (\S.{0,3000}?) \+ 0x[0-9a-fA-F]{1,16}(?: \((?:0x[0-9a-fA-F]{0,16})?(?: in ?(\S{0,1000}?))?\)?)?$")
 _WATCHDOG = re.compile(r"WorkNCCL\(SeqNum=(\d{1,12}), OpType=([A-Za-z_]{1,40})")
+# The header above one of those backtraces: "Exception raised from run at /p/ProcessGroupNCCL.cpp:2063
+# (most recent call first):" names the function that raised (cache-dit#761).
+_RAISED_FROM = re.compile(r"^Exception raised from (\S{1,300}) at (\S{1,1000}?):(\d{1,7})\b")
+# Where the NCCL watchdog thread raises when it finds a collective timed out or failed: a
+# backtrace raised there is that thread's own (not the rank's hung stack), and it says that
+# a collective never completed.
+_NCCL_WATCHDOG_RAISERS = frozenset(("run", "ncclCommWatchdog", "watchdogHandler", "checkTimeout", "runLoop",
+                                    "heartbeatMonitor", "checkAndSetException", "handleException"))
+# torch's fatal-signal handler (TORCH_SHOW_CPP_STACKTRACES / c10::FatalSignalHandler), one
+# block per thread of the process: "SIGABRT(6), PID: 15837, Thread 15853: " then that
+# thread's "frame #k: fn + 0x.. (0x.. in lib)" lines (pytorch#94003, pytorch#99218).
+_SIGNAL_THREAD = re.compile(r"^(SIG[A-Z0-9]{2,8})\((\d{1,3})\), PID: (\d{1,10}), Thread (\d{1,10}):?$")
 # Horovod's stall inspector, one stalled tensor per entry (several on the warning's line in
 # older logs): "allreduce.conv1.weight [ready ranks: 0, 7, 3]" (horovod#364), TensorFlow op
 # names "HorovodBroadcast_w_0 [missing ranks: 0]" (horovod#534), Keras names with "/"
@@ -301,6 +313,10 @@ class ParseReport:
     undumped: dict[int, str] = field(default_factory=dict)
     #: Horovod's stall warning: (tensor, the ranks that never submitted it)
     horovod_missing: tuple[str, tuple[int, ...]] | None = None
+    #: the signal torch's fatal-signal handler printed the threads at ('SIGABRT(6)')
+    signal_dump: str = ""
+    #: only the NCCL watchdog's own error backtrace was pasted (it raised on a collective)
+    watchdog_raised: bool = False
 
     @property
     def confidence(self) -> str:
@@ -341,6 +357,12 @@ class ParseReport:
                 "SIGABRT (a kill -ABRT of a hung process, or an abort()): each thread is where it was then"
                 if self.fatal_error.strip().lower().startswith("aborted") else
                 "the process crashed; the stacks show where each thread was at the crash, which need not be a hang"))
+        if self.signal_dump:
+            out.append(f"printed by torch's fatal-signal handler at {self.signal_dump}: each thread is where it was when the "
+                       "signal came (a kill of a hung process, or an abort after an error)")
+        if self.watchdog_raised:
+            out.append("only the NCCL watchdog's own error backtrace was pasted: it raised because a collective timed out "
+                       "or failed; no rank's stack shows where each one waited")
         if self.profile_lines:
             out.append(f"ignored {self.profile_lines} line(s) of py-spy top/record output (sampled totals, not a thread's stack)")
         if self.horovod_missing is not None:
@@ -803,6 +825,12 @@ class _Reader:
         self.stream_pid: int | None = None  # the process whose interleaved lines are being read
         self.cxx_blocks: list[list[Frame]] = []  # torch's C++ error backtraces, innermost first
         self.cxx_of: dict[int, list[Frame]] = {}  # tb_pending index -> the C++ backtrace under its error
+        self.cxx_raised: tuple[str, str] | None = None  # the "Exception raised from F at FILE" above the next block
+        self.cxx_watchdog: set[int] = set()  # ids of the blocks the NCCL watchdog raised
+        # Inside a block of torch's fatal-signal handler: 2 before the handler's own frame,
+        # 1 right after it (the signal trampoline may follow), 0 in the thread's frames.
+        self.signal_frames = False
+        self.signal_skip = 0
         self.error_tb_line = -10  # the line on which the last error traceback ended
         self.prev_text = ""  # the last non-blank line before the current one
         self.cur_text = ""
@@ -974,7 +1002,20 @@ class _Reader:
             return
         if " ranks:" in s and self.horovod_stall_line(s):
             return
-        if s.startswith("frame #") and "`" not in s and self.cxx_frame(s):
+        if s[:3] == "SIG" and ", PID: " in s:
+            ms = _SIGNAL_THREAD.match(s)
+            if ms:
+                self.signal_thread(ms)
+                return
+        if s.startswith("frame #") and "`" not in s:
+            if self.signal_frames and self.signal_frame(s):
+                return
+            if self.cxx_frame(s):
+                return
+        self.signal_frames = False
+        if s.startswith("Exception raised from ") and (mr := _RAISED_FROM.match(s)) is not None:
+            self.cxx_raised = (mr.group(1), mr.group(2))
+            self.skip(s)
             return
         if "Stack trace of the failed collective:" in s:
             # torch's flight recorder prints that rank's stack of the collective that timed
@@ -1283,12 +1324,49 @@ class _Reader:
             if len(self.cxx_blocks) >= MAX_THREADS:
                 return True
             self.cxx_blocks.append([])
+            raised, self.cxx_raised = self.cxx_raised, None
+            if raised is not None and raised[1].endswith("ProcessGroupNCCL.cpp") and raised[0].rsplit("::", 1)[-1] in _NCCL_WATCHDOG_RAISERS:
+                self.cxx_watchdog.add(id(self.cxx_blocks[-1]))
             if self.report.lines - self.error_tb_line <= 4 and self.tb_pending:
                 # Right under an error's Python traceback (its message, then "Exception raised
                 # from X (most recent call first):"): the same thread's inner, native part.
                 self.cxx_of[len(self.tb_pending) - 1] = self.cxx_blocks[-1]
         if len(self.cxx_blocks[-1]) < MAX_FRAMES:
             self.cxx_blocks[-1].append(frame)
+        return True
+
+    def signal_thread(self, m: re.Match[str]) -> None:
+        """'SIGABRT(6), PID: 15837, Thread 15853:' of torch's fatal-signal handler: a thread of
+        that process (the one whose id is the pid is the main thread); its frames follow."""
+        pid, tid = int(m.group(3)), m.group(4)
+        proc = next((p for p in self.processes if p.pid == pid), None)
+        if proc is None:
+            self.new_process(pid)
+        else:
+            self.close_group()
+            self.proc = proc
+        self.start_thread(tid, "unknown", "MainThread" if int(tid) == pid else "")
+        self.signal_frames, self.signal_skip = True, 2
+        if not self.report.signal_dump:
+            self.report.signal_dump = f"{m.group(1)}({m.group(2)})"
+
+    def signal_frame(self, s: str) -> bool:
+        """A frame of the thread torch's fatal-signal handler is printing. The handler's own
+        frame and the signal trampoline under it are where the dump was printed from, not
+        where the thread was: dropped."""
+        m = _TORCH_CXX_FRAME.match(s)
+        if m is None:
+            return False
+        name = m.group(2)
+        name = "?" if name.startswith("<unknown") else (_cxx_name(name) or name)
+        if self.signal_skip == 2 and "SignalHandler" in name:
+            self.signal_skip = 1
+            return True
+        if self.signal_skip == 1 and name == "?":
+            self.signal_skip = 0
+            return True
+        self.signal_skip = 0
+        self.add_frames([Frame(name, m.group(3) or "?", None, native=True)])
         return True
 
     def gdb_frame(self, s: str) -> bool:
@@ -1616,10 +1694,18 @@ class _Reader:
             # Only torch's C++ error backtrace was pasted: the raising thread's native stack
             # (where a store get or a communicator setup was waiting when it timed out).
             for block in self.cxx_blocks:
-                if any("watchdog" in f.function.lower() or "checkTimeout" in f.function for f in block):
+                if id(block) in self.cxx_watchdog or any("watchdog" in f.function.lower() or "checkTimeout" in f.function for f in block):
                     continue  # the NCCL watchdog thread's own stack, never the hung one
                 self.group = []
                 self.add_frames(_raised_from(block) or block)
+            if self.cxx_watchdog and not any(t.frames for p in self.processes for t in p.threads):
+                # Only the NCCL watchdog's own backtraces, and torch's header says the
+                # watchdog raised ("Exception raised from run at ...ProcessGroupNCCL.cpp"): a
+                # collective timed out or failed. That is all the paste says (no rank's stack,
+                # no WorkNCCL line): one rank known only from the watchdog, in a collective.
+                # (A frame list alone that merely names the watchdog says no such thing.)
+                self.watchdog[None] = (None, "collective", "?")
+                self.report.watchdog_raised = True
         else:
             self.report.skipped += cxx_lines
         rounds: dict[int | None, int] = {}

@@ -1,0 +1,160 @@
+"""Replay on a seventh round of real pasted dumps (data/pasted/, held out): torch's
+fatal-signal handler printing every thread ('SIGABRT(6), PID: n, Thread n:'), the NCCL
+watchdog's own error backtrace ('Exception raised from run at ProcessGroupNCCL.cpp'),
+a forked child stuck outside its target, any process-group backend's teardown, and
+Apple MPS's device synchronize in lldb frames."""
+
+from __future__ import annotations
+
+import pytest
+
+from diag_helpers import DATA
+from hangwatch.diagnostics.pastes import read_text
+from hangwatch.diagnostics.replay import analyse
+from hangwatch.diagnostics.signatures import load_signatures
+
+pytestmark = pytest.mark.timeout(60)
+
+PASTED = DATA / "pasted"
+SIGS = load_signatures()
+
+
+def _verdict(name: str) -> str:
+    (incident,) = analyse([PASTED / f"{name}.txt"], SIGS)
+    return incident.classification.signature_id or "unknown"
+
+
+def _verdict_of(tmp_path, text: str) -> str:
+    path = tmp_path / "paste.txt"
+    path.write_text(text)
+    (incident,) = analyse([path], SIGS)
+    return incident.classification.signature_id or "unknown"
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        # only the watchdog thread's 'Exception raised from run at ...ProcessGroupNCCL.cpp'
+        # backtrace: it raised because a collective timed out (before: unknown, c10::Error)
+        ("cachedit_761_watchdog_exception_raised_from_run_rank_suffix", "nccl-collective-wait"),
+        # ProcessGroupMPI::destroy -> std::thread::join at interpreter exit
+        ("pytorch_76760_gdb_processgroupmpi_destroy_join", "process-group-destroy"),
+        # lldb on macOS: MPSModule_deviceSynchronize -> [_MTLCommandBuffer waitUntilCompleted]
+        ("pytorch_pr141296_lldb_mps_waituntilcompleted", "cuda-synchronize-wait"),
+        # a forked child in _bootstrap -> _flush_std_streams, on top of the parent's Popen
+        ("vmware_runtimes_94_fork_child_flush_std_streams", "fork-inherited-lock"),
+    ],
+)
+def test_round7_real_dumps(name, expected):
+    assert _verdict(name) == expected
+
+
+# torch's fatal-signal handler: one block per thread, the handler's own frame and the signal
+# trampoline first. Thread 4242 is the main thread (its id is the pid).
+CRASH_HANDLER = """\
+SIGABRT(6), PID: 4242, Thread 4250: 
+ frame #0: c10::FatalSignalHandler::stacktraceSignalHandler(bool) + 0x59 (0x7fe481bc0009 in /x/torch/lib/libc10.so)
+frame #1: <unknown function> + 0x12980 (0x7fe4d2fb9980 in /lib/x86_64-linux-gnu/libpthread.so.0)
+frame #2: pthread_cond_timedwait + 0x335 (0x7fe4d2fb5065 in /lib/x86_64-linux-gnu/libpthread.so.0)
+frame #3: c10d::ProcessGroupNCCL::ncclCommWatchdogInternal() + 0xbab (0x7fe482f08f0b in /x/torch/lib/libtorch_cuda.so)
+frame #4: c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x98 (0x7fe482f09678 in /x/torch/lib/libtorch_cuda.so)
+frame #5: clone + 0x3f (0x7fe4d253261f in /lib/x86_64-linux-gnu/libc.so.6)
+
+SIGABRT(6), PID: 4242, Thread 4242: 
+ frame #0: c10::FatalSignalHandler::stacktraceSignalHandler(bool) + 0x59 (0x7fe481bc0009 in /x/torch/lib/libc10.so)
+frame #1: <unknown function> + 0x12980 (0x7fe4d2fb9980 in /lib/x86_64-linux-gnu/libpthread.so.0)
+frame #2: recv + 0x6f (0x7fe4d2fb8a1f in /lib/x86_64-linux-gnu/libpthread.so.0)
+frame #3: c10d::TCPStore::doGet(std::string const&) + 0x32 (0x7f60aaaa0000 in /x/torch/lib/libtorch_cpu.so)
+frame #4: c10d::TCPStore::get(std::string const&) + 0x55 (0x7f60aaaa1000 in /x/torch/lib/libtorch_cpu.so)
+"""
+
+
+def test_crash_handler_blocks_are_threads_of_the_process(tmp_path):
+    # pytorch#94003/#99218: before, the 'SIGABRT(6), PID: n, Thread n:' headers were not
+    # read and the frames under them were taken for an error's C++ backtrace and dropped.
+    report = read_text(CRASH_HANDLER)
+    (proc,) = report.processes
+    assert proc.pid == 4242
+    threads = {t.ident: t for t in proc.threads}
+    assert set(threads) == {"4250", "4242"}
+    assert threads["4242"].name == "MainThread"
+    watchdog = [f.function for f in threads["4250"].frames]
+    # the handler's frame and the trampoline under it are where the dump was printed from
+    assert watchdog[0] == "pthread_cond_timedwait" and not any("SignalHandler" in f for f in watchdog)
+    assert "c10d::ProcessGroupNCCL::ncclCommWatchdogInternal" in watchdog
+    assert any("fatal-signal handler at SIGABRT(6)" in n for n in report.notes())
+    # the main thread decides; the watchdog idle in its loop is a helper
+    assert _verdict_of(tmp_path, CRASH_HANDLER) == "nccl-comm-init"
+
+
+def test_real_crash_handler_paste_reads_every_frame():
+    report = read_text((PASTED / "pytorch_94003_sigabrt_crash_handler_watchdog_threads.txt").read_text())
+    assert [p.pid for p in report.processes] == [15837]
+    (thread,) = [t for t in report.processes[0].threads if t.ident == "15853"]
+    assert [f.function for f in thread.frames][:3] == [
+        "pthread_cond_timedwait", "c10d::ProcessGroupNCCL::ncclCommWatchdogInternal", "c10d::ProcessGroupNCCL::ncclCommWatchdog"]
+
+
+def test_a_watchdog_stuck_outside_its_wait_still_counts(tmp_path):
+    # The helper needs the watchdog's loop AND a condition-variable wait: a watchdog
+    # thread stuck aborting a communicator is the stall.
+    text = """\
+SIGABRT(6), PID: 77, Thread 78: 
+ frame #0: c10::FatalSignalHandler::stacktraceSignalHandler(bool) + 0x59 (0x7f0000000001 in /x/libc10.so)
+frame #1: <unknown function> + 0x12980 (0x7f0000000002 in /lib/libpthread.so.0)
+frame #2: usleep + 0x4d (0x7f0000000003 in /lib/libc.so.6)
+frame #3: ncclCommAbort + 0x21 (0x7f0000000004 in /x/libnccl.so.2)
+frame #4: c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x98 (0x7f0000000005 in /x/libtorch_cuda.so)
+"""
+    assert _verdict_of(tmp_path, text) == "process-group-destroy"
+
+
+def test_watchdog_raise_site_is_read_from_the_exception_header():
+    # cache-dit#761: the block under 'Exception raised from run at .../ProcessGroupNCCL.cpp'
+    # has only c10::Error and unnamed frames; the header says the watchdog raised it.
+    report = read_text((PASTED / "cachedit_761_watchdog_exception_raised_from_run_rank_suffix.txt").read_text())
+    frames = [f.function for p in report.processes for t in p.threads for f in t.frames]
+    assert frames == ["nccl:collective"]
+    assert any("NCCL watchdog's own error backtrace" in n for n in report.notes())
+
+
+def test_an_error_backtrace_raised_elsewhere_is_still_the_stack(tmp_path):
+    # Not the watchdog: a store get that timed out is where that thread waited.
+    text = """\
+RuntimeError: Socket Timeout
+Exception raised from doWait at /pytorch/torch/csrc/distributed/c10d/TCPStore.cpp:550 (most recent call first):
+frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x57 (0x7f1 in /x/libc10.so)
+frame #1: c10d::TCPStore::doWait(c10::ArrayRef<std::string>, std::chrono::milliseconds) + 0x3a0 (0x7f2 in /x/libtorch_cpu.so)
+frame #2: c10d::TCPStore::doGet(std::string const&) + 0x32 (0x7f3 in /x/libtorch_cpu.so)
+"""
+    assert _verdict_of(tmp_path, text) == "nccl-comm-init"
+
+
+# A forked DataLoader-style worker running its target: _bootstrap and the parent's
+# popen_fork._launch are below run(), not within the innermost three frames.
+FORKED_WORKER = """\
+Thread 0x00007f0000000001 (most recent call first):
+  File "/usr/lib/python3.10/threading.py", line 324 in wait
+  File "/usr/lib/python3.10/multiprocessing/queues.py", line 113 in get
+  File "/srv/app/work.py", line 12 in worker_fn
+  File "/usr/lib/python3.10/multiprocessing/process.py", line 108 in run
+  File "/usr/lib/python3.10/multiprocessing/process.py", line 315 in _bootstrap
+  File "/usr/lib/python3.10/multiprocessing/popen_fork.py", line 71 in _launch
+  File "/usr/lib/python3.10/multiprocessing/popen_fork.py", line 19 in __init__
+  File "/srv/app/main.py", line 40 in <module>
+"""
+
+
+@pytest.mark.parametrize("text", [
+    FORKED_WORKER,
+    # its target blocked in C: the target's own frame is innermost
+    "\n".join(line for line in FORKED_WORKER.splitlines() if "threading.py" not in line and "queues.py" not in line) + "\n",
+])
+def test_a_forked_child_running_its_target_is_not_an_inherited_lock(tmp_path, text):
+    assert _verdict_of(tmp_path, text) != "fork-inherited-lock"
+
+
+def test_only_idle_nccl_watchdog_threads_decide_nothing():
+    # pytorch#94003's paste shows only NCCL watchdog threads waiting for their next check:
+    # helpers, so nothing is stalled (read as frames, without the helper, they were 'unknown').
+    assert _verdict("pytorch_94003_sigabrt_crash_handler_watchdog_threads") == "all-idle"
