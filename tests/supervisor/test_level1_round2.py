@@ -1,21 +1,28 @@
-"""Level 1 as users hit it, with fakes: what the journal, status and the run report say when
-the retried rollouts came back and a new hang followed before the trainer's step moved on."""
+"""Level 1 as users hit it, with fakes: what the journal, status and the run report say of an
+engine restart (a hang after its retried rollouts came back, a restart the generator decided
+alone), and two ranks' workers stuck in the same weight load; the runner in process with a
+scripted tree."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from hangwatch.cli.runreport import goodput
-from hangwatch.cli.status import _engine_restarts
-from hangwatch.contract.heartbeat import Heartbeat
+from hangwatch.cli.status import _engine_restarts, render_status, summarise
+from hangwatch.contract.capture import TreeProcess
+from hangwatch.contract.heartbeat import Heartbeat, beat, read_heartbeat
 from hangwatch.contract.journal import Journal, read_journal
-from hangwatch.contract.samples import Sample
+from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import Verdict, VerdictKind
-from hangwatch.supervisor.attempt import GraphPolicy, RecoveryLevel
-from hangwatch.supervisor.engine_level import EngineLevel
+from hangwatch.supervisor.attempt import GraphPolicy, RecoveryLevel, recovery_level
+from hangwatch.supervisor.config import SETTINGS, build
+from hangwatch.supervisor.engine_level import EngineLevel, engines_in_a_call, stuck_engine
 from hangwatch.supervisor.killer import KillReport
+from hangwatch.supervisor.probes import NoProbe
+from hangwatch.supervisor.runner import Supervisor
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -111,9 +118,6 @@ def test_two_ranks_workers_wedged_in_the_same_weight_load_are_one_wedge(tmp_path
     It was in its load under the old policy at the first restart, so it is the same wedge: level 1
     again with the same policy. It was taken for a second wedge within the retry window: the job
     was restarted, with enforce_eager."""
-    from hangwatch.supervisor.attempt import recovery_level
-    from hangwatch.supervisor.engine_level import engines_in_a_call, stuck_engine
-    from hangwatch.contract.capture import TreeProcess
 
     journal = Journal(tmp_path / "journal.jsonl", "run")
     level = EngineLevel(_Tree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
@@ -156,3 +160,194 @@ def test_the_run_report_counts_an_engine_restart_the_generator_decided_alone_as_
     g = goodput(records)
     assert (g["hung_s"], g["recovery_s"], g["productive_s"]) == (300.0, 10.0, 1000.0 - 310.0)
     assert [(i["level"], i["time_to_recover_s"], i["latency_s"]) for i in g["incidents"]] == [(1, 310.0, 300.0)]
+
+
+# -- the runner, in process: a scripted tree with an engine worker --------------------------------
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> bool:
+        self.now += max(seconds, 0.001)
+        return True
+
+
+@dataclass
+class _Trainer:
+    pid: int
+    create_time: float
+    stdout_path: Path
+    stderr_path: Path
+
+    def join_output(self, timeout: float) -> None:
+        pass
+
+
+class _EngineTree:
+    """Attempt 1: the trainer (pid 4001) beats steps 1-3, then waits in ``generate`` on its engine
+    worker (pid 50), stuck in a request (GPU busy, CPU idle). Once the worker's group is killed,
+    the trainer's generator beats that the retried rollouts came back, then its own threads stall
+    in that step. Later attempts train to the end."""
+
+    def __init__(self, clock: _Clock) -> None:
+        self.clock = clock
+        self.attempt = 0
+        self.seq = 0
+        self.phase = "steps"  # steps -> engine_wedge -> retried -> trainer_wedge -> killed | done
+        self.heartbeat: str | None = None
+        self.engine_killed = False
+
+    def launch(self, argv, env, attempt_dir):
+        self.attempt += 1
+        self.heartbeat = env["HANGWATCH_HEARTBEAT"]
+        self.phase = "steps" if self.attempt == 1 else "done"
+        self.started = self.clock()
+        self.trainer = _Trainer(4000 + self.attempt, self.clock(), attempt_dir / "stdout.log", attempt_dir / "stderr.log")
+        return self.trainer
+
+    def exit_code(self, trainer):
+        if self.phase == "killed":
+            return -9
+        if self.phase == "done" and self.clock() - self.started > 5:
+            return 0
+        return None
+
+    def watch(self, heartbeat):
+        pass
+
+    def _beat(self, step: int, phase: str, **info) -> None:
+        beat(step=step, phase=phase, path=self.heartbeat, **info)
+
+    def sample(self) -> Sample:
+        t, pid = self.clock(), self.trainer.pid
+        busy, engine = False, ()
+        if self.phase in ("steps", "done"):
+            self.seq += 1
+            step = self.seq if self.phase == "done" else min(self.seq, 3)
+            if self.phase == "steps" and self.seq > 3:
+                self.phase = "engine_wedge"
+                self._beat(3, "generate", cudagraphs="on")
+            else:
+                self._beat(step, "train")
+        if self.phase == "engine_wedge":
+            busy = True
+            engine = (Heartbeat(50, 1, 0.0, 7, "generate", {}),)
+        elif self.phase == "retried":
+            self._beat(3, "train", cudagraphs="off", engine_restarts=1, rollouts_ok=1, engine_worker="cold")
+            self.phase = "trainer_wedge"
+        elif self.phase == "trainer_wedge":
+            busy = True
+        cpu = {pid: 0.0 if busy else 100.0}
+        if self.phase == "engine_wedge":
+            cpu[50] = 0.0
+        return Sample(t=t, wall=t, cpu_pct=cpu, gpu=(DeviceSample(0, 100.0 if busy else 50.0, 1000.0, (pid,)),),
+                      heartbeat=read_heartbeat(self.heartbeat), tree_size=len(cpu), engine=engine)
+
+    def describe(self):
+        out = [TreeProcess(self.trainer.pid, 0.0, 1, self.trainer.pid, self.trainer.pid, "python", ("python", "t.py"))]
+        if not self.engine_killed and self.attempt == 1:
+            out.append(TreeProcess(50, 0.0, self.trainer.pid, 50, 50, "python",
+                                   ("python", "-m", "hangwatch.generator.worker")))
+        return out
+
+    def forward(self, sig, trainer):
+        pass
+
+    def kill_groups(self, pgids, grace, kill_timeout):
+        assert pgids == {50}
+        self.engine_killed, self.phase = True, "retried"
+        return _Tree().kill_groups(pgids, grace, kill_timeout)
+
+    def kill(self, grace, kill_timeout, launcher=None):
+        self.phase = "killed"
+        target = {"pid": self.trainer.pid, "create_time": 0.0, "pgid": self.trainer.pid, "name": "t"}
+        return KillReport((target,), (), (), (), 0.1)
+
+
+def test_the_runner_journals_the_engine_recovered_before_a_hang_of_the_trainers_own_in_the_retried_step(tmp_path):
+
+    records = _run_supervisor(tmp_path, _EngineTree)
+    events = [r["event"] for r in records]
+    assert [r["level"] for r in records if r["event"] == "recovery"] == [1, 2]
+    first, second = [i for i, e in enumerate(events) if e == "incident"]
+    assert "engine_recovered" in events[first:second], "the engine restart worked: its rollouts came back"
+    (recovered,) = [r for r in records if r["event"] == "engine_recovered"]
+    assert recovered["before_hang"] and recovered["engine"]["cudagraphs"] == "off"
+    assert [r["ok"] for r in records if r["event"] == "engine_restart"] == [True]
+    assert "its retried rollouts came back" in render_status(summarise(tmp_path / "run" / "journal.jsonl"))
+
+
+class _TwoLoadsTree(_EngineTree):
+    """Two ranks on a node, one attempt: after steps 1-3 both engine workers (50, 60) wedge in the
+    same weight load (their own beats say ``load``; GPU busy, CPU idle). Killing 50 lets its rank
+    beat that its retried rollouts came back (the shared file's last beat, phase ``restore``);
+    60 stays stuck until it is killed too; then both ranks train on to the end."""
+
+    def __init__(self, clock: _Clock) -> None:
+        super().__init__(clock)
+        self.killed: set[int] = set()
+
+    def sample(self) -> Sample:
+        t, pid = self.clock(), self.trainer.pid
+        if self.phase == "steps":
+            self.seq += 1
+            if self.seq > 3:
+                self.phase = "load_wedge"
+                self._beat(3, "load", cudagraphs="on", engine_worker_pid=50)
+            else:
+                self._beat(self.seq, "train")
+        elif self.phase == "retried":
+            self._beat(3, "restore", cudagraphs="off", engine_restarts=1, rollouts_ok=1, engine_worker="cold")
+            self.phase = "load_wedge"
+        elif self.phase == "done":
+            self.seq += 1
+            self._beat(self.seq, "train", cudagraphs="off", engine_restarts=1, rollouts_ok=1)
+        stuck = [p for p in (50, 60) if p not in self.killed] if self.phase == "load_wedge" else []
+        busy = bool(stuck)
+        cpu = {pid: 0.0 if busy else 100.0, **{p: 0.0 for p in stuck}}
+        engine = tuple(Heartbeat(p, 1, 0.0, 7, "load", {}) for p in stuck)
+        return Sample(t=t, wall=t, cpu_pct=cpu, gpu=(DeviceSample(0, 100.0 if busy else 50.0, 1000.0, (pid,)),),
+                      heartbeat=read_heartbeat(self.heartbeat), tree_size=len(cpu), engine=engine)
+
+    def describe(self):
+        return [TreeProcess(self.trainer.pid, 0.0, 1, self.trainer.pid, self.trainer.pid, "python", ("python", "t.py"))] + [
+            TreeProcess(p, 0.0, self.trainer.pid, p, p, "python", ("python", "-m", "hangwatch.generator.worker"))
+            for p in (50, 60) if p not in self.killed]
+
+    def kill_groups(self, pgids, grace, kill_timeout):
+        (stuck,) = pgids
+        self.killed.add(stuck)
+        self.phase = "retried" if stuck == 50 else "done"
+        self.started = self.clock()
+        return _Tree().kill_groups(pgids, grace, kill_timeout)
+
+
+def _run_supervisor(tmp_path, tree_type):
+
+    def capture(request):
+        path = request.run_dir / "incidents" / f"bundle-{request.attempt}-{request.verdict.detected_at}"
+        path.mkdir(parents=True)
+        return path
+
+    values = {k: v[1] for k, v in SETTINGS.items()}
+    values.update(run_dir=str(tmp_path / "run"), interval=1.0, stall_window=10.0, engine_step_timeout=5.0,
+                  backoff=1.0, gpu_probe="none", quiet=True)
+    config = build(values, ["python", "train.py"])
+    config.run_dir.mkdir(parents=True)
+    clock = _Clock()
+    sup = Supervisor(config, NoProbe(), capture, tree=tree_type(clock), clock=clock, sleep=clock.sleep, wall=clock)
+    assert sup.run() == 0
+    return read_journal(sup.run_dir / "journal.jsonl")
+
+
+def test_the_runner_restarts_both_ranks_workers_wedged_in_the_same_load_at_the_engine_level(tmp_path):
+    records = _run_supervisor(tmp_path, _TwoLoadsTree)
+    assert [r["level"] for r in records if r["event"] == "recovery"] == [1, 1], \
+        "the second stuck worker is the same wedge, not a second one within the retry window"
+    assert [r["pids"] for r in records if r["event"] == "engine_restart"] == [[20], [20]]  # the fake kill's report
+    assert len([r for r in records if r["event"] == "attempt_started"]) == 1, "no job restart"
+    assert all(r["cudagraphs"] == "off" and not r["enforce_eager"] for r in records if r["event"] == "recovery")
