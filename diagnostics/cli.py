@@ -18,7 +18,7 @@ from typing import Any, Callable
 from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.exitcodes import EXIT_USAGE
 from hangwatch.contract.atomic import write_file
-from hangwatch.contract.terminal import terminal_safe
+from hangwatch.contract.terminal import one_line, terminal_safe
 from hangwatch.diagnostics.bundle import check_output_path, load_bundle, pack, replace_file
 from hangwatch.diagnostics.errors import DiagnosticsError
 from hangwatch.diagnostics.replay import WhatIfDetector, aggregate, analyse, processes_overview, render_text
@@ -31,13 +31,13 @@ def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
         try:
             return fn(args)
         except (DiagnosticsError, ConfigError) as exc:
-            print(f"hangwatch: error: {terminal_safe(str(exc))}", file=sys.stderr)
+            print(f"hangwatch: error: {one_line(str(exc))}", file=sys.stderr)
             return EXIT_USAGE
         except (KeyError, TypeError, ValueError, ArithmeticError, AttributeError, IndexError, RecursionError,
                 MemoryError) as exc:
             # Bundles come from other people: a field of the wrong type, shape or value is
             # malformed input, not our bug, and never a traceback.
-            print(f"hangwatch: error: malformed input ({type(exc).__name__}: {terminal_safe(str(exc)[:200])}); "
+            print(f"hangwatch: error: malformed input ({type(exc).__name__}: {one_line(str(exc)[:200])}); "
                   "not a bundle or dump hangwatch wrote", file=sys.stderr)
             return EXIT_USAGE
 
@@ -120,7 +120,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_pack(args: argparse.Namespace) -> int:
     def skipped(name: str, what: str) -> None:
-        print(f"hangwatch: warning: {terminal_safe(name)}: left out of the archive ({what}); it holds regular "
+        print(f"hangwatch: warning: {one_line(name)}: left out of the archive ({what}); it holds regular "
               "files only", file=sys.stderr)
 
     out = pack(Path(args.bundle), Path(args.output) if args.output else None, skipped)

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.exitcodes import EXIT_CODES, EXIT_INTERNAL, EXIT_USAGE
-from hangwatch.contract.terminal import terminal_safe
+from hangwatch.contract.terminal import one_line, terminal_safe
 from hangwatch.contract.tools import abort_running_tools
 from hangwatch.contract.private import check_import_path, private_dir
 from hangwatch.supervisor.config import MAX_SECONDS, SETTINGS, build, build_operate, load_file, save_values, saved_cwd, saved_values
@@ -261,8 +261,9 @@ def _main(argv: list[str] | None) -> int:
     try:
         return int(args.func(args))
     except (UsageError, ConfigError) as exc:
-        # Paths and values in the message can come from disk (a planted name, a journal's text).
-        print(f"hangwatch: error: {terminal_safe(str(exc))}", file=sys.stderr)
+        # Paths and values in the message can come from disk (a planted name, a journal's text):
+        # on one line, or a planted name's newline forges one ("hangwatch: all good").
+        print(f"hangwatch: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

@@ -53,3 +53,17 @@ def test_a_trainer_argument_that_is_not_utf8_never_costs_the_capture_or_the_repo
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert "data-\\udcff.bin" in out.read_text()
+
+
+def test_a_name_in_a_bundle_never_forges_a_line_in_packs_warnings(tmp_path):
+    """`bundle pack` names what it leaves out (a FIFO, a link) with its escapes shown, but kept
+    a newline: a sender's FIFO named 'x\\nhangwatch: archive checked, nothing left out' printed a
+    line of its own."""
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    (bundle / "manifest.json").write_text('{"schema": 1}')
+    os.mkfifo(bundle / "x\nhangwatch: archive checked, nothing left out")
+    done = subprocess.run([sys.executable, "-m", "hangwatch.cli", "bundle", "pack", str(bundle)],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    warnings = [line for line in done.stderr.splitlines() if line]
+    assert len(warnings) == 1 and warnings[0].startswith("hangwatch: warning: x\\nhangwatch:"), done.stderr

@@ -110,3 +110,18 @@ def test_status_on_a_utf8_terminal_shows_a_checkpoint_name_that_is_not_utf8(tmp_
                           env=dict(os.environ, PYTHONIOENCODING="utf-8:strict"), timeout=60)
     assert done.returncode == 0, done.stderr
     assert b"checkpoint-5\\udcff" in done.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown")
+def test_a_planted_name_never_forges_a_line_in_an_error(tmp_path):
+    """The refusal of a run dir holding another user's entry quoted its name with the newline
+    in it: 'hangwatch: all good ...' came out as a line of its own."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    planted = run_dir / "a\nhangwatch: all good"
+    planted.touch()
+    os.chown(planted, 65534, 65534)
+    done = subprocess.run([sys.executable, "-m", "hangwatch.cli", "run", "--run-dir", str(run_dir), "--", "true"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "a\\nhangwatch: all good" in done.stderr, done.stderr
