@@ -60,6 +60,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from hangwatch.contract.redact import redact_text
 from hangwatch.diagnostics.errors import InputError
 from hangwatch.diagnostics.stacks import Frame, ProcessDump, ThreadDump
 
@@ -1177,7 +1178,7 @@ class _Reader:
                     self.bare.pop()  # held as a maybe-frame: it is this chain's head
                 elif self.report.skipped:
                     self.report.skipped -= 1  # skipped as text
-                    if self.report.skipped_examples and self.report.skipped_examples[-1] == self.prev_text[:100]:
+                    if self.report.skipped_examples and self.report.skipped_examples[-1] == _example(self.prev_text):
                         self.report.skipped_examples.pop()
                 self.arrow.append(Frame(head, "?"))
                 self.report.bare_frames += 1
@@ -1650,7 +1651,7 @@ class _Reader:
         self.report.skipped += 1
         self.after_break = True
         if len(self.report.skipped_examples) < 3:
-            self.report.skipped_examples.append(s[:100])
+            self.report.skipped_examples.append(_example(s))
         # A caption right above a stack with no header says whose it is: "**Rank 1
         # (waiting):**" is another process; "... py-spy MainThread:" is a main thread,
         # and a second such stack cannot be the same process's.
@@ -1725,7 +1726,9 @@ class _Reader:
                 continue
             key = p.pid
             rounds[key] = rounds.get(key, 0) + 1 if key is not None else 1
-            out.append(ProcessDump(p.pid, tuple(threads), p.cmdline, p.python, rounds[key], rank=p.rank))
+            # A pasted command line is echoed in the verdict and its JSON: its secrets
+            # (--hf_token hf_..., WANDB_API_KEY=...) never are, as in a bundle.
+            out.append(ProcessDump(p.pid, tuple(threads), redact_text(p.cmdline), p.python, rounds[key], rank=p.rank))
             if p.rank is not None and p.pid is not None:
                 self.report.ranks[p.pid] = p.rank
         # Ranks the paste shows only through the NCCL watchdog: one process each, waiting in
@@ -1788,6 +1791,12 @@ _WRAPPED_FILE_TAIL = re.compile(r'^[^\s"]{1,1000}", line \d{1,7}')
 # A torch C++ backtrace line wrapped before its library: "frame #2: f() + 0xd8 (0x7f.. in" + "/x/lib.so)".
 _WRAPPED_CXX_HEAD = re.compile(r"^\s{0,8}frame #\d{1,4}: .{1,3000} \(0x[0-9a-fA-F]{1,16} in$")
 _WRAPPED_CXX_TAIL = re.compile(r"^\s{0,8}/\S{1,1000}\)$")
+
+
+def _example(s: str) -> str:
+    """A skipped line as the parse report quotes it: redacted (a paste carries whatever the
+    reporter's terminal showed: an export HF_TOKEN=..., a curl with a bearer token), then cut."""
+    return redact_text(s)[:100]
 
 
 def _raised_from(block: list[Frame]) -> list[Frame]:

@@ -158,3 +158,42 @@ def test_only_idle_nccl_watchdog_threads_decide_nothing():
     # pytorch#94003's paste shows only NCCL watchdog threads waiting for their next check:
     # helpers, so nothing is stalled (read as frames, without the helper, they were 'unknown').
     assert _verdict("pytorch_94003_sigabrt_crash_handler_watchdog_threads") == "all-idle"
+
+
+# A py-spy dump --locals pasted with the reporter's shell lines above it: the command line,
+# the locals and the skipped shell lines carry secrets.
+LOCALS_PASTE = """\
+export HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyzABCDEF
+curl -H "Authorization: Bearer abcdefghijklmnopqrstuvwxyz0123456789" https://example.invalid
+Process 4242: python train.py --hf_token hf_bcdefghijklmnopqrstuvwxyzABCDEFG --password hunter2secret
+Python v3.10.12 (/usr/bin/python3.10)
+
+Thread 4242 (idle): "MainThread"
+    all_reduce (torch/distributed/distributed_c10d.py:2050)
+        Arguments:
+            tensor: <Tensor at 0x7f01>
+        Locals:
+            api_key: "sk-live-1234567890abcdef1234567890"
+            password: "hunter3secret"
+    main (train.py:120)
+"""
+SECRETS = ("hf_abcdefghijklmnopqrstuvwxyzABCDEF", "hf_bcdefghijklmnopqrstuvwxyzABCDEFG", "hunter2secret", "hunter3secret",
+           "sk-live-1234567890abcdef1234567890", "abcdefghijklmnopqrstuvwxyz0123456789")
+
+
+def test_replay_never_echoes_a_pastes_secrets(tmp_path, capsys):
+    # Before: the pasted 'Process N:' command line was printed as is ('process: python
+    # train.py --hf_token hf_...') and the skipped shell lines were quoted in --json's
+    # parse report ('export HF_TOKEN=hf_...'). Locals were never echoed; still not.
+    from hangwatch.cli.main import main  # noqa: PLC0415
+
+    path = tmp_path / "dump.txt"
+    path.write_text(LOCALS_PASTE)
+    for argv in (["replay", str(path)], ["replay", "--json", str(path)]):
+        main(argv)
+        out = capsys.readouterr()
+        shown = out.out + out.err
+        assert "all_reduce" in shown and "[REDACTED]" in shown
+        for secret in SECRETS:
+            assert secret not in shown, (argv, secret)
+    assert _verdict_of(tmp_path, LOCALS_PASTE) == "nccl-collective-wait"
