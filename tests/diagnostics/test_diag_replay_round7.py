@@ -43,6 +43,9 @@ def _verdict_of(tmp_path, text: str) -> str:
         ("pytorch_pr141296_lldb_mps_waituntilcompleted", "cuda-synchronize-wait"),
         # a forked child in _bootstrap -> _flush_std_streams, on top of the parent's Popen
         ("vmware_runtimes_94_fork_child_flush_std_streams", "fork-inherited-lock"),
+        # MPICH under mpi4py: PMPI_Bcast -> MPIR_Bcast_* -> MPIC_Recv, a rank in a different
+        # collective from its peers (before: unknown, no signature knew MPI)
+        ("mlcommons_storage_172_quoted_gdb_mpich_bcast", "nccl-collective-wait"),
     ],
 )
 def test_round7_real_dumps(name, expected):
@@ -197,3 +200,14 @@ def test_replay_never_echoes_a_pastes_secrets(tmp_path, capsys):
         for secret in SECRETS:
             assert secret not in shown, (argv, secret)
     assert _verdict_of(tmp_path, LOCALS_PASTE) == "nccl-collective-wait"
+
+
+def test_open_mpi_collective_in_native_frames_is_a_collective_wait(tmp_path):
+    text = """\
+Thread 1 (Thread 0x7f1 (LWP 10)):
+#0  0x00007f01 in opal_progress () from /usr/lib/libopen-pal.so.40
+#1  0x00007f02 in ompi_request_default_wait () from /usr/lib/libmpi.so.40
+#2  0x00007f03 in ompi_coll_base_allreduce_intra_recursivedoubling () from /usr/lib/libmpi.so.40
+#3  0x00007f04 in PMPI_Allreduce () from /usr/lib/libmpi.so.40
+"""
+    assert _verdict_of(tmp_path, text) == "nccl-collective-wait"
