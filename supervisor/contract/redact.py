@@ -56,8 +56,12 @@ _VALUE_PATTERNS = [
     re.compile(r"\bdapi[0-9a-f]{32}(?:-\d)?\b"),
     re.compile(r"\b(?:dckr_pat_|glsa_|glc_|shp(?:at|ss|ca|pa)_|nvapi-|r8_|tskey-|lin_api_|pul-)[A-Za-z0-9_\-]{16,}"),
     # Lowercase hex or one-case bodies the high-entropy rule (three character classes) misses:
-    # Perplexity's pplx-, DigitalOcean's dop_v1_/doo_v1_/dor_v1_, age's AGE-SECRET-KEY-1.
+    # Perplexity's pplx-, DigitalOcean's dop_v1_/doo_v1_/dor_v1_, age's AGE-SECRET-KEY-1; and the
+    # LLM-tooling keys an RL trainer's rollouts carry: LangSmith's lsv2_pt_/lsv2_sk_, Tavily's
+    # tvly-, Fireworks' fw_, Mailgun's key- + 32 hex.
     re.compile(r"\b(?:pplx-|do[por]_v1_|AGE-SECRET-KEY-1)[A-Za-z0-9]{32,}"),
+    re.compile(r"\b(?:lsv2_(?:pt|sk)_[0-9a-f]{32}_[0-9a-f]{6,}|tvly-(?:dev-|prod-)?[A-Za-z0-9]{20,}|fw_[A-Za-z0-9]{20,}"
+               r"|key-[0-9a-f]{32})\b"),
 ]
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token) [A-Za-z0-9._~+/\-]{8,}=*")
 # user may be empty: redis://:password@host; the password runs to the authority's last @

@@ -65,6 +65,10 @@ def test_the_secret_after_a_login_subcommand_is_redacted(argv):
     "pplx-0123456789abcdef0123456789abcdef0123456789abcdef",
     "dop_v1_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
     "AGE-SECRET-KEY-1QQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQ",
+    "lsv2_pt_0123456789abcdef0123456789abcdef_0123456789",
+    "tvly-0123456789abcdef0123456789abcdef",
+    "fw_0123456789abcdefABCDEF",
+    "key-0123456789abcdef0123456789abcdef",
 ])
 def test_prefixed_tokens_with_one_case_bodies_are_redacted(token):
     assert token not in redact_text(f"key {token} ok")
