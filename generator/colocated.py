@@ -83,6 +83,9 @@ _BACKSTOP_INFO = ("engine_restart_step", "engine_restart_onset_wall", "engine_re
 # The phases whose wedged worker the supervisor restarts alone (level 1): a timeout of ours in one
 # of them waits for it, then takes the same path (a wedged weight load once crashed the trainer).
 RESTARTABLE_PHASES = ("load", "generate", "sleep")
+# How long the supervisor may take from writing its instruction to killing the worker (milliseconds
+# normally; a loaded host, a slow kill confirmation) before we kill it ourselves.
+_SUPERVISOR_KILL_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -256,15 +259,21 @@ class ColocatedGenerator:
         (and a weight load's or sleep's timeout may be shorter than the supervisor's stall window).
         Under hangwatch, give the supervisor its ``HANGWATCH_DETECT_WITHIN`` to take the
         evidence and act (it kills the worker and leaves an instruction) before we kill the
-        worker ourselves and lose the evidence."""
+        worker ourselves and lose the evidence. Once its instruction is there, the supervisor kills
+        the worker right after (and journals the kill and checks the device): a few seconds more for
+        that, or our kill would leave it nothing to kill (journaled as our own restart, unverified)."""
         worker, within = self.worker, self._detect_within
         if worker is None or within is None:
             return
         deadline = time.monotonic() + within
         logger.warning("the engine did not answer in its %s phase in time; waiting up to %.0f s for hangwatch to "
                        "take the evidence and restart it", self._failed_at, within)
-        while time.monotonic() < deadline and worker.alive() and self._pending_instruction() is None:
-            time.sleep(0.2)
+        instructed = False
+        while time.monotonic() < deadline and worker.alive():
+            if not instructed and self._pending_instruction() is not None:
+                instructed = True
+                deadline = min(deadline, time.monotonic() + _SUPERVISOR_KILL_S)
+            time.sleep(0.05 if instructed else 0.2)
 
     def _apply_instruction(self, instruction: Mapping[str, Any], cause: BaseException, step: int | None = None) -> None:
         """Take the supervisor's policy for the next worker (the dead one is already gone):

@@ -34,3 +34,44 @@ def test_a_weight_load_that_times_out_restarts_the_engine_like_a_generate_timeou
         assert gen.beat_info["engine_restart_step"] == 1
         assert began <= gen.beat_info["engine_restart_onset_wall"] <= gen.beat_info["engine_restart_killed_wall"] - 1.0
     assert "load phase in time" in caplog.text
+
+
+class _Worker:
+    """Alive for ``lives`` more polls (the supervisor's kill lands after its instruction)."""
+
+    def __init__(self, pid: int, lives: int) -> None:
+        self.pid, self.lives, self.polls = pid, lives, 0
+
+    def alive(self) -> bool:
+        self.polls += 1
+        return self.polls <= self.lives
+
+
+def test_once_the_supervisor_has_written_its_instruction_the_generator_leaves_it_the_kill(trainer, tmp_path,
+                                                                                           monkeypatch):
+    """The instruction is written just before the supervisor's kill: a generator that saw it in
+    between killed the worker itself, and the supervisor found nothing to kill (no kill record,
+    no device check, the restart journaled as the generator's)."""
+    from hangwatch.contract.control import write_control
+
+    control = tmp_path / "control.json"
+    monkeypatch.setenv("HANGWATCH_CONTROL", str(control))
+    monkeypatch.setenv("HANGWATCH_DETECT_WITHIN", "30")
+    monkeypatch.delenv("HANGWATCH_ENGINE_RECOVERY", raising=False)
+    model, opt = trainer
+    gen = ColocatedGenerator(model, opt, engine_kwargs=fake_kwargs(), log_dir=str(tmp_path))
+    try:
+        write_control(control, {"seq": 1, "action": "restart_engine", "cudagraphs": "off", "pgids": [4242]})
+        gen.worker, gen._failed_pid, gen._failed_at = _Worker(4242, lives=3), 4242, "generate"
+        started = time.monotonic()
+        gen._await_supervisor()
+        assert gen.worker.polls == 4, "waited for the supervisor's kill, not only for its instruction"
+        assert time.monotonic() - started < 5
+        gen.worker = _Worker(4242, lives=10**9)  # a supervisor that never kills after all: bounded
+        monkeypatch.setattr("hangwatch.generator.colocated._SUPERVISOR_KILL_S", 0.3)
+        started = time.monotonic()
+        gen._await_supervisor()
+        assert time.monotonic() - started < 5
+    finally:
+        gen.worker = None
+        gen.close()
