@@ -823,7 +823,8 @@ class _Reader:
         # printed with traceback.format_stack, or a cut traceback): kept only when the
         # paste has no other stack. (caption, frames, lines)
         self.tb_pending: list[tuple[str, list[Frame], int, bool, int | None]] = []  # ..., error, stream pid
-        self.stream_pid: int | None = None  # the process whose interleaved lines are being read
+        self.stream_pid: StreamKey = None  # the process whose interleaved lines are being read
+        self.rank_hint: int | None = None  # the rank whose interleaved lines are being read
         self.cxx_blocks: list[list[Frame]] = []  # torch's C++ error backtraces, innermost first
         self.cxx_of: dict[int, list[Frame]] = {}  # tb_pending index -> the C++ backtrace under its error
         self.cxx_raised: tuple[str, str] | None = None  # the "Exception raised from F at FILE" above the next block
@@ -855,6 +856,8 @@ class _Reader:
         self.recent_first = False
         self.pybt_seen = False
         proc = _Process(pid, cmdline, has_header=header)
+        if self.rank_hint is not None:
+            proc.rank = self.rank_hint  # a rank's own interleaved lines ("[default1]:")
         if len(self.processes) < MAX_PROCESSES:
             self.processes.append(proc)
         self.proc = proc
@@ -1622,19 +1625,29 @@ class _Reader:
         self.report.thread_headers -= 1  # no header was pasted
         self.add_frames((inner or []) + list(reversed(frames)))  # outermost first in a traceback
 
-    def start_stream(self, pid: int | None) -> None:
-        """The lines that follow are process ``pid``'s own (see ``_streams``); ``None``:
-        lines no prefix claims (the whole paste when nothing interleaves)."""
+    def start_stream(self, pid: StreamKey) -> None:
+        """The lines that follow are process ``pid``'s own, or rank ``("rank", N)``'s (see
+        ``_streams``); ``None``: lines no prefix claims (the whole paste when nothing
+        interleaves)."""
         if pid is None and self.stream_pid is None:
             return
         self.end_traceback(keep=False)
         self.stream_pid = pid
-        if pid is None:
+        self.enter_stream(pid)
+
+    def enter_stream(self, key: StreamKey) -> None:
+        self.rank_hint = None
+        if isinstance(key, tuple):
+            self.close_group()
+            self.proc = None
+            self.pid_hint = None
+            self.rank_hint = key[1]
+        elif key is None:
             self.close_group()
             self.proc = None
             self.pid_hint = None
         else:
-            self.expect_process(pid)
+            self.expect_process(key)
 
     def expect_process(self, pid: int) -> None:
         """A line that introduces the dump of ``pid`` (a command, a caption)."""
@@ -1676,16 +1689,15 @@ class _Reader:
         self.drop_bare()
         pending_used = bool(self.tb_pending) and not any(t.frames for p in self.processes for t in p.threads)
         if pending_used:
-            stream: int | None = None
+            stream: StreamKey = None
             for n, (caption, frames, lines, error, pid) in enumerate(self.tb_pending):
                 self.report.skipped -= lines
                 self.report.error_tracebacks += error
                 fresh = pid != stream
-                if fresh and pid is not None:
-                    self.expect_process(pid)  # each interleaved process its own
-                elif fresh:
-                    self.close_group()  # after them, a traceback no prefix claims: not theirs
-                    self.proc, self.pid_hint = None, None
+                if fresh:
+                    # each interleaved process its own; after them, a traceback no prefix
+                    # claims is not theirs
+                    self.enter_stream(pid)
                 stream = pid
                 self.traceback_thread(caption or ("MainThread" if n == 0 or pid is not None or fresh else ""), frames,
                                       inner=_raised_from(self.cxx_of.get(n, [])))
@@ -1786,6 +1798,11 @@ def _unwrap_json_lines(lines: list[str]) -> list[str]:
 
 # A line led by a ray / vLLM process prefix: "(Worker_TP2 pid=291276) ERROR ...".
 _STREAM_PID = re.compile(r"^[ \t]*\d{0,9}\((?:\w{1,40}[ ])?pid=(\d{1,10})(?:,[ ]ip=[\w.:\[\]-]{1,60})?\)")
+# A rank's own line prefix: torchrun's "[default0]:" (its role, 'default' unless --role
+# names one, and the local rank; --tee / log_line_prefix_template) and torch's "[rank3]:".
+# Several ranks' faulthandler or py-spy output printed through one terminal interleaves
+# line by line under these.
+_STREAM_RANK = re.compile(r"^[ \t]*\[(?:rank|RANK|Rank|[A-Za-z_][A-Za-z_-]{0,40}?)(\d{1,6})\]:")
 # The rest of a 'File "..."' traceback line that a terminal wrapped: 'm/v1/x.py", line 9, in f'.
 _WRAPPED_FILE_TAIL = re.compile(r'^[^\s"]{1,1000}", line \d{1,7}')
 # A torch C++ backtrace line wrapped before its library: "frame #2: f() + 0xd8 (0x7f.. in" + "/x/lib.so)".
@@ -1805,34 +1822,45 @@ def _raised_from(block: list[Frame]) -> list[Frame]:
     return [f for f in block if f.function != "?" and not f.function.startswith(("c10::Error::", "c10::detail::torchCheck"))]
 
 
-def _streams(lines: list[str]) -> list[tuple[int | None, list[str]]]:
-    """Lines of processes whose logs interleave, one stream per pid.
+StreamKey = int | tuple[str, int] | None
+
+
+def _streams(lines: list[str]) -> list[tuple[StreamKey, list[str]]]:
+    """Lines of processes whose logs interleave, one stream per pid (or per rank).
 
     vLLM's workers and Ray's actors print through one terminal, each line led by
     "(Worker_TP2 pid=N)"; two tracebacks printed at once interleave line by line
-    (llm-scaler#235). When several pids' lines interleave, each pid's lines are read
-    on their own (a line without a prefix continues the line before it, a wrap, up to
-    a blank line); otherwise the paste is read in order."""
-    pids: list[int | None] = []
-    last: int | None = None
-    seen: set[int] = set()
+    (llm-scaler#235). torchrun prints its ranks' output the same way, each line led by
+    "[default0]:" or "[rank0]:" (a ``("rank", N)`` stream: no pid, but the rank). When
+    several pids' or ranks' lines interleave, each one's lines are read on their own (a
+    line without a prefix continues the line before it, a wrap, up to a blank line);
+    otherwise the paste is read in order."""
+    keys: list[StreamKey] = []
+    last: StreamKey = None
+    seen: set[StreamKey] = set()
     interleaved = False
     for line in lines:
+        key: StreamKey = None
         m = _STREAM_PID.match(line) if "pid=" in line else None
         if m is not None:
-            pid = int(m.group(1))
-            if pid != last and pid in seen:
+            key = int(m.group(1))
+        elif "]:" in line[:60]:
+            mr = _STREAM_RANK.match(line)
+            if mr is not None:
+                key = ("rank", int(mr.group(1)))
+        if key is not None:
+            if key != last and key in seen:
                 interleaved = True
-            seen.add(pid)
-            last = pid
+            seen.add(key)
+            last = key
         elif not line.strip():
             last = None  # after a blank line, unprefixed text is nobody's continuation
-        pids.append(last)
+        keys.append(last)
     if not interleaved:
         return [(None, lines)]
-    out: dict[int | None, list[str]] = {}
-    for pid, line in zip(pids, lines):
-        out.setdefault(pid, []).append(line)
+    out: dict[StreamKey, list[str]] = {}
+    for key, line in zip(keys, lines):
+        out.setdefault(key, []).append(line)
     return list(out.items())
 
 

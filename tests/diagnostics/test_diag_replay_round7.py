@@ -6,6 +6,8 @@ Apple MPS's device synchronize in lldb frames."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from diag_helpers import DATA
@@ -211,3 +213,43 @@ Thread 1 (Thread 0x7f1 (LWP 10)):
 #3  0x00007f04 in PMPI_Allreduce () from /usr/lib/libmpi.so.40
 """
     assert _verdict_of(tmp_path, text) == "nccl-collective-wait"
+
+
+def _interleaved(prefix: str) -> str:
+    """Two ranks' faulthandler output through one terminal (torchrun --tee), line by line:
+    rank 0 waits in all_reduce, rank 1 is stuck in a CUDA-graph replay."""
+    a = ["Thread 0x00007f1c2d7fe700 (most recent call first):",
+         '  File "/usr/lib/python3.10/threading.py", line 324 in wait',
+         '  File "/usr/local/lib/python3.10/dist-packages/tqdm/_monitor.py", line 60 in run',
+         "",
+         "Current thread 0x00007f1d8a1b7740 (most recent call first):",
+         '  File "/usr/local/lib/python3.10/dist-packages/torch/distributed/distributed_c10d.py", line 2050 in all_reduce',
+         '  File "/workspace/train.py", line 77 in step',
+         '  File "/workspace/train.py", line 120 in main']
+    b = ["Thread 0x00007f3a11ffe700 (most recent call first):",
+         '  File "/usr/lib/python3.10/threading.py", line 324 in wait',
+         '  File "/usr/local/lib/python3.10/dist-packages/tqdm/_monitor.py", line 60 in run',
+         "",
+         "Current thread 0x00007f3b5c2a1740 (most recent call first):",
+         '  File "/usr/local/lib/python3.10/dist-packages/torch/cuda/graphs.py", line 88 in replay',
+         '  File "/workspace/train.py", line 70 in step',
+         '  File "/workspace/train.py", line 120 in main']
+    return "".join(f"{prefix.format(0)}{x}\n{prefix.format(1)}{y}\n" for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("prefix", ["[default{}]:", "[rank{}]:", "[trainer{}]:"])
+def test_ranks_interleaved_under_their_prefixes_are_separate_processes(tmp_path, capsys, prefix):
+    # Before: the ranks' lines were read in order as one process whose main thread had
+    # both stacks merged (all_reduce on top of a graph replay), no ranks, no suspect.
+    from hangwatch.cli.main import main  # noqa: PLC0415
+
+    report = read_text(_interleaved(prefix))
+    assert sorted(p.rank for p in report.processes) == [0, 1]
+    for p in report.processes:
+        (main_thread,) = [t for t in p.threads if t.frames[0].function in ("all_reduce", "replay")]
+        assert [f.function for f in main_thread.frames] in (["all_reduce", "step", "main"], ["replay", "step", "main"])
+    path = tmp_path / "ranks.txt"
+    path.write_text(_interleaved(prefix))
+    main(["replay", "--json", str(path)])
+    data = json.loads(capsys.readouterr().out)
+    assert data["suspect"]["rank"] == 1 and data["suspect"]["signature_id"] == "cuda-graph-replay"
