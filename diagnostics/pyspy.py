@@ -48,9 +48,9 @@ def find_pyspy(explicit: str | None = None) -> str | None:
     SKIPPED.clear()
     for candidate in (explicit, os.environ.get(PYSPY_ENV)):
         if candidate:
-            why = untrusted_reason(candidate)
+            why = untrusted_reason(candidate) if os.path.lexists(candidate) else None
             if why is None:
-                return candidate
+                return candidate  # one that is not there is reported missing, not replaced by another
             SKIPPED.append(why)
     found = trusted_which("py-spy", SKIPPED)
     if found:
