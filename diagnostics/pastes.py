@@ -269,6 +269,7 @@ _NCCL_WATCHDOG_RAISERS = frozenset(("run", "ncclCommWatchdog", "watchdogHandler"
 # torch's fatal-signal handler (TORCH_SHOW_CPP_STACKTRACES / c10::FatalSignalHandler), one
 # block per thread of the process: "SIGABRT(6), PID: 15837, Thread 15853: " then that
 # thread's "frame #k: fn + 0x.. (0x.. in lib)" lines (pytorch#94003, pytorch#99218).
+_SHM_WAIT = "No available shared memory broadcast block found"
 _SIGNAL_THREAD = re.compile(r"^(SIG[A-Z0-9]{2,8})\((\d{1,3})\), PID: (\d{1,10}), Thread (\d{1,10}):?$")
 # Horovod's stall inspector, one stalled tensor per entry (several on the warning's line in
 # older logs): "allreduce.conv1.weight [ready ranks: 0, 7, 3]" (horovod#364), TensorFlow op
@@ -318,6 +319,10 @@ class ParseReport:
     signal_dump: str = ""
     #: only the NCCL watchdog's own error backtrace was pasted (it raised on a collective)
     watchdog_raised: bool = False
+    #: processes known only from vLLM's "No available shared memory broadcast block found"
+    #: lines, and the most such lines one of them logged (one a minute by default)
+    shm_wait_only: int = 0
+    shm_wait_minutes: int = 0
 
     @property
     def confidence(self) -> str:
@@ -358,6 +363,11 @@ class ParseReport:
                 "SIGABRT (a kill -ABRT of a hung process, or an abort()): each thread is where it was then"
                 if self.fatal_error.strip().lower().startswith("aborted") else
                 "the process crashed; the stacks show where each thread was at the crash, which need not be a hang"))
+        if self.shm_wait_only:
+            out.append(f"{self.shm_wait_only} process(es) known only from vLLM's 'No available shared memory broadcast "
+                       f"block found' lines (up to {self.shm_wait_minutes} of them, one per wait of VLLM_RINGBUFFER_WARNING_INTERVAL, "
+                       "60 s by default): it waits on its shared-memory queue for the other side (the workers, or the "
+                       "engine core); no stack: dump the workers (py-spy dump --pid) to see where they are")
         if self.signal_dump:
             out.append(f"printed by torch's fatal-signal handler at {self.signal_dump}: each thread is where it was when the "
                        "signal came (a kill of a hung process, or an abort after an error)")
@@ -825,6 +835,7 @@ class _Reader:
         self.tb_pending: list[tuple[str, list[Frame], int, bool, int | None]] = []  # ..., error, stream pid
         self.stream_pid: StreamKey = None  # the process whose interleaved lines are being read
         self.rank_hint: int | None = None  # the rank whose interleaved lines are being read
+        self.shm_waits: dict[int | None, int] = {}  # pid -> vLLM's shm_broadcast wait lines logged
         self.cxx_blocks: list[list[Frame]] = []  # torch's C++ error backtraces, innermost first
         self.cxx_of: dict[int, list[Frame]] = {}  # tb_pending index -> the C++ backtrace under its error
         self.cxx_raised: tuple[str, str] | None = None  # the "Exception raised from F at FILE" above the next block
@@ -1003,6 +1014,17 @@ class _Reader:
             return
         if "Watchdog caught collective" in s or "WorkNCCL(SeqNum=" in s:
             self.watchdog_line(s, prefix, rank)
+            return
+        if s[:2] == "No" and s.startswith(_SHM_WAIT):
+            # vLLM's MessageQueue waiting on its shared-memory ring for a minute at a time
+            # ("(EngineCore pid=N) INFO ... [shm_broadcast.py:466] No available shared memory
+            # broadcast block found in 60 seconds"): where that process waits, without a stack.
+            pid = _PID_IN_PREFIX.search(prefix)
+            key = int(pid.group(1)) if pid else (self.stream_pid if isinstance(self.stream_pid, int) else None)
+            if key not in self.shm_waits and len(self.shm_waits) < MAX_PROCESSES:
+                self.shm_waits[key] = 0
+            if key in self.shm_waits:
+                self.shm_waits[key] += 1
             return
         if " ranks:" in s and self.horovod_stall_line(s):
             return
@@ -1756,6 +1778,17 @@ class _Reader:
             self.report.watchdog_only += 1
             if pid is not None and key is not None:
                 self.report.ranks[pid] = key
+        # Processes the paste shows only through vLLM's shm_broadcast wait lines: each waits
+        # on its shared-memory queue (a process whose stack is also pasted keeps its stack).
+        pids = {d.pid for d in out if d.pid is not None}
+        for pid, lines in self.shm_waits.items():
+            if pid is not None and pid in pids or len(out) >= MAX_PROCESSES:
+                continue
+            frame = Frame("wait", "vllm/distributed/device_communicators/shm_broadcast.py", None)
+            out.append(ProcessDump(pid, (ThreadDump("shm_broadcast", "MainThread", (frame,)),)))
+            self.report.frames += 1
+            self.report.shm_wait_only += 1
+            self.report.shm_wait_minutes = max(self.report.shm_wait_minutes, lines)
         if self.horovod_missing is not None:
             op, tensor, missing = self.horovod_missing
             self.report.horovod_missing = (tensor, missing)

@@ -253,3 +253,23 @@ def test_ranks_interleaved_under_their_prefixes_are_separate_processes(tmp_path,
     main(["replay", "--json", str(path)])
     data = json.loads(capsys.readouterr().out)
     assert data["suspect"]["rank"] == 1 and data["suspect"]["signature_id"] == "cuda-graph-replay"
+
+
+def test_vllm_shm_broadcast_wait_lines_alone_are_a_process_waiting_on_the_queue():
+    # vllm#51986 / vllm-ascend#3717: only the engine core's log lines were pasted; before,
+    # 'neither a hangwatch bundle nor a py-spy dump'.
+    assert _verdict("vllm_51986_shm_broadcast_log_lines_mnnvl_init") == "vllm-shm-broadcast-wait"
+    report = read_text((PASTED / "vllm_ascend_3717_shm_broadcast_log_lines_only.txt").read_text())
+    assert [p.pid for p in report.processes] == [323240]
+    assert any("shared memory broadcast" in n for n in report.notes())
+
+
+def test_a_pasted_stack_of_the_same_process_wins_over_its_shm_wait_lines():
+    line = ("(EngineCore pid=77) INFO 08-13 11:27:02 [shm_broadcast.py:802] No available shared memory broadcast "
+            "block found in 60 seconds. This typically happens when some processes are hanging.\n")
+    stack = ('Process 77: VLLM::EngineCore\nPython v3.12.3 (/usr/bin/python3)\n\nThread 77 (idle): "MainThread"\n'
+             "    get_response (vllm/v1/executor/multiproc_executor.py:387)\n    step (vllm/v1/engine/core.py:59)\n")
+    report = read_text(line + line + "\n" + stack)
+    (proc,) = report.processes
+    assert proc.pid == 77 and proc.threads[0].frames[0].function == "get_response"
+    assert report.shm_wait_only == 0
