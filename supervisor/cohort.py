@@ -478,23 +478,27 @@ class Cohort:
         # default one: $SLURM_JOB_ID on one node, none on another) say so, instead of waiting out
         # the join timeout for a node 0 that is there under another name.
         mine_id = json.dumps({"cohort_id": self.me.cohort_id, "node": self.me.node_rank})
-        self.store.set(_IDS_KEY + ("leader" if self.me.is_leader else "joiner"), mine_id)
-        if self.me.is_leader:
-            generation = str(self.store.add(self._root("generation"), 1))
-            self.store.set(self._root("leader"), json.dumps({**self.fingerprint, "generation": generation,
-                                                             "nonce": nonce}, sort_keys=True))
+        # A call that fails is retried while the store fails for less than the lease (a network blip
+        # in a join that may last minutes): one failure said "node 0 closed the cohort store", and
+        # this node left a job whose node 0 was fine (the others then took it for lost: 75).
+        patient = self._patient
+        patient(self.store.set, _IDS_KEY + ("leader" if self.me.is_leader else "joiner"), mine_id)
+        if self.me.is_leader:  # (an add retried may skip a generation: only its newness matters)
+            generation = str(patient(self.store.add, self._root("generation"), 1))
+            patient(self.store.set, self._root("leader"), json.dumps({**self.fingerprint, "generation": generation,
+                                                                      "nonce": nonce}, sort_keys=True))
         # A generation we were refused in may be a finished run's: wait (briefly) for a newer one.
         refused_in: str | None = None
         refused_until = self.clock() + min(timeout, self.lease_timeout)
         missing = list(range(self.me.nnodes))
         while True:
-            raw = self.store.get(self._root("leader"))
+            raw = patient(self.store.get, self._root("leader"))
             theirs = _object(raw, "node 0's join record") if raw is not None else None
             self._saw_leader = self._saw_leader or theirs is not None
             if theirs is None and not self.me.is_leader:
                 # The store is node 0's supervisor's own (one per host and port): a node 0 there under
                 # another cohort id is this job's, started with other options, or another job's.
-                other = _other_cohort(self.store.get(_IDS_KEY + "leader"), self.me.cohort_id)
+                other = _other_cohort(patient(self.store.get, _IDS_KEY + "leader"), self.me.cohort_id)
                 if other is not None:
                     raise CohortRefused(f"node 0 at {self.me.endpoint} runs the cohort {other!r}, this "
                                         f"node {self.me.cohort_id!r}: {_SAME_ID}")
@@ -512,15 +516,15 @@ class Cohort:
                         self._leave(finished=False, refused=str(exc))
                     raise
                 mine = json.dumps({**self.fingerprint, "nonce": nonce, "launcher": self.launcher}, sort_keys=True)
-                if self.store.compare_set(self._key("join", self.me.node_rank), "", mine) != mine:
+                if patient(self.store.compare_set, self._key("join", self.me.node_rank), "", mine) != mine:
                     refused_in, self._generation = generation, ""
                     continue
             if self._generation:
-                missing = [n for n in range(self.me.nnodes) if self.store.get(self._key("join", n)) is None]
+                missing = [n for n in range(self.me.nnodes) if patient(self.store.get, self._key("join", n)) is None]
                 if not missing:
                     break
                 for n in missing:
-                    left = self._read_left(n)
+                    left = patient(self._read_left, n)
                     if left is not None:
                         raise CohortRefused(str(MemberLeft(n, left)))
             now = self.clock()

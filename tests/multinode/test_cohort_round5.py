@@ -185,3 +185,36 @@ def test_status_of_a_node_still_joining_and_of_one_refused_at_start(tmp_path, ca
     assert main(["status", "--json", str(run)]) == 0
     assert "stopped before its run began" in json.loads(capsys.readouterr().out)["state"]
     assert main(["status", str(tmp_path)]) == 2  # not a run directory at all
+
+
+def test_a_store_blip_while_the_nodes_join_is_waited_out():
+    """The join may last minutes (every node waits for the last one): one failed call there said
+    "node 0 closed the cohort store while this node was joining", and the node left a job whose
+    node 0 was fine (exit 2; the others then took it for lost, 75)."""
+    from test_cohort_faults import _SlowStore
+
+    store = _SlowStore()
+    clock0, clock1 = Clock(), Clock(start=5000.0)
+    n0, n1 = _node(store, 0, clock=clock0), _node(store, 1, clock=clock1)
+    errors: list[Exception] = []
+
+    def join0() -> None:
+        try:
+            n0.join(timeout=1e6)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    leader = threading.Thread(target=join0)
+    leader.start()
+    deadline = time.monotonic() + 10
+    while store.data.get(n0._root("leader")) is None:  # node 0 is up and waiting for node 1
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    store.clocks = [clock0, clock1]
+    store.misses = 2  # two calls in a row past their deadline: less than the lease
+    n1.join(timeout=1e6)
+    leader.join(timeout=20)
+    assert not errors, errors
+    assert n0.others == [1] and n1._generation == n0._generation
+    for n in (n0, n1):
+        n.close(linger_cap=0)
