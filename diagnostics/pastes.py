@@ -1778,12 +1778,13 @@ class _Reader:
             self.report.watchdog_only += 1
             if pid is not None and key is not None:
                 self.report.ranks[pid] = key
-        # Processes the paste shows only through vLLM's shm_broadcast wait lines: each waits
-        # on its shared-memory queue (a process whose stack is also pasted keeps its stack).
-        pids = {d.pid for d in out if d.pid is not None}
-        for pid, lines in self.shm_waits.items():
-            if pid is not None and pid in pids or len(out) >= MAX_PROCESSES:
-                continue
+        # A paste of vLLM's shm_broadcast wait lines and no stack: each process that logged
+        # them waits on its shared-memory queue. Only then: next to real stacks, a process
+        # known from one log line would stand out from a crowd in a collective and take the
+        # suspect from the rank that is really stuck (the engine core waits on its workers).
+        for pid, lines in self.shm_waits.items() if not out else ():
+            if len(out) >= MAX_PROCESSES:
+                break
             frame = Frame("wait", "vllm/distributed/device_communicators/shm_broadcast.py", None)
             out.append(ProcessDump(pid, (ThreadDump("shm_broadcast", "MainThread", (frame,)),)))
             self.report.frames += 1

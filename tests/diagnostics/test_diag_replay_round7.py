@@ -273,3 +273,25 @@ def test_a_pasted_stack_of_the_same_process_wins_over_its_shm_wait_lines():
     (proc,) = report.processes
     assert proc.pid == 77 and proc.threads[0].frames[0].function == "get_response"
     assert report.shm_wait_only == 0
+
+
+def test_shm_wait_lines_next_to_worker_stacks_do_not_take_the_suspect(tmp_path, capsys):
+    # The engine core that logged the wait is waiting on its workers: with the workers'
+    # stacks pasted, the odd worker out stays the suspect.
+    from hangwatch.cli.main import main  # noqa: PLC0415
+
+    line = ("(EngineCore pid=100) INFO 08-13 11:27:02 [shm_broadcast.py:802] No available shared memory broadcast "
+            "block found in 60 seconds. This typically happens when some processes are hanging.\n")
+    workers = "".join(
+        f'Process {pid}: VLLM::Worker_TP{n}\nPython v3.12.3 (/usr/bin/python3)\n\nThread {pid} (active): "MainThread"\n'
+        f"    {top}\n    execute_model (vllm/v1/worker/gpu_worker.py:300)\n"
+        "    worker_busy_loop (vllm/v1/executor/multiproc_executor.py:973)\n\n"
+        for n, (pid, top) in enumerate([(201, "all_reduce (torch/distributed/distributed_c10d.py:2050)"),
+                                        (202, "all_reduce (torch/distributed/distributed_c10d.py:2050)"),
+                                        (203, "synchronize (torch/cuda/__init__.py:1083)")]))
+    path = tmp_path / "mix.txt"
+    path.write_text(line + workers)
+    main(["replay", "--json", str(path)])
+    data = json.loads(capsys.readouterr().out)
+    assert data["suspect"]["pid"] == 203
+    assert 100 not in [p["pid"] for p in data["processes"]]
