@@ -743,16 +743,21 @@ class Cohort:
         self._leave(finished=False, why=self.why)
 
     def finish(self, attempt: int) -> None:
-        """This node's trainer finished: the others must not take its silence for a loss."""
-        self._leave(finished=True, attempt=attempt)
+        """This node's trainer finished: the others must not take its silence for a loss.
 
-    def _leave(self, **record: Any) -> None:
+        Retried while the store fails for less than the lease: without the record, ``close``
+        wrote one that says nothing of the finish, and every node still saving or uploading
+        read that this node had left and stopped its trainer with 75."""
+        self._leave(finished=True, attempt=attempt, patient=True)
+
+    def _leave(self, *, patient: bool = False, **record: Any) -> None:
         if self._left_written:
             return
         try:
-            self.store.set(self._key("left", self.me.node_rank), json.dumps(record))
+            (self._patient if patient else _call)(self.store.set, self._key("left", self.me.node_rank),
+                                                   json.dumps(record))
             self._left_written = True
-        except StoreError:
+        except (StoreError, CohortError):
             pass  # without the record the others fall back on the lease
 
     def close(self, linger_cap: float | None = None) -> None:
@@ -973,6 +978,10 @@ def _signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
+
+
+def _call(call: Callable[..., Any], *args: Any) -> Any:
+    return call(*args)
 
 
 _IDS_KEY = "hangwatch-cohort-ids/"  # + leader / joiner: the last of each to join this store, and its cohort id

@@ -218,3 +218,21 @@ def test_a_store_blip_while_the_nodes_join_is_waited_out():
     assert n0.others == [1] and n1._generation == n0._generation
     for n in (n0, n1):
         n.close(linger_cap=0)
+
+
+def test_a_finish_said_while_the_store_misses_a_reply_is_still_a_finish():
+    """Node 1's trainer finished while the store missed a reply: its finished record was lost, and the
+    record its close wrote said only that it left, so node 0, still saving, stopped with 75."""
+    from test_cohort_faults import _SlowStore
+
+    store = _SlowStore()
+    clock0, clock1 = Clock(), Clock(start=5000.0)
+    n0, n1 = _node(store, 0, clock=clock0), _node(store, 1, clock=clock1)
+    _join_all([n0, n1])
+    store.clocks = [clock0, clock1]
+    store.misses = 1
+    n1.finish(1)
+    n1.close()
+    n0.renew()
+    assert n0.problem is None, n0.problem
+    n0.close(linger_cap=0)
