@@ -220,9 +220,22 @@ def _versions(versions: dict[str, Any] | None) -> str:
     return f"<section><h2>Versions</h2><table>{cells}{driver}</table></section>"
 
 
+#: the most of each log a report shows: the capture keeps tails of this size (``sysinfo.tail``); a
+#: bundle someone sent may hold 32 MiB logs, and redacting a report of four of them took minutes
+LOG_TAIL_BYTES = 256 * 1024
+
+
 def _logs(bundle: Bundle) -> str:
     names = sorted(n for n in bundle.files if n.startswith("logs/"))
     if not names:
         return ""
-    body = "".join(f"<details><summary>{_e(n[5:])}</summary><pre>{_e(bundle.text(n))}</pre></details>" for n in names)
+    body = "".join(f"<details><summary>{_e(n[5:])}</summary><pre>{_e(_tail(bundle.files[n]))}</pre></details>"
+                   for n in names)
     return f"<section><h2>Log tails</h2>{body}</section>"
+
+
+def _tail(data: bytes) -> str:
+    if len(data) <= LOG_TAIL_BYTES:
+        return data.decode("utf-8", "replace")
+    return f"[... {len(data) - LOG_TAIL_BYTES} bytes before this not shown ...]\n" + \
+        data[-LOG_TAIL_BYTES:].decode("utf-8", "replace")

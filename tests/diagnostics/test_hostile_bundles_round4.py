@@ -66,3 +66,21 @@ def test_a_name_in_a_bundle_never_forges_a_line_in_packs_warnings(tmp_path):
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     warnings = [line for line in done.stderr.splitlines() if line]
     assert len(warnings) == 1 and warnings[0].startswith("hangwatch: warning: x\\nhangwatch:"), done.stderr
+
+
+def test_a_bundles_huge_log_is_shown_as_a_tail_in_its_report(tmp_path):
+    """A bundle someone sent may hold logs of up to 32 MiB each (the reader's cap): the report
+    copied each whole and redacted it all, 41 s and a 32 MB page for one such log. It shows the
+    last 256 KiB of each, as the capture keeps."""
+    from hangwatch.diagnostics.report import LOG_TAIL_BYTES
+
+    bundle = tmp_path / "b"
+    (bundle / "logs").mkdir(parents=True)
+    (bundle / "manifest.json").write_text('{"schema": 1}')
+    unit = "step 1 token abc a=b https://h/x\n"
+    (bundle / "logs" / "stdout.log").write_text(unit * ((8 << 20) // len(unit)) + "the last line\n")
+    done = subprocess.run([sys.executable, "-m", "hangwatch.cli", "report", str(bundle)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    page = (bundle / "report.html").read_text()
+    assert len(page) < 2 * LOG_TAIL_BYTES and "the last line" in page and "not shown" in page
