@@ -88,6 +88,11 @@ class AnswerTooLarge(Exception):
     """Raised inside a delivery try when the receiver's answer passes ``MAX_ANSWER_BYTES``."""
 
 
+#: answers cut at the cap so far: apprise logs the cut only at DEBUG, so a try compares this
+#: before and after to say why it failed (rather than apprise's "a connection error occurred")
+_ANSWERS_CUT = [0]
+
+
 def _cap_http_answers() -> None:
     """Make every HTTP answer read in this process stop at ``MAX_ANSWER_BYTES``.
 
@@ -113,6 +118,7 @@ def _cap_http_answers() -> None:
         for chunk in original(self, chunk_size, decode_unicode):
             seen += len(chunk)
             if seen > MAX_ANSWER_BYTES:
+                _ANSWERS_CUT[0] += 1
                 self.close()
                 raise _TooLarge(f"the receiver's answer is over {MAX_ANSWER_BYTES >> 20} MiB; not read further")
             yield chunk
@@ -145,12 +151,14 @@ class AppriseTarget:
         result: dict[str, Any] = {}
 
         def attempt() -> None:
+            cut = _ANSWERS_CUT[0]
             try:
                 with apprise.LogCapture(level=logging.WARNING) as captured:
                     notifier = apprise.Apprise()
                     notifier.add(self._url)
                     result["ok"] = bool(notifier.notify(title=title, body=body))
                     result["log"] = captured.getvalue()
+                    result["cut"] = _ANSWERS_CUT[0] != cut
             except Exception as exc:  # noqa: BLE001  (reported as a failed try)
                 result["ok"] = False
                 result["log"] = f"{type(exc).__name__}: {exc}"
@@ -177,6 +185,9 @@ class AppriseTarget:
             self._abandoned = thread
             raise DeliveryError(f"{self.name}: no answer within {timeout:g} s")
         if not result.get("ok"):
+            if result.get("cut"):
+                raise DeliveryError(f"{self.name}: the receiver's answer is over {MAX_ANSWER_BYTES >> 20} MiB; "
+                                    "not read further")
             reason = (result.get("log") or "").strip().splitlines()
             raise DeliveryError(f"{self.name}: {self._clean(reason[-1]) if reason else 'apprise reported a failure'}")
 

@@ -56,7 +56,7 @@ def test_a_receivers_endless_answer_is_never_held_in_the_supervisors_memory(stat
     server = _receiver(status, sent)
     try:
         target = AppriseTarget(f"json://127.0.0.1:{server.server_address[1]}/hook")
-        with pytest.raises(DeliveryError):
+        with pytest.raises(DeliveryError, match="over 1 MiB"):
             target.send({"event": "incident"}, "t", "b", 20.0)
     finally:
         server.shutdown()
