@@ -136,6 +136,15 @@ def check_trusted_file(path: Path, what: str, why: str) -> None:
                               f"{why}; `chmod go-w {real}`")
 
 
+def _privileged() -> bool:
+    """Whether we run with more privilege than the users whose files we might trust (root).
+
+    The import-path and tool checks guard against another user getting our uid through a
+    module or a program they can change; a user's own supervisor grants nothing that the
+    command it starts as that user (same environment, same PATH) did not already."""
+    return os.geteuid() == 0
+
+
 def check_import_path(pythonpath: str | None) -> None:
     """Refuse a ``PYTHONPATH`` entry another user could change (or put a module in).
 
@@ -148,8 +157,13 @@ def check_import_path(pythonpath: str | None) -> None:
     module she planted ran with uid 0). Each entry, an empty one meaning the working
     directory, must be ours or root's and not writable by group or others (sticky or not:
     anyone can add a file to ``/tmp``), below directories only we or root control; one that
-    does not exist yet must not be creatable by another user."""
-    if not pythonpath:
+    does not exist yet must not be creatable by another user.
+
+    Only as root: a user's own supervisor runs the command as that same user, with the
+    same PYTHONPATH, so whoever can write an entry already has the trainer's imports (and
+    the user's own uid); refusing it there closed nothing and refused a cluster's shared
+    group folder (setgid 2775) or a tree made under umask 002."""
+    if not pythonpath or not _privileged():
         return
     me = os.geteuid()
     fix = ("hangwatch imports its own code (and its helpers') from PYTHONPATH; to give it to the command only, "
@@ -187,7 +201,12 @@ def untrusted_reason(path: str | os.PathLike[str]) -> str | None:
     """Why ``path`` (a program we would run) is one another user could change, or None.
 
     ``check_trusted_file``'s rule (ours or root's, not group/other-writable, below folders
-    only we or root control), as a reason instead of an error."""
+    only we or root control), as a reason instead of an error. Only as root (see
+    ``_privileged``): a user's own supervisor runs its tools as that user, from the PATH
+    their shell runs them from; passing them over lost every stack of a py-spy installed
+    under umask 002 (``~/.local/bin`` 775) or in a group's shared environment."""
+    if not _privileged():
+        return None
     try:
         check_trusted_file(Path(path), "program", "it would run as you")
     except UnsafePathError as exc:

@@ -1,0 +1,67 @@
+"""Review round 7: hostile-case checks that must not refuse a user's own legitimate setup."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(30)
+
+USER = 1001  # a plain user's uid, as root plays it
+
+
+@pytest.fixture
+def as_plain_user(monkeypatch):
+    """Be a plain user: as root, files are given to USER and geteuid says USER."""
+    if os.geteuid() != 0:
+        return os.geteuid()
+    monkeypatch.setattr(os, "geteuid", lambda: USER)
+    return USER
+
+
+def _give(path: Path, uid: int, mode: int) -> None:
+    if os.getuid() == 0:
+        os.chown(path, uid, -1)
+    os.chmod(path, mode)
+
+
+def test_a_plain_users_shared_group_folder_on_pythonpath_is_accepted(tmp_path, as_plain_user):
+    """A cluster's project folder shared by a group (setgid, 2775) on a plain user's PYTHONPATH
+    was refused ('writable by group or others'): their supervisor runs the trainer as them
+    with that same PYTHONPATH, so the check closed nothing and the run never started."""
+    from hangwatch.contract.private import check_import_path
+
+    os.chmod(tmp_path, 0o755)
+    project = tmp_path / "proj"
+    src = project / "src"
+    src.mkdir(parents=True)
+    for folder in (project, src):
+        _give(folder, as_plain_user, 0o2775)
+    mine = tmp_path / "home"
+    mine.mkdir()
+    _give(mine, as_plain_user, 0o775)  # made under umask 002
+    check_import_path(f"{src}{os.pathsep}{mine}{os.pathsep}relative/dir{os.pathsep}")
+
+
+def test_a_plain_users_pyspy_made_under_umask_002_is_found(tmp_path, as_plain_user, monkeypatch):
+    """py-spy in ~/.local/bin under umask 002 (bin 775, group of one) was passed over as one
+    another user could change: the plain user's captures had no stacks at all."""
+    from hangwatch.contract.private import trusted_which
+    from hangwatch.diagnostics.pyspy import SKIPPED, find_pyspy
+
+    os.chmod(tmp_path, 0o755)
+    local = tmp_path / ".local"
+    bin_dir = local / "bin"
+    bin_dir.mkdir(parents=True)
+    tool = bin_dir / "py-spy"
+    tool.write_text("#!/bin/sh\n")
+    for path, mode in ((local, 0o775), (bin_dir, 0o775), (tool, 0o775)):
+        _give(path, as_plain_user, mode)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.delenv("HANGWATCH_PYSPY", raising=False)
+    assert trusted_which("py-spy") == str(tool)
+    assert find_pyspy() == str(tool) and not SKIPPED
+    assert stat.S_IMODE(tool.stat().st_mode) == 0o775
