@@ -465,7 +465,9 @@ def resume_marks(records: Sequence[Mapping[str, Any]], run_dir: str) -> list[tup
 
 def _carries(pid: int, born: float, marks: Sequence[tuple[str, float]]) -> bool:
     """Whether process ``pid`` (born at ``born``) was started with one of ``marks`` (set before it was born)."""
-    wanted = [(m.encode(), since) for m, since in marks if born >= since]
+    # fsencode: a run dir's path may hold bytes that are not UTF-8 (surrogates here); encode() raised
+    # and the guardian died with the tree it had just stopped.
+    wanted = [(os.fsencode(m), since) for m, since in marks if born >= since]
     if not wanted:
         return False
     entries = set(initial_environ(pid))
