@@ -185,11 +185,15 @@ class RunState:
     policy: GraphPolicy = GraphPolicy()
     #: wall time of the run's last engine restart (level 1), for ``--engine-retry-window``
     last_engine_restart_wall: float | None = None
+    #: the journal's last stall incident has no recovery after it (``RunRecord.unanswered_stall``):
+    #: the resumed run decides its policy (``escalate``) before its first attempt
+    unanswered_stall: bool = False
 
     @classmethod
     def from_journal(cls, records: Sequence[Mapping[str, Any]]) -> "RunState":
         run = fold_journal(records)
-        state = cls(run_id=run.run_id or "", stalls=run.stalls, last_engine_restart_wall=run.last_engine_restart_ts)
+        state = cls(run_id=run.run_id or "", stalls=run.stalls, last_engine_restart_wall=run.last_engine_restart_ts,
+                    unanswered_stall=run.unanswered_stall)
         for a in run.attempts:
             state.attempt = max(state.attempt, a.attempt)
             state.policy = GraphPolicy.from_env(a.env)

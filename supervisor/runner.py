@@ -153,8 +153,18 @@ class Supervisor:
         ("armed", or why not); it is journaled with the run.
         """
         if resumed:
+            unanswered = self.state.unanswered_stall
+            if unanswered:
+                # The previous supervisor died between a stall's incident and its recovery (during the
+                # capture, mostly): decide the policy it would have, or the wedge comes back with graphs on.
+                self.state.policy = escalate(self.state.policy, VerdictKind.STALL,
+                                             after_stall=self.config.cudagraphs_after_stall,
+                                             eager_escalation=self.config.eager_escalation)
+                self.state.unanswered_stall = False
             self.journal.append("run_resumed", attempts_so_far=self.state.attempt, pid=os.getpid(), guardian=guardian,
-                                containment=containment)
+                                containment=containment,
+                                **({"unanswered_stall": True, "cudagraphs": "off" if self.state.policy.cudagraphs_off else "on",
+                                   "enforce_eager": self.state.policy.enforce_eager} if unanswered else {}))
         else:
             self.journal.append(
                 "run_started",

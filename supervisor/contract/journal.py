@@ -231,6 +231,9 @@ class RunRecord:
     #: ``engine_restart``, ``restart_scheduled``: ``cudagraphs``, ``enforce_eager``), the latest
     #: winning; None when none was (the last attempt's start environment still holds)
     decided_policy: dict[str, Any] | None = None
+    #: a stall incident (the graph wedge) after which no policy was decided: the supervisor died
+    #: between the incident and its recovery (during the capture, mostly)
+    unanswered_stall: bool = False
     #: multi-node: this node's membership (``cohort_joined``) and the cohort's decisions, in order
     cohort: dict[str, Any] | None = None
     cohort_events: list[dict[str, Any]] = field(default_factory=list)
@@ -254,6 +257,7 @@ def fold_journal(records: Sequence[Mapping[str, Any]]) -> RunRecord:
             by_number[a.attempt] = a
             run.attempts.append(a)
             run.pending_restart = run.decided_policy = None
+            run.unanswered_stall = False
         elif event == "attempt_ended" and int(r.get("attempt", -1)) in by_number:
             a = by_number[int(r["attempt"])]
             a.ended, a.outcome, a.exit_code = float(r.get("ts", 0.0)), r.get("kind"), r.get("exit_code")
@@ -263,6 +267,7 @@ def fold_journal(records: Sequence[Mapping[str, Any]]) -> RunRecord:
             run.incidents.append({k: r.get(k) for k in ("attempt", "kind", "reason", "latency_s", "ts")})
             if r.get("kind") == "stall":
                 run.stalls += 1
+                run.unanswered_stall = True
         elif event == "capture" and run.incidents and r.get("evidence_path") \
                 and run.incidents[-1].get("attempt") == r.get("attempt") and "evidence_path" not in run.incidents[-1]:
             # Each incident's own bundle: an attempt with engine-level restarts has several.
@@ -274,6 +279,7 @@ def fold_journal(records: Sequence[Mapping[str, Any]]) -> RunRecord:
         if event in ("recovery", "engine_restart", "restart_scheduled") and r.get("cudagraphs") in ("on", "off") \
                 and r.get("ok", True) is not False:
             run.decided_policy = {"cudagraphs": r["cudagraphs"], "enforce_eager": bool(r.get("enforce_eager"))}
+            run.unanswered_stall = False
         elif event == "run_finished":
             run.finished = {k: r.get(k) for k in ("outcome", "exit_code", "reason", "ts")}
             if r.get("outcome") == "interrupted" and run.attempts:

@@ -366,6 +366,28 @@ def test_the_engine_retry_window_counts_across_a_resume(tmp_path):
     assert skewed.engine_level.last_restart is None, "a restart 'in the future' (a clock set back) opens no window"
 
 
+@pytest.mark.parametrize("kind, graphs_off", [("stall", True), ("silent_hang", False)])
+def test_a_resume_after_a_supervisor_that_died_between_a_stall_and_its_recovery_turns_graphs_off(
+        tmp_path, kind, graphs_off):
+    """The supervisor was SIGKILLed during the stall's capture (after ``incident``, before
+    ``recovery``): the resumed run relaunched with graphs on, and the wedge came back."""
+    j = Journal(tmp_path / "j.jsonl", "r1")
+    j.append("attempt_started", attempt=1, pid=1, env={names.CUDAGRAPHS: "1"})
+    j.append("incident", attempt=1, kind=kind)
+    state = RunState.from_journal(read_journal(tmp_path / "j.jsonl"))
+    clock = FakeClock()
+    config = _config(tmp_path)
+    config.run_dir.mkdir(parents=True)
+    sup = Supervisor(config, FakeProbe(), RecordingCapture(), state=state, tree=FakeTree(clock, ["train"]),
+                     clock=clock, sleep=clock.sleep, wall=clock)
+    assert sup.run(resumed=True) == 0
+    records = read_journal(config.run_dir / "journal.jsonl")
+    (started,) = [r for r in records if r["event"] == "attempt_started"]
+    assert started["env"][names.CUDAGRAPHS] == ("0" if graphs_off else "1")
+    (resumed,) = [r for r in records if r["event"] == "run_resumed"]
+    assert resumed.get("unanswered_stall", False) is graphs_off
+
+
 @pytest.mark.parametrize("kind, counted", [("stopped", False), ("done", False), ("stall", True)])
 def test_an_attempt_the_runs_stop_ended_spends_no_restart_after_a_resume(tmp_path, kind, counted):
     """A preempted (SIGTERM) run, resumed: the stopped attempt is no verdict on the trainer, so the
