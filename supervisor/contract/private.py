@@ -72,6 +72,9 @@ def check_ancestors(path: Path, what: str) -> None:
             st = os.lstat(folder)
         except (FileNotFoundError, NotADirectoryError):
             continue  # not there yet: we create it, 0755 at most
+        except OSError as exc:  # a link loop, a name too long, a mount that fails: not checkable
+            raise UnsafePathError(f"{what} {path}: {folder} on its way cannot be checked "
+                                  f"({exc.strerror or exc}); choose another path") from None
         if folder == written and not stat.S_ISLNK(st.st_mode):
             continue  # the directory itself: its owner and mode are checked by its user
         if st.st_uid not in (0, me):
@@ -184,6 +187,9 @@ def check_import_path(pythonpath: str | None) -> None:
                 if target.parent == target:
                     return
                 target = target.parent  # not there yet: who could create it decides
+            except OSError as exc:
+                raise UnsafePathError(f"PYTHONPATH entry {entry} cannot be checked ({exc.strerror or exc}): "
+                                      f"remove it from PYTHONPATH. {fix}") from None
         problem = (f"owned by uid {st.st_uid}, not by you (uid {me}) or root" if st.st_uid not in (0, me)
                    else f"writable by group or others (mode {stat.S_IMODE(st.st_mode):o})" if st.st_mode & 0o022
                    else None)

@@ -65,3 +65,20 @@ def test_a_plain_users_pyspy_made_under_umask_002_is_found(tmp_path, as_plain_us
     assert trusted_which("py-spy") == str(tool)
     assert find_pyspy() == str(tool) and not SKIPPED
     assert stat.S_IMODE(tool.stat().st_mode) == 0o775
+
+
+@pytest.mark.parametrize("shape", ["link loop", "name too long"])
+def test_a_pythonpath_entry_that_cannot_be_checked_is_a_clear_refusal(tmp_path, monkeypatch, shape):
+    """A stale PYTHONPATH entry Python itself passes over (a link loop, a name past NAME_MAX)
+    made root's `hangwatch run` an internal error (exit 70, traceback file): the check's
+    stat raised ELOOP/ENAMETOOLONG. Now a refusal that names the entry."""
+    from hangwatch.contract import private
+
+    monkeypatch.setattr(private, "_privileged", lambda: True, raising=False)
+    if shape == "link loop":
+        (tmp_path / "loop").symlink_to("loop")
+        entry = str(tmp_path / "loop" / "lib")
+    else:
+        entry = str(tmp_path / ("a" * 300))
+    with pytest.raises(private.UnsafePathError, match="cannot be checked"):
+        private.check_import_path(entry)
