@@ -333,8 +333,10 @@ class Detector:
             onset=self._step_since,
             window=timeout,
             phase=self.phase,
-            reason=(f"step {self._step_value} has not advanced for {stuck_for:.0f} s (step timeout {timeout:.0f} s) "
-                    f"while beats went on, cpu={tree_cpu:.1f}%"),
+            # The last beat's age, not "beats went on": the rule fires too when beats stopped
+            # (before a longer progress timeout), and the reader must not look for a side thread.
+            reason=(f"step {self._step_value} has not advanced for {stuck_for:.0f} s (step timeout {timeout:.0f} s), "
+                    f"last beat {max(0.0, sample.t - self._last_progress):.0f} s ago, cpu={tree_cpu:.1f}%"),
             evidence=evidence,
         )
 

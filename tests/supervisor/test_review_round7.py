@@ -82,3 +82,22 @@ def test_a_pythonpath_entry_that_cannot_be_checked_is_a_clear_refusal(tmp_path, 
         entry = str(tmp_path / ("a" * 300))
     with pytest.raises(private.UnsafePathError, match="cannot be checked"):
         private.check_import_path(entry)
+
+
+def test_the_step_rule_does_not_say_beats_went_on_when_they_stopped():
+    """With --step-timeout below the progress timeout, a trainer whose beats stopped at step 9
+    got 'step 9 has not advanced ... while beats went on': the reader went looking for a side
+    thread that beats. The reason now gives the last beat's age."""
+    from hangwatch.contract.heartbeat import Heartbeat
+    from hangwatch.contract.samples import Sample
+    from hangwatch.supervisor.detector import Detector, DetectorConfig
+
+    detector, hb, verdict = Detector(DetectorConfig(interval=1.0, step_timeout=20.0), start=0.0), None, None
+    for i in range(60):
+        if i < 10:
+            hb = Heartbeat(pid=100, seq=i + 1, ts=float(i), step=i, phase="train")  # then no new beat
+        verdict = detector.observe(Sample(t=float(i), wall=float(i), cpu_pct={100: 100.0}, gpu=None, heartbeat=hb))
+        if verdict is not None:
+            break
+    assert verdict is not None and verdict.evidence["rule"] == "step"
+    assert "beats went on" not in verdict.reason and "last beat 20 s ago" in verdict.reason
