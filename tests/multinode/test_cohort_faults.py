@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import threading
 import time
 
@@ -349,12 +351,69 @@ def test_a_late_reply_is_never_taken_for_the_answer_to_a_later_call():
     Proc.stdout.close()
 
 
+class _Blip:
+    """A TCP relay between a node and the store whose connections can be cut (a switch failover,
+    a firewall or NAT that dropped its state), the store itself staying up."""
+
+    def __init__(self, target: int) -> None:
+        self.target, self.conns, self.lock = target, [], threading.Lock()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+            except OSError:  # the store is gone: so is this connection
+                client.close()
+                continue
+            with self.lock:
+                self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        with self.lock:
+            for s in self.conns:
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+            self.conns = []
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept; close alone leaves it listening
+        self.listener.close()
+        self.cut()
+
+
 @pytest.mark.slow
 def test_a_store_blip_shorter_than_the_lease_leaves_every_later_call_right():
     """node 0's store stalls (a frozen host, a network blip) for longer than one call's
     deadline, then comes back: calls that timed out get their replies late, and those must
     not answer later calls (before: the next reads were off by one or two lines, and both
-    supervisors died of a JSON error, exit 70)."""
+    supervisors died of a JSON error, exit 70).
+
+    Then the connection is cut by the network, the store staying up: a c10d client never
+    reconnects, so one reset failed every later call ("Broken pipe") and the node took the
+    live store for lost after its lease (75 on every node: a blip ended the job). Now the call
+    in flight fails and the next ones connect again; with node 0 really gone, calls still fail
+    at once rather than each waiting out its deadline behind a reconnect."""
     import socket  # noqa: PLC0415
 
     import psutil  # noqa: PLC0415
@@ -363,7 +422,8 @@ def test_a_store_blip_shorter_than_the_lease_leaves_every_later_call_right():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     host = TCPStoreClient("127.0.0.1", port, master=True, timeout=1.0, connect_timeout=30)
-    peer = TCPStoreClient("127.0.0.1", port, master=False, timeout=1.0, connect_timeout=30)
+    blip = _Blip(port)
+    peer = TCPStoreClient("127.0.0.1", blip.port, master=False, timeout=1.0, connect_timeout=30)
     try:
         peer.set("k", "v")
         frozen = psutil.Process(host.proc.pid)
@@ -380,12 +440,34 @@ def test_a_store_blip_shorter_than_the_lease_leaves_every_later_call_right():
         assert peer.get("k") == "v"
         assert peer.add("lease", 0) == 2, "both timed-out adds landed; this answer is this call's"
         assert peer.get("missing") is None
+        blip.cut()  # the network resets the connection; the store stays up
+        deadline, errors = time.monotonic() + 20, []
+        while True:
+            try:
+                value = peer.add("lease", 1)
+                break
+            except StoreError as exc:
+                errors.append(str(exc))
+                assert time.monotonic() < deadline, errors
+                time.sleep(0.2)
+        assert value >= 3 and len(errors) <= 3, errors  # before: "Broken pipe" for good
+        assert peer.get("k") == "v"
+        host.close()  # node 0 gone for good: its port refuses
+        blip.close()
+        failures = []
+        for _ in range(3):  # one reconnect tried in between (at most one a second)
+            with pytest.raises(StoreError) as info:
+                peer.get("k")
+            failures.append(str(info.value))
+            time.sleep(0.6)
+        assert not any("did not answer" in f for f in failures), failures
         # This node's own helper killed (out of memory, a stray kill): it says so, not "node 0 is gone".
         psutil.Process(peer.proc.pid).kill()
         peer.proc.wait(timeout=10)
         with pytest.raises(StoreError, match=f"this node's cohort store helper \\(pid {peer.proc.pid}\\) exited"):
             peer.get("k")
     finally:
+        blip.close()
         peer.close()
         host.close()
 
