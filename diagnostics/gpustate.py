@@ -15,9 +15,12 @@ from hangwatch.contract.tools import run_bounded
 
 def gpu_state(nvidia_smi_timeout: float = 10.0) -> dict[str, Any]:
     state: dict[str, Any] = {"nvml": _nvml(), "nvidia_smi": None}
-    smi = trusted_which("nvidia-smi")  # run as us (root): never one another user put on PATH
+    skipped: list[str] = []
+    smi = trusted_which("nvidia-smi", skipped)  # run as us (root): never one another user put on PATH
     if smi is None:
-        state["nvidia_smi"] = {"available": False, "reason": "nvidia-smi not on PATH"}
+        # One passed over is named: "not on PATH" sent the reader to look for a missing driver.
+        why = f"passed over: {'; '.join(skipped)}" if skipped else "nvidia-smi not on PATH"
+        state["nvidia_smi"] = {"available": False, "reason": why}
     else:
         result = run_bounded([smi, "-q"], nvidia_smi_timeout)
         state["nvidia_smi"] = {
