@@ -23,6 +23,7 @@ by default PyTorch's c10d ``TCPStore`` hosted by node 0's supervisor):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -529,6 +530,10 @@ class Cohort:
                         raise CohortRefused(str(MemberLeft(n, left)))
             now = self.clock()
             if refused_in is not None and not self._generation and now >= refused_until:
+                # The others wait for the rank nobody took: their join timeout says why (a hint only,
+                # outside the generation's records: nothing else reads it).
+                with contextlib.suppress(StoreError):
+                    self.store.set(self._root("duplicate", refused_in), str(self.me.node_rank))
                 raise CohortRefused(f"node {self.me.node_rank} already joined this cohort ({self.me.cohort_id}): two "
                                     f"nodes started with --node-rank {self.me.node_rank}, or one restarted in a running "
                                     "job, which a cohort cannot take back: stop every node and start the job again")
@@ -540,6 +545,10 @@ class Cohort:
                     if self.me.is_leader else None
                 hint = (f"; a node reached this store under the cohort {stray!r}, this node's is "
                         f"{self.me.cohort_id!r}: {_SAME_ID}") if stray is not None else ""
+                twice = self.store.get(self._root("duplicate", self._generation)) if self._generation else None
+                if twice is not None and twice.isdigit() and len(twice) < 10:
+                    hint += (f"; a second supervisor started as node {twice} was refused, that rank had joined "
+                             f"already: two nodes given --node-rank {twice} (check each node's rank)")
                 raise CohortRefused(f"nodes {missing} did not join within {timeout:g} s (is hangwatch run started on "
                                     f"every node, with the same --nnodes, --cohort and --cohort-id?){hint}")
             self.sleep(0.2)

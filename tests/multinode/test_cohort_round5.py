@@ -149,3 +149,34 @@ def test_a_finish_said_while_the_store_misses_a_reply_is_still_a_finish():
     n0.renew()
     assert n0.problem is None, n0.problem
     n0.close(linger_cap=0)
+
+
+def test_two_nodes_given_the_same_rank_the_others_join_timeout_says_so():
+    """Two supervisors started as node 1 of 3 (no node 2): the second is refused, and nodes 0 and
+    1 waited out their join timeout for node 2, saying only "nodes [2] did not join"."""
+    from hangwatch.supervisor.cohort import CohortRefused
+
+    store = MemoryStore()
+    n0, n1, twin = (_node(store, rank, 3) for rank in (0, 1, 1))
+    errors: dict[int, Exception] = {}
+
+    def join(i: int, node: Cohort) -> None:
+        try:
+            node.join(timeout=60)
+        except Exception as exc:  # noqa: BLE001
+            errors[i] = exc
+
+    threads = [threading.Thread(target=join, args=(i, n)) for i, n in enumerate((n0, n1))]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while not n1._generation or store.data.get(n1._key("join", 1)) is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    with pytest.raises(CohortRefused, match="node 1 already joined"):
+        twin.join(timeout=60)
+    for t in threads:
+        t.join(timeout=20)
+    for i in (0, 1):
+        assert "nodes [2] did not join" in str(errors[i])
+        assert "two nodes given --node-rank 1" in str(errors[i])
