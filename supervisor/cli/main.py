@@ -340,8 +340,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from hangwatch.supervisor.runner import Supervisor  # noqa: PLC0415
     from hangwatch.supervisor.tree import LocalTree  # noqa: PLC0415
 
-    values, command, resume_dir, explicit = _run_settings(args)  # --resume enters the run's working directory
+    # Twice: the interpreter made PYTHONPATH's relative and empty entries absolute at its start (our
+    # own lazy imports), and the helpers we start resolve them in the directory --resume enters.
     check_import_path(os.environ.get("PYTHONPATH"))  # before it is used: a lazy import, a helper's start
+    values, command, resume_dir, explicit = _run_settings(args)  # --resume enters the run's working directory
+    check_import_path(os.environ.get("PYTHONPATH"))
     config = build(values, command, explicit=explicit)
     operate_config = build_operate(values)
     try:

@@ -101,3 +101,33 @@ def test_the_step_rule_does_not_say_beats_went_on_when_they_stopped():
             break
     assert verdict is not None and verdict.evidence["rule"] == "step"
     assert "beats went on" not in verdict.reason and "last beat 20 s ago" in verdict.reason
+
+
+def test_a_relative_pythonpath_entry_is_checked_where_the_interpreter_resolved_it(tmp_path, monkeypatch):
+    """The interpreter makes PYTHONPATH's relative entries absolute at its start. Checked only
+    after --resume entered the run's saved directory, root's `cd /tmp; PYTHONPATH=relsrc
+    hangwatch run --resume RUN` passed (RUN's cwd/relsrc is root's) and its GPU probe imported
+    the pynvml.py another user put in /tmp/relsrc, as uid 0 (reproduced). Checked at the start
+    too now, then again where the helpers start."""
+    from hangwatch.cli import main as cli
+    from hangwatch.contract import private
+
+    monkeypatch.setattr(private, "_privileged", lambda: True, raising=False)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)  # /tmp-like, without the sticky bit keeping this simple
+    saved = tmp_path / "saved"
+    saved.mkdir(mode=0o700)
+    monkeypatch.chdir(shared)
+    monkeypatch.setenv("PYTHONPATH", "relsrc")
+
+    class Entered(Exception):
+        pass
+
+    def resume_settings(args):
+        os.chdir(saved)  # what --resume does: the run's saved working directory
+        raise Entered
+
+    monkeypatch.setattr(cli, "_run_settings", resume_settings)
+    with pytest.raises(private.UnsafePathError, match="PYTHONPATH entry .*shared"):
+        cli.cmd_run(None)
