@@ -169,8 +169,10 @@ def check_import_path(pythonpath: str | None) -> None:
     if not pythonpath or not _privileged():
         return
     me = os.geteuid()
+    # Both halves: the same PYTHONPATH left in hangwatch's own environment is refused again.
     fix = ("hangwatch imports its own code (and its helpers') from PYTHONPATH; to give it to the command only, "
-           "pass it there: hangwatch run ... -- env PYTHONPATH=... COMMAND")
+           "start hangwatch without it and pass it there: env -u PYTHONPATH hangwatch run ... -- "
+           "env PYTHONPATH=... COMMAND")
     for entry in pythonpath.split(os.pathsep):
         path = Path(os.path.abspath(entry or os.getcwd()))
         try:

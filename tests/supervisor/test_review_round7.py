@@ -131,3 +131,16 @@ def test_a_relative_pythonpath_entry_is_checked_where_the_interpreter_resolved_i
     monkeypatch.setattr(cli, "_run_settings", resume_settings)
     with pytest.raises(private.UnsafePathError, match="PYTHONPATH entry .*shared"):
         cli.cmd_run(None)
+
+
+def test_the_pythonpath_refusal_says_to_start_hangwatch_without_it(tmp_path, monkeypatch):
+    """The fix it gave ('-- env PYTHONPATH=... COMMAND') failed when followed as written: the
+    PYTHONPATH left in hangwatch's own environment was refused again."""
+    from hangwatch.contract import private
+
+    monkeypatch.setattr(private, "_privileged", lambda: True, raising=False)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chmod(theirs, 0o777)
+    with pytest.raises(private.UnsafePathError, match="env -u PYTHONPATH hangwatch run"):
+        private.check_import_path(str(theirs))
