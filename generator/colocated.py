@@ -68,7 +68,7 @@ from hangwatch.generator.process import WorkerProcess
 from hangwatch.generator.staging import StagedWeights, Stager
 from hangwatch.contract import env as names
 from hangwatch.contract.control import read_control
-from hangwatch.contract.heartbeat import GENERATOR_PHASES, beat
+from hangwatch.contract.heartbeat import GENERATOR_PHASES, beat, set_context
 
 logger = logging.getLogger(__name__)
 
@@ -342,6 +342,7 @@ class ColocatedGenerator:
             # Which worker this phase waits on: a stall in load or sleep is that worker's, and the
             # supervisor restarts it alone (a standby beside it is spared to take over).
             waits_on = {"engine_worker_pid": self.worker.pid} if self.worker is not None and self.worker.pid else {}
+            set_context(self.beat_info)  # the trainer's own beats carry it too (an engine restart's outcome)
             beat(step=step, phase=name, **self.beat_info, **waits_on)
             if name in RESTARTABLE_PHASES:
                 self._request_began = time.time()  # a restart of our own is timed from it
@@ -384,6 +385,7 @@ class ColocatedGenerator:
             # so the supervisor tells a retry that worked (a crash after it is the trainer's own)
             # from one that failed.
             self.beat_info["rollouts_ok"] = self.engine_restarts
+            set_context(self.beat_info)
             done = phase("sleep")
             worker.request("sleep", self.timeouts.op)
             done()
@@ -432,6 +434,7 @@ class ColocatedGenerator:
         # supervisor's journal has it even if it misses this one.
         self.beat_info.update(self.applied.beat_info())
         worker.note_info(applied=self.applied.to_json(), cudagraphs_expected=self.beat_info["cudagraphs"])
+        set_context(self.beat_info)
         beat(step=step, phase="start", **self.beat_info)
         logger.info("engine worker %s applied cudagraph_mode=%s compile_mode=%s (policy: cudagraphs %s)",
                     worker.pid, self.applied.cudagraph_mode, self.applied.compile_mode, self.beat_info["cudagraphs"])
@@ -475,6 +478,7 @@ class ColocatedGenerator:
     def close(self) -> None:
         """Close the engine gracefully (kill if it does not answer); idempotent."""
         self._closed = True
+        set_context({})  # the engine is gone: later beats no longer speak for it
         self._stager.discard()
         for worker in (self.worker, self.standby):
             if worker is not None and worker.proc is not None:

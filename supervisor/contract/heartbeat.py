@@ -30,6 +30,16 @@ from hangwatch.contract.env import HEARTBEAT as HEARTBEAT_ENV
 
 _counter = itertools.count(1)
 _lock = threading.Lock()
+_context: dict[str, Any] = {}
+
+
+def set_context(info: Mapping[str, Any]) -> None:
+    """Info every later beat of this process carries (a beat's own keys win), replacing what
+    was set before. For a library inside the trainer (the generator): the supervisor reads only
+    the latest beat at each tick, so state told in one beat is missed when the trainer's own
+    next beat (a checkpoint's, a callback's) replaces it first."""
+    global _context
+    _context = dict(info)
 
 
 def beat(step: int | None = None, phase: str | None = None, *, path: str | None = None, **info: Any) -> bool:
@@ -52,7 +62,7 @@ def beat(step: int | None = None, phase: str | None = None, *, path: str | None 
         "ts": time.time(),
         "step": step,
         "phase": phase,
-        "info": info,
+        "info": {**_context, **info} if _context else info,
     }
     tmp = f"{target}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from gen_helpers import fake_kwargs
-from hangwatch.contract.heartbeat import engine_beacon_file, read_heartbeat
+from hangwatch.contract.heartbeat import beat, engine_beacon_file, read_heartbeat
 from hangwatch.generator.beacon import EngineBeacon, instrument_llm
 from hangwatch.generator.colocated import ColocatedGenerator, Timeouts, safer_policy
 from hangwatch.generator.policy import RolloutPolicy
@@ -104,6 +104,13 @@ def test_the_generators_own_timeout_is_the_backstop_and_restarts_the_engine_once
         info = gen.beat_info
         assert info["engine_restart_step"] == 6
         assert began <= info["engine_restart_onset_wall"] <= info["engine_restart_killed_wall"] - short.generate
+        # The trainer's own next beat (a checkpoint's) carries it too: the supervisor reads only the
+        # latest beat at a tick, and a checkpoint beat right after the retry once hid the restart.
+        beat(step=7, phase="checkpoint", path=str(tmp_path / "hb.json"))
+        told = read_heartbeat(tmp_path / "hb.json").info
+        assert told["engine_worker"] == "standby" and told["rollouts_ok"] == 1 and told["cudagraphs"] == "off"
+    beat(step=8, phase="train", path=str(tmp_path / "hb.json"))
+    assert read_heartbeat(tmp_path / "hb.json").info == {}, "closed: no engine to speak for"
     assert "generate timeout is the backstop" in caplog.text
 
 
