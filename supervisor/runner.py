@@ -411,6 +411,9 @@ class Supervisor:
                 window=verdict.window,
                 evidence=dict(verdict.evidence),
                 phase=verdict.phase,
+                # Another rank's engine in the same wedge decides no policy: a --resume after a
+                # supervisor that died in its capture must not decide one for it (fold_journal).
+                **({} if escalate_policy else {"same_wedge": True}),
             )
             log.error("incident", message=f"{verdict.kind.value} in attempt {st.attempt}: {verdict.reason}")
             evidence = self._capture(verdict, samples, trainer, attempt_dir)

@@ -267,7 +267,8 @@ def fold_journal(records: Sequence[Mapping[str, Any]]) -> RunRecord:
             run.incidents.append({k: r.get(k) for k in ("attempt", "kind", "reason", "latency_s", "ts")})
             if r.get("kind") == "stall":
                 run.stalls += 1
-                run.unanswered_stall = True
+                # A same wedge's incident (another rank's engine stuck under the old policy) decides none.
+                run.unanswered_stall = run.unanswered_stall or not r.get("same_wedge")
         elif event == "capture" and run.incidents and r.get("evidence_path") \
                 and run.incidents[-1].get("attempt") == r.get("attempt") and "evidence_path" not in run.incidents[-1]:
             # Each incident's own bundle: an attempt with engine-level restarts has several.
