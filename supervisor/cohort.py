@@ -82,6 +82,7 @@ class MemberLeft(CohortError):
                     "restarted without it")
         elif record.get("stopped"):
             text = f"node {node}'s supervisor was stopped ({_signal_name(record['stopped'])})"
+            text += " while it was joining the cohort" if record.get("joining") else ""
         elif record.get("refused"):
             text = f"node {node} was refused: {record['refused']}"
         elif record.get("why"):
@@ -96,6 +97,16 @@ class LauncherMismatch(CohortError):
     """This node's launcher formed a rendezvous of another node count than the cohort's: it trains apart."""
 
     reason = "launcher_mismatch"
+
+
+class JoinStopped(BaseException):
+    """SIGINT/SIGTERM/SIGHUP while this node joins (it may wait minutes for the others): raised by the
+    signal handler, so it ends a wait on the store too. A BaseException, as KeyboardInterrupt is:
+    no retry loop of the join takes it for a store failure."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped ({_signal_name(signum)}) while joining the cohort")
+        self.signum = signum
 
 
 class CohortStopped(CohortError):
@@ -524,10 +535,12 @@ class Cohort:
                 missing = [n for n in range(self.me.nnodes) if patient(self.store.get, self._key("join", n)) is None]
                 if not missing:
                     break
-                for n in missing:
+                for n in self.others:  # one that joined and left (stopped while waiting) counts too
                     left = patient(self._read_left, n)
                     if left is not None:
-                        raise CohortRefused(str(MemberLeft(n, left)))
+                        why = str(MemberLeft(n, left))
+                        self._leave(finished=False, why=why)  # node 0 keeps the store up until it reads this
+                        raise CohortRefused(why)
             now = self.clock()
             if refused_in is not None and not self._generation and now >= refused_until:
                 # The others wait for the rank nobody took: their join timeout says why (a hint only,
@@ -750,6 +763,25 @@ class Cohort:
         this node's kill and its wait for the GPU release (``close`` then has nothing to add)."""
         self.why = self.why or why[:1000]
         self._leave(finished=False, why=self.why)
+
+    def leave_joining(self, signum: int, wait: float = 3.0) -> bool:
+        """This node was stopped while joining: tell the others, who stop at once naming it, instead
+        of waiting out their join timeout (or their lease). Node 0 hosts the store: it keeps it up
+        (at most ``wait`` s) until the nodes that had joined have read that and left themselves.
+        Returns whether the others were told."""
+        if not self._generation:
+            return False  # node 0's generation never read: nobody can be waiting for this node in it
+        self._leave(finished=False, stopped=int(signum), joining=True)
+        if not (self.me.is_leader and self._left_written):
+            return self._left_written
+        deadline = self.clock() + wait
+        with contextlib.suppress(StoreError, ValueError, TypeError):
+            while self.clock() < deadline:
+                joined = [n for n in self.others if self.store.get(self._key("join", n)) is not None]
+                if all(self._read_left(n) is not None for n in joined):
+                    break
+                self.sleep(0.1)
+        return True
 
     def finish(self, attempt: int) -> None:
         """This node's trainer finished: the others must not take its silence for a loss.

@@ -101,7 +101,12 @@ class TCPStoreClient:
             raise StoreError(f"cannot start the cohort store helper: {exc}") from exc
         with _helpers_lock:
             HELPER_PIDS.add(self.proc.pid)  # ours, not the trainer's: never sampled or killed with the tree
-        hello = self._read(connect_timeout + 30.0)
+        try:
+            hello = self._read(connect_timeout + 30.0)
+        except BaseException:  # a stop while node 0 is awaited: the helper must not outlive us
+            self.proc.kill()
+            self.close()
+            raise
         if not hello.get("ready"):
             self.close()
             hint = ("this node (0) hosts it: is the port free on this host?" if master else

@@ -26,6 +26,7 @@ def _quiet_interrupt(kind, value, traceback):  # type: ignore[no-untyped-def]
 _excepthook, sys.excepthook = sys.excepthook, _quiet_interrupt
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
@@ -367,7 +368,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         log.warning("no_subreaper", message="PR_SET_CHILD_SUBREAPER unavailable: escaped processes may be missed")
     state, lost = _resume_state(run_dir, log) if resume_dir is not None else (None, None)
 
-    cohort = _join_cohort(args, config, log, membership)
+    try:
+        cohort = _join_cohort(args, config, log, membership)
+    except UsageError as exc:
+        _note_not_started(run_dir, f"refused while joining the cohort: {exc}")
+        raise
+    except _StoppedJoining as exc:
+        return _stopped_joining(run_dir, exc.signum, exc.told)
     supervisor = Supervisor(config, probe, default_capture_hook(), state=state, cohort=cohort)
     if lost is not None:
         log.warning("attempt_lost", message=f"attempt {lost} was left open by the dead supervisor: journaled as supervisor_lost")
@@ -378,6 +385,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop)
     signal.signal(signal.SIGCONT, supervisor.note_continued)  # a suspended job: that time is not silence
+    for sig in _PENDING_STOP[:1]:  # a stop that came after the join, before the handlers above
+        stop(sig, None)
     containment = _contain(supervisor, config, log, resumed=resume_dir is not None)
     if config.prewarm_launcher and isinstance(supervisor.tree, LocalTree):
         from hangwatch.supervisor.prewarm import Prewarmer  # noqa: PLC0415
@@ -605,8 +614,8 @@ def _cohort_membership(args: argparse.Namespace, config: Any) -> Any:
 
 def _join_cohort(args: argparse.Namespace, config: Any, log: Any, membership: Any) -> Any:
     """Multi-node: join the cohort of per-node supervisors (None for a single-node run)."""
-    from hangwatch.supervisor.cohort import (Cohort, CohortError, barrier_timeout, runs_launcher,  # noqa: PLC0415
-                                             settings_fingerprint)
+    from hangwatch.supervisor.cohort import (Cohort, CohortError, JoinStopped, barrier_timeout,  # noqa: PLC0415
+                                             runs_launcher, settings_fingerprint)
     from hangwatch.supervisor.store import StoreError, TCPStoreClient  # noqa: PLC0415
     import time  # noqa: PLC0415
 
@@ -616,20 +625,78 @@ def _join_cohort(args: argparse.Namespace, config: Any, log: Any, membership: An
     fingerprint = {**settings_fingerprint(config, membership.nnodes), "resumed": getattr(args, "resume", None) is not None}
     lease = float(getattr(args, "lease_timeout", 15.0))
     join = float(getattr(args, "join_timeout", None) or 120.0)
+    started = time.monotonic()
+
+    # The join may wait minutes for the other nodes: a stop then ends it, and the others are told
+    # (the default action killed this node unsaid, and they waited out their join timeout or lease).
+    def stopped(signum: int, _frame: Any) -> None:
+        _hold_stops()  # a second signal during the goodbye is not a second interruption
+        raise JoinStopped(signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stopped)
     log.info("cohort", message=(f"node {membership.node_rank} of {membership.nnodes}; cohort store "
                                 f"{membership.endpoint}" + (" (hosted here)" if membership.is_leader else "")))
-    started = time.monotonic()
+    cohort = None
     try:
         store = TCPStoreClient(membership.host, membership.port, master=membership.is_leader,
                                timeout=max(2.0, lease / 3), connect_timeout=join)  # as long as the join waits
         cohort = Cohort(store, membership, fingerprint, lease_interval=max(0.2, lease / 10), lease_timeout=lease,
                         barrier_timeout=barrier_timeout(config), launcher=runs_launcher(config.command))
         cohort.join(timeout=join, spent=time.monotonic() - started)  # reaching the store counts: one bound in all
+        _hold_stops()  # joined: a stop now waits for cmd_run's handlers, which replay it
+    except JoinStopped as exc:
+        _hold_stops()
+        told = False
+        if cohort is not None:
+            with contextlib.suppress(Exception):
+                told = cohort.leave_joining(exc.signum)
+        if "store" in locals():
+            store.close()
+        raise _StoppedJoining(exc.signum, told) from None
     except (StoreError, CohortError) as exc:
+        _hold_stops()
         if "store" in locals():
             store.close()
         raise UsageError(f"--cohort: {exc}") from exc
     return cohort
+
+
+_PENDING_STOP: list[int] = []  # signals held while the join ends, before the run's own handlers
+
+
+def _hold_stops() -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _frame: _PENDING_STOP.append(signum))
+
+
+class _StoppedJoining(Exception):
+    def __init__(self, signum: int, told: bool) -> None:
+        super().__init__(signum)
+        self.signum, self.told = signum, told
+
+
+def _stopped_joining(run_dir: Path, signum: int, told: bool) -> int:
+    """This node was stopped while it joined the cohort: why on stderr and in the run directory
+    (``hangwatch status`` reads it where there is no journal yet), exit 128 + the signal."""
+    name = signal.Signals(signum).name
+    why = f"stopped by {name} while joining the cohort; " + (
+        "the other nodes were told" if told else "no other node had been reached (they wait out their join timeout)")
+    print(f"hangwatch: {why}", file=sys.stderr)
+    _note_not_started(run_dir, why, exit_code=128 + signum)
+    return 128 + signum
+
+
+NOT_STARTED = "not_started.json"  # why a run stopped before its journal began (status reads it)
+
+
+def _note_not_started(run_dir: Path, why: str, exit_code: int = EXIT_USAGE) -> None:
+    import json  # noqa: PLC0415
+
+    from hangwatch.contract.atomic import write_file  # noqa: PLC0415
+
+    with contextlib.suppress(OSError):
+        write_file(run_dir / NOT_STARTED, json.dumps({"why": one_line(why)[:2000], "exit_code": exit_code}).encode())
 
 
 def _check_cohort_numbers(args: argparse.Namespace) -> None:
@@ -761,6 +828,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_not_started(run_dir: Path) -> str | None:
+    import json  # noqa: PLC0415
+
+    try:
+        with open(run_dir / NOT_STARTED, "rb") as f:  # small and ours; bounded all the same
+            record = json.loads(f.read(8192))
+        return f"{one_line(str(record['why']))[:2000]} (exit {int(record['exit_code'])})"
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
 def _status_before_start(args: argparse.Namespace) -> int:
     """A run directory whose journal is not there yet: a supervisor still starting (a multi-node
     cohort node waits for every node to join, up to --join-timeout: status said "not a hangwatch
@@ -775,6 +853,9 @@ def _status_before_start(args: argparse.Namespace) -> int:
     else:
         state = ("stopped before its run began (refused at start, for example a cohort node that could not join: "
                  "its console said why); nothing to resume: start it again")
+        why = _read_not_started(args.run_dir)
+        if why:
+            state = f"stopped before its run began: {why}; nothing to resume: start it again"
     if args.json:
         import json  # noqa: PLC0415
 
