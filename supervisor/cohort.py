@@ -186,18 +186,25 @@ def membership_from(env: Mapping[str, str], *, endpoint: str | None = None, node
     return Membership(rank, count or 1, host, port, job)
 
 
-def settings_fingerprint(config: Any, nnodes: int) -> dict[str, Any]:
+def settings_fingerprint(config: Any, nnodes: int, checkpoint_given: str | None = None) -> dict[str, Any]:
     """The settings every node must share (``config``: the run's ``RunConfig``); ``Cohort`` adds the lease.
 
     Only what would make the nodes act apart: options each node may set for itself (its
     detector's windows, its restart limits: every node counts the same attempts, and every
     node's decision is exchanged, ``settled``)
     are left out.
+
+    ``checkpoint_given``: --checkpoint-dir as the user wrote it. The folder is the same on two
+    nodes when either its resolved path or that path, made absolute without resolving links,
+    matches: ``/scratch/ckpt`` on every node, with ``/scratch`` a link to each node's own disk,
+    is one setting (it was refused, the resolved paths differ).
     """
     checkpoint = config.checkpoint
+    given = os.path.abspath(os.path.expanduser(checkpoint_given)) if checkpoint and checkpoint_given else None
     return {
         "nnodes": nnodes,
         "checkpoint_dir": str(checkpoint.directory) if checkpoint else None,
+        "checkpoint_dir_given": given,
         "checkpoint_glob": checkpoint.glob if checkpoint else None,
         "checkpoint_marker": checkpoint.marker if checkpoint else None,
         # A node without --resume-arg relaunches its ranks from step 0 while the others resume
@@ -587,6 +594,10 @@ class Cohort:
     def _check_settings(self, theirs: dict[str, Any]) -> None:
         theirs = {k: v for k, v in theirs.items() if k not in ("nonce", "generation", "launcher")}
         differ = sorted(k for k in set(theirs) | set(self.fingerprint) if theirs.get(k) != self.fingerprint.get(k))
+        given = self.fingerprint.get("checkpoint_dir_given")
+        if given is not None and theirs.get("checkpoint_dir_given") == given:
+            differ = [k for k in differ if k != "checkpoint_dir"]  # the same path, resolved through other links
+        differ = [k for k in differ if k != "checkpoint_dir_given"]  # an alternative match only, never a refusal
         if "resumed" in differ:
             # Not an option that differs: one node resumes its run while node 0 runs another (a new job, or
             # still the job this node's dead supervisor left: node 0 stops with 75 within its lease).

@@ -369,7 +369,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     state, lost = _resume_state(run_dir, log) if resume_dir is not None else (None, None)
 
     try:
-        cohort = _join_cohort(args, config, log, membership)
+        cohort = _join_cohort(args, config, log, membership, values.get("checkpoint_dir"))
     except UsageError as exc:
         _note_not_started(run_dir, f"refused while joining the cohort: {exc}")
         raise
@@ -612,7 +612,8 @@ def _cohort_membership(args: argparse.Namespace, config: Any) -> Any:
     return membership
 
 
-def _join_cohort(args: argparse.Namespace, config: Any, log: Any, membership: Any) -> Any:
+def _join_cohort(args: argparse.Namespace, config: Any, log: Any, membership: Any,
+                 checkpoint_given: str | None = None) -> Any:
     """Multi-node: join the cohort of per-node supervisors (None for a single-node run)."""
     from hangwatch.supervisor.cohort import (Cohort, CohortError, JoinStopped, barrier_timeout,  # noqa: PLC0415
                                              runs_launcher, settings_fingerprint)
@@ -622,7 +623,7 @@ def _join_cohort(args: argparse.Namespace, config: Any, log: Any, membership: An
     if membership is None:
         return None
     # A job resumes on every node or on none: one node from scratch while the others resume splits it.
-    fingerprint = {**settings_fingerprint(config, membership.nnodes), "resumed": getattr(args, "resume", None) is not None}
+    fingerprint = {**settings_fingerprint(config, membership.nnodes, checkpoint_given), "resumed": getattr(args, "resume", None) is not None}
     lease = float(getattr(args, "lease_timeout", 15.0))
     join = float(getattr(args, "join_timeout", None) or 120.0)
     started = time.monotonic()

@@ -102,3 +102,46 @@ def test_a_supervisor_stopped_while_joining_exits_with_the_signal_and_status_say
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+
+
+def _fingerprint(checkpoint_dir: str) -> dict:
+    from hangwatch.supervisor.cohort import settings_fingerprint
+    from hangwatch.supervisor.config import SETTINGS, build
+
+    values = {**{k: d for k, (_t, d) in SETTINGS.items()}, "checkpoint_dir": checkpoint_dir}
+    return settings_fingerprint(build(values, ["python", "train.py"]), 2, checkpoint_dir)
+
+
+def _join_pair(fp0: dict, fp1: dict) -> dict[int, BaseException]:
+    from hangwatch.supervisor.cohort import Membership
+
+    store = MemoryStore()
+    nodes = [Cohort(store, Membership(i, 2, "127.0.0.1", 29600, "job"), fp, lease_interval=3600, lease_timeout=10,
+                    barrier_timeout=30) for i, fp in enumerate((fp0, fp1))]
+    errors, threads = _joining(nodes)
+    for t in threads:
+        t.join(timeout=20)
+    for n in nodes:
+        n._stop.set()
+    return errors
+
+
+def test_the_same_checkpoint_path_resolved_through_other_links_on_each_node_is_one_setting(tmp_path):
+    """``--checkpoint-dir /scratch/ckpt`` on every node, /scratch a link to each node's own disk: the
+    nodes were refused ("settings differ", the resolved paths). Either match is one folder; two
+    paths that match neither way are still refused."""
+    (tmp_path / "disk0").mkdir()
+    (tmp_path / "disk1").mkdir()
+    scratch = tmp_path / "scratch"
+    scratch.symlink_to(tmp_path / "disk0")
+    on_node0 = _fingerprint(str(scratch / "ckpt"))
+    scratch.unlink()
+    scratch.symlink_to(tmp_path / "disk1")  # node 1's /scratch
+    on_node1 = _fingerprint(str(scratch / "ckpt"))
+    assert on_node0["checkpoint_dir"] != on_node1["checkpoint_dir"]
+    assert _join_pair(on_node0, on_node1) == {}
+    # Two spellings of one folder (a link to it) still match by the resolved path.
+    assert _join_pair(on_node0, _fingerprint(str(tmp_path / "disk0" / "ckpt"))) == {}
+    other = _join_pair(on_node0, _fingerprint(str(tmp_path / "disk0" / "other")))
+    assert "settings differ" in str(other[1]) and "checkpoint_dir" in str(other[1])
+    assert "checkpoint_dir_given" not in str(other[1])
