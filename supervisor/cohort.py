@@ -780,6 +780,7 @@ class Cohort:
         of waiting out their join timeout (or their lease). Node 0 hosts the store: it keeps it up
         (at most ``wait`` s) until the nodes that had joined have read that and left themselves.
         Returns whether the others were told."""
+        self._stop.set()  # a stop right after the join: its lease thread may have started
         if not self._generation:
             return False  # node 0's generation never read: nobody can be waiting for this node in it
         self._leave(finished=False, stopped=int(signum), joining=True)
