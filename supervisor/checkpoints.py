@@ -199,7 +199,11 @@ def _incomplete(path: Path, marker: str) -> str | None:
         return f"no {marker} (save did not finish)"
     if marker_path.suffix == ".json":
         try:
-            json.loads(read_capped(marker_path, MAX_MARKER_PARSE_BYTES))
+            raw = read_capped(marker_path, MAX_MARKER_PARSE_BYTES)
+            if raw.count(b"{") + raw.count(b"[") + raw.count(b",") > MAX_MARKER_VALUES:
+                return _incomplete_tail(marker_path, marker)
+            # Only whether it parses matters: objects are dropped as they are read, never kept.
+            json.loads(raw, object_pairs_hook=_dropped)
         except FileTooLarge:
             return _incomplete_tail(marker_path, marker)
         except (OSError, ValueError, RecursionError) as exc:
@@ -211,6 +215,14 @@ def _incomplete(path: Path, marker: str) -> str | None:
 # size (HF's trainer_state.json holds the log history: MiBs on a long run); a larger one
 # is judged by its last bytes, so a 3 GiB sparse file cannot take the supervisor's memory.
 MAX_MARKER_PARSE_BYTES = 64 << 20
+# Nor one of more values than this (a `{`, `[` or `,` each, counted before parsing): 64 MiB
+# of `[{},{},...]`, parsed, was a 1.7 GB peak in the supervisor between two attempts. HF's
+# log history is a few values per logged step: a million is far past a real one of 64 MiB.
+MAX_MARKER_VALUES = 1 << 20
+
+
+def _dropped(pairs: object) -> None:
+    return None
 
 
 def _incomplete_tail(marker_path: Path, marker: str) -> str | None:

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 
 from hangwatch.cli.status import describe_exit, locate_bundle, started_at, supervisor_alive
 from hangwatch.contract import atomic
-from hangwatch.contract.journal import fold_journal, read_journal
+from hangwatch.contract.journal import fold_journal, read_journal_bounded
 from hangwatch.supervisor.evidence import bundle_summary
 
 
@@ -181,6 +181,9 @@ def render_html(run_dir: Path, records: Sequence[Mapping[str, Any]], g: Mapping[
              else "its supervisor is gone without finishing (times up to its last record; hangwatch run --resume "
                   "continues it)" if alive is False
              else "still running, or its supervisor died (see hangwatch status)")
+    if g.get("journal_left_out_bytes"):
+        state += (f"; {g['journal_left_out_bytes']} bytes in the journal's middle were not read (more records than "
+                  "a run writes): times are from its first and its last records")
     wall = g["wall_s"] or 1.0
     parts = [("productive", "#2e7d32"), ("startup", "#90a4ae"), ("hung", "#c62828"), ("recovery", "#ef6c00"),
              ("backoff", "#fbc02d")]
@@ -245,12 +248,15 @@ def _to_first_beat(attempt: dict[str, Any]) -> str:
 
 
 def write_run_report(run_dir: Path, out: Path | None = None) -> tuple[Path, dict[str, Any]]:
-    records = read_journal(run_dir / "journal.jsonl")
+    # Bounded: the run dir may be another user's, its journal 1 GiB of tiny records.
+    records, left_out = read_journal_bounded(run_dir / "journal.jsonl")
     alive = supervisor_alive(run_dir, fold_journal(records).supervisor_pids, started_at(records))
     # A run without run_finished is live, or its supervisor died: then it ended with its last
     # record, not now (a report written a week later counted the week as the run's lost time).
     last = max((float(r["ts"]) for r in records if isinstance(r.get("ts"), (int, float))), default=None)
     g = goodput(records, now=None if alive or last is None else last, run_dir=run_dir)
+    if left_out:
+        g["journal_left_out_bytes"] = left_out
     page = render_html(run_dir, records, g, alive=alive)
     target = out or run_dir / "report.html"
     # A run dir or command with a byte that is not UTF-8 (a lone surrogate here) failed the

@@ -23,7 +23,7 @@ from hangwatch.cli.rundir import held_by_live_supervisor
 from hangwatch.contract import env
 from hangwatch.contract.capped import open_regular
 from hangwatch.contract.terminal import one_line, terminal_safe
-from hangwatch.contract.journal import MAX_LINE_BYTES, fold_journal, parse_record, read_journal
+from hangwatch.contract.journal import MAX_LINE_BYTES, fold_journal, parse_record, read_journal_bounded
 from hangwatch.contract.procid import pid_exists
 from hangwatch.supervisor.evidence import bundle_summary
 from hangwatch.supervisor.livestatus import read_status
@@ -100,7 +100,8 @@ def locate_bundle(run_dir: Path, path: Any) -> tuple[Any, bool]:
 
 
 def summarise(path: Path) -> dict[str, Any]:
-    records = read_journal(path)
+    # Bounded: the run dir may be another user's, its journal 1 GiB of tiny records.
+    records, left_out = read_journal_bounded(path)
     run = fold_journal(records)
     run_dir = path.parent
     ended = {int(r["attempt"]): r for r in records if r.get("event") == "attempt_ended" and r.get("attempt") is not None}
@@ -161,6 +162,8 @@ def summarise(path: Path) -> dict[str, Any]:
         "pruned": _pruned(records),
         "engine_restarts": _engine_restarts(records),
         "alerts_failed": _alerts_failed(records),
+        # bytes in the journal's middle not read (its first and last records are what is shown)
+        "journal_left_out_bytes": left_out,
     }
 
 
@@ -401,6 +404,9 @@ def render_status(summary: dict[str, Any], now: float | None = None) -> str:
                      f"last at {last}")
     if summary["finished"] and summary["finished"].get("reason"):
         lines.append(f"finished: {summary['finished']['reason']}")
+    if summary.get("journal_left_out_bytes"):
+        lines.append(f"journal: {summary['journal_left_out_bytes']} bytes in its middle were not read (more records "
+                     "than a run writes); shown: its first and its last records")
     return "\n".join(lines)
 
 
