@@ -157,11 +157,10 @@ def read_journal_bounded(path: Path, budget: int | None = None) -> tuple[list[di
     budget = MAX_SHOWN_WEIGHT if budget is None else budget
     fd = open_capped(path, MAX_JOURNAL_BYTES, what="a journal may have")
     with open(fd, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
         head: list[dict[str, Any]] = []
         weight = 0
         pos = 0
-        while True:
+        while pos <= MAX_JOURNAL_BYTES:  # it may grow as it is read (a live run, or a hostile writer)
             raw = handle.readline(MAX_LINE_BYTES + 1)
             if not raw:
                 return head, 0
@@ -177,6 +176,7 @@ def read_journal_bounded(path: Path, budget: int | None = None) -> tuple[list[di
                 head.append(record)
         # The last records: the file's last ``budget`` bytes (weight is at least the bytes), from
         # a line's start, newest first for as long as the budget holds; only those are parsed.
+        size = max(pos, os.fstat(handle.fileno()).st_size)  # as it is now: it may have grown meanwhile
         start = max(pos, size - budget)
         data = os.pread(handle.fileno(), size - start, start)
         if start > pos and os.pread(handle.fileno(), 1, start - 1) != b"\n":

@@ -120,3 +120,22 @@ def test_a_real_marker_is_still_parsed_whole(tmp_path):
     assert checkpoints._incomplete(ckpt, "trainer_state.json") is None
     (ckpt / "trainer_state.json").write_text(json.dumps(state, indent=2)[:-40] + "}")  # torn, ends like a document
     assert "unreadable" in checkpoints._incomplete(ckpt, "trainer_state.json")
+
+
+def test_a_journal_that_grows_while_it_is_read_is_read_to_its_new_end(tmp_path, monkeypatch):
+    """A live run (or a hostile writer) appends while `status` reads: its head passed the size
+    the file had when opened, and the tail's read was asked for a negative length."""
+    path = tmp_path / "journal.jsonl"
+    path.write_bytes(_record("run_started", pid=1) * 3)
+    real = journal.parse_record
+
+    def appending(raw):
+        if path.stat().st_size < 1 << 20:
+            with path.open("ab") as f:
+                f.write(b'{"event":"x","ts":1}\n' * 60_000 + _record("run_finished", outcome="done", exit_code=0))
+        return real(raw)
+
+    monkeypatch.setattr(journal, "parse_record", appending)
+    records, left_out = journal.read_journal_bounded(path, budget=5_000)
+    assert records[0]["event"] == "run_started" and records[-1]["event"] == "run_finished"
+    assert left_out > 1 << 20
