@@ -22,10 +22,9 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from hangwatch.cli.status import describe_exit, locate_bundle, started_at, supervisor_alive
+from hangwatch.cli.status import bundle_info, describe_exit, locate_bundle, started_at, supervisor_alive
 from hangwatch.contract import atomic
 from hangwatch.contract.journal import fold_journal, read_journal_bounded
-from hangwatch.supervisor.evidence import bundle_summary
 
 
 def _timed(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -167,7 +166,7 @@ def _bundle(run_dir: Path | None, path: Any) -> dict[str, Any]:
     gone = False
     if run_dir is not None:
         path, gone = locate_bundle(run_dir, path)
-    info = bundle_summary(path)
+    info = bundle_info(path)
     return {**info, "report": None if gone else info["report"] or info["bundle"]}
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import sys
 import time
 from pathlib import Path
@@ -99,6 +100,42 @@ def locate_bundle(run_dir: Path, path: Any) -> tuple[Any, bool]:
     return path, True
 
 
+# Each incident's signature is read from its bundle's manifest (up to 4 MiB, parsed): a journal
+# of 200 incidents naming one 4 MiB manifest of `[{},...]` kept `status` 30 s (its 1 GiB, hours).
+# So each manifest file is parsed once (by its inode: links to one file are one), and at most
+# this many manifest bytes in all; past it, a signature is not read (shown as none).
+_MANIFEST_BUDGET = 256 << 20
+_manifests: dict[tuple[int, int, int, int], dict[str, Any]] = {}
+_manifest_bytes = [0]
+
+
+def bundle_info(path: Any) -> dict[str, Any]:
+    """``bundle_summary`` of an incident's bundle, each manifest parsed once, all of them within a budget."""
+    try:
+        st = os.lstat(Path(path) / "manifest.json")
+    except (OSError, TypeError, ValueError):
+        return bundle_summary(path)  # no manifest (or no path): nothing is parsed
+    if not stat.S_ISREG(st.st_mode):
+        return bundle_summary(path)  # not read as a manifest (a link, a FIFO): nothing is parsed
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    known = _manifests.get(key)
+    if known is None and _manifest_bytes[0] + st.st_size > _MANIFEST_BUDGET:
+        known = {"signature": None, "title": None}
+    if known is None:
+        info = bundle_summary(path)
+        _manifest_bytes[0] += st.st_size
+        _manifests[key] = {"signature": info["signature"], "title": info["title"]}
+        return info
+    info = bundle_summary(None)
+    info["bundle"] = str(Path(path))
+    report = Path(path) / "report.html"
+    try:
+        info["report"] = str(report) if report.is_file() else None
+    except OSError:
+        pass
+    return {**info, **known}
+
+
 def summarise(path: Path) -> dict[str, Any]:
     # Bounded: the run dir may be another user's, its journal 1 GiB of tiny records.
     records, left_out = read_journal_bounded(path)
@@ -130,7 +167,7 @@ def summarise(path: Path) -> dict[str, Any]:
     incidents = []
     for i in run.incidents:
         bundle, gone = locate_bundle(run_dir, i.get("evidence_path") or evidence.get(i.get("attempt")))
-        info = bundle_summary(bundle)
+        info = bundle_info(bundle)
         incidents.append({**i, "evidence_path": info["bundle"], "report": info["report"], "bundle_gone": gone,
                           "signature": info["signature"], "signature_title": info["title"]})
     pids = run.supervisor_pids
@@ -437,7 +474,7 @@ def _event_line(r: Mapping[str, Any]) -> str:
     elif e == "incident":
         text = f"attempt {a}: INCIDENT {r.get('kind')}: {r.get('reason')}"
     elif e == "capture":
-        info = bundle_summary(r.get("evidence_path"))
+        info = bundle_info(r.get("evidence_path"))
         text = (f"attempt {a}: evidence captured in {r.get('duration_s')} s; report {info['report'] or info['bundle']}"
                 if r.get("evidence_path") else f"attempt {a}: capture failed: {r.get('error')}")
     elif e == "kill":

@@ -9,6 +9,7 @@ Bounds are measured with tracemalloc on inputs scaled to a budget made small for
 from __future__ import annotations
 
 import json
+import os
 import tracemalloc
 from pathlib import Path
 
@@ -139,3 +140,64 @@ def test_a_journal_that_grows_while_it_is_read_is_read_to_its_new_end(tmp_path, 
     records, left_out = journal.read_journal_bounded(path, budget=5_000)
     assert records[0]["event"] == "run_started" and records[-1]["event"] == "run_finished"
     assert left_out > 1 << 20
+
+
+def _incidents_naming(run: Path, bundles: list[Path]) -> Path:
+    run.mkdir(mode=0o700, exist_ok=True)
+    path = run / "journal.jsonl"
+    with path.open("wb") as f:
+        f.write(_record("run_started", pid=1) + _record("attempt_started", attempt=1, pid=2, env={}))
+        for bundle in bundles:
+            f.write(_record("incident", attempt=1, kind="stall", reason="r", latency_s=1.0)
+                    + _record("capture", attempt=1, evidence_path=str(bundle)))
+    return path
+
+
+def _manifest_reads(monkeypatch) -> list[str]:
+    from hangwatch.supervisor import evidence
+    reads: list[str] = []
+    real = evidence.read_capped
+
+    def counted(path, *args, **kwargs):
+        reads.append(str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(evidence, "read_capped", counted)
+    monkeypatch.setattr(status, "_manifests", {}, raising=False)
+    monkeypatch.setattr(status, "_manifest_bytes", [0], raising=False)
+    return reads
+
+
+def test_status_parses_each_manifest_once_however_many_incidents_name_it(tmp_path, monkeypatch):
+    """200 incidents naming one 4 MiB manifest of `[{},...]` (or links to it, from bundles of
+    their own) kept `status` 30 s: every incident parsed it again. Each file is parsed once."""
+    heavy = tmp_path / "b0"
+    heavy.mkdir()
+    (heavy / "manifest.json").write_bytes(b"[" + b"{}," * 100_000 + b"{}]")
+    bundles = [heavy]
+    for i in range(1, 40):
+        bundles.append(tmp_path / f"b{i}")
+        bundles[-1].mkdir()
+        os.link(heavy / "manifest.json", bundles[-1] / "manifest.json")
+    path = _incidents_naming(tmp_path / "run", bundles * 5)
+    reads = _manifest_reads(monkeypatch)
+    summary = status.summarise(path)
+    assert len(summary["incidents"]) == 200
+    assert len(reads) == 1, f"{len(reads)} manifest reads"
+    assert {i["evidence_path"] for i in summary["incidents"]} == {str(b) for b in bundles}
+
+
+def test_manifests_past_the_budget_are_not_read_and_real_ones_still_show(tmp_path, monkeypatch):
+    bundles = []
+    for i in range(6):
+        bundles.append(tmp_path / f"b{i}")
+        bundles[-1].mkdir()
+        manifest = {"classification": {"signature_id": f"sig-{i}", "title": "t"}, "pad": "x" * 1000}
+        (bundles[-1] / "manifest.json").write_text(json.dumps(manifest))
+    path = _incidents_naming(tmp_path / "run", bundles)
+    reads = _manifest_reads(monkeypatch)
+    assert [i["signature"] for i in status.summarise(path)["incidents"]] == [f"sig-{i}" for i in range(6)]
+    reads = _manifest_reads(monkeypatch)
+    monkeypatch.setattr(status, "_MANIFEST_BUDGET", 3000, raising=False)
+    shown = [i["signature"] for i in status.summarise(path)["incidents"]]
+    assert shown == ["sig-0", "sig-1", None, None, None, None] and len(reads) == 2
