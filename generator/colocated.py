@@ -289,6 +289,13 @@ class ColocatedGenerator:
         self.beat_info["engine_restart_generator"] = self._index
         # Who decided this restart: the supervisor journals one the generator decided alone.
         self.beat_info["engine_restart_by"] = "generator" if instruction.get("by") == "generator" else "supervisor"
+        # Which of the supervisor's instructions this restart follows: with several ranks beating into
+        # one file, the supervisor tells this rank's retry from another's by it.
+        seq = instruction.get("seq")
+        if isinstance(seq, int) and instruction.get("by") != "generator":
+            self.beat_info["engine_restart_seq"] = seq
+        else:
+            self.beat_info.pop("engine_restart_seq", None)
         for key in _BACKSTOP_INFO:
             self.beat_info.pop(key, None)
         if instruction.get("by") == "generator":

@@ -121,7 +121,7 @@ class EngineLevel:
         if self._await_release(attempt, report.pids) is False:
             return self._failed(attempt, level, f"the killed engine worker still held GPU memory "
                                                 f"{self.release_timeout:g} s later (--gpu-release-timeout)")
-        self._restarted(attempt, verdict, killed_at)
+        self._restarted(attempt, verdict, killed_at, seq=self.restarts)
         journal.append("engine_restart", attempt=attempt, ok=True, pgids=sorted(level.engine_pgids),
                        pids=list(report.pids), reason=level.reason,
                        cudagraphs="off" if policy.cudagraphs_off else "on", enforce_eager=policy.enforce_eager,
@@ -132,15 +132,18 @@ class EngineLevel:
             f"restarts it with {policy.describe()} and retries the batch"))
         return True
 
-    def _restarted(self, attempt: int, verdict: Verdict, killed_at: float | None = None) -> float:
-        """Start the retry window and wait for the trainer's progress; the time of it."""
+    def _restarted(self, attempt: int, verdict: Verdict, killed_at: float | None = None,
+                   seq: int | None = None) -> float:
+        """Start the retry window and wait for the trainer's progress; the time of it. ``seq``: the
+        control instruction's, which the generator that acts on it beats (``engine_restart_seq``)."""
         now = self.last_restart = self.clock() if killed_at is None else killed_at
         self._pending = {"attempt": attempt, "onset": verdict.onset, "killed_at": now,
                          "step": verdict.evidence.get("step"),
                          # The generator's count before this restart: its beats keep saying an earlier
                          # retry came back (rollouts_ok == engine_restarts) until it acts on this one.
                          # (None when the generator restarted alone first: its count is this restart's.)
-                         "baseline": self._restarts_seen if killed_at is not None else None}
+                         "baseline": self._restarts_seen if killed_at is not None else None,
+                         "seq": seq}
         return now
 
     def ended(self, attempt: int, hb: Heartbeat | None, t: float, *, hang: bool = False) -> None:
@@ -182,6 +185,11 @@ class EngineLevel:
         baseline = self._pending.get("baseline")
         if baseline is not None and hb is not None and hb.pid == baseline[0] and restarts <= baseline[1]:
             return  # an earlier restart's beat: the generator has not acted on this one yet
+        told, wanted = info.get("engine_restart_seq"), self._pending.get("seq")
+        if isinstance(told, int) and wanted is not None and told != wanted:
+            # Another instruction's restart: another rank's generator (ranks share the heartbeat
+            # file; its own retry came back long ago), or this one's before it acted on this one.
+            return
         # What the restarted engine runs, for ``engine_recovered``: the beat that shows the trainer
         # past the wedged step may carry none of it (a checkpoint's beat, a callback's plain one).
         self._pending["engine"] = _engine_info(info)

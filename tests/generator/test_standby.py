@@ -221,6 +221,8 @@ def test_a_wedge_late_in_a_request_waits_for_the_supervisor_to_take_the_evidence
         _supervisor_acts_on(control, wedged, after_s=8.0, pgids=[wedged])  # 2 s after our timeout
         assert len(gen.generate(["p"], 1, seed=7)) == 1
         assert gen.beat_info["cudagraphs"] == "off" and gen.beat_info["engine_restart_by"] == "supervisor"
+        assert gen.beat_info["engine_restart_seq"] == json.loads(control.read_text())["seq"], \
+            "names the instruction it followed (ranks share the heartbeat file)"
     assert "waiting up to 6 s for hangwatch" in caplog.text
 
 
@@ -236,6 +238,7 @@ def test_an_instruction_for_another_ranks_worker_is_not_ours(trainer, tmp_path, 
         _supervisor_acts_on(control, gen.worker_pid, after_s=0.5, pgids=[4_194_001])  # another rank's worker
         assert len(gen.generate(["p"], 1, seed=7)) == 1
         assert gen.beat_info["engine_restart_by"] == "generator", "its own backstop, not the other rank's order"
+        assert "engine_restart_seq" not in gen.beat_info
 
 
 def test_under_recovery_job_or_in_a_cohort_the_generator_never_restarts_its_engine_alone(

@@ -256,6 +256,20 @@ def test_a_retry_whose_rollouts_came_back_is_no_longer_pending(tmp_path: Path):
     assert not level.unrecovered(1)
 
 
+def test_another_ranks_beat_of_its_own_earlier_retry_does_not_recover_this_restart(tmp_path: Path):
+    """Ranks share the heartbeat file. Rank B's generator, restarted once long ago, beats
+    ``engine_restarts 1, rollouts_ok 1`` (on every beat); rank A's second restart must not be taken
+    as come back from B's beat: the beat names the instruction its restart followed."""
+    ok, level, _, _, _ = _restart(tmp_path, frozenset({20}))  # instruction seq 1
+    assert level.unrecovered(1)
+    level.note_beat(Heartbeat(2000, 40, 0.0, 17, "train",
+                              {"engine_restarts": 1, "rollouts_ok": 1, "engine_restart_seq": 7}))
+    assert level.unrecovered(1), "rank B's beat speaks of another instruction's restart"
+    level.note_beat(Heartbeat(1000, 10, 0.0, 17, "restore",
+                              {"engine_restarts": 1, "rollouts_ok": 1, "engine_restart_seq": 1}))
+    assert not level.unrecovered(1)
+
+
 def test_a_restart_journaled_as_the_generators_is_not_journaled_again_from_its_beats(tmp_path: Path):
     """The stuck worker was gone (the generator's timeout killed it) when the verdict came: the
     supervisor journals that restart as the generator's; the backstop beat that follows is it."""
