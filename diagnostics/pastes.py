@@ -173,6 +173,11 @@ _GDB_THREAD = re.compile(r'^\[?(?:Thread|Switching to thread) (\d{1,7}) \(Thread
 # followed by the stop location, which the "#0" frame of a bt repeats (pytorch/xla#945).
 _GDB_THREAD_LWP = re.compile(r'^\[?(?:Thread|Switching to thread) (\d{1,7}) \(LWP (\d{1,10})\)(?: "([^"\n]{0,100})")?\)?\]?:?$')
 _GDB_STOPPED = re.compile(r'^Thread (\d{1,7}) "([^"\n]{0,100})" received signal SIG[A-Z0-9]{1,10}\b')
+# gdb attaching to a live process (`gdb -p PID ... --batch`) prints its libthread_db preamble,
+# then where the attached thread, the process's own LWP, i.e. gdb's thread 1, the main thread,
+# stopped: a bare "0x.. in f () from lib" with no "#N", which that thread's bt repeats as "#0"
+# (Triton-distributed#81).
+_GDB_ATTACHED = re.compile(r"^(?:\[Thread debugging using libthread_db enabled\]|Using host libthread_db library )")
 # gdb bt, any frame: "#N  " then an optional "0x.. in ", then the call. The call itself
 # (a C++ name with its own parameter list, "from" or "at" wrapped onto the next line, a
 # placeholder line number) is taken apart by _gdb_call.
@@ -818,6 +823,7 @@ class _Reader:
         self.gdb_stop = False  # after gdb's 'Thread N "name" received signal' line: its stop location follows
         self.gdb_stopped_at: str | None = None  # that location's function, repeated by the bt's "#0"
         self.gdb_stop_thread: _Thread | None = None  # the thread the stop line started
+        self.gdb_attached = False  # after gdb's attach preamble: the main thread's stop location may follow
         self.watchdog_pending: int | None = None
         self.after_file_frame = False  # the line before was faulthandler's header or frame
         # Inside a Python traceback (most recent call last): its frames, kept until the
@@ -884,6 +890,7 @@ class _Reader:
         # reporter folding identical ranks); py-spy itself prints a thread with
         # no Python frames as a bare header, which must not borrow the next one's.
         self.drop_bare()
+        self.gdb_attached = False
         joining = bool(self.group) and not any(t.frames for t in self.group) and all(t.name == name for t in self.group)
         group = self.group if joining else []
         proc = self.proc
@@ -1112,7 +1119,7 @@ class _Reader:
         if (first == "#" and s[1:2].isdigit()) or (first == "0" and s[:2] == "0x" and " in " in s):
             if self.gdb_frame(s):
                 return
-        elif first in "T[" and self.gdb_header(s):
+        elif first in "TU[" and self.gdb_header(s):
             return
         if self.recent_first and (first == "F" or first == "<"):
             m = _TRACEBACK_FRAME.match(s) if first == "F" else _GDB_BUILTIN.match(s)
@@ -1412,6 +1419,14 @@ class _Reader:
             frame = _gdb_call(rest, addressed=True) if sep and _HEX.match(head) else None
         if frame is None:
             return False
+        if m is None and self.gdb_attached:
+            # where the attached main thread stopped: its thread until its own bt replaces it
+            self.gdb_attached = False
+            self.start_thread(None, "unknown", "MainThread")
+            if self.group:
+                self.gdb_stop_thread = self.group[-1]
+                self.gdb_stop_thread.number = "1"
+                self.gdb_stop = True
         stop, self.gdb_stop = self.gdb_stop, False
         if m is not None and s[1:2] == "0" and not s[2:3].isdigit() and self.gdb_stopped_at == frame.function:
             # "#0" of the bt after gdb's stop location: the same frame, already read.
@@ -1525,6 +1540,9 @@ class _Reader:
                 self.report.frames -= len(stopped.frames)  # type: ignore[union-attr]
                 self.gdb_stop_thread = None
             self.start_thread(m.group(2), "unknown", "MainThread" if m.group(1) == "1" else (m.group(3) or ""))
+            return True
+        if _GDB_ATTACHED.match(s):
+            self.gdb_attached = not (self.proc is not None and self.proc.threads)
             return True
         m = _GDB_STOPPED.match(s)
         if m:
