@@ -123,7 +123,12 @@ _STATE = re.compile(r"^(idle|active|active\+gil|gil|running|sleeping|waiting)(?:
 _STACK_DUMP_FOR = re.compile(r"^Stack dump for (.{0,2000})$")
 _SEPARATOR = re.compile(r"^(?:=|-|#){2,}\s{0,5}(?:(pid|process|rank|worker|node)\s{0,3}[:=#]?\s{0,3}(\d{1,10}))\b.{0,200}$", re.IGNORECASE)
 _PROMPT = re.compile(r"^(?:[$%#]|[\w.@-]{1,80}[:@][^\s$#%]{0,200}[$#%]|\([\w.-]{1,60}\)\s{0,3}[\w.@-]{0,80}[:~][^\s]{0,200}[$#%])\s")
-_PYSPY_PID = re.compile(r"py-spy\s+dump\b.{0,200}?(?:--pid|-p)[ =](\d{1,10})|pystack\s+remote\b(?:\s+-{1,2}[\w-]{1,30})*\s+(\d{1,10})")
+# The command that took the dump names its pid: py-spy, pystack, and the native stack tools
+# (pstack/gstack PID, eu-stack -p PID, gdb -p PID ... --batch, "(gdb) attach PID").
+_PYSPY_PID = re.compile(
+    r"py-spy\s+dump\b.{0,200}?(?:--pid|-p)[ =](\d{1,10})|pystack\s+remote\b(?:\s+-{1,2}[\w-]{1,30})*\s+(\d{1,10})"
+    r"|\b[pg]stack\s+(\d{1,10})\b|\beu-stack\b.{0,100}?\s(?:-p|--pid)[ =](\d{1,10})\b"
+    r"|\bgdb\b.{0,200}?(?:\s(?:-p|--pid)[ =]?|\sattach\s+)(\d{1,10})\b")
 _PID_INTRO = re.compile(r"\b(?:pid|PID|Pid|process|Process)\s{0,2}[:=#]?\s{0,2}(\d{2,10})\s{0,3}[:)]?\s{0,3}(?:=+|-+)?\s{0,3}:?\s{0,3}$")
 _HTML = re.compile(r"^</?(?:details|summary|pre|code|br|p|div|b|i|em|strong|sub|sup|hr)\b[^>]{0,200}>", re.IGNORECASE)
 # py-spy 0.2-0.3 printed "Arguments::" / "Locals::" (two colons); newer ones one.
@@ -1100,11 +1105,12 @@ class _Reader:
         if first in ".…[(" and (s in ("[...]", "(...)") or set(s) <= {".", "…", " "}):
             self.report.abbreviated += 1
             return
-        if "py-spy" in s or "pystack" in s or (("$" in s or "#" in s or "%" in s) and _PROMPT.match(s)):
-            # "$ py-spy dump --pid 42": what follows is process 42.
+        if ("py-spy" in s or "pystack" in s or "stack " in s or "gdb" in s
+                or (("$" in s or "#" in s or "%" in s) and _PROMPT.match(s))):
+            # "$ py-spy dump --pid 42", "$ pstack 42": what follows is process 42.
             m2 = _PYSPY_PID.search(s)
             if m2:
-                self.expect_process(int(m2.group(1) or m2.group(2)))
+                self.expect_process(int(next(g for g in m2.groups() if g)))
                 return
             if _PROMPT.match(s):
                 return

@@ -75,3 +75,24 @@ def test_gdb_attach_stop_location_is_not_a_second_main_thread_when_its_bt_follow
     assert sorted(t.name for t in proc.threads) == ["MainThread", "pt_autograd_0"]
     main = next(t for t in proc.threads if t.name == "MainThread")
     assert [f.function for f in main.frames][:2] == ["cudaStreamSynchronize", "at::cuda::stream_synchronize"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "`$ pstack 4119",  # DeepEP#330: pstack's command, opened as inline code
+        "$ gstack 4119",
+        'gdb -p 4119 -ex interrupt -ex "thread apply all bt" --batch',  # Triton-distributed#81
+        "(gdb) attach 4119",
+        "$ eu-stack -p 4119",
+    ],
+)
+def test_the_pid_named_by_a_native_stack_command_is_the_process_that_follows(command):
+    """Only py-spy's and pystack's commands gave the pid of the dump under them."""
+    dump = read_text(
+        command + "\n"
+        'Thread 2 (Thread 0x7ff5dd789700 (LWP 4987) "cuda-EvtHandlr"):\n'
+        "#0  0x00007ffa29e34ddd in poll () from /usr/lib64/libc.so.6\n"
+    )
+    (proc,) = dump.processes
+    assert proc.pid == 4119
