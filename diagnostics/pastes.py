@@ -127,8 +127,8 @@ _PROMPT = re.compile(r"^(?:[$%#]|[\w.@-]{1,80}[:@][^\s$#%]{0,200}[$#%]|\([\w.-]{
 # (pstack/gstack PID, eu-stack -p PID, gdb -p PID ... --batch, "(gdb) attach PID").
 _PYSPY_PID = re.compile(
     r"py-spy\s+dump\b.{0,200}?(?:--pid|-p)[ =](\d{1,10})|pystack\s+remote\b(?:\s+-{1,2}[\w-]{1,30})*\s+(\d{1,10})"
-    r"|\b[pg]stack\s+(\d{1,10})\b|\beu-stack\b.{0,100}?\s(?:-p|--pid)[ =](\d{1,10})\b"
-    r"|\bgdb\b.{0,200}?(?:\s(?:-p|--pid)[ =]?|\sattach\s+)(\d{1,10})\b")
+    r"|\b[pg]stack\s+(\d{2,10})\b|\beu-stack\b.{0,100}?\s(?:-p|--pid)[ =](\d{2,10})\b"
+    r"|\bgdb\b.{0,200}?(?:\s(?:-p|--pid)[ =]?|\sattach\s+)(\d{2,10})\b")  # a pid of 2+ digits, not "attach 3 processes"
 _PID_INTRO = re.compile(r"\b(?:pid|PID|Pid|process|Process)\s{0,2}[:=#]?\s{0,2}(\d{2,10})\s{0,3}[:)]?\s{0,3}(?:=+|-+)?\s{0,3}:?\s{0,3}$")
 _HTML = re.compile(r"^</?(?:details|summary|pre|code|br|p|div|b|i|em|strong|sub|sup|hr)\b[^>]{0,200}>", re.IGNORECASE)
 # py-spy 0.2-0.3 printed "Arguments::" / "Locals::" (two colons); newer ones one.

@@ -96,3 +96,13 @@ def test_the_pid_named_by_a_native_stack_command_is_the_process_that_follows(com
     )
     (proc,) = dump.processes
     assert proc.pid == 4119
+
+
+def test_prose_about_gdb_is_not_a_pid():
+    dump = read_text(
+        "I used gdb to attach 3 processes\n"
+        'Thread 2 (Thread 0x7ff5dd789700 (LWP 4987) "cuda-EvtHandlr"):\n'
+        "#0  0x00007ffa29e34ddd in poll () from /usr/lib64/libc.so.6\n"
+    )
+    (proc,) = dump.processes
+    assert proc.pid is None
