@@ -44,6 +44,7 @@ from hangwatch.diagnostics.signatures import load_signatures
 from hangwatch.diagnostics.stacks import ProcessDump, group_series, render_text
 from hangwatch.diagnostics.sysinfo import log_files, safe_names, tails, trainer_environ, versions
 from hangwatch.contract.capture import CaptureRequest, TreeProcess, bundle_name
+from hangwatch.contract.procid import capped_argv
 from hangwatch.contract.tools import helper_pids
 
 # py-spy failures after which further rounds cannot succeed either.
@@ -332,7 +333,7 @@ def _assemble(request, config, tree, stack_info: _StackInfo, results, failed, du
     captured: list[str] = []
     rows = results.get("processes")
     cmdlines = {int(r["pid"]): " ".join(r.get("cmdline") or []) for r in rows or [] if "pid" in r}
-    cmdlines.update({tp.pid: " ".join(redact_argv(tp.cmdline)) for tp in tree if tp.pid not in cmdlines})
+    cmdlines.update({tp.pid: " ".join(redact_argv(capped_argv(tp.cmdline))) for tp in tree if tp.pid not in cmdlines})
 
     dumps: list[ProcessDump] = []
     for r in stack_info.results:
@@ -404,7 +405,7 @@ def _assemble(request, config, tree, stack_info: _StackInfo, results, failed, du
             "deadline_s": round(request.deadline - t0, 3),
         },
         "capture": config.to_json(),
-        "tree": [{**tp.to_json(), "cmdline": redact_argv(tp.cmdline)} for tp in tree],
+        "tree": [{**tp.to_json(), "cmdline": redact_argv(capped_argv(tp.cmdline))} for tp in tree],
         "root_pid": _root(tree).pid if tree else None,
         "captured": captured,
         "failed": failed,

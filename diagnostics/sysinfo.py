@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from hangwatch.contract.capped import open_regular
-from hangwatch.contract.procid import initial_environ
+from hangwatch.contract.procid import CMDLINE_CUT, initial_environ, read_cmdline
 from hangwatch.contract.redact import redact_env, redact_text
 
 PACKAGES = ("hangwatch", "torch", "vllm", "trl", "transformers", "flashinfer-python", "triton", "nvidia-nccl-cu12", "flash-linear-attention", "py-spy", "nvidia-ml-py")
@@ -136,7 +136,8 @@ def _environ(pid: int) -> dict[str, str]:
 
 def _invoked_executable(pid: int, env: Mapping[str, str]) -> Path | None:
     """argv[0] as the kernel's exec resolved it: absolute, or searched on the trainer's PATH."""
-    argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode("utf-8", "replace")
+    args = read_cmdline(pid)  # capped: the process chooses its command line's size
+    argv0 = args[0] if args and args[0] != CMDLINE_CUT else ""
     if not argv0:
         return None
     if argv0.startswith("/"):

@@ -19,6 +19,7 @@ from typing import Callable, Iterable
 import psutil
 
 from hangwatch.contract.capture import TreeProcess
+from hangwatch.contract.procid import read_cmdline
 from hangwatch.contract.tools import helper_pids
 
 
@@ -173,8 +174,8 @@ def describe(proc: psutil.Process) -> TreeProcess | None:
 
 def _cmdline(proc: psutil.Process) -> list[str]:
     try:
-        return proc.cmdline()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return read_cmdline(proc.pid)  # capped: a process sizes its own (psutil read 256 MiB whole)
+    except OSError:
         return []
 
 

@@ -119,6 +119,49 @@ def initial_environ(pid: int) -> list[bytes]:
         return handle.read(MAX_ENVIRON).split(b"\0")
 
 
+#: the most of a process's command line read or kept (``read_cmdline``, ``capped_argv``)
+MAX_CMDLINE = 64 * 1024
+CMDLINE_CUT = "[command line cut at 64 KiB]"
+
+
+def read_cmdline(pid: int) -> list[str]:
+    """``psutil.Process.cmdline()``, read from ``/proc/PID/cmdline`` up to ``MAX_CMDLINE``
+    bytes (then ``CMDLINE_CUT`` as a last argument). Any process can point its command line
+    at its own memory without a privilege (``prctl(PR_SET_MM, PR_SET_MM_MAP)``): a trainer's
+    user made theirs 256 MiB, which psutil reads whole (half a GB in root's supervisor per
+    read, a GiB one several GB), and the capture's redaction of a 32 MiB one took 168 s past
+    a 20 s deadline. Raises ``OSError`` when gone or not readable."""
+    with open(f"/proc/{pid}/cmdline", "rb") as handle:
+        data = handle.read(MAX_CMDLINE + 1)
+    cut = len(data) > MAX_CMDLINE
+    text = os.fsdecode(data[:MAX_CMDLINE])
+    if text.endswith("\0"):
+        text = text[:-1]
+    if not text:
+        return [CMDLINE_CUT] if cut else []
+    args = text.split("\0")
+    if len(args) == 1 and " " in text and not cut:
+        args = text.split(" ")  # a title set over argv (setproctitle), as psutil reads it
+    return args + [CMDLINE_CUT] if cut else args
+
+
+def capped_argv(argv: Any) -> list[str]:
+    """``argv`` held to ``MAX_CMDLINE`` characters in all (a cut argument, then
+    ``CMDLINE_CUT``): a command line read elsewhere before it is redacted or written."""
+    out: list[str] = []
+    left = MAX_CMDLINE
+    for arg in argv:
+        arg = str(arg)
+        if len(arg) > left:
+            out += ([arg[:left]] if left else []) + [CMDLINE_CUT]
+            return out
+        out.append(arg)
+        left -= len(arg) + 1
+        if left < 0:
+            return out + [CMDLINE_CUT]
+    return out
+
+
 def _alive(proc: psutil.Process) -> bool:
     try:
         return proc.status() != psutil.STATUS_ZOMBIE
