@@ -211,7 +211,7 @@ class CommandTarget:
 
     def send(self, payload: Mapping[str, Any], title: str, body: str, timeout: float) -> None:
         env = dict(os.environ, HANGWATCH_EVENT=str(payload.get("event")))
-        env[PAYLOAD_ENV] = json.dumps(dict(payload), default=str) + "\n"  # one line on stdin
+        env[PAYLOAD_ENV] = json.dumps(_held(payload), default=str) + "\n"  # one line on stdin
         try:
             proc = subprocess.Popen([*module_command("hangwatch.supervisor.notify_exec"), f"{timeout:g}", self.command],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
@@ -256,6 +256,18 @@ _LAST_TRY_S = 1.5
 
 #: how long past its own deadline the runner may take to kill and reap what the command left
 _RUNNER_GRACE_S = 5.0
+
+#: The most characters of one string field a --notify-command's event carries.
+MAX_COMMAND_FIELD = 2000
+
+
+def _held(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The event for a command, each string at most ``MAX_COMMAND_FIELD`` characters. It
+    travels in one environment variable, which the kernel caps at 128 KiB: a heartbeat phase
+    of 30 000 "é" (60 KB, within the beat file's cap; 180 KB as JSON escapes) made every
+    command alert fail to start ("Argument list too long")."""
+    return {k: (v[:MAX_COMMAND_FIELD] + "...[cut]" if isinstance(v, str) and len(v) > MAX_COMMAND_FIELD else v)
+            for k, v in payload.items()}
 
 
 class _Tail:

@@ -101,3 +101,17 @@ def test_the_capture_keeps_a_huge_snapshot_command_line_capped(tmp_path: Path):
     assert entry["cmdline"][-1] == CMDLINE_CUT
     assert sum(map(len, entry["cmdline"])) <= MAX_CMDLINE + len(CMDLINE_CUT)
     assert max(p.stat().st_size for p in bundle.rglob("*") if p.is_file()) < 1 << 20
+
+
+def test_a_huge_phase_never_stops_a_command_alert(tmp_path: Path):
+    """The trainer's phase (its heartbeat, up to 64 KiB) reaches the command's event, which
+    travels in one environment variable (128 KiB at most): 30 000 "é" is 180 KB as JSON, and
+    every command alert failed to start ("Argument list too long")."""
+    from hangwatch.supervisor.notify import MAX_COMMAND_FIELD, CommandTarget
+
+    out = tmp_path / "event.json"
+    target = CommandTarget(f"cat > {out}")
+    target.send({"event": "incident", "phase": "\u00e9" * 30000, "reason": "no progress"}, "t", "b", 20.0)
+    got = json.loads(out.read_text())
+    assert got["reason"] == "no progress"
+    assert got["phase"].startswith("\u00e9" * MAX_COMMAND_FIELD) and got["phase"].endswith("[cut]")
