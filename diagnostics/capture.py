@@ -24,6 +24,7 @@ return before then and must never hold recovery up, so:
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field, fields
@@ -44,8 +45,12 @@ from hangwatch.diagnostics.signatures import load_signatures
 from hangwatch.diagnostics.stacks import ProcessDump, group_series, render_text
 from hangwatch.diagnostics.sysinfo import log_files, safe_names, tails, trainer_environ, versions
 from hangwatch.contract.capture import CaptureRequest, TreeProcess, bundle_name
-from hangwatch.contract.procid import capped_argv
+from hangwatch.contract.procid import MAX_CMDLINE, capped_argv
 from hangwatch.contract.tools import helper_pids
+
+#: Characters of command line kept for the whole tree, and the least kept for one process.
+TREE_CMDLINE_BUDGET = 2 << 20
+MIN_CMDLINE_SHARE = 1024
 
 # py-spy failures after which further rounds cannot succeed either.
 _HOPELESS = {"missing", "ptrace_denied"}
@@ -181,10 +186,15 @@ def capture_incident(request: CaptureRequest, *, config: CaptureConfig | None = 
     budget_end = request.deadline - config.write_reserve
     helpers = helper_pids()
     tree = [tp for tp in request.tree if tp.pid not in helpers]
+    # The tree's command lines share one budget: 200 processes of 64 KiB each took the capture
+    # past its deadline redacting them, and a wider tree wrote a manifest over the 32 MiB a
+    # bundle's reader accepts (replay and report refused it).
+    cmdline_limit = max(MIN_CMDLINE_SHARE, min(MAX_CMDLINE, TREE_CMDLINE_BUDGET // max(1, len(tree))))
+    tree = [dataclasses.replace(tp, cmdline=tuple(capped_argv(tp.cmdline, cmdline_limit))) for tp in tree]
     root = _root(tree)
 
     background = {
-        "processes": lambda: process_table(tree),
+        "processes": lambda: process_table(tree, cmdline_limit),
         "gpu": lambda: gpu_state(max(1.0, min(10.0, budget_end - clock()))),
         "versions": lambda: versions(_python_pid(root, tree), timeout=max(0.5, min(5.0, budget_end - clock()))),
         "environment": lambda: _environment(root),
@@ -333,7 +343,7 @@ def _assemble(request, config, tree, stack_info: _StackInfo, results, failed, du
     captured: list[str] = []
     rows = results.get("processes")
     cmdlines = {int(r["pid"]): " ".join(r.get("cmdline") or []) for r in rows or [] if "pid" in r}
-    cmdlines.update({tp.pid: " ".join(redact_argv(capped_argv(tp.cmdline))) for tp in tree if tp.pid not in cmdlines})
+    cmdlines.update({tp.pid: " ".join(redact_argv(tp.cmdline)) for tp in tree if tp.pid not in cmdlines})
 
     dumps: list[ProcessDump] = []
     for r in stack_info.results:
@@ -405,7 +415,7 @@ def _assemble(request, config, tree, stack_info: _StackInfo, results, failed, du
             "deadline_s": round(request.deadline - t0, 3),
         },
         "capture": config.to_json(),
-        "tree": [{**tp.to_json(), "cmdline": redact_argv(capped_argv(tp.cmdline))} for tp in tree],
+        "tree": [{**tp.to_json(), "cmdline": redact_argv(tp.cmdline)} for tp in tree],
         "root_pid": _root(tree).pid if tree else None,
         "captured": captured,
         "failed": failed,

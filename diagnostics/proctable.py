@@ -17,7 +17,7 @@ import psutil
 from hangwatch.contract.redact import redact_argv
 from hangwatch.contract.terminal import one_line  # a process sets its own command line: a newline forged rows
 from hangwatch.contract.capture import TreeProcess
-from hangwatch.contract.procid import ProcKey, capped_argv, read_cmdline, same_process
+from hangwatch.contract.procid import MAX_CMDLINE, ProcKey, capped_argv, read_cmdline, same_process
 
 _MAX_TASKS = 256
 
@@ -89,24 +89,25 @@ class ProcessRow:
         }
 
 
-def process_table(tree: Sequence[TreeProcess]) -> list[dict[str, Any]]:
-    """One row per tree process; a vanished process keeps a row saying so."""
+def process_table(tree: Sequence[TreeProcess], cmdline_limit: int = MAX_CMDLINE) -> list[dict[str, Any]]:
+    """One row per tree process; a vanished process keeps a row saying so. Each command line
+    is read up to ``cmdline_limit`` bytes."""
     rows = []
     for tp in tree:
         proc = verify(tp)
         if proc is None:
-            rows.append({**tp.to_json(), "cmdline": redact_argv(capped_argv(tp.cmdline)), "state": "gone", "error": "process gone or pid reused"})
+            rows.append({**tp.to_json(), "cmdline": redact_argv(capped_argv(tp.cmdline, cmdline_limit)), "state": "gone", "error": "process gone or pid reused"})
             continue
         try:
-            rows.append(_row(tp, proc).to_json())
+            rows.append(_row(tp, proc, cmdline_limit).to_json())
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            rows.append({**tp.to_json(), "cmdline": redact_argv(capped_argv(tp.cmdline)), "state": "gone", "error": "exited during capture"})
+            rows.append({**tp.to_json(), "cmdline": redact_argv(capped_argv(tp.cmdline, cmdline_limit)), "state": "gone", "error": "exited during capture"})
         except psutil.AccessDenied as exc:
-            rows.append({**tp.to_json(), "cmdline": redact_argv(capped_argv(tp.cmdline)), "state": "?", "error": f"access denied: {exc}"})
+            rows.append({**tp.to_json(), "cmdline": redact_argv(capped_argv(tp.cmdline, cmdline_limit)), "state": "?", "error": f"access denied: {exc}"})
     return rows
 
 
-def _row(tp: TreeProcess, proc: psutil.Process) -> ProcessRow:
+def _row(tp: TreeProcess, proc: psutil.Process, cmdline_limit: int) -> ProcessRow:
     with proc.oneshot():
         times = proc.cpu_times()
         return ProcessRow(
@@ -122,19 +123,19 @@ def _row(tp: TreeProcess, proc: psutil.Process) -> ProcessRow:
             rss_bytes=proc.memory_info().rss,
             num_threads=proc.num_threads(),
             create_time=proc.create_time(),
-            cmdline=tuple(redact_argv(_cmdline(tp))),
+            cmdline=tuple(redact_argv(_cmdline(tp, cmdline_limit))),
             kernel_stack=_read(f"/proc/{tp.pid}/stack"),
             tasks=tuple(_tasks(tp.pid)),
         )
 
 
-def _cmdline(tp: TreeProcess) -> list[str]:
+def _cmdline(tp: TreeProcess, limit: int) -> list[str]:
     """Read capped (``read_cmdline``): a process points its command line at as much of its own
     memory as it likes; psutil read all of it, and redacting it outran the capture's deadline."""
     try:
-        return read_cmdline(tp.pid)
+        return read_cmdline(tp.pid, limit)
     except OSError:
-        return capped_argv(tp.cmdline)  # exited since it was verified: the supervisor's snapshot
+        return capped_argv(tp.cmdline, limit)  # exited since it was verified: the supervisor's snapshot
 
 
 def _tasks(pid: int) -> list[dict[str, Any]]:

@@ -121,10 +121,10 @@ def initial_environ(pid: int) -> list[bytes]:
 
 #: the most of a process's command line read or kept (``read_cmdline``, ``capped_argv``)
 MAX_CMDLINE = 64 * 1024
-CMDLINE_CUT = "[command line cut at 64 KiB]"
+CMDLINE_CUT = "[command line cut]"
 
 
-def read_cmdline(pid: int) -> list[str]:
+def read_cmdline(pid: int, limit: int = MAX_CMDLINE) -> list[str]:
     """``psutil.Process.cmdline()``, read from ``/proc/PID/cmdline`` up to ``MAX_CMDLINE``
     bytes (then ``CMDLINE_CUT`` as a last argument). Any process can point its command line
     at its own memory without a privilege (``prctl(PR_SET_MM, PR_SET_MM_MAP)``): a trainer's
@@ -132,9 +132,9 @@ def read_cmdline(pid: int) -> list[str]:
     read, a GiB one several GB), and the capture's redaction of a 32 MiB one took 168 s past
     a 20 s deadline. Raises ``OSError`` when gone or not readable."""
     with open(f"/proc/{pid}/cmdline", "rb") as handle:
-        data = handle.read(MAX_CMDLINE + 1)
-    cut = len(data) > MAX_CMDLINE
-    text = os.fsdecode(data[:MAX_CMDLINE])
+        data = handle.read(limit + 1)
+    cut = len(data) > limit
+    text = os.fsdecode(data[:limit])
     if text.endswith("\0"):
         text = text[:-1]
     if not text:
@@ -145,11 +145,11 @@ def read_cmdline(pid: int) -> list[str]:
     return args + [CMDLINE_CUT] if cut else args
 
 
-def capped_argv(argv: Any) -> list[str]:
-    """``argv`` held to ``MAX_CMDLINE`` characters in all (a cut argument, then
+def capped_argv(argv: Any, limit: int = MAX_CMDLINE) -> list[str]:
+    """``argv`` held to ``limit`` characters in all (a cut argument, then
     ``CMDLINE_CUT``): a command line read elsewhere before it is redacted or written."""
     out: list[str] = []
-    left = MAX_CMDLINE
+    left = limit
     for arg in argv:
         arg = str(arg)
         if len(arg) > left:

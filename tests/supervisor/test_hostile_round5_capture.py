@@ -115,3 +115,25 @@ def test_a_huge_phase_never_stops_a_command_alert(tmp_path: Path):
     got = json.loads(out.read_text())
     assert got["reason"] == "no progress"
     assert got["phase"].startswith("\u00e9" * MAX_COMMAND_FIELD) and got["phase"].endswith("[cut]")
+
+
+def test_a_wide_tree_of_long_command_lines_shares_one_budget(tmp_path: Path, monkeypatch):
+    """No privilege needed: 200 processes exec'd with 64 KiB of arguments each took the capture
+    25.8 s past a 20 s budget and wrote a 13 MB manifest; a wider tree, one over the 32 MiB a
+    bundle's reader accepts. The budget is made small here to keep the test fast."""
+    from hangwatch.diagnostics import capture as capture_mod
+
+    monkeypatch.setattr(capture_mod, "TREE_CMDLINE_BUDGET", 64 * 1024)
+    tree = [TreeProcess(pid=2**22 + 100 + i, create_time=1.0, ppid=1, pgid=-1, sid=-1, name="sh",
+                        cmdline=("sh", "-c", "sleep 90", "x", "C" * 8000)) for i in range(40)]
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    now = time.monotonic()
+    request = CaptureRequest(run, "r", 1, Verdict(VerdictKind.STALL, now, now - 5, "test", 5.0), [], tree,
+                             {}, {}, now + 20, extra={"capture": {"rounds": 1}})
+    bundle = capture_incident(request)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    kept = [sum(map(len, entry["cmdline"])) for entry in manifest["tree"]]
+    assert len(kept) == 40 and sum(kept) <= 64 * 1024 + 40 * len(CMDLINE_CUT)
+    rows = json.loads((bundle / "processes.json").read_text())
+    assert sum(sum(map(len, r["cmdline"])) for r in rows) <= 64 * 1024 + 40 * len(CMDLINE_CUT)
