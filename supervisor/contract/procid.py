@@ -113,8 +113,9 @@ MAX_ENVIRON = 1 << 20
 
 def initial_environ(pid: int) -> list[bytes]:
     """The ``NAME=value`` entries a process was started with (``/proc/PID/environ``, capped):
-    fixed at its exec, whatever it did to its environment since. Raises ``OSError`` when gone
-    or not readable."""
+    what exec laid out, unchanged by ``setenv``/``os.environ`` (which copy it elsewhere). Not
+    proof: the block is the process's own memory, which it can overwrite or move
+    (``PR_SET_MM_MAP``) without a privilege. Raises ``OSError`` when gone or not readable."""
     with open(f"/proc/{pid}/environ", "rb") as handle:
         return handle.read(MAX_ENVIRON).split(b"\0")
 
