@@ -116,15 +116,17 @@ class Guardian:
         """Whether it is still there to kill the tree should we die (not lost, not exited)."""
         return not self.lost and self.proc is not None and self.proc.poll() is None
 
-    def keep_armed(self, on_event: Callable[[str, str], None], every: float = 1.0, retry: float = 10.0) -> None:
+    def keep_armed(self, on_event: Callable[[str, str], None], every: float = 1.0, retry: float = 10.0,
+                   retry_cap: float = 600.0) -> None:
         """Watch the guardian (a daemon thread, every ``every`` s) and start a new one, told the
         same state, if it dies (a user's ``kill``, the OOM killer). Without it the tree-walk root,
         whose parent-death signal is SIGSTOP while a guardian is armed, would stay stopped, holding
         its memory, should we die too; and what escaped the trainer's session would be orphaned.
         ``on_event(event, message)``: ``guardian_rearmed``, or ``guardian_lost`` (not re-armed;
-        tried again every ``retry`` s)."""
+        tried again after ``rearm_delay``: ``retry`` s, doubling to ``retry_cap``)."""
         def watch() -> None:
             next_try = 0.0
+            failures = 0
             while not self._stopping.wait(every):
                 if self.armed() or time.monotonic() < next_try:
                     continue
@@ -133,12 +135,14 @@ class Guardian:
                 try:
                     self._rearm()
                 except GuardianError as exc:
-                    next_try = time.monotonic() + retry
+                    failures += 1
+                    next_try = time.monotonic() + rearm_delay(failures, retry, retry_cap)
                     stopped = "the trainer's root stays stopped and " if had else ""
                     on_event("guardian_lost", f"{old} and a new one could not be started "
                                               f"({exc}): if this supervisor dies now, {stopped}escaped workers "
                                               f"live on until hangwatch run --resume kills them")
                     continue
+                failures = 0
                 if self.proc is not None:
                     on_event("guardian_rearmed", f"{old}; a new one (pid {self.proc.pid}) is armed with the same state")
 
@@ -215,6 +219,13 @@ def _close(proc: subprocess.Popen) -> None:
     except (OSError, subprocess.TimeoutExpired):
         proc.kill()
     forget_helper(proc.pid)
+
+
+def rearm_delay(failures: int, retry: float, cap: float) -> float:
+    """Seconds before the next start after ``failures`` failed ones in a row: ``retry``, doubling
+    to ``cap``. A guardian that can never start (a process limit, a broken interpreter) once cost a
+    Python start and a ``guardian_lost`` record every 10 s for a multi-day run."""
+    return min(cap, retry * 2.0 ** min(max(failures - 1, 0), 32))
 
 
 def _spawn(timeout: float = 10.0, env: Mapping[str, str] | None = None) -> subprocess.Popen:

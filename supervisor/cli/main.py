@@ -528,7 +528,7 @@ def _start_guardian(supervisor: Any, log: Any) -> tuple[Any, str]:
     if exc is not None:
         log.warning("guardian_unavailable", message=(
             f"{exc}: if this supervisor is SIGKILLed, processes that left the trainer's session "
-            "will not be killed; hangwatch run --resume kills them later (another start is tried in a second, then every 10 s)"))
+            "will not be killed; hangwatch run --resume kills them later (another start is tried in a second, then after 10 s, doubling to 10 min)"))
     if isinstance(supervisor.tree, LocalTree):
         supervisor.tree.attach_guardian(keeper.send, keeper.armed)  # the tree goes over the pipe, not through a file
 

@@ -1,4 +1,4 @@
-"""A run dir whose path holds bytes that are not UTF-8 must not crash the guardian's mark check."""
+"""The guardian's small decisions: its mark check on paths that are not UTF-8, its re-arm delay."""
 
 import os
 import subprocess
@@ -27,3 +27,13 @@ def test_a_mark_that_is_not_utf8_is_matched_not_a_crash(tmp_path):
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_guardian_that_never_starts_is_retried_less_and_less_often():
+    """Every 10 s for a multi-day run was a Python start and a journal record each time."""
+    from hangwatch.supervisor.guardian import rearm_delay
+
+    delays = [rearm_delay(n, 10.0, 600.0) for n in range(1, 12)]
+    assert delays[:4] == [10.0, 20.0, 40.0, 80.0]
+    assert delays[-1] == 600.0 and all(a <= b for a, b in zip(delays, delays[1:]))
+    assert rearm_delay(10_000, 10.0, 600.0) == 600.0, "no overflow after days of failures"
