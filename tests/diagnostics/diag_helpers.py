@@ -23,6 +23,7 @@ from hangwatch.contract.samples import DeviceSample, Sample
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
+PASTED = DATA / "pasted"  # the corpus of real pasted dumps
 FIXTURES = HERE / "fixtures"
 HUNG_TRAINER = FIXTURES / "hung_trainer.py"
 PYSPY_HANG = FIXTURES / "pyspy_hang.sh"
@@ -148,3 +149,23 @@ def synthetic_bundle(tmp_path, name="20260101T000000-attempt1-stall", window=20.
         "processes.json": dumps_json([{"pid": 4242, "ppid": 1, "name": "python", "state": "S", "cmdline": ["python", "grpo.py"]}]),
     }
     return write_bundle(tmp_path / "run" / "incidents" / name, files)
+
+
+def pasted_verdict(name: str) -> str:
+    """Replay's signature for the corpus dump ``name`` (``unknown`` when none matched)."""
+    return _signature_of(PASTED / f"{name}.txt")
+
+
+def text_verdict(tmp_path: Path, text: str) -> str:
+    """Replay's signature for ``text`` pasted into a file."""
+    path = tmp_path / "paste.txt"
+    path.write_text(text)
+    return _signature_of(path)
+
+
+def _signature_of(path: Path) -> str:
+    from hangwatch.diagnostics.replay import analyse
+    from hangwatch.diagnostics.signatures import load_signatures
+
+    (incident,) = analyse([path], load_signatures())
+    return incident.classification.signature_id or "unknown"

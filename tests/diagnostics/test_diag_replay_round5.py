@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from diag_helpers import DATA
+from diag_helpers import PASTED, pasted_verdict
 from hangwatch.cli.main import main
 from hangwatch.diagnostics.classify import process_verdicts
 from hangwatch.diagnostics.errors import InputError
@@ -18,13 +18,7 @@ from hangwatch.diagnostics.stacks import group_series
 
 pytestmark = pytest.mark.timeout(60)
 
-PASTED = DATA / "pasted"
 SIGS = load_signatures()
-
-
-def _verdict(name: str) -> str:
-    (incident,) = analyse([PASTED / f"{name}.txt"], SIGS)
-    return incident.classification.signature_id or "unknown"
 
 
 @pytest.mark.parametrize(
@@ -46,7 +40,7 @@ def _verdict(name: str) -> str:
     ],
 )
 def test_round5_real_dumps(name, expected):
-    assert _verdict(name) == expected
+    assert pasted_verdict(name) == expected
 
 
 def test_pybt_without_thread_header_keeps_every_frame_innermost_first():
@@ -218,7 +212,7 @@ def test_pytorch_test_harness_process_number_is_a_rank_not_a_pid():
 
 def test_engine_core_cut_in_get_response_waits_on_the_workers_queue():
     # An EngineCore log whose traceback is cut right below get_response (vllm#41125).
-    assert _verdict("vllm_41125_enginecore_log_dequeue_timeout") == "vllm-shm-broadcast-wait"
+    assert pasted_verdict("vllm_41125_enginecore_log_dequeue_timeout") == "vllm-shm-broadcast-wait"
 
 
 @pytest.mark.parametrize("invisible", ["\u200b", "\ufeff", "\u00ad", "\u200e", "\u2060"])

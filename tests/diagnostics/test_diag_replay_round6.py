@@ -10,21 +10,11 @@ import json
 
 import pytest
 
-from diag_helpers import DATA
+from diag_helpers import PASTED, pasted_verdict
 from hangwatch.cli.main import main
 from hangwatch.diagnostics.pastes import read_text
-from hangwatch.diagnostics.replay import analyse
-from hangwatch.diagnostics.signatures import load_signatures
 
 pytestmark = pytest.mark.timeout(60)
-
-PASTED = DATA / "pasted"
-SIGS = load_signatures()
-
-
-def _verdict(name: str) -> str:
-    (incident,) = analyse([PASTED / f"{name}.txt"], SIGS)
-    return incident.classification.signature_id or "unknown"
 
 
 @pytest.mark.parametrize(
@@ -44,14 +34,14 @@ def _verdict(name: str) -> str:
     ],
 )
 def test_round6_real_dumps(name, expected):
-    assert _verdict(name) == expected
+    assert pasted_verdict(name) == expected
 
 
 def test_aot_autograd_runtime_wrappers_are_not_a_compile():
     # ms-swift#8506's rank runs the compiled graph through AOTAutograd's runtime wrappers
     # (runtime_wrapper, call_func_at_runtime_with_args, forward in aot_autograd.py): the
     # compile-time patterns must not claim it.
-    assert _verdict("msswift_8506_header_glued_to_prose_symm_mem") != "torch-compile-stall"
+    assert pasted_verdict("msswift_8506_header_glued_to_prose_symm_mem") != "torch-compile-stall"
 
 
 def test_gdb_frames_each_wrapped_in_backticks_parse():
@@ -133,7 +123,7 @@ def test_horovod_missing_ranks_lines(name, missing):
     report = read_text((PASTED / f"{name}.txt").read_text())
     assert report.horovod_missing is not None and report.horovod_missing[1] == missing
     assert any("never submitted" in n for n in report.notes())
-    assert _verdict(name) == "nccl-collective-wait"
+    assert pasted_verdict(name) == "nccl-collective-wait"
 
 
 def test_horovod_ready_ranks_with_tensorflow_op_names_on_one_line():
@@ -147,7 +137,7 @@ def test_horovod_ready_ranks_with_tensorflow_op_names_on_one_line():
 def test_ddp_reducer_waiting_for_its_gradient_allreduce_in_native_frames():
     # Lightning#16307: py-spy --native, no thread header, only C++ frames: Future::wait
     # under c10d::Reducer::finalize_backward.
-    assert _verdict("lightning_pr16307_pyspy_native_only_reducer_future_wait") == "nccl-collective-wait"
+    assert pasted_verdict("lightning_pr16307_pyspy_native_only_reducer_future_wait") == "nccl-collective-wait"
 
 
 def test_gdb_stop_line_then_thread_apply_all_bt_is_one_process():

@@ -10,27 +10,10 @@ import json
 
 import pytest
 
-from diag_helpers import DATA
+from diag_helpers import PASTED, pasted_verdict, text_verdict
 from hangwatch.diagnostics.pastes import read_text
-from hangwatch.diagnostics.replay import analyse
-from hangwatch.diagnostics.signatures import load_signatures
 
 pytestmark = pytest.mark.timeout(60)
-
-PASTED = DATA / "pasted"
-SIGS = load_signatures()
-
-
-def _verdict(name: str) -> str:
-    (incident,) = analyse([PASTED / f"{name}.txt"], SIGS)
-    return incident.classification.signature_id or "unknown"
-
-
-def _verdict_of(tmp_path, text: str) -> str:
-    path = tmp_path / "paste.txt"
-    path.write_text(text)
-    (incident,) = analyse([path], SIGS)
-    return incident.classification.signature_id or "unknown"
 
 
 @pytest.mark.parametrize(
@@ -51,7 +34,7 @@ def _verdict_of(tmp_path, text: str) -> str:
     ],
 )
 def test_round7_real_dumps(name, expected):
-    assert _verdict(name) == expected
+    assert pasted_verdict(name) == expected
 
 
 # torch's fatal-signal handler: one block per thread, the handler's own frame and the signal
@@ -89,7 +72,7 @@ def test_crash_handler_blocks_are_threads_of_the_process(tmp_path):
     assert "c10d::ProcessGroupNCCL::ncclCommWatchdogInternal" in watchdog
     assert any("fatal-signal handler at SIGABRT(6)" in n for n in report.notes())
     # the main thread decides; the watchdog idle in its loop is a helper
-    assert _verdict_of(tmp_path, CRASH_HANDLER) == "nccl-comm-init"
+    assert text_verdict(tmp_path, CRASH_HANDLER) == "nccl-comm-init"
 
 
 def test_real_crash_handler_paste_reads_every_frame():
@@ -111,7 +94,7 @@ frame #2: usleep + 0x4d (0x7f0000000003 in /lib/libc.so.6)
 frame #3: ncclCommAbort + 0x21 (0x7f0000000004 in /x/libnccl.so.2)
 frame #4: c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x98 (0x7f0000000005 in /x/libtorch_cuda.so)
 """
-    assert _verdict_of(tmp_path, text) == "process-group-destroy"
+    assert text_verdict(tmp_path, text) == "process-group-destroy"
 
 
 def test_watchdog_raise_site_is_read_from_the_exception_header():
@@ -132,7 +115,7 @@ frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x57 (0x7f1 in /
 frame #1: c10d::TCPStore::doWait(c10::ArrayRef<std::string>, std::chrono::milliseconds) + 0x3a0 (0x7f2 in /x/libtorch_cpu.so)
 frame #2: c10d::TCPStore::doGet(std::string const&) + 0x32 (0x7f3 in /x/libtorch_cpu.so)
 """
-    assert _verdict_of(tmp_path, text) == "nccl-comm-init"
+    assert text_verdict(tmp_path, text) == "nccl-comm-init"
 
 
 # A forked DataLoader-style worker running its target: _bootstrap and the parent's
@@ -156,13 +139,13 @@ Thread 0x00007f0000000001 (most recent call first):
     "\n".join(line for line in FORKED_WORKER.splitlines() if "threading.py" not in line and "queues.py" not in line) + "\n",
 ])
 def test_a_forked_child_running_its_target_is_not_an_inherited_lock(tmp_path, text):
-    assert _verdict_of(tmp_path, text) != "fork-inherited-lock"
+    assert text_verdict(tmp_path, text) != "fork-inherited-lock"
 
 
 def test_only_idle_nccl_watchdog_threads_decide_nothing():
     # pytorch#94003's paste shows only NCCL watchdog threads waiting for their next check:
     # helpers, so nothing is stalled (read as frames, without the helper, they were 'unknown').
-    assert _verdict("pytorch_94003_sigabrt_crash_handler_watchdog_threads") == "all-idle"
+    assert pasted_verdict("pytorch_94003_sigabrt_crash_handler_watchdog_threads") == "all-idle"
 
 
 # A py-spy dump --locals pasted with the reporter's shell lines above it: the command line,
@@ -201,7 +184,7 @@ def test_replay_never_echoes_a_pastes_secrets(tmp_path, capsys):
         assert "all_reduce" in shown and "[REDACTED]" in shown
         for secret in SECRETS:
             assert secret not in shown, (argv, secret)
-    assert _verdict_of(tmp_path, LOCALS_PASTE) == "nccl-collective-wait"
+    assert text_verdict(tmp_path, LOCALS_PASTE) == "nccl-collective-wait"
 
 
 def test_open_mpi_collective_in_native_frames_is_a_collective_wait(tmp_path):
@@ -212,7 +195,7 @@ Thread 1 (Thread 0x7f1 (LWP 10)):
 #2  0x00007f03 in ompi_coll_base_allreduce_intra_recursivedoubling () from /usr/lib/libmpi.so.40
 #3  0x00007f04 in PMPI_Allreduce () from /usr/lib/libmpi.so.40
 """
-    assert _verdict_of(tmp_path, text) == "nccl-collective-wait"
+    assert text_verdict(tmp_path, text) == "nccl-collective-wait"
 
 
 def _interleaved(prefix: str) -> str:
@@ -258,7 +241,7 @@ def test_ranks_interleaved_under_their_prefixes_are_separate_processes(tmp_path,
 def test_vllm_shm_broadcast_wait_lines_alone_are_a_process_waiting_on_the_queue():
     # vllm#51986 / vllm-ascend#3717: only the engine core's log lines were pasted; before,
     # 'neither a hangwatch bundle nor a py-spy dump'.
-    assert _verdict("vllm_51986_shm_broadcast_log_lines_mnnvl_init") == "vllm-shm-broadcast-wait"
+    assert pasted_verdict("vllm_51986_shm_broadcast_log_lines_mnnvl_init") == "vllm-shm-broadcast-wait"
     report = read_text((PASTED / "vllm_ascend_3717_shm_broadcast_log_lines_only.txt").read_text())
     assert [p.pid for p in report.processes] == [323240]
     assert any("shared memory broadcast" in n for n in report.notes())

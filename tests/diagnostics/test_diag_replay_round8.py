@@ -9,20 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from diag_helpers import DATA
+from diag_helpers import pasted_verdict
 from hangwatch.diagnostics.pastes import read_text
-from hangwatch.diagnostics.replay import analyse
-from hangwatch.diagnostics.signatures import load_signatures
 
 pytestmark = pytest.mark.timeout(60)
-
-PASTED = DATA / "pasted"
-SIGS = load_signatures()
-
-
-def _verdict(name: str) -> str:
-    (incident,) = analyse([PASTED / f"{name}.txt"], SIGS)
-    return incident.classification.signature_id or "unknown"
 
 
 @pytest.mark.parametrize(
@@ -35,7 +25,7 @@ def _verdict(name: str) -> str:
     ],
 )
 def test_round8_real_dumps(name, expected):
-    assert _verdict(name) == expected
+    assert pasted_verdict(name) == expected
 
 
 # gdb attached to a live process: the libthread_db preamble, then where the attached (main)
