@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from waiting import wait_for
+from waiting import alive, wait_for
 
 from hangwatch.supervisor import cgroup
 from hangwatch.supervisor.killer import TreeKiller
@@ -63,17 +63,10 @@ def _usable_cgroup() -> bool:
 needs_cgroup = pytest.mark.skipif(not _usable_cgroup(), reason="no writable cgroup v2 hierarchy with cgroup.kill")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def _wait_dead(pids: list[int], settle: float) -> None:
     """Give the guardian up to ``settle`` s to kill ``pids``."""
     deadline = time.monotonic() + settle
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
@@ -106,12 +99,12 @@ def _race(tmp: Path, n: int, containment: str, settle: float = 10.0) -> tuple[li
     try:
         wait_for(lambda: pidfile.exists(), timeout=60, what="racer forked")
         pids = [int(p) for p in pidfile.read_text().split()]
-        children = [c.pid for p in pids if _alive(p) for c in psutil.Process(p).children()]
+        children = [c.pid for p in pids if alive(p) for c in psutil.Process(p).children()]
         pids += children
         proc.kill()  # right after the fork: the supervisor's next tick is ~0.5 s away
         proc.wait(10)
         _wait_dead(pids, settle)
-        return pids, [p for p in pids if _alive(p)]
+        return pids, [p for p in pids if alive(p)]
     finally:
         _reap_all(proc, pids)
 
@@ -221,7 +214,7 @@ def test_sigkill_during_the_capture_leaves_neither_the_tree_nor_the_capture_help
         proc.kill()
         proc.wait(10)
         _wait_dead(pids, 5)
-        assert [p for p in pids if _alive(p)] == [], f"survivors of the SIGKILLed supervisor among {pids}"
+        assert [p for p in pids if alive(p)] == [], f"survivors of the SIGKILLed supervisor among {pids}"
     finally:
         _reap_all(proc, pids)
 
@@ -272,7 +265,7 @@ def test_a_child_that_setsids_on_sigterm_is_sigkilled_not_reported_unkillable(tm
         report = TreeKiller(tree, lambda: trainer.poll(), poll_s=0.02).kill(grace=0.5, kill_timeout=3.0)
         assert report.confirmed, f"survivors: {report.survivors}"
         assert child in report.escalated
-        assert not _alive(child)
+        assert not alive(child)
     finally:
         for pid in (trainer.pid, child):
             if pid:
@@ -342,7 +335,7 @@ def test_sigkill_during_the_kill_takes_what_a_sigterm_handler_started(tmp_path):
         proc.kill()
         proc.wait(10)
         _wait_dead(pids, 5)
-        assert [p for p in pids if _alive(p)] == [], f"survivors of the SIGKILLed supervisor among {pids}"
+        assert [p for p in pids if alive(p)] == [], f"survivors of the SIGKILLed supervisor among {pids}"
     finally:
         _reap_all(proc, pids)
 
@@ -411,7 +404,7 @@ def test_tree_fallback_guardian_kills_what_a_warm_launcher_forked(tmp_path):
         pids = [int(p) for p in pidfile.read_text().split()]
         proc.kill()
         proc.wait(10)
-        wait_for(lambda: not any(_alive(p) for p in pids), timeout=10, what=f"{pids} killed by the guardian")
+        wait_for(lambda: not any(alive(p) for p in pids), timeout=10, what=f"{pids} killed by the guardian")
         started = [json.loads(line) for line in (tmp_path / "run" / "journal.jsonl").read_text().splitlines()
                    if '"attempt_started"' in line]
         assert started[-1]["launch"]["mode"] == "warm"

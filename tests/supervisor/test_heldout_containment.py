@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from waiting import wait_for
+from waiting import alive, wait_for
 
 # Attempt 1 escapes a SIGTERM-ignoring worker when told (the test's "go" file); attempt 2 exits 0.
 ESCAPER = r"""
@@ -39,13 +39,6 @@ if os.fork() == 0:
     os._exit(0)
 time.sleep(120)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _kill(pid: int) -> None:
@@ -91,13 +84,13 @@ def test_resume_kills_a_worker_that_escaped_after_the_last_tick_when_the_guardia
             _kill(pid)
         supervisor.kill()
         supervisor.wait(10)
-        wait_for(lambda: not any(_alive(p) for p in guardians), timeout=10, what="guardian gone")
-        assert _alive(worker), "precondition: nothing left to kill the escaped worker"
+        wait_for(lambda: not any(alive(p) for p in guardians), timeout=10, what="guardian gone")
+        assert alive(worker), "precondition: nothing left to kill the escaped worker"
 
         resumed = subprocess.run(hw + ["--resume", str(run), "--quiet"], cwd=tmp_path,
                                  capture_output=True, text=True, timeout=90)
         assert resumed.returncode == 0, resumed.stderr[-2000:]
-        wait_for(lambda: not _alive(worker), timeout=10, what="escaped worker killed by --resume")
+        wait_for(lambda: not alive(worker), timeout=10, what="escaped worker killed by --resume")
         assert f"{worker}" in resumed.stderr  # the orphans_killed warning names it
     finally:
         _reap(supervisor, started)
@@ -167,6 +160,6 @@ def test_guardian_kills_a_bare_worker_forked_after_the_last_tick_by_a_live_membe
         started.append(worker)
         supervisor.kill()
         supervisor.wait(10)
-        wait_for(lambda: not any(_alive(p) for p in started), timeout=20, what="the guardian killed everything")
+        wait_for(lambda: not any(alive(p) for p in started), timeout=20, what="the guardian killed everything")
     finally:
         _reap(supervisor, started)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from waiting import wait_for
+from waiting import alive, sigkill_all, wait_for
 
 from hangwatch.supervisor.probes import NoProbe
 from hangwatch.supervisor.tree import LocalTree
@@ -46,21 +46,6 @@ time.sleep(120)
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _kill(pids: list[int]) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
 @pytest.mark.timeout(90)
 def test_a_member_reacting_to_its_parents_death_forks_nothing_that_survives(tmp_path: Path) -> None:
     run = tmp_path / "run"
@@ -78,20 +63,20 @@ def test_a_member_reacting_to_its_parents_death_forks_nothing_that_survives(tmp_
                  what="root and member recorded")
         supervisor.kill()
         supervisor.wait(10)
-        wait_for(lambda: not any(_alive(p) for p in started), timeout=20, what="root and member killed")
+        wait_for(lambda: not any(alive(p) for p in started), timeout=20, what="root and member killed")
         if (tmp_path / "reacted").exists():
             # It saw its parent die and forked: the worker must not outlive the run.
             wait_for(lambda: (tmp_path / "worker").exists(), timeout=10, what="the worker's pid")
             worker = int((tmp_path / "worker").read_text())
             started.append(worker)
-            wait_for(lambda: not _alive(worker), timeout=5, what=f"bare worker {worker} killed")
+            wait_for(lambda: not alive(worker), timeout=5, what=f"bare worker {worker} killed")
     finally:
         if supervisor.poll() is None:
             supervisor.kill()
             supervisor.wait(10)
         if (tmp_path / "worker").exists():
             started.append(int((tmp_path / "worker").read_text() or 0))
-        _kill([p for p in started if p > 0])
+        sigkill_all([p for p in started if p > 0])
 
 
 def test_the_root_is_stopped_not_killed_only_while_an_armed_guardian_will_kill_it(tmp_path: Path) -> None:
@@ -171,10 +156,10 @@ def test_a_guardian_that_dies_is_replaced_so_the_stopped_root_is_still_killed(tm
         assert [g.pid for g in guardians()] != [first.pid]
         supervisor.kill()
         supervisor.wait(10)
-        wait_for(lambda: not _alive(root), timeout=20, what=f"the root {root} killed, not left stopped")
+        wait_for(lambda: not alive(root), timeout=20, what=f"the root {root} killed, not left stopped")
     finally:
         if supervisor.poll() is None:
             supervisor.kill()
             supervisor.wait(10)
         if root:
-            _kill([root])
+            sigkill_all([root])

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from waiting import wait_for
+from waiting import alive, sigkill_all, wait_for
 
 from hangwatch.supervisor import cgroup
 from hangwatch.supervisor.cgroup import AttemptCgroup
@@ -78,21 +78,6 @@ time.sleep(float(sys.argv[2]))
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _kill(pids: list[int]) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
 @needs_cgroup
 @pytest.mark.timeout(60)
 def test_workers_in_the_trainers_own_cgroups_are_members_killed_and_their_cgroups_removed(tmp_path: Path) -> None:
@@ -109,10 +94,10 @@ def test_workers_in_the_trainers_own_cgroups_are_members_killed_and_their_cgroup
         assert len(pids) == 2, "the trainer reported both workers"
         below, out = pids
         deadline = time.monotonic() + 10
-        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        while any(alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(out), "the worker that left the attempt's cgroup outlived the run"
-        assert not _alive(below), "the worker in the trainer's own cgroup outlived the run"
+        assert not alive(out), "the worker that left the attempt's cgroup outlived the run"
+        assert not alive(below), "the worker in the trainer's own cgroup outlived the run"
         records = [json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines()]
         kill = next(r for r in records if r["event"] == "kill")
         targets = {t["pid"] for t in kill["targets"]}
@@ -121,7 +106,7 @@ def test_workers_in_the_trainers_own_cgroups_are_members_killed_and_their_cgroup
         leftover = cgroup.base_dir() / f"hangwatch-{first['run_id']}-{first['pid']}"
         wait_for(lambda: not leftover.exists(), timeout=10, what=f"{leftover} removed with the cgroup the trainer made")
     finally:
-        _kill(pids)
+        sigkill_all(pids)
 
 
 @needs_cgroup
@@ -242,15 +227,15 @@ def test_a_warm_root_is_stopped_not_killed_by_the_supervisors_death_while_a_guar
         wait_for(up.exists, timeout=30, what="the warm root runs the attempt")
         driver.kill()
         driver.wait(10)
-        wait_for(lambda: not _alive(root) or psutil.Process(root).status() == psutil.STATUS_STOPPED, timeout=15,
+        wait_for(lambda: not alive(root) or psutil.Process(root).status() == psutil.STATUS_STOPPED, timeout=15,
                  what="the root stopped (or killed) by its parent-death signal")
-        assert _alive(root), "the warm root was killed by the supervisor's death, not stopped for the guardian"
+        assert alive(root), "the warm root was killed by the supervisor's death, not stopped for the guardian"
     finally:
         if driver.poll() is None:
             driver.kill()
             driver.wait(10)
         if root is not None:
-            _kill([root])
+            sigkill_all([root])
 
 
 def test_the_tree_gives_a_warm_launch_the_same_parent_death_signal_as_a_cold_one(tmp_path: Path) -> None:
