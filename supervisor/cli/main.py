@@ -832,9 +832,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _read_not_started(run_dir: Path) -> str | None:
     import json  # noqa: PLC0415
 
-    try:
-        with open(run_dir / NOT_STARTED, "rb") as f:  # small and ours; bounded all the same
-            record = json.loads(f.read(8192))
+    from hangwatch.contract.capped import read_capped  # noqa: PLC0415
+
+    try:  # status reads run dirs other users may write: a regular file only (a FIFO hung it), capped
+        record = json.loads(read_capped(run_dir / NOT_STARTED, 8192))
         return f"{one_line(str(record['why']))[:2000]} (exit {int(record['exit_code'])})"
     except (OSError, ValueError, TypeError, KeyError):
         return None

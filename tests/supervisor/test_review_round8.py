@@ -58,3 +58,19 @@ def test_a_resume_after_dying_in_the_same_wedges_capture_does_not_add_enforce_ea
     started = [r for r in records if r["event"] == "attempt_started"][-1]
     assert started["attempt"] == 2 and started["env"][names.CUDAGRAPHS] == "0"
     assert names.ENFORCE_EAGER not in started["env"], "the same wedge decided no further policy"
+
+
+def test_status_of_a_run_dir_whose_not_started_record_is_a_fifo_answers(tmp_path):
+    """status reads run dirs other users may write: a FIFO named like the record of a run that
+    stopped before it began hung it (a plain open() of a FIFO waits for a writer)."""
+    import os
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    (run_dir / "settings.json").write_text("{}")
+    os.mkfifo(run_dir / "not_started.json", 0o600)
+    done = subprocess.run([sys.executable, "-m", "hangwatch.cli", "status", str(run_dir)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "stopped before its run began" in done.stdout, done.stderr
