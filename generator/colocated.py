@@ -392,8 +392,7 @@ class ColocatedGenerator:
             # so the supervisor tells a retry that worked (a crash after it is the trainer's own)
             # from one that failed.
             self.beat_info["rollouts_ok"] = self.engine_restarts
-            set_context(self.beat_info)
-            done = phase("sleep")
+            done = phase("sleep")  # its beat carries it, and sets it for the trainer's own beats
             worker.request("sleep", self.timeouts.op)
             done()
         except BaseException as caught:

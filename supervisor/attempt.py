@@ -220,8 +220,7 @@ GENERATE_PHASES = frozenset({"generate"})
 # beat it for their own start-up too).
 WORKER_WAIT_PHASES = frozenset({"standby", "load", "sleep"})
 # Of those, the ones that wait on the engine the rollouts run on (its pid in the beat,
-# ``evidence["waiting_on"]``): a wedge there is restarted at the engine level too.
-WORKER_CALL_PHASES = WORKER_CALLS
+# ``evidence["waiting_on"]``) are ``WORKER_CALLS``: a wedge there is restarted at the engine level too.
 
 
 @dataclass(frozen=True)
@@ -294,7 +293,7 @@ def recovery_level(
         # Waiting on its engine worker, but not for rollouts: not its own threads (the journal said
         # so, and pointed the user at the wrong process).
         own_threads = job(f"the trainer was waiting on its rollout engine's worker in phase {phase!r}, and its "
-                          f"beat names no worker of the tree to restart alone" if phase in WORKER_CALL_PHASES else
+                          f"beat names no worker of the tree to restart alone" if phase in WORKER_CALLS else
                           f"the trainer was waiting on its rollout engine's worker in phase {phase!r} (its standby "
                           f"worker's start): the engine the rollouts run on is not the stuck one")
     else:
@@ -305,9 +304,9 @@ def recovery_level(
     # The worker a wedged weight load or sleep waits on, as the trainer's generator beat it: its
     # group alone, if it is an engine worker's of the tree (a standby beside it survives).
     # (The worker's own beat says which call it is in, whatever phase the trainer's shared file shows.)
-    call = evidence.get("waiting_on_phase") if evidence.get("waiting_on_phase") in WORKER_CALL_PHASES else phase
+    call = evidence.get("waiting_on_phase") if evidence.get("waiting_on_phase") in WORKER_CALLS else phase
     waited_on = next((p.pgid for p in tree if p.pid == evidence.get("waiting_on") and p.pgid in groups), None) \
-        if call in WORKER_CALL_PHASES and engine_pid is None else None
+        if call in WORKER_CALLS and engine_pid is None else None
     span = float(evidence.get("stall_suspected_s") or window or 0.0)
     if waited_on is not None and evidence.get("waiting_on_phase") is not None \
             and float(evidence.get("waiting_on_silent_s") or 0.0) < span / 2:

@@ -84,10 +84,6 @@ class Target(Protocol):
 MAX_ANSWER_BYTES = 1 << 20
 
 
-class AnswerTooLarge(Exception):
-    """Raised inside a delivery try when the receiver's answer passes ``MAX_ANSWER_BYTES``."""
-
-
 #: answers cut at the cap so far: apprise logs the cut only at DEBUG, so a try compares this
 #: before and after to say why it failed (rather than apprise's "a connection error occurred")
 _ANSWERS_CUT = [0]
@@ -108,8 +104,8 @@ def _cap_http_answers() -> None:
     if getattr(requests.models.Response.iter_content, "_hangwatch_capped", False):
         return
 
-    class _TooLarge(requests.RequestException, AnswerTooLarge):
-        pass
+    class _TooLarge(requests.RequestException):
+        """Raised inside a delivery try when the receiver's answer passes ``MAX_ANSWER_BYTES``."""
 
     original = requests.models.Response.iter_content
 
