@@ -333,9 +333,14 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
     # (horovod#26: a thread in ncclAllReduce next to one in libcuda, no thread 1).
     # Threads with Python frames keep the helper rules (a py-spy paste cut before its
     # MainThread still shows only helpers).
+    # Likewise a C-level backtrace pasted with no thread header of its own next to a Python
+    # stack ("Python: <py-spy dump> And native: <gdb bt>", returnn#1811): gdb's bare `bt`
+    # shows the thread it stopped in, the one the reporter is asking about, so it is the
+    # native half of that stack, no background thread.
     no_main = not any(is_main(t, pid) for t in threads)
     cands = [(t, series.frozen(t.ident),
-              m.facts(t, pid, cmd, alone, chosen=no_main and bool(t.frames) and all(f.native for f in t.frames)))
+              m.facts(t, pid, cmd, alone, chosen=(no_main or _bare_list(t)) and bool(t.frames)
+                      and all(f.native for f in t.frames)))
              for t in threads]
     workers = [c for c in cands if not c[2].helper]
 
@@ -375,6 +380,12 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
 #: take_gil under PyEval_RestoreThread, pybind11's gil_scoped_acquire).
 _GIL_WAIT = re.compile(r"^(<waiting for the GIL>|take_gil|PyEval_RestoreThread|PyEval_AcquireThread|PyEval_AcquireLock"
                        r"|PyGILState_Ensure|PyCOND_TIMEDWAIT|PyCOND_WAIT)$|gil_scoped_acquire::gil_scoped_acquire$")
+
+
+def _bare_list(thread: ThreadDump) -> bool:
+    """A frame list the paste gave no thread header and no name (the reader numbers such
+    lists "?1", "?2", ...)."""
+    return thread.ident.startswith("?") and not thread.name
 
 
 def _only_gil_wait(evidence: Sequence[Frame]) -> bool:

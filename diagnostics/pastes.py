@@ -1863,6 +1863,10 @@ _STREAM_PID = re.compile(r"^[ \t]*\d{0,9}\((?:\w{1,40}[ ])?pid=(\d{1,10})(?:,[ ]
 _STREAM_RANK = re.compile(r"^[ \t]*\[(?:rank|RANK|Rank|[A-Za-z_][A-Za-z_-]{0,40}?)(\d{1,6})\]:")
 # The rest of a 'File "..."' traceback line that a terminal wrapped: 'm/v1/x.py", line 9, in f'.
 _WRAPPED_FILE_TAIL = re.compile(r'^[^\s"]{1,1000}", line \d{1,7}')
+# A 'File "...", line N, in f' traceback line wrapped after its line number: the head ends in
+# 'line 235,' and the next line is ' in <module>' (a paste re-wrapped at a fixed width, pytorch#45042).
+_WRAPPED_LINE_HEAD = re.compile(r'^\s{0,40}File:? "[^"\n]{1,1000}", line \d{1,7},$')
+_WRAPPED_IN_TAIL = re.compile(r"^\s{0,40}in \S{1,300}\s*$")
 # A torch C++ backtrace line wrapped before its library: "frame #2: f() + 0xd8 (0x7f.. in" + "/x/lib.so)".
 _WRAPPED_CXX_HEAD = re.compile(r"^\s{0,8}frame #\d{1,4}: .{1,3000} \(0x[0-9a-fA-F]{1,16} in$")
 _WRAPPED_CXX_TAIL = re.compile(r"^\s{0,8}/\S{1,1000}\)$")
@@ -1923,8 +1927,9 @@ def _streams(lines: list[str]) -> list[tuple[StreamKey, list[str]]]:
 
 
 def _join_wrapped(lines: list[str]) -> list[str]:
-    """'File "/a/vll' + 'm/v1/x.py", line 9, in f' -> one traceback line, and a torch C++
-    frame wrapped before its library likewise (a terminal's hard wrap, kept by the copy)."""
+    """'File "/a/vll' + 'm/v1/x.py", line 9, in f' -> one traceback line, as is
+    'File "x.py", line 9,' + ' in f', and a torch C++ frame wrapped before its library
+    likewise (a terminal's hard wrap, kept by the copy)."""
     out: list[str] = []
     for line in lines:
         if out and _WRAPPED_FILE_TAIL.match(line):
@@ -1933,6 +1938,9 @@ def _join_wrapped(lines: list[str]) -> list[str]:
             if cut != -1 and '"' not in prev[cut + 6:]:
                 out[-1] = prev.rstrip("\r") + line.strip()
                 continue
+        if out and _WRAPPED_IN_TAIL.match(line) and _WRAPPED_LINE_HEAD.match(out[-1].rstrip()):
+            out[-1] = out[-1].rstrip() + " " + line.strip()
+            continue
         if out and line[:1] in (" ", "/") and _WRAPPED_CXX_TAIL.match(line) and _WRAPPED_CXX_HEAD.match(out[-1].rstrip()):
             out[-1] = out[-1].rstrip() + " " + line.strip()
             continue

@@ -30,6 +30,9 @@ _SYSTEM_NATIVE = re.compile(
     r"|(^|/)(sysdeps|nptl|glibc[\w.-]{0,40}|Modules|Python|Objects|Include)/|syscall-template|futex"
 )
 
+#: The GPU driver, its runtime and the collective libraries (CUDA, ROCm, NCCL/RCCL).
+_GPU_NATIVE = re.compile(r"(^|/)(libcuda|libcudart|libnccl|librccl|libamdhip64|libhsa-runtime64)\.so")
+
 
 @dataclass(frozen=True)
 class Frame:
@@ -111,7 +114,25 @@ class ThreadDump:
         """Innermost native frames outside the C library and the interpreter (libcuda,
         libnccl, libtorch, an extension): a gdb/lldb/--native stack blocked in the job's
         own native code, which is no standard-library wait."""
-        return tuple(f for f in self.frames if f.native and not f.is_system_native and f.function != "?")[:limit]
+        # An unsymbolised frame says nothing, except inside the GPU driver, runtime or
+        # collective library when the job called into it: a main thread spinning there
+        # (gdb's "?? () from libcuda.so.1" under clock_gettime, NCCL#1766) is blocked on
+        # the device, not waiting for work. A thread the driver started itself
+        # (start_thread -> libcuda: its event and semaphore pollers) stays a helper.
+        gpu_unnamed = not self._driver_thread()
+        return tuple(f for f in self.frames if f.native and not f.is_system_native
+                     and (f.function != "?" or (gpu_unnamed and bool(_GPU_NATIVE.search(f.file)))))[:limit]
+
+    def _driver_thread(self) -> bool:
+        """Started by the GPU driver or NCCL: outermost, past the C library's thread
+        start, the first frame is theirs."""
+        started = False
+        for f in reversed(self.frames):
+            if f.native and f.is_system_native:
+                started = started or f.function in ("start_thread", "clone", "clone3", "__clone", "__clone3")
+                continue
+            return started and f.native and bool(_GPU_NATIVE.search(f.file))
+        return False
 
     def to_json(self) -> dict[str, Any]:
         return {
