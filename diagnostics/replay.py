@@ -306,6 +306,20 @@ def _tree_frames(frames: Sequence[Frame]) -> list[tuple[str, str]]:
     return [f.key for f in reversed(frames) if not f.function.startswith("0x")]
 
 
+#: Frames of one stack the merged call tree keeps: the outermost and the innermost halves. The
+#: tree nests a level per frame, and a trainer stuck 3,000 frames deep in its own recursion made
+#: `replay` of its bundle fail (text and --json) with RecursionError, "not a bundle hangwatch wrote".
+CALL_TREE_DEPTH = 200
+
+
+def _tree_path(frames: Sequence[Frame]) -> list[str]:
+    path = [f"{fn} ({file})" for fn, file in _tree_frames(frames)]
+    if len(path) <= CALL_TREE_DEPTH:
+        return path
+    half = CALL_TREE_DEPTH // 2
+    return path[:half] + [f"[... {len(path) - 2 * half} frames ...]"] + path[-half:]
+
+
 def aggregate(incidents: Sequence[Incident]) -> dict[str, Any]:
     n = len(incidents)
     sigs = Counter((i.classification.signature_id if i.classification else None) or "unknown" for i in incidents)
@@ -324,8 +338,7 @@ def aggregate(incidents: Sequence[Incident]) -> dict[str, Any]:
             continue
         root["count"] += 1
         node = root
-        for fn, file in _tree_frames(i.classification.stack):
-            key = f"{fn} ({file})"
+        for key in _tree_path(i.classification.stack):
             node = node["children"].setdefault(key, {"frame": key, "count": 0, "children": {}})
             node["count"] += 1
     return {"incidents": n, "signatures": dict(sigs.most_common()), "recurring_frames": recurring, "call_tree": _tree_json(root)}

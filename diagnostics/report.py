@@ -158,20 +158,42 @@ def _timeline(samples: Sequence[Sample], verdict: dict[str, Any]) -> str:
 
 
 def _tree(rows: Sequence[dict[str, Any]], root_pid: int | None) -> str:
+    """The process tree as nested lists, built with a stack, not recursion: its depth is the
+    trainer's (a chain of 700 nested shells made the capture's report fail with RecursionError
+    and `hangwatch report` refuse hangwatch's own bundle), and a sent bundle's rows may repeat a
+    pid or loop (each row is shown once)."""
     by_parent: dict[Any, list[dict[str, Any]]] = {}
     pids = {r.get("pid") for r in rows}
     for r in rows:
         by_parent.setdefault(r.get("ppid") if r.get("ppid") in pids else None, []).append(r)
 
-    def render(r: dict[str, Any]) -> str:
+    def line(r: dict[str, Any]) -> str:
         cpu = (r.get("cpu_user_s") or 0) + (r.get("cpu_system_s") or 0)
-        line = (f"<code>{_e(r.get('pid'))}</code> <b>{_e(r.get('name'))}</b> state {_e(r.get('state', '?'))} "
+        return (f"<code>{_e(r.get('pid'))}</code> <b>{_e(r.get('name'))}</b> state {_e(r.get('state', '?'))} "
                 f"wchan {_e(r.get('wchan') or '-')} cpu {cpu:.1f} s rss {(r.get('rss_bytes') or 0) / 2**20:.0f} MiB "
                 f"<span class=muted>{_e(' '.join(r.get('cmdline') or [])[:160])}</span>")
-        kids = by_parent.get(r.get("pid"), [])
-        return f"<li>{line}" + (f"<ul class=tree>{''.join(render(k) for k in kids)}</ul>" if kids else "") + "</li>"
 
-    body = "".join(render(r) for r in by_parent.get(None, [])) or "<li class=muted>no process table</li>"
+    out: list[str] = []
+    shown: set[int] = set()
+    # Each entry: a row to open, or the closing markup of one whose children are done.
+    stack: list[dict[str, Any] | str] = list(reversed(by_parent.get(None, [])))
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            out.append(item)
+            continue
+        if id(item) in shown:
+            continue
+        shown.add(id(item))
+        kids = [k for k in by_parent.get(item.get("pid"), []) if id(k) not in shown]
+        out.append(f"<li>{line(item)}")
+        if kids:
+            out.append("<ul class=tree>")
+            stack.append("</ul></li>")
+            stack.extend(reversed(kids))
+        else:
+            out.append("</li>")
+    body = "".join(out) or "<li class=muted>no process table</li>"
     return f"<section><h2>Process tree</h2><ul class=tree>{body}</ul></section>"
 
 
