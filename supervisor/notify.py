@@ -43,6 +43,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop
 from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.pyexec import module_command
 from hangwatch.contract.redact import MARK, redact_text
+from hangwatch.contract.terminal import one_line
 from hangwatch.contract.tools import add_helper, forget_helper
 from hangwatch.supervisor.evidence import bundle_summary
 from hangwatch.supervisor.notify_exec import PAYLOAD_ENV
@@ -523,7 +524,13 @@ class Notifier:
 
 
 def render(p: Mapping[str, Any]) -> tuple[str, str]:
-    """The title and body people read, from an event payload."""
+    """The title and body people read, from an event payload.
+
+    Each field is shown on one line, a lone surrogate as ``\\udcXX`` (``one_line``): the trainer's
+    user chooses some of them (its heartbeat's phase, a checkpoint folder's name), and a newline
+    forged a line of the alert (``report: ...`` pointing elsewhere) while a byte that was not
+    UTF-8 made the alert fail on every target that encodes its text (apprise's form://, xml://)."""
+    p = {k: one_line(v) if isinstance(v, str) else v for k, v in p.items()}
     where = f"{p.get('host')}:{p.get('run_dir')} (run {p.get('run_id')}"
     if p["event"] == "incident":
         step = f", step {p['step']}" if p.get("step") is not None else ""

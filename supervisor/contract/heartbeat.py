@@ -117,6 +117,8 @@ class Heartbeat:
         phase = data.get("phase")
         if phase is not None and not isinstance(phase, str):
             phase = json.dumps(phase, sort_keys=True, default=str)
+        if phase is not None:
+            phase = encodable(phase)
         ts = float(data.get("ts", 0.0))
         if not math.isfinite(ts):
             raise ValueError(f"heartbeat ts is not a finite number: {ts!r}")
@@ -128,8 +130,48 @@ class Heartbeat:
             ts=ts,
             step=_int64(step, "step") if step is not None else None,
             phase=phase,
-            info=dict(info) if isinstance(info, Mapping) else {},
+            info=_encodable_tree(dict(info)) if isinstance(info, Mapping) else {},
         )
+
+
+def encodable(text: str) -> str:
+    """``text`` as UTF-8 can carry it: a lone surrogate shown as ``\\udcXX``.
+
+    The trainer writes the beat, and JSON lets it name a lone surrogate (``"\\udcff"``), which no
+    UTF-8 writer accepts: a phase of one made the metrics exporter fail at every tick and, at the
+    run's end, the supervisor exit 70 instead of its outcome's code, and the incident alert fail
+    on every target that encodes its text (apprise's form://, xml://). Cleaned here, once, for
+    every reader of the beat."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def _encodable_tree(value: Any) -> Any:
+    """A copy of ``value`` (parsed JSON: dicts, lists, strings, numbers) with every string, keys
+    too, ``encodable``. Built with a stack, not recursion: the beat's nesting is the trainer's."""
+    stack: list[tuple[Any, Any]] = []
+
+    def copy(item: Any) -> Any:
+        if isinstance(item, str):
+            return encodable(item)
+        if isinstance(item, (list, dict)):
+            new: Any = [] if isinstance(item, list) else {}
+            stack.append((item, new))
+            return new
+        return item
+
+    top = copy(value)
+    while stack:
+        src, dst = stack.pop()
+        if isinstance(src, list):
+            dst.extend(copy(item) for item in src)
+        else:
+            for key, item in src.items():
+                dst[encodable(key) if isinstance(key, str) else key] = copy(item)
+    return top
 
 
 def _int64(value: Any, name: str) -> int:
