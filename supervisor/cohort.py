@@ -30,6 +30,7 @@ import os
 import signal
 import threading
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -503,7 +504,12 @@ class Cohort:
         patient = self._patient
         patient(self.store.set, _IDS_KEY + ("leader" if self.me.is_leader else "joiner"), mine_id)
         if self.me.is_leader:  # (an add retried may skip a generation: only its newness matters)
-            generation = str(patient(self.store.add, self._root("generation"), 1))
+            # The counter alone restarts at 1 in every new store: node 0's supervisor hosts it, so a node 0
+            # started again on that port (resumed, or a new job under the same cohort id) opened the same
+            # generation as the dead one's, and the dead one's other nodes, whose store helpers reconnect
+            # to whatever listens there, took it for their own node 0: their incidents killed the new
+            # job's healthy ranks, and they never stopped. A random part makes each store's run its own.
+            generation = f"{patient(self.store.add, self._root('generation'), 1)}.{uuid.uuid4().hex[:12]}"
             patient(self.store.set, self._root("leader"), json.dumps({**self.fingerprint, "generation": generation,
                                                                       "nonce": nonce}, sort_keys=True))
         # A generation we were refused in may be a finished run's: wait (briefly) for a newer one.
@@ -620,6 +626,8 @@ class Cohort:
             if not self._left_written:  # once we left, a still lease makes the others read why at once
                 self.store.add(self._key("lease", self.me.node_rank), 1)  # (node 0 lingers, its thread runs on)
             counts = {n: self.store.add(self._key("lease", n), 0) for n in self.others}
+            if self._generation and not self.me.is_leader and self.problem is None:
+                self._check_same_store()
             self._exchange_stop()
             still = [n for n, c in counts.items() if n not in self._left and n in self._seen and self._seen[n][0] == c]
             for n in still:
@@ -653,6 +661,27 @@ class Cohort:
             new = [n for n, _ in expired if n != lost.node and n not in lost.also]
             if new:
                 self.problem = MemberLost(lost.node, lost.waited, [*lost.also, *new])
+
+    def _check_same_store(self) -> None:
+        """The store answering is still the one this node joined: node 0's record there is this run's.
+
+        Node 0's supervisor hosts the store, and each node's helper reconnects to whatever listens
+        on its port after a broken connection (a reset is not a lost store). Once node 0 has died
+        and another store is up there (node 0 started again, or another job's node 0), the calls
+        succeed again but reach records that are not this run's: this node's job lost its node 0.
+        """
+        raw = self.store.get(self._root("leader"))
+        try:
+            theirs = json.loads(raw) if raw is not None else None
+            generation = str(theirs.get("generation", "")) if isinstance(theirs, dict) else None
+        except ValueError:
+            generation = None
+        if generation == self._generation:
+            return
+        now = "is empty" if raw is None else "holds another run's (node 0 was started again, or another job's node 0 " \
+                                             f"under the cohort id {self.me.cohort_id!r})"
+        self.problem = StoreLost(f"the cohort store at {self.me.endpoint} is not the one this node joined: node 0's "
+                                 f"supervisor, which hosted it, stopped, and the store now listening there {now}")
 
     def _lease_loop(self) -> None:
         while True:

@@ -1,0 +1,99 @@
+"""Round 7: multi-node cases found with real jobs, checked here in process over the in-memory store."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from hangwatch.supervisor.cohort import Cohort, Membership, StoreLost
+from hangwatch.supervisor.store import MemoryStore
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+        time.sleep(0.002)  # lets the other nodes' threads run while fake time flies
+
+
+class Reconnecting:
+    """A node's store client: its helper reconnects to whatever store listens on the port now."""
+
+    def __init__(self, target: MemoryStore) -> None:
+        self.target = target
+
+    def __getattr__(self, name: str):
+        return getattr(self.target, name)
+
+
+def _node(store, rank: int, clock: Clock) -> Cohort:
+    return Cohort(store, Membership(rank, 2, "127.0.0.1", 29600, "job"), {"a": 1}, lease_interval=3600,
+                  lease_timeout=10, barrier_timeout=30, clock=clock, sleep=clock.sleep, wall=clock)
+
+
+def _join_all(nodes: list[Cohort]) -> None:
+    threads = [threading.Thread(target=n.join, kwargs={"timeout": 1e6}) for n in nodes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert all(n._generation for n in nodes)
+
+
+def test_a_node_whose_node_0_died_never_acts_in_the_store_a_new_node_0_hosts_on_its_port():
+    """Node 0's supervisor hosts the store. It died, and a node 0 was started again on that port
+    (resumed, or a new job under the same cohort id) while the old job's node 1 still ran: node 1's
+    helper reconnected to the new store, where the new node 0 had opened generation 1 again. Node 1
+    took the new node 0 for its own (their lease counters moved), never stopped, and its trainer's
+    crash was announced as the new job's incident: the new job's nodes captured and killed healthy
+    ranks, twice in a real run (before: every store's first generation was "1")."""
+    clock = Clock()
+    old_store = MemoryStore()
+    old1_link = Reconnecting(old_store)
+    old0, old1 = _node(old_store, 0, clock), _node(old1_link, 1, clock)
+    _join_all([old0, old1])
+    old0._stop.set()  # node 0's supervisor is SIGKILLed: its store goes with it
+    old_store.down = True
+
+    new_store = MemoryStore()  # node 0 started again on the port: a fresh store, the same cohort id
+    new0, new1 = _node(new_store, 0, clock), _node(new_store, 1, clock)
+    _join_all([new0, new1])
+    old1_link.target = new_store  # the old node 1's next call reconnects, to the new store
+
+    old1.announce(1, "crash", "trainer exited with code 1")  # its ranks lost their peers
+    assert new0.poll(1) is None and new1.poll(1) is None, "the old job's incident is not the new job's"
+    old1.renew()
+    assert isinstance(old1.problem, StoreLost), "the old node stops: its node 0 is gone (75)"
+    assert "is not the one this node joined" in str(old1.problem) and "another run's" in str(old1.problem)
+    old1.close()  # it leaves, saying why: not into the new job's records
+    assert new0._read_left(1) is None
+    new0.renew(), new1.renew()
+    assert new0.problem is None and new1.problem is None
+    for n in (new0, new1):
+        n._stop.set()
+
+
+def test_a_store_restarted_empty_on_the_port_is_not_the_one_this_node_joined():
+    """Node 0's store came back empty (its supervisor started again, not joined yet): the node's
+    calls succeed again, but nothing there is this run's; it stops at once, not a lease later."""
+    clock = Clock()
+    store = MemoryStore()
+    link = Reconnecting(store)
+    n0, n1 = _node(store, 0, clock), _node(link, 1, clock)
+    _join_all([n0, n1])
+    n1.renew()
+    assert n1.problem is None, "the store it joined: nothing to say"
+    link.target = MemoryStore()
+    n1.renew()
+    assert isinstance(n1.problem, StoreLost) and "is empty" in str(n1.problem)
+    for n in (n0, n1):
+        n._stop.set()
