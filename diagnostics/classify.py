@@ -520,6 +520,14 @@ def headline(verdicts: Sequence[ProcessVerdict], signatures: Sequence[Signature]
         pick = story.suspect
     elif story.crowd:
         pick = _best_stalled(story.crowd)
+    elif stalled and all(v.waiting_for_work for v in stalled) and _sender_idle(with_stacks):
+        # Every "stall" is a process parked in its own idle loop (a vLLM worker waiting in
+        # its message queue for the engine's next call) and the process that would send that
+        # work is idle in its loop too (the engine core waiting for requests): nothing inside
+        # the job is stuck, the work never arrived. One idle vLLM deployment dumped whole
+        # read as a queue wait (vLLM profiling notes in data/pasted).
+        pick = next(v for v in with_stacks if v.state == "idle" and v.waiting_for_work)
+        return _result(pick, ALL_IDLE_ID, ALL_IDLE_TITLE, ALL_IDLE_ADVICE, pick.evidence or pick.top_frames(3), rounds, verdicts, story)
     elif stalled:
         # A process waiting for work loses to one stuck in something.
         pick = min(stalled, key=lambda v: (v.waiting_for_work, -v.signature.priority, v.frozen is not True, -len(v.evidence)))  # type: ignore[union-attr]
@@ -533,6 +541,12 @@ def headline(verdicts: Sequence[ProcessVerdict], signatures: Sequence[Signature]
     sig = pick.signature
     assert sig is not None
     return _result(pick, sig.id, sig.title, sig.advice, pick.evidence, rounds, verdicts, story, sig.reference)
+
+
+def _sender_idle(vs: Sequence[ProcessVerdict]) -> bool:
+    """Some process idles in its own work loop and none is stuck elsewhere or unread."""
+    return (any(v.state == "idle" and v.waiting_for_work for v in vs)
+            and not any(v.state in ("unknown", NO_STACKS) for v in vs))
 
 
 def _best_stalled(vs: Sequence[ProcessVerdict]) -> ProcessVerdict:

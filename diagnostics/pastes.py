@@ -76,6 +76,8 @@ MAX_PROCESSES = 4096
 _PREFIX = re.compile(
     r"""^(?:[ \t]*(?:
         >+[ ]?                                            # quoted in mail/markdown
+      | \#(?=[ ]|$)[ ]?                                   # a source or shell comment ("#     wait (x.py:9)");
+                                                          # never gdb's "#0", "##" headings stay
       | \[[^\]\n]{0,80}\]:?[ ]?                           # [rank0]: or [2024-05-01 12:00:00]
       | \d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?[ ]?(?:\|[ ]?)?   # ISO timestamp
       | \d\d:\d\d:\d\d(?:[.,]\d{1,9})?[ ]?(?:\|[ ]?)?     # clock time

@@ -1,7 +1,8 @@
 """Replay on a ninth round of real pasted dumps (data/pasted/): a traceback re-wrapped after
 its line numbers (', line 235,' / ' in <module>'), a py-spy thread followed by a bare gdb
-`bt` of the same thread, a main thread spinning in unsymbolised libcuda frames, and
-torch.distributed.launch waiting in subprocess's wait for its training child."""
+`bt` of the same thread, a main thread spinning in unsymbolised libcuda frames,
+torch.distributed.launch waiting in subprocess's wait for its training child, a py-spy dump
+quoted in a source comment, and an idle vLLM deployment dumped whole."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ pytestmark = pytest.mark.timeout(60)
         ("nccl_613_gdb_fragment_memcpy_behind_nccl_kernel", "h2d-copy-stuck"),
         ("pytorch_126624_rank_prefixed_faulthandler_inductor_precompile_sync", "torch-compile-stall"),
         ("mitmproxy_4451_stacktracer_idle_pool_workers", "all-idle"),
+        ("sglang_xpu_tp_first_allreduce_oneccl_wrong_nic", "nccl-collective-wait"),
+        ("flydsl_megamoe_inline_arrow_synchronize_divergent_ranks", "cuda-synchronize-wait"),
     ],
 )
 def test_round9_real_dumps(name, expected):
@@ -79,3 +82,38 @@ def test_a_bare_native_bt_under_a_python_stack_decides(tmp_path):
         "#1  0x00007f0000002000 in cudaStreamSynchronize () from /usr/lib/libcudart.so.12\n"
     )
     assert text_verdict(tmp_path, text) == "cuda-synchronize-wait"
+
+
+def test_a_dump_quoted_in_a_source_comment_is_read():
+    """Every line behind '# ' (a py-spy dump kept in a code comment): refused as 'no line
+    looks like a stack frame'. It is the exiting executor joining its own children."""
+    report = read_text((PASTED / "loky_executor_code_comment_exit_join_children.txt").read_text())
+    (proc,) = report.processes
+    assert proc.pid == 73472
+    assert [f.function for f in proc.threads[0].frames][:5] == ["select", "wait", "poll", "wait", "join"]
+    assert pasted_verdict("loky_executor_code_comment_exit_join_children") == "shutdown-join"
+
+
+def test_gdb_frame_numbers_are_no_comment_marker():
+    report = read_text("#0  0x00007f0000001000 in cudaStreamSynchronize () from /usr/lib/libcudart.so.12\n")
+    assert report.processes[0].threads[0].frames[0].function == "cudaStreamSynchronize"
+
+
+def test_workers_waiting_for_an_idle_engine_are_idle():
+    """A vLLM worker parked in its message queue and the engine core waiting for requests:
+    nobody is stuck, the work never arrived (was: 'waiting on the shm_broadcast queue')."""
+    assert pasted_verdict("vllm_idle_worker_dequeue_and_enginecore_input_queue") == "all-idle"
+
+
+def test_workers_waiting_for_a_busy_engine_stay_a_queue_wait(tmp_path):
+    """The same worker next to an engine core stuck waiting for the workers' replies is
+    the queue wait, not idleness."""
+    text = (PASTED / "vllm_idle_worker_dequeue_and_enginecore_input_queue.txt").read_text()
+    engine_idle = ("    wait (threading.py:355)\n    get (queue.py:171)\n"
+                   "    _process_input_queue (vllm/v1/engine/core.py:1480)\n    run_busy_loop (vllm/v1/engine/core.py:1458)")
+    engine_waiting = ("    dequeue (vllm/distributed/device_communicators/shm_broadcast.py:794)\n"
+                      "    get_response (vllm/v1/executor/multiproc_executor.py:387)\n"
+                      "    step (vllm/v1/engine/core.py:300)\n    run_busy_loop (vllm/v1/engine/core.py:1458)")
+    assert engine_idle in text
+    text = text.replace(engine_idle, engine_waiting)
+    assert text_verdict(tmp_path, text) == "vllm-shm-broadcast-wait"
