@@ -56,7 +56,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import psutil
 
@@ -354,8 +354,8 @@ class Pinned:
                 pass  # exited: nothing left to stop
 
 
-def kill_state(state: Mapping[str, Any], grace: float = 2.0) -> list[int]:
-    """Kill everything ``state`` describes; returns the pids signalled."""
+def kill_state(state: Mapping[str, Any], grace: float = 2.0, spare: Iterable[int] = ()) -> list[int]:
+    """Kill everything ``state`` describes, never ``spare`` (nor ourselves); returns the pids signalled."""
     from hangwatch.supervisor import cgroup  # noqa: PLC0415  (small; only needed now)
 
     killed: list[int] = []
@@ -373,11 +373,12 @@ def kill_state(state: Mapping[str, Any], grace: float = 2.0) -> list[int]:
     # died with the supervisor and it reacts: a bare helper in a new session, no mark) must not
     # slip out between our look and our kill; its children are ours too, and a stopped one forks
     # no more.
-    procs = _stopped([p for p in (same_process(k) for k in members) if p is not None])  # first: no scan needed
-    procs += _stopped(members_of(members, groups, sessions, since, marks))
+    spared = frozenset({os.getpid(), *spare})
+    procs = _stopped([p for p in (same_process(k) for k in members) if p is not None], spared)  # first: no scan
+    procs += _stopped(members_of(members, groups, sessions, since, marks), spared)
     if marks:
-        procs += _stopped(marked_processes(marks))
-    procs += _stopped_descendants(procs)
+        procs += _stopped(marked_processes(marks), spared)
+    procs += _stopped_descendants(procs, spared)
     kill_verified(procs, grace)
     killed += [p.pid for p in procs]
     return sorted(set(killed))
@@ -387,12 +388,12 @@ def kill_state(state: Mapping[str, Any], grace: float = 2.0) -> list[int]:
 _MAX_GENERATIONS = 32
 
 
-def _stopped(procs: list[psutil.Process]) -> list[psutil.Process]:
+def _stopped(procs: list[psutil.Process], spared: frozenset[int] = frozenset()) -> list[psutil.Process]:
     """SIGSTOP ``procs`` (identity-checked by psutil) so that none forks again before the kill.
     Never ourselves: a guardian started while the supervisor ran (``Guardian.keep_armed``) may be
-    told as a member of the tree before it is known as a helper."""
+    told as a member of the tree before it is known as a helper. Nor ``spared``."""
     me = os.getpid()
-    procs = [p for p in procs if p.pid != me]
+    procs = [p for p in procs if p.pid != me and p.pid not in spared]
     for proc in procs:
         try:
             proc.send_signal(signal.SIGSTOP)
@@ -401,7 +402,7 @@ def _stopped(procs: list[psutil.Process]) -> list[psutil.Process]:
     return procs
 
 
-def _stopped_descendants(procs: list[psutil.Process]) -> list[psutil.Process]:
+def _stopped_descendants(procs: list[psutil.Process], spared: frozenset[int] = frozenset()) -> list[psutil.Process]:
     """Every descendant of ``procs``, stopped: a child forked (and escaped into its own session,
     with an empty environment) before its parent stopped is still that parent's child while the
     parent lives, and stopped parents live until the kill."""
@@ -417,7 +418,7 @@ def _stopped_descendants(procs: list[psutil.Process]) -> list[psutil.Process]:
             if proc.info.get("ppid") in parents and proc.pid not in seen and proc.pid != me:
                 seen.add(proc.pid)
                 new.append(proc)
-        found += _stopped(new)
+        found += _stopped(new, spared)
         parents = {p.pid for p in new}
     return found
 
@@ -436,6 +437,38 @@ def marked_processes(marks: list[tuple[str, float]]) -> list[psutil.Process]:
         except (OSError, psutil.Error):
             continue  # gone, or not readable to us: never ours to prove
     return found
+
+
+def kill_left_behind(members: Sequence[ProcKey], marks: Sequence[tuple[str, float]], grace: float = 2.0) -> list[int]:
+    """``--resume``: kill what a dead supervisor left, as its guardian would have (for when the
+    guardian died too: both killed by one ``kill -9``, the node's OOM kill, a guardian killed and
+    the supervisor within the second before its replacement armed). ``members``: ``tree.json``'s,
+    which name only what a tick saw; ``marks``: ``resume_marks``. Killing just those left what was
+    forked after the last tick without a mark (an ``exec`` with an empty environment,
+    ``setproctitle``) alive: with the tree walk the root stays stopped and its children run on,
+    forking. So, as the guardian does: the recorded members stopped first, then everything in the
+    sessions and groups they are in now (which only our tree's processes can be in: the root
+    started its own session) born since the first of them, the marked, and every descendant of
+    those, all stopped before the kill. Never the caller or its ancestors (a shell that inherited a
+    mark). Returns the pids signalled."""
+    live = [k for k in members if same_process(k) is not None]
+    groups, sessions = set(), set()
+    for key in live:
+        try:
+            groups.add(os.getpgid(key.pid))
+            sessions.add(os.getsid(key.pid))
+        except OSError:
+            continue  # gone since: nothing of its to find
+    state = {"members": [[k.pid, k.create_time] for k in live], "groups": sorted(groups),
+             "sessions": sorted(sessions), "marks": [[m, since] for m, since in marks]}
+    return kill_state(state, grace, spare=_caller_and_ancestors())
+
+
+def _caller_and_ancestors() -> set[int]:
+    try:
+        return {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    except psutil.Error:
+        return {os.getpid(), os.getppid()}
 
 
 def kill_marked(marks: list[tuple[str, float]], grace: float = 2.0) -> list[int]:

@@ -501,14 +501,14 @@ def _resume_state(run_dir: Path, log: Any) -> tuple[Any, int | None]:
     from hangwatch.cli import rundir  # noqa: PLC0415
     from hangwatch.supervisor.runner import load_state  # noqa: PLC0415
     from hangwatch.contract.journal import read_journal  # noqa: PLC0415
-    from hangwatch.supervisor.guardian import kill_marked, resume_marks  # noqa: PLC0415
-    from hangwatch.supervisor.treefile import kill_recorded  # noqa: PLC0415
+    from hangwatch.supervisor.guardian import kill_left_behind, resume_marks  # noqa: PLC0415
+    from hangwatch.supervisor.treefile import recorded  # noqa: PLC0415
 
-    killed = kill_recorded(run_dir / "tree.json")
     try:  # what escaped after the last tick, should the guardian have died too (an unreadable journal: below)
-        killed = sorted({*killed, *kill_marked(resume_marks(read_journal(run_dir / "journal.jsonl"), str(run_dir)))})
+        marks = resume_marks(read_journal(run_dir / "journal.jsonl"), str(run_dir))
     except (OSError, ValueError):
-        pass
+        marks = []
+    killed = kill_left_behind(recorded(run_dir / "tree.json"), marks)  # as its guardian would have
     if killed:
         log.warning("orphans_killed", message=f"killed {len(killed)} survivor(s) of the previous supervisor: {killed}")
     try:
