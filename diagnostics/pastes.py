@@ -76,8 +76,6 @@ MAX_PROCESSES = 4096
 _PREFIX = re.compile(
     r"""^(?:[ \t]*(?:
         >+[ ]?                                            # quoted in mail/markdown
-      | \#(?=[ ]|$)[ ]?                                   # a source or shell comment ("#     wait (x.py:9)");
-                                                          # never gdb's "#0", "##" headings stay
       | \[[^\]\n]{0,80}\]:?[ ]?                           # [rank0]: or [2024-05-01 12:00:00]
       | \d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?[ ]?(?:\|[ ]?)?   # ISO timestamp
       | \d\d:\d\d:\d\d(?:[.,]\d{1,9})?[ ]?(?:\|[ ]?)?     # clock time
@@ -968,6 +966,14 @@ class _Reader:
             # A line pasted as inline code, one backtick pair per line (py-spy#565: each gdb
             # frame wrapped in `...`); a line cut before its closing backtick has only one.
             line = s = s.strip("`").strip()
+        if s[:2] == "# " and len(s) < MAX_LINE_CHARS:
+            # A dump kept in a source or shell comment ("#     wait (x.py:9)", a py-spy dump
+            # quoted in a code comment): the text behind "# " is read when it is stack text.
+            # Anything else stays as it was (a root prompt "# cmd", a "# Thread: NAME" caption).
+            rest = s[2:].strip()
+            if rest and (_PROCESS.match(rest) or _PYTHON.match(rest) or parse_thread_header(rest) is not None
+                         or parse_frame_line(rest) is not None):
+                line = s = rest
         if not s:
             return
         self.prev_text, self.cur_text = self.cur_text, s

@@ -24,6 +24,8 @@ pytestmark = pytest.mark.timeout(60)
         ("mitmproxy_4451_stacktracer_idle_pool_workers", "all-idle"),
         ("sglang_xpu_tp_first_allreduce_oneccl_wrong_nic", "nccl-collective-wait"),
         ("flydsl_megamoe_inline_arrow_synchronize_divergent_ranks", "cuda-synchronize-wait"),
+        ("sglang_pd_two_node_pynccl_warmup_sync_launcher_waits", "nccl-comm-init"),
+        ("smg_tokenspeed_refit_trainer_broadcast_engines_idle", "nccl-collective-wait"),
     ],
 )
 def test_round9_real_dumps(name, expected):
@@ -117,3 +119,4 @@ def test_workers_waiting_for_a_busy_engine_stay_a_queue_wait(tmp_path):
     assert engine_idle in text
     text = text.replace(engine_idle, engine_waiting)
     assert text_verdict(tmp_path, text) == "vllm-shm-broadcast-wait"
+
