@@ -120,3 +120,41 @@ def test_workers_waiting_for_a_busy_engine_stay_a_queue_wait(tmp_path):
     text = text.replace(engine_idle, engine_waiting)
     assert text_verdict(tmp_path, text) == "vllm-shm-broadcast-wait"
 
+
+
+WORKER_STUCK = """\
+Thread 339 (idle): "MainThread"
+    read (fsspec/caching.py:120)
+    __getitem__ (mydata/shards.py:88)
+    fetch (torch/utils/data/_utils/fetch.py:52)
+    _worker_loop (torch/utils/data/_utils/worker.py:308)
+    run (multiprocessing/process.py:108)
+    _bootstrap (multiprocessing/process.py:314)
+    _launch (multiprocessing/popen_fork.py:71)
+"""
+WORKER_IDLE = """\
+Thread 340 (idle): "MainThread"
+    wait (threading.py:331)
+    get (multiprocessing/queues.py:113)
+    _worker_loop (torch/utils/data/_utils/worker.py:275)
+    run (multiprocessing/process.py:108)
+"""
+LOADER_WAITS = """\
+Thread 41 (idle): "MainThread"
+    wait (threading.py:331)
+    get (queue.py:180)
+    _try_get_data (torch/utils/data/dataloader.py:1133)
+    _get_data (torch/utils/data/dataloader.py:1294)
+    _next_data (torch/utils/data/dataloader.py:1332)
+    __next__ (torch/utils/data/dataloader.py:631)
+    train (train.py:80)
+"""
+
+
+def test_a_dataloader_worker_stuck_in_its_dataset_is_not_the_loader_waiting(tmp_path):
+    """A worker process (its stack under _worker_loop) stuck in the dataset's code was read
+    as 'DataLoader waiting for a worker', which sends the reader to look for the worker it is."""
+    assert text_verdict(tmp_path, WORKER_STUCK) == "dataloader-worker-stuck"
+    assert pasted_verdict("rich_2046_dataloader_worker_rich_live_lock") == "dataloader-worker-stuck"
+    assert text_verdict(tmp_path, WORKER_IDLE) == "all-idle"
+    assert text_verdict(tmp_path, LOADER_WAITS) == "dataloader-wait"
