@@ -126,6 +126,7 @@ SETTINGS: dict[str, tuple[type, Any]] = {
     "stall_window": (float, 60.0),
     "progress_timeout": (float, 600.0),
     "engine_step_timeout": (float, 30.0),
+    "engine_wedge_window": (float, None),
     "step_timeout": (float, 0.0),
     "noise_samples": (int, 2),
     "idle_only": (bool, False),
@@ -171,7 +172,8 @@ MAX_SETTINGS_BYTES = 16 << 20  # JSON escapes non-ASCII: up to 6 bytes a charact
 # 1e12 s); a week is beyond any sensible timeout.
 MAX_SECONDS = 7 * 24 * 3600.0
 MIN_INTERVAL = 0.001
-SECONDS_SETTINGS = ("interval", "stall_window", "progress_timeout", "engine_step_timeout", "step_timeout", "grace", "kill_timeout",
+SECONDS_SETTINGS = ("interval", "stall_window", "progress_timeout", "engine_step_timeout", "engine_wedge_window",
+                    "step_timeout", "grace", "kill_timeout",
                     "gpu_release_timeout", "capture_timeout", "backoff", "backoff_max", "engine_retry_window",
                     "heartbeat_warning")
 
@@ -298,7 +300,7 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
         raise ConfigError(f"--on-crash must be restart or stop, got {v['on_crash']!r}")
     if v.get("recovery", "auto") not in ("auto", "job"):
         raise ConfigError(f"--recovery must be auto or job, got {v['recovery']!r}")
-    for name in ("progress_timeout", "engine_step_timeout", "step_timeout"):
+    for name in ("progress_timeout", "engine_step_timeout", "engine_wedge_window", "step_timeout"):
         if v.get(name) is not None and v[name] < 0:  # not silently "off": 0 is how to say that
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 seconds (0 turns the rule off), "
                               f"got {v[name]!r}")
@@ -347,6 +349,8 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
         idle_only=bool(v.get("idle_only", False)),  # .get: runs saved before the option resume too
         engine_step_timeout=_engine_step_timeout(v.get("engine_step_timeout", 30.0)),
         step_timeout=_engine_step_timeout(v.get("step_timeout", 0.0)),  # off unless asked (0)
+        # None: a quarter of the engine step timeout; 0: off (.get: runs saved before it resume too)
+        engine_wedge_window=v.get("engine_wedge_window"),
     )
     return RunConfig(
         command=tuple(command),

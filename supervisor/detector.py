@@ -107,6 +107,9 @@ class DetectorConfig:
     engine_step_timeout: float | None = 30.0
     # Beats go on but their step has not changed for this long: a hang (None: off, the default).
     step_timeout: float | None = None
+    # The engine step rule, sooner when the sample shows the wedge itself (a busy GPU whose
+    # holders are idle, the engine idle too): None, a quarter of engine_step_timeout; 0: off.
+    engine_wedge_window: float | None = None
 
     def __post_init__(self) -> None:
         _positive("interval", self.interval)
@@ -117,6 +120,11 @@ class DetectorConfig:
             _positive("engine-step-timeout", self.engine_step_timeout)
         if self.step_timeout is not None:
             _positive("step-timeout", self.step_timeout)
+        if self.engine_wedge_window is not None and (
+                isinstance(self.engine_wedge_window, bool) or not isinstance(self.engine_wedge_window, (int, float))
+                or not self.engine_wedge_window >= 0):
+            raise ConfigError(f"--engine-wedge-window must be >= 0 seconds (0 turns it off), "
+                              f"got {self.engine_wedge_window!r}")
         if not 0 < self.gpu_busy_pct <= 100:
             raise ConfigError(f"--gpu-busy must be in (0, 100], got {self.gpu_busy_pct!r}")
         # ``not x >= 0`` rather than ``x < 0``: NaN must be refused, it would
@@ -142,6 +150,16 @@ class DetectorConfig:
         if self.gap_tolerance is not None:
             return self.gap_tolerance
         return max(5 * self.interval, 10.0)
+
+    @property
+    def effective_engine_wedge_window(self) -> float | None:
+        """How long the wedge's signature must hold on a stuck engine (None: the fast path is off).
+        Never longer than the engine step timeout: past that the plain rule fires anyway."""
+        if self.engine_step_timeout is None or self.engine_wedge_window == 0:
+            return None
+        if self.engine_wedge_window is None:
+            return self.engine_step_timeout / 4
+        return min(self.engine_wedge_window, self.engine_step_timeout)
 
     def window_for(self, phase: str | None) -> float:
         return max(self.stall_window, self.phase_timeouts.get(phase or "", 0.0))
@@ -169,6 +187,7 @@ class DetectorConfig:
             "idle_only": self.idle_only,
             "engine_step_timeout": self.engine_step_timeout,
             "step_timeout": self.step_timeout,
+            "engine_wedge_window": self.engine_wedge_window,
         }
 
     @classmethod
@@ -235,6 +254,10 @@ class Detector:
         # Per engine process: (its last token, when it last changed), and the stuck one, if any.
         self._engines: dict[int, tuple[tuple[int, int], float]] = {}
         self._engine_stuck: tuple[float, Heartbeat] | None = None
+        # The wedge's signature on the stuck engine (engine_wedge_window), and which engine and
+        # silence it is about: another one starts it again.
+        self._wedge = _Sustained(config.noise_samples, config.effective_gap_tolerance)
+        self._wedge_of: tuple[int, float] | None = None
         self.phase: str | None = None
         self.step: int | None = None
         # The window and timeout of the current phase, recomputed when it changes.
@@ -299,8 +322,17 @@ class Detector:
             )
 
         stuck = self._engine_stuck = self._stuck_engine(sample)
-        if stuck is not None and t - stuck[0] >= (cfg.engine_step_timeout or 0) - self._slack:
-            return self._engine_verdict(sample, tree_cpu, stuck)
+        if stuck is not None:
+            silent_for = t - stuck[0]
+            if silent_for >= (cfg.engine_step_timeout or 0) - self._slack:
+                return self._engine_verdict(sample, tree_cpu, stuck)
+            wedge_window = cfg.effective_engine_wedge_window
+            if self._note_wedge(sample, stuck, gpu) and wedge_window is not None \
+                    and silent_for >= wedge_window - self._slack \
+                    and self._wedge.held_for(t) >= wedge_window - cfg.interval - self._slack:
+                return self._engine_verdict(sample, tree_cpu, stuck, wedge_window)
+        else:
+            self._wedge.reset()
 
         timeout = self._timeout
         if self._heartbeats_seen and timeout is not None:
@@ -409,7 +441,29 @@ class Detector:
             return None
         return worst
 
-    def _engine_verdict(self, sample: Sample, tree_cpu: float, stuck: tuple[float, Heartbeat]) -> Verdict:
+    def _note_wedge(self, sample: Sample, stuck: tuple[float, Heartbeat], gpu: str) -> bool:
+        """Track whether the stuck engine shows the wedge itself: a busy GPU whose holders are
+        idle (the graph's kernel that never ends, host threads asleep in a synchronize) while the
+        engine is idle too. A healthy engine between two steps is busy on the host, or its GPU is
+        not pinned; a slow step for a host-side reason (a grammar compile, a GC pause, a starved
+        CPU) keeps the host busy. So this conjunction may fire well before the plain rule, whose
+        timeout must also cover those. Returns whether this sample confirms it."""
+        since, engine = stuck
+        if self._wedge_of != (engine.pid, since):  # another engine, or this one stepped since
+            self._wedge_of = (engine.pid, since)
+            self._wedge.reset()
+        if sample.gpu is None:
+            return False  # unknown, not contrary
+        if gpu is _STALLED and sample.cpu_pct.get(engine.pid, 0.0) <= self.config.cpu_idle_pct:
+            self._wedge.confirm(sample.t)
+            return True
+        self._wedge.contradict()
+        return False
+
+    def _engine_verdict(self, sample: Sample, tree_cpu: float, stuck: tuple[float, Heartbeat],
+                        wedge_window: float | None = None) -> Verdict:
+        """The engine step rule's verdict: at its timeout, or at ``wedge_window`` when the
+        wedge's signature held that long."""
         since, engine = stuck
         silent_for = sample.t - since
         assert self.config.engine_step_timeout is not None
@@ -419,14 +473,20 @@ class Detector:
         evidence.update(rule="engine_step", engine_pid=engine.pid, engine_steps=engine.step,
                         engine_cpu_pct=round(sample.cpu_pct.get(engine.pid, 0.0), 2))
         timeout = self.config.engine_step_timeout
+        if wedge_window is not None:
+            evidence["engine_wedge"] = True
+            why = (f"its GPU at {scan.stalled_util:.0f}% with idle holders (the wedge's signature, "
+                   f"engine wedge window {wedge_window:g} s)")
+        else:
+            why = f"engine step timeout {timeout:g} s"
         return Verdict(
             VerdictKind.STALL,
             detected_at=sample.t,
             onset=since,
-            window=timeout,
+            window=wedge_window if wedge_window is not None else timeout,
             phase=self.phase,
-            reason=(f"the rollout engine (pid {engine.pid}) made no step for {silent_for:.0f} s with a request "
-                    f"in flight (engine step timeout {timeout:g} s), cpu={evidence['engine_cpu_pct']:.1f}%"),
+            reason=(f"the rollout engine (pid {engine.pid}) made no step for {silent_for:.1f} s with a request "
+                    f"in flight ({why}), cpu={evidence['engine_cpu_pct']:.1f}%"),
             evidence=evidence,
         )
 
@@ -452,7 +512,13 @@ class Detector:
                 best = ("step", self._step_since, frac)
         stuck = self._engine_stuck
         if stuck is not None and self.config.engine_step_timeout is not None:
-            frac = (t - stuck[0]) / self.config.engine_step_timeout
+            wedge_window = self.config.effective_engine_wedge_window
+            # the wedge's signature, confirmed by this very sample (its first confirmation included)
+            showing = wedge_window is not None and self._wedge.onset is not None and self._wedge.last_confirm == t
+            if showing:  # its verdict may come at the very next tick: count that tick already
+                frac = (t - stuck[0] + self.config.interval) / wedge_window
+            else:
+                frac = (t - stuck[0]) / self.config.engine_step_timeout
             if best is None or frac > best[2]:
                 best = ("engine_step", stuck[0], frac)
         return best

@@ -180,6 +180,10 @@ def add_run_parser(sub: Any) -> None:
     g.add_argument("--engine-step-timeout", type=float, metavar="S",
                    help=f"stall: a rollout engine made no step for S seconds with a request in flight "
                         f"(engines beat per step); 0 disables (default {d['engine_step_timeout']:g})")
+    g.add_argument("--engine-wedge-window", type=float, metavar="S",
+                   help="stall, sooner: the same, but after S seconds when the wedge shows itself (the engine's GPU "
+                        "busy, its holders and the engine idle); 0 disables (default: a quarter of the engine step "
+                        "timeout)")
     g.add_argument("--step-timeout", type=float, metavar="S",
                    help="hang: beats go on but their step has not changed for S seconds (a livelock, or beats from "
                         "a side thread while the loop is stuck); longer than the slowest healthy step; 0 disables (default 0)")
@@ -798,7 +802,8 @@ def _whatif(samples: Any, config: Mapping[str, Any]) -> Any:
 
     # The bundle's recorded thresholds come from whoever sent it: held to what `run` accepts
     # (an interval of 1e308 failed an assertion in the detector: exit 70).
-    for name in ("interval", "stall_window", "progress_timeout", "engine_step_timeout", "step_timeout", "gap_tolerance"):
+    for name in ("interval", "stall_window", "progress_timeout", "engine_step_timeout", "engine_wedge_window",
+                 "step_timeout", "gap_tolerance"):
         value = config.get(name)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not (
                 math.isfinite(value) and 0 <= value <= MAX_SECONDS and (name != "interval" or value >= MIN_INTERVAL)):

@@ -232,3 +232,77 @@ def test_one_tick_that_misses_the_engines_process_does_not_restart_its_clock():
         samples.append(s)
     verdict = first_verdict(samples)
     assert verdict is not None and verdict.evidence["rule"] == "engine_step" and verdict.detected_at <= 4.0 + 1.0
+
+
+# -- the wedge's signature: the engine step rule, sooner ------------------------------------
+
+def test_the_wedge_itself_gpu_pinned_and_host_asleep_is_caught_at_the_wedge_window():
+    """The cuda-graph wedge shows itself: no step, the engine's GPU pinned, its holders and
+    the engine idle. That is caught at a quarter of the engine step timeout, not the whole."""
+    assert CONFIG.effective_engine_wedge_window == 1.0
+    verdict = first_verdict(stuck_after(5.0, util=100.0))
+    assert verdict is not None and verdict.kind is VerdictKind.STALL
+    assert 6.0 - 0.01 <= verdict.detected_at <= 6.5 + 0.01
+    assert verdict.onset == 5.0 and verdict.window == 1.0
+    assert verdict.evidence["rule"] == "engine_step" and verdict.evidence["engine_pid"] == WORKER
+    assert verdict.evidence["engine_wedge"] is True and "signature" in verdict.reason
+
+
+@pytest.mark.parametrize("why, kw", [
+    ("the engine spins on its host (a busy-poll, a grammar compile)", dict(util=100.0, worker_cpu=100.0)),
+    ("the GPU is not pinned (a first-use JIT compile, a starved host)", dict(util=30.0)),
+])
+def test_a_stuck_engine_without_the_signature_waits_for_the_whole_timeout(why, kw):
+    verdict = first_verdict(stuck_after(5.0, **kw))
+    assert verdict is not None and verdict.detected_at >= 9.0 - 0.01, why
+    assert "engine_wedge" not in verdict.evidence and verdict.window == 4.0
+
+
+def test_an_engine_that_steps_again_starts_the_signature_window_again():
+    """A pinned GPU with an idle host between two steps is a long kernel, not a wedge: a step
+    resets the window, so only a silence of the whole wedge window counts."""
+    samples, seq, steps = [], 1, 10
+    for k in range(40):
+        t = k * 0.5
+        if k % 2 == 0:  # a step once a second: never a second of silence
+            seq, steps = seq + 1, steps + 1
+        samples.append(sample(t, engine(seq, steps), util=100.0))
+    assert first_verdict(samples) is None
+
+
+def test_one_noisy_reading_does_not_reset_the_signature_but_a_busy_host_does():
+    quiet = stuck_after(5.0, until=20.0, util=100.0)
+    noisy = [dataclasses.replace(s, cpu_pct={**s.cpu_pct, WORKER: 80.0}) if s.t == 5.5 else s for s in quiet]
+    verdict = first_verdict(noisy)
+    assert verdict is not None and verdict.evidence.get("engine_wedge") and verdict.detected_at <= 6.5 + 0.01
+    busy = [dataclasses.replace(s, cpu_pct={**s.cpu_pct, WORKER: 80.0}) if 5.5 <= s.t <= 8.0 else s for s in quiet]
+    verdict = first_verdict(busy)
+    assert verdict is not None and verdict.detected_at >= 8.5 - 0.01
+
+
+@pytest.mark.parametrize("window, expected", [(0.0, None), (2.0, 2.0), (10.0, 4.0), (None, 1.0)])
+def test_the_wedge_window_is_set_off_or_capped_at_the_engine_step_timeout(window, expected):
+    config = dataclasses.replace(CONFIG, engine_wedge_window=window)
+    assert config.effective_engine_wedge_window == expected
+    verdict = first_verdict(stuck_after(5.0, util=100.0), config)
+    assert verdict is not None
+    assert verdict.window == (expected if expected is not None else 4.0)
+    assert DetectorConfig.from_json(config.to_json()).effective_engine_wedge_window == expected  # a bundle keeps it
+    assert dataclasses.replace(CONFIG, engine_step_timeout=None).effective_engine_wedge_window is None
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), True, "1"])
+def test_a_bad_wedge_window_is_refused(bad):
+    with pytest.raises(ConfigError, match="engine-wedge-window"):
+        dataclasses.replace(CONFIG, engine_wedge_window=bad)
+
+
+def test_the_early_evidence_round_starts_half_way_through_the_wedge_window():
+    """At the wedge window the capture needs its final round only: the first is taken while
+    the signature builds (the supervisor starts it from half the window on), counting the
+    next tick, at which the verdict may already come."""
+    detector = Detector(CONFIG, start=0.0)
+    for s in stuck_after(5.0, until=5.0, util=100.0):
+        assert detector.observe(s) is None
+    rule, onset, fraction = detector.building(5.0)
+    assert rule == "engine_step" and onset == 5.0 and fraction == pytest.approx(0.5)
