@@ -152,14 +152,17 @@ class TreeKiller:
         signals: list[dict[str, Any]] = []
         signalled: dict[ProcKey, int] = {}
 
+        leaders: dict[ProcKey, psutil.Process] = {}  # targets that lead a session of their own (``_of_groups``)
+
         def refresh() -> None:
             members = self.tree.members()
             found = False
-            for proc in members:
+            targets = members if pgids is None else _of_groups(
+                members, pgids, getattr(self.tree, "last_stats", None), leaders,
+                [p for k, p in known.items() if is_running(p, k)])
+            for proc in targets:
                 try:
                     key = ProcKey.of(proc)
-                    if pgids is not None and os.getpgid(proc.pid) not in pgids:
-                        continue
                 except (psutil.Error, OSError):
                     continue
                 if key not in known:
@@ -279,6 +282,50 @@ class TreeKiller:
         (a whole-tree kill only: an engine-level kill leaves the rest of the cgroup alive)."""
         if pgids is None and self.cgroup is not None and self.cgroup.kill():
             signals.append(_sig_record(f"cgroup {self.cgroup.path.name}", signal.SIGKILL, self.clock() - start))
+
+
+def _of_groups(members: list[psutil.Process], pgids: frozenset[int], stats: Any,
+               leaders: dict[ProcKey, psutil.Process], targeted: list[psutil.Process]) -> list[psutil.Process]:
+    """What a kill of the process groups ``pgids`` (an engine worker's) must take: the members in
+    them, the members in a session one of them leads (the worker starts its own), and every member
+    descended from any of these or from a process ``targeted`` already. A child of the worker that
+    left its group (``setpgid``, ``setsid``: a compile helper, an engine core of its own) is still
+    the worker's: killing the group alone left it running, orphaned, holding what it held (GPU
+    memory) until the whole attempt ended. ``leaders`` (updated here) are the session leaders
+    among the targets: a session counts only while its leader is the same process, so a session
+    id reused since is never taken for the worker's. ``stats``: the tree's last /proc scan
+    (pid -> ``proctree.ProcStat``), for the parents; psutil's where it has none."""
+    def pgid_sid(pid: int) -> tuple[int, int]:
+        try:
+            return os.getpgid(pid), os.getsid(pid)
+        except OSError:
+            return -1, -1
+
+    ids = {p.pid: pgid_sid(p.pid) for p in members}
+    chosen = {p.pid for p in members if ids[p.pid][0] in pgids}
+    for proc in members:
+        if proc.pid in chosen and ids[proc.pid][1] == proc.pid:
+            try:
+                leaders.setdefault(ProcKey.of(proc), proc)
+            except (psutil.Error, OSError):
+                continue
+    sessions = {k.pid for k, p in leaders.items() if is_running(p, k)}
+    chosen |= {pid for pid, (_, sid) in ids.items() if sid in sessions}
+    children: dict[int, list[int]] = {}
+    for proc in members:
+        st = stats.get(proc.pid) if isinstance(stats, dict) else None
+        try:
+            ppid = st.ppid if st is not None else proc.ppid()
+        except psutil.Error:
+            continue
+        children.setdefault(ppid, []).append(proc.pid)
+    stack = [*chosen, *(p.pid for p in targeted)]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in chosen:
+                chosen.add(child)
+                stack.append(child)
+    return [p for p in members if p.pid in chosen]
 
 
 def _describe(proc: psutil.Process, key: ProcKey) -> dict[str, Any]:
