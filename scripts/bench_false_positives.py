@@ -11,7 +11,7 @@ and, for the engine streams (the engine step rule: per-process engine beats besi
 trainer's; ``fp_corpus.engine_corpus``), a table, the longest silence the rule watched on a
 healthy engine, a sweep of ``engine_step_timeout`` (false verdicts by cause), and a last line:
 
-    engine_run_hours=<h> engine_false_verdicts=<n> engine_wedges_detected=<k>/<m> median_engine_latency_s=<s> longest_healthy_silence_s=<l> engine_sweep=<timeout>:<false verdicts>,...
+    engine_run_hours=<h> engine_false_verdicts=<n> engine_wedges_detected=<k>/<m> median_engine_latency_s=<s> median_engine_latency_by_wedge_s=<wedge>:<s>,... longest_healthy_silence_s=<l> engine_sweep=<timeout>:<false verdicts>,...
 
 An engine wedge counts as detected when a verdict comes within ``engine_step_timeout`` + 2
 intervals of the engine's last beat; its latency is measured from that beat.
@@ -135,6 +135,15 @@ def engine_section(runs, config, sweep, jobs) -> tuple[bool, str]:
             print(f"false verdict: {r.plan.scenario}#{r.plan.index}: {v.reason} (t={v.detected_at:.0f}, {why})")
     samples = sum(r.samples for r in results)
     print(f"replayed {samples:,} engine samples in {time.perf_counter() - started:.1f} s")
+    # The cuda-graph wedge (host asleep, GPU pinned) is caught at the wedge window; a spinning one at the timeout.
+    by_variant: dict[str, list[float]] = {}
+    for r in results:
+        for w in r.wedges:
+            if w.latency is not None:
+                by_variant.setdefault(w.variant, []).append(w.latency)
+    variant_medians = ",".join(f"{v}:{statistics.median(x):.1f}" for v, x in sorted(by_variant.items()))
+    print(f"median latency by wedge (engine wedge window {config.effective_engine_wedge_window or 0:g} s): "
+          f"{variant_medians or '-'}")
     sweep_out = []
     if sweep:
         print()
@@ -162,6 +171,7 @@ def engine_section(runs, config, sweep, jobs) -> tuple[bool, str]:
     longest = max((row.longest_silence for row in rows), default=0.0)
     line = (f"engine_run_hours={hours:.1f} engine_false_verdicts={false} engine_wedges_detected={detected}/{wedges} "
             f"median_engine_latency_s={statistics.median(lat) if lat else float('nan'):.1f} "
+            f"median_engine_latency_by_wedge_s={variant_medians or '-'} "
             f"longest_healthy_silence_s={longest:.0f}" + (f" engine_sweep={','.join(sweep_out)}" if sweep_out else ""))
     return false == 0 and detected == wedges, line
 

@@ -13,7 +13,7 @@ show what the standby buys.
 
 Projected: a multi-day run from component times you set (defaults: one wedge per 700 steps
 of 10 s, a checkpoint every 50 steps, engine init 60 s, trainer restart 300 s, stall window
-60 s, engine step timeout 30 s, standby takeover 5 s), for: no watchdog (a person notices
+60 s, engine step timeout 30 s and its wedge window 7.5 s, standby takeover 5 s), for: no watchdog (a person notices
 after --notice-hours), a heartbeat watchdog with NeMo-RL's 450 s timeout and a job restart,
 hangwatch level 2 (job restart), hangwatch level 1 with the engine started cold, and level 1
 with a standby engine. Goodput = wall time making progress / wall time.
@@ -77,9 +77,13 @@ def project(a: argparse.Namespace) -> list[tuple[str, float, float]]:
     """(strategy, seconds lost per wedge, goodput) for each strategy."""
     between = a.wedge_every * a.step_s  # training seconds between wedges
     redo = a.checkpoint_every / 2 * a.step_s  # on average half a checkpoint interval is redone
-    # An engine wedge is caught by whichever rule fires first: the engine step rule
-    # (the worker made no step for --engine-step-timeout) or the stall window.
-    detect = min(a.stall_window, a.engine_step_timeout) if a.engine_step_timeout > 0 else a.stall_window
+    # An engine wedge is caught by whichever rule fires first: the engine step rule (the
+    # worker made no step for --engine-step-timeout, or for --engine-wedge-window with the
+    # cuda-graph wedge's signature: a pinned GPU, idle holders) or the stall window.
+    detect = a.stall_window
+    if a.engine_step_timeout > 0:
+        wedge = a.engine_step_timeout / 4 if a.engine_wedge_window is None else a.engine_wedge_window
+        detect = min(detect, a.engine_step_timeout, *([wedge] if wedge > 0 else []))
     # The engine level SIGKILLs its worker at once (no grace: nothing in it is worth saving).
     detect_capture = detect + a.capture_s
     losses = [
@@ -102,6 +106,8 @@ def main() -> int:
     p.add_argument("--trainer-restart-s", type=float, default=300.0, help="relaunch, model + optimizer load, compile")
     p.add_argument("--stall-window", type=float, default=60.0)
     p.add_argument("--engine-step-timeout", type=float, default=30.0, help="the engine step rule (0: off)")
+    p.add_argument("--engine-wedge-window", type=float, default=None,
+                   help="the engine step rule on the wedge's signature (default: a quarter of the timeout; 0: off)")
     p.add_argument("--standby-takeover-s", type=float, default=5.0,
                    help="a standby's takeover beyond what every call does anyway (its wake and weight load)")
     p.add_argument("--capture-s", type=float, default=2.0)
@@ -113,8 +119,8 @@ def main() -> int:
     if not a.skip_measure:
         job, cold = measure("job"), measure("auto", standby=False)
         auto = measure("auto")
-        print("measured on the demo's settings (stall window 8 s, engine step timeout 4 s, "
-              "checkpoint every 5 steps):")
+        print("measured on the demo's settings (stall window 8 s, engine step timeout 4 s and its wedge "
+              "window 1 s, checkpoint every 5 steps):")
         for name, m in (("--recovery job                ", job), ("--recovery auto, engine cold   ", cold),
                         ("--recovery auto, standby (demo)", auto)):
             print(f"  {name}: {m['lost_s']:6.2f} s lost per wedge ({m['attempts']:.0f} attempt(s), "
@@ -127,7 +133,8 @@ def main() -> int:
         print(f"lost_seconds_engine_level_over_job_level={auto['lost_s'] / job['lost_s']:.2f}")
     print(f"\nprojected: one wedge per {a.wedge_every:g} steps of {a.step_s:g} s, checkpoint every "
           f"{a.checkpoint_every:g} steps, engine init {a.engine_init_s:g} s, trainer restart {a.trainer_restart_s:g} s, "
-          f"stall window {a.stall_window:g} s, engine step timeout {a.engine_step_timeout:g} s, "
+          f"stall window {a.stall_window:g} s, engine step timeout {a.engine_step_timeout:g} s "
+          f"(wedge window {a.engine_step_timeout / 4 if a.engine_wedge_window is None else a.engine_wedge_window:g} s), "
           f"standby takeover {a.standby_takeover_s:g} s")
     for name, lost, goodput in project(a):
         print(f"  {name:<40} {lost:9.0f} s lost per wedge   goodput {goodput * 100:6.2f} %")
