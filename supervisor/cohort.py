@@ -305,6 +305,8 @@ def decide(reports: Mapping[int, Mapping[str, Any]]) -> tuple[int | None, GraphP
     """Node 0's decision (pure): the newest step every node has complete, and the strictest policy."""
     common: set[int] | None = None
     for r in reports.values():
+        if r.get("needs_checkpoint") is False:
+            continue  # a node relaunched without --resume-arg while the trainers resume by it (a rollout server)
         steps = _steps(r.get("steps"))
         common = steps if common is None else common & steps
     step = max(common) if common else None
@@ -429,6 +431,8 @@ class Cohort:
         self.store = store
         self.launcher = launcher
         self._launchers: int | None = None
+        #: whether this node's checkpoints count in the agreement (``_check_resume_args``)
+        self.needs_checkpoint = True
         self.me = membership
         # The lease must match too: a node renewing every lease/10 of a longer lease than another
         # node's is taken for lost by it, though it is alive (a job killed seconds in).
@@ -511,7 +515,8 @@ class Cohort:
             # job's healthy ranks, and they never stopped. A random part makes each store's run its own.
             generation = f"{patient(self.store.add, self._root('generation'), 1)}.{uuid.uuid4().hex[:12]}"
             patient(self.store.set, self._root("leader"), json.dumps({**self.fingerprint, "generation": generation,
-                                                                      "nonce": nonce}, sort_keys=True))
+                                                                      "nonce": nonce, "launcher": self.launcher},
+                                                                     sort_keys=True))
         # A generation we were refused in may be a finished run's: wait (briefly) for a newer one.
         refused_in: str | None = None
         refused_until = self.clock() + min(timeout, self.lease_timeout)
@@ -545,8 +550,14 @@ class Cohort:
                     refused_in, self._generation = generation, ""
                     continue
             if self._generation:
-                missing = [n for n in range(self.me.nnodes) if patient(self.store.get, self._key("join", n)) is None]
+                records = {n: patient(self.store.get, self._key("join", n)) for n in range(self.me.nnodes)}
+                missing = [n for n, raw in records.items() if raw is None]
                 if not missing:
+                    try:
+                        self._check_resume_args(records)
+                    except CohortRefused as exc:
+                        self._leave(finished=False, refused=str(exc))  # every node finds it; a node still waiting reads it
+                        raise
                     break
                 for n in self.others:  # one that joined and left (stopped while waiting) counts too
                     left = patient(self._read_left, n)
@@ -598,8 +609,11 @@ class Cohort:
         return self._launchers
 
     def _check_settings(self, theirs: dict[str, Any]) -> None:
+        trains = self.launcher and theirs.get("launcher", True) is not False
         theirs = {k: v for k, v in theirs.items() if k not in ("nonce", "generation", "launcher")}
         differ = sorted(k for k in set(theirs) | set(self.fingerprint) if theirs.get(k) != self.fingerprint.get(k))
+        if not trains:  # a node that runs no launcher resumes no ranks: compared once all joined (_check_resume_args)
+            differ = [k for k in differ if k != "resume_arg_given"]
         given = self.fingerprint.get("checkpoint_dir_given")
         if given is not None and theirs.get("checkpoint_dir_given") == given:
             differ = [k for k in differ if k != "checkpoint_dir"]  # the same path, resolved through other links
@@ -614,6 +628,35 @@ class Cohort:
         if differ:
             what = "; ".join(f"{k}: node 0 has {theirs.get(k)!r}, this node {self.fingerprint.get(k)!r}" for k in differ)
             raise CohortRefused(f"settings differ from node 0's ({what}); start every node with the same options")
+
+    def _check_resume_args(self, records: Mapping[int, str | None]) -> None:
+        """Every node that runs a launcher takes --resume-arg, or none does; a node that runs none
+        (a rollout or reward server) may go without it, and then needs no checkpoint.
+
+        Such a node had to be given --resume-arg like the trainers (it was part of the settings
+        every node must share), and its command was relaunched with it after every incident once
+        a checkpoint existed: ``trl vllm-serve ... --resume_from_checkpoint=...`` is refused by
+        vLLM's parser (exit 2), so the server never came back and the job crashed at each attempt
+        until its restart budget ran out. Checked on the whole set of join records, once every node
+        joined: node 0 may be that server, and then no trainer was compared with another.
+        """
+        joined: dict[int, dict[str, Any]] = {}
+        for n, raw in records.items():
+            try:
+                record = json.loads(raw) if raw is not None else {}
+            except ValueError:
+                record = {}
+            joined[n] = record if isinstance(record, dict) else {}
+        trainers = {n: bool(r.get("resume_arg_given")) for n, r in joined.items() if r.get("launcher", True) is not False}
+        with_arg = sorted(n for n, given in trainers.items() if given)
+        without = sorted(n for n, given in trainers.items() if not given)
+        if with_arg and without:
+            raise CohortRefused(f"settings differ between the nodes that run a launcher: nodes {with_arg} were given "
+                                f"--resume-arg, nodes {without} were not (their ranks would start from step 0 while the "
+                                "others resume); start every training node with the same --resume-arg")
+        # A node relaunched without the argument while the trainers resume by it takes no checkpoint: its own
+        # (none on a server's node-local disk) must not hold the job back to an older common step, or none.
+        self.needs_checkpoint = bool(self.launcher or self.fingerprint.get("resume_arg_given") or not with_arg)
 
     def renew(self) -> None:
         """Bump our lease and check everyone else's (one round; the lease thread loops on it).
@@ -980,7 +1023,8 @@ class Cohort:
     def _agree(self, attempt: int, steps: Sequence[int], policy: GraphPolicy,
                attempts: int | None = None) -> Agreement:
         report = {"steps": sorted(set(steps))[-REPORTED_STEPS:], "cudagraphs_off": policy.cudagraphs_off,
-                  "enforce_eager": policy.enforce_eager, **({"attempts": attempts} if attempts is not None else {})}
+                  "enforce_eager": policy.enforce_eager, **({"attempts": attempts} if attempts is not None else {}),
+                  **({} if self.needs_checkpoint else {"needs_checkpoint": False})}
         self._patient(self.store.set, self._key("done", attempt, self.me.node_rank), json.dumps(report))
         deadline = self.clock() + self.barrier_timeout
         if self.me.is_leader:

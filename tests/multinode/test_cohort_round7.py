@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from hangwatch.supervisor.cohort import Cohort, Membership, StoreLost
+from hangwatch.supervisor.attempt import GraphPolicy
+from hangwatch.supervisor.cohort import Cohort, CohortRefused, Membership, StoreLost
 from hangwatch.supervisor.store import MemoryStore
 
 pytestmark = pytest.mark.timeout(30)
@@ -97,3 +98,61 @@ def test_a_store_restarted_empty_on_the_port_is_not_the_one_this_node_joined():
     assert isinstance(n1.problem, StoreLost) and "is empty" in str(n1.problem)
     for n in (n0, n1):
         n._stop.set()
+
+
+def _joined(fingerprints: list[dict], launchers: list[bool]) -> list[object]:
+    """Every node's join: its Cohort, or the error it was refused with."""
+    clock, store = Clock(), MemoryStore()
+    nodes = [Cohort(store, Membership(i, len(fingerprints), "127.0.0.1", 29600, "job"), fp, lease_interval=3600,
+                    lease_timeout=10, barrier_timeout=30, clock=clock, sleep=clock.sleep, wall=clock, launcher=launcher)
+             for i, (fp, launcher) in enumerate(zip(fingerprints, launchers))]
+    results: list[object] = [None] * len(nodes)
+
+    def join(i: int) -> None:
+        try:
+            nodes[i].join(timeout=1e6)
+            results[i] = nodes[i]
+        except Exception as exc:  # noqa: BLE001
+            results[i] = exc
+
+    threads = [threading.Thread(target=join, args=(i,)) for i in range(len(nodes))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    for n in nodes:
+        n._stop.set()
+    return results
+
+
+ARG, NO_ARG = {"a": 1, "resume_arg_given": True}, {"a": 1, "resume_arg_given": False}
+
+
+def test_a_rollout_server_node_joins_without_resume_arg_and_its_checkpoints_do_not_hold_the_job_back():
+    """A node that runs no launcher (``trl vllm-serve`` serving the trainers' rollouts) had to be given
+    --resume-arg like the trainers, and after every incident its command was relaunched with
+    ``--resume_from_checkpoint=...`` appended, which vLLM's parser refuses (exit 2): the server never
+    came back and the job crashed at each attempt. Now it joins without the argument, and its own
+    checkpoint directory (empty on its node-local disk) no longer sends every node back to step 0."""
+    trainer, server = _joined([ARG, NO_ARG], [True, False])
+    assert isinstance(trainer, Cohort) and isinstance(server, Cohort), (trainer, server)
+    assert trainer.needs_checkpoint and not server.needs_checkpoint
+    agreed: dict[int, object] = {}
+    threads = [threading.Thread(target=lambda n=n, steps=steps: agreed.__setitem__(n.me.node_rank, n.agree(
+        1, steps, GraphPolicy()))) for n, steps in ((trainer, [2, 4, 6]), (server, []))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert agreed[0].checkpoint_step == 6 and agreed[1].checkpoint_step == 6
+
+
+def test_training_nodes_still_share_resume_arg_whichever_node_runs_no_launcher():
+    """Node 0 is the rollout server: nodes 1 and 2 train, only node 1 with --resume-arg. Every node
+    is refused, naming them (node 1 was compared with node 0 only, which may go without it)."""
+    results = _joined([NO_ARG, ARG, NO_ARG], [False, True, True])
+    assert all(isinstance(r, CohortRefused) for r in results), results
+    assert "nodes [1] were given --resume-arg, nodes [2] were not" in str(results[1])
+    # A trainer without it, next to node 0 training with it: refused as before, at once.
+    results = _joined([ARG, NO_ARG], [True, True])
+    assert isinstance(results[1], CohortRefused) and "resume_arg_given" in str(results[1])
