@@ -30,6 +30,9 @@ def test_demo_wedge_caught_killed_resumed_with_evidence(tmp_path, recovery):
 
     journal = check_journal(run_dir)
     attempts = [r for r in journal if r["event"] == "attempt_started"]
+    incident = next(r for r in journal if r["event"] == "incident")
+    assert incident["evidence"]["rule"] == "engine_step" and incident["evidence"].get("engine_wedge") is True, \
+        "caught by the wedge's signature (a pinned GPU, idle holders), before the engine step timeout"
     if recovery == "auto":
         assert len(attempts) == 1, "the trainer process lived on: no second attempt, no checkpoint reloaded"
         restart = next(r for r in journal if r["event"] == "engine_restart")
