@@ -127,7 +127,7 @@ class Guardian:
         def watch() -> None:
             next_try = 0.0
             failures = 0
-            while not self._stopping.wait(every):
+            while not self._wait_for_loss(every):
                 if self.armed() or time.monotonic() < next_try:
                     continue
                 had = self.proc is not None  # else none has armed yet (``start(later=True)``)
@@ -147,6 +147,29 @@ class Guardian:
                     on_event("guardian_rearmed", f"{old}; a new one (pid {self.proc.pid}) is armed with the same state")
 
         threading.Thread(target=watch, name="guardian-keeper", daemon=True).start()
+
+    def _wait_for_loss(self, every: float) -> bool:
+        """Wait ``every`` s, or less: until the guardian exits (its stdout, which it never closes,
+        reads EOF once it is gone, however it went). Polled every ``every`` s, a guardian killed
+        a moment before us left the whole tree unguarded for up to that second more than its
+        replacement's start (0.09 s): a user's ``kill`` of the guardian and then of the supervisor
+        within it left the root stopped and every escaped worker alive. True once a normal stop
+        began."""
+        proc = self.proc
+        out = proc.stdout if proc is not None else None
+        if out is None or out.closed or not self.armed():
+            return self._stopping.wait(every)  # none armed: the retries keep their own schedule
+        try:
+            ready, _, _ = select.select([out], [], [], every)
+        except (OSError, ValueError):
+            return self._stopping.wait(every)
+        if ready:
+            deadline = time.monotonic() + 1.0  # its fds close a moment before it can be reaped
+            while proc.poll() is None and time.monotonic() < deadline and not self._stopping.is_set():
+                time.sleep(0.005)
+            if proc.poll() is None:  # alive after all (never seen): do not spin on the readable pipe
+                return self._stopping.wait(every)
+        return self._stopping.is_set()
 
     def _rearm(self) -> None:
         # Never with our helpers' token in its environment, as the first one: it kills what carries it.
