@@ -118,10 +118,11 @@ class Guardian:
 
     def keep_armed(self, on_event: Callable[[str, str], None], every: float = 1.0, retry: float = 10.0,
                    retry_cap: float = 600.0) -> None:
-        """Watch the guardian (a daemon thread, every ``every`` s) and start a new one, told the
-        same state, if it dies (a user's ``kill``, the OOM killer). Without it the tree-walk root,
-        whose parent-death signal is SIGSTOP while a guardian is armed, would stay stopped, holding
-        its memory, should we die too; and what escaped the trainer's session would be orphaned.
+        """Watch the guardian (a daemon thread, woken by its death: ``_wait_for_loss``) and start a
+        new one, told the same state, when it dies (a user's ``kill``, the OOM killer). Without it
+        the tree-walk root, whose parent-death signal is SIGSTOP while a guardian is armed, would
+        stay stopped, holding its memory, should we die too; and what escaped the trainer's session
+        would be orphaned.
         ``on_event(event, message)``: ``guardian_rearmed``, or ``guardian_lost`` (not re-armed;
         tried again after ``rearm_delay``: ``retry`` s, doubling to ``retry_cap``)."""
         def watch() -> None:
@@ -492,18 +493,6 @@ def _caller_and_ancestors() -> set[int]:
         return {os.getpid(), *(p.pid for p in psutil.Process().parents())}
     except psutil.Error:
         return {os.getpid(), os.getppid()}
-
-
-def kill_marked(marks: list[tuple[str, float]], grace: float = 2.0) -> list[int]:
-    """SIGKILL every process ``marked_processes`` finds (never the caller or its ancestors: a
-    shell that inherited a mark, say); returns their pids."""
-    try:
-        spared = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
-    except psutil.Error:
-        spared = {os.getpid(), os.getppid()}
-    marked = [p for p in marked_processes(marks) if p.pid not in spared] if marks else []
-    kill_verified(marked, grace)
-    return sorted(p.pid for p in marked)
 
 
 def resume_marks(records: Sequence[Mapping[str, Any]], run_dir: str) -> list[tuple[str, float]]:

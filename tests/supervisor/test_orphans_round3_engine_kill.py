@@ -12,7 +12,6 @@ leads, and every descendant of these; the standby (the trainer's child, not the 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
