@@ -124,6 +124,21 @@ def _cap_http_answers() -> None:
     requests.models.Response.iter_content = iter_content  # type: ignore[method-assign]
 
 
+def _inline_asset(apprise: Any) -> Any:
+    """Apprise settings under which a send runs in the thread that calls it.
+
+    By default apprise sends from its own thread pool, whose threads the interpreter joins at
+    exit: a receiver that dribbles its answer (a byte a second never trips a socket timeout)
+    held that thread, and with it the supervisor, alive after the run had finished and every
+    alert was given up on (its exit status never reached the scheduler; reproduced for 10+
+    minutes). Run inline, the send is in the try's own daemon thread, which exit abandons.
+    (A newer apprise's per-service deadline would put it back in the pool: off, the try has its own.)"""
+    try:
+        return apprise.AppriseAsset(async_mode=False, service_timeout=0)
+    except Exception:  # noqa: BLE001  (an apprise without service_timeout refuses the key)
+        return apprise.AppriseAsset(async_mode=False)
+
+
 class AppriseTarget:
     """One ``--notify`` URL. Apprise bounds its own sockets (4 s connect, 4 s read);
     the try is also abandoned after ``timeout`` in case a plugin blocks elsewhere, and
@@ -151,7 +166,7 @@ class AppriseTarget:
             cut = _ANSWERS_CUT[0]
             try:
                 with apprise.LogCapture(level=logging.WARNING) as captured:
-                    notifier = apprise.Apprise()
+                    notifier = apprise.Apprise(asset=_inline_asset(apprise))
                     notifier.add(self._url)
                     result["ok"] = bool(notifier.notify(title=title, body=body))
                     result["log"] = captured.getvalue()
