@@ -59,6 +59,11 @@ class CohortLink:
         return self.cohort.why
 
     @property
+    def needs_checkpoint(self) -> bool:
+        """Whether this node resumes from the agreed checkpoint (not a rollout server's without --resume-arg)."""
+        return self.cohort.needs_checkpoint
+
+    @property
     def node_rank(self) -> int:
         return self.cohort.me.node_rank
 

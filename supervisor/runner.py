@@ -745,7 +745,7 @@ class Supervisor:
             return None, None
         if resume and self.cohort is not None:  # the agreed step or, when no step is complete on every node, none
             agreed = complete_at(self.config.checkpoint, self._agreed_step)
-            if agreed is None:
+            if agreed is None and self.cohort.needs_checkpoint:  # (a rollout server's node resumes nothing)
                 log.warning("no_checkpoint", message=f"no checkpoint complete on every node of the cohort (agreed step "
                                                      f"{self._agreed_step}); restarting from scratch with them")
             return (agreed.path, agreed.step) if agreed is not None else (None, None)
