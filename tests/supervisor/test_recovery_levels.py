@@ -76,6 +76,9 @@ def test_a_second_engine_wedge_within_the_window_restarts_the_job(tmp_path):
     assert len(_events(journal, "capture")) == 2, "evidence captured before the kill at both levels"
     starts = _events(journal, "attempt_started")
     assert len(starts) == 2 and starts[1]["resume_from"], "level 2: a new attempt from the newest checkpoint"
+    # --cudagraphs-after-stall keep: graphs stay on at both levels (the CLI flag to the attempt's env).
+    assert restarts[0]["cudagraphs"] == "on"
+    assert [s["env"]["HANGWATCH_CUDAGRAPHS"] for s in starts] == ["1", "1"]
     events = [r["event"] for r in journal]
     second = [i for i, e in enumerate(events) if e == "incident"][1]
     assert events[second + 1: second + 5] == ["capture", "recovery", "engine_restart", "kill"]
