@@ -101,6 +101,22 @@ def test_graph_wrapper_only_with_cudagraphs(kwargs, graphs):
     assert (engine.graph is not None) == graphs
 
 
+@pytest.mark.timeout(30)  # a wedge sleeps in the replay for good: the timeout is the failure
+@pytest.mark.parametrize("off", [{"compilation_config": {"cudagraph_mode": "NONE"}}, {"enforce_eager": True}])
+def test_an_armed_wedge_never_fires_with_graphs_off(off, tmp_path, trainer):
+    """Both ways hangwatch turns graphs off; the same through a real worker process:
+    tests/generator/test_worker.py::test_no_wedge_with_graphs_off."""
+    engine = FakeEngine(fake_kwargs(fake_wedge_on_generate=1, fake_wedge_at_seed=0, **off))
+    assert engine.start()["cudagraphs"] is False
+    staged = stage(named(trainer[0]), str(tmp_path))
+    engine.wake_weights()
+    engine.load_weights(staged.path, staged.manifest)
+    engine.reset_prefix_cache()
+    engine.wake_kv()
+    assert [len(c) for c in engine.generate(["p"], 1, 0, {"max_tokens": 4})] == [1]
+    engine.close()
+
+
 def test_staged_file_is_standard_safetensors(tmp_path, trainer):
     model, _ = trainer
     staged = stage(named(model), str(tmp_path))
