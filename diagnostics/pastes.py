@@ -116,8 +116,14 @@ _THREAD = re.compile(
 # Placeholders people write for an id they left out: "Thread N", "Thread 0x7f...".
 _PLACEHOLDER_IDENT = re.compile(r"^(?:[A-Z]{1,8}|0[xX][0-9A-Fa-f]{0,16}(?:\.\.\.|…)|\.\.\.|…)$")
 # Python 3.14 adds the thread's name: "Current thread 0x00007604707c3780 [python] (most recent call first):".
-_FAULTHANDLER_THREAD = re.compile(r"^(Current thread|Thread) (0[xX][0-9A-Fa-f]{1,16})(?: \[([^\]\n]{0,100})\])? \(most recent call first\):?\s*$")
-_FAULTHANDLER_FRAME = re.compile(r'^File "([^"\n]{1,1000})"(?:, line (\d{1,7}) in ([^\s()]{1,300}))?\s*$')
+# The id may be left out of a paste ('Current thread (most recent call first):',
+# PyAutoFit#1528) or written as a placeholder ('Thread 0x... (most recent call first):').
+_FAULTHANDLER_THREAD = re.compile(
+    r"^(Current thread|Thread)(?: (0[xX][0-9A-Fa-f]{1,16}|0[xX][0-9A-Fa-f]{0,16}(?:\.\.\.|…)))?(?: \[([^\]\n]{0,100})\])? \(most recent call first\):?\s*$"
+)
+# The gap before "line" may be padded: people align a pasted stack's columns
+# ('File ".../jax/_src/array.py",    line 642 in _value', PyAutoFit#1528).
+_FAULTHANDLER_FRAME = re.compile(r'^File "([^"\n]{1,1000})"(?:,[ \t]{1,40}line (\d{1,7}) in ([^\s()]{1,300}))?\s*$')
 _FAULTHANDLER_CUT = re.compile(r'^File "([^"\n]{1,1000})$')
 _STATE = re.compile(r"^(idle|active|active\+gil|gil|running|sleeping|waiting)(?:,.{0,60})?$")
 _STACK_DUMP_FOR = re.compile(r"^Stack dump for (.{0,2000})$")
@@ -239,7 +245,7 @@ _BANNER_THREAD = re.compile(
 )
 # A stack printer may put the frame's source on the same line after two spaces
 # ('File: "x.py", line 9, in run  session.run(out)', tensorflow#5289).
-_TRACEBACK_FRAME = re.compile(r'^File:? "([^"\n]{1,1000})", line (\d{1,7}), in (\S{1,300})(?:\s{2}.{0,3000})?\s*$')
+_TRACEBACK_FRAME = re.compile(r'^File:? "([^"\n]{1,1000})",[ \t]{1,40}line (\d{1,7}),[ \t]{1,40}in (\S{1,300})(?:\s{2}.{0,3000})?\s*$')
 # IPython / Jupyter tracebacks (ultralytics#6206): "Empty      Traceback (most recent call last)",
 # then frames as "File C:\\...\\dataloader.py:1132, in Class.method(self, timeout)" (IPython 8),
 # "~/lib/python3.7/.../dataloader.py in _try_get_data(self, timeout)" (older IPython),
@@ -757,7 +763,10 @@ def parse_thread_header(s: str) -> tuple[str | None, str, str] | None:
             return ident, m.group(2), m.group(3) or ""
         m = _FAULTHANDLER_THREAD.match(s)
         if m:  # Python's faulthandler (also PyTorch's dump on NCCL timeouts)
-            return m.group(2), "unknown", m.group(3) or ""
+            ident = m.group(2)
+            if ident is not None and _PLACEHOLDER_IDENT.match(ident):
+                ident = None
+            return ident, "unknown", m.group(3) or ""
         return None
     # Condensed: 'MainThread (active, 100% CPU):' / 'Thread-3 (worker) (idle):'
     if s.endswith("):") or s.endswith(")"):
