@@ -302,7 +302,8 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
         raise ConfigError(f"--recovery must be auto or job, got {v['recovery']!r}")
     for name in ("progress_timeout", "engine_step_timeout", "engine_wedge_window", "step_timeout"):
         if v.get(name) is not None and v[name] < 0:  # not silently "off": 0 is how to say that
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 seconds (0 turns the rule off), "
+            off = "its shortcut" if name == "engine_wedge_window" else "the rule"  # the engine step rule stays on
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 seconds (0 turns {off} off), "
                               f"got {v[name]!r}")
     if v.get("engine_retry_window") is not None and not v["engine_retry_window"] >= 0:
         raise ConfigError(f"--engine-retry-window must be >= 0 seconds, got {v['engine_retry_window']!r}")
@@ -426,6 +427,11 @@ def _refuse_contradictions(v: Mapping[str, Any], explicit: frozenset[str] | set[
         raise ConfigError(
             f"--no-progress-restarts {v['no_progress_restarts']} needs --checkpoint-dir: progress is measured in "
             "checkpoints, so without one the rule could never fire; add --checkpoint-dir or drop the option")
+    if "engine_wedge_window" in explicit and v.get("engine_wedge_window") and not v.get("engine_step_timeout"):
+        raise ConfigError(
+            f"--engine-wedge-window {v['engine_wedge_window']:g} needs the engine step rule, which "
+            "--engine-step-timeout 0 turns off: the wedge window is that rule, sooner; give the rule a timeout "
+            "or drop the option")
     if "prewarm_import" in explicit and v.get("prewarm_import") and not v.get("prewarm_launcher"):
         raise ConfigError(
             "--prewarm-import needs --prewarm-launcher: the modules are imported by the warm launcher, which "

@@ -75,7 +75,7 @@ from typing import Any, Mapping, Sequence
 
 from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.heartbeat import Heartbeat
-from hangwatch.contract.samples import Sample
+from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import Verdict, VerdictKind
 
 DEFAULT_PHASE_TIMEOUTS: Mapping[str, float] = {
@@ -258,6 +258,7 @@ class Detector:
         # silence it is about: another one starts it again.
         self._wedge = _Sustained(config.noise_samples, config.effective_gap_tolerance)
         self._wedge_of: tuple[int, float] | None = None
+        self._wedge_device: DeviceSample | None = None  # the engine's GPU the last confirmation read
         self.phase: str | None = None
         self.step: int | None = None
         # The window and timeout of the current phase, recomputed when it changes.
@@ -327,7 +328,7 @@ class Detector:
             if silent_for >= (cfg.engine_step_timeout or 0) - self._slack:
                 return self._engine_verdict(sample, tree_cpu, stuck)
             wedge_window = cfg.effective_engine_wedge_window
-            if self._note_wedge(sample, stuck, gpu) and wedge_window is not None \
+            if self._note_wedge(sample, stuck, tree_cpu) and wedge_window is not None \
                     and silent_for >= wedge_window - self._slack \
                     and self._wedge.held_for(t) >= wedge_window - cfg.interval - self._slack:
                 return self._engine_verdict(sample, tree_cpu, stuck, wedge_window)
@@ -441,21 +442,28 @@ class Detector:
             return None
         return worst
 
-    def _note_wedge(self, sample: Sample, stuck: tuple[float, Heartbeat], gpu: str) -> bool:
-        """Track whether the stuck engine shows the wedge itself: a busy GPU whose holders are
-        idle (the graph's kernel that never ends, host threads asleep in a synchronize) while the
-        engine is idle too. A healthy engine between two steps is busy on the host, or its GPU is
-        not pinned; a slow step for a host-side reason (a grammar compile, a GC pause, a starved
-        CPU) keeps the host busy. So this conjunction may fire well before the plain rule, whose
-        timeout must also cover those. Returns whether this sample confirms it."""
+    def _note_wedge(self, sample: Sample, stuck: tuple[float, Heartbeat], tree_cpu: float) -> bool:
+        """Track whether the stuck engine shows the wedge itself: its GPU busy while the GPU's
+        holders are idle (the graph's kernel that never ends, host threads asleep in a synchronize)
+        and the engine is idle too. A healthy engine between two steps is busy on the host, or its
+        GPU is not pinned; a slow step for a host-side reason (a grammar compile, a GC pause, a
+        starved CPU) keeps the host busy. So this conjunction may fire well before the plain rule,
+        whose timeout must also cover those. The engine's own GPU (``_engine_wedged_device``), not
+        any: another rank's peers asleep in a collective read the same while this engine waits on a
+        healthy long step. Returns whether this sample confirms it."""
         since, engine = stuck
         if self._wedge_of != (engine.pid, since):  # another engine, or this one stepped since
             self._wedge_of = (engine.pid, since)
             self._wedge.reset()
         if sample.gpu is None:
             return False  # unknown, not contrary
-        if gpu is _STALLED and sample.cpu_pct.get(engine.pid, 0.0) <= self.config.cpu_idle_pct:
+        cfg = self.config
+        device = None
+        if sample.cpu_pct.get(engine.pid, 0.0) <= cfg.cpu_idle_pct:
+            device = _engine_wedged_device(sample, tree_cpu, engine.pid, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
+        if device is not None:
             self._wedge.confirm(sample.t)
+            self._wedge_device = device
             return True
         self._wedge.contradict()
         return False
@@ -474,8 +482,11 @@ class Detector:
                         engine_cpu_pct=round(sample.cpu_pct.get(engine.pid, 0.0), 2))
         timeout = self.config.engine_step_timeout
         if wedge_window is not None:
+            device = self._wedge_device
+            assert device is not None  # set by the confirmation this verdict rests on
             evidence["engine_wedge"] = True
-            why = (f"its GPU at {scan.stalled_util:.0f}% with idle holders (the wedge's signature, "
+            evidence["engine_wedge_device"] = device.index
+            why = (f"its GPU {device.index} at {device.util_pct:.0f}% with idle holders (the wedge's signature, "
                    f"engine wedge window {wedge_window:g} s)")
         else:
             why = f"engine step timeout {timeout:g} s"
@@ -663,6 +674,58 @@ def _classify(sample: Sample, tree_cpu: float, busy_pct: float, idle_pct: float)
             return _STALLED
         result = _BUSY
     return result
+
+
+def _engine_wedged_device(sample: Sample, tree_cpu: float, pid: int, busy_pct: float,
+                          idle_pct: float) -> DeviceSample | None:
+    """The engine ``pid``'s GPU when it shows the wedge (busy, its holders in the tree idle), else None.
+
+    Its GPU is a device it holds itself (an engine that runs its model in its own process: TRL's
+    colocate engine in the trainer, the fake engine). A worker whose model runs in a child (vLLM
+    V1's EngineCore) holds none, and the sample does not link the child to it: then any device of
+    the tree may be its, but those held only by processes that are not its own (the trainer that
+    beats, another engine), and every one of them must show the wedge. One of them alone took in
+    another rank's trainer asleep in a collective (GPU busy, host idle) while this worker waited
+    on a healthy long step of its EngineCore (a first-use JIT): an engine-level kill of a healthy
+    worker at a quarter of the timeout."""
+    devices = sample.gpu
+    if not devices:
+        return None
+    cpu = sample.cpu_pct
+    others = {e.pid for e in sample.engine if e.pid != pid}
+    if sample.heartbeat is not None and sample.heartbeat.pid != pid:
+        others.add(sample.heartbeat.pid)
+    own = False
+    own_wedged: DeviceSample | None = None
+    first: DeviceSample | None = None
+    every = True
+    candidates = 0
+    for d in devices:
+        pids = d.pids
+        if pids:
+            held = [p for p in pids if p in cpu]
+            if not held:
+                continue  # held only outside the tree: not the engine's
+            holders_cpu = sum(cpu[p] for p in held)
+        else:
+            held = None  # unknown holders (NVML in a container): may be the engine's; the tree's CPU
+            holders_cpu = tree_cpu
+        wedged = d.util_pct >= busy_pct and holders_cpu <= idle_pct
+        if held is not None and pid in held:
+            own = True
+            if wedged and own_wedged is None:
+                own_wedged = d
+            continue
+        if held is not None and all(p in others for p in held):
+            continue
+        candidates += 1
+        if not wedged:
+            every = False
+        elif first is None:
+            first = d
+    if own:
+        return own_wedged
+    return first if candidates and every else None
 
 
 def _scan(sample: Sample, tree_cpu: float, busy_pct: float, idle_pct: float) -> _Scan:

@@ -809,6 +809,10 @@ def _whatif(samples: Any, config: Mapping[str, Any]) -> Any:
                 math.isfinite(value) and 0 <= value <= MAX_SECONDS and (name != "interval" or value >= MIN_INTERVAL)):
             raise ConfigError(f"the bundle's recorded {name} is {value!r}: not a number of seconds hangwatch run "
                               f"takes (at most a week; an interval of at least {MIN_INTERVAL:g} s)")
+    if "engine_wedge_window" not in config:
+        # Recorded before the option (every bundle since records it, null for the default): that run had no
+        # wedge window, and its recorded settings replayed with today's default fired sooner than it did.
+        config = {**config, "engine_wedge_window": 0.0}
     return replay_detector(samples, DetectorConfig.from_json(config))
 
 
