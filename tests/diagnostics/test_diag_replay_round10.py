@@ -24,6 +24,7 @@ pytestmark = pytest.mark.timeout(60)
         ("horovod_3611_gdb_waitforevents_yield_network_failure", "nccl-collective-wait"),
         ("horovod_2437_gdb_atexit_horovod_shutdown_join", "shutdown-join"),
         ("torchrun_agent_notes_zh_agent_threads_healthy", "all-idle"),
+        ("qwen_tts_zh_rocm_apu_generate_item_hsa_signal", "cuda-synchronize-wait"),
         # No signature covers these; they must not read as idle or as a known cause.
         ("mrrc_zh_tornado_ioloop_pyaudio_stop_stream", "unknown"),
         ("radio_server_asyncio_sounddevice_raw_read_on_loop", "unknown"),
@@ -97,3 +98,28 @@ Thread 0x... (most recent call first):
     assert report.headerless_threads == 0
     (proc,) = report.processes
     assert [[f.function for f in t.frames] for t in proc.threads] == [["wait", "main"], ["get"]]
+
+
+GENERATE_STOP_CHECK = """\
+Thread 512 (idle): "MainThread"
+    _has_unfinished_sequences (transformers/generation/utils.py:2597)
+    _sample (transformers/generation/utils.py:2779)
+    generate (transformers/generation/utils.py:2564)
+    main (serve.py:40)
+"""
+
+
+def test_generate_stopping_check_innermost_is_the_host_waiting_for_the_stream(tmp_path):
+    """bool(tensor) in generate()'s per-token stopping check is a copy to the host: blocked
+    there, the host waits for the GPU stream (read as 'unknown' before)."""
+    assert text_verdict(tmp_path, GENERATE_STOP_CHECK) == "cuda-synchronize-wait"
+
+
+def test_generate_stopping_check_with_synced_gpus_is_a_collective(tmp_path):
+    """With synced_gpus the check all-reduces a flag first: a rank in that all_reduce waits
+    for its peers, the collective wait wins."""
+    text = GENERATE_STOP_CHECK.replace(
+        '    _has_unfinished_sequences',
+        '    all_reduce (torch/distributed/distributed_c10d.py:2501)\n    _has_unfinished_sequences',
+    )
+    assert text_verdict(tmp_path, text) == "nccl-collective-wait"
