@@ -328,9 +328,13 @@ class Detector:
             if silent_for >= (cfg.engine_step_timeout or 0) - self._slack:
                 return self._engine_verdict(sample, tree_cpu, stuck)
             wedge_window = cfg.effective_engine_wedge_window
+            # Held for the window less the first reading (it still counts CPU from before the wedge),
+            # but over two readings at least: with a window of an interval or less (or an interval
+            # longer than the window) one noisy reading during a healthy slow step fired on its own.
             if self._note_wedge(sample, stuck, tree_cpu) and wedge_window is not None \
                     and silent_for >= wedge_window - self._slack \
-                    and self._wedge.held_for(t) >= wedge_window - cfg.interval - self._slack:
+                    and self._wedge.held_for(t) >= max(wedge_window - cfg.interval,
+                                                       min(wedge_window, cfg.interval)) - self._slack:
                 return self._engine_verdict(sample, tree_cpu, stuck, wedge_window)
         else:
             self._wedge.reset()

@@ -143,3 +143,29 @@ def test_a_wedge_window_with_the_engine_step_rule_off_is_refused_not_ignored():
     values.update(engine_wedge_window=-1.0, engine_step_timeout=30.0)
     with pytest.raises(ConfigError, match=r"0 turns its shortcut off"):
         build(values, ["true"], explicit={"engine_wedge_window"})
+
+
+@pytest.mark.parametrize("interval, window", [(1.0, 1.0), (1.0, 0.5), (10.0, None)])
+def test_one_reading_of_the_signature_is_not_enough_whatever_the_window(interval, window):
+    """A healthy step of two intervals, and one noisy reading in it (the worker's CPU reading
+    0 %, its GPU 99 %). With a wedge window of an interval or less, or an interval longer than the
+    window, 'held for the window less one interval' asked for no second reading: that one fired."""
+    config = DetectorConfig(interval=interval, engine_wedge_window=window)
+    noisy_at = 6 * interval
+
+    def healthy(t: float) -> Sample:
+        slow = noisy_at - interval <= t <= noisy_at  # one step spans these readings
+        steps = int(round((noisy_at - interval if slow else t) / interval))
+        noisy = t == noisy_at
+        cpu = {TRAINERS[0]: 1.0, WORKER: 0.5 if noisy else 40.0}
+        devices = (DeviceSample(0, 99.0 if noisy else 95.0, 1000.0, (TRAINERS[0], WORKER)),)
+        beat = Heartbeat(WORKER, steps + 1, t, steps + 5, "generate")
+        return Sample(t, t, cpu, devices, Heartbeat(TRAINERS[0], 1, 0.0, 3, "generate"), len(cpu), (beat,))
+
+    detector = Detector(config, start=0.0)
+    assert [v for v in (detector.observe(healthy(k * interval)) for k in range(20)) if v is not None] == []
+    # and the wedge itself is still caught by its signature, two readings into it
+    detector = Detector(config, start=0.0)
+    samples = (_worker_wedged(k * interval) for k in range(60))
+    verdict = next(v for v in map(detector.observe, samples) if v is not None)
+    assert verdict.evidence.get("engine_wedge") is True
