@@ -421,6 +421,49 @@ def runs_launcher(command: Sequence[str]) -> bool:
     return launcher and "--standalone" not in own
 
 
+class _WatchedStore:
+    """The cohort's store, noting when its calls began failing, whichever thread made them.
+
+    The store client serves one call at a time, each with a deadline of a third of the lease.
+    While the store did not answer (node 0's host cut off, a frozen helper), the main loop's
+    poll at every tick, late and so without a sleep between ticks, took the client back at
+    once, and the lease thread, the one that judged a failing store lost, waited its turn:
+    a real node whose helper was frozen for 30 s under an 8 s lease was never taken for cut
+    off (its node 0 had given it up at 8 s); it stopped only once the store answered again.
+    Every call now says when the store began failing, so the lease is judged on all of them.
+    """
+
+    def __init__(self, store: Store, clock: Callable[[], float]) -> None:
+        self.inner, self.clock = store, clock
+        self.failing_since: float | None = None
+
+    def _do(self, call: Callable[..., Any], *args: Any) -> Any:
+        began = self.clock()
+        try:
+            result = call(*args)
+        except StoreError:
+            if self.failing_since is None:
+                self.failing_since = began
+            raise
+        self.failing_since = None  # it answered
+        return result
+
+    def set(self, key: str, value: str) -> None:
+        self._do(self.inner.set, key, value)
+
+    def get(self, key: str) -> str | None:
+        return self._do(self.inner.get, key)
+
+    def add(self, key: str, amount: int = 1) -> int:
+        return self._do(self.inner.add, key, amount)
+
+    def compare_set(self, key: str, expected: str, desired: str) -> str:
+        return self._do(self.inner.compare_set, key, expected, desired)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 class Cohort:
     def __init__(self, store: Store, membership: Membership, fingerprint: Mapping[str, Any], *,
                  lease_interval: float = 1.0, lease_timeout: float = 15.0, barrier_timeout: float = 300.0,
@@ -428,7 +471,7 @@ class Cohort:
                  wall: Callable[[], float] = time.time, launcher: bool = True) -> None:
         """``launcher``: this node's command runs a launcher (``runs_launcher``); told to the
         others at join, not compared (a rollout server's node runs none)."""
-        self.store = store
+        self.store = _WatchedStore(store, clock)
         self.launcher = launcher
         self._launchers: int | None = None
         #: whether this node's checkpoints count in the agreement (``_check_resume_args``)
@@ -455,10 +498,29 @@ class Cohort:
         self.why: str | None = None  # why this node gives up, for the others (its left record carries it)
         self._generation = ""  # this run's keys (see join): a rerun never reads an older run's records
         self._seen: dict[int, tuple[int, float]] = {}
-        self._failing_since: float | None = None
         self._saw_leader = False  # node 0's record was read while joining
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    @property
+    def _failing_since(self) -> float | None:
+        """When the store's calls began failing (any thread's), None while it answers."""
+        return self.store.failing_since
+
+    @_failing_since.setter
+    def _failing_since(self, value: float | None) -> None:
+        self.store.failing_since = value
+
+    def store_lost(self) -> CohortError | None:
+        """The cohort's problem, judging first whether the store has failed for the whole lease (no store
+        call: the main loop asks at every tick, whoever holds the client)."""
+        since = self._failing_since
+        if self.problem is None and since is not None and self._thread is not None:  # (joined: the join has its own)
+            waited = self.clock() - since
+            if waited >= self.lease_timeout:
+                self.problem = StoreLost(f"the cohort store (node 0's supervisor, {self.me.endpoint}) has been "
+                                         f"unreachable for {waited:.0f} s")
+        return self.problem
 
     def _root(self, *parts: object) -> str:
         return "/".join(["hangwatch", self.me.cohort_id, *map(str, parts)])
@@ -735,6 +797,7 @@ class Cohort:
                 late = self.clock() - slept_from - self.lease_interval
                 if late > max(self.lease_interval, self.lease_timeout / 4):  # not a busy host's jitter
                     self.unobserved(late)
+                self.store_lost()  # before this round's own calls, which may wait for the client
                 self.renew()
             except Exception:  # noqa: BLE001  (the lease must outlive any one bad round)
                 continue
@@ -769,7 +832,7 @@ class Cohort:
                 if self.local_stop is not None:
                     raise CohortStopped(f"node {self.me.node_rank}'s supervisor was stopped "
                                         f"({_signal_name(self.local_stop)})") from None
-                if self.problem is not None or self.clock() - start >= self.lease_timeout:
+                if self.store_lost() is not None or self.clock() - start >= self.lease_timeout:
                     raise
                 self.sleep(min(0.5, self.lease_interval))
 
@@ -987,7 +1050,7 @@ class Cohort:
                                 if self._patient(self.store.get, self._key("captured", attempt, n)) is not None)
                 if all(n in captured for n in waiting):
                     break
-                if self.problem is not None or self.stopped is not None or self.local_stop is not None \
+                if self.store_lost() is not None or self.stopped is not None or self.local_stop is not None \
                         or self.clock() - start >= timeout:  # a stop, here or elsewhere, ends the run: no wait
                     return None
                 self.sleep(0.05)
@@ -1084,8 +1147,9 @@ class Cohort:
         return settled(decisions)
 
     def _check(self, deadline: float, waiting_for: str, nodes: Sequence[int] = ()) -> None:
-        if self.problem is not None:
-            raise self.problem
+        problem = self.store_lost()
+        if problem is not None:
+            raise problem
         if self.local_stop is not None:  # this node's own stop ends its waits at once, as it does alone
             raise CohortStopped(f"node {self.me.node_rank}'s supervisor was stopped ({_signal_name(self.local_stop)})")
         if self.refresh_stop() is not None:  # a node that left because it was stopped is that stop, not a loss

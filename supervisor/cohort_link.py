@@ -87,7 +87,7 @@ class CohortLink:
         rendezvous is the cohort's (``_launcher_apart``).
         """
         self._attempt = attempt
-        problem = self.cohort.problem
+        problem = self.cohort.store_lost()  # judged here too: a store that does not answer holds its client
         if problem is None and tree is not None:
             problem = self._launcher_apart(attempt, now, tree)
         if problem is not None:

@@ -7,8 +7,10 @@ import time
 
 import pytest
 
+from hangwatch.contract.verdict import VerdictKind
 from hangwatch.supervisor.attempt import GraphPolicy
 from hangwatch.supervisor.cohort import Cohort, CohortRefused, Membership, StoreLost
+from hangwatch.supervisor.cohort_link import CohortLink
 from hangwatch.supervisor.store import MemoryStore
 
 pytestmark = pytest.mark.timeout(30)
@@ -156,3 +158,40 @@ def test_training_nodes_still_share_resume_arg_whichever_node_runs_no_launcher()
     # A trainer without it, next to node 0 training with it: refused as before, at once.
     results = _joined([ARG, NO_ARG], [True, True])
     assert isinstance(results[1], CohortRefused) and "resume_arg_given" in str(results[1])
+
+
+def test_a_store_that_stops_answering_is_lost_within_the_lease_whichever_thread_saw_it_fail():
+    """The store client serves one call at a time. While the store did not answer, the main loop's
+    poll at each tick took it back at once (a late tick does not sleep), and the lease thread, the
+    only one that judged a failing store lost, seldom had a call of its own: a real node whose
+    store helper was frozen for 30 s under an 8 s lease was taken for cut off by nobody, itself
+    included; it stopped only once the store answered again. Every call's failure counts now."""
+    clock = Clock()
+    store = MemoryStore()
+    link = Reconnecting(store)
+    n0, n1 = _node(store, 0, clock), _node(link, 1, clock)
+    _join_all([n0, n1])
+    cohort_link = CohortLink(n1, lambda: None)
+    link.target = MemoryStore()
+    link.target.down = True  # node 0's host cut off: every call of node 1 fails
+    for _ in range(12):  # only the main loop's polls reach the store; the lease thread has no turn
+        assert n1.poll(1) is None
+        clock.now += 1
+    verdict = cohort_link.verdict(1, clock.now)
+    assert verdict is not None and verdict.kind is VerdictKind.COHORT_LOST, verdict
+    assert "unreachable for 12 s" in verdict.reason
+    # A store that answers again before the lease is a blip: nothing is lost.
+    store2 = MemoryStore()
+    link2 = Reconnecting(store2)
+    m0, m1 = _node(store2, 0, clock), _node(link2, 1, clock)
+    _join_all([m0, m1])
+    store2.down = True
+    for _ in range(5):
+        m1.poll(1)
+        clock.now += 1
+    store2.down = False
+    m1.poll(1)
+    clock.now += 10
+    assert CohortLink(m1, lambda: None).verdict(1, clock.now) is None and m1.problem is None
+    for n in (n0, n1, m0, m1):
+        n._stop.set()
