@@ -436,16 +436,17 @@ class _WatchedStore:
     def __init__(self, store: Store, clock: Callable[[], float]) -> None:
         self.inner, self.clock = store, clock
         self.failing_since: float | None = None
+        self._answered = -math.inf  # when a call last succeeded
 
     def _do(self, call: Callable[..., Any], *args: Any) -> Any:
         began = self.clock()
         try:
             result = call(*args)
         except StoreError:
-            if self.failing_since is None:
-                self.failing_since = began
+            if self.failing_since is None:  # (a call that waited for the client while another succeeded
+                self.failing_since = max(began, self._answered)  # fails from that success on, not before it)
             raise
-        self.failing_since = None  # it answered
+        self._answered, self.failing_since = self.clock(), None
         return result
 
     def set(self, key: str, value: str) -> None:
