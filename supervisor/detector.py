@@ -44,7 +44,9 @@ The conditions:
   verdict is ``stall`` with ``rule: engine_step`` and the worker's pid, so the
   graph policy escalates and engine-level recovery can target that worker. It
   needs the worker alive in the tree (a dead worker's last beat is stale, not
-  stuck) and never fires before the worker's first step (its warm-up).
+  stuck) and never fires before the worker's first step (its warm-up). It fires sooner, at
+  ``engine_wedge_window``, when the engine's own GPU shows the wedge (busy, its holders and
+  the engine idle): ``_engine_wedged_device`` says which GPU is the engine's.
 * with ``idle_only`` the old, stricter rule instead: the silence must also
   come with no busy GPU and the whole tree's CPU <= ``cpu_idle_pct``, held for
   min(window, timeout).
