@@ -52,7 +52,7 @@ def test_run_guardian_worker_and_callback_ignore_lookalike_packages(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(work))
     env.pop("HANGWATCH_CONFIG", None)
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "hangwatch"), "run", "--quiet", "--gpu-probe", "none",
+        [str(Path(sys.executable).parent / "hangwatch"), "run", "--quiet", "--gpu-probe", "none", "--interval", "0.2",
          "--run-dir", str(run_dir), "--", sys.executable, "train.py", str(result_file)],
         cwd=work, env=env, capture_output=True, text=True, timeout=150,
     )

@@ -77,7 +77,7 @@ def test_the_trainers_info_is_journaled_redacted(tmp_path):
                "while time.monotonic() < deadline and '\"event\":\"trainer' + '_info' not in open(journal).read():\n"
                "    time.sleep(0.05)\n")
     done = subprocess.run([sys.executable, "-m", "hangwatch.cli", "run", "--quiet", "--run-dir", str(run_dir),
-                           "--gpu-probe", "none", "--", sys.executable, "-c", trainer],
+                           "--gpu-probe", "none", "--interval", "0.2", "--", sys.executable, "-c", trainer],
                           capture_output=True, text=True, timeout=50, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     records = [r for r in read_journal(run_dir / "journal.jsonl") if r.get("event") == "trainer_info"]

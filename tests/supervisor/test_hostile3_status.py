@@ -37,7 +37,7 @@ def test_a_checkpoint_name_never_forges_a_line_in_status(tmp_path):
     run, ckpt = tmp_path / "run", tmp_path / "ckpt"
     ckpt.mkdir()
     done = _hangwatch("run", "--run-dir", str(run), "--gpu-probe", "none", "--quiet", "--checkpoint-dir", str(ckpt),
-                      "--backoff", "0.1", "--backoff-max", "0.1", "--",
+                      "--backoff", "0.1", "--backoff-max", "0.1", "--interval", "0.2", "--",
                       sys.executable, "-c", TRAINER, str(ckpt), FORGED, timeout=100)
     assert done.returncode == 0, done.stderr[-3000:]
     journal = [json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines()]

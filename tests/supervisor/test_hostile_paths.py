@@ -33,7 +33,7 @@ def test_a_checkpoint_name_never_puts_terminal_escapes_or_lines_on_the_console(t
     result = subprocess.run(
         [sys.executable, "-m", "hangwatch.cli", "run", "--run-dir", str(tmp_path / "run"), "--quiet",
          "--gpu-probe", "none", "--checkpoint-dir", str(ck), "--resume-arg", "--resume={checkpoint}",
-         "--max-restarts", "1", "--backoff", "0.01", "--", "sh", "-c", "exit 3"],
+         "--max-restarts", "1", "--backoff", "0.01", "--interval", "0.2", "--", "sh", "-c", "exit 3"],
         capture_output=True, text=True, timeout=50, stdin=subprocess.DEVNULL)
     assert result.returncode == 71, result.stderr
     assert "resuming from" in result.stderr

@@ -49,7 +49,7 @@ def _planting_run(tmp_path, wrapper: str) -> tuple[subprocess.CompletedProcess, 
     os.chown(theirs, NOBODY, NOBODY)
     module = f"import os\nopen({str(theirs / 'PWNED')!r}, 'w').write(str(os.getuid()))\n"
     plant = f"open({str(theirs / 'json.py')!r}, 'w').write({module!r}); raise SystemExit(1)"
-    cmd = ["run", "--run-dir", str(tmp_path / "run"), "--gpu-probe", "none", "--max-restarts", "0",
+    cmd = ["run", "--run-dir", str(tmp_path / "run"), "--gpu-probe", "none", "--max-restarts", "0", "--interval", "0.2",
            "--notify-command", "cat >/dev/null", "--",
            shutil.which("setpriv"), f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "/usr/bin/python3", "-c", plant]
     done = subprocess.run([sys.executable, "-c", wrapper, *cmd], env=dict(os.environ, PYTHONPATH=str(theirs)), capture_output=True, text=True,

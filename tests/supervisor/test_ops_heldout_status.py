@@ -24,7 +24,8 @@ def test_status_says_which_alerts_were_not_delivered(tmp_path):
     """Failed alerts were journaled (notify_failed) but `hangwatch status` said nothing of them:
     the run's last alert could be lost and status showed a clean finish."""
     run_dir = tmp_path / "run"
-    done = _hangwatch(["run", "--run-dir", str(run_dir), "--gpu-probe", "none", "--quiet", "--notify-command",
+    done = _hangwatch(["run", "--run-dir", str(run_dir), "--gpu-probe", "none", "--quiet", "--interval", "0.2",
+                       "--notify-command",
                        "echo receiver down >&2; exit 3", "--", sys.executable, "-c", "pass"], tmp_path)
     assert done.returncode == 0, done.stderr
     shown = _hangwatch(["status", str(run_dir)], tmp_path)
