@@ -1154,8 +1154,10 @@ def _engine_samples(plan: EnginePlan, trace: EngineTrace | None) -> Iterator[Sam
         cpu: dict[int, float] = {}
         utils: dict[int, int] = {}
         holders: dict[int, list[int]] = {}
+        parents: dict[int, int] = {}  # as the sampler keeps them: the worker under its trainer, the EngineCore under it
         for rank in range(plan.ranks):
             trainer = plan.trainer(rank)
+            parents[trainer] = 1
             cpu[trainer] = 90 + 20 * r() if training else 3 * r()
             utils[rank] = 90 + int(11 * r()) if training else int(4 * r())
             holders[rank] = [trainer]
@@ -1178,6 +1180,8 @@ def _engine_samples(plan: EnginePlan, trace: EngineTrace | None) -> Iterator[Sam
             cpu[pid] = worker[0] + (worker[1] - worker[0]) * r()
             cpu[pid + 1] = core[0] + (core[1] - core[0]) * r()
             holders[rank].append(pid + 1)
+            parents[pid] = plan.trainer(rank)
+            parents[pid + 1] = pid
         if r() < plan.noise_rate:
             ulist = [utils[k] for k in range(plan.ranks)]
             _noise(rng, cpu, ulist)
@@ -1203,7 +1207,8 @@ def _engine_samples(plan: EnginePlan, trace: EngineTrace | None) -> Iterator[Sam
             engine.append(hb)
         for pid in [p for p in built if p not in files]:
             del built[pid]
-        yield Sample(t, wall, cpu, tuple(devices), trainer_beat, len(cpu), tuple(engine))
+        yield Sample(t, wall, cpu, tuple(devices), trainer_beat, len(cpu), tuple(engine),
+                     parents if engine else {})
 
 
 # -- engine streams: replay -----------------------------------------------------------------
@@ -1338,7 +1343,7 @@ def _engine_wedge_samples(plan: EnginePlan, healthy: Sequence[Sample], lane: int
         engine = tuple(frozen if e.pid == pid else e for e in s.engine)
         if frozen not in engine:
             engine = (*engine, frozen)
-        yield Sample(s.t, s.wall, cpu, tuple(devices), trainer_beat, len(cpu), engine)
+        yield Sample(s.t, s.wall, cpu, tuple(devices), trainer_beat, len(cpu), engine, s.parents)
 
 
 @dataclass

@@ -686,11 +686,13 @@ def _engine_wedged_device(sample: Sample, tree_cpu: float, pid: int, busy_pct: f
                           idle_pct: float) -> DeviceSample | None:
     """The engine ``pid``'s GPU when it shows the wedge (busy, its holders in the tree idle), else None.
 
-    Its GPU is a device it holds itself (an engine that runs its model in its own process: TRL's
-    colocate engine in the trainer, the fake engine). A worker whose model runs in a child (vLLM
-    V1's EngineCore) holds none, and the sample does not link the child to it: then any device of
-    the tree may be its, but those held only by processes that are not its own (the trainer that
-    beats, another engine), and every one of them must show the wedge. One of them alone took in
+    Its GPU is a device it or one of its descendants holds (an engine that runs its model in its
+    own process: TRL's colocate engine in the trainer, the fake engine; a worker whose model runs
+    in a child: vLLM V1's EngineCore), known from the sample's ``parents``. When no device names
+    the engine or a descendant among its holders (a sample recorded before parents were kept,
+    NVML that names no holders), any device of the tree may be its, but those held only by
+    processes that are not its own (the trainer that beats, another engine), and every one of
+    them must show the wedge. One of them alone took in
     another rank's trainer asleep in a collective (GPU busy, host idle) while this worker waited
     on a healthy long step of its EngineCore (a first-use JIT): an engine-level kill of a healthy
     worker at a quarter of the timeout."""
@@ -698,6 +700,7 @@ def _engine_wedged_device(sample: Sample, tree_cpu: float, pid: int, busy_pct: f
     if not devices:
         return None
     cpu = sample.cpu_pct
+    family = _descendants(sample.parents, pid)
     others = {e.pid for e in sample.engine if e.pid != pid}
     if sample.heartbeat is not None and sample.heartbeat.pid != pid:
         others.add(sample.heartbeat.pid)
@@ -717,7 +720,7 @@ def _engine_wedged_device(sample: Sample, tree_cpu: float, pid: int, busy_pct: f
             held = None  # unknown holders (NVML in a container): may be the engine's; the tree's CPU
             holders_cpu = tree_cpu
         wedged = d.util_pct >= busy_pct and holders_cpu <= idle_pct
-        if held is not None and pid in held:
+        if held is not None and not family.isdisjoint(held):
             own = True
             if wedged and own_wedged is None:
                 own_wedged = d
@@ -732,6 +735,23 @@ def _engine_wedged_device(sample: Sample, tree_cpu: float, pid: int, busy_pct: f
     if own:
         return own_wedged
     return first if candidates and every else None
+
+
+def _descendants(parents: Mapping[int, int], pid: int) -> set[int]:
+    """``pid`` and every process of the tree under it (``parents``: pid -> parent pid)."""
+    family = {pid}
+    if not parents:
+        return family
+    children: dict[int, list[int]] = {}
+    for child, parent in parents.items():
+        children.setdefault(parent, []).append(child)
+    stack = [pid]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in family:  # a pid loop in a hand-made sample must not spin
+                family.add(child)
+                stack.append(child)
+    return family
 
 
 def _scan(sample: Sample, tree_cpu: float, busy_pct: float, idle_pct: float) -> _Scan:

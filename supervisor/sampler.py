@@ -39,10 +39,14 @@ class Sampler:
         gpu = self.probe.sample()
         hb = read_heartbeat(self.heartbeat_path) if self.heartbeat_path else None
         engine = read_engine_beacons(self.engine_path) if self.engine_path else ()
+        parents: dict[int, int] = {}
         if engine:
             engine = own_beats(engine, members)
+            # From the scan the members came from: no extra system call.
+            stats = self.tree.last_stats
+            parents = {p.pid: stats[p.pid].ppid for p in members if p.pid in stats}
         return Sample(t=self.clock(), wall=time.time(), cpu_pct=cpu, gpu=gpu, heartbeat=hb, tree_size=len(members),
-                      engine=engine)
+                      engine=engine, parents=parents)
 
 
 # A beat is written after its process started; psutil's start time is good to about a

@@ -65,6 +65,9 @@ class Sample:
     # The rollout engines' beacons (``read_engine_beacons``), one per engine process:
     # engine steps while a request is in flight.
     engine: tuple[Heartbeat, ...] = ()
+    # Each tree process's parent pid, kept while engines beat (else empty): which GPU holders
+    # are an engine worker's own children (vLLM V1 runs its model in an EngineCore child).
+    parents: Mapping[int, int] = field(default_factory=dict)
 
     def tree_pids(self) -> frozenset[int]:
         return frozenset(self.cpu_pct)
@@ -78,6 +81,7 @@ class Sample:
             "heartbeat": self.heartbeat.to_json() if self.heartbeat else None,
             "tree_size": self.tree_size,
             **({"engine": [e.to_json() for e in self.engine]} if self.engine else {}),
+            **({"parents": {str(pid): ppid for pid, ppid in self.parents.items()}} if self.parents else {}),
         }
 
     @classmethod
@@ -92,4 +96,5 @@ class Sample:
             heartbeat=Heartbeat.from_json(hb) if hb else None,
             tree_size=int(data.get("tree_size", len(data.get("cpu_pct") or {}))),
             engine=tuple(Heartbeat.from_json(e) for e in (data.get("engine") or ())),
+            parents={int(pid): int(ppid) for pid, ppid in (data.get("parents") or {}).items()},
         )
