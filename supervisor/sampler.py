@@ -31,6 +31,7 @@ class Sampler:
         self.clock = clock
         self.cpu = CpuMeter(clock)
         self.last_members: list[psutil.Process] = []
+        self._parents: dict[int, int] = {}
 
     def tick(self) -> Sample:
         members = self.tree.members()
@@ -45,6 +46,9 @@ class Sampler:
             # From the scan the members came from: no extra system call.
             stats = self.tree.last_stats
             parents = {p.pid: stats[p.pid].ppid for p in members if p.pid in stats}
+            if parents == self._parents:  # the usual tick: one dict shared by the window's samples
+                parents = self._parents
+            self._parents = parents
         return Sample(t=self.clock(), wall=time.time(), cpu_pct=cpu, gpu=gpu, heartbeat=hb, tree_size=len(members),
                       engine=engine, parents=parents)
 
