@@ -130,6 +130,8 @@ class Bundle:
     source: Path
     name: str
     files: Mapping[str, bytes] = field(repr=False)
+    #: stack files the last ``dumps()`` left out, past ``MAX_STACK_OBJECTS``
+    left_out: list[str] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -165,17 +167,54 @@ class Bundle:
         return out
 
     def dumps(self) -> list[ProcessDump]:
+        """Every stack file's dump, within ``MAX_STACK_OBJECTS`` in all (a file that would pass
+        it is left out, named in ``left_out``). ``processes.json`` is parsed once: it was parsed
+        again for each stack file, and a sent bundle of 200 stack files and a 25 MB process
+        table kept `replay` 109 s (4,000 files, the entry cap: over half an hour)."""
         out = []
+        cmdlines: dict[int, str] | None = None
+        objects = 0
+        left_out: list[str] = []
         for name in sorted(self.files, key=_stack_order):
             m = _STACK_FILE.match(name)
             if m:
+                weight = self.files[name].count(b"{")
+                if objects + weight > MAX_STACK_OBJECTS:
+                    left_out.append(name)
+                    continue
+                objects += weight
                 dump = parse_json(self.text(name) or "", round_no=int(m.group(1)), source=f"{self.source}:{name}")
-                cmd = _cmdlines(self).get(int(m.group(2)), "")
+                if cmdlines is None:
+                    cmdlines = _cmdlines(self)
+                cmd = cmdlines.get(int(m.group(2)), "")
                 out.append(ProcessDump(dump.pid if dump.pid is not None else int(m.group(2)), dump.threads, cmd, dump.python, dump.round))
+        self.left_out[:] = [n for n in self.left_out if not _STACK_FILE.match(n)] + left_out
         return out
+
+    def process_rows(self) -> Any:
+        """``processes.json``, or [] when it has none or holds more than ``MAX_TABLE_OBJECTS``
+        objects (then named in ``left_out``): a sent bundle's 31 MiB table of ``{},{},...``
+        kept `report` 419 s and took 24 GB."""
+        data = self.files.get("processes.json")
+        if data is not None and data.count(b"{") > MAX_TABLE_OBJECTS:
+            if "processes.json" not in self.left_out:
+                self.left_out.append("processes.json")
+            return []
+        return self.json("processes.json", []) or []
 
     def series(self) -> tuple[ProcessSeries, ...]:
         return group_series(self.dumps())
+
+
+#: Objects (``{``: about one a frame) the stack files of one bundle may hold in all. Parsing and
+#: classifying cost ~23 us and ~400 bytes a frame: one 31 MiB stack file of ``{},{},...`` (10 M
+#: frames; a .tar.gz of a few hundred KB) kept `replay` 242 s at 4.4 GB and `report` 188 s at
+#: 5.4 GB, four of them past the machine's memory. A real capture is well under: 64 processes,
+#: 2 rounds, 60 threads of 40 frames are 0.3 M.
+MAX_STACK_OBJECTS = 1_000_000
+#: Objects a bundle's ``processes.json`` may hold: a real one has a few per process and thread
+#: (1,000 processes of 100 threads: 0.1 M).
+MAX_TABLE_OBJECTS = 1_000_000
 
 
 def _stack_order(name: str) -> tuple:
@@ -184,7 +223,7 @@ def _stack_order(name: str) -> tuple:
 
 
 def _cmdlines(bundle: Bundle) -> dict[int, str]:
-    rows = bundle.json("processes.json", []) or []
+    rows = bundle.process_rows()
     return {int(r["pid"]): " ".join(r.get("cmdline") or []) for r in rows if "pid" in r}
 
 

@@ -398,6 +398,10 @@ def render_text(incidents: Sequence[Incident], agg: Mapping[str, Any], ov: Overv
             out.append(f"   advice: {c.advice}")
             if c.reference:
                 out.append(f"   learned from: {c.reference}")
+        if i.source.bundle is not None and i.source.bundle.left_out:
+            out.append(f"   left out: {one_line(', '.join(i.source.bundle.left_out[:5]))}"
+                       + (f" and {len(i.source.bundle.left_out) - 5} more" if len(i.source.bundle.left_out) > 5 else "")
+                       + " (more objects than a capture writes)")
         if i.source.parse is not None:
             p = i.source.parse
             notes = "; ".join(p.notes())

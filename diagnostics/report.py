@@ -55,9 +55,9 @@ def render_report(bundle: Bundle, *, signature_files: Iterable[str] = ()) -> str
         f"captured {_e((manifest.get('times') or {}).get('capture_started'))}</div></header><main>",
         _summary(manifest, classification),
         _timeline(bundle.samples(), verdict),
-        _tree(bundle.json("processes.json") or manifest.get("tree") or [], manifest.get("root_pid")),
+        _tree(bundle.process_rows() or manifest.get("tree") or [], manifest.get("root_pid")),
         _stacks(series, classification),
-        _capture(manifest),
+        _capture(manifest, bundle.left_out),
         _versions(bundle.json("versions.json")),
         _logs(bundle),
         "</main></body></html>",
@@ -157,6 +157,10 @@ def _timeline(samples: Sequence[Sample], verdict: dict[str, Any]) -> str:
     return f"<section><h2>Timeline</h2>{''.join(svg)}</section>"
 
 
+#: Processes the report's tree shows: a sent bundle's table of 10 M rows made a page of GBs.
+MAX_TREE_ROWS = 5000
+
+
 def _tree(rows: Sequence[dict[str, Any]], root_pid: int | None) -> str:
     """The process tree as nested lists, built with a stack, not recursion: its depth is the
     trainer's (a chain of 700 nested shells made the capture's report fail with RecursionError
@@ -175,6 +179,7 @@ def _tree(rows: Sequence[dict[str, Any]], root_pid: int | None) -> str:
 
     out: list[str] = []
     shown: set[int] = set()
+    cut = False
     # Each entry: a row to open, or the closing markup of one whose children are done.
     stack: list[dict[str, Any] | str] = list(reversed(by_parent.get(None, [])))
     while stack:
@@ -183,6 +188,9 @@ def _tree(rows: Sequence[dict[str, Any]], root_pid: int | None) -> str:
             out.append(item)
             continue
         if id(item) in shown:
+            continue
+        if len(shown) >= MAX_TREE_ROWS:
+            cut = True  # the rest is left out; the closing markup still pops
             continue
         shown.add(id(item))
         kids = [k for k in by_parent.get(item.get("pid"), []) if id(k) not in shown]
@@ -193,6 +201,9 @@ def _tree(rows: Sequence[dict[str, Any]], root_pid: int | None) -> str:
             stack.extend(reversed(kids))
         else:
             out.append("</li>")
+    if cut:
+        out.append(f"<li class=muted>... {len(rows) - len(shown)} more process(es) not shown "
+                   "(processes.txt lists them)</li>")
     body = "".join(out) or "<li class=muted>no process table</li>"
     return f"<section><h2>Process tree</h2><ul class=tree>{body}</ul></section>"
 
@@ -221,10 +232,12 @@ def _stacks(series: Sequence[ProcessSeries], c: Classification | None) -> str:
     return "".join(out)
 
 
-def _capture(manifest: dict[str, Any]) -> str:
+def _capture(manifest: dict[str, Any], left_out: Sequence[str] = ()) -> str:
     failed = manifest.get("failed") or {}
     rows = [f"<tr><td class=ok>✓</td><td>{_e(n)}</td><td></td></tr>" for n in manifest.get("captured") or []]
     rows += [f"<tr><td class=fail>✗</td><td>{_e(n)}</td><td>{_e(m)}</td></tr>" for n, m in failed.items()]
+    rows += [f"<tr><td class=fail>✗</td><td>{_e(n)}</td><td>not shown: more objects than a capture writes</td></tr>"
+             for n in left_out]
     stacks = manifest.get("stacks") or {}
     rounds = "".join(f"<tr><td>round {_e(r.get('round'))}</td><td>{_e(r.get('ok'))}/{_e(r.get('processes'))} dumped</td>"
                      f"<td>{_e(r.get('duration_s'))} s</td></tr>" for r in stacks.get("rounds") or [] if isinstance(r, dict))
