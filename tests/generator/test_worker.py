@@ -45,6 +45,18 @@ def worker(tmp_path):
             proc.kill(grace_s=0.5)
 
 
+@pytest.fixture(scope="module")
+def started_worker(tmp_path_factory):
+    """One started worker for the tests that only talk to it and leave it answering (a worker
+    start is a torch import: seconds on a loaded machine); killed after the module."""
+    proc = WorkerProcess("fake", fake_kwargs(), log_dir=str(tmp_path_factory.mktemp("logs")), grace_s=0.5)
+    proc.start(30)
+    proc.request("start", 30)  # the engine started, asleep
+    yield proc
+    if proc.proc is not None:
+        proc.kill(grace_s=0.5)
+
+
 def ready(proc, model, tmp_path):
     """Started and awake with the model's weights loaded; returns the staged file."""
     proc.request("start", 30)
@@ -111,10 +123,8 @@ def test_wrong_fingerprint_and_partial_load_are_refused(worker, trainer, tmp_pat
         proc.request("load_weights", 10, path=extra.path, manifest=extra.manifest)
 
 
-def test_misuse_is_reported_not_fatal(worker):
-    proc = worker()
-    proc.start(30)
-    proc.request("start", 30)
+def test_misuse_is_reported_not_fatal(started_worker):
+    proc = started_worker
     with pytest.raises(WorkerError, match="EngineStateError: generate is illegal while the engine is asleep"):
         proc.request("generate", 5, prompts=["x"], n=1, seed=0)
     assert proc.request("ping", 5)["pid"] == proc.pid
@@ -156,13 +166,13 @@ def test_unauthenticated_client_refused_and_nothing_deserialised(worker, tmp_pat
     assert "rejected a peer" in open(proc.log_path).read()
 
 
-def test_late_reply_is_skipped(worker):
-    proc = worker()
-    proc.start(30)
+def test_late_reply_is_skipped(started_worker):
+    proc = started_worker
+    skipped = proc.client.skipped_replies
     with pytest.raises(WorkerTimeout):
         proc.request("ping", 0.3, delay_s=1.0, token="abandoned")
     assert proc.request("ping", 10, token="current")["token"] == "current"
-    assert proc.client.skipped_replies == 1
+    assert proc.client.skipped_replies == skipped + 1
 
 
 def test_wedged_worker_ignores_sigterm_and_is_sigkilled(worker, trainer, tmp_path, sim_gpu):
