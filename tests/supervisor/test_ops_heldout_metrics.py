@@ -55,7 +55,8 @@ def test_a_second_run_on_the_same_textfile_is_refused_while_the_first_writes_it(
     waiter = (f"import os, time\nend = time.monotonic() + 40\n"
               f"while not os.path.exists({str(go)!r}) and time.monotonic() < end:\n    time.sleep(0.05)\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    common = ["--gpu-probe", "none", "--quiet", "--heartbeat-warning", "0", "--metrics-textfile", str(textfile)]
+    common = ["--gpu-probe", "none", "--quiet", "--heartbeat-warning", "0", "--interval", "0.2",
+              "--metrics-textfile", str(textfile)]
     first = subprocess.Popen([sys.executable, "-m", "hangwatch.cli", "run", "--run-dir", str(tmp_path / "a"), *common,
                               "--", sys.executable, "-c", waiter], cwd=tmp_path, env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
