@@ -507,7 +507,8 @@ def test_the_run_dir_lock_is_never_taken_through_a_link(tmp_path):
 def test_a_run_started_with_its_standard_streams_closed_still_supervises(tmp_path):
     run = tmp_path / "run"
     result = subprocess.run(["sh", "-c", 'exec "$@" <&- >&- 2>&-', "sh", sys.executable, "-m", "hangwatch.cli", "run",
-                             "--run-dir", str(run), "--gpu-probe", "none", "--", "sh", "-c", "seq 1 1000; echo x >&2"],
+                             "--run-dir", str(run), "--gpu-probe", "none", "--interval", "0.2",
+                             "--", "sh", "-c", "seq 1 1000; echo x >&2"],
                             timeout=50)
     assert result.returncode == 0
     finished = [json.loads(x) for x in (run / "journal.jsonl").read_text().splitlines() if '"run_finished"' in x]

@@ -50,7 +50,7 @@ def test_internal_error_is_one_console_line_and_a_traceback_without_locals_in_th
     run_dir = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_TOKEN=SECRET)
     result = subprocess.run([sys.executable, "-c", BROKEN, "run", "--run-dir", str(run_dir), "--gpu-probe", "none",
-                             "--", "sleep", "30"], env=env, capture_output=True, text=True, timeout=45)
+                             "--interval", "0.2", "--", "sleep", "30"], env=env, capture_output=True, text=True, timeout=45)
     assert result.returncode == EXIT_INTERNAL, result.stderr
     assert "Traceback" not in result.stderr and "locals" not in result.stderr
     assert SECRET not in result.stderr
