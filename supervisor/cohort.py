@@ -430,23 +430,25 @@ class _WatchedStore:
     once, and the lease thread, the one that judged a failing store lost, waited its turn:
     a real node whose helper was frozen for 30 s under an 8 s lease was never taken for cut
     off (its node 0 had given it up at 8 s); it stopped only once the store answered again.
-    Every call now says when the store began failing, so the lease is judged on all of them.
+    Every call now says when the store was seen failing, so the lease is judged on all of them.
+    From when the failure was seen, not when the call began: a call in flight while this node was
+    not running (SIGSTOP, a job suspended as a whole) fails once it is continued, its deadline
+    passed in the pause, though the store answers the next call; counted from its start, the
+    pause alone was a lease of failure, and the node was taken for cut off.
     """
 
     def __init__(self, store: Store, clock: Callable[[], float]) -> None:
         self.inner, self.clock = store, clock
         self.failing_since: float | None = None
-        self._answered = -math.inf  # when a call last succeeded
 
     def _do(self, call: Callable[..., Any], *args: Any) -> Any:
-        began = self.clock()
         try:
             result = call(*args)
         except StoreError:
-            if self.failing_since is None:  # (a call that waited for the client while another succeeded
-                self.failing_since = max(began, self._answered)  # fails from that success on, not before it)
+            if self.failing_since is None:
+                self.failing_since = self.clock()
             raise
-        self._answered, self.failing_since = self.clock(), None
+        self.failing_since = None  # it answered
         return result
 
     def set(self, key: str, value: str) -> None:

@@ -195,3 +195,35 @@ def test_a_store_that_stops_answering_is_lost_within_the_lease_whichever_thread_
     assert CohortLink(m1, lambda: None).verdict(1, clock.now) is None and m1.problem is None
     for n in (n0, n1, m0, m1):
         n._stop.set()
+
+
+class _FrozenInFlight:
+    """A call in flight while the whole job was suspended: it fails once continued, 30 s later."""
+
+    def __init__(self, store: MemoryStore, clock: Clock) -> None:
+        self.store, self.clock = store, clock
+
+    def get(self, key: str):
+        from hangwatch.supervisor.store import StoreError
+
+        self.clock.now += 30
+        raise StoreError("the cohort store did not answer within 2.66667 s")
+
+    def __getattr__(self, name: str):
+        return getattr(self.store, name)
+
+
+def test_a_call_that_failed_across_a_pause_of_this_node_is_not_a_lease_of_failure():
+    """The job suspended as a whole with a call in flight: the call fails once continued, the store
+    answers the next one. Judged from the call's start, the pause alone made the store lost (75)."""
+    clock = Clock()
+    store = MemoryStore()
+    link = Reconnecting(store)
+    n0, n1 = _node(store, 0, clock), _node(link, 1, clock)
+    _join_all([n0, n1])
+    link.target = _FrozenInFlight(store, clock)
+    assert n1.poll(1) is None  # the call in flight across the pause
+    link.target = store
+    assert CohortLink(n1, lambda: None).verdict(1, clock.now) is None and n1.problem is None
+    for n in (n0, n1):
+        n._stop.set()
