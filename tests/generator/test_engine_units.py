@@ -101,13 +101,15 @@ def test_graph_wrapper_only_with_cudagraphs(kwargs, graphs):
     assert (engine.graph is not None) == graphs
 
 
-@pytest.mark.timeout(30)  # a wedge sleeps in the replay for good: the timeout is the failure
+@pytest.mark.timeout(30)  # bounds the generate below, were a wedge ever to fire in-process
 @pytest.mark.parametrize("off", [{"compilation_config": {"cudagraph_mode": "NONE"}}, {"enforce_eager": True}])
 def test_an_armed_wedge_never_fires_with_graphs_off(off, tmp_path, trainer):
     """Both ways hangwatch turns graphs off; the same through a real worker process:
     tests/generator/test_worker.py::test_no_wedge_with_graphs_off."""
     engine = FakeEngine(fake_kwargs(fake_wedge_on_generate=1, fake_wedge_at_seed=0, **off))
-    assert engine.start()["cudagraphs"] is False
+    # The wedge lives in the graph replay (which blocks SIGTERM/SIGINT and sleeps): no graph, no
+    # wedge; checked first so that a regression fails here instead of wedging the test process.
+    assert engine.start()["cudagraphs"] is False and engine.graph is None
     staged = stage(named(trainer[0]), str(tmp_path))
     engine.wake_weights()
     engine.load_weights(staged.path, staged.manifest)
