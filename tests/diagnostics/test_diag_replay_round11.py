@@ -1,0 +1,74 @@
+"""Replay on an eleventh round of real pasted dumps (data/pasted/): an ncclCommAbort stuck in
+its stream synchronize, survivors of a killed all-reduce peer, an NCCL proxy-pool deadlock in
+eu-stack frames, and vLLM-Ascend workers whose dummy batch waits on the NPU stream."""
+
+from __future__ import annotations
+
+import pytest
+
+from diag_helpers import pasted_verdict, text_verdict
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("nccl_585_gdb_survivor_custreamsynchronize_peer_killed", "cuda-synchronize-wait"),
+        ("vllm_ascend_zh_weight_sync_dummy_batch_aclgraph_sync_padded", "cuda-graph-replay"),
+        ("vllm_ascend_pdsep_dummy_run_item_npu_native_zh", "cuda-synchronize-wait"),
+    ],
+)
+def test_round11_real_dumps(name, expected):
+    assert pasted_verdict(name) == expected
+
+
+def test_a_worker_running_an_rpc_under_its_busy_loop_is_not_idle(tmp_path):
+    """worker_busy_loop also runs every RPC it is sent: within six frames of it a worker
+    synchronizing an unknown device stream was read as 'idle in its loop' (all-idle, the
+    advice then says the work never arrived). Idle means reading the message queue."""
+    busy = (
+        'Thread 7 (active): "MainThread"\n'
+        "    wait_done (mylib/streams.py:85)\n"
+        "    forward (mylib/model.py:12)\n"
+        "    _dummy_run (mylib/runner.py:40)\n"
+        "    execute_dummy_batch (mylib/worker.py:533)\n"
+        "    worker_busy_loop (vllm/v1/executor/multiproc_executor.py:858)\n"
+    )
+    assert text_verdict(tmp_path, busy) == "unknown"
+    parked = (
+        'Thread 7 (idle): "MainThread"\n'
+        "    poll (zmq/sugar/poll.py:106)\n"
+        "    wait (vllm/distributed/device_communicators/shm_broadcast.py:186)\n"
+        "    acquire_read (vllm/distributed/device_communicators/shm_broadcast.py:674)\n"
+        "    dequeue (vllm/distributed/device_communicators/shm_broadcast.py:755)\n"
+        "    worker_busy_loop (vllm/v1/executor/multiproc_executor.py:963)\n"
+    )
+    # Parked in the queue the loop is still recognised (alone, its queue wait is the verdict).
+    assert text_verdict(tmp_path, parked) == "vllm-shm-broadcast-wait"
+
+
+def test_ascend_runtime_synchronize_and_item_are_a_synchronize_wait(tmp_path):
+    """CANN's stream synchronize (aclrtSynchronizeStreamWithTimeout -> rtStreamSynchronize...)
+    and torch_npu's item() (at::ops::local_scalar_dense, no underscore) matched nothing."""
+    native = (
+        'Thread 100 (idle): "MainThread"\n'
+        "    nanosleep (libc.so.6)\n"
+        "    rtStreamSynchronizeWithTimeout (libruntime.so)\n"
+        "    aclrtSynchronizeStreamWithTimeoutImpl (libacl_rt_impl.so)\n"
+        "    step (mylib/loop.py:10)\n"
+    )
+    assert text_verdict(tmp_path, native) == "cuda-synchronize-wait"
+    item = (
+        'Thread 100 (idle): "MainThread"\n'
+        "    at::ops::local_scalar_dense::call (libtorch_cpu.so)\n"
+        "    at::native::item (libtorch_cpu.so)\n"
+        "    step (mylib/loop.py:10)\n"
+    )
+    assert text_verdict(tmp_path, item) == "cuda-synchronize-wait"
+    py = (
+        'Thread 100 (active): "MainThread"\n'
+        "    synchronize (torch_npu/npu/streams.py:85)\n"
+        "    step (mylib/loop.py:10)\n"
+    )
+    assert text_verdict(tmp_path, py) == "cuda-synchronize-wait"
