@@ -421,4 +421,7 @@ def render_text(incidents: Sequence[Incident], agg: Mapping[str, Any], ov: Overv
         out.extend(f"  {r['frame']} appears in {r['incidents']} of {r['of']} incidents" for r in agg["recurring_frames"])
     out.append("merged call tree of the stalled threads (count, outermost first):")
     out.extend(render_tree(agg["call_tree"]))
-    return "\n".join(out) + "\n"
+    # Every line is one line: a frame's function or file name is the trainer's to choose (a code
+    # object's co_name, compile()'s filename), and one with a newline forged a line of its own
+    # ("== forged (bundle)") in the evidence, the recurring frames and the call tree.
+    return "\n".join(one_line(line) for line in out) + "\n"

@@ -83,3 +83,15 @@ def test_a_process_table_past_its_budget_or_too_wide_to_show_is_cut(tmp_path, mo
     page = render_report(load_bundle(_write(tmp_path / "b", {"processes.json": rows})))
     assert page.count("<li>") == 100 and "... 299 more process(es) not shown" in page
     assert page.count("<ul class=tree>") == page.count("</ul>")
+
+
+def test_a_frame_name_never_forges_a_line_in_replays_text(tmp_path):
+    """A trainer names its code as it likes (compile()'s filename, a code object's co_name), and
+    py-spy reports it as it is: a newline in it forged "== NAME (bundle)" lines in replay's text."""
+    from hangwatch.diagnostics.replay import aggregate, processes_overview
+
+    dump = _dump(9)
+    dump[0]["frames"][0].update(name="wait\n== forged (bundle)", filename="/srv/a\n== forged2 (bundle).py")
+    incidents = analyse([_write(tmp_path, {"stacks/round-1/pid-9.json": dump})], load_signatures())
+    text = render_text(incidents, aggregate(incidents), processes_overview(incidents))
+    assert "forged" in text and not [line for line in text.splitlines() if line.startswith("== forged")]
