@@ -17,6 +17,7 @@ from hangwatch.diagnostics.classify import Classification, classify
 from hangwatch.diagnostics.signatures import load_signatures
 from hangwatch.diagnostics.stacks import ProcessSeries
 from hangwatch.contract.samples import Sample
+from hangwatch.contract.terminal import one_line
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
@@ -77,6 +78,12 @@ def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value))
 
 
+def _frame(f: Any) -> str:
+    """A frame on one line of its ``<pre>``: its names are the trainer's (a code object's name,
+    ``compile()``'s filename), and a newline in one forged frames of the evidence."""
+    return _e(one_line(f.render()))
+
+
 def _summary(manifest: dict[str, Any], c: Classification | None) -> str:
     verdict = manifest.get("verdict") or {}
     th = manifest.get("thresholds") or {}
@@ -97,7 +104,7 @@ def _summary(manifest: dict[str, Any], c: Classification | None) -> str:
         out.append(f"<p class='sig {cls}'>{_e(c.signature_id or 'unknown')}: {_e(c.title)}</p>")
         out.append(f"<p>Stalled: pid <b>{_e(c.pid)}</b>, thread <b>{_e(c.thread_name)}</b> ({_e(frozen)}, {_e(c.rounds)} round(s)) "
                    f"<span class=muted>{_e(c.cmdline[:200])}</span></p>")
-        out.append("<p><b>Evidence</b></p><pre>" + "\n".join(_e(f.render()) for f in c.evidence) + "</pre>")
+        out.append("<p><b>Evidence</b></p><pre>" + "\n".join(_frame(f) for f in c.evidence) + "</pre>")
         out.append(f"<div class=advice><b>Advice.</b> {_e(c.advice)}</div>")
     out.append("</section>")
     return "".join(out)
@@ -224,7 +231,7 @@ def _stacks(series: Sequence[ProcessSeries], c: Classification | None) -> str:
             lines = []
             for f in t.frames:
                 cls = "ev" if stalled and (f.function, f.short_file, f.line) in evidence else ("native" if f.native else "")
-                lines.append(f"<span class='frame {cls}'>{_e(f.render())}</span>")
+                lines.append(f"<span class='frame {cls}'>{_frame(f)}</span>")
             out.append(f"<div class=thread><b>{_e(t.name or t.ident)}</b> <span class=muted>({_e(t.ident)})</span>{badge}"
                        f"{' <b class=fail>← stalled</b>' if stalled else ''}<pre>" + "\n".join(lines) + "</pre></div>")
         out.append("</details>")

@@ -95,3 +95,12 @@ def test_a_frame_name_never_forges_a_line_in_replays_text(tmp_path):
     incidents = analyse([_write(tmp_path, {"stacks/round-1/pid-9.json": dump})], load_signatures())
     text = render_text(incidents, aggregate(incidents), processes_overview(incidents))
     assert "forged" in text and not [line for line in text.splitlines() if line.startswith("== forged")]
+
+
+def test_a_frame_name_never_forges_a_frame_in_the_reports_stacks(tmp_path):
+    dump = _dump(9)
+    dump[0]["frames"][0].update(name="wait", filename="/srv/a.py\n    forged (b.py:1)")
+    page = render_report(load_bundle(_write(tmp_path, {"stacks/round-1/pid-9.json": dump})))
+    pre = [block.split("</pre>")[0] for block in page.split("<pre>")[1:]]
+    assert pre and not [line for block in pre for line in block.split("\n") if line.lstrip().startswith("forged")]
+    assert "a.py\\n    forged (b.py:1)" in page
