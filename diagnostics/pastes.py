@@ -113,6 +113,8 @@ _PYTHON = re.compile(r"^Python (v?\d[\w.+-]{0,30})(?: \((.{0,500})\))?\s*$")
 _THREAD = re.compile(
     r'^Thread(?: (0[xX][0-9A-Fa-f]{1,16}|\d{1,12}|<\w{1,20}>|[A-Z]{1,8}|0[xX][0-9A-Fa-f]{0,16}(?:\.\.\.|…)|\.\.\.|…))?:? ?\(([a-z+]{1,16})(?:,[^()\n]{0,60})?\)(?::? ?"([^"\n]{0,200})"?)?:?(.{0,400})$'
 )
+# A py-spy thread header at the end of a line of prose, glued to it or after a space.
+_GLUED_THREAD = re.compile(r'(?<![A-Za-z0-9_."\'/-])Thread (?:0[xX][0-9A-Fa-f]{1,16}|\d{1,12}) \((?:idle|active|active\+gil|gil)\):? "[^"\n]{0,200}"$')
 # Placeholders people write for an id they left out: "Thread N", "Thread 0x7f...".
 _PLACEHOLDER_IDENT = re.compile(r"^(?:[A-Z]{1,8}|0[xX][0-9A-Fa-f]{0,16}(?:\.\.\.|…)|\.\.\.|…)$")
 # Python 3.14 adds the thread's name: "Current thread 0x00007604707c3780 [python] (most recent call first):".
@@ -983,6 +985,13 @@ class _Reader:
             if rest and (_PROCESS.match(rest) or _PYTHON.match(rest) or parse_thread_header(rest) is not None
                          or parse_frame_line(rest) is not None):
                 line = s = rest
+        if "Thread" in s and not s.startswith("Thread") and len(s) < MAX_LINE_CHARS:
+            # A py-spy thread header glued to the end of a sentence ("...卡死栈信息Thread 100777
+            # (idle): "MainThread"", the frames on the next lines): the header is read. Only a
+            # whole header ends the line (id, state, quoted name), so prose naming a thread is not.
+            mg = _GLUED_THREAD.search(s)
+            if mg and mg.start() > 0:
+                line = s = mg.group(0)
         if not s:
             return
         self.prev_text, self.cur_text = self.cur_text, s

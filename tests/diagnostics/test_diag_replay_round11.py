@@ -72,3 +72,19 @@ def test_ascend_runtime_synchronize_and_item_are_a_synchronize_wait(tmp_path):
         "    step (mylib/loop.py:10)\n"
     )
     assert text_verdict(tmp_path, py) == "cuda-synchronize-wait"
+
+
+def test_a_pyspy_thread_header_glued_to_the_end_of_a_sentence_is_read():
+    """'...卡死栈信息Thread 100777 (idle): "MainThread"' then the frames: the header was prose,
+    so the frames had no thread (pid ?, an unnamed thread)."""
+    from hangwatch.diagnostics.pastes import read_text
+
+    frames = "\nwait (mylib/streams.py:85)\nstep (mylib/loop.py:10)\n"
+    for glue in ("原因是卡死，栈信息", "the stack was: "):
+        report = read_text(f'{glue}Thread 100777 (idle): "MainThread"' + frames)
+        (proc,) = report.processes
+        (thread,) = proc.threads
+        assert (thread.ident, thread.name, len(thread.frames)) == ("100777", "MainThread", 2)
+    # A sentence that merely names a thread is no header.
+    report = read_text('see Thread 12 (idle) in the log\nwait (mylib/streams.py:85)\nstep (mylib/loop.py:10)\n')
+    assert [t.name for p in report.processes for t in p.threads] != ["MainThread"]
