@@ -723,6 +723,31 @@ def _bare_name(s: str) -> str | None:
     return None
 
 
+# A reporter's note after a name, two spaces or more away: "cuStreamSynchronize   <- never returns".
+_BARE_NOTE = re.compile(r"\s{2,}(?:<-|←|⟵|<==|#|//)(?:\s.{0,300})?$")
+
+
+def _bare_frame_name(s: str) -> str | None:
+    """A name alone on its line (see _bare_name), also with a note after it or written as a
+    demangled C++ signature ("THPStorage_newSharedCuda(...)::{lambda(void*)#1}::_FUN")."""
+    s = _BARE_NOTE.sub("", s)
+    name = _bare_name(s)
+    if name is None and "::" in s and "(" in s and " " not in s:
+        name = _bare_name(_cxx_name(s))
+    return name
+
+
+def _names_stack(run: list[Frame]) -> bool:
+    """Names alone on their lines that read as a native stack by themselves: four or more,
+    at least one a C++ name ("ns::f") and half of them C++ or camelCase API names
+    ("cuStreamSynchronize"), so a fenced list of config keys, Python names (snake_case) or
+    class names ("LlamaForCausalLM") is not taken."""
+    if len(run) < 4 or not any("::" in f.function for f in run):
+        return False
+    native = sum(1 for f in run if "::" in f.function or _CAMEL.search(f.function))
+    return native * 2 >= len(run)
+
+
 def _arrow_name(text: str) -> str | None:
     """The call in one link of a hand-written chain: "model_runner._dummy_run(uniform_decode=True)"
     -> "model_runner._dummy_run"; "wait / sched_yield" (either) -> "wait"."""
@@ -873,6 +898,7 @@ class _Reader:
         self.trace: list[Frame] | None = None  # VLLM_TRACE_FUNCTION calls still open
         # Code-shaped names alone on their lines, waiting to see whether frames follow.
         self.bare: list[Frame] = []
+        self.bare_runs: list[list[Frame]] = []  # fenced lists of names alone, kept if nothing else is a stack
         self.after_frame = False  # the line before was a frame (a bare name there continues it)
         self.caption: tuple[int | None, bool] | None = None  # (rank, main thread) a caption named
         self.arrow: list[Frame] | None = None  # a hand-written call chain being read, outermost first
@@ -1112,6 +1138,8 @@ class _Reader:
             if mi and self.gdb_info_thread(mi):
                 return
         if s.startswith(("```", "~~~")):
+            if _names_stack(self.bare) and len(self.bare_runs) < 16:
+                self.bare_runs.append(self.bare)  # kept aside: a stack if the paste has no other
             self.drop_bare()
             self.group = [] if any(t.frames for t in self.group) else self.group
             self.after_break = True
@@ -1199,7 +1227,7 @@ class _Reader:
             else:
                 self.after_file_frame = True
         if parsed is None:
-            name = _bare_name(s) if len(s) <= 300 else None
+            name = _bare_frame_name(s) if len(s) <= 300 else None
             if name is not None and after_frame:
                 self.add_frames([Frame(name, "?")])  # the list of frames goes on, by name only
                 self.report.bare_frames += 1
@@ -1758,7 +1786,20 @@ class _Reader:
         self.end_pdb()
         if self.numbered:
             self.numbered_line("")  # a C++ traceback that ends the paste
+        if _names_stack(self.bare) and len(self.bare_runs) < 16:
+            self.bare_runs.append(self.bare)
         self.drop_bare()
+        if self.bare_runs and not self.tb_pending and not any(t.frames for p in self.processes for t in p.threads):
+            # Nothing in the paste is a stack but a fenced list of native-shaped names, one
+            # per line, as people copy a `py-spy dump --native` or a gdb bt by hand
+            # (sglang#17870: "THPStorage_dealloc / ... / cudaStreamSynchronize /
+            # cuStreamSynchronize <- never returns"): each list is one thread, as written.
+            for run in self.bare_runs:
+                self.report.skipped -= len(run)
+                self.report.bare_frames += len(run)
+                self.start_thread(None, "unknown", "")
+                self.report.thread_headers -= 1  # no header was pasted
+                self.add_frames(run)
         pending_used = bool(self.tb_pending) and not any(t.frames for p in self.processes for t in p.threads)
         if pending_used:
             stream: StreamKey = None

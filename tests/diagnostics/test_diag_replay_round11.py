@@ -88,3 +88,33 @@ def test_a_pyspy_thread_header_glued_to_the_end_of_a_sentence_is_read():
     # A sentence that merely names a thread is no header.
     report = read_text('see Thread 12 (idle) in the log\nwait (mylib/streams.py:85)\nstep (mylib/loop.py:10)\n')
     assert [t.name for p in report.processes for t in p.threads] != ["MainThread"]
+
+
+def test_a_fenced_list_of_native_names_alone_is_a_stack(tmp_path):
+    """sglang#17870: a `py-spy dump --native` copied as bare names, one per line, notes after
+    some; nothing else in the paste is a stack. It was refused as 'not a dump'."""
+    paste = (
+        "The native stack of the diverged rank:\n\n```\n"
+        "THPVariable_dealloc\n"
+        "c10::TensorImpl::~TensorImpl\n"
+        "c10::StorageImpl::release_resources\n"
+        "THPStorage_newSharedCuda(...)::{lambda(void*)#1}::_FUN   <- the deleter\n"
+        "cudaStreamSynchronize\n"
+        "cuStreamSynchronize                                       <- never returns\n"
+        "```\n"
+    )
+    assert text_verdict(tmp_path, paste) == "cuda-synchronize-wait"
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["gpu_memory_utilization", "max_model_len", "tensor_parallel_size", "enforce_eager"],
+        ["LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "GemmaForCausalLM"],
+    ],
+)
+def test_a_fenced_list_of_config_keys_or_class_names_is_still_no_dump(tmp_path, names):
+    from hangwatch.diagnostics.errors import DiagnosticsError
+
+    with pytest.raises(DiagnosticsError):
+        text_verdict(tmp_path, "Supported:\n```\n" + "\n".join(names) + "\n```\n")
