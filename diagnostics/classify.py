@@ -338,8 +338,14 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
     # shows the thread it stopped in, the one the reporter is asking about, so it is the
     # native half of that stack, no background thread.
     no_main = not any(is_main(t, pid) for t in threads)
+    # A main thread that says nothing (only unnamed frames in the driver: gdb's "?? () from
+    # libcuda.so.1", the paste cut there) next to the reporter's other C-level backtraces
+    # leaves those to decide as if no main thread were shown (NCCL#829: "the following
+    # threads causing a deadlock", an ncclCommAbort thread stuck in its stream synchronize
+    # and thread 1 cut after two libcuda frames).
+    opaque_main = not no_main and all(_opaque_native(t) for t in threads if is_main(t, pid))
     cands = [(t, series.frozen(t.ident),
-              m.facts(t, pid, cmd, alone, chosen=(no_main or _bare_list(t)) and bool(t.frames)
+              m.facts(t, pid, cmd, alone, chosen=(no_main or opaque_main or _bare_list(t)) and bool(t.frames)
                       and all(f.native for f in t.frames)))
              for t in threads]
     workers = [c for c in cands if not c[2].helper]
@@ -374,6 +380,12 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
             return ProcessVerdict(series, "unknown", None, t, native, frozen, False, "", (), source)
         return ProcessVerdict(series, "idle", None, t, (), frozen, False, "standard-library wait", (), source)
     return ProcessVerdict(series, "unknown", None, t, t.telling_frames(), frozen, False, "", (), source)
+
+
+def _opaque_native(thread: ThreadDump) -> bool:
+    """Only native frames, none of them named outside the C library and the interpreter."""
+    return bool(thread.frames) and all(f.native for f in thread.frames) and not any(
+        f.function != "?" for f in thread.native_telling_frames())
 
 
 #: Frames of a thread waiting to take the GIL (py-bt's "Waiting for the GIL", CPython's

@@ -17,6 +17,10 @@ pytestmark = pytest.mark.timeout(60)
         ("nccl_585_gdb_survivor_custreamsynchronize_peer_killed", "cuda-synchronize-wait"),
         ("vllm_ascend_zh_weight_sync_dummy_batch_aclgraph_sync_padded", "cuda-graph-replay"),
         ("vllm_ascend_pdsep_dummy_run_item_npu_native_zh", "cuda-synchronize-wait"),
+        # Thread 1 cut after two unnamed libcuda frames: the abort thread beside it decides.
+        ("nccl_829_gdb_commabort_strongstream_synchronize_cut", "process-group-destroy"),
+        ("sglang_pr17870_native_ipc_deleter_custreamsync_bare_names", "cuda-synchronize-wait"),
+        ("traccc_569_gdb_bt_cudastreamsync_fitting_kernel", "cuda-synchronize-wait"),
     ],
 )
 def test_round11_real_dumps(name, expected):
@@ -118,3 +122,17 @@ def test_a_fenced_list_of_config_keys_or_class_names_is_still_no_dump(tmp_path, 
 
     with pytest.raises(DiagnosticsError):
         text_verdict(tmp_path, "Supported:\n```\n" + "\n".join(names) + "\n```\n")
+
+
+def test_a_main_thread_with_a_named_native_frame_still_decides(tmp_path):
+    """The opaque-main rule is for a thread 1 that names nothing: one blocked in a named
+    driver call (cudaStreamSynchronize) keeps deciding over a background thread."""
+    paste = (
+        "Thread 2 (Thread 0x7f01 (LWP 12)):\n"
+        "#0  0x00007f in ncclCommAbort () from /usr/lib/libnccl.so.2\n"
+        "\n"
+        "Thread 1 (Thread 0x7f02 (LWP 11)):\n"
+        "#0  0x00007f in ?? () from /lib64/libcuda.so.1\n"
+        "#1  0x00007f in cudaStreamSynchronize () from /usr/lib/libcudart.so.12\n"
+    )
+    assert text_verdict(tmp_path, paste) == "cuda-synchronize-wait"
