@@ -230,20 +230,33 @@ class ProcessSeries:
 
 
 def group_series(dumps: Iterable[ProcessDump]) -> tuple[ProcessSeries, ...]:
-    """Group dumps by pid, keeping first-seen order; pid-less dumps stay apart."""
-    order: list[int | None] = []
-    by_pid: dict[int, list[ProcessDump]] = {}
+    """Group dumps by pid, keeping first-seen order; pid-less dumps stay apart.
+
+    Two dumps with one pid are two looks at one process, unless their other threads
+    share no id: a process keeps its threads between looks, while every container's
+    first process is pid 1 (marin#7344: two ranks in their own containers, both
+    "Process 1", read as one process looked at twice)."""
+    groups: list[tuple[int, list[ProcessDump]]] = []
     loose: list[ProcessSeries] = []
     for dump in dumps:
         if dump.pid is None:
             loose.append(ProcessSeries(None, (dump,)))
             continue
-        if dump.pid not in by_pid:
-            by_pid[dump.pid] = []
-            order.append(dump.pid)
-        by_pid[dump.pid].append(dump)
-    series = [ProcessSeries(pid, tuple(sorted(by_pid[pid], key=lambda d: d.round))) for pid in order if pid is not None]
+        group = next((g for pid, g in groups if pid == dump.pid and _same_process(g[-1], dump)), None)
+        if group is None:
+            groups.append((dump.pid, [dump]))
+        else:
+            group.append(dump)
+    series = [ProcessSeries(pid, tuple(sorted(g, key=lambda d: d.round))) for pid, g in groups]
     return tuple(series) + tuple(loose)
+
+
+def _same_process(a: ProcessDump, b: ProcessDump) -> bool:
+    """False when both dumps name threads besides the main one and share none of them."""
+    main = str(a.pid)
+    ids_a = {str(t.ident) for t in a.threads if t.ident is not None and str(t.ident) != main}
+    ids_b = {str(t.ident) for t in b.threads if t.ident is not None and str(t.ident) != main}
+    return not (ids_a and ids_b) or bool(ids_a & ids_b)
 
 
 def render_text(series: Sequence[ProcessSeries]) -> str:

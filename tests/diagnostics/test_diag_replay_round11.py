@@ -136,3 +136,21 @@ def test_a_main_thread_with_a_named_native_frame_still_decides(tmp_path):
         "#1  0x00007f in cudaStreamSynchronize () from /usr/lib/libcudart.so.12\n"
     )
     assert text_verdict(tmp_path, paste) == "cuda-synchronize-wait"
+
+
+def test_two_containers_pid_1_are_two_processes_not_two_looks():
+    """Every container's first process is pid 1: two dumps of 'Process 1' whose other
+    threads share no id are two processes (marin#7344 read as one process looked at twice,
+    and the second look's event-loop thread made it 'all-idle')."""
+    from hangwatch.diagnostics.stacks import Frame, ProcessDump, ThreadDump, group_series
+
+    def dump(rnd, *idents):
+        threads = (ThreadDump("1", "MainThread", (Frame("step", "train.py", 3),)),) + tuple(
+            ThreadDump(i, "worker", (Frame("select", "selectors.py", 468),)) for i in idents)
+        return ProcessDump(1, threads, round=rnd)
+
+    assert [len(s.dumps) for s in group_series([dump(1, "1440", "1441"), dump(2, "1439")])] == [1, 1]
+    # The same process looked at twice keeps its threads: one series of two looks.
+    assert [len(s.dumps) for s in group_series([dump(1, "1440", "1441"), dump(2, "1441")])] == [2]
+    # Only the main thread shown: nothing says they differ.
+    assert [len(s.dumps) for s in group_series([dump(1), dump(2)])] == [2]
