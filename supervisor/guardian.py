@@ -93,6 +93,7 @@ class Guardian:
         self._lock = threading.Lock()  # the supervisor's main thread and its busy watcher both send
         self._stopping = threading.Event()  # a normal stop: no re-arming (``keep_armed``)
         self.start_error: GuardianError | None = None  # why the first start did not arm (``start(later=True)``)
+        self._mourned: subprocess.Popen | None = None  # a dead guardian the keeper was woken for once
 
     def send(self, state: Mapping[str, Any]) -> None:
         """Tell the guardian the tree's current state (replaces what it had).
@@ -157,9 +158,14 @@ class Guardian:
         within it left the root stopped and every escaped worker alive. True once a normal stop
         began."""
         proc = self.proc
-        out = proc.stdout if proc is not None else None
-        if out is None or out.closed or not self.armed():
+        if proc is None or not self.armed():  # one look: the two could differ
+            if proc is not None and proc is not self._mourned:
+                self._mourned = proc  # dead before we waited on it (killed as the watch began): at once
+                return self._stopping.is_set()
             return self._stopping.wait(every)  # none armed: the retries keep their own schedule
+        out = proc.stdout
+        if out is None or out.closed:
+            return self._stopping.wait(every)
         try:
             ready, _, _ = select.select([out], [], [], every)
         except (OSError, ValueError):
@@ -170,6 +176,7 @@ class Guardian:
                 time.sleep(0.005)
             if proc.poll() is None:  # alive after all (never seen): do not spin on the readable pipe
                 return self._stopping.wait(every)
+            self._mourned = proc
         return self._stopping.is_set()
 
     def _rearm(self) -> None:
@@ -403,6 +410,7 @@ def kill_state(state: Mapping[str, Any], grace: float = 2.0, spare: Iterable[int
     if marks:
         procs += _stopped(marked_processes(marks), spared)
     procs += _stopped_descendants(procs, spared)
+    procs += _stopped_led_sessions(procs, spared)
     kill_verified(procs, grace)
     killed += [p.pid for p in procs]
     return sorted(set(killed))
@@ -444,6 +452,46 @@ def _stopped_descendants(procs: list[psutil.Process], spared: frozenset[int] = f
                 new.append(proc)
         found += _stopped(new, spared)
         parents = {p.pid for p in new}
+    return found
+
+
+def _stopped_led_sessions(procs: list[psutil.Process], spared: frozenset[int] = frozenset()) -> list[psutil.Process]:
+    """Every process in a session that one of ``procs`` leads (and each one's descendants), stopped:
+    a worker that escaped with a double fork (setsid, fork, the intermediate exits at once) is in
+    the intermediate's session, but its parent is gone (it was reparented to the supervisor, then
+    to init), so no descendant walk reaches it; the intermediate, a zombie while its own parent
+    (stopped) has not reaped it, still leads that session. Only processes descended from a
+    session's leader can be in it, so this takes nothing the walk would not have, had the lineage
+    held; and no other session can take that id while the leader (or a member) holds it."""
+    me = os.getpid()
+    seen = {p.pid for p in procs}
+    scanned: set[int] = set()
+    found: list[psutil.Process] = []
+    frontier = procs
+    for _ in range(_MAX_GENERATIONS):
+        led = set()
+        for proc in frontier:
+            try:
+                if os.getsid(proc.pid) == proc.pid and proc.pid not in scanned:
+                    led.add(proc.pid)
+            except OSError:
+                continue  # gone (reaped): its session's members are beyond proof
+        if not led:
+            break
+        scanned |= led
+        new = []
+        for proc in psutil.process_iter():
+            try:
+                if proc.pid not in seen and proc.pid != me and os.getsid(proc.pid) in led:
+                    new.append(proc)
+            except (OSError, psutil.Error):
+                continue
+        new = _stopped(new, spared)
+        new += _stopped_descendants(new, spared)
+        new = [p for p in new if p.pid not in seen]
+        seen |= {p.pid for p in new}
+        found += new
+        frontier = new
     return found
 
 
