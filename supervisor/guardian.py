@@ -21,6 +21,9 @@ forked between the last tick and the supervisor's death). Each is stopped (SIGST
 is found and all are killed together, with every descendant of theirs: a worker forked after
 the last tick into a new session with an empty environment is still its live parent's child,
 and a stopped process forks no more while the guardian looks.
+A worker handed off with a double fork has no parent of ours left, but an intermediate that
+its (stopped) parent has not reaped still leads the worker's session: every process in a
+session that a found process leads is taken too.
 
 With the tree walk the root is not killed by the supervisor's death but stopped (its
 parent-death signal is SIGSTOP while we are armed, ``tree.LocalTree``): nothing below it
