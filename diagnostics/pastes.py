@@ -115,6 +115,11 @@ _THREAD = re.compile(
 )
 # A py-spy thread header at the end of a line of prose, glued to it or after a space.
 _GLUED_THREAD = re.compile(r'(?<![A-Za-z0-9_."\'/-])Thread (?:0[xX][0-9A-Fa-f]{1,16}|\d{1,12}) \((?:idle|active|active\+gil|gil)\):? "[^"\n]{0,200}"$')
+# A header trimmed to the quoted name ('Thread "embed-warmup"'), or a faulthandler-style
+# id with the reporter's note in place of "most recent call first"
+# ('Thread 0x00000df0 (the anyio worker running the tool body):').
+_NAMED_THREAD = re.compile(r'^Thread "([^"\n]{1,200})":?\s*$')
+_NOTED_THREAD = re.compile(r"^Thread (0[xX][0-9A-Fa-f]{1,16}|\d{1,12}) \([^()\n]{1,200}\):\s*$")
 # Placeholders people write for an id they left out: "Thread N", "Thread 0x7f...".
 _PLACEHOLDER_IDENT = re.compile(r"^(?:[A-Z]{1,8}|0[xX][0-9A-Fa-f]{0,16}(?:\.\.\.|…)|\.\.\.|…)$")
 # Python 3.14 adds the thread's name: "Current thread 0x00007604707c3780 [python] (most recent call first):".
@@ -127,6 +132,9 @@ _FAULTHANDLER_THREAD = re.compile(
 # ('File ".../jax/_src/array.py",    line 642 in _value', PyAutoFit#1528).
 _FAULTHANDLER_FRAME = re.compile(r'^File "([^"\n]{1,1000})"(?:,[ \t]{1,40}line (\d{1,7}) in ([^\s()]{1,300}))?\s*$')
 _FAULTHANDLER_CUT = re.compile(r'^File "([^"\n]{1,1000})$')
+# faulthandler's line with 'File "..."' trimmed to the bare path (a reporter's condensed
+# copy): "numpy/_core/multiarray.py, line 11 in <module>", the " in f" sometimes left out.
+_BARE_FILE_FRAME = re.compile(r"^([^\s\",()]{1,1000}\.pyx?|<[\w.-]{1,60}(?: [\w.-]{1,60})?>), line (\d{1,7})(?: in ([^\s()]{1,300}))?\s*$")
 _STATE = re.compile(r"^(idle|active|active\+gil|gil|running|sleeping|waiting)(?:,.{0,60})?$")
 _STACK_DUMP_FOR = re.compile(r"^Stack dump for (.{0,2000})$")
 _SEPARATOR = re.compile(r"^(?:=|-|#){2,}\s{0,5}(?:(pid|process|rank|worker|node)\s{0,3}[:=#]?\s{0,3}(\d{1,10}))\b.{0,200}$", re.IGNORECASE)
@@ -143,8 +151,10 @@ _HTML = re.compile(r"^</?(?:details|summary|pre|code|br|p|div|b|i|em|strong|sub|
 _LOCALS_HEAD = re.compile(r"^(Arguments|Locals)::?\s*$")
 _IDENT = re.compile(r"^[\w.<>$\[\]-]{1,300}$")
 _PY_EXT = (".py", ".pyx", ".pyi", ".pyc")
-_NATIVE_PATH = re.compile(r"(\.so(\.\d{1,6}){0,4}|\.dylib|\.dll|\.(c|cc|cpp|cxx|h|hpp|cu|cuh|rs|S)|^python\d[\d.]{0,6}|^\[\w{1,20}\])$")
+_NATIVE_PATH = re.compile(r"(\.so(\.\d{1,6}){0,4}|\.dylib|\.dll|\.pyd|\.(c|cc|cpp|cxx|h|hpp|cu|cuh|rs|S)|^python\d[\d.]{0,6}|^\[\w{1,20}\])$")
 _WS = re.compile(r"\s")
+# A backslash that separates a path component not led by "_": a Windows path.
+_WINDOWS_SEP = re.compile(r"\\(?!_)")
 _HEX = re.compile(r"^0[xX][0-9a-fA-F]{1,16}$")
 _FLAT_FRAME = re.compile(
     r'(?P<proc>\bProcess \d{1,10}:)'
@@ -422,7 +432,11 @@ def parse_location(inner: str) -> tuple[str, int | None, bool] | None:
     """``path:line`` / ``lib.so`` / ``<string>:1`` inside parentheses:
     (file, line, native), or None when it does not look like a code location."""
     inner = inner.strip()
-    if "\\_" in inner:  # markdown-escaped underscores: "torch/\\_inductor/"
+    if "\\_" in inner and not _WINDOWS_SEP.search(inner):
+        # markdown-escaped underscores: "torch/\\_inductor/". A backslash that
+        # separates anything else ("anyio\\_core\\_eventloop.py" has none, but
+        # "asyncio\\windows_events.py" or "torch\\_dynamo\\eval_frame.py" does) makes
+        # it a Windows path, where "\\_" is a separator before a "_module" folder.
         inner = inner.replace("\\_", "_")
     if "\\" in inner:
         # Windows: py-spy prints "concurrent\\futures\\thread.py"; one separator
@@ -463,7 +477,10 @@ def _clean_function(fn: str) -> tuple[str, bool]:
     abbreviated = False
     fn = fn.strip()
     if "\\_" in fn:  # a rich-text editor escaped the underscores: "\\_\\_call\\_\\_ (..."
-        fn = fn.replace("\\_", "_")
+        # The location keeps them where other backslashes make it a Windows path
+        # ("_git (pkg\\tools\\_git.py:122)": a separator before "_git.py").
+        head, sep, tail = fn.partition("(")
+        fn = head.replace("\\_", "_") + sep + (tail if _WINDOWS_SEP.search(tail) else tail.replace("\\_", "_"))
     while fn[:3] == "..." or fn[:1] == "…":
         fn = fn[3:] if fn[:3] == "..." else fn[1:]
         fn = fn.strip()
@@ -490,6 +507,10 @@ def parse_frame_line(s: str) -> tuple[list[Frame], bool, bool] | None:
     Linear: each ``(`` is looked at once, from left to right."""
     if s.startswith('File "'):
         return _faulthandler_frame(s)
+    if ", line " in s:
+        mb = _BARE_FILE_FRAME.match(s)
+        if mb:
+            return [Frame(mb.group(3) or "?", mb.group(1).replace("\\", "/"), int(mb.group(2)))], False, False
     fn_text, abbreviated = _clean_function(s)
     if not fn_text:
         return None
@@ -794,6 +815,12 @@ def parse_thread_header(s: str) -> tuple[str | None, str, str] | None:
             if ident is not None and _PLACEHOLDER_IDENT.match(ident):
                 ident = None
             return ident, "unknown", m.group(3) or ""
+        m = _NAMED_THREAD.match(s)
+        if m:
+            return None, "unknown", m.group(1)
+        m = _NOTED_THREAD.match(s)
+        if m:
+            return m.group(1), "unknown", ""
         return None
     # Condensed: 'MainThread (active, 100% CPU):' / 'Thread-3 (worker) (idle):'
     if s.endswith("):") or s.endswith(")"):
