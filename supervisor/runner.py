@@ -129,14 +129,17 @@ class Supervisor:
         our sleep shows as its overrun; this tells of one that landed inside a tick."""
         self._continued_at = self.clock()
 
-    def _sleep(self, seconds: float) -> bool:
-        """Sleep in small steps; False if a stop was requested meanwhile."""
+    def _sleep(self, seconds: float, wake: Callable[[], bool] | None = None) -> bool:
+        """Sleep in small steps; False if a stop was requested meanwhile, or ``wake`` said so
+        (the trainer exited: seen within 50 ms, not at the next tick, a whole interval later)."""
         deadline = self.clock() + seconds
         while self._stop_signal is None:
             left = deadline - self.clock()
             if left <= 0:
                 return True
             self.sleep(min(0.05, left))
+            if wake is not None and wake():
+                return False
         return False
 
     def _enter(self, state: AttemptState) -> None:
@@ -506,7 +509,7 @@ class Supervisor:
                 next_tick = self.clock()  # we fell behind (a slow probe); do not burst
                 continue
             slept_from = self.clock()
-            if not self._sleep(delay):
+            if not self._sleep(delay, wake=lambda: self.tree.exit_code(trainer) is not None):
                 continue
             # A sleep that overran by more than the gap tolerance: we were not running (the
             # job was stopped and continued). None of that time was observed: it is not silence.

@@ -484,3 +484,13 @@ def test_checkpoints_that_cannot_be_listed_stop_the_run_instead_of_a_restart_fro
     last = read_journal(sup.run_dir / "journal.jsonl")[-1]
     assert last["event"] == "run_finished" and last["exit_code"] == 76
     assert "cannot list the checkpoint directory" in last["reason"] and "not relaunching from scratch" in last["reason"]
+
+
+def test_a_trainer_that_exits_between_two_ticks_is_seen_at_once_not_at_the_next_tick(tmp_path):
+    """With a long interval the run still ends within 50 ms of the trainer's exit: the wait
+    between ticks watches the trainer (before: up to a whole interval later)."""
+    sup, tree, clock, _ = _supervisor(tmp_path, ["train"], interval=20.0, stall_window=100.0, progress_timeout=300.0)
+    tree.train_for = 5.0
+    assert sup.run() == 0
+    ended = next(r for r in read_journal(tmp_path / "run" / "journal.jsonl") if r["event"] == "attempt_ended")
+    assert ended["kind"] == "done" and ended["duration_s"] <= 5.0 + 0.1
