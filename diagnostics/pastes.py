@@ -130,7 +130,8 @@ _FAULTHANDLER_THREAD = re.compile(
 )
 # The gap before "line" may be padded: people align a pasted stack's columns
 # ('File ".../jax/_src/array.py",    line 642 in _value', PyAutoFit#1528).
-_FAULTHANDLER_FRAME = re.compile(r'^File "([^"\n]{1,1000})"(?:,[ \t]{1,40}line (\d{1,7}) in ([^\s()]{1,300}))?\s*$')
+# The line may be cut after its number ('File "x/util.py", line 227'): a frame, name unknown.
+_FAULTHANDLER_FRAME = re.compile(r'^File "([^"\n]{1,1000})"(?:,[ \t]{1,40}line (\d{1,7})(?: in ([^\s()]{1,300}))?)?\s*$')
 _FAULTHANDLER_CUT = re.compile(r'^File "([^"\n]{1,1000})$')
 # faulthandler's line with 'File "..."' trimmed to the bare path (a reporter's condensed
 # copy): "numpy/_core/multiarray.py, line 11 in <module>", the " in f" sometimes left out.
@@ -551,6 +552,8 @@ def _faulthandler_frame(s: str) -> tuple[list[Frame], bool, bool] | None:
         path, line, fn = m.group(1).replace("\\", "/"), m.group(2), m.group(3)
         if line is None:
             return [Frame("?", path, None)], False, True
+        if fn is None:  # cut after the line number
+            return [Frame("?", path, int(line))], False, True
         return [Frame(fn, path, int(line))], False, False
     m = _FAULTHANDLER_CUT.match(s)
     if m:
