@@ -104,3 +104,24 @@ def test_a_frame_name_never_forges_a_frame_in_the_reports_stacks(tmp_path):
     pre = [block.split("</pre>")[0] for block in page.split("<pre>")[1:]]
     assert pre and not [line for block in pre for line in block.split("\n") if line.lstrip().startswith("forged")]
     assert "a.py\\n    forged (b.py:1)" in page
+
+
+def test_replay_holds_no_bundles_bytes_after_reading_each(tmp_path):
+    """A run directory of 30 bundles with three sparse 31 MiB logs each (368 KB on disk) held
+    2.9 GB in `replay`: every bundle's bytes were kept until the last input was read."""
+    from hangwatch.diagnostics.replay import aggregate
+
+    run = tmp_path / "run" / "incidents"
+    for i in range(3):
+        bundle = _write(run / f"b{i}", {"stacks/round-1/pid-9.json": _dump(9), "samples.jsonl": ""})
+        target = run / f"20260101T00000{i}-attempt1-stall"
+        bundle.rename(target)
+        (target / "logs").mkdir()
+        with open(target / "logs" / "stdout.tail.txt", "wb") as handle:
+            handle.truncate(4 << 20)  # sparse: costs no disk
+        (run / f"b{i}").rmdir()
+    incidents = analyse([tmp_path / "run"], load_signatures())
+    assert len(incidents) == 3
+    assert all(set(i.source.bundle.files) == {"manifest.json"} for i in incidents)
+    assert [i.to_json()["verdict"] for i in incidents] == ["stall"] * 3
+    assert "== across 3 incident(s)" in render_text(incidents, aggregate(incidents))
