@@ -286,7 +286,8 @@ class _Matcher:
             # thread is Ray's profiler flusher or a tqdm monitor was cut before its main
             # thread (the last process of a `ray stack` paste, ray#3417), not chosen.
             known_helper = not is_main(thread, pid) and any(_helper_match(h, thread, cmdline, lines) for h in self.helpers)
-            helper = known_helper or (not main and not chosen and not thread.telling_frames(limit=1))
+            helper = known_helper or (not main and not chosen and not thread.telling_frames(limit=1)
+                                      and not _joins_a_thread(thread))
             stalls = []
             for sig in self.stalls:
                 frames = sig.match_thread(thread, cmdline, lines)
@@ -308,9 +309,26 @@ def is_helper(thread: ThreadDump, pid: int | None, cmdline: str, helpers: Sequen
     """A background thread: never the one that decides a verdict."""
     if is_main(thread, pid):
         return False
-    if not thread.telling_frames(limit=1):
+    if not thread.telling_frames(limit=1) and not _joins_a_thread(thread):
         return True  # only stdlib/native frames: an idle pool worker, a queue feeder
     return any(_helper_match(h, thread, cmdline) for h in helpers)
+
+
+def _joins_a_thread(thread: ThreadDump) -> bool:
+    """The thread waits in Thread.join for another thread to end. Background idlers wait
+    for work (a queue, a condition, a socket), not for a thread: one joining is the
+    program's own wait even when every frame of it is the standard library's (a
+    Queue's finalizer joining its feeder, faulthandler naming no current thread)."""
+    seen = 0
+    for f in thread.frames:
+        if f.native:
+            continue
+        if f.function in ("_wait_for_tstate_lock", "join") and f.file.rsplit("/", 1)[-1] == "threading.py":
+            return True
+        seen += 1
+        if seen >= 2:
+            return False
+    return False
 
 
 def _helper_match(h: Signature, thread: ThreadDump, cmdline: str, lines: ThreadLines | None = None) -> bool:

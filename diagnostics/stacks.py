@@ -22,6 +22,10 @@ _STDLIB_NAMES = frozenset(getattr(sys, "stdlib_module_names", ())) | {"threading
 # "/usr/lib/python3.10/threading.py", and in gdb py-bt pastes of Python 2 as well as
 # vendored interpreters ("/av/lib/third_party/python2.7/threading.py").
 _STDLIB_PATH = re.compile(r"/python[23]\.\d{1,2}/(?!site-packages/|dist-packages/)")
+# Windows keeps the standard library in "<install>\\Lib\\" ("C:\\Python312\\Lib\\threading.py",
+# "...\\envs\\x\\Lib\\queue.py"), third-party code under "Lib\\site-packages".
+_WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:/")
+_WINDOWS_STDLIB_PATH = re.compile(r"/Lib/(?!site-packages/|dist-packages/)")
 # Native code that every process waits in (the C library, the C++ runtime, the
 # interpreter itself): a thread whose only native frames are these is not blocked in
 # anything of the job's own (CUDA, NCCL, torch, an extension).
@@ -66,6 +70,8 @@ class Frame:
             return True
         if self.file.startswith("/"):
             return bool(_STDLIB_PATH.search(self.file))
+        if _WINDOWS_DRIVE.match(self.file):
+            return bool(_WINDOWS_STDLIB_PATH.search(self.file))
         head = self.file.split("/", 1)[0]
         # "<string>": the ``python -c`` entry of a spawned worker, not own code.
         return head.removesuffix(".py") in _STDLIB_NAMES or head.startswith("<frozen") or head in ("<string>", "<stdin>")

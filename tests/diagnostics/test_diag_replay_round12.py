@@ -19,6 +19,9 @@ pytestmark = pytest.mark.timeout(60)
         # No signature covers a native loader-lock wait: parsed, not mislabelled.
         ("jdocmunch_118_windows_native_loader_lock_dllmain_arrows", "unknown"),
         ("suews_1762_windows_numpy_import_create_module_condensed_faulthandler", "unknown"),
+        # A Queue's exit finalizer joining its feeder, cut before _run_finalizers.
+        ("pytest_13137_windows_faulthandler_queue_finalize_join_feeder_send_cut", "shutdown-join"),
+        ("mplogging_64_keyboardinterrupt_atexit_finalize_join_traceback_cut", "shutdown-join"),
     ],
 )
 def test_round12_real_dumps(name, expected):
@@ -93,3 +96,56 @@ def test_faulthandler_lines_without_file_prefix_are_frames(tmp_path):
     assert (frames[0].function, frames[0].line) == ("?", 122)
     # Prose with ", line " is not a frame.
     assert parse_frame_line("see the log file, line 3 in the output") is None
+
+
+def test_queue_finalizer_joining_its_feeder_is_a_shutdown_join(tmp_path):
+    """_finalize_join is a multiprocessing.Queue's finalizer joining the feeder thread;
+    with _run_finalizers cut off the paste the join was read as a plain lock wait, and
+    with no 'Current thread' the joining thread (all standard library) was taken for a
+    background idler: every thread 'idle'. A thread joining another is not an idler."""
+    text = (
+        "Thread 0x00008294 (most recent call first):\n"
+        '  File "/usr/lib/python3.12/multiprocessing/connection.py", line 293 in _send_bytes\n'
+        '  File "/usr/lib/python3.12/multiprocessing/queues.py", line 266 in _feed\n'
+        '  File "/usr/lib/python3.12/threading.py", line 1012 in run\n'
+        "\n"
+        "Thread 0x00008210 (most recent call first):\n"
+        '  File "/usr/lib/python3.12/threading.py", line 1169 in _wait_for_tstate_lock\n'
+        '  File "/usr/lib/python3.12/threading.py", line 1149 in join\n'
+        '  File "/usr/lib/python3.12/multiprocessing/queues.py", line 219 in _finalize_join\n'
+    )
+    assert text_verdict(tmp_path, text) == "shutdown-join"
+
+
+def test_faulthandler_line_cut_after_its_number_is_a_frame():
+    frames, _, cut = parse_frame_line('File "C:\\Python312\\Lib\\multiprocessing\\util.py", line 227')
+    assert cut and (frames[0].function, frames[0].file, frames[0].line) == (
+        "?", "C:/Python312/Lib/multiprocessing/util.py", 227)
+
+
+@pytest.mark.parametrize(
+    ("path", "stdlib"),
+    [
+        ("C:/Users/me/AppData/Local/Programs/Python/Python312/Lib/threading.py", True),
+        ("D:/Anaconda/Lib/multiprocessing/queues.py", True),
+        ("C:/venv/Lib/site-packages/torch/utils/data/dataloader.py", False),
+        ("C:/work/project/train.py", False),
+    ],
+)
+def test_windows_standard_library_paths(path, stdlib):
+    """A Windows install keeps the standard library in '<install>\\Lib\\': a drive-letter
+    path was never standard library, so a feeder thread looked like the job's own code."""
+    from hangwatch.diagnostics.stacks import Frame
+
+    assert Frame("f", path, 1).is_stdlib is stdlib
+
+
+def test_windows_feeder_threads_alone_are_idle(tmp_path):
+    text = "".join(
+        f"Thread 0x0000{n}7b8 (most recent call first):\n"
+        '  File "D:\\Anaconda\\Lib\\threading.py", line 320 in wait\n'
+        '  File "D:\\Anaconda\\Lib\\multiprocessing\\queues.py", line 231 in _feed\n'
+        '  File "D:\\Anaconda\\Lib\\threading.py", line 975 in run\n\n'
+        for n in (1, 2)
+    )
+    assert text_verdict(tmp_path, text) == "all-idle"
