@@ -278,8 +278,9 @@ def _held(payload: Mapping[str, Any]) -> dict[str, Any]:
     travels in one environment variable, which the kernel caps at 128 KiB: a heartbeat phase
     of 30 000 "é" (60 KB, within the beat file's cap; 180 KB as JSON escapes) made every
     command alert fail to start ("Argument list too long")."""
+    held = {k: redact_text(v) if isinstance(v, str) else v for k, v in payload.items()}  # as the text targets get it
     return {k: (v[:MAX_COMMAND_FIELD] + "...[cut]" if isinstance(v, str) and len(v) > MAX_COMMAND_FIELD else v)
-            for k, v in payload.items()}
+            for k, v in held.items()}
 
 
 class _Tail:
@@ -544,8 +545,9 @@ def render(p: Mapping[str, Any]) -> tuple[str, str]:
     Each field is shown on one line, a lone surrogate as ``\\udcXX`` (``one_line``): the trainer's
     user chooses some of them (its heartbeat's phase, a checkpoint folder's name), and a newline
     forged a line of the alert (``report: ...`` pointing elsewhere) while a byte that was not
-    UTF-8 made the alert fail on every target that encodes its text (apprise's form://, xml://)."""
-    p = {k: one_line(v) if isinstance(v, str) else v for k, v in p.items()}
+    UTF-8 made the alert fail on every target that encodes its text (apprise's form://, xml://).
+    Each is redacted too: an alert leaves the machine, and the trainer's phase may name a token."""
+    p = {k: one_line(redact_text(v)) if isinstance(v, str) else v for k, v in p.items()}
     where = f"{p.get('host')}:{p.get('run_dir')} (run {p.get('run_id')}"
     if p["event"] == "incident":
         step = f", step {p['step']}" if p.get("step") is not None else ""

@@ -63,3 +63,16 @@ def test_an_alert_is_encodable_and_no_field_forges_a_line():
         title, body = render({**payload, "event": event, "reason": "stopped\nforged: line\udcff"})
         (title + body).encode("utf-8")
         assert "forged" not in [line.split(":")[0] for line in body.split("\n")]
+
+
+def test_a_secret_in_the_trainers_phase_never_leaves_in_an_alert():
+    from hangwatch.supervisor.notify import _held
+
+    token = "hf_abcdefghijklmnopqrstuvwxyzABCDEF12"
+    payload = {"event": "incident", "host": "node1", "run_dir": "/runs/r", "run_id": "c838d032d17e", "attempt": 1,
+               "kind": "stall", "reason": "no progress", "phase": f"download https://u:hunter2pass@hub/x {token}",
+               "action": "restarting"}
+    title, body = render(payload)
+    assert token not in body and "hunter2pass" not in body and "phase download https://u:[REDACTED]@hub/x" in body
+    event = _held(payload)
+    assert token not in event["phase"] and "hunter2pass" not in event["phase"] and event["run_id"] == "c838d032d17e"
