@@ -384,7 +384,10 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
         idle = next(c[2] for c in cands if c[0] is t).idle
         return ProcessVerdict(series, "stalled", sig, t, frames, frozen, idle is not None, idle.title if idle else "",
                               tuple((x[0], x[2], x[3]) for x in found[:50]), source)
-    pool = [holder] if holder is not None else (workers or cands)
+    # Only background threads: name one that no helper signature claims (a thread cut
+    # after a stdlib wait, not one of the queue feeders beside it, yolov5#12655).
+    pool = [holder] if holder is not None else (workers or [
+        c for c in cands if not any(_helper_match(h, c[0], cmd) for h in m.helpers)] or cands)
     if not pool:
         return ProcessVerdict(series, "idle", source=source, idle_label="no threads")
     t, frozen, facts = min(pool, key=lambda c: _telling_rank(c[:2], pid))
