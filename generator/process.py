@@ -5,9 +5,10 @@ in its own session, so it is its own process-group leader and everything it
 starts (vLLM's engine-core and GPU worker processes) is in that group:
 ``killpg`` on it can never reach the trainer.
 
-Kill protocol (``kill``): SIGTERM to the group, wait ``grace_s`` on a
-monotonic deadline, then SIGKILL, then confirm: the leader reaped and no
-live (non-zombie) member left in the group. A grace of 0 sends SIGKILL
+Kill protocol (``kill``): SIGTERM to the group (and to the worker's descendants that left
+it: ``setpgid``/``setsid``), wait ``grace_s`` on a monotonic deadline, then SIGKILL, then
+confirm: the leader reaped and no live (non-zombie) member left in the group or among those
+descendants. A grace of 0 sends SIGKILL
 first (a worker that timed out: the wedge ignores SIGTERM anyway). Only a confirmed-dead worker has
 surely released its (GPU) memory; until then ``WorkerUnkillable``.
 """
@@ -203,22 +204,25 @@ class WorkerProcess:
         assert self.proc is not None
         grace = self.grace_s if grace_s is None else grace_s
         pgid = self.proc.pid  # start_new_session: the worker leads its own group
+        # Its descendants that left its group (setpgid, setsid) would outlive a group kill,
+        # holding GPU memory: found now, while the worker still is their ancestor.
+        escaped = self._escaped(pgid)
         escalated = False
-        if grace <= 0 and self._group_alive(pgid):
-            self._signal_group(pgid, signal.SIGKILL)
+        if grace <= 0 and self._group_alive(pgid, escaped):
+            self._signal_group(pgid, signal.SIGKILL, escaped)
             escalated = True
-        elif self._group_alive(pgid):
-            self._signal_group(pgid, signal.SIGTERM)
+        elif self._group_alive(pgid, escaped):
+            self._signal_group(pgid, signal.SIGTERM, escaped)
             deadline = time.monotonic() + grace
-            while time.monotonic() < deadline and self._group_alive(pgid):
+            while time.monotonic() < deadline and self._group_alive(pgid, escaped):
                 time.sleep(0.05)
-            if self._group_alive(pgid):
+            if self._group_alive(pgid, escaped):
                 print(f"hangwatch generator: worker (pgid {pgid}) ignored SIGTERM for {grace:.1f} s; "
                       f"sending SIGKILL", file=sys.stderr, flush=True)
-                self._signal_group(pgid, signal.SIGKILL)
+                self._signal_group(pgid, signal.SIGKILL, escaped)
                 escalated = True
         deadline = time.monotonic() + confirm_s
-        while self._group_alive(pgid):
+        while self._group_alive(pgid, escaped):
             if time.monotonic() >= deadline:
                 raise WorkerUnkillable(f"worker group {pgid} still alive {confirm_s:.0f} s after SIGKILL",
                                        log_path=self.log_path)
@@ -227,10 +231,35 @@ class WorkerProcess:
         self.exit = WorkerExit(self.proc.pid, self.proc.returncode, escalated)
         return self.exit
 
-    def _group_alive(self, pgid: int) -> bool:
+    def _escaped(self, pgid: int) -> list[psutil.Process]:
+        """The worker's live descendants outside its process group (psutil objects keep their
+        start time, so a signal never reaches a process that reused one of their pids)."""
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            return []  # already gone: its children were re-parented, no longer provably its
+        try:
+            found = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.Error:
+            return []
+        escaped = []
+        for child in found:
+            try:
+                if os.getpgid(child.pid) != pgid:
+                    escaped.append(child)
+            except (ProcessLookupError, PermissionError):
+                continue
+        return escaped
+
+    def _group_alive(self, pgid: int, escaped: list[psutil.Process] = ()) -> bool:
         assert self.proc is not None
         if self.proc.poll() is None:  # also reaps the leader so it does not linger as our zombie
             return True
+        for child in escaped:
+            try:
+                if child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
+                    return True
+            except psutil.Error:
+                continue  # gone
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
@@ -248,11 +277,14 @@ class WorkerProcess:
         return False
 
     @staticmethod
-    def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    def _signal_group(pgid: int, sig: signal.Signals, escaped: list[psutil.Process] = ()) -> None:
         try:
             os.killpg(pgid, sig)
         except ProcessLookupError:
             pass  # the group emptied between the check and the signal: that is the goal
+        for child in escaped:
+            with contextlib.suppress(psutil.Error):
+                child.send_signal(sig)  # checks it is still the same process first
 
     def _cleanup(self) -> None:
         base = os.environ.get(names.ENGINE_HEARTBEAT)
