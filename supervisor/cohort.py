@@ -440,13 +440,17 @@ class _WatchedStore:
     def __init__(self, store: Store, clock: Callable[[], float]) -> None:
         self.inner, self.clock = store, clock
         self.failing_since: float | None = None
+        #: when a call was last seen failing: the streak is as long as what was seen of it (a job
+        #: suspended after one miss, with no call in flight, saw no failure in the pause)
+        self.failed_at: float | None = None
 
     def _do(self, call: Callable[..., Any], *args: Any) -> Any:
         try:
             result = call(*args)
         except StoreError:
+            self.failed_at = self.clock()
             if self.failing_since is None:
-                self.failing_since = self.clock()
+                self.failing_since = self.failed_at
             raise
         self.failing_since = None  # it answered
         return result
@@ -517,12 +521,14 @@ class Cohort:
     def store_lost(self) -> CohortError | None:
         """The cohort's problem, judging first whether the store has failed for the whole lease (no store
         call: the main loop asks at every tick, whoever holds the client)."""
-        since = self._failing_since
-        if self.problem is None and since is not None and self._thread is not None:  # (joined: the join has its own)
-            waited = self.clock() - since
-            if waited >= self.lease_timeout:
+        since, seen = self._failing_since, self.store.failed_at
+        if self.problem is None and since is not None and seen is not None and self._thread is not None:  # (joined)
+            # Up to the last failure seen, not now: asked on the first tick after the whole job was
+            # suspended, before any call (or the lease thread's discount, ``unobserved``), the pause
+            # since one miss counted as failure, and a node whose store answered again stopped (75).
+            if seen - since >= self.lease_timeout:
                 self.problem = StoreLost(f"the cohort store (node 0's supervisor, {self.me.endpoint}) has been "
-                                         f"unreachable for {waited:.0f} s")
+                                         f"unreachable for {self.clock() - since:.0f} s")
         return self.problem
 
     def _root(self, *parts: object) -> str:
