@@ -287,7 +287,7 @@ class _Matcher:
             # thread (the last process of a `ray stack` paste, ray#3417), not chosen.
             known_helper = not is_main(thread, pid) and any(_helper_match(h, thread, cmdline, lines) for h in self.helpers)
             helper = known_helper or (not main and not chosen and not thread.telling_frames(limit=1)
-                                      and not _joins_a_thread(thread))
+                                      and not _joins_a_thread(thread) and not _importing(thread))
             stalls = []
             for sig in self.stalls:
                 frames = sig.match_thread(thread, cmdline, lines)
@@ -309,7 +309,7 @@ def is_helper(thread: ThreadDump, pid: int | None, cmdline: str, helpers: Sequen
     """A background thread: never the one that decides a verdict."""
     if is_main(thread, pid):
         return False
-    if not thread.telling_frames(limit=1) and not _joins_a_thread(thread):
+    if not thread.telling_frames(limit=1) and not _joins_a_thread(thread) and not _importing(thread):
         return True  # only stdlib/native frames: an idle pool worker, a queue feeder
     return any(_helper_match(h, thread, cmdline) for h in helpers)
 
@@ -329,6 +329,15 @@ def _joins_a_thread(thread: ThreadDump) -> bool:
         if seen >= 2:
             return False
     return False
+
+
+def _importing(thread: ThreadDump) -> bool:
+    """The thread's innermost Python frame is importlib's: it is importing a module. A
+    background idler waits for work, it does not import; a thread shown only in importlib
+    (a faulthandler dump or paste cut below create_module, oh-my-pi#7343) is the program's
+    own import even when every frame left is the standard library's."""
+    f = next((f for f in thread.frames if not f.native), None)
+    return f is not None and "importlib._bootstrap" in f.file.replace("/", ".")
 
 
 def _helper_match(h: Signature, thread: ThreadDump, cmdline: str, lines: ThreadLines | None = None) -> bool:

@@ -16,9 +16,9 @@ pytestmark = pytest.mark.timeout(60)
     ("name", "expected"),
     [
         ("mcp_3411_windows_proactor_idle_baseline_native", "all-idle"),
-        # No signature covers a native loader-lock wait: parsed, not mislabelled.
-        ("jdocmunch_118_windows_native_loader_lock_dllmain_arrows", "unknown"),
-        ("suews_1762_windows_numpy_import_create_module_condensed_faulthandler", "unknown"),
+        # A native loader-lock wait under an import (round 13's signature).
+        ("jdocmunch_118_windows_native_loader_lock_dllmain_arrows", "extension-load-stuck"),
+        ("suews_1762_windows_numpy_import_create_module_condensed_faulthandler", "extension-load-stuck"),
         # A Queue's exit finalizer joining its feeder, cut before _run_finalizers.
         ("pytest_13137_windows_faulthandler_queue_finalize_join_feeder_send_cut", "shutdown-join"),
         ("mplogging_64_keyboardinterrupt_atexit_finalize_join_traceback_cut", "shutdown-join"),
