@@ -273,12 +273,23 @@ _RUNNER_GRACE_S = 5.0
 MAX_COMMAND_FIELD = 2000
 
 
+# Where the run and its evidence are, which hangwatch names from --run-dir: a command acts on them
+# (copies the bundle), and redacting them as text broke the path (a run under "sk-2026-runs/" became
+# "[REDACTED]/...") while they carry nothing of the trainer's.
+_OWN_FIELDS = frozenset({"run_dir", "bundle", "report", "run_id", "host"})
+
+
+def _redacted(key: str, value: Any) -> Any:
+    """An event's field as it may leave the machine: the trainer's text redacted, our own paths as they are."""
+    return redact_text(value) if isinstance(value, str) and key not in _OWN_FIELDS else value
+
+
 def _held(payload: Mapping[str, Any]) -> dict[str, Any]:
     """The event for a command, each string at most ``MAX_COMMAND_FIELD`` characters. It
     travels in one environment variable, which the kernel caps at 128 KiB: a heartbeat phase
     of 30 000 "é" (60 KB, within the beat file's cap; 180 KB as JSON escapes) made every
     command alert fail to start ("Argument list too long")."""
-    held = {k: redact_text(v) if isinstance(v, str) else v for k, v in payload.items()}  # as the text targets get it
+    held = {k: _redacted(k, v) for k, v in payload.items()}  # as the text targets get it
     return {k: (v[:MAX_COMMAND_FIELD] + "...[cut]" if isinstance(v, str) and len(v) > MAX_COMMAND_FIELD else v)
             for k, v in held.items()}
 
@@ -547,7 +558,7 @@ def render(p: Mapping[str, Any]) -> tuple[str, str]:
     forged a line of the alert (``report: ...`` pointing elsewhere) while a byte that was not
     UTF-8 made the alert fail on every target that encodes its text (apprise's form://, xml://).
     Each is redacted too: an alert leaves the machine, and the trainer's phase may name a token."""
-    p = {k: one_line(redact_text(v)) if isinstance(v, str) else v for k, v in p.items()}
+    p = {k: one_line(_redacted(k, v)) if isinstance(v, str) else v for k, v in p.items()}
     where = f"{p.get('host')}:{p.get('run_dir')} (run {p.get('run_id')}"
     if p["event"] == "incident":
         step = f", step {p['step']}" if p.get("step") is not None else ""
