@@ -288,7 +288,8 @@ def _of_groups(members: list[psutil.Process], pgids: frozenset[int], stats: Any,
                leaders: dict[ProcKey, psutil.Process], targeted: list[psutil.Process]) -> list[psutil.Process]:
     """What a kill of the process groups ``pgids`` (an engine worker's) must take: the members in
     them, the members in a session one of them leads (the worker starts its own), and every member
-    descended from any of these or from a process ``targeted`` already. A child of the worker that
+    descended from any of these or from a process ``targeted`` already, to a fixed point (a
+    descendant's own session, a zombie leader's too). A child of the worker that
     left its group (``setpgid``, ``setsid``: a compile helper, an engine core of its own) is still
     the worker's: killing the group alone left it running, orphaned, holding what it held (GPU
     memory) until the whole attempt ended. ``leaders`` (updated here) are the session leaders
@@ -302,15 +303,8 @@ def _of_groups(members: list[psutil.Process], pgids: frozenset[int], stats: Any,
             return -1, -1
 
     ids = {p.pid: pgid_sid(p.pid) for p in members}
+    by_pid = {p.pid: p for p in members}
     chosen = {p.pid for p in members if ids[p.pid][0] in pgids}
-    for proc in members:
-        if proc.pid in chosen and ids[proc.pid][1] == proc.pid:
-            try:
-                leaders.setdefault(ProcKey.of(proc), proc)
-            except (psutil.Error, OSError):
-                continue
-    sessions = {k.pid for k, p in leaders.items() if is_running(p, k)}
-    chosen |= {pid for pid, (_, sid) in ids.items() if sid in sessions}
     children: dict[int, list[int]] = {}
     for proc in members:
         st = stats.get(proc.pid) if isinstance(stats, dict) else None
@@ -320,11 +314,27 @@ def _of_groups(members: list[psutil.Process], pgids: frozenset[int], stats: Any,
             continue
         children.setdefault(ppid, []).append(proc.pid)
     stack = [*chosen, *(p.pid for p in targeted)]
-    while stack:
-        for child in children.get(stack.pop(), ()):
-            if child not in chosen:
-                chosen.add(child)
-                stack.append(child)
+    # To a fixed point: a descendant that leads a session of its own (a child that left the worker's
+    # group with setsid, forked the real helper and exited, unreaped) holds in it what no walk reaches
+    # (the helper was reparented to us). Taken only from the groups' members, such a session was missed.
+    for _ in range(len(members) + 1):
+        while stack:
+            for child in children.get(stack.pop(), ()):
+                if child not in chosen:
+                    chosen.add(child)
+                    stack.append(child)
+        for pid in chosen:
+            if ids.get(pid, (-1, -1))[1] == pid:
+                try:
+                    leaders.setdefault(ProcKey.of(by_pid[pid]), by_pid[pid])
+                except (psutil.Error, OSError, KeyError):
+                    continue
+        # Still the same process, a zombie too: its pid, and so its session's id, is not free while it is one.
+        sessions = {k.pid for k in leaders if same_process(k) is not None}
+        stack = [pid for pid, (_, sid) in ids.items() if sid in sessions and pid not in chosen]
+        if not stack:
+            break
+        chosen.update(stack)
     return [p for p in members if p.pid in chosen]
 
 
