@@ -472,23 +472,29 @@ def _stopped_led_sessions(procs: list[psutil.Process], spared: frozenset[int] = 
     found: list[psutil.Process] = []
     frontier = procs
     for _ in range(_MAX_GENERATIONS):
-        led = set()
+        leaders: dict[int, psutil.Process] = {}
         for proc in frontier:
             try:
-                if os.getsid(proc.pid) == proc.pid and proc.pid not in scanned:
-                    led.add(proc.pid)
-            except OSError:
+                # Asked of the pid, so checked to be the process found, a zombie too, after the ask: one
+                # gone (reaped outside the tree) whose pid another session's leader took is not ours.
+                if os.getsid(proc.pid) == proc.pid and proc.pid not in scanned and proc.is_running():
+                    leaders[proc.pid] = proc
+            except (OSError, psutil.Error):
                 continue  # gone (reaped): its session's members are beyond proof
-        if not led:
+        if not leaders:
             break
-        scanned |= led
-        new = []
+        scanned |= set(leaders)
+        in_led: list[tuple[psutil.Process, int]] = []
         for proc in psutil.process_iter():
             try:
-                if proc.pid not in seen and proc.pid != me and os.getsid(proc.pid) in led:
-                    new.append(proc)
+                sid = os.getsid(proc.pid)
+                if proc.pid not in seen and proc.pid != me and sid in leaders:
+                    in_led.append((proc, sid))
             except (OSError, psutil.Error):
                 continue
+        # Each leader still the same process after the scan: the session ids read were its.
+        led = {pid for pid, proc in leaders.items() if proc.is_running()}
+        new = [proc for proc, sid in in_led if sid in led]
         new = _stopped(new, spared)
         new += _stopped_descendants(new, spared)
         new = [p for p in new if p.pid not in seen]

@@ -84,3 +84,36 @@ def test_the_engine_level_kill_takes_a_double_forked_child_whose_intermediate_le
                 pass
         worker.kill()
         worker.wait()
+
+
+def test_the_guardians_session_sweep_never_takes_a_session_whose_leader_pid_was_reused(monkeypatch):
+    """The guardian takes every process of a session a found process leads. Whether it leads one
+    was asked of its pid alone: a found process gone (a zombie reaped by its parent outside the
+    tree) whose pid now belongs to another session's leader made that stranger's whole session
+    ours. Here the reuse is simulated: the pid of a process of ours that exited 'leads' the
+    session a stranger is in."""
+    import os
+    import subprocess
+
+    import psutil
+
+    from hangwatch.supervisor import guardian
+
+    gone = subprocess.Popen(["true"])
+    found = psutil.Process(gone.pid)  # found while it lived
+    gone.wait()
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    real_getsid = os.getsid
+
+    def getsid(pid: int) -> int:
+        if pid in (gone.pid, stranger.pid):
+            return gone.pid  # the pid reused by the stranger's session leader
+        return real_getsid(pid)
+
+    monkeypatch.setattr(guardian.os, "getsid", getsid)
+    try:
+        taken = guardian._stopped_led_sessions([found])
+        assert stranger.pid not in {p.pid for p in taken}
+    finally:
+        stranger.kill()
+        stranger.wait()
