@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -13,19 +12,9 @@ from hangwatch.supervisor.cohort import Cohort, CohortRefused, Membership, Store
 from hangwatch.supervisor.cohort_link import CohortLink
 from hangwatch.supervisor.store import MemoryStore
 
+from cohort_fakes import Clock, join_all as _join_all, node as _node
+
 pytestmark = pytest.mark.timeout(30)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, s: float) -> None:
-        self.now += s
-        time.sleep(0.002)  # lets the other nodes' threads run while fake time flies
 
 
 class Reconnecting:
@@ -36,20 +25,6 @@ class Reconnecting:
 
     def __getattr__(self, name: str):
         return getattr(self.target, name)
-
-
-def _node(store, rank: int, clock: Clock) -> Cohort:
-    return Cohort(store, Membership(rank, 2, "127.0.0.1", 29600, "job"), {"a": 1}, lease_interval=3600,
-                  lease_timeout=10, barrier_timeout=30, clock=clock, sleep=clock.sleep, wall=clock)
-
-
-def _join_all(nodes: list[Cohort]) -> None:
-    threads = [threading.Thread(target=n.join, kwargs={"timeout": 1e6}) for n in nodes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=20)
-    assert all(n._generation for n in nodes)
 
 
 def test_a_node_whose_node_0_died_never_acts_in_the_store_a_new_node_0_hosts_on_its_port():
