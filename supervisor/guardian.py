@@ -533,13 +533,7 @@ def kill_left_behind(members: Sequence[ProcKey], marks: Sequence[tuple[str, floa
     those, all stopped before the kill. Never the caller or its ancestors (a shell that inherited a
     mark). Returns the pids signalled."""
     live = [k for k in members if same_process(k) is not None]
-    groups, sessions = set(), set()
-    for key in live:
-        try:
-            groups.add(os.getpgid(key.pid))
-            sessions.add(os.getsid(key.pid))
-        except OSError:
-            continue  # gone since: nothing of its to find
+    groups, sessions = _groups_and_sessions(k.pid for k in live)
     state = {"members": [[k.pid, k.create_time] for k in live], "groups": sorted(groups),
              "sessions": sorted(sessions), "marks": [[m, since] for m, since in marks]}
     return kill_state(state, grace, spare=_caller_and_ancestors())
@@ -587,6 +581,18 @@ def _carries(pid: int, born: float, marks: Sequence[tuple[str, float]]) -> bool:
     return any(mark in entries for mark, _ in wanted)
 
 
+def _groups_and_sessions(pids: Iterable[int]) -> tuple[set[int], set[int]]:
+    """The process groups and sessions these processes are in now (one gone since: none)."""
+    groups, sessions = set(), set()
+    for pid in pids:
+        try:
+            groups.add(os.getpgid(pid))
+            sessions.add(os.getsid(pid))
+        except OSError:
+            continue
+    return groups, sessions
+
+
 def members_of(members: list[ProcKey], groups: set[int], sessions: set[int], since: float | None,
                marks: Sequence[tuple[str, float]] = ()) -> list[psutil.Process]:
     """The recorded members that are still the same processes, and every process of a
@@ -596,13 +602,7 @@ def members_of(members: list[ProcKey], groups: set[int], sessions: set[int], sin
     procs = [p for p in (same_process(k) for k in members) if p is not None]
     # A group or session one of our live members is in now is ours (no process joins a
     # group outside its own session); any other id must prove it still names ours.
-    held_groups, held_sessions = set(), set()
-    for proc in procs:
-        try:
-            held_groups.add(os.getpgid(proc.pid))
-            held_sessions.add(os.getsid(proc.pid))
-        except OSError:
-            continue
+    held_groups, held_sessions = _groups_and_sessions(p.pid for p in procs)
     groups = (groups & held_groups) | _still_ours(groups - held_groups, members, marks)
     sessions = (sessions & held_sessions) | _still_ours(sessions - held_sessions, members, marks)
     if since is not None and (groups or sessions):
