@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "supervisor"))
 
-from hangwatch.supervisor import cgroup  # noqa: E402
-from hangwatch.supervisor.proctree import ProcessTree  # noqa: E402
+from hangwatch.supervisor.contain import cgroup  # noqa: E402
+from hangwatch.supervisor.watch.proctree import ProcessTree  # noqa: E402
 
 
 def membership(n: int) -> dict[str, float]:

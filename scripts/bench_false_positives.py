@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hangwatch.contract.errors import ConfigError  # noqa: E402
-from hangwatch.supervisor.detector import DetectorConfig  # noqa: E402
+from hangwatch.supervisor.decide.detector import DetectorConfig  # noqa: E402
 
 
 def _load_corpus():

@@ -23,11 +23,11 @@ sys.path.insert(0, str(ROOT))
 
 from hangwatch.contract.heartbeat import Heartbeat  # noqa: E402
 from hangwatch.contract.samples import DeviceSample, Sample  # noqa: E402
-from hangwatch.supervisor.attempt import AttemptState  # noqa: E402
-from hangwatch.supervisor.detector import Detector, DetectorConfig  # noqa: E402
-from hangwatch.supervisor.livestatus import LiveStatus  # noqa: E402
-from hangwatch.supervisor.metrics import MetricsExporter  # noqa: E402
-from hangwatch.supervisor.observe import Observers, Tick  # noqa: E402
+from hangwatch.supervisor.decide.attempt import AttemptState  # noqa: E402
+from hangwatch.supervisor.decide.detector import Detector, DetectorConfig  # noqa: E402
+from hangwatch.supervisor.operate.livestatus import LiveStatus  # noqa: E402
+from hangwatch.supervisor.operate.metrics import MetricsExporter  # noqa: E402
+from hangwatch.supervisor.operate.observe import Observers, Tick  # noqa: E402
 
 
 def samples(n: int) -> list[Sample]:

@@ -25,9 +25,9 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hangwatch.supervisor.probes import FileProbe  # noqa: E402
-from hangwatch.supervisor.proctree import ProcessTree  # noqa: E402
-from hangwatch.supervisor.sampler import Sampler  # noqa: E402
+from hangwatch.supervisor.watch.probes import FileProbe  # noqa: E402
+from hangwatch.supervisor.watch.proctree import ProcessTree  # noqa: E402
+from hangwatch.supervisor.watch.sampler import Sampler  # noqa: E402
 
 SLEEPER = "import time\nwhile True: time.sleep(60)"
 TREE = """

@@ -302,7 +302,7 @@ def _warm_rss(supervisor: int) -> int:
     """RSS of the supervisor's warm launcher process, 0 when there is none."""
     try:
         for child in psutil.Process(supervisor).children():
-            if "hangwatch.supervisor.warmstart" in " ".join(child.cmdline()):
+            if "hangwatch.supervisor.contain.warmstart" in " ".join(child.cmdline()):
                 return child.memory_info().rss
     except psutil.Error:
         pass

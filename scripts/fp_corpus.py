@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 from hangwatch.contract.verdict import Verdict, VerdictKind
-from hangwatch.supervisor.detector import DEFAULT_PHASE_TIMEOUTS, Detector, DetectorConfig
+from hangwatch.supervisor.decide.detector import DEFAULT_PHASE_TIMEOUTS, Detector, DetectorConfig
 from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.samples import DeviceSample, Sample
 

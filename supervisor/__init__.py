@@ -1,12 +1,14 @@
-"""hangwatch.supervisor: the watchdog process.
+"""hangwatch.supervisor: the watchdog process, in rooms that say what each part may do.
 
-Pure decisions: ``detector`` (samples in, verdicts out), ``restart`` (stop
-rules and backoff), ``attempt`` (the attempt lifecycle as a state machine and
-the pure choices it makes), ``checkpoints``, ``config``.
-Side effects, each behind a small interface: ``launcher`` (Popen), ``killer``
-(signals, forwarding included), ``proctree`` and ``sampler`` (/proc),
-``probes`` (NVML), ``treefile`` and ``guardian`` (protection against our own
-SIGKILL). ``runner`` sequences one attempt after another.
+Bottom to top (a room may import the contract, itself and the rooms named):
+    decide    pure rules: detector, attempt state machine, restart, checkpoints
+    watch     read-only looks at /proc and NVML
+    contain   the only code that spawns and signals the tree          (watch)
+    operate   status, metrics, alerts, retention                      (decide, watch)
+    cohort    multi-node agreement through the store                  (decide)
+    recover   the incident path and the engine-level restart          (decide, watch, contain)
+    runner, config                                                    (everything)
 
-Imports only ``hangwatch.contract``; the CLI injects the diagnostics capture.
+``tests/test_layers.py`` enforces this. The supervisor never imports
+diagnostics, generator, torch or vLLM: the CLI injects the diagnostics capture.
 """

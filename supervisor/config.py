@@ -20,12 +20,12 @@ from typing import Any, Mapping
 
 from hangwatch.contract import atomic
 from hangwatch.contract.capped import FileTooLarge, NotRegularFile, read_capped
-from hangwatch.supervisor.checkpoints import DEFAULT_GLOB, DEFAULT_MARKER, CheckpointSpec
+from hangwatch.supervisor.decide.checkpoints import DEFAULT_GLOB, DEFAULT_MARKER, CheckpointSpec
 from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.private import check_trusted_file
 from hangwatch.contract.redact import redact_argv, redact_text
-from hangwatch.supervisor.detector import DEFAULT_PHASE_TIMEOUTS, DetectorConfig
-from hangwatch.supervisor.restart import RestartPolicy
+from hangwatch.supervisor.decide.detector import DEFAULT_PHASE_TIMEOUTS, DetectorConfig
+from hangwatch.supervisor.decide.restart import RestartPolicy
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -403,7 +403,7 @@ def _check_checkpoint_names(v: Mapping[str, Any]) -> None:
 
 def _prewarm_imports(items: list[str] | None) -> tuple[str, ...]:
     """``--prewarm-import`` modules (repeatable, or comma-separated), each a dotted module name."""
-    from hangwatch.supervisor.prewarm import valid_module  # noqa: PLC0415  (the rule lives with its use)
+    from hangwatch.supervisor.contain.prewarm import valid_module  # noqa: PLC0415  (the rule lives with its use)
 
     names = tuple(n.strip() for item in items or [] for n in str(item).split(",") if n.strip())
     for name in names:

@@ -36,25 +36,25 @@ from hangwatch.contract.journal import Journal, read_journal
 from hangwatch.contract.redact import redact_argv, redact_value
 from hangwatch.contract.samples import Sample
 from hangwatch.contract.verdict import Verdict, VerdictKind, classify_exit, stopped
-from hangwatch.supervisor.attempt import (CAPTURE_SLACK_S, AttemptLifecycle, AttemptState, RecoveryLevel, RunState,
+from hangwatch.supervisor.decide.attempt import (CAPTURE_SLACK_S, AttemptLifecycle, AttemptState, RecoveryLevel, RunState,
                                           attempt_argv, attempt_environment, engine_detect_within, escalate,
                                           recovery_level)
-from hangwatch.supervisor.capture import SamplesOnlyCapture
-from hangwatch.supervisor.checkpoints import (CheckpointsUnreadable, complete_at, complete_steps,
+from hangwatch.supervisor.recover.fallback_capture import SamplesOnlyCapture
+from hangwatch.supervisor.decide.checkpoints import (CheckpointsUnreadable, complete_at, complete_steps,
                                                 newest_complete)
-from hangwatch.supervisor.cohort import REPORTED_STEPS, Cohort
-from hangwatch.supervisor.cohort_link import CohortLink
+from hangwatch.supervisor.cohort.node import REPORTED_STEPS, Cohort
+from hangwatch.supervisor.cohort.link import CohortLink
 from hangwatch.supervisor.config import RunConfig
-from hangwatch.supervisor.detector import Detector
-from hangwatch.supervisor.engine_level import EngineLevel, engines_in_a_call, stuck_engine
-from hangwatch.supervisor.gpu_release import gpu_released
-from hangwatch.supervisor.killer import KillReport
-from hangwatch.supervisor.longrun import LOW_DISK_LOG_BYTES, DiskWatch, HeapTrim, RecordBudget, prune_incidents
-from hangwatch.supervisor.observe import NullObserver, RunObserver, Tick
-from hangwatch.supervisor.probes import FileProbe, GpuProbe, NoProbe
-from hangwatch.supervisor.restart import AttemptOutcome, Decision
-from hangwatch.supervisor.sampler import SampleWindow
-from hangwatch.supervisor.tree import LocalTree, Trainer, TreeOps
+from hangwatch.supervisor.decide.detector import Detector
+from hangwatch.supervisor.recover.engine_level import EngineLevel, engines_in_a_call, stuck_engine
+from hangwatch.supervisor.decide.gpu_release import gpu_released
+from hangwatch.supervisor.contain.killer import KillReport
+from hangwatch.supervisor.operate.longrun import LOW_DISK_LOG_BYTES, DiskWatch, HeapTrim, RecordBudget, prune_incidents
+from hangwatch.supervisor.operate.observe import NullObserver, RunObserver, Tick
+from hangwatch.supervisor.watch.probes import FileProbe, GpuProbe, NoProbe
+from hangwatch.supervisor.decide.restart import AttemptOutcome, Decision
+from hangwatch.supervisor.watch.sampler import SampleWindow
+from hangwatch.supervisor.contain.tree_ops import LocalTree, Trainer, TreeOps
 
 log = structlog.get_logger("hangwatch.run")
 
@@ -619,7 +619,7 @@ class Supervisor:
             return {}
         return {"early_round": early.result, "early_round_rule": early.rule}
 
-    # -- a run of days: disk space and retention (hangwatch.supervisor.longrun) ------
+    # -- a run of days: disk space and retention (hangwatch.supervisor.operate.longrun) ------
 
     def _policy_time(self) -> float:
         """Wall-clock seconds for the restart history, advanced by the monotonic clock.

@@ -1,6 +1,7 @@
 """The package layout: one `hangwatch` namespace, layers that point one way, no cycles.
 
-Layers, bottom to top (a module may import its own package and anything below):
+Layers, bottom to top (a module may import its own package and anything below);
+hangwatch.supervisor is further divided into rooms (ROOM_ALLOWED, at the end):
     hangwatch.contract                                        (0)
     hangwatch.supervisor | hangwatch.diagnostics | hangwatch.generator   (1, side by side)
     hangwatch.trainer  (the trainer-side facade over generator + contract)   (2)
@@ -150,3 +151,46 @@ def test_no_import_cycles():
     for n in sorted(graph):
         if n not in state:
             visit(n)
+
+
+# The rooms of hangwatch.supervisor, and which other rooms each may import (besides itself and the
+# contract). The top (runner, config, the package itself) may import every room.
+ROOM_ALLOWED = {
+    "decide": set(),
+    "watch": set(),
+    "contain": {"watch"},
+    "operate": {"decide", "watch"},
+    "cohort": {"decide"},
+    "recover": {"decide", "watch", "contain"},
+}
+TOP = {"hangwatch.supervisor", "hangwatch.supervisor.runner", "hangwatch.supervisor.config"}
+
+
+def _room(name: str) -> str | None:
+    parts = name.split(".")
+    if name in TOP or len(parts) < 3 or parts[:2] != ["hangwatch", "supervisor"]:
+        return None
+    return parts[2]
+
+
+def test_every_supervisor_module_sits_in_a_room():
+    loose = [n for n in MODULES if _layer_root(n) == "hangwatch.supervisor" and n not in TOP
+             and _room(n) not in ROOM_ALLOWED]
+    assert not loose, f"modules outside the rooms {sorted(ROOM_ALLOWED)}: {sorted(loose)}"
+
+
+def test_supervisor_rooms_point_one_way():
+    bad = []
+    for name, deps in GRAPH.items():
+        mine = _room(name)
+        if mine is None or _layer_root(name) != "hangwatch.supervisor":
+            continue
+        for dep in deps:
+            if _layer_root(dep) != "hangwatch.supervisor":
+                continue
+            theirs = _room(dep)
+            if dep in TOP:
+                bad.append(f"{name} imports the top ({dep})")
+            elif theirs != mine and theirs not in ROOM_ALLOWED[mine]:
+                bad.append(f"{name} ({mine}) imports {dep} ({theirs})")
+    assert not bad, "\n".join(sorted(bad))

@@ -228,7 +228,7 @@ def check_cgroup(base: Path | None = None) -> Check:
         base, why = cgroup_dir(_read("/proc/self/mountinfo"), _read("/proc/self/cgroup"))
     if base is None:
         return Check("cgroup", "warn", f"no containment: {why}", fix)
-    from hangwatch.supervisor.cgroup import CgroupError, check_owners  # noqa: PLC0415
+    from hangwatch.supervisor.contain.cgroup import CgroupError, check_owners  # noqa: PLC0415
     try:
         check_owners(base)  # as `run` decides: never below a cgroup another user controls
     except (CgroupError, OSError) as exc:

@@ -340,10 +340,10 @@ def _join_option_values(argv: list[str]) -> list[str]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from hangwatch.cli import logsetup, operate  # noqa: PLC0415  (keep `hangwatch --help` fast)
-    from hangwatch.supervisor import guardian, launcher  # noqa: PLC0415
-    from hangwatch.supervisor.probes import ProbeError, make_probe  # noqa: PLC0415
+    from hangwatch.supervisor.contain import guardian, launcher  # noqa: PLC0415
+    from hangwatch.supervisor.watch.probes import ProbeError, make_probe  # noqa: PLC0415
     from hangwatch.supervisor.runner import Supervisor  # noqa: PLC0415
-    from hangwatch.supervisor.tree import LocalTree  # noqa: PLC0415
+    from hangwatch.supervisor.contain.tree_ops import LocalTree  # noqa: PLC0415
 
     # Twice: the interpreter made PYTHONPATH's relative and empty entries absolute at its start (our
     # own lazy imports), and the helpers we start resolve them in the directory --resume enters.
@@ -393,7 +393,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         stop(sig, None)
     containment = _contain(supervisor, config, log, resumed=resume_dir is not None)
     if config.prewarm_launcher and isinstance(supervisor.tree, LocalTree):
-        from hangwatch.supervisor.prewarm import Prewarmer  # noqa: PLC0415
+        from hangwatch.supervisor.contain.prewarm import Prewarmer  # noqa: PLC0415
         supervisor.tree.prewarm = Prewarmer(config.prewarm_import, clock=supervisor.tree.clock)
     keeper, guardian_state = _start_guardian(supervisor, log)
     log.info("run_dir", message=f"run directory: {run_dir}")
@@ -505,8 +505,8 @@ def _resume_state(run_dir: Path, log: Any) -> tuple[Any, int | None]:
     from hangwatch.cli import rundir  # noqa: PLC0415
     from hangwatch.supervisor.runner import load_state  # noqa: PLC0415
     from hangwatch.contract.journal import read_journal  # noqa: PLC0415
-    from hangwatch.supervisor.guardian import kill_left_behind, resume_marks  # noqa: PLC0415
-    from hangwatch.supervisor.treefile import recorded  # noqa: PLC0415
+    from hangwatch.supervisor.contain.guardian import kill_left_behind, resume_marks  # noqa: PLC0415
+    from hangwatch.supervisor.contain.members_file import recorded  # noqa: PLC0415
 
     try:  # what escaped after the last tick, should the guardian have died too (an unreadable journal: below)
         marks = resume_marks(read_journal(run_dir / "journal.jsonl"), str(run_dir))
@@ -524,8 +524,8 @@ def _resume_state(run_dir: Path, log: Any) -> tuple[Any, int | None]:
 
 def _start_guardian(supervisor: Any, log: Any) -> tuple[Any, str]:
     """The guardian (kills the tree if we are SIGKILLed), and what to journal about it."""
-    from hangwatch.supervisor import guardian  # noqa: PLC0415
-    from hangwatch.supervisor.tree import LocalTree  # noqa: PLC0415
+    from hangwatch.supervisor.contain import guardian  # noqa: PLC0415
+    from hangwatch.supervisor.contain.tree_ops import LocalTree  # noqa: PLC0415
 
     keeper = guardian.start(later=True)  # one that does not arm now is tried again (keep_armed)
     exc = keeper.start_error
@@ -551,7 +551,7 @@ def _supervise(supervisor: Any, config: Any, log: Any, *, resumed: bool, guardia
                containment: Any) -> int:
     """Run; a failure of hangwatch itself kills the tree and ends the journal (exit 70)."""
     from hangwatch.contract.journal import JournalError  # noqa: PLC0415
-    from hangwatch.supervisor import launcher  # noqa: PLC0415
+    from hangwatch.supervisor.contain import launcher  # noqa: PLC0415
 
     try:
         return supervisor.run(resumed=resumed, guardian=guardian_state, containment=containment)
@@ -585,7 +585,7 @@ def _supervise(supervisor: Any, config: Any, log: Any, *, resumed: bool, guardia
 def _cohort_membership(args: argparse.Namespace, config: Any) -> Any:
     """This node's place in a multi-node cohort (None for a single-node run), checked before
     anything is written: a mistake in the multi-node options is a usage error, not a run."""
-    from hangwatch.supervisor.cohort import joined_before, membership_from  # noqa: PLC0415
+    from hangwatch.supervisor.cohort.node import joined_before, membership_from  # noqa: PLC0415
 
     _check_cohort_numbers(args)
     try:
@@ -619,9 +619,9 @@ def _cohort_membership(args: argparse.Namespace, config: Any) -> Any:
 def _join_cohort(args: argparse.Namespace, config: Any, log: Any, membership: Any,
                  checkpoint_given: str | None = None) -> Any:
     """Multi-node: join the cohort of per-node supervisors (None for a single-node run)."""
-    from hangwatch.supervisor.cohort import (Cohort, CohortError, JoinStopped, barrier_timeout,  # noqa: PLC0415
+    from hangwatch.supervisor.cohort.node import (Cohort, CohortError, JoinStopped, barrier_timeout,  # noqa: PLC0415
                                              runs_launcher, settings_fingerprint)
-    from hangwatch.supervisor.store import StoreError, TCPStoreClient  # noqa: PLC0415
+    from hangwatch.supervisor.cohort.store import StoreError, TCPStoreClient  # noqa: PLC0415
     import time  # noqa: PLC0415
 
     if membership is None:
@@ -721,8 +721,8 @@ def _check_cohort_numbers(args: argparse.Namespace) -> None:
 
 def _contain(supervisor: Any, config: Any, log: Any, resumed: bool = False) -> str:
     """Put the real tree under kernel containment where possible; returns which was used."""
-    from hangwatch.supervisor.cgroup import CgroupError, detect, kill_stale  # noqa: PLC0415
-    from hangwatch.supervisor.tree import LocalTree  # noqa: PLC0415
+    from hangwatch.supervisor.contain.cgroup import CgroupError, detect, kill_stale  # noqa: PLC0415
+    from hangwatch.supervisor.contain.tree_ops import LocalTree  # noqa: PLC0415
 
     if not isinstance(supervisor.tree, LocalTree):
         return "tree"
@@ -798,7 +798,7 @@ def default_capture_hook() -> "CaptureHook":
 def _whatif(samples: Any, config: Mapping[str, Any]) -> Any:
     """``hangwatch replay``'s what-if: the supervisor's own detector over a bundle's samples."""
     from hangwatch.supervisor.config import MAX_SECONDS, MIN_INTERVAL  # noqa: PLC0415
-    from hangwatch.supervisor.detector import DetectorConfig, replay_detector  # noqa: PLC0415
+    from hangwatch.supervisor.decide.detector import DetectorConfig, replay_detector  # noqa: PLC0415
 
     # The bundle's recorded thresholds come from whoever sent it: held to what `run` accepts
     # (an interval of 1e308 failed an assertion in the detector: exit 70).

@@ -1,6 +1,6 @@
 """Wiring for unattended runs: the live status file, alerts, metrics and warnings.
 
-All of them are observers of the supervisor (``hangwatch.supervisor.observe``);
+All of them are observers of the supervisor (``hangwatch.supervisor.operate.observe``);
 this module only builds them from the settings and hands them over. The
 decisions stay in the supervisor; nothing here can stop a recovery.
 """
@@ -15,9 +15,9 @@ from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.journal import fold_journal, read_journal
 from hangwatch.contract.private import UnsafePathError, check_ancestors
 from hangwatch.supervisor.config import OperateConfig, RunConfig
-from hangwatch.supervisor.evidence import bundle_summary
-from hangwatch.supervisor.livestatus import FILE_NAME, LiveStatus
-from hangwatch.supervisor.observe import ObservedJournal, Observers
+from hangwatch.supervisor.operate.evidence import bundle_summary
+from hangwatch.supervisor.operate.livestatus import FILE_NAME, LiveStatus
+from hangwatch.supervisor.operate.observe import ObservedJournal, Observers
 
 #: how long the end of a run waits for queued alerts (the run_finished one above all)
 NOTIFY_DRAIN_S = 30.0
@@ -75,7 +75,7 @@ def start(config: RunConfig, operate: OperateConfig, run_id: str, probe_name: st
     # Alert targets first: a URL apprise does not understand is refused before anything starts.
     targets: list[Any] = []
     if operate.notify_urls or operate.notify_command:
-        from hangwatch.supervisor.notify import AppriseTarget, CommandTarget  # noqa: PLC0415
+        from hangwatch.supervisor.operate.notify import AppriseTarget, CommandTarget  # noqa: PLC0415
 
         targets = [AppriseTarget(url) for url in operate.notify_urls]
         if operate.notify_command:
@@ -86,7 +86,7 @@ def start(config: RunConfig, operate: OperateConfig, run_id: str, probe_name: st
             "NO HANG CAN BE DETECTED in this run: no GPU probe and --progress-timeout 0; only crashes are noticed"))
 
     if operate.metrics_port is not None or operate.metrics_textfile is not None:
-        from hangwatch.supervisor.metrics import MetricsExporter, TextfileInUse  # noqa: PLC0415  (prometheus-client only if used)
+        from hangwatch.supervisor.operate.metrics import MetricsExporter, TextfileInUse  # noqa: PLC0415  (prometheus-client only if used)
 
         ops.metrics = MetricsExporter(status, textfile=operate.metrics_textfile)
         if operate.metrics_port is not None:
@@ -123,7 +123,7 @@ def start(config: RunConfig, operate: OperateConfig, run_id: str, probe_name: st
         observers.add(ops.metrics)
 
     if targets:
-        from hangwatch.supervisor.notify import Notifier  # noqa: PLC0415
+        from hangwatch.supervisor.operate.notify import Notifier  # noqa: PLC0415
 
         ops.notifier = Notifier(targets, run_dir=str(run_dir), journal_append=journal.append,
                                 incidents_so_far=_incidents_so_far(run_dir / "journal.jsonl"))

@@ -26,8 +26,8 @@ from hangwatch.contract.capped import open_regular
 from hangwatch.contract.terminal import one_line, terminal_safe
 from hangwatch.contract.journal import MAX_LINE_BYTES, fold_journal, parse_record, read_journal_bounded
 from hangwatch.contract.procid import pid_exists
-from hangwatch.supervisor.evidence import bundle_summary
-from hangwatch.supervisor.livestatus import read_status
+from hangwatch.supervisor.operate.evidence import bundle_summary
+from hangwatch.supervisor.operate.livestatus import read_status
 
 
 #: ``status --json``'s version: raised when a key changes meaning or goes; new keys may come

@@ -38,17 +38,17 @@ EVENTS = (
     "attempt_ended",
     "restart_scheduled",
     "run_finished",
-    "notify_failed",  # an alert could not be delivered (hangwatch.supervisor.notify)
+    "notify_failed",  # an alert could not be delivered (hangwatch.supervisor.operate.notify)
     "cohort_joined",
     "cohort_incident",
     "cohort_agreed",
     "member_lost",
-    "disk_low",  # free space under --min-free-mb (once a run; hangwatch.supervisor.longrun)
+    "disk_low",  # free space under --min-free-mb (once a run; hangwatch.supervisor.operate.longrun)
     "incidents_pruned",  # bundles removed by --keep-incidents
     "recovery",  # the recovery level chosen for a hang verdict, and why (before any kill)
     "engine_restart",  # level-1 recovery: only the rollout engine's worker was killed
     "engine_recovered",  # the trainer progressed again after an engine restart
-    "guardian_rearmed",  # the guardian died while we ran; a new one was started (hangwatch.supervisor.guardian)
+    "guardian_rearmed",  # the guardian died while we ran; a new one was started (hangwatch.supervisor.contain.guardian)
     "guardian_lost",  # the guardian died and no new one could be started
 )
 

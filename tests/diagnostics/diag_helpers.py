@@ -17,7 +17,7 @@ import psutil
 from hangwatch.diagnostics.bundle import dumps_json, write_bundle
 from hangwatch.contract.capture import CaptureRequest, TreeProcess
 from hangwatch.contract.verdict import Verdict
-from hangwatch.supervisor.detector import Detector, DetectorConfig
+from hangwatch.supervisor.decide.detector import Detector, DetectorConfig
 from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.samples import DeviceSample, Sample
 

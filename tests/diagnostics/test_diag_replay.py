@@ -100,7 +100,7 @@ def test_bundle_pack_and_replay_of_the_archive(capsys, tmp_path):
 
 
 def test_samples_only_bundle_replays_without_stacks(capsys, tmp_path):
-    from hangwatch.supervisor.capture import SamplesOnlyCapture  # noqa: PLC0415
+    from hangwatch.supervisor.recover.fallback_capture import SamplesOnlyCapture  # noqa: PLC0415
     from diag_helpers import make_request  # noqa: PLC0415
 
     path = SamplesOnlyCapture()(make_request(tmp_path / "run", None))

@@ -95,7 +95,7 @@ def test_the_samples_only_fallback_bundle_is_redacted_too(tmp_path):
 
     from diag_helpers import make_request  # noqa: PLC0415
     from hangwatch.contract.heartbeat import Heartbeat  # noqa: PLC0415
-    from hangwatch.supervisor.capture import SamplesOnlyCapture  # noqa: PLC0415
+    from hangwatch.supervisor.recover.fallback_capture import SamplesOnlyCapture  # noqa: PLC0415
 
     request = make_request(tmp_path / "run", None)
     beat = Heartbeat(pid=4242, seq=1, ts=0.0, step=3, phase="train", info=_info())

@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from hangwatch.supervisor.killer import TreeKiller
+from hangwatch.supervisor.contain.killer import TreeKiller
 from hangwatch.contract.exitcodes import EXIT_CRASH_STOP, EXIT_UNKILLABLE
 
 pytestmark = pytest.mark.timeout(90)

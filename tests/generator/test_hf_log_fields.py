@@ -55,7 +55,7 @@ def test_a_long_optimizer_step_of_many_micro_batches_is_progress_not_a_hang():
     progress timeout is not a false hang."""
     from hangwatch.contract.heartbeat import Heartbeat
     from hangwatch.contract.samples import Sample
-    from hangwatch.supervisor.detector import Detector, DetectorConfig
+    from hangwatch.supervisor.decide.detector import Detector, DetectorConfig
 
     beats: list[dict] = []
     cb = HangwatchCallbackCore(env={}, beat_fn=lambda **kw: beats.append(kw))

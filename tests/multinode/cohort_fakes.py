@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from hangwatch.supervisor.cohort import Cohort, Membership
+from hangwatch.supervisor.cohort.node import Cohort, Membership
 
 
 class Clock:

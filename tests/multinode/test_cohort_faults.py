@@ -14,11 +14,11 @@ import pytest
 
 from hangwatch.contract.exitcodes import EXIT_BUDGET, EXIT_COHORT
 from hangwatch.contract.verdict import Verdict, VerdictKind
-from hangwatch.supervisor.attempt import GraphPolicy
-from hangwatch.supervisor.cohort import (Cohort, CohortRefused, CohortStopped, MemberLeft, MemberLost, Membership, settled)
-from hangwatch.supervisor.cohort_link import CohortLink
-from hangwatch.supervisor.restart import AttemptOutcome, Decision
-from hangwatch.supervisor.store import MemoryStore, StoreError, TCPStoreClient
+from hangwatch.supervisor.decide.attempt import GraphPolicy
+from hangwatch.supervisor.cohort.node import (Cohort, CohortRefused, CohortStopped, MemberLeft, MemberLost, Membership, settled)
+from hangwatch.supervisor.cohort.link import CohortLink
+from hangwatch.supervisor.decide.restart import AttemptOutcome, Decision
+from hangwatch.supervisor.cohort.store import MemoryStore, StoreError, TCPStoreClient
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -323,7 +323,7 @@ def test_a_finished_node_is_not_waited_for_and_the_job_cannot_restart_without_it
 
 
 def test_engine_level_recovery_is_off_in_a_cohort_and_the_journal_says_so():
-    from hangwatch.supervisor.attempt import recovery_level  # noqa: PLC0415
+    from hangwatch.supervisor.decide.attempt import recovery_level  # noqa: PLC0415
 
     level = recovery_level(VerdictKind.STALL, mode="auto", phase="generate", tree=[], trainer_pgid=1,
                            last_engine_restart=None, now=0.0, retry_window=60.0, in_cohort=True)

@@ -10,8 +10,8 @@ import signal
 
 import pytest
 
-from hangwatch.supervisor import cohort as c
-from hangwatch.supervisor.store import MemoryStore
+from hangwatch.supervisor.cohort import node as c
+from hangwatch.supervisor.cohort.store import MemoryStore
 
 
 def _node_1() -> tuple[c.Cohort, MemoryStore]:
@@ -73,7 +73,7 @@ def test_an_oversized_value_fails_its_call_only_and_the_next_calls_read_clean():
     failed and the node was taken for lost after --lease-timeout)."""
     import socket
 
-    from hangwatch.supervisor.store import StoreError, TCPStoreClient
+    from hangwatch.supervisor.cohort.store import StoreError, TCPStoreClient
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

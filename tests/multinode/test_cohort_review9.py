@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hangwatch.supervisor.cohort_link import CohortLink
-from hangwatch.supervisor.store import MemoryStore
+from hangwatch.supervisor.cohort.link import CohortLink
+from hangwatch.supervisor.cohort.store import MemoryStore
 
 from cohort_fakes import Clock, join_all as _join_all, node as _node
 
@@ -19,7 +19,7 @@ class _Blip:
         self.store, self.down = store, False
 
     def __getattr__(self, name: str):
-        from hangwatch.supervisor.store import StoreError
+        from hangwatch.supervisor.cohort.store import StoreError
 
         attr = getattr(self.store, name)
         if not callable(attr):

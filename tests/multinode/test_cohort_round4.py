@@ -23,13 +23,13 @@ from hangwatch.contract.exitcodes import EXIT_COHORT
 from hangwatch.contract.journal import read_journal
 from hangwatch.contract.capture import TreeProcess
 from hangwatch.contract.samples import DeviceSample, Sample
-from hangwatch.supervisor.attempt import GraphPolicy, RunState
-from hangwatch.supervisor.cohort import Cohort, CohortRefused, Membership, runs_launcher
-from hangwatch.supervisor.cohort_link import CohortLink, rendezvous_nodes
+from hangwatch.supervisor.decide.attempt import GraphPolicy, RunState
+from hangwatch.supervisor.cohort.node import Cohort, CohortRefused, Membership, runs_launcher
+from hangwatch.supervisor.cohort.link import CohortLink, rendezvous_nodes
 from hangwatch.supervisor.config import SETTINGS, build
-from hangwatch.supervisor.killer import KillReport
+from hangwatch.supervisor.contain.killer import KillReport
 from hangwatch.supervisor.runner import Supervisor
-from hangwatch.supervisor.store import MemoryStore
+from hangwatch.supervisor.cohort.store import MemoryStore
 
 HANGWATCH = str(Path(sys.executable).parent / "hangwatch")
 

@@ -7,10 +7,10 @@ import threading
 import pytest
 
 from hangwatch.contract.verdict import VerdictKind
-from hangwatch.supervisor.attempt import GraphPolicy
-from hangwatch.supervisor.cohort import Cohort, CohortRefused, Membership, StoreLost
-from hangwatch.supervisor.cohort_link import CohortLink
-from hangwatch.supervisor.store import MemoryStore
+from hangwatch.supervisor.decide.attempt import GraphPolicy
+from hangwatch.supervisor.cohort.node import Cohort, CohortRefused, Membership, StoreLost
+from hangwatch.supervisor.cohort.link import CohortLink
+from hangwatch.supervisor.cohort.store import MemoryStore
 
 from cohort_fakes import Clock, join_all as _join_all, node as _node
 
@@ -179,7 +179,7 @@ class _FrozenInFlight:
         self.store, self.clock = store, clock
 
     def get(self, key: str):
-        from hangwatch.supervisor.store import StoreError
+        from hangwatch.supervisor.cohort.store import StoreError
 
         self.clock.now += 30
         raise StoreError("the cohort store did not answer within 2.66667 s")

@@ -19,11 +19,11 @@ import structlog
 from hangwatch.contract.exitcodes import EXIT_BUDGET, EXIT_COHORT, EXIT_UNKILLABLE
 from hangwatch.contract.journal import read_journal
 from hangwatch.contract.samples import DeviceSample, Sample
-from hangwatch.supervisor.cohort import Cohort, Membership
+from hangwatch.supervisor.cohort.node import Cohort, Membership
 from hangwatch.supervisor.config import SETTINGS, build
-from hangwatch.supervisor.killer import KillReport
+from hangwatch.supervisor.contain.killer import KillReport
 from hangwatch.supervisor.runner import Supervisor
-from hangwatch.supervisor.store import MemoryStore
+from hangwatch.supervisor.cohort.store import MemoryStore
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -296,7 +296,7 @@ def test_a_node_that_cannot_relaunch_tells_the_others_why(tmp_path):
     record in the store said nothing: node 0 stopped on "node 1's supervisor stopped (it left
     the cohort)". The others read node 1's own reason, whatever ended its supervisor."""
     from hangwatch.cli.main import _supervise
-    from hangwatch.supervisor.launcher import LaunchError
+    from hangwatch.supervisor.contain.launcher import LaunchError
 
     store = MemoryStore()
     (s0, t0), (s1, t1) = _node(tmp_path, store, 0, ["crash", "hang"]), _node(tmp_path, store, 1, ["crash", "train"])

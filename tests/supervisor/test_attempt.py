@@ -19,10 +19,10 @@ from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.journal import Journal, read_journal
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import VerdictKind
-from hangwatch.supervisor.attempt import (AttemptLifecycle, AttemptState, GraphPolicy, IllegalTransition, RunState,
+from hangwatch.supervisor.decide.attempt import (AttemptLifecycle, AttemptState, GraphPolicy, IllegalTransition, RunState,
                                           attempt_argv, attempt_environment, escalate)
 from hangwatch.supervisor.config import SETTINGS, build
-from hangwatch.supervisor.killer import KillReport
+from hangwatch.supervisor.contain.killer import KillReport
 from hangwatch.supervisor.runner import Supervisor
 
 pytestmark = pytest.mark.timeout(30)
@@ -450,8 +450,8 @@ def test_pure_decisions():
 
 def test_the_trainer_is_told_how_long_an_engine_wedge_takes_to_catch_and_capture():
     """The generator's own generate timeout must not fire first (it would kill the evidence)."""
-    from hangwatch.supervisor.attempt import engine_detect_within
-    from hangwatch.supervisor.detector import DetectorConfig
+    from hangwatch.supervisor.decide.attempt import engine_detect_within
+    from hangwatch.supervisor.decide.detector import DetectorConfig
     assert engine_detect_within(DetectorConfig(interval=1.0, engine_step_timeout=30.0), 20.0) == 54.0
     no_rule = DetectorConfig(interval=1.0, stall_window=60.0, engine_step_timeout=None,
                              phase_timeouts={"generate": 90.0})

@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from hangwatch.contract.journal import read_journal
-from hangwatch.supervisor.capture import SamplesOnlyCapture
+from hangwatch.supervisor.recover.fallback_capture import SamplesOnlyCapture
 from hangwatch.supervisor.config import SETTINGS, build
-from hangwatch.supervisor.probes import NoProbe
+from hangwatch.supervisor.watch.probes import NoProbe
 from hangwatch.supervisor.runner import Supervisor
 
 pytestmark = pytest.mark.timeout(60)

@@ -22,9 +22,9 @@ import psutil
 import pytest
 from waiting import alive, wait_for
 
-from hangwatch.supervisor import cgroup
-from hangwatch.supervisor.killer import TreeKiller
-from hangwatch.supervisor.proctree import ProcessTree
+from hangwatch.supervisor.contain import cgroup
+from hangwatch.supervisor.contain.killer import TreeKiller
+from hangwatch.supervisor.watch.proctree import ProcessTree
 
 # Forks after the supervisor's first tick (interval 1 s), then reports the pids.
 RACER = r"""
@@ -346,7 +346,7 @@ def test_the_guardian_never_kills_a_group_whose_id_went_to_a_stranger():
     new group (pid reuse within a tick): the stranger, born after our first member, used to be
     killed as a member of "our" group. Simulated with a stranger whose own group id is listed."""
     from hangwatch.contract.procid import ProcKey
-    from hangwatch.supervisor import guardian
+    from hangwatch.supervisor.contain import guardian
 
     gone = ProcKey(4_000_000, time.time() - 10)  # our recorded member, dead: nobody holds its pid
     stranger = subprocess.Popen(["sleep", "30"], start_new_session=True)

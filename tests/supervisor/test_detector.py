@@ -19,7 +19,7 @@ from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import Verdict, VerdictKind, classify_exit
-from hangwatch.supervisor.detector import DEFAULT_PHASE_TIMEOUTS, Detector, DetectorConfig, DetectorState
+from hangwatch.supervisor.decide.detector import DEFAULT_PHASE_TIMEOUTS, Detector, DetectorConfig, DetectorState
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -695,7 +695,7 @@ def test_nvml_host_pids_in_a_container_are_unknown_holders_so_a_wedge_still_stal
     import sys
     import types
 
-    from hangwatch.supervisor.probes import NvmlProbe
+    from hangwatch.supervisor.watch.probes import NvmlProbe
 
     class NVMLError(Exception):
         pass

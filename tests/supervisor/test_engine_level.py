@@ -13,10 +13,10 @@ from hangwatch.contract.journal import Journal, read_journal
 from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import Verdict, VerdictKind
-from hangwatch.supervisor.attempt import GraphPolicy, RecoveryLevel
-from hangwatch.supervisor.engine_level import EngineLevel
-from hangwatch.supervisor.gpu_release import gpu_released
-from hangwatch.supervisor.killer import KillReport
+from hangwatch.supervisor.decide.attempt import GraphPolicy, RecoveryLevel
+from hangwatch.supervisor.recover.engine_level import EngineLevel
+from hangwatch.supervisor.decide.gpu_release import gpu_released
+from hangwatch.supervisor.contain.killer import KillReport
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -14,8 +14,8 @@ from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.heartbeat import Heartbeat, beat, engine_beacon_file, read_engine_beacons
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import VerdictKind
-from hangwatch.supervisor.attempt import recovery_level
-from hangwatch.supervisor.detector import Detector, DetectorConfig
+from hangwatch.supervisor.decide.attempt import recovery_level
+from hangwatch.supervisor.decide.detector import Detector, DetectorConfig
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -206,7 +206,7 @@ def test_a_dead_workers_beat_left_behind_under_a_reused_pid_is_not_the_new_proce
 
     import psutil
 
-    from hangwatch.supervisor.sampler import own_beats
+    from hangwatch.supervisor.watch.sampler import own_beats
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

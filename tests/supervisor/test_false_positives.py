@@ -20,7 +20,7 @@ import pytest
 from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import VerdictKind
-from hangwatch.supervisor.detector import Detector, DetectorConfig
+from hangwatch.supervisor.decide.detector import Detector, DetectorConfig
 
 pytestmark = pytest.mark.timeout(120)
 

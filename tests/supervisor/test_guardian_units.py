@@ -8,7 +8,7 @@ import time
 import psutil
 import pytest
 
-from hangwatch.supervisor.guardian import _carries
+from hangwatch.supervisor.contain.guardian import _carries
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -31,7 +31,7 @@ def test_a_mark_that_is_not_utf8_is_matched_not_a_crash(tmp_path):
 
 def test_a_guardian_that_never_starts_is_retried_less_and_less_often():
     """Every 10 s for a multi-day run was a Python start and a journal record each time."""
-    from hangwatch.supervisor.guardian import rearm_delay
+    from hangwatch.supervisor.contain.guardian import rearm_delay
 
     delays = [rearm_delay(n, 10.0, 600.0) for n in range(1, 12)]
     assert delays[:4] == [10.0, 20.0, 40.0, 80.0]

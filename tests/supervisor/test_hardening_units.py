@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hangwatch.contract.journal import Journal, JournalError, read_journal
-from hangwatch.supervisor.attempt import attempt_argv
+from hangwatch.supervisor.decide.attempt import attempt_argv
 
 
 @pytest.fixture

@@ -21,8 +21,8 @@ import psutil
 import pytest
 from waiting import alive, sigkill_all, wait_for
 
-from hangwatch.supervisor.probes import NoProbe
-from hangwatch.supervisor.tree import LocalTree
+from hangwatch.supervisor.watch.probes import NoProbe
+from hangwatch.supervisor.contain.tree_ops import LocalTree
 
 # The root forks a member that polls its parent; once the parent is gone it says so, then
 # double-forks a bare worker that writes its pid.
@@ -103,7 +103,7 @@ def test_the_guardian_stops_its_recorded_members_by_pidfd_without_a_scan() -> No
     """The supervisor's death orphans its adopted children; one that reacts (forks a bare worker)
     races the guardian's start-up, so the members told are pinned by pidfd and stopped first.
     A member whose pid now names another process (create time differs) is never pinned."""
-    from hangwatch.supervisor.guardian import Pinned
+    from hangwatch.supervisor.contain.guardian import Pinned
 
     child = subprocess.Popen(["sleep", "60"])
     other = subprocess.Popen(["sleep", "60"])
@@ -147,7 +147,7 @@ def test_a_guardian_that_dies_is_replaced_so_the_stopped_root_is_still_killed(tm
 
         def guardians() -> list[psutil.Process]:
             return [c for c in psutil.Process(supervisor.pid).children()
-                    if "hangwatch.supervisor.guardian" in " ".join(c.cmdline())]
+                    if "hangwatch.supervisor.contain.guardian" in " ".join(c.cmdline())]
 
         (first,) = guardians()
         first.kill()

@@ -254,7 +254,7 @@ def test_status_is_not_blocked_by_a_fifo_in_the_run_dir(tmp_path, capsys):
 @pytest.mark.timeout(30)
 def test_a_live_status_file_with_fields_of_the_wrong_shape_is_shown_not_raised(tmp_path):
     from hangwatch.cli.status import describe_live, render_status
-    from hangwatch.supervisor.livestatus import read_status
+    from hangwatch.supervisor.operate.livestatus import read_status
 
     for live in ({"phase": "stall_building", "stall": {"x": 1}}, {"phase": "backing_off", "backoff": {"delay_s": 1}},
                  {"phase": "watching", "progress": {"timeout_s": "x", "silent_s": []}}, {"updated": "x"}):
@@ -268,7 +268,7 @@ def test_a_live_status_file_with_fields_of_the_wrong_shape_is_shown_not_raised(t
 
 @pytest.mark.timeout(30)
 def test_bundle_summary_of_a_journal_path_that_is_not_a_bundle(tmp_path):
-    from hangwatch.supervisor.evidence import bundle_summary
+    from hangwatch.supervisor.operate.evidence import bundle_summary
 
     assert bundle_summary(["x"])["bundle"] is None  # type: ignore[arg-type]
     (tmp_path / "b").mkdir()
@@ -342,7 +342,7 @@ def test_a_heartbeat_file_never_stops_the_supervisor(tmp_path, content):
 
 @pytest.mark.timeout(30)
 def test_checkpoint_markers_nested_too_deeply_or_very_large(tmp_path):
-    from hangwatch.supervisor.checkpoints import CheckpointSpec, newest_complete
+    from hangwatch.supervisor.decide.checkpoints import CheckpointSpec, newest_complete
 
     (tmp_path / "checkpoint-2").mkdir()
     (tmp_path / "checkpoint-2" / "trainer_state.json").write_text("[" * 100_000 + "]" * 100_000)
@@ -401,7 +401,7 @@ def test_a_tool_that_floods_its_output_is_held_to_the_cap():
 
 @pytest.mark.timeout(30)
 def test_a_huge_or_malformed_tree_file_kills_nothing_and_reads_nothing_whole(tmp_path):
-    from hangwatch.supervisor.treefile import recorded
+    from hangwatch.supervisor.contain.members_file import recorded
 
     assert recorded(sparse(tmp_path / "tree.json", 3 << 30, b'{"members": [')) == []
     (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
@@ -475,7 +475,7 @@ def test_errors_never_put_terminal_escapes_on_the_console(tmp_path, capsys):
 @pytest.mark.timeout(30)
 def test_control_file_and_gpu_probe_file_never_block_or_read_unbounded(tmp_path):
     from hangwatch.contract.control import read_control
-    from hangwatch.supervisor.probes import FileProbe
+    from hangwatch.supervisor.watch.probes import FileProbe
 
     fifo = tmp_path / "control.json"
     os.mkfifo(fifo)

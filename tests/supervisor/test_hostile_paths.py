@@ -86,7 +86,7 @@ import os, sys, time
 from pathlib import Path
 os.setsid()
 from hangwatch.contract.capped import NotRegularFile, read_capped
-from hangwatch.supervisor.checkpoints import CheckpointSpec, scan
+from hangwatch.supervisor.decide.checkpoints import CheckpointSpec, scan
 
 def tty_nr():
     return int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[4])

@@ -14,7 +14,7 @@ import pytest
 
 from hangwatch.contract.heartbeat import read_heartbeat
 from hangwatch.contract.samples import DeviceSample, Sample
-from hangwatch.supervisor.detector import Detector, DetectorConfig
+from hangwatch.supervisor.decide.detector import Detector, DetectorConfig
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -55,7 +55,7 @@ def test_a_checkpoint_name_with_a_huge_number_never_erases_the_journals_records(
     "left open" with no exit code (reproduced with a real run and a crashing trainer). A
     number past any step counter is no step: the folder is an unnumbered checkpoint."""
     from hangwatch.contract.journal import Journal, fold_journal, read_journal
-    from hangwatch.supervisor.checkpoints import CheckpointSpec, newest_complete
+    from hangwatch.supervisor.decide.checkpoints import CheckpointSpec, newest_complete
 
     ckpt = tmp_path / "ckpt" / "checkpoint-99999999999999999999"
     ckpt.mkdir(parents=True)
@@ -70,7 +70,7 @@ def test_a_checkpoint_name_with_a_huge_number_never_erases_the_journals_records(
 
 
 def _own_cgroup_writable() -> bool:
-    from hangwatch.supervisor import cgroup
+    from hangwatch.supervisor.contain import cgroup
 
     if os.geteuid() != 0:
         return False
@@ -92,7 +92,7 @@ def test_no_containment_claimed_below_a_cgroup_another_user_controls() -> None:
     killed it through that cgroup's files (reproduced as a second user; the attempt's kill no
     longer reached it). Such a cgroup is refused: ``auto`` falls back to the tree walk and says
     why, ``cgroup`` is an error."""
-    from hangwatch.supervisor import cgroup
+    from hangwatch.supervisor.contain import cgroup
 
     delegated = cgroup.base_dir() / f"hw-round3-{os.getpid()}"
     delegated.mkdir()
@@ -119,7 +119,7 @@ def test_choosing_the_checkpoint_parses_only_the_markers_it_must(tmp_path: Path,
     parsed to pick the newest one, at each attempt's end and the next one's start: 200
     checkpoints of 2.9 MB took 18.7 s each time, between the kill and the relaunch (0.08 s
     now). The newest complete one is found judging from the newest down."""
-    from hangwatch.supervisor import checkpoints
+    from hangwatch.supervisor.decide import checkpoints
 
     for step in range(10, 210, 10):
         folder = tmp_path / f"checkpoint-{step}"

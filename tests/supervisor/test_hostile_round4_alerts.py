@@ -50,7 +50,7 @@ def test_a_receivers_endless_answer_is_never_held_in_the_supervisors_memory(stat
     ~400 MB a second, past 3.6 GB within 11 s of the alert, until the kernel would kill it
     and leave the run unwatched. A redirect's body was drained the same way. Now an answer
     stops at MAX_ANSWER_BYTES and the try fails."""
-    from hangwatch.supervisor.notify import MAX_ANSWER_BYTES, AppriseTarget, DeliveryError
+    from hangwatch.supervisor.operate.notify import MAX_ANSWER_BYTES, AppriseTarget, DeliveryError
 
     sent: list[int] = []
     server = _receiver(status, sent)

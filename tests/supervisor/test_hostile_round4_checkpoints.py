@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch.supervisor.checkpoints import CheckpointSpec, CheckpointsUnreadable, newest_complete
+from hangwatch.supervisor.decide.checkpoints import CheckpointSpec, CheckpointsUnreadable, newest_complete
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -72,7 +72,7 @@ def test_a_nested_glob_matches_what_path_glob_matched(tmp_path):
     (root / "checkpoint-file").write_text("")
     os.symlink(root / "run-a", root / "run-link")
     os.symlink(".", root / "run-a" / "loop")
-    from hangwatch.supervisor.checkpoints import _glob
+    from hangwatch.supervisor.decide.checkpoints import _glob
 
     for pattern in ("checkpoint-*", "*/checkpoint-*", "**/checkpoint-*", "run-?/**/checkpoint-*", "**", "checkpoint-2/inner"):
         assert sorted(map(str, _glob(root, pattern))) == sorted(map(str, root.glob(pattern))), pattern

@@ -24,7 +24,7 @@ from hangwatch.contract.procid import CMDLINE_CUT, MAX_CMDLINE, read_cmdline
 from hangwatch.contract.verdict import Verdict, VerdictKind
 from hangwatch.diagnostics.capture import capture_incident
 from hangwatch.diagnostics.proctable import process_table
-from hangwatch.supervisor.proctree import describe
+from hangwatch.supervisor.watch.proctree import describe
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -107,7 +107,7 @@ def test_a_huge_phase_never_stops_a_command_alert(tmp_path: Path):
     """The trainer's phase (its heartbeat, up to 64 KiB) reaches the command's event, which
     travels in one environment variable (128 KiB at most): 30 000 "é" is 180 KB as JSON, and
     every command alert failed to start ("Argument list too long")."""
-    from hangwatch.supervisor.notify import MAX_COMMAND_FIELD, CommandTarget
+    from hangwatch.supervisor.operate.notify import MAX_COMMAND_FIELD, CommandTarget
 
     out = tmp_path / "event.json"
     target = CommandTarget(f"cat > {out}")

@@ -17,7 +17,7 @@ import pytest
 
 from hangwatch.cli import runreport, status
 from hangwatch.contract import journal
-from hangwatch.supervisor import checkpoints
+from hangwatch.supervisor.decide import checkpoints
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -154,7 +154,7 @@ def _incidents_naming(run: Path, bundles: list[Path]) -> Path:
 
 
 def _manifest_reads(monkeypatch) -> list[str]:
-    from hangwatch.supervisor import evidence
+    from hangwatch.supervisor.operate import evidence
     reads: list[str] = []
     real = evidence.read_capped
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(90)
 
 _SEND = """
 import sys, time
-from hangwatch.supervisor.notify import AppriseTarget, DeliveryError
+from hangwatch.supervisor.operate.notify import AppriseTarget, DeliveryError
 target = AppriseTarget(sys.argv[1])
 started = time.monotonic()
 try:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from hangwatch.contract.heartbeat import read_heartbeat
-from hangwatch.supervisor.notify import render
+from hangwatch.supervisor.operate.notify import render
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -39,9 +39,9 @@ def test_every_string_of_a_beat_is_utf8_encodable(tmp_path):
 def test_the_metrics_exporter_takes_a_beat_with_a_lone_surrogate(tmp_path):
     from prometheus_client import generate_latest
 
-    from hangwatch.supervisor.detector import DetectorConfig
-    from hangwatch.supervisor.livestatus import LiveStatus
-    from hangwatch.supervisor.metrics import MetricsExporter
+    from hangwatch.supervisor.decide.detector import DetectorConfig
+    from hangwatch.supervisor.operate.livestatus import LiveStatus
+    from hangwatch.supervisor.operate.metrics import MetricsExporter
 
     status = LiveStatus(Path(os.devnull), detector=DetectorConfig(), gpu_probe="none")
     exporter = MetricsExporter(status)
@@ -66,7 +66,7 @@ def test_an_alert_is_encodable_and_no_field_forges_a_line():
 
 
 def test_a_secret_in_the_trainers_phase_never_leaves_in_an_alert():
-    from hangwatch.supervisor.notify import _held
+    from hangwatch.supervisor.operate.notify import _held
 
     token = "hf_abcdefghijklmnopqrstuvwxyzABCDEF12"
     payload = {"event": "incident", "host": "node1", "run_dir": "/runs/r", "run_id": "c838d032d17e", "attempt": 1,

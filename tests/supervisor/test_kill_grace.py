@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from hangwatch.supervisor.killer import TreeKiller
+from hangwatch.supervisor.contain.killer import TreeKiller
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -17,11 +17,11 @@ from hangwatch.contract.heartbeat import Heartbeat, beat, read_heartbeat
 from hangwatch.contract.journal import Journal, read_journal
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import Verdict, VerdictKind
-from hangwatch.supervisor.attempt import GraphPolicy, RecoveryLevel, recovery_level
+from hangwatch.supervisor.decide.attempt import GraphPolicy, RecoveryLevel, recovery_level
 from hangwatch.supervisor.config import SETTINGS, build
-from hangwatch.supervisor.engine_level import EngineLevel, engines_in_a_call, stuck_engine
-from hangwatch.supervisor.killer import KillReport
-from hangwatch.supervisor.probes import NoProbe
+from hangwatch.supervisor.recover.engine_level import EngineLevel, engines_in_a_call, stuck_engine
+from hangwatch.supervisor.contain.killer import KillReport
+from hangwatch.supervisor.watch.probes import NoProbe
 from hangwatch.supervisor.runner import Supervisor
 
 pytestmark = pytest.mark.timeout(30)

@@ -20,12 +20,12 @@ from hangwatch.cli.status import render_status, summarise
 from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.journal import read_journal
 from hangwatch.contract.samples import Sample
-from hangwatch.supervisor.detector import DetectorConfig, replay_detector
-from hangwatch.supervisor.launcher import CUT_MARKER, Reaper, launch
-from hangwatch.supervisor.longrun import Bundle, DiskWatch, HeapTrim, RecordBudget, choose_pruned, prune_incidents
-from hangwatch.supervisor.proctree import ProcessTree
+from hangwatch.supervisor.decide.detector import DetectorConfig, replay_detector
+from hangwatch.supervisor.contain.launcher import CUT_MARKER, Reaper, launch
+from hangwatch.supervisor.operate.longrun import Bundle, DiskWatch, HeapTrim, RecordBudget, choose_pruned, prune_incidents
+from hangwatch.supervisor.watch.proctree import ProcessTree
 from hangwatch.supervisor.runner import Supervisor
-from hangwatch.supervisor.sampler import SampleWindow
+from hangwatch.supervisor.watch.sampler import SampleWindow
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -30,7 +30,7 @@ SECRET = "hf_abcdefghijklmnopqrstuvwxyz0123"
 # A supervisor whose detector fails inside the watch loop, with a secret in a local variable.
 BROKEN = f'''
 import sys
-from hangwatch.supervisor import detector
+from hangwatch.supervisor.decide import detector
 def observe(self, sample):
     HF_TOKEN = "{SECRET}"
     raise RuntimeError("detector exploded")

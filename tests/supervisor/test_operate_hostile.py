@@ -74,8 +74,8 @@ def test_an_alert_command_and_its_daemon_stay_out_of_the_tree_and_die_at_the_dea
     was captured and killed as the trainer, and a `setsid` daemon it left outlived every deadline."""
     import threading
 
-    from hangwatch.supervisor.notify import CommandTarget
-    from hangwatch.supervisor.proctree import ProcessTree
+    from hangwatch.supervisor.operate.notify import CommandTarget
+    from hangwatch.supervisor.watch.proctree import ProcessTree
 
     daemon_pid, shell_pid = tmp_path / "daemon.pid", tmp_path / "shell.pid"
     got = tmp_path / "got.json"
@@ -99,7 +99,7 @@ def test_an_alert_command_and_its_daemon_stay_out_of_the_tree_and_die_at_the_dea
 
 
 def test_an_alert_command_that_floods_stderr_fails_with_a_short_line(tmp_path):
-    from hangwatch.supervisor.notify import CommandTarget, DeliveryError
+    from hangwatch.supervisor.operate.notify import CommandTarget, DeliveryError
 
     target = CommandTarget("head -c 30000000 /dev/zero | tr '\\0' x >&2; echo; echo 'the last words' >&2; exit 3")
     with pytest.raises(DeliveryError) as caught:
@@ -151,7 +151,7 @@ def test_a_receiver_that_dribbles_its_answer_leaves_one_abandoned_try_not_one_pe
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from hangwatch.supervisor.notify import AppriseTarget, DeliveryError
+    from hangwatch.supervisor.operate.notify import AppriseTarget, DeliveryError
 
     stop = threading.Event()
     connections: list[int] = []
@@ -260,7 +260,7 @@ def test_the_runs_last_alert_is_not_starved_by_incident_alerts_a_slow_target_hol
     """At the end the notifier had a fixed time for its queue, first in first out: behind a few
     incident alerts to a slow target, `gave_up` (the alert that matters when nobody watches)
     was never sent, and the alerts dropped at the deadline were journaled nowhere."""
-    from hangwatch.supervisor.notify import Notifier
+    from hangwatch.supervisor.operate.notify import Notifier
 
     sent: list[str] = []
 
@@ -289,9 +289,9 @@ def test_metrics_port_takes_a_bracketed_ipv6_address():
     import urllib.request
 
     from hangwatch.supervisor.config import build_operate
-    from hangwatch.supervisor.detector import DetectorConfig
-    from hangwatch.supervisor.livestatus import LiveStatus
-    from hangwatch.supervisor.metrics import MetricsExporter
+    from hangwatch.supervisor.decide.detector import DetectorConfig
+    from hangwatch.supervisor.operate.livestatus import LiveStatus
+    from hangwatch.supervisor.operate.metrics import MetricsExporter
 
     try:
         with socket.socket(socket.AF_INET6) as s:
@@ -313,9 +313,9 @@ def test_metrics_count_engine_level_restarts_and_their_lost_time():
     from prometheus_client.parser import text_string_to_metric_families
     from prometheus_client import generate_latest
 
-    from hangwatch.supervisor.detector import DetectorConfig
-    from hangwatch.supervisor.livestatus import LiveStatus
-    from hangwatch.supervisor.metrics import MetricsExporter
+    from hangwatch.supervisor.decide.detector import DetectorConfig
+    from hangwatch.supervisor.operate.livestatus import LiveStatus
+    from hangwatch.supervisor.operate.metrics import MetricsExporter
 
     exporter = MetricsExporter(LiveStatus(Path(os.devnull), detector=DetectorConfig(), gpu_probe="none"))
     for r in [{"event": "incident", "ts": 100.0, "onset_wall": 96.0, "attempt": 1, "kind": "stall"},
@@ -339,9 +339,9 @@ def test_heartbeat_phase_metric_holds_the_current_phase_only():
     phases per step grew every scrape without bound (1.3 MB after 5,000 phases)."""
     from prometheus_client import generate_latest
 
-    from hangwatch.supervisor.detector import DetectorConfig
-    from hangwatch.supervisor.livestatus import LiveStatus
-    from hangwatch.supervisor.metrics import MetricsExporter
+    from hangwatch.supervisor.decide.detector import DetectorConfig
+    from hangwatch.supervisor.operate.livestatus import LiveStatus
+    from hangwatch.supervisor.operate.metrics import MetricsExporter
 
     status = LiveStatus(Path(os.devnull), detector=DetectorConfig(), gpu_probe="none")
     exporter = MetricsExporter(status)
@@ -417,9 +417,9 @@ def test_idle_connections_to_metrics_cost_a_bounded_number_of_threads():
     import threading
     import urllib.request
 
-    from hangwatch.supervisor.detector import DetectorConfig
-    from hangwatch.supervisor.livestatus import LiveStatus
-    from hangwatch.supervisor.metrics import MetricsExporter
+    from hangwatch.supervisor.decide.detector import DetectorConfig
+    from hangwatch.supervisor.operate.livestatus import LiveStatus
+    from hangwatch.supervisor.operate.metrics import MetricsExporter
 
     exporter = MetricsExporter(LiveStatus(Path(os.devnull), detector=DetectorConfig(), gpu_probe="none"))
     url = exporter.serve("127.0.0.1", 0)

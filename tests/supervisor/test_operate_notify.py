@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hangwatch.supervisor.notify import DeliveryError, Notifier, redact_url, render
+from hangwatch.supervisor.operate.notify import DeliveryError, Notifier, redact_url, render
 
 pytestmark = pytest.mark.timeout(30)
 

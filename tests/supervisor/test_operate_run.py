@@ -18,7 +18,7 @@ from run_checks import check_journal
 from waiting import wait_for
 
 from hangwatch.contract.exitcodes import EXIT_BUDGET
-from hangwatch.supervisor.livestatus import read_status
+from hangwatch.supervisor.operate.livestatus import read_status
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 

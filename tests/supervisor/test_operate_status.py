@@ -13,10 +13,10 @@ import pytest
 from hangwatch.cli.status import describe_exit, describe_live, render_status
 from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.samples import DeviceSample, Sample
-from hangwatch.supervisor.attempt import AttemptState
-from hangwatch.supervisor.detector import DetectorConfig
-from hangwatch.supervisor.livestatus import LiveStatus, read_status
-from hangwatch.supervisor.observe import ObservedJournal, Observers, Tick
+from hangwatch.supervisor.decide.attempt import AttemptState
+from hangwatch.supervisor.decide.detector import DetectorConfig
+from hangwatch.supervisor.operate.livestatus import LiveStatus, read_status
+from hangwatch.supervisor.operate.observe import ObservedJournal, Observers, Tick
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -196,7 +196,7 @@ def test_metrics_values_follow_the_run(live):
     pytest.importorskip("prometheus_client")
     from prometheus_client import generate_latest
 
-    from hangwatch.supervisor.metrics import MetricsExporter
+    from hangwatch.supervisor.operate.metrics import MetricsExporter
 
     status, obs, journal, clock, wall, _w, run_dir = live
     textfile = run_dir / "hangwatch.prom"

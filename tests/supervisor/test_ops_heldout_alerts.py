@@ -15,7 +15,7 @@ def test_a_slow_receivers_abandoned_try_is_waited_for_not_the_end_alerts_tries_s
     receiver answering in 3 s outlived it, and the run's last alert then spent its three
     quick tries being refused ("an earlier try ... is still waiting") and was lost with
     seconds to spare. The earlier try is now waited for within the new try's own bound."""
-    from hangwatch.supervisor.notify import AppriseTarget, DeliveryError
+    from hangwatch.supervisor.operate.notify import AppriseTarget, DeliveryError
 
     release = threading.Event()
     received: list[str] = []
@@ -53,7 +53,7 @@ def test_a_slow_receivers_abandoned_try_is_waited_for_not_the_end_alerts_tries_s
 def test_the_runs_last_alert_makes_room_in_a_full_queue():
     """Behind a target that hangs, incident alerts filled the bounded queue and the run's last
     alert (gave_up) was the one dropped. It now takes the place of the oldest incident alert."""
-    from hangwatch.supervisor.notify import Notifier
+    from hangwatch.supervisor.operate.notify import Notifier
 
     release = threading.Event()
     sent: list[str] = []

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from waiting import alive, sigkill_all, wait_for
 
-from hangwatch.supervisor.killer import TreeKiller
-from hangwatch.supervisor.launcher import Reaper
-from hangwatch.supervisor.proctree import ProcessTree
+from hangwatch.supervisor.contain.killer import TreeKiller
+from hangwatch.supervisor.contain.launcher import Reaper
+from hangwatch.supervisor.watch.proctree import ProcessTree
 
 # The worker: a child in a group of its own, one in a session of its own, and one of those with a
 # child of its own; their pids to argv[1]. Then it hangs.

@@ -16,7 +16,7 @@ import psutil
 import pytest
 from waiting import alive, sigkill_all, wait_for
 
-from hangwatch.supervisor import guardian
+from hangwatch.supervisor.contain import guardian
 
 
 @pytest.mark.timeout(60)

@@ -26,7 +26,7 @@ import pytest
 from waiting import alive, sigkill_all, wait_for
 
 from hangwatch.contract.journal import Journal
-from hangwatch.supervisor.treefile import TreeFile
+from hangwatch.supervisor.contain.members_file import TreeFile
 
 # A recorded child of the trainer: it forks an env-less ``sleep`` in its own session (not
 # recorded, no mark) and one in its group, then waits, as a data loader that respawns would.

@@ -21,9 +21,9 @@ import psutil
 import pytest
 from waiting import alive, sigkill_all, wait_for
 
-from hangwatch.supervisor import cgroup
-from hangwatch.supervisor.cgroup import AttemptCgroup
-from hangwatch.supervisor.proctree import ProcessTree
+from hangwatch.supervisor.contain import cgroup
+from hangwatch.supervisor.contain.cgroup import AttemptCgroup
+from hangwatch.supervisor.watch.proctree import ProcessTree
 
 
 def _usable_cgroup() -> bool:
@@ -146,7 +146,7 @@ def test_a_guardian_that_could_not_arm_at_the_start_is_armed_later_and_kills_the
     import structlog
 
     from hangwatch.cli.main import _start_guardian
-    from hangwatch.supervisor import guardian
+    from hangwatch.supervisor.contain import guardian
 
     real_spawn = guardian._spawn
     calls = []
@@ -192,7 +192,7 @@ def test_a_guardian_that_could_not_arm_at_the_start_is_armed_later_and_kills_the
 WARM_DRIVER = r"""
 import os, signal, sys, time
 from pathlib import Path
-from hangwatch.supervisor.prewarm import Prewarmer
+from hangwatch.supervisor.contain.prewarm import Prewarmer
 command = [sys.executable, sys.argv[1], sys.argv[3]]
 prewarm = Prewarmer()
 prewarm.launched(command, dict(os.environ))
@@ -239,8 +239,8 @@ def test_a_warm_root_is_stopped_not_killed_by_the_supervisors_death_while_a_guar
 
 
 def test_the_tree_gives_a_warm_launch_the_same_parent_death_signal_as_a_cold_one(tmp_path: Path) -> None:
-    from hangwatch.supervisor.probes import NoProbe
-    from hangwatch.supervisor.tree import LocalTree
+    from hangwatch.supervisor.watch.probes import NoProbe
+    from hangwatch.supervisor.contain.tree_ops import LocalTree
 
     asked: list[int] = []
 
@@ -274,8 +274,8 @@ def test_with_a_cgroup_the_busy_watcher_tells_the_guardian_of_a_descendant_outsi
     """No tick looks during a capture or a backoff; with the tree walk a watcher thread does, and
     tells the guardian. With a cgroup it did not look at all: a worker that moved out of the
     attempt's cgroup meanwhile (and cleared its environment) was unknown to the guardian."""
-    from hangwatch.supervisor.probes import NoProbe
-    from hangwatch.supervisor.tree import LocalTree
+    from hangwatch.supervisor.watch.probes import NoProbe
+    from hangwatch.supervisor.contain.tree_ops import LocalTree
 
     containment, why = cgroup.detect("cgroup", "round6w")
     assert containment is not None, why

@@ -15,7 +15,7 @@ import pytest
 from waiting import wait_for
 
 from hangwatch.contract import env as names
-from hangwatch.supervisor.prewarm import WarmPlan, plan, spawn_due, warm_environment
+from hangwatch.supervisor.contain.prewarm import WarmPlan, plan, spawn_due, warm_environment
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -49,7 +49,7 @@ def main():
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             warm = [p for p in psutil.Process(os.getppid()).children()
-                    if "hangwatch.supervisor.warmstart" in " ".join(p.cmdline())]
+                    if "hangwatch.supervisor.contain.warmstart" in " ".join(p.cmdline())]
             if warm:
                 warm[0].send_signal(signal.SIGKILL)
                 rec(ev="killed_warm", warm=warm[0].pid)
@@ -234,7 +234,7 @@ def test_python_m_through_the_warm_process_runs_the_module_as_a_cold_start_would
     """In-process (no CLI): ``python -m wpkg.launch`` cold, then the same command through a warm process."""
     import subprocess  # noqa: PLC0415
 
-    from hangwatch.supervisor.prewarm import Prewarmer  # noqa: PLC0415
+    from hangwatch.supervisor.contain.prewarm import Prewarmer  # noqa: PLC0415
 
     (tmp_path / "wpkg").mkdir()
     (tmp_path / "wpkg" / "__init__.py").write_text("")

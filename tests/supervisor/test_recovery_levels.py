@@ -19,7 +19,7 @@ import pytest
 
 from hangwatch.contract.capture import TreeProcess
 from hangwatch.contract.verdict import VerdictKind
-from hangwatch.supervisor.attempt import recovery_level
+from hangwatch.supervisor.decide.attempt import recovery_level
 
 ROOT = Path(__file__).resolve().parents[2]
 HANGWATCH = str(Path(sys.executable).parent / "hangwatch")

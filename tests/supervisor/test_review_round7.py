@@ -90,7 +90,7 @@ def test_the_step_rule_does_not_say_beats_went_on_when_they_stopped():
     thread that beats. The reason now gives the last beat's age."""
     from hangwatch.contract.heartbeat import Heartbeat
     from hangwatch.contract.samples import Sample
-    from hangwatch.supervisor.detector import Detector, DetectorConfig
+    from hangwatch.supervisor.decide.detector import Detector, DetectorConfig
 
     detector, hb, verdict = Detector(DetectorConfig(interval=1.0, step_timeout=20.0), start=0.0), None, None
     for i in range(60):

@@ -11,9 +11,9 @@ import pytest
 
 from hangwatch.contract import env as names
 from hangwatch.contract.journal import read_journal
-from hangwatch.supervisor.attempt import RunState
+from hangwatch.supervisor.decide.attempt import RunState
 from hangwatch.supervisor.config import SETTINGS, build
-from hangwatch.supervisor.probes import NoProbe
+from hangwatch.supervisor.watch.probes import NoProbe
 from hangwatch.supervisor.runner import Supervisor
 
 from tests.supervisor.test_level1_round2 import _Clock, _TwoLoadsTree

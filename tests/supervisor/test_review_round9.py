@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hangwatch.supervisor.notify import _held, render
+from hangwatch.supervisor.operate.notify import _held, render
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -54,7 +54,7 @@ def test_the_engine_level_kill_takes_a_double_forked_child_whose_intermediate_le
 
     import psutil
 
-    from hangwatch.supervisor.killer import _of_groups
+    from hangwatch.supervisor.contain.killer import _of_groups
     from tests.waiting import wait_for
 
     worker = subprocess.Popen([sys.executable, "-c", _DOUBLE_FORK], stdout=subprocess.PIPE, text=True,
@@ -97,7 +97,7 @@ def test_the_guardians_session_sweep_never_takes_a_session_whose_leader_pid_was_
 
     import psutil
 
-    from hangwatch.supervisor import guardian
+    from hangwatch.supervisor.contain import guardian
 
     gone = subprocess.Popen(["true"])
     found = psutil.Process(gone.pid)  # found while it lived

@@ -15,10 +15,10 @@ from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.journal import read_journal
 from hangwatch.contract.samples import Sample
 from hangwatch.contract.verdict import VerdictKind
-from hangwatch.supervisor.capture import SamplesOnlyCapture
+from hangwatch.supervisor.recover.fallback_capture import SamplesOnlyCapture
 from hangwatch.supervisor.config import SETTINGS, build
-from hangwatch.supervisor.detector import Detector, DetectorConfig
-from hangwatch.supervisor.probes import NoProbe
+from hangwatch.supervisor.decide.detector import Detector, DetectorConfig
+from hangwatch.supervisor.watch.probes import NoProbe
 from hangwatch.supervisor.runner import Supervisor
 
 TRAINER = 100

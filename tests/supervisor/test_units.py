@@ -13,11 +13,11 @@ import time
 import psutil
 import pytest
 
-from hangwatch.supervisor.checkpoints import CheckpointSpec, complete_at, complete_steps, newest_complete
+from hangwatch.supervisor.decide.checkpoints import CheckpointSpec, complete_at, complete_steps, newest_complete
 from hangwatch.contract.verdict import VerdictKind
 from hangwatch.contract.heartbeat import beat, read_heartbeat
 from hangwatch.contract.journal import Journal, read_journal
-from hangwatch.supervisor.restart import (
+from hangwatch.supervisor.decide.restart import (
     EXIT_BUDGET,
     EXIT_NO_PROGRESS,
     AttemptOutcome,
@@ -26,9 +26,9 @@ from hangwatch.supervisor.restart import (
     max_restarts_per_hour,
     no_checkpoint_progress,
 )
-from hangwatch.supervisor.probes import FileProbe
+from hangwatch.supervisor.watch.probes import FileProbe
 from hangwatch.contract.procid import ProcKey, same_process
-from hangwatch.supervisor.treefile import kill_recorded
+from hangwatch.supervisor.contain.members_file import kill_recorded
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -59,7 +59,7 @@ def test_a_cohorts_checkpoint_steps_are_judged_newest_down_only_as_far_as_needed
         d.mkdir()
         if step != 90:
             (d / "trainer_state.json").write_text(f'{{"global_step": {step}}}')
-    from hangwatch.supervisor import checkpoints
+    from hangwatch.supervisor.decide import checkpoints
 
     judged = []
     real = checkpoints._incomplete

@@ -16,10 +16,10 @@ import pytest
 
 from hangwatch.contract.heartbeat import Heartbeat, engine_beacon_file, engine_heartbeat_path
 from hangwatch.contract.samples import DeviceSample, Sample
-from hangwatch.supervisor.detector import Detector, DetectorConfig
-from hangwatch.supervisor.probes import NoProbe
-from hangwatch.supervisor.proctree import ProcessTree
-from hangwatch.supervisor.sampler import Sampler
+from hangwatch.supervisor.decide.detector import Detector, DetectorConfig
+from hangwatch.supervisor.watch.probes import NoProbe
+from hangwatch.supervisor.watch.proctree import ProcessTree
+from hangwatch.supervisor.watch.sampler import Sampler
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -31,7 +31,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Mapping, Sequence
 import psutil
 
 from hangwatch.contract.private import open_private
-from hangwatch.supervisor.proctree import ProcessTree
+from hangwatch.supervisor.watch.proctree import ProcessTree
 from hangwatch.contract.tools import helper_pids
 
 PR_SET_PDEATHSIG = 1

@@ -45,8 +45,8 @@ from hangwatch.contract.pyexec import module_command
 from hangwatch.contract.redact import MARK, redact_text
 from hangwatch.contract.terminal import one_line
 from hangwatch.contract.tools import add_helper, forget_helper
-from hangwatch.supervisor.evidence import bundle_summary
-from hangwatch.supervisor.notify_exec import PAYLOAD_ENV
+from hangwatch.supervisor.operate.evidence import bundle_summary
+from hangwatch.supervisor.operate.notify_exec import PAYLOAD_ENV
 
 log = structlog.get_logger("hangwatch.notify")
 
@@ -225,7 +225,7 @@ class CommandTarget:
         env = dict(os.environ, HANGWATCH_EVENT=str(payload.get("event")))
         env[PAYLOAD_ENV] = json.dumps(_held(payload), default=str) + "\n"  # one line on stdin
         try:
-            proc = subprocess.Popen([*module_command("hangwatch.supervisor.notify_exec"), f"{timeout:g}", self.command],
+            proc = subprocess.Popen([*module_command("hangwatch.supervisor.operate.notify_exec"), f"{timeout:g}", self.command],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                     start_new_session=True)
         except OSError as exc:

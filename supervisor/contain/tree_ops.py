@@ -22,15 +22,15 @@ import psutil
 from hangwatch.contract import env as names
 from hangwatch.contract.capture import TreeProcess
 from hangwatch.contract.samples import Sample
-from hangwatch.supervisor.cgroup import AttemptCgroup, Containment
-from hangwatch.supervisor.guardian import MARK_SLACK_S
-from hangwatch.supervisor.killer import KillReport, TreeKiller
-from hangwatch.supervisor.launcher import Reaper, TrainerProcess, launch
-from hangwatch.supervisor.prewarm import Prewarmer
-from hangwatch.supervisor.probes import GpuProbe
-from hangwatch.supervisor.proctree import ProcessTree, describe
-from hangwatch.supervisor.sampler import Sampler
-from hangwatch.supervisor.treefile import TreeFile
+from hangwatch.supervisor.contain.cgroup import AttemptCgroup, Containment
+from hangwatch.supervisor.contain.guardian import MARK_SLACK_S
+from hangwatch.supervisor.contain.killer import KillReport, TreeKiller
+from hangwatch.supervisor.contain.launcher import Reaper, TrainerProcess, launch
+from hangwatch.supervisor.contain.prewarm import Prewarmer
+from hangwatch.supervisor.watch.probes import GpuProbe
+from hangwatch.supervisor.watch.proctree import ProcessTree, describe
+from hangwatch.supervisor.watch.sampler import Sampler
+from hangwatch.supervisor.contain.members_file import TreeFile
 
 
 class Trainer(Protocol):

@@ -44,7 +44,7 @@ environment (or overwrites it, as ``setproctitle`` does); that is what the
 cgroup is for. A process that copies a mark into its own environment only gets
 itself killed.
 
-Usage (by the supervisor only): ``python -m hangwatch.supervisor.guardian``
+Usage (by the supervisor only): ``python -m hangwatch.supervisor.contain.guardian``
 with stdin connected to a pipe the supervisor holds open.
 """
 
@@ -266,7 +266,7 @@ def _spawn(timeout: float = 10.0, env: Mapping[str, str] | None = None) -> subpr
     """A guardian process, armed (it said so within ``timeout``), its pipe non-blocking."""
     try:
         proc = subprocess.Popen(
-            module_command("hangwatch.supervisor.guardian"),
+            module_command("hangwatch.supervisor.contain.guardian"),
             env=None if env is None else dict(env),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -390,7 +390,7 @@ class Pinned:
 
 def kill_state(state: Mapping[str, Any], grace: float = 2.0, spare: Iterable[int] = ()) -> list[int]:
     """Kill everything ``state`` describes, never ``spare`` (nor ourselves); returns the pids signalled."""
-    from hangwatch.supervisor import cgroup  # noqa: PLC0415  (small; only needed now)
+    from hangwatch.supervisor.contain import cgroup  # noqa: PLC0415  (small; only needed now)
 
     killed: list[int] = []
     path = state.get("cgroup")

@@ -30,7 +30,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import MetricsHandler
 
-from hangwatch.supervisor.livestatus import LiveStatus
+from hangwatch.supervisor.operate.livestatus import LiveStatus
 
 log = structlog.get_logger("hangwatch.metrics")
 

@@ -35,10 +35,10 @@ from hangwatch.contract.journal import Journal
 from hangwatch.contract.redact import redact_value
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import Verdict
-from hangwatch.supervisor.attempt import GraphPolicy, RecoveryLevel
-from hangwatch.supervisor.detector import WORKER_CALLS
-from hangwatch.supervisor.gpu_release import engine_gpu_released
-from hangwatch.supervisor.tree import TreeOps
+from hangwatch.supervisor.decide.attempt import GraphPolicy, RecoveryLevel
+from hangwatch.supervisor.decide.detector import WORKER_CALLS
+from hangwatch.supervisor.decide.gpu_release import engine_gpu_released
+from hangwatch.supervisor.contain.tree_ops import TreeOps
 
 log = structlog.get_logger("hangwatch.run")
 

@@ -93,7 +93,7 @@ class TCPStoreClient:
         self._buf = b""
         try:
             self.proc = subprocess.Popen(
-                module_command("hangwatch.supervisor.store_helper") + [host, str(port), "1" if master else "0",
+                module_command("hangwatch.supervisor.cohort.store_helper") + [host, str(port), "1" if master else "0",
                                                                        str(connect_timeout)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
             )

@@ -15,7 +15,7 @@ everything still running below the runner is SIGKILLed and reaped.
 
 Usage (by the supervisor only)::
 
-    python -P -m hangwatch.supervisor.notify_exec TIMEOUT_S COMMAND
+    python -P -m hangwatch.supervisor.operate.notify_exec TIMEOUT_S COMMAND
 
 The event JSON comes in ``HANGWATCH_EVENT_JSON`` (removed before the command
 runs) and is written to the command's stdin. The command's stderr is the
@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 
-from hangwatch.supervisor.proctree import scan_proc
+from hangwatch.supervisor.watch.proctree import scan_proc
 
 PR_SET_CHILD_SUBREAPER = 36
 PAYLOAD_ENV = "HANGWATCH_EVENT_JSON"

@@ -30,9 +30,9 @@ from typing import Any, Callable, Mapping
 import structlog
 
 from hangwatch.contract.capped import read_capped
-from hangwatch.supervisor.attempt import AttemptState
-from hangwatch.supervisor.detector import DetectorConfig
-from hangwatch.supervisor.observe import Tick
+from hangwatch.supervisor.decide.attempt import AttemptState
+from hangwatch.supervisor.decide.detector import DetectorConfig
+from hangwatch.supervisor.operate.observe import Tick
 
 log = structlog.get_logger("hangwatch.status")
 

@@ -38,8 +38,8 @@ from typing import Any, Callable, Mapping, Sequence
 import structlog
 
 from hangwatch.contract.journal import iter_journal
-from hangwatch.supervisor.attempt import GraphPolicy
-from hangwatch.supervisor.store import Store, StoreError
+from hangwatch.supervisor.decide.attempt import GraphPolicy
+from hangwatch.supervisor.cohort.store import Store, StoreError
 
 log = structlog.get_logger("hangwatch.cohort")
 

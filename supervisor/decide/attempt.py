@@ -34,8 +34,8 @@ from hangwatch.contract import env as names
 from hangwatch.contract.heartbeat import engine_heartbeat_path
 from hangwatch.contract.journal import fold_journal
 from hangwatch.contract.verdict import VerdictKind
-from hangwatch.supervisor.detector import WORKER_CALLS, DetectorConfig
-from hangwatch.supervisor.restart import AttemptOutcome
+from hangwatch.supervisor.decide.detector import WORKER_CALLS, DetectorConfig
+from hangwatch.supervisor.decide.restart import AttemptOutcome
 
 
 class AttemptState(str, enum.Enum):

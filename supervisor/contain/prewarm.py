@@ -63,15 +63,15 @@ import structlog
 from hangwatch.contract import env as names
 from hangwatch.contract.procid import ProcKey, kill_verified, same_process
 from hangwatch.contract.tools import add_helper, forget_helper
-from hangwatch.supervisor.guardian import MARK_SLACK_S
-from hangwatch.supervisor.launcher import LOG_MAX_BYTES, LaunchError, TrainerProcess, child_setup, open_logs, tee
+from hangwatch.supervisor.contain.guardian import MARK_SLACK_S
+from hangwatch.supervisor.contain.launcher import LOG_MAX_BYTES, LaunchError, TrainerProcess, child_setup, open_logs, tee
 
 log = structlog.get_logger("hangwatch.prewarm")
 
 #: the -c program: drop "" (the working directory) from sys.path before importing anything (warmstart)
 BOOT = ("import sys\n"
         "if not sys.flags.safe_path and sys.path[:1] == ['']: del sys.path[0]\n"
-        "from hangwatch.supervisor.warmstart import main\n"
+        "from hangwatch.supervisor.contain.warmstart import main\n"
         "main()\n")
 #: start the warm process this long after the launch when the attempt sends no heartbeat
 WARM_WITHOUT_BEAT_S = 30.0

@@ -41,7 +41,7 @@ import psutil
 import structlog
 
 from hangwatch.contract.procid import ProcKey, is_running, same_process
-from hangwatch.supervisor.proctree import ProcessTree
+from hangwatch.supervisor.watch.proctree import ProcessTree
 
 log = structlog.get_logger("hangwatch.kill")
 

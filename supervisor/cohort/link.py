@@ -26,9 +26,9 @@ import structlog
 from hangwatch.contract.exitcodes import EXIT_COHORT
 from hangwatch.contract.procid import initial_environ
 from hangwatch.contract.verdict import Verdict, VerdictKind
-from hangwatch.supervisor.attempt import GraphPolicy
-from hangwatch.supervisor.cohort import Agreement, Cohort, CohortStopped, LauncherMismatch
-from hangwatch.supervisor.restart import AttemptOutcome, Decision
+from hangwatch.supervisor.decide.attempt import GraphPolicy
+from hangwatch.supervisor.cohort.node import Agreement, Cohort, CohortStopped, LauncherMismatch
+from hangwatch.supervisor.decide.restart import AttemptOutcome, Decision
 
 log = structlog.get_logger("hangwatch.cohort")
 

@@ -11,8 +11,8 @@ from typing import Callable
 import psutil
 
 from hangwatch.contract.heartbeat import Heartbeat, engine_heartbeat_path, read_engine_beacons, read_heartbeat
-from hangwatch.supervisor.probes import GpuProbe
-from hangwatch.supervisor.proctree import CpuMeter, ProcessTree
+from hangwatch.supervisor.watch.probes import GpuProbe
+from hangwatch.supervisor.watch.proctree import CpuMeter, ProcessTree
 from hangwatch.contract.samples import Sample
 
 

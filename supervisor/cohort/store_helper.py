@@ -1,7 +1,7 @@
 """The cohort store's helper process: PyTorch's c10d ``TCPStore``, spoken to over a pipe.
 
 The supervisor never imports torch (it must not share fate with CUDA), so it
-runs this small process instead: ``python -P -m hangwatch.supervisor.store_helper
+runs this small process instead: ``python -P -m hangwatch.supervisor.cohort.store_helper
 HOST PORT MASTER TIMEOUT_S``. With MASTER=1 it hosts the store (node 0's
 supervisor does; torchrun's c10d rendezvous is hosted the same way), otherwise
 it connects to it. Requests and replies are one JSON object per line on

@@ -26,7 +26,7 @@ import structlog
 
 from hangwatch.contract.journal import Journal
 from hangwatch.contract.samples import Sample
-from hangwatch.supervisor.attempt import AttemptState
+from hangwatch.supervisor.decide.attempt import AttemptState
 
 log = structlog.get_logger("hangwatch.observe")
 
