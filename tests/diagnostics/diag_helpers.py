@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +124,25 @@ def make_request(run_dir: Path, tree: HungTree | None, *, deadline_s: float = 30
         deadline=time.monotonic() + deadline_s,
         extra=extra or {},
     )
+
+
+def run_cli(*args: str, ulimit_kib: int | None = None) -> subprocess.CompletedProcess:
+    """Run ``hangwatch`` in a subprocess (under ``ulimit -v`` when ``ulimit_kib`` is given)."""
+    cmd = [sys.executable, "-m", "hangwatch.cli", *args]
+    if ulimit_kib is not None:
+        cmd = ["bash", "-c", f'ulimit -v {ulimit_kib} && exec "$@"', "bash", *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=ROOT)
+
+
+def usage_error(capsys, *args: str) -> str:
+    """Run the CLI in-process; it must refuse with one ``hangwatch: error:`` line (exit 2)."""
+    from hangwatch.cli.main import main  # noqa: PLC0415
+
+    capsys.readouterr()
+    assert main(list(args)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hangwatch: error:") and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
 
 
 def chromium() -> str | None:

@@ -1,5 +1,5 @@
-"""Classification against the shipped signatures, priorities, frozen threads,
-and strict loading of signature files."""
+"""Classification against the shipped signatures: priorities, frozen threads, suspects among
+ranks, and the signatures on library and native frames."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import pytest
 
 from diag_helpers import DATA
 from hangwatch.diagnostics.classify import classify
-from hangwatch.diagnostics.errors import SignatureFileError
 from hangwatch.diagnostics.pyspy import parse_json, parse_text
 from hangwatch.diagnostics.signatures import load_signatures
-from hangwatch.diagnostics.stacks import Frame, ProcessDump, ProcessSeries, ThreadDump, group_series
+from hangwatch.diagnostics.stacks import Frame, group_series, ProcessDump, ProcessSeries, ThreadDump
+
 
 SIGS = load_signatures()
 
@@ -30,7 +30,7 @@ def _classify(name: str, signatures=SIGS):
         ("cuda_graph_real.json", "vllm-cuda-graph-replay", "CUDAGraphWrapper.replay (cuda_graph.py:14)"),
     ],
 )
-def test_fixtures_match_their_signature(fixture, signature, evidence):
+def test_each_fixture_dump_matches_its_signature(fixture, signature, evidence):
     c = _classify(fixture)
     assert c.signature_id == signature
     assert evidence in [f.render() for f in c.evidence]
@@ -71,63 +71,6 @@ def test_a_frozen_match_beats_a_thread_that_moved():
     assert c_all_moving.signature_id == "vllm-cuda-graph-replay" and c_all_moving.frozen is False
 
 
-def test_user_signatures_extend_and_override(tmp_path):
-    user = tmp_path / "mine.toml"
-    user.write_text(
-        '[[signature]]\nid = "judge-http"\ntitle = "Reward judge HTTP call never returns"\npriority = 70\n'
-        'frames = [{ function = "score_with_judge" }]\nadvice = "Set a timeout on the judge request."\n'
-        '[[signature]]\nid = "lock-wait"\ntitle = "Overridden"\nframes = [{ function = "nothing-matches-this" }]\nadvice = "x"\n'
-    )
-    sigs = load_signatures([user])
-    c = _classify("unknown_reward.txt", sigs)
-    assert c.signature_id == "judge-http" and c.advice == "Set a timeout on the judge request."
-    assert next(s for s in sigs if s.id == "lock-wait").title == "Overridden"
-
-
-@pytest.mark.parametrize(
-    ("content", "expected"),
-    [
-        ('[[signature]]\nid = "a"\ntitle = "t"\nadvice = "x"\nframes = [{ function = "f" ]\n', r"line 5"),
-        ('[[signature]]\nid = "ok"\ntitle = "t"\nadvice = "x"\nframes = [{ function = "f" }]\n\n[[signature]]\ntitle = "no id"\nadvice = "x"\nframes = [{ function = "f" }]\n',
-         r"line 7: signature #2: missing or invalid 'id'"),
-        ('[[signature]]\nid = "bad-re"\ntitle = "t"\nadvice = "x"\nframes = [{ function = "(unclosed", regex = true }]\n',
-         r"line 1: signature #1 \('bad-re'\): frames\[1\].function: bad regex"),
-        ('[[signature]]\nid = "k"\ntitle = "t"\nadvice = "x"\nframe = []\n', r"unknown key\(s\) \['frame'\]"),
-        ('[[signature]]\nid = "p"\ntitle = "t"\nadvice = "x"\npriority = "high"\nframes = [{ file = "x.py" }]\n', r"'priority' must be an integer"),
-        ('[[signature]]\nid = "k2"\ntitle = "t"\nadvice = "x"\nkind = "fatal"\nframes = [{ file = "x.py" }]\n', r"'kind' must be one of"),
-        ('[[signature]]\nid = "i"\ntitle = "t"\nadvice = "x"\ninnermost = 0\nframes = [{ file = "x.py" }]\n', r"'innermost' must be a positive integer"),
-        ('[[signature]]\nid = "c"\ntitle = "t"\nadvice = "x"\ncollective = "yes"\nframes = [{ file = "x.py" }]\n', r"'collective' must be true or false"),
-        ('[[signature]]\nid = "s"\ntitle = "t"\nframes = [{ file = "x.py" }]\n', r"missing 'advice'"),
-    ],
-)
-def test_bad_signature_files_name_file_and_line(tmp_path, content, expected):
-    path = tmp_path / "sigs.toml"
-    path.write_text(content)
-    with pytest.raises(SignatureFileError, match=expected) as info:
-        load_signatures([path])
-    assert str(path) in str(info.value)
-
-
-def test_missing_signature_file_is_a_clear_error(tmp_path):
-    with pytest.raises(SignatureFileError, match="cannot read signature file"):
-        load_signatures([tmp_path / "nope.toml"])
-
-
-def test_shipped_signatures_are_ordered_by_priority():
-    ids = [s.id for s in SIGS]
-    assert ids[0] == "vllm-cuda-graph-replay"
-    assert ids.index("vllm-cuda-graph-replay") < ids.index("cuda-synchronize-wait") < ids.index("lock-wait")
-    assert {"gated-deltanet-kernel", "nccl-collective-wait", "dataloader-wait", "vllm-engine-core-ipc"} <= set(ids)
-
-
-def test_every_shipped_signature_cites_where_it_was_learned():
-    for sig in SIGS:
-        assert sig.reference, f"{sig.id} has no source"
-        assert sig.kind in ("stall", "idle", "helper")
-        if sig.kind == "stall":
-            assert sig.advice
-
-
 # --- thread roles ---------------------------------------------------------------------
 # Synthetic stacks (frames as py-spy prints them), one per rule.
 
@@ -136,6 +79,8 @@ def _proc(*threads, pid=999, cmd=""):
 
 
 TQDM = ("Thread-2", [Frame("wait", "threading.py", 359), Frame("wait", "threading.py", 655), Frame("run", "tqdm/_monitor.py", 60)])
+
+
 RAY_IMPORT = ("ray_import_thread", [Frame("wait", "threading.py", 359), Frame("_run", "ray/_private/import_thread.py", 70)])
 
 
@@ -223,7 +168,7 @@ def test_a_main_thread_without_a_name_is_known_by_its_id():
           ("join", "torch/multiprocessing/spawn.py", 99), ("main", "train.py", 3)], "all-idle"),  # mp.spawn's launcher
     ],
 )
-def test_new_signatures_on_library_frames(frames, expected):
+def test_signatures_on_library_frames(frames, expected):
     thread = ("MainThread", [Frame(fn, file, line, native=line is None) for fn, file, line in frames])
     assert classify(_proc(thread), SIGS).signature_id == expected
 

@@ -1,4 +1,5 @@
-"""Parsing py-spy output: real dumps of real processes, and pasted text."""
+"""Parsing py-spy output (real dumps of real processes, and pasted text), grouping dumps into
+one series per process, and what a frame's path says."""
 
 from __future__ import annotations
 
@@ -10,10 +11,6 @@ from diag_helpers import DATA
 from hangwatch.diagnostics.errors import InputError
 from hangwatch.diagnostics.pyspy import find_pyspy, parse_json, parse_text
 from hangwatch.diagnostics.stacks import group_series
-
-
-def _py(frames):
-    return [(f.function, f.short_file, f.line) for f in frames if not f.native]
 
 
 def test_native_gpu_model_runner_paste_with_timestamps():
@@ -68,6 +65,10 @@ def test_garbage_is_rejected_with_the_source_named():
         parse_text("hello\nworld\n", source="notes.txt")
     with pytest.raises(InputError, match="x.json"):
         parse_json('{"not": "a dump"}', source="x.json")
+
+
+def _py(frames):
+    return [(f.function, f.short_file, f.line) for f in frames if not f.native]
 
 
 @pytest.mark.timeout(60)
@@ -126,3 +127,40 @@ def test_frozen_reads_each_threads_signature_once_per_round(monkeypatch):
     series = stacks.ProcessSeries(1, tuple(stacks.ProcessDump(1, threads, round=r) for r in (1, 2)))
     assert all(series.frozen(t.ident) for t in threads)
     assert len(reads) == 600, "one read per thread and round, not per thread asked"
+
+
+@pytest.mark.timeout(60)
+def test_two_containers_pid_1_are_two_processes_not_two_looks():
+    """Every container's first process is pid 1: two dumps of 'Process 1' whose other
+    threads share no id are two processes (marin#7344 read as one process looked at twice,
+    and the second look's event-loop thread made it 'all-idle')."""
+    from hangwatch.diagnostics.stacks import Frame, ProcessDump, ThreadDump, group_series
+
+    def dump(rnd, *idents):
+        threads = (ThreadDump("1", "MainThread", (Frame("step", "train.py", 3),)),) + tuple(
+            ThreadDump(i, "worker", (Frame("select", "selectors.py", 468),)) for i in idents)
+        return ProcessDump(1, threads, round=rnd)
+
+    assert [len(s.dumps) for s in group_series([dump(1, "1440", "1441"), dump(2, "1439")])] == [1, 1]
+    # The same process looked at twice keeps its threads: one series of two looks.
+    assert [len(s.dumps) for s in group_series([dump(1, "1440", "1441"), dump(2, "1441")])] == [2]
+    # Only the main thread shown: nothing says they differ.
+    assert [len(s.dumps) for s in group_series([dump(1), dump(2)])] == [2]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("path", "stdlib"),
+    [
+        ("C:/Users/me/AppData/Local/Programs/Python/Python312/Lib/threading.py", True),
+        ("D:/Anaconda/Lib/multiprocessing/queues.py", True),
+        ("C:/venv/Lib/site-packages/torch/utils/data/dataloader.py", False),
+        ("C:/work/project/train.py", False),
+    ],
+)
+def test_windows_standard_library_paths_are_recognised(path, stdlib):
+    """A Windows install keeps the standard library in '<install>\\Lib\\': a drive-letter
+    path was never standard library, so a feeder thread looked like the job's own code."""
+    from hangwatch.diagnostics.stacks import Frame
+
+    assert Frame("f", path, 1).is_stdlib is stdlib

@@ -1,4 +1,4 @@
-"""Review round 7 (diagnostics): what a capture says of a tool it would not run."""
+"""GPU state in a capture: what it says of a tool it would not run."""
 
 from __future__ import annotations
 

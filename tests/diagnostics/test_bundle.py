@@ -1,26 +1,17 @@
-"""Redaction that keeps JSON valid, and the trainer's ``info`` redacted in the journal.
-
-A bundle's JSON files were redacted as text: the value after a sensitive key became a bare
-``[REDACTED]``, so ``"pass_at_1": 0.25`` (the part PASS; pass@k is a common RL metric a
-trainer beats) or ``"auth": {...}`` left ``samples.jsonl`` or ``manifest.json`` unparseable,
-and ``hangwatch replay``/``report`` refused the bundle. And the trainer's ``info`` (the
-kwargs its engine was built with, say) went into the journal in clear, though the journal's
-copy of the command is redacted.
-"""
+"""What a bundle writer stores: JSON redacted value by value, so that a file holding sensitive
+keys stays readable; the samples-only fallback bundle is redacted the same way."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from diag_helpers import ROOT, synthetic_bundle
+from diag_helpers import synthetic_bundle
 from hangwatch.cli.main import main
-from hangwatch.contract.journal import read_journal
-from hangwatch.contract.redact import MARK, redact_value
+from hangwatch.contract.redact import MARK
 from hangwatch.diagnostics.bundle import dumps_json, load_bundle, write_bundle
+
 
 SECRETS = ("hunter2-engine-secret", "pa55w0rd-in-url", "hf_AbCdEfGhIjKlMnOpQrSt")
 
@@ -29,19 +20,6 @@ def _info() -> dict:
     return {"pass_at_1": 0.25, "auth": {"mode": "oidc"}, "api_keys": ["k1"], "secret_sauce": True,
             "engine_kwargs": {"model": "m", "hf_token": SECRETS[0]},
             "wandb": f"https://user:{SECRETS[1]}@wandb.example.com", "note": f"token {SECRETS[2]}"}
-
-
-def test_redact_value_keeps_the_shape_and_hides_every_secret():
-    clean = redact_value(_info())
-    text = json.dumps(clean)
-    assert not any(s in text for s in SECRETS), text
-    assert clean["pass_at_1"] == MARK and clean["auth"] == MARK and clean["api_keys"] == MARK
-    assert clean["secret_sauce"] is True  # a bool holds nothing to hide
-    assert clean["engine_kwargs"]["model"] == "m"
-    deep: list = []
-    for _ in range(300):
-        deep = [deep]
-    json.dumps(redact_value(deep))  # bounded, never a RecursionError
 
 
 @pytest.mark.timeout(60)
@@ -64,27 +42,6 @@ def test_a_bundle_whose_json_holds_sensitive_keys_stays_readable_and_redacted(tm
     assert loaded.manifest["verdict"]["evidence"]["monkey_patch"] == MARK
     assert main(["replay", str(written)]) == 0
     assert main(["report", str(written)]) == 0
-
-
-@pytest.mark.timeout(60)
-def test_the_trainers_info_is_journaled_redacted(tmp_path):
-    run_dir = tmp_path / "run"
-    # The trainer waits (bounded) until the supervisor has journaled its beat, then exits.
-    trainer = ("import os, time; from hangwatch.trainer import beat\n"
-               f"beat(step=1, phase='train', **{_info()!r})\n"
-               "journal = os.path.join(os.environ['HANGWATCH_RUN_DIR'], 'journal.jsonl')\n"
-               "deadline = time.monotonic() + 30\n"
-               "while time.monotonic() < deadline and '\"event\":\"trainer' + '_info' not in open(journal).read():\n"
-               "    time.sleep(0.05)\n")
-    done = subprocess.run([sys.executable, "-m", "hangwatch.cli", "run", "--quiet", "--run-dir", str(run_dir),
-                           "--gpu-probe", "none", "--interval", "0.2", "--", sys.executable, "-c", trainer],
-                          capture_output=True, text=True, timeout=50, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-2000:]
-    records = [r for r in read_journal(run_dir / "journal.jsonl") if r.get("event") == "trainer_info"]
-    assert records, "no trainer_info record"
-    text = (run_dir / "journal.jsonl").read_text()
-    assert not any(s in text for s in SECRETS), text[-3000:]
-    assert records[0]["info"]["engine_kwargs"]["model"] == "m"
 
 
 @pytest.mark.timeout(30)

@@ -1,5 +1,6 @@
-"""Bundles come from other people: hostile or broken ones give ``hangwatch: error:``,
-never a traceback, a runaway read, raw escape sequences or script in the report."""
+"""Bundles come from other people: bombs in their data or tar headers, links, FIFOs, hard links,
+folders swapped during a read, nesting thousands deep and JSON past its object budget are
+refused or left out, and names never forge a line in ``bundle pack``'s warnings."""
 
 from __future__ import annotations
 
@@ -8,22 +9,18 @@ import os
 import subprocess
 import sys
 import tarfile
-import time
 import zlib
 from pathlib import Path
 
 import pytest
 
-from diag_helpers import ROOT, synthetic_bundle
+from diag_helpers import ROOT, run_cli, synthetic_bundle, usage_error
 from hangwatch.cli.main import main
-from hangwatch.diagnostics.bundle import load_bundle
-
-
-def _cli(*args: str, ulimit_kib: int | None = None) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "hangwatch.cli", *args]
-    if ulimit_kib is not None:
-        cmd = ["bash", "-c", f'ulimit -v {ulimit_kib} && exec "$@"', "bash", *cmd]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=ROOT)
+from hangwatch.diagnostics import bundle as bundle_mod
+from hangwatch.diagnostics.bundle import Bundle, load_bundle
+from hangwatch.diagnostics.replay import analyse, render_text
+from hangwatch.diagnostics.report import render_report
+from hangwatch.diagnostics.signatures import load_signatures
 
 
 def _gzip_member(data: bytes) -> bytes:
@@ -54,23 +51,48 @@ def test_decompression_bomb_is_refused_under_a_memory_limit(tmp_path):
     bomb = _bomb(tmp_path / "bomb.tar.gz")
     assert bomb.stat().st_size < 4 << 20
     for args in (["replay", str(bomb)], ["report", str(bomb), "-o", str(tmp_path / "r.html")]):
-        done = _cli(*args, ulimit_kib=1_500_000)
+        done = run_cli(*args, ulimit_kib=1_500_000)
         assert done.returncode == 2, done.stderr[-2000:]
         assert done.stderr.startswith("hangwatch: error:") and "Traceback" not in done.stderr
         assert "MiB" in done.stderr, done.stderr
 
 
-@pytest.mark.timeout(30)
-def test_report_escapes_every_field_and_forbids_scripts(tmp_path):
-    bundle = synthetic_bundle(tmp_path)
-    manifest = json.loads((bundle / "manifest.json").read_text())
-    evil = "<script>alert(1)</script>"
-    manifest["stacks"] = {"pyspy": evil, "rounds": [{"round": evil, "ok": evil, "processes": evil, "duration_s": evil}]}
-    (bundle / "manifest.json").write_text(json.dumps(manifest))
-    assert main(["report", str(bundle)]) == 0
-    html = (bundle / "report.html").read_text()
-    assert "<script" not in html and "&lt;script&gt;" in html
-    assert "Content-Security-Policy" in html and "default-src 'none'" in html
+def _archive(path: Path, header: tarfile.TarInfo, gib: int = 1) -> Path:
+    """``header`` declaring ``gib`` GiB of data (all zeros), then a bundle's manifest. Built from
+    one gzip member of 1 MiB repeated (gzip readers concatenate members): ~1 MB a GiB."""
+    header.size = gib << 30
+    manifest = json.dumps({"schema": 1}).encode()
+    after = tarfile.TarInfo("bomb/manifest.json")
+    after.size = len(manifest)
+    zeros = _gzip_member(bytes(1 << 20))
+    with open(path, "wb") as out:
+        out.write(_gzip_member(header.tobuf(format=tarfile.GNU_FORMAT)))
+        for _ in range(gib << 10):
+            out.write(zeros)
+        out.write(_gzip_member(after.tobuf(format=tarfile.GNU_FORMAT) + manifest.ljust(512, b"\0") + bytes(1024)))
+    return path
+
+
+def _replay(path: Path, ulimit_kib: int) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "hangwatch.cli", "replay", str(path)]
+    cmd = ["bash", "-c", f'ulimit -v {ulimit_kib} && exec "$@"', "bash", *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=90, cwd=ROOT)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["gnu_long_name", "pax_header", "unknown_type"])
+def test_a_bomb_in_the_tar_headers_is_refused_within_the_bundle_limits(tmp_path, kind):
+    header = tarfile.TarInfo("././@LongLink" if kind == "gnu_long_name" else "bomb/x")
+    header.type = {"gnu_long_name": tarfile.GNUTYPE_LONGNAME, "pax_header": tarfile.XHDTYPE,
+                   "unknown_type": b"Z"}[kind]
+    bomb = _archive(tmp_path / f"{kind}.tar.gz", header)
+    assert bomb.stat().st_size < 2 << 20
+    # The old reader held the 1 GiB long name (and its copies) in memory: a MemoryError under
+    # this limit; the unknown type it skipped by inflating all of it and then read on (exit 0).
+    done = _replay(bomb, ulimit_kib=1_000_000)
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert done.stderr.startswith("hangwatch: error:") and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "MemoryError" not in done.stderr and "MiB" in done.stderr, done.stderr
 
 
 @pytest.mark.timeout(30)
@@ -87,38 +109,6 @@ def test_a_symlink_in_a_bundle_is_never_read(tmp_path):
     assert "TOPSECRET" not in (bundle / "report.html").read_text()
 
 
-@pytest.mark.timeout(30)
-def test_replay_output_carries_no_terminal_escapes(tmp_path):
-    bundle = synthetic_bundle(tmp_path)
-    processes = json.loads((bundle / "processes.json").read_text())
-    processes[0]["cmdline"] = ["python", "grpo.py\x1b]0;pwned\x07\x1b[2J\x9b31m"]
-    (bundle / "processes.json").write_text(json.dumps(processes))
-    done = _cli("replay", str(bundle))
-    assert done.returncode == 0, done.stderr
-    assert "grpo.py" in done.stdout  # the line is there, defused
-    assert not any(c in done.stdout for c in "\x1b\x07\x9b")
-
-
-@pytest.mark.timeout(30)
-@pytest.mark.parametrize("manifest", ["[" * 100_000 + "]" * 100_000, json.dumps({"schema": 1, "verdict": 5, "stacks": "x"})])
-def test_malformed_manifest_is_an_error_not_a_traceback(tmp_path, manifest):
-    bundle = synthetic_bundle(tmp_path)
-    (bundle / "manifest.json").write_text(manifest)
-    for args in (["replay", str(bundle)], ["report", str(bundle), "-o", str(tmp_path / "r.html")]):
-        done = _cli(*args)
-        assert done.returncode == 2, (args, done.stdout[-500:], done.stderr[-2000:])
-        assert done.stderr.startswith("hangwatch: error:") and "Traceback" not in done.stderr
-
-
-def _usage_error(capsys, *args: str) -> str:
-    """Run the CLI in-process; it must refuse with one ``hangwatch: error:`` line (exit 2)."""
-    capsys.readouterr()
-    assert main(list(args)) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("hangwatch: error:") and err.count("\n") == 1 and "Traceback" not in err, err
-    return err
-
-
 @pytest.mark.timeout(10)
 def test_a_fifo_named_like_an_archive_is_refused_not_waited_on(tmp_path, capsys):
     fifo = tmp_path / "fifo.tar.gz"
@@ -126,40 +116,12 @@ def test_a_fifo_named_like_an_archive_is_refused_not_waited_on(tmp_path, capsys)
     (tmp_path / "link.tgz").symlink_to(fifo)
     for args in (["replay", str(fifo)], ["report", str(fifo), "-o", str(tmp_path / "r.html")],
                  ["replay", str(tmp_path / "link.tgz")]):
-        err = _usage_error(capsys, *args)
+        err = usage_error(capsys, *args)
         assert args[1] in err and "not a regular file (it is a FIFO)" in err
     sparse = tmp_path / "sparse.tar.gz"
     with open(sparse, "wb") as fh:
         fh.truncate(3 << 30)
-    assert "3.0 GiB" in _usage_error(capsys, "replay", str(sparse))
-
-
-@pytest.mark.timeout(10)
-def test_a_fifo_or_device_given_as_a_dump_is_refused_not_waited_on(tmp_path, capsys):
-    fifo = tmp_path / "dump.txt"
-    os.mkfifo(fifo)
-    assert "not a regular file (it is a FIFO)" in _usage_error(capsys, "replay", str(fifo))
-    assert "not a regular file (it is a character device)" in _usage_error(capsys, "replay", "/dev/zero")
-    sparse = tmp_path / "huge.txt"
-    with open(sparse, "wb") as fh:
-        fh.truncate(3 << 30)
-    assert "larger than 16 MiB" in _usage_error(capsys, "replay", str(sparse))
-
-
-@pytest.mark.timeout(10)
-def test_a_signature_file_that_is_a_fifo_device_or_huge_is_refused_by_name(tmp_path, capsys):
-    dump = str(ROOT / "tests" / "diagnostics" / "data" / "nccl_all_reduce.txt")
-    fifo = tmp_path / "sig.toml"
-    os.mkfifo(fifo)
-    sparse = tmp_path / "huge.toml"
-    with open(sparse, "wb") as fh:
-        fh.truncate(3 << 30)
-    deep = tmp_path / "deep.toml"
-    deep.write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")
-    for path, why in ((fifo, "it is a FIFO"), ("/dev/zero", "it is a character device"), (sparse, "3.0 GiB"),
-                      (deep, "nested too deeply")):
-        err = _usage_error(capsys, "replay", "--signatures", str(path), dump)
-        assert f"{path}: " in err and why in err, err
+    assert "3.0 GiB" in usage_error(capsys, "replay", str(sparse))
 
 
 @pytest.mark.timeout(20)
@@ -183,20 +145,9 @@ def test_pack_leaves_out_links_and_special_files_and_caps_sizes(tmp_path, capsys
     assert load_bundle(out).files.keys() == load_bundle(bundle).files.keys()
     with open(bundle / "core", "wb") as fh:
         fh.truncate(3 << 30)
-    err = _usage_error(capsys, "bundle", "pack", str(bundle), "-o", str(tmp_path / "big.tar.gz"))
+    err = usage_error(capsys, "bundle", "pack", str(bundle), "-o", str(tmp_path / "big.tar.gz"))
     assert "core is 3072 MiB, over the 32 MiB" in err
     assert not (tmp_path / "big.tar.gz").exists()
-
-
-@pytest.mark.timeout(20)
-@pytest.mark.parametrize("option, value", [("--stall-window", "nan"), ("--stall-window", "-5"), ("--stall-window", "0"),
-                                           ("--interval", "-1"), ("--interval", "inf"), ("--interval", "1e300"),
-                                           ("--progress-timeout", "-1"), ("--gpu-busy", "150"), ("--gpu-busy", "nan"),
-                                           ("--cpu-idle", "-1"), ("--cpu-idle", "nan")])
-def test_replay_refuses_what_if_values_run_refuses(tmp_path, capsys, option, value):
-    dump = str(ROOT / "tests" / "diagnostics" / "data" / "nccl_all_reduce.txt")
-    err = _usage_error(capsys, "replay", option, value, dump)  # with no bundle, nothing else would check them
-    assert f"{option} must be" in err and "got" in err, err
 
 
 # -- a bundle directory another user owns, read or packed as root (red-team probe) -----------------
@@ -302,28 +253,90 @@ def test_root_never_writes_below_a_folder_another_user_controls(tmp_path, capsys
     assert list(target.iterdir()) == [], "root wrote into the directory the other user chose"
 
 
-@pytest.mark.timeout(30)
-def test_a_command_line_never_forges_a_row_or_an_escape_in_the_process_table():
-    """A trainer chooses its own argv: a newline in it forged a pid-1 row in processes.txt."""
-    import psutil
+@pytest.mark.timeout(90)
+def test_a_name_in_a_bundle_never_forges_a_line_in_packs_warnings(tmp_path):
+    """`bundle pack` names what it leaves out (a FIFO, a link) with its escapes shown, but kept
+    a newline: a sender's FIFO named 'x\\nhangwatch: archive checked, nothing left out' printed a
+    line of its own."""
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    (bundle / "manifest.json").write_text('{"schema": 1}')
+    os.mkfifo(bundle / "x\nhangwatch: archive checked, nothing left out")
+    done = subprocess.run([sys.executable, "-m", "hangwatch.cli", "bundle", "pack", str(bundle)],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    warnings = [line for line in done.stderr.splitlines() if line]
+    assert len(warnings) == 1 and warnings[0].startswith("hangwatch: warning: x\\nhangwatch:"), done.stderr
 
-    from hangwatch.contract.capture import TreeProcess
-    from hangwatch.diagnostics.proctable import process_table, render_table
 
-    forged = "\n      1       0       1       1 S -   0.0   0.0    1  /sbin/init\x1b[2J"
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", forged])
-    try:
-        p = psutil.Process(proc.pid)
-        # Just after exec the child's command line reads empty for a moment: wait for its own, bounded.
-        deadline = time.monotonic() + 20
-        while p.cmdline()[-1:] != [forged]:
-            assert time.monotonic() < deadline, p.cmdline()
-            time.sleep(0.01)
-        rows = process_table([TreeProcess(proc.pid, p.create_time(), p.ppid(), os.getpgid(proc.pid),
-                                          os.getsid(proc.pid), p.name(), tuple(p.cmdline()))])
-    finally:
-        proc.kill()
-        proc.wait()
-    text = render_table(rows)
-    assert len(text.splitlines()) == 2 and "\x1b" not in text, text
-    assert rows[0]["cmdline"][-1] == forged  # processes.json keeps it as it was
+@pytest.mark.timeout(60)
+def test_a_bundle_nested_thousands_of_folders_deep_is_refused_at_once(tmp_path: Path) -> None:
+    """Every file of a bundle directory is opened one folder at a time from the top, so folders
+    nested thousands deep made `replay` and `report` quadratic (3,000 empty folders: 7 s, up to
+    ~15 s within the 4096-entry cap). A bundle is three folders deep: past 16 it is refused."""
+    import os
+
+    from diag_helpers import synthetic_bundle
+    from hangwatch.diagnostics.bundle import MAX_DEPTH, load_bundle
+    from hangwatch.diagnostics.errors import InputError
+
+    bundle = synthetic_bundle(tmp_path)
+    load_bundle(bundle)  # as written: fine
+    deep = bundle / "logs"
+    deep.mkdir()
+    for _ in range(MAX_DEPTH + 2):
+        deep = deep / "d"
+        os.mkdir(deep)
+    with pytest.raises(InputError, match="nested"):
+        load_bundle(bundle)
+
+
+def _dump(pid: int, frames: int = 3) -> list[dict]:
+    return [{"pid": pid, "thread_id": 1, "os_thread_id": pid, "thread_name": "MainThread", "owns_gil": False,
+             "active": False, "frames": [{"name": f"f{i}", "filename": "/srv/train.py", "line": i + 1}
+                                         for i in range(frames)]}]
+
+
+_MANIFEST = {"schema": 1, "kind": "hangwatch-incident", "verdict": {"kind": "stall", "reason": "r"}}
+
+
+def _write(tmp_path: Path, files: dict[str, object]) -> Path:
+    root = tmp_path / "bundle"
+    for name, data in {"manifest.json": _MANIFEST, **files}.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return root
+
+
+@pytest.mark.timeout(60)
+def test_the_process_table_is_parsed_once_for_all_stack_files(tmp_path, monkeypatch):
+    files: dict[str, object] = {f"stacks/round-1/pid-{p}.json": _dump(p) for p in range(100, 150)}
+    files["processes.json"] = [{"pid": p, "ppid": 1, "name": "python", "cmdline": ["python", f"rank{p}"]}
+                               for p in range(100, 150)]
+    bundle = load_bundle(_write(tmp_path, files))
+    parsed: list[str] = []
+    original = Bundle.json
+
+    def counting(self: Bundle, name: str, default: object = None) -> object:
+        parsed.append(name)
+        return original(self, name, default)
+
+    monkeypatch.setattr(Bundle, "json", counting)
+    dumps = bundle.dumps()
+    assert len(dumps) == 50 and {d.cmdline for d in dumps} == {f"python rank{p}" for p in range(100, 150)}
+    assert parsed.count("processes.json") == 1
+
+
+@pytest.mark.timeout(60)
+def test_stack_files_past_the_object_budget_are_left_out(tmp_path, monkeypatch):
+    monkeypatch.setattr(bundle_mod, "MAX_STACK_OBJECTS", 1000)
+    bomb = '[{"pid": 7, "frames": [' + ",".join(["{}"] * 5000) + "]}]"
+    path = _write(tmp_path, {"stacks/round-1/pid-7.json": bomb, "stacks/round-1/pid-8.json": _dump(8),
+                             "stacks/round-2/pid-8.json": _dump(8)})
+    bundle = load_bundle(path)
+    assert [d.pid for d in bundle.dumps()] == [8, 8]
+    assert bundle.left_out == ["stacks/round-1/pid-7.json"]
+    page = render_report(bundle)
+    assert "stacks/round-1/pid-7.json" in page and "more objects than a capture writes" in page
+    assert "left out: stacks/round-1/pid-7.json" in render_text(analyse([path], load_signatures()), {
+        "incidents": 1, "signatures": {}, "recurring_frames": [], "call_tree": {"children": []}})

@@ -1,19 +1,23 @@
-"""Capture end to end on real hung process trees, and its failure paths."""
+"""Capture end to end on real hung process trees, and its failure paths; the early py-spy
+round taken while the hang builds; a trainer argument that is not UTF-8."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from diag_helpers import CMDLINE_SECRET, make_request, PYSPY_DENIED, PYSPY_HANG, ROOT, SECRETS
 from hangwatch.contract import atomic
-
-from diag_helpers import CMDLINE_SECRET, PYSPY_DENIED, PYSPY_HANG, SECRETS, make_request
 from hangwatch.diagnostics.bundle import list_bundles, load_bundle, write_bundle
-from hangwatch.diagnostics.capture import CaptureConfig, capture_incident
+from hangwatch.diagnostics.capture import capture_incident, CaptureConfig, EarlyRound, IncidentCapture
+
 
 FAST = CaptureConfig(rounds=2, round_interval=0.5, pyspy_timeout=5.0)
 
@@ -192,3 +196,79 @@ def test_capture_of_an_empty_tree_still_writes_a_bundle(tmp_path):
     assert m["classification"] is None and "samples" in m["captured"] and (path / "report.html").is_file()
     assert main(["report", str(path)]) == 0
     assert "No stacks were captured" in (path / "report.html").read_text()
+
+
+@pytest.mark.timeout(90)
+def test_an_early_round_makes_the_capture_take_one_final_round_without_waiting(hung_tree, tmp_path):
+    tree = hung_tree(1)
+    # A round interval far longer than the test would take: any wait would show.
+    config = CaptureConfig(rounds=2, round_interval=30.0, pyspy_timeout=10.0)
+    hook = IncidentCapture(config)
+    early = hook.early_round(tree.tree, time.monotonic() + 20.0)
+    assert isinstance(early, EarlyRound) and early.processes == 2
+    assert all(r.round == 1 and r.dump is not None for r in early.results)
+
+    path = capture_incident(make_request(tmp_path / "run", tree, deadline_s=60.0, extra={"early_round": early}),
+                            config=config)
+
+    m = json.loads((path / "manifest.json").read_text())
+    rounds = m["stacks"]["rounds"]
+    assert [(r["round"], r.get("early", False)) for r in rounds] == [(1, True), (2, False)]
+    assert all(r["taken_at"].endswith("Z") for r in rounds) and rounds[0]["taken_at"] <= rounds[1]["taken_at"]
+    assert rounds[0]["started_s"] <= 0.0  # before the capture began
+    assert rounds[1]["started_s"] < config.round_interval, "the final round did not wait for the interval"
+    assert m["stacks"]["skipped"] == []
+    for pid in tree.pids:
+        assert (path / f"stacks/round-1/pid-{pid}.json").is_file() and (path / f"stacks/round-2/pid-{pid}.json").is_file()
+    c = m["classification"]
+    assert c["signature_id"] == "vllm-cuda-graph-replay" and c["frozen"] is True and c["rounds"] == 2
+
+
+@pytest.mark.timeout(60)
+def test_without_an_early_round_the_capture_takes_both_rounds_itself(hung_tree, tmp_path):
+    tree = hung_tree(0)
+    path = capture_incident(make_request(tmp_path / "run", tree, extra={"early_round": "not a round"}),
+                            config=CaptureConfig(rounds=2, round_interval=0.2, pyspy_timeout=5.0))
+    rounds = json.loads((path / "manifest.json").read_text())["stacks"]["rounds"]
+    assert [(r["round"], r.get("early", False)) for r in rounds] == [(1, False), (2, False)]
+    assert all("taken_at" in r for r in rounds)
+
+
+@pytest.mark.timeout(90)
+def test_a_trainer_argument_that_is_not_utf8_never_costs_the_capture_or_the_report(tmp_path):
+    """The trainer's user chose an argument with a byte that is not UTF-8 (a file name in
+    Latin-1). Python reads it as a lone surrogate, which a plain .encode() refuses: the whole
+    diagnostics capture failed (stacks, process table, report: the journal's capture was
+    'UnicodeEncodeError', only the samples-only bundle was left), and `hangwatch report` of a
+    bundle holding it was refused as malformed input. Now the byte is shown as \\udcff."""
+    from hangwatch.contract.capture import CaptureRequest, TreeProcess
+    from hangwatch.contract.verdict import Verdict, VerdictKind
+    from hangwatch.diagnostics.capture import capture_incident
+
+    trainer = subprocess.Popen([sys.executable.encode(), b"-c", b"import time; time.sleep(60)", b"data-\xff.bin"])
+    try:
+        proc = psutil.Process(trainer.pid)
+        deadline = time.monotonic() + 20
+        while len(proc.cmdline()) < 4 and time.monotonic() < deadline:  # until it has exec'd
+            time.sleep(0.01)
+        tp = TreeProcess(trainer.pid, proc.create_time(), os.getpid(), os.getpgid(trainer.pid), os.getsid(trainer.pid),
+                         proc.name(), tuple(proc.cmdline()))
+        assert "\udcff" in tp.cmdline[-1]
+        run_dir = tmp_path / "run"
+        run_dir.mkdir(mode=0o700)
+        now = time.monotonic()
+        verdict = Verdict(kind=VerdictKind.SILENT_HANG, detected_at=now, onset=now, reason="no heartbeat progress")
+        bundle = capture_incident(CaptureRequest(run_dir=run_dir, run_id="r", attempt=1, verdict=verdict, samples=[],
+                                                 tree=[tp], log_paths={}, thresholds={}, deadline=now + 60))
+    finally:
+        trainer.kill()
+        trainer.wait()
+    table = (bundle / "processes.txt").read_text()
+    assert "data-\\udcff.bin" in table
+    assert "data-\\udcff.bin" in (bundle / "report.html").read_text()
+
+    out = tmp_path / "again.html"
+    done = subprocess.run([sys.executable, "-m", "hangwatch.cli", "report", str(bundle), "-o", str(out)],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "data-\\udcff.bin" in out.read_text()

@@ -1,0 +1,114 @@
+"""Reading log lines that stand for a stack: NCCL watchdog timeouts, Horovod's stall warnings,
+vLLM's shared-memory broadcast waits and its function trace log."""
+
+from __future__ import annotations
+
+import pytest
+
+from diag_helpers import PASTED, pasted_verdict
+from hangwatch.diagnostics.pastes import read_text
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _frames(thread) -> list[str]:
+    return [f.render() for f in thread.frames]
+
+
+def test_nccl_watchdog_timeout_lines_are_one_rank_each_in_its_collective():
+    """PyTorch's watchdog log is the only evidence many hang reports carry (Automodel#1574,
+    PyTorch#20630, vLLM#6042 in data/pasted): each rank becomes a process waiting in the
+    collective the watchdog names, at its sequence number; repeats of a rank are one;
+    a WorkNCCL(...) wrapped onto the next line keeps the rank of the line before."""
+    text = (
+        "[rank2]:[E ProcessGroupNCCL.cpp:563] [Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4084, "
+        "OpType=ALLREDUCE, NumelIn=48, NumelOut=48, Timeout(ms)=600000) ran for 600077 milliseconds before timing out.\n"
+        "(RayWorkerWrapper pid=4009) [rank1]:[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=4084, OpType=ALLREDUCE, NumelIn=48, NumelOut=48, Timeout(ms)=600000) ran for 600095 milliseconds.\n"
+        "[rank1]:[E ProcessGroupNCCL.cpp:1414] [PG 1 Rank 1] Process group watchdog thread terminated with exception: [Rank 1] "
+        "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4084, OpType=ALLREDUCE, NumelIn=48)\n"
+        "  [rank7]: Watchdog caught collective operation timeout:\n"
+        "    WorkNCCL(SeqNum=4084, OpType=BROADCAST, NumelIn=1, NumelOut=8, Timeout(ms)=60000)\n"
+    )
+    report = read_text(text)
+    got = {p.rank: (p.pid, _frames(p.threads[0])) for p in report.processes}
+    assert got == {2: (None, ["nccl:allreduce (SeqNum 4084)"]), 1: (4009, ["nccl:allreduce (SeqNum 4084)"]),
+                   7: (None, ["nccl:broadcast (SeqNum 4084)"])}
+    assert report.skipped == 0 and "3 rank(s) known only from NCCL watchdog timeout lines" in " ".join(report.notes())
+    # A rank whose stack is pasted too keeps its stack.
+    report = read_text(text + '=== rank 2 ===\nThread 9 (idle): "MainThread"\n    all_reduce (torch/distributed/distributed_c10d.py:2050)\n')
+    assert [_frames(p.threads[0]) for p in report.processes if p.rank == 2] == [["all_reduce (distributed_c10d.py:2050)"]]
+
+
+def _one(text: str):
+    report = read_text(text)
+    assert len(report.processes) == 1, report.processes
+    return report, report.processes[0]
+
+
+def test_vllm_trace_function_log_keeps_the_calls_still_open():
+    """VLLM_TRACE_FUNCTION's "Call to"/"Return from" lines (vLLM#5170): the calls never
+    returned from are the stack the process hung in, innermost first."""
+    text = (
+        "2024-06-03 16:53:30.700000 Call to __init__ in /v/vllm/distributed/device_communicators/pynccl.py:60 from init in /v/vllm/worker.py:10\n"
+        "2024-06-03 16:53:30.710000 Call to helper in /v/vllm/utils.py:5 from __init__ in /v/vllm/distributed/device_communicators/pynccl.py:90\n"
+        "2024-06-03 16:53:30.720000 Return from helper in /v/vllm/utils.py:7 to __init__ in /v/vllm/distributed/device_communicators/pynccl.py:90\n"
+        "2024-06-03 16:53:30.748291 Call to synchronize in /v/torch/cuda/streams.py:93 from __init__ in /v/vllm/distributed/device_communicators/pynccl.py:101\n"
+    )
+    _, proc = _one(text)
+    assert _frames(proc.threads[0]) == ["synchronize (streams.py:93)", "__init__ (pynccl.py:101)", "init (worker.py:10)"]
+
+
+def test_horovod_stall_ops_on_one_line_and_missing_ranks():
+    # Older logs put every stalled op on the warning's line; newer ones list missing ranks.
+    text = ("WARNING: One or more tensors were submitted to be reduced ... Stalled ops: "
+            "allreduce.conv1.weight [ready ranks: 1, 0, 3], allreduce.bn1.bias [ready ranks: 1, 0, 3], "
+            "broadcast.step [missing ranks: 2]\n")
+    report = read_text(text)
+    assert sorted(p.rank for p in report.processes) == [0, 1, 3]
+    assert {p.threads[0].frames[0].function for p in report.processes} == {"horovod:allreduce"}
+    assert {p.threads[0].frames[0].file for p in report.processes} == {"conv1.weight"}
+
+
+@pytest.mark.parametrize(
+    ("name", "missing"),
+    [
+        # Keras tensor names with "/" and no op prefix, only "[missing ranks: ...]" lines
+        ("horovod_457_missing_ranks_metric_average", (0, 1, 3, 4)),
+        # TensorFlow op names ("HorovodBroadcast_..."), "Stalled ops:" on its own line
+        ("horovod_534_broadcast_missing_rank0", (0,)),
+    ],
+)
+def test_horovod_missing_ranks_lines_name_who_never_submitted(name, missing):
+    report = read_text((PASTED / f"{name}.txt").read_text())
+    assert report.horovod_missing is not None and report.horovod_missing[1] == missing
+    assert any("never submitted" in n for n in report.notes())
+    assert pasted_verdict(name) == "nccl-collective-wait"
+
+
+def test_horovod_ready_ranks_with_tensorflow_op_names_on_one_line():
+    # horovod#134: every stalled op on the warning's own line, names like
+    # "v0/tower_0/HorovodAllreduce_..._0 [ready ranks: 2]".
+    report = read_text((PASTED / "horovod_134_one_line_ready_rank_tf_names.txt").read_text())
+    assert sorted(p.rank for p in report.processes) == [2, 3]
+    assert {p.threads[0].frames[0].function for p in report.processes} == {"horovod:allreduce"}
+
+
+def test_vllm_shm_broadcast_wait_lines_alone_are_a_process_waiting_on_the_queue():
+    # vllm#51986 / vllm-ascend#3717: only the engine core's log lines were pasted; before,
+    # 'neither a hangwatch bundle nor a py-spy dump'.
+    assert pasted_verdict("vllm_51986_shm_broadcast_log_lines_mnnvl_init") == "vllm-shm-broadcast-wait"
+    report = read_text((PASTED / "vllm_ascend_3717_shm_broadcast_log_lines_only.txt").read_text())
+    assert [p.pid for p in report.processes] == [323240]
+    assert any("shared memory broadcast" in n for n in report.notes())
+
+
+def test_a_pasted_stack_of_the_same_process_wins_over_its_shm_wait_lines():
+    line = ("(EngineCore pid=77) INFO 08-13 11:27:02 [shm_broadcast.py:802] No available shared memory broadcast "
+            "block found in 60 seconds. This typically happens when some processes are hanging.\n")
+    stack = ('Process 77: VLLM::EngineCore\nPython v3.12.3 (/usr/bin/python3)\n\nThread 77 (idle): "MainThread"\n'
+             "    get_response (vllm/v1/executor/multiproc_executor.py:387)\n    step (vllm/v1/engine/core.py:59)\n")
+    report = read_text(line + line + "\n" + stack)
+    (proc,) = report.processes
+    assert proc.pid == 77 and proc.threads[0].frames[0].function == "get_response"
+    assert report.shm_wait_only == 0

@@ -1,0 +1,433 @@
+"""Reading pasted native backtraces: gdb (``bt``, ``thread apply all bt``, ``info threads``,
+``py-bt``), lldb, pstack/eu-stack, pystack, C++ tracebacks (torch's ``frame #N``, Paddle's)
+and torch's fatal-signal handler."""
+
+from __future__ import annotations
+
+import pytest
+
+from diag_helpers import PASTED, text_verdict
+from hangwatch.cli.main import main
+from hangwatch.diagnostics.errors import InputError
+from hangwatch.diagnostics.pastes import GIL_WAIT, read_text
+from hangwatch.diagnostics.replay import analyse
+from hangwatch.diagnostics.signatures import load_signatures
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _one(text: str):
+    report = read_text(text)
+    assert len(report.processes) == 1, report.processes
+    return report, report.processes[0]
+
+
+def _frames(thread) -> list[str]:
+    return [f.render() for f in thread.frames]
+
+
+def test_pystack_threads_are_read_innermost_first():
+    """pystack lists the outermost frame first, with source lines under each frame."""
+    text = ("$ pystack remote 1904\n"
+            "Traceback for thread 1904 (python3.12) [Has the GIL] (most recent call last):\n"
+            '    (Python) File "/usr/lib/python3.12/runpy.py", line 88, in _run_code\n        exec(code, run_globals)\n'
+            '    (Python) File "/app/train.py", line 40, in main\n        loss.item()\n'
+            '    (C) File "???", line 0, in cuEventSynchronize (libcuda.so.1)\n')
+    report, proc = _one(text)
+    (t,) = proc.threads
+    assert proc.pid == 1904 and t.ident == "1904" and t.owns_gil and report.skipped == 0
+    assert _frames(t) == ["cuEventSynchronize (libcuda.so.1)", "main (train.py:40)", "_run_code (runpy.py:88)"]
+
+
+def test_gdb_backtraces_and_py_bt_are_stacks_innermost_first():
+    """gdb pastes (PyTorch#24927, PyTorch#12011, voltron#232 in data/pasted): a thread
+    header or "Switching to thread", native bt lines, py-bt's one-line "#N Frame" form
+    with locals wrapped and cut, and py-bt's "Traceback (most recent call first)" form
+    with source lines under each frame. gdb's thread 1 is the main thread."""
+    text = (
+        "(gdb) thread 12\n"
+        "[Switching to thread 12 (Thread 0x7f9d0cc00700 (LWP 30756))]\n"
+        "#0  0x00007fa50b024fdd in poll () at ../sysdeps/unix/syscall-template.S:81\n"
+        "81      in ../sysdeps/unix/syscall-template.S\n"
+        "(gdb) py-bt\n"
+        "#3 Frame 0x7fa3b9fec850, for file /opt/lib/python2.7/multiprocessing/queues.py, line 131, in get (self=<Queue(_writer=<Conn\n"
+        "tions.deque at remote 0x7fa33ea056e0>, _closed=False, acquire=<built-in method acquire of _multiprocessing.SemLock obj...(trunca\n"
+        "#4 Frame 0x7fa3b9fec9e0, for file /opt/app/loader.py, line 20, in pin_loop (q=<Queue at remote 0x1>)\n"
+    )
+    _, proc = _one(text)
+    (thread,) = proc.threads
+    assert thread.ident == "30756" and _frames(thread) == ["poll (syscall-template.S)", "get (queues.py:131)", "pin_loop (loader.py:20)"]
+    assert thread.frames[1].is_stdlib  # a Python 2 standard library path
+    _, proc = _one("Thread 1 (Thread 0x7f384e2dc740 (LWP 237)):\n#2  0x00007f in ?? () from /lib64/libc.so.6\n"
+                   "#4 Frame 0x7f3484000910, for file /usr/lib/python2.7/threading.py, line 358, in wait (self=<_Condition\n")
+    assert proc.pid == 237 and proc.threads[0].name == "MainThread"
+    assert _frames(proc.threads[0]) == ["? (libc.so.6)", "wait (threading.py:358)"]
+    text = (
+        "0x00007f653b6ebd76 in futex_abstimed_wait_cancelable (private=0, abstime=0x0) at ../sysdeps/unix/sysv/linux/futex-internal.h:205\n"
+        "205\t../sysdeps/unix/sysv/linux/futex-internal.h: No such file or directory.\n"
+        "(gdb) py-bt\n"
+        "Traceback (most recent call first):\n"
+        "  <built-in method acquire of _thread.lock object at remote 0x7f6533d180a8>\n"
+        '  File "/usr/lib/python3.6/threading.py", line 295, in wait\n'
+        "    waiter.acquire()\n"
+        '  File "/home/u/app/worker.py", line 49, in inner\n'
+        "    res = q.get()\n"
+    )
+    report, proc = _one(text)
+    assert _frames(proc.threads[0]) == ["futex_abstimed_wait_cancelable (futex-internal.h)", "acquire (?)", "wait (threading.py:295)",
+                                        "inner (worker.py:49)"]
+    assert report.skipped == 2  # gdb's source line and its command; the py-bt source lines are not counted
+    # A Python traceback (most recent call LAST) is still not a stack.
+    report, proc = _one('Traceback (most recent call last):\n  File "/x/a.py", line 3, in f\nThread 7 (idle): "MainThread"\n    g (b.py:1)\n')
+    assert _frames(proc.threads[0]) == ["g (b.py:1)"]
+
+
+def test_gdb_cxx_frames_keep_their_names_and_wrapped_libraries():
+    """gdb prints a C++ frame with its own parameter list before the call's arguments,
+    wraps "from LIB" onto the next line, and reporters re-type line numbers as "XXX"
+    (torch-xpu-ops#1536, NCCL#1013, NCCL#1777 in data/pasted): every frame is kept,
+    named without its parameter list, with its library."""
+    text = (
+        "#0  0x0000145afa2a9e40 in ccl_executor::wait(ccl_request const*) () from /opt/ccl/lib/libccl.so.1\n"
+        "#1  0x0000145afa164cf1 in ccl_coll_create(ccl_coll_param&, ccl_coll_attr const&) ()\n"
+        "   from /opt/ccl/lib/libccl.so.1\n"
+        "#2  0x00007f21c7a5fc7a in c10d::NCCLComm::ncclCommAbort(c10::optional<std::basic_string<char, std::char_traits<char> > >) () from /t/libtorch_cuda.so\n"
+        "#3  0x00007fefe4a7fe62 in c10d::ProcessGroupNCCL::abort() at ProcessGroupNCCL.cpp:XXX\n"
+        "#4  0x00007f22220966a4 in at::native::_local_scalar_dense_cuda(at::Tensor const&)::{lambda()#1}::operator()() const [clone .isra.100] ()\n"
+        "#5  0x00007f21c7a2ba38 in c10d::abortComm\n"
+    )
+    _, proc = _one(text)
+    assert _frames(proc.threads[0]) == [
+        "ccl_executor::wait (libccl.so.1)", "ccl_coll_create (libccl.so.1)", "c10d::NCCLComm::ncclCommAbort (libtorch_cuda.so)",
+        "c10d::ProcessGroupNCCL::abort (ProcessGroupNCCL.cpp)", "at::native::_local_scalar_dense_cuda (?)", "c10d::abortComm (?)"]
+
+
+def test_lldb_backtrace_and_gdb_info_threads_are_stacks():
+    """lldb's "bt" (pytorch#149153) and gdb's "info threads" table (pytorch#75147): thread
+    #1 / gdb's thread 1 is the main thread; an info-threads row is a thread and its
+    innermost frame."""
+    text = (
+        "* thread #1, name = 'python', stop reason = signal SIGSTOP\n"
+        "  * frame #0: 0x00007fb0b7f0792d libc.so.6`syscall + 29\n"
+        "    frame #1: 0x00007fb090db1068 libtorch_cuda.so`c10d::ProcessGroupNCCL::abort() + 664\n"
+        "    frame #2: 0x00007fb08faef142 libstdc++.so.6`std::__atomic_futex_unsigned_base::_M_futex_wait_until_steady(this=<unavailable>, __addr=0x1) at futex.cc:217:18\n"
+    )
+    _, proc = _one(text)
+    (t,) = proc.threads
+    assert t.name == "MainThread" and _frames(t) == [
+        "syscall (libc.so.6)", "c10d::ProcessGroupNCCL::abort (libtorch_cuda.so)",
+        "std::__atomic_futex_unsigned_base::_M_futex_wait_until_steady (libstdc++.so.6)"]
+    text = (
+        "(gdb) info threads\n"
+        "  Id   Target Id         Frame\n"
+        '* 1    Thread 0x7fc73ac5d700 (LWP 52422) "" select_poll_poll () at /src/Modules/clinic/selectmodule.c.h:219\n'
+        '  5    Thread 0x7fc6b71e9700 (LWP 52742) "pt_worker" 0x00007fc739c909c8 in accept4 (fd=7, flags=524288) at ../sysdeps/accept4.c:40\n'
+    )
+    report, proc = _one(text)
+    assert proc.pid == 52422 and [(t.ident, t.name) for t in proc.threads] == [("52422", "MainThread"), ("52742", "pt_worker")]
+    assert _frames(proc.threads[1]) == ["accept4 (accept4.c)"] and report.skipped == 2
+
+
+def test_gdb_thread_headers_with_a_thread_name():
+    """Newer gdb names threads in 'thread apply all bt' (TensorRT-LLM#2560 in data/pasted):
+    the header still starts a thread, with that name."""
+    _, proc = _one('Thread 7 (Thread 0x7f9356c7a000 (LWP 3271135) "executionLoop"):\n'
+                   "#0  0x00007f9f12e0a85d in __lll_lock_wait () from /lib64/libpthread.so.0\n"
+                   'Thread 1 (Thread 0x7f9356c7b000 (LWP 3271100) "python"):\n'
+                   "#0  0x00007f9f12e0a85d in poll () from /lib64/libc.so.6\n")
+    assert [(t.ident, t.name) for t in proc.threads] == [("3271135", "executionLoop"), ("3271100", "MainThread")]
+
+
+def test_gdb_names_in_an_anonymous_namespace_are_kept():
+    """torch's C++ ops live in "(anonymous namespace)" (Megatron-LM#1679 in data/pasted):
+    that parenthesis is part of the name, not its parameter list."""
+    text = ("#10 0x00007f6804fedcb5 in c10d::ops::(anonymous namespace)::recv_CUDA(c10::ArrayRef<at::Tensor>, long, long) () "
+            "from /t/libtorch_cpu.so\n")
+    _, proc = _one(text)
+    assert _frames(proc.threads[0]) == ["c10d::ops::(anonymous namespace)::recv_CUDA (libtorch_cpu.so)"]
+
+
+def test_gdb_frames_quoted_inline_in_prose_are_a_stack():
+    """A reporter who names the frames gdb showed in a sentence, each in backticks in gdb's
+    form (pytorch#15638 in data/pasted): those frames, not "not a dump"."""
+    report, proc = _one("Looks like it hangs at `c10d::TCPStore::TCPStore(std::string const&, unsigned short, bool) ()`, "
+                        "`c10d::tcputil::connect(std::string const&, unsigned short) ()`\n\nIt should return.\n")
+    assert _frames(proc.threads[0]) == ["c10d::TCPStore::TCPStore (?)", "c10d::tcputil::connect (?)"]
+    with pytest.raises(InputError):
+        read_text("We call `init_process_group()` and `barrier()` and it hangs.\n")
+
+
+def test_torchs_cxx_backtrace_under_an_error_is_the_same_threads_inner_stack(tmp_path):
+    """torch prints an error's Python traceback, the message, then "Exception raised from X
+    (most recent call first):" and the raising thread's C++ frames ("frame #2:
+    c10d::TCPStore::doGet(...) + 0x32 (0x7f.. in /x/libtorch_cpu.so)", OpenRLHF#211 in
+    data/pasted): one thread, C++ frames innermost, read as communicator setup waiting for
+    rank 0's ncclUniqueId; a backtrace pasted alone is a stack too, its library rejoined when
+    the terminal wrapped it (ChatGLM-6B#1232)."""
+    from hangwatch.diagnostics.replay import analyse  # noqa: PLC0415
+    from hangwatch.diagnostics.signatures import load_signatures  # noqa: PLC0415
+
+    text = (
+        '  File "/env/torch/distributed/distributed_c10d.py", line 3439, in barrier\n'
+        "    work = default_pg.barrier(opts=opts)\n"
+        "torch.distributed.DistBackendError: [1] is setting up NCCL communicator and retrieving ncclUniqueId "
+        "from [0] via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout\n"
+        "Exception raised from doWait at ../torch/csrc/distributed/c10d/TCPStore.cpp:550 (most recent call first):\n"
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x57 (0x7f63740f4d87 in /env/torch/lib/libc10.so)\n"
+        "frame #1: <unknown function> + 0x15c0e0b (0x7f604e191e0b in /env/torch/lib/libtorch_cpu.so)\n"
+        "frame #2: c10d::TCPStore::doGet(std::string const&) + 0x32 (0x7f6052460b32 in /env/torch/lib/libtorch_cpu.so)\n"
+    )
+    report, proc = _one(text)
+    assert _frames(proc.threads[0]) == ["c10d::TCPStore::doGet (libtorch_cpu.so)", "barrier (distributed_c10d.py:3439)"]
+    assert report.skipped == 1  # the "Exception raised from" line; the message ends the traceback
+    dump = tmp_path / "dump.txt"
+    dump.write_text(text)
+    (incident,) = analyse([dump], load_signatures())
+    assert incident.classification.signature_id == "nccl-comm-init"
+    _, proc = _one("frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x57 (0x7f79 in /x/libc10.so)\n"
+                   "frame #2: c10d::TCPStore::doWait(c10::ArrayRef<std::string>) + 0xd8 (0x7f79ca652918 in \n"
+                   "/opt/conda/lib/python3.10/site-packages/torch/lib/libtorch_cpu.so)\n")
+    assert _frames(proc.threads[0]) == ["c10d::TCPStore::doWait (libtorch_cpu.so)"]
+    with pytest.raises(InputError):  # the NCCL watchdog thread's own backtrace is not the hung stack
+        read_text("frame #2: c10d::ProcessGroupNCCL::watchdogHandler() + 0x233 (0x7ff2 in /x/libtorch_cuda.so)\n")
+
+
+def test_pybt_without_thread_header_keeps_every_frame_innermost_first():
+    # dd-trace-py#935: "```Traceback (most recent call first):" then frames with their
+    # source lines; the first frame opened a process, which forgot it was py-bt.
+    report = read_text((PASTED / "ddtrace_935_gdb_pybt_waiting_for_gil_sampler_lock.txt").read_text())
+    (proc,) = report.processes
+    (thread,) = proc.threads
+    names = [f.function for f in thread.frames]
+    assert names[:4] == [GIL_WAIT, "sample", "start_span", "trace"]
+    assert names[-1] == "execute" and len(names) == 7
+
+
+def test_pybt_builtin_method_lines_stay_in_the_same_thread():
+    text = """Thread 1 Python stack
+  Waiting for the GIL
+  <built-in method _invoke_rpc_python_udf of PyCapsule object at remote 0x7f910957bea0>
+  File "/opt/lib/python3.9/site-packages/torch/distributed/rpc/api.py", line 719, in _invoke_rpc
+    fut = _invoke_rpc_python_udf(
+  <built-in method then of PyCapsule object at remote 0x7f915235d210>
+  File "/opt/lib/python3.9/site-packages/torch/futures/__init__.py", line 161, in then
+    return cast(Future[S], super().then(callback))
+"""
+    (proc,) = read_text(text).processes
+    (thread,) = proc.threads
+    assert [f.function for f in thread.frames] == [GIL_WAIT, "_invoke_rpc_python_udf", "_invoke_rpc", "then", "then"]
+
+
+def test_pybt_of_several_threads_without_their_gdb_lines_stay_apart():
+    text = """Traceback (most recent call first):
+  File "a.py", line 3, in f
+    x()
+  File "a.py", line 9, in <module>
+    f()
+Traceback (most recent call first):
+  Waiting for the GIL
+  File "b.py", line 4, in g
+    y()
+"""
+    (proc,) = read_text(text).processes
+    assert [[f.function for f in t.frames] for t in proc.threads] == [["f", "<module>"], [GIL_WAIT, "g"]]
+
+
+def test_gdb_info_threads_rows_with_a_bare_lwp_target():
+    # gdb without libthread_db (a process attached inside a container): "1    LWP 27334 ..."
+    report = read_text((PASTED / "pytorch_39855_gdb_info_threads_rpc_spawn.txt").read_text())
+    (proc,) = report.processes
+    assert [t.ident for t in proc.threads][:3] == ["27334", "27340", "27362"]
+    assert proc.threads[0].name == "MainThread"
+    assert proc.threads[1].frames[0].function == "epoll_wait"
+    assert proc.threads[0].frames[0].file == "/lib/x86_64-linux-gnu/libpthread.so.0"  # "target:" dropped
+
+
+def test_paddle_cxx_traceback_is_read_outermost_first():
+    text = """----------------------
+C++ Traceback (most recent call last):
+----------------------
+0   paddle::framework::Run()
+1   ncclAllReduce
+2   ncclEnqueueCheck(ncclInfo*)
+
+----------------------
+Error Message Summary:
+----------------------
+"""
+    (proc,) = read_text(text).processes
+    assert [f.function for f in proc.threads[0].frames] == ["ncclEnqueueCheck", "ncclAllReduce", "paddle::framework::Run"]
+
+
+def test_gdb_frames_each_wrapped_in_backticks_parse():
+    # py-spy#565: a quoted gdb thread header, then every frame as inline code, one cut
+    # before its closing backtick; before, no line looked like a frame.
+    report = read_text((PASTED / "pyspy_565_quoted_backticked_gdb_rust_frames.txt").read_text())
+    (proc,) = report.processes
+    names = [f.function for t in proc.threads for f in t.frames]
+    assert names[:2] == ["sccp", "waitpid"] and len(names) == 7
+    assert names[-1].startswith("std::sys_common::backtrace::__rust_begin_short_backtrace")
+
+
+def test_gdb_stop_line_names_the_thread_and_bt_does_not_repeat_it():
+    # pytorch/xla#945: 'Thread 1 "python" received signal SIGINT', the stop location, a
+    # source line, then bt whose "#0" is that location again. Before: two headerless
+    # frame lists, and a lone unnamed thread read as idle.
+    report = read_text((PASTED / "xla_945_gdb_sigint_sem_wait_model_save.txt").read_text())
+    (proc,) = report.processes
+    (thread,) = proc.threads
+    assert thread.name == "MainThread"
+    assert [f.function for f in thread.frames] == ["futex_abstimed_wait_cancelable", "do_futex_wait", "__new_sem_wait_slow"]
+
+
+def test_gdb_thread_header_without_libthread_db():
+    text = ("Thread 2 (LWP 3638147):\n#0  0x00007f39c9af010a in waitpid () at waitpid.c:6\n"
+            "Thread 1 (LWP 3638146):\n#0  0x00007f39c9af0200 in poll () from /lib/libc.so\n"
+            "#1  0x00007f39c9af0300 in ncclAllReduce () from /usr/lib/libnccl.so.2\n")
+    (proc,) = read_text(text).processes
+    assert [(t.ident, t.name, len(t.frames)) for t in proc.threads] == [("3638147", "", 1), ("3638146", "MainThread", 2)]
+
+
+def test_gdb_stop_line_then_thread_apply_all_bt_is_one_process():
+    # After the stop line, `thread apply all bt` prints the stopped thread again under its
+    # own header: one process, the stop line's thread replaced by it, and another thread's
+    # "#0" in the same function as the stop location kept.
+    text = ('Thread 1 "python" received signal SIGINT, Interrupt.\n'
+            "0x00007f01 in poll () from /lib/libc.so.6\n"
+            "(gdb) thread apply all bt\n\n"
+            "Thread 2 (Thread 0x7f02 (LWP 12)):\n"
+            "#0  0x00007f03 in poll () from /lib/libc.so.6\n"
+            "#1  0x00007f04 in helper_loop () from /usr/lib/libfoo.so\n\n"
+            "Thread 1 (Thread 0x7f05 (LWP 11)):\n"
+            "#0  0x00007f01 in poll () from /lib/libc.so.6\n"
+            "#1  0x00007f06 in ncclAllReduce () from /usr/lib/libnccl.so.2\n")
+    (proc,) = read_text(text).processes
+    assert proc.pid == 11
+    assert [(t.name, [f.function for f in t.frames]) for t in proc.threads] == [
+        ("", ["poll", "helper_loop"]), ("MainThread", ["poll", "ncclAllReduce"])]
+
+
+# torch's fatal-signal handler: one block per thread, the handler's own frame and the signal
+# trampoline first. Thread 4242 is the main thread (its id is the pid).
+CRASH_HANDLER = """\
+SIGABRT(6), PID: 4242, Thread 4250: 
+ frame #0: c10::FatalSignalHandler::stacktraceSignalHandler(bool) + 0x59 (0x7fe481bc0009 in /x/torch/lib/libc10.so)
+frame #1: <unknown function> + 0x12980 (0x7fe4d2fb9980 in /lib/x86_64-linux-gnu/libpthread.so.0)
+frame #2: pthread_cond_timedwait + 0x335 (0x7fe4d2fb5065 in /lib/x86_64-linux-gnu/libpthread.so.0)
+frame #3: c10d::ProcessGroupNCCL::ncclCommWatchdogInternal() + 0xbab (0x7fe482f08f0b in /x/torch/lib/libtorch_cuda.so)
+frame #4: c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x98 (0x7fe482f09678 in /x/torch/lib/libtorch_cuda.so)
+frame #5: clone + 0x3f (0x7fe4d253261f in /lib/x86_64-linux-gnu/libc.so.6)
+
+SIGABRT(6), PID: 4242, Thread 4242: 
+ frame #0: c10::FatalSignalHandler::stacktraceSignalHandler(bool) + 0x59 (0x7fe481bc0009 in /x/torch/lib/libc10.so)
+frame #1: <unknown function> + 0x12980 (0x7fe4d2fb9980 in /lib/x86_64-linux-gnu/libpthread.so.0)
+frame #2: recv + 0x6f (0x7fe4d2fb8a1f in /lib/x86_64-linux-gnu/libpthread.so.0)
+frame #3: c10d::TCPStore::doGet(std::string const&) + 0x32 (0x7f60aaaa0000 in /x/torch/lib/libtorch_cpu.so)
+frame #4: c10d::TCPStore::get(std::string const&) + 0x55 (0x7f60aaaa1000 in /x/torch/lib/libtorch_cpu.so)
+"""
+
+
+def test_crash_handler_blocks_are_threads_of_the_process(tmp_path):
+    # pytorch#94003/#99218: before, the 'SIGABRT(6), PID: n, Thread n:' headers were not
+    # read and the frames under them were taken for an error's C++ backtrace and dropped.
+    report = read_text(CRASH_HANDLER)
+    (proc,) = report.processes
+    assert proc.pid == 4242
+    threads = {t.ident: t for t in proc.threads}
+    assert set(threads) == {"4250", "4242"}
+    assert threads["4242"].name == "MainThread"
+    watchdog = [f.function for f in threads["4250"].frames]
+    # the handler's frame and the trampoline under it are where the dump was printed from
+    assert watchdog[0] == "pthread_cond_timedwait" and not any("SignalHandler" in f for f in watchdog)
+    assert "c10d::ProcessGroupNCCL::ncclCommWatchdogInternal" in watchdog
+    assert any("fatal-signal handler at SIGABRT(6)" in n for n in report.notes())
+    # the main thread decides; the watchdog idle in its loop is a helper
+    assert text_verdict(tmp_path, CRASH_HANDLER) == "nccl-comm-init"
+
+
+def test_real_crash_handler_paste_reads_every_frame():
+    report = read_text((PASTED / "pytorch_94003_sigabrt_crash_handler_watchdog_threads.txt").read_text())
+    assert [p.pid for p in report.processes] == [15837]
+    (thread,) = [t for t in report.processes[0].threads if t.ident == "15853"]
+    assert [f.function for f in thread.frames][:3] == [
+        "pthread_cond_timedwait", "c10d::ProcessGroupNCCL::ncclCommWatchdogInternal", "c10d::ProcessGroupNCCL::ncclCommWatchdog"]
+
+
+def test_watchdog_raise_site_is_read_from_the_exception_header():
+    # cache-dit#761: the block under 'Exception raised from run at .../ProcessGroupNCCL.cpp'
+    # has only c10::Error and unnamed frames; the header says the watchdog raised it.
+    report = read_text((PASTED / "cachedit_761_watchdog_exception_raised_from_run_rank_suffix.txt").read_text())
+    frames = [f.function for p in report.processes for t in p.threads for f in t.frames]
+    assert frames == ["nccl:collective"]
+    assert any("NCCL watchdog's own error backtrace" in n for n in report.notes())
+
+
+# gdb attached to a live process: the libthread_db preamble, then where the attached (main)
+# thread stopped, a bare "0x.. in f () from lib" with no "#N"; the bt repeats it as thread 1's "#0".
+ATTACH_PREAMBLE = """\
+[Thread debugging using libthread_db enabled]
+Using host libthread_db library "/lib/x86_64-linux-gnu/libthread_db.so.1".
+0x00007f0000001000 in cudaStreamSynchronize () from /usr/lib/libcudart.so.12
+
+Thread 3 (Thread 0x7f00000a0640 (LWP 303) "pt_autograd_0"):
+#0  0x00007f0000002000 in pthread_cond_wait () from /lib/x86_64-linux-gnu/libc.so.6
+#1  0x00007f0000003000 in start_thread () from /lib/x86_64-linux-gnu/libc.so.6
+"""
+
+
+def test_gdb_attach_stop_location_is_the_main_thread_when_its_bt_is_cut_off():
+    """Cut before thread 1's bt, the stop location is all there is of the main thread; it was
+    read as a thread of its own with no name (and headlined), beside the named helpers."""
+    dump = read_text(ATTACH_PREAMBLE)
+    (proc,) = dump.processes
+    names = [t.name for t in proc.threads]
+    assert "MainThread" in names
+    main = next(t for t in proc.threads if t.name == "MainThread")
+    assert [f.function for f in main.frames] == ["cudaStreamSynchronize"]
+    assert dump.headerless_threads == 0
+
+
+THREAD_1 = """
+Thread 1 (Thread 0x7f00000b0740 (LWP 300) "python"):
+#0  0x00007f0000001000 in cudaStreamSynchronize () from /usr/lib/libcudart.so.12
+#1  0x00007f0000004000 in at::cuda::stream_synchronize () from /usr/lib/libtorch_cuda.so
+"""
+
+
+def test_gdb_attach_stop_location_is_not_a_second_main_thread_when_its_bt_follows():
+    dump = read_text(ATTACH_PREAMBLE + THREAD_1)
+    (proc,) = dump.processes
+    assert sorted(t.name for t in proc.threads) == ["MainThread", "pt_autograd_0"]
+    main = next(t for t in proc.threads if t.name == "MainThread")
+    assert [f.function for f in main.frames][:2] == ["cudaStreamSynchronize", "at::cuda::stream_synchronize"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "`$ pstack 4119",  # DeepEP#330: pstack's command, opened as inline code
+        "$ gstack 4119",
+        'gdb -p 4119 -ex interrupt -ex "thread apply all bt" --batch',  # Triton-distributed#81
+        "(gdb) attach 4119",
+        "$ eu-stack -p 4119",
+    ],
+)
+def test_the_pid_named_by_a_native_stack_command_is_the_process_that_follows(command):
+    """Only py-spy's and pystack's commands gave the pid of the dump under them."""
+    dump = read_text(
+        command + "\n"
+        'Thread 2 (Thread 0x7ff5dd789700 (LWP 4987) "cuda-EvtHandlr"):\n'
+        "#0  0x00007ffa29e34ddd in poll () from /usr/lib64/libc.so.6\n"
+    )
+    (proc,) = dump.processes
+    assert proc.pid == 4119
+
+
+def test_prose_about_gdb_is_not_a_pid():
+    dump = read_text(
+        "I used gdb to attach 3 processes\n"
+        'Thread 2 (Thread 0x7ff5dd789700 (LWP 4987) "cuda-EvtHandlr"):\n'
+        "#0  0x00007ffa29e34ddd in poll () from /usr/lib64/libc.so.6\n"
+    )
+    (proc,) = dump.processes
+    assert proc.pid is None

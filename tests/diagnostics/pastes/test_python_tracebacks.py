@@ -1,0 +1,286 @@
+"""Reading pasted Python stacks that are not py-spy's: tracebacks (Ctrl-C, an error's, IPython's),
+faulthandler dumps, ``traceback.format_stack`` thread dumps and pdb's ``where``."""
+
+from __future__ import annotations
+
+import pytest
+
+from diag_helpers import PASTED, text_verdict
+from hangwatch.diagnostics.pastes import parse_frame_line, read_text
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _one(text: str):
+    report = read_text(text)
+    assert len(report.processes) == 1, report.processes
+    return report, report.processes[0]
+
+
+def _frames(thread) -> list[str]:
+    return [f.render() for f in thread.frames]
+
+
+def test_a_ctrl_c_traceback_is_the_main_threads_stack_innermost_first():
+    """Reporters press Ctrl+C on the hung process and paste the KeyboardInterrupt
+    traceback (PyTorch#39570, icefall#1084, nunif#26 in data/pasted): outermost first,
+    often without its 'Traceback' line, '^C' echoed in front. Other exceptions' tracebacks
+    are error reports, not stacks; a traceback cut before its exception line is kept only
+    when it is the paste's only stack."""
+    text = (
+        "^CTraceback (most recent call last):\n"
+        '  File "train.py", line 10, in <module>\n'
+        "    main()\n"
+        '  File "/usr/lib/python3.8/multiprocessing/popen_fork.py", line 28, in poll\n'
+        "    pid, sts = os.waitpid(self.pid, flag)\n"
+        "               ^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+        "KeyboardInterrupt\n"
+        "Traceback (most recent call last):\n"
+        '  File "/x/worker.py", line 3, in run\n'
+        "    step()\n"
+        "RuntimeError: boom\n"
+    )
+    report, proc = _one(text)
+    assert proc.threads[0].name == "MainThread"
+    assert _frames(proc.threads[0]) == ["poll (popen_fork.py:28)", "<module> (train.py:10)"]
+    assert report.skipped == 4  # the second traceback: its header, frame, source line and error
+    _, proc = _one('The loader thread hangs, I pressed Ctrl+C:\n  File "C:\\nunif\\train.py", line 22, in <module>\n    main()\nKeyboardInterrupt:\n')
+    assert proc.threads[0].name == "MainThread"  # prose that mentions a thread is not a caption
+    assert _frames(proc.threads[0]) == ["<module> (train.py:22)"]
+    _, proc = _one('Traceback (most recent call last):\n  File "/x/loader.py", line 1132, in _try_get_data\n    data = q.get(timeout=ti\n')
+    assert _frames(proc.threads[0]) == ["_try_get_data (loader.py:1132)"]
+    report, proc = _one('Traceback (most recent call last):\n  File "/x/a.py", line 3, in f\n'
+                        'Thread 7 (idle): "MainThread"\n    g (b.py:1)\n')
+    assert _frames(proc.threads[0]) == ["g (b.py:1)"]  # a cut traceback next to a real stack is dropped
+    _, proc = _one('  File "/x/a.py", line 3, in f\n    g()\n      wait (threading.py:320)\n      step (train.py:9)\n')
+    assert _frames(proc.threads[0]) == ["wait (threading.py:320)", "step (train.py:9)"]  # py-spy frames end it
+
+
+def test_format_stack_thread_dumps_and_named_faulthandler_threads():
+    """Stack-dumping helpers print every thread with traceback.format_stack under a
+    caption ("# Thread: NAME(ID)", 'File: "..."' in the common recipe): outermost
+    first, no exception line; Python 3.14's faulthandler names threads in brackets."""
+    text = (
+        "# Thread: MainThread(140735120184128)\n"
+        'File: "train.py", line 90, in <module>\n  main()\n'
+        'File: "/usr/lib/python3.8/threading.py", line 1011, in join\n  self._wait_for_tstate_lock()\n\n'
+        "# Thread: loader-0(139876)\n"
+        'File: "/usr/lib/python3.8/threading.py", line 890, in _bootstrap\n  self._bootstrap_inner()\n'
+        'File: "/app/data.py", line 12, in run\n  self.read()\n'
+    )
+    report, proc = _one(text)
+    assert [(t.name, _frames(t)) for t in proc.threads] == [
+        ("MainThread", ["join (threading.py:1011)", "<module> (train.py:90)"]),
+        ("loader-0", ["run (data.py:12)", "_bootstrap (threading.py:890)"])]
+    assert report.skipped == 0
+    _, proc = _one('Current thread 0x00007604707c3780 [python] (most recent call first):\n  File "zi.py", line 14 in <module>\n')
+    assert proc.threads[0].name == "python" and _frames(proc.threads[0]) == ["<module> (zi.py:14)"]
+
+
+def test_an_errors_traceback_is_the_stack_when_it_is_the_only_one():
+    """A hung RPC or barrier often ends in its own timeout, and that traceback is all the
+    reporter pastes (vllm#41530: get_response -> MessageQueue.dequeue -> TimeoutError;
+    OpenRLHF#211: barrier -> DistBackendError 'Socket Timeout'). Its frames are where the
+    thread waited: read them, say so, and still skip an error's traceback next to a stack."""
+    text = (
+        "  Traceback (most recent call last):\n"
+        '    File "vllm/v1/executor/multiproc_executor.py", line 395, in get_response          \n'
+        "      status, result = mq.dequeue(timeout=dequeue_timeout)                              \n"
+        '    File "vllm/distributed/device_communicators/shm_broadcast.py", line 755, in dequeue  \n'
+        "      with self.acquire_read(timeout, indefinite) as buf:                               \n"
+        "  TimeoutError\n"
+    )
+    report, proc = _one(text)
+    assert _frames(proc.threads[0]) == ["dequeue (shm_broadcast.py:755)", "get_response (multiproc_executor.py:395)"]
+    assert report.error_tracebacks == 1 and any("exception's traceback" in n for n in report.notes())
+    report, proc = _one(text + 'Thread 7 (idle): "MainThread"\n    g (b.py:1)\n')
+    assert _frames(proc.threads[0]) == ["g (b.py:1)"] and report.error_tracebacks == 0
+
+
+def test_ipython_tracebacks_are_stacks():
+    """Jupyter/IPython tracebacks (ultralytics#6206 in data/pasted): the exception name and
+    "Traceback (most recent call last)" on one line, "File PATH:LINE, in f(args)" or the
+    older "PATH in f(args)", notebook cells, numbered source lines with "-->" arrows."""
+    text = (
+        "---------------------------------------------------------------------------\n"
+        "Empty                                     Traceback (most recent call last)\n"
+        "File C:\\ProgramData\\anaconda3\\Lib\\site-packages\\torch\\utils\\data\\dataloader.py:1132, in _MultiProcessingDataLoaderIter._try_get_data(self, timeout)\n"
+        "   1131 try:\n"
+        "-> 1132     data = self._data_queue.get(timeout=timeout)\n"
+        "File C:\\ProgramData\\anaconda3\\Lib\\queue.py:179, in Queue.get(self, block, timeout)\n"
+        "--> 179     raise Empty\n"
+        "Empty: \n"
+    )
+    _, proc = _one(text)
+    assert _frames(proc.threads[0]) == ["Queue.get (queue.py:179)", "_MultiProcessingDataLoaderIter._try_get_data (dataloader.py:1132)"]
+    old = (
+        "KeyboardInterrupt                         Traceback (most recent call last)\n"
+        "<ipython-input-5-2a1c3f> in <module>\n"
+        "----> 1 for batch in loader:\n"
+        "~/env/lib/python3.7/site-packages/torch/utils/data/dataloader.py in _next_data(self)\n"
+        "    973             self._shutdown_workers()\n"
+        "--> 974         idx, data = self._get_data()\n"
+    )
+    _, proc = _one(old)
+    assert _frames(proc.threads[0]) == ["_next_data (dataloader.py)", "<module> (<ipython-input-5>)"]
+
+
+def test_thread_banners_above_traceback_style_stacks_are_one_thread_each():
+    """pytest-timeout prints '~~~ Stack of NAME (ident) ~~~' above each thread's stack,
+    outermost first with source lines (ptvsd#1988, ros2cli#932); the hanging_threads
+    package prints '---Thread N "NAME" hangs ---'. Every thread ran together as one
+    cut traceback, so a tqdm monitor's frames were read as the main thread's."""
+    text = (
+        '  File "/usr/lib/python3.9/queue.py", line 164, in get\n'
+        "    self.not_empty.wait()\n"
+        "\n"
+        "~~~~~~~~~~~ Stack of Thread-26 (139951743956544) ~~~~~~~~~~~\n"
+        '  File "/usr/lib/python3.9/threading.py", line 937, in _bootstrap\n'
+        "    self._bootstrap_inner()\n"
+        '  File "/venv/site-packages/tqdm/_monitor.py", line 60, in run\n'
+        "    self.was_killed.wait(self.sleep_interval)\n"
+        "\n"
+        "~~~~~~~~~~~ Stack of MainThread (139952591243072) ~~~~~~~~~~~\n"
+        '  File "/work/train.py", line 9, in <module>\n'
+        "    main()\n"
+        '  File "/work/train.py", line 5, in main\n'
+        "    dist.barrier()\n"
+    )
+    report = read_text(text)
+    threads = [t for p in report.processes for t in p.threads]
+    assert [(t.ident, t.name) for t in threads] == [("?1", ""), ("139951743956544", "Thread-26"), ("139952591243072", "MainThread")]
+    assert _frames(threads[1]) == ["run (_monitor.py:60)", "_bootstrap (threading.py:937)"]
+    assert _frames(threads[2]) == ["main (train.py:5)", "<module> (train.py:9)"]
+    assert report.error_tracebacks == 0
+    _, proc = _one(
+        '---------Thread 133256667530752 "MainThread" hangs ---------\n'
+        '        File "x/syn.py", line 49, in <module>\n'
+        "                p.start()\n"
+        '        File "x/multiprocessing/popen_fork.py", line 19, in __init__\n'
+        "                self._launch(process_obj)\n"
+    )
+    (t,) = proc.threads
+    assert (t.ident, t.name) == ("133256667530752", "MainThread")
+    assert _frames(t) == ["__init__ (popen_fork.py:19)", "<module> (syn.py:49)"]
+
+
+def test_a_process_printing_its_own_stacks_is_read_below_the_printing_code():
+    """A SIGINT handler that prints every thread's stack (the OpenVINO web UI in
+    data/pasted) is innermost in the thread it interrupted: the dumper's frames and the
+    handler are dropped, the wait it interrupted stays."""
+    text = (
+        "# Thread: MainThread(140735)\n"
+        'File: "/app/worker.py", line 40, in loop\n  item = q.get()\n'
+        'File: "/usr/lib/python3.10/queue.py", line 171, in get\n  self.not_empty.wait()\n'
+        'File: "/app/util.py", line 156, in sigint_handler\n  dumpstacks()\n'
+        'File: "/app/util.py", line 143, in dumpstacks\n  for f in traceback.extract_stack(stack):\n'
+    )
+    _, proc = _one(text)
+    assert _frames(proc.threads[0]) == ["get (queue.py:171)", "loop (worker.py:40)"]
+
+
+def test_a_fatal_python_error_header_is_said_not_skipped():
+    """faulthandler's 'Fatal Python error: X' says how the dump came about: on SIGABRT a
+    hung process's threads where they waited (the Crystal deadlock write-up); on a crash
+    (nogil#32's refcount assertion) where they were when it died, not a hang."""
+    body = 'Thread 0x00007fa5749a8700 (most recent call first):\n  File "/w/worker.py", line 42 in _run_thread\n'
+    report = read_text("Fatal Python error: Aborted\n\n" + body)
+    assert report.fatal_error == "Aborted" and report.skipped == 0
+    assert any("SIGABRT" in n for n in report.notes())
+    report = read_text("Fatal Python error: Segmentation fault\n\n" + body)
+    assert any("the process crashed" in n for n in report.notes())
+
+
+def test_pdb_where_is_a_stack():
+    text = """> /app/train.py(88)main()
+-> dist.barrier()
+(Pdb) where
+  /usr/lib/python3.10/runpy.py(86)_run_code()
+-> exec(code, run_globals)
+  /app/train.py(120)<module>()
+-> main()
+  /app/train.py(88)main()
+-> dist.barrier()
+> /usr/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py(3685)barrier()->None
+-> work.wait()
+(Pdb)
+"""
+    (proc,) = read_text(text).processes
+    (thread,) = proc.threads
+    assert thread.name == "MainThread"
+    assert [(f.function, f.line) for f in thread.frames] == [("barrier", 3685), ("main", 88), ("<module>", 120), ("_run_code", 86)]
+
+
+def test_a_traceback_wrapped_after_its_line_number_is_one_stack():
+    """'File "launch.py", line 235,' + ' in <module>': the wrapped lines were skipped, which
+    cut the stack in two (runpy's frames alone as the main thread, read as idle)."""
+    report = read_text((PASTED / "pytorch_45042_launch_waitpid_traceback.txt").read_text())
+    (proc,) = report.processes
+    (thread,) = proc.threads
+    assert [f.function for f in thread.frames] == ["_try_wait", "wait", "main", "<module>", "_run_code", "_run_module_as_main"]
+    assert report.skipped == 0
+
+
+def test_faulthandler_frames_padded_before_line_are_read():
+    """'File ".../array.py",    line 642 in _value': the columns aligned by hand. The padded
+    lines were skipped, leaving two of four frames in two headerless lists."""
+    report = read_text((PASTED / "pyautofit_1528_fatal_aborted_jax_array_value_print.txt").read_text())
+    (proc,) = report.processes
+    (thread,) = proc.threads
+    assert [f.function for f in thread.frames] == ["_value", "wrapper", "__str__", "<module>"]
+
+
+def test_a_traceback_frame_padded_before_line_is_read():
+    text = """\
+Traceback (most recent call last):
+  File "/app/train.py",      line 40, in <module>
+    main()
+  File "/usr/lib/python3.10/threading.py",   line 1096, in join
+    self._wait_for_tstate_lock()
+"""
+    report = read_text(text)
+    (proc,) = report.processes
+    assert [f.function for t in proc.threads for f in t.frames] == ["join", "<module>"]
+
+
+def test_a_faulthandler_header_without_its_thread_id_is_a_header():
+    """'Current thread (most recent call first):' with the id left out of the paste is the
+    dump's own thread header, not stray text before a headerless frame list."""
+    text = """\
+Fatal Python error: Aborted
+Current thread (most recent call first):
+  File "/usr/lib/python3.10/threading.py", line 320 in wait
+  File "/app/train.py", line 10 in main
+
+Thread 0x... (most recent call first):
+  File "/usr/lib/python3.10/queue.py", line 171 in get
+"""
+    report = read_text(text)
+    assert report.headerless_threads == 0
+    (proc,) = report.processes
+    assert [[f.function for f in t.frames] for t in proc.threads] == [["wait", "main"], ["get"]]
+
+
+def test_faulthandler_lines_without_file_prefix_are_frames(tmp_path):
+    """'path, line N in f' (faulthandler with 'File \"...\"' trimmed) was not a frame:
+    replay refused the whole paste as 'not a dump'."""
+    text = (
+        "Thread 0x00000df0 (a worker):\n"
+        "  mylib/locks.py, line 11 in wait_forever\n"
+        "  mylib/app.py, line 95\n"
+        "  <frozen importlib._bootstrap>, line 1360 in _find_and_load\n"
+    )
+    assert text_verdict(tmp_path, text) == "unknown"
+    frames, _, _ = parse_frame_line("<frozen importlib._bootstrap_external>, line 1293 in create_module")
+    assert (frames[0].function, frames[0].file, frames[0].line) == (
+        "create_module", "<frozen importlib._bootstrap_external>", 1293)
+    frames, _, _ = parse_frame_line("numpy/__init__.py, line 122")
+    assert (frames[0].function, frames[0].line) == ("?", 122)
+    # Prose with ", line " is not a frame.
+    assert parse_frame_line("see the log file, line 3 in the output") is None
+
+
+def test_faulthandler_line_cut_after_its_number_is_a_frame():
+    frames, _, cut = parse_frame_line('File "C:\\Python312\\Lib\\multiprocessing\\util.py", line 227')
+    assert cut and (frames[0].function, frames[0].file, frames[0].line) == (
+        "?", "C:/Python312/Lib/multiprocessing/util.py", 227)

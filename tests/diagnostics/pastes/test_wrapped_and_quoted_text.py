@@ -1,0 +1,109 @@
+"""Reading dumps wrapped in what carried them: log prefixes and terminal colours, code fences,
+HTML escapes, JSON log records, line ends, invisible characters from web pages, a dump
+flattened onto one line or kept in a source comment."""
+
+from __future__ import annotations
+
+import pytest
+
+from diag_helpers import PASTED, pasted_verdict
+from hangwatch.diagnostics.pastes import read_text
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _one(text: str):
+    report = read_text(text)
+    assert len(report.processes) == 1, report.processes
+    return report, report.processes[0]
+
+
+@pytest.mark.parametrize("lead", ["When stuck, py-spy shows: ``` ", ""])
+def test_a_dump_flattened_onto_one_line_is_split_back(lead):
+    """Line breaks lost (a web page or digest flattened the paste, vllm#25890 in data/pasted)."""
+    text = (lead + 'Process 1829647: VLLM::EngineCore Python v3.12.9 (envs/vllm/bin/python3.12) '
+            'Thread 1829647 (active+gil): "MainThread" get_num_common_prefix_blocks (vllm/v1/core/kv_cache_coordinator.py:138) '
+            "schedule (vllm/v1/core/sched/scheduler.py:540) step (vllm...\n")
+    _, proc = _one(text)
+    assert (proc.pid, proc.cmdline) == (1829647, "VLLM::EngineCore")
+    (t,) = proc.threads
+    assert t.name == "MainThread" and [f.function for f in t.frames] == ["get_num_common_prefix_blocks", "schedule", "step"]
+
+
+def test_cluster_log_prefixes_and_terminal_colours_are_stripped():
+    """Kubernetes/containerd log lines, `srun --label` task prefixes, ANSI colours."""
+    text = ("2025-03-01T10:00:00.123456789Z stdout F Process 42: python train.py\n"
+            '2025-03-01T10:00:00.123456789Z stdout F \x1b[1mThread 42 (idle): "MainThread"\x1b[0m\n'
+            "2025-03-01T10:00:00.123456789Z stdout F     all_reduce (torch/distributed/distributed_c10d.py:2050)\n"
+            '3: Thread 43 (active): "MainThread"\n3:     forward (model.py:12)\n')
+    report = read_text(text)
+    assert [(p.pid, [f.function for f in p.threads[0].frames]) for p in report.processes] == [(42, ["all_reduce"]), (43, ["forward"])]
+    assert report.skipped == 0
+
+
+def _frames(thread) -> list[str]:
+    return [f.render() for f in thread.frames]
+
+
+def test_prefixes_fences_html_prompts_and_locals():
+    text = (
+        "<details><summary>py-spy</summary>\n\n"
+        "````Text\n"
+        "user@host:~$ py-spy dump --pid 4242\n"
+        "sglang-1  | [2025-10-29 11:25:58 TP3] Thread 4242 (active): \"MainThread\"\n"
+        "> [rank3]: 2024-05-01T12:00:00Z     forward (model.py:1)\n"
+        "    Arguments:\n"
+        "        self: <Model at 0x7f>\n"
+        "    step (train.py:2)\n"
+        "(EngineCore pid=4242)     loop (core.py:3)\n"
+        "````\n</details>\n"
+    )
+    report, proc = _one(text)
+    assert proc.pid == 4242
+    assert _frames(proc.threads[0]) == ["forward (model.py:1)", "step (train.py:2)", "loop (core.py:3)"]
+    assert report.skipped == 0
+
+
+@pytest.mark.parametrize("line_end", ["\r\n", "\r"])
+def test_crlf_and_lone_cr_line_ends_are_read(line_end):
+    text = 'Thread 1 (idle): "MainThread"\n    all_reduce (torch/distributed/distributed_c10d.py:2050)\n    main (train.py:9)\n'
+    (proc,) = read_text(text.replace("\n", line_end)).processes
+    assert [f.function for f in proc.threads[0].frames] == ["all_reduce", "main"]
+
+
+def test_json_log_records_and_html_escaped_pastes_are_read():
+    import json
+
+    dump = 'Thread 7 (idle): "MainThread"\n    all_reduce (torch/distributed/distributed_c10d.py:2050)\n    <module> (train.py:9)\n'
+    # Docker's json-file driver: one record a line, the text under "log" with its newline.
+    docker = "".join(json.dumps({"log": line + "\n", "stream": "stdout", "time": "2024-01-01T00:00:00Z"}) + "\n"
+                     for line in dump.splitlines())
+    escaped = dump.replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    for text in (docker, json.dumps({"message": dump}), escaped):
+        (proc,) = read_text(text).processes
+        (thread,) = proc.threads
+        assert thread.name == "MainThread"
+        assert [f.function for f in thread.frames] == ["all_reduce", "<module>"]
+
+
+@pytest.mark.parametrize("invisible", ["\u200b", "\ufeff", "\u00ad", "\u200e", "\u2060"])
+def test_invisible_characters_from_web_copies_are_ignored(invisible):
+    text = 'Thread 7 (idle): "MainThread"\n    all_reduce (torch/distributed/distributed_c10d.py:2050)\n    main (train.py:9)\n'
+    (proc,) = read_text(text.replace(" (", invisible + " (").replace("Main", "Main" + invisible)).processes
+    (thread,) = proc.threads
+    assert thread.name == "MainThread" and [f.function for f in thread.frames] == ["all_reduce", "main"]
+
+
+def test_a_dump_quoted_in_a_source_comment_is_read():
+    """Every line behind '# ' (a py-spy dump kept in a code comment): refused as 'no line
+    looks like a stack frame'. It is the exiting executor joining its own children."""
+    report = read_text((PASTED / "loky_executor_code_comment_exit_join_children.txt").read_text())
+    (proc,) = report.processes
+    assert proc.pid == 73472
+    assert [f.function for f in proc.threads[0].frames][:5] == ["select", "wait", "poll", "wait", "join"]
+    assert pasted_verdict("loky_executor_code_comment_exit_join_children") == "shutdown-join"
+
+
+def test_gdb_frame_numbers_are_no_comment_marker():
+    report = read_text("#0  0x00007f0000001000 in cudaStreamSynchronize () from /usr/lib/libcudart.so.12\n")
+    assert report.processes[0].threads[0].frames[0].function == "cudaStreamSynchronize"

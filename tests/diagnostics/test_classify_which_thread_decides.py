@@ -1,0 +1,181 @@
+"""Which thread decides a process's verdict: helper and background threads (queue feeders,
+tqdm's monitor, NCCL's watchdog, the driver's poller) never do, a thread waiting for the GIL
+does not outrank its holder, and a worker is idle only where it waits for work."""
+
+from __future__ import annotations
+
+import pytest
+
+from diag_helpers import DATA, pasted_verdict, text_verdict
+from hangwatch.diagnostics.classify import process_verdicts
+from hangwatch.diagnostics.pastes import read_text
+from hangwatch.diagnostics.replay import analyse
+from hangwatch.diagnostics.signatures import load_signatures
+from hangwatch.diagnostics.stacks import group_series
+
+pytestmark = pytest.mark.timeout(60)
+
+
+PASTED = DATA / "pasted"
+
+
+def test_queue_feeder_threads_never_decide():
+    (incident,) = analyse([PASTED / "yolov5_12655_fatal_aborted_windows_paths.txt"], load_signatures())
+    assert incident.classification.thread_ident == "0x00004350"  # the cut one, not a feeder
+
+
+SIGS = load_signatures()
+
+
+def test_a_lone_known_helper_thread_does_not_decide_its_process():
+    # The second process was cut before its main thread: only tqdm's monitor is left.
+    text = """Process 10: python train.py
+Thread 10 (idle): "MainThread"
+    _worker_loop (torch/utils/data/_utils/worker.py:300)
+Process 11: python train.py
+Thread 12 (idle): "Thread-1"
+    wait (threading.py:324)
+    run (tqdm/_monitor.py:60)
+"""
+    verdicts = process_verdicts(group_series(read_text(text).processes), SIGS)
+    lone = next(v for v in verdicts if v.pid == 11)
+    assert lone.state == "idle" and lone.signature_id is None
+
+
+def test_a_thread_waiting_for_the_gil_does_not_outrank_the_thread_holding_it(tmp_path):
+    # A main thread busy in Python (active+gil) makes another thread queue in take_gil:
+    # that is no lock wait of the queued thread's; the holder decides.
+    path = tmp_path / "busy.txt"
+    path.write_text('''Process 42: python train.py
+Thread 42 (active+gil): "MainThread"
+    _compute_stats (myproj/metrics.py:88)
+    main (myproj/train.py:200)
+Thread 57 (idle): "Thread-3 (_writer)"
+    take_gil (libpython3.11.so.1.0)
+    PyEval_RestoreThread (libpython3.11.so.1.0)
+    write (myproj/writer.py:30)
+    run (threading.py:982)
+''')
+    (incident,) = analyse([path], SIGS)
+    c = incident.classification
+    assert c.signature_id is None and c.thread_name == "MainThread"
+    # Without a holder in the paste, the GIL wait is the verdict (a GIL deadlock).
+    path.write_text(path.read_text().replace("(active+gil)", "(idle)"))
+    (incident,) = analyse([path], SIGS)
+    assert incident.classification.signature_id == "lock-wait"
+
+
+def test_only_idle_nccl_watchdog_threads_decide_nothing():
+    # pytorch#94003's paste shows only NCCL watchdog threads waiting for their next check:
+    # helpers, so nothing is stalled (read as frames, without the helper, they were 'unknown').
+    assert pasted_verdict("pytorch_94003_sigabrt_crash_handler_watchdog_threads") == "all-idle"
+
+
+def test_a_main_thread_in_unsymbolised_libcuda_is_not_idle():
+    """gdb shows only '?? () from libcuda.so.1' under clock_gettime for the thread that called
+    ncclAllReduce: it is inside the driver, and "every process waits for work" was wrong."""
+    assert pasted_verdict("nccl_1766_gdb_main_spinning_in_libcuda") == "unknown"
+
+
+DRIVER_POLLER = """\
+Thread 2 (Thread 0x7f0000000200 (LWP 101) "cuda-EvtHandlr"):
+#0  0x00007f0000003000 in poll () from /lib/x86_64-linux-gnu/libc.so.6
+#1  0x00007f0000004000 in ?? () from /usr/lib/x86_64-linux-gnu/libcuda.so.1
+#2  0x00007f0000005000 in ?? () from /usr/lib/x86_64-linux-gnu/libcuda.so.1
+#3  0x00007f0000006000 in start_thread () from /lib/x86_64-linux-gnu/libc.so.6
+#4  0x00007f0000007000 in clone () from /lib/x86_64-linux-gnu/libc.so.6
+"""
+
+
+def test_a_thread_the_driver_started_stays_idle(tmp_path):
+    """libcuda's own event poller (start_thread -> ?? libcuda -> poll), the only thread of a
+    gdb excerpt: it waits for driver events, it is not the job blocked on the device."""
+    assert text_verdict(tmp_path, DRIVER_POLLER) == "all-idle"
+
+
+def test_workers_waiting_for_a_busy_engine_stay_a_queue_wait(tmp_path):
+    """The same worker next to an engine core stuck waiting for the workers' replies is
+    the queue wait, not idleness."""
+    text = (PASTED / "vllm_idle_worker_dequeue_and_enginecore_input_queue.txt").read_text()
+    engine_idle = ("    wait (threading.py:355)\n    get (queue.py:171)\n"
+                   "    _process_input_queue (vllm/v1/engine/core.py:1480)\n    run_busy_loop (vllm/v1/engine/core.py:1458)")
+    engine_waiting = ("    dequeue (vllm/distributed/device_communicators/shm_broadcast.py:794)\n"
+                      "    get_response (vllm/v1/executor/multiproc_executor.py:387)\n"
+                      "    step (vllm/v1/engine/core.py:300)\n    run_busy_loop (vllm/v1/engine/core.py:1458)")
+    assert engine_idle in text
+    text = text.replace(engine_idle, engine_waiting)
+    assert text_verdict(tmp_path, text) == "vllm-shm-broadcast-wait"
+
+
+def test_a_worker_running_an_rpc_under_its_busy_loop_is_not_idle(tmp_path):
+    """worker_busy_loop also runs every RPC it is sent: within six frames of it a worker
+    synchronizing an unknown device stream was read as 'idle in its loop' (all-idle, the
+    advice then says the work never arrived). Idle means reading the message queue."""
+    busy = (
+        'Thread 7 (active): "MainThread"\n'
+        "    wait_done (mylib/streams.py:85)\n"
+        "    forward (mylib/model.py:12)\n"
+        "    _dummy_run (mylib/runner.py:40)\n"
+        "    execute_dummy_batch (mylib/worker.py:533)\n"
+        "    worker_busy_loop (vllm/v1/executor/multiproc_executor.py:858)\n"
+    )
+    assert text_verdict(tmp_path, busy) == "unknown"
+    parked = (
+        'Thread 7 (idle): "MainThread"\n'
+        "    poll (zmq/sugar/poll.py:106)\n"
+        "    wait (vllm/distributed/device_communicators/shm_broadcast.py:186)\n"
+        "    acquire_read (vllm/distributed/device_communicators/shm_broadcast.py:674)\n"
+        "    dequeue (vllm/distributed/device_communicators/shm_broadcast.py:755)\n"
+        "    worker_busy_loop (vllm/v1/executor/multiproc_executor.py:963)\n"
+    )
+    # Parked in the queue the loop is still recognised (alone, its queue wait is the verdict).
+    assert text_verdict(tmp_path, parked) == "vllm-shm-broadcast-wait"
+
+
+def test_a_main_thread_with_a_named_native_frame_still_decides(tmp_path):
+    """The opaque-main rule is for a thread 1 that names nothing: one blocked in a named
+    driver call (cudaStreamSynchronize) keeps deciding over a background thread."""
+    paste = (
+        "Thread 2 (Thread 0x7f01 (LWP 12)):\n"
+        "#0  0x00007f in ncclCommAbort () from /usr/lib/libnccl.so.2\n"
+        "\n"
+        "Thread 1 (Thread 0x7f02 (LWP 11)):\n"
+        "#0  0x00007f in ?? () from /lib64/libcuda.so.1\n"
+        "#1  0x00007f in cudaStreamSynchronize () from /usr/lib/libcudart.so.12\n"
+    )
+    assert text_verdict(tmp_path, paste) == "cuda-synchronize-wait"
+
+
+def test_windows_feeder_threads_alone_are_idle(tmp_path):
+    text = "".join(
+        f"Thread 0x0000{n}7b8 (most recent call first):\n"
+        '  File "D:\\Anaconda\\Lib\\threading.py", line 320 in wait\n'
+        '  File "D:\\Anaconda\\Lib\\multiprocessing\\queues.py", line 231 in _feed\n'
+        '  File "D:\\Anaconda\\Lib\\threading.py", line 975 in run\n\n'
+        for n in (1, 2)
+    )
+    assert text_verdict(tmp_path, text) == "all-idle"
+
+
+PYSPY_BACKGROUND_THREAD_ON_MODULE_LOCK = """\
+Process 310: python serve.py
+Python v3.11.8 (/usr/bin/python3.11)
+
+Thread 310 (idle): "MainThread"
+    select (selectors.py:468)
+    _run_once (asyncio/base_events.py:1922)
+    run_forever (asyncio/base_events.py:607)
+    run_until_complete (asyncio/base_events.py:640)
+    run (asyncio/runners.py:118)
+    run (asyncio/runners.py:190)
+Thread 322 (idle): "Thread-3"
+    acquire (<frozen importlib._bootstrap>:169)
+    __enter__ (<frozen importlib._bootstrap>:170)
+    _find_and_load (<frozen importlib._bootstrap>:1172)
+"""
+
+
+def test_thread_shown_only_in_importlib_is_no_background_idler(tmp_path):
+    """A thread whose frames left are all importlib's is importing (here: waiting for a
+    module lock), not a pool thread waiting for work; it decides over an idle loop."""
+    assert text_verdict(tmp_path, PYSPY_BACKGROUND_THREAD_ON_MODULE_LOCK) == "import-lock"
