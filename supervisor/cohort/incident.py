@@ -93,7 +93,7 @@ class IncidentExchange:
 
         Nodes that left (a finished trainer) capture nothing and are not waited for. One key
         per node, set (idempotent), not a shared counter: a call that missed its deadline is
-        retried (``_patient``) though the store may have done it, and a retried add counted
+        retried (``Cohort._patient``) though the store may have done it, and a retried add counted
         this node twice, so the others killed before every node had its stacks.
         """
         node = self.node

@@ -1,6 +1,6 @@
 """The runner's side of a multi-node cohort: turning the cohort's state into verdicts and journal records.
 
-``cohort.Cohort`` speaks to the store; ``CohortLink`` is what one attempt asks of
+``node.Cohort`` speaks to the store; ``CohortLink`` is what one attempt asks of
 it, at four points of the attempt's lifecycle:
 
 * every tick: ``verdict`` — another node's incident for this attempt, or a lost
@@ -237,7 +237,7 @@ class CohortLink:
         return agreed, None
 
     def settle(self, outcome: AttemptOutcome, decision: Decision) -> Decision:
-        """The restart policy's decision, made the same on every node (``cohort.settled``).
+        """The restart policy's decision, made the same on every node (``agreement.settled``).
 
         A finished trainer needs no one's agreement. The journal says when another
         node's decision stops this one.

@@ -177,7 +177,7 @@ def _int(text: str | None, what: str) -> int | None:
 def check_settings(fingerprint: Mapping[str, Any], launcher: bool, theirs: Mapping[str, Any]) -> None:
     """Refuse this node (``CohortRefused``, saying what differs) when its ``fingerprint`` is not node 0's.
 
-    ``theirs``: node 0's join record; ``launcher``: whether this node runs one (``runs_launcher``).
+    ``theirs``: node 0's join record; ``launcher``: whether this node runs one (``launcher.runs_launcher``).
     """
     trains = launcher and theirs.get("launcher", True) is not False
     theirs = {k: v for k, v in theirs.items() if k not in ("nonce", "generation", "launcher")}
