@@ -42,7 +42,8 @@ from hangwatch.supervisor.decide.attempt import (CAPTURE_SLACK_S, AttemptLifecyc
 from hangwatch.supervisor.recover.fallback_capture import SamplesOnlyCapture
 from hangwatch.supervisor.decide.checkpoints import (CheckpointsUnreadable, complete_at, complete_steps,
                                                 newest_complete)
-from hangwatch.supervisor.cohort.node import REPORTED_STEPS, Cohort
+from hangwatch.supervisor.cohort.agreement import REPORTED_STEPS
+from hangwatch.supervisor.cohort.node import Cohort
 from hangwatch.supervisor.cohort.link import CohortLink
 from hangwatch.supervisor.config import RunConfig
 from hangwatch.supervisor.decide.detector import Detector

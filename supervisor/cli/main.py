@@ -585,7 +585,7 @@ def _supervise(supervisor: Any, config: Any, log: Any, *, resumed: bool, guardia
 def _cohort_membership(args: argparse.Namespace, config: Any) -> Any:
     """This node's place in a multi-node cohort (None for a single-node run), checked before
     anything is written: a mistake in the multi-node options is a usage error, not a run."""
-    from hangwatch.supervisor.cohort.node import joined_before, membership_from  # noqa: PLC0415
+    from hangwatch.supervisor.cohort.membership import joined_before, membership_from  # noqa: PLC0415
 
     _check_cohort_numbers(args)
     try:
@@ -619,8 +619,10 @@ def _cohort_membership(args: argparse.Namespace, config: Any) -> Any:
 def _join_cohort(args: argparse.Namespace, config: Any, log: Any, membership: Any,
                  checkpoint_given: str | None = None) -> Any:
     """Multi-node: join the cohort of per-node supervisors (None for a single-node run)."""
-    from hangwatch.supervisor.cohort.node import (Cohort, CohortError, JoinStopped, barrier_timeout,  # noqa: PLC0415
-                                             runs_launcher, settings_fingerprint)
+    from hangwatch.supervisor.cohort.errors import CohortError, JoinStopped  # noqa: PLC0415
+    from hangwatch.supervisor.cohort.launcher import runs_launcher  # noqa: PLC0415
+    from hangwatch.supervisor.cohort.membership import barrier_timeout, settings_fingerprint  # noqa: PLC0415
+    from hangwatch.supervisor.cohort.node import Cohort  # noqa: PLC0415
     from hangwatch.supervisor.cohort.store import StoreError, TCPStoreClient  # noqa: PLC0415
     import time  # noqa: PLC0415
 

@@ -1,6 +1,6 @@
 """The runner's side of a multi-node cohort: turning the cohort's state into verdicts and journal records.
 
-``cohort.Cohort`` speaks to the store; ``CohortLink`` is what one attempt asks of
+``node.Cohort`` speaks to the store; ``CohortLink`` is what one attempt asks of
 it, at four points of the attempt's lifecycle:
 
 * every tick: ``verdict`` — another node's incident for this attempt, or a lost
@@ -24,10 +24,12 @@ from typing import Any, Callable, Protocol, Sequence
 import structlog
 
 from hangwatch.contract.exitcodes import EXIT_COHORT
-from hangwatch.contract.procid import initial_environ
 from hangwatch.contract.verdict import Verdict, VerdictKind
 from hangwatch.supervisor.decide.attempt import GraphPolicy
-from hangwatch.supervisor.cohort.node import Agreement, Cohort, CohortStopped, LauncherMismatch
+from hangwatch.supervisor.cohort.agreement import Agreement
+from hangwatch.supervisor.cohort.errors import CohortStopped, LauncherMismatch, signal_name
+from hangwatch.supervisor.cohort.launcher import rendezvous_nodes
+from hangwatch.supervisor.cohort.node import Cohort
 from hangwatch.supervisor.decide.restart import AttemptOutcome, Decision
 
 log = structlog.get_logger("hangwatch.cohort")
@@ -235,7 +237,7 @@ class CohortLink:
         return agreed, None
 
     def settle(self, outcome: AttemptOutcome, decision: Decision) -> Decision:
-        """The restart policy's decision, made the same on every node (``cohort.settled``).
+        """The restart policy's decision, made the same on every node (``agreement.settled``).
 
         A finished trainer needs no one's agreement. The journal says when another
         node's decision stops this one.
@@ -272,10 +274,10 @@ class CohortLink:
         own = self.cohort.local_stop
         if info is None or info["node"] == self.node_rank or (own is not None and own == info["signal"]):
             sig = received if info is None else info["signal"]  # (a stop that reached every node: SIGTERM from scancel)
-            return sig, f"supervisor received {_signal_name(sig)}"
-        why = f"node {info['node']}'s supervisor received {_signal_name(info['signal'])}: the whole job stops"
+            return sig, f"supervisor received {signal_name(sig)}"
+        why = f"node {info['node']}'s supervisor received {signal_name(info['signal'])}: the whole job stops"
         if own is not None:
-            why += f" (this node's {_signal_name(own)} came later)"
+            why += f" (this node's {signal_name(own)} came later)"
         return info["signal"], why
 
     def bind_stop(self, request_stop: Callable[..., None]) -> Callable[..., None]:
@@ -286,7 +288,7 @@ class CohortLink:
         is journaled (``member_lost``, cause ``stopped``) and stops this node the same way.
         """
         def stopped_elsewhere(info: dict[str, Any]) -> None:
-            name = _signal_name(info["signal"])
+            name = signal_name(info["signal"])
             reason = f"node {info['node']}'s supervisor received {name}: the whole job stops"
             try:
                 self.journal.append("member_lost", attempt=self._attempt, reason=reason, cause="stopped",
@@ -307,27 +309,6 @@ class CohortLink:
 MAX_LAUNCH_CHECK = 256  # processes looked at per check
 LAUNCH_CHECK_EVERY_S = 2.0
 
-
-def rendezvous_nodes(pid: int) -> int | None:
-    """The node count of the rendezvous a launcher's worker joined (its ``GROUP_WORLD_SIZE``), or None:
-    not a torchrun-style worker, gone, or not readable."""
-    try:
-        environ = initial_environ(pid)
-    except OSError:
-        return None
-    for entry in environ:
-        if entry.startswith(b"GROUP_WORLD_SIZE="):
-            value = entry.partition(b"=")[2]
-            return int(value) if value.isdigit() and len(value) < 10 else None
-    return None
-
-
 ENGINE_RECOVERY_OFF = ("an engine restart on one node would desynchronise the ranks of the others; every incident "
                        "restarts the whole job from the agreed checkpoint")
 
-
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"

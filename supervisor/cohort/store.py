@@ -1,6 +1,6 @@
 """A small key-value store interface for the cohort, with the real backend and a fake.
 
-``Store`` is what ``cohort.Cohort`` needs: set, non-blocking get, atomic add,
+``Store`` is what ``node.Cohort`` needs: set, non-blocking get, atomic add,
 compare-and-set (first writer wins). ``TCPStoreClient`` drives PyTorch's c10d
 ``TCPStore`` through ``store_helper`` (a process of its own: the supervisor
 never imports torch); every call has a deadline. ``MemoryStore`` is the

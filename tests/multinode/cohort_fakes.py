@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from hangwatch.supervisor.cohort.node import Cohort, Membership
+from hangwatch.supervisor.cohort.membership import Membership
+from hangwatch.supervisor.cohort.node import Cohort
 
 
 class Clock:

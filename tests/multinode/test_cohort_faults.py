@@ -15,7 +15,10 @@ import pytest
 from hangwatch.contract.exitcodes import EXIT_BUDGET, EXIT_COHORT
 from hangwatch.contract.verdict import Verdict, VerdictKind
 from hangwatch.supervisor.decide.attempt import GraphPolicy
-from hangwatch.supervisor.cohort.node import (Cohort, CohortRefused, CohortStopped, MemberLeft, MemberLost, Membership, settled)
+from hangwatch.supervisor.cohort.agreement import settled
+from hangwatch.supervisor.cohort.errors import CohortRefused, CohortStopped, MemberLeft, MemberLost
+from hangwatch.supervisor.cohort.membership import Membership
+from hangwatch.supervisor.cohort.node import Cohort
 from hangwatch.supervisor.cohort.link import CohortLink
 from hangwatch.supervisor.decide.restart import AttemptOutcome, Decision
 from hangwatch.supervisor.cohort.store import MemoryStore, StoreError, TCPStoreClient

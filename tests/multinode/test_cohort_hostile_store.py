@@ -10,14 +10,16 @@ import signal
 
 import pytest
 
-from hangwatch.supervisor.cohort import node as c
+from hangwatch.supervisor.cohort.agreement import MAX_SETTLED_DELAY_S, decide, settled
+from hangwatch.supervisor.cohort.membership import Membership
+from hangwatch.supervisor.cohort.node import Cohort
 from hangwatch.supervisor.cohort.store import MemoryStore
 
 
-def _node_1() -> tuple[c.Cohort, MemoryStore]:
+def _node_1() -> tuple[Cohort, MemoryStore]:
     store = MemoryStore()
-    member = c.Membership(node_rank=1, nnodes=2, host="127.0.0.1", port=1, cohort_id="x")
-    return c.Cohort(store, member, {}), store
+    member = Membership(node_rank=1, nnodes=2, host="127.0.0.1", port=1, cohort_id="x")
+    return Cohort(store, member, {}), store
 
 
 @pytest.mark.parametrize("raw", ['{"node": Infinity, "signal": 15}', '{"node": 0, "signal": 1e999}'])
@@ -48,21 +50,21 @@ def test_an_incident_announcement_with_numbers_out_of_range_is_ignored(raw):
 @pytest.mark.parametrize("bad", [{"steps": [1e999]}, {"steps": 5}, {"steps": ["x"]}, {"steps": [True]},
                                  {"steps": [10 ** 30]}, {"steps": [-3]}])
 def test_node_0_decides_past_a_malformed_report(bad):
-    step, _ = c.decide({0: {"steps": [4, 8]}, 1: bad})
+    step, _ = decide({0: {"steps": [4, 8]}, 1: bad})
     assert step is None  # that node has no usable step: none is common (before: a crash in node 0's decision)
-    assert c.decide({0: {"steps": [4, 8]}, 1: {"steps": [4, 8, 12]}})[0] == 8
+    assert decide({0: {"steps": [4, 8]}, 1: {"steps": [4, 8, 12]}})[0] == 8
 
 
 @pytest.mark.parametrize("bad, code", [({"exit_code": "x"}, 1), ({"exit_code": 1e999}, 1), ({"exit_code": 10 ** 6}, 1),
                                        ({"exit_code": True}, 1), ({"exit_code": 73}, 73)])
 def test_a_stopping_nodes_exit_code_is_one_an_exit_status_can_carry(bad, code):
-    assert c.settled({0: {"restart": True}, 1: {"restart": False, **bad}})["exit_code"] == code
+    assert settled({0: {"restart": True}, 1: {"restart": False, **bad}})["exit_code"] == code
 
 
 @pytest.mark.parametrize("delay, expected", [("nan", 0.0), (float("inf"), 0.0), (-5, 0.0), ("x", 0.0),
-                                             (1e300, c.MAX_SETTLED_DELAY_S), (2.5, 2.5)])
+                                             (1e300, MAX_SETTLED_DELAY_S), (2.5, 2.5)])
 def test_the_settled_backoff_is_bounded(delay, expected):
-    together = c.settled({0: {"restart": True, "delay_s": 0.0}, 1: {"restart": True, "delay_s": delay}})
+    together = settled({0: {"restart": True, "delay_s": 0.0}, 1: {"restart": True, "delay_s": delay}})
     assert together["restart"] and together["delay_s"] == expected  # before: 1e300 s, every node asleep for good
 
 

@@ -24,8 +24,11 @@ from hangwatch.contract.journal import read_journal
 from hangwatch.contract.capture import TreeProcess
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.supervisor.decide.attempt import GraphPolicy, RunState
-from hangwatch.supervisor.cohort.node import Cohort, CohortRefused, Membership, runs_launcher
-from hangwatch.supervisor.cohort.link import CohortLink, rendezvous_nodes
+from hangwatch.supervisor.cohort.errors import CohortRefused
+from hangwatch.supervisor.cohort.launcher import rendezvous_nodes, runs_launcher
+from hangwatch.supervisor.cohort.membership import Membership
+from hangwatch.supervisor.cohort.node import Cohort
+from hangwatch.supervisor.cohort.link import CohortLink
 from hangwatch.supervisor.config import SETTINGS, build
 from hangwatch.supervisor.contain.killer import KillReport
 from hangwatch.supervisor.runner import Supervisor

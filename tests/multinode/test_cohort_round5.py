@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from hangwatch.supervisor.cohort.node import Cohort, Membership
+from hangwatch.supervisor.cohort.membership import Membership
+from hangwatch.supervisor.cohort.node import Cohort
 from hangwatch.supervisor.cohort.store import MemoryStore, StoreError, TCPStoreClient
 
 from test_cohort_faults import Clock, _join_all, _node
@@ -154,7 +155,7 @@ def test_a_finish_said_while_the_store_misses_a_reply_is_still_a_finish():
 def test_two_nodes_given_the_same_rank_the_others_join_timeout_says_so():
     """Two supervisors started as node 1 of 3 (no node 2): the second is refused, and nodes 0 and
     1 waited out their join timeout for node 2, saying only "nodes [2] did not join"."""
-    from hangwatch.supervisor.cohort.node import CohortRefused
+    from hangwatch.supervisor.cohort.errors import CohortRefused
 
     store = MemoryStore()
     n0, n1, twin = (_node(store, rank, 3) for rank in (0, 1, 1))

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch.supervisor.cohort.node import Cohort, CohortRefused
+from hangwatch.supervisor.cohort.errors import CohortRefused
+from hangwatch.supervisor.cohort.node import Cohort
 from hangwatch.supervisor.cohort.store import MemoryStore
 
 from test_cohort_faults import _node
@@ -105,7 +106,7 @@ def test_a_supervisor_stopped_while_joining_exits_with_the_signal_and_status_say
 
 
 def _fingerprint(checkpoint_dir: str) -> dict:
-    from hangwatch.supervisor.cohort.node import settings_fingerprint
+    from hangwatch.supervisor.cohort.membership import settings_fingerprint
     from hangwatch.supervisor.config import SETTINGS, build
 
     values = {**{k: d for k, (_t, d) in SETTINGS.items()}, "checkpoint_dir": checkpoint_dir}
@@ -113,7 +114,7 @@ def _fingerprint(checkpoint_dir: str) -> dict:
 
 
 def _join_pair(fp0: dict, fp1: dict) -> dict[int, BaseException]:
-    from hangwatch.supervisor.cohort.node import Membership
+    from hangwatch.supervisor.cohort.membership import Membership
 
     store = MemoryStore()
     nodes = [Cohort(store, Membership(i, 2, "127.0.0.1", 29600, "job"), fp, lease_interval=3600, lease_timeout=10,

@@ -8,7 +8,9 @@ import pytest
 
 from hangwatch.contract.verdict import VerdictKind
 from hangwatch.supervisor.decide.attempt import GraphPolicy
-from hangwatch.supervisor.cohort.node import Cohort, CohortRefused, Membership, StoreLost
+from hangwatch.supervisor.cohort.errors import CohortRefused, StoreLost
+from hangwatch.supervisor.cohort.membership import Membership
+from hangwatch.supervisor.cohort.node import Cohort
 from hangwatch.supervisor.cohort.link import CohortLink
 from hangwatch.supervisor.cohort.store import MemoryStore
 

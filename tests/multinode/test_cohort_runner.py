@@ -19,7 +19,8 @@ import structlog
 from hangwatch.contract.exitcodes import EXIT_BUDGET, EXIT_COHORT, EXIT_UNKILLABLE
 from hangwatch.contract.journal import read_journal
 from hangwatch.contract.samples import DeviceSample, Sample
-from hangwatch.supervisor.cohort.node import Cohort, Membership
+from hangwatch.supervisor.cohort.membership import Membership
+from hangwatch.supervisor.cohort.node import Cohort
 from hangwatch.supervisor.config import SETTINGS, build
 from hangwatch.supervisor.contain.killer import KillReport
 from hangwatch.supervisor.runner import Supervisor

@@ -8,8 +8,10 @@ import time
 import pytest
 
 from hangwatch.supervisor.decide.attempt import GraphPolicy
-from hangwatch.supervisor.cohort.node import (Cohort, CohortError, CohortRefused, MemberLost, Membership, StoreLost, decide, first_host,
-                                         membership_from)
+from hangwatch.supervisor.cohort.agreement import decide
+from hangwatch.supervisor.cohort.errors import CohortError, CohortRefused, MemberLost, StoreLost
+from hangwatch.supervisor.cohort.membership import Membership, first_host, membership_from
+from hangwatch.supervisor.cohort.node import Cohort
 from hangwatch.supervisor.cohort.store import MemoryStore
 
 pytestmark = pytest.mark.timeout(30)
@@ -242,7 +244,7 @@ def test_the_fingerprint_holds_resume_arg_and_on_crash_and_leaves_per_node_optio
     agreed checkpoint (the fingerprint did not hold it): step counters and data order parted, silently.
     And --on-crash stop on node 0 only: a crash on node 0 stopped the job, one on node 1 restarted it
     (node 0 saw its ranks hang, and judged a hang)."""
-    from hangwatch.supervisor.cohort.node import settings_fingerprint  # noqa: PLC0415
+    from hangwatch.supervisor.cohort.membership import settings_fingerprint  # noqa: PLC0415
     from hangwatch.supervisor.config import SETTINGS, build  # noqa: PLC0415
 
     def fingerprint(**given):
@@ -290,7 +292,7 @@ def test_the_barrier_outlasts_every_nodes_kill_and_gpu_release_wait(tmp_path):
     """--gpu-release-timeout 400 (or a GPU probe that stopped answering: the release is waited out):
     a node reported after its wait, and the others, whose barrier was a fixed 300 s, gave up on it
     (a 2-node job ended 75, 75 with nothing wrong but a slow release)."""
-    from hangwatch.supervisor.cohort.node import barrier_timeout  # noqa: PLC0415
+    from hangwatch.supervisor.cohort.membership import barrier_timeout  # noqa: PLC0415
     from hangwatch.supervisor.config import SETTINGS, build  # noqa: PLC0415
 
     def config(**given):
