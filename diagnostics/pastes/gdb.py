@@ -1,0 +1,279 @@
+"""gdb's and lldb's backtraces: ``thread apply all bt`` and ``Switching to thread``
+headers, native ``#N 0x.. in f ()`` frames (C++ names with their own parameter lists,
+``from LIB`` wrapped onto the next line), ``info threads`` rows, gdb's stop and attach
+lines, both forms of ``py-bt``, and lldb's ``thread #N`` / ``frame #N`` lines.
+
+gdb's thread 1, like lldb's, is the main thread. ``cxx_name`` and ``gdb_call`` take a
+demangled C++ call apart; other native backtraces (``cxx_traces``) use them too.
+"""
+
+from __future__ import annotations
+
+import re
+
+from hangwatch.diagnostics.pastes.builder import Builder, Line
+from hangwatch.diagnostics.pastes.patterns import (
+    GDB_ATTACHED, GDB_BUILTIN, GDB_INFO_THREAD, GDB_NUMBERED, GDB_PYFRAME, GDB_STOPPED, GDB_THREAD,
+    GDB_THREAD_LWP, GIL_WAIT, HEX, INLINE_GDB, LLDB_FRAME, LLDB_OFFSET, LLDB_THREAD, MAX_FRAMES, NATIVE_CUT,
+    NATIVE_PATH, NUMBERED_FROM, PYBT_MARKERS, PY_EXT, TRACEBACK_FRAME, WS,
+)
+from hangwatch.diagnostics.pastes.tracebacks import traceback_header
+from hangwatch.diagnostics.stacks import Frame
+
+
+def cxx_name(name: str) -> str:
+    """A demangled C++ name without its parameter list and qualifiers:
+    "at::native::f(at::Tensor const&)::{lambda()#1}::operator()() const" -> "at::native::f".
+    Parentheses inside template arguments (<...>) or lambdas ({...}) are kept; one pass."""
+    depth = 0
+    for i, ch in enumerate(name):
+        if ch in "<{":
+            depth += 1
+        elif ch in ">}" and depth:
+            depth -= 1
+        elif ch == "(" and depth == 0 and name.startswith("(anonymous namespace)", i):
+            depth += 1  # "c10d::ops::(anonymous namespace)::recv_CUDA(...)": part of the name
+        elif ch == ")" and depth and name.endswith("(anonymous namespace)", 0, i + 1):
+            depth -= 1
+        elif ch == "(" and depth == 0 and i > 0 and not name.endswith("operator", 0, i):
+            return name[:i].strip()
+    return name.strip()
+
+
+def gdb_call(text: str, addressed: bool) -> Frame | None:
+    """A gdb frame after its "#N  0x.. in " prefix: "poll () at x.S:81", "ns::f(int) () from
+    /lib/x.so", "c10::Foo::bar (this=...) at f.cpp:53", "g () at init.cc:XXX" (a re-typed
+    placeholder line), or cut anywhere ("ccl_comm::allgather(", "c10d::abortComm").
+    ``addressed``: it had "0x.. in ", so a name alone (cut before its arguments) is a frame."""
+    where = "?"
+    for mark in (") from ", ") at "):
+        i = text.rfind(mark)
+        if i != -1 and not WS.search(text[i + len(mark):].strip()):
+            where = text[i + len(mark):].strip()
+            if where.startswith("target:"):
+                where = where[7:]  # gdb reading the target's files remotely or in a container
+            if mark == ") at ":
+                where = where.split(":", 1)[0]  # "f.cpp:53", "init.cc:XXX", "futex.cc:217:18"
+            text = text[: i + 1]
+            break
+    text = text.strip()
+    if text.endswith(")"):
+        # The argument list is the last balanced "(...)" (walked back once).
+        depth = 0
+        for i in range(len(text) - 1, -1, -1):
+            ch = text[i]
+            if ch == ")":
+                depth += 1
+            elif ch == "(":
+                depth -= 1
+                if depth == 0:
+                    text = text[:i]
+                    break
+        else:
+            return None
+    elif not addressed and where == "?":
+        return None
+    name = cxx_name(text)
+    if not name or len(name) > 2000 or (WS.search(name) and "::" not in name and "<" not in name):
+        return None
+    return Frame("?" if name == "??" else name, where, None, native=True)
+
+
+def _numbered_from(text: str) -> Frame | None:
+    """'forward from /p/llama.py:2083' / 'poll from /lib/libc.so.6' (see NUMBERED_FROM)."""
+    m = NUMBERED_FROM.match(text)
+    if m is None:
+        return None
+    name, where, line = m.group(1), m.group(2).replace("\\", "/"), m.group(3)
+    if where.endswith(PY_EXT):
+        return Frame(name, where, int(line) if line else None)
+    if where.startswith(":") and where[1:].isdigit():
+        return Frame(name, "?", None, native=True)  # "from :0": no file known
+    if NATIVE_PATH.search(where.rsplit("/", 1)[-1]) or NATIVE_CUT.search(where):
+        return Frame(name, where, None, native=True)
+    return None  # "#12 Merge from upstream/main": a numbered list, not a frame
+
+
+def gdb_frame(b: Builder, s: str) -> bool:
+    """One gdb backtrace line: a py-bt frame ("#3 Frame 0x.., for file F, line N, in f (...")
+    or a native one ("#0  0x.. in poll () at x.S:81", "... from /lib/libc.so.6")."""
+    m = GDB_PYFRAME.match(s)
+    if m:
+        b.add_frames([Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2)))])
+        b.after_break = False
+        return True
+    b.drop_bare()
+    m = GDB_NUMBERED.match(s)
+    if m is not None:
+        frame = gdb_call(s[m.end():], addressed=m.group(1) is not None) or _numbered_from(s[m.end():].strip())
+    else:
+        head, sep, rest = s.partition(" in ")  # "0x00007f.. in poll () ..."
+        frame = gdb_call(rest, addressed=True) if sep and HEX.match(head) else None
+    if frame is None:
+        return False
+    if m is None and b.gdb_attached:
+        # where the attached main thread stopped: its thread until its own bt replaces it
+        b.gdb_attached = False
+        b.start_thread(None, "unknown", "MainThread")
+        if b.group:
+            b.gdb_stop_thread = b.group[-1]
+            b.gdb_stop_thread.number = "1"
+            b.gdb_stop = True
+    stop, b.gdb_stop = b.gdb_stop, False
+    if m is not None and s[1:2] == "0" and not s[2:3].isdigit() and b.gdb_stopped_at == frame.function:
+        # "#0" of the bt after gdb's stop location: the same frame, already read.
+        b.gdb_stopped_at = None
+        b.after_break = False
+        return True
+    b.gdb_stopped_at = frame.function if stop and m is None else None
+    b.add_frames([frame])
+    b.gdb_open = frame.file == "?"  # gdb may wrap "from /lib/x.so" onto the next line
+    b.after_break = False
+    return True
+
+
+def gdb_continuation(b: Builder, s: str) -> bool:
+    """'   from /opt/lib/libccl.so.1' under a gdb frame that gdb wrapped: its library."""
+    b.gdb_open = False
+    where = s[5:].strip() if s.startswith("from ") else s[3:].strip().split(":", 1)[0]
+    if not where or WS.search(where):
+        return False
+    for t in b.group:
+        if t.frames and t.frames[-1].file == "?":
+            last = t.frames[-1]
+            t.frames[-1] = Frame(last.function, where, None, native=True)
+    return True
+
+
+def lldb_line(b: Builder, s: str) -> bool:
+    """lldb's "thread #N, name = 'x', ..." and "frame #N: 0x.. lib.so`symbol + off [at f.cc:1:2]"."""
+    m = LLDB_FRAME.match(s)
+    if m is not None:
+        lib, sym = m.group(1), m.group(2)
+        i = sym.rfind(" at ")
+        if i != -1 and not WS.search(sym[i + 4:].strip()):
+            sym = sym[:i]
+        sym = LLDB_OFFSET.sub("", sym.strip())
+        name = cxx_name(sym)
+        if not name:
+            return False
+        b.add_frames([Frame(name, lib, None, native=True)])
+        b.after_break = False
+        return True
+    m = LLDB_THREAD.match(s)
+    if m is not None:
+        name = "MainThread" if m.group(1) == "1" else (m.group(3) or "")
+        b.start_thread(m.group(2) or f"lldb-{m.group(1)}", "unknown", name)
+        return True
+    return False
+
+
+def gdb_info_thread(b: Builder, m: re.Match[str]) -> bool:
+    """One row of gdb's "info threads": a thread and its innermost frame."""
+    rest = m.group(5)
+    head, sep, call = rest.partition(" in ")
+    frame = gdb_call(call, addressed=True) if sep and HEX.match(head) else gdb_call(rest, addressed=False)
+    if frame is None:
+        return False
+    b.start_thread(m.group(2) or m.group(3), "unknown", "MainThread" if m.group(1) == "1" else (m.group(4) or ""))
+    b.add_frames([frame])
+    b.after_break = False
+    return True
+
+
+def gdb_header(b: Builder, s: str) -> bool:
+    """gdb's thread headers and py-bt's "Traceback (most recent call first):"."""
+    m = GDB_THREAD.match(s) or GDB_THREAD_LWP.match(s)
+    if m:
+        stopped = b.gdb_stop_thread
+        at = next((i for i, t in enumerate(b.proc.threads) if t is stopped), None) if stopped and b.proc else None
+        if at is not None and stopped.number == m.group(1):  # type: ignore[union-attr]
+            # `thread apply all bt` after the stop line: the stopped thread's own bt
+            # follows (its "#0" is the stop location), so the stop line's thread goes.
+            del b.proc.threads[at]  # type: ignore[union-attr]
+            b.report.thread_headers -= 1
+            b.report.frames -= len(stopped.frames)  # type: ignore[union-attr]
+            b.gdb_stop_thread = None
+        b.start_thread(m.group(2), "unknown", "MainThread" if m.group(1) == "1" else (m.group(3) or ""))
+        return True
+    if GDB_ATTACHED.match(s):
+        b.gdb_attached = not (b.proc is not None and b.proc.threads)
+        return True
+    m = GDB_STOPPED.match(s)
+    if m:
+        b.start_thread(None, "unknown", "MainThread" if m.group(1) == "1" else m.group(2))
+        b.gdb_stop = True
+        if b.group:
+            b.gdb_stop_thread = b.group[-1]
+            b.gdb_stop_thread.number = m.group(1)
+        return True
+    return traceback_header(b, s)
+
+
+def inline_frames(b: Builder, s: str) -> bool:
+    """gdb frames quoted in backticks inside prose (see ``INLINE_GDB``)."""
+    inline = [f for f in (gdb_call(m.group(1), addressed=False) for m in INLINE_GDB.finditer(s)) if f] if "`" in s else []
+    if inline:
+        b.add_frames(inline[:MAX_FRAMES])
+        b.report.bare_frames += len(inline)
+        b.after_break = True  # prose: the next frames are another stack
+        return True
+    return False
+
+
+# -- steps of reader.STEPS ----------------------------------------------------
+def pybt_marker(b: Builder, ln: Line) -> bool:
+    s = ln.s
+    if s[0] in "WG" and s in PYBT_MARKERS and not b.tb_frames:
+        # gdb's py-bt (libpython.py) prints this above a thread's innermost Python
+        # frame; the reporter may have replaced its "Traceback (most recent call
+        # first):" line with a caption ("Thread 1 Python stack", pytorch#97833).
+        if b.pybt_seen:
+            b.close_group()  # another thread's py-bt, its header not pasted
+        b.recent_first = True
+        b.tb_frames = None
+        if s == "Waiting for the GIL":
+            b.add_frames([Frame(GIL_WAIT, "?", None, native=True)])
+        return True
+    return False
+
+
+def wrapped_library(b: Builder, ln: Line) -> bool:
+    return ln.gdb_open and ln.s.startswith(("from ", "at ")) and gdb_continuation(b, ln.s)
+
+
+def lldb(b: Builder, ln: Line) -> bool:
+    s = ln.s
+    return s[0] in "*tf" and ("thread #" in s[:14] or "frame #" in s[:14]) and lldb_line(b, s)
+
+
+def info_thread(b: Builder, ln: Line) -> bool:
+    s = ln.s
+    if (s[0] == "*" or s[0].isdigit()) and (" Thread 0x" in s[:40] or " LWP " in s[:24]):
+        mi = GDB_INFO_THREAD.match(s)
+        if mi and gdb_info_thread(b, mi):
+            return True
+    return False
+
+
+def gdb_line(b: Builder, ln: Line) -> bool:
+    """A numbered gdb frame (or gdb's bare stop location), else one of gdb's headers."""
+    s, first = ln.s, ln.first
+    if (first == "#" and s[1:2].isdigit()) or (first == "0" and s[:2] == "0x" and " in " in s):
+        return gdb_frame(b, s)
+    return first in "TU[" and gdb_header(b, s)
+
+
+def pybt_frame(b: Builder, ln: Line) -> bool:
+    """A frame of py-bt's 'Traceback (most recent call first):' (innermost first)."""
+    s, first = ln.s, ln.first
+    if b.recent_first and (first == "F" or first == "<"):
+        m = TRACEBACK_FRAME.match(s) if first == "F" else GDB_BUILTIN.match(s)
+        if m:
+            frame = (Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2))) if first == "F"
+                     else Frame(m.group(1), "?", None, native=True))
+            b.add_frames([frame])
+            b.pybt_seen = True
+            b.in_locals, b.locals_indent = True, ln.indent  # its source line follows, deeper
+            return True
+    return False

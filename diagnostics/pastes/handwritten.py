@@ -1,0 +1,136 @@
+"""Stacks people write by hand: function names alone on their lines next to real
+frames, arrow chains ("run_busy_loop / -> get_response / -> dequeue"), and one
+stack labelled with the ranks that share it ("DP0,1,2: synchronize (...)").
+
+Names alone are held as maybe-frames: they become frames when real frames follow
+(or, for a fenced list of native-shaped names, when the paste has no other stack),
+else they were text.
+"""
+
+from __future__ import annotations
+
+from hangwatch.diagnostics.pastes.builder import Builder, Line
+from hangwatch.diagnostics.pastes.frames import parse_frame_line
+from hangwatch.diagnostics.pastes.gdb import cxx_name
+from hangwatch.diagnostics.pastes.parse_report import example
+from hangwatch.diagnostics.pastes.patterns import (
+    ARROW, ARROW_NAME, BARE_NAME, BARE_NOTE, CAMEL, GROUP_LABEL, MAX_FRAMES,
+)
+from hangwatch.diagnostics.stacks import Frame
+
+
+def _bare_name(s: str) -> str | None:
+    """The function of a line that is only a code-shaped name (see BARE_NAME), else None."""
+    m = BARE_NAME.match(s)
+    if m is None:
+        return None
+    name = m.group(1)
+    if "_" in name or "::" in name or CAMEL.search(name):
+        return name
+    return None
+
+
+def _bare_frame_name(s: str) -> str | None:
+    """A name alone on its line (see _bare_name), also with a note after it or written as a
+    demangled C++ signature ("THPStorage_newSharedCuda(...)::{lambda(void*)#1}::_FUN")."""
+    s = BARE_NOTE.sub("", s)
+    name = _bare_name(s)
+    if name is None and "::" in s and "(" in s and " " not in s:
+        name = _bare_name(cxx_name(s))
+    return name
+
+
+def names_stack(run: list[Frame]) -> bool:
+    """Names alone on their lines that read as a native stack by themselves: four or more,
+    at least one a C++ name ("ns::f") and half of them C++ or camelCase API names
+    ("cuStreamSynchronize"), so a fenced list of config keys, Python names (snake_case) or
+    class names ("LlamaForCausalLM") is not taken."""
+    if len(run) < 4 or not any("::" in f.function for f in run):
+        return False
+    native = sum(1 for f in run if "::" in f.function or CAMEL.search(f.function))
+    return native * 2 >= len(run)
+
+
+def _arrow_name(text: str) -> str | None:
+    """The call in one link of a hand-written chain: "model_runner._dummy_run(uniform_decode=True)"
+    -> "model_runner._dummy_run"; "wait / sched_yield" (either) -> "wait"."""
+    text = text.strip().split(" / ", 1)[0].strip()
+    if text.endswith(")") and "(" in text:
+        text = text[: text.index("(")].strip()
+    return text if ARROW_NAME.match(text) else None
+
+
+def arrow_line(b: Builder, s: str) -> bool:
+    """One "-> call" of a hand-written chain; its first arrow takes the line above
+    as the outermost call (it was read as text: "Class.method" is no frame alone)."""
+    name = _arrow_name(s[2:])
+    if name is None:
+        return False
+    if b.arrow is None:
+        b.arrow = []
+        head = _arrow_name(b.prev_text) if b.prev_text != b.arrow_head else None
+        if head is not None:
+            if b.bare and b.bare[-1].function == b.prev_text:
+                b.bare.pop()  # held as a maybe-frame: it is this chain's head
+            elif b.report.skipped:
+                b.report.skipped -= 1  # skipped as text
+                if b.report.skipped_examples and b.report.skipped_examples[-1] == example(b.prev_text):
+                    b.report.skipped_examples.pop()
+            b.arrow.append(Frame(head, "?"))
+            b.report.bare_frames += 1
+        b.drop_bare()
+    if len(b.arrow) < MAX_FRAMES:
+        b.arrow.append(Frame(name, "?"))
+    b.report.bare_frames += 1
+    b.arrow_head = s
+    return True
+
+
+def end_arrow(b: Builder) -> None:
+    chain, b.arrow = b.arrow, None
+    if chain and len(chain) >= 3:
+        b.traceback_thread("", chain)  # outermost first, like a traceback
+    elif chain:
+        # "-> done" under a sentence: prose, not a call chain (a chain has 3 calls or more).
+        b.report.bare_frames -= len(chain)
+        b.report.skipped += len(chain)
+
+
+def bare_name_line(b: Builder, s: str, after_frame: bool) -> bool:
+    """A code-shaped name alone on its line: a frame by name after frames, else held
+    until a frame follows (``after_frame``: the line before was a frame)."""
+    name = _bare_frame_name(s) if len(s) <= 300 else None
+    if name is not None and after_frame:
+        b.add_frames([Frame(name, "?")])  # the list of frames goes on, by name only
+        b.report.bare_frames += 1
+        b.after_frame = True
+        return True
+    if name is not None and len(b.bare) < 64:
+        b.bare.append(Frame(name, "?"))  # a frame if real frames follow
+        return True
+    return False
+
+
+# -- steps of reader.STEPS ----------------------------------------------------
+def arrow_end(b: Builder, ln: Line) -> bool:
+    if b.arrow is not None and not ln.s.startswith(ARROW):
+        end_arrow(b)
+    return False
+
+
+def arrow(b: Builder, ln: Line) -> bool:
+    return ln.first in "-→=" and ln.s.startswith(ARROW) and arrow_line(b, ln.s)
+
+
+def group_label(b: Builder, ln: Line) -> bool:
+    """'DP0,1,2: frame': a process for the label, its main thread taking the frame,
+    which the steps after this one read from the rest of the line."""
+    s = ln.s
+    label = GROUP_LABEL.match(s) if ln.first in "DTPECRr" else None
+    if label is not None and parse_frame_line(s[label.end():]) is not None:
+        b.new_process(header=True)
+        b.proc.rank = int(label.group(1))  # type: ignore[union-attr]
+        b.report.process_headers += 1
+        b.start_thread(None, "unknown", "MainThread")
+        ln.retext(s[label.end():])
+    return False

@@ -1,0 +1,299 @@
+"""Every pattern the paste reader matches, with the shape of text each one is for.
+
+One module so a change to a shape is one place to look, and so the dialect modules
+(``pyspy_text``, ``tracebacks``, ``gdb``, ``cxx_traces``, ``logs``, ``handwritten``,
+``lines``, ``unwrap``) share them. Each regex has bounded repetition only: a line is
+matched in time linear in its length, whatever a paste holds (see the package's
+docstring). Nothing here has state.
+"""
+
+from __future__ import annotations
+
+import re
+
+# -- limits -------------------------------------------------------------------
+#: Longer lines are cut before they are looked at (a frame line, even a C++
+#: template one, is shorter; a minified blob is not a stack).
+MAX_LINE_CHARS = 4096
+#: Frames kept per thread (innermost first); py-spy's own default limit is
+#: Python's recursion limit, 1000.
+MAX_FRAMES = 2048
+MAX_THREADS = 4096
+MAX_PROCESSES = 4096
+
+# -- around the stack text on a line: log prefixes, colours, markup, captions ------
+PREFIX = re.compile(
+    r"""^(?:[ \t]*(?:
+        >+[ ]?                                            # quoted in mail/markdown
+      | \[[^\]\n]{0,80}\]:?[ ]?                           # [rank0]: or [2024-05-01 12:00:00]
+      | \d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?[ ]?(?:\|[ ]?)?   # ISO timestamp
+      | \d\d:\d\d:\d\d(?:[.,]\d{1,9})?[ ]?(?:\|[ ]?)?     # clock time
+      | [\w.-]{1,80}[ ]{1,40}\|[ ]?                       # docker compose "name  | "
+      | \d{0,9}\((?:\w{1,40}[ ])?pid=\d{1,10}(?:,[ ]ip=[\w.:\[\]-]{1,60})?\)[ ]?   # ray / vLLM "(EngineCore pid=123) ",
+                                                          # ip=[IPv6]; a log viewer's line number glued in front
+      | (?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)[ ]{1,3}\d\d-\d\d[ ]   # vLLM's "ERROR 01-12 " (the clock follows)
+      | (?:stdout|stderr)[ ][FP][ ]                       # Kubernetes/containerd log: "<time> stdout F "
+      | \d{1,6}:[ ]                                        # srun --label: "3: "
+      | \^C                                               # the terminal's echo of Ctrl+C: "^CTraceback ..."
+      | [*\u2022]{1,3}[ ]{1,4}                              # list bullets: "* frame", "\u2022 frame", "***  File: ..."
+    ))*""",
+    re.VERBOSE,
+)
+# Terminal colours kept by a captured log ("\x1b[1;32m").
+ANSI = re.compile(r"\x1b\[[0-9;?]{0,20}[A-Za-z]")
+INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
+ENTITY = re.compile(r"&(?:lt|gt|quot|amp|#\d{1,6}|#x[0-9a-fA-F]{1,6});")
+HTML = re.compile(r"^</?(?:details|summary|pre|code|br|p|div|b|i|em|strong|sub|sup|hr)\b[^>]{0,200}>", re.IGNORECASE)
+RANK_PREFIX = re.compile(r"\[(?:rank|RANK|Rank)[ ]?(\d{1,6})\]")
+PID_IN_PREFIX = re.compile(r"\bpid=(\d{1,10})\b")
+# "Rank 1 (waiting):", "**rank 3**:", "[rank7] py-spy:": a caption naming the rank of the stack below.
+CAPTION_RANK = re.compile(r"(?i)\brank\s{0,2}[#=]?\s{0,2}(\d{1,6})\b")
+PID_INTRO = re.compile(r"\b(?:pid|PID|Pid|process|Process)\s{0,2}[:=#]?\s{0,2}(\d{2,10})\s{0,3}[:)]?\s{0,3}(?:=+|-+)?\s{0,3}:?\s{0,3}$")
+# "decode pid=951 (MainThread active+gil):": a label, the pid, then thread name and state.
+LABELLED_HEADER = re.compile(r"\bpid[=: ]{1,2}(\d{1,10})\b")
+# A py-spy thread header at the end of a line of prose, glued to it or after a space.
+GLUED_THREAD = re.compile(r'(?<![A-Za-z0-9_."\'/-])Thread (?:0[xX][0-9A-Fa-f]{1,16}|\d{1,12}) \((?:idle|active|active\+gil|gil)\):? "[^"\n]{0,200}"$')
+
+# -- py-spy dump's text, and pystack's -------------------------------------------
+PROCESS = re.compile(r"^Process (\d{1,10}|<\w{1,20}>):? ?(.*)$")
+PYTHON = re.compile(r"^Python (v?\d[\w.+-]{0,30})(?: \((.{0,500})\))?\s*$")
+THREAD = re.compile(
+    r'^Thread(?: (0[xX][0-9A-Fa-f]{1,16}|\d{1,12}|<\w{1,20}>|[A-Z]{1,8}|0[xX][0-9A-Fa-f]{0,16}(?:\.\.\.|…)|\.\.\.|…))?:? ?\(([a-z+]{1,16})(?:,[^()\n]{0,60})?\)(?::? ?"([^"\n]{0,200})"?)?:?(.{0,400})$'
+)
+# A header trimmed to the quoted name ('Thread "embed-warmup"'), or a faulthandler-style
+# id with the reporter's note in place of "most recent call first"
+# ('Thread 0x00000df0 (the anyio worker running the tool body):').
+NAMED_THREAD = re.compile(r'^Thread "([^"\n]{1,200})":?\s*$')
+NOTED_THREAD = re.compile(r"^Thread (0[xX][0-9A-Fa-f]{1,16}|\d{1,12}) \([^()\n]{1,200}\):\s*$")
+# Placeholders people write for an id they left out: "Thread N", "Thread 0x7f...".
+PLACEHOLDER_IDENT = re.compile(r"^(?:[A-Z]{1,8}|0[xX][0-9A-Fa-f]{0,16}(?:\.\.\.|…)|\.\.\.|…)$")
+STATE = re.compile(r"^(idle|active|active\+gil|gil|running|sleeping|waiting)(?:,.{0,60})?$")
+STACK_DUMP_FOR = re.compile(r"^Stack dump for (.{0,2000})$")
+SEPARATOR = re.compile(r"^(?:=|-|#){2,}\s{0,5}(?:(pid|process|rank|worker|node)\s{0,3}[:=#]?\s{0,3}(\d{1,10}))\b.{0,200}$", re.IGNORECASE)
+PROMPT = re.compile(r"^(?:[$%#]|[\w.@-]{1,80}[:@][^\s$#%]{0,200}[$#%]|\([\w.-]{1,60}\)\s{0,3}[\w.@-]{0,80}[:~][^\s]{0,200}[$#%])\s")
+# The command that took the dump names its pid: py-spy, pystack, and the native stack tools
+# (pstack/gstack PID, eu-stack -p PID, gdb -p PID ... --batch, "(gdb) attach PID").
+PYSPY_PID = re.compile(
+    r"py-spy\s+dump\b.{0,200}?(?:--pid|-p)[ =](\d{1,10})|pystack\s+remote\b(?:\s+-{1,2}[\w-]{1,30})*\s+(\d{1,10})"
+    r"|\b[pg]stack\s+(\d{2,10})\b|\beu-stack\b.{0,100}?\s(?:-p|--pid)[ =](\d{2,10})\b"
+    r"|\bgdb\b.{0,200}?(?:\s(?:-p|--pid)[ =]?|\sattach\s+)(\d{2,10})\b")  # a pid of 2+ digits, not "attach 3 processes"
+# py-spy 0.2-0.3 printed "Arguments::" / "Locals::" (two colons); newer ones one.
+LOCALS_HEAD = re.compile(r"^(Arguments|Locals)::?\s*$")
+IDENT = re.compile(r"^[\w.<>$\[\]-]{1,300}$")
+PY_EXT = (".py", ".pyx", ".pyi", ".pyc")
+NATIVE_PATH = re.compile(r"(\.so(\.\d{1,6}){0,4}|\.dylib|\.dll|\.pyd|\.(c|cc|cpp|cxx|h|hpp|cu|cuh|rs|S)|^python\d[\d.]{0,6}|^\[\w{1,20}\])$")
+# A library name the paste cut: "cudaLaunchKernel (libcudart.so…)".
+NATIVE_CUT = re.compile(r"\.(so|dylib|dll)(\.\d{0,6}){0,4}$")
+#: What reporters write in place of a line number they left out.
+LINE_PLACEHOLDERS = frozenset(("...", "…", "?", "??", "???", "N", "NNN", "X", "XX", "XXX", "xxx", "LINE", "line", "L"))
+WS = re.compile(r"\s")
+# A backslash that separates a path component not led by "_": a Windows path.
+WINDOWS_SEP = re.compile(r"\\(?!_)")
+HEX = re.compile(r"^0[xX][0-9a-fA-F]{1,16}$")
+FLAT_FRAME = re.compile(
+    r'(?P<proc>\bProcess \d{1,10}:)'
+    r'|(?P<thread>\bThread (?:0[xX][0-9A-Fa-f]{1,16} |\d{1,12} |<\w{1,20}> )?\((?:idle|active|active\+gil|gil)\):? ?(?:"[^"\n]{0,200}")?)'
+    r'|(?<![\w(<>.$\[\]-])[\w<>.$\[\]-]{1,300} \([^()\s]{1,500}\)'
+)
+ARROWS = (" → ", " -> ", " ⇒ ", " => ")
+LEFT_NOTES = ("<-", "←", "⟵", "#", "//", "<==")
+CUT_WITH_LINE = re.compile(r"^([\w./<>-]{1,500}\.pyx?):(\d{1,7})$")
+# pystack ("pystack remote PID"): outermost frame first, source lines under the frames.
+PYSTACK_THREAD = re.compile(r"^Traceback for thread (\d{1,12}) \(([^()\n]{0,200})\)(?: \[([^\]\n]{0,100})\])? \(most recent call last\):?\s*$")
+PYSTACK_FRAME = re.compile(r'^\((Python|C)\) File "([^"\n]{1,1000})", line (\d{1,7}), in (\S.{0,1000}?)(?: \(([^()\s]{1,300})\))?\s*$')
+# py-spy's own failure for a process it could not read ("Error: Failed to suspend process",
+# "Reason: EPERM: Operation not permitted"): that process was not dumped, often the culprit.
+PYSPY_ERROR = re.compile(r"^(?:Error|error|Reason):\s{0,3}(.{1,200})$")
+PYSPY_FAILURES = ("failed to suspend", "permission denied", "operation not permitted", "eperm", "failed to copy py_version",
+                  "failed to find python", "no such process", "timed out", "failed to get process", "ptrace")
+# py-spy top's banner or table header anywhere in a line: a top table flattened onto one
+# line (a digest quoting it) is sampled totals, never frames.
+TOP_BANNER = re.compile(r"%Own\s{1,12}%Total\s{1,12}OwnTime|GIL: \d{1,3}\.\d{1,3}%, Active: \d{1,5}\.\d{1,3}%, Threads: \d")
+# py-spy top and record print sampled totals, not one stack per thread: a top row
+# ("40.00%  80.00%  11.20s  19.73s  mapstar (multiprocessing/pool.py:44)"), its header and
+# banner lines, record's own "py-spy> " messages (py-spy#329, #737, #610). Their rows look
+# like frames; read as a stack they would name a busy function as the hung thread.
+PROFILE_LINE = re.compile(
+    r"^(?:-?\d{1,7}\.\d{1,3}%\s{1,12}-?\d{1,7}\.\d{1,3}%\s|%Own\s{1,12}%Total\b|Collecting samples from '"
+    r"|Total Samples \d|GIL: \d{1,3}\.\d{1,3}%, Active: |py-spy> )"
+)
+
+# -- Python tracebacks, faulthandler, pdb, IPython -------------------------------
+# Python 3.14 adds the thread's name: "Current thread 0x00007604707c3780 [python] (most recent call first):".
+# The id may be left out of a paste ('Current thread (most recent call first):',
+# PyAutoFit#1528) or written as a placeholder ('Thread 0x... (most recent call first):').
+FAULTHANDLER_THREAD = re.compile(
+    r"^(Current thread|Thread)(?: (0[xX][0-9A-Fa-f]{1,16}|0[xX][0-9A-Fa-f]{0,16}(?:\.\.\.|…)))?(?: \[([^\]\n]{0,100})\])? \(most recent call first\):?\s*$"
+)
+# The gap before "line" may be padded: people align a pasted stack's columns
+# ('File ".../jax/_src/array.py",    line 642 in _value', PyAutoFit#1528).
+# The line may be cut after its number ('File "x/util.py", line 227'): a frame, name unknown.
+FAULTHANDLER_FRAME = re.compile(r'^File "([^"\n]{1,1000})"(?:,[ \t]{1,40}line (\d{1,7})(?: in ([^\s()]{1,300}))?)?\s*$')
+FAULTHANDLER_CUT = re.compile(r'^File "([^"\n]{1,1000})$')
+# faulthandler's line with 'File "..."' trimmed to the bare path (a reporter's condensed
+# copy): "numpy/_core/multiarray.py, line 11 in <module>", the " in f" sometimes left out.
+BARE_FILE_FRAME = re.compile(r"^([^\s\",()]{1,1000}\.pyx?|<[\w.-]{1,60}(?: [\w.-]{1,60})?>), line (\d{1,7})(?: in ([^\s()]{1,300}))?\s*$")
+# pdb's "where": "  /app/train.py(88)step()" per frame, oldest first, the current one
+# marked "> " (with "->None" after a return), each followed by "-> source line".
+PDB_FRAME = re.compile(r"^(?:\(Pdb\)\s{1,8})?(?:>\s{1,4})?([^\s()]{1,1000}?\.pyx?|<[\w.-]{1,60}>)\((\d{1,7})\)([^\s()]{1,300})\(\)(?:->.{0,300})?$")
+# gdb py-bt (python-gdb.py), newer: "Traceback (most recent call first):" then
+# '  File "/p/threading.py", line 295, in wait' with the source line under it.
+RECENT_FIRST = re.compile(r"^Traceback \(most recent call (first|last)\):?\s*$")
+# A thread's banner above its traceback-style stack (outermost first): pytest-timeout's
+# "~~~~ Stack of MainThread (1399...) ~~~~" and the hanging_threads package's
+# '---------Thread 1332... "MainThread" hangs ---------'. Without it the stacks of
+# every thread ran together as one cut traceback (ptvsd#1988, pytorch#193951).
+BANNER_THREAD = re.compile(
+    r'^[~=-]{3,}\s{0,4}(?:Stack of (\S.{0,200}?) \((\d{1,20})\)|Thread (\d{1,20}) "([^"\n]{0,200})" hangs)\s{0,4}[~=-]{3,}$'
+)
+# A stack printer may put the frame's source on the same line after two spaces
+# ('File: "x.py", line 9, in run  session.run(out)', tensorflow#5289).
+TRACEBACK_FRAME = re.compile(r'^File:? "([^"\n]{1,1000})",[ \t]{1,40}line (\d{1,7}),[ \t]{1,40}in (\S{1,300})(?:\s{2}.{0,3000})?\s*$')
+# IPython / Jupyter tracebacks (ultralytics#6206): "Empty      Traceback (most recent call last)",
+# then frames as "File C:\\...\\dataloader.py:1132, in Class.method(self, timeout)" (IPython 8),
+# "~/lib/python3.7/.../dataloader.py in _try_get_data(self, timeout)" (older IPython),
+# "Cell In[14], line 1" / "<ipython-input-5-2a1c..> in <module>" for notebook cells, each
+# followed by numbered source lines ("   1131 try:", "-> 1132     data = ...", "----> 1 x").
+IPY_TB_START = re.compile(r"^[A-Za-z_][\w.]{0,200}\s{2,}Traceback \(most recent call last\)\s*$")
+IPY_FRAME = re.compile(r"^File (\S.{0,1000}?):(\d{1,7}), in ([^\s(]{1,300})(?:\(.{0,3000}\)?)?\s*$")
+IPY_OLD_FRAME = re.compile(r"^(\S{1,1000}\.pyx?) in ([^\s(]{1,300})(?:\(.{0,3000}\)?)?\s*$")
+IPY_CELL = re.compile(r"^(?:Cell In ?\[(\d{1,7})\], line (\d{1,7})(?:, in ([^\s(]{1,300}).{0,3000})?|<ipython-input-(\d{1,7})-\w{0,40}> in ([^\s(]{1,300}).{0,3000})\s*$")
+IPY_SOURCE = re.compile(r"^(?:-{0,12}>\s{0,4})?\d{1,7}(?:\s|$)")
+# The caption a stack-dumping helper prints before each thread's traceback.format_stack
+# ("# Thread: MainThread(140735)", "Thread worker-1 (1234):").
+CAPTION_THREAD = re.compile(r"(?i)^[#=*\s-]{0,6}thread\b[:#\s]{0,3}[\"']?([A-Za-z_][\w.-]{0,60})")
+# The line that ends a Python traceback: "KeyboardInterrupt", "RuntimeError: ...".
+EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200}(?:Error|Exception|Interrupt|Exit|Warning|Timeout))\b:?")
+# A process printing its own stacks: the printing code, then the signal handler that called it.
+DUMPER = re.compile(r"(?i)^_{0,2}(dump_?(all_?)?(stacks?|threads?|traceback(_later)?)|print_?(all_?)?stacks?|format_stack|extract_stack|print_stack|walk_stack)$")
+HANDLER = re.compile(r"(?i)(handler|^_?on_?sig|^handle_?sig|^_?sig(int|term|usr\d?)_?)")
+
+# -- gdb and lldb -----------------------------------------------------------------
+#: The frame standing for py-bt's "Waiting for the GIL" (signatures match it by name).
+GIL_WAIT = "<waiting for the GIL>"
+# gdb: "#3 Frame 0x7fa3..., for file /p/queues.py, line 131, in get (self=...": py-bt of
+# Python 2 / older gdb, one line per frame (the locals run on, often wrapped and cut).
+GDB_PYFRAME = re.compile(r"^#\d{1,6} Frame 0x[0-9a-fA-F]{1,16}, for file (.{1,1000}?), line (\d{1,7}), in ([^\s(]{1,300})")
+# py-bt's frame for a call into a builtin: "<built-in method acquire of _thread.lock object at 0x..>".
+GDB_BUILTIN = re.compile(r"^<built-in method (\w{1,200}) of ")
+# Lines gdb's py-bt prints in place of a frame: the thread waits to take the GIL, or
+# runs the garbage collector. Either means the frames around it are py-bt's.
+PYBT_MARKERS = ("Waiting for the GIL", "Garbage-collecting")
+# gdb thread headers: "Thread 1 (Thread 0x7f38.. (LWP 237)):" (thread apply all) and
+# "[Switching to thread 12 (Thread 0x7f9d.. (LWP 30756))]"; gdb's thread 1 is the main thread.
+# gdb names the thread when it has a name: 'Thread 7 (Thread 0x7f93.. (LWP 3271135) "executionLoop"):'.
+GDB_THREAD = re.compile(r'^\[?(?:Thread|Switching to thread) (\d{1,7}) \(Thread 0x[0-9a-fA-F]{1,16} \(LWP (\d{1,10})\)(?: "([^"\n]{0,100})")?\)')
+# Without libthread_db (musl, a container) gdb shows "Thread 2 (LWP 3638147):" (py-spy#565);
+# where it stopped a program: 'Thread 1 "python" received signal SIGINT, Interrupt.',
+# followed by the stop location, which the "#0" frame of a bt repeats (pytorch/xla#945).
+GDB_THREAD_LWP = re.compile(r'^\[?(?:Thread|Switching to thread) (\d{1,7}) \(LWP (\d{1,10})\)(?: "([^"\n]{0,100})")?\)?\]?:?$')
+GDB_STOPPED = re.compile(r'^Thread (\d{1,7}) "([^"\n]{0,100})" received signal SIG[A-Z0-9]{1,10}\b')
+# gdb attaching to a live process (`gdb -p PID ... --batch`) prints its libthread_db preamble,
+# then where the attached thread, the process's own LWP, i.e. gdb's thread 1, the main thread,
+# stopped: a bare "0x.. in f () from lib" with no "#N", which that thread's bt repeats as "#0"
+# (Triton-distributed#81).
+GDB_ATTACHED = re.compile(r"^(?:\[Thread debugging using libthread_db enabled\]|Using host libthread_db library )")
+# gdb bt: "#0  0x00007f.. in poll () at ../sysdeps/x.S:81" / "#2  c10::Foo::bar (this=...) at f.cpp:53"
+# / "#5  0x.. in ?? () from /lib/libc.so.6": innermost first, like py-spy (see gdb_call).
+# gdb bt, any frame: "#N  " then an optional "0x.. in ", then the call. The call itself
+# (a C++ name with its own parameter list, "from" or "at" wrapped onto the next line, a
+# placeholder line number) is taken apart by gdb_call.
+GDB_NUMBERED = re.compile(r"^#\d{1,6}\s{1,4}(0x[0-9a-fA-F]{1,16} in )?")
+# A numbered frame with no parameter list, "NAME from WHERE[:LINE]", as some stack tools
+# print mixed stacks ("#56 forward from /srv/app/models/llama.py:2083", sglang#10124):
+# a Python frame when WHERE is a Python file, else a native one in that library.
+NUMBERED_FROM = re.compile(r"^([A-Za-z_<][\w.<>$:~-]{0,300}) from (\S{1,1000}?)(?::(\d{1,7}))?$")
+# gdb "info threads": "* 1    Thread 0x7fc7.. (LWP 52422) "python" select_poll_poll () at x.c:219":
+# one line per thread, its innermost frame at the end; gdb's thread 1 is the main thread.
+# The target id is "Thread 0x.. (LWP N)" with libthread_db, a bare "LWP N" without it
+# (a process attached in a container, pytorch#39855).
+GDB_INFO_THREAD = re.compile(r'^\*?\s{0,4}(\d{1,7})\s{1,12}(?:Thread 0x[0-9a-fA-F]{1,16} \(LWP (\d{1,10})\)|LWP (\d{1,10}))(?: "([^"\n]{0,100})")?\s{1,12}(\S.{0,3000})$')
+# lldb "bt": "* thread #1, name = 'python', stop reason = signal SIGSTOP" and
+# "  frame #0: 0x00007fb0.. libc.so.6`syscall + 29" (lldb's thread #1 is the main thread).
+LLDB_THREAD = re.compile(r"^\*?\s{0,4}thread #(\d{1,7})(?:: tid = (\d{1,10}))?(?:.{0,200}?\bname = '([^'\n]{0,100})')?")
+LLDB_FRAME = re.compile(r"^\*?\s{0,4}frame #\d{1,6}: (?:0[xX][0-9a-fA-F]{1,16} )?([^`\s]{1,500})`(.{1,3000})$")
+LLDB_OFFSET = re.compile(r" \+ \d{1,12}$")
+# gdb frames quoted inline in prose (pytorch#15638: "it hangs at the function call of
+# `c10d::TCPStore::TCPStore(std::string const&, ...) ()`, `c10d::tcputil::connect(...) ()`"):
+# a backticked span in gdb's form for a frame without debug info, "name(args) ()" with an
+# optional " from LIB" / " at FILE:LINE".
+INLINE_GDB = re.compile(r"`([^`\n]{3,3000}?\) \(\)(?: (?:from|at) [^`\s]{1,1000})?)`")
+
+# -- native backtraces that frameworks print: torch's C++ errors, its fatal-signal handler, Paddle's
+# One frame of the C++ backtrace torch prints under an error ("Exception raised from doWait
+# at TCPStore.cpp:550 (most recent call first):"), innermost first:
+# "frame #2: c10d::TCPStore::doGet(std::string const&) + 0x32 (0x7f60.. in /x/libtorch_cpu.so)".
+TORCH_CXX_FRAME = re.compile(r"^frame #(\d{1,4}): (\S.{0,3000}?) \+ 0x[0-9a-fA-F]{1,16}(?: \((?:0x[0-9a-fA-F]{0,16})?(?: in ?(\S{0,1000}?))?\)?)?$")
+# The header above one of those backtraces: "Exception raised from run at /p/ProcessGroupNCCL.cpp:2063
+# (most recent call first):" names the function that raised (cache-dit#761).
+RAISED_FROM = re.compile(r"^Exception raised from (\S{1,300}) at (\S{1,1000}?):(\d{1,7})\b")
+# Where the NCCL watchdog thread raises when it finds a collective timed out or failed: a
+# backtrace raised there is that thread's own (not the rank's hung stack), and it says that
+# a collective never completed.
+NCCL_WATCHDOG_RAISERS = frozenset(("run", "ncclCommWatchdog", "watchdogHandler", "checkTimeout", "runLoop",
+                                   "heartbeatMonitor", "checkAndSetException", "handleException"))
+# torch's fatal-signal handler (TORCH_SHOW_CPP_STACKTRACES / c10::FatalSignalHandler), one
+# block per thread of the process: "SIGABRT(6), PID: 15837, Thread 15853: " then that
+# thread's "frame #k: fn + 0x.. (0x.. in lib)" lines (pytorch#94003, pytorch#99218).
+SIGNAL_THREAD = re.compile(r"^(SIG[A-Z0-9]{2,8})\((\d{1,3})\), PID: (\d{1,10}), Thread (\d{1,10}):?$")
+# PaddlePaddle's "C++ Traceback (most recent call last):" rows: "8   ncclAllReduce".
+NUMBERED_CXX_HEAD = re.compile(r"^C\+\+ Traceback \(most recent call last\):?\s*$")
+NUMBERED_CXX = re.compile(r"^(\d{1,4})\s{1,8}([A-Za-z_~(<].{0,3000})$")
+
+# -- logs that say where a process waits, without a stack -------------------------
+# PyTorch's NCCL watchdog on a timeout: "[rank2]:[E ProcessGroupNCCL.cpp:563] [Rank 2] Watchdog
+# caught collective operation timeout: WorkNCCL(SeqNum=4084, OpType=ALLREDUCE, ...)": no stack,
+# but it says which collective each rank waited in, and at which sequence number.
+WATCHDOG = re.compile(r"WorkNCCL\(SeqNum=(\d{1,12}), OpType=([A-Za-z_]{1,40})")
+SHM_WAIT = "No available shared memory broadcast block found"
+# Horovod's stall inspector, one stalled tensor per entry (several on the warning's line in
+# older logs): "allreduce.conv1.weight [ready ranks: 0, 7, 3]" (horovod#364), TensorFlow op
+# names "HorovodBroadcast_w_0 [missing ranks: 0]" (horovod#534), Keras names with "/"
+# (horovod#457). Ready ranks wait in that collective; missing ones never submitted it.
+HOROVOD_STALL = re.compile(r"(?:^|[\s,:])([^\s\[\],]{1,300}?)\s{0,4}\[(ready|missing) ranks:\s{0,4}([\d,\s]{0,4000})\]")
+HOROVOD_OP = re.compile(r"(?i)^(allreduce|allgather|broadcast|alltoall|reducescatter|adasum)\.|horovod_?(allreduce|allgather|broadcast|alltoall|reducescatter)")
+# vLLM's VLLM_TRACE_FUNCTION log: "<time> Call to f in /p/a.py:93 from g in /p/b.py:101" and
+# "Return from f in /p/a.py:95 to g in /p/b.py:101". The calls still open at the end of
+# the log are the stack the process hung in.
+TRACE_CALL = re.compile(r"^(Call to|Return from) (\S{1,300}) in (\S{1,1000}?):(\d{1,7}) (?:from|to) (\S{1,300}) in (\S{1,1000}?):(\d{1,7})\s*$")
+
+# -- stacks written by hand -------------------------------------------------------
+# "DP0,1,2: synchronize (...)" / "DP3..7:  broadcast (...)" / "rank 3: step (...)": a
+# reporter folding ranks that share a stack onto one labelled line (one process per label).
+GROUP_LABEL = re.compile(r"^(?:DP|TP|PP|EP|CP|rank|Rank|RANK)[ _]?(\d{1,6})[\d,.~ -]{0,40}:\s+(?=\S)")
+# A call chain written out by hand, outermost first, one call per line:
+#   DPEngineCoreProc.run_busy_loop
+#     -> MultiprocExecutor.get_response
+#     -> shm_broadcast.MessageQueue.dequeue      (vllm-ascend#13648)
+ARROW = ("-> ", "→ ", "=> ")
+ARROW_NAME = re.compile(r"^[A-Za-z_<][\w.<>:~$-]{0,300}$")
+# A function name written alone on its line ("cuStreamSynchronize", "process_batch_result"),
+# maybe with a note in parentheses ("_local_scalar_dense_cuda (tensor.item())"): a frame when
+# it sits next to real frames, as people write a stack by hand. Code-shaped only: an
+# underscore, a "::" or a camelCase step, so prose words are not taken.
+BARE_NAME = re.compile(r"^([A-Za-z_][\w:<>~]{3,200})(?:\s{1,8}\([^\n]{0,200}\))?$")
+CAMEL = re.compile(r"[a-z][A-Z]")
+# A reporter's note after a name, two spaces or more away: "cuStreamSynchronize   <- never returns".
+BARE_NOTE = re.compile(r"\s{2,}(?:<-|←|⟵|<==|#|//)(?:\s.{0,300})?$")
+
+# -- whole pastes: JSON log records, interleaved processes, wrapped lines -----------
+#: Keys under which JSON log records keep their text (Docker's json-file driver: "log";
+#: journald/structured loggers: "message"/"MESSAGE"/"msg"; Google Cloud Logging: "textPayload").
+JSON_TEXT_KEYS = ("log", "message", "msg", "MESSAGE", "textPayload", "text", "line")
+JSON_LINE_MAX = 1 << 20
+# A line led by a ray / vLLM process prefix: "(Worker_TP2 pid=291276) ERROR ...".
+STREAM_PID = re.compile(r"^[ \t]*\d{0,9}\((?:\w{1,40}[ ])?pid=(\d{1,10})(?:,[ ]ip=[\w.:\[\]-]{1,60})?\)")
+# A rank's own line prefix: torchrun's "[default0]:" (its role, 'default' unless --role
+# names one, and the local rank; --tee / log_line_prefix_template) and torch's "[rank3]:".
+# Several ranks' faulthandler or py-spy output printed through one terminal interleaves
+# line by line under these.
+STREAM_RANK = re.compile(r"^[ \t]*\[(?:rank|RANK|Rank|[A-Za-z_][A-Za-z_-]{0,40}?)(\d{1,6})\]:")
+# The rest of a 'File "..."' traceback line that a terminal wrapped: 'm/v1/x.py", line 9, in f'.
+WRAPPED_FILE_TAIL = re.compile(r'^[^\s"]{1,1000}", line \d{1,7}')
+# A 'File "...", line N, in f' traceback line wrapped after its line number: the head ends in
+# 'line 235,' and the next line is ' in <module>' (a paste re-wrapped at a fixed width, pytorch#45042).
+WRAPPED_LINE_HEAD = re.compile(r'^\s{0,40}File:? "[^"\n]{1,1000}", line \d{1,7},$')
+WRAPPED_IN_TAIL = re.compile(r"^\s{0,40}in \S{1,300}\s*$")
+# A torch C++ backtrace line wrapped before its library: "frame #2: f() + 0xd8 (0x7f.. in" + "/x/lib.so)".
+WRAPPED_CXX_HEAD = re.compile(r"^\s{0,8}frame #\d{1,4}: .{1,3000} \(0x[0-9a-fA-F]{1,16} in$")
+WRAPPED_CXX_TAIL = re.compile(r"^\s{0,8}/\S{1,1000}\)$")

@@ -1,0 +1,210 @@
+"""The reader: a paste in, a ``ParseReport`` out (``read_text``).
+
+Each line goes through ``STEPS`` in order until one takes it. The order is the
+reader's grammar: a step that comes earlier wins a line that two dialects could
+read (a gdb ``#0`` frame before a markdown heading, a traceback's frames before
+py-spy's), and some steps only note what the line before left open and pass the
+line on. Each line is looked at once, by string tests and bounded regexes, so the
+time is linear in the paste.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+# Imported as modules, not from the package (a cycle through its __init__): STEPS names each
+# step with its dialect.
+import hangwatch.diagnostics.pastes.cxx_traces as cxx_traces
+import hangwatch.diagnostics.pastes.gdb as gdb
+import hangwatch.diagnostics.pastes.handwritten as handwritten
+import hangwatch.diagnostics.pastes.lines as lines
+import hangwatch.diagnostics.pastes.logs as logs
+import hangwatch.diagnostics.pastes.pyspy_text as pyspy_text
+import hangwatch.diagnostics.pastes.tracebacks as tracebacks
+from hangwatch.diagnostics.errors import InputError
+from hangwatch.diagnostics.pastes.builder import Builder, Line
+from hangwatch.diagnostics.pastes.frames import parse_frame_line, split_flattened
+from hangwatch.diagnostics.pastes.parse_report import ParseReport
+from hangwatch.diagnostics.pastes.patterns import INVISIBLE
+from hangwatch.diagnostics.pastes.result import finish
+from hangwatch.diagnostics.pastes.tracebacks import end_traceback
+from hangwatch.diagnostics.pastes.unwrap import StreamKey, join_wrapped, streams, unwrap_json_lines
+
+
+def _take_after_frame(b: Builder, ln: Line) -> bool:
+    """What the line before left open for this line only: after a frame, a name alone
+    goes on with the frames; after a gdb frame without a library, "from LIB" is its library."""
+    ln.after_frame, b.after_frame = b.after_frame, False
+    ln.gdb_open, b.gdb_open = b.gdb_open, False
+    return False
+
+
+def _take_after_file_frame(b: Builder, ln: Line) -> bool:
+    """Whether the line before was faulthandler's: a 'File "...' cut mid-path is its frame then."""
+    ln.after_file_frame, b.after_file_frame = b.after_file_frame, False
+    return False
+
+
+def _flattened(b: Builder, ln: Line) -> bool:
+    # Two frames or more on one line: a flattened dump (an arrow chain splits the same way).
+    s = ln.s
+    pieces = split_flattened(s) if s.count(" (") >= 2 and ") " in s else None
+    if pieces is None:
+        return False
+    for piece in pieces:  # each holds one header or frame: no further split
+        feed(b, piece)
+    return True
+
+
+def _frame_or_text(b: Builder, ln: Line) -> bool:
+    """The last step: frames (py-spy's, faulthandler's, a chain on one line), else a name
+    alone, gdb frames quoted in prose, or text that is skipped."""
+    s = ln.s
+    parsed = parse_frame_line(s)
+    if parsed is not None and ln.first == "F" and s.startswith('File "'):
+        # 'File "/x/a.py' cut mid-path is faulthandler's only under its header or
+        # after its frames; at the end of a Python traceback it is not a stack.
+        if parsed[2] and not ln.after_file_frame:
+            parsed = None
+        else:
+            b.after_file_frame = True
+    if parsed is None:
+        if not handwritten.bare_name_line(b, s, ln.after_frame):
+            b.drop_bare()
+            if not gdb.inline_frames(b, s):
+                b.skip(s)
+        return True
+    frames, abbreviated, cut = parsed
+    b.report.abbreviated += abbreviated
+    b.report.cut_frames += cut
+    if ln.rank is not None and b.proc is not None and b.proc.rank is None and not b.proc.threads:
+        b.proc.rank = int(ln.rank.group(1))
+    if b.bare:
+        b.report.bare_frames += len(b.bare)
+        frames, b.bare = b.bare + frames, []
+    b.add_frames(frames)
+    b.after_frame = True
+    return True
+
+
+Step = Callable[[Builder, Line], bool]
+ANY = None
+
+#: Every line goes through these in order until one returns True (it took the line);
+#: the last one always does. Each step comes with the first characters of the lines it
+#: can take or act on (its own test), or ANY: a line is put only through the steps that
+#: can take it (``_route``), which saves most of the calls a line would otherwise cost.
+STEPS: tuple[tuple[str | None, Step], ...] = (
+    (ANY, tracebacks.pdb_where),
+    (ANY, handwritten.arrow_end),
+    (ANY, cxx_traces.numbered_row),
+    ("F", tracebacks.fatal_error),
+    (ANY, pyspy_text.profile),
+    ("~=-", tracebacks.thread_banner),
+    ("WG", gdb.pybt_marker),
+    (ANY, tracebacks.traceback_lines),
+    (ANY, logs.wait_lines),
+    (ANY, cxx_traces.cxx_lines),
+    (ANY, logs.failed_collective),
+    (ANY, _take_after_frame),
+    ("fa", gdb.wrapped_library),
+    (ANY, logs.trace_log),
+    ("EeR", pyspy_text.pyspy_error),
+    ("*tf", gdb.lldb),
+    (ANY, gdb.info_thread),  # a row may start with any digit, Unicode's too (str.isdigit)
+    ("`~", lines.fence),
+    ("<", lines.html_tag),
+    ("-→=", handwritten.arrow),
+    ("C", cxx_traces.numbered_head),
+    (".…[(", lines.elision),
+    (ANY, pyspy_text.command_prompt),
+    ("DTPECRr", handwritten.group_label),
+    ("#0TU[", gdb.gdb_line),
+    ("F<", gdb.pybt_frame),
+    (ANY, _take_after_file_frame),
+    (ANY, pyspy_text.header),
+    (ANY, pyspy_text.locals_block),
+    ("(", pyspy_text.pystack_frame),
+    (ANY, _flattened),
+    (ANY, _frame_or_text),
+)
+_ROUTES: dict[tuple[str, int], tuple[tuple[int, Step], ...]] = {}
+
+
+def _route(first: str, start: int) -> tuple[tuple[int, Step], ...]:
+    """The steps from ``STEPS[start]`` on that can take a line starting with ``first``
+    (with their places in STEPS), in order."""
+    route = _ROUTES.get((first, start))
+    if route is None:
+        route = tuple((i, step) for i, (chars, step) in enumerate(STEPS[start:], start) if chars is None or first in chars)
+        if len(_ROUTES) < 4096:  # any character may start a line: the cache is bounded
+            _ROUTES[first, start] = route
+    return route
+
+
+def feed(b: Builder, raw: str) -> None:
+    """One line of the paste, read into ``b``."""
+    raw = lines.normalise(b.report, raw)
+    # Before the log prefix is taken off: gdb's "[Switching to thread N (...)]" reads as a "[...]" prefix.
+    if "Switching to thread" in raw and gdb.gdb_header(b, raw.strip()):
+        return
+    ln = lines.read_line(raw)
+    if ln is None:
+        return
+    b.prev_text, b.cur_text = b.cur_text, ln.s
+    _read(b, ln, 0)
+
+
+def _read(b: Builder, ln: Line, start: int) -> None:
+    first = ln.first
+    for i, step in _route(first, start):
+        if step(b, ln):
+            return
+        if ln.first != first:  # the step took a fence or a rank label off the line: route the rest anew
+            _read(b, ln, i + 1)
+            return
+
+
+def start_stream(b: Builder, pid: StreamKey) -> None:
+    """The lines that follow are process ``pid``'s own, or rank ``("rank", N)``'s (see
+    ``streams``); ``None``: lines no prefix claims (the whole paste when nothing
+    interleaves)."""
+    if pid is None and b.stream_pid is None:
+        return
+    end_traceback(b, keep=False)
+    b.stream_pid = pid
+    b.enter_stream(pid)
+
+
+def read_text(text: str, *, source: str = "text") -> ParseReport:
+    """Every process in a pasted dump, and what was skipped. Raises ``InputError``
+    only when there is not a single recognisable frame."""
+    b = Builder()
+    if INVISIBLE.search(text):
+        # Zero-width spaces, joiners, soft hyphens, marks and stray BOMs that web pages,
+        # chat tools and wikis put into copied text: "wait\u200b (threading.py:320)" is no frame.
+        text = INVISIBLE.sub("", text)
+    if "\r" in text:
+        # CRLF reads as LF below (rstrip); a lone CR (old Mac line ends, a terminal
+        # capture's carriage returns) ends a line too, else the paste is one long line.
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    lines_in = text.split("\n")
+    if "{" in text:
+        lines_in = unwrap_json_lines(lines_in)
+    for pid, stream in streams(lines_in):
+        start_stream(b, pid)
+        for line in join_wrapped(stream):
+            feed(b, line)
+    report = finish(b)
+    if not report.processes and report.profile_lines:
+        raise InputError(
+            f"{source}: this is py-spy top or record output (sampled totals or collapsed stacks), not a "
+            "stack dump: it says where time went, not where each thread is stuck. Take "
+            "'py-spy dump --pid PID' of the hung process and replay that"
+        )
+    if not report.processes:
+        raise InputError(
+            f"{source}: no py-spy stacks found: no line looks like a stack frame "
+            "(expected 'function (file.py:line)' lines, usually under 'Thread 123 (idle): \"MainThread\"')"
+        )
+    return report

@@ -1,0 +1,200 @@
+"""The end of a paste: what is still open is closed, what was kept aside is used when
+the paste has no other stack, and the drafts become the report's ``ProcessDump``s.
+
+Kept aside, each used only where nothing before it is a stack: fenced lists of
+native-shaped names, error tracebacks, torch's C++ error backtraces. Processes known
+only from log lines (NCCL watchdog, Horovod, vLLM's shm_broadcast waits) come last.
+"""
+
+from __future__ import annotations
+
+from hangwatch.contract.redact import redact_text
+from hangwatch.diagnostics.pastes.builder import Builder, ProcessDraft
+from hangwatch.diagnostics.pastes.cxx_traces import numbered_line, raised_from
+from hangwatch.diagnostics.pastes.handwritten import end_arrow, names_stack
+from hangwatch.diagnostics.pastes.logs import end_trace
+from hangwatch.diagnostics.pastes.parse_report import ParseReport
+from hangwatch.diagnostics.pastes.patterns import (
+    DUMPER, HANDLER, MAX_PROCESSES,
+)
+from hangwatch.diagnostics.pastes.tracebacks import end_pdb, end_traceback
+from hangwatch.diagnostics.pastes.unwrap import StreamKey
+from hangwatch.diagnostics.stacks import Frame, ProcessDump, ThreadDump
+
+
+def finish(b: Builder) -> ParseReport:
+    """Close what is open and put the processes read into the report."""
+    _close_open_blocks(b)
+    _bare_runs(b)
+    pending_used = _pending_tracebacks(b)
+    _cxx_backtraces(b, pending_used)
+    out = _process_dumps(b)
+    _watchdog_ranks(b, out)
+    _shm_waiters(b, out)
+    _horovod_waiters(b, out)
+    b.report.processes = tuple(out)
+    return b.report
+
+
+def _has_frames(b: Builder) -> bool:
+    return any(t.frames for p in b.processes for t in p.threads)
+
+
+def _close_open_blocks(b: Builder) -> None:
+    # Traceback-shaped blocks without an exception line (cut, or format_stack dumps of
+    # every thread) are kept only when the paste has no other stack ("not a dump"
+    # would say less than their frames do).
+    end_traceback(b, keep=False)
+    end_trace(b)
+    end_arrow(b)
+    end_pdb(b)
+    if b.numbered:
+        numbered_line(b, "")  # a C++ traceback that ends the paste
+    if names_stack(b.bare) and len(b.bare_runs) < 16:
+        b.bare_runs.append(b.bare)
+    b.drop_bare()
+
+
+def _bare_runs(b: Builder) -> None:
+    if b.bare_runs and not b.tb_pending and not _has_frames(b):
+        # Nothing in the paste is a stack but a fenced list of native-shaped names, one
+        # per line, as people copy a `py-spy dump --native` or a gdb bt by hand
+        # (sglang#17870: "THPStorage_dealloc / ... / cudaStreamSynchronize /
+        # cuStreamSynchronize <- never returns"): each list is one thread, as written.
+        for run in b.bare_runs:
+            b.report.skipped -= len(run)
+            b.report.bare_frames += len(run)
+            b.start_thread(None, "unknown", "")
+            b.report.thread_headers -= 1  # no header was pasted
+            b.add_frames(run)
+
+
+def _pending_tracebacks(b: Builder) -> bool:
+    """The tracebacks kept aside, as threads when the paste has no other stack; True if so."""
+    pending_used = bool(b.tb_pending) and not _has_frames(b)
+    if pending_used:
+        stream: StreamKey = None
+        for n, (caption, frames, lines, error, pid) in enumerate(b.tb_pending):
+            b.report.skipped -= lines
+            b.report.error_tracebacks += error
+            fresh = pid != stream
+            if fresh:
+                # each interleaved process its own; after them, a traceback no prefix
+                # claims is not theirs
+                b.enter_stream(pid)
+            stream = pid
+            b.traceback_thread(caption or ("MainThread" if n == 0 or pid is not None or fresh else ""), frames,
+                               inner=raised_from(b.cxx_of.get(n, [])))
+    return pending_used
+
+
+def _cxx_backtraces(b: Builder, pending_used: bool) -> None:
+    """torch's C++ error backtraces not used under a traceback: threads when the paste has
+    no other stack, else skipped text."""
+    used = {id(block) for block in b.cxx_of.values()} if pending_used else set()
+    cxx_lines = sum(len(block) for block in b.cxx_blocks if id(block) not in used)
+    if b.cxx_blocks and not b.watchdog and not _has_frames(b):
+        # Only torch's C++ error backtrace was pasted: the raising thread's native stack
+        # (where a store get or a communicator setup was waiting when it timed out).
+        for block in b.cxx_blocks:
+            if id(block) in b.cxx_watchdog or any("watchdog" in f.function.lower() or "checkTimeout" in f.function for f in block):
+                continue  # the NCCL watchdog thread's own stack, never the hung one
+            b.group = []
+            b.add_frames(raised_from(block) or block)
+        if b.cxx_watchdog and not _has_frames(b):
+            # Only the NCCL watchdog's own backtraces, and torch's header says the
+            # watchdog raised ("Exception raised from run at ...ProcessGroupNCCL.cpp"): a
+            # collective timed out or failed. That is all the paste says (no rank's stack,
+            # no WorkNCCL line): one rank known only from the watchdog, in a collective.
+            # (A frame list alone that merely names the watchdog says no such thing.)
+            b.watchdog[None] = (None, "collective", "?")
+            b.report.watchdog_raised = True
+    else:
+        b.report.skipped += cxx_lines
+
+
+def _process_dumps(b: Builder) -> list[ProcessDump]:
+    """Every process with a thread that has frames; a pid seen again is another round."""
+    rounds: dict[int | None, int] = {}
+    out = []
+    for p in b.processes:
+        threads = _thread_dumps(p)
+        if not threads:
+            continue
+        key = p.pid
+        rounds[key] = rounds.get(key, 0) + 1 if key is not None else 1
+        # A pasted command line is echoed in the verdict and its JSON: its secrets
+        # (--hf_token hf_..., WANDB_API_KEY=...) never are, as in a bundle.
+        out.append(ProcessDump(p.pid, tuple(threads), redact_text(p.cmdline), p.python, rounds[key], rank=p.rank))
+        if p.rank is not None and p.pid is not None:
+            b.report.ranks[p.pid] = p.rank
+    return out
+
+
+def _thread_dumps(p: ProcessDraft) -> list[ThreadDump]:
+    threads = []
+    for n, t in enumerate(p.threads):
+        if not t.frames:
+            continue
+        ident = t.ident if t.ident is not None else (f"?{n + 1}")
+        if ident.lower().startswith("0x"):
+            ident = ident.lower()
+        active = None if t.state in (None, "unknown") else (t.state not in ("idle", "sleeping", "waiting"))
+        frames = _without_dumper(tuple(reversed(t.frames)) if t.outermost_first else tuple(t.frames))
+        threads.append(ThreadDump(ident, t.name, frames, active, "gil" in (t.state or "")))
+    return threads
+
+
+def _without_dumper(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
+    """A thread that printed the dump itself (a SIGINT/SIGUSR1 handler calling
+    traceback.extract_stack or a "dumpstacks" helper) has that code innermost, over
+    the place the signal interrupted: the dumper's frames and the handler under them
+    are dropped, so the wait they interrupted is what decides."""
+    n = 0
+    while n < len(frames) and n < 8 and DUMPER.match(frames[n].function):
+        n += 1
+    if n and n < len(frames) and HANDLER.search(frames[n].function):
+        n += 1
+    return frames[n:] if 0 < n < len(frames) else frames
+
+
+def _watchdog_ranks(b: Builder, out: list[ProcessDump]) -> None:
+    # Ranks the paste shows only through the NCCL watchdog: one process each, waiting in
+    # that collective (a rank whose stack is also pasted keeps its stack).
+    dumped = {d.rank for d in out if d.rank is not None}
+    for key, (pid, op, seq) in b.watchdog.items():
+        if key is not None and key in dumped:
+            continue
+        # A Horovod stall line names the tensor, not a sequence number.
+        frame = Frame(op, seq, None) if op.startswith("horovod:") else Frame(f"nccl:{op}", f"SeqNum {seq}", None)
+        out.append(ProcessDump(pid, (ThreadDump("watchdog", "MainThread", (frame,)),), rank=key))
+        b.report.frames += 1
+        b.report.watchdog_only += 1
+        if pid is not None and key is not None:
+            b.report.ranks[pid] = key
+
+
+def _shm_waiters(b: Builder, out: list[ProcessDump]) -> None:
+    # A paste of vLLM's shm_broadcast wait lines and no stack: each process that logged
+    # them waits on its shared-memory queue. Only then: next to real stacks, a process
+    # known from one log line would stand out from a crowd in a collective and take the
+    # suspect from the rank that is really stuck (the engine core waits on its workers).
+    for pid, lines in b.shm_waits.items() if not out else ():
+        if len(out) >= MAX_PROCESSES:
+            break
+        frame = Frame("wait", "vllm/distributed/device_communicators/shm_broadcast.py", None)
+        out.append(ProcessDump(pid, (ThreadDump("shm_broadcast", "MainThread", (frame,)),)))
+        b.report.frames += 1
+        b.report.shm_wait_only += 1
+        b.report.shm_wait_minutes = max(b.report.shm_wait_minutes, lines)
+
+
+def _horovod_waiters(b: Builder, out: list[ProcessDump]) -> None:
+    if b.horovod_missing is not None:
+        op, tensor, missing = b.horovod_missing
+        b.report.horovod_missing = (tensor, missing)
+        if not b.watchdog:
+            # Only the missing ranks are named: the ranks that did submit wait in the
+            # collective, one process standing for all of them (their ranks unknown).
+            out.append(ProcessDump(None, (ThreadDump("horovod", "MainThread", (Frame(op, tensor, None),)),)))
+            b.report.frames += 1

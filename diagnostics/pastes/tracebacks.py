@@ -1,0 +1,205 @@
+"""Python's own stack printouts: tracebacks (most recent call last), faulthandler's
+dumps, IPython's tracebacks, pdb's ``where``, and thread banners above
+traceback-style stacks (pytest-timeout, the hanging_threads package).
+
+A traceback is outermost first and usually an error report, not a stack: its frames
+are held until its exception line says which (``KeyboardInterrupt``: where the hung
+main thread was at Ctrl+C), and error reports are kept aside in case the paste has
+no other stack (a hung call's own ``TimeoutError`` says where it waited).
+faulthandler's frame lines themselves are innermost first, like py-spy's, and read
+by ``frames``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from hangwatch.diagnostics.pastes.builder import Builder, Line
+from hangwatch.diagnostics.pastes.frames import single_frame
+from hangwatch.diagnostics.pastes.patterns import (
+    BANNER_THREAD, CAPTION_THREAD, EXCEPTION_LINE, IPY_CELL, IPY_FRAME, IPY_OLD_FRAME, IPY_SOURCE,
+    IPY_TB_START, MAX_FRAMES, MAX_THREADS, PDB_FRAME, RECENT_FIRST, TRACEBACK_FRAME,
+)
+from hangwatch.diagnostics.stacks import Frame
+
+
+def _ipython_frame(s: str) -> Frame | None:
+    """One frame header of an IPython traceback (see IPY_FRAME), else None."""
+    m = IPY_FRAME.match(s)
+    if m is not None:
+        return Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2)))
+    m = IPY_CELL.match(s)
+    if m is not None:
+        if m.group(1) is not None:
+            return Frame(m.group(3) or "<module>", f"<ipython-input-{m.group(1)}>", int(m.group(2)))
+        return Frame(m.group(5), f"<ipython-input-{m.group(4)}>", None)
+    m = IPY_OLD_FRAME.match(s)
+    if m is not None:
+        return Frame(m.group(2), m.group(1).replace("\\", "/"), None)
+    return None
+
+
+def start_traceback(b: Builder, lines: int) -> None:
+    b.tb_ipython = False
+    m = CAPTION_THREAD.match(b.prev_text) if len(b.prev_text) < 200 else None
+    b.tb_caption = m.group(1) if m else ""
+    b.tb_frames, b.tb_lines = [], lines
+
+
+def traceback_line(b: Builder, s: str, line: str) -> bool:
+    """A line inside a Python traceback (most recent call last); False ends it
+    without consuming the line (something that is not traceback text)."""
+    m = TRACEBACK_FRAME.match(s)
+    if m:
+        if b.tb_frames is not None and len(b.tb_frames) < MAX_FRAMES:
+            b.tb_frames.append(Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2))))
+        b.tb_lines += 1
+        b.tb_indent = len(line) - len(line.lstrip())
+        return True
+    if b.tb_ipython:
+        frame = _ipython_frame(s)
+        if frame is not None or IPY_SOURCE.match(s) or set(s) <= {"-"}:
+            if frame is not None and b.tb_frames is not None and len(b.tb_frames) < MAX_FRAMES:
+                b.tb_frames.append(frame)
+            b.tb_lines += 1
+            return True
+    if b.tb_frames and len(line) - len(line.lstrip()) > b.tb_indent:
+        one = single_frame(s) if "(" in s else None
+        if one is None or one[0].line is None:
+            b.tb_lines += 1  # the source line under a frame, or 3.11's ^^^^ markers
+            return True
+        # "wait (threading.py:320)": a py-spy frame after a cut traceback, not its source line
+    m = EXCEPTION_LINE.match(s)
+    if m:
+        evidence = "WorkNCCL(SeqNum=" in s  # "...was aborted ... Watchdog caught ...": read it too
+        b.tb_lines += not evidence
+        interrupted = m.group(1).rsplit(".", 1)[-1] == "KeyboardInterrupt"
+        end_traceback(b, keep=interrupted, error=not interrupted)
+        return not evidence
+    end_traceback(b, keep=False)
+    return False
+
+
+def end_traceback(b: Builder, keep: bool, error: bool = False) -> None:
+    frames, b.tb_frames = b.tb_frames, None
+    if frames is None:
+        return
+    if b.banner is not None and frames:
+        banner_thread(b, frames)  # a bannered thread's stack, not an error report
+        b.tb_lines = 0
+        return
+    if keep and frames:
+        b.traceback_thread("MainThread", frames)  # Ctrl+C lands in the main thread
+    else:
+        b.report.skipped += b.tb_lines
+        if frames and len(b.tb_pending) < MAX_THREADS:
+            # An error's traceback too: a paste whose only frames are in one (the
+            # TimeoutError a hung RPC ended in, the DistBackendError of a barrier that
+            # timed out) shows where that thread waited; kept only as the only stack.
+            b.tb_pending.append((b.tb_caption, frames, b.tb_lines, error, b.stream_pid))
+            if error:
+                b.error_tb_line = b.report.lines
+    b.tb_lines = 0
+
+
+def banner_line(b: Builder, m: re.Match[str]) -> None:
+    """A thread's banner: the traceback open above it was the previous banner's
+    thread (or, with none, a thread whose banner was not pasted)."""
+    frames, b.tb_frames = b.tb_frames, None
+    if frames:
+        banner_thread(b, frames)
+    b.tb_lines = 0
+    name = (m.group(1) if m.group(1) is not None else m.group(4)) or ""
+    b.banner = (m.group(2) or m.group(3), name.strip())
+
+
+def banner_thread(b: Builder, frames: list[Frame]) -> None:
+    banner, b.banner = b.banner, None
+    if banner is None:
+        b.traceback_thread("", frames)  # the paste starts below that thread's banner
+        return
+    b.start_thread(banner[0], "unknown", banner[1])
+    b.add_frames(list(reversed(frames)))  # outermost first, like a traceback
+
+
+def end_pdb(b: Builder) -> None:
+    frames, b.pdb = b.pdb, None
+    if frames:
+        b.traceback_thread("MainThread", frames)  # pdb shows the thread it stopped in
+
+
+def traceback_header(b: Builder, s: str) -> bool:
+    """'Traceback (most recent call last):' opens a Python traceback; gdb's py-bt prints
+    '(most recent call first)' above its frames (see ``gdb.gdb_header``)."""
+    m = RECENT_FIRST.match(s)
+    if m:
+        # py-bt of the thread whose native frame gdb just showed: the same thread;
+        # after py-bt frames already read, another thread's (`thread apply all py-bt`
+        # with its thread lines not pasted).
+        if m.group(1) == "first" and b.pybt_seen:
+            b.close_group()
+        b.recent_first = m.group(1) == "first"
+        b.after_break = False
+        if not b.recent_first:
+            end_traceback(b, keep=False)
+            start_traceback(b, 1)
+        return True
+    return False
+
+
+# -- steps of reader.STEPS ----------------------------------------------------
+def pdb_where(b: Builder, ln: Line) -> bool:
+    """A frame of pdb's "where" or the source line under one; any other line ends it
+    (and is read on)."""
+    s = ln.s
+    if b.pdb is not None:
+        if s.startswith("->"):
+            return True  # the source line under a pdb frame
+        if s.startswith("(Pdb)") and len(b.pdb) == 1:
+            b.pdb = None  # where pdb stopped ("> f.py(4)main()"): its "where" repeats it
+        if not PDB_FRAME.match(s):
+            end_pdb(b)
+    if (s[0] in "/<>(~." or s[1:3] == ":\\") and s.endswith(")") or "()->" in s:
+        mp = PDB_FRAME.match(s)
+        if mp:
+            if b.pdb is None:
+                end_traceback(b, keep=False)
+                b.drop_bare()
+                b.pdb = []
+            if len(b.pdb) < MAX_FRAMES:
+                b.pdb.append(Frame(mp.group(3), mp.group(1).replace("\\", "/"), int(mp.group(2))))
+            return True
+    return False
+
+
+def fatal_error(b: Builder, ln: Line) -> bool:
+    """faulthandler's 'Fatal Python error: ...' above the stacks (see ParseReport.fatal_error)."""
+    s = ln.s
+    if s[0] == "F" and s.startswith("Fatal Python error: ") and not b.report.fatal_error:
+        b.report.fatal_error = s[len("Fatal Python error: "):][:200]
+        return True
+    return False
+
+
+def thread_banner(b: Builder, ln: Line) -> bool:
+    s = ln.s
+    if s[0] in "~=-" and s[-1] in "~=-":
+        mb = BANNER_THREAD.match(s)
+        if mb:
+            banner_line(b, mb)
+            return True
+    return False
+
+
+def traceback_lines(b: Builder, ln: Line) -> bool:
+    """A line of an open traceback (or of one opening: IPython's header line, or a frame
+    line of a traceback pasted without its first line)."""
+    s = ln.s
+    if b.tb_frames is None and s[0] == "F" and not b.recent_first and TRACEBACK_FRAME.match(s):
+        start_traceback(b, 0)  # a traceback pasted without its first line
+    if s.endswith("(most recent call last)") and IPY_TB_START.match(s):
+        end_traceback(b, keep=False)
+        start_traceback(b, 1)
+        b.tb_ipython = True
+        return True
+    return b.tb_frames is not None and traceback_line(b, s, ln.line)

@@ -1,0 +1,102 @@
+"""A paste as the lines to read: JSON log records unwrapped, interleaved processes
+told apart, and lines a terminal wrapped joined again.
+
+This runs on the whole text before any line is read (see ``reader.read_text``);
+nothing here has state.
+"""
+
+from __future__ import annotations
+
+import json
+
+from hangwatch.diagnostics.pastes.patterns import (
+    JSON_LINE_MAX, JSON_TEXT_KEYS, STREAM_PID, STREAM_RANK, WRAPPED_CXX_HEAD, WRAPPED_CXX_TAIL,
+    WRAPPED_FILE_TAIL, WRAPPED_IN_TAIL, WRAPPED_LINE_HEAD,
+)
+
+#: Whose lines a stream is: a pid, ``("rank", N)`` for a rank's own prefix, or None
+#: for lines no prefix claims.
+StreamKey = int | tuple[str, int] | None
+
+
+def unwrap_json_lines(lines: list[str]) -> list[str]:
+    """Log records saved as one JSON object a line (``{"log": "    f (a.py:1)\\n", ...}``)
+    or a dump kept as one JSON string: their text, line by line. Other lines as they are."""
+    out: list[str] = []
+    for line in lines:
+        s = line.strip()
+        if len(s) > 2 and s[0] == "{" and s[-1] == "}" and len(s) < JSON_LINE_MAX:
+            try:
+                record = json.loads(s)
+            except ValueError:
+                record = None
+            if isinstance(record, dict):
+                text = next((v for k in JSON_TEXT_KEYS if isinstance(v := record.get(k), str)), None)
+                if text is None:
+                    text = max((v for v in record.values() if isinstance(v, str)), key=len, default=None)
+                if text is not None:
+                    out.extend(text.replace("\r\n", "\n").replace("\r", "\n").rstrip("\n").split("\n"))
+                    continue
+        out.append(line)
+    return out
+
+
+def streams(lines: list[str]) -> list[tuple[StreamKey, list[str]]]:
+    """Lines of processes whose logs interleave, one stream per pid (or per rank).
+
+    vLLM's workers and Ray's actors print through one terminal, each line led by
+    "(Worker_TP2 pid=N)"; two tracebacks printed at once interleave line by line
+    (llm-scaler#235). torchrun prints its ranks' output the same way, each line led by
+    "[default0]:" or "[rank0]:" (a ``("rank", N)`` stream: no pid, but the rank). When
+    several pids' or ranks' lines interleave, each one's lines are read on their own (a
+    line without a prefix continues the line before it, a wrap, up to a blank line);
+    otherwise the paste is read in order."""
+    keys: list[StreamKey] = []
+    last: StreamKey = None
+    seen: set[StreamKey] = set()
+    interleaved = False
+    for line in lines:
+        key: StreamKey = None
+        m = STREAM_PID.match(line) if "pid=" in line else None
+        if m is not None:
+            key = int(m.group(1))
+        elif "]:" in line[:60]:
+            mr = STREAM_RANK.match(line)
+            if mr is not None:
+                key = ("rank", int(mr.group(1)))
+        if key is not None:
+            if key != last and key in seen:
+                interleaved = True
+            seen.add(key)
+            last = key
+        elif not line.strip():
+            last = None  # after a blank line, unprefixed text is nobody's continuation
+        keys.append(last)
+    if not interleaved:
+        return [(None, lines)]
+    out: dict[StreamKey, list[str]] = {}
+    for key, line in zip(keys, lines):
+        out.setdefault(key, []).append(line)
+    return list(out.items())
+
+
+def join_wrapped(lines: list[str]) -> list[str]:
+    """'File "/a/vll' + 'm/v1/x.py", line 9, in f' -> one traceback line, as is
+    'File "x.py", line 9,' + ' in f', and a torch C++ frame wrapped before its library
+    likewise (a terminal's hard wrap, kept by the copy)."""
+    out: list[str] = []
+    for line in lines:
+        if out and WRAPPED_FILE_TAIL.match(line):
+            prev = out[-1]
+            cut = prev.rfind('File "')
+            if cut != -1 and '"' not in prev[cut + 6:]:
+                out[-1] = prev.rstrip("\r") + line.strip()
+                continue
+        if out and WRAPPED_IN_TAIL.match(line) and WRAPPED_LINE_HEAD.match(out[-1].rstrip()):
+            out[-1] = out[-1].rstrip() + " " + line.strip()
+            continue
+        if out and line[:1] in (" ", "/") and WRAPPED_CXX_TAIL.match(line) and WRAPPED_CXX_HEAD.match(out[-1].rstrip()):
+            out[-1] = out[-1].rstrip() + " " + line.strip()
+            continue
+        out.append(line)
+    return out
