@@ -10,7 +10,7 @@ from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import VerdictKind
 
-from test_attempt import RecordingCapture, _supervisor
+from tests.supervisor.test_runner_attempts import RecordingCapture, _supervisor
 
 pytestmark = pytest.mark.timeout(30)
 

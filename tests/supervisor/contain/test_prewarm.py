@@ -19,7 +19,7 @@ from hangwatch.supervisor.contain.prewarm import WarmPlan, plan, spawn_due, warm
 
 pytestmark = pytest.mark.timeout(60)
 
-FAKE_TRAINER = Path(__file__).resolve().parents[1] / "fixtures" / "fake_trainer.py"
+FAKE_TRAINER = Path(__file__).resolve().parents[2] / "fixtures" / "fake_trainer.py"
 
 # The launcher's entry module: records its import (in the warm process: before any attempt) and
 # its run into rec.jsonl beside it, then starts the trainer as torchrun starts ranks.

@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = pytest.mark.timeout(60)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _metrics(text: str) -> dict[str, float]:

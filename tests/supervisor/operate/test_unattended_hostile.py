@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = pytest.mark.timeout(60)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _hangwatch(args: list[str], cwd: Path, **kw) -> subprocess.Popen:

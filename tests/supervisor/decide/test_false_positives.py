@@ -28,7 +28,7 @@ pytestmark = pytest.mark.timeout(120)
 def _load_corpus_module():
     # scripts/ is not a package; load the generator by path (registered in sys.modules
     # because dataclasses look their module up there).
-    path = Path(__file__).resolve().parents[2] / "scripts" / "fp_corpus.py"
+    path = Path(__file__).resolve().parents[3] / "scripts" / "fp_corpus.py"
     name = "hangwatch_fp_corpus"
     if name in sys.modules:
         return sys.modules[name]

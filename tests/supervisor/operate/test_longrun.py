@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_attempt import FakeClock, FakeProbe, FakeTree, _config
+from tests.supervisor.test_runner_attempts import FakeClock, FakeProbe, FakeTree, _config
 from waiting import wait_for
 
 from hangwatch.cli.status import render_status, summarise
