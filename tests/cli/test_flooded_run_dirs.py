@@ -1,4 +1,4 @@
-"""Round 5 of hostile inputs: what reading another user's files holds in memory.
+"""What reading another user's files holds in memory.
 
 `status` and `report` on a run dir another user can write folded its whole journal: 200 MB
 of tiny records was 1.7 GB (the 1 GiB cap about 8 GB). A checkpoint marker the trainer's

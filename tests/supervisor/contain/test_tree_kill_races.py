@@ -1,4 +1,4 @@
-"""Held-out round: orphans and kill races, and busy hangs, on real processes where it matters.
+"""Orphans and kill races, and busy hangs, on real processes where it matters.
 
 The reaction race (tree walk): a process of the tree that reacts to its parent's death by
 double-forking a bare worker (a new session, an empty environment, the intermediate gone at

@@ -1,4 +1,4 @@
-"""The engine step rule's wedge window, reviewed against situations its first version got wrong:
+"""The engine step rule's wedge window, checked against situations its first version got wrong:
 the wedge's signature must be on the stuck engine's own GPU, not on any GPU of the tree.
 Pure: hand-built samples in, verdicts out."""
 

@@ -1,6 +1,6 @@
 """A run of days: bounded memory, logs, journal and incident bundles; wall-clock steps; a low disk.
 
-Most tests drive the real ``Supervisor`` with the fakes of ``test_attempt`` (fake
+Most tests drive the real ``Supervisor`` with the fakes of ``tests/supervisor/test_runner_attempts.py`` (fake
 clock, no process); the log cap and the low-disk test use real processes.
 """
 

@@ -1,4 +1,4 @@
-"""Held-out metrics cases: the textfile once nobody rewrites it, and two runs given one textfile."""
+"""The metrics textfile once nobody rewrites it, and two runs given one textfile."""
 
 from __future__ import annotations
 

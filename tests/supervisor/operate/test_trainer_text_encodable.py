@@ -1,4 +1,4 @@
-"""Round 6 of hostile inputs: text the trainer's user chooses, on its way to UTF-8 writers.
+"""Text the trainer's user chooses, on its way to UTF-8 writers.
 
 JSON lets a heartbeat name a lone surrogate (``"\\udcff"``), which no UTF-8 writer accepts:
 with a real run (a trainer beating ``phase="gen\\udcff"``), the metrics exporter failed at every

@@ -1,4 +1,4 @@
-"""Round 5 of hostile inputs: what the capture reads from a process the trainer's user controls.
+"""What the capture reads from a process the trainer's user controls.
 
 Any process can point its command line at as much of its own memory as it likes, without a
 privilege (``prctl(PR_SET_MM, PR_SET_MM_MAP)``, the checkpoint/restore call). psutil read

@@ -1,4 +1,4 @@
-"""Round 6 of hostile inputs: an alert receiver that dribbles its answer.
+"""An alert receiver that dribbles its answer.
 
 Apprise sent from its own thread pool, whose threads the interpreter joins at exit. A receiver
 that answers one byte a second never trips a socket timeout, so that thread, and the supervisor
@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 

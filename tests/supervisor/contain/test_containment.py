@@ -173,7 +173,7 @@ escape(bare=True)
 while True:
     time.sleep(1)
 """
-PYSPY_HANG = Path(__file__).resolve().parents[1] / "diagnostics" / "fixtures" / "pyspy_hang.sh"
+PYSPY_HANG = Path(__file__).resolve().parents[2] / "diagnostics" / "fixtures" / "pyspy_hang.sh"
 
 
 def _helpers_of(supervisor: int) -> list[int]:
@@ -410,3 +410,51 @@ def test_tree_fallback_guardian_kills_what_a_warm_launcher_forked(tmp_path):
         assert started[-1]["launch"]["mode"] == "warm"
     finally:
         _reap_all(proc, pids)
+
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _own_cgroup_writable() -> bool:
+    from hangwatch.supervisor.contain import cgroup
+
+    if os.geteuid() != 0:
+        return False
+    try:
+        containment, _ = cgroup.detect("auto", "probe")
+    except Exception:
+        return False
+    if containment is None:
+        return False
+    containment.close()
+    return True
+
+
+@pytest.mark.skipif(not _own_cgroup_writable(), reason="needs root and a writable cgroup v2 hierarchy")
+def test_no_containment_claimed_below_a_cgroup_another_user_controls() -> None:
+    """Root's supervisor started from a cgroup delegated to another user (their
+    ``user@UID.service``: a terminal or tmux of theirs): the attempt's cgroup was made below
+    theirs, and they moved root's trainer out of it into a cgroup of their own, then froze and
+    killed it through that cgroup's files (reproduced as a second user; the attempt's kill no
+    longer reached it). Such a cgroup is refused: ``auto`` falls back to the tree walk and says
+    why, ``cgroup`` is an error."""
+    from hangwatch.supervisor.contain import cgroup
+
+    delegated = cgroup.base_dir() / f"hw-round3-{os.getpid()}"
+    delegated.mkdir()
+    try:
+        for path in (delegated, delegated / "cgroup.procs", delegated / "cgroup.subtree_control"):
+            os.chown(path, 65534, 65534)  # what systemd's delegation does for a user's subtree
+        containment, why = cgroup.detect("auto", "round3", base=delegated)
+        if containment is not None:
+            containment.close()
+        assert containment is None and "uid 65534" in (why or "")
+        with pytest.raises(cgroup.CgroupError, match="controlled by uid 65534"):
+            cgroup.detect("cgroup", "round3", base=delegated)
+        from hangwatch.cli.doctor import check_cgroup
+
+        assert check_cgroup(delegated).status == "warn"  # doctor judges it as run does
+    finally:
+        for child in sorted(delegated.glob("hangwatch-*/*"), reverse=True) + sorted(delegated.glob("hangwatch-*")):
+            child.rmdir()
+        delegated.rmdir()

@@ -19,8 +19,7 @@ from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.journal import Journal, read_journal
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import VerdictKind
-from hangwatch.supervisor.decide.attempt import (AttemptLifecycle, AttemptState, GraphPolicy, IllegalTransition, RunState,
-                                          attempt_argv, attempt_environment, escalate)
+from hangwatch.supervisor.decide.attempt import AttemptState, GraphPolicy, RunState
 from hangwatch.supervisor.config import SETTINGS, build
 from hangwatch.supervisor.contain.killer import KillReport
 from hangwatch.supervisor.runner import Supervisor
@@ -416,49 +415,6 @@ def test_a_trainer_that_outlives_the_stops_grace_is_said_to_be_killed_not_killed
     (ended,) = [r for r in read_journal(sup.run_dir / "journal.jsonl") if r["event"] == "attempt_ended"]
     assert ended["kind"] == "stopped" and "did not exit within --grace" in ended["reason"], ended
     assert "killed by SIGINT" not in ended["reason"]
-
-
-def test_illegal_transition_is_a_named_error():
-    life = AttemptLifecycle(3)
-    life.advance(AttemptState.WATCHING, 1.0)
-    with pytest.raises(IllegalTransition, match="attempt 3: watching -> releasing"):
-        life.advance(AttemptState.RELEASING, 2.0)
-    life.advance(AttemptState.KILLING, 2.0)
-    life.advance(AttemptState.ENDED, 3.0)
-    with pytest.raises(IllegalTransition):
-        life.advance(AttemptState.WATCHING, 4.0)
-
-
-def test_pure_decisions():
-    on, off, eager = GraphPolicy(), GraphPolicy(True), GraphPolicy(True, True)
-    assert escalate(on, VerdictKind.STALL, after_stall="off", eager_escalation=True) == off
-    assert escalate(off, VerdictKind.STALL, after_stall="off", eager_escalation=True) == eager
-    assert escalate(off, VerdictKind.STALL, after_stall="off", eager_escalation=False) == off
-    assert escalate(on, VerdictKind.STALL, after_stall="keep", eager_escalation=True) == on
-    assert escalate(on, VerdictKind.SILENT_HANG, after_stall="off", eager_escalation=True) == on
-    assert escalate(on, VerdictKind.CRASH, after_stall="off", eager_escalation=True) == on
-    full, ours = attempt_environment(
-        {"PATH": "/bin", names.ATTEMPT: "9", names.CONFIG: "c.toml", "HANGWATCH_STALE": "x"},
-        run_dir=Path("/r"), attempt=2, attempt_dir=Path("/r/a2"), policy=off, resume_from=Path("/ck/checkpoint-5"))
-    assert full["PATH"] == "/bin" and full[names.CONFIG] == "c.toml" and "HANGWATCH_STALE" not in full
-    assert full[names.ATTEMPT] == "2" and ours[names.RESUME_FROM] == "/ck/checkpoint-5"
-    assert ours[names.HEARTBEAT] == "/r/a2/heartbeat.json" and ours[names.CUDAGRAPHS] == "0"
-    assert attempt_argv(["t.py"], "--resume_from_checkpoint={checkpoint}", Path("/c k/ck-1")) == [
-        "t.py", "--resume_from_checkpoint=/c k/ck-1"]
-    assert attempt_argv(["t.py"], "--r={checkpoint}", None) == ["t.py"]
-
-
-def test_the_trainer_is_told_how_long_an_engine_wedge_takes_to_catch_and_capture():
-    """The generator's own generate timeout must not fire first (it would kill the evidence)."""
-    from hangwatch.supervisor.decide.attempt import engine_detect_within
-    from hangwatch.supervisor.decide.detector import DetectorConfig
-    assert engine_detect_within(DetectorConfig(interval=1.0, engine_step_timeout=30.0), 20.0) == 54.0
-    no_rule = DetectorConfig(interval=1.0, stall_window=60.0, engine_step_timeout=None,
-                             phase_timeouts={"generate": 90.0})
-    assert engine_detect_within(no_rule, 20.0) == 114.0, "without the engine rule: the generate phase's window"
-    _, ours = attempt_environment({}, run_dir=Path("/r"), attempt=1, attempt_dir=Path("/r/a1"), policy=GraphPolicy(),
-                                  resume_from=None, detect_within=52.0, engine_recovery="job")
-    assert ours[names.DETECT_WITHIN] == "52" and ours[names.ENGINE_RECOVERY] == "job"
 
 
 def test_checkpoints_that_cannot_be_listed_stop_the_run_instead_of_a_restart_from_scratch(tmp_path):

@@ -65,3 +65,66 @@ def test_the_engine_level_kill_takes_the_workers_children_that_left_its_group(tm
             proc.kill()
             proc.wait(10)
         sigkill_all(children)
+
+
+pytestmark = pytest.mark.timeout(30)
+
+
+_DOUBLE_FORK = r"""
+import os, sys, time
+r, w = os.pipe()
+if os.fork() == 0:  # the intermediate: a session of its own, a worker in it, then gone (unreaped)
+    os.setsid()
+    pid = os.fork()
+    if pid == 0:
+        os.execvp("sleep", ["sleep", "60"])
+    os.write(w, f"{os.getpid()} {pid}\n".encode())
+    os._exit(0)
+print(os.read(r, 100).decode().strip(), flush=True)
+time.sleep(60)  # the engine worker: never reaps its child
+"""
+
+
+def test_the_engine_level_kill_takes_a_double_forked_child_whose_intermediate_led_its_session():
+    """The engine worker's child left the worker's group with setsid and forked the real helper
+    (a compile server), then exited: the worker has not reaped it, so it is a zombie that still
+    leads the helper's session; the helper itself was reparented (to us, the subreaper), so no
+    descendant walk reaches it. Sessions were taken only when a member of the worker's *group* led
+    one, and a zombie leader did not count: the helper outlived the engine-level kill, holding
+    what it held. Every target that leads a session counts, zombie or not (its pid is not free)."""
+    import os
+    import subprocess
+    import sys
+
+    import psutil
+
+    from hangwatch.supervisor.contain.killer import _of_groups
+    from tests.waiting import wait_for
+
+    worker = subprocess.Popen([sys.executable, "-c", _DOUBLE_FORK], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    helper_pid = None
+    try:
+        assert worker.stdout is not None
+        middle_pid, helper_pid = map(int, worker.stdout.readline().split())
+        middle = psutil.Process(middle_pid)
+        wait_for(lambda: middle.status() == psutil.STATUS_ZOMBIE, timeout=10)
+        members = [psutil.Process(worker.pid), middle, psutil.Process(helper_pid)]
+        stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)  # a session no target leads
+        try:
+            members.append(psutil.Process(stranger.pid))
+            chosen = {p.pid for p in _of_groups(members, frozenset({os.getpgid(worker.pid)}), None, {}, [])}
+        finally:
+            stranger.kill()
+            stranger.wait()
+        assert {worker.pid, middle_pid} <= chosen
+        assert helper_pid in chosen, "the double-forked helper escaped the engine-level kill"
+        assert stranger.pid not in chosen
+    finally:
+        if helper_pid is not None:
+            try:
+                os.kill(helper_pid, 9)
+            except ProcessLookupError:
+                pass
+        worker.kill()
+        worker.wait()

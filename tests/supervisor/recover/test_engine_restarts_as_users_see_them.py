@@ -23,6 +23,9 @@ from hangwatch.supervisor.recover.engine_level import EngineLevel, engines_in_a_
 from hangwatch.supervisor.contain.killer import KillReport
 from hangwatch.supervisor.watch.probes import NoProbe
 from hangwatch.supervisor.runner import Supervisor
+import json
+from hangwatch.contract import env as names
+from hangwatch.supervisor.decide.attempt import RunState
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -351,3 +354,42 @@ def test_the_runner_restarts_both_ranks_workers_wedged_in_the_same_load_at_the_e
     assert [r["pids"] for r in records if r["event"] == "engine_restart"] == [[20], [20]]  # the fake kill's report
     assert len([r for r in records if r["event"] == "attempt_started"]) == 1, "no job restart"
     assert all(r["cudagraphs"] == "off" and not r["enforce_eager"] for r in records if r["event"] == "recovery")
+
+
+def _supervisor(tmp_path: Path, tree, capture, state=None) -> Supervisor:
+    values = {k: v[1] for k, v in SETTINGS.items()}
+    values.update(run_dir=str(tmp_path / "run"), interval=1.0, stall_window=10.0, engine_step_timeout=5.0,
+                  backoff=1.0, gpu_probe="none", quiet=True)
+    config = build(values, ["python", "train.py"])
+    config.run_dir.mkdir(parents=True, exist_ok=True)
+    return Supervisor(config, NoProbe(), capture, state=state, tree=tree, clock=tree.clock, sleep=tree.clock.sleep,
+                      wall=tree.clock)
+
+
+def test_a_resume_after_dying_in_the_same_wedges_capture_does_not_add_enforce_eager(tmp_path: Path):
+    """Two ranks' workers wedged in the same weight load: the first incident turned graphs off
+    (level 1); the second is the same wedge under the old policy and decides nothing. The
+    supervisor died capturing the second: the resumed run relaunched with enforce_eager too."""
+    def capture(request):
+        path = request.run_dir / "incidents" / f"bundle-{request.attempt}-{request.verdict.detected_at}"
+        path.mkdir(parents=True)
+        return path
+
+    assert _supervisor(tmp_path / "a", _TwoLoadsTree(_Clock()), capture).run() == 0
+    lines = (tmp_path / "a" / "run" / "journal.jsonl").read_text().splitlines(keepends=True)
+    events = [json.loads(line)["event"] for line in lines]
+    second = [i for i, e in enumerate(events) if e == "incident"][1]
+    # SIGKILLed while capturing the second incident: the journal ends with it.
+    (tmp_path / "run").mkdir(mode=0o700)
+    (tmp_path / "run" / "journal.jsonl").write_text("".join(lines[:second + 1]))
+    records = read_journal(tmp_path / "run" / "journal.jsonl")
+    assert records[-1]["event"] == "incident" and records[-1]["kind"] == "stall"
+
+    tree = _TwoLoadsTree(_Clock())
+    tree.attempt = 1  # the next launch is attempt 2, which trains to the end
+    sup = _supervisor(tmp_path, tree, lambda request: None, state=RunState.from_journal(records))
+    assert sup.run(resumed=True) == 0
+    records = read_journal(tmp_path / "run" / "journal.jsonl")
+    started = [r for r in records if r["event"] == "attempt_started"][-1]
+    assert started["attempt"] == 2 and started["env"][names.CUDAGRAPHS] == "0"
+    assert names.ENFORCE_EAGER not in started["env"], "the same wedge decided no further policy"

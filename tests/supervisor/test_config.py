@@ -1,4 +1,6 @@
-"""Hostile values in a config file are ``hangwatch: error:`` (exit 2), never an internal error."""
+"""The configuration: values from a config file and the settings a ``--resume`` reads back.
+
+Hostile values in a config file are ``hangwatch: error:`` (exit 2), never an internal error."""
 
 from __future__ import annotations
 
@@ -54,3 +56,13 @@ def test_a_metrics_textfile_below_another_users_folder_is_refused(tmp_path):
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
     assert done.stderr.startswith("hangwatch: error: --metrics-textfile") and "uid 65534" in done.stderr, done.stderr
     assert not (theirs / "hw.prom").exists()
+
+
+@pytest.mark.parametrize("content", ["[" * 100_000 + "]" * 100_000, '{"values": [], "command": "rm -rf /"}', "[1, 2]"])
+def test_malformed_settings_on_resume_is_a_clear_error(tmp_path, content):
+    from hangwatch.contract.errors import ConfigError
+    from hangwatch.supervisor.config import saved_values
+
+    (tmp_path / "settings.json").write_text(content)
+    with pytest.raises(ConfigError, match="--resume"):
+        saved_values(tmp_path)

@@ -139,3 +139,25 @@ def test_a_busy_gpu_whose_holder_spins_is_caught_by_the_progress_rule_and_its_ev
     assert verdict is not None and verdict.kind is VerdictKind.SILENT_HANG
     assert verdict.evidence["rule"] == "progress" and verdict.detected_at == 35.0
     assert verdict.evidence["gpu_util_pct"] == 100.0 and verdict.evidence["holders_cpu_pct"] == 99.0
+
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def test_the_step_rule_does_not_say_beats_went_on_when_they_stopped():
+    """With --step-timeout below the progress timeout, a trainer whose beats stopped at step 9
+    got 'step 9 has not advanced ... while beats went on': the reader went looking for a side
+    thread that beats. The reason now gives the last beat's age."""
+    from hangwatch.contract.heartbeat import Heartbeat
+    from hangwatch.contract.samples import Sample
+    from hangwatch.supervisor.decide.detector import Detector, DetectorConfig
+
+    detector, hb, verdict = Detector(DetectorConfig(interval=1.0, step_timeout=20.0), start=0.0), None, None
+    for i in range(60):
+        if i < 10:
+            hb = Heartbeat(pid=100, seq=i + 1, ts=float(i), step=i, phase="train")  # then no new beat
+        verdict = detector.observe(Sample(t=float(i), wall=float(i), cpu_pct={100: 100.0}, gpu=None, heartbeat=hb))
+        if verdict is not None:
+            break
+    assert verdict is not None and verdict.evidence["rule"] == "step"
+    assert "beats went on" not in verdict.reason and "last beat 20 s ago" in verdict.reason

@@ -1,17 +1,33 @@
-"""Small hardening findings (docs/security.md): the journal on a full disk, resume templates."""
+"""The journal: appends that survive a torn or short write, and records a reader skips."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-from pathlib import Path
+import shutil
 
 import pytest
 
-from hangwatch.contract.journal import Journal, JournalError, read_journal
-from hangwatch.supervisor.decide.attempt import attempt_argv
+from hangwatch.contract.journal import Journal, read_journal
+from hangwatch.contract.journal import JournalError
+
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def test_journal_appends_and_survives_a_torn_last_line(tmp_path):
+    journal = Journal(tmp_path / "journal.jsonl", "r1")
+    journal.append("run_started", pid=1)
+    journal.append("attempt_started", attempt=1, pid=2, env={})
+    with open(tmp_path / "journal.jsonl", "a") as f:
+        f.write('{"event": "kill", "ts"')  # crash mid-write
+    records = read_journal(tmp_path / "journal.jsonl")
+    assert [r["event"] for r in records] == ["run_started", "attempt_started"]
+    assert all("ts" in r and r["run_id"] == "r1" for r in records)
+    assert oct(os.stat(tmp_path / "journal.jsonl").st_mode & 0o777) == "0o600"
+    with pytest.raises(ValueError):
+        journal.append("made_up_event")
 
 
 @pytest.fixture
@@ -44,32 +60,6 @@ def test_short_journal_write_on_a_full_tmpfs_is_truncated_back(small_tmpfs):
     (small_tmpfs / "filler").unlink()
     journal.append("run_finished", outcome="success")
     assert [r["event"] for r in read_journal(small_tmpfs / "journal.jsonl")] == ["run_started", "run_finished"]
-
-
-@pytest.mark.parametrize("template", ['--resume_from_checkpoint="{checkpoint}"', "--resume_from_checkpoint={checkpoint}",
-                                      "--resume '{checkpoint}'", '--resume "{checkpoint}" --strict'])
-def test_resume_template_never_splits_on_the_checkpoint_name(template):
-    hostile = Path('/ckpt/checkpoint-7" --evil "x \' --also')
-    argv = attempt_argv(["python", "train.py"], template, hostile)
-    assert "--evil" not in argv and "--also" not in argv
-    assert sum(str(hostile) in a for a in argv) == 1
-    assert argv[:2] == ["python", "train.py"]
-
-
-def test_resume_template_fills_a_plain_path():
-    assert attempt_argv(["t"], "--resume_from_checkpoint={checkpoint}", Path("/c/checkpoint-3")) == [
-        "t", "--resume_from_checkpoint=/c/checkpoint-3"]
-    assert attempt_argv(["t"], "--resume {checkpoint}", Path("/c/with space")) == ["t", "--resume", "/c/with space"]
-
-
-@pytest.mark.parametrize("content", ["[" * 100_000 + "]" * 100_000, '{"values": [], "command": "rm -rf /"}', "[1, 2]"])
-def test_malformed_settings_on_resume_is_a_clear_error(tmp_path, content):
-    from hangwatch.contract.errors import ConfigError
-    from hangwatch.supervisor.config import saved_values
-
-    (tmp_path / "settings.json").write_text(content)
-    with pytest.raises(ConfigError, match="--resume"):
-        saved_values(tmp_path)
 
 
 def test_a_deeply_nested_journal_line_is_skipped(tmp_path):

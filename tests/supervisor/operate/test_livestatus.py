@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch.cli.status import describe_exit, describe_live, render_status
+from hangwatch.cli.status import describe_live
 from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.supervisor.decide.attempt import AttemptState
@@ -170,26 +170,6 @@ def test_a_failing_observer_never_reaches_the_supervisor(live):
     journal.append("run_started", pid=1)
     journal.append("run_finished", outcome="success", exit_code=0, reason="ok")
     assert Broken.calls == 2 and read_status(run_dir)["phase"] == "finished"
-
-
-def test_status_render_names_exit_signal_and_report():
-    summary = {
-        "run_dir": "/r", "run_id": "x", "state": "running: attempt 2, supervisor pid 5", "restarts": 1,
-        "live": {"phase": "watching", "attempt": 2, "heartbeat_seen": True, "updated": 100.0,
-                 "heartbeat": {"step": 40, "phase": "generate", "ts": 95.0}, "links": {"metrics": "http://h:1/metrics"}},
-        "attempts": [{"attempt": 1, "started": 0, "cudagraphs": "on", "enforce_eager": False, "resume_from": None,
-                      "outcome": "stall", "exit": describe_exit(-9)}],
-        "incidents": [{"attempt": 1, "kind": "stall", "reason": "gpu_util=100%", "latency_s": 60.0,
-                       "signature": "vllm-cudagraph-replay", "signature_title": "CUDA graph replay",
-                       "report": "/r/incidents/b/report.html"}],
-        "finished": None,
-    }
-    text = render_status(summary, now=100.0)
-    assert "heartbeat step 40, phase generate, 5 s ago" in text
-    assert "killed by SIGKILL (-9)" in text
-    assert "signature vllm-cudagraph-replay (CUDA graph replay); report /r/incidents/b/report.html" in text
-    assert "metrics  http://h:1/metrics" in text
-    assert describe_exit(3) == "exit 3" and describe_exit(None, "supervisor_lost") == "unknown (supervisor lost)"
 
 
 def test_metrics_values_follow_the_run(live):
