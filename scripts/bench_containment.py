@@ -6,7 +6,7 @@
    attempt cgroup's ``cgroup.procs``, for a tree of --procs sleeping processes,
    side by side in this process (best of 5 x 50 calls); the cgroup's cost as a
    ratio to the walk's.
-2. The SIGKILL-right-after-fork race (the test in tests/supervisor/test_containment.py)
+2. The SIGKILL-right-after-fork race (the test in tests/supervisor/contain/test_containment.py)
    --runs times with each containment: processes that survived the supervisor.
 3. The reaction race: a recorded member double-forks a bare worker (new session, empty
    environment) as soon as the supervisor's death takes its parent: workers that survived.
@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "tests" / "supervisor"))
+sys.path.insert(0, str(ROOT / "tests" / "supervisor" / "contain"))
 
 from hangwatch.supervisor.contain import cgroup  # noqa: E402
 from hangwatch.supervisor.watch.proctree import ProcessTree  # noqa: E402
@@ -158,7 +158,7 @@ def moved(runs: int) -> tuple[int, int]:
     supervisor's own cgroup (with an empty environment: no mark); the trainer exits 0.
     Returns (workers, those alive 3 s after ``hangwatch run`` returned)."""
     import psutil  # noqa: PLC0415
-    import test_orphans_round6 as t  # noqa: PLC0415
+    import test_trainer_managed_cgroups as t  # noqa: PLC0415
 
     tmp = Path(tempfile.mkdtemp(prefix="hw-bench-moved-"))
 

@@ -29,7 +29,7 @@ phase: from ``T`` on, the wedged GPU reads 96-100 %, its holders 0-5 % CPU in to
 and no heartbeat arrives. Replaying the copy from the start would repeat the healthy
 prefix exactly, so ``replay`` forks the detector (a deep copy) at ``T`` during the
 healthy replay instead; the detector is a deterministic function of its samples, so
-the result is the same (``tests/supervisor/test_false_positives.py`` checks that).
+the result is the same (``tests/supervisor/decide/test_false_positives.py`` checks that).
 
 Constraints the generator guarantees (``RunPlan.check`` asserts them): heartbeats
 are at most 560 s apart outside long phases and 1500 s inside them, and no run

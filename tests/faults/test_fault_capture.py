@@ -125,7 +125,7 @@ def test_sigint_during_capture_abandons_it_and_kills_the_tree(hw, faults, monkey
     assert finished["outcome"] == "interrupted" and "SIGINT" in finished["reason"]
     # Documented: on SIGINT/SIGTERM the exit is 128+N when the trainer did not exit on its
     # own. Here the trainer was killed by the tree kill's SIGTERM: the supervisor reports
-    # that status (128 + 15), as for a forwarded signal (tests/supervisor/test_run.py).
+    # that status (128 + 15), as for a forwarded signal (tests/e2e/test_run.py).
     assert ended["exit_code"] == -signal.SIGTERM
     # The hung tree's status is our own kill's, not the trainer's answer to the stop: 128 + SIGINT.
     assert proc.returncode == finished["exit_code"] == 128 + signal.SIGINT, err

@@ -1,0 +1,68 @@
+"""The configuration: values from a config file and the settings a ``--resume`` reads back.
+
+Hostile values in a config file are ``hangwatch: error:`` (exit 2), never an internal error."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(60)
+def test_an_integer_of_thousands_of_digits_in_a_config_file_is_a_config_error(tmp_path):
+    # tomllib reads it with int(), which refuses more than 4300 digits with a ValueError that
+    # is not a TOMLDecodeError: the run died with exit 70 and a traceback file.
+    config = tmp_path / "hangwatch.toml"
+    config.write_text("max-restarts = " + "9" * 5000 + "\n")
+    config.chmod(0o600)
+    done = subprocess.run([sys.executable, "-m", "hangwatch.cli", "run", "--config", str(config), "--run-dir",
+                           str(tmp_path / "run"), "--gpu-probe", "none", "--", "true"],
+                          capture_output=True, text=True, timeout=50, cwd=ROOT)
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert done.stderr.startswith("hangwatch: error: config file") and "internal error" not in done.stderr, done.stderr
+    assert "digits" in done.stderr and "set_int_max_str_digits" not in done.stderr, done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_phase_timeout_of_true_in_a_config_file_is_refused_not_one_second():
+    """TOML ``checkpoint = true``: a bool is an int to float(), so it became a 1 s window and a
+    healthy checkpoint save was a hang after one second."""
+    from hangwatch.contract.errors import ConfigError
+    from hangwatch.supervisor.config import parse_phase_timeouts
+
+    with pytest.raises(ConfigError, match="seconds must be a number"):
+        parse_phase_timeouts({"checkpoint": True})
+    assert parse_phase_timeouts({"checkpoint": 90})["checkpoint"] == 90.0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a folder to another user")
+def test_a_metrics_textfile_below_another_users_folder_is_refused(tmp_path):
+    # The textfile is rewritten every few seconds for the whole run, 0644: the folder's owner
+    # renamed it away and put a link to a root-only folder in its place, and root's supervisor
+    # wrote hw.prom there (reproduced with a second user). Refused like a run dir or a report -o.
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    done = subprocess.run([sys.executable, "-m", "hangwatch.cli", "run", "--run-dir", str(tmp_path / "run"),
+                           "--gpu-probe", "none", "--metrics-textfile", str(theirs / "hw.prom"), "--", "true"],
+                          capture_output=True, text=True, timeout=50, cwd=ROOT)
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert done.stderr.startswith("hangwatch: error: --metrics-textfile") and "uid 65534" in done.stderr, done.stderr
+    assert not (theirs / "hw.prom").exists()
+
+
+@pytest.mark.parametrize("content", ["[" * 100_000 + "]" * 100_000, '{"values": [], "command": "rm -rf /"}', "[1, 2]"])
+def test_malformed_settings_on_resume_is_a_clear_error(tmp_path, content):
+    from hangwatch.contract.errors import ConfigError
+    from hangwatch.supervisor.config import saved_values
+
+    (tmp_path / "settings.json").write_text(content)
+    with pytest.raises(ConfigError, match="--resume"):
+        saved_values(tmp_path)

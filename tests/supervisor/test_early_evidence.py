@@ -1,0 +1,70 @@
+"""The runner takes the first evidence round while a hang is building, through the
+capture hook's optional ``early_round`` (the supervisor never imports diagnostics),
+and hands it to the capture at the verdict only if it belongs to that incident."""
+
+from __future__ import annotations
+
+import pytest
+
+from hangwatch.contract.heartbeat import Heartbeat
+from hangwatch.contract.samples import DeviceSample, Sample
+from hangwatch.contract.verdict import VerdictKind
+
+from tests.supervisor.test_runner_attempts import RecordingCapture, _supervisor
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class EarlyCapture(RecordingCapture):
+    def __init__(self) -> None:
+        super().__init__()
+        self.early: list[tuple[float, object]] = []
+        self.clock = None
+
+    def early_round(self, tree, deadline):
+        token = f"round-{len(self.early) + 1}"
+        self.early.append((self.clock(), token))
+        return token
+
+
+def _with_early(tmp_path, script, **over):
+    sup, tree, clock, _ = _supervisor(tmp_path, script, **over)
+    capture = EarlyCapture()
+    capture.clock = clock
+    sup.capture_hook = capture
+    return sup, tree, clock, capture
+
+
+def test_the_early_round_is_taken_at_half_the_window_and_reaches_the_capture(tmp_path):
+    sup, _, _, capture = _with_early(tmp_path, ["wedge", "train"])
+    assert sup.run() == 0
+    # Stall confirmed from 1000 s, window 10 s: one early round at 1005, the verdict at 1010.
+    assert [round(t) for t, _ in capture.early] == [1005]
+    request = capture.requests[0]
+    assert request.verdict.kind is VerdictKind.STALL
+    assert request.extra["early_round"] == "round-1" and request.extra["early_round_rule"] == "stall"
+
+
+def test_an_early_round_from_an_incident_that_cleared_is_not_used(tmp_path):
+    sup, tree, clock, capture = _with_early(tmp_path, ["wedge", "train"])
+    original = tree.sample
+
+    def sample():
+        s = original()
+        if 1000 <= clock.now < 1008 or clock.now >= 1010:
+            return s  # wedged: GPU busy, CPU idle, no beat
+        # 1008-1009: a beat and a working host. The first early round (1005) is stale now.
+        return Sample(s.t, s.wall, {pid: 100.0 for pid in s.cpu_pct}, s.gpu,
+                      Heartbeat(4001, int(clock.now), clock.now, 1, "train"), s.tree_size)
+
+    tree.sample = sample
+    assert sup.run() == 0
+    assert [round(t) for t, _ in capture.early] == [1005, 1015]
+    request = capture.requests[0]
+    assert round(request.verdict.onset) == 1010 and request.extra["early_round"] == "round-2"
+
+
+def test_a_hook_without_early_round_gets_no_extra(tmp_path):
+    sup, _, _, capture = _supervisor(tmp_path, ["wedge", "train"])
+    assert sup.run() == 0
+    assert "early_round" not in capture.requests[0].extra
