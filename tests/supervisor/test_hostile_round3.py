@@ -105,7 +105,7 @@ def test_no_containment_claimed_below_a_cgroup_another_user_controls() -> None:
         assert containment is None and "uid 65534" in (why or "")
         with pytest.raises(cgroup.CgroupError, match="controlled by uid 65534"):
             cgroup.detect("cgroup", "round3", base=delegated)
-        from hangwatch.cli.doctor import check_cgroup
+        from hangwatch.cli.commands.doctor import check_cgroup
 
         assert check_cgroup(delegated).status == "warn"  # doctor judges it as run does
     finally:
@@ -154,7 +154,7 @@ def test_status_never_opens_what_another_users_run_dir_links_to(tmp_path: Path, 
     whose writer their open unblocked; their terminal or ``/dev/watchdog`` open the same way.
     Only a regular file is ever opened; a linked lock file is no lock."""
     from hangwatch.cli.rundir import held_by_live_supervisor
-    from hangwatch.cli.status import JournalTail
+    from hangwatch.cli.run_summary import JournalTail
 
     fifo = tmp_path / "theirs.fifo"
     os.mkfifo(fifo)

@@ -39,7 +39,7 @@ def test_status_says_which_alerts_were_not_delivered(tmp_path):
 def test_a_crash_loop_of_hundreds_of_attempts_reads_in_a_few_lines(tmp_path):
     """400 alike attempts were 400 identical table lines between the run's state and its
     incidents; a run of alike attempts is now its first row, a count and its last row."""
-    from hangwatch.cli.status import render_status, summarise
+    from hangwatch.cli.run_summary import render_status, summarise
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
