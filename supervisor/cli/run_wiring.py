@@ -40,6 +40,22 @@ def open_run_dir(run_dir: Path, *, resumed: bool, given: str | None = None) -> N
         rundir.refuse_existing(run_dir)
 
 
+def start_log(run_dir: Path, probe_note: str | None) -> Any:
+    """The run's log (RUN_DIR/hangwatch.log and the console), with what the run goes without."""
+    from hangwatch.cli import logsetup  # noqa: PLC0415
+    from hangwatch.supervisor.contain import launcher  # noqa: PLC0415
+
+    logsetup.configure(run_dir / "hangwatch.log")
+    import structlog  # noqa: PLC0415
+
+    log = structlog.get_logger("hangwatch.cli")
+    if probe_note:
+        log.warning("gpu_detection_off", message=probe_note)
+    if not launcher.set_child_subreaper():
+        log.warning("no_subreaper", message="PR_SET_CHILD_SUBREAPER unavailable: escaped processes may be missed")
+    return log
+
+
 def resume_state(run_dir: Path, log: Any) -> tuple[Any, int | None]:
     """Kill what the dead supervisor left, close its open attempt, and rebuild the run's state."""
     from hangwatch.cli import rundir  # noqa: PLC0415
@@ -60,6 +76,29 @@ def resume_state(run_dir: Path, log: Any) -> tuple[Any, int | None]:
         return load_state(run_dir), lost
     except (OSError, ValueError) as exc:
         raise UsageError(f"--resume {run_dir}: cannot read the journal: {exc}") from exc
+
+
+def route_stops(supervisor: Any, pending: list[int]) -> None:
+    """SIGINT, SIGTERM and SIGHUP stop the run, SIGCONT says it was suspended; ``pending``: stops
+    that came after the cohort join, before these handlers, replayed now."""
+    import signal  # noqa: PLC0415
+
+    # In a cohort a stop on this node stops every node, and another node's stop stops this one.
+    stop = supervisor.cohort.bind_stop(supervisor.request_stop) if supervisor.cohort is not None else supervisor.request_stop
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
+    signal.signal(signal.SIGCONT, supervisor.note_continued)  # a suspended job: that time is not silence
+    for sig in pending[:1]:  # a stop that came after the join, before the handlers above
+        stop(sig, None)
+
+
+def prewarm(supervisor: Any, config: Any) -> None:
+    """--prewarm-launcher: the next attempt's launcher process started ahead."""
+    from hangwatch.supervisor.contain.tree_ops import LocalTree  # noqa: PLC0415
+
+    if config.prewarm_launcher and isinstance(supervisor.tree, LocalTree):
+        from hangwatch.supervisor.contain.prewarm import Prewarmer  # noqa: PLC0415
+        supervisor.tree.prewarm = Prewarmer(config.prewarm_import, clock=supervisor.tree.clock)
 
 
 def start_guardian(supervisor: Any, log: Any) -> tuple[Any, str]:

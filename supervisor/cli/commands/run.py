@@ -9,22 +9,21 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 
 from hangwatch.cli.cohort_join import PENDING_STOP, StoppedJoining, cohort_membership, join_cohort, stopped_joining
 from hangwatch.cli.errors import UsageError
 from hangwatch.cli.rundir import note_not_started
 from hangwatch.cli.run_settings import run_settings
-from hangwatch.cli.run_wiring import (contain, default_capture_hook, open_run_dir, resume_state, start_guardian,
-                                      supervise)
+from hangwatch.cli.run_wiring import (contain, default_capture_hook, open_run_dir, prewarm, resume_state, route_stops,
+                                      start_guardian, start_log, supervise)
 from hangwatch.contract.private import check_import_path
 from hangwatch.contract.tools import abort_running_tools
 from hangwatch.supervisor.config import build, build_operate, save_values
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from hangwatch.cli import logsetup, operate  # noqa: PLC0415  (keep `hangwatch --help` fast)
-    from hangwatch.supervisor.contain import guardian, launcher  # noqa: PLC0415
+    from hangwatch.cli import operate  # noqa: PLC0415  (keep `hangwatch --help` fast)
+    from hangwatch.supervisor.contain import guardian  # noqa: PLC0415
     from hangwatch.supervisor.watch.probes import ProbeError, make_probe  # noqa: PLC0415
     from hangwatch.supervisor.runner import Supervisor  # noqa: PLC0415
     from hangwatch.supervisor.contain.tree_ops import LocalTree  # noqa: PLC0415
@@ -46,14 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     open_run_dir(run_dir, resumed=resume_dir is not None, given=values.get("run_dir"))
     values["run_dir"] = str(run_dir)
     save_values(run_dir, values, command, cwd=os.getcwd())
-    logsetup.configure(run_dir / "hangwatch.log")
-    import structlog  # noqa: PLC0415
-
-    log = structlog.get_logger("hangwatch.cli")
-    if probe_note:
-        log.warning("gpu_detection_off", message=probe_note)
-    if not launcher.set_child_subreaper():
-        log.warning("no_subreaper", message="PR_SET_CHILD_SUBREAPER unavailable: escaped processes may be missed")
+    log = start_log(run_dir, probe_note)
     state, lost = resume_state(run_dir, log) if resume_dir is not None else (None, None)
 
     try:
@@ -68,22 +60,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         log.warning("attempt_lost", message=f"attempt {lost} was left open by the dead supervisor: journaled as supervisor_lost")
     ops = operate.start(config, operate_config, supervisor.state.run_id, probe.name, log)
     supervisor.journal, supervisor.observer = ops.journal, ops.observer  # status file, alerts, metrics
-    # In a cohort a stop on this node stops every node, and another node's stop stops this one.
-    stop = supervisor.cohort.bind_stop(supervisor.request_stop) if supervisor.cohort is not None else supervisor.request_stop
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, stop)
-    signal.signal(signal.SIGCONT, supervisor.note_continued)  # a suspended job: that time is not silence
-    for sig in PENDING_STOP[:1]:  # a stop that came after the join, before the handlers above
-        stop(sig, None)
+    route_stops(supervisor, PENDING_STOP)
     containment = contain(supervisor, config, log, resumed=resume_dir is not None)
-    if config.prewarm_launcher and isinstance(supervisor.tree, LocalTree):
-        from hangwatch.supervisor.contain.prewarm import Prewarmer  # noqa: PLC0415
-        supervisor.tree.prewarm = Prewarmer(config.prewarm_import, clock=supervisor.tree.clock)
+    prewarm(supervisor, config)
     keeper, guardian_state = start_guardian(supervisor, log)
     log.info("run_dir", message=f"run directory: {run_dir}")
     try:
         return supervise(supervisor, config, log, resumed=resume_dir is not None, guardian_state=guardian_state,
-                          containment=containment)
+                         containment=containment)
     finally:
         abort_running_tools()  # an abandoned capture's py-spy would otherwise hold our exit up
         ops.close()  # bounded: queued alerts get NOTIFY_DRAIN_S at most
