@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch.cli import doctor
+from hangwatch.cli.commands import doctor
+from hangwatch.cli.parser import parse_bytes
 from hangwatch.cli.main import main
 
 pytestmark = pytest.mark.timeout(60)
@@ -124,11 +125,11 @@ def test_nvml_failure_or_silence_warns():
 
 
 def test_model_bytes_parsing():
-    assert doctor.parse_bytes("16G") == 16 * GIB and doctor.parse_bytes("14.5GiB") == int(14.5 * GIB)
-    assert doctor.parse_bytes("15000000000") == 15_000_000_000
+    assert parse_bytes("16G") == 16 * GIB and parse_bytes("14.5GiB") == int(14.5 * GIB)
+    assert parse_bytes("15000000000") == 15_000_000_000
     for bad in ("16X", "-1G", "G", ""):
         with pytest.raises(Exception, match="not a size"):
-            doctor.parse_bytes(bad)
+            parse_bytes(bad)
 
 
 def test_bad_arguments_are_usage_errors(capsys):

@@ -10,24 +10,32 @@
 * ``close_lost_attempt``: on ``--resume``, the attempt the dead supervisor was
   watching gets its ``attempt_ended`` (kind ``supervisor_lost``), so no reader
   shows it "running" forever.
+* ``note_not_started``: a run that stopped before its journal began (refused while
+  joining its cohort, stopped during the join) says why in ``not_started.json``,
+  which ``hangwatch status`` reads where there is no journal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hangwatch.contract.capped import open_regular
-from hangwatch.contract.exitcodes import EXIT_CHECKPOINTS, EXIT_COHORT
+from hangwatch.contract.atomic import write_file
+from hangwatch.contract.capped import open_regular, read_capped
+from hangwatch.contract.exitcodes import EXIT_CHECKPOINTS, EXIT_COHORT, EXIT_USAGE
 from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.journal import Journal, fold_journal, read_journal
 from hangwatch.contract.private import open_private
+from hangwatch.contract.terminal import one_line
 
 LOCK_NAME = "supervisor.lock"
 LOST = "supervisor_lost"
+NOT_STARTED = "not_started.json"  # why a run stopped before its journal began (status reads it)
 
 
 class RunDirBusy(ConfigError):
@@ -147,3 +155,16 @@ def close_lost_attempt(run_dir: Path, killed: list[int]) -> int | None:
         evidence_path=None,
     )
     return attempt.attempt
+
+
+def note_not_started(run_dir: Path, why: str, exit_code: int = EXIT_USAGE) -> None:
+    with contextlib.suppress(OSError):
+        write_file(run_dir / NOT_STARTED, json.dumps({"why": one_line(why)[:2000], "exit_code": exit_code}).encode())
+
+
+def read_not_started(run_dir: Path) -> str | None:
+    try:  # status reads run dirs other users may write: a regular file only (a FIFO hung it), capped
+        record = json.loads(read_capped(run_dir / NOT_STARTED, 8192))
+        return f"{one_line(str(record['why']))[:2000]} (exit {int(record['exit_code'])})"
+    except (OSError, ValueError, TypeError, KeyError):
+        return None

@@ -72,7 +72,7 @@ def test_internal_error_in_another_command_is_one_line(tmp_path, monkeypatch, ca
         api_key = SECRET  # noqa: F841  (a local that must not be printed)
         raise KeyError("boom")
 
-    monkeypatch.setattr("hangwatch.cli.status.summarise", broken)
+    monkeypatch.setattr("hangwatch.cli.run_summary.summarise", broken)
     assert cli_main.main(["status", str(tmp_path)]) == EXIT_INTERNAL
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("hangwatch: internal error: KeyError")

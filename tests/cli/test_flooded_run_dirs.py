@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch.cli import runreport, status
+from hangwatch.cli import run_page as runreport, run_summary as status
 from hangwatch.contract import journal
 from hangwatch.supervisor.decide import checkpoints
 

@@ -227,7 +227,7 @@ def test_status_of_a_hostile_journal_is_not_an_internal_error(tmp_path, capsys, 
 
 @pytest.mark.timeout(30)
 def test_follow_reads_records_of_the_wrong_type_without_failing(tmp_path):
-    from hangwatch.cli.status import follow
+    from hangwatch.cli.run_summary import follow
 
     run = run_dir_with(tmp_path, [
         rec("run_started", pid="abc"),
@@ -253,7 +253,7 @@ def test_status_is_not_blocked_by_a_fifo_in_the_run_dir(tmp_path, capsys):
 
 @pytest.mark.timeout(30)
 def test_a_live_status_file_with_fields_of_the_wrong_shape_is_shown_not_raised(tmp_path):
-    from hangwatch.cli.status import describe_live, render_status
+    from hangwatch.cli.run_summary import describe_live, render_status
     from hangwatch.supervisor.operate.livestatus import read_status
 
     for live in ({"phase": "stall_building", "stall": {"x": 1}}, {"phase": "backing_off", "backoff": {"delay_s": 1}},
@@ -359,7 +359,7 @@ def test_checkpoint_markers_nested_too_deeply_or_very_large(tmp_path):
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("text", ["infG", "1e400", "nan"])
 def test_doctor_sizes_that_are_not_finite_are_a_usage_error(text):
-    from hangwatch.cli.doctor import parse_bytes
+    from hangwatch.cli.parser import parse_bytes
 
     with pytest.raises(argparse.ArgumentTypeError, match="is not a size"):
         parse_bytes(text)
@@ -368,7 +368,7 @@ def test_doctor_sizes_that_are_not_finite_are_a_usage_error(text):
 @needs_root
 @pytest.mark.timeout(60)
 def test_doctor_runs_another_users_interpreter_as_that_user():
-    from hangwatch.cli.doctor import interpreter_versions
+    from hangwatch.cli.commands.doctor import interpreter_versions
 
     base = Path(tempfile.mkdtemp(prefix="hw-doctor-"))  # not under pytest's 0700 folders: that user must reach it
     try:

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.timeout(60)
 def test_the_run_report_of_a_run_dir_or_command_that_is_not_utf8_is_written(tmp_path):
     """A run dir or a command argument with a byte that is not UTF-8 (Python's lone surrogate,
     journaled as \\udcff) made `hangwatch report RUN_DIR` an internal error, exit 70."""
-    from hangwatch.cli.runreport import write_run_report
+    from hangwatch.cli.run_page import write_run_report
 
     run_dir = tmp_path / os.fsdecode(b"run-\xff")
     run_dir.mkdir(mode=0o700)

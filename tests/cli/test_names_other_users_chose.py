@@ -51,7 +51,7 @@ def test_doctor_never_runs_what_another_user_can_put_in_a_root_venv(how):
     (or one .pth in it) another user can change, e.g. to let them pip install: starting
     the interpreter runs their .pth. It used to run as root (only the program's own path
     was checked)."""
-    from hangwatch.cli.doctor import interpreter_versions
+    from hangwatch.cli.commands.doctor import interpreter_versions
 
     base = Path(tempfile.mkdtemp(prefix="hw-doctor-"))  # not under pytest's 0700 folders: that user must reach it
     try:
@@ -195,7 +195,7 @@ def test_root_never_writes_a_run_report_where_another_user_points_it(tmp_path, m
     access time and, once it was read, swap the run folder for a link to a root-only
     directory: root's report.html (0644) landed there (reproduced with a second user; here the
     swap is made right after the read)."""
-    import hangwatch.cli.runreport as runreport
+    import hangwatch.cli.run_page as runreport
     from hangwatch.cli.main import main
 
     theirs = tmp_path / "theirs"

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from hangwatch.cli import main as cli_main
-from hangwatch.cli.runreport import goodput
+from hangwatch.cli.goodput import goodput
 
 pytestmark = pytest.mark.timeout(30)
 

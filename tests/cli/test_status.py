@@ -15,7 +15,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from hangwatch.cli.status import describe_exit, render_status
+from hangwatch.cli.run_summary import describe_exit, render_status
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -151,7 +151,7 @@ def test_status_says_which_alerts_were_not_delivered(tmp_path):
 def test_a_crash_loop_of_hundreds_of_attempts_reads_in_a_few_lines(tmp_path):
     """400 alike attempts were 400 identical table lines between the run's state and its
     incidents; a run of alike attempts is now its first row, a count and its last row."""
-    from hangwatch.cli.status import render_status, summarise
+    from hangwatch.cli.run_summary import render_status, summarise
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -231,7 +231,7 @@ def test_status_never_opens_what_another_users_run_dir_links_to(tmp_path: Path, 
     whose writer their open unblocked; their terminal or ``/dev/watchdog`` open the same way.
     Only a regular file is ever opened; a linked lock file is no lock."""
     from hangwatch.cli.rundir import held_by_live_supervisor
-    from hangwatch.cli.status import JournalTail
+    from hangwatch.cli.run_summary import JournalTail
 
     fifo = tmp_path / "theirs.fifo"
     os.mkfifo(fifo)

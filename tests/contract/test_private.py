@@ -95,7 +95,7 @@ def test_a_relative_pythonpath_entry_is_checked_where_the_interpreter_resolved_i
     hangwatch run --resume RUN` passed (RUN's cwd/relsrc is root's) and its GPU probe imported
     the pynvml.py another user put in /tmp/relsrc, as uid 0 (reproduced). Checked at the start
     too now, then again where the helpers start."""
-    from hangwatch.cli import main as cli
+    from hangwatch.cli.commands import run as cli
     from hangwatch.contract import private
 
     monkeypatch.setattr(private, "_privileged", lambda: True, raising=False)
@@ -114,7 +114,7 @@ def test_a_relative_pythonpath_entry_is_checked_where_the_interpreter_resolved_i
         os.chdir(saved)  # what --resume does: the run's saved working directory
         raise Entered
 
-    monkeypatch.setattr(cli, "_run_settings", resume_settings)
+    monkeypatch.setattr(cli, "run_settings", resume_settings)
     with pytest.raises(private.UnsafePathError, match="PYTHONPATH entry .*shared"):
         cli.cmd_run(None)
 

@@ -226,7 +226,7 @@ def test_root_never_writes_below_a_folder_another_user_controls(tmp_path, capsys
     archive) landed in that directory (reproduced with a second user and a flipping link;
     here the swap is made right after the read)."""
     import hangwatch.diagnostics.bundle as bundle_mod
-    import hangwatch.diagnostics.cli as diag_cli
+    import hangwatch.cli.commands.report as diag_cli
 
     theirs = tmp_path / "theirs"
     theirs.mkdir()

@@ -14,6 +14,7 @@ import sys
 import pytest
 
 import hangwatch.cli.main as cli_main
+from hangwatch.cli.run_settings import run_settings
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -56,7 +57,7 @@ def test_importing_the_cli_leaves_the_excepthook_alone() -> None:
 
 
 def test_status_of_a_dead_supervisors_run_does_not_call_its_open_attempt_running(tmp_path) -> None:
-    from hangwatch.cli.status import render_status, summarise
+    from hangwatch.cli.run_summary import render_status, summarise
     from hangwatch.contract.journal import Journal
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -108,7 +109,7 @@ def test_resume_reads_the_config_file_it_is_given(tmp_path, capsys) -> None:
     config.chmod(0o600)
     args = cli_main.build_parser().parse_args(["run", "--resume", str(run_dir), "--config", str(config),
                                                "--stall-window", "45"])
-    values, command, resumed, explicit = cli_main._run_settings(args)
+    values, command, resumed, explicit = run_settings(args)
     assert resumed == run_dir.resolve() and command == [sys.executable, "-c", "pass"]
     assert values["eager_escalation"] is False  # from the file
     assert values["stall_window"] == 45.0  # the command line wins over the file
@@ -143,7 +144,7 @@ def test_an_empty_path_option_is_refused_not_taken_as_unset(option, tmp_path, ca
 
 
 def test_status_drops_the_no_heartbeat_warning_once_heartbeats_arrive() -> None:
-    from hangwatch.cli.status import render_status
+    from hangwatch.cli.run_summary import render_status
 
     no_detection = {"ts": 1.0, "event": "no_detection", "message": "attempt 1: NO HANG CAN BE DETECTED yet"}
     disk = {"ts": 2.0, "event": "disk_low", "message": "disk low"}

@@ -296,7 +296,7 @@ def test_a_node_that_cannot_relaunch_tells_the_others_why(tmp_path):
     command gone, its disk full for the attempt's logs). Node 1 exited 2 saying why, but its
     record in the store said nothing: node 0 stopped on "node 1's supervisor stopped (it left
     the cohort)". The others read node 1's own reason, whatever ended its supervisor."""
-    from hangwatch.cli.main import _supervise
+    from hangwatch.cli.run_wiring import supervise
     from hangwatch.supervisor.contain.launcher import LaunchError
 
     store = MemoryStore()
@@ -328,7 +328,7 @@ def test_a_node_that_cannot_relaunch_tells_the_others_why(tmp_path):
 
     def run1():
         try:
-            codes[1] = _supervise(s1, s1.config, structlog.get_logger("test"), resumed=False,
+            codes[1] = supervise(s1, s1.config, structlog.get_logger("test"), resumed=False,
                                   guardian_state="armed", containment=None)
         except Exception as exc:  # noqa: BLE001
             codes[1] = exc
@@ -351,7 +351,7 @@ def test_a_node_that_cannot_relaunch_tells_the_others_why(tmp_path):
 
 def test_a_node_whose_supervisor_fails_tells_the_others_why(tmp_path):
     """hangwatch itself failed on node 1 (exit 70): the others read its error, not "it left"."""
-    from hangwatch.cli.main import _supervise
+    from hangwatch.cli.run_wiring import supervise
 
     store = MemoryStore()
     (s0, _), (s1, t1) = _node(tmp_path, store, 0, ["crash"]), _node(tmp_path, store, 1, ["train"])
@@ -365,7 +365,7 @@ def test_a_node_whose_supervisor_fails_tells_the_others_why(tmp_path):
         t.start()
     for t in joins:
         t.join(timeout=20)
-    assert _supervise(s1, s1.config, structlog.get_logger("test"), resumed=False, guardian_state="armed",
+    assert supervise(s1, s1.config, structlog.get_logger("test"), resumed=False, guardian_state="armed",
                       containment=None) == 70
     s1.cohort.cohort.close(linger_cap=0)
     assert s0.run() == EXIT_COHORT

@@ -17,9 +17,9 @@ def test_the_supervisor_never_imports_cuda_libraries():
     code = (
         "import sys\n"
         "import hangwatch.cli.main, hangwatch.supervisor.runner\n"
-        "from hangwatch.cli.main import default_capture_hook\n"
+        "from hangwatch.cli.run_wiring import default_capture_hook\n"
         "default_capture_hook()\n"
-        "import hangwatch.diagnostics.cli, hangwatch.diagnostics.replay\n"
+        "import hangwatch.cli.commands.replay, hangwatch.diagnostics.replay\n"
         "hangwatch.cli.main.build_parser()\n"
         "bad = [m for m in ('torch', 'vllm', 'transformers', 'trl', 'generator') if m in sys.modules]\n"
         "assert not bad, bad\n"

@@ -451,7 +451,7 @@ def test_no_containment_claimed_below_a_cgroup_another_user_controls() -> None:
         assert containment is None and "uid 65534" in (why or "")
         with pytest.raises(cgroup.CgroupError, match="controlled by uid 65534"):
             cgroup.detect("cgroup", "round3", base=delegated)
-        from hangwatch.cli.doctor import check_cgroup
+        from hangwatch.cli.commands.doctor import check_cgroup
 
         assert check_cgroup(delegated).status == "warn"  # doctor judges it as run does
     finally:

@@ -191,7 +191,7 @@ class _Log:
 
 @pytest.mark.timeout(60)
 def test_resume_kills_what_recorded_members_forked_after_the_last_tick_without_a_mark(tmp_path: Path) -> None:
-    from hangwatch.cli.main import _resume_state
+    from hangwatch.cli.run_wiring import resume_state
 
     run = tmp_path / "run"
     run.mkdir(mode=0o700)
@@ -208,7 +208,7 @@ def test_resume_kills_what_recorded_members_forked_after_the_last_tick_without_a
         forked = [int(p) for p in pids.read_text().split()]
         TreeFile(run / "tree.json").update([psutil.Process(child.pid)])  # the last tick saw only the child
         log = _Log()
-        _resume_state(run, log)
+        resume_state(run, log)
         child.wait(10)
         wait_for(lambda: not any(alive(p) for p in forked), timeout=10,
                  what="what the recorded child forked after the last tick killed")

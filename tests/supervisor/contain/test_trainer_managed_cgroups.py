@@ -145,7 +145,7 @@ def test_a_guardian_that_could_not_arm_at_the_start_is_armed_later_and_kills_the
     tries again, the new guardian is told the latest state, and it kills it when we are gone."""
     import structlog
 
-    from hangwatch.cli.main import _start_guardian
+    from hangwatch.cli.run_wiring import start_guardian
     from hangwatch.supervisor.contain import guardian
 
     real_spawn = guardian._spawn
@@ -168,7 +168,7 @@ def test_a_guardian_that_could_not_arm_at_the_start_is_armed_later_and_kills_the
     member = subprocess.Popen(["sleep", "60"])
     keeper = None
     try:
-        keeper, said = _start_guardian(supervisor, structlog.get_logger("test"))
+        keeper, said = start_guardian(supervisor, structlog.get_logger("test"))
         assert said.startswith("unavailable: "), said
         assert keeper is not None and not keeper.armed()
         # Told while no guardian listens: the one armed later must hear it.

@@ -119,7 +119,7 @@ def test_replay_of_a_bundle_recorded_before_the_wedge_window_keeps_that_runs_rul
     """A bundle's thresholds are the detector's settings (``DetectorConfig.to_json``), which name the wedge
     window since it exists (null for the default). One without it was recorded by a supervisor without it:
     replayed under its recorded settings with today's default, it fired at 8 s where the run fired at 30 s."""
-    from hangwatch.cli.main import _whatif
+    from hangwatch.cli.commands.replay import _whatif
 
     samples = [_worker_wedged(float(t)) for t in range(45)]
     recorded = {k: v for k, v in CONFIG.to_json().items() if k != "engine_wedge_window"}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch.cli.status import describe_live
+from hangwatch.cli.run_summary import describe_exit, describe_live, render_status
 from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.supervisor.decide.attempt import AttemptState

@@ -16,7 +16,7 @@ import pytest
 from tests.supervisor.test_runner_attempts import FakeClock, FakeProbe, FakeTree, _config
 from waiting import wait_for
 
-from hangwatch.cli.status import render_status, summarise
+from hangwatch.cli.run_summary import render_status, summarise
 from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.journal import read_journal
 from hangwatch.contract.samples import Sample

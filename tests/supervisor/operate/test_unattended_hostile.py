@@ -197,7 +197,7 @@ def _write_journal(run_dir: Path, records: list[dict]) -> None:
 def test_the_report_of_a_run_whose_supervisor_died_ends_at_its_last_record(tmp_path):
     """Without run_finished the report ran the clock to now: written a day after the supervisor
     died, a run of 100 s had a day of wall time and a goodput near 0."""
-    from hangwatch.cli.runreport import write_run_report
+    from hangwatch.cli.run_page import write_run_report
 
     run_dir = tmp_path / "run"
     t0 = 1.0e9  # long ago
@@ -212,8 +212,8 @@ def test_the_report_of_a_run_whose_supervisor_died_ends_at_its_last_record(tmp_p
 
 
 def test_status_and_report_find_bundles_of_a_moved_run_dir_and_say_when_one_is_gone(tmp_path):
-    from hangwatch.cli.runreport import write_run_report
-    from hangwatch.cli.status import render_status, summarise
+    from hangwatch.cli.run_page import write_run_report
+    from hangwatch.cli.run_summary import render_status, summarise
 
     run_dir = tmp_path / "copied"
     old = "/gone/cluster/run/incidents"
@@ -241,7 +241,7 @@ def test_status_and_report_find_bundles_of_a_moved_run_dir_and_say_when_one_is_g
 def test_status_json_has_one_shape_for_running_and_ended_attempts(tmp_path):
     """A running attempt lacked exit_code, signal, exit, duration_s, evidence and reason
     (present once it ended): a `--json` reader met KeyErrors mid-run."""
-    from hangwatch.cli.status import render_status, summarise
+    from hangwatch.cli.run_summary import render_status, summarise
 
     run_dir = tmp_path / "run"
     _write_journal(run_dir, [
@@ -356,7 +356,7 @@ def test_heartbeat_phase_metric_holds_the_current_phase_only():
 def test_report_on_a_journal_with_fields_of_other_types_is_written_not_a_traceback(tmp_path):
     """`status` took any journal; `report` raised on an incident without a time or with an
     onset that is not one (a journal edited by hand, or from another version): exit 70."""
-    from hangwatch.cli.runreport import write_run_report
+    from hangwatch.cli.run_page import write_run_report
 
     run_dir = tmp_path / "run"
     _write_journal(run_dir, [
@@ -375,7 +375,7 @@ def test_follow_ends_when_the_journals_supervisor_pid_now_belongs_to_a_newer_pro
     use again (pid 1 here) made `status` say running and `status --follow` wait forever."""
     import io
 
-    from hangwatch.cli.status import follow, summarise
+    from hangwatch.cli.run_summary import follow, summarise
 
     run_dir = tmp_path / "run"
     _write_journal(run_dir, [{"event": "run_started", "ts": 1.0e9, "pid": 1}])  # pid 1 started after 2001

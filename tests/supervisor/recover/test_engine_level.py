@@ -177,7 +177,7 @@ def test_a_probe_that_lists_no_processes_cannot_verify_and_does_not_wait(tmp_pat
 def test_status_links_each_incident_of_an_attempt_to_its_own_bundle(tmp_path: Path):
     """Several engine-level incidents in one attempt each have their bundle; status showed
     every one with the attempt's last (its report link and signature)."""
-    from hangwatch.cli.status import summarise
+    from hangwatch.cli.run_summary import summarise
 
     journal = Journal(tmp_path / "journal.jsonl", "run")
     journal.append("attempt_started", attempt=1, pid=10, env={})
@@ -288,7 +288,7 @@ def test_a_trainer_that_exits_once_its_retried_rollouts_came_back_was_recovered(
     (recovered,) = [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_recovered"]
     assert recovered["at_exit"] and recovered["step"] == 17 and recovered["onset_to_progress_s"] == 105.0 - 96.0
     assert recovered["engine"]["cudagraphs"] == "off" and not level.unrecovered(1)
-    from hangwatch.cli.status import _engine_restarts
+    from hangwatch.cli.run_summary import _engine_restarts
     (shown,) = _engine_restarts(read_journal(tmp_path / "journal.jsonl"))
     assert shown["recovered"] and shown["recovered_at_exit"]  # status: "its retried rollouts came back, then ..."
 

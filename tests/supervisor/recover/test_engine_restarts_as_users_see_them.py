@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch.cli.runreport import goodput
-from hangwatch.cli.status import _engine_restarts, render_status, summarise
+from hangwatch.cli.goodput import goodput
+from hangwatch.cli.run_summary import _engine_restarts, render_status, summarise
 from hangwatch.contract.capture import TreeProcess
 from hangwatch.contract.heartbeat import Heartbeat, beat, read_heartbeat
 from hangwatch.contract.journal import Journal, read_journal

@@ -1,4 +1,5 @@
-"""``hangwatch status``: what a run did (its journal) and what it is doing now (its status file).
+"""What a run did (its journal) and what it is doing now (its status file): the summary,
+its rendering and ``--follow`` of ``hangwatch status``, read by ``report`` and ``run --resume`` too.
 
 The journal is the record: attempts with their exit code or signal, incidents
 with their signature and report. ``status.json`` is the live view the

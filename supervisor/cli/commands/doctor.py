@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import pwd
 import stat
@@ -437,53 +436,6 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
             checks.append(_broken("versions", exc))
     checks.append(_guarded("run-dir", lambda: check_run_dir(args.run_dir)))
     return checks
-
-
-def parse_bytes(text: str) -> int:
-    units = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
-             "MIB": 1 << 20, "G": GIB, "GB": GIB, "GIB": GIB, "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}
-    raw = text.strip().upper()
-    number = raw.rstrip("BKMGTI")
-    unit = raw[len(number):]
-    try:
-        value = float(number)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size; write e.g. 16G, 15000000000 or 14.2GiB") from None
-    # not finite: inf, or 1e400 read as inf, has no int and must be refused here (argparse turns
-    # only ValueError and TypeError into a usage error; an OverflowError became a traceback).
-    if unit not in units or not 0 < value < math.inf or value * units[unit] >= 1 << 63:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size; write e.g. 16G, 15000000000 or 14.2GiB")
-    return int(value * units[unit])
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
-    return value
-
-
-def add_doctor_parser(sub: Any) -> None:
-    doctor = sub.add_parser(
-        "doctor", help="check this machine before a long run (py-spy, ptrace, NVML, cgroups, /dev/shm, versions)",
-        description="Check what a multi-day run needs, in a few seconds, before it starts: one line per "
-                    "check (ok, warn or fail) with the fix.",
-        epilog="exit status: 0 nothing failed (warnings allowed), 1 a check failed, 2 bad arguments",
-    )
-    doctor.add_argument("--model-bytes", type=parse_bytes, metavar="N",
-                        help="size of the trained weights (e.g. 16G) to check /dev/shm against")
-    doctor.add_argument("--ranks", type=_positive_int, default=1, metavar="N",
-                        help="trainer processes per node that each stage their weights (default 1)")
-    doctor.add_argument("--run-dir", type=Path, default=Path("hangwatch-runs"), metavar="DIR",
-                        help="where runs will be written (default ./hangwatch-runs)")
-    doctor.add_argument("--shm", default="/dev/shm", metavar="DIR", help="weight staging directory (default /dev/shm)")
-    doctor.add_argument("--python", metavar="PATH",
-                        help="the trainer's Python: check its TRL/vLLM/transformers (default: this interpreter)")
-    doctor.add_argument("--json", action="store_true", help="machine-readable output")
-    doctor.set_defaults(func=cmd_doctor)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
