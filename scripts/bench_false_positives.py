@@ -47,7 +47,7 @@ def _load_corpus():
     name = "hangwatch_fp_corpus"
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("fp_corpus.py"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "supervisor" / "decide" / "fp_corpus.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)

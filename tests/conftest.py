@@ -14,6 +14,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+# The fault-injection fixtures (faults, hw_faulty), for the tests beside each module they attack.
+pytest_plugins = ["fault_injection"]
+
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_TRAINER = ROOT / "tests" / "fixtures" / "fake_trainer.py"
 

@@ -7,3 +7,8 @@ CONFIG = ToyConfig()
 
 def fake_kwargs(**extra):
     return {"fake_model_config": CONFIG.to_json(), "enable_sleep_mode": True, **extra}
+
+
+def named(model):
+    """A model's parameters as (name, tensor) pairs, as the generator stages them."""
+    return [(n, p.detach()) for n, p in model.named_parameters()]

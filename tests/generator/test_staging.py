@@ -8,9 +8,12 @@ import sys
 
 import pytest
 import torch
+from safetensors import safe_open
 
 from hangwatch.generator.fingerprint import build_manifest
-from hangwatch.generator.staging import StagedReader, Stager, sweep_orphans
+from hangwatch.generator.staging import StagedReader, Stager, stage, sweep_orphans
+
+from gen_helpers import named
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -83,3 +86,17 @@ def test_runtime_dirs_of_dead_owners_are_swept(tmp_path):
     (keep / "something-else").write_text("")  # not ours to delete: the directory stays
     assert sweep_runtime_dirs(base=str(tmp_path)) == [stale.name]
     assert live.exists() and keep.exists() and not stale.exists()
+
+
+def test_staged_file_is_standard_safetensors(tmp_path, trainer):
+    model, _ = trainer
+    staged = stage(named(model), str(tmp_path))
+    assert staged.path.endswith(".safetensors") and staged.nbytes > 0
+    with safe_open(staged.path, "pt") as f:
+        for name, tensor in named(model):
+            assert torch.equal(f.get_tensor(name), tensor)
+    with StagedReader(staged.path) as reader:
+        assert dict((n, t.clone()) for n, t in reader.items()).keys() == dict(named(model)).keys()
+    bf16 = stage([("w", torch.randn(3, 4).bfloat16()), ("e", torch.empty(0))], str(tmp_path))
+    with safe_open(bf16.path, "pt") as f:
+        assert f.get_tensor("w").dtype == torch.bfloat16

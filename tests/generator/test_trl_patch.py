@@ -1,11 +1,16 @@
+import importlib.util
 import json
 import logging
+import os
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
 from hangwatch.generator.trl_patch import TRL_VLLM_MODULE, apply_rollout_policy, patched_rollout_engine
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "scripts" / "trl_grpo_example.py"
 
 EXTRA = {"compilation_config": {"cudagraph_mode": "NONE"}}
 
@@ -171,3 +176,65 @@ def test_the_hf_callback_carries_what_the_engine_applied(monkeypatch):
     core = HangwatchCallbackCore(env={"HANGWATCH_CUDAGRAPHS": "0"}, beat_fn=lambda **kw: beats.append(kw))
     core.on_train_begin(types.SimpleNamespace(), types.SimpleNamespace(global_step=0), None)
     assert beats[-1]["applied_cudagraph_mode"] == "NONE" and beats[-1]["cudagraphs"] == "off"
+
+
+# -- the rollout-engine policy at TRL's real colocate LLM(...) call ------------------------------
+
+
+def _load_example():
+    spec = importlib.util.spec_from_file_location("trl_grpo_example", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def tiny_trl_parts():
+    from accelerate import Accelerator
+
+    example = _load_example()
+    tokenizer = example.build_tokenizer()
+    model = example.build_model(tokenizer, 0)
+    return example, model, tokenizer, Accelerator(cpu=True)
+
+
+@pytest.mark.timeout(300)  # a tiny model built once for the module, from the example
+def test_policy_reaches_trls_real_colocate_llm_call(tiny_trl_parts, monkeypatch):
+    import trl
+    import trl.generation.vllm_generation as vg
+
+    example, model, tokenizer, accelerator = tiny_trl_parts
+    assert trl.__version__ == "1.16.0", "re-check the LLM(...) call site and docs/trl.md for a new TRL"
+    had_llm = hasattr(vg, "LLM")
+    is_available = vg.is_vllm_available
+    monkeypatch.delenv("RANK", raising=False)
+
+    on = example.record_trl_llm_kwargs(model, tokenizer, accelerator, env={"HANGWATCH_CUDAGRAPHS": "1"})
+    off = example.record_trl_llm_kwargs(model, tokenizer, accelerator, env={"HANGWATCH_CUDAGRAPHS": "0"})
+    eager = example.record_trl_llm_kwargs(model, tokenizer, accelerator,
+                                          env={"HANGWATCH_CUDAGRAPHS": "0", "HANGWATCH_ENFORCE_EAGER": "1"})
+
+    assert "compilation_config" not in on and "enforce_eager" not in on
+    assert off["compilation_config"] == {"cudagraph_mode": "NONE"} and "enforce_eager" not in off
+    assert eager["enforce_eager"] is True and "compilation_config" not in eager
+    # TRL's own arguments are all still there, unchanged
+    for kwargs in (on, off, eager):
+        assert kwargs["distributed_executor_backend"] == "external_launcher"
+        assert kwargs["max_num_batched_tokens"] == 4096 and kwargs["gpu_memory_utilization"] == 0.3
+    # the module is restored: no LLM binding (vLLM is not installed), the real availability check
+    assert hasattr(vg, "LLM") == had_llm and vg.is_vllm_available is is_available
+    assert "RANK" not in os.environ
+
+
+@pytest.mark.timeout(300)  # a tiny model built once for the module, from the example
+def test_trls_explicit_arguments_win(tiny_trl_parts):
+    example, model, tokenizer, accelerator = tiny_trl_parts
+    kwargs = example.record_trl_llm_kwargs(
+        model, tokenizer, accelerator,
+        extra_kwargs={"compilation_config": {"cudagraph_mode": "NONE"}, "max_num_batched_tokens": 1,
+                      "distributed_executor_backend": "mp"},
+    )
+    assert kwargs["compilation_config"] == {"cudagraph_mode": "NONE"}
+    assert kwargs["max_num_batched_tokens"] == 4096
+    assert kwargs["distributed_executor_backend"] == "external_launcher"

@@ -21,13 +21,9 @@ from hangwatch.generator.errors import WeightMismatch, WorkerError, WorkerTimeou
 from hangwatch.generator.process import WorkerProcess
 from hangwatch.generator.staging import stage
 
-from gen_helpers import fake_kwargs
+from gen_helpers import fake_kwargs, named
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def named(model):
-    return [(n, p.detach()) for n, p in model.named_parameters()]
 
 
 @pytest.fixture
@@ -231,7 +227,7 @@ def test_wedge_detected_killed_then_trainer_restored(trainer, tmp_path, monkeypa
 def test_no_wedge_with_graphs_off(trainer, tmp_path):
     """Through the worker process with the policy hangwatch applies first (graphs off); the engine
     kwargs reach the engine as given, and both ways of turning graphs off (enforce_eager too) are
-    checked on the engine itself: test_engine_units.py::test_an_armed_wedge_never_fires_with_graphs_off."""
+    checked on the engine itself: engines/test_fake_engine.py::test_an_armed_wedge_never_fires_with_graphs_off."""
     model, opt = trainer
     off = {"compilation_config": {"cudagraph_mode": "NONE"}}
     with ColocatedGenerator(model, opt, engine_kwargs=fake_kwargs(fake_wedge_on_generate=1, **off),

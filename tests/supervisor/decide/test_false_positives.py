@@ -1,4 +1,4 @@
-"""The false-positive corpus (scripts/fp_corpus.py), replayed in part on every test run.
+"""The false-positive corpus (tests/supervisor/decide/fp_corpus.py), replayed in part on every test run.
 
 The full corpus (>= 1,000 run-hours) is ``scripts/bench_false_positives.py``; here a
 72 run-hour subset with ~75 injected wedges and ~25 busy hangs must give zero false
@@ -26,9 +26,10 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def _load_corpus_module():
-    # scripts/ is not a package; load the generator by path (registered in sys.modules
+    # Load the generator by path, wherever this test sits (registered in sys.modules
     # because dataclasses look their module up there).
-    path = Path(__file__).resolve().parents[3] / "scripts" / "fp_corpus.py"
+    root = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
+    path = root / "tests" / "supervisor" / "decide" / "fp_corpus.py"
     name = "hangwatch_fp_corpus"
     if name in sys.modules:
         return sys.modules[name]

@@ -1,5 +1,10 @@
 """A false-positive corpus for the stall detector: healthy runs that fool watchdogs, and wedged copies.
 
+This module is test data: a table of scenarios and the generator that turns them into sample
+streams (over the size limits for library modules, as a data table may be). It lives beside the
+detector's tests; test_false_positives.py replays a part of it on every test run and
+scripts/bench_false_positives.py the whole of it, both loading it by path.
+
 Each run is a deterministic, compact plan (a topology and a list of segments, a few
 hundred per run-hour at most) from which ``Sample`` objects are produced lazily at a
 1 s interval, the way the supervisor's sampler would record them. The segments are the

@@ -1,4 +1,7 @@
-"""Helpers for the fault-injection suite (see docs/reliability.md).
+"""Helpers and fixtures for the fault-injection tests (see docs/reliability.md), which sit beside
+the module each attacks: tests/diagnostics/test_capture_faults.py,
+tests/supervisor/decide/test_checkpoint_faults.py, tests/supervisor/contain/test_tree_faults.py.
+tests/conftest.py loads it as a plugin: its fixtures ``faults`` and ``hw_faulty`` serve every test.
 
 Every case checks the same invariants on top of its own: the journal is complete and
 valid, and no checkpoint was touched. The ``hw`` fixture (tests/conftest.py) already
@@ -16,7 +19,7 @@ import pytest
 from run_checks import check_journal, snapshot
 from waiting import wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 DIAG_FIXTURES = ROOT / "tests" / "diagnostics" / "fixtures"
 FAULTY = FIXTURES / "hangwatch_faulty.py"

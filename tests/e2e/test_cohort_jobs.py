@@ -1,6 +1,7 @@
 """Real multi-node jobs on one machine: N `hangwatch run --cohort` supervisors, each wrapping
 `torchrun --rdzv-backend c10d` with a CPU rank on gloo, a shared checkpoint dir and a
-simulated GPU file per node.
+simulated GPU file per node; and a job stopped by a lost node, resumed on every node (real
+supervisors, each with its real store helper, around a small trainer).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+from hangwatch.contract.exitcodes import EXIT_COHORT
+from hangwatch.contract.journal import read_journal
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINER = ROOT / "tests" / "fixtures" / "cohort_trainer.py"
@@ -286,6 +290,81 @@ def test_a_cohort_node_resumed_alone_is_refused_not_run_as_a_single_node(tmp_pat
         assert "--resume is not supported for a multi-node cohort (this run was node 1 of 2)" in resumed.stderr
         assert journal.read_text().count('"attempt_started"') == 1, "nothing was launched"
         assert procs[0].wait(timeout=40) == 75, "node 0 lost node 1 (the job is restarted as a whole)"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
+
+
+# Attempt 1 saves checkpoint-2 and trains on; an attempt given a checkpoint finishes.
+_TRAINER = """
+import os, pathlib, sys, time
+ckpt = pathlib.Path(sys.argv[1])
+if os.environ.get("HANGWATCH_RESUME_FROM"):
+    sys.exit(0)
+if os.environ["NODE"] == "0":
+    (ckpt / "checkpoint-2").mkdir(parents=True, exist_ok=True)
+    (ckpt / "checkpoint-2" / "trainer_state.json").write_text('{"global_step": 2}')
+time.sleep(120)
+"""
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_a_job_stopped_by_a_lost_node_is_resumed_on_every_node_from_its_checkpoint(tmp_path):
+    """Node 1's supervisor SIGKILLed: node 0 stops with 75 as documented, "restart the job". Its
+    run was refused by --resume ("already finished") and node 1's ("not supported for a
+    multi-node cohort"), so the job could only start over as a new run, from step 0. Resumed on
+    both nodes with their cohort options, both go on as attempt 2 from checkpoint-2 and finish."""
+    ckpt = tmp_path / "ckpt"
+    port = _free_port()
+
+    def cohort(rank):
+        return ["--cohort", f"127.0.0.1:{port}", "--node-rank", str(rank), "--nnodes", "2", "--lease-timeout", "3"]
+
+    def start(rank, argv):
+        env = dict(os.environ, NODE=str(rank))
+        env.pop("HANGWATCH_CONFIG", None)
+        return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+
+    procs = [start(rank, [HANGWATCH, "run", "--quiet", "--run-dir", str(tmp_path / f"run{rank}"), "--gpu-probe", "none",
+                          "--checkpoint-dir", str(ckpt), *cohort(rank), "--", sys.executable, "-c", _TRAINER,
+                          str(ckpt)]) for rank in (0, 1)]
+    try:
+        journal1 = tmp_path / "run1" / "journal.jsonl"
+        _wait_for(lambda: (ckpt / "checkpoint-2" / "trainer_state.json").exists() and journal1.exists()
+                  and "attempt_started" in journal1.read_text(), 60, "both nodes training")
+        os.kill(procs[1].pid, signal.SIGKILL)
+        procs[1].wait(timeout=10)
+        assert procs[0].wait(timeout=60) == EXIT_COHORT, procs[0].stderr.read()
+        swapped = subprocess.run([HANGWATCH, "run", "--quiet", "--resume", str(tmp_path / "run0"), *cohort(1)],
+                                 capture_output=True, text=True, timeout=60)
+        assert swapped.returncode == 2 and "this run was node 0 of 2" in swapped.stderr, swapped.stderr
+        procs = [start(rank, [HANGWATCH, "run", "--quiet", "--resume", str(tmp_path / f"run{rank}"), *cohort(rank)])
+                 for rank in (0, 1)]
+        outs = [p.communicate(timeout=90) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
+        for rank in (0, 1):
+            records = read_journal(tmp_path / f"run{rank}" / "journal.jsonl")
+            starts = [r for r in records if r["event"] == "attempt_started"]
+            assert [s["attempt"] for s in starts] == [1, 2]
+            assert starts[1]["resume_from"] == str(ckpt / "checkpoint-2")
+            agreed = next(r for r in records if r["event"] == "cohort_agreed")
+            assert agreed["resumed"] and agreed["checkpoint_step"] == 2
+            assert records[-1]["event"] == "run_finished" and records[-1]["outcome"] == "success"
+        status = json.loads(subprocess.run([HANGWATCH, "status", "--json", str(tmp_path / "run0")],
+                                           capture_output=True, text=True, timeout=30).stdout)
+        assert status["finished"]["exit_code"] == 0
     finally:
         for p in procs:
             if p.poll() is None:

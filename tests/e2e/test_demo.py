@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from run_checks import check_journal
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
