@@ -440,17 +440,17 @@ def test_no_containment_claimed_below_a_cgroup_another_user_controls() -> None:
     why, ``cgroup`` is an error."""
     from hangwatch.supervisor.contain import cgroup
 
-    delegated = cgroup.base_dir() / f"hw-round3-{os.getpid()}"
+    delegated = cgroup.base_dir() / f"hw-delegated-{os.getpid()}"
     delegated.mkdir()
     try:
         for path in (delegated, delegated / "cgroup.procs", delegated / "cgroup.subtree_control"):
             os.chown(path, 65534, 65534)  # what systemd's delegation does for a user's subtree
-        containment, why = cgroup.detect("auto", "round3", base=delegated)
+        containment, why = cgroup.detect("auto", "delegated", base=delegated)
         if containment is not None:
             containment.close()
         assert containment is None and "uid 65534" in (why or "")
         with pytest.raises(cgroup.CgroupError, match="controlled by uid 65534"):
-            cgroup.detect("cgroup", "round3", base=delegated)
+            cgroup.detect("cgroup", "delegated", base=delegated)
         from hangwatch.cli.commands.doctor import check_cgroup
 
         assert check_cgroup(delegated).status == "warn"  # doctor judges it as run does

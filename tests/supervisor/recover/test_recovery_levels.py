@@ -3,7 +3,7 @@
 The toy trainer drives the fake engine in its isolated worker, as the demo does; at
 step 3 the engine wedges in a function named like vLLM's cuda-graph replay while graphs
 are on. Level 1 itself (trainer pid unchanged, no checkpoint reloaded, training completes)
-is the demo's test (tests/test_demo.py), and so is ``--recovery job`` (the demo's other
+is the demo's test (tests/e2e/test_demo.py), and so is ``--recovery job`` (the demo's other
 mode); here: the other escalations to level 2, and the pure decision behind them.
 """
 
