@@ -36,7 +36,7 @@ from hangwatch.contract.journal import Journal, read_journal
 from hangwatch.contract.redact import redact_argv, redact_value
 from hangwatch.contract.samples import Sample
 from hangwatch.contract.verdict import Verdict, VerdictKind, classify_exit, stopped
-from hangwatch.supervisor.decide.attempt import (CAPTURE_SLACK_S, AttemptLifecycle, AttemptState, RecoveryLevel, RunState,
+from hangwatch.supervisor.decide.attempt import (CAPTURE_SLACK_S, AttemptLifecycle, AttemptState, RecoveryLevel, RecoverySituation, RunState,
                                           attempt_argv, attempt_environment, engine_detect_within, escalate,
                                           recovery_level)
 from hangwatch.supervisor.recover.fallback_capture import SamplesOnlyCapture
@@ -322,12 +322,12 @@ class Supervisor:
                     verdict = dataclasses.replace(verdict, kind=VerdictKind.STALL,
                                                   reason=f"engine wedge not recovered at the engine level: {verdict.reason}")
                 break
-            level = recovery_level(
+            level = recovery_level(RecoverySituation(
                 verdict.kind, mode=self.config.recovery, phase=verdict.phase, tree=self.tree.describe(),
                 trainer_pgid=trainer.pid, last_engine_restart=self.engine_level.last_restart, now=self.clock(),
                 retry_window=self.config.engine_retry_window, in_cohort=self.cohort is not None,
                 evidence=verdict.evidence, window=verdict.window, engines_beat=self._engines_beat,
-                retry_pending=retrying, same_wedge=same_wedge)
+                retry_pending=retrying, same_wedge=same_wedge))
             # With the policy this incident decided: a --resume after it must keep it.
             self.journal.append("recovery", attempt=st.attempt, level=level.level,
                                 scope="engine" if level.level == 1 else "job", reason=level.reason,
