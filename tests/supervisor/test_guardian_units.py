@@ -8,7 +8,7 @@ import time
 import psutil
 import pytest
 
-from hangwatch.supervisor.contain.guardian import _carries
+from hangwatch.supervisor.contain.guardian_process import _carries
 
 pytestmark = pytest.mark.timeout(30)
 

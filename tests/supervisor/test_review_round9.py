@@ -97,7 +97,7 @@ def test_the_guardians_session_sweep_never_takes_a_session_whose_leader_pid_was_
 
     import psutil
 
-    from hangwatch.supervisor.contain import guardian
+    from hangwatch.supervisor.contain import guardian_process as guardian
 
     gone = subprocess.Popen(["true"])
     found = psutil.Process(gone.pid)  # found while it lived
