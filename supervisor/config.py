@@ -275,13 +275,57 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
 
     ``explicit``: the settings the user gave (command line or file), as opposed
     to defaults; an option that would be silently ignored is refused only then.
+    The checks run in this order (the first problem found is the one reported).
     """
     v = dict(values)
+    _check_command(command)
+    _check_numbers(v)
+    _check_checkpoint_names(v)
+    _check_values(v)
+    checkpoint = _checkpoint_spec(v)
+    if v["resume_arg"] and "{checkpoint}" not in v["resume_arg"]:
+        raise ConfigError(
+            f"--resume-arg {v['resume_arg']!r} must contain {{checkpoint}}, e.g. '--resume_from_checkpoint={{checkpoint}}'"
+        )
+    _refuse_contradictions(v, explicit)
+    detector = _detector_config(v)
+    return RunConfig(
+        command=tuple(command),
+        run_dir=Path(v["run_dir"]).expanduser().resolve() if v["run_dir"] else default_run_dir(),
+        detector=detector,
+        kill=KillConfig(
+            grace=v["grace"], kill_timeout=v["kill_timeout"], gpu_release_timeout=v["gpu_release_timeout"]
+        ),
+        restart=_restart_policy(v, checkpoint),
+        checkpoint=checkpoint,
+        resume_arg=v["resume_arg"],
+        gpu_probe=v["gpu_probe"],
+        capture_timeout=v["capture_timeout"],
+        cudagraphs_after_stall=v["cudagraphs_after_stall"],
+        eager_escalation=v["eager_escalation"],
+        recovery=v.get("recovery", "auto"),
+        engine_retry_window=float(v.get("engine_retry_window", 1800.0)),
+        echo=not v["quiet"],
+        log_max_bytes=v["log_max_bytes"],
+        keep_incidents=v["keep_incidents"],
+        min_free_mb=v["min_free_mb"],
+        containment=v.get("containment", "auto"),  # .get: runs saved before the option resume too
+        prewarm_launcher=bool(v.get("prewarm_launcher", False)),
+        prewarm_import=_prewarm_imports(v.get("prewarm_import")),
+    )
+
+
+def _check_command(command: list[str]) -> None:
+    """Something to run, and a program to run it with."""
     if not command:
         raise ConfigError("no command to supervise: put it after --, e.g. hangwatch run -- python train.py")
     if not command[0].strip():
         raise ConfigError(f"the command's program is empty ({command[0]!r} right after --): give the program to run, "
                           "e.g. hangwatch run -- python train.py")
+
+
+def _check_numbers(v: Mapping[str, Any]) -> None:
+    """Finite, at most a week of seconds, an interval the supervisor can keep."""
     for name, (kind, _default) in SETTINGS.items():
         # inf and nan pass every "> 0" test but break every deadline computed from them.
         if kind is float and v.get(name) is not None and not math.isfinite(v[name]):
@@ -293,7 +337,10 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
     if v.get("interval") is not None and 0 < v["interval"] < MIN_INTERVAL:
         raise ConfigError(f"--interval {v['interval']:g} is under {MIN_INTERVAL:g} s: the supervisor would spin a CPU "
                           "sampling; give at least that (the default is 1)")
-    _check_checkpoint_names(v)
+
+
+def _check_values(v: Mapping[str, Any]) -> None:
+    """The choices and the bounds of each setting on its own."""
     if v.get("containment", "auto") not in ("auto", "cgroup", "tree"):
         raise ConfigError(f"--containment must be auto, cgroup or tree, got {v['containment']!r}")
     if v["on_crash"] not in ("restart", "stop"):
@@ -322,6 +369,10 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
         raise ConfigError(f"--capture-timeout must be positive, got {v['capture_timeout']!r}")
     if v["backoff"] < 0 or v["backoff_max"] < 0:
         raise ConfigError("--backoff and --backoff-max must be >= 0 seconds")
+
+
+def _checkpoint_spec(v: Mapping[str, Any]) -> CheckpointSpec | None:
+    """``--checkpoint-dir`` (resolved, and its parent must exist) with its glob and marker."""
     checkpoint = None
     if v["checkpoint_dir"]:
         directory = Path(v["checkpoint_dir"]).expanduser().resolve()
@@ -333,13 +384,13 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
                 "create it or fix the path"
             )
         checkpoint = CheckpointSpec(directory, v["checkpoint_glob"], v["checkpoint_marker"])
-    if v["resume_arg"] and "{checkpoint}" not in v["resume_arg"]:
-        raise ConfigError(
-            f"--resume-arg {v['resume_arg']!r} must contain {{checkpoint}}, e.g. '--resume_from_checkpoint={{checkpoint}}'"
-        )
-    _refuse_contradictions(v, explicit)
+    return checkpoint
+
+
+def _detector_config(v: Mapping[str, Any]) -> DetectorConfig:
+    """The detector's thresholds (``decide.detector``)."""
     progress = v["progress_timeout"]
-    detector = DetectorConfig(
+    return DetectorConfig(
         interval=v["interval"],
         gpu_busy_pct=v["gpu_busy"],
         cpu_idle_pct=v["cpu_idle"],
@@ -353,38 +404,19 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
         # None: a quarter of the engine step timeout; 0: off (.get: runs saved before it resume too)
         engine_wedge_window=v.get("engine_wedge_window"),
     )
-    return RunConfig(
-        command=tuple(command),
-        run_dir=Path(v["run_dir"]).expanduser().resolve() if v["run_dir"] else default_run_dir(),
-        detector=detector,
-        kill=KillConfig(
-            grace=v["grace"], kill_timeout=v["kill_timeout"], gpu_release_timeout=v["gpu_release_timeout"]
-        ),
-        restart=RestartPolicy(
-            max_restarts=v["max_restarts"],
-            max_restarts_per_hour=v["max_restarts_per_hour"],
-            # Progress is measured in checkpoints; without a checkpoint dir it is unknowable.
-            no_progress_limit=v["no_progress_restarts"] if checkpoint else 0,
-            on_crash=v["on_crash"],
-            backoff_initial=v["backoff"],
-            backoff_max=v["backoff_max"],
-            backoff_jitter=v["backoff"],
-        ),
-        checkpoint=checkpoint,
-        resume_arg=v["resume_arg"],
-        gpu_probe=v["gpu_probe"],
-        capture_timeout=v["capture_timeout"],
-        cudagraphs_after_stall=v["cudagraphs_after_stall"],
-        eager_escalation=v["eager_escalation"],
-        recovery=v.get("recovery", "auto"),
-        engine_retry_window=float(v.get("engine_retry_window", 1800.0)),
-        echo=not v["quiet"],
-        log_max_bytes=v["log_max_bytes"],
-        keep_incidents=v["keep_incidents"],
-        min_free_mb=v["min_free_mb"],
-        containment=v.get("containment", "auto"),  # .get: runs saved before the option resume too
-        prewarm_launcher=bool(v.get("prewarm_launcher", False)),
-        prewarm_import=_prewarm_imports(v.get("prewarm_import")),
+
+
+def _restart_policy(v: Mapping[str, Any], checkpoint: CheckpointSpec | None) -> RestartPolicy:
+    """When to restart, how often, after how long (``decide.restart``)."""
+    return RestartPolicy(
+        max_restarts=v["max_restarts"],
+        max_restarts_per_hour=v["max_restarts_per_hour"],
+        # Progress is measured in checkpoints; without a checkpoint dir it is unknowable.
+        no_progress_limit=v["no_progress_restarts"] if checkpoint else 0,
+        on_crash=v["on_crash"],
+        backoff_initial=v["backoff"],
+        backoff_max=v["backoff_max"],
+        backoff_jitter=v["backoff"],
     )
 
 

@@ -8,6 +8,11 @@ CAPTURING, KILLING, RELEASING, ENDED)::
       crash / done / stop: kill what the trainer left behind
     -> attempt_ended -> restart policy -> backoff -> next attempt, or finish
 
+The runner sequences attempts: it launches, watches (the ``Detector`` on every
+sample) and ends them; what happens between a verdict and a killed tree (the
+incident, its evidence, the recovery level, a level-1 engine restart, the kill
+and the GPU release) is the incident path, ``recover/incident.py``.
+
 Every decision goes to the journal before it is acted on where that matters
 (the incident before the kill), after it otherwise. The decisions themselves
 are pure (``Detector``, ``attempt.escalate``, ``attempt.attempt_environment``,
@@ -21,41 +26,39 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import structlog
 
-from hangwatch.contract.capture import CaptureHook, CaptureRequest
+from hangwatch.contract.capture import CaptureHook
 from hangwatch.contract.exitcodes import EXIT_CHECKPOINTS, EXIT_COHORT, EXIT_UNKILLABLE
-from hangwatch.contract.heartbeat import read_heartbeat
 from hangwatch.contract.journal import Journal, read_journal
 from hangwatch.contract.redact import redact_argv, redact_value
-from hangwatch.contract.samples import Sample
 from hangwatch.contract.verdict import Verdict, VerdictKind, classify_exit, stopped
-from hangwatch.supervisor.decide.attempt import (CAPTURE_SLACK_S, AttemptLifecycle, AttemptState, RecoveryLevel, RunState,
-                                          attempt_argv, attempt_environment, engine_detect_within, escalate,
-                                          recovery_level)
-from hangwatch.supervisor.recover.fallback_capture import SamplesOnlyCapture
-from hangwatch.supervisor.decide.checkpoints import (CheckpointsUnreadable, complete_at, complete_steps,
-                                                newest_complete)
+from hangwatch.contract.samples import Sample
+from hangwatch.supervisor.cohort.link import CohortLink
 from hangwatch.supervisor.cohort.agreement import REPORTED_STEPS
 from hangwatch.supervisor.cohort.node import Cohort
-from hangwatch.supervisor.cohort.link import CohortLink
 from hangwatch.supervisor.config import RunConfig
-from hangwatch.supervisor.decide.detector import Detector
-from hangwatch.supervisor.recover.engine_level import EngineLevel, engines_in_a_call, stuck_engine
-from hangwatch.supervisor.decide.gpu_release import gpu_released
 from hangwatch.supervisor.contain.killer import KillReport
+from hangwatch.supervisor.contain.tree_ops import LocalTree, Trainer, TreeOps
+from hangwatch.supervisor.decide.attempt import (AttemptLifecycle, AttemptState, RunState, attempt_argv,
+                                                 attempt_environment, engine_detect_within, escalate)
+from hangwatch.supervisor.decide.checkpoints import (CheckpointsUnreadable, complete_at, complete_steps,
+                                                     newest_complete)
+from hangwatch.supervisor.decide.detector import Detector
+from hangwatch.supervisor.decide.restart import AttemptOutcome, Decision
 from hangwatch.supervisor.operate.longrun import LOW_DISK_LOG_BYTES, DiskWatch, HeapTrim, RecordBudget, prune_incidents
 from hangwatch.supervisor.operate.observe import NullObserver, RunObserver, Tick
+from hangwatch.supervisor.recover.capture import BoundedCapture
+from hangwatch.supervisor.recover.engine_level import EngineLevel
+from hangwatch.supervisor.recover.incident import AttemptFiles, IncidentPath, IncidentSettings
 from hangwatch.supervisor.watch.probes import FileProbe, GpuProbe, NoProbe
-from hangwatch.supervisor.decide.restart import AttemptOutcome, Decision
 from hangwatch.supervisor.watch.sampler import SampleWindow
-from hangwatch.supervisor.contain.tree_ops import LocalTree, Trainer, TreeOps
 
 log = structlog.get_logger("hangwatch.run")
 
@@ -80,7 +83,6 @@ class Supervisor:
     ) -> None:
         self.config = config
         self.probe = probe
-        self.capture_hook = capture
         self.clock = clock
         self.sleep = sleep
         self.wall = wall
@@ -93,7 +95,10 @@ class Supervisor:
         self.tree = tree or LocalTree(self.run_dir, probe, echo=config.echo, clock=clock, sleep=sleep,
                                       log_limit=self._log_limit)
         self.lifecycle: AttemptLifecycle | None = None
-        self._early: _EarlyRound | None = None  # the early py-spy round of the building incident
+        # The incident's evidence, bounded by --capture-timeout, and its early round.
+        self.evidence_capture = BoundedCapture(capture, journal=lambda: self.journal, clock=clock,
+                                               sleep=lambda seconds: self.sleep(seconds), stopping=self._stopping,
+                                               timeout=config.capture_timeout)
         # Multi-node: the other nodes' supervisors (docs/multinode.md).
         self.cohort = CohortLink(cohort, lambda: self.journal) if cohort is not None else None
         # Level 1: engine-only recoveries (docs/generator.md).
@@ -108,6 +113,12 @@ class Supervisor:
             # taken for a first one and retried at the engine level again. (A time well in the
             # future is a clock that was wrong, or is: no window, not one that starts now.)
             self.engine_level.last_restart = clock() - max(0.0, ago)
+        # From a verdict to a killed tree or a restarted engine (recover/incident.py).
+        self.incidents = IncidentPath(
+            _incident_settings(config), run_dir=self.run_dir, state=self.state, tree=self.tree,
+            probe=lambda: self.probe, capture=self.evidence_capture, engine_level=self.engine_level,
+            journal=lambda: self.journal, clock=clock, wall=wall, pause=self._sleep, stopping=self._stopping,
+            enter=self._enter, retention=self._prune_incidents, cohort=self.cohort)
         self._beat_pids: set[int] = set()  # the processes that sent heartbeats, this attempt
         self._first_beat_seen = False  # this attempt's first_heartbeat is journaled
         self._engines_beat = False  # a rollout engine has beaten its steps in this attempt
@@ -117,6 +128,15 @@ class Supervisor:
         self._continued_at: float | None = None
         # Status file, metrics, alerts: told about phases and ticks here, journal records by the journal.
         self.observer: RunObserver = observer or NullObserver()
+
+    @property
+    def capture_hook(self) -> CaptureHook:
+        """The injected capture hook (it may be swapped before the run)."""
+        return self.evidence_capture.hook
+
+    @capture_hook.setter
+    def capture_hook(self, hook: CaptureHook) -> None:
+        self.evidence_capture.hook = hook
 
     # -- signals -----------------------------------------------------------
 
@@ -129,6 +149,9 @@ class Supervisor:
         """SIGCONT handler: we were stopped and continued (a suspended job). A stop inside
         our sleep shows as its overrun; this tells of one that landed inside a tick."""
         self._continued_at = self.clock()
+
+    def _stopping(self) -> bool:
+        return self._stop_signal is not None
 
     def _sleep(self, seconds: float, wake: Callable[[], bool] | None = None) -> bool:
         """Sleep in small steps; False if a stop was requested meanwhile, or ``wake`` said so
@@ -256,9 +279,34 @@ class Supervisor:
     # -- one attempt -----------------------------------------------------------
 
     def _attempt(self, resumed_run: bool) -> tuple[AttemptOutcome, int | None]:
+        """Launch, watch, answer each verdict (``IncidentPath``; a level-1 engine restart watches
+        the same trainer again), kill what is left, end the attempt; the exit code if the run ends."""
         st = self.state
         st.attempt += 1
         self.lifecycle = AttemptLifecycle(st.attempt)
+        launched = self._launch(resumed_run)
+        trainer = launched.trainer
+        evidence: Path | None = None
+        self._beat_pids = set()
+        self._first_beat_seen = False
+        self._engines_beat = False
+        while True:
+            verdict, samples, trainer_code = self._watch(trainer, launched.files.heartbeat)
+            answer = self.incidents.answer(verdict, samples, trainer, launched.files, evidence=evidence,
+                                           engines_beat=self._engines_beat)
+            verdict, evidence = answer.verdict, answer.evidence
+            if not answer.watch_again:
+                break
+        # The root is only a launcher (torchrun's agent) when others beat and it never did:
+        # once its workers are gone it is SIGKILLed without waiting out its own teardown.
+        launcher = trainer.pid if self._beat_pids and trainer.pid not in self._beat_pids else None
+        report, trainer_code = self.incidents.contain(verdict, trainer, launcher=launcher, trainer_code=trainer_code)
+        outcome, cohort_code = self._attempt_ended(launched, verdict, trainer_code, evidence)
+        return outcome, self._run_ends_after(outcome, verdict, report, trainer_code, cohort_code)
+
+    def _launch(self, resumed_run: bool) -> _Launched:
+        """The attempt's folder, checkpoint, environment and argv; the trainer started, and journaled."""
+        st = self.state
         attempt_dir = self.run_dir / "attempts" / f"attempt-{st.attempt:03d}"
         attempt_dir.parent.mkdir(exist_ok=True, mode=0o700)
         attempt_dir.mkdir(exist_ok=True, mode=0o700)
@@ -290,77 +338,17 @@ class Supervisor:
         log.info("attempt_started", message=(
             f"attempt {st.attempt}: pid {trainer.pid}, {st.policy.describe()}"
             + (f", resuming from {resume_from}" if resume_from else "")))
+        files = AttemptFiles(attempt_dir, Path(ours["HANGWATCH_HEARTBEAT"]), Path(ours["HANGWATCH_CONTROL"]))
+        return _Launched(trainer, files, started, start_step)
 
-        evidence: Path | None = None
-        self._beat_pids = set()
-        self._first_beat_seen = False
-        self._engines_beat = False
-        while True:
-            verdict, samples, trainer_code = self._watch(trainer, Path(ours["HANGWATCH_HEARTBEAT"]))
-            retrying = self.engine_level.unrecovered(st.attempt)
-            # Another rank's engine, stuck under the old policy since before the last engine restart
-            # (several ranks wedged at once): the same wedge, so the same policy and level 1 again.
-            same_wedge = verdict.kind is VerdictKind.STALL and \
-                self.engine_level.ran_old_policy(st.attempt, stuck_engine(verdict.evidence))
-            if verdict.kind.is_hang and not retrying:
-                # An engine restart whose retried rollouts came back, then the trainer's own threads hung
-                # in that step: the engine was recovered (journaled before this incident, which is its own).
-                self.engine_level.ended(st.attempt, read_heartbeat(ours["HANGWATCH_HEARTBEAT"]), self.clock(),
-                                        hang=True)
-            # The attempt's bundle: this verdict's, or an earlier engine-level incident's.
-            evidence = self._incident(verdict, samples, trainer, attempt_dir, escalate_policy=not same_wedge) or evidence
-            if not verdict.kind.is_hang:
-                # The beat it left may say the retry's rollouts came back: the engine was recovered
-                # (journaled), and a crash after it is the trainer's own.
-                self.engine_level.ended(st.attempt, read_heartbeat(ours["HANGWATCH_HEARTBEAT"]), self.clock())
-                retrying = self.engine_level.unrecovered(st.attempt)
-                if retrying and verdict.kind is VerdictKind.CRASH and self._stop_signal is None:
-                    # The batch's retry on the restarted engine failed and took the trainer down:
-                    # that is the engine wedge escalating to the job (level 2), not a crash of
-                    # the trainer's own for --on-crash to judge.
-                    self.engine_level.retry_failed(st.attempt, f"the retry after the engine restart failed "
-                                                               f"({verdict.reason})")
-                    verdict = dataclasses.replace(verdict, kind=VerdictKind.STALL,
-                                                  reason=f"engine wedge not recovered at the engine level: {verdict.reason}")
-                break
-            level = recovery_level(
-                verdict.kind, mode=self.config.recovery, phase=verdict.phase, tree=self.tree.describe(),
-                trainer_pgid=trainer.pid, last_engine_restart=self.engine_level.last_restart, now=self.clock(),
-                retry_window=self.config.engine_retry_window, in_cohort=self.cohort is not None,
-                evidence=verdict.evidence, window=verdict.window, engines_beat=self._engines_beat,
-                retry_pending=retrying, same_wedge=same_wedge)
-            # With the policy this incident decided: a --resume after it must keep it.
-            self.journal.append("recovery", attempt=st.attempt, level=level.level,
-                                scope="engine" if level.level == 1 else "job", reason=level.reason,
-                                cudagraphs="off" if st.policy.cudagraphs_off else "on",
-                                enforce_eager=st.policy.enforce_eager)
-            if retrying and level.level == 2:
-                # The retry hung before it moved the trainer on: that engine restart failed, as when
-                # the retry crashes (before, only the crash said so: status read 'the trainer lived on').
-                self.engine_level.retry_failed(st.attempt, f"the retry after the engine restart hung ({level.reason})")
-            in_flight = engines_in_a_call(samples[-1] if samples else None)
-            if level.level == 1 and self._restart_engine(level, verdict, Path(ours["HANGWATCH_CONTROL"]), evidence,
-                                                         in_flight):
-                continue  # the trainer lives on: watch it again, in the same attempt
-            if level.level == 2 and self.config.recovery == "auto" and verdict.kind is VerdictKind.STALL:
-                log.info("recovery_level", message=f"restarting the job, not the engine alone: {level.reason}")
-            break
-
-        self._enter(AttemptState.KILLING)
-        # The root is only a launcher (torchrun's agent) when others beat and it never did:
-        # once its workers are gone it is SIGKILLed without waiting out its own teardown.
-        launcher = trainer.pid if self._beat_pids and trainer.pid not in self._beat_pids else None
-        report = self._kill(reason=verdict.kind.value, launcher=launcher)
-        trainer.join_output(timeout=2.0)
-        if trainer_code is None:
-            trainer_code = self.tree.exit_code(trainer)
-        if report is not None and report.pids and not isinstance(self.probe, NoProbe):
-            self._enter(AttemptState.RELEASING)
-            self._wait_gpu_release(report)
-
+    def _attempt_ended(self, launched: _Launched, verdict: Verdict, trainer_code: int | None,
+                       evidence: Path | None) -> tuple[AttemptOutcome, int | None]:
+        """Agree with the cohort, keep the outcome for the restart policy, journal ``attempt_ended``;
+        the outcome, and the cohort's exit code if the job cannot go on."""
+        st = self.state
         cohort_code = self._cohort_agree(verdict) if self.cohort is not None else None
         end_step = self._newest_step()
-        outcome = AttemptOutcome(st.attempt, verdict.kind, self._policy_time(), start_step, end_step)
+        outcome = AttemptOutcome(st.attempt, verdict.kind, self._policy_time(), launched.start_step, end_step)
         st.history.append(outcome)
         self.journal.append(
             "attempt_ended",
@@ -369,12 +357,19 @@ class Supervisor:
             exit_code=trainer_code,
             signal=verdict.signal,
             reason=verdict.reason,
-            duration_s=round(self.clock() - started, 3),
-            start_step=start_step,
+            duration_s=round(self.clock() - launched.started, 3),
+            start_step=launched.start_step,
             end_step=end_step,
             evidence_path=str(evidence) if evidence else None,
         )
         self._enter(AttemptState.ENDED)
+        return outcome, cohort_code
+
+    def _run_ends_after(self, outcome: AttemptOutcome, verdict: Verdict, report: KillReport | None,
+                        trainer_code: int | None, cohort_code: int | None) -> int | None:
+        """The run's exit code when it cannot go on after this attempt (survivors of SIGKILL, a
+        stop, a cohort that cannot continue); None: the restart policy decides."""
+        st = self.state
         if report is not None and not report.confirmed:
             unkillable = Decision(False, f"{len(report.survivors)} process(es) survived SIGKILL", EXIT_UNKILLABLE)
             if self.cohort is not None and cohort_code is None:  # the other nodes stop with it, and say why
@@ -382,70 +377,23 @@ class Supervisor:
             self.journal.append("run_finished", outcome="gave_up", exit_code=unkillable.exit_code,
                                 reason=unkillable.reason, attempts=st.attempt)
             log.error("run_finished", message=f"processes survived SIGKILL; not restarting (exit {unkillable.exit_code})")
-            return outcome, unkillable.exit_code
+            return unkillable.exit_code
         if self._stop_signal is not None:
             # A hang's tree was killed by us: its status is our SIGKILL, not the trainer's answer to the stop.
-            return outcome, self._finish_interrupted(None if verdict.kind.is_hang else trainer_code)
+            return self._finish_interrupted(None if verdict.kind.is_hang else trainer_code)
         if cohort_code is not None:
             self.journal.append("run_finished", outcome="gave_up", exit_code=cohort_code,
                                 reason=f"multi-node cohort: {(self.cohort and self.cohort.why) or verdict.reason}",
                                 attempts=st.attempt)
             log.error("run_finished", message=f"giving up: the cohort cannot continue (exit {cohort_code})")
-            return outcome, cohort_code
-        return outcome, None
-
-    def _incident(self, verdict: Verdict, samples: list[Sample], trainer: Trainer, attempt_dir: Path, *,
-                  escalate_policy: bool = True) -> Path | None:
-        """Journal a hang verdict and capture its evidence (before anything is killed); the bundle."""
-        st = self.state
-        evidence = None
-        if self.cohort is not None:
-            self.cohort.incident(st.attempt, verdict)
-        if verdict.kind.is_hang and (self.cohort is None or self.cohort.wants_capture(verdict)):
-            self._enter(AttemptState.CAPTURING)
-            self.journal.append(
-                "incident",
-                attempt=st.attempt,
-                kind=verdict.kind.value,
-                onset=verdict.onset,
-                detected_at=verdict.detected_at,
-                onset_wall=self.wall() - (self.clock() - verdict.onset),
-                latency_s=round(verdict.detected_at - verdict.onset, 3),
-                reason=verdict.reason,
-                window=verdict.window,
-                evidence=dict(verdict.evidence),
-                phase=verdict.phase,
-                # Another rank's engine in the same wedge decides no policy: a --resume after a
-                # supervisor that died in its capture must not decide one for it (fold_journal).
-                **({} if escalate_policy else {"same_wedge": True}),
-            )
-            log.error("incident", message=f"{verdict.kind.value} in attempt {st.attempt}: {verdict.reason}")
-            evidence = self._capture(verdict, samples, trainer, attempt_dir)
-            self._prune_incidents()
-            if self.cohort is not None and verdict.kind is not VerdictKind.COHORT_LOST:
-                self.cohort.captured(st.attempt, self.config.capture_timeout)
-            if verdict.kind is VerdictKind.STALL:
-                st.stalls += 1
-            if escalate_policy:
-                st.policy = escalate(st.policy, verdict.kind, after_stall=self.config.cudagraphs_after_stall,
-                                     eager_escalation=self.config.eager_escalation)
-        return evidence
-
-    def _restart_engine(self, level: RecoveryLevel, verdict: Verdict, control: Path, evidence: Path | None,
-                        in_flight: frozenset[int]) -> bool:
-        """Level 1 (``engine_level``); True when the trainer lives on and is watched again."""
-        self._enter(AttemptState.RESTARTING_ENGINE)
-        if not self.engine_level.restart(self.state.attempt, self.state.policy, level, verdict, control, evidence,
-                                         in_flight=in_flight):
-            return False
-        self._enter(AttemptState.WATCHING)
-        return True
+            return cohort_code
+        return None
 
     def _watch(self, trainer: Trainer, heartbeat: Path) -> tuple[Verdict, list[Sample], int | None]:
         cfg = self.config.detector
         self.tree.watch(heartbeat)
         detector = Detector(cfg, start=self.clock())
-        self._early = None
+        self.evidence_capture.forget_early_round()
         # Memory-bounded whatever the interval (a plain deque of the window grew ~1 KB a tick for minutes).
         samples = SampleWindow(max(cfg.stall_window, cfg.progress_timeout or 0, 60 * cfg.interval) + 30 * cfg.interval)
         last_info: dict[str, Any] | None = None
@@ -500,7 +448,7 @@ class Supervisor:
                                     info=redact_value(last_info))
             verdict = detector.observe(sample)
             if verdict is None:
-                self._maybe_early_round(detector, sample.t)
+                self.evidence_capture.maybe_early_round(detector, sample.t, self.tree.describe)
             self.observer.tick(Tick(self.state.attempt, sample, detector.stall_onset, cfg.window_for(detector.phase)))
             if verdict is not None:
                 return verdict, samples.snapshot(), None
@@ -533,92 +481,6 @@ class Supervisor:
                 return code
             self.sleep(0.05)
         return None
-
-    # -- recovery steps ----------------------------------------------------------
-
-    def _capture(self, verdict: Verdict, samples: list[Sample], trainer: Trainer, attempt_dir: Path) -> Path | None:
-        timeout = self.config.capture_timeout
-        tree = self.tree.describe()
-        request = CaptureRequest(
-            run_dir=self.run_dir,
-            run_id=self.state.run_id,
-            attempt=self.state.attempt,
-            verdict=verdict,
-            samples=samples,
-            tree=tree,
-            log_paths={"stdout": trainer.stdout_path, "stderr": trainer.stderr_path, "attempt_dir": attempt_dir},
-            thresholds=self.config.detector.to_json(),
-            deadline=time.monotonic() + timeout,  # the hook's own clock: real time
-            gpu_probe=self.probe.name,
-            extra={**self._early_extra(verdict),
-                   **({"node_rank": self.cohort.node_rank} if self.cohort is not None else {})},
-        )
-        result: dict[str, Any] = {}
-
-        def work() -> None:
-            try:
-                result["path"] = self.capture_hook(request)
-            except Exception as exc:  # noqa: BLE001  (a failed capture must not stop recovery)
-                result["error"] = f"{type(exc).__name__}: {exc}"
-                try:
-                    # Keep at least the verdict and the samples that triggered it.
-                    result["path"] = SamplesOnlyCapture()(request)
-                except Exception as fallback_exc:  # noqa: BLE001
-                    result["error"] += f"; samples-only fallback failed too: {fallback_exc}"
-
-        started = self.clock()
-        thread = threading.Thread(target=work, name="capture", daemon=True)
-        thread.start()
-        # Small slack beyond the hook's own deadline for it to finish its rename.
-        hard_deadline = started + timeout + CAPTURE_SLACK_S
-        while thread.is_alive() and self.clock() < hard_deadline and self._stop_signal is None:
-            thread.join(timeout=0.05)
-            if thread.is_alive():
-                self.sleep(0)  # lets an injected clock move in tests; a no-op for the real one
-        duration = self.clock() - started
-        if thread.is_alive():
-            why = "interrupted by a signal" if self._stop_signal is not None else f"deadline of {timeout:.0f} s passed"
-            self.journal.append("capture", attempt=self.state.attempt, ok=False, abandoned=True,
-                                error=f"capture abandoned: {why}", duration_s=round(duration, 3))
-            log.warning("capture_abandoned", message=f"evidence capture abandoned ({why}); killing anyway")
-            return None
-        path = result.get("path")
-        self.journal.append("capture", attempt=self.state.attempt, ok="error" not in result,
-                            error=result.get("error"), evidence_path=str(path) if path else None,
-                            duration_s=round(duration, 3))
-        if path:
-            log.info("evidence_captured", message=f"evidence in {path} ({duration:.1f} s)")
-        return path
-
-    def _maybe_early_round(self, detector: Detector, t: float) -> None:
-        """Take the first evidence round while a verdict is building (from half its
-        window or timeout on), so that at the verdict the capture needs only the final
-        round. Only while the condition holds, once per incident (a new onset is a new
-        incident), in a daemon thread bounded by its own deadline: ticks go on.
-        Only when the injected capture hook offers ``early_round(tree, deadline)``."""
-        take = getattr(self.capture_hook, "early_round", None)
-        if take is None:
-            return
-        building = detector.building(t)
-        if building is None or building[2] < EARLY_ROUND_AT:
-            return
-        early = self._early
-        if early is not None and (early.t >= building[1] or early.thread.is_alive()):
-            return
-        budget = min(EARLY_ROUND_BUDGET_S, self.config.capture_timeout / 2)
-        self._early = _EarlyRound(take, self.tree.describe(), t, building[0], time.monotonic() + budget)
-
-    def _early_extra(self, verdict: Verdict) -> dict[str, Any]:
-        """The early round for the capture, if it belongs to this verdict (taken at or
-        after its onset) and finished; a round still running is waited for briefly."""
-        early = self._early
-        self._early = None
-        if early is None or early.t < verdict.onset:
-            return {}
-        early.thread.join(timeout=max(0.0, min(EARLY_ROUND_JOIN_S, early.deadline - time.monotonic())))
-        if early.thread.is_alive() or early.result is None:
-            return {}
-        return {"early_round": early.result, "early_round_rule": early.rule}
 
     # -- a run of days: disk space and retention (hangwatch.supervisor.operate.longrun) ------
 
@@ -657,48 +519,6 @@ class Supervisor:
                                 removed=removed)
             log.info("incidents_pruned", message=(
                 f"removed {len(removed)} old incident bundle(s) (--keep-incidents {self.config.keep_incidents})"))
-
-    def _kill(self, reason: str, launcher: int | None = None) -> KillReport | None:
-        report = self.tree.kill(grace=self.config.kill.grace, kill_timeout=self.config.kill.kill_timeout,
-                                launcher=launcher)
-        if report is None:
-            return None
-        self.journal.append("kill", attempt=self.state.attempt, reason=reason, **report.to_json())
-        log.info(
-            "tree_killed",
-            message=(
-                f"{len(report.pids)} process(es) killed in {report.duration_s:.1f} s"
-                + (f"; SIGKILL needed for {list(report.escalated)}" if report.escalated else "")
-                + ("" if report.confirmed else f"; SURVIVORS: {[s['pid'] for s in report.survivors]}")
-            ),
-        )
-        return report
-
-    def _wait_gpu_release(self, report: KillReport) -> None:
-        pids = set(report.pids)
-        threshold = self.config.kill.gpu_release_mib
-        started = self.clock()
-        deadline = started + self.config.kill.gpu_release_timeout
-        devices = None
-        while True:
-            devices = self.probe.sample()
-            if devices is not None and gpu_released(devices, pids, threshold):
-                released = True
-                break
-            if self.clock() >= deadline or not self._sleep(0.2):  # a stop: the run ends, nothing to wait for
-                released = False
-                break
-        waited = self.clock() - started
-        self.journal.append(
-            "gpu_released",
-            attempt=self.state.attempt,
-            released=released,
-            waited_s=round(waited, 3),
-            devices=[d.to_json() for d in devices] if devices else None,
-        )
-        if not released and self._stop_signal is None:
-            log.warning("gpu_not_released", message=(
-                f"GPU memory still held {waited:.0f} s after the kill (--gpu-release-timeout); restarting anyway"))
 
     # -- multi-node cohort -------------------------------------------------------
 
@@ -783,30 +603,22 @@ class Supervisor:
         return chosen.step if chosen else None
 
 
-# The early evidence round: from this fraction of the window (or timeout) on, bounded,
-# and waited for at the verdict at most this long (it normally finished long before).
-EARLY_ROUND_AT = 0.5
-EARLY_ROUND_BUDGET_S = 10.0
-EARLY_ROUND_JOIN_S = 2.0
+@dataclass(frozen=True)
+class _Launched:
+    """An attempt's trainer, its files, when it was launched, and the checkpoint step it resumed at."""
+
+    trainer: Trainer
+    files: AttemptFiles
+    started: float
+    start_step: int | None
 
 
-class _EarlyRound:
-    """One early round in flight: the hook's opaque result (or error) once done."""
-
-    def __init__(self, take: Callable[..., Any], tree: Any, t: float, rule: str, deadline: float) -> None:
-        self.t = t
-        self.rule = rule
-        self.deadline = deadline
-        self.result: Any = None
-        self.error: str | None = None
-        self.thread = threading.Thread(target=self._run, args=(take, tree, deadline), name="early-round", daemon=True)
-        self.thread.start()
-
-    def _run(self, take: Callable[..., Any], tree: Any, deadline: float) -> None:
-        try:
-            self.result = take(tree, deadline)
-        except Exception as exc:  # noqa: BLE001  (no early round: the capture takes its rounds itself)
-            self.error = f"{type(exc).__name__}: {exc}"
+def _incident_settings(config: RunConfig) -> IncidentSettings:
+    return IncidentSettings(
+        recovery=config.recovery, engine_retry_window=config.engine_retry_window,
+        cudagraphs_after_stall=config.cudagraphs_after_stall, eager_escalation=config.eager_escalation,
+        detector=config.detector, grace=config.kill.grace, kill_timeout=config.kill.kill_timeout,
+        gpu_release_mib=config.kill.gpu_release_mib, gpu_release_timeout=config.kill.gpu_release_timeout)
 
 
 def load_state(run_dir: Path) -> RunState:

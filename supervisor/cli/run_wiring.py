@@ -61,7 +61,7 @@ def resume_state(run_dir: Path, log: Any) -> tuple[Any, int | None]:
     from hangwatch.cli import rundir  # noqa: PLC0415
     from hangwatch.supervisor.runner import load_state  # noqa: PLC0415
     from hangwatch.contract.journal import read_journal  # noqa: PLC0415
-    from hangwatch.supervisor.contain.guardian import kill_left_behind, resume_marks  # noqa: PLC0415
+    from hangwatch.supervisor.contain.left_behind import kill_left_behind, resume_marks  # noqa: PLC0415
     from hangwatch.supervisor.contain.members_file import recorded  # noqa: PLC0415
 
     try:  # what escaped after the last tick, should the guardian have died too (an unreadable journal: below)

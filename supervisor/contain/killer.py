@@ -142,138 +142,39 @@ class TreeKiller:
         """Kill the tree; with ``pgids``, only the members in those process groups (an
         engine worker's group for an engine-level recovery: the rest of the tree lives on).
         ``launcher``: the root's pid when it is only a launcher (see the module docstring).
-        A ``grace`` of 0 sends SIGKILL first: nobody is given time to clean up."""
+        A ``grace`` of 0 sends SIGKILL first: nobody is given time to clean up.
+
+        The steps: the first signal (TERM), the grace (``_KillRun.wait_until``, adaptive), KILL
+        for what is left (``_KillRun.escalate``), the wait after it, reaping, the report."""
         start = self.clock()
         kill_timeout = max(kill_timeout, MIN_KILL_TIMEOUT_S)
         if grace <= 0:
             first_signal = signal.SIGKILL
-        known: dict[ProcKey, psutil.Process] = {}
-        described: dict[ProcKey, dict[str, Any]] = {}
-        signals: list[dict[str, Any]] = []
-        signalled: dict[ProcKey, int] = {}
-
-        leaders: dict[ProcKey, psutil.Process] = {}  # targets that lead a session of their own (``_of_groups``)
-
-        def refresh() -> None:
-            members = self.tree.members()
-            found = False
-            targets = members if pgids is None else _of_groups(
-                members, pgids, getattr(self.tree, "last_stats", None), leaders,
-                [p for k, p in known.items() if is_running(p, k)])
-            for proc in targets:
-                try:
-                    key = ProcKey.of(proc)
-                except (psutil.Error, OSError):
-                    continue
-                if key not in known:
-                    known[key] = proc
-                    described[key] = _describe(proc, key)
-                    found = True
-            if found and self.on_members is not None:
-                self.on_members(members)
-
-        def alive() -> list[ProcKey]:
-            return [k for k, p in known.items() if is_running(p, k)]
-
-        def send(sig: int, keys: list[ProcKey]) -> None:
-            fresh = [k for k in keys if signalled.get(k) != sig]
-            if not fresh:
-                return
-            ours = {k.pid for k in known}
-            # The group as it is now, not as recorded: a process that left its group
-            # (setsid in a SIGTERM handler) is not reached by the old group's killpg.
-            current = {k: _pgid(k.pid) for k in fresh}
-            for pgid in sorted({g for g in current.values() if g > 0}):
-                if _group_is_ours(pgid, ours):
-                    try:
-                        os.killpg(pgid, sig)
-                        signals.append(_sig_record(f"pgid {pgid}", sig, self.clock() - start))
-                        for k in fresh:
-                            if current[k] == pgid:
-                                signalled[k] = sig
-                    except ProcessLookupError:
-                        pass  # the whole group died between the check and the signal
-            for key in fresh:
-                # SIGKILL goes to every pid as well: it may have left the group between
-                # the look and the killpg, and it is never reported unkillable unsent.
-                covered = signalled.get(key) == sig
-                if covered and sig != signal.SIGKILL:
-                    continue
-                try:
-                    known[key].send_signal(sig)  # psutil re-verifies pid + create time
-                    if not covered:
-                        signals.append(_sig_record(f"pid {key.pid}", sig, self.clock() - start))
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
-                    pass  # gone already, or not ours after all: never retry by pid
-                signalled[key] = sig
-
-        quiet = self.quiet_s if self.quiet_s is not None and self.quiet_s < grace else None
-        still = _Stillness()
-        early_rule = "quiet"
-
-        def wait_until(deadline: float, sig: int, adaptive: bool = False) -> tuple[list[ProcKey], bool]:
-            nonlocal early_rule
-            while True:
-                self.reap()
-                refresh()
-                send(sig, alive())  # newcomers forked while we wait
-                remaining = alive()
-                if not remaining or self.clock() >= deadline:
-                    return remaining, False
-                if adaptive and quiet is not None and still.for_(self.clock(), remaining, known) >= quiet:
-                    return remaining, True
-                if adaptive and launcher is not None and len(known) > 1 and [k.pid for k in remaining] == [launcher]:
-                    early_rule = "launcher"
-                    return remaining, True
-                self.sleep(self.poll_s)
-
-        refresh()
-        send(first_signal, alive())
+        run = _KillRun(self, start, grace, pgids, launcher)
+        run.refresh()
+        run.send(first_signal, run.alive())
         escalated: list[int] = []
         if first_signal == signal.SIGKILL:
             rule, sigkill_after = "none", 0.0
-            self._kill_cgroup(pgids, signals, start)
-            remaining, _ = wait_until(start + kill_timeout, signal.SIGKILL)
+            self._kill_cgroup(pgids, run.signals, start)
+            remaining, _ = run.wait_until(start + kill_timeout, signal.SIGKILL)
         else:
-            remaining, early = wait_until(start + grace, first_signal, adaptive=True)
-            rule = early_rule if early else ("grace" if remaining else "exited")
+            remaining, early = run.wait_until(start + grace, first_signal, adaptive=True)
+            rule = run.early_rule if early else ("grace" if remaining else "exited")
             sigkill_after = self.clock() - start if remaining else None
-        if remaining and first_signal != signal.SIGKILL:
-            waited = self.clock() - start
-            for key in remaining:
-                d = described[key]
-                why = {"quiet": f"with no CPU and no exit for {quiet or 0:g} s (wedged)",
-                       "launcher": "after every other process was gone (a launcher)"}.get(rule, "for the full grace")
-                log.warning(
-                    "ignored_sigterm",
-                    message=(
-                        f"{d['name']} (pid {key.pid}, pgid {d['pgid']}) ignored "
-                        f"{signal.Signals(first_signal).name} {why}, {waited:.1f} s; sending SIGKILL"
-                    ),
-                )
-                escalated.append(key.pid)
-            self._kill_cgroup(pgids, signals, start)
-            send(signal.SIGKILL, remaining)
-            remaining, _ = wait_until(self.clock() + kill_timeout, signal.SIGKILL)
+            if remaining:
+                escalated = run.escalate(remaining, first_signal, rule)
+                remaining, _ = run.wait_until(self.clock() + kill_timeout, signal.SIGKILL)
         self.reap()
-        survivors = []
-        for key in remaining:
-            d = dict(described[key])
-            d["state"] = _state(known[key])
-            survivors.append(d)
-            log.error(
-                "survived_sigkill",
-                message=f"{d['name']} (pid {key.pid}) still alive {kill_timeout:.0f} s after SIGKILL, state {d['state']}",
-            )
         return KillReport(
-            targets=tuple(described[k] for k in sorted(described)),
-            signals=tuple(signals),
+            targets=tuple(run.described[k] for k in sorted(run.described)),
+            signals=tuple(run.signals),
             escalated=tuple(escalated),
-            survivors=tuple(survivors),
+            survivors=run.survivors(remaining, kill_timeout),
             duration_s=self.clock() - start,
             grace_rule=rule,
             grace_s=grace,
-            quiet_s=quiet,
+            quiet_s=run.quiet,
             sigkill_after_s=sigkill_after,
         )
 
@@ -282,6 +183,140 @@ class TreeKiller:
         (a whole-tree kill only: an engine-level kill leaves the rest of the cgroup alive)."""
         if pgids is None and self.cgroup is not None and self.cgroup.kill():
             signals.append(_sig_record(f"cgroup {self.cgroup.path.name}", signal.SIGKILL, self.clock() - start))
+
+
+class _KillRun:
+    """One kill in progress: what it found (``known``, ``described``), what it sent to whom
+    (``signals``, ``signalled``), and the grace's stillness clock."""
+
+    def __init__(self, killer: TreeKiller, start: float, grace: float, pgids: frozenset[int] | None,
+                 launcher: int | None) -> None:
+        self.killer = killer
+        self.start = start
+        self.pgids = pgids
+        self.launcher = launcher
+        self.known: dict[ProcKey, psutil.Process] = {}
+        self.described: dict[ProcKey, dict[str, Any]] = {}
+        self.signals: list[dict[str, Any]] = []
+        self.signalled: dict[ProcKey, int] = {}
+        self.leaders: dict[ProcKey, psutil.Process] = {}  # targets that lead a session of their own (``_of_groups``)
+        self.quiet = killer.quiet_s if killer.quiet_s is not None and killer.quiet_s < grace else None
+        self.still = _Stillness()
+        self.early_rule = "quiet"
+
+    def _since_start(self) -> float:
+        return self.killer.clock() - self.start
+
+    def refresh(self) -> None:
+        """Rescan the tree: newcomers become targets (with ``pgids``, only the groups' and
+        the sessions they lead, escaped ones included: ``_of_groups``)."""
+        killer = self.killer
+        members = killer.tree.members()
+        found = False
+        targets = members if self.pgids is None else _of_groups(
+            members, self.pgids, getattr(killer.tree, "last_stats", None), self.leaders,
+            [p for k, p in self.known.items() if is_running(p, k)])
+        for proc in targets:
+            try:
+                key = ProcKey.of(proc)
+            except (psutil.Error, OSError):
+                continue
+            if key not in self.known:
+                self.known[key] = proc
+                self.described[key] = _describe(proc, key)
+                found = True
+        if found and killer.on_members is not None:
+            killer.on_members(members)
+
+    def alive(self) -> list[ProcKey]:
+        return [k for k, p in self.known.items() if is_running(p, k)]
+
+    def send(self, sig: int, keys: list[ProcKey]) -> None:
+        """``sig`` to each of ``keys`` not sent it yet: by whole group where the group is ours, else by pid."""
+        fresh = [k for k in keys if self.signalled.get(k) != sig]
+        if not fresh:
+            return
+        ours = {k.pid for k in self.known}
+        # The group as it is now, not as recorded: a process that left its group
+        # (setsid in a SIGTERM handler) is not reached by the old group's killpg.
+        current = {k: _pgid(k.pid) for k in fresh}
+        for pgid in sorted({g for g in current.values() if g > 0}):
+            if _group_is_ours(pgid, ours):
+                try:
+                    os.killpg(pgid, sig)
+                    self.signals.append(_sig_record(f"pgid {pgid}", sig, self._since_start()))
+                    for k in fresh:
+                        if current[k] == pgid:
+                            self.signalled[k] = sig
+                except ProcessLookupError:
+                    pass  # the whole group died between the check and the signal
+        for key in fresh:
+            # SIGKILL goes to every pid as well: it may have left the group between
+            # the look and the killpg, and it is never reported unkillable unsent.
+            covered = self.signalled.get(key) == sig
+            if covered and sig != signal.SIGKILL:
+                continue
+            try:
+                self.known[key].send_signal(sig)  # psutil re-verifies pid + create time
+                if not covered:
+                    self.signals.append(_sig_record(f"pid {key.pid}", sig, self._since_start()))
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass  # gone already, or not ours after all: never retry by pid
+            self.signalled[key] = sig
+
+    def wait_until(self, deadline: float, sig: int, adaptive: bool = False) -> tuple[list[ProcKey], bool]:
+        """Poll until nothing is left or ``deadline``; the remaining, and whether an early rule
+        (``adaptive``: the quiet rule, the launcher rule; ``early_rule`` says which) ended the wait."""
+        killer = self.killer
+        while True:
+            killer.reap()
+            self.refresh()
+            self.send(sig, self.alive())  # newcomers forked while we wait
+            remaining = self.alive()
+            if not remaining or killer.clock() >= deadline:
+                return remaining, False
+            if adaptive and self.quiet is not None \
+                    and self.still.for_(killer.clock(), remaining, self.known) >= self.quiet:
+                return remaining, True
+            if adaptive and self.launcher is not None and len(self.known) > 1 \
+                    and [k.pid for k in remaining] == [self.launcher]:
+                self.early_rule = "launcher"
+                return remaining, True
+            killer.sleep(killer.poll_s)
+
+    def escalate(self, remaining: list[ProcKey], first_signal: int, rule: str) -> list[int]:
+        """SIGKILL (the cgroup first, when the kernel contains the tree) for what outlived the
+        grace, each one logged with the rule that ended it; their pids."""
+        waited = self._since_start()
+        escalated = []
+        for key in remaining:
+            d = self.described[key]
+            why = {"quiet": f"with no CPU and no exit for {self.quiet or 0:g} s (wedged)",
+                   "launcher": "after every other process was gone (a launcher)"}.get(rule, "for the full grace")
+            log.warning(
+                "ignored_sigterm",
+                message=(
+                    f"{d['name']} (pid {key.pid}, pgid {d['pgid']}) ignored "
+                    f"{signal.Signals(first_signal).name} {why}, {waited:.1f} s; sending SIGKILL"
+                ),
+            )
+            escalated.append(key.pid)
+        self.killer._kill_cgroup(self.pgids, self.signals, self.start)
+        self.send(signal.SIGKILL, remaining)
+        return escalated
+
+    def survivors(self, remaining: list[ProcKey], kill_timeout: float) -> tuple[dict[str, Any], ...]:
+        """What outlived SIGKILL too, with its state (D: I/O that hangs), each one logged."""
+        out = []
+        for key in remaining:
+            d = dict(self.described[key])
+            d["state"] = _state(self.known[key])
+            out.append(d)
+            log.error(
+                "survived_sigkill",
+                message=f"{d['name']} (pid {key.pid}) still alive {kill_timeout:.0f} s after SIGKILL, state {d['state']}",
+            )
+        return tuple(out)
 
 
 def _of_groups(members: list[psutil.Process], pgids: frozenset[int], stats: Any,

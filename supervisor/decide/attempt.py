@@ -238,23 +238,47 @@ def engine_groups(tree: Sequence[Any]) -> frozenset[int]:
                      if ENGINE_WORKER_MODULE in " ".join(p.cmdline) and p.pgid > 0)
 
 
-def recovery_level(
-    verdict_kind: VerdictKind,
-    *,
-    mode: str,
-    phase: str | None,
-    tree: Sequence[Any],
-    trainer_pgid: int,
-    last_engine_restart: float | None,
-    now: float,
-    retry_window: float,
-    in_cohort: bool = False,
-    evidence: Mapping[str, Any] | None = None,
-    window: float | None = None,
-    engines_beat: bool = False,
-    retry_pending: bool = False,
-    same_wedge: bool = False,
-) -> RecoveryLevel:
+@dataclass(frozen=True)
+class RecoverySituation:
+    """Everything ``recovery_level`` judges, as it stands at a hang verdict.
+
+    ``mode``: ``--recovery``; ``phase``: the trainer's last beat's phase; ``tree``: the process
+    tree (``TreeProcess``-like: pid, pgid, cmdline); ``last_engine_restart`` and ``now``: the
+    runner's monotonic clock, for ``retry_window``; ``evidence``/``window``: the verdict's.
+    ``engines_beat``: an engine has beaten in this attempt (its file may be gone by the verdict,
+    the new worker not beating yet). ``retry_pending``: an engine restart of this attempt whose
+    retry has not moved the trainer on yet; a hang now is that retry failing, a job restart
+    whatever the retry window says (the generator retries a batch once). ``same_wedge``: the
+    stuck engine had a request in flight under the old policy at that restart (another rank
+    wedged at the same time): the same wedge, so neither the pending retry nor the retry window
+    makes it a job restart.
+    """
+
+    verdict_kind: VerdictKind
+    mode: str
+    phase: str | None
+    tree: Sequence[Any]
+    trainer_pgid: int
+    last_engine_restart: float | None
+    now: float
+    retry_window: float
+    in_cohort: bool = False
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    window: float | None = None
+    engines_beat: bool = False
+    retry_pending: bool = False
+    same_wedge: bool = False
+
+    def __post_init__(self) -> None:
+        if self.evidence is None:  # a verdict without evidence
+            object.__setattr__(self, "evidence", {})
+
+
+def _job(reason: str) -> RecoveryLevel:
+    return RecoveryLevel(2, reason)
+
+
+def recovery_level(s: RecoverySituation) -> RecoveryLevel:
     """Whether this incident can be recovered by restarting the rollout engine alone.
 
     Level 1 only when everything says the trainer is healthy and merely waiting on
@@ -269,80 +293,113 @@ def recovery_level(
     engine wedge; the kill is narrowed to that worker's group, so a standby worker, asleep
     and healthy, survives to take over; and a stuck worker already gone (the generator's
     own timeout killed it) is level 1 with nothing left to kill. Without beats (an older
-    worker) every engine group is the suspect. ``engines_beat``: an engine has beaten in this
-    attempt (its file may be gone by the verdict, the new worker not beating yet).
-    ``retry_pending``: an engine restart of this attempt whose retry has not moved the trainer
-    on yet; a hang now is that retry failing, a job restart whatever the retry window says
-    (the generator retries a batch once). ``same_wedge``: the stuck engine had a request in
-    flight under the old policy at that restart (another rank wedged at the same time): the
-    same wedge, so neither the pending retry nor the retry window makes it a job restart.
+    worker) every engine group is the suspect. The rules, in order: ``_never_engine_level``,
+    then the suspects (``_suspect_groups``), then ``_retried_too_soon``.
     """
-    def job(reason: str) -> RecoveryLevel:
-        return RecoveryLevel(2, reason)
+    ruled = _never_engine_level(s)
+    if ruled is not None:
+        return ruled
+    suspects = _suspect_groups(s)
+    if isinstance(suspects, RecoveryLevel):
+        return suspects
+    groups, waited_on, call = suspects
+    too_soon = _retried_too_soon(s)
+    if too_soon is not None:
+        return too_soon
+    if not groups:
+        return RecoveryLevel(1, f"the stuck engine worker (pid {s.evidence.get('engine_pid')}) is gone already: its "
+                                f"generator restarts it", frozenset())
+    if waited_on is not None:
+        return RecoveryLevel(1, f"the rollout engine's worker (pid {s.evidence.get('waiting_on')}) is wedged in the "
+                                f"generator's {call!r} phase while the trainer waits on it", groups)
+    return RecoveryLevel(1, "the rollout engine's worker is wedged while the trainer waits on it", groups)
 
-    evidence = evidence or {}
-    if mode == "job":
-        return job("--recovery job")
-    if in_cohort:
-        return job("multi-node: an engine restart on one node would desynchronise the ranks")
-    if verdict_kind is not VerdictKind.STALL:
-        return job(f"a {verdict_kind.value} is not an engine wedge")
-    if retry_pending and not same_wedge:
-        return job("the trainer stalled again before the retry after the last engine restart moved it on")
+
+def _never_engine_level(s: RecoverySituation) -> RecoveryLevel | None:
+    """The job restarts that need no look at the tree: the mode, a cohort, the verdict, a failed retry."""
+    if s.mode == "job":
+        return _job("--recovery job")
+    if s.in_cohort:
+        return _job("multi-node: an engine restart on one node would desynchronise the ranks")
+    if s.verdict_kind is not VerdictKind.STALL:
+        return _job(f"a {s.verdict_kind.value} is not an engine wedge")
+    if s.retry_pending and not s.same_wedge:
+        return _job("the trainer stalled again before the retry after the last engine restart moved it on")
+    return None
+
+
+def _own_threads(phase: str | None) -> RecoveryLevel:
+    """The job restart for a trainer that was not waiting on rollouts."""
     if phase in WORKER_WAIT_PHASES:
         # Waiting on its engine worker, but not for rollouts: not its own threads (the journal said
         # so, and pointed the user at the wrong process).
-        own_threads = job(f"the trainer was waiting on its rollout engine's worker in phase {phase!r}, and its "
-                          f"beat names no worker of the tree to restart alone" if phase in WORKER_CALLS else
-                          f"the trainer was waiting on its rollout engine's worker in phase {phase!r} (its standby "
-                          f"worker's start): the engine the rollouts run on is not the stuck one")
-    else:
-        own_threads = job(f"the trainer was in phase {phase or 'unknown'!r}, not waiting on rollouts: its own "
-                          f"threads are stalled")
-    groups = engine_groups(tree) - {trainer_pgid}
+        return _job(f"the trainer was waiting on its rollout engine's worker in phase {phase!r}, and its "
+                    f"beat names no worker of the tree to restart alone" if phase in WORKER_CALLS else
+                    f"the trainer was waiting on its rollout engine's worker in phase {phase!r} (its standby "
+                    f"worker's start): the engine the rollouts run on is not the stuck one")
+    return _job(f"the trainer was in phase {phase or 'unknown'!r}, not waiting on rollouts: its own "
+                f"threads are stalled")
+
+
+def _stall_span(s: RecoverySituation) -> float:
+    """How long the stall had held: the window, or for the progress rule (its timeout is the
+    window then) the stall it suspected."""
+    return float(s.evidence.get("stall_suspected_s") or s.window or 0.0)
+
+
+def _suspect_groups(s: RecoverySituation) -> tuple[frozenset[int], int | None, str | None] | RecoveryLevel:
+    """The engine worker groups to kill (with the worker a weight load or sleep waits on, and
+    that call), or the job restart that says why no engine worker is the suspect."""
+    evidence = s.evidence
+    groups = engine_groups(s.tree) - {s.trainer_pgid}
     engine_pid = evidence.get("engine_pid")
     # The worker a wedged weight load or sleep waits on, as the trainer's generator beat it: its
     # group alone, if it is an engine worker's of the tree (a standby beside it survives).
     # (The worker's own beat says which call it is in, whatever phase the trainer's shared file shows.)
-    call = evidence.get("waiting_on_phase") if evidence.get("waiting_on_phase") in WORKER_CALLS else phase
-    waited_on = next((p.pgid for p in tree if p.pid == evidence.get("waiting_on") and p.pgid in groups), None) \
+    call = evidence.get("waiting_on_phase") if evidence.get("waiting_on_phase") in WORKER_CALLS else s.phase
+    waited_on = next((p.pgid for p in s.tree if p.pid == evidence.get("waiting_on") and p.pgid in groups), None) \
         if call in WORKER_CALLS and engine_pid is None else None
-    span = float(evidence.get("stall_suspected_s") or window or 0.0)
     if waited_on is not None and evidence.get("waiting_on_phase") is not None \
-            and float(evidence.get("waiting_on_silent_s") or 0.0) < span / 2:
-        return job(f"the rollout engine's worker (pid {evidence.get('waiting_on')}) entered its {call!r} call "
-                   f"only {float(evidence.get('waiting_on_silent_s') or 0.0):.0f} s ago: the stall is elsewhere")
+            and float(evidence.get("waiting_on_silent_s") or 0.0) < _stall_span(s) / 2:
+        return _job(f"the rollout engine's worker (pid {evidence.get('waiting_on')}) entered its {call!r} call "
+                    f"only {float(evidence.get('waiting_on_silent_s') or 0.0):.0f} s ago: the stall is elsewhere")
     if waited_on is not None:
-        groups = frozenset({waited_on})
-    elif evidence.get("engine_beats") or engines_beat:
-        # The engines say who waits on whom: a stuck engine with a request in flight has its
-        # rank waiting on it, whatever the heartbeat's phase (with several ranks on a node the
-        # file holds whichever rank beat last, often one already past its rollouts).
-        if engine_pid is None:
-            return own_threads if phase not in GENERATE_PHASES else \
-                job("no rollout engine had a request in flight: the trainer was not waiting on one")
-        silent = float(evidence.get("engine_silent_s") or 0.0)
-        # How long the stall had held: the window, or for the progress rule (its timeout is the
-        # window then) the stall it suspected; an engine silent for half of that is part of it.
-        span = float(evidence.get("stall_suspected_s") or window or 0.0)
-        if evidence.get("rule") != "engine_step" and silent < span / 2:
-            return job(f"the rollout engine (pid {engine_pid}) was still stepping ({silent:.0f} s since its last "
-                       f"step): the stall is elsewhere")
-        holder = next((p for p in tree if p.pid == engine_pid), None)
-        if holder is not None and holder.pgid not in groups:
-            return job("no isolated engine worker: the stuck engine runs inside the trainer's process")
-        groups = frozenset({holder.pgid}) if holder is not None else frozenset()
-    elif phase not in GENERATE_PHASES:
-        return own_threads
-    elif not groups:
-        return job("no isolated engine worker in the tree")
-    if last_engine_restart is not None and now - last_engine_restart < retry_window and not same_wedge:
-        return job(f"a second engine wedge {now - last_engine_restart:.0f} s after the last engine restart "
-                   f"(--engine-retry-window {retry_window:g} s)")
+        return frozenset({waited_on}), waited_on, call
+    if evidence.get("engine_beats") or s.engines_beat:
+        beaten = _beaten_engine_group(s, groups)
+        return beaten if isinstance(beaten, RecoveryLevel) else (beaten, None, call)
+    if s.phase not in GENERATE_PHASES:
+        return _own_threads(s.phase)
     if not groups:
-        return RecoveryLevel(1, f"the stuck engine worker (pid {engine_pid}) is gone already: its generator "
-                                f"restarts it", frozenset())
-    if waited_on is not None:
-        return RecoveryLevel(1, f"the rollout engine's worker (pid {evidence.get('waiting_on')}) is wedged in the "
-                                f"generator's {call!r} phase while the trainer waits on it", groups)
-    return RecoveryLevel(1, "the rollout engine's worker is wedged while the trainer waits on it", groups)
+        return _job("no isolated engine worker in the tree")
+    return groups, None, call
+
+
+def _beaten_engine_group(s: RecoverySituation, groups: frozenset[int]) -> frozenset[int] | RecoveryLevel:
+    """Where the engines beat: the stuck engine's group (none if it is gone), or why it is not an engine wedge.
+
+    The engines say who waits on whom: a stuck engine with a request in flight has its
+    rank waiting on it, whatever the heartbeat's phase (with several ranks on a node the
+    file holds whichever rank beat last, often one already past its rollouts).
+    """
+    engine_pid = s.evidence.get("engine_pid")
+    if engine_pid is None:
+        return _own_threads(s.phase) if s.phase not in GENERATE_PHASES else \
+            _job("no rollout engine had a request in flight: the trainer was not waiting on one")
+    silent = float(s.evidence.get("engine_silent_s") or 0.0)
+    # An engine silent for half of the stall's span is part of it.
+    if s.evidence.get("rule") != "engine_step" and silent < _stall_span(s) / 2:
+        return _job(f"the rollout engine (pid {engine_pid}) was still stepping ({silent:.0f} s since its last "
+                    f"step): the stall is elsewhere")
+    holder = next((p for p in s.tree if p.pid == engine_pid), None)
+    if holder is not None and holder.pgid not in groups:
+        return _job("no isolated engine worker: the stuck engine runs inside the trainer's process")
+    return frozenset({holder.pgid}) if holder is not None else frozenset()
+
+
+def _retried_too_soon(s: RecoverySituation) -> RecoveryLevel | None:
+    """A second engine wedge within ``--engine-retry-window`` (not the same wedge) is a job restart."""
+    if s.last_engine_restart is not None and s.now - s.last_engine_restart < s.retry_window and not s.same_wedge:
+        return _job(f"a second engine wedge {s.now - s.last_engine_restart:.0f} s after the last engine restart "
+                    f"(--engine-retry-window {s.retry_window:g} s)")
+    return None

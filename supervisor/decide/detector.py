@@ -46,7 +46,7 @@ The conditions:
   needs the worker alive in the tree (a dead worker's last beat is stale, not
   stuck) and never fires before the worker's first step (its warm-up). It fires sooner, at
   ``engine_wedge_window``, when the engine's own GPU shows the wedge (busy, its holders and
-  the engine idle): ``_engine_wedged_device`` says which GPU is the engine's.
+  the engine idle): ``gpu_reading.engine_wedged_device`` says which GPU is the engine's.
 * with ``idle_only`` the old, stricter rule instead: the silence must also
   come with no busy GPU and the whole tree's CPU <= ``cpu_idle_pct``, held for
   min(window, timeout).
@@ -79,6 +79,8 @@ from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import Verdict, VerdictKind
+from hangwatch.supervisor.decide.gpu_reading import (NOT_BUSY, STALLED, DeviceScan, classify_devices,
+                                                     engine_wedged_device, scan_devices)
 
 DEFAULT_PHASE_TIMEOUTS: Mapping[str, float] = {
     "checkpoint": 1800.0,
@@ -282,7 +284,7 @@ class Detector:
         t = sample.t
         progressed = self._note_heartbeat(sample)
         tree_cpu = sum(sample.cpu_pct.values())
-        gpu = _classify(sample, tree_cpu, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
+        gpu = classify_devices(sample, tree_cpu, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
 
         # Progress resets both windows, but the progress happened *before* this
         # sample: if the sample itself already looks stalled, the new window starts
@@ -291,12 +293,12 @@ class Detector:
             self._stall.reset()
             self._idle.reset()
         if sample.gpu is not None:
-            if gpu is _STALLED:
+            if gpu is STALLED:
                 self._stall.confirm(t)
             elif not progressed:
                 self._stall.contradict()
 
-        if gpu is _NOT_BUSY and tree_cpu <= cfg.cpu_idle_pct:
+        if gpu is NOT_BUSY and tree_cpu <= cfg.cpu_idle_pct:
             # A missing GPU sample counts as "not busy" here: silent-hang detection
             # must work without any GPU probe; progress silence is the real signal.
             self._idle.confirm(t)
@@ -309,7 +311,7 @@ class Detector:
         if self._stall.held_for(t) >= window - self._slack:
             onset = self._stall.onset
             assert onset is not None  # held_for > 0 implies an onset
-            scan = _scan(sample, tree_cpu, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
+            scan = scan_devices(sample, tree_cpu, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
             self.state = DetectorState.FIRED
             return Verdict(
                 VerdictKind.STALL,
@@ -360,7 +362,7 @@ class Detector:
         thread that beats while the training loop is stuck. Opt-in (``step_timeout``): a loop that
         beats each micro-batch, or a long rollout, repeats its step for a while when healthy."""
         cfg = self.config
-        scan = _scan(sample, tree_cpu, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
+        scan = scan_devices(sample, tree_cpu, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
         self.state = DetectorState.FIRED
         evidence = self._evidence(sample, scan, tree_cpu)
         evidence["rule"] = "step"
@@ -383,7 +385,7 @@ class Detector:
                           idle: bool) -> Verdict:
         cfg = self.config
         t = sample.t
-        scan = _scan(sample, tree_cpu, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
+        scan = scan_devices(sample, tree_cpu, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
         self.state = DetectorState.FIRED
         evidence = self._evidence(sample, scan, tree_cpu)
         evidence["rule"] = "idle" if cfg.idle_only else "progress"
@@ -454,7 +456,7 @@ class Detector:
         and the engine is idle too. A healthy engine between two steps is busy on the host, or its
         GPU is not pinned; a slow step for a host-side reason (a grammar compile, a GC pause, a
         starved CPU) keeps the host busy. So this conjunction may fire well before the plain rule,
-        whose timeout must also cover those. The engine's own GPU (``_engine_wedged_device``), not
+        whose timeout must also cover those. The engine's own GPU (``engine_wedged_device``), not
         any: another rank's peers asleep in a collective read the same while this engine waits on a
         healthy long step. Returns whether this sample confirms it."""
         since, engine = stuck
@@ -466,7 +468,7 @@ class Detector:
         cfg = self.config
         device = None
         if sample.cpu_pct.get(engine.pid, 0.0) <= cfg.cpu_idle_pct:
-            device = _engine_wedged_device(sample, tree_cpu, engine.pid, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
+            device = engine_wedged_device(sample, tree_cpu, engine.pid, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
         if device is not None:
             self._wedge.confirm(sample.t)
             self._wedge_device = device
@@ -481,7 +483,7 @@ class Detector:
         since, engine = stuck
         silent_for = sample.t - since
         assert self.config.engine_step_timeout is not None
-        scan = _scan(sample, tree_cpu, self.config.gpu_busy_pct, self.config.cpu_idle_pct)
+        scan = scan_devices(sample, tree_cpu, self.config.gpu_busy_pct, self.config.cpu_idle_pct)
         self.state = DetectorState.FIRED
         evidence = self._evidence(sample, scan, tree_cpu)
         evidence.update(rule="engine_step", engine_pid=engine.pid, engine_steps=engine.step,
@@ -568,7 +570,7 @@ class Detector:
         self.step = hb.step
         return True
 
-    def _evidence(self, sample: Sample, scan: "_Scan", tree_cpu: float) -> dict[str, Any]:
+    def _evidence(self, sample: Sample, scan: DeviceScan, tree_cpu: float) -> dict[str, Any]:
         evidence = self._base_evidence(sample, scan, tree_cpu)
         if sample.engine:
             evidence["engine_beats"] = len(sample.engine)  # the engines say which one, if any, was in flight
@@ -592,7 +594,7 @@ class Detector:
                             engine_silent_s=round(sample.t - since[engine.pid], 3))
         return evidence
 
-    def _base_evidence(self, sample: Sample, scan: "_Scan", tree_cpu: float) -> dict[str, Any]:
+    def _base_evidence(self, sample: Sample, scan: DeviceScan, tree_cpu: float) -> dict[str, Any]:
         evidence: dict[str, Any] = {
             "gpu_util_pct": scan.stalled_util if scan.stalled else scan.max_util,
             # Of the stalled device, else of the busiest: a busy GPU whose holder spins (a synchronize
@@ -625,167 +627,6 @@ WORKER_CALLS = frozenset({"load", "sleep"})
 def _in_flight(engine: Heartbeat, sample: Sample) -> bool:
     """The engine is stepping a request and is alive in the tree (a dead one's beat is stale)."""
     return engine.phase == "generate" and engine.pid in sample.cpu_pct
-
-
-class _Scan:
-    """What one sample says about the devices, computed in a single pass.
-
-    ``busy``: indices of devices the tree may use that read >= the busy threshold.
-    ``stalled``: those of them whose holders use <= the idle threshold.
-    ``stalled_util``/``stalled_cpu``: the stalled device with the least holder CPU.
-    ``busy_cpu``: the holders' CPU of the busiest device (the evidence's when none is stalled).
-    """
-
-    __slots__ = ("busy", "stalled", "max_util", "stalled_util", "stalled_cpu", "busy_cpu")
-
-    def __init__(self) -> None:
-        self.busy: list[int] = []
-        self.stalled: list[int] = []
-        self.max_util = 0.0
-        self.stalled_util = 0.0
-        self.stalled_cpu = 0.0
-        self.busy_cpu = 0.0
-
-
-_NOT_BUSY = "not_busy"  # no busy device the tree may use (or no GPU sample)
-_BUSY = "busy"  # some busy device, every one with working holders
-_STALLED = "stalled"  # some busy device whose holders are idle
-
-
-def _classify(sample: Sample, tree_cpu: float, busy_pct: float, idle_pct: float) -> str:
-    """The hot path of a replay (millions of samples): one pass, no allocation,
-    stops at the first stalled device. ``_scan`` says the same thing in detail."""
-    devices = sample.gpu
-    if not devices:
-        return _NOT_BUSY
-    cpu = sample.cpu_pct
-    result = _NOT_BUSY
-    for d in devices:
-        if d.util_pct < busy_pct:
-            continue
-        pids = d.pids
-        if not pids:
-            holders_cpu = tree_cpu
-        else:
-            holders_cpu = 0.0
-            held = False
-            for p in pids:
-                c = cpu.get(p)
-                if c is not None:
-                    holders_cpu += c
-                    held = True
-            if not held:
-                continue
-        if holders_cpu <= idle_pct:
-            return _STALLED
-        result = _BUSY
-    return result
-
-
-def _engine_wedged_device(sample: Sample, tree_cpu: float, pid: int, busy_pct: float,
-                          idle_pct: float) -> DeviceSample | None:
-    """The engine ``pid``'s GPU when it shows the wedge (busy, its holders in the tree idle), else None.
-
-    Its GPU is a device it or one of its descendants holds (an engine that runs its model in its
-    own process: TRL's colocate engine in the trainer, the fake engine; a worker whose model runs
-    in a child: vLLM V1's EngineCore), known from the sample's ``parents``. When no device names
-    the engine or a descendant among its holders (a sample recorded before parents were kept,
-    NVML that names no holders), any device of the tree may be its, but those held only by
-    processes that are not its own (the trainer that beats, another engine), and every one of
-    them must show the wedge. One of them alone took in
-    another rank's trainer asleep in a collective (GPU busy, host idle) while this worker waited
-    on a healthy long step of its EngineCore (a first-use JIT): an engine-level kill of a healthy
-    worker at a quarter of the timeout."""
-    devices = sample.gpu
-    if not devices:
-        return None
-    cpu = sample.cpu_pct
-    family = _descendants(sample.parents, pid)
-    others = {e.pid for e in sample.engine if e.pid != pid}
-    if sample.heartbeat is not None and sample.heartbeat.pid != pid:
-        others.add(sample.heartbeat.pid)
-    own = False
-    own_wedged: DeviceSample | None = None
-    first: DeviceSample | None = None
-    every = True
-    candidates = 0
-    for d in devices:
-        pids = d.pids
-        if pids:
-            held = [p for p in pids if p in cpu]
-            if not held:
-                continue  # held only outside the tree: not the engine's
-            holders_cpu = sum(cpu[p] for p in held)
-        else:
-            held = None  # unknown holders (NVML in a container): may be the engine's; the tree's CPU
-            holders_cpu = tree_cpu
-        wedged = d.util_pct >= busy_pct and holders_cpu <= idle_pct
-        if held is not None and not family.isdisjoint(held):
-            own = True
-            if wedged and own_wedged is None:
-                own_wedged = d
-            continue
-        if held is not None and all(p in others for p in held):
-            continue
-        candidates += 1
-        if not wedged:
-            every = False
-        elif first is None:
-            first = d
-    if own:
-        return own_wedged
-    return first if candidates and every else None
-
-
-def _descendants(parents: Mapping[int, int], pid: int) -> set[int]:
-    """``pid`` and every process of the tree under it (``parents``: pid -> parent pid)."""
-    family = {pid}
-    if not parents:
-        return family
-    children: dict[int, list[int]] = {}
-    for child, parent in parents.items():
-        children.setdefault(parent, []).append(child)
-    stack = [pid]
-    while stack:
-        for child in children.get(stack.pop(), ()):
-            if child not in family:  # a pid loop in a hand-made sample must not spin
-                family.add(child)
-                stack.append(child)
-    return family
-
-
-def _scan(sample: Sample, tree_cpu: float, busy_pct: float, idle_pct: float) -> _Scan:
-    scan = _Scan()
-    devices = sample.gpu
-    if not devices:
-        return scan
-    cpu = sample.cpu_pct
-    best_cpu: float | None = None
-    for d in devices:
-        util = d.util_pct
-        if util < busy_pct:
-            continue
-        pids = d.pids
-        if not pids:
-            # Unknown holders (NVML in a container): may be the tree's; use the
-            # whole tree's CPU, the conservative choice.
-            holders_cpu = tree_cpu
-        else:
-            held = [cpu[p] for p in pids if p in cpu]
-            if not held:
-                continue  # busy, but held only outside the tree: not our stall
-            holders_cpu = sum(held)
-        scan.busy.append(d.index)
-        if util > scan.max_util:
-            scan.max_util = util
-            scan.busy_cpu = holders_cpu
-        if holders_cpu <= idle_pct:
-            scan.stalled.append(d.index)
-            if best_cpu is None or holders_cpu < best_cpu:
-                best_cpu = holders_cpu
-                scan.stalled_util = util
-                scan.stalled_cpu = holders_cpu
-    return scan
 
 
 def replay_detector(samples: "Sequence[Sample]", config: DetectorConfig) -> tuple[Verdict | None, dict[str, Any]]:

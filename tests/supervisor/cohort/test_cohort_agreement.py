@@ -188,10 +188,10 @@ def test_restart_limit_on_one_node_stops_every_node_with_its_code():
 
 
 def test_engine_level_recovery_is_off_in_a_cohort_and_the_journal_says_so():
-    from hangwatch.supervisor.decide.attempt import recovery_level  # noqa: PLC0415
+    from hangwatch.supervisor.decide.attempt import RecoverySituation, recovery_level  # noqa: PLC0415
 
-    level = recovery_level(VerdictKind.STALL, mode="auto", phase="generate", tree=[], trainer_pgid=1,
-                           last_engine_restart=None, now=0.0, retry_window=60.0, in_cohort=True)
+    level = recovery_level(RecoverySituation(VerdictKind.STALL, mode="auto", phase="generate", tree=[], trainer_pgid=1,
+                           last_engine_restart=None, now=0.0, retry_window=60.0, in_cohort=True))
     assert level.level == 2 and "multi-node" in level.reason
     store = MemoryStore()
     journal = Journal()

@@ -346,7 +346,7 @@ def test_the_guardian_never_kills_a_group_whose_id_went_to_a_stranger():
     new group (pid reuse within a tick): the stranger, born after our first member, used to be
     killed as a member of "our" group. Simulated with a stranger whose own group id is listed."""
     from hangwatch.contract.procid import ProcKey
-    from hangwatch.supervisor.contain import guardian
+    from hangwatch.supervisor.contain import guardian_process as guardian
 
     gone = ProcKey(4_000_000, time.time() - 10)  # our recorded member, dead: nobody holds its pid
     stranger = subprocess.Popen(["sleep", "30"], start_new_session=True)

@@ -18,10 +18,10 @@ import psutil
 import pytest
 from waiting import alive, sigkill_all, wait_for
 
-from hangwatch.supervisor.contain import guardian
+from hangwatch.supervisor.contain import guardian, guardian_process
 import os
 import time
-from hangwatch.supervisor.contain.guardian import _carries
+from hangwatch.supervisor.contain.guardian_process import _carries
 
 
 @pytest.mark.timeout(60)
@@ -73,7 +73,7 @@ def test_the_guardian_kills_a_worker_whose_intermediate_is_gone_through_the_sess
         wait_for(pidfile.exists, timeout=30, what="the worker started")
         worker = int(pidfile.read_text())
         assert psutil.Process(worker).ppid() != member.pid
-        killed = guardian.kill_state({"members": [[member.pid, psutil.Process(member.pid).create_time()]]})
+        killed = guardian_process.kill_state({"members": [[member.pid, psutil.Process(member.pid).create_time()]]})
         assert worker in killed
         wait_for(lambda: not alive(worker), timeout=10, what="the handed-off worker killed")
         member.wait(10)
@@ -123,7 +123,7 @@ def test_the_guardians_session_sweep_never_takes_a_session_whose_leader_pid_was_
 
     import psutil
 
-    from hangwatch.supervisor.contain import guardian
+    from hangwatch.supervisor.contain import guardian_process as guardian
 
     gone = subprocess.Popen(["true"])
     found = psutil.Process(gone.pid)  # found while it lived

@@ -72,10 +72,10 @@ def test_resume_kills_a_worker_that_escaped_after_the_last_tick_when_the_guardia
     try:
         wait_for(lambda: (tmp_path / "root").exists(), timeout=60, what="attempt 1 started")
         started.append(int((tmp_path / "root").read_text()))
-        wait_for(lambda: any("hangwatch.supervisor.contain.guardian" in " ".join(c.cmdline())
+        wait_for(lambda: any("hangwatch.supervisor.contain.guardian_process" in " ".join(c.cmdline())
                              for c in psutil.Process(supervisor.pid).children()), timeout=20, what="guardian")
         guardians = [c.pid for c in psutil.Process(supervisor.pid).children()
-                     if "hangwatch.supervisor.contain.guardian" in " ".join(c.cmdline())]
+                     if "hangwatch.supervisor.contain.guardian_process" in " ".join(c.cmdline())]
         started += guardians
         # No tick from here on: whatever escapes now is in no tree.json and unknown to the guardian.
         supervisor.send_signal(signal.SIGSTOP)
@@ -101,7 +101,8 @@ def test_resume_kills_a_worker_that_escaped_after_the_last_tick_when_the_guardia
 
 def test_resume_marks_are_only_this_runs_attempt_dirs(tmp_path):
     """The journal names the path; a mark outside the run's attempts is none of this run's."""
-    from hangwatch.supervisor.contain.guardian import MARK_SLACK_S, resume_marks
+    from hangwatch.supervisor.contain.guardian import MARK_SLACK_S
+    from hangwatch.supervisor.contain.left_behind import resume_marks
 
     run = tmp_path / "run"
     (run / "attempts" / "attempt-001").mkdir(parents=True)

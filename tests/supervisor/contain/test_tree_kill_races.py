@@ -103,7 +103,7 @@ def test_the_guardian_stops_its_recorded_members_by_pidfd_without_a_scan() -> No
     """The supervisor's death orphans its adopted children; one that reacts (forks a bare worker)
     races the guardian's start-up, so the members told are pinned by pidfd and stopped first.
     A member whose pid now names another process (create time differs) is never pinned."""
-    from hangwatch.supervisor.contain.guardian import Pinned
+    from hangwatch.supervisor.contain.guardian_process import Pinned
 
     child = subprocess.Popen(["sleep", "60"])
     other = subprocess.Popen(["sleep", "60"])
@@ -147,7 +147,7 @@ def test_a_guardian_that_dies_is_replaced_so_the_stopped_root_is_still_killed(tm
 
         def guardians() -> list[psutil.Process]:
             return [c for c in psutil.Process(supervisor.pid).children()
-                    if "hangwatch.supervisor.contain.guardian" in " ".join(c.cmdline())]
+                    if "hangwatch.supervisor.contain.guardian_process" in " ".join(c.cmdline())]
 
         (first,) = guardians()
         first.kill()

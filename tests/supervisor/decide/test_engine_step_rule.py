@@ -14,7 +14,7 @@ from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.heartbeat import Heartbeat, beat, engine_beacon_file, read_engine_beacons
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import VerdictKind
-from hangwatch.supervisor.decide.attempt import recovery_level
+from hangwatch.supervisor.decide.attempt import RecoverySituation, recovery_level
 from hangwatch.supervisor.decide.detector import Detector, DetectorConfig
 
 pytestmark = pytest.mark.timeout(60)
@@ -122,8 +122,8 @@ def test_engine_level_recovery_kills_the_stuck_worker_and_spares_the_standby():
     kw = dict(mode="auto", phase="generate", tree=tree, trainer_pgid=TRAINER, last_engine_restart=None, now=1.0,
               retry_window=600.0)
     stuck = {"rule": "engine_step", "engine_beats": 2, "engine_pid": WORKER, "engine_silent_s": 30.0}
-    assert recovery_level(VerdictKind.STALL, evidence=stuck, **kw).engine_pgids == {WORKER}
-    assert recovery_level(VerdictKind.STALL, **kw).engine_pgids == {WORKER, STANDBY}, "no beacon: every engine group"
+    assert recovery_level(RecoverySituation(VerdictKind.STALL, evidence=stuck, **kw)).engine_pgids == {WORKER}
+    assert recovery_level(RecoverySituation(VerdictKind.STALL, **kw)).engine_pgids == {WORKER, STANDBY}, "no beacon: every engine group"
 
 
 def test_a_stuck_worker_already_gone_is_not_a_licence_to_kill_the_others():
@@ -132,8 +132,8 @@ def test_a_stuck_worker_already_gone_is_not_a_licence_to_kill_the_others():
     tree = [TreeProcess(pid, 0.0, 1, pgid, pgid, "python", tuple(cmd.split())) for pid, pgid, cmd in (
         (TRAINER, TRAINER, "python train.py"), (STANDBY, STANDBY, "python -P -u -m hangwatch.generator.worker"))]
     gone = {"rule": "engine_step", "engine_beats": 1, "engine_pid": WORKER, "engine_silent_s": 30.0}
-    level = recovery_level(VerdictKind.STALL, mode="auto", phase="generate", tree=tree, trainer_pgid=TRAINER,
-                           last_engine_restart=None, now=1.0, retry_window=600.0, evidence=gone, window=30.0)
+    level = recovery_level(RecoverySituation(VerdictKind.STALL, mode="auto", phase="generate", tree=tree, trainer_pgid=TRAINER,
+                           last_engine_restart=None, now=1.0, retry_window=600.0, evidence=gone, window=30.0))
     assert level.level == 1 and level.engine_pgids == frozenset() and "gone already" in level.reason
 
 
@@ -146,29 +146,29 @@ def test_a_stall_elsewhere_while_the_engine_steps_is_a_job_restart():
     kw = dict(mode="auto", phase="generate", tree=tree, trainer_pgid=TRAINER, last_engine_restart=None, now=1.0,
               retry_window=600.0, window=60.0)
     stepping = {"engine_beats": 2, "engine_pid": WORKER, "engine_silent_s": 0.4}
-    level = recovery_level(VerdictKind.STALL, evidence=stepping, **kw)
+    level = recovery_level(RecoverySituation(VerdictKind.STALL, evidence=stepping, **kw))
     assert level.level == 2 and "still stepping" in level.reason
     idle = {"engine_beats": 2}
-    assert "no rollout engine had a request in flight" in recovery_level(VerdictKind.STALL, evidence=idle, **kw).reason
+    assert "no rollout engine had a request in flight" in recovery_level(RecoverySituation(VerdictKind.STALL, evidence=idle, **kw)).reason
     # The stall rule first (engine step timeout longer than the window) on an engine silent as long: level 1.
     silent = {"engine_beats": 2, "engine_pid": WORKER, "engine_silent_s": 58.0}
-    assert recovery_level(VerdictKind.STALL, evidence=silent, **kw).engine_pgids == {WORKER}
+    assert recovery_level(RecoverySituation(VerdictKind.STALL, evidence=silent, **kw)).engine_pgids == {WORKER}
     # The progress rule first (its window is its 600 s timeout) with the stall it suspected: measured
     # against that stall, a wedged engine silent as long is still level 1.
     suspected = {"rule": "progress", "stall_suspected_s": 39.0, "engine_beats": 2, "engine_pid": WORKER,
                  "engine_silent_s": 40.0}
-    assert recovery_level(VerdictKind.STALL, evidence=suspected, **{**kw, "window": 600.0}).engine_pgids == {WORKER}
+    assert recovery_level(RecoverySituation(VerdictKind.STALL, evidence=suspected, **{**kw, "window": 600.0})).engine_pgids == {WORKER}
     # The stuck worker's file already removed, the next one not beating yet: engines did beat in this
     # attempt, so no sample without beats may widen the kill to every engine group.
-    assert recovery_level(VerdictKind.STALL, evidence={}, engines_beat=True, **kw).level == 2
+    assert recovery_level(RecoverySituation(VerdictKind.STALL, evidence={}, engines_beat=True, **kw)).level == 2
 
 
 def test_an_in_process_engine_that_stops_stepping_is_a_job_restart():
     """TRL's colocate engine beats from the trainer's own pid: nothing to restart alone."""
     tree = [TreeProcess(TRAINER, 0.0, 1, TRAINER, TRAINER, "python", ("python", "train_grpo.py"))]
-    level = recovery_level(VerdictKind.STALL, mode="auto", phase="generate", tree=tree, trainer_pgid=TRAINER,
+    level = recovery_level(RecoverySituation(VerdictKind.STALL, mode="auto", phase="generate", tree=tree, trainer_pgid=TRAINER,
                            last_engine_restart=None, now=1.0, retry_window=600.0,
-                           evidence={"rule": "engine_step", "engine_beats": 1, "engine_pid": TRAINER})
+                           evidence={"rule": "engine_step", "engine_beats": 1, "engine_pid": TRAINER}))
     assert level.level == 2 and "no isolated engine worker" in level.reason
 
 

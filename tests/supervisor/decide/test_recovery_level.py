@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hangwatch.contract.capture import TreeProcess
 from hangwatch.contract.verdict import VerdictKind
-from hangwatch.supervisor.decide.attempt import recovery_level
+from hangwatch.supervisor.decide.attempt import RecoverySituation, recovery_level
 
 
 def _tree(*cmdlines: tuple[int, int, str]) -> list[TreeProcess]:
@@ -17,21 +17,21 @@ def test_the_level_decision():
                  (201, 200, "python -c from multiprocessing.spawn import spawn_main"))
     kw = dict(mode="auto", phase="generate", tree=tree, trainer_pgid=100, last_engine_restart=None, now=1000.0,
               retry_window=600.0)
-    one = recovery_level(VerdictKind.STALL, **kw)
+    one = recovery_level(RecoverySituation(VerdictKind.STALL, **kw))
     assert one.level == 1 and one.engine_pgids == {200}
-    assert recovery_level(VerdictKind.STALL, **{**kw, "mode": "job"}).level == 2
-    assert recovery_level(VerdictKind.SILENT_HANG, **kw).level == 2
-    trainer_stalled = recovery_level(VerdictKind.STALL, **{**kw, "phase": "train"})
+    assert recovery_level(RecoverySituation(VerdictKind.STALL, **{**kw, "mode": "job"})).level == 2
+    assert recovery_level(RecoverySituation(VerdictKind.SILENT_HANG, **kw)).level == 2
+    trainer_stalled = recovery_level(RecoverySituation(VerdictKind.STALL, **{**kw, "phase": "train"}))
     assert trainer_stalled.level == 2 and "its own threads" in trainer_stalled.reason
-    assert recovery_level(VerdictKind.STALL, **{**kw, "tree": tree[:1]}).level == 2, "no isolated engine worker"
-    again = recovery_level(VerdictKind.STALL, **{**kw, "last_engine_restart": 700.0})
+    assert recovery_level(RecoverySituation(VerdictKind.STALL, **{**kw, "tree": tree[:1]})).level == 2, "no isolated engine worker"
+    again = recovery_level(RecoverySituation(VerdictKind.STALL, **{**kw, "last_engine_restart": 700.0}))
     assert again.level == 2 and "second engine wedge" in again.reason
-    assert recovery_level(VerdictKind.STALL, **{**kw, "last_engine_restart": 300.0}).level == 1, "outside the window"
-    assert recovery_level(VerdictKind.STALL, **{**kw, "in_cohort": True}).level == 2
-    pending = recovery_level(VerdictKind.STALL, **{**kw, "retry_pending": True})
+    assert recovery_level(RecoverySituation(VerdictKind.STALL, **{**kw, "last_engine_restart": 300.0})).level == 1, "outside the window"
+    assert recovery_level(RecoverySituation(VerdictKind.STALL, **{**kw, "in_cohort": True})).level == 2
+    pending = recovery_level(RecoverySituation(VerdictKind.STALL, **{**kw, "retry_pending": True}))
     assert pending.level == 2 and "before the retry" in pending.reason, "the generator retries a batch once"
-    same = recovery_level(VerdictKind.STALL, **{**kw, "retry_pending": True, "last_engine_restart": 999.0,
-                                                "same_wedge": True})
+    same = recovery_level(RecoverySituation(VerdictKind.STALL, **{**kw, "retry_pending": True, "last_engine_restart": 999.0,
+                                                "same_wedge": True}))
     assert same.level == 1, "another rank's engine stuck under the old policy: the same wedge"
 
 
@@ -45,9 +45,9 @@ def test_a_stuck_engine_in_flight_is_level_1_whatever_another_rank_last_beat():
     kw = dict(mode="auto", phase="restore", tree=tree, trainer_pgid=100, last_engine_restart=None, now=1000.0,
               retry_window=600.0, window=8.0)
     stuck = {"engine_beats": 2, "engine_pid": 300, "engine_silent_s": 4.0, "rule": "engine_step"}
-    level = recovery_level(VerdictKind.STALL, **kw, evidence=stuck)
+    level = recovery_level(RecoverySituation(VerdictKind.STALL, **kw, evidence=stuck))
     assert level.level == 1 and level.engine_pgids == {300}
-    idle = recovery_level(VerdictKind.STALL, **{**kw, "phase": "train"}, evidence={"engine_beats": 2})
+    idle = recovery_level(RecoverySituation(VerdictKind.STALL, **{**kw, "phase": "train"}, evidence={"engine_beats": 2}))
     assert idle.level == 2 and "its own threads" in idle.reason, "no engine in flight: the trainer's own stall"
 
 
@@ -59,11 +59,11 @@ def test_a_stall_while_the_trainer_waits_on_its_engine_worker_outside_generate_d
     kw = dict(mode="auto", tree=tree, trainer_pgid=100, last_engine_restart=None, now=1000.0, retry_window=600.0)
     for phase in ("load", "sleep", "standby"):
         for evidence in ({}, {"engine_beats": 1}):
-            level = recovery_level(VerdictKind.STALL, phase=phase, evidence=evidence, **kw)
+            level = recovery_level(RecoverySituation(VerdictKind.STALL, phase=phase, evidence=evidence, **kw))
             assert level.level == 2 and "own threads" not in level.reason, (phase, evidence, level.reason)
             assert "engine's worker" in level.reason and repr(phase) in level.reason
     for phase in ("train", "start", "restore"):
-        assert "its own threads" in recovery_level(VerdictKind.STALL, phase=phase, **kw).reason
+        assert "its own threads" in recovery_level(RecoverySituation(VerdictKind.STALL, phase=phase, **kw)).reason
 
 
 def test_a_wedge_in_the_weight_load_or_sleep_restarts_the_worker_the_trainer_waits_on():
@@ -75,22 +75,22 @@ def test_a_wedge_in_the_weight_load_or_sleep_restarts_the_worker_the_trainer_wai
     kw = dict(mode="auto", tree=tree, trainer_pgid=100, last_engine_restart=None, now=1000.0, retry_window=600.0)
     for phase in ("load", "sleep"):
         for beats in ({}, {"engine_beats": 2}):
-            level = recovery_level(VerdictKind.STALL, phase=phase, evidence={"waiting_on": 200, **beats}, **kw)
+            level = recovery_level(RecoverySituation(VerdictKind.STALL, phase=phase, evidence={"waiting_on": 200, **beats}, **kw))
             assert level.level == 1 and level.engine_pgids == {200}, (phase, beats, level)
             assert repr(phase) in level.reason and "200" in level.reason
         for pid in (100, 999):
-            assert recovery_level(VerdictKind.STALL, phase=phase, evidence={"waiting_on": pid}, **kw).level == 2
-        again = recovery_level(VerdictKind.STALL, phase=phase, evidence={"waiting_on": 200},
-                               **{**kw, "last_engine_restart": 900.0})
+            assert recovery_level(RecoverySituation(VerdictKind.STALL, phase=phase, evidence={"waiting_on": pid}, **kw)).level == 2
+        again = recovery_level(RecoverySituation(VerdictKind.STALL, phase=phase, evidence={"waiting_on": 200},
+                               **{**kw, "last_engine_restart": 900.0}))
         assert again.level == 2 and "second engine wedge" in again.reason
-    assert recovery_level(VerdictKind.STALL, phase="standby", evidence={"waiting_on": 200}, **kw).level == 2
-    assert recovery_level(VerdictKind.STALL, phase="train", evidence={"waiting_on": 200}, **kw).level == 2
+    assert recovery_level(RecoverySituation(VerdictKind.STALL, phase="standby", evidence={"waiting_on": 200}, **kw)).level == 2
+    assert recovery_level(RecoverySituation(VerdictKind.STALL, phase="train", evidence={"waiting_on": 200}, **kw)).level == 2
     # Two ranks share the heartbeat file: the healthy one beat on to 'restore'. The stuck worker's
     # own beat says it is in its load: that worker is restarted, not the job (it was, 'its own
     # threads are stalled'); unless it entered the call only now, well inside the stall.
     told = {"waiting_on": 300, "waiting_on_phase": "load", "waiting_on_silent_s": 8.0, "engine_beats": 2}
-    level = recovery_level(VerdictKind.STALL, phase="restore", evidence=told, window=8.0, **kw)
+    level = recovery_level(RecoverySituation(VerdictKind.STALL, phase="restore", evidence=told, window=8.0, **kw))
     assert level.level == 1 and level.engine_pgids == {300} and "'load'" in level.reason
-    fresh = recovery_level(VerdictKind.STALL, phase="restore", evidence={**told, "waiting_on_silent_s": 1.0},
-                           window=8.0, **kw)
+    fresh = recovery_level(RecoverySituation(VerdictKind.STALL, phase="restore", evidence={**told, "waiting_on_silent_s": 1.0},
+                           window=8.0, **kw))
     assert fresh.level == 2 and "the stall is elsewhere" in fresh.reason

@@ -17,7 +17,7 @@ from hangwatch.contract.heartbeat import Heartbeat, beat, read_heartbeat
 from hangwatch.contract.journal import Journal, read_journal
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import Verdict, VerdictKind
-from hangwatch.supervisor.decide.attempt import GraphPolicy, RecoveryLevel, recovery_level
+from hangwatch.supervisor.decide.attempt import GraphPolicy, RecoveryLevel, RecoverySituation, recovery_level
 from hangwatch.supervisor.config import SETTINGS, build
 from hangwatch.supervisor.recover.engine_level import EngineLevel, engines_in_a_call, stuck_engine
 from hangwatch.supervisor.contain.killer import KillReport
@@ -137,9 +137,9 @@ def test_two_ranks_workers_wedged_in_the_same_weight_load_are_one_wedge(tmp_path
     assert same, "the other rank's worker stuck in the same load"
     tree = [TreeProcess(pid, 0.0, 1, pid, pid, "python", ("python", "-m", "hangwatch.generator.worker"))
             for pid in (30, 40)]
-    decided = recovery_level(VerdictKind.STALL, mode="auto", phase="restore", tree=tree, trainer_pgid=1,
+    decided = recovery_level(RecoverySituation(VerdictKind.STALL, mode="auto", phase="restore", tree=tree, trainer_pgid=1,
                              last_engine_restart=100.0, now=104.0, retry_window=1800.0, evidence=second,
-                             window=3.0, engines_beat=True, retry_pending=False, same_wedge=same)
+                             window=3.0, engines_beat=True, retry_pending=False, same_wedge=same))
     assert decided.level == 1 and decided.engine_pgids == {30}
 
 
