@@ -124,3 +124,12 @@ def hw(tmp_path: Path):
     survivors = h.alive(timeout=0)
     h.cleanup()
     assert not survivors, f"processes survived the test: {survivors}"
+
+
+def pytest_collection_modifyitems(config, items):
+    """The fast tier (``pytest -m "not slow"``) leaves out every end-to-end run: each one starts the
+    real CLI with real trainers for seconds to minutes. Slow tests elsewhere carry the mark themselves."""
+    e2e = ROOT / "tests" / "e2e"
+    for item in items:
+        if e2e in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.slow)

@@ -250,9 +250,9 @@ def test_two_megabytes_of_stack_text_through_replay_is_linear(capsys, tmp_path, 
     big = tmp_path / "big.txt"
     big.write_text(text)
     assert big.stat().st_size >= 2_000_000
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: the machine's load does not count against the reader
     rc, out, err = _run(capsys, "replay", "--json", str(big))
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert rc == 0, err
     assert elapsed < 30.0, f"{kind}: {elapsed:.1f} s"
     assert json.loads(out)["incidents"][0]["parse"]["frames"] > 40_000

@@ -116,13 +116,15 @@ def test_two_megabytes_of_stack_shaped_text_read_in_linear_time(kind):
                                     for i in range(size // 78)),
     }[kind]
     assert len(text) >= size * 0.9
-    start = time.perf_counter()
+    # CPU time, not wall time: the bound must hold on a loaded shared machine. A quadratic
+    # path costs minutes of CPU on 2 MB; a linear read costs about a second.
+    start = time.process_time()
     try:
         read_text(text)
     except InputError:
         pass
-    elapsed = time.perf_counter() - start
-    assert elapsed < 5.0, f"{kind}: {elapsed:.2f} s for {len(text)} characters"
+    elapsed = time.process_time() - start
+    assert elapsed < 10.0, f"{kind}: {elapsed:.2f} s of CPU for {len(text)} characters"
 
 
 def test_every_real_paste_in_the_corpus_parses():
