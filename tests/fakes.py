@@ -1,5 +1,6 @@
 """The tests' one shared set of fakes: a clock, a supervised tree and its trainer, a GPU probe, a
-journal, a capture hook, a killer's process list, and a whole ``Supervisor`` built over them.
+journal, a capture hook, a killer's process list, the cohort's store, and a whole ``Supervisor``
+built over them.
 
 Each imitates one real interface (named in its docstring) and records what was asked of it, so a
 test drives the real decisions with no process started and no time passing. ``tests/test_fakes.py``
@@ -9,6 +10,7 @@ as ``fakes`` (the tests folder is on ``sys.path``: its ``conftest.py`` is there)
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +20,7 @@ from hangwatch.contract.capture import TreeProcess
 from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.journal import EVENTS
 from hangwatch.contract.samples import DeviceSample, Sample
+from hangwatch.supervisor.cohort.store import StoreError
 from hangwatch.supervisor.config import SETTINGS, RunConfig, build
 from hangwatch.supervisor.contain.killer import KillReport
 from hangwatch.supervisor.runner import Supervisor
@@ -227,6 +230,53 @@ class FakeCapture:
         path = request.run_dir / "incidents" / f"bundle-{request.attempt}"
         path.mkdir(parents=True)
         return path
+
+
+# -- the cohort's store ------------------------------------------------------------------------
+
+class MemoryStore:
+    """The cohort's key-value store (``cohort.store.Store``; the real one is c10d's ``TCPStore``
+    through ``TCPStoreClient``) as a dict in memory, with c10d's semantics (``compare_set`` with
+    ``expected=""`` creates). Holds what was written in ``data``; ``down``: every call raises
+    ``StoreError``, as when node 0 is lost."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, str] = {}
+        self.lock = threading.Lock()
+        self.down = False  # a test sets this to simulate node 0 lost
+
+    def _check(self) -> None:
+        if self.down:
+            raise StoreError("store unreachable (simulated)")
+
+    def set(self, key: str, value: str) -> None:
+        self._check()
+        with self.lock:
+            self.data[key] = value
+
+    def get(self, key: str) -> str | None:
+        self._check()
+        with self.lock:
+            return self.data.get(key)
+
+    def add(self, key: str, amount: int = 1) -> int:
+        self._check()
+        with self.lock:
+            value = int(self.data.get(key, "0")) + amount
+            self.data[key] = str(value)
+            return value
+
+    def compare_set(self, key: str, expected: str, desired: str) -> str:
+        self._check()
+        with self.lock:
+            current = self.data.get(key)
+            if (current is None and expected == "") or current == expected:
+                self.data[key] = desired
+                return desired
+            return current if current is not None else expected
+
+    def close(self) -> None:
+        pass
 
 
 # -- a whole supervisor over the fakes --------------------------------------------------------------

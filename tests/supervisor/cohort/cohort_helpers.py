@@ -8,11 +8,10 @@ import json
 import threading
 from pathlib import Path
 
-from fakes import FakeClock, FakeProbe, FakeTree, runner_config
+from fakes import FakeClock, FakeProbe, FakeTree, MemoryStore, runner_config
 
 from hangwatch.supervisor.cohort.membership import Membership
 from hangwatch.supervisor.cohort.node import Cohort
-from hangwatch.supervisor.cohort.store import MemoryStore
 from hangwatch.supervisor.decide.attempt import RunState
 from hangwatch.supervisor.runner import Supervisor
 

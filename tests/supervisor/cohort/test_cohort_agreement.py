@@ -17,12 +17,11 @@ from hangwatch.supervisor.cohort.agreement import decide, settled
 from hangwatch.supervisor.cohort.errors import CohortError, CohortStopped, MemberLeft
 from hangwatch.supervisor.cohort.membership import Membership
 from hangwatch.supervisor.cohort.node import Cohort
-from hangwatch.supervisor.cohort.store import MemoryStore
 from hangwatch.supervisor.decide.attempt import GraphPolicy
 from hangwatch.supervisor.decide.restart import AttemptOutcome, Decision
 
 from cohort_helpers import join_all, node, node_clock, pair
-from fakes import FakeJournal
+from fakes import FakeJournal, MemoryStore
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -14,10 +14,10 @@ from hangwatch.supervisor.cohort.link import CohortLink
 from hangwatch.supervisor.cohort.errors import MemberLeft, MemberLost, StoreLost
 from hangwatch.supervisor.cohort.membership import Membership
 from hangwatch.supervisor.cohort.node import Cohort
-from hangwatch.supervisor.cohort.store import MemoryStore, StoreError
+from hangwatch.supervisor.cohort.store import StoreError
 
 from cohort_helpers import join_all, node, node_clock, pair
-from fakes import FakeClock
+from fakes import FakeClock, MemoryStore
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -18,11 +18,10 @@ import pytest
 from hangwatch.supervisor.cohort.errors import CohortRefused
 from hangwatch.supervisor.cohort.membership import Membership, first_host, membership_from
 from hangwatch.supervisor.cohort.node import Cohort
-from hangwatch.supervisor.cohort.store import MemoryStore
 from hangwatch.supervisor.decide.attempt import GraphPolicy
 
 from cohort_helpers import join_all, node, node_clock, pair
-from fakes import FakeClock
+from fakes import FakeClock, MemoryStore
 
 pytestmark = pytest.mark.timeout(30)
 

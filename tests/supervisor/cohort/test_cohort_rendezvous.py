@@ -20,10 +20,9 @@ from hangwatch.supervisor.cohort.link import CohortLink
 from hangwatch.supervisor.cohort.launcher import runs_launcher
 from hangwatch.supervisor.cohort.membership import Membership
 from hangwatch.supervisor.cohort.node import Cohort
-from hangwatch.supervisor.cohort.store import MemoryStore
 
 from cohort_helpers import resumed_node
-from fakes import FakeTree
+from fakes import FakeTree, MemoryStore
 
 
 def _worker(group_world_size: str) -> subprocess.Popen:

@@ -12,10 +12,10 @@ from hangwatch.contract.journal import read_journal
 from hangwatch.supervisor.cohort.errors import CohortRefused
 from hangwatch.supervisor.cohort.membership import Membership
 from hangwatch.supervisor.cohort.node import Cohort
-from hangwatch.supervisor.cohort.store import MemoryStore
 from hangwatch.supervisor.decide.attempt import GraphPolicy, RunState
 
 from cohort_helpers import resumed_node
+from fakes import MemoryStore
 
 
 @pytest.mark.timeout(60)

@@ -20,9 +20,8 @@ from hangwatch.contract.journal import read_journal
 from hangwatch.supervisor.cohort.membership import Membership
 from hangwatch.supervisor.cohort.node import Cohort
 from hangwatch.supervisor.runner import Supervisor
-from hangwatch.supervisor.cohort.store import MemoryStore
 
-from fakes import FakeClock, FakeProbe, FakeTree, runner_config
+from fakes import FakeClock, FakeProbe, FakeTree, MemoryStore, runner_config
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -15,11 +15,11 @@ import time
 import pytest
 
 from hangwatch.supervisor.cohort.errors import StoreLost
-from hangwatch.supervisor.cohort.store import MemoryStore, StoreError, TCPStoreClient
+from hangwatch.supervisor.cohort.store import StoreError, TCPStoreClient
 from hangwatch.supervisor.decide.attempt import GraphPolicy
 
 from cohort_helpers import join_all, node, node_clock
-from fakes import FakeClock
+from fakes import FakeClock, MemoryStore
 
 pytestmark = pytest.mark.timeout(30)
 
