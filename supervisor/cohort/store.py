@@ -3,8 +3,8 @@
 ``Store`` is what ``node.Cohort`` needs: set, non-blocking get, atomic add,
 compare-and-set (first writer wins). ``TCPStoreClient`` drives PyTorch's c10d
 ``TCPStore`` through ``store_helper`` (a process of its own: the supervisor
-never imports torch); every call has a deadline. ``MemoryStore`` is the
-in-process fake for tests, with the same semantics.
+never imports torch); every call has a deadline. The tests' in-memory fake of
+``Store`` (``tests/fakes.py``) has the same semantics.
 """
 
 from __future__ import annotations
@@ -36,48 +36,6 @@ class Store(Protocol):
     def compare_set(self, key: str, expected: str, desired: str) -> str: ...
 
     def close(self) -> None: ...
-
-
-class MemoryStore:
-    """The fake: a dict with c10d's semantics (``compare_set`` with ``expected=""`` creates)."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, str] = {}
-        self.lock = threading.Lock()
-        self.down = False  # a test sets this to simulate node 0 lost
-
-    def _check(self) -> None:
-        if self.down:
-            raise StoreError("store unreachable (simulated)")
-
-    def set(self, key: str, value: str) -> None:
-        self._check()
-        with self.lock:
-            self.data[key] = value
-
-    def get(self, key: str) -> str | None:
-        self._check()
-        with self.lock:
-            return self.data.get(key)
-
-    def add(self, key: str, amount: int = 1) -> int:
-        self._check()
-        with self.lock:
-            value = int(self.data.get(key, "0")) + amount
-            self.data[key] = str(value)
-            return value
-
-    def compare_set(self, key: str, expected: str, desired: str) -> str:
-        self._check()
-        with self.lock:
-            current = self.data.get(key)
-            if (current is None and expected == "") or current == expected:
-                self.data[key] = desired
-                return desired
-            return current if current is not None else expected
-
-    def close(self) -> None:
-        pass
 
 
 class TCPStoreClient:

@@ -19,8 +19,9 @@ def test_fields_from_the_attempt_environment():
     assert run_log_fields({}) == {}, "outside hangwatch the logs are untouched"
 
 
-class FakeTrainer:
-    """Trainer.log's shape: the record goes to the reporters (report_to) first, then user callbacks."""
+class FakeHFTrainer:
+    """Trainer.log's shape: the record goes to the reporters (report_to) first, then user callbacks.
+    (transformers' Trainer, not the supervisor's launched trainer of ``tests/fakes.py``.)"""
 
     def __init__(self, callback: HangwatchCallbackCore) -> None:
         self.state = SimpleNamespace(global_step=5, log_history=[])
@@ -35,7 +36,7 @@ class FakeTrainer:
 
 def test_attached_trainer_logs_carry_attempt_and_resume_point_to_reporters_and_history():
     cb = HangwatchCallbackCore(env=ENV, beat_fn=lambda **kw: None)
-    trainer = FakeTrainer(cb)
+    trainer = FakeHFTrainer(cb)
     assert cb.wrap_logging(trainer) and not cb.wrap_logging(trainer), "wrapping twice is a no-op"
     trainer.log({"loss": 0.5})
     assert trainer.reported == [{"loss": 0.5, "hangwatch/attempt": 3, "hangwatch/resumed_from_step": 1200}]

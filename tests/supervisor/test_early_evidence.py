@@ -10,12 +10,12 @@ from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import VerdictKind
 
-from tests.supervisor.test_runner_attempts import RecordingCapture, _supervisor
+from fakes import FakeCapture, fake_supervisor
 
 pytestmark = pytest.mark.timeout(30)
 
 
-class EarlyCapture(RecordingCapture):
+class EarlyCapture(FakeCapture):
     def __init__(self) -> None:
         super().__init__()
         self.early: list[tuple[float, object]] = []
@@ -28,7 +28,7 @@ class EarlyCapture(RecordingCapture):
 
 
 def _with_early(tmp_path, script, **over):
-    sup, tree, clock, _ = _supervisor(tmp_path, script, **over)
+    sup, tree, clock, _ = fake_supervisor(tmp_path, script, **over)
     capture = EarlyCapture()
     capture.clock = clock
     sup.capture_hook = capture
@@ -65,6 +65,6 @@ def test_an_early_round_from_an_incident_that_cleared_is_not_used(tmp_path):
 
 
 def test_a_hook_without_early_round_gets_no_extra(tmp_path):
-    sup, _, _, capture = _supervisor(tmp_path, ["wedge", "train"])
+    sup, _, _, capture = fake_supervisor(tmp_path, ["wedge", "train"])
     assert sup.run() == 0
     assert "early_round" not in capture.requests[0].extra

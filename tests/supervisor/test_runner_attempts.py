@@ -8,8 +8,6 @@ run in milliseconds, and every side effect the runner asked for is recorded.
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
@@ -20,137 +18,15 @@ from hangwatch.contract.journal import Journal, read_journal
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import VerdictKind
 from hangwatch.supervisor.decide.attempt import AttemptState, GraphPolicy, RunState
-from hangwatch.supervisor.config import SETTINGS, build
-from hangwatch.supervisor.contain.killer import KillReport
 from hangwatch.supervisor.runner import Supervisor
+
+from fakes import FakeCapture, FakeClock, FakeProbe, FakeTree, fake_supervisor, runner_config
 
 pytestmark = pytest.mark.timeout(30)
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.sleeps: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += max(seconds, 0.001)  # even sleep(0) moves time a little: no busy loop
-
-
-@dataclass
-class FakeTrainer:
-    pid: int
-    create_time: float
-    stdout_path: Path
-    stderr_path: Path
-    behaviour: str  # "wedge" | "train" | "crash"
-
-    def join_output(self, timeout: float) -> None:
-        pass
-
-
-@dataclass
-class FakeTree:
-    """A scripted trainer per attempt: "wedge" holds the GPU busy with an idle CPU, "train" beats
-    and exits 0 after ``train_for`` seconds, "crash" exits 1 at once."""
-
-    clock: FakeClock
-    script: list[str]
-    train_for: float = 5.0
-    survivors: bool = False
-    launched: list[tuple[list[str], dict[str, str]]] = field(default_factory=list)
-    kills: int = 0
-    forwarded: list[int] = field(default_factory=list)
-    trainer: FakeTrainer | None = None
-    started_at: float = 0.0
-    seq: int = 0
-
-    def launch(self, argv, env, attempt_dir):
-        self.launched.append((list(argv), dict(env)))
-        behaviour = self.script[len(self.launched) - 1]
-        self.trainer = FakeTrainer(4000 + len(self.launched), self.clock(), attempt_dir / "stdout.log",
-                                   attempt_dir / "stderr.log", behaviour)
-        self.started_at = self.clock()
-        return self.trainer
-
-    def exit_code(self, trainer):
-        if trainer.behaviour == "crash":
-            return 1
-        if trainer.behaviour == "train" and self.clock() - self.started_at >= self.train_for:
-            return 0
-        if trainer.behaviour == "killed":
-            return -15
-        return None
-
-    def watch(self, heartbeat):
-        pass
-
-    def sample(self):
-        t = self.trainer
-        wedged = t.behaviour == "wedge"
-        self.seq += 1
-        hb = None if wedged else Heartbeat(t.pid, self.seq, self.clock(), self.seq, "train")
-        return Sample(t=self.clock(), wall=self.clock(), cpu_pct={t.pid: 0.0 if wedged else 100.0},
-                      gpu=(DeviceSample(0, 100.0 if wedged else 50.0, 1000.0, (t.pid,)),), heartbeat=hb, tree_size=1)
-
-    def describe(self):
-        return []
-
-    def forward(self, sig, trainer):
-        self.forwarded.append(sig)
-
-    def kill(self, grace, kill_timeout, launcher=None):
-        self.kills += 1
-        target = {"pid": self.trainer.pid, "create_time": self.trainer.create_time, "pgid": self.trainer.pid, "name": "t"}
-        survivors = (dict(target, state="disk-sleep"),) if self.survivors else ()
-        self.trainer.behaviour = "killed"
-        return KillReport((target,), (), (), survivors, 0.5)
-
-
-class FakeProbe:
-    name = "fake"
-
-    def sample(self):
-        return (DeviceSample(0, 0.0, 0.0, ()),)  # after a kill: memory released
-
-    def close(self):
-        pass
-
-
-class RecordingCapture:
-    def __init__(self) -> None:
-        self.requests = []
-
-    def __call__(self, request):
-        self.requests.append(request)
-        path = request.run_dir / "incidents" / f"bundle-{request.attempt}"
-        path.mkdir(parents=True)
-        return path
-
-
-def _config(tmp_path, **over):
-    values = {k: v[1] for k, v in SETTINGS.items()}
-    values.update(run_dir=str(tmp_path / "run"), interval=1.0, stall_window=10.0, progress_timeout=30.0,
-                  backoff=2.0, gpu_probe="none", quiet=True)
-    values.update(over)
-    return build(values, ["python", "train.py"])
-
-
-def _supervisor(tmp_path, script, **over):
-    clock = FakeClock()
-    tree = FakeTree(clock, script, survivors=over.pop("survivors", False))
-    capture = RecordingCapture()
-    config = _config(tmp_path, **over)
-    config.run_dir.mkdir(parents=True)
-    sup = Supervisor(config, FakeProbe(), capture, tree=tree, clock=clock, sleep=clock.sleep, wall=clock)
-    return sup, tree, clock, capture
-
-
 def test_wedge_is_captured_killed_and_relaunched_with_graphs_off(tmp_path):
-    sup, tree, clock, capture = _supervisor(tmp_path, ["wedge", "train"])
+    sup, tree, clock, capture = fake_supervisor(tmp_path, ["wedge", "train"])
     assert sup.run() == 0
     events = [r["event"] for r in read_journal(sup.run_dir / "journal.jsonl")]
     assert events == ["run_started", "attempt_started", "incident", "capture", "recovery", "kill", "gpu_released",
@@ -196,9 +72,9 @@ def test_a_job_stopped_and_continued_is_not_a_hang(tmp_path):
             tree.stopped_for = 1200.0
 
     tree = _StoppedOnce(clock, ["train"], train_for=1400.0)
-    config = _config(tmp_path)
+    config = runner_config(tmp_path)
     config.run_dir.mkdir(parents=True)
-    sup = Supervisor(config, FakeProbe(), RecordingCapture(), tree=tree, clock=clock, sleep=sleep, wall=clock)
+    sup = Supervisor(config, FakeProbe(), FakeCapture(), tree=tree, clock=clock, sleep=sleep, wall=clock)
     assert sup.run() == 0 and stopped[0]
     assert not [r for r in read_journal(sup.run_dir / "journal.jsonl") if r["event"] == "incident"]
 
@@ -222,16 +98,16 @@ def test_a_job_stopped_inside_a_tick_and_continued_is_not_a_hang(tmp_path):
     without progress, a silent hang and a kill."""
     clock = FakeClock()
     tree = _StoppedInsideATick(clock, ["train"], train_for=1400.0)
-    config = _config(tmp_path)
+    config = runner_config(tmp_path)
     config.run_dir.mkdir(parents=True)
-    sup = tree.supervisor = Supervisor(config, FakeProbe(), RecordingCapture(), tree=tree, clock=clock,
+    sup = tree.supervisor = Supervisor(config, FakeProbe(), FakeCapture(), tree=tree, clock=clock,
                                        sleep=clock.sleep, wall=clock)
     assert sup.run() == 0 and tree.stopped_for
     assert not [r for r in read_journal(sup.run_dir / "journal.jsonl") if r["event"] == "incident"]
 
 
 def test_second_stall_with_graphs_off_escalates_to_eager(tmp_path):
-    sup, tree, _, _ = _supervisor(tmp_path, ["wedge", "wedge", "train"])
+    sup, tree, _, _ = fake_supervisor(tmp_path, ["wedge", "wedge", "train"])
     assert sup.run() == 0
     envs = [env for _, env in tree.launched]
     assert [e[names.CUDAGRAPHS] for e in envs] == ["1", "0", "0"]
@@ -239,7 +115,7 @@ def test_second_stall_with_graphs_off_escalates_to_eager(tmp_path):
 
 
 def test_survivors_of_sigkill_stop_the_run_with_exit_74(tmp_path):
-    sup, tree, _, _ = _supervisor(tmp_path, ["wedge", "train"], survivors=True)
+    sup, tree, _, _ = fake_supervisor(tmp_path, ["wedge", "train"], survivors=True)
     assert sup.run() == EXIT_UNKILLABLE
     assert len(tree.launched) == 1, "never relaunch into a GPU that survivors may hold"
     last = read_journal(sup.run_dir / "journal.jsonl")[-1]
@@ -247,14 +123,14 @@ def test_survivors_of_sigkill_stop_the_run_with_exit_74(tmp_path):
 
 
 def test_crash_loop_stops_at_the_budget(tmp_path):
-    sup, tree, _, _ = _supervisor(tmp_path, ["crash"] * 5, max_restarts=2)
+    sup, tree, _, _ = fake_supervisor(tmp_path, ["crash"] * 5, max_restarts=2)
     assert sup.run() == 71
     assert len(tree.launched) == 3
     assert all(env[names.CUDAGRAPHS] == "1" for _, env in tree.launched), "a crash does not change the graph policy"
 
 
 def test_stop_signal_is_forwarded_to_the_trainer(tmp_path):
-    sup, tree, clock, _ = _supervisor(tmp_path, ["wedge"], stall_window=1000.0, progress_timeout=2000.0)
+    sup, tree, clock, _ = fake_supervisor(tmp_path, ["wedge"], stall_window=1000.0, progress_timeout=2000.0)
     original = tree.sample
 
     def sample_then_stop():
@@ -272,7 +148,7 @@ def test_stop_signal_is_forwarded_to_the_trainer(tmp_path):
 def test_a_stop_during_an_incident_exits_with_the_stop_signal_not_the_tree_kill(tmp_path):
     """Ctrl-C while the evidence of a hang is taken: the tree is killed as usual and the run
     ends interrupted with 128 + SIGINT (it said 137 or 143, the status of our own kill)."""
-    sup, tree, clock, capture = _supervisor(tmp_path, ["wedge", "train"])
+    sup, tree, clock, capture = fake_supervisor(tmp_path, ["wedge", "train"])
     original = capture.__call__
 
     def capture_then_stop(request):
@@ -288,9 +164,8 @@ def test_a_stop_during_an_incident_exits_with_the_stop_signal_not_the_tree_kill(
 def test_a_stop_ends_the_wait_for_gpu_release_at_once(tmp_path):
     """The killed trainer's memory is never freed; a SIGTERM to the supervisor meanwhile was
     ignored for the whole --gpu-release-timeout (60 s)."""
-    sup, tree, clock, capture = _supervisor(tmp_path, ["wedge", "train"])
-    sup.probe = type("HeldProbe", (), {"name": "held", "close": lambda self: None,
-                                       "sample": lambda self: (DeviceSample(0, 0.0, 30000.0, (4001,)),)})()
+    sup, tree, clock, capture = fake_supervisor(tmp_path, ["wedge", "train"])
+    sup.probe = FakeProbe(devices=(DeviceSample(0, 0.0, 30000.0, (4001,)),))  # the memory held
     original = tree.kill
 
     def kill_then_stop(*args, **kwargs):
@@ -304,7 +179,7 @@ def test_a_stop_ends_the_wait_for_gpu_release_at_once(tmp_path):
 
 
 def test_resume_state_comes_from_the_journal_including_a_pending_restart(tmp_path):
-    sup, _, _, _ = _supervisor(tmp_path, ["wedge", "train"])
+    sup, _, _, _ = fake_supervisor(tmp_path, ["wedge", "train"])
     sup.run()
     state = RunState.from_journal(read_journal(sup.run_dir / "journal.jsonl"))
     assert state.attempt == 2 and state.stalls == 1 and state.policy.cudagraphs_off
@@ -353,14 +228,14 @@ def test_the_engine_retry_window_counts_across_a_resume(tmp_path):
     restarted_at = state.last_engine_restart_wall
     assert restarted_at is not None
     clock = FakeClock()
-    config = _config(tmp_path)
+    config = runner_config(tmp_path)
     config.run_dir.mkdir(parents=True)
-    sup = Supervisor(config, FakeProbe(), RecordingCapture(), state=state, tree=FakeTree(clock, ["train"]),
+    sup = Supervisor(config, FakeProbe(), FakeCapture(), state=state, tree=FakeTree(clock, ["train"]),
                      clock=clock, sleep=clock.sleep, wall=lambda: restarted_at + 120.0)
     assert sup.engine_level.last_restart == pytest.approx(clock() - 120.0)
     fresh = RunState.from_journal(read_journal(tmp_path / "j.jsonl")[:1])
     assert fresh.last_engine_restart_wall is None
-    skewed = Supervisor(config, FakeProbe(), RecordingCapture(), state=state, tree=FakeTree(clock, ["train"]),
+    skewed = Supervisor(config, FakeProbe(), FakeCapture(), state=state, tree=FakeTree(clock, ["train"]),
                         clock=clock, sleep=clock.sleep, wall=lambda: restarted_at - 3 * 86400.0)
     assert skewed.engine_level.last_restart is None, "a restart 'in the future' (a clock set back) opens no window"
 
@@ -375,9 +250,9 @@ def test_a_resume_after_a_supervisor_that_died_between_a_stall_and_its_recovery_
     j.append("incident", attempt=1, kind=kind)
     state = RunState.from_journal(read_journal(tmp_path / "j.jsonl"))
     clock = FakeClock()
-    config = _config(tmp_path)
+    config = runner_config(tmp_path)
     config.run_dir.mkdir(parents=True)
-    sup = Supervisor(config, FakeProbe(), RecordingCapture(), state=state, tree=FakeTree(clock, ["train"]),
+    sup = Supervisor(config, FakeProbe(), FakeCapture(), state=state, tree=FakeTree(clock, ["train"]),
                      clock=clock, sleep=clock.sleep, wall=clock)
     assert sup.run(resumed=True) == 0
     records = read_journal(config.run_dir / "journal.jsonl")
@@ -402,7 +277,7 @@ def test_an_attempt_the_runs_stop_ended_spends_no_restart_after_a_resume(tmp_pat
 def test_a_trainer_that_outlives_the_stops_grace_is_said_to_be_killed_not_killed_by_the_signal(tmp_path):
     """SIGINT forwarded, the trainer ignores it past --grace, the tree is killed: the attempt's end
     said 'trainer killed by SIGINT' beside an exit status of our SIGTERM (-15)."""
-    sup, tree, clock, _ = _supervisor(tmp_path, ["wedge"])
+    sup, tree, clock, _ = fake_supervisor(tmp_path, ["wedge"])
     original = tree.sample
 
     def sample_then_stop():
@@ -424,7 +299,7 @@ def test_checkpoints_that_cannot_be_listed_stop_the_run_instead_of_a_restart_fro
     ckpt = tmp_path / "ckpt"
     (ckpt / "checkpoint-5").mkdir(parents=True)
     (ckpt / "checkpoint-5" / "trainer_state.json").write_text("{}")
-    sup, tree, clock, _ = _supervisor(tmp_path, ["wedge", "train"], checkpoint_dir=str(ckpt))
+    sup, tree, clock, _ = fake_supervisor(tmp_path, ["wedge", "train"], checkpoint_dir=str(ckpt))
 
     real_sleep = clock.sleep
 
@@ -445,7 +320,7 @@ def test_checkpoints_that_cannot_be_listed_stop_the_run_instead_of_a_restart_fro
 def test_a_trainer_that_exits_between_two_ticks_is_seen_at_once_not_at_the_next_tick(tmp_path):
     """With a long interval the run still ends within 50 ms of the trainer's exit: the wait
     between ticks watches the trainer (before: up to a whole interval later)."""
-    sup, tree, clock, _ = _supervisor(tmp_path, ["train"], interval=20.0, stall_window=100.0, progress_timeout=300.0)
+    sup, tree, clock, _ = fake_supervisor(tmp_path, ["train"], interval=20.0, stall_window=100.0, progress_timeout=300.0)
     tree.train_for = 5.0
     assert sup.run() == 0
     ended = next(r for r in read_journal(tmp_path / "run" / "journal.jsonl") if r["event"] == "attempt_ended")

@@ -17,11 +17,11 @@ from hangwatch.supervisor.cohort.agreement import decide, settled
 from hangwatch.supervisor.cohort.errors import CohortError, CohortStopped, MemberLeft
 from hangwatch.supervisor.cohort.membership import Membership
 from hangwatch.supervisor.cohort.node import Cohort
-from hangwatch.supervisor.cohort.store import MemoryStore
 from hangwatch.supervisor.decide.attempt import GraphPolicy
 from hangwatch.supervisor.decide.restart import AttemptOutcome, Decision
 
-from cohort_fakes import Clock, Journal, join_all, node, pair
+from cohort_helpers import join_all, node, node_clock, pair
+from fakes import FakeJournal, MemoryStore
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -96,7 +96,7 @@ def test_two_nodes_announcing_at_the_same_moment_make_one_incident():
     store = MemoryStore()
     nodes = [node(store, i, 3) for i in range(3)]
     join_all(nodes)
-    journals = [Journal() for _ in nodes]
+    journals = [FakeJournal() for _ in nodes]
     links = [CohortLink(n, (lambda j=j: j)) for n, j in zip(nodes, journals)]
     gate = threading.Barrier(2)
 
@@ -121,7 +121,7 @@ def test_a_crash_elsewhere_does_not_hold_up_the_others_capture():
     store = MemoryStore()
     nodes = [node(store, i) for i in range(2)]
     join_all(nodes)
-    crashed = CohortLink(nodes[1], Journal)
+    crashed = CohortLink(nodes[1], FakeJournal)
     crashed.incident(1, Verdict(VerdictKind.CRASH, 0.0, 0.0, "trainer exited with code 1"))
     assert nodes[0].all_captured(1, timeout=15) == 0.0
 
@@ -130,9 +130,9 @@ def test_a_finished_node_is_not_waited_for_and_the_job_cannot_restart_without_it
     store = MemoryStore()
     nodes = [node(store, i) for i in range(2)]
     join_all(nodes)
-    CohortLink(nodes[1], Journal).incident(1, Verdict(VerdictKind.DONE, 0.0, 0.0, "trainer exited 0"))
+    CohortLink(nodes[1], FakeJournal).incident(1, Verdict(VerdictKind.DONE, 0.0, 0.0, "trainer exited 0"))
     assert nodes[0].all_captured(1, timeout=15) == 0.0
-    journal = Journal()
+    journal = FakeJournal()
     agreed, code = CohortLink(nodes[0], lambda: journal).agree(
         1, Verdict(VerdictKind.STALL, 0.0, 0.0, "x"), [2], GraphPolicy())
     assert agreed is None and code == EXIT_COHORT
@@ -142,7 +142,7 @@ def test_a_finished_node_is_not_waited_for_and_the_job_cannot_restart_without_it
 
 @pytest.mark.timeout(60)
 def test_the_capture_wait_skips_a_node_that_left_and_counts_a_crashed_one():
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), node_clock()
     nodes = [Cohort(store, Membership(i, 3, "127.0.0.1", 29600, "job"), {"a": 1}, lease_interval=3600,
                     lease_timeout=10, barrier_timeout=30, clock=clock, sleep=clock.sleep, wall=clock) for i in range(3)]
     join_all(nodes)
@@ -166,7 +166,7 @@ def test_restart_limit_on_one_node_stops_every_node_with_its_code():
     store = MemoryStore()
     nodes = [node(store, i) for i in range(2)]
     join_all(nodes)
-    links = [CohortLink(n, Journal) for n in nodes]
+    links = [CohortLink(n, FakeJournal) for n in nodes]
     outcome = AttemptOutcome(3, VerdictKind.STALL, 0.0, 2, 2)
     mine = [Decision(True, "restart after stall", None, 0.5),
             Decision(False, "restart budget exhausted", EXIT_BUDGET)]
@@ -194,7 +194,7 @@ def test_engine_level_recovery_is_off_in_a_cohort_and_the_journal_says_so():
                            last_engine_restart=None, now=0.0, retry_window=60.0, in_cohort=True))
     assert level.level == 2 and "multi-node" in level.reason
     store = MemoryStore()
-    journal = Journal()
+    journal = FakeJournal()
     CohortLink(node(store, 0), lambda: journal).joined()
     assert "desynchronise" in journal.records[-1]["engine_recovery"]
 
@@ -233,7 +233,7 @@ def test_the_crash_a_stop_elsewhere_causes_is_that_stop_not_an_incident_or_a_los
     store = MemoryStore()
     n0, n1 = node(store, 0), node(store, 1)
     join_all([n0, n1])
-    journal, stops = Journal(), []
+    journal, stops = FakeJournal(), []
     link = CohortLink(n1, lambda: journal)
     link.bind_stop(lambda sig, frame=None: stops.append(sig))
     crash = Verdict(VerdictKind.CRASH, 0.0, 0.0, "trainer exited with code 1")
@@ -244,7 +244,7 @@ def test_the_crash_a_stop_elsewhere_causes_is_that_stop_not_an_incident_or_a_los
     assert stops == [signal.SIGTERM], "node 1 stops as interrupted, with node 0's signal"
     assert [r["cause"] for r in journal.records if r["event"] == "member_lost"] == ["stopped"]
     # The same crash seen after the stop was published is no incident at all.
-    n2, later = node(store, 1), Journal()
+    n2, later = node(store, 1), FakeJournal()
     n2._generation = n1._generation
     CohortLink(n2, lambda: later).incident(1, crash)
     assert not [r for r in later.records if r["event"] == "cohort_incident"] and n2.stopped["node"] == 0
@@ -263,7 +263,7 @@ def test_a_stop_on_this_node_ends_its_own_cohort_waits_at_once():
     assert n1.all_captured(1, timeout=15) is None
     with pytest.raises(CohortStopped, match="node 1's supervisor was stopped \\(SIGINT\\)"):
         n1.agree(1, [2], GraphPolicy())
-    decision = CohortLink(n1, Journal).settle(AttemptOutcome(1, VerdictKind.CRASH, 0.0, None, 2),
+    decision = CohortLink(n1, FakeJournal).settle(AttemptOutcome(1, VerdictKind.CRASH, 0.0, None, 2),
                                               Decision(True, "restart after crash", None, 0.5))
     assert (decision.restart, decision.exit_code) == (False, 128 + signal.SIGINT)
     assert n1.clock() < 1.0, "at once, not after the capture timeout or the barrier deadline"

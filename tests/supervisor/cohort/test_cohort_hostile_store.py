@@ -13,7 +13,8 @@ import pytest
 from hangwatch.supervisor.cohort.agreement import MAX_SETTLED_DELAY_S, decide, settled
 from hangwatch.supervisor.cohort.membership import Membership
 from hangwatch.supervisor.cohort.node import Cohort
-from hangwatch.supervisor.cohort.store import MemoryStore
+
+from fakes import MemoryStore
 
 
 def _node_1() -> tuple[Cohort, MemoryStore]:

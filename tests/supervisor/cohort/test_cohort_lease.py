@@ -14,9 +14,10 @@ from hangwatch.supervisor.cohort.link import CohortLink
 from hangwatch.supervisor.cohort.errors import MemberLeft, MemberLost, StoreLost
 from hangwatch.supervisor.cohort.membership import Membership
 from hangwatch.supervisor.cohort.node import Cohort
-from hangwatch.supervisor.cohort.store import MemoryStore, StoreError
+from hangwatch.supervisor.cohort.store import StoreError
 
-from cohort_fakes import Clock, join_all, node, pair
+from cohort_helpers import join_all, node, node_clock, pair
+from fakes import FakeClock, MemoryStore
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -58,7 +59,7 @@ def test_a_finished_node_is_no_loss_but_a_node_that_left_otherwise_is_at_once():
     """A node whose trainer finished stops renewing its lease: that must not kill the others'
     trainers (they may still be saving). A node that left without finishing is lost at once."""
     store = MemoryStore()
-    c0, c1, c2 = Clock(), Clock(), Clock()
+    c0, c1, c2 = node_clock(), node_clock(), node_clock()
     n0, n1, n2 = node(store, 0, 3, c0), node(store, 1, 3, c1), node(store, 2, 3, c2)
     join_all([n0, n1, n2])
     _tick([(c0, n0), (c1, n1), (c2, n2)], rounds=3)
@@ -89,7 +90,7 @@ def test_skewed_clocks_decide_nothing():
     each node's own clock, so nobody is lost while everyone renews, and a real loss is
     still seen within the lease on the observer's clock."""
     store = MemoryStore()
-    c0, c1 = Clock(start=1e9), Clock(start=5.0, rate=1.0)
+    c0, c1 = node_clock(1e9), node_clock(5.0)
     n0 = node(store, 0, clock=c0)
     n1 = Cohort(store, Membership(1, 2, "127.0.0.1", 29600, "job"), {"a": 1}, lease_interval=3600, lease_timeout=10,
                 clock=c1, sleep=c1.sleep, wall=lambda: -7200.0)  # its wall clock two hours behind
@@ -136,7 +137,7 @@ def test_a_job_suspended_as_a_whole_loses_no_member_when_it_is_continued():
     Time this node was not running is not watched; a member that stays silent once the
     node watches again is still lost within the lease."""
     store = MemoryStore()
-    c0 = Clock()
+    c0 = node_clock()
     n0 = Cohort(store, Membership(0, 2, "127.0.0.1", 29600, "job"), {"a": 1}, lease_interval=0.02,
                 lease_timeout=10, clock=c0, sleep=c0.sleep, wall=c0)
     n1 = node(store, 1)  # its lease thread never runs on its own: it is continued later
@@ -157,7 +158,7 @@ def test_a_job_suspended_as_a_whole_loses_no_member_when_it_is_continued():
 
 def test_nodes_lost_in_the_same_lease_round_are_all_named():
     """4 nodes, nodes 1 and 2 SIGKILLed at once (a rack lost): node 0's journal named node 1 only."""
-    store, clock = MemoryStore(), Clock()
+    store, clock = MemoryStore(), node_clock()
     nodes = [Cohort(store, Membership(i, 4, "127.0.0.1", 29600, "job"), {"a": 1}, lease_interval=3600,
                     lease_timeout=10, clock=clock, sleep=clock.sleep, wall=clock) for i in range(4)]
     for n in nodes:
@@ -201,7 +202,7 @@ def test_a_blip_just_before_the_job_was_suspended_is_not_a_lease_of_failure_on_t
     cohort before any call was made, and the time since that one miss, the pause included, was
     taken for a lease of failure: the node stopped (75) though nothing was wrong. Only failures
     seen count: the streak is as long as its last seen failure, not the time since its first."""
-    clock = Clock()
+    clock = node_clock()
     store = MemoryStore()
     view = _MissingView(store)
     n0, n1 = node(store, 0, clock=clock), node(view, 1, clock=clock)
@@ -221,7 +222,7 @@ def test_a_blip_just_before_the_job_was_suspended_is_not_a_lease_of_failure_on_t
 
 def test_a_store_still_failing_past_the_lease_is_lost_on_the_tick():
     """The store that does not answer at all is still lost within the lease (each tick's poll fails)."""
-    clock = Clock()
+    clock = node_clock()
     store = MemoryStore()
     view = _MissingView(store)
     n0, n1 = node(store, 0, clock=clock), node(view, 1, clock=clock)
@@ -257,7 +258,7 @@ def test_a_store_that_stops_answering_is_lost_within_the_lease_whichever_thread_
     only one that judged a failing store lost, seldom had a call of its own: a real node whose
     store helper was frozen for 30 s under an 8 s lease was taken for cut off by nobody, itself
     included; it stopped only once the store answered again. Every call's failure counts now."""
-    clock = Clock()
+    clock = node_clock()
     store = MemoryStore()
     link = Reconnecting(store)
     n0, n1 = node(store, 0, clock=clock), node(link, 1, clock=clock)
@@ -291,7 +292,7 @@ def test_a_store_that_stops_answering_is_lost_within_the_lease_whichever_thread_
 class _FrozenInFlight:
     """A call in flight while the whole job was suspended: it fails once continued, 30 s later."""
 
-    def __init__(self, store: MemoryStore, clock: Clock) -> None:
+    def __init__(self, store: MemoryStore, clock: FakeClock) -> None:
         self.store, self.clock = store, clock
 
     def get(self, key: str):
@@ -305,7 +306,7 @@ class _FrozenInFlight:
 def test_a_call_that_failed_across_a_pause_of_this_node_is_not_a_lease_of_failure():
     """The job suspended as a whole with a call in flight: the call fails once continued, the store
     answers the next one. Judged from the call's start, the pause alone made the store lost (75)."""
-    clock = Clock()
+    clock = node_clock()
     store = MemoryStore()
     link = Reconnecting(store)
     n0, n1 = node(store, 0, clock=clock), node(link, 1, clock=clock)

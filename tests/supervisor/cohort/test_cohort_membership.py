@@ -18,10 +18,10 @@ import pytest
 from hangwatch.supervisor.cohort.errors import CohortRefused
 from hangwatch.supervisor.cohort.membership import Membership, first_host, membership_from
 from hangwatch.supervisor.cohort.node import Cohort
-from hangwatch.supervisor.cohort.store import MemoryStore
 from hangwatch.supervisor.decide.attempt import GraphPolicy
 
-from cohort_fakes import Clock, InstantClock, join_all, node, pair
+from cohort_helpers import join_all, node, node_clock, pair
+from fakes import FakeClock, MemoryStore
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -90,7 +90,7 @@ def test_membership_from_options_slurm_and_torchrun_style():
 def test_a_node_with_another_lease_timeout_is_refused():
     """--lease-timeout 40 on node 1, 3 on node 0: node 1 renewed every 4 s, and node 0 took it for
     lost 3 s into a healthy job (a real 2-node job ended 75, 75). The lease is part of the settings."""
-    store, clock = MemoryStore(), InstantClock()
+    store, clock = MemoryStore(), FakeClock(0.0)
     n0, n1 = (Cohort(store, Membership(i, 2, "127.0.0.1", 29600, "job"), {"a": 1}, lease_interval=3600,
                      lease_timeout=lease, clock=clock, sleep=clock.sleep, wall=clock) for i, lease in ((0, 3.0), (1, 40.0)))
     import threading  # noqa: PLC0415
@@ -134,8 +134,8 @@ def test_a_node_started_under_another_cohort_id_is_told_so_not_left_waiting():
     of the id)."""
     store = MemoryStore()
 
-    def node(rank: int, cohort_id: str) -> tuple[Cohort, InstantClock]:
-        clock = InstantClock()
+    def node(rank: int, cohort_id: str) -> tuple[Cohort, FakeClock]:
+        clock = FakeClock(0.0)
         return Cohort(store, Membership(rank, 2, "127.0.0.1", 29600, cohort_id), {"a": 1}, lease_interval=3600,
                       lease_timeout=10, clock=clock, sleep=clock.sleep, wall=clock), clock
 
@@ -209,7 +209,7 @@ def test_a_node_of_another_job_refused_on_this_store_leaves_no_record_in_this_jo
     store = MemoryStore()
     n0, n1 = node(store, 0), node(store, 1)
     join_all([n0, n1])
-    clock = Clock()
+    clock = node_clock()
     stranger = Cohort(store, Membership(1, 2, "127.0.0.1", 29600, "job"), {"a": 2}, lease_interval=3600,
                       lease_timeout=10, clock=clock, sleep=clock.sleep, wall=clock)
     with pytest.raises(CohortRefused, match="settings differ"):
@@ -406,7 +406,7 @@ def test_the_same_checkpoint_path_resolved_through_other_links_on_each_node_is_o
 
 def _joined(fingerprints: list[dict], launchers: list[bool]) -> list[object]:
     """Every node's join: its Cohort, or the error it was refused with."""
-    clock, store = Clock(), MemoryStore()
+    clock, store = node_clock(), MemoryStore()
     nodes = [Cohort(store, Membership(i, len(fingerprints), "127.0.0.1", 29600, "job"), fp, lease_interval=3600,
                     lease_timeout=10, barrier_timeout=30, clock=clock, sleep=clock.sleep, wall=clock, launcher=launcher)
              for i, (fp, launcher) in enumerate(zip(fingerprints, launchers))]

@@ -20,9 +20,9 @@ from hangwatch.supervisor.cohort.link import CohortLink
 from hangwatch.supervisor.cohort.launcher import runs_launcher
 from hangwatch.supervisor.cohort.membership import Membership
 from hangwatch.supervisor.cohort.node import Cohort
-from hangwatch.supervisor.cohort.store import MemoryStore
 
-from cohort_fakes import resumed_node
+from cohort_helpers import resumed_node
+from fakes import FakeTree, MemoryStore
 
 
 def _worker(group_world_size: str) -> subprocess.Popen:
@@ -44,10 +44,10 @@ def test_a_launcher_that_formed_its_own_rendezvous_stops_the_job_naming_it(tmp_p
     store = MemoryStore()
     s0, t0, _ = resumed_node(tmp_path, store, 0, None, [])
     s1, t1, _ = resumed_node(tmp_path, store, 1, None, [])
-    t0.waits = True  # node 0's launcher waits for a rendezvous that never completes
+    t0.default = "hang"  # node 0's launcher waits for a rendezvous that never completes
     worker = _worker("1")
     try:
-        t1.waits = True
+        t1.default = "hang"
         t1.workers = [TreeProcess(worker.pid, 0.0, os.getpid(), worker.pid, worker.pid, "python")]
         for s in (s0, s1):
             threading.Thread(target=s.cohort.cohort.join, kwargs={"timeout": 1e6}, daemon=True).start()
@@ -78,7 +78,7 @@ def test_a_launcher_that_formed_its_own_rendezvous_stops_the_job_naming_it(tmp_p
     assert "but the cohort has 2" in last1["reason"]
     last0 = read_journal(s0.run_dir / "journal.jsonl")[-1]
     assert "node 1's supervisor gave up: node 1's launcher formed a rendezvous of 1 node(s)" in last0["reason"], last0
-    assert t0.killed and t1.killed
+    assert t0.kills and t1.kills
 
 
 def test_a_launcher_in_the_cohorts_rendezvous_is_checked_once():
@@ -87,17 +87,11 @@ def test_a_launcher_in_the_cohorts_rendezvous_is_checked_once():
     cohort = Cohort(store, Membership(1, 2, "127.0.0.1", 29600, "job"), {})
     link = CohortLink(cohort, lambda: None)
     worker = _worker("2")
-    calls = []
-
-    class Tree:
-        def describe(self):
-            calls.append(1)
-            return [TreeProcess(worker.pid, 0.0, os.getpid(), worker.pid, worker.pid, "python")]
-
+    tree = FakeTree(workers=[TreeProcess(worker.pid, 0.0, os.getpid(), worker.pid, worker.pid, "python")])
     try:
-        assert [link.verdict(1, t, Tree()) for t in (0.0, 5.0, 10.0)] == [None, None, None]
-        assert len(calls) == 1
-        assert link.verdict(2, 11.0, Tree()) is None and len(calls) == 2, "a new attempt's workers are checked again"
+        assert [link.verdict(1, t, tree) for t in (0.0, 5.0, 10.0)] == [None, None, None]
+        assert tree.describes == 1
+        assert link.verdict(2, 11.0, tree) is None and tree.describes == 2, "a new attempt's workers are checked again"
     finally:
         worker.kill()
         worker.wait(timeout=10)
@@ -140,13 +134,9 @@ def test_a_node_that_runs_no_launcher_is_not_counted_in_the_rendezvous(size, nod
         store.set(cohort._key("join", n), json.dumps({"launcher": launcher}))
     link = CohortLink(cohort, lambda: None)
     worker = _worker(size)
-
-    class Tree:
-        def describe(self):
-            return [TreeProcess(worker.pid, 0.0, os.getpid(), worker.pid, worker.pid, "python")]
-
+    tree = FakeTree(workers=[TreeProcess(worker.pid, 0.0, os.getpid(), worker.pid, worker.pid, "python")])
     try:
-        verdict = link.verdict(1, 0.0, Tree())
+        verdict = link.verdict(1, 0.0, tree)
     finally:
         worker.kill()
         worker.wait(timeout=10)

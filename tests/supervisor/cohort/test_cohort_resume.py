@@ -12,10 +12,10 @@ from hangwatch.contract.journal import read_journal
 from hangwatch.supervisor.cohort.errors import CohortRefused
 from hangwatch.supervisor.cohort.membership import Membership
 from hangwatch.supervisor.cohort.node import Cohort
-from hangwatch.supervisor.cohort.store import MemoryStore
 from hangwatch.supervisor.decide.attempt import GraphPolicy, RunState
 
-from cohort_fakes import resumed_node
+from cohort_helpers import resumed_node
+from fakes import MemoryStore
 
 
 @pytest.mark.timeout(60)
@@ -48,7 +48,7 @@ def test_a_job_resumed_on_every_node_goes_on_from_one_attempt_checkpoint_and_pol
     assert codes == [0, 0]
     for sup, tree, ckpt in ((s0, t0, ck0), (s1, t1, ck1)):
         assert len(tree.launched) == 1
-        env = tree.launched[0]
+        env = tree.envs[0]
         assert env["HANGWATCH_ATTEMPT"] == "4"
         assert env.get("HANGWATCH_RESUME_FROM") == str(ckpt / "checkpoint-4")
         assert env["HANGWATCH_CUDAGRAPHS"] == "0"

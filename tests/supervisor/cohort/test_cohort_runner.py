@@ -10,7 +10,6 @@ import dataclasses
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -18,13 +17,11 @@ import structlog
 
 from hangwatch.contract.exitcodes import EXIT_BUDGET, EXIT_COHORT, EXIT_UNKILLABLE
 from hangwatch.contract.journal import read_journal
-from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.supervisor.cohort.membership import Membership
 from hangwatch.supervisor.cohort.node import Cohort
-from hangwatch.supervisor.config import SETTINGS, build
-from hangwatch.supervisor.contain.killer import KillReport
 from hangwatch.supervisor.runner import Supervisor
-from hangwatch.supervisor.cohort.store import MemoryStore
+
+from fakes import FakeClock, FakeProbe, FakeTree, MemoryStore, runner_config
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -34,96 +31,16 @@ pytestmark = pytest.mark.timeout(60)
 JOIN_S = 1e6
 
 
-class Clock:
-    def __init__(self, start: float) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += max(seconds, 0.001)
-        time.sleep(0.0005)  # let the other node's thread run while fake time flies
-
-
-@dataclass
-class Trainer:
-    pid: int
-    create_time: float
-    stdout_path: Path
-    stderr_path: Path
-    behaviour: str
-
-    def join_output(self, timeout: float) -> None:
-        pass
-
-
-@dataclass
-class Tree:
-    """Each attempt's trainer crashes at once or trains for a while and exits 0."""
-
-    clock: Clock
-    script: list[str]
-    launched: list[dict] = field(default_factory=list)
-    trainer: Trainer | None = None
-    started: float = 0.0
-
-    def launch(self, argv, env, attempt_dir):
-        self.launched.append(dict(env))
-        self.trainer = Trainer(5000 + len(self.launched), self.clock(), attempt_dir / "o", attempt_dir / "e",
-                               self.script[len(self.launched) - 1])
-        self.started = self.clock()
-        return self.trainer
-
-    def exit_code(self, trainer):
-        if trainer.behaviour == "crash":
-            return 1
-        if trainer.behaviour == "killed":
-            return -15
-        if trainer.behaviour == "hang":
-            return None
-        return 0 if self.clock() - self.started >= 3.0 else None
-
-    def sample(self):
-        return Sample(t=self.clock(), wall=self.clock(), cpu_pct={self.trainer.pid: 100.0},
-                      gpu=(DeviceSample(0, 50.0, 1000.0, (self.trainer.pid,)),), heartbeat=None, tree_size=1)
-
-    def describe(self):
-        return []
-
-    def watch(self, heartbeat):
-        pass
-
-    def forward(self, sig, trainer):
-        pass
-
-    def kill(self, grace, kill_timeout, launcher=None):
-        self.trainer.behaviour = "killed"
-        target = {"pid": self.trainer.pid, "create_time": 0.0, "pgid": self.trainer.pid, "name": "t"}
-        return KillReport((target,), (), (), (), 0.1)
-
-
-class Probe:
-    name = "fake"
-
-    def sample(self):
-        return (DeviceSample(0, 0.0, 0.0, ()),)
-
-    def close(self):
-        pass
-
-
-def _node(tmp_path: Path, store: MemoryStore, rank: int, script: list[str], **over) -> tuple[Supervisor, Tree]:
-    clock = Clock(start=1000.0 + 7200.0 * rank)  # clocks hours apart: nothing may compare them
-    values = {k: v[1] for k, v in SETTINGS.items()}
-    values.update(run_dir=str(tmp_path / f"run{rank}"), interval=1.0, stall_window=10.0, progress_timeout=30.0,
-                  backoff=2.0, gpu_probe="none", quiet=True, **over)
-    config = build(values, ["python", "train.py"])
+def _node(tmp_path: Path, store: MemoryStore, rank: int, script: list[str], **over) -> tuple[Supervisor, FakeTree]:
+    # Each node its own fake time, hours apart: they never agree, on purpose; nothing may compare them.
+    clock = FakeClock(1000.0 + 7200.0 * rank, yield_s=0.0005)  # yields: the other node's thread runs
+    config = runner_config(tmp_path, run_dir=str(tmp_path / f"run{rank}"), **over)
     config.run_dir.mkdir(parents=True)
     cohort = Cohort(store, Membership(rank, 2, "127.0.0.1", 29600, "job"), {"same": True}, lease_interval=3600,
                     lease_timeout=60, barrier_timeout=300, clock=clock, sleep=clock.sleep, wall=clock)
-    tree = Tree(clock, script)
-    sup = Supervisor(config, Probe(), lambda request: None, tree=tree, clock=clock, sleep=clock.sleep, wall=clock,
+    # Each attempt's trainer crashes at once, or trains for a (fake) 3 s and exits 0, or hangs; it beats nothing.
+    tree = FakeTree(clock, script, train_for=3.0, beats=False)
+    sup = Supervisor(config, FakeProbe(), lambda request: None, tree=tree, clock=clock, sleep=clock.sleep, wall=clock,
                      cohort=cohort)
     return sup, tree
 
@@ -166,9 +83,9 @@ def test_a_crash_on_every_node_restarts_every_node_once_with_one_agreement(tmp_p
     (s0, t0), (s1, t1) = _node(tmp_path, store, 0, ["crash", "train"]), _node(tmp_path, store, 1, ["crash", "train"])
     assert _run_all([s0, s1]) == [0, 0]
     for sup, tree in ((s0, t0), (s1, t1)):
-        assert [env["HANGWATCH_ATTEMPT"] for env in tree.launched] == ["1", "2"]
+        assert [env["HANGWATCH_ATTEMPT"] for env in tree.envs] == ["1", "2"]
         # --recovery auto (the default) in a cohort: the trainer's generator never restarts its engine alone.
-        assert sup.config.recovery == "auto" and {env["HANGWATCH_ENGINE_RECOVERY"] for env in tree.launched} == {"job"}
+        assert sup.config.recovery == "auto" and {env["HANGWATCH_ENGINE_RECOVERY"] for env in tree.envs} == {"job"}
         records = read_journal(sup.run_dir / "journal.jsonl")
         assert len([r for r in records if r["event"] == "cohort_incident"]) == 1
         assert len([r for r in records if r["event"] == "cohort_agreed"]) == 1
@@ -207,8 +124,8 @@ def test_node_local_checkpoints_with_no_common_step_resume_every_node_from_scrat
              for rank in (0, 1)]
     assert _run_all([s for s, _ in nodes]) == [0, 0]
     for sup, tree in nodes:
-        assert [env["HANGWATCH_ATTEMPT"] for env in tree.launched] == ["1", "2"]
-        assert "HANGWATCH_RESUME_FROM" not in tree.launched[1], tree.launched[1].get("HANGWATCH_RESUME_FROM")
+        assert [env["HANGWATCH_ATTEMPT"] for env in tree.envs] == ["1", "2"]
+        assert "HANGWATCH_RESUME_FROM" not in tree.envs[1], tree.envs[1].get("HANGWATCH_RESUME_FROM")
 
 
 def test_nodes_stopped_with_different_signals_at_once_all_exit_with_the_first_stop(tmp_path):

@@ -15,10 +15,11 @@ import time
 import pytest
 
 from hangwatch.supervisor.cohort.errors import StoreLost
-from hangwatch.supervisor.cohort.store import MemoryStore, StoreError, TCPStoreClient
+from hangwatch.supervisor.cohort.store import StoreError, TCPStoreClient
 from hangwatch.supervisor.decide.attempt import GraphPolicy
 
-from cohort_fakes import Clock, join_all, node
+from cohort_helpers import join_all, node, node_clock
+from fakes import FakeClock, MemoryStore
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -168,7 +169,7 @@ class _SlowStore(MemoryStore):
     def __init__(self) -> None:
         super().__init__()
         self.misses = 0
-        self.clocks: list[Clock] = []
+        self.clocks: list[FakeClock] = []
 
     def _check(self) -> None:
         super()._check()
@@ -187,7 +188,7 @@ def test_a_store_slower_than_one_call_but_not_the_lease_costs_no_barrier():
     75 on every node but 0). A store that stalls for less than the lease costs nothing
     there too; one that fails for the whole lease is still lost."""
     store = _SlowStore()
-    clock0, clock1 = Clock(), Clock(start=5000.0)
+    clock0, clock1 = node_clock(), node_clock(5000.0)
     store.clocks = [clock0, clock1]
     n0, n1 = node(store, 0, clock=clock0), node(store, 1, clock=clock1)
     join_all([n0, n1])
@@ -220,7 +221,7 @@ class _LateStore(MemoryStore):
     def __init__(self) -> None:
         super().__init__()
         self.late = 0
-        self.clocks: list[Clock] = []
+        self.clocks: list[FakeClock] = []
 
     def _late(self) -> None:
         if self.late > 0:
@@ -245,7 +246,7 @@ def test_a_late_reply_to_this_nodes_capture_does_not_count_it_twice():
     retried add counted node 1 twice (2 of 2 nodes), so node 1 stopped waiting and killed its
     ranks, waking node 0's out of their collective in the middle of node 0's capture."""
     store = _LateStore()
-    clock0, clock1 = Clock(), Clock(start=5000.0)
+    clock0, clock1 = node_clock(), node_clock(5000.0)
     store.clocks = [clock0, clock1]
     n0, n1 = node(store, 0, clock=clock0), node(store, 1, clock=clock1)
     join_all([n0, n1])
@@ -264,7 +265,7 @@ def test_a_store_blip_while_the_nodes_join_is_waited_out():
     "node 0 closed the cohort store while this node was joining", and the node left a job whose
     node 0 was fine (exit 2; the others then took it for lost, 75)."""
     store = _SlowStore()
-    clock0, clock1 = Clock(), Clock(start=5000.0)
+    clock0, clock1 = node_clock(), node_clock(5000.0)
     n0, n1 = node(store, 0, clock=clock0), node(store, 1, clock=clock1)
     errors: list[Exception] = []
 
@@ -295,7 +296,7 @@ def test_a_finish_said_while_the_store_misses_a_reply_is_still_a_finish():
     """Node 1's trainer finished while the store missed a reply: its finished record was lost, and the
     record its close wrote said only that it left, so node 0, still saving, stopped with 75."""
     store = _SlowStore()
-    clock0, clock1 = Clock(), Clock(start=5000.0)
+    clock0, clock1 = node_clock(), node_clock(5000.0)
     n0, n1 = node(store, 0, clock=clock0), node(store, 1, clock=clock1)
     join_all([n0, n1])
     store.clocks = [clock0, clock1]
@@ -339,7 +340,7 @@ def test_a_node_whose_node_0_died_never_acts_in_the_store_a_new_node_0_hosts_on_
     took the new node 0 for its own (their lease counters moved), never stopped, and its trainer's
     crash was announced as the new job's incident: the new job's nodes captured and killed healthy
     ranks, twice in a real run (before: every store's first generation was "1")."""
-    clock = Clock()
+    clock = node_clock()
     old_store = MemoryStore()
     old1_link = Reconnecting(old_store)
     old0, old1 = node(old_store, 0, clock=clock), node(old1_link, 1, clock=clock)
@@ -368,7 +369,7 @@ def test_a_node_whose_node_0_died_never_acts_in_the_store_a_new_node_0_hosts_on_
 def test_a_store_restarted_empty_on_the_port_is_not_the_one_this_node_joined():
     """Node 0's store came back empty (its supervisor started again, not joined yet): the node's
     calls succeed again, but nothing there is this run's; it stops at once, not a lease later."""
-    clock = Clock()
+    clock = node_clock()
     store = MemoryStore()
     link = Reconnecting(store)
     n0, n1 = node(store, 0, clock=clock), node(link, 1, clock=clock)

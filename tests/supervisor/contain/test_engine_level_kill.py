@@ -99,7 +99,6 @@ def test_the_engine_level_kill_takes_a_double_forked_child_whose_intermediate_le
     import psutil
 
     from hangwatch.supervisor.contain.killer import _of_groups
-    from tests.waiting import wait_for
 
     worker = subprocess.Popen([sys.executable, "-c", _DOUBLE_FORK], stdout=subprocess.PIPE, text=True,
                               start_new_session=True)

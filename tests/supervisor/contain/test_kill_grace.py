@@ -15,6 +15,8 @@ import pytest
 
 from hangwatch.supervisor.contain.killer import TreeKiller
 
+from fakes import FakeProcessTree
+
 pytestmark = pytest.mark.timeout(60)
 
 WEDGED = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"
@@ -27,12 +29,9 @@ POLITE = ("import signal, sys, time\n"
           "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); print('ready', flush=True); time.sleep(600)")
 
 
-class _Tree:
-    def __init__(self, procs: list[psutil.Process]) -> None:
-        self.procs = procs
-
-    def members(self) -> list[psutil.Process]:
-        return [p for p in self.procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+def _tree(procs: list[psutil.Process]) -> FakeProcessTree:
+    """The killer's view of these real processes: those still running (a zombie is gone)."""
+    return FakeProcessTree(procs, keep=lambda p: p.is_running() and p.status() != psutil.STATUS_ZOMBIE)
 
 
 @pytest.fixture
@@ -54,7 +53,7 @@ def spawn():
 
 
 def _kill(popens: list[subprocess.Popen], grace: float, quiet: float):
-    tree = _Tree([psutil.Process(p.pid) for p in popens])
+    tree = _tree([psutil.Process(p.pid) for p in popens])
     killer = TreeKiller(tree, reap=lambda: [p.poll() for p in popens], quiet_s=quiet)
     return killer.kill(grace=grace, kill_timeout=5.0)
 
@@ -102,7 +101,7 @@ def test_a_grace_of_zero_sends_sigkill_first_and_never_sigterm(spawn):
 def test_a_kill_timeout_of_zero_still_lets_sigkill_land(spawn):
     """With no wait after SIGKILL every target read as a survivor: a level-1 restart became a job
     restart, and a whole-tree kill exit 74 (unkillable)."""
-    tree = _Tree([psutil.Process(spawn(WEDGED).pid)])
+    tree = _tree([psutil.Process(spawn(WEDGED).pid)])
     report = TreeKiller(tree, reap=lambda: None).kill(grace=0.0, kill_timeout=0.0)
     assert report.confirmed and report.survivors == ()
 
@@ -111,7 +110,7 @@ def test_a_launcher_left_alone_is_sigkilled_without_waiting_out_its_teardown(spa
     """torchrun's agent: its workers die at SIGTERM, it stays busy tearing down. Named as the
     launcher, it is SIGKILLed once everything else is gone; not named, it keeps the grace."""
     launcher, worker = spawn(BUSY), spawn(POLITE)
-    tree = _Tree([psutil.Process(p.pid) for p in (launcher, worker)])
+    tree = _tree([psutil.Process(p.pid) for p in (launcher, worker)])
     killer = TreeKiller(tree, reap=lambda: [p.poll() for p in (launcher, worker)], quiet_s=0.3)
     report = killer.kill(grace=10.0, kill_timeout=5.0, launcher=launcher.pid)
     assert report.confirmed and report.grace_rule == "launcher" and report.escalated == (launcher.pid,)
@@ -125,7 +124,7 @@ def test_a_launcher_left_alone_is_sigkilled_without_waiting_out_its_teardown(spa
 def test_a_lone_root_is_never_taken_for_a_launcher(spawn):
     """A single-process trainer writing an emergency checkpoint: nothing else was in the tree."""
     root = spawn(BUSY)
-    tree = _Tree([psutil.Process(root.pid)])
+    tree = _tree([psutil.Process(root.pid)])
     report = TreeKiller(tree, reap=lambda: root.poll(), quiet_s=0.3).kill(grace=1.5, kill_timeout=5.0,
                                                                            launcher=root.pid)
     assert report.grace_rule == "grace" and report.sigkill_after_s >= 1.5

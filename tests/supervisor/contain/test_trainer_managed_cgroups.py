@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from fakes import FakeJournal
 from waiting import alive, sigkill_all, wait_for
 
 from hangwatch.supervisor.contain import cgroup
@@ -158,13 +159,8 @@ def test_a_guardian_that_could_not_arm_at_the_start_is_armed_later_and_kills_the
         return real_spawn(*args, **kwargs)
 
     monkeypatch.setattr(guardian, "_spawn", flaky_spawn)
-    events: list[tuple[str, dict]] = []
-
-    class Journal:
-        def append(self, event, **fields):
-            events.append((event, fields))
-
-    supervisor = type("S", (), {"tree": None, "journal": Journal()})()
+    journal = FakeJournal()
+    supervisor = type("S", (), {"tree": None, "journal": journal})()
     member = subprocess.Popen(["sleep", "60"])
     keeper = None
     try:
@@ -174,8 +170,8 @@ def test_a_guardian_that_could_not_arm_at_the_start_is_armed_later_and_kills_the
         # Told while no guardian listens: the one armed later must hear it.
         keeper.send({"members": [[member.pid, psutil.Process(member.pid).create_time()]]})
         wait_for(keeper.armed, timeout=20, what="a guardian armed on the retry")
-        assert [e for e, _ in events] == ["guardian_rearmed"]
-        assert events[0][1]["pid"] == keeper.proc.pid
+        assert journal.events == ["guardian_rearmed"]
+        assert journal.records[0]["pid"] == keeper.proc.pid
         keeper._stopping.set()  # no re-arm from here: the pipe's end below is our "death"
         keeper.proc.stdin.close()
         member.wait(15)

@@ -12,6 +12,8 @@ import pytest
 from hangwatch.supervisor.contain.killer import TreeKiller
 from hangwatch.contract.exitcodes import EXIT_CRASH_STOP, EXIT_UNKILLABLE
 
+from fakes import FakeProcessTree
+
 pytestmark = pytest.mark.timeout(90)
 
 
@@ -111,14 +113,6 @@ class _Never:
         self.got.append(sig)
 
 
-class _Tree:
-    def __init__(self, procs) -> None:
-        self.procs = procs
-
-    def members(self):
-        return list(self.procs)
-
-
 def test_killer_gives_up_on_a_d_state_process_within_kill_timeout():
     """Case 6 (unit): the wait after SIGKILL is bounded by kill_timeout; the survivor is reported."""
     now = [0.0]
@@ -129,7 +123,7 @@ def test_killer_gives_up_on_a_d_state_process_within_kill_timeout():
         now[0] += s
 
     proc = _Never(4_194_001)
-    killer = TreeKiller(_Tree([proc]), reap=lambda: None, clock=lambda: now[0], sleep=sleep, poll_s=0.05)
+    killer = TreeKiller(FakeProcessTree([proc]), reap=lambda: None, clock=lambda: now[0], sleep=sleep, poll_s=0.05)
     report = killer.kill(grace=2.0, kill_timeout=3.0)
     assert proc.got == [signal.SIGTERM, signal.SIGKILL]
     assert report.escalated == (4_194_001,)

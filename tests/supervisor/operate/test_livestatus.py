@@ -18,29 +18,23 @@ from hangwatch.supervisor.decide.detector import DetectorConfig
 from hangwatch.supervisor.operate.livestatus import LiveStatus, read_status
 from hangwatch.supervisor.operate.observe import ObservedJournal, Observers, Tick
 
+from fakes import FakeClock
+
 pytestmark = pytest.mark.timeout(30)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class Wall:
     """Wall-clock time moving with the fake clock, from now (journal records carry real time)."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: FakeClock) -> None:
         self.clock = clock
-        self.base = time.time() - clock.t
+        self.base = time.time() - clock.now
 
     def __call__(self) -> float:
-        return self.base + self.clock.t
+        return self.base + self.clock.now
 
 
-def _sample(clock: Clock, wall: Wall, *, util: float = 100.0, cpu: float = 0.0, step: int | None = None) -> Sample:
+def _sample(clock: FakeClock, wall: Wall, *, util: float = 100.0, cpu: float = 0.0, step: int | None = None) -> Sample:
     hb = Heartbeat(pid=1, seq=step or 0, ts=wall() - 2.0, step=step, phase="train") if step is not None else None
     return Sample(t=clock(), wall=wall(), cpu_pct={11: cpu}, gpu=(DeviceSample(0, util, 40_000.0, (11,)),),
                   heartbeat=hb, tree_size=1)
@@ -48,7 +42,7 @@ def _sample(clock: Clock, wall: Wall, *, util: float = 100.0, cpu: float = 0.0, 
 
 @pytest.fixture
 def live(tmp_path: Path):
-    clock = Clock()
+    clock = FakeClock()
     wall = Wall(clock)
     warnings: list[tuple[str, str]] = []
     status = LiveStatus(tmp_path / "status.json", detector=DetectorConfig(stall_window=60.0), gpu_probe="nvml",
@@ -72,7 +66,7 @@ def test_status_says_what_the_supervisor_is_doing_in_each_phase(live):
 
     onset = clock()
     for _ in range(12):
-        clock.t += 1.0
+        clock.advance(1.0)
         obs.tick(Tick(1, _sample(clock, wall), onset, 60.0))
     st = read_status(run_dir)
     assert st["phase"] == "stall_building" and st["stall"] == {"held_s": 12.0, "window_s": 60.0}
@@ -116,13 +110,13 @@ def test_ticks_rewrite_the_file_at_most_every_half_second(live):
 
     status._write = counting_write
     for _ in range(20):
-        clock.t += 0.1
+        clock.advance(0.1)
         obs.tick(Tick(1, _sample(clock, wall, util=0.0, cpu=200.0, step=1), None, 60.0))
     assert len(writes) == 4, writes  # 2 s of 0.1 s ticks
 
 
 def test_warnings_when_no_hang_can_be_detected(tmp_path):
-    clock = Clock()
+    clock = FakeClock()
     wall = Wall(clock)
     warnings: list[tuple[str, str]] = []
     status = LiveStatus(tmp_path / "status.json", detector=DetectorConfig(), gpu_probe="none",
@@ -132,10 +126,10 @@ def test_warnings_when_no_hang_can_be_detected(tmp_path):
     assert "NO HANG CAN BE DETECTED" in warnings[0][1] and "beat(" in warnings[0][1]
     sample = Sample(t=clock(), wall=wall(), cpu_pct={11: 0.0}, gpu=None, tree_size=1)
     status.tick(Tick(1, sample, None, 60.0))
-    clock.t += 119.0
+    clock.advance(119.0)
     status.tick(Tick(1, sample, None, 60.0))
     assert len(warnings) == 1
-    clock.t += 2.0
+    clock.advance(2.0)
     status.tick(Tick(1, sample, None, 60.0))
     status.tick(Tick(1, sample, None, 60.0))
     assert [e for e, _ in warnings] == ["no_detection", "no_heartbeat"], "once per attempt"
@@ -144,14 +138,14 @@ def test_warnings_when_no_hang_can_be_detected(tmp_path):
 
 
 def test_a_heartbeat_in_time_means_no_warning(tmp_path):
-    clock = Clock()
+    clock = FakeClock()
     wall = Wall(clock)
     warnings: list = []
     status = LiveStatus(tmp_path / "status.json", detector=DetectorConfig(), gpu_probe="nvml",
                         heartbeat_warning=120.0, clock=clock, wall=wall, warn=lambda e, m: warnings.append((e, m)))
     status.phase(1, AttemptState.WATCHING)
     status.tick(Tick(1, _sample(clock, wall, step=1), None, 60.0))
-    clock.t += 500.0
+    clock.advance(500.0)
     status.tick(Tick(1, _sample(clock, wall, step=2), None, 60.0))
     assert warnings == []
 

@@ -1,6 +1,6 @@
 """A run of days: bounded memory, logs, journal and incident bundles; wall-clock steps; a low disk.
 
-Most tests drive the real ``Supervisor`` with the fakes of ``tests/supervisor/test_runner_attempts.py`` (fake
+Most tests drive the real ``Supervisor`` with the shared fakes of ``tests/fakes.py`` (fake
 clock, no process); the log cap and the low-disk test use real processes.
 """
 
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.supervisor.test_runner_attempts import FakeClock, FakeProbe, FakeTree, _config
+from fakes import FakeClock, FakeProbe, FakeTree, runner_config
 from waiting import wait_for
 
 from hangwatch.cli.run_summary import render_status, summarise
@@ -50,7 +50,7 @@ def _run(tmp_path, script, capture=None, tree_cls=FakeTree, wall=None, **over):
     clock = FakeClock()
     tree = tree_cls(clock, script)
     capture = capture or BundleCapture([None] * len(script))
-    config = _config(tmp_path, **over)
+    config = runner_config(tmp_path, **over)
     config.run_dir.mkdir(parents=True)
     sup = Supervisor(config, FakeProbe(), capture, tree=tree, clock=clock, sleep=clock.sleep,
                      wall=wall(clock) if wall else clock)

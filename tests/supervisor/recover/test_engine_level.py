@@ -16,7 +16,8 @@ from hangwatch.contract.verdict import Verdict, VerdictKind
 from hangwatch.supervisor.decide.attempt import GraphPolicy, RecoveryLevel
 from hangwatch.supervisor.recover.engine_level import EngineLevel
 from hangwatch.supervisor.decide.gpu_release import gpu_released
-from hangwatch.supervisor.contain.killer import KillReport
+
+from fakes import FakeClock, FakeTree
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -37,23 +38,9 @@ def test_whole_tree_on_unlisted_devices_needs_them_all_but_empty():
     assert gpu_released([_dev(0, 0.5 * GIB), _dev(1, 0.3 * GIB)], {20}, GIB)
 
 
-class _Tree:
-    def __init__(self, gone: bool = False) -> None:
-        self.kills: list[tuple[frozenset[int], float]] = []
-        self.gone = gone
-
-    def kill_groups(self, pgids, grace, kill_timeout):
-        self.kills.append((pgids, grace))
-        if self.gone:
-            return None
-        return KillReport(targets=({"pid": 20, "create_time": 1.0, "pgid": 20, "name": "worker"},),
-                          signals=({"target": "pgid 20", "signal": "SIGKILL", "t": 0.0},), escalated=(),
-                          survivors=(), duration_s=0.01, grace_rule="none", grace_s=0.0)
-
-
 def _restart(tmp_path: Path, pgids: frozenset[int], attempt: int = 1, *, gone: bool = False, step: int | None = 17):
     journal = Journal(tmp_path / "journal.jsonl", "run")
-    tree = _Tree(gone)
+    tree = FakeTree(groups_gone=gone)
     level = EngineLevel(tree, lambda: journal, lambda: 100.0, kill_timeout=5.0)
     verdict = Verdict(VerdictKind.STALL, detected_at=100.0, onset=96.0, reason="engine made no step",
                       evidence={"step": step})
@@ -65,7 +52,7 @@ def _restart(tmp_path: Path, pgids: frozenset[int], attempt: int = 1, *, gone: b
 
 def test_the_engine_restart_names_its_worker_in_the_control_file_and_kills_without_grace(tmp_path: Path):
     ok, level, tree, control, _ = _restart(tmp_path, frozenset({20}))
-    assert ok and tree.kills == [(frozenset({20}), 0.0)]
+    assert ok and tree.group_kills == [(frozenset({20}), 0.0)]
     record = json.loads(control.read_text())
     assert record["pgids"] == [20] and record["cudagraphs"] == "off" and record["seq"] == 1
     events = [r["event"] for r in read_journal(tmp_path / "journal.jsonl")]
@@ -76,7 +63,7 @@ def test_a_stuck_worker_already_gone_is_the_generators_restart_and_nothing_is_ki
     """The generator's own timeout killed the stuck worker first and promoted its standby:
     the supervisor must not kill whatever engine is left (it widened to every group once)."""
     ok, level, tree, control, _ = _restart(tmp_path, frozenset())
-    assert ok and tree.kills == [] and not control.exists()
+    assert ok and tree.group_kills == [] and not control.exists()
     (restart,) = [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_restart"]
     assert restart["by"] == "generator" and restart["pids"] == [] and level.last_restart == 100.0
 
@@ -93,7 +80,7 @@ def test_a_worker_gone_between_the_decision_and_the_kill_is_not_a_job_restart(tm
     """The generator, waiting on the instruction, killed its worker first: it restarts it with
     that policy; the supervisor must not escalate (it once read 'no engine worker left')."""
     ok, _, tree, control, _ = _restart(tmp_path, frozenset({20}), gone=True)
-    assert ok and control.exists() and tree.kills
+    assert ok and control.exists() and tree.group_kills
     (restart,) = [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_restart"]
     assert restart["ok"] and restart["by"] == "generator"
 
@@ -101,7 +88,7 @@ def test_a_worker_gone_between_the_decision_and_the_kill_is_not_a_job_restart(tm
 def test_a_control_file_that_cannot_be_written_restarts_the_job(tmp_path: Path):
     (tmp_path / "control.json").mkdir()  # os.replace onto a directory fails like a full disk would
     ok, _, tree, _, _ = _restart(tmp_path, frozenset({20}))
-    assert not ok and tree.kills == [], "without the instruction nothing is killed alone"
+    assert not ok and tree.group_kills == [], "without the instruction nothing is killed alone"
     (restart,) = [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_restart"]
     assert restart["ok"] is False and restart["escalated_to"] == "job"
 
@@ -116,29 +103,17 @@ def test_a_trainer_that_beats_no_step_is_recovered_at_its_first_own_beat_after_t
     assert recovered["step"] is None and recovered["onset_to_progress_s"] == 106.0 - 96.0
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> bool:
-        self.now += seconds
-        return True
-
-
 def _restart_with_probe(tmp_path: Path, listings: list[tuple[int, ...] | None]):
     """An engine restart whose GPU probe lists, at each poll, the next of ``listings``
     (the last repeats); the killed worker is pid 20, the trainer 10."""
-    journal, clock, polls = Journal(tmp_path / "journal.jsonl", "run"), _Clock(), []
+    journal, clock, polls = Journal(tmp_path / "journal.jsonl", "run"), FakeClock(100.0), []
 
     def devices():
         polls.append(clock.now)
         pids = listings[min(len(polls), len(listings)) - 1]
         return (_dev(0, 30 * GIB, pids),)
 
-    level = EngineLevel(_Tree(), lambda: journal, clock, kill_timeout=5.0, devices=devices, sleep=clock.sleep,
+    level = EngineLevel(FakeTree(), lambda: journal, clock, kill_timeout=5.0, devices=devices, sleep=clock.sleep,
                         release_timeout=10.0)
     verdict = Verdict(VerdictKind.STALL, detected_at=100.0, onset=96.0, reason="engine made no step",
                       evidence={"step": 17})
@@ -195,7 +170,7 @@ def test_an_engine_restart_the_generator_decided_alone_is_journaled_once_and_its
     timeout restarted its engine with graphs off. Only its beats say so; the journal, the
     retry window and the run's policy for later attempts once knew nothing of it."""
     journal = Journal(tmp_path / "journal.jsonl", "run")
-    level = EngineLevel(_Tree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
+    level = EngineLevel(FakeTree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
     info = {"engine_restarts": 1, "engine_restart_by": "generator", "cudagraphs": "off", "enforce_eager": False}
     decided = [level.observe(1, Sample(t=200.0 + k, wall=200.0 + k, cpu_pct={}, gpu=None,
                                        heartbeat=Heartbeat(1000, 5 + k, 0.0, 3, "train", info)))
@@ -214,7 +189,7 @@ def test_two_generators_of_one_trainer_each_have_their_own_restart_journaled(tmp
     own restart is its own, not the first's seen again (before: keyed on pid and count only,
     it was never journaled and its policy never kept)."""
     journal = Journal(tmp_path / "journal.jsonl", "run")
-    level = EngineLevel(_Tree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
+    level = EngineLevel(FakeTree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
     first = {"engine_restarts": 1, "engine_restart_by": "generator", "cudagraphs": "off",
              "engine_restart_generator": 0}
     second = {**first, "engine_restart_generator": 1, "enforce_eager": True}
@@ -230,7 +205,7 @@ def test_another_ranks_engine_stuck_under_the_old_policy_is_the_same_wedge(tmp_p
     when the first was restarted, is that wedge again (level 1, no further escalation), not the
     retry failing; the first rank's fresh engine never is."""
     journal = Journal(tmp_path / "journal.jsonl", "run")
-    level = EngineLevel(_Tree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
+    level = EngineLevel(FakeTree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
 
     def restart(engine_pid: int, in_flight: frozenset[int]) -> bool:
         verdict = Verdict(VerdictKind.STALL, detected_at=100.0, onset=96.0, reason="engine made no step",
@@ -318,7 +293,7 @@ def test_an_engine_restart_the_generator_decided_alone_is_recovered_or_its_faile
     trainer goes on (it never came: status said 'no progress after it' for the rest of the run),
     and while it is pending a crash is the retry failing."""
     journal = Journal(tmp_path / "journal.jsonl", "run")
-    level = EngineLevel(_Tree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
+    level = EngineLevel(FakeTree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
     info = {"engine_restarts": 1, "engine_restart_by": "generator", "cudagraphs": "off", "rollouts_ok": 0}
     level.observe(1, Sample(t=200.0, wall=200.0, cpu_pct={}, gpu=None, heartbeat=Heartbeat(1000, 5, 0.0, 2, "load", info)))
     assert level.unrecovered(1), "its retry has not come back yet"
@@ -330,7 +305,7 @@ def test_an_engine_restart_the_generator_decided_alone_is_recovered_or_its_faile
 
 def test_a_backstop_restart_first_seen_after_its_retry_is_recovered_at_once(tmp_path: Path):
     journal = Journal(tmp_path / "journal.jsonl", "run")
-    level = EngineLevel(_Tree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
+    level = EngineLevel(FakeTree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
     info = {"engine_restarts": 1, "engine_restart_by": "generator", "cudagraphs": "off", "rollouts_ok": 1}
     level.observe(1, Sample(t=200.0, wall=200.0, cpu_pct={}, gpu=None, heartbeat=Heartbeat(1000, 9, 0.0, 3, "train", info)))
     (recovered,) = [r for r in read_journal(tmp_path / "journal.jsonl") if r["event"] == "engine_recovered"]
@@ -343,7 +318,7 @@ def test_a_second_restarts_retry_is_not_taken_as_done_from_the_first_retrys_beat
     read right after the second restart, once marked that retry done at once, so a crash of it
     was judged a crash of the trainer's own, not the retry failing."""
     journal = Journal(tmp_path / "journal.jsonl", "run")
-    level = EngineLevel(_Tree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
+    level = EngineLevel(FakeTree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
 
     def restart(step: int) -> None:
         verdict = Verdict(VerdictKind.STALL, detected_at=100.0, onset=96.0, reason="engine made no step",

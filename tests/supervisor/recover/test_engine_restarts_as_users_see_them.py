@@ -5,7 +5,6 @@ scripted tree."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,21 +19,15 @@ from hangwatch.contract.verdict import Verdict, VerdictKind
 from hangwatch.supervisor.decide.attempt import GraphPolicy, RecoveryLevel, RecoverySituation, recovery_level
 from hangwatch.supervisor.config import SETTINGS, build
 from hangwatch.supervisor.recover.engine_level import EngineLevel, engines_in_a_call, stuck_engine
-from hangwatch.supervisor.contain.killer import KillReport
 from hangwatch.supervisor.watch.probes import NoProbe
 from hangwatch.supervisor.runner import Supervisor
 import json
 from hangwatch.contract import env as names
 from hangwatch.supervisor.decide.attempt import RunState
 
+from fakes import FakeClock, FakeTrainer, FakeTree
+
 pytestmark = pytest.mark.timeout(30)
-
-
-class _Tree:
-    def kill_groups(self, pgids, grace, kill_timeout):
-        return KillReport(targets=({"pid": 20, "create_time": 1.0, "pgid": 20, "name": "worker"},),
-                          signals=({"target": "pgid 20", "signal": "SIGKILL", "t": 0.0},), escalated=(),
-                          survivors=(), duration_s=0.01, grace_rule="none", grace_s=0.0)
 
 
 def test_a_hang_of_the_trainers_own_after_the_retried_rollouts_came_back_leaves_the_engine_recovered(tmp_path: Path):
@@ -42,7 +35,7 @@ def test_a_hang_of_the_trainers_own_after_the_retried_rollouts_came_back_leaves_
     stalled in that very step (level 2). The journal once had no engine_recovered for it: status
     said 'no progress after it' and the run report 'not recovered'."""
     journal = Journal(tmp_path / "journal.jsonl", "run")
-    level = EngineLevel(_Tree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
+    level = EngineLevel(FakeTree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
     verdict = Verdict(VerdictKind.STALL, detected_at=100.0, onset=96.0, reason="engine made no step",
                       evidence={"step": 17})
     assert level.restart(1, GraphPolicy(cudagraphs_off=True), RecoveryLevel(1, "engine only", frozenset({20})),
@@ -86,7 +79,7 @@ def test_an_engine_restart_the_generator_decided_alone_is_timed_and_stepped_from
     the supervisor saw of it, often steps later: the wedged step read 3 for 2, and the recovery
     0.25 s for two timeouts' worth of lost time."""
     journal = Journal(tmp_path / "journal.jsonl", "run")
-    level = EngineLevel(_Tree(), lambda: journal, lambda: 0.0, kill_timeout=5.0)
+    level = EngineLevel(FakeTree(), lambda: journal, lambda: 0.0, kill_timeout=5.0)
     wall = 1_800_000_000.0
     info = {"engine_restarts": 1, "engine_restart_by": "generator", "cudagraphs": "off", "rollouts_ok": 1,
             "engine_restart_step": 2, "engine_restart_onset_wall": wall - 20.0, "engine_restart_killed_wall": wall - 5.0}
@@ -102,7 +95,7 @@ def test_an_engine_restart_the_generator_decided_alone_is_timed_and_stepped_from
 
 def test_a_generators_restart_times_that_are_not_times_fall_back_to_the_beat(tmp_path: Path):
     journal = Journal(tmp_path / "journal.jsonl", "run")
-    level = EngineLevel(_Tree(), lambda: journal, lambda: 0.0, kill_timeout=5.0)
+    level = EngineLevel(FakeTree(), lambda: journal, lambda: 0.0, kill_timeout=5.0)
     wall = 1_800_000_000.0
     for n, (began, killed) in enumerate([(wall + 3600, wall + 3700), (wall - 5, wall - 20), ("x", None),
                                          (float("nan"), wall - 1), (True, wall - 1)]):
@@ -123,7 +116,7 @@ def test_two_ranks_workers_wedged_in_the_same_weight_load_are_one_wedge(tmp_path
     was restarted, with enforce_eager."""
 
     journal = Journal(tmp_path / "journal.jsonl", "run")
-    level = EngineLevel(_Tree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
+    level = EngineLevel(FakeTree(), lambda: journal, lambda: 100.0, kill_timeout=5.0)
     beacons = tuple(Heartbeat(pid, 3, 0.0, 1, "load", {}) for pid in (20, 30)) + \
         (Heartbeat(40, 1, 0.0, 0, "idle", {}),)  # a standby, asleep
     at_first = Sample(t=100.0, wall=100.0, cpu_pct={}, gpu=None, engine=beacons)
@@ -167,37 +160,15 @@ def test_the_run_report_counts_an_engine_restart_the_generator_decided_alone_as_
 
 # -- the runner, in process: a scripted tree with an engine worker --------------------------------
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> bool:
-        self.now += max(seconds, 0.001)
-        return True
-
-
-@dataclass
-class _Trainer:
-    pid: int
-    create_time: float
-    stdout_path: Path
-    stderr_path: Path
-
-    def join_output(self, timeout: float) -> None:
-        pass
-
-
-class _EngineTree:
+class _EngineTree(FakeTree):
     """Attempt 1: the trainer (pid 4001) beats steps 1-3, then waits in ``generate`` on its engine
     worker (pid 50), stuck in a request (GPU busy, CPU idle). Once the worker's group is killed,
     the trainer's generator beats that the retried rollouts came back, then its own threads stall
-    in that step. Later attempts train to the end."""
+    in that step. Later attempts train to the end. (A scenario of its own over the shared
+    ``FakeTree``: its kills are reported and recorded as that one's.)"""
 
-    def __init__(self, clock: _Clock) -> None:
-        self.clock = clock
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
         self.attempt = 0
         self.seq = 0
         self.phase = "steps"  # steps -> engine_wedge -> retried -> trainer_wedge -> killed | done
@@ -209,7 +180,7 @@ class _EngineTree:
         self.heartbeat = env["HANGWATCH_HEARTBEAT"]
         self.phase = "steps" if self.attempt == 1 else "done"
         self.started = self.clock()
-        self.trainer = _Trainer(4000 + self.attempt, self.clock(), attempt_dir / "stdout.log", attempt_dir / "stderr.log")
+        self.trainer = FakeTrainer(4000 + self.attempt, self.clock(), attempt_dir / "stdout.log", attempt_dir / "stderr.log")
         return self.trainer
 
     def exit_code(self, trainer):
@@ -218,9 +189,6 @@ class _EngineTree:
         if self.phase == "done" and self.clock() - self.started > 5:
             return 0
         return None
-
-    def watch(self, heartbeat):
-        pass
 
     def _beat(self, step: int, phase: str, **info) -> None:
         beat(step=step, phase=phase, path=self.heartbeat, **info)
@@ -257,18 +225,14 @@ class _EngineTree:
                                    ("python", "-m", "hangwatch.generator.worker")))
         return out
 
-    def forward(self, sig, trainer):
-        pass
-
     def kill_groups(self, pgids, grace, kill_timeout):
         assert pgids == {50}
         self.engine_killed, self.phase = True, "retried"
-        return _Tree().kill_groups(pgids, grace, kill_timeout)
+        return super().kill_groups(pgids, grace, kill_timeout)
 
     def kill(self, grace, kill_timeout, launcher=None):
         self.phase = "killed"
-        target = {"pid": self.trainer.pid, "create_time": 0.0, "pgid": self.trainer.pid, "name": "t"}
-        return KillReport((target,), (), (), (), 0.1)
+        return super().kill(grace, kill_timeout, launcher)
 
 
 def test_the_runner_journals_the_engine_recovered_before_a_hang_of_the_trainers_own_in_the_retried_step(tmp_path):
@@ -290,7 +254,7 @@ class _TwoLoadsTree(_EngineTree):
     beat that its retried rollouts came back (the shared file's last beat, phase ``restore``);
     60 stays stuck until it is killed too; then both ranks train on to the end."""
 
-    def __init__(self, clock: _Clock) -> None:
+    def __init__(self, clock: FakeClock) -> None:
         super().__init__(clock)
         self.killed: set[int] = set()
 
@@ -326,7 +290,7 @@ class _TwoLoadsTree(_EngineTree):
         self.killed.add(stuck)
         self.phase = "retried" if stuck == 50 else "done"
         self.started = self.clock()
-        return _Tree().kill_groups(pgids, grace, kill_timeout)
+        return FakeTree.kill_groups(self, pgids, grace, kill_timeout)  # not _EngineTree's: another worker
 
 
 def _run_supervisor(tmp_path, tree_type):
@@ -341,7 +305,7 @@ def _run_supervisor(tmp_path, tree_type):
                   backoff=1.0, gpu_probe="none", quiet=True)
     config = build(values, ["python", "train.py"])
     config.run_dir.mkdir(parents=True)
-    clock = _Clock()
+    clock = FakeClock()
     sup = Supervisor(config, NoProbe(), capture, tree=tree_type(clock), clock=clock, sleep=clock.sleep, wall=clock)
     assert sup.run() == 0
     return read_journal(sup.run_dir / "journal.jsonl")
@@ -375,7 +339,7 @@ def test_a_resume_after_dying_in_the_same_wedges_capture_does_not_add_enforce_ea
         path.mkdir(parents=True)
         return path
 
-    assert _supervisor(tmp_path / "a", _TwoLoadsTree(_Clock()), capture).run() == 0
+    assert _supervisor(tmp_path / "a", _TwoLoadsTree(FakeClock()), capture).run() == 0
     lines = (tmp_path / "a" / "run" / "journal.jsonl").read_text().splitlines(keepends=True)
     events = [json.loads(line)["event"] for line in lines]
     second = [i for i, e in enumerate(events) if e == "incident"][1]
@@ -385,7 +349,7 @@ def test_a_resume_after_dying_in_the_same_wedges_capture_does_not_add_enforce_ea
     records = read_journal(tmp_path / "run" / "journal.jsonl")
     assert records[-1]["event"] == "incident" and records[-1]["kind"] == "stall"
 
-    tree = _TwoLoadsTree(_Clock())
+    tree = _TwoLoadsTree(FakeClock())
     tree.attempt = 1  # the next launch is attempt 2, which trains to the end
     sup = _supervisor(tmp_path, tree, lambda request: None, state=RunState.from_journal(records))
     assert sup.run(resumed=True) == 0
