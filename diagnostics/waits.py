@@ -1,0 +1,202 @@
+"""What each thread waits on, from its innermost frames: the blocking-primitive layer. Pure.
+
+Signatures name known bugs; under them, this layer names the blocking call a thread
+sits in (a file lock, a child process, a queue, a socket, an event, a collective, a
+synchronize...) from the table in ``primitives``, whether or not a signature applies:
+
+* from the innermost frame outwards, frames are read while they are part of the wait:
+  a row of the table, a standard-library or native frame, or a frame of the same
+  package as the last row matched (a library's wrappers around its own wait). The
+  first frame that is none of these ends the wait: it is the *caller*, the user's or
+  library's code that made the call;
+* the outermost row matched names the wait (``category``): a DataLoader's
+  ``_try_get_data`` over ``queue.get`` over ``Condition.wait`` waits on the DataLoader,
+  not on a condition. The rows matched, outermost first, are the ``calls``;
+* a stack that ends at an API call which always has frames under it (``Process.join``,
+  ``ray.get``: ``level = "call"``) was cut above the blocking frame: the wait is named
+  from that call, and marked ``cut``;
+* a thread whose innermost frame is its own code (not a row, not the standard library)
+  waits on nothing: it runs.
+
+``family_signature`` turns a wait into the stall a dump gets when a primitive is its
+only evidence; ``refine`` replaces the generic ``lock-wait`` by the wait's own family
+(an Event is no lock); ``outranks_wrapper`` tells when a blocking call at the top of a
+thread outranks a wrapper signature (a graph replay) matched further out.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from hangwatch.diagnostics.primitives import FAMILIES, PRIMITIVES, Primitive
+from hangwatch.diagnostics.signatures import Signature, find
+from hangwatch.diagnostics.stacks import Frame, ThreadDump
+
+#: Frames looked at per thread: a wait is at the top of its stack.
+MAX_WAIT_FRAMES = 64
+#: Frames of the standard library, native code or the same package in a row, past the
+#: last row matched, that still belong to the wait (beyond: the thread runs there).
+MAX_GLUE = 12
+#: A family's stall loses to every signature that names a cause.
+FAMILY_PRIORITY = 5
+#: Families that are a wait on other work (the blocking call is the evidence): at the
+#: top of a thread they outrank a wrapper signature matched further out.
+BLOCKING_FAMILIES = frozenset(("nccl-collective-wait", "cuda-synchronize-wait", "lock-wait", "store-wait", "nccl-comm-init"))
+#: ``lock-wait`` matches any threading wait; these families say better what it is.
+REFINES_LOCK_WAIT = frozenset(("event-wait", "queue-wait", "thread-join", "future-wait", "subprocess-wait",
+                               "socket-read", "file-lock-wait", "dataloader-wait", "asyncio-blocked"))
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One thread's wait. ``frames`` are the frames of the table's rows (innermost
+    first), ``calls`` their labels (outermost first), ``caller`` the first frame outside
+    the wait (None when the stack ends there), ``depth`` how many frames the wait spans."""
+
+    category: str
+    what: str
+    calls: tuple[str, ...]
+    frames: tuple[Frame, ...]
+    caller: Frame | None
+    cut: bool
+    depth: int
+
+    def describe(self, thread: str = "") -> str:
+        who = f"{thread} waits" if thread else "waits"
+        text = f"{who} on {self.what} ({' -> '.join(self.calls)})"
+        if self.caller is not None:
+            text += f", called from `{_where(self.caller)}`"
+        if self.cut:
+            text += " (the dump ends at this call: cut above the blocking frame)"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "category": self.category,
+            "what": self.what,
+            "calls": list(self.calls),
+            "frames": [f.render() for f in self.frames],
+            "caller": self.caller.render() if self.caller is not None else None,
+            "cut": self.cut,
+        }
+
+
+def _where(frame: Frame) -> str:
+    """``datasets/builder.py:123``: the last two path components, enough to find the file."""
+    path = "/".join(frame.file.replace("\\", "/").rsplit("/", 2)[-2:]) if not frame.native else frame.short_file
+    return f"{path}:{frame.line}" if frame.line is not None else f"{frame.function} ({path})"
+
+
+@functools.lru_cache(maxsize=65536)
+def _row(function: str, file: str, native: bool) -> Primitive | None:
+    name = function.split("@", 1)[0] if native else function  # "pthread_cond_wait@@GLIBC_2.3.2"
+    path = file.replace("\\", "/")
+    for p in PRIMITIVES:
+        if p.native != native:
+            continue
+        if p.file is not None and p.file.search(path) is None:
+            continue
+        if p.function.search(name) is not None:
+            return p
+    return None
+
+
+def primitive_of(frame: Frame) -> Primitive | None:
+    """The table's row for this frame, or None."""
+    return _row(frame.function, frame.file, frame.native)
+
+
+def _package(frame: Frame) -> str:
+    """The top-level package of a Python frame's file ("torch" for
+    ".../site-packages/torch/cuda/__init__.py", "datasets" for "datasets/builder.py")."""
+    path = frame.file.replace("\\", "/")
+    for marker in ("site-packages/", "dist-packages/"):
+        i = path.rfind(marker)
+        if i != -1:
+            return path[i + len(marker):].split("/", 1)[0]
+    if not path.startswith("/") and "/" in path:
+        return path.split("/", 1)[0]
+    return path.rsplit("/", 1)[-1].removesuffix(".py")
+
+
+def wait_of(thread: ThreadDump) -> Wait | None:
+    """What ``thread`` waits on, or None when its innermost frames are its own code."""
+    return _wait(thread.frames[:MAX_WAIT_FRAMES])
+
+
+@functools.lru_cache(maxsize=16384)
+def _wait(frames: tuple[Frame, ...]) -> Wait | None:
+    matched: list[tuple[int, Frame, Primitive]] = []
+    glue = 0
+    caller: Frame | None = None
+    for i, f in enumerate(frames):
+        p = primitive_of(f)
+        if p is not None:
+            matched.append((i, f, p))
+            glue = 0
+            continue
+        if f.native or f.is_stdlib or (matched and not matched[-1][1].native and _package(f) == _package(matched[-1][1])):
+            glue += 1
+            if matched and glue > MAX_GLUE:
+                break  # the thread runs in the standard library past its wait: no caller to name
+            continue
+        caller = f
+        break
+    if not matched:
+        return None
+    outer = matched[-1]
+    stop = outer[0] + 1 + min(glue, MAX_GLUE)
+    innermost_python = next((f for f in frames if not f.native), None)
+    cut = matched[0][2].level == "call" and innermost_python is matched[0][1] and not any(f.native for f in frames[:matched[0][0]])
+    labels: list[str] = []
+    for _, _, p in reversed(matched):
+        if not labels or labels[-1] != p.label:
+            labels.append(p.label)
+    return Wait(outer[2].category, outer[2].what, tuple(labels), tuple(f for _, f, _ in matched), caller, cut, stop)
+
+
+def family_signature(category: str, signatures: Sequence[Signature]) -> Signature:
+    """The stall a dump gets when the wait ``category`` is its only evidence: the built-in
+    signature of that id where one exists (``lock-wait``, ``nccl-collective-wait``...),
+    with a family's low priority, else one made from ``FAMILIES``."""
+    return _family(category, tuple(s for s in signatures if s.id == category))
+
+
+@functools.lru_cache(maxsize=256)
+def _family(category: str, same_id: tuple[Signature, ...]) -> Signature:
+    known = find(same_id, category)
+    if known is not None:
+        return Signature(known.id, known.title, known.advice, (), priority=min(known.priority, FAMILY_PRIORITY),
+                         collective=known.collective, reference=known.reference)
+    fam = FAMILIES.get(category)
+    title = fam.title if fam else f"Waiting ({category})"
+    advice = fam.advice if fam else "The thread waits in a blocking call: find what it waits for in the other stacks."
+    return Signature(category, title, advice, (), priority=FAMILY_PRIORITY, reference="hangwatch's blocking-primitive table")
+
+
+def refine(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) -> Signature:
+    """``sig``, unless it is the generic ``lock-wait`` and the thread's wait says better
+    what it is (an Event or Condition, a queue, a join, a future...)."""
+    if sig.id != "lock-wait":
+        return sig
+    w = wait_of(thread)
+    if w is None or w.category not in REFINES_LOCK_WAIT:
+        return sig
+    return family_signature(w.category, signatures)
+
+
+def outranks_wrapper(thread: ThreadDump, evidence: Sequence[Frame]) -> bool:
+    """True when ``thread`` sits in a blocking call (a collective, a synchronize, a lock)
+    at the top of its stack and every frame of ``evidence`` (a wrapper signature's: a
+    graph replay's or a compiled forward's wrapper) lies further out than that wait and
+    the frame that called it."""
+    w = wait_of(thread)
+    if w is None or w.category not in BLOCKING_FAMILIES:
+        return False
+    # The wrapper calling the wait itself (a graph wrapper synchronizing its replay) is the
+    # replay's own wait: the wrapper keeps it. Code between them (the wrapped model calling
+    # a collective) makes the wait the model's own.
+    inside = {id(f) for f in thread.frames[:w.depth + 1]}
+    return bool(evidence) and not any(id(f) in inside for f in evidence)
