@@ -87,6 +87,7 @@ class Builder:
     caption: tuple[int | None, bool] | None = None  # (rank, main thread) a caption named
     stream_pid: StreamKey = None  # the process whose interleaved lines are being read
     rank_hint: int | None = None  # the rank whose interleaved lines are being read
+    learned_prefix: re.Pattern[str] | None = None  # the prefix this paste's frame lines share (see ``prefixes``)
 
     # -- gdb and lldb
     recent_first: bool = False  # inside gdb's "Traceback (most recent call first):"
