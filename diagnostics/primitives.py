@@ -115,6 +115,11 @@ def _c(category: str, what: str, label: str, function: str) -> Primitive:
     return Primitive(category, what, label, re.compile(function), None, True)
 
 
+def _src(category: str, what: str, label: str, function: str) -> Primitive:
+    """A call named by a traceback's innermost source line (see pastes.tracebacks.source_call)."""
+    return Primitive(category, what, label, re.compile(function), re.compile(r"^<call>$"), True, "block")
+
+
 _CONN = r"(^|/)multiprocess(ing)?/"
 
 #: Every blocking call hangwatch knows, most specific first (see the module docstring).
@@ -225,6 +230,20 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("lock-wait", "the GIL", "waiting for the GIL", r"^<waiting for the GIL>$", None),
     # A lock class's own acquire (tqdm's, logging's Handler.acquire): the C lock under it is not shown.
     _py("lock-wait", "a lock", "`acquire`", r"^(\w+\.)?acquire$", None),
+    # --- the call on a Ctrl-C traceback's innermost source line ------------------------------------
+    _src("file-lock-wait", "a file lock", "`fcntl.flock`", r"(^|\.)(flock|lockf)$"),
+    _src("sleep", "a sleep", "`time.sleep`", r"(^|\.)sleep$"),
+    _src("subprocess-wait", "a child process", "`os.waitpid`", r"^os\.(waitpid|wait|wait3|wait4|waitid)$|\.communicate$|^subprocess\.\w+$"),
+    _src("ray-get-wait", "a Ray task or actor", "`ray.get`", r"^ray\.(get|wait)$"),
+    _src("nccl-collective-wait", "a collective", "torch.distributed collective",
+         r"(^|\.)(all_reduce|all_gather|all_gather_into_tensor|reduce_scatter|reduce_scatter_tensor|broadcast|barrier|all_to_all|all_to_all_single|monitored_barrier)$"),
+    _src("cuda-synchronize-wait", "the GPU", "`synchronize` / `.item()`", r"(^|\.)(synchronize|item|tolist)$"),
+    _src("future-wait", "a future's result", "`Future.result`", r"\.result$"),
+    _src("thread-join", "a thread or process", "`join`", r"\.join$"),
+    _src("lock-wait", "a lock", "`acquire`", r"\.acquire$"),
+    _src("event-wait", "an Event or Condition", "`wait`", r"\.(wait|wait_for)$"),
+    _src("queue-wait", "a queue", "`get`", r"\.(get|get_nowait|recv|recv_bytes|poll)$"),
+    _src("socket-read", "a socket or file read", "`read`/`recv`", r"\.(recv|recv_into|recvfrom|accept|connect|read|readline|readinto)$|(^|\.)(select|urlopen)$"),
     # --- native waits under all of the above -------------------------------------------------------------
     _c("thread-join", "a thread", "`pthread_join`", r"^(__)?pthread_(clock|timed)?join(_common)?\w*$|^std::thread::join$"),
     _c("lock-wait", "the GIL", "`take_gil`",

@@ -151,9 +151,10 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
     innermost_python = next((f for f in frames if not f.native), None)
     cut = matched[0][2].level == "call" and innermost_python is matched[0][1] and not any(f.native for f in frames[:matched[0][0]])
     labels: list[str] = []
-    for _, _, p in reversed(matched):
-        if not labels or labels[-1] != p.label:
-            labels.append(p.label)
+    for _, f, p in reversed(matched):
+        label = f"`{f.function}()` on the innermost source line" if f.file == "<call>" else p.label
+        if not labels or labels[-1] != label:
+            labels.append(label)
     return Wait(outer[2].category, outer[2].what, tuple(labels), tuple(f for _, f, _ in matched), caller, cut, stop)
 
 

@@ -105,6 +105,7 @@ class Builder:
     tb_frames: list[Frame] | None = None
     tb_lines: int = 0
     tb_indent: int = 0
+    tb_source: str = ""  # the source line under the traceback's innermost frame so far
     tb_caption: str = ""
     tb_ipython: bool = False  # the open traceback is IPython's (numbered source lines)
     banner: tuple[str | None, str] | None = None  # (ident, name) of the thread whose banner was read last
