@@ -408,11 +408,13 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
     if not workers:
         return ProcessVerdict(series, "idle", None, t, (), frozen, False, "only helper threads", (), source)
     wait = wait_of(t)
-    if wait is not None:
+    if wait is not None and not wait.weak:
         # No signature names a cause, but the thread sits in a known blocking call: that
-        # call's family is the verdict (a file lock, a child process, a queue...).
+        # call's family is the verdict (a file lock, a child process, a queue...), with the
+        # innermost own frames as evidence where there are any.
         fam = family_signature(wait.category, signatures)
-        return ProcessVerdict(series, "stalled", fam, t, wait.frames, frozen, False, "", ((t, fam, wait.frames),), source)
+        evidence = t.telling_frames() or wait.frames
+        return ProcessVerdict(series, "stalled", fam, t, evidence, frozen, False, "", ((t, fam, evidence),), source)
     if not t.telling_frames(limit=1):
         native = t.native_telling_frames()
         if native:  # blocked in libcuda/libnccl/an extension with no signature: not idle

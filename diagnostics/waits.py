@@ -63,6 +63,15 @@ class Wait:
     cut: bool
     depth: int
 
+    @property
+    def weak(self) -> bool:
+        """A C library's wait (poll, futex, a condition variable) called by native code of
+        the job's own (an extension, the driver's event thread): what it waits for is that
+        code's business, so it names no family (the frame itself is the evidence)."""
+        last = self.frames[-1]
+        return (last.native and self.category not in ECOSYSTEM_NATIVE and self.caller is not None
+                and self.caller.native and not self.caller.is_system_native)
+
     def describe(self, thread: str = "") -> str:
         who = f"{thread} waits" if thread else "waits"
         text = f"{who} on {self.what} ({' -> '.join(self.calls)})"
@@ -137,7 +146,7 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
             matched.append((i, f, p))
             glue = 0
             continue
-        if f.native or f.is_stdlib or (matched and not matched[-1][1].native and _package(f) == _package(matched[-1][1])):
+        if _glue(f, matched[-1][1], matched[-1][2]) if matched else (f.native or f.is_stdlib):
             glue += 1
             if matched and glue > MAX_GLUE:
                 break  # the thread runs in the standard library past its wait: no caller to name
@@ -156,6 +165,22 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
         if not labels or labels[-1] != label:
             labels.append(label)
     return Wait(outer[2].category, outer[2].what, tuple(labels), tuple(f for _, f, _ in matched), caller, cut, stop)
+
+
+#: Native rows of the ecosystem (CUDA, NCCL, the c10d store, Ray): the job's own native
+#: frames around them (libtorch, libc10) are the library's wrappers of that wait.
+ECOSYSTEM_NATIVE = frozenset(("nccl-comm-init", "nccl-collective-wait", "store-wait", "cuda-synchronize-wait", "ray-get-wait"))
+
+
+def _glue(f: Frame, last: Frame, row: Primitive) -> bool:
+    """Whether ``f``, outside the table, still belongs to the wait whose last row matched
+    ``last``: the standard library, the C library and the interpreter, the same Python
+    package or native library; past an ecosystem row, any native frame (libtorch around
+    a CUDA synchronize). Any other native frame (an extension, the driver) is the code
+    that called a C library's wait (see ``Wait.weak``)."""
+    if not f.native:
+        return f.is_stdlib or (not last.native and _package(f) == _package(last))
+    return f.is_system_native or (last.native and f.short_file == last.short_file) or (row.native and row.category in ECOSYSTEM_NATIVE)
 
 
 def family_signature(category: str, signatures: Sequence[Signature]) -> Signature:

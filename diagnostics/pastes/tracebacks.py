@@ -21,6 +21,7 @@ from hangwatch.diagnostics.pastes.patterns import (
     IPY_TB_START, MAX_FRAMES, MAX_THREADS, PDB_FRAME, RECENT_FIRST, SOURCE_CALL, TRACEBACK_FRAME,
 )
 from hangwatch.diagnostics.stacks import Frame
+from hangwatch.diagnostics.waits import primitive_of
 
 
 def _ipython_frame(s: str) -> Frame | None:
@@ -92,6 +93,15 @@ def source_call(source: str) -> list[Frame]:
     return [Frame(m.group(1), "<call>", None, native=True)] if m else []
 
 
+def _blocked_call(frames: list[Frame], source: str) -> list[Frame]:
+    """``source_call`` when it is a known blocking call and the innermost frame is not
+    one itself (``popen_fork.poll`` calling ``os.waitpid``: the stack already says where
+    it waits); a call of the program's own (``main()``) adds nothing."""
+    if frames and primitive_of(frames[-1]) is not None:
+        return []
+    return [f for f in source_call(source) if primitive_of(f) is not None]
+
+
 def end_traceback(b: Builder, keep: bool, error: bool = False) -> None:
     frames, b.tb_frames = b.tb_frames, None
     if frames is None:
@@ -102,7 +112,7 @@ def end_traceback(b: Builder, keep: bool, error: bool = False) -> None:
         return
     if keep and frames:
         # Ctrl+C lands in the main thread, in the call on the innermost frame's source line.
-        b.traceback_thread("MainThread", frames, source_call(b.tb_source))
+        b.traceback_thread("MainThread", frames, _blocked_call(frames, b.tb_source))
     else:
         b.report.skipped += b.tb_lines
         if frames and len(b.tb_pending) < MAX_THREADS:
