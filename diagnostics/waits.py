@@ -27,6 +27,7 @@ thread outranks a wrapper signature (a graph replay) matched further out.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -172,6 +173,11 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
 ECOSYSTEM_NATIVE = frozenset(("nccl-comm-init", "nccl-collective-wait", "store-wait", "cuda-synchronize-wait", "ray-get-wait"))
 
 
+#: Native libraries that serve the standard library's own calls (TLS under ``ssl``,
+#: compression, ctypes): a C wait under them is still that call's.
+_STDLIB_NATIVE = re.compile(r"(^|/)(libssl|libcrypto|libz|libffi|libbz2|liblzma|_ssl|_socket|select|_posixsubprocess)[\w.-]{0,40}\.(so|pyd|dylib)")
+
+
 def _glue(f: Frame, last: Frame, row: Primitive) -> bool:
     """Whether ``f``, outside the table, still belongs to the wait whose last row matched
     ``last``: the standard library, the C library and the interpreter, the same Python
@@ -180,7 +186,8 @@ def _glue(f: Frame, last: Frame, row: Primitive) -> bool:
     that called a C library's wait (see ``Wait.weak``)."""
     if not f.native:
         return f.is_stdlib or (not last.native and _package(f) == _package(last))
-    return f.is_system_native or (last.native and f.short_file == last.short_file) or (row.native and row.category in ECOSYSTEM_NATIVE)
+    return (f.is_system_native or _STDLIB_NATIVE.search(f.file) is not None or (last.native and f.short_file == last.short_file)
+            or (row.native and row.category in ECOSYSTEM_NATIVE))
 
 
 def family_signature(category: str, signatures: Sequence[Signature]) -> Signature:
