@@ -28,6 +28,8 @@ from hangwatch.diagnostics.pastes.patterns import ANSI, GDB_INFO_THREAD, PREFIX,
 MIN_LINES = 3
 #: Shapes learned per paste (several loggers, e.g. two workers' formats).
 MAX_SHAPES = 4
+#: Lines looked at: a logger's prefix shows in the first ones.
+MAX_LINES = 20000
 #: A prefix longer than this is no logger's.
 MAX_PREFIX = 200
 _ANCHORS = ('File "', "Traceback (most recent call", "frame #")
@@ -82,9 +84,12 @@ def learn(lines: list[str]) -> re.Pattern[str] | None:
     """The prefixes (as one regex, anchored at the start of the text left after the known
     ``PREFIX``) that frame lines of this paste share, or None."""
     shapes: Counter[str] = Counter()
-    for raw in lines:
+    for raw in lines[:MAX_LINES]:
         if len(raw) > 4096 or not ("File" in raw or ".py" in raw or "frame #" in raw or "Thread" in raw or "Traceback" in raw):
             continue
+        body = raw.lstrip()
+        if body.find(" ") == body.find(" (") and body[:1] not in "([":
+            continue  # a py-spy frame with nothing before its function: no prefix
         if "\x1b" in raw:
             raw = ANSI.sub("", raw)
         raw = raw.replace("\t", "    ").rstrip()
