@@ -87,6 +87,14 @@ FAMILIES: dict[str, Family] = {
         "Waiting on the distributed key-value store (rendezvous, store get/wait/barrier)",
         "A rank waits for a key that another rank should set in the c10d store (rendezvous, a store "
         "barrier, a unique id): that rank never arrived, crashed, or cannot reach MASTER_ADDR:MASTER_PORT."),
+    "gil-deadlock": Family(
+        "Waiting to take the GIL (a GIL deadlock when its holder waits on this thread)",
+        "The thread waits to take the GIL (take_gil, PyEval_RestoreThread, PyGILState_Ensure, pybind11's "
+        "gil_scoped_acquire) after native code or a lock wait released it. Whoever holds the GIL does not "
+        "give it back: a thread that holds the GIL while it waits on a lock or a native mutex this thread "
+        "holds is a lock-order inversion. Release the GIL before blocking in native code (pybind11's "
+        "gil_scoped_release, Py_BEGIN_ALLOW_THREADS) and never take a native lock while holding the GIL "
+        "that another thread may hold while taking the GIL."),
     "tokenizer-wait": Family(
         "Inside a fast tokenizer call",
         "The thread is inside a Rust fast tokenizer: its thread pool can deadlock after a fork. Set "
@@ -129,6 +137,11 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("file-lock-wait", "a file lock", "filelock `_acquire` -> `msvcrt.locking`", r"^(WindowsFileLock\.)?_acquire$", r"(^|/)filelock/_windows\.py$"),
     _py("file-lock-wait", "a file lock", "filelock `_acquire` (a lock file created exclusively)", r"_acquire$", r"(^|/)filelock/_soft\.py$"),
     _py("file-lock-wait", "a file lock", "filelock `acquire`", r"^(\w+\.)?(acquire|__enter__|_poll_until_acquired)$", r"(^|/)filelock/"),
+    # A vendored or home-grown file-lock module (datasets/utils/filelock.py, a lockfile.py):
+    # its acquire loop waits on a lock file whatever the package.
+    _py("file-lock-wait", "a file lock", "a file-lock module's `acquire`",
+        r"^(\w+\.)?(acquire|_acquire|__enter__|lock|_lock|_do_acquire|_poll_until_acquired|wait)$",
+        r"(^|/)(\w*(file_?lock|lock_?file|flock)\w*\.py|(filelock|lockfile|pidlockfile)/\w+\.py)$"),
     _py("file-lock-wait", "a file lock", "huggingface_hub `WeakFileLock`", r"WeakFileLock", None),
     _py("file-lock-wait", "a build lock file", "torch `FileBaton.wait`", r"^(FileBaton\.)?wait$", r"torch/utils/file_baton\.py$"),
     _py("file-lock-wait", "a file lock", "portalocker `lock`", r"^(\w+\.)?(lock|acquire|_acquire)$", r"(^|/)portalocker/"),
@@ -141,7 +154,7 @@ PRIMITIVES: tuple[Primitive, ...] = (
         r"importlib[./]_bootstrap"),
     # --- torch.distributed, NCCL, the store ------------------------------------------------
     _py("store-wait", "the distributed store", "torch.distributed rendezvous",
-        r"^(\w+\.)?(next_rendezvous|_rendezvous|rendezvous|_store_based_barrier|_exit_barrier|_barrier|store_get|_get_store|sync)$",
+        r"^(\w+\.)?(next_rendezvous|_rendezvous|rendezvous|_store_based_barrier|_exit_barrier|_barrier|barrier|store_get|_get_store|sync|synchronize|get_all|_try_wait_get|_wait)$",
         r"torch/distributed/(elastic/(rendezvous|utils/store|agent)|rendezvous\.py)"),
     _py("nccl-collective-wait", "a collective", "torch.distributed collective",
         r"(^|[._])(all_reduce|all_gather|all_gather_into_tensor|reduce_scatter|reduce_scatter_tensor|broadcast|barrier|"
@@ -191,6 +204,7 @@ PRIMITIVES: tuple[Primitive, ...] = (
     # --- the standard library: sockets and descriptors --------------------------------------------
     _py("socket-read", "a socket", "`socket`", r"^(\w+\.)?(readinto|recv|recv_into|recvfrom|accept|connect|create_connection|sendall|makefile|readline)$", r"(^|/)socket\.py$"),
     _py("socket-read", "a TLS socket", "`ssl`", r"^(\w+\.)?(read|recv|recv_into|do_handshake|write|sendall|accept|connect)$", r"(^|/)ssl\.py$"),
+    _py("socket-read", "a TLS socket", "pyOpenSSL", r"^(\w+\.)?(recv|recv_into|read|do_handshake|send|sendall|_raise_ssl_error)$", r"(^|/)OpenSSL/SSL\.py$"),
     _py("socket-read", "a socket or pipe", "`selectors` select", r"^(\w+\.)?select$", r"(^|/)selectors\.py$"),
     _py("socket-read", "a socket request", "socketserver `serve_forever`", r"^(\w+\.)?(serve_forever|handle_request|_handle_request_noblock)$", r"(^|/)socketserver\.py$"),
     # --- the standard library: processes ------------------------------------------------------------
@@ -227,11 +241,13 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("thread-join", "the non-daemon threads at exit", "`threading._shutdown`", r"^_shutdown$", r"(^|/)threading\.py$"),
     _py("event-wait", "an Event or Condition", "`threading` `wait`", r"^(Condition\.|Event\.|Barrier\.)?(wait|wait_for|_wait)$", r"(^|/)threading\.py$"),
     _py("lock-wait", "a lock", "`threading` `acquire`", r"^(\w+\.)?(acquire|__enter__)$", r"(^|/)threading\.py$"),
-    _py("lock-wait", "the GIL", "waiting for the GIL", r"^<waiting for the GIL>$", None),
+    _py("gil-deadlock", "the GIL", "waiting for the GIL", r"^<waiting for the GIL>$", None),
     # A lock class's own acquire (tqdm's, logging's Handler.acquire): the C lock under it is not shown.
     _py("lock-wait", "a lock", "`acquire`", r"^(\w+\.)?acquire$", None),
     # --- the call on a Ctrl-C traceback's innermost source line ------------------------------------
     _src("file-lock-wait", "a file lock", "`fcntl.flock`", r"(^|\.)(flock|lockf)$"),
+    _src("file-lock-wait", "a lock file", "a file lock's `wait`/`acquire`",
+         r"(^|\.)\w*(baton|file_?lock|lock_?file)\w*\.(wait|acquire|_acquire|lock)$"),
     _src("sleep", "a sleep", "`time.sleep`", r"(^|\.)sleep$"),
     _src("subprocess-wait", "a child process", "`os.waitpid`", r"^os\.(waitpid|wait|wait3|wait4|waitid)$|\.communicate$|^subprocess\.\w+$"),
     _src("ray-get-wait", "a Ray task or actor", "`ray.get`", r"^ray\.(get|wait)$"),
@@ -246,8 +262,10 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _src("socket-read", "a socket or file read", "`read`/`recv`", r"\.(recv|recv_into|recvfrom|accept|connect|read|readline|readinto)$|(^|\.)(select|urlopen)$"),
     # --- native waits under all of the above -------------------------------------------------------------
     _c("thread-join", "a thread", "`pthread_join`", r"^(__)?pthread_(clock|timed)?join(_common)?\w*$|^std::thread::join$"),
-    _c("lock-wait", "the GIL", "`take_gil`",
-       r"^(take_gil|PyEval_RestoreThread|PyEval_AcquireThread|PyEval_AcquireLock|PyGILState_Ensure|PyCOND_TIMEDWAIT|PyCOND_WAIT)$|gil_scoped_acquire::gil_scoped_acquire$"),
+    # Taking the GIL: these frames stay on a stack only while the thread waits for it
+    # (drop_gil: a forced switch waits until another thread took it).
+    _c("gil-deadlock", "the GIL", "`take_gil`",
+       r"^(take_gil|drop_gil|PyEval_RestoreThread|PyEval_AcquireThread|PyEval_AcquireLock|PyGILState_Ensure|PyCOND_TIMEDWAIT|PyCOND_WAIT|_PyEval_TakeGIL|_PyThreadState_Attach|tstate_wait_attach)$|gil_scoped_acquire::gil_scoped_acquire$"),
     _c("lock-wait", "a Python lock", "`PyThread_acquire_lock`", r"^(PyThread_acquire_lock(_timed)?|lock_PyThread_acquire_lock|acquire_timed|rlock_acquire|_PyMutex_LockTimed|_PyMutex_LockSlow|PyMutex_Lock)$"),
     _c("event-wait", "a condition variable", "`pthread_cond_wait`",
        r"^(__)?pthread_cond_(timed|clock)?wait\w*$|^std::condition_variable(_any)?::(wait|wait_for|wait_until|__wait_until_impl)\w*$|^___pthread_cond_\w*wait\w*$"),

@@ -44,10 +44,22 @@ MAX_GLUE = 12
 FAMILY_PRIORITY = 5
 #: Families that are a wait on other work (the blocking call is the evidence): at the
 #: top of a thread they outrank a wrapper signature matched further out.
-BLOCKING_FAMILIES = frozenset(("nccl-collective-wait", "cuda-synchronize-wait", "lock-wait", "store-wait", "nccl-comm-init"))
+BLOCKING_FAMILIES = frozenset(("nccl-collective-wait", "cuda-synchronize-wait", "lock-wait", "store-wait", "nccl-comm-init",
+                               "gil-deadlock"))
 #: ``lock-wait`` matches any threading wait; these families say better what it is.
 REFINES_LOCK_WAIT = frozenset(("event-wait", "queue-wait", "thread-join", "future-wait", "subprocess-wait",
                                "socket-read", "file-lock-wait", "dataloader-wait", "asyncio-blocked"))
+# Not ``gil-deadlock``: the corpus's older labels name a GIL wait under the generic lock-wait
+# signature ``lock-wait`` (a GIL/lock inversion is a lock wait), so a GIL wait that the
+# signature matched keeps that id; only a GIL wait no signature names gets the family.
+#: A join at interpreter exit (``shutdown-join``) whose thread sits in one of these says
+#: better what the exit waits for: the lock file the joined work waits on. (A child process
+#: joined at exit stays the exit's wait: ``shutdown-join`` ranks above ``child-process-wait``.)
+REFINES_EXIT_JOIN = frozenset(("file-lock-wait",))
+#: A caller named like this around a sleep is a polling lock: an acquire loop that tries,
+#: sleeps and tries again (filelock's, a lock file's, a hand-written spin on a lock).
+_POLLING_LOCK = re.compile(r"(?i)acquire|(^|[._])(\w*_)?lock(_\w*)?$|lock(ed)?_?wait|wait_?(for_?)?lock")
+GIL = "gil-deadlock"
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,8 @@ class Wait:
         the job's own (an extension, the driver's event thread): what it waits for is that
         code's business, so it names no family (the frame itself is the evidence)."""
         last = self.frames[-1]
+        if self.category == GIL:
+            return False  # the GIL is the interpreter's, never the calling extension's business
         return (last.native and self.category not in ECOSYSTEM_NATIVE and self.caller is not None
                 and self.caller.native and not self.caller.is_system_native)
 
@@ -158,6 +172,13 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
         return None
     outer = matched[-1]
     stop = outer[0] + 1 + min(glue, MAX_GLUE)
+    # Taking the GIL is the innermost wait there is: a lock.acquire or native call further
+    # out has finished its own wait and now waits to re-take the GIL.
+    naming = next((m for m in matched if m[2].category == GIL), outer)
+    category, what = naming[2].category, naming[2].what
+    if matched[0][2].category == "sleep" and category in ("sleep", "lock-wait") and any(
+            _POLLING_LOCK.search(f.function) for f in [m[1] for m in matched[1:]] + ([caller] if caller else [])):
+        category, what = "file-lock-wait", "a lock polled by a sleep loop"
     innermost_python = next((f for f in frames if not f.native), None)
     cut = matched[0][2].level == "call" and innermost_python is matched[0][1] and not any(f.native for f in frames[:matched[0][0]])
     labels: list[str] = []
@@ -165,7 +186,7 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
         label = f"`{f.function}()` on the innermost source line" if f.file == "<call>" else p.label
         if not labels or labels[-1] != label:
             labels.append(label)
-    return Wait(outer[2].category, outer[2].what, tuple(labels), tuple(f for _, f, _ in matched), caller, cut, stop)
+    return Wait(category, what, tuple(labels), tuple(f for _, f, _ in matched), caller, cut, stop)
 
 
 #: Native rows of the ecosystem (CUDA, NCCL, the c10d store, Ray): the job's own native
@@ -211,11 +232,12 @@ def _family(category: str, same_id: tuple[Signature, ...]) -> Signature:
 
 def refine(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) -> Signature:
     """``sig``, unless it is the generic ``lock-wait`` and the thread's wait says better
-    what it is (an Event or Condition, a queue, a join, a future...)."""
-    if sig.id != "lock-wait":
+    what it is (an Event or Condition, a queue, a join, a future, the GIL...), or a join
+    at interpreter exit whose thread waits on a child process or a lock file."""
+    if sig.id not in ("lock-wait", "shutdown-join"):
         return sig
     w = wait_of(thread)
-    if w is None or w.category not in REFINES_LOCK_WAIT:
+    if w is None or w.category not in (REFINES_LOCK_WAIT if sig.id == "lock-wait" else REFINES_EXIT_JOIN):
         return sig
     return family_signature(w.category, signatures)
 

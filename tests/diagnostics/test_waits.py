@@ -42,12 +42,15 @@ PRIMITIVE_STACKS = [
     ([_py("wait", SITE + "torch/utils/file_baton.py")], "file-lock-wait"),
     ([_py("lock", SITE + "portalocker/portalocker.py")], "file-lock-wait"),
     ([_c("flock")], "file-lock-wait"),
+    # a vendored file-lock module (datasets' own copy of filelock), a lock file's module
+    ([_py("_acquire", SITE + "datasets/utils/filelock.py"), _py("acquire", SITE + "datasets/utils/filelock.py")], "file-lock-wait"),
+    ([_py("acquire", SITE + "somepkg/lockfile.py")], "file-lock-wait"),
     # threading
     ([_py("wait", STDLIB + "threading.py"), _py("wait", STDLIB + "threading.py")], "event-wait"),
     ([_py("_wait_for_tstate_lock", STDLIB + "threading.py"), _py("join", STDLIB + "threading.py")], "thread-join"),
     ([_py("acquire", STDLIB + "threading.py")], "lock-wait"),
     ([_py("acquire", SITE + "tqdm/std.py")], "lock-wait"),
-    ([_py("<waiting for the GIL>", "?")], "lock-wait"),
+    ([_py("<waiting for the GIL>", "?")], "gil-deadlock"),
     # queues, pipes, futures, asyncio
     ([_py("wait", STDLIB + "threading.py"), _py("get", STDLIB + "queue.py")], "queue-wait"),
     ([_py("_recv_bytes", STDLIB + "multiprocessing/connection.py"), _py("recv", STDLIB + "multiprocessing/connection.py")], "queue-wait"),
@@ -74,11 +77,16 @@ PRIMITIVE_STACKS = [
     ([_py("handle_request", SITE + "httpcore/_sync/connection_pool.py"), _py("_send_single_request", SITE + "httpx/_client.py")], "socket-read"),
     ([_py("recv_multipart", SITE + "zmq/sugar/socket.py")], "socket-read"),
     ([_c("epoll_wait")], "socket-read"),
+    ([_py("recv_into", SITE + "OpenSSL/SSL.py")], "socket-read"),
     ([_c("__libc_recv")], "socket-read"),
     # the ecosystem
     ([_py("all_reduce", SITE + "torch/distributed/distributed_c10d.py"), _py("wrapper", SITE + "torch/distributed/c10d_logger.py")], "nccl-collective-wait"),
     ([_py("barrier", SITE + "torch/distributed/distributed_c10d.py")], "nccl-collective-wait"),
     ([_py("next_rendezvous", SITE + "torch/distributed/elastic/rendezvous/static_tcp_rendezvous.py")], "store-wait"),
+    # the elastic agent's exit barrier: a store barrier, no collective
+    ([_py("get_all", SITE + "torch/distributed/elastic/utils/store.py"), _py("synchronize", SITE + "torch/distributed/elastic/utils/store.py"),
+      _py("barrier", SITE + "torch/distributed/elastic/utils/store.py"), _py("_exit_barrier", SITE + "torch/distributed/elastic/agent/server/api.py")],
+     "store-wait"),
     ([_c("c10d::TCPStore::doWait", "libtorch_cpu.so")], "store-wait"),
     ([_c("ncclCommInitRank", "libnccl.so.2")], "nccl-comm-init"),
     ([_c("ncclAllReduce", "libnccl.so.2")], "nccl-collective-wait"),
@@ -95,7 +103,10 @@ PRIMITIVE_STACKS = [
     ([_c("__futex_abstimed_wait_common"), _c("pthread_cond_wait@@GLIBC_2.3.2")], "event-wait"),
     ([_c("futex_wait"), _c("__lll_lock_wait"), _c("pthread_mutex_lock")], "lock-wait"),
     ([_c("do_futex_wait"), _c("sem_wait"), _c("PyThread_acquire_lock_timed", "python3.11")], "lock-wait"),
-    ([_c("take_gil", "python3.11"), _c("PyEval_RestoreThread", "python3.11")], "lock-wait"),
+    ([_c("take_gil", "python3.11"), _c("PyEval_RestoreThread", "python3.11")], "gil-deadlock"),
+    ([_c("__psynch_cvwait", "libsystem_kernel.dylib"), _c("take_gil", "python"), _c("PyEval_AcquireThread", "python"),
+      _c("pybind11::gil_scoped_acquire::gil_scoped_acquire", "_C.so")], "gil-deadlock"),
+    ([_c("pthread_cond_wait"), _c("drop_gil", "libpython3.11.so")], "gil-deadlock"),
     ([_c("clock_nanosleep"), _c("__nanosleep")], "sleep"),
     ([_c("pthread_join")], "thread-join"),
 ]
@@ -132,6 +143,49 @@ def test_the_outermost_primitive_names_the_wait_and_a_librarys_own_frames_belong
                         _py("__next__", SITE + "torch/utils/data/dataloader.py"), USER))
     assert w is not None and w.category == "dataloader-wait" and w.caller == USER
     assert w.calls[0] == "DataLoader `_get_data`" and w.calls[-1] == "`threading` `wait`"
+
+
+def test_the_gil_is_the_innermost_wait_even_under_a_lock_acquire():
+    """Python 2's lock.acquire re-taking the GIL after its own wait (PyEval_RestoreThread
+    over PyThread_acquire_lock): the thread waits for the GIL, not for the lock."""
+    w = wait_of(_thread(_c("do_futex_wait"), _c("sem_wait"), _c("PyThread_acquire_lock", "libpython2.7.so"),
+                        _c("PyEval_RestoreThread", "libpython2.7.so"), _c("lock_PyThread_acquire_lock", "libpython2.7.so"), USER))
+    assert w is not None and w.category == "gil-deadlock"
+
+
+def test_a_gil_wait_called_by_an_extension_still_names_the_gil():
+    """PyGILState_Ensure from a GUI toolkit's callback: the GIL is no business of the
+    extension's, so the wait is not weak."""
+    w = wait_of(_thread(_c("PyEval_RestoreThread", "libpython2.6.so"), _c("PyGILState_Ensure", "libpython2.6.so"),
+                        _c("?", "/usr/lib/gtk-2.0/gtk/_gtk.so"), _c("g_main_loop_run", "/lib/libglib-2.0.so.0")))
+    assert w is not None and w.category == "gil-deadlock" and not w.weak
+
+
+def test_a_gil_wait_no_signature_names_gets_the_gil_family():
+    c = _classify(_thread(_c("pthread_cond_wait"), _c("drop_gil", "libpython3.11.so"), _c("?", "/opt/ext/_native.so")))
+    assert c is not None and c.signature_id == "gil-deadlock"
+
+
+def test_a_sleep_in_an_acquire_loop_is_a_polling_lock():
+    """An acquire loop that tries and sleeps between tries (a soft file lock, a lock file):
+    the ``time.sleep`` on a Ctrl-C traceback's innermost line is the lock's wait."""
+    w = wait_of(_thread(Frame("time.sleep", "<call>", None, native=True), _py("acquire", SITE + "mylib/locking.py"), USER))
+    assert w is not None and w.category == "file-lock-wait"
+    plain = wait_of(_thread(Frame("time.sleep", "<call>", None, native=True), USER))
+    assert plain is not None and plain.category == "sleep"
+
+
+def test_a_lock_files_wait_on_a_tracebacks_innermost_line_is_a_file_lock():
+    w = wait_of(_thread(Frame("baton.wait", "<call>", None, native=True), _py("_jit_compile", SITE + "torch/utils/cpp_extension.py")))
+    assert w is not None and w.category == "file-lock-wait"
+
+
+def test_an_exit_whose_innermost_wait_is_a_lock_file_is_the_lock():
+    """A finalizer run at exit waits on a lock file: the exit waits for the lock."""
+    c = _classify(_thread(_py("_acquire", SITE + "filelock/_soft.py"), _py("acquire", SITE + "filelock/_api.py"),
+                          _py("close", "/home/u/cache.py", 7), _py("_run_finalizers", STDLIB + "multiprocessing/util.py"),
+                          _py("_exit_function", STDLIB + "multiprocessing/util.py")))
+    assert c is not None and c.signature_id == "file-lock-wait"
 
 
 def test_a_thread_in_its_own_code_waits_on_nothing():
