@@ -32,6 +32,7 @@ from typing import Any, Sequence
 
 from hangwatch.diagnostics.signatures import Signature, ThreadLines
 from hangwatch.diagnostics.stacks import Frame, ProcessSeries, ThreadDump
+from hangwatch.diagnostics.waits import family_signature, outranks_wrapper, refine, wait_of
 
 UNKNOWN_TITLE = "No known signature matched"
 UNKNOWN_ADVICE = (
@@ -388,8 +389,10 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
         # for the GIL, and that queue is no lock-wait of theirs.
         found = [x for x in found if x[0] is holder[0] or not _only_gil_wait(x[3])]
     if found:
+        found = _rank_by_evidence(found, signatures)
         found.sort(key=lambda x: (-x[2].priority, x[1] is not True, not is_main(x[0], pid), -len(x[3])))
         t, frozen, sig, frames = found[0]
+        sig = refine(sig, t, signatures)
         idle = next(c[2] for c in cands if c[0] is t).idle
         return ProcessVerdict(series, "stalled", sig, t, frames, frozen, idle is not None, idle.title if idle else "",
                               tuple((x[0], x[2], x[3]) for x in found[:50]), source)
@@ -404,12 +407,36 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
         return ProcessVerdict(series, "idle", None, t, facts.idle.match_thread(t, cmd), frozen, True, facts.idle.title, (), source)
     if not workers:
         return ProcessVerdict(series, "idle", None, t, (), frozen, False, "only helper threads", (), source)
+    wait = wait_of(t)
+    if wait is not None and not wait.weak:
+        # No signature names a cause, but the thread sits in a known blocking call: that
+        # call's family is the verdict (a file lock, a child process, a queue...), with the
+        # innermost own frames as evidence where there are any.
+        fam = family_signature(wait.category, signatures)
+        evidence = t.telling_frames() or wait.frames
+        return ProcessVerdict(series, "stalled", fam, t, evidence, frozen, False, "", ((t, fam, evidence),), source)
     if not t.telling_frames(limit=1):
         native = t.native_telling_frames()
         if native:  # blocked in libcuda/libnccl/an extension with no signature: not idle
             return ProcessVerdict(series, "unknown", None, t, native, frozen, False, "", (), source)
         return ProcessVerdict(series, "idle", None, t, (), frozen, False, "standard-library wait", (), source)
     return ProcessVerdict(series, "unknown", None, t, t.telling_frames(), frozen, False, "", (), source)
+
+
+def _rank_by_evidence(found: list, signatures: Sequence[Signature]) -> list:
+    """A wrapper signature (a graph replay's wrapper) matched further out than the blocking
+    call its thread sits in (a collective, a synchronize, a lock) gives way to that call:
+    the wait's own family takes its place when no other signature names it."""
+    out = []
+    for t, frozen, sig, frames in found:
+        if sig.wrapper and outranks_wrapper(t, frames):
+            if not any(x[0] is t and not x[2].wrapper for x in found):
+                w = wait_of(t)
+                assert w is not None
+                out.append((t, frozen, family_signature(w.category, signatures), w.frames))
+            continue
+        out.append((t, frozen, sig, frames))
+    return out
 
 
 def _opaque_native(thread: ThreadDump) -> bool:

@@ -3,17 +3,25 @@
 A corpus is a directory of ``NAME.txt`` dumps, each with a ``NAME.meta`` sidecar
 of ``key: value`` lines: ``url`` (where it was pasted), ``expected`` (the
 signature id of the cause stated in that thread, ``?`` when the thread states
-none), ``cause``, ``shape``, optionally ``suspect`` (the pid of the culprit),
-``heldout: yes`` (kept out of tuning) and ``parse: refuse`` (a paste with no whole
-frame left, e.g. two dumps interleaved character by character: replay is right to
-refuse it). The last line printed is
+none; several ids joined by `` | `` when each names that cause, e.g. a family and
+the bug-specific signature under it), ``cause``, ``shape``, optionally ``suspect``
+(the pid of the culprit), ``heldout: yes`` (kept out of tuning), ``parse: refuse``
+(a paste with no whole frame left, e.g. two dumps interleaved character by
+character: replay is right to refuse it), ``collection`` (the batch it was
+gathered in) and ``first_pass`` (what replay said the first time it saw the dump,
+before any rule was written for its collection). The last line printed is
 
     dumps=N parsed=P known_cause=K right=R
 
-``parsed``: replay read stacks from it; ``right``: the headline signature is the
-expected one (known-cause dumps only). Usage::
+``parsed``: replay read stacks from it; ``right``: the headline signature is one of
+the expected ids (known-cause dumps only). Above it, one line per collection that
+recorded a first pass: ``collection=C known_cause=K first_pass_right=F right=R``.
 
-    python -m hangwatch.diagnostics.corpus [DIR] [--subset all|tuning|heldout] [-v]
+A new collection is labelled from its sources first, then scored once with
+``--record-first-pass``, which writes ``first_pass`` into each ``.meta`` of that
+collection that has none; only then may rules be written for it. Usage::
+
+    python -m hangwatch.diagnostics.corpus [DIR] [--subset all|tuning|heldout] [-v] [--record-first-pass]
 """
 
 from __future__ import annotations
@@ -38,6 +46,18 @@ class Entry:
         return self.meta.get("expected", "?").strip() or "?"
 
     @property
+    def expected_ids(self) -> frozenset[str]:
+        return frozenset(part.strip() for part in self.expected.split("|") if part.strip())
+
+    @property
+    def collection(self) -> str:
+        return self.meta.get("collection", "").strip()
+
+    @property
+    def first_pass(self) -> str:
+        return self.meta.get("first_pass", "").strip()
+
+    @property
     def refusable(self) -> bool:
         """No whole frame survives in the paste: refusing it is the right answer."""
         return self.meta.get("parse", "").strip().lower() == "refuse"
@@ -60,7 +80,11 @@ class Outcome:
 
     @property
     def right(self) -> bool:
-        return self.parsed and self.known and self.got == self.entry.expected
+        return self.parsed and self.known and self.got in self.entry.expected_ids
+
+    @property
+    def first_pass_right(self) -> bool:
+        return self.known and self.entry.first_pass in self.entry.expected_ids
 
 
 def read_meta(path: Path) -> dict[str, str]:
@@ -110,12 +134,46 @@ def summary(outcomes: Sequence[Outcome]) -> str:
     return f"dumps={n} parsed={parsed} known_cause={known} right={right}"
 
 
+def by_collection(outcomes: Sequence[Outcome]) -> list[str]:
+    """First-pass and current scores of each collection that recorded a first pass."""
+    groups: dict[str, list[Outcome]] = {}
+    for o in outcomes:
+        if o.entry.collection and o.entry.first_pass:
+            groups.setdefault(o.entry.collection, []).append(o)
+    lines = []
+    for name, group in sorted(groups.items()):
+        known = [o for o in group if o.known]
+        lines.append(f"collection={name} dumps={len(group)} parsed={sum(o.parsed for o in group)} "
+                     f"known_cause={len(known)} first_pass_right={sum(o.first_pass_right for o in known)} "
+                     f"right={sum(o.right for o in known)}")
+    return lines
+
+
+def record_first_pass(outcomes: Sequence[Outcome]) -> int:
+    """Append ``first_pass`` to each ``.meta`` of a named collection that has none; how many were written.
+
+    Dumps without a ``collection`` predate first-pass records: their verdicts were tuned, so a
+    first pass written now would claim what nobody measured."""
+    written = 0
+    for o in outcomes:
+        if o.entry.first_pass or not o.entry.collection:
+            continue
+        meta = o.entry.path.with_suffix(".meta")
+        text = meta.read_text(encoding="utf-8")
+        got = o.got if o.parsed else ("refused" if o.got is None else o.got)
+        meta.write_text(text + ("" if text.endswith("\n") else "\n") + f"first_pass: {got}\n", encoding="utf-8")
+        written += 1
+    return written
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m hangwatch.diagnostics.corpus", description=__doc__.split("\n\n")[0])
     ap.add_argument("directory", nargs="?", default=str(DEFAULT_DIR))
     ap.add_argument("--subset", choices=("all", "tuning", "heldout"), default="all")
     ap.add_argument("--signatures", action="append", default=[], metavar="FILE")
     ap.add_argument("-v", "--verbose", action="store_true", help="one line per dump")
+    ap.add_argument("--record-first-pass", action="store_true",
+                    help="write first_pass into each .meta that has none (once per new collection, before any fix)")
     args = ap.parse_args(argv)
     directory = Path(args.directory)
     if not directory.is_dir():
@@ -127,6 +185,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             mark = "ok  " if o.right else ("--  " if o.parsed and not o.known else (
                 "MISS" if o.parsed else ("REFD" if o.entry.refusable else "FAIL")))
             print(f"{mark} {o.entry.name:48s} expected={o.entry.expected:26s} got={o.got}{'  ' + o.error if o.error else ''}")
+    if args.record_first_pass:
+        print(f"first_pass recorded for {record_first_pass(outcomes)} dumps")
+    for line in by_collection(outcomes):
+        print(line)
     print(summary(outcomes))
     return 0
 

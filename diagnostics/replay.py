@@ -19,7 +19,8 @@ from hangwatch.diagnostics.errors import InputError
 from hangwatch.diagnostics.pastes import ParseReport, read_text
 from hangwatch.diagnostics.pyspy import parse_json
 from hangwatch.diagnostics.signatures import Signature
-from hangwatch.diagnostics.stacks import Frame, ProcessSeries, group_series
+from hangwatch.diagnostics.stacks import Frame, ProcessSeries, ThreadDump, group_series
+from hangwatch.diagnostics.waits import wait_of
 from hangwatch.contract.samples import Sample
 from hangwatch.contract.terminal import one_line
 from hangwatch.contract.verdict import Verdict
@@ -30,6 +31,11 @@ from hangwatch.contract.verdict import Verdict
 MAX_DUMP_BYTES = 16 * 1024 * 1024
 #: Rows of the process table printed as text (``--json`` has them all).
 MAX_TABLE_ROWS = 200
+#: Threads per process whose wait is reported (the deciding one first), lines of the
+#: text's "waits on" list, and entries of ``waits_on`` in --json.
+WAIT_THREADS_PER_PROCESS = 4
+MAX_WAIT_LINES = 20
+MAX_WAITS_JSON = 500
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,10 @@ class Incident:
     whatif: WhatIf | None = None
     verdicts: tuple[ProcessVerdict, ...] = ()
 
+    def waits_on(self) -> list[dict[str, Any]]:
+        """What each thread of interest waits on (see ``thread_waits``)."""
+        return thread_waits(self.verdicts)[:MAX_WAITS_JSON]
+
     def to_json(self) -> dict[str, Any]:
         c = self.classification
         manifest = self.source.bundle.manifest if self.source.bundle else {}
@@ -133,6 +143,7 @@ class Incident:
             "suspect": c.suspect.to_json() if c and c.suspect else None,
             "parse": self.source.parse.to_json() if self.source.parse else None,
             "whatif": self.whatif.to_json() if self.whatif else None,
+            "waits_on": self.waits_on(),
         }
 
 
@@ -307,6 +318,55 @@ def _slim(src: Source) -> Source:
                                       list(src.bundle.left_out)))
 
 
+def _interesting_threads(v: ProcessVerdict) -> list[ThreadDump]:
+    """The thread that decides the process's verdict, then those other signatures matched."""
+    out: list[ThreadDump] = [v.thread] if v.thread is not None else []
+    for t, _, _ in v.matches:
+        if len(out) >= WAIT_THREADS_PER_PROCESS:
+            break
+        if all(t is not o for o in out):
+            out.append(t)
+    return out
+
+
+def thread_waits(verdicts: Sequence[ProcessVerdict]) -> list[dict[str, Any]]:
+    """One entry per thread of interest of each process: ``pid``, ``rank``, ``thread``,
+    ``decides`` (the thread the verdict is about) and the wait (``Wait.to_json``:
+    ``category``, ``what``, ``calls``, ``frames``, ``caller``, ``cut``); a thread in its
+    own code has ``category`` None. ``text`` says it in one sentence."""
+    out: list[dict[str, Any]] = []
+    for v in verdicts:
+        for n, t in enumerate(_interesting_threads(v)):
+            w = wait_of(t)
+            name = t.name or f"thread {t.ident}"
+            entry: dict[str, Any] = {"source": v.source, "pid": v.pid, "rank": v.rank, "thread": name, "decides": n == 0}
+            if w is not None:
+                entry.update(w.to_json())
+                entry["text"] = w.describe(name)
+            else:
+                top = next((f for f in t.frames if not f.native), t.frames[0] if t.frames else None)
+                entry.update({"category": None, "what": None, "calls": [], "frames": [], "caller": None, "cut": False,
+                              "text": f"{name} waits in no known blocking call" + (f" (innermost: {top.render()})" if top else "")})
+            out.append(entry)
+    return out
+
+
+def _render_waits(waits: Sequence[Mapping[str, Any]], processes: int) -> list[str]:
+    if not waits:
+        return []
+    out = ["   waits on:"]
+    for w in waits[:MAX_WAIT_LINES]:
+        who = ""
+        if processes > 1:
+            who = f"pid {w['pid']}" if w["pid"] is not None else "pid ?"
+            who += f" (rank {w['rank']})" if w["rank"] is not None else ""
+            who += ": "
+        out.append(f"     {who}{w['text']}")
+    if len(waits) > MAX_WAIT_LINES:
+        out.append(f"     ... {len(waits) - MAX_WAIT_LINES} more threads (see --json waits_on)")
+    return out
+
+
 def processes_overview(incidents: Sequence[Incident]) -> Overview:
     """Every process of every input in one table, and the suspect among them."""
     return overview([v for i in incidents for v in i.verdicts])
@@ -409,6 +469,7 @@ def render_text(incidents: Sequence[Incident], agg: Mapping[str, Any], ov: Overv
                 out.append(f"   suspect: {c.suspect.who()} — {c.suspect.reason}")
             out.append("   evidence:")
             out.extend(f"     {f.render()}" for f in c.evidence)
+            out.extend(_render_waits(i.waits_on(), len(i.verdicts)))
             out.append(f"   advice: {c.advice}")
             if c.reference:
                 out.append(f"   learned from: {c.reference}")

@@ -25,7 +25,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 BUILTIN = Path(__file__).with_name("signatures.toml")
 _ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-_KNOWN_KEYS = {"id", "title", "priority", "match", "thread", "process", "frames", "advice", "kind", "collective", "innermost", "source"}
+_KNOWN_KEYS = {"id", "title", "priority", "match", "thread", "process", "frames", "advice", "kind", "collective", "innermost", "source", "wrapper"}
 #: stall: a verdict (the default); idle: the thread waits for new work (an
 #: engine's or a worker's loop); helper: a background thread that never decides
 #: the verdict (progress bars, pin-memory, monitors, watchdogs).
@@ -157,6 +157,10 @@ class Signature:
     collective: bool = False
     innermost: int | None = None
     reference: str = ""
+    #: The frames wrap the work the thread runs (a graph replay's or a compiled forward's
+    #: wrapper): a blocking call at the top of the thread (a collective, a synchronize, a
+    #: lock) outranks it when the wrapper's frames are further out (see ``waits``).
+    wrapper: bool = False
 
     def match_thread(self, thread: ThreadDump, cmdline: str = "", lines: ThreadLines | None = None) -> tuple[Frame, ...]:
         """The frames that satisfy this signature in ``thread``; empty when it does not match.
@@ -269,6 +273,9 @@ def _build(entry: Mapping[str, Any], path: Path, index: int, line: int | None) -
     innermost = entry.get("innermost")
     if innermost is not None and (not isinstance(innermost, int) or isinstance(innermost, bool) or innermost < 1):
         raise fail(f"'innermost' must be a positive integer, got {innermost!r}")
+    wrapper = entry.get("wrapper", False)
+    if not isinstance(wrapper, bool):
+        raise fail(f"'wrapper' must be true or false, got {wrapper!r}")
     reference = entry.get("source", "")
     if not isinstance(reference, str):
         raise fail(f"'source' must be a string (the public report it was learned from), got {reference!r}")
@@ -313,6 +320,7 @@ def _build(entry: Mapping[str, Any], path: Path, index: int, line: int | None) -
         collective=collective,
         innermost=innermost,
         reference=reference.strip(),
+        wrapper=wrapper,
     )
 
 

@@ -87,6 +87,7 @@ class Builder:
     caption: tuple[int | None, bool] | None = None  # (rank, main thread) a caption named
     stream_pid: StreamKey = None  # the process whose interleaved lines are being read
     rank_hint: int | None = None  # the rank whose interleaved lines are being read
+    learned_prefix: re.Pattern[str] | None = None  # the prefix this paste's frame lines share (see ``prefixes``)
 
     # -- gdb and lldb
     recent_first: bool = False  # inside gdb's "Traceback (most recent call first):"
@@ -104,6 +105,7 @@ class Builder:
     tb_frames: list[Frame] | None = None
     tb_lines: int = 0
     tb_indent: int = 0
+    tb_source: str = ""  # the source line under the traceback's innermost frame so far
     tb_caption: str = ""
     tb_ipython: bool = False  # the open traceback is IPython's (numbered source lines)
     banner: tuple[str | None, str] | None = None  # (ident, name) of the thread whose banner was read last

@@ -9,6 +9,7 @@ look at; the steps here take the markup lines themselves.
 from __future__ import annotations
 
 import html
+import re
 
 from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.frames import parse_frame_line
@@ -34,12 +35,20 @@ def normalise(report: ParseReport, raw: str) -> str:
     return raw
 
 
-def read_line(raw: str) -> Line | None:
-    """The line behind its log prefix, out of inline code or a comment, or the thread
+def read_line(raw: str, learned: re.Pattern[str] | None = None) -> Line | None:
+    """The line behind its log prefix (a known one, then the one the paste's frame lines
+    share: ``learned``, see ``prefixes``), out of inline code or a comment, or the thread
     header glued to its end; None when nothing is left."""
     m = PREFIX.match(raw)
     prefix = raw[: m.end()] if m else ""
     line = raw[m.end():] if m else raw
+    if learned is not None:
+        ml = learned.match(line)
+        if ml is not None and ml.end() > 0:
+            prefix, line = prefix + line[: ml.end()], line[ml.end():]
+            m = PREFIX.match(line)
+            if m is not None and m.end() > 0:
+                prefix, line = prefix + line[: m.end()], line[m.end():]
     s = line.strip()
     if s[:1] == "`" and s[:3] != "```" and (s.count("`") == 1 or (s.count("`") == 2 and s[-1] == "`")):
         # A line pasted as inline code, one backtick pair per line (py-spy#565: each gdb

@@ -138,6 +138,10 @@ BARE_FILE_FRAME = re.compile(r"^([^\s\",()]{1,1000}\.pyx?|<[\w.-]{1,60}(?: [\w.-
 PDB_FRAME = re.compile(r"^(?:\(Pdb\)\s{1,8})?(?:>\s{1,4})?([^\s()]{1,1000}?\.pyx?|<[\w.-]{1,60}>)\((\d{1,7})\)([^\s()]{1,300})\(\)(?:->.{0,300})?$")
 # gdb py-bt (python-gdb.py), newer: "Traceback (most recent call first):" then
 # '  File "/p/threading.py", line 295, in wait' with the source line under it.
+# The call a traceback's innermost source line makes ("p.join()", "time.sleep(5)",
+# "res = self._popen.wait(timeout)"): under a KeyboardInterrupt, where the thread blocked
+# in C code that no frame shows.
+SOURCE_CALL = re.compile(r"^(?:[\w.,\[\] ]{1,200}=\s{0,4})?(?:return\s{1,4}|await\s{1,4}|yield\s{1,4})?([A-Za-z_][\w.]{0,200})\(.{0,500}\)?\s*:?$")
 RECENT_FIRST = re.compile(r"^Traceback \(most recent call (first|last)\):?\s*$")
 # A thread's banner above its traceback-style stack (outermost first): pytest-timeout's
 # "~~~~ Stack of MainThread (1399...) ~~~~" and the hanging_threads package's

@@ -19,6 +19,7 @@ import hangwatch.diagnostics.pastes.gdb as gdb
 import hangwatch.diagnostics.pastes.handwritten as handwritten
 import hangwatch.diagnostics.pastes.lines as lines
 import hangwatch.diagnostics.pastes.logs as logs
+import hangwatch.diagnostics.pastes.prefixes as prefixes
 import hangwatch.diagnostics.pastes.pyspy_text as pyspy_text
 import hangwatch.diagnostics.pastes.tracebacks as tracebacks
 from hangwatch.diagnostics.errors import InputError
@@ -148,7 +149,7 @@ def feed(b: Builder, raw: str) -> None:
     # Before the log prefix is taken off: gdb's "[Switching to thread N (...)]" reads as a "[...]" prefix.
     if "Switching to thread" in raw and gdb.gdb_header(b, raw.strip()):
         return
-    ln = lines.read_line(raw)
+    ln = lines.read_line(raw, b.learned_prefix)
     if ln is None:
         return
     b.prev_text, b.cur_text = b.cur_text, ln.s
@@ -191,6 +192,7 @@ def read_text(text: str, *, source: str = "text") -> ParseReport:
     lines_in = text.split("\n")
     if "{" in text:
         lines_in = unwrap_json_lines(lines_in)
+    b.learned_prefix = prefixes.learn(lines_in)
     for pid, stream in streams(lines_in):
         start_stream(b, pid)
         for line in join_wrapped(stream):

@@ -18,9 +18,10 @@ from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.frames import single_frame
 from hangwatch.diagnostics.pastes.patterns import (
     BANNER_THREAD, CAPTION_THREAD, EXCEPTION_LINE, IPY_CELL, IPY_FRAME, IPY_OLD_FRAME, IPY_SOURCE,
-    IPY_TB_START, MAX_FRAMES, MAX_THREADS, PDB_FRAME, RECENT_FIRST, TRACEBACK_FRAME,
+    IPY_TB_START, MAX_FRAMES, MAX_THREADS, PDB_FRAME, RECENT_FIRST, SOURCE_CALL, TRACEBACK_FRAME,
 )
 from hangwatch.diagnostics.stacks import Frame
+from hangwatch.diagnostics.waits import primitive_of
 
 
 def _ipython_frame(s: str) -> Frame | None:
@@ -54,6 +55,7 @@ def traceback_line(b: Builder, s: str, line: str) -> bool:
         if b.tb_frames is not None and len(b.tb_frames) < MAX_FRAMES:
             b.tb_frames.append(Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2))))
         b.tb_lines += 1
+        b.tb_source = ""
         b.tb_indent = len(line) - len(line.lstrip())
         return True
     if b.tb_ipython:
@@ -67,6 +69,8 @@ def traceback_line(b: Builder, s: str, line: str) -> bool:
         one = single_frame(s) if "(" in s else None
         if one is None or one[0].line is None:
             b.tb_lines += 1  # the source line under a frame, or 3.11's ^^^^ markers
+            if not b.tb_source and s[0] not in "^~":
+                b.tb_source = s
             return True
         # "wait (threading.py:320)": a py-spy frame after a cut traceback, not its source line
     m = EXCEPTION_LINE.match(s)
@@ -80,6 +84,24 @@ def traceback_line(b: Builder, s: str, line: str) -> bool:
     return False
 
 
+def source_call(source: str) -> list[Frame]:
+    """The call a traceback's innermost source line makes, as a frame of its own
+    (``p.join`` in the pseudo-file ``<call>``): a C function such as ``time.sleep`` or
+    ``lock.acquire`` shows no frame, and a thread interrupted in it was blocked there.
+    Empty when the line is no call."""
+    m = SOURCE_CALL.match(source) if source else None
+    return [Frame(m.group(1), "<call>", None, native=True)] if m else []
+
+
+def _blocked_call(frames: list[Frame], source: str) -> list[Frame]:
+    """``source_call`` when it is a known blocking call and the innermost frame is not
+    one itself (``popen_fork.poll`` calling ``os.waitpid``: the stack already says where
+    it waits); a call of the program's own (``main()``) adds nothing."""
+    if frames and primitive_of(frames[-1]) is not None:
+        return []
+    return [f for f in source_call(source) if primitive_of(f) is not None]
+
+
 def end_traceback(b: Builder, keep: bool, error: bool = False) -> None:
     frames, b.tb_frames = b.tb_frames, None
     if frames is None:
@@ -89,7 +111,8 @@ def end_traceback(b: Builder, keep: bool, error: bool = False) -> None:
         b.tb_lines = 0
         return
     if keep and frames:
-        b.traceback_thread("MainThread", frames)  # Ctrl+C lands in the main thread
+        # Ctrl+C lands in the main thread, in the call on the innermost frame's source line.
+        b.traceback_thread("MainThread", frames, _blocked_call(frames, b.tb_source))
     else:
         b.report.skipped += b.tb_lines
         if frames and len(b.tb_pending) < MAX_THREADS:

@@ -45,8 +45,10 @@ def test_cuda_graph_replay_anywhere_beats_the_synchronize_it_causes():
 
 
 def test_unknown_reports_innermost_own_frames():
+    # With no signature, an HTTP read is named by its blocking call's family; its evidence
+    # is still the innermost own frames.
     c = _classify("unknown_reward.txt")
-    assert c.signature_id is None and c.title.startswith("No known signature")
+    assert c.signature_id == "socket-read"
     # ssl.py and socket.py are standard library: the first telling frame is the HTTP client
     # library or the user's code, never stdlib.
     assert all(not f.is_stdlib for f in c.evidence)
@@ -57,6 +59,10 @@ def test_unknown_reports_innermost_own_frames():
         "post (api.py:115)",
         "score_with_judge (judge.py:48)",
     ]
+    own = (Frame("score", "judge.py", 3), Frame("main", "train.py", 1))
+    c = classify(group_series([ProcessDump(1, (ThreadDump("1", "MainThread", own),))]), SIGS)
+    assert c.signature_id is None and c.title.startswith("No known signature")
+    assert [f.render() for f in c.evidence] == ["score (judge.py:3)", "main (train.py:1)"]
 
 
 def test_a_frozen_match_beats_a_thread_that_moved():

@@ -38,13 +38,13 @@ def test_replay_text_and_json_dumps_with_aggregate(capsys):
     assert got["nccl_all_reduce.txt"]["signature_id"] == "nccl-collective-wait"
     assert got["gdn_chunk.txt"]["signature_id"] == "gated-deltanet-kernel"
     assert got["cuda_graph_real.json"]["signature_id"] == "vllm-cuda-graph-replay"
-    assert got["unknown_reward.txt"]["signature_id"] is None
+    assert got["unknown_reward.txt"]["signature_id"] == "socket-read"  # no signature: its HTTP read's family
     assert "score_with_judge (judge.py:48)" in got["unknown_reward.txt"]["evidence"]
     for item in data["incidents"]:
         assert {"source", "signature_id", "title", "advice", "evidence"} <= set(item)
     agg = data["aggregate"]
     assert agg["incidents"] == 6
-    assert agg["signatures"]["vllm-cuda-graph-replay"] == 2 and agg["signatures"]["unknown"] == 1
+    assert agg["signatures"]["vllm-cuda-graph-replay"] == 2 and agg["signatures"]["socket-read"] == 1
     assert agg["call_tree"]["count"] == 6
 
     rc, text, _ = _run(capsys, "replay", *paths)

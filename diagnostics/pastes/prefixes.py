@@ -1,0 +1,115 @@
+"""One rule for line prefixes no pattern knows: the shape that many frame lines share.
+
+Loggers put their own prefix before every line a process prints: vLLM's
+``(VllmWorker rank=0 pid=1) ERROR 04-10 12:00:00 [multiproc_executor.py:470]``, Ray's
+``(pid=1, ip=10.0.0.2)``, torchrun's ``[rank0]:``, a timestamp and a level, compose's
+``worker-3 |``. Instead of a pattern per logger, the reader learns the prefix from the
+paste itself: for every frame-shaped line (a traceback's ``File "..."``, a py-spy frame
+``f (a.py:1)``, a C++ ``frame #N:``, a thread header, ``Traceback (most recent call``),
+the text before the frame is a candidate; its *shape* keeps punctuation and turns digit
+runs into ``9``, letter runs into ``a`` and blanks into one space, so the changing
+ranks, pids, times and levels of one logger give one shape. A shape that at least
+``MIN_LINES`` frame lines share, with punctuation in it (a logger's fields are
+delimited; prose is words), is a prefix: every line that starts with it loses it,
+the exception and source lines between the frames too.
+
+One pass over the lines, string operations and one bounded regex per candidate: linear
+in the paste.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from hangwatch.diagnostics.pastes.patterns import ANSI, GDB_INFO_THREAD, PREFIX, PROFILE_LINE, PYSTACK_FRAME
+
+#: Frame lines that must share a shape before it counts as a prefix.
+MIN_LINES = 3
+#: Shapes learned per paste (several loggers, e.g. two workers' formats).
+MAX_SHAPES = 4
+#: Lines looked at: a logger's prefix shows in the first ones.
+MAX_LINES = 20000
+#: A prefix longer than this is no logger's.
+MAX_PREFIX = 200
+_ANCHORS = ('File "', "Traceback (most recent call", "frame #")
+_THREAD = re.compile(r"Thread (?:0[xX][0-9A-Fa-f]{1,16}|\d{1,12}) \(")
+_PYSPY_LOCATION = re.compile(r"^\((?:inside )?[^()\s]{1,500}\.pyx?:\d{1,7}\)$")
+_TOKEN = re.compile(r"\d+|[^\W\d_]+|\s+")
+_DELIMITED = re.compile(r"[^\w\s]")
+#: Lines a dialect reads whole, whose leading field is its own (gdb's thread number in
+#: ``info threads``, pystack's ``(Python)``, py-spy top's percentages), not a logger's.
+_WHOLE_LINES = (GDB_INFO_THREAD, PYSTACK_FRAME, PROFILE_LINE)
+
+
+def _frame_start(rest: str) -> int:
+    """Where the frame-shaped text of ``rest`` starts, -1 when it has none."""
+    for anchor in _ANCHORS:
+        i = rest.find(anchor)
+        if i != -1:
+            return i
+    if "Thread " in rest:
+        m = _THREAD.search(rest)
+        if m is not None:
+            return m.start()
+    if rest.endswith(")") and ".py" in rest:
+        open_at = rest.rfind(" (")
+        if open_at > 0 and _PYSPY_LOCATION.match(rest[open_at + 1:]):
+            head = rest[:open_at].rstrip()
+            cut = max(head.rfind(" "), head.rfind("\t"))
+            return cut + 1 if cut != -1 else 0
+    return -1
+
+
+def shape(prefix: str) -> str:
+    """``(VllmWorker rank=0 pid=12)`` -> ``(a a=9 a=9)``."""
+    return _TOKEN.sub(lambda m: "9" if m.group(0)[0].isdigit() else (" " if m.group(0)[0].isspace() else "a"), prefix)
+
+
+def _pattern(sh: str) -> str:
+    out = []
+    for ch in sh:
+        if ch == "9":
+            out.append(r"\d{1,20}")
+        elif ch == "a":
+            out.append(r"[^\W\d_]{1,80}")
+        elif ch == " ":
+            out.append(r"\s{1,40}")
+        else:
+            out.append(re.escape(ch))
+    return "".join(out)
+
+
+def learn(lines: list[str]) -> re.Pattern[str] | None:
+    """The prefixes (as one regex, anchored at the start of the text left after the known
+    ``PREFIX``) that frame lines of this paste share, or None."""
+    shapes: Counter[str] = Counter()
+    for raw in lines[:MAX_LINES]:
+        if len(raw) > 4096 or not ("File" in raw or ".py" in raw or "frame #" in raw or "Thread" in raw or "Traceback" in raw):
+            continue
+        body = raw.lstrip()
+        if body.find(" ") == body.find(" (") and body[:1] not in "([":
+            continue  # a py-spy frame with nothing before its function: no prefix
+        if "\x1b" in raw:
+            raw = ANSI.sub("", raw)
+        raw = raw.replace("\t", "    ").rstrip()
+        m = PREFIX.match(raw)
+        rest = raw[m.end():] if m else raw
+        at = _frame_start(rest)
+        if at <= 0:
+            continue
+        body = rest.strip()
+        if any(rx.match(body) for rx in _WHOLE_LINES):
+            continue
+        candidate = rest[:at].rstrip()
+        if not candidate or len(candidate) > MAX_PREFIX:
+            continue
+        sh = shape(candidate.lstrip())
+        if _DELIMITED.search(sh):
+            shapes[sh] += 1
+    learned = [sh for sh, n in shapes.most_common(MAX_SHAPES) if n >= MIN_LINES]
+    if not learned:
+        return None
+    # Longest first: one shape may be the start of another.
+    learned.sort(key=len, reverse=True)
+    return re.compile(r"[ \t]*(?:" + "|".join(_pattern(sh) for sh in learned) + r")[ ]?")

@@ -1,0 +1,280 @@
+"""The table of blocking calls: which frame means a thread waits, and on what kind of thing.
+
+A data table (``waits`` reads it; it may grow past the usual module length). Each row
+names one blocking call as a stack shows it: a Python frame (``function`` in ``file``)
+or a native one (``function`` in any library). ``category`` is the family a wait
+belongs to; it is also the ``signature_id`` a dump gets when a primitive is its only
+evidence, so families that an existing signature already names keep that id
+(``lock-wait``, ``nccl-collective-wait``, ``cuda-synchronize-wait``, ...).
+
+Rows are tried in order and the first match wins: put a library's own rows (filelock's
+``acquire``) before the generic ones (any ``acquire``). ``level``:
+
+* ``block``: the thread sleeps in it or right under it (a C call py-spy does not show);
+* ``call``: an API call that always has visible frames under it in a whole dump
+  (``Process.join`` -> ``popen_fork.wait``). A stack that *ends* at such a frame was
+  cut above the blocking frame (a Ctrl-C traceback, a truncated paste).
+
+To add a primitive: add a row here (most specific first), and a test in
+tests/diagnostics/test_waits.py that builds the smallest stack showing it. A new
+``category`` also needs an entry in ``FAMILIES``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Family:
+    """What a category means for the reader of a report."""
+
+    title: str
+    advice: str
+
+
+#: Families whose id no built-in signature has (the others reuse the signature's own
+#: title and advice, found by id).
+FAMILIES: dict[str, Family] = {
+    "file-lock-wait": Family(
+        "Waiting for a file lock",
+        "The process waits for a lock file that another process holds, or that a killed process left "
+        "behind (filelock, fcntl.flock/lockf, a lock-file library). Find the holder (lsof or fuser on the "
+        "lock file, or the other ranks' stacks): a rank stuck while holding it, or several jobs sharing one "
+        "cache directory. A stale lock from a killed run can be deleted; give each node or job its own "
+        "cache directory (HF_HOME, HF_DATASETS_CACHE, TORCH_EXTENSIONS_DIR) on local disk."),
+    "subprocess-wait": Family(
+        "Waiting for a child process (subprocess, multiprocessing, waitpid)",
+        "The process waits for a child process to finish or answer (subprocess wait/communicate, "
+        "os.waitpid, a multiprocessing Pool, the resource tracker's spawn). The child is the one to look "
+        "at: dump it (py-spy dump --pid CHILD). A child forked while another thread held a lock can "
+        "deadlock on it: prefer the spawn or forkserver start method."),
+    "queue-wait": Family(
+        "Waiting on a queue or pipe for a message",
+        "The thread waits for an item on a queue or a message on a pipe (queue.Queue, multiprocessing "
+        "queues and connections, a manager proxy) that never arrives: the producer (another thread or "
+        "process) is stuck or died. Dump the producer; give the get a timeout so a lost producer raises."),
+    "socket-read": Family(
+        "Waiting on a socket, an HTTP response or a file descriptor",
+        "The thread waits for network data (a socket, an HTTP or gRPC response, ZMQ, select/poll on "
+        "descriptors). The peer is slow, stuck or gone, or a firewall drops the packets silently. Set a "
+        "timeout on the client (requests' timeout=, socket.settimeout), and check the server's side."),
+    "event-wait": Family(
+        "Waiting on an event or condition that is never set",
+        "The thread waits on a threading.Event, Condition or Barrier (or a native condition variable) "
+        "that nobody signals. The thread that should set it is the culprit: look for it in the other "
+        "stacks (often blocked in I/O, the GPU or a collective, or already dead)."),
+    "future-wait": Family(
+        "Waiting for a future's result (concurrent.futures)",
+        "The thread waits for the result of work it handed to an executor. The worker running it is "
+        "stuck, or the work was never started (a dead pool): look at the executor's worker threads or "
+        "processes, and give result() a timeout."),
+    "thread-join": Family(
+        "Waiting for a thread to finish (Thread.join)",
+        "The thread joins another thread that never ends. Find the joined thread in the same dump and "
+        "see where it waits; at interpreter exit this is a non-daemon thread still running."),
+    "asyncio-blocked": Family(
+        "An asyncio event loop waiting (nothing ready to run)",
+        "The event loop has no ready task: every task awaits something that never completes (a future "
+        "never resolved, a lost callback, tasks awaiting each other). Dump the tasks "
+        "(asyncio.all_tasks(), or python -X dev with asyncio debug) to see what each awaits."),
+    "sleep": Family(
+        "Sleeping (time.sleep or a native sleep)",
+        "The thread sleeps, usually in a retry or polling loop that waits for a condition that never "
+        "comes true (a file, a port, a flag): the condition it polls for is the thing to look at."),
+    "store-wait": Family(
+        "Waiting on the distributed key-value store (rendezvous, store get/wait/barrier)",
+        "A rank waits for a key that another rank should set in the c10d store (rendezvous, a store "
+        "barrier, a unique id): that rank never arrived, crashed, or cannot reach MASTER_ADDR:MASTER_PORT."),
+    "gil-deadlock": Family(
+        "Waiting to take the GIL (a GIL deadlock when its holder waits on this thread)",
+        "The thread waits to take the GIL (take_gil, PyEval_RestoreThread, PyGILState_Ensure, pybind11's "
+        "gil_scoped_acquire) after native code or a lock wait released it. Whoever holds the GIL does not "
+        "give it back: a thread that holds the GIL while it waits on a lock or a native mutex this thread "
+        "holds is a lock-order inversion. Release the GIL before blocking in native code (pybind11's "
+        "gil_scoped_release, Py_BEGIN_ALLOW_THREADS) and never take a native lock while holding the GIL "
+        "that another thread may hold while taking the GIL."),
+    "tokenizer-wait": Family(
+        "Inside a fast tokenizer call",
+        "The thread is inside a Rust fast tokenizer: its thread pool can deadlock after a fork. Set "
+        "TOKENIZERS_PARALLELISM=false or create the tokenizer after forking."),
+}
+
+
+@dataclass(frozen=True)
+class Primitive:
+    """One blocking call. ``file`` None: any file (native frames: any library)."""
+
+    category: str
+    what: str  # "a file lock": what the thread waits on
+    label: str  # how the call is named in a report: "filelock `_acquire` -> `fcntl.flock`"
+    function: re.Pattern[str]
+    file: re.Pattern[str] | None
+    native: bool  # True: native frames only; False: Python frames only
+    level: str = "block"
+
+
+def _py(category: str, what: str, label: str, function: str, file: str | None, level: str = "block") -> Primitive:
+    return Primitive(category, what, label, re.compile(function), re.compile(file) if file else None, False, level)
+
+
+def _c(category: str, what: str, label: str, function: str) -> Primitive:
+    return Primitive(category, what, label, re.compile(function), None, True)
+
+
+def _src(category: str, what: str, label: str, function: str) -> Primitive:
+    """A call named by a traceback's innermost source line (see pastes.tracebacks.source_call)."""
+    return Primitive(category, what, label, re.compile(function), re.compile(r"^<call>$"), True, "block")
+
+
+_CONN = r"(^|/)multiprocess(ing)?/"
+
+#: Every blocking call hangwatch knows, most specific first (see the module docstring).
+PRIMITIVES: tuple[Primitive, ...] = (
+    # --- file locks ---------------------------------------------------------------------
+    _py("file-lock-wait", "a file lock", "filelock `_acquire` -> `fcntl.flock`", r"^(UnixFileLock\.)?_acquire$", r"(^|/)filelock/_unix\.py$"),
+    _py("file-lock-wait", "a file lock", "filelock `_acquire` -> `msvcrt.locking`", r"^(WindowsFileLock\.)?_acquire$", r"(^|/)filelock/_windows\.py$"),
+    _py("file-lock-wait", "a file lock", "filelock `_acquire` (a lock file created exclusively)", r"_acquire$", r"(^|/)filelock/_soft\.py$"),
+    _py("file-lock-wait", "a file lock", "filelock `acquire`", r"^(\w+\.)?(acquire|__enter__|_poll_until_acquired)$", r"(^|/)filelock/"),
+    # A vendored or home-grown file-lock module (datasets/utils/filelock.py, a lockfile.py):
+    # its acquire loop waits on a lock file whatever the package.
+    _py("file-lock-wait", "a file lock", "a file-lock module's `acquire`",
+        r"^(\w+\.)?(acquire|_acquire|__enter__|lock|_lock|_do_acquire|_poll_until_acquired|wait)$",
+        r"(^|/)(\w*(file_?lock|lock_?file|flock)\w*\.py|(filelock|lockfile|pidlockfile)/\w+\.py)$"),
+    _py("file-lock-wait", "a file lock", "huggingface_hub `WeakFileLock`", r"WeakFileLock", None),
+    _py("file-lock-wait", "a build lock file", "torch `FileBaton.wait`", r"^(FileBaton\.)?wait$", r"torch/utils/file_baton\.py$"),
+    _py("file-lock-wait", "a file lock", "portalocker `lock`", r"^(\w+\.)?(lock|acquire|_acquire)$", r"(^|/)portalocker/"),
+    _py("file-lock-wait", "a file lock", "fasteners `acquire`", r"^(\w+\.)?(acquire|_do_acquire|_acquire)$", r"(^|/)fasteners/"),
+    _py("file-lock-wait", "a file lock", "oslo.concurrency `lock`", r"^(\w+\.)?(acquire|lock|_do_open)$", r"(^|/)oslo_concurrency/"),
+    _c("file-lock-wait", "a file lock", "`flock`", r"^(__)?(flock|lockf|lockf64|fcntl|fcntl64|__fcntl64_nocancel|__libc_fcntl64)$"),
+    # --- the import system ----------------------------------------------------------------
+    _py("import-lock", "a module's import lock", "importlib `_ModuleLock.acquire`",
+        r"^(_ModuleLock\.)?acquire$|^_lock_unlock_module$|^(_ModuleLockManager\.)?__enter__$|^_get_module_lock$",
+        r"importlib[./]_bootstrap"),
+    # --- torch.distributed, NCCL, the store ------------------------------------------------
+    _py("store-wait", "the distributed store", "torch.distributed rendezvous",
+        r"^(\w+\.)?(next_rendezvous|_rendezvous|rendezvous|_store_based_barrier|_exit_barrier|_barrier|barrier|store_get|_get_store|sync|synchronize|get_all|_try_wait_get|_wait)$",
+        r"torch/distributed/(elastic/(rendezvous|utils/store|agent)|rendezvous\.py)"),
+    _py("nccl-collective-wait", "a collective", "torch.distributed collective",
+        r"(^|[._])(all_reduce|all_gather|all_gather_into_tensor|reduce_scatter|reduce_scatter_tensor|broadcast|barrier|"
+        r"all_to_all|all_to_all_single|monitored_barrier|all_gather_object|broadcast_object_list|gather|gather_object|scatter|"
+        r"scatter_object_list|reduce|send|recv|isend|irecv|batch_isend_irecv|wait_tensor|_wait_tensor|wait)$",
+        r"torch/distributed/(distributed_c10d|_functional_collectives|fsdp/|c10d_logger|_composable|tensor/)|deepspeed/comm/"),
+    _c("nccl-comm-init", "NCCL communicator setup", "NCCL `ncclCommInitRank`",
+       r"(^|::)p?nccl(CommInitRank|CommInitRankConfig|CommInitAll|CommSplit|GetUniqueId|CommInitRankScalable)"),
+    _c("nccl-collective-wait", "a collective", "NCCL collective",
+       r"(^|::)p?nccl(AllReduce|AllGather|ReduceScatter|Broadcast|Bcast|Reduce|Send|Recv|GroupEnd|AllToAll|Gather|Scatter)\b"),
+    _c("nccl-collective-wait", "a collective", "c10d collective",
+       r"^c10d::(ProcessGroup\w*|Backend\w*|Reducer)::_?(allreduce|allgather|reduce_scatter|broadcast|reduce|gather|scatter|alltoall|barrier|send|recv|finalize_backward)\w*$"),
+    _c("nccl-collective-wait", "a collective", "c10d `Work::wait`", r"^c10d::(ProcessGroup\w*::)?Work\w*::(wait|synchronize)\w*$"),
+    _c("store-wait", "the distributed store", "c10d `TCPStore`",
+       r"^c10d::(TCPStore::(doGet|doWait|get|wait|TCPStore|waitForWorkers|check)|detail::TCPClient::\w+|tcputil::connect)"),
+    # --- accelerators -------------------------------------------------------------------------
+    _c("cuda-synchronize-wait", "the GPU", "a device synchronize",
+       r"(^|::)(cuEventSynchronize|cuStreamSynchronize|cuCtxSynchronize|cudaEventSynchronize|cudaStreamSynchronize|"
+       r"cudaDeviceSynchronize|hipEventSynchronize|hipStreamSynchronize|hipDeviceSynchronize|urEventWait|"
+       r"zeEventHostSynchronize|zeCommandQueueSynchronize|aclrtSynchronize\w*|rt(Stream|Device|Event)Synchronize\w*)"),
+    _c("cuda-synchronize-wait", "the GPU", "a copy to the host (`.item()`)",
+       r"(^|::)_?local_scalar_dense|(^|::)(cudaMemcpy|cuMemcpyDtoH|cuMemcpy|hipMemcpy)\w*$"),
+    _py("cuda-synchronize-wait", "the GPU", "`torch.cuda.synchronize`", r"(^|\.)synchronize$",
+        r"(torch/(cuda|xpu|npu|musa|mps)/|torch_npu/npu/|deepspeed/accelerator/)"),
+    _py("cuda-synchronize-wait", "the GPU", "`Event.synchronize`", r"^(Event|Stream)\.synchronize$|^(Event|Stream)\.wait$", None),
+    # --- Ray --------------------------------------------------------------------------------------
+    _py("ray-get-wait", "a Ray task or actor", "`ray.get`", r"^(get|wait)$", r"ray/(_private/)?worker\.py$", level="call"),
+    _py("ray-get-wait", "a Ray task or actor", "Ray `get_objects`", r"^(\w+\.)?(get_objects|wait_objects|get_with_failure_handling)$", r"(^|/)ray/"),
+    _c("ray-get-wait", "a Ray task or actor", "Ray `CoreWorker::Get`", r"CoreWorker::(Get|Wait)\b"),
+    # --- the DataLoader ---------------------------------------------------------------------
+    _py("dataloader-wait", "a DataLoader worker's batch", "DataLoader `_get_data`",
+        r"^(\w+\.)?(_get_data|_try_get_data|_next_data)$", r"torch/utils/data/dataloader\.py$|(^|/)dataloader\.py$"),
+    _py("dataloader-wait", "a DataLoader worker's batch", "the pin-memory thread", r"_pin_memory_loop", r"torch/utils/data/"),
+    # --- tokenizers ------------------------------------------------------------------------------
+    _py("tokenizer-wait", "a fast tokenizer", "tokenizers `encode_batch`",
+        r"^(\w+\.)?(_batch_encode_plus|encode_batch|encode_batch_fast|_encode_plus)$", r"tokenization_utils_fast\.py$|(^|/)tokenizers/"),
+    # --- HTTP and RPC clients --------------------------------------------------------------------
+    _py("socket-read", "an HTTP response", "requests", r"^(\w+\.)?(request|get|post|put|send|head|delete|patch)$", r"(^|/)requests/(api|sessions|adapters)\.py$", level="call"),
+    _py("socket-read", "an HTTP response", "urllib3 `urlopen`", r"^(\w+\.)?(urlopen|_make_request|getresponse|read|_raw_read|_fp_read|stream|read_chunked|_update_chunk_length)$", r"(^|/)urllib3/"),
+    _py("socket-read", "an HTTP response", "httpx / httpcore", r"^(\w+\.)?(handle_request|_send_single_request|_receive_event|_receive_response_headers|read|send|request|_send_handling_auth)$", r"(^|/)(httpx|httpcore)/"),
+    _py("socket-read", "an HTTP response", "aiohttp", r"^(\w+\.)?(read|readline|_wait|start|_request|send)$", r"(^|/)aiohttp/"),
+    _py("socket-read", "an HTTP response", "http.client `getresponse`", r"^(\w+\.)?(getresponse|begin|_read_status|read|readinto|_safe_read|_readall_chunked|_read_next_chunk_size|_get_chunk_left|readline)$", r"(^|/)http/client\.py$"),
+    _py("socket-read", "an HTTP response", "`urllib.request.urlopen`", r"^(\w+\.)?(urlopen|open|do_open|http_open|https_open)$", r"(^|/)urllib/request\.py$", level="call"),
+    _py("socket-read", "an RPC response", "gRPC", r"^(\w+\.)?(_blocking|__call__|_next|__next__|result|_end_unary_response_blocking)$", r"(^|/)grpc/"),
+    _py("socket-read", "a ZMQ socket", "zmq `recv`", r"^(\w+\.)?(recv|recv_multipart|recv_pyobj|recv_json|recv_string|poll|send|send_multipart)$", r"(^|/)zmq/"),
+    _py("socket-read", "a Redis reply", "redis", r"^(\w+\.)?(read_response|_read_from_socket|readline|get_message|parse_response)$", r"(^|/)redis/"),
+    # --- the standard library: sockets and descriptors --------------------------------------------
+    _py("socket-read", "a socket", "`socket`", r"^(\w+\.)?(readinto|recv|recv_into|recvfrom|accept|connect|create_connection|sendall|makefile|readline)$", r"(^|/)socket\.py$"),
+    _py("socket-read", "a TLS socket", "`ssl`", r"^(\w+\.)?(read|recv|recv_into|do_handshake|write|sendall|accept|connect)$", r"(^|/)ssl\.py$"),
+    _py("socket-read", "a TLS socket", "pyOpenSSL", r"^(\w+\.)?(recv|recv_into|read|do_handshake|send|sendall|_raise_ssl_error)$", r"(^|/)OpenSSL/SSL\.py$"),
+    _py("socket-read", "a socket or pipe", "`selectors` select", r"^(\w+\.)?select$", r"(^|/)selectors\.py$"),
+    _py("socket-read", "a socket request", "socketserver `serve_forever`", r"^(\w+\.)?(serve_forever|handle_request|_handle_request_noblock)$", r"(^|/)socketserver\.py$"),
+    # --- the standard library: processes ------------------------------------------------------------
+    _py("subprocess-wait", "a child process", "`subprocess.run`", r"^(\w+\.)?(run|call|check_call|check_output|getoutput|getstatusoutput)$", r"(^|/)subprocess\.py$", level="call"),
+    _py("subprocess-wait", "a child process", "`Popen.wait` -> `os.waitpid`", r"^(\w+\.)?(wait|_wait|_try_wait|communicate|_communicate|_execute_child|__exit__)$", r"(^|/)subprocess\.py$"),
+    _py("subprocess-wait", "a child process", "multiprocessing `Process.join`", r"^(\w+\.)?join$", _CONN + r"process\.py$", level="call"),
+    _py("subprocess-wait", "a child process", "multiprocessing `popen_fork.wait` -> `os.waitpid`", r"^(\w+\.)?(wait|poll|_launch)$", _CONN + r"popen_(fork|forkserver|spawn_posix|spawn_win32)\.py$"),
+    _py("subprocess-wait", "a multiprocessing Pool's workers", "multiprocessing `Pool`",
+        r"^(\w+\.)?(map|starmap|apply|imap|imap_unordered|join|_terminate_pool|terminate|close|__exit__)$", _CONN + r"pool\.py$", level="call"),
+    _py("subprocess-wait", "a multiprocessing Pool's workers", "multiprocessing `AsyncResult.get`", r"^(\w+\.)?(get|wait|next|__next__)$", _CONN + r"pool\.py$"),
+    _py("subprocess-wait", "a child process", "multiprocessing resource tracker's spawn",
+        r"^(\w+\.)?(ensure_running|_ensure_running_and_write|_check_alive|_send|register|unregister|spawnv_passfds|_launch)$",
+        _CONN + r"(resource_tracker|util|forkserver|popen_spawn_posix)\.py$"),
+    _py("subprocess-wait", "a child process", "torch.multiprocessing `spawn`", r"^(\w+\.)?(join|start_processes|spawn)$", r"torch/multiprocessing/spawn\.py$", level="call"),
+    _py("subprocess-wait", "a child process", "concurrent.futures process pool", r"^(\w+\.)?(shutdown|join_executor_internals|_adjust_process_count)$", r"concurrent/futures/process\.py$"),
+    _c("subprocess-wait", "a child process", "`waitpid`", r"^(__)?(waitpid|wait4|waitid|__wait4|__libc_wait|os_waitpid\w*)$"),
+    # --- the standard library: queues and pipes -------------------------------------------------------
+    _py("queue-wait", "a multiprocessing pipe", "multiprocessing `Connection.recv`",
+        r"^(\w+\.)?(recv|recv_bytes|_recv_bytes|_recv|poll|_poll|wait|accept|_exhaustive_read|answer_challenge|deliver_challenge)$", _CONN + r"connection\.py$"),
+    _py("queue-wait", "a multiprocessing manager", "multiprocessing manager call", r"^(\w+\.)?(_callmethod|_connect|get)$", _CONN + r"managers\.py$"),
+    _py("queue-wait", "a multiprocessing queue", "multiprocessing `Queue.get`", r"^(\w+\.)?(get|put|join|_recv_bytes|join_thread)$", _CONN + r"queues\.py$"),
+    _py("lock-wait", "a multiprocessing lock", "multiprocessing `Lock.acquire`", r"^(\w+\.)?(acquire|__enter__)$", _CONN + r"synchronize\.py$"),
+    _py("event-wait", "a multiprocessing event", "multiprocessing `Event.wait`", r"^(\w+\.)?(wait|wait_for)$", _CONN + r"synchronize\.py$"),
+    _py("queue-wait", "a queue", "`queue.Queue.get`", r"^(\w+\.)?(get|put|join)$", r"(^|/)queue\.py$"),
+    _py("queue-wait", "a thread pool's work queue", "concurrent.futures worker", r"^_worker$", r"concurrent/futures/thread\.py$"),
+    # --- the standard library: futures and asyncio ------------------------------------------------------
+    _py("future-wait", "a future's result", "concurrent.futures `result`", r"^(\w+\.)?(result|wait|as_completed|exception|__exit__)$", r"concurrent/futures/_base\.py$"),
+    _py("thread-join", "the pool's threads", "concurrent.futures `shutdown`", r"^(\w+\.)?(shutdown|__exit__)$", r"concurrent/futures/thread\.py$"),
+    _py("asyncio-blocked", "the asyncio event loop", "asyncio `run_until_complete`",
+        r"^(\w+\.)?(_run_once|run_forever|run_until_complete|run|select|_poll|_run)$", r"(^|/)asyncio/(base_events|runners|windows_events|proactor_events|selector_events)\.py$"),
+    _py("asyncio-blocked", "the asyncio event loop", "uvloop", r"^(\w+\.)?(run|run_forever|run_until_complete)$", r"(^|/)uvloop"),
+    # --- the standard library: threads, locks, events --------------------------------------------------
+    _py("thread-join", "a thread", "`Thread.join` -> `_wait_for_tstate_lock`", r"^(Thread\.)?(join|_wait_for_tstate_lock)$", r"(^|/)threading\.py$"),
+    _py("thread-join", "the non-daemon threads at exit", "`threading._shutdown`", r"^_shutdown$", r"(^|/)threading\.py$"),
+    _py("event-wait", "an Event or Condition", "`threading` `wait`", r"^(Condition\.|Event\.|Barrier\.)?(wait|wait_for|_wait)$", r"(^|/)threading\.py$"),
+    _py("lock-wait", "a lock", "`threading` `acquire`", r"^(\w+\.)?(acquire|__enter__)$", r"(^|/)threading\.py$"),
+    _py("gil-deadlock", "the GIL", "waiting for the GIL", r"^<waiting for the GIL>$", None),
+    # A lock class's own acquire (tqdm's, logging's Handler.acquire): the C lock under it is not shown.
+    _py("lock-wait", "a lock", "`acquire`", r"^(\w+\.)?acquire$", None),
+    # --- the call on a Ctrl-C traceback's innermost source line ------------------------------------
+    _src("file-lock-wait", "a file lock", "`fcntl.flock`", r"(^|\.)(flock|lockf)$"),
+    _src("file-lock-wait", "a lock file", "a file lock's `wait`/`acquire`",
+         r"(^|\.)\w*(baton|file_?lock|lock_?file)\w*\.(wait|acquire|_acquire|lock)$"),
+    _src("sleep", "a sleep", "`time.sleep`", r"(^|\.)sleep$"),
+    _src("subprocess-wait", "a child process", "`os.waitpid`", r"^os\.(waitpid|wait|wait3|wait4|waitid)$|\.communicate$|^subprocess\.\w+$"),
+    _src("ray-get-wait", "a Ray task or actor", "`ray.get`", r"^ray\.(get|wait)$"),
+    _src("nccl-collective-wait", "a collective", "torch.distributed collective",
+         r"(^|\.)(all_reduce|all_gather|all_gather_into_tensor|reduce_scatter|reduce_scatter_tensor|broadcast|barrier|all_to_all|all_to_all_single|monitored_barrier)$"),
+    _src("cuda-synchronize-wait", "the GPU", "`synchronize` / `.item()`", r"(^|\.)(synchronize|item|tolist)$"),
+    _src("future-wait", "a future's result", "`Future.result`", r"\.result$"),
+    _src("thread-join", "a thread or process", "`join`", r"\.join$"),
+    _src("lock-wait", "a lock", "`acquire`", r"\.acquire$"),
+    _src("event-wait", "an Event or Condition", "`wait`", r"\.(wait|wait_for)$"),
+    _src("queue-wait", "a queue", "`get`", r"\.(get|get_nowait|recv|recv_bytes|poll)$"),
+    _src("socket-read", "a socket or file read", "`read`/`recv`", r"\.(recv|recv_into|recvfrom|accept|connect|read|readline|readinto)$|(^|\.)(select|urlopen)$"),
+    # --- native waits under all of the above -------------------------------------------------------------
+    _c("thread-join", "a thread", "`pthread_join`", r"^(__)?pthread_(clock|timed)?join(_common)?\w*$|^std::thread::join$"),
+    # Taking the GIL: these frames stay on a stack only while the thread waits for it
+    # (drop_gil: a forced switch waits until another thread took it).
+    _c("gil-deadlock", "the GIL", "`take_gil`",
+       r"^(take_gil|drop_gil|PyEval_RestoreThread|PyEval_AcquireThread|PyEval_AcquireLock|PyGILState_Ensure|PyCOND_TIMEDWAIT|PyCOND_WAIT|_PyEval_TakeGIL|_PyThreadState_Attach|tstate_wait_attach)$|gil_scoped_acquire::gil_scoped_acquire$"),
+    _c("lock-wait", "a Python lock", "`PyThread_acquire_lock`", r"^(PyThread_acquire_lock(_timed)?|lock_PyThread_acquire_lock|acquire_timed|rlock_acquire|_PyMutex_LockTimed|_PyMutex_LockSlow|PyMutex_Lock)$"),
+    _c("event-wait", "a condition variable", "`pthread_cond_wait`",
+       r"^(__)?pthread_cond_(timed|clock)?wait\w*$|^std::condition_variable(_any)?::(wait|wait_for|wait_until|__wait_until_impl)\w*$|^___pthread_cond_\w*wait\w*$"),
+    _c("lock-wait", "a mutex", "`pthread_mutex_lock`", r"^(__)?pthread_mutex_(timed|clock)?lock\w*$|^___pthread_mutex_lock$|^(__)?lll_lock_wait\w*$|^std::mutex::lock$"),
+    _c("lock-wait", "a semaphore", "`sem_wait`", r"^(__new_|__old_)?sem_(timed|clock)?wait\w*$|^do_futex_wait\w*$|^__new_sem_wait_slow\w*$"),
+    _c("socket-read", "a file descriptor", "`poll`/`epoll_wait`/`select`",
+       r"^(__)?(poll|ppoll|epoll_wait|epoll_pwait2?|select|pselect6?|__select|___poll|__GI___poll|__GI_epoll_wait|kevent|WaitForMultipleObjects(Ex)?|GetQueuedCompletionStatus(Ex)?)$"),
+    _c("socket-read", "a socket or pipe", "`read`/`recv`",
+       r"^(__)?(libc_)?(read|recv|recvfrom|recvmsg|accept4?|connect)(_nocancel)?$|^__GI___libc_read$|^sock_(recv|recv_into|accept)\w*$"),
+    _c("sleep", "a sleep", "`nanosleep`", r"^(__)?(nanosleep|clock_nanosleep|usleep|sleep|pysleep|time_sleep|__clock_nanosleep\w*|Sleep|SleepEx)$"),
+    _c("lock-wait", "a futex (a lock or condition)", "`futex`", r"^(__)?(futex_wait\w*|futex_abstimed_wait\w*|futex)$|^__futex_abstimed_wait_common\w*$|^futex_wait_cancelable$"),
+)

@@ -1,0 +1,257 @@
+"""What each thread waits on, from its innermost frames: the blocking-primitive layer. Pure.
+
+Signatures name known bugs; under them, this layer names the blocking call a thread
+sits in (a file lock, a child process, a queue, a socket, an event, a collective, a
+synchronize...) from the table in ``primitives``, whether or not a signature applies:
+
+* from the innermost frame outwards, frames are read while they are part of the wait:
+  a row of the table, a standard-library or native frame, or a frame of the same
+  package as the last row matched (a library's wrappers around its own wait). The
+  first frame that is none of these ends the wait: it is the *caller*, the user's or
+  library's code that made the call;
+* the outermost row matched names the wait (``category``): a DataLoader's
+  ``_try_get_data`` over ``queue.get`` over ``Condition.wait`` waits on the DataLoader,
+  not on a condition. The rows matched, outermost first, are the ``calls``;
+* a stack that ends at an API call which always has frames under it (``Process.join``,
+  ``ray.get``: ``level = "call"``) was cut above the blocking frame: the wait is named
+  from that call, and marked ``cut``;
+* a thread whose innermost frame is its own code (not a row, not the standard library)
+  waits on nothing: it runs.
+
+``family_signature`` turns a wait into the stall a dump gets when a primitive is its
+only evidence; ``refine`` replaces the generic ``lock-wait`` by the wait's own family
+(an Event is no lock); ``outranks_wrapper`` tells when a blocking call at the top of a
+thread outranks a wrapper signature (a graph replay) matched further out.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from hangwatch.diagnostics.primitives import FAMILIES, PRIMITIVES, Primitive
+from hangwatch.diagnostics.signatures import Signature, find
+from hangwatch.diagnostics.stacks import Frame, ThreadDump
+
+#: Frames looked at per thread: a wait is at the top of its stack.
+MAX_WAIT_FRAMES = 64
+#: Frames of the standard library, native code or the same package in a row, past the
+#: last row matched, that still belong to the wait (beyond: the thread runs there).
+MAX_GLUE = 12
+#: A family's stall loses to every signature that names a cause.
+FAMILY_PRIORITY = 5
+#: Families that are a wait on other work (the blocking call is the evidence): at the
+#: top of a thread they outrank a wrapper signature matched further out.
+BLOCKING_FAMILIES = frozenset(("nccl-collective-wait", "cuda-synchronize-wait", "lock-wait", "store-wait", "nccl-comm-init",
+                               "gil-deadlock"))
+#: ``lock-wait`` matches any threading wait; these families say better what it is.
+REFINES_LOCK_WAIT = frozenset(("event-wait", "queue-wait", "thread-join", "future-wait", "subprocess-wait",
+                               "socket-read", "file-lock-wait", "dataloader-wait", "asyncio-blocked"))
+# Not ``gil-deadlock``: the corpus's older labels name a GIL wait under the generic lock-wait
+# signature ``lock-wait`` (a GIL/lock inversion is a lock wait), so a GIL wait that the
+# signature matched keeps that id; only a GIL wait no signature names gets the family.
+#: A join at interpreter exit (``shutdown-join``) whose thread sits in one of these says
+#: better what the exit waits for: the lock file the joined work waits on. (A child process
+#: joined at exit stays the exit's wait: ``shutdown-join`` ranks above ``child-process-wait``.)
+REFINES_EXIT_JOIN = frozenset(("file-lock-wait",))
+#: A caller named like this around a sleep is a polling lock: an acquire loop that tries,
+#: sleeps and tries again (filelock's, a lock file's, a hand-written spin on a lock).
+_POLLING_LOCK = re.compile(r"(?i)acquire|(^|[._])(\w*_)?lock(_\w*)?$|lock(ed)?_?wait|wait_?(for_?)?lock")
+GIL = "gil-deadlock"
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One thread's wait. ``frames`` are the frames of the table's rows (innermost
+    first), ``calls`` their labels (outermost first), ``caller`` the first frame outside
+    the wait (None when the stack ends there), ``depth`` how many frames the wait spans."""
+
+    category: str
+    what: str
+    calls: tuple[str, ...]
+    frames: tuple[Frame, ...]
+    caller: Frame | None
+    cut: bool
+    depth: int
+
+    @property
+    def weak(self) -> bool:
+        """A C library's wait (poll, futex, a condition variable) called by native code of
+        the job's own (an extension, the driver's event thread): what it waits for is that
+        code's business, so it names no family (the frame itself is the evidence)."""
+        last = self.frames[-1]
+        if self.category == GIL:
+            return False  # the GIL is the interpreter's, never the calling extension's business
+        return (last.native and self.category not in ECOSYSTEM_NATIVE and self.caller is not None
+                and self.caller.native and not self.caller.is_system_native)
+
+    def describe(self, thread: str = "") -> str:
+        who = f"{thread} waits" if thread else "waits"
+        text = f"{who} on {self.what} ({' -> '.join(self.calls)})"
+        if self.caller is not None:
+            text += f", called from `{_where(self.caller)}`"
+        if self.cut:
+            text += " (the dump ends at this call: cut above the blocking frame)"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "category": self.category,
+            "what": self.what,
+            "calls": list(self.calls),
+            "frames": [f.render() for f in self.frames],
+            "caller": self.caller.render() if self.caller is not None else None,
+            "cut": self.cut,
+        }
+
+
+def _where(frame: Frame) -> str:
+    """``datasets/builder.py:123``: the last two path components, enough to find the file."""
+    path = "/".join(frame.file.replace("\\", "/").rsplit("/", 2)[-2:]) if not frame.native else frame.short_file
+    return f"{path}:{frame.line}" if frame.line is not None else f"{frame.function} ({path})"
+
+
+@functools.lru_cache(maxsize=65536)
+def _row(function: str, file: str, native: bool) -> Primitive | None:
+    name = function.split("@", 1)[0] if native else function  # "pthread_cond_wait@@GLIBC_2.3.2"
+    path = file.replace("\\", "/")
+    for p in PRIMITIVES:
+        if p.native != native:
+            continue
+        if p.file is not None and p.file.search(path) is None:
+            continue
+        if p.function.search(name) is not None:
+            return p
+    return None
+
+
+def primitive_of(frame: Frame) -> Primitive | None:
+    """The table's row for this frame, or None."""
+    return _row(frame.function, frame.file, frame.native)
+
+
+def _package(frame: Frame) -> str:
+    """The top-level package of a Python frame's file ("torch" for
+    ".../site-packages/torch/cuda/__init__.py", "datasets" for "datasets/builder.py")."""
+    path = frame.file.replace("\\", "/")
+    for marker in ("site-packages/", "dist-packages/"):
+        i = path.rfind(marker)
+        if i != -1:
+            return path[i + len(marker):].split("/", 1)[0]
+    if not path.startswith("/") and "/" in path:
+        return path.split("/", 1)[0]
+    return path.rsplit("/", 1)[-1].removesuffix(".py")
+
+
+def wait_of(thread: ThreadDump) -> Wait | None:
+    """What ``thread`` waits on, or None when its innermost frames are its own code."""
+    return _wait(thread.frames[:MAX_WAIT_FRAMES])
+
+
+@functools.lru_cache(maxsize=16384)
+def _wait(frames: tuple[Frame, ...]) -> Wait | None:
+    matched: list[tuple[int, Frame, Primitive]] = []
+    glue = 0
+    caller: Frame | None = None
+    for i, f in enumerate(frames):
+        p = primitive_of(f)
+        if p is not None:
+            matched.append((i, f, p))
+            glue = 0
+            continue
+        if _glue(f, matched[-1][1], matched[-1][2]) if matched else (f.native or f.is_stdlib):
+            glue += 1
+            if matched and glue > MAX_GLUE:
+                break  # the thread runs in the standard library past its wait: no caller to name
+            continue
+        caller = f
+        break
+    if not matched:
+        return None
+    outer = matched[-1]
+    stop = outer[0] + 1 + min(glue, MAX_GLUE)
+    # Taking the GIL is the innermost wait there is: a lock.acquire or native call further
+    # out has finished its own wait and now waits to re-take the GIL.
+    naming = next((m for m in matched if m[2].category == GIL), outer)
+    category, what = naming[2].category, naming[2].what
+    if matched[0][2].category == "sleep" and category in ("sleep", "lock-wait") and any(
+            _POLLING_LOCK.search(f.function) for f in [m[1] for m in matched[1:]] + ([caller] if caller else [])):
+        category, what = "file-lock-wait", "a lock polled by a sleep loop"
+    innermost_python = next((f for f in frames if not f.native), None)
+    cut = matched[0][2].level == "call" and innermost_python is matched[0][1] and not any(f.native for f in frames[:matched[0][0]])
+    labels: list[str] = []
+    for _, f, p in reversed(matched):
+        label = f"`{f.function}()` on the innermost source line" if f.file == "<call>" else p.label
+        if not labels or labels[-1] != label:
+            labels.append(label)
+    return Wait(category, what, tuple(labels), tuple(f for _, f, _ in matched), caller, cut, stop)
+
+
+#: Native rows of the ecosystem (CUDA, NCCL, the c10d store, Ray): the job's own native
+#: frames around them (libtorch, libc10) are the library's wrappers of that wait.
+ECOSYSTEM_NATIVE = frozenset(("nccl-comm-init", "nccl-collective-wait", "store-wait", "cuda-synchronize-wait", "ray-get-wait"))
+
+
+#: Native libraries that serve the standard library's own calls (TLS under ``ssl``,
+#: compression, ctypes): a C wait under them is still that call's.
+_STDLIB_NATIVE = re.compile(r"(^|/)(libssl|libcrypto|libz|libffi|libbz2|liblzma|_ssl|_socket|select|_posixsubprocess)[\w.-]{0,40}\.(so|pyd|dylib)")
+
+
+def _glue(f: Frame, last: Frame, row: Primitive) -> bool:
+    """Whether ``f``, outside the table, still belongs to the wait whose last row matched
+    ``last``: the standard library, the C library and the interpreter, the same Python
+    package or native library; past an ecosystem row, any native frame (libtorch around
+    a CUDA synchronize). Any other native frame (an extension, the driver) is the code
+    that called a C library's wait (see ``Wait.weak``)."""
+    if not f.native:
+        return f.is_stdlib or (not last.native and _package(f) == _package(last))
+    return (f.is_system_native or _STDLIB_NATIVE.search(f.file) is not None or (last.native and f.short_file == last.short_file)
+            or (row.native and row.category in ECOSYSTEM_NATIVE))
+
+
+def family_signature(category: str, signatures: Sequence[Signature]) -> Signature:
+    """The stall a dump gets when the wait ``category`` is its only evidence: the built-in
+    signature of that id where one exists (``lock-wait``, ``nccl-collective-wait``...),
+    with a family's low priority, else one made from ``FAMILIES``."""
+    return _family(category, tuple(s for s in signatures if s.id == category))
+
+
+@functools.lru_cache(maxsize=256)
+def _family(category: str, same_id: tuple[Signature, ...]) -> Signature:
+    known = find(same_id, category)
+    if known is not None:
+        return Signature(known.id, known.title, known.advice, (), priority=min(known.priority, FAMILY_PRIORITY),
+                         collective=known.collective, reference=known.reference)
+    fam = FAMILIES.get(category)
+    title = fam.title if fam else f"Waiting ({category})"
+    advice = fam.advice if fam else "The thread waits in a blocking call: find what it waits for in the other stacks."
+    return Signature(category, title, advice, (), priority=FAMILY_PRIORITY, reference="hangwatch's blocking-primitive table")
+
+
+def refine(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) -> Signature:
+    """``sig``, unless it is the generic ``lock-wait`` and the thread's wait says better
+    what it is (an Event or Condition, a queue, a join, a future, the GIL...), or a join
+    at interpreter exit whose thread waits on a child process or a lock file."""
+    if sig.id not in ("lock-wait", "shutdown-join"):
+        return sig
+    w = wait_of(thread)
+    if w is None or w.category not in (REFINES_LOCK_WAIT if sig.id == "lock-wait" else REFINES_EXIT_JOIN):
+        return sig
+    return family_signature(w.category, signatures)
+
+
+def outranks_wrapper(thread: ThreadDump, evidence: Sequence[Frame]) -> bool:
+    """True when ``thread`` sits in a blocking call (a collective, a synchronize, a lock)
+    at the top of its stack and every frame of ``evidence`` (a wrapper signature's: a
+    graph replay's or a compiled forward's wrapper) lies further out than that wait and
+    the frame that called it."""
+    w = wait_of(thread)
+    if w is None or w.category not in BLOCKING_FAMILIES:
+        return False
+    # The wrapper calling the wait itself (a graph wrapper synchronizing its replay) is the
+    # replay's own wait: the wrapper keeps it. Code between them (the wrapped model calling
+    # a collective) makes the wait the model's own.
+    inside = {id(f) for f in thread.frames[:w.depth + 1]}
+    return bool(evidence) and not any(id(f) in inside for f in evidence)

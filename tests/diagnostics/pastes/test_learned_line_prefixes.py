@@ -1,0 +1,79 @@
+"""One rule for log prefixes no pattern knows: the prefix shape that many frame lines
+share is learned from the paste and stripped from every line that has it."""
+
+from __future__ import annotations
+
+import pytest
+
+from hangwatch.diagnostics.errors import InputError
+from hangwatch.diagnostics.pastes import read_text
+from hangwatch.diagnostics.pastes.prefixes import learn, shape
+
+TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "/app/train.py", line 50, in <module>',
+    "    main()",
+    '  File "/opt/venv/lib/python3.11/site-packages/datasets/builder.py", line 123, in download_and_prepare',
+    "    with FileLock(lock_path):",
+    '  File "/opt/venv/lib/python3.11/site-packages/filelock/_unix.py", line 42, in _acquire',
+    "    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)",
+    "KeyboardInterrupt",
+]
+PYSPY = ['Thread 4567 (idle): "MainThread"', "    wait (threading.py:320)", "    get (queue.py:171)", "    run (mylib/loop.py:20)"]
+
+
+def _prefixed(prefixes, lines):
+    return "\n".join(f"{prefixes[i % len(prefixes)]}{line}" for i, line in enumerate(lines)) + "\n"
+
+
+@pytest.mark.parametrize("prefixes", [
+    ["(VllmWorker rank=0 pid=1234) ERROR 04-10 12:00:00 [multiproc_executor.py:470] "],
+    ["(RayWorkerWrapper pid=4567, ip=10.0.0.2) "],
+    ["[rank0]: "],
+    ["2024-05-01 12:00:00,123 - ERROR - ", "2024-05-01 12:00:01,007 - ERROR - "],
+    ["worker-3 | "],
+    ["I0501 12:00:00.123456 140 trainer.cc:42] "],
+    ["[2024-05-01T12:00:00Z INFO  train::log] ", "[2024-05-01T12:00:09Z WARN  train::log] "],
+], ids=["vllm", "ray", "rank", "timestamp-level", "compose", "glog", "bracketed-level"])
+def test_a_ctrl_c_traceback_behind_any_log_prefix_is_read(prefixes):
+    report = read_text(_prefixed(prefixes, TRACEBACK))
+    (proc,) = report.processes
+    assert [f.function for f in proc.threads[0].frames] == ["_acquire", "download_and_prepare", "<module>"]
+
+
+@pytest.mark.parametrize("prefix", ["(VllmWorker rank=1 pid=88) INFO 01-02 03:04:05 [x.py:1] ", "app-7 | 2024-01-01 00:00:00 | "])
+def test_a_py_spy_dump_behind_an_unknown_prefix_is_read(prefix):
+    (proc,) = read_text(_prefixed([prefix], PYSPY)).processes
+    assert [f.render() for f in proc.threads[0].frames] == ["wait (threading.py:320)", "get (queue.py:171)", "run (loop.py:20)"]
+
+
+def test_the_shape_folds_changing_numbers_words_and_blanks():
+    assert shape("(VllmWorker rank=0 pid=12)") == shape("(EngineCore rank=13 pid=4)") == "(a a=9 a=9)"
+    assert shape("INFO  12:00:00 |") == shape("ERROR 09:10:11 |")
+
+
+def test_prose_lines_are_not_stripped_into_frames():
+    """Sentences mentioning frames have no delimited prefix in common: nothing is
+    learned, and the prose is not read as a stack."""
+    prose = [
+        "The main thread is stuck in wait (threading.py:320) for hours",
+        "I think the worker hangs in get (queue.py:171) but not sure",
+        "We also see run (mylib/loop.py:20) in the other dump",
+        "and sometimes forward (model.py:12) shows up instead",
+    ]
+    assert learn(prose) is None
+    with pytest.raises(InputError):
+        read_text("\n".join(prose))
+
+
+def test_a_prefix_needs_several_frame_lines_and_a_delimiter():
+    assert learn(["[x] " + line for line in TRACEBACK[:2]]) is None  # one frame line
+    assert learn(["note " + line for line in PYSPY[1:] * 2]) is None  # a word, no delimiter
+
+
+def test_lines_a_dialect_reads_whole_keep_their_leading_fields():
+    """gdb's `info threads` numbers and pystack's (Python) markers are not prefixes."""
+    rows = [f'  {n}   Thread 0x7f22711b97{n:02d} (LWP 2357{n}) "python" 0x00007f in poll () from /lib64/libc.so.6' for n in range(4)]
+    assert learn(rows) is None
+    pystack = [f'    (Python) File "/app/a.py", line {n}, in f{n}' for n in range(4)]
+    assert learn(pystack) is None

@@ -1,0 +1,305 @@
+"""The blocking-primitive layer: what each thread waits on, from its innermost frames;
+the family a dump gets when a primitive is its only evidence; ranking a blocking call
+against a wrapper signature; ``waits_on`` in replay's text and --json."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hangwatch.cli.main import main
+from hangwatch.diagnostics.classify import classify
+from hangwatch.diagnostics.pastes import read_text
+from hangwatch.diagnostics.primitives import FAMILIES, PRIMITIVES
+from hangwatch.diagnostics.signatures import load_signatures
+from hangwatch.diagnostics.stacks import Frame, ProcessDump, ProcessSeries, ThreadDump
+from hangwatch.diagnostics.waits import wait_of
+
+SITE = "/opt/venv/lib/python3.11/site-packages/"
+STDLIB = "/usr/lib/python3.11/"
+USER = Frame("train_step", "/home/u/train.py", 42)
+
+
+def _py(function: str, file: str, line: int = 1) -> Frame:
+    return Frame(function, file, line)
+
+
+def _c(function: str, lib: str = "/lib/x86_64-linux-gnu/libc.so.6") -> Frame:
+    return Frame(function, lib, None, native=True)
+
+
+def _thread(*frames: Frame, name: str = "MainThread") -> ThreadDump:
+    return ThreadDump("1", name, tuple(frames))
+
+
+#: (the stack's innermost frames, above the user's call; the category it waits on)
+PRIMITIVE_STACKS = [
+    # file locks
+    ([_py("_acquire", SITE + "filelock/_unix.py"), _py("acquire", SITE + "filelock/_api.py")], "file-lock-wait"),
+    ([_py("_acquire", SITE + "filelock/_windows.py")], "file-lock-wait"),
+    ([_py("_acquire", SITE + "filelock/_soft.py")], "file-lock-wait"),
+    ([_py("wait", SITE + "torch/utils/file_baton.py")], "file-lock-wait"),
+    ([_py("lock", SITE + "portalocker/portalocker.py")], "file-lock-wait"),
+    ([_c("flock")], "file-lock-wait"),
+    # a vendored file-lock module (datasets' own copy of filelock), a lock file's module
+    ([_py("_acquire", SITE + "datasets/utils/filelock.py"), _py("acquire", SITE + "datasets/utils/filelock.py")], "file-lock-wait"),
+    ([_py("acquire", SITE + "somepkg/lockfile.py")], "file-lock-wait"),
+    # threading
+    ([_py("wait", STDLIB + "threading.py"), _py("wait", STDLIB + "threading.py")], "event-wait"),
+    ([_py("_wait_for_tstate_lock", STDLIB + "threading.py"), _py("join", STDLIB + "threading.py")], "thread-join"),
+    ([_py("acquire", STDLIB + "threading.py")], "lock-wait"),
+    ([_py("acquire", SITE + "tqdm/std.py")], "lock-wait"),
+    ([_py("<waiting for the GIL>", "?")], "gil-deadlock"),
+    # queues, pipes, futures, asyncio
+    ([_py("wait", STDLIB + "threading.py"), _py("get", STDLIB + "queue.py")], "queue-wait"),
+    ([_py("_recv_bytes", STDLIB + "multiprocessing/connection.py"), _py("recv", STDLIB + "multiprocessing/connection.py")], "queue-wait"),
+    ([_py("get", STDLIB + "multiprocessing/queues.py")], "queue-wait"),
+    ([_py("_callmethod", SITE + "multiprocess/managers.py")], "queue-wait"),
+    ([_py("wait", STDLIB + "threading.py"), _py("result", STDLIB + "concurrent/futures/_base.py")], "future-wait"),
+    ([_py("select", STDLIB + "selectors.py"), _py("_run_once", STDLIB + "asyncio/base_events.py"),
+      _py("run_until_complete", STDLIB + "asyncio/base_events.py")], "asyncio-blocked"),
+    # processes
+    ([_py("_try_wait", STDLIB + "subprocess.py"), _py("_wait", STDLIB + "subprocess.py"), _py("wait", STDLIB + "subprocess.py")], "subprocess-wait"),
+    ([_py("_communicate", STDLIB + "subprocess.py"), _py("communicate", STDLIB + "subprocess.py")], "subprocess-wait"),
+    ([_py("poll", STDLIB + "multiprocessing/popen_fork.py"), _py("wait", STDLIB + "multiprocessing/popen_fork.py"),
+      _py("join", STDLIB + "multiprocessing/process.py")], "subprocess-wait"),
+    ([_py("wait", STDLIB + "threading.py"), _py("wait", STDLIB + "multiprocessing/pool.py"), _py("get", STDLIB + "multiprocessing/pool.py"),
+      _py("map", STDLIB + "multiprocessing/pool.py")], "subprocess-wait"),
+    ([_py("spawnv_passfds", STDLIB + "multiprocessing/util.py"), _py("ensure_running", STDLIB + "multiprocessing/resource_tracker.py")], "subprocess-wait"),
+    ([_c("waitpid")], "subprocess-wait"),
+    # sockets and HTTP
+    ([_py("readinto", STDLIB + "socket.py"), _py("readline", STDLIB + "socket.py")], "socket-read"),
+    ([_py("read", STDLIB + "ssl.py"), _py("recv_into", STDLIB + "ssl.py")], "socket-read"),
+    ([_py("readinto", STDLIB + "socket.py"), _py("_read_status", STDLIB + "http/client.py"), _py("begin", STDLIB + "http/client.py"),
+      _py("getresponse", STDLIB + "http/client.py"), _py("_make_request", SITE + "urllib3/connectionpool.py"),
+      _py("send", SITE + "requests/adapters.py")], "socket-read"),
+    ([_py("handle_request", SITE + "httpcore/_sync/connection_pool.py"), _py("_send_single_request", SITE + "httpx/_client.py")], "socket-read"),
+    ([_py("recv_multipart", SITE + "zmq/sugar/socket.py")], "socket-read"),
+    ([_c("epoll_wait")], "socket-read"),
+    ([_py("recv_into", SITE + "OpenSSL/SSL.py")], "socket-read"),
+    ([_c("__libc_recv")], "socket-read"),
+    # the ecosystem
+    ([_py("all_reduce", SITE + "torch/distributed/distributed_c10d.py"), _py("wrapper", SITE + "torch/distributed/c10d_logger.py")], "nccl-collective-wait"),
+    ([_py("barrier", SITE + "torch/distributed/distributed_c10d.py")], "nccl-collective-wait"),
+    ([_py("next_rendezvous", SITE + "torch/distributed/elastic/rendezvous/static_tcp_rendezvous.py")], "store-wait"),
+    # the elastic agent's exit barrier: a store barrier, no collective
+    ([_py("get_all", SITE + "torch/distributed/elastic/utils/store.py"), _py("synchronize", SITE + "torch/distributed/elastic/utils/store.py"),
+      _py("barrier", SITE + "torch/distributed/elastic/utils/store.py"), _py("_exit_barrier", SITE + "torch/distributed/elastic/agent/server/api.py")],
+     "store-wait"),
+    ([_c("c10d::TCPStore::doWait", "libtorch_cpu.so")], "store-wait"),
+    ([_c("ncclCommInitRank", "libnccl.so.2")], "nccl-comm-init"),
+    ([_c("ncclAllReduce", "libnccl.so.2")], "nccl-collective-wait"),
+    ([_py("synchronize", SITE + "torch/cuda/__init__.py")], "cuda-synchronize-wait"),
+    ([_py("synchronize", SITE + "torch/xpu/__init__.py")], "cuda-synchronize-wait"),
+    ([_py("synchronize", SITE + "torch_npu/npu/streams.py")], "cuda-synchronize-wait"),
+    ([_c("cuStreamSynchronize", "libcuda.so.1"), _c("cudaStreamSynchronize", "libcudart.so.12")], "cuda-synchronize-wait"),
+    ([_c("at::native::_local_scalar_dense_cuda", "libtorch_cuda.so")], "cuda-synchronize-wait"),
+    ([_py("get_objects", SITE + "ray/_private/worker.py"), _py("get", SITE + "ray/_private/worker.py")], "ray-get-wait"),
+    ([_py("_try_get_data", SITE + "torch/utils/data/dataloader.py"), _py("_get_data", SITE + "torch/utils/data/dataloader.py")], "dataloader-wait"),
+    ([_py("encode_batch", SITE + "tokenizers/implementations/base_tokenizer.py")], "tokenizer-wait"),
+    ([_py("acquire", "<frozen importlib._bootstrap>"), _py("_find_and_load", "<frozen importlib._bootstrap>")], "import-lock"),
+    # native waits
+    ([_c("__futex_abstimed_wait_common"), _c("pthread_cond_wait@@GLIBC_2.3.2")], "event-wait"),
+    ([_c("futex_wait"), _c("__lll_lock_wait"), _c("pthread_mutex_lock")], "lock-wait"),
+    ([_c("do_futex_wait"), _c("sem_wait"), _c("PyThread_acquire_lock_timed", "python3.11")], "lock-wait"),
+    ([_c("take_gil", "python3.11"), _c("PyEval_RestoreThread", "python3.11")], "gil-deadlock"),
+    ([_c("__psynch_cvwait", "libsystem_kernel.dylib"), _c("take_gil", "python"), _c("PyEval_AcquireThread", "python"),
+      _c("pybind11::gil_scoped_acquire::gil_scoped_acquire", "_C.so")], "gil-deadlock"),
+    ([_c("pthread_cond_wait"), _c("drop_gil", "libpython3.11.so")], "gil-deadlock"),
+    ([_c("clock_nanosleep"), _c("__nanosleep")], "sleep"),
+    ([_c("pthread_join")], "thread-join"),
+]
+
+
+@pytest.mark.parametrize("frames, category", PRIMITIVE_STACKS, ids=[f"{c}:{fs[-1].function}" for fs, c in PRIMITIVE_STACKS])
+def test_each_primitive_is_named_from_a_small_stack(frames, category):
+    w = wait_of(_thread(*frames, USER, _py("<module>", "/home/u/train.py", 9)))
+    assert w is not None and w.category == category, w
+    assert w.caller == USER
+    assert w.category in FAMILIES or any(s.id == w.category for s in load_signatures())
+
+
+def test_every_category_of_the_table_has_a_title_and_advice():
+    ids = {s.id for s in load_signatures()}
+    assert {p.category for p in PRIMITIVES} <= set(FAMILIES) | ids
+
+
+def test_the_report_names_the_call_chain_and_the_callers_file_and_line():
+    caller = _py("download_and_prepare", SITE + "datasets/builder.py", 123)
+    w = wait_of(_thread(_py("_acquire", SITE + "filelock/_unix.py", 42), _py("acquire", SITE + "filelock/_api.py", 332), caller))
+    assert w is not None and w.caller == caller and not w.cut
+    text = w.describe("MainThread")
+    assert text.startswith("MainThread waits on a file lock (")
+    assert "filelock `_acquire` -> `fcntl.flock`" in text and text.endswith("called from `datasets/builder.py:123`")
+    assert w.to_json()["caller"] == "download_and_prepare (builder.py:123)"
+
+
+def test_the_outermost_primitive_names_the_wait_and_a_librarys_own_frames_belong_to_it():
+    """DataLoader._next_data over queue.get over Condition.wait waits on the DataLoader;
+    the DataLoader's __next__ (same package, no row) is still part of the wait."""
+    w = wait_of(_thread(_py("wait", STDLIB + "threading.py"), _py("get", STDLIB + "queue.py"),
+                        _py("_try_get_data", SITE + "torch/utils/data/dataloader.py"),
+                        _py("__next__", SITE + "torch/utils/data/dataloader.py"), USER))
+    assert w is not None and w.category == "dataloader-wait" and w.caller == USER
+    assert w.calls[0] == "DataLoader `_get_data`" and w.calls[-1] == "`threading` `wait`"
+
+
+def test_the_gil_is_the_innermost_wait_even_under_a_lock_acquire():
+    """Python 2's lock.acquire re-taking the GIL after its own wait (PyEval_RestoreThread
+    over PyThread_acquire_lock): the thread waits for the GIL, not for the lock."""
+    w = wait_of(_thread(_c("do_futex_wait"), _c("sem_wait"), _c("PyThread_acquire_lock", "libpython2.7.so"),
+                        _c("PyEval_RestoreThread", "libpython2.7.so"), _c("lock_PyThread_acquire_lock", "libpython2.7.so"), USER))
+    assert w is not None and w.category == "gil-deadlock"
+
+
+def test_a_gil_wait_called_by_an_extension_still_names_the_gil():
+    """PyGILState_Ensure from a GUI toolkit's callback: the GIL is no business of the
+    extension's, so the wait is not weak."""
+    w = wait_of(_thread(_c("PyEval_RestoreThread", "libpython2.6.so"), _c("PyGILState_Ensure", "libpython2.6.so"),
+                        _c("?", "/usr/lib/gtk-2.0/gtk/_gtk.so"), _c("g_main_loop_run", "/lib/libglib-2.0.so.0")))
+    assert w is not None and w.category == "gil-deadlock" and not w.weak
+
+
+def test_a_gil_wait_no_signature_names_gets_the_gil_family():
+    c = _classify(_thread(_c("pthread_cond_wait"), _c("drop_gil", "libpython3.11.so"), _c("?", "/opt/ext/_native.so")))
+    assert c is not None and c.signature_id == "gil-deadlock"
+
+
+def test_a_sleep_in_an_acquire_loop_is_a_polling_lock():
+    """An acquire loop that tries and sleeps between tries (a soft file lock, a lock file):
+    the ``time.sleep`` on a Ctrl-C traceback's innermost line is the lock's wait."""
+    w = wait_of(_thread(Frame("time.sleep", "<call>", None, native=True), _py("acquire", SITE + "mylib/locking.py"), USER))
+    assert w is not None and w.category == "file-lock-wait"
+    plain = wait_of(_thread(Frame("time.sleep", "<call>", None, native=True), USER))
+    assert plain is not None and plain.category == "sleep"
+
+
+def test_a_lock_files_wait_on_a_tracebacks_innermost_line_is_a_file_lock():
+    w = wait_of(_thread(Frame("baton.wait", "<call>", None, native=True), _py("_jit_compile", SITE + "torch/utils/cpp_extension.py")))
+    assert w is not None and w.category == "file-lock-wait"
+
+
+def test_an_exit_whose_innermost_wait_is_a_lock_file_is_the_lock():
+    """A finalizer run at exit waits on a lock file: the exit waits for the lock."""
+    c = _classify(_thread(_py("_acquire", SITE + "filelock/_soft.py"), _py("acquire", SITE + "filelock/_api.py"),
+                          _py("close", "/home/u/cache.py", 7), _py("_run_finalizers", STDLIB + "multiprocessing/util.py"),
+                          _py("_exit_function", STDLIB + "multiprocessing/util.py")))
+    assert c is not None and c.signature_id == "file-lock-wait"
+
+
+def test_a_thread_in_its_own_code_waits_on_nothing():
+    assert wait_of(_thread(USER, _py("wait", STDLIB + "threading.py"))) is None
+    assert wait_of(_thread(_py("dumps", STDLIB + "json/__init__.py"), USER)) is None
+
+
+def test_a_stack_ending_at_an_api_call_was_cut_above_the_blocking_frame():
+    cut = wait_of(_thread(_py("join", STDLIB + "multiprocessing/process.py"), USER))
+    whole = wait_of(_thread(_py("poll", STDLIB + "multiprocessing/popen_fork.py"), _py("join", STDLIB + "multiprocessing/process.py"), USER))
+    assert cut is not None and cut.cut and "cut above the blocking frame" in cut.describe()
+    assert whole is not None and not whole.cut and whole.category == cut.category == "subprocess-wait"
+
+
+def _classify(*threads: ThreadDump, pid: int = 7):
+    series = (ProcessSeries(pid, (ProcessDump(pid, tuple(threads)),)),)
+    return classify(series, load_signatures())
+
+
+def test_a_dump_whose_only_evidence_is_a_primitive_gets_its_family():
+    c = _classify(_thread(_py("_acquire", SITE + "filelock/_unix.py"), _py("acquire", SITE + "filelock/_api.py"), USER))
+    assert c is not None and c.signature_id == "file-lock-wait"
+    c = _classify(_thread(_py("readinto", STDLIB + "socket.py"), _py("getresponse", STDLIB + "http/client.py"), USER))
+    assert c is not None and c.signature_id == "socket-read"
+
+
+def test_a_bug_signature_stays_on_top_of_the_family():
+    c = _classify(_thread(_py("wait", SITE + "torch/utils/file_baton.py"), _py("_jit_compile", SITE + "torch/utils/cpp_extension.py"), USER))
+    assert c is not None and c.signature_id == "extension-build-lock"
+
+
+@pytest.mark.parametrize("frames, expected", [
+    ([_py("wait", STDLIB + "threading.py"), _py("wait", STDLIB + "threading.py")], "event-wait"),
+    ([_py("wait", STDLIB + "threading.py"), _py("get", STDLIB + "queue.py")], "queue-wait"),
+    ([_py("_wait_for_tstate_lock", STDLIB + "threading.py"), _py("join", STDLIB + "threading.py")], "thread-join"),
+    ([_py("acquire", STDLIB + "threading.py")], "lock-wait"),
+    ([_py("acquire", SITE + "logging/__init__.py")], "lock-wait"),
+])
+def test_generic_waits_are_not_called_lock_wait_too_eagerly(frames, expected):
+    c = _classify(_thread(*frames, USER))
+    assert c is not None and c.signature_id == expected
+
+
+def test_a_collective_called_inside_a_graph_wrapper_outranks_the_wrapper():
+    """The wrapped model calls all_reduce under vLLM's CUDAGraphWrapper.__call__: the
+    collective is the innermost blocking call, the wrapper only contains it."""
+    c = _classify(_thread(
+        _py("all_reduce", SITE + "torch/distributed/distributed_c10d.py"),
+        _py("all_reduce", SITE + "vllm/distributed/parallel_state.py"),
+        _py("forward", SITE + "vllm/model_executor/models/llama.py"),
+        _py("__call__", SITE + "vllm/compilation/cuda_graph.py"),
+        _py("execute_model", SITE + "vllm/v1/worker/gpu_model_runner.py")))
+    assert c is not None and c.signature_id == "nccl-collective-wait"
+
+
+def test_a_wrapper_that_calls_the_wait_itself_keeps_it():
+    """ACLGraph's __call__ synchronizing its own replay: the replay's wait."""
+    c = _classify(_thread(
+        _py("synchronize", SITE + "torch_npu/npu/streams.py"),
+        _py("__call__", SITE + "vllm_ascend/compilation/acl_graph.py"),
+        _py("_model_forward", SITE + "vllm_ascend/worker/model_runner_v1.py")))
+    assert c is not None and c.signature_id == "cuda-graph-replay"
+
+
+def test_a_graph_replay_with_nothing_blocking_above_it_stays_the_verdict():
+    c = _classify(_thread(_py("replay", SITE + "torch/cuda/graphs.py"), _py("forward", SITE + "mymodel/runner.py")))
+    assert c is not None and c.signature_id == "cuda-graph-replay"
+
+
+FILELOCK_PASTE = """\
+Thread 100 (idle): "MainThread"
+    _acquire (filelock/_unix.py:42)
+    acquire (filelock/_api.py:332)
+    download_and_prepare (datasets/builder.py:123)
+    main (train.py:40)
+"""
+
+
+def test_replay_text_says_what_each_thread_waits_on(capsys, tmp_path):
+    path = tmp_path / "dump.txt"
+    path.write_text(FILELOCK_PASTE)
+    assert main(["replay", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "file-lock-wait: Waiting for a file lock" in out
+    assert ("   waits on:\n     MainThread waits on a file lock (filelock `acquire` -> filelock `_acquire` -> `fcntl.flock`), "
+            "called from `datasets/builder.py:123`") in out
+
+
+def test_replay_json_carries_waits_on_per_thread(capsys, tmp_path):
+    path = tmp_path / "dump.txt"
+    path.write_text(FILELOCK_PASTE + '\nThread 101 (idle): "worker"\n    run (mylib/loop.py:3)\n')
+    assert main(["replay", "--json", str(path)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    (incident,) = data["incidents"]
+    (w,) = incident["waits_on"]  # the thread of interest: the one that decides
+    assert w["pid"] == 100 and w["thread"] == "MainThread" and w["decides"] is True
+    assert w["category"] == "file-lock-wait" and w["what"] == "a file lock" and w["cut"] is False
+    assert w["calls"] == ["filelock `acquire`", "filelock `_acquire` -> `fcntl.flock`"]
+    assert w["frames"] == ["_acquire (_unix.py:42)", "acquire (_api.py:332)"]
+    assert w["caller"] == "download_and_prepare (builder.py:123)" and w["text"].startswith("MainThread waits on a file lock")
+
+
+def test_waits_on_names_a_thread_in_its_own_code_too(capsys, tmp_path):
+    path = tmp_path / "dump.txt"
+    path.write_text('Thread 5 (active): "MainThread"\n    compute (mylib/math.py:7)\n    main (train.py:3)\n')
+    assert main(["replay", "--json", str(path)]) == 0
+    (w,) = json.loads(capsys.readouterr().out)["incidents"][0]["waits_on"]
+    assert w["category"] is None and "no known blocking call" in w["text"] and "compute (math.py:7)" in w["text"]
+
+
+def test_a_ctrl_c_traceback_names_the_call_on_its_innermost_source_line():
+    text = ('^CTraceback (most recent call last):\n  File "/home/u/train.py", line 88, in <module>\n    main()\n'
+            '  File "/home/u/train.py", line 80, in main\n    fcntl.flock(fd, fcntl.LOCK_EX)\nKeyboardInterrupt\n')
+    (proc,) = read_text(text).processes
+    w = wait_of(proc.threads[0])
+    assert w is not None and w.category == "file-lock-wait" and w.caller is not None and w.caller.line == 80
+    assert "`fcntl.flock()` on the innermost source line" in w.describe()
