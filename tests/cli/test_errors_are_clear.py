@@ -46,6 +46,7 @@ def _defaults(**overrides):
     return values
 
 
+@pytest.mark.slow
 def test_internal_error_is_one_console_line_and_a_traceback_without_locals_in_the_log(tmp_path):
     run_dir = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_TOKEN=SECRET)
@@ -82,6 +83,7 @@ def test_internal_error_in_another_command_is_one_line(tmp_path, monkeypatch, ca
     where.unlink()
 
 
+@pytest.mark.slow
 def test_run_dir_is_locked_by_its_live_supervisor_and_a_finished_run_is_not_reused(hw):
     proc = hw.start(hw.fast_args(**{"--stall-window": "60"}) + ["--", *hw.trainer("--beats", "1000", "--step-time", "0.05")])
     wait_for(lambda: "attempt_started" in (hw.run_dir / "journal.jsonl").read_text())
@@ -99,6 +101,7 @@ def test_run_dir_is_locked_by_its_live_supervisor_and_a_finished_run_is_not_reus
     assert len(hw.events("run_started")) == 1, "nothing appended to the finished run's journal"
 
 
+@pytest.mark.slow
 def test_a_stopped_run_is_resumed_from_its_newest_checkpoint_without_spending_a_restart(hw):
     """A scheduler preempts the job (SIGTERM) and requeues it: ``--resume`` continues from the newest
     checkpoint. It was refused as 'already finished', so the requeued job started from step 0; and the
@@ -123,6 +126,7 @@ def test_a_stopped_run_is_resumed_from_its_newest_checkpoint_without_spending_a_
     assert finished.returncode == EXIT_USAGE and "already finished (success" in finished.stderr
 
 
+@pytest.mark.slow
 def test_resume_closes_the_attempt_the_dead_supervisor_left_open(hw):
     proc = hw.start(hw.fast_args(**{"--stall-window": "60"}) + ["--", *hw.trainer("--beats", "30", "--step-time", "0.1")])
     wait_for(lambda: "first_heartbeat" in (hw.run_dir / "journal.jsonl").read_text())

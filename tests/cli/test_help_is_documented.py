@@ -64,6 +64,7 @@ def _docs_text() -> str:
     return "\n".join(page.read_text(encoding="utf-8") for page in PAGES)
 
 
+@pytest.mark.slow
 def test_every_option_in_the_help_is_documented():
     docs = _docs_text()
     commands = _every_command()

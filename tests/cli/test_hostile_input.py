@@ -163,6 +163,7 @@ def test_checkpoint_glob_and_marker_stay_inside_the_checkpoint_dir(tmp_path, set
         build(_values(run_dir=str(tmp_path / "run"), checkpoint_dir=str(tmp_path), **setting), ["true"])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("args, said", [(["--nnodes", "0"], "--nnodes 0"), (["--lease-timeout", "-1"], "--lease-timeout")])
 def test_cohort_numbers_that_cannot_be_meant_are_refused(tmp_path, args, said):

@@ -140,6 +140,7 @@ def test_a_link_to_a_terminal_is_refused_without_opening_it():
     assert tty == "0", "opening the path made the terminal the supervisor's controlling terminal"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_checkpoint_marker_flipped_to_a_terminal_never_becomes_the_supervisors(tmp_path):
     """The trainer's user owns the checkpoint folder. Checking the marker, then opening it,

@@ -44,6 +44,7 @@ def _interrupted_run(work: Path) -> Path:
     return run_dir
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_resume_from_another_directory_runs_where_the_run_was_started(tmp_path: Path) -> None:
     work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"

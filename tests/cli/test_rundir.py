@@ -75,6 +75,7 @@ def test_symlinked_trainer_log_is_never_followed(hw, tmp_path):
     assert victim.read_text() == "untouched\n"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_everything_written_is_private_whatever_the_umask(hw):
     # A pre-created 0755 dir of ours is accepted, then tightened.
@@ -106,6 +107,7 @@ def test_resume_refuses_settings_others_could_have_written(hw):
     assert not (hw.tmp / "pwned").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_guardian_kills_what_the_supervisor_said_not_what_tree_json_says(hw):
     """A forged tree.json naming an unrelated process must not make the guardian kill it."""

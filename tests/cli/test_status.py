@@ -61,6 +61,7 @@ def _hangwatch(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[s
                           timeout=timeout, cwd=ROOT)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_checkpoint_name_never_forges_a_line_in_status(tmp_path):
     """The trainer's user names the checkpoint folder; ``resuming from`` is in the journal, and
@@ -82,6 +83,7 @@ def test_a_checkpoint_name_never_forges_a_line_in_status(tmp_path):
     assert as_json.returncode == 0 and FORGED in json.loads(as_json.stdout)["attempts"][1]["resume_from"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_journal_record_with_a_null_time_is_skipped_not_a_traceback(tmp_path):
     """``"ts": null`` passed the journal's checks (a null number counts as absent) and every
@@ -105,6 +107,7 @@ def test_a_journal_record_with_a_null_time_is_skipped_not_a_traceback(tmp_path):
         assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_deeply_nested_journal_field_is_shown_bounded(tmp_path):
     """A field nested hundreds of levels deep (which the journal reader accepts) must not
@@ -130,6 +133,7 @@ def _hangwatch_in(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
                           env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=80)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_status_says_which_alerts_were_not_delivered(tmp_path):
     """Failed alerts were journaled (notify_failed) but `hangwatch status` said nothing of them:

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.timeout(90)
         (["status", "/nonexistent"], "not a hangwatch run directory"),
     ],
 )
+@pytest.mark.slow
 def test_bad_input_gets_a_clear_error(hw, args, message):
     if args[0] == "run" and "--run-dir" not in args:
         args = args[:1] + ["--run-dir", str(hw.run_dir)] + args[1:]

@@ -80,6 +80,7 @@ def _info() -> dict:
             "wandb": f"https://user:{SECRETS[1]}@wandb.example.com", "note": f"token {SECRETS[2]}"}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_the_trainers_info_is_journaled_redacted(tmp_path):
     run_dir = tmp_path / "run"

@@ -79,6 +79,7 @@ def _replay(path: Path, ulimit_kib: int) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=90, cwd=ROOT)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind", ["gnu_long_name", "pax_header", "unknown_type"])
 def test_a_bomb_in_the_tar_headers_is_refused_within_the_bundle_limits(tmp_path, kind):

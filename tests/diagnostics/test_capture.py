@@ -26,6 +26,7 @@ def _manifest(path: Path) -> dict:
     return json.loads((path / "manifest.json").read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_capture_on_hung_tree_writes_complete_classified_bundle(hung_tree, tmp_path):
     tree = hung_tree(2)
@@ -64,6 +65,7 @@ def test_capture_on_hung_tree_writes_complete_classified_bundle(hung_tree, tmp_p
     assert list_bundles(tmp_path / "run") == [path]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_capture_returns_within_deadline_when_pyspy_never_returns(hung_tree, tmp_path, monkeypatch):
     tree = hung_tree(1)
@@ -234,6 +236,7 @@ def test_without_an_early_round_the_capture_takes_both_rounds_itself(hung_tree, 
     assert all("taken_at" in r for r in rounds)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_a_trainer_argument_that_is_not_utf8_never_costs_the_capture_or_the_report(tmp_path):
     """The trainer's user chose an argument with a byte that is not UTF-8 (a file name in

@@ -27,6 +27,7 @@ def _recovered(hw, faults, records):
     assert records[-1]["outcome"] == "success" and records[-1]["exit_code"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pyspy, problem", [
     ("hang", "timeout"),
     ("missing", "missing"),
@@ -54,6 +55,7 @@ def test_pyspy_failure_is_recorded_and_recovery_goes_on(hw, faults, monkeypatch,
     assert faults.snapshot(hw.ckpt) == before
 
 
+@pytest.mark.slow
 def test_incidents_dir_unwritable_capture_fails_recovery_goes_on(hw, faults):
     """Case 8 (simulated): RUN_DIR/incidents is a regular file, so no bundle can be created
     (as root, chmod would not stop us). Both the capture and its samples-only fallback fail."""
@@ -72,6 +74,7 @@ def test_incidents_dir_unwritable_capture_fails_recovery_goes_on(hw, faults):
     assert faults.snapshot(hw.ckpt) == before
 
 
+@pytest.mark.slow
 def test_disk_full_while_writing_the_bundle(hw_faulty, faults):
     """Case 8 (simulated in-process): every bundle file write fails with ENOSPC after 512
     bytes. No half bundle is left; the journal's capture event says what failed."""
@@ -92,6 +95,7 @@ def test_disk_full_while_writing_the_bundle(hw_faulty, faults):
     assert faults.snapshot(hw.ckpt) == before
 
 
+@pytest.mark.slow
 def test_sigint_during_capture_abandons_it_and_kills_the_tree(hw, faults, monkeypatch):
     """Case 13: the supervisor gets SIGINT while py-spy hangs in the capture."""
     monkeypatch.setenv("HANGWATCH_PYSPY", str(faults.PYSPY_HANG))

@@ -142,6 +142,7 @@ def test_user_errors_exit_2_with_the_path_named(capsys, tmp_path, argv, message)
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_replay_as_a_subprocess_from_any_directory(tmp_path):
     env = {"PATH": "/usr/bin:/bin"}
@@ -235,6 +236,7 @@ def test_paste_report_says_what_was_skipped(capsys):
     assert "read as: 1 process(es)" in text and "skipped 1 line(s)" in text and "neither" not in text
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind", ["repeated", "all_unique", "many_processes"])
 def test_two_megabytes_of_stack_text_through_replay_is_linear(capsys, tmp_path, kind):

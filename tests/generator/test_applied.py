@@ -128,6 +128,7 @@ def test_worker_keeps_the_users_allocator_settings():
 # -- end to end with a real worker process ------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_applied_mode_is_beaten_for_the_journal_including_a_worker_downgrade(trainer, tmp_path, monkeypatch):
     model, opt = trainer
     hb = tmp_path / "hb.json"
@@ -143,6 +144,7 @@ def test_applied_mode_is_beaten_for_the_journal_including_a_worker_downgrade(tra
                     "applied_compile_mode": "VLLM_COMPILE", "rollouts_ok": 0}
 
 
+@pytest.mark.slow
 def test_graphs_off_policy_with_graphs_on_worker_is_refused(trainer, tmp_path, monkeypatch):
     model, opt = trainer
     hb = tmp_path / "hb.json"
@@ -166,6 +168,7 @@ def test_graphs_off_policy_with_graphs_on_worker_is_refused(trainer, tmp_path, m
         gen.close()
 
 
+@pytest.mark.slow
 def test_env_policy_off_is_applied_and_a_misspelled_override_is_refused(trainer, tmp_path, monkeypatch):
     model, opt = trainer
     monkeypatch.setenv("HANGWATCH_CUDAGRAPHS", "0")  # what the supervisor sets after a stall

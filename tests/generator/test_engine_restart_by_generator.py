@@ -12,6 +12,7 @@ from hangwatch.generator.colocated import ColocatedGenerator, Timeouts
 pytestmark = pytest.mark.timeout(120)
 
 
+@pytest.mark.slow
 def test_a_weight_load_that_times_out_restarts_the_engine_like_a_generate_timeout(trainer, tmp_path, monkeypatch,
                                                                                    caplog):
     """The worker wedges in its weight load and the generator's load timeout fires (shorter than

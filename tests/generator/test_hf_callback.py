@@ -132,6 +132,7 @@ def test_note_adds_info_and_beats():
     assert "trl_llm_kwargs" not in rec.beats[-1]
 
 
+@pytest.mark.slow
 def test_attach_wraps_generation_with_the_generate_phase():
     rec = Recorder()
     seen = []
@@ -167,6 +168,7 @@ def test_real_heartbeat_file(tmp_path, monkeypatch):
     assert hb.info["cudagraphs"] == "off" and hb.info["saving"] == 9
 
 
+@pytest.mark.slow
 def test_module_import_does_not_import_transformers():
     code = ("import sys, hangwatch.generator.hf_callback as m; assert 'transformers' not in sys.modules; "
             "assert 'torch' not in sys.modules; C = m.HangwatchCallback; "
@@ -179,6 +181,7 @@ def test_module_import_does_not_import_transformers():
 # -- the callback in the real transformers training loop ---------------------------------------
 
 
+@pytest.mark.slow
 def test_real_trainer_announces_checkpoint_before_the_save_starts(tmp_path):
     import torch
     from transformers import Trainer, TrainingArguments

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.timeout(120)
 FAST = Timeouts(start=30, op=5, load=10, generate=10, grace=0.5)
 
 
+@pytest.mark.slow
 def test_the_worker_beats_its_engine_steps_and_says_when_the_request_ends(trainer, tmp_path, monkeypatch):
     base = tmp_path / "engine-heartbeat.json"
     monkeypatch.setenv("HANGWATCH_ENGINE_HEARTBEAT", str(base))
@@ -33,6 +34,7 @@ def test_the_worker_beats_its_engine_steps_and_says_when_the_request_ends(traine
     assert not os.path.exists(beacon), "a closed worker's beat is removed with it"
 
 
+@pytest.mark.slow
 def test_a_standby_that_cannot_start_costs_a_warning_never_the_call(trainer, tmp_path, caplog):
     model, opt = trainer
     kwargs = fake_kwargs(fake_fail_start_without_graphs=True)  # the standby runs graphs off: it fails
@@ -45,6 +47,7 @@ def test_a_standby_that_cannot_start_costs_a_warning_never_the_call(trainer, tmp
     assert "standby engine worker did not start" in caplog.text
 
 
+@pytest.mark.slow
 def test_the_standby_sleeps_with_the_next_safer_policy_and_is_closed_with_the_generator(trainer, tmp_path):
     model, opt = trainer
     gen = ColocatedGenerator(model, opt, engine_kwargs=fake_kwargs(), log_dir=str(tmp_path), timeouts=FAST,
@@ -84,6 +87,7 @@ def test_the_beacon_is_rate_limited_but_always_marks_begin_and_end(tmp_path):
     assert EngineBeacon(None).path == os.environ.get("HANGWATCH_ENGINE_HEARTBEAT")
 
 
+@pytest.mark.slow
 def test_the_generators_own_timeout_is_the_backstop_and_restarts_the_engine_once(trainer, tmp_path, caplog):
     """No supervisor instruction (no hangwatch, or no rule fired): the generate timeout kills the
     worker and retries the batch once with graphs off, on the standby."""
@@ -204,6 +208,7 @@ def _supervisor_acts_on(control, worker_pid: int, after_s: float, pgids: list[in
     threading.Thread(target=act, daemon=True).start()
 
 
+@pytest.mark.slow
 def test_a_wedge_late_in_a_request_waits_for_the_supervisor_to_take_the_evidence(
         trainer, tmp_path, monkeypatch, caplog):
     """The generate timeout fires first (it counts from the request's start, the engine rule
@@ -226,6 +231,7 @@ def test_a_wedge_late_in_a_request_waits_for_the_supervisor_to_take_the_evidence
     assert "waiting up to 6 s for hangwatch" in caplog.text
 
 
+@pytest.mark.slow
 def test_an_instruction_for_another_ranks_worker_is_not_ours(trainer, tmp_path, monkeypatch, caplog):
     model, opt = trainer
     control = tmp_path / "control.json"
@@ -241,6 +247,7 @@ def test_an_instruction_for_another_ranks_worker_is_not_ours(trainer, tmp_path, 
         assert "engine_restart_seq" not in gen.beat_info
 
 
+@pytest.mark.slow
 def test_under_recovery_job_or_in_a_cohort_the_generator_never_restarts_its_engine_alone(
         trainer, tmp_path, monkeypatch):
     """One node's engine restart would desynchronise a multi-node job: the error goes to the trainer."""
@@ -257,6 +264,7 @@ def test_under_recovery_job_or_in_a_cohort_the_generator_never_restarts_its_engi
         assert "engine_restart_by" not in gen.beat_info
 
 
+@pytest.mark.slow
 def test_under_recovery_job_no_standby_is_started(trainer, tmp_path, monkeypatch):
     """It could never take over (nothing restarts the engine alone): it only cost an engine start
     and a sleeping engine's CUDA context on the device for the whole run."""

@@ -19,6 +19,7 @@ def run(tmp_path, *args, env=None, timeout=50):
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(110)  # two runs of up to 50 s each
 def test_runs_to_completion_then_resume_continues_global_step_and_graphs_off_does_not_wedge(tmp_path):
     done = run(tmp_path, "--steps", "2", "--save-every", "1")
@@ -43,6 +44,7 @@ def test_runs_to_completion_then_resume_continues_global_step_and_graphs_off_doe
         (tmp_path / "generator-worker.log").read_text(), "graphs off: the wedge step did not wedge"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_graphs_on_wedges_at_the_step_and_the_generate_timeout_is_the_backstop(tmp_path):
     """Without a supervisor the wedge is caught by the generator's own generate timeout: the

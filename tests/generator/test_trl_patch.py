@@ -89,6 +89,7 @@ def test_apply_rollout_policy_beats_the_setting(monkeypatch, tmp_path):
     assert record["step"] == 3 and record["info"]["cudagraphs"] == "off"
 
 
+@pytest.mark.slow
 def test_real_trl_module():
     """TRL 1.16 binds LLM only when vLLM is installed; without it we inject through a factory."""
     real = pytest.importorskip(TRL_VLLM_MODULE)

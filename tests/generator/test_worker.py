@@ -65,6 +65,7 @@ def ready(proc, model, tmp_path):
     return staged
 
 
+@pytest.mark.slow
 def test_full_generate_cycle(trainer, tmp_path, sim_gpu, monkeypatch):
     model, opt = trainer
     hb = tmp_path / "hb.json"
@@ -89,6 +90,7 @@ def test_full_generate_cycle(trainer, tmp_path, sim_gpu, monkeypatch):
     assert "op=generate" in (tmp_path / "generator-worker.log").read_text()
 
 
+@pytest.mark.slow
 def test_wrong_fingerprint_and_partial_load_are_refused(worker, trainer, tmp_path):
     model, _ = trainer
     proc = worker()
@@ -119,6 +121,7 @@ def test_wrong_fingerprint_and_partial_load_are_refused(worker, trainer, tmp_pat
         proc.request("load_weights", 10, path=extra.path, manifest=extra.manifest)
 
 
+@pytest.mark.slow
 def test_misuse_is_reported_not_fatal(started_worker):
     proc = started_worker
     with pytest.raises(WorkerError, match="EngineStateError: generate is illegal while the engine is asleep"):
@@ -126,6 +129,7 @@ def test_misuse_is_reported_not_fatal(started_worker):
     assert proc.request("ping", 5)["pid"] == proc.pid
 
 
+@pytest.mark.slow
 def test_unauthenticated_client_refused_and_nothing_deserialised(worker, tmp_path):
     marker = tmp_path / "unpickled"
 
@@ -162,6 +166,7 @@ def test_unauthenticated_client_refused_and_nothing_deserialised(worker, tmp_pat
     assert "rejected a peer" in open(proc.log_path).read()
 
 
+@pytest.mark.slow
 def test_late_reply_is_skipped(started_worker):
     proc = started_worker
     skipped = proc.client.skipped_replies
@@ -171,6 +176,7 @@ def test_late_reply_is_skipped(started_worker):
     assert proc.client.skipped_replies == skipped + 1
 
 
+@pytest.mark.slow
 def test_wedged_worker_ignores_sigterm_and_is_sigkilled(worker, trainer, tmp_path, sim_gpu):
     model, _ = trainer
     proc = worker(fake_wedge_on_generate=1)
@@ -188,6 +194,7 @@ def test_wedged_worker_ignores_sigterm_and_is_sigkilled(worker, trainer, tmp_pat
     assert exit.escalated_to_sigkill and exit.returncode == -signal.SIGKILL
 
 
+@pytest.mark.slow
 def test_wedge_detected_killed_then_trainer_restored(trainer, tmp_path, monkeypatch, capfd):
     model, opt = trainer
     ids = [id(p) for p in model.parameters()]
@@ -224,6 +231,7 @@ def test_wedge_detected_killed_then_trainer_restored(trainer, tmp_path, monkeypa
         gen.close()
 
 
+@pytest.mark.slow
 def test_no_wedge_with_graphs_off(trainer, tmp_path):
     """Through the worker process with the policy hangwatch applies first (graphs off); the engine
     kwargs reach the engine as given, and both ways of turning graphs off (enforce_eager too) are
@@ -253,6 +261,7 @@ PARENT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_parent_death_takes_the_worker(tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path)], cwd=str(Path(__file__).resolve().parents[2]),
                               stdout=subprocess.PIPE, text=True)

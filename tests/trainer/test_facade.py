@@ -34,6 +34,7 @@ def test_the_facade_exports_the_generator_and_contract_names_without_importing_t
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr
 
 
+@pytest.mark.slow
 def test_hangwatch_callback_is_the_hf_callback_looked_up_on_first_use_and_other_names_are_missing():
     out = _python(
         "import sys, hangwatch.trainer as t\n"

@@ -94,6 +94,7 @@ def test_collapsed_stacks_from_py_spy_record_are_never_read_as_a_stack():
     assert report.profile_lines == 2 and any("py-spy top/record" in n for n in report.notes())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize(
     "kind",

@@ -10,6 +10,7 @@ from hangwatch.generator.staging import stage
 from gen_helpers import fake_kwargs, named
 
 
+@pytest.mark.slow
 def test_fake_engine_refuses_misuse(tmp_path, trainer):
     engine = FakeEngine(fake_kwargs())
     with pytest.raises(EngineStateError):

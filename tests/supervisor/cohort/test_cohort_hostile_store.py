@@ -69,6 +69,7 @@ def test_the_settled_backoff_is_bounded(delay, expected):
     assert together["restart"] and together["delay_s"] == expected  # before: 1e300 s, every node asleep for good
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_an_oversized_value_fails_its_call_only_and_the_next_calls_read_clean():
     """A value over the reply cap (1 MiB) written by someone who reached the store: that get

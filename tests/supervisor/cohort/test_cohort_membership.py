@@ -303,6 +303,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_supervisor_stopped_while_joining_exits_with_the_signal_and_status_says_so(tmp_path):
     """Node 0 waiting for node 1, and node 1 waiting for a node 0 not up yet, are stopped: both were

@@ -266,6 +266,7 @@ def test_a_node_that_cannot_relaunch_tells_the_others_why(tmp_path):
         "node 1's supervisor gave up: cannot start 'torchrun': command not found" in last["reason"], last
 
 
+@pytest.mark.slow
 def test_a_node_whose_supervisor_fails_tells_the_others_why(tmp_path):
     """hangwatch itself failed on node 1 (exit 70): the others read its error, not "it left"."""
     from hangwatch.cli.run_wiring import supervise

@@ -109,6 +109,7 @@ def _race(tmp: Path, n: int, containment: str, settle: float = 10.0) -> tuple[li
         _reap_all(proc, pids)
 
 
+@pytest.mark.slow
 @needs_cgroup
 @pytest.mark.timeout(240)
 def test_sigkill_right_after_fork_leaves_nothing_20_times(tmp_path):
@@ -129,6 +130,7 @@ def test_sigkill_right_after_fork_leaves_nothing_20_times(tmp_path):
         wait_for(lambda: not leftover.exists(), timeout=30, what=f"{leftover} removed")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_tree_fallback_guardian_kills_what_it_never_saw_fork_5_times(tmp_path):
     """Without a cgroup, the guardian kills what stayed in the trainer's session (forked after
@@ -188,6 +190,7 @@ def _helpers_of(supervisor: int) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_sigkill_during_the_capture_leaves_neither_the_tree_nor_the_capture_helpers(tmp_path):
     """The supervisor dies while its capture waits on a hung py-spy: the workers that escaped
@@ -316,6 +319,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_sigkill_during_the_kill_takes_what_a_sigterm_handler_started(tmp_path):
     """Tree walk: the killer sees the worker a SIGTERM handler started during the grace, and the
@@ -386,6 +390,7 @@ time.sleep(60)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_tree_fallback_guardian_kills_what_a_warm_launcher_forked(tmp_path):
     """--prewarm-launcher: the warm root's environment was fixed before it knew the attempt, so

@@ -68,6 +68,7 @@ def test_a_wedged_process_is_sigkilled_after_the_quiet_period_not_the_grace(spaw
     assert report.sigkill_after_s < 20.0
 
 
+@pytest.mark.slow
 def test_a_process_busy_after_sigterm_gets_the_full_grace_even_beside_a_wedged_one(spawn):
     busy, wedged = spawn(BUSY), spawn(WEDGED)
     report = _kill([busy, wedged], grace=2.0, quiet=0.3)
@@ -82,6 +83,7 @@ def test_processes_that_exit_on_sigterm_need_no_sigkill(spawn):
     assert report.sigkill_after_s is None
 
 
+@pytest.mark.slow
 def test_no_quiet_period_means_the_full_grace(spawn):
     report = _kill([spawn(WEDGED)], grace=1.0, quiet=None)
     assert report.grace_rule == "grace" and report.sigkill_after_s >= 1.0
@@ -106,6 +108,7 @@ def test_a_kill_timeout_of_zero_still_lets_sigkill_land(spawn):
     assert report.confirmed and report.survivors == ()
 
 
+@pytest.mark.slow
 def test_a_launcher_left_alone_is_sigkilled_without_waiting_out_its_teardown(spawn):
     """torchrun's agent: its workers die at SIGTERM, it stays busy tearing down. Named as the
     launcher, it is SIGKILLed once everything else is gone; not named, it keeps the grace."""
@@ -121,6 +124,7 @@ def test_a_launcher_left_alone_is_sigkilled_without_waiting_out_its_teardown(spa
     assert report.grace_rule == "grace", "without the launcher named, a busy process keeps its grace"
 
 
+@pytest.mark.slow
 def test_a_lone_root_is_never_taken_for_a_launcher(spawn):
     """A single-process trainer writing an emergency checkpoint: nothing else was in the tree."""
     root = spawn(BUSY)
@@ -150,6 +154,7 @@ sys.exit(child.wait())
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_the_supervisor_names_the_root_a_launcher_when_only_its_workers_beat(tmp_path):
     run_dir = tmp_path / "run"

@@ -60,6 +60,7 @@ def _reap(supervisor: subprocess.Popen, pids: list[int]) -> None:
         _kill(pid)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_resume_kills_a_worker_that_escaped_after_the_last_tick_when_the_guardian_died_too(tmp_path):
     hw = [sys.executable, "-m", "hangwatch.cli", "run"]
@@ -138,6 +139,7 @@ time.sleep(120)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_guardian_kills_a_bare_worker_forked_after_the_last_tick_by_a_live_member(tmp_path):
     """Tree walk: a worker with neither a recorded group nor a mark, forked while nobody looked,

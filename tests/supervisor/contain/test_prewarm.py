@@ -148,6 +148,7 @@ def _args(hw, launcher: Path, *trainer: str, extra: tuple[str, ...] = ()) -> lis
                              "--pidfile", str(hw.pidfile), *trainer]
 
 
+@pytest.mark.slow
 def test_a_relaunch_after_a_kill_goes_through_the_warm_process(hw, launcher):
     rec = hw.tmp / "rec.jsonl"  # written by the entry module
     result = hw.run(_args(hw, launcher, "--beats", "3", "--wedge", "--wedge-unless-graphs-off"))
@@ -184,6 +185,7 @@ def test_a_relaunch_after_a_kill_goes_through_the_warm_process(hw, launcher):
     assert not [p for p in unused if _running(p)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failure", ["killed", "import"])
 def test_a_warm_process_that_died_or_could_not_import_means_a_cold_launch_that_says_why(hw, launcher, failure):
     rec = hw.tmp / "rec.jsonl"  # written by the entry module
@@ -206,6 +208,7 @@ def test_a_warm_process_that_died_or_could_not_import_means_a_cold_launch_that_s
     assert {r["attempt"] for r in _records(rec) if r["ev"] == "main"} == {"1", "2"}
 
 
+@pytest.mark.slow
 def test_an_unused_warm_process_dies_with_a_sigkilled_supervisor(hw, launcher):
     rec = hw.tmp / "rec.jsonl"  # written by the entry module
     proc = hw.start(_args(hw, launcher, "--beats", "2", "--hang"))

@@ -79,6 +79,7 @@ time.sleep(float(sys.argv[2]))
 """
 
 
+@pytest.mark.slow
 @needs_cgroup
 @pytest.mark.timeout(60)
 def test_workers_in_the_trainers_own_cgroups_are_members_killed_and_their_cgroups_removed(tmp_path: Path) -> None:
@@ -139,6 +140,7 @@ def test_membership_reads_the_cgroups_below_the_attempts_and_the_walk(tmp_path: 
         containment.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(40)
 def test_a_guardian_that_could_not_arm_at_the_start_is_armed_later_and_kills_the_tree(monkeypatch) -> None:
     """The first start fails (a fork refused under a process limit, a start slower than its

@@ -24,6 +24,7 @@ def _resumable(hw, faults, *extra):
     return args
 
 
+@pytest.mark.slow
 def test_zombie_in_the_tree_is_ignored_and_the_run_recovers(hw, faults):
     """Case 5: the trainer has a child that exited and was never waited for."""
     args = _resumable(hw, faults, "--zombie")
@@ -44,6 +45,7 @@ def test_zombie_in_the_tree_is_ignored_and_the_run_recovers(hw, faults):
         pass
 
 
+@pytest.mark.slow
 def test_stopped_process_is_continued_by_capture_then_stopped_gracefully(hw, faults):
     """Case 6 (simulated, stall path): a process in state T (SIGSTOP, a handled SIGTERM
     pending) is SIGCONTed by the capture (hangwatch.diagnostics.proctable.resume), so the SIGTERM
@@ -64,6 +66,7 @@ def test_stopped_process_is_continued_by_capture_then_stopped_gracefully(hw, fau
     assert faults.snapshot(hw.ckpt) == before
 
 
+@pytest.mark.slow
 def test_stopped_process_left_by_a_crash_is_sigkilled(hw, faults):
     """Case 6 (simulated, crash path: no capture, so nobody continues it): the handled
     SIGTERM stays pending in state T; SIGKILL after the grace ends it."""
@@ -134,6 +137,7 @@ def test_killer_gives_up_on_a_d_state_process_within_kill_timeout():
     assert len(sleeps) < 200
 
 
+@pytest.mark.slow
 def test_unkillable_process_makes_the_supervisor_exit_74(hw_faulty, faults):
     """Case 6 (end to end): a survivor of SIGKILL ends the run with EXIT_UNKILLABLE, no restart."""
     hw = hw_faulty
@@ -156,6 +160,7 @@ def test_unkillable_process_makes_the_supervisor_exit_74(hw_faulty, faults):
     assert faults.snapshot(hw.ckpt) == before
 
 
+@pytest.mark.slow
 def test_journal_disk_full_stops_cleanly_with_the_tree_killed(hw_faulty, faults):
     """The journal cannot be appended (full disk): no supervision without a record, but
     nothing left running, no traceback for it, the documented internal-failure exit."""

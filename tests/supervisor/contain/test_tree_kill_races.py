@@ -46,6 +46,7 @@ time.sleep(120)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_a_member_reacting_to_its_parents_death_forks_nothing_that_survives(tmp_path: Path) -> None:
     run = tmp_path / "run"
@@ -126,6 +127,7 @@ def test_the_guardian_stops_its_recorded_members_by_pidfd_without_a_scan() -> No
             os.close(fd)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_a_guardian_that_dies_is_replaced_so_the_stopped_root_is_still_killed(tmp_path: Path) -> None:
     """The root's parent-death signal is SIGSTOP while a guardian is armed. A guardian killed

@@ -29,6 +29,7 @@ HANGS = {
 INTERVAL, TIMEOUT = 0.5, 2.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hang", sorted(HANGS))
 def test_a_spinning_hang_is_detected_within_the_progress_timeout_plus_one_interval(tmp_path, hang):
     values = {k: v[1] for k, v in SETTINGS.items()}

@@ -7,6 +7,7 @@ import pytest
 pytestmark = pytest.mark.timeout(90)
 
 
+@pytest.mark.slow
 def test_corrupt_and_half_written_checkpoints_are_skipped_and_untouched(hw, faults):
     faults.make_checkpoints(hw.ckpt)  # 3 complete, 6 corrupt JSON marker, 9 no marker
     (hw.ckpt / "checkpoint-12").mkdir()

@@ -63,6 +63,7 @@ def test_the_subset_is_big_enough(runs):
     assert {plan.scenario for plan in runs} == set(fp.SCENARIOS)
 
 
+@pytest.mark.slow
 def test_no_false_verdicts_and_every_wedge_caught_within_window_plus_two_intervals(results):
     cfg = DetectorConfig()
     false = [(r.plan.scenario, r.plan.index, v.to_json()) for r in results for v in r.false_verdicts]
@@ -150,6 +151,7 @@ def test_wedges_are_never_inside_an_announced_long_phase(runs):
             assert not before or before[-1] not in fp.LONG_PHASES
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("weaker", "why"),
     [
@@ -183,6 +185,7 @@ def engine_results(engine_runs):
     return [fp.replay_engine(plan) for plan in engine_runs]
 
 
+@pytest.mark.slow
 def test_engine_streams_give_no_false_verdict_and_every_engine_wedge_is_caught_by_the_engine_rule(engine_results):
     cfg = DetectorConfig()
     timeout = cfg.engine_step_timeout

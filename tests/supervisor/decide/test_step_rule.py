@@ -99,6 +99,7 @@ HANGS = {
 INTERVAL, STEP_TIMEOUT = 0.5, 2.0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("hang", sorted(HANGS))
 def test_beats_without_step_progress_from_a_real_trainer_are_caught(tmp_path, hang):

@@ -61,6 +61,7 @@ def _dribbling_receiver(stop: threading.Event) -> int:
     return server.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_a_receiver_that_dribbles_its_answer_never_keeps_the_supervisor_from_exiting():
     stop = threading.Event()
     port = _dribbling_receiver(stop)

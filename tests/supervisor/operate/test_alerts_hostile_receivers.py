@@ -43,6 +43,7 @@ def _receiver(status: int, sent: list[int]) -> ThreadingHTTPServer:
     return server
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", [200, 302])
 def test_a_receivers_endless_answer_is_never_held_in_the_supervisors_memory(status):
     """Apprise reads a receiver's whole answer into memory (its socket timeouts bound each
@@ -68,6 +69,7 @@ def test_a_receivers_endless_answer_is_never_held_in_the_supervisors_memory(stat
     assert sent and max(sent) <= MAX_ANSWER_BYTES + (16 << 20), sent
 
 
+@pytest.mark.slow
 def test_a_slow_receivers_abandoned_try_is_waited_for_not_the_end_alerts_tries_spent_on_it():
     """At the end of a run an incident alert's try is cut to what is left (0.9 s, say); a
     receiver answering in 3 s outlived it, and the run's last alert then spent its three

@@ -317,6 +317,7 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_low_disk_warns_once_cuts_logs_first_and_keeps_the_journal(hw, small_disk):
     hw.run_dir = small_disk / "run"

@@ -26,6 +26,7 @@ def _metrics(text: str) -> dict[str, float]:
     return out
 
 
+@pytest.mark.slow
 def test_the_textfile_keeps_the_last_heartbeats_time_so_a_rule_can_age_it(tmp_path):
     """The textfile carried the heartbeat's age as computed at its last write: once the
     supervisor was gone (OOM-killed) the file said "watching, last beat 0.04 s ago" forever and
@@ -47,6 +48,7 @@ def test_the_textfile_keeps_the_last_heartbeats_time_so_a_rule_can_age_it(tmp_pa
     assert metrics["hangwatch_last_heartbeat_step"] == beat["step"] == 3
 
 
+@pytest.mark.slow
 def test_a_second_run_on_the_same_textfile_is_refused_while_the_first_writes_it(tmp_path):
     """Several runs on one host from one config file shared the textfile and rewrote it in turn:
     each run's values (and a finished run's outcome) came and went with the other's."""

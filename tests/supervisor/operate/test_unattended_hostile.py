@@ -27,6 +27,7 @@ def _journal(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.slow
 def test_a_console_that_goes_away_never_ends_the_run(tmp_path):
     """`hangwatch run ... 2>&1 | head`: the pipe's reader exits, the next log line raised
     EPIPE inside the supervisor, which called it an internal error and killed the trainer."""
@@ -41,6 +42,7 @@ def test_a_console_that_goes_away_never_ends_the_run(tmp_path):
     assert "internal_error" not in (run_dir / "hangwatch.log").read_text()
 
 
+@pytest.mark.slow
 def test_status_into_a_closed_pipe_is_not_an_internal_error(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -69,6 +71,7 @@ def _running(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_an_alert_command_and_its_daemon_stay_out_of_the_tree_and_die_at_the_deadline(tmp_path):
     """The supervisor treats its descendants as the trainer's tree: a notify command run from it
     was captured and killed as the trainer, and a `setsid` daemon it left outlived every deadline."""
@@ -111,6 +114,7 @@ def test_an_alert_command_that_floods_stderr_fails_with_a_short_line(tmp_path):
 # -- --metrics-textfile ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_metrics_textfile_that_stops_being_writable_costs_the_metrics_not_the_run(tmp_path):
     """Its directory went away mid-run (here: replaced by a file): the write at the end raised
     out of the supervisor's cleanup and a finished run exited 70 as an internal error."""
@@ -127,6 +131,7 @@ def test_a_metrics_textfile_that_stops_being_writable_costs_the_metrics_not_the_
     assert "metrics_textfile_failed" in err and "internal error" not in err
 
 
+@pytest.mark.slow
 def test_a_metrics_textfile_that_is_a_link_is_refused_and_its_target_untouched(tmp_path):
     """The path was resolved at start, so a link planted at the name had root's metrics
     replace whatever file it pointed to."""
@@ -145,6 +150,7 @@ def test_a_metrics_textfile_that_is_a_link_is_refused_and_its_target_untouched(t
 # -- --notify URL ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_receiver_that_dribbles_its_answer_leaves_one_abandoned_try_not_one_per_retry():
     """Apprise's socket timeouts bound each read, not the answer: a receiver sending a byte now
     and then kept every abandoned try's thread and connection alive, one more per retry."""
@@ -256,6 +262,7 @@ def test_status_json_has_one_shape_for_running_and_ended_attempts(tmp_path):
     assert render_status(summary).splitlines()[-1].split()[3:5] == ["left", "open"]
 
 
+@pytest.mark.slow
 def test_the_runs_last_alert_is_not_starved_by_incident_alerts_a_slow_target_holds():
     """At the end the notifier had a fixed time for its queue, first in first out: behind a few
     incident alerts to a slow target, `gave_up` (the alert that matters when nobody watches)
@@ -410,6 +417,7 @@ def test_the_end_alert_of_a_resumed_run_counts_the_runs_incidents(tmp_path):
     assert json.loads(got.read_text())["incidents"] == 3
 
 
+@pytest.mark.slow
 def test_idle_connections_to_metrics_cost_a_bounded_number_of_threads():
     """A thread per connection, waiting without a timeout: 600 idle connections to /metrics (all
     interfaces by default) were 600 threads in the supervisor."""
