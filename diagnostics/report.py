@@ -14,6 +14,7 @@ from typing import Any, Iterable, Sequence
 
 from hangwatch.diagnostics.bundle import Bundle
 from hangwatch.diagnostics.classify import Classification, classify
+from hangwatch.diagnostics.gpustate import readings
 from hangwatch.diagnostics.signatures import load_signatures
 from hangwatch.diagnostics.stacks import ProcessSeries
 from hangwatch.contract.samples import Sample
@@ -56,6 +57,7 @@ def render_report(bundle: Bundle, *, signature_files: Iterable[str] = ()) -> str
         f"captured {_e((manifest.get('times') or {}).get('capture_started'))}</div></header><main>",
         _summary(manifest, classification),
         _timeline(bundle.samples(), verdict),
+        _gpus(bundle),
         _tree(bundle.process_rows() or manifest.get("tree") or [], manifest.get("root_pid")),
         _stacks(series, classification),
         _capture(manifest, bundle.left_out),
@@ -237,6 +239,25 @@ def _stacks(series: Sequence[ProcessSeries], c: Classification | None) -> str:
         out.append("</details>")
     out.append("</section>")
     return "".join(out)
+
+
+def _gpus(bundle: Bundle) -> str:
+    """Each GPU's utilisation, memory, power draw and SM clock: "100 % at idle power" is a
+    spinning wedge. Empty when the bundle has no GPU reading."""
+    try:
+        rows = readings(bundle.json("gpu/state.json"), bundle.samples())
+    except Exception:  # noqa: BLE001 - a sent bundle's malformed GPU file costs only this section
+        return ""
+    if not rows:
+        return ""
+
+    def cell(value: Any, unit: str) -> str:
+        return "—" if value is None else f"{_e(f'{float(value):.0f}')} {unit}" if isinstance(value, (int, float)) else _e(value)
+
+    body = "".join(f"<tr><td>{_e(r.get('index'))}</td><td>{cell(r.get('util_pct'), '%')}</td><td>{cell(r.get('mem_used_mib'), 'MiB')}</td>"
+                   f"<td>{cell(r.get('power_w'), 'W')}</td><td>{cell(r.get('sm_clock_mhz'), 'MHz')}</td></tr>" for r in rows)
+    return (f"<section><h2>GPUs</h2><p class=muted>{_e(rows[0]['source'])}</p><table><tr><th>GPU</th><th>util</th>"
+            f"<th>memory</th><th>power</th><th>SM clock</th></tr>{body}</table></section>")
 
 
 def _capture(manifest: dict[str, Any], left_out: Sequence[str] = ()) -> str:
