@@ -149,7 +149,8 @@ def _prepare(tp: TreeProcess, attempt_dir: Path | None, round_no: int) -> _Targe
         pidfd = _pidfd(tp.pid)
         # The pidfd pins the process; checked after it is taken, the identity cannot change under us.
         if verify(tp) is None or start_ticks(tp.pid) != header.start_ticks:
-            raise _Refused("stale", f"{path.name} was written by an earlier process with pid {tp.pid}")
+            raise _Refused("stale", f"{path.name} was written by another process with pid {tp.pid} (an earlier one, "
+                           "or this one is no longer the tree's)")
         if not catches(tp.pid, header.signal):
             raise _Refused("not_caught", f"it no longer catches {signal_name(header.signal)} (exec'd since it "
                            "registered?): not sent, the signal would end it")

@@ -269,9 +269,13 @@ def _capture(manifest: dict[str, Any], left_out: Sequence[str] = ()) -> str:
     stacks = manifest.get("stacks") or {}
     rounds = "".join(f"<tr><td>round {_e(r.get('round'))}</td><td>{_e(r.get('ok'))}/{_e(r.get('processes'))} dumped</td>"
                      f"<td>{_e(r.get('duration_s'))} s</td></tr>" for r in stacks.get("rounds") or [] if isinstance(r, dict))
+    # How each process's stacks came: py-spy, its own in-process dump, or none (and why).
+    methods = "".join(f"<tr><td>pid {_e(m.get('pid'))}</td><td>{_e(m.get('method'))}</td><td>{_e(m.get('why') or '')}</td></tr>"
+                      for m in (stacks.get("methods") or [])[:MAX_TREE_ROWS] if isinstance(m, dict))
     times = manifest.get("times") or {}
     return (f"<section><h2>Capture</h2><p>took {_e(times.get('capture_duration_s'))} s of a {_e(times.get('deadline_s'))} s budget; "
-            f"py-spy: <code>{_e(stacks.get('pyspy'))}</code></p><table>{''.join(rows)}</table><table>{rounds}</table></section>")
+            f"py-spy: <code>{_e(stacks.get('pyspy'))}</code></p><table>{''.join(rows)}</table><table>{rounds}</table>"
+            + (f"<p><b>Stacks by process</b></p><table>{methods}</table>" if methods else "") + "</section>")
 
 
 def _versions(versions: dict[str, Any] | None) -> str:

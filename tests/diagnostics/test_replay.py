@@ -380,3 +380,4 @@ def test_replay_and_report_show_power_sm_clock_and_how_each_process_stacks_came(
     assert _run(capsys, "report", str(bundle), "-o", str(report))[0] == 0
     html = report.read_text()
     assert "<h2>GPUs</h2>" in html and "61 W" in html and "1410 MHz" in html
+    assert "<td>pid 101</td><td>in-process</td><td>py-spy: ptrace_denied</td>" in html
