@@ -68,7 +68,7 @@ def write_hook(run_dir: Path) -> Path:
     """The hook folder of ``run_dir`` with its ``sitecustomize.py`` (rewritten each time: the
     current hangwatch's). Returns the folder to put on ``PYTHONPATH``."""
     folder = run_dir / FOLDER
-    folder.mkdir(mode=0o700, exist_ok=True)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     atomic.write_file(folder / "sitecustomize.py", HOOK_SOURCE.encode("utf-8"))
     return folder
 

@@ -21,9 +21,9 @@ TRAINER = ROOT / "tests" / "fixtures" / "nondumpable_trainer.py"
 CAPSH = shutil.which("capsh") or ("/usr/sbin/capsh" if os.path.exists("/usr/sbin/capsh") else None)
 
 
-def _run(hw, *trainer_args: str, drop_ptrace: bool) -> subprocess.CompletedProcess:
+def _run(hw, *trainer_args: str, drop_ptrace: bool, stacks: str | None = None) -> subprocess.CompletedProcess:
     args = hw.fast_args(**{"--gpu-probe": "none", "--progress-timeout": "1.5", "--max-restarts": "0",
-                           "--capture-timeout": "20"})
+                           "--capture-timeout": "20", "--in-process-stacks": stacks})
     cli = [sys.executable, "-m", "hangwatch.cli", *args, "--", sys.executable, str(TRAINER), str(hw.pidfile), *trainer_args]
     if drop_ptrace:
         # Out of the bounding and effective sets: no process of the supervisor's may trace a
@@ -78,6 +78,24 @@ def test_where_the_kernel_refuses_py_spy_every_thread_comes_from_the_processes_t
     assert incident["stack_methods"] == {"in-process": 2}
     rows = {r["pid"]: r for r in replayed["processes"]}
     assert rows[trainer]["state"] != "not dumped" and rows[worker]["state"] != "not dumped"
+    assert not hw.alive()
+
+
+@pytest.mark.skipif(CAPSH is None, reason="capsh (libcap2-bin) is not installed: cannot drop CAP_SYS_PTRACE")
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: capsh drops a capability only a privileged process holds")
+@pytest.mark.parametrize("stacks, method", [("all", "in-process"), (None, "none")])
+def test_processes_that_never_import_hangwatch_are_covered_only_with_in_process_stacks_all(hw, stacks, method):
+    result = _run(hw, "--plain", drop_ptrace=True, stacks=stacks)
+    assert result.returncode == EXIT_BUDGET, result.stderr
+    pids = hw.reported_pids()
+    manifest = json.loads((_bundle(hw) / "manifest.json").read_text())
+    methods = {m["pid"]: m for m in manifest["stacks"]["methods"]}
+    for pid in (pids["trainer"][0], pids["worker"][0]):
+        assert methods[pid]["method"] == method
+        if method == "none":
+            assert "unregistered" in methods[pid]["why"] and "--in-process-stacks all" in methods[pid]["why"]
+    env = hw.events("attempt_started")[0]["env"]
+    assert ("startup-hook" in env.get("PYTHONPATH", "")) == (stacks == "all")
     assert not hw.alive()
 
 
