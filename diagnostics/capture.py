@@ -16,6 +16,11 @@ return before then and must never hold recovery up, so:
   it arrives in ``request.extra["early_round"]``): then the capture takes only
   the final round, with no wait, and "frozen across rounds" compares rounds
   seconds apart. Every round records when it was taken (``taken_at``);
+* a process py-spy is refused or times out on, and that has none of its stacks yet, is
+  asked for its own (``inprocess.collect``: one signal, its faulthandler dump read
+  back within ``in_process_timeout``), right after that round; later rounds leave it
+  to that dump. The manifest says per process how its stacks came (``stacks.methods``:
+  ``py-spy``, ``in-process``, or ``none`` with why);
 * ``write_reserve`` seconds before the deadline are kept for writing the bundle;
 * every failure is data in ``manifest.json``: the bundle is written whatever
   failed (unless writing itself fails, which raises).
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import json
 import threading
 import time
 from dataclasses import dataclass, field, fields
@@ -38,6 +44,7 @@ from hangwatch.diagnostics.bundle import Bundle, dumps_json
 from hangwatch.diagnostics.classify import classify
 from hangwatch.diagnostics.errors import DiagnosticsError
 from hangwatch.diagnostics.gpustate import gpu_state
+from hangwatch.diagnostics.inprocess import FALLBACK_PROBLEMS, InProcessResult, as_pyspy_json, collect
 from hangwatch.diagnostics.proctable import process_table, render_table, resume, verify
 from hangwatch.diagnostics.pyspy import DumpResult, dump_process, find_pyspy
 from hangwatch.contract.redact import redact_argv
@@ -71,6 +78,9 @@ class CaptureConfig:
     log_lines: int = 200
     write_reserve: float = 2.0
     signatures: tuple[str, ...] = ()
+    #: ask a process py-spy cannot dump for its own stacks (``inprocess``), within this many seconds
+    in_process: bool = True
+    in_process_timeout: float = 3.0
 
     def __post_init__(self) -> None:
         if self.rounds < 1:
@@ -78,8 +88,9 @@ class CaptureConfig:
         for name in ("round_interval", "write_reserve"):
             if getattr(self, name) < 0:
                 raise CaptureConfigError(f"capture {name} must be >= 0, got {getattr(self, name)!r}")
-        if self.pyspy_timeout <= 0 or self.max_workers < 1 or self.log_lines < 0:
-            raise CaptureConfigError("capture pyspy_timeout must be > 0, max_workers >= 1, log_lines >= 0")
+        if self.pyspy_timeout <= 0 or self.max_workers < 1 or self.log_lines < 0 or self.in_process_timeout <= 0:
+            raise CaptureConfigError("capture pyspy_timeout and in_process_timeout must be > 0, max_workers >= 1, "
+                                     "log_lines >= 0")
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "CaptureConfig":
@@ -205,8 +216,10 @@ def capture_incident(request: CaptureRequest, *, config: CaptureConfig | None = 
         th.start()
 
     early = request.extra.get("early_round")
+    attempt_dir = request.log_paths.get("attempt_dir")
     stack_info = _stack_rounds(tree, config, budget_end, clock, steps,
-                               early if isinstance(early, EarlyRound) else None)
+                               early if isinstance(early, EarlyRound) else None,
+                               Path(attempt_dir) if attempt_dir is not None else None)
 
     for th in threads:
         th.join(timeout=max(0.0, budget_end - clock()))
@@ -257,6 +270,11 @@ class _StackInfo:
     skipped: list[str] = field(default_factory=list)
     resumed: list[int] = field(default_factory=list)
     pyspy: str | None = None
+    in_process: list[InProcessResult] = field(default_factory=list)
+    attempt_dir: Path | None = None
+
+    def in_process_dumped(self) -> set[int]:
+        return {r.pid for r in self.in_process if r.dump is not None}
 
 
 def _one_round(pool, pyspy, tree: Sequence[TreeProcess], round_no: int, config: CaptureConfig, budget_end: float,
@@ -276,9 +294,29 @@ def _one_round(pool, pyspy, tree: Sequence[TreeProcess], round_no: int, config: 
     return live, got
 
 
+def _fall_back(tree: Sequence[TreeProcess], got: Sequence[DumpResult], round_no: int, config: CaptureConfig,
+               budget_end: float, clock, info: _StackInfo) -> list[dict[str, Any]]:
+    """Each process py-spy failed on in this round, with no stacks yet, asked for its own
+    (``inprocess.collect``); returns what each answered, for the round's record."""
+    if not config.in_process:
+        return []
+    have = {r.pid for r in info.results if r.dump is not None} | {r.pid for r in info.in_process}
+    need = {r.pid for r in got if r.problem in FALLBACK_PROBLEMS and r.pid not in have}
+    members = [tp for tp in tree if tp.pid in need]
+    if not members:
+        return []
+    deadline = min(budget_end, clock() + config.in_process_timeout)
+    if deadline - clock() <= 0.05:
+        info.skipped.append(f"round {round_no}: in-process stacks not asked for, no time left")
+        return []
+    answers = collect(members, info.attempt_dir, round_no, deadline, clock=clock)
+    info.in_process.extend(answers)
+    return [a.to_json() for a in answers]
+
+
 def _stack_rounds(tree: Sequence[TreeProcess], config: CaptureConfig, budget_end: float, clock, steps: _Steps,
-                  early: EarlyRound | None = None) -> _StackInfo:
-    info = _StackInfo(pyspy=find_pyspy(config.pyspy))
+                  early: EarlyRound | None = None, attempt_dir: Path | None = None) -> _StackInfo:
+    info = _StackInfo(pyspy=find_pyspy(config.pyspy), attempt_dir=attempt_dir)
     started = clock()
     if not tree:
         info.skipped.append("no process in the tree; no stacks to take")
@@ -297,6 +335,10 @@ def _stack_rounds(tree: Sequence[TreeProcess], config: CaptureConfig, budget_end
             "ok": sum(1 for r in early.results if r.dump is not None),
             "dumps": [r.to_json() for r in early.results],
         })
+        # Asked at the verdict, not while the hang was building: it is the capture's to send.
+        in_process = _fall_back(tree, early.results, 1, config, budget_end, clock, info)
+        if in_process:
+            info.rounds[-1]["in_process"] = in_process
         if all(r.problem in _HOPELESS for r in early.results):
             info.skipped.append(f"rounds after 1: skipped, py-spy cannot work here ({early.results[0].problem})")
             return info
@@ -315,8 +357,12 @@ def _stack_rounds(tree: Sequence[TreeProcess], config: CaptureConfig, budget_end
             if min(config.pyspy_timeout, budget_end - round_t0) <= 0.2:
                 info.skipped.append(f"round {round_no}: skipped, no time left")
                 break
-            live, got = _one_round(pool, info.pyspy, tree, round_no, config, budget_end, clock)
+            # A process whose own dump answered is left to it: py-spy failed on it already.
+            own = info.in_process_dumped()
+            live, got = _one_round(pool, info.pyspy, [tp for tp in tree if tp.pid not in own], round_no, config,
+                                   budget_end, clock)
             info.resumed.extend(p for p in resume(tree) if p not in info.resumed)
+            in_process = _fall_back(tree, got, round_no, config, budget_end, clock, info)
             info.results.extend(got)
             info.rounds.append(
                 {
@@ -327,6 +373,7 @@ def _stack_rounds(tree: Sequence[TreeProcess], config: CaptureConfig, budget_end
                     "processes": len(live),
                     "ok": sum(1 for r in got if r.dump is not None),
                     "dumps": [r.to_json() for r in got],
+                    **({"in_process": in_process} if in_process else {}),
                 }
             )
             if got and all(r.problem in _HOPELESS for r in got):
@@ -345,15 +392,9 @@ def _assemble(request, config, tree, stack_info: _StackInfo, results, failed, du
     cmdlines = {int(r["pid"]): " ".join(r.get("cmdline") or []) for r in rows or [] if "pid" in r}
     cmdlines.update({tp.pid: " ".join(redact_argv(tp.cmdline)) for tp in tree if tp.pid not in cmdlines})
 
-    dumps: list[ProcessDump] = []
-    for r in stack_info.results:
-        if r.dump is not None:
-            files[f"stacks/round-{r.round}/pid-{r.pid}.json"] = r.raw
-            d = r.dump
-            dumps.append(ProcessDump(r.pid, d.threads, cmdlines.get(r.pid, ""), d.python, r.round))
-    series = group_series(dumps)
+    series = group_series(_stack_files(files, stack_info, cmdlines))
     problems = _stack_problems(stack_info)
-    if dumps:
+    if series:
         captured.append("stacks")
         files["stacks/stacks.txt"] = render_text(series)
     if problems:
@@ -425,6 +466,7 @@ def _assemble(request, config, tree, stack_info: _StackInfo, results, failed, du
             "rounds": stack_info.rounds,
             "skipped": stack_info.skipped,
             "resumed_stopped_pids": stack_info.resumed,
+            "methods": _methods(tree, stack_info),
         },
         "classification": classification.to_json() if classification else None,
     }
@@ -432,18 +474,70 @@ def _assemble(request, config, tree, stack_info: _StackInfo, results, failed, du
     return files, manifest
 
 
+def _stack_files(files: dict[str, bytes | str], info: _StackInfo, cmdlines: Mapping[int, str]) -> list[ProcessDump]:
+    """Every dump as ``stacks/round-N/pid-P.json``, py-spy's and the in-process ones alike (in
+    py-spy's JSON shape; their text as received in ``stacks/in-process/``); returns the dumps."""
+    dumps: list[ProcessDump] = []
+    for r in info.results:
+        if r.dump is not None:
+            files[f"stacks/round-{r.round}/pid-{r.pid}.json"] = r.raw
+            d = r.dump
+            dumps.append(ProcessDump(r.pid, d.threads, cmdlines.get(r.pid, ""), d.python, r.round))
+    for a in info.in_process:
+        if a.raw:
+            files[f"stacks/in-process/pid-{a.pid}-round-{a.round}.txt"] = a.raw
+        if a.dump is not None:
+            files[f"stacks/round-{a.round}/pid-{a.pid}.json"] = json.dumps(as_pyspy_json(a.dump), indent=1)
+            dumps.append(ProcessDump(a.pid, a.dump.threads, cmdlines.get(a.pid, ""), a.dump.python, a.round))
+    dumps.sort(key=lambda d: (d.round, d.pid or 0))
+    return dumps
+
+
+def _methods(tree: Sequence[TreeProcess], info: _StackInfo) -> list[dict[str, Any]]:
+    """How each process's stacks were obtained: ``py-spy``, ``in-process``, or ``none`` with why."""
+    order = list(dict.fromkeys([tp.pid for tp in tree] + [r.pid for r in info.results] + [a.pid for a in info.in_process]))
+    out = []
+    for pid in order:
+        spy = [r for r in info.results if r.pid == pid]
+        own = [a for a in info.in_process if a.pid == pid]
+        rounds = sorted({r.round for r in spy if r.dump is not None} | {a.round for a in own if a.dump is not None})
+        failed = next((r for r in reversed(spy) if r.problem), None)
+        spy_why = f"py-spy: {failed.problem} ({failed.message})" if failed is not None else None
+        if any(r.dump is not None for r in spy):
+            method, why = "py-spy", None
+        elif any(a.dump is not None for a in own):
+            method, why = "in-process", spy_why
+        elif failed is not None and failed.problem == "not_python":
+            method, why = "none", "not a Python process"
+        else:
+            asked = own[-1] if own else None
+            own_why = f"in-process: {asked.problem} ({asked.message})" if asked is not None else None
+            why = "; ".join(w for w in (spy_why, own_why) if w) or "not dumped (gone, or no round reached it)"
+            method = "none"
+        out.append({"pid": pid, "method": method, "why": why, "rounds": rounds})
+    return out
+
+
 def _stack_problems(info: _StackInfo) -> list[str]:
-    """One line per kind of problem, with the pids and the fix, not one per call."""
+    """One line per kind of problem, with the pids and the fix, not one per call. A process whose
+    own dump answered is not listed under py-spy's problem: its stacks are in the bundle."""
+    own = info.in_process_dumped()
     by_kind: dict[str, tuple[list[int], str]] = {}
     for r in info.results:
-        if r.problem and r.problem != "not_python":
+        if r.problem and r.problem != "not_python" and r.pid not in own:
             pids, msg = by_kind.setdefault(r.problem, ([], r.message or r.problem))
             if r.pid not in pids:
                 pids.append(r.pid)
+    for a in info.in_process:
+        if a.problem:
+            pids, msg = by_kind.setdefault(f"in-process {a.problem}", ([], a.message or a.problem))
+            if a.pid not in pids:
+                pids.append(a.pid)
     out = [f"{kind} for pid(s) {', '.join(map(str, pids))}: {msg}" for kind, (pids, msg) in by_kind.items()]
-    if info.results and not any(r.dump for r in info.results) and not out:
+    dumped = any(r.dump for r in info.results) or bool(own)
+    if info.results and not dumped and not out:
         out.append("no Python process in the tree could be dumped")
-    return out + list(info.skipped if not any(r.dump for r in info.results) else [])
+    return out + list(info.skipped if not dumped else [])
 
 
 def _add_report(final: Path, files: dict[str, bytes | str], manifest: dict[str, Any], config: CaptureConfig, failed: dict[str, str]) -> None:

@@ -1,5 +1,6 @@
 """GPU state at capture time: NVML in process when it loads, ``nvidia-smi -q``
-through ``run_bounded`` when the binary exists, else a plain "no GPU".
+through ``run_bounded`` when the binary exists, else a plain "no GPU"; and each
+GPU's readings as replay and the report show them (``readings``).
 
 NVML calls run in the capture's step thread; a wedged driver can block them,
 which is why the capture orchestrator bounds every step.
@@ -7,9 +8,10 @@ which is why the capture orchestrator bounds every step.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from hangwatch.contract.private import trusted_which
+from hangwatch.contract.samples import Sample
 from hangwatch.contract.tools import run_bounded
 
 
@@ -74,6 +76,9 @@ def _device(pynvml: Any, index: int) -> dict[str, Any]:
         "util_mem_pct": getattr(util, "memory", None),
         "mem_used_mib": mem.used / 2**20 if mem else None,
         "mem_total_mib": mem.total / 2**20 if mem else None,
+        # "100 % utilisation at idle power": a spinning wedge (the power in W; NVML says mW).
+        "power_w": power / 1000.0 if (power := _call(pynvml.nvmlDeviceGetPowerUsage, h)) is not None else None,
+        "sm_clock_mhz": _call(pynvml.nvmlDeviceGetClockInfo, h, getattr(pynvml, "NVML_CLOCK_SM", 1)),
         "processes": [
             {"pid": p.pid, "used_mib": (p.usedGpuMemory or 0) / 2**20 if p.usedGpuMemory is not None else None}
             for p in (procs or [])
@@ -87,3 +92,36 @@ def _call(fn: Any, *args: Any) -> Any:
     except Exception:
         return None
     return value.decode() if isinstance(value, bytes) else value
+
+
+def readings(state: Any, samples: Sequence[Sample]) -> list[dict[str, Any]]:
+    """Each GPU's utilisation, memory, power draw and SM clock as an incident shows them: NVML's
+    at capture (``gpu/state.json``) when it read them, else the last sample that had devices.
+    A bundle without power or clock (an older one, a GPU without the counter) has them None."""
+    nvml = state.get("nvml") if isinstance(state, dict) else None
+    if isinstance(nvml, dict) and nvml.get("available") and isinstance(nvml.get("devices"), list):
+        return [{"index": d.get("index"), "util_pct": d.get("util_gpu_pct"), "mem_used_mib": d.get("mem_used_mib"),
+                 "power_w": d.get("power_w"), "sm_clock_mhz": d.get("sm_clock_mhz"), "source": "capture"}
+                for d in nvml["devices"] if isinstance(d, dict)]
+    last = next((s for s in reversed(samples) if s.gpu), None)
+    if last is None:
+        return []
+    return [{"index": d.index, "util_pct": d.util_pct, "mem_used_mib": d.mem_used_mib, "power_w": d.power_w,
+             "sm_clock_mhz": d.sm_clock_mhz, "source": "last sample"} for d in last.gpu or ()]
+
+
+def describe_reading(r: dict[str, Any]) -> str:
+    """``GPU 0: 100% util, 61 W, 1410 MHz SM`` (what was not read is left out)."""
+    parts = [f"{_num(r.get('util_pct'))}% util" if r.get("util_pct") is not None else "util unknown"]
+    if r.get("power_w") is not None:
+        parts.append(f"{_num(r['power_w'])} W")
+    if r.get("sm_clock_mhz") is not None:
+        parts.append(f"{_num(r['sm_clock_mhz'])} MHz SM")
+    return f"GPU {r.get('index')}: {', '.join(parts)}"
+
+
+def _num(value: Any) -> str:
+    try:
+        return f"{float(value):.0f}"
+    except (TypeError, ValueError):
+        return "?"

@@ -16,6 +16,7 @@ from hangwatch.contract.capped import FileTooLarge, NotRegularFile, read_capped
 from hangwatch.diagnostics.bundle import Bundle, list_bundles, load_bundle
 from hangwatch.diagnostics.classify import NO_STACKS, Classification, Overview, ProcessVerdict, headline, overview, process_verdicts
 from hangwatch.diagnostics.errors import InputError
+from hangwatch.diagnostics.gpustate import describe_reading, readings
 from hangwatch.diagnostics.pastes import ParseReport, read_text
 from hangwatch.diagnostics.pyspy import parse_json
 from hangwatch.diagnostics.signatures import Signature
@@ -118,6 +119,10 @@ class Incident:
     classification: Classification | None
     whatif: WhatIf | None = None
     verdicts: tuple[ProcessVerdict, ...] = ()
+    #: each GPU's utilisation, power and SM clock (a bundle's; empty for a paste)
+    gpu: tuple[dict[str, Any], ...] = ()
+    #: processes whose stacks came by each method (``py-spy``, ``in-process``, ``none``; a bundle's)
+    stack_methods: Mapping[str, int] = field(default_factory=dict)
 
     def waits_on(self) -> list[dict[str, Any]]:
         """What each thread of interest waits on (see ``thread_waits``)."""
@@ -144,6 +149,8 @@ class Incident:
             "parse": self.source.parse.to_json() if self.source.parse else None,
             "whatif": self.whatif.to_json() if self.whatif else None,
             "waits_on": self.waits_on(),
+            "gpu": list(self.gpu),
+            "stack_methods": dict(self.stack_methods),
         }
 
 
@@ -301,8 +308,28 @@ def analyse(paths: Iterable[str | Path], signatures: Sequence[Signature], overri
             if samples:
                 what = run_whatif(samples, whatif_thresholds(src.bundle, overrides or {}), whatif,
                                   src.bundle.manifest.get("verdict"))
-        incidents.append(Incident(_slim(src), c, what, verdicts))
+        gpu, methods = (_gpu_readings(src.bundle), _stack_methods(src.bundle)) if src.bundle is not None else ((), {})
+        incidents.append(Incident(_slim(src), c, what, verdicts, gpu, methods))
     return incidents
+
+
+def _gpu_readings(bundle: Bundle) -> tuple[dict[str, Any], ...]:
+    """Each GPU's utilisation, power and SM clock in ``bundle`` (``gpustate.readings``)."""
+    try:
+        return tuple(readings(bundle.json("gpu/state.json"), bundle.samples()))
+    except Exception:  # noqa: BLE001 - a sent bundle's malformed GPU file costs only this line
+        return ()
+
+
+def _stack_methods(bundle: Bundle) -> dict[str, int]:
+    """How many processes' stacks came by py-spy, in-process, or not at all (the manifest's
+    ``stacks.methods``; an older bundle has none)."""
+    methods = (bundle.manifest.get("stacks") or {}).get("methods") or []
+    counts: dict[str, int] = {}
+    for m in methods if isinstance(methods, list) else []:
+        if isinstance(m, dict):
+            counts[str(m.get("method"))] = counts.get(str(m.get("method")), 0) + 1
+    return counts
 
 
 def _slim(src: Source) -> Source:
@@ -481,6 +508,12 @@ def render_text(incidents: Sequence[Incident], agg: Mapping[str, Any], ov: Overv
             p = i.source.parse
             notes = "; ".join(p.notes())
             out.append(f"   read as: {len(p.processes)} process(es), {p.frames} frame(s), confidence {p.confidence}" + (f" ({notes})" if notes else ""))
+        if i.stack_methods:
+            out.append("   stacks by: " + ", ".join(f"{m} {n}" for m, n in sorted(i.stack_methods.items())))
+        gpus = i.gpu
+        if gpus:
+            out.append("   gpu: " + "; ".join(describe_reading(r) for r in gpus[:8])
+                       + (f" and {len(gpus) - 8} more" if len(gpus) > 8 else "") + f" ({gpus[0]['source']})")
         if i.whatif:
             out.append(f"   {i.whatif.describe()}")
         out.append("")

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Sequence
 
 from hangwatch.diagnostics.bundle import Bundle
 from hangwatch.diagnostics.classify import Classification, classify
+from hangwatch.diagnostics.gpustate import readings
 from hangwatch.diagnostics.signatures import load_signatures
 from hangwatch.diagnostics.stacks import ProcessSeries
 from hangwatch.contract.samples import Sample
@@ -56,6 +57,7 @@ def render_report(bundle: Bundle, *, signature_files: Iterable[str] = ()) -> str
         f"captured {_e((manifest.get('times') or {}).get('capture_started'))}</div></header><main>",
         _summary(manifest, classification),
         _timeline(bundle.samples(), verdict),
+        _gpus(bundle),
         _tree(bundle.process_rows() or manifest.get("tree") or [], manifest.get("root_pid")),
         _stacks(series, classification),
         _capture(manifest, bundle.left_out),
@@ -239,6 +241,25 @@ def _stacks(series: Sequence[ProcessSeries], c: Classification | None) -> str:
     return "".join(out)
 
 
+def _gpus(bundle: Bundle) -> str:
+    """Each GPU's utilisation, memory, power draw and SM clock: "100 % at idle power" is a
+    spinning wedge. Empty when the bundle has no GPU reading."""
+    try:
+        rows = readings(bundle.json("gpu/state.json"), bundle.samples())
+    except Exception:  # noqa: BLE001 - a sent bundle's malformed GPU file costs only this section
+        return ""
+    if not rows:
+        return ""
+
+    def cell(value: Any, unit: str) -> str:
+        return "—" if value is None else f"{_e(f'{float(value):.0f}')} {unit}" if isinstance(value, (int, float)) else _e(value)
+
+    body = "".join(f"<tr><td>{_e(r.get('index'))}</td><td>{cell(r.get('util_pct'), '%')}</td><td>{cell(r.get('mem_used_mib'), 'MiB')}</td>"
+                   f"<td>{cell(r.get('power_w'), 'W')}</td><td>{cell(r.get('sm_clock_mhz'), 'MHz')}</td></tr>" for r in rows)
+    return (f"<section><h2>GPUs</h2><p class=muted>{_e(rows[0]['source'])}</p><table><tr><th>GPU</th><th>util</th>"
+            f"<th>memory</th><th>power</th><th>SM clock</th></tr>{body}</table></section>")
+
+
 def _capture(manifest: dict[str, Any], left_out: Sequence[str] = ()) -> str:
     failed = manifest.get("failed") or {}
     rows = [f"<tr><td class=ok>✓</td><td>{_e(n)}</td><td></td></tr>" for n in manifest.get("captured") or []]
@@ -248,9 +269,13 @@ def _capture(manifest: dict[str, Any], left_out: Sequence[str] = ()) -> str:
     stacks = manifest.get("stacks") or {}
     rounds = "".join(f"<tr><td>round {_e(r.get('round'))}</td><td>{_e(r.get('ok'))}/{_e(r.get('processes'))} dumped</td>"
                      f"<td>{_e(r.get('duration_s'))} s</td></tr>" for r in stacks.get("rounds") or [] if isinstance(r, dict))
+    # How each process's stacks came: py-spy, its own in-process dump, or none (and why).
+    methods = "".join(f"<tr><td>pid {_e(m.get('pid'))}</td><td>{_e(m.get('method'))}</td><td>{_e(m.get('why') or '')}</td></tr>"
+                      for m in (stacks.get("methods") or [])[:MAX_TREE_ROWS] if isinstance(m, dict))
     times = manifest.get("times") or {}
     return (f"<section><h2>Capture</h2><p>took {_e(times.get('capture_duration_s'))} s of a {_e(times.get('deadline_s'))} s budget; "
-            f"py-spy: <code>{_e(stacks.get('pyspy'))}</code></p><table>{''.join(rows)}</table><table>{rounds}</table></section>")
+            f"py-spy: <code>{_e(stacks.get('pyspy'))}</code></p><table>{''.join(rows)}</table><table>{rounds}</table>"
+            + (f"<p><b>Stacks by process</b></p><table>{methods}</table>" if methods else "") + "</section>")
 
 
 def _versions(versions: dict[str, Any] | None) -> str:

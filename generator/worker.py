@@ -15,6 +15,8 @@ Invariants:
   the engine and exits: a worker without its trainer has no reason to live.
 * An operation that raises is answered with ``ok: false`` and the exception's
   type name; the worker stays up and the trainer decides.
+* Its evidence is armed as a trainer process's is (``contract.stackdump.arm``): stacks
+  on the attempt's signal, the supervisor as its ptracer.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import time
 import traceback
 from typing import Any
 
+from hangwatch.contract import stackdump
 from hangwatch.generator import protocol
 from hangwatch.generator.beacon import EngineBeacon
 from hangwatch.generator.engines import make_engine
@@ -167,6 +170,9 @@ def main() -> int:
     if config.get("parent_death_signal", True):
         arm_parent_death_signal(int(config["parent_pid"]))
     signal.signal(signal.SIGTERM, _on_sigterm)
+    # Its stacks on the attempt's signal, and the supervisor as its ptracer: a wedged engine is
+    # the process whose stacks matter most (contract.stackdump).
+    stackdump.arm()
     log(f"engine={config['engine']} pgid={os.getpgid(0)} sid={os.getsid(0)} "
         f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}")
     key = bytes.fromhex(config["authkey"])

@@ -24,6 +24,9 @@ from hangwatch.supervisor.decide.checkpoints import DEFAULT_GLOB, DEFAULT_MARKER
 from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.private import check_trusted_file
 from hangwatch.contract.redact import redact_argv, redact_text
+from hangwatch.contract.stackdump import DEFAULT_SIGNAL as DEFAULT_STACKS_SIGNAL
+from hangwatch.contract.stackdump import MODES as STACK_MODES
+from hangwatch.contract.stackdump import parse_signal
 from hangwatch.supervisor.decide.detector import DEFAULT_PHASE_TIMEOUTS, DetectorConfig
 from hangwatch.supervisor.decide.restart import RestartPolicy
 
@@ -68,6 +71,11 @@ class RunConfig:
     containment: str = "auto"  # auto | cgroup | tree (supervisor.cgroup)
     prewarm_launcher: bool = False  # start the next attempt's launcher ahead (supervisor.prewarm)
     prewarm_import: tuple[str, ...] = ()  # modules the warm launcher also imports ahead
+    # Which Python processes dump their own stacks for the capture (contract.stackdump), and on
+    # which signal: "hangwatch" (those importing hangwatch.trainer, the engine worker), "all"
+    # (every one, through the start-up hook, contract.startup_hook), "off".
+    in_process_stacks: str = "hangwatch"
+    stacks_signal: str = DEFAULT_STACKS_SIGNAL
 
     def to_json(self) -> dict[str, Any]:
         restart = asdict(self.restart)
@@ -99,6 +107,8 @@ class RunConfig:
             "containment": self.containment,
             "prewarm_launcher": self.prewarm_launcher,
             "prewarm_import": list(self.prewarm_import),
+            "in_process_stacks": self.in_process_stacks,
+            "stacks_signal": self.stacks_signal,
         }
 
 
@@ -152,6 +162,8 @@ SETTINGS: dict[str, tuple[type, Any]] = {
     "containment": (str, "auto"),
     "prewarm_launcher": (bool, False),
     "prewarm_import": (list, None),
+    "in_process_stacks": (str, "hangwatch"),
+    "stacks_signal": (str, DEFAULT_STACKS_SIGNAL),
     # Operating unattended (OperateConfig): alerts, metrics, the no-heartbeat warning.
     "notify": (list, None),
     "notify_command": (str, None),
@@ -312,6 +324,8 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
         containment=v.get("containment", "auto"),  # .get: runs saved before the option resume too
         prewarm_launcher=bool(v.get("prewarm_launcher", False)),
         prewarm_import=_prewarm_imports(v.get("prewarm_import")),
+        in_process_stacks=v.get("in_process_stacks", "hangwatch"),  # .get: runs saved before the options
+        stacks_signal=v.get("stacks_signal", DEFAULT_STACKS_SIGNAL),
     )
 
 
@@ -347,6 +361,12 @@ def _check_values(v: Mapping[str, Any]) -> None:
         raise ConfigError(f"--on-crash must be restart or stop, got {v['on_crash']!r}")
     if v.get("recovery", "auto") not in ("auto", "job"):
         raise ConfigError(f"--recovery must be auto or job, got {v['recovery']!r}")
+    if v.get("in_process_stacks", "hangwatch") not in STACK_MODES:
+        raise ConfigError(f"--in-process-stacks must be one of {', '.join(STACK_MODES)}, got {v['in_process_stacks']!r}")
+    try:
+        parse_signal(str(v.get("stacks_signal", DEFAULT_STACKS_SIGNAL)))
+    except ValueError as exc:
+        raise ConfigError(f"--stacks-signal: {exc}") from None
     for name in ("progress_timeout", "engine_step_timeout", "engine_wedge_window", "step_timeout"):
         if v.get(name) is not None and v[name] < 0:  # not silently "off": 0 is how to say that
             off = "its shortcut" if name == "engine_wedge_window" else "the rule"  # the engine step rule stays on

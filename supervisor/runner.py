@@ -40,6 +40,7 @@ from hangwatch.contract.journal import Journal, read_journal
 from hangwatch.contract.redact import redact_argv, redact_value
 from hangwatch.contract.verdict import Verdict, VerdictKind, classify_exit, stopped
 from hangwatch.contract.samples import Sample
+from hangwatch.contract.startup_hook import write_hook
 from hangwatch.supervisor.cohort.link import CohortLink
 from hangwatch.supervisor.cohort.agreement import REPORTED_STEPS
 from hangwatch.supervisor.cohort.node import Cohort
@@ -319,6 +320,11 @@ class Supervisor:
             detect_within=engine_detect_within(self.config.detector, self.config.capture_timeout)
             + (self.config.capture_timeout if self.cohort is not None else 0.0),
             engine_recovery="job" if self.config.recovery == "job" or self.cohort is not None else "engine",
+            # The evidence a trainer process arms (contract.stackdump): the supervisor as its
+            # ptracer, its stacks on this signal; with "all", through the start-up hook.
+            supervisor_pid=os.getpid(), stacks_signal=self.config.stacks_signal,
+            in_process_stacks=self.config.in_process_stacks,
+            startup_hook=write_hook(self.run_dir) if self.config.in_process_stacks == "all" else None,
         )
         argv = attempt_argv(self.config.command, self.config.resume_arg, resume_from)
         started = self.clock()

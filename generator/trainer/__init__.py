@@ -14,12 +14,18 @@
 
 Importing this module imports the standard library only; transformers is
 imported the first time ``HangwatchCallback`` is looked up.
+
+Importing it under hangwatch also arms this process's evidence (``contract.stackdump.arm``):
+its stacks are dumped on ``HANGWATCH_STACKS_SIGNAL`` into its own file of the attempt dir,
+for the capture where py-spy may not attach, and the supervisor is declared its ptracer,
+so py-spy may attach under Yama's ``ptrace_scope=1``. Outside hangwatch it does nothing.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from hangwatch.contract import stackdump
 from hangwatch.contract.heartbeat import beat
 from hangwatch.generator.policy import rollout_engine_kwargs, rollout_policy
 from hangwatch.generator.trl_patch import apply_rollout_policy
@@ -28,6 +34,8 @@ from hangwatch.generator.trl_patch import apply_rollout_policy
 # under its folder's name it would be a second copy of every module in it.
 if __name__ != "hangwatch.trainer":  # pragma: no cover - only a wrong import reaches this
     raise ImportError(f"import hangwatch.trainer, not {__name__}")
+
+stackdump.arm()
 
 __all__ = ["HangwatchCallback", "apply_rollout_policy", "beat", "rollout_engine_kwargs", "rollout_policy"]
 

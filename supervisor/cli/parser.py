@@ -235,6 +235,14 @@ def _add_detection_group(run: argparse.ArgumentParser, d: Mapping[str, Any]) -> 
 def _add_recovery_group(run: argparse.ArgumentParser, d: Mapping[str, Any]) -> None:
     g = run.add_argument_group("recovery")
     g.add_argument("--capture-timeout", type=float, metavar="S", help=f"hard deadline for evidence capture (default {d['capture_timeout']:g})")
+    g.add_argument("--in-process-stacks", choices=["hangwatch", "all", "off"],
+                   help="which Python processes dump their own stacks on a signal, for the capture where py-spy "
+                        "may not attach: hangwatch (those importing hangwatch.trainer, and the engine worker), all "
+                        "(every Python process, through a start-up hook put on PYTHONPATH; docs/diagnostics.md), "
+                        "off (default hangwatch)")
+    g.add_argument("--stacks-signal", metavar="SIG",
+                   help=f"the signal of that dump (default {d['stacks_signal']}; not SIGUSR1/SIGUSR2, which Slurm "
+                        "and NVRx use)")
     g.add_argument("--grace", type=float, metavar="S", help=f"SIGTERM to SIGKILL grace (default {d['grace']:g})")
     g.add_argument("--kill-timeout", type=float, metavar="S", help=f"wait after SIGKILL before giving up (default {d['kill_timeout']:g})")
     g.add_argument("--containment", choices=["auto", "cgroup", "tree"],

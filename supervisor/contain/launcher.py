@@ -31,6 +31,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Mapping, Sequence
 import psutil
 
 from hangwatch.contract.private import open_private
+from hangwatch.contract.ptracer import PR_SET_PTRACER
 from hangwatch.supervisor.watch.proctree import ProcessTree
 from hangwatch.contract.tools import helper_pids
 
@@ -71,8 +72,14 @@ class TrainerProcess:
 
 def child_setup(cgroup_procs: str | None = None, death_signal: int = signal.SIGKILL) -> Callable[[], None]:
     """What the trainer's root runs between fork and exec (``preexec_fn``): the
-    parent-death signal, then the attempt's cgroup. Shared by a cold ``launch``
-    and the warm process (``prewarm``), which joins its cgroup later, when used.
+    parent-death signal, the supervisor as its ptracer, then the attempt's cgroup.
+    Shared by a cold ``launch`` and the warm process (``prewarm``), which joins its
+    cgroup later, when used.
+
+    The ptracer (Yama's ``PR_SET_PTRACER``, ``contract.ptracer``): under
+    ``ptrace_scope=1`` the supervisor's py-spy, its child, may then attach to the root,
+    which it could not as a sibling. It survives exec; where Yama is absent the call
+    fails with EINVAL and changes nothing.
 
     ``death_signal`` SIGSTOP instead of SIGKILL (only while an armed guardian will kill
     the tree should we die, see ``launch``): the root stops, alive, at the instant of our
@@ -84,6 +91,7 @@ def child_setup(cgroup_procs: str | None = None, death_signal: int = signal.SIGK
     def arm_parent_death_signal() -> None:
         # Runs in the child between fork and exec: async-signal-safe calls only.
         _libc.prctl(PR_SET_PDEATHSIG, death_signal, 0, 0, 0)
+        _libc.prctl(PR_SET_PTRACER, parent, 0, 0, 0)  # its answer does not matter: see above
         if os.getppid() != parent:
             # The supervisor died before the signal was armed: nobody will ever
             # deliver it, so do not start a trainer nobody watches.

@@ -27,6 +27,14 @@ DETECT_WITHIN = "HANGWATCH_DETECT_WITHIN"
 #: "engine": the trainer's generator may restart its engine alone; "job": it may not (``--recovery
 #: job``, or a multi-node cohort, where one node's engine restart would desynchronise the ranks)
 ENGINE_RECOVERY = "HANGWATCH_ENGINE_RECOVERY"
+#: the supervisor's pid: a trainer process declares it its ptracer (Yama's PR_SET_PTRACER), so
+#: the supervisor's py-spy may attach under ``kernel.yama.ptrace_scope=1`` (``contract.ptracer``)
+SUPERVISOR_PID = "HANGWATCH_SUPERVISOR_PID"
+#: the signal on which a trainer process dumps its own stacks (``contract.stackdump``), e.g. "SIGRTMIN+7"
+STACKS_SIGNAL = "HANGWATCH_STACKS_SIGNAL"
+#: which processes register that dump: "hangwatch" (those importing hangwatch.trainer, and the
+#: engine worker), "all" (every Python process, through the startup hook), "off"
+IN_PROCESS_STACKS = "HANGWATCH_IN_PROCESS_STACKS"
 
 #: set in the supervisor's own environment while its guardian is armed (a random token): every
 #: helper it starts carries it, and the guardian kills what does when the supervisor dies.
@@ -40,7 +48,7 @@ CONFIG = "HANGWATCH_CONFIG"              #: the user's settings file (read by th
 PYSPY = "HANGWATCH_PYSPY"                #: the py-spy binary to use instead of PATH's
 
 ATTEMPT_VARS = (RUN_DIR, ATTEMPT, ATTEMPT_DIR, HEARTBEAT, ENGINE_HEARTBEAT, RESUME_FROM, CUDAGRAPHS, ENFORCE_EAGER, SIM_GPU, CONTROL,
-                DETECT_WITHIN, ENGINE_RECOVERY)
+                DETECT_WITHIN, ENGINE_RECOVERY, SUPERVISOR_PID, STACKS_SIGNAL, IN_PROCESS_STACKS)
 PASS_THROUGH = frozenset({CONFIG, PYSPY})
 
 

@@ -20,20 +20,33 @@ class DeviceSample:
     ``pids`` lists the processes holding the device; ``None`` means the probe
     cannot tell (NVML in a container without the host PID namespace), which the
     detector treats as "may be the tree's".
+
+    ``power_w`` (board power draw) and ``sm_clock_mhz`` (current SM clock) are for
+    people reading an incident: "100 % utilisation at idle power" is how a spinning
+    wedge looks. ``None`` where the probe cannot read them (older samples, a GPU or
+    driver without the counter); the detector does not read them.
     """
 
     index: int
     util_pct: float
     mem_used_mib: float
     pids: tuple[int, ...] | None = None
+    power_w: float | None = None
+    sm_clock_mhz: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "index": self.index,
             "util_pct": self.util_pct,
             "mem_used_mib": self.mem_used_mib,
             "pids": list(self.pids) if self.pids is not None else None,
         }
+        # Only when read: samples of probes without them stay as they were.
+        if self.power_w is not None:
+            out["power_w"] = self.power_w
+        if self.sm_clock_mhz is not None:
+            out["sm_clock_mhz"] = self.sm_clock_mhz
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "DeviceSample":
@@ -43,7 +56,14 @@ class DeviceSample:
             util_pct=float(data["util_pct"]),
             mem_used_mib=float(data.get("mem_used_mib", 0.0)),
             pids=tuple(int(p) for p in pids) if pids is not None else None,
+            power_w=optional_float(data.get("power_w")),
+            sm_clock_mhz=optional_float(data.get("sm_clock_mhz")),
         )
+
+
+def optional_float(value: Any) -> float | None:
+    """An optional reading as a float; None when absent."""
+    return None if value is None else float(value)
 
 
 @dataclass(frozen=True)

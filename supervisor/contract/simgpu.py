@@ -8,6 +8,8 @@ probe reads under ``devices`` (the documented probe format)::
     {"devices": [{"index": 0, "util_pct": 100, "mem_used_mib": 40000, "pids": [4242]}],
      "holders": {"4242": {"index": 0, "util_pct": 100, "mem_used_mib": 40000}}}
 
+A holder may add ``power_w`` and ``sm_clock_mhz`` (NVML's power draw and SM clock).
+
 Several processes update it; a lock file serialises the read-modify-write and
 the new content is renamed into place, so the probe never reads half a file.
 The supervisor exports the path to the trainer as ``HANGWATCH_SIM_GPU``.
@@ -27,9 +29,16 @@ from hangwatch.contract.capped import read_capped
 from hangwatch.contract.env import SIM_GPU as SIM_GPU_ENV
 
 
-def hold(util_pct: float, mem_used_mib: float = 1024.0, *, index: int = 0, path: str | None = None, pid: int | None = None) -> bool:
-    """Declare that this process holds ``index`` at ``util_pct``. No-op without a path."""
-    return _update(path, pid or os.getpid(), {"index": index, "util_pct": float(util_pct), "mem_used_mib": float(mem_used_mib)})
+def hold(util_pct: float, mem_used_mib: float = 1024.0, *, index: int = 0, path: str | None = None, pid: int | None = None,
+         power_w: float | None = None, sm_clock_mhz: float | None = None) -> bool:
+    """Declare that this process holds ``index`` at ``util_pct`` (and, when given, at ``power_w``
+    board power and ``sm_clock_mhz``, as NVML reports them). No-op without a path."""
+    holding: dict[str, Any] = {"index": index, "util_pct": float(util_pct), "mem_used_mib": float(mem_used_mib)}
+    if power_w is not None:
+        holding["power_w"] = float(power_w)
+    if sm_clock_mhz is not None:
+        holding["sm_clock_mhz"] = float(sm_clock_mhz)
+    return _update(path, pid or os.getpid(), holding)
 
 
 def release(*, path: str | None = None, pid: int | None = None) -> bool:
@@ -90,4 +99,7 @@ def _devices(holders: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         d["util_pct"] = max(d["util_pct"], float(h["util_pct"]))
         d["mem_used_mib"] += float(h["mem_used_mib"])
         d["pids"].append(int(pid))
+        for key in ("power_w", "sm_clock_mhz"):  # one board's reading: the highest declared
+            if h.get(key) is not None:
+                d[key] = max(float(h[key]), d.get(key, float(h[key])))
     return [devices[i] for i in sorted(devices)]

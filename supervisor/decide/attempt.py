@@ -25,6 +25,7 @@ on ``--resume``). The restart decision is ``restart.RestartPolicy.decide``.
 from __future__ import annotations
 
 import enum
+import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,10 +123,17 @@ def attempt_environment(
     sim_gpu: Path | None = None,
     detect_within: float | None = None,
     engine_recovery: str | None = None,
+    supervisor_pid: int | None = None,
+    stacks_signal: str | None = None,
+    in_process_stacks: str | None = None,
+    startup_hook: Path | None = None,
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """The trainer's whole environment, and the ``HANGWATCH_*`` part we set (for the journal).
+    """The trainer's whole environment, and the part we set (for the journal).
     ``detect_within``: ``engine_detect_within`` of the run's settings; ``engine_recovery``:
-    ``engine`` or ``job`` (whether the trainer's generator may restart its engine alone)."""
+    ``engine`` or ``job`` (whether the trainer's generator may restart its engine alone).
+    ``supervisor_pid``, ``stacks_signal``, ``in_process_stacks``: what a trainer process arms
+    for the evidence (``contract.stackdump``); ``startup_hook``: the folder put first on
+    ``PYTHONPATH`` with ``--in-process-stacks all`` (``contract.startup_hook``)."""
     ours = {
         names.RUN_DIR: str(run_dir),
         names.ATTEMPT: str(attempt),
@@ -143,7 +151,17 @@ def attempt_environment(
         ours[names.DETECT_WITHIN] = f"{detect_within:g}"
     if engine_recovery is not None:
         ours[names.ENGINE_RECOVERY] = engine_recovery
+    if supervisor_pid is not None:
+        ours[names.SUPERVISOR_PID] = str(supervisor_pid)
+    if stacks_signal is not None:
+        ours[names.STACKS_SIGNAL] = stacks_signal
+    if in_process_stacks is not None:
+        ours[names.IN_PROCESS_STACKS] = in_process_stacks
     full = names.without_ours(base)
+    if startup_hook is not None:
+        # The one variable of the trainer's own we change: journaled with ours.
+        current = full.get("PYTHONPATH", "")
+        ours["PYTHONPATH"] = str(startup_hook) + (os.pathsep + current if current else "")
     full.update(ours)
     return full, ours
 

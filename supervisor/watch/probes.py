@@ -12,6 +12,7 @@ detector must not read as idle), never raises from ``sample()``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -21,7 +22,7 @@ import structlog
 
 from hangwatch.contract.capped import read_capped
 from hangwatch.contract.procid import pid_running
-from hangwatch.contract.samples import DeviceSample
+from hangwatch.contract.samples import DeviceSample, optional_float
 
 log = structlog.get_logger("hangwatch.probe")
 
@@ -52,7 +53,8 @@ MAX_PROBE_FILE_BYTES = 1 << 20  # a few devices' numbers: a few hundred bytes
 
 
 class FileProbe:
-    """Reads ``{"devices": [{"index", "util_pct", "mem_used_mib", "pids"}]}`` each tick.
+    """Reads ``{"devices": [{"index", "util_pct", "mem_used_mib", "pids"}]}`` each tick
+    (``power_w`` and ``sm_clock_mhz`` optional, as NVML's).
 
     A missing file is no sample. A malformed file is logged (once per distinct
     problem) and skipped. Listed pids that are no longer alive are dropped, and
@@ -102,13 +104,20 @@ def _devices_of_live_holders(data: dict) -> list[DeviceSample]:
     devices: dict[int, list] = {}
     for pid_text, h in holders.items():
         index = int(h["index"])
-        entry = devices.setdefault(index, [0.0, 0.0, []])
+        entry = devices.setdefault(index, [0.0, 0.0, [], None, None])
         if not pid_running(int(pid_text)):
             continue
         entry[0] = max(entry[0], float(h["util_pct"]))
         entry[1] += float(h["mem_used_mib"])
         entry[2].append(int(pid_text))
-    return [DeviceSample(i, u, m, tuple(pids)) for i, (u, m, pids) in sorted(devices.items())]
+        # One board's power and clock, whoever declared them: the highest reading.
+        entry[3] = _highest(entry[3], optional_float(h.get("power_w")))
+        entry[4] = _highest(entry[4], optional_float(h.get("sm_clock_mhz")))
+    return [DeviceSample(i, u, m, tuple(pids), power, clock) for i, (u, m, pids, power, clock) in sorted(devices.items())]
+
+
+def _highest(a: float | None, b: float | None) -> float | None:
+    return b if a is None else (a if b is None else max(a, b))
 
 
 def _parse_devices(data: object) -> list[DeviceSample]:
@@ -127,6 +136,8 @@ def _parse_devices(data: object) -> list[DeviceSample]:
                 util_pct=float(entry["util_pct"]),
                 mem_used_mib=float(entry.get("mem_used_mib", 0.0)),
                 pids=tuple(int(p) for p in pids) if pids is not None else None,
+                power_w=optional_float(entry.get("power_w")),
+                sm_clock_mhz=optional_float(entry.get("sm_clock_mhz")),
             )
         )
     return devices
@@ -137,12 +148,13 @@ def _drop_dead_holders(device: DeviceSample) -> DeviceSample:
         return device
     alive = tuple(p for p in device.pids if pid_running(p))
     if alive:
-        return DeviceSample(device.index, device.util_pct, device.mem_used_mib, alive)
+        return dataclasses.replace(device, pids=alive)
+    # Power and clock declared by the dead holders no longer hold either: unknown.
     return DeviceSample(device.index, 0.0, 0.0, ())
 
 
 class NvmlProbe:
-    """The real probe: utilisation, memory and compute processes per device."""
+    """The real probe: utilisation, memory, power draw, SM clock and compute processes per device."""
 
     name = "nvml"
 
@@ -161,12 +173,29 @@ class NvmlProbe:
             for index, handle in enumerate(self._handles):
                 util = nvml.nvmlDeviceGetUtilizationRates(handle).gpu
                 mem = nvml.nvmlDeviceGetMemoryInfo(handle).used / (1024 * 1024)
-                devices.append(DeviceSample(index, float(util), float(mem), self._pids(handle)))
+                devices.append(DeviceSample(index, float(util), float(mem), self._pids(handle),
+                                            power_w=self._power_w(handle), sm_clock_mhz=self._sm_clock(handle)))
             return tuple(devices)
         except nvml.NVMLError as exc:
             if not self._failed_once:
                 log.warning("nvml_sample_failed", error=str(exc))
                 self._failed_once = True
+            return None
+
+    def _power_w(self, handle: object) -> float | None:
+        """Board power draw in W (NVML says mW); None where the GPU does not report it."""
+        nvml = self._nvml
+        try:
+            return nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
+        except nvml.NVMLError:  # NotSupported on some boards: the sample stands without it
+            return None
+
+    def _sm_clock(self, handle: object) -> float | None:
+        """The SM clock in MHz now; None where the GPU does not report it."""
+        nvml = self._nvml
+        try:
+            return float(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
+        except nvml.NVMLError:
             return None
 
     def _pids(self, handle: object) -> tuple[int, ...] | None:

@@ -182,3 +182,33 @@ def test_a_broken_check_is_a_failed_line_not_a_traceback(monkeypatch, capsys):
     checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
     assert checks["run-dir"]["status"] == "fail" and "statvfs denied" in checks["run-dir"]["detail"]
     assert checks["py-spy"]["status"] == "ok", "the other checks still ran"
+
+
+@pytest.mark.parametrize("scope, cap, root, pyspy, path, status", [
+    (None, False, False, True, doctor.PYSPY_EVERYWHERE, "ok"),        # no Yama: same-user processes
+    ("0", False, False, True, doctor.PYSPY_EVERYWHERE, "ok"),
+    ("1", True, True, True, doctor.PYSPY_EVERYWHERE, "ok"),           # root
+    ("2", True, False, True, doctor.PYSPY_EVERYWHERE, "ok"),          # CAP_SYS_PTRACE granted
+    ("1", False, False, True, doctor.PYSPY_SOME, "warn"),             # Ubuntu's default, non-root Slurm
+    ("1", False, True, True, doctor.PYSPY_SOME, "warn"),              # root in a container without the capability
+    ("2", False, False, True, doctor.IN_PROCESS_ONLY, "warn"),
+    ("3", True, True, True, doctor.IN_PROCESS_ONLY, "warn"),          # not even root
+    ("0", True, True, False, doctor.IN_PROCESS_ONLY, "warn"),         # no py-spy at all
+])
+def test_the_evidence_path_this_host_allows(scope, cap, root, pyspy, path, status):
+    check = doctor.evidence_path(scope, cap, root=root, pyspy=pyspy)
+    assert check.name == "evidence" and check.status == status and check.detail.startswith(path)
+    if status == "warn":
+        assert check.fix
+    if path != doctor.PYSPY_EVERYWHERE:
+        assert "in-process-stacks all" in check.detail, "says how to cover processes that do not import hangwatch"
+
+
+def test_the_evidence_path_names_the_container_and_the_slurm_job():
+    check = doctor.evidence_path("1", False, root=False, pyspy=True, container="Docker", slurm=True)
+    assert "in a Docker container" in check.detail and "in a Slurm job" in check.detail
+    assert "SYS_PTRACE" in check.fix
+    assert doctor.container_hint(lambda p: p == "/.dockerenv", {}) == "Docker"
+    assert doctor.container_hint(lambda p: False, {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}) == "Kubernetes"
+    assert doctor.container_hint(lambda p: False, {}, "0::/kubepods/besteffort/pod1\n") == "Kubernetes"
+    assert doctor.container_hint(lambda p: False, {}, "0::/user.slice\n") is None

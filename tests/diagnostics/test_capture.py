@@ -275,3 +275,58 @@ def test_a_trainer_argument_that_is_not_utf8_never_costs_the_capture_or_the_repo
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert "data-\\udcff.bin" in out.read_text()
+
+
+def _registered_trainer(tmp_path: Path):
+    """A process that imports hangwatch.trainer under an attempt dir (so it registered its
+    in-process dump), blocked in a sleep with a second thread; as the capture's HungTree."""
+    from diag_helpers import HungTree, _tree_process
+
+    log = tmp_path / "trainer.log"
+    attempt_dir = tmp_path / "attempt-1"
+    attempt_dir.mkdir()
+    code = ("import threading, time\nimport hangwatch.trainer\n"
+            "def fetch():\n    time.sleep(60)\n"
+            "threading.Thread(target=fetch, daemon=True).start()\nprint('r', flush=True)\ntime.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, HANGWATCH_ATTEMPT_DIR=str(attempt_dir)))
+    assert proc.stdout is not None and proc.stdout.readline() == "r\n"
+    log.write_text("")
+    return HungTree(proc, [_tree_process(psutil.Process(proc.pid))], log), attempt_dir
+
+
+@pytest.mark.timeout(60)
+def test_a_process_py_spy_is_denied_gives_its_own_stacks(tmp_path):
+    tree, attempt_dir = _registered_trainer(tmp_path)
+    try:
+        path = capture_incident(make_request(tmp_path / "run", tree),
+                                config=CaptureConfig(rounds=2, round_interval=0.2, pyspy=str(PYSPY_DENIED)))
+        m = _manifest(path)
+        (method,) = m["stacks"]["methods"]
+        assert method["method"] == "in-process" and method["rounds"] == [1] and "ptrace_denied" in method["why"]
+        assert m["stacks"]["rounds"][0]["in_process"][0]["ok"] is True
+        assert "stacks" in m["captured"] and "stacks" not in m["failed"], "the process's stacks are in the bundle"
+        bundle = load_bundle(path)
+        (dump,) = bundle.dumps()
+        assert sorted(t.name for t in dump.threads) == ["", "MainThread"]
+        assert any(f.function == "fetch" for t in dump.threads for f in t.frames)
+        assert (path / "stacks" / "in-process" / f"pid-{tree.proc.pid}-round-1.txt").is_file()
+        assert tree.proc.poll() is None, "asked, not killed"
+    finally:
+        tree.proc.kill()
+        tree.proc.wait()
+
+
+@pytest.mark.timeout(60)
+def test_with_py_spy_working_no_process_is_signalled(tmp_path):
+    tree, attempt_dir = _registered_trainer(tmp_path)
+    try:
+        path = capture_incident(make_request(tmp_path / "run", tree), config=FAST)
+        m = _manifest(path)
+        assert [x["method"] for x in m["stacks"]["methods"]] == ["py-spy"]
+        assert not any("in_process" in r for r in m["stacks"]["rounds"])
+        dump_file = attempt_dir / f"stacks-pid-{tree.proc.pid}.txt"
+        assert dump_file.read_text().count("\n") == 1, "only the header: no signal was sent"
+    finally:
+        tree.proc.kill()
+        tree.proc.wait()

@@ -356,3 +356,30 @@ def test_shm_wait_lines_next_to_worker_stacks_do_not_take_the_suspect(tmp_path, 
     data = json.loads(capsys.readouterr().out)
     assert data["suspect"]["pid"] == 203
     assert 100 not in [p["pid"] for p in data["processes"]]
+
+
+def test_replay_and_report_show_power_sm_clock_and_how_each_process_stacks_came(capsys, tmp_path):
+    """'100 % utilisation at idle power' is how people recognise a spinning wedge: replay and the
+    report show each GPU's power draw and SM clock, and how each process's stacks were taken."""
+    frames = [("all_reduce", "/venv/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py", 2501), ("step", "/app/train.py", 9)]
+    manifest = {"schema": 1, "kind": "hangwatch-incident", "verdict": {"kind": "stall"}, "captured": ["stacks", "gpu"], "failed": {},
+                "stacks": {"rounds": [], "methods": [
+                    {"pid": 100, "method": "py-spy", "why": None}, {"pid": 101, "method": "in-process", "why": "py-spy: ptrace_denied"},
+                    {"pid": 102, "method": "none", "why": "not a Python process"}]}}
+    state = {"nvml": {"available": True, "devices": [
+        {"index": 0, "util_gpu_pct": 100, "mem_used_mib": 40000.0, "power_w": 61.0, "sm_clock_mhz": 1410}]}}
+    files = {"manifest.json": dumps_json(manifest), "gpu/state.json": dumps_json(state),
+             "stacks/round-1/pid-100.json": _py_spy_json(100, frames), "stacks/round-1/pid-101.json": _py_spy_json(101, frames)}
+    bundle = write_bundle(tmp_path / "b" / "incidents" / "20260101T000000-attempt1-stall", files)
+    rc, out, _ = _run(capsys, "replay", str(bundle))
+    assert rc == 0
+    assert "GPU 0: 100% util, 61 W, 1410 MHz SM (capture)" in out
+    assert "stacks by: in-process 1, none 1, py-spy 1" in out
+    rc, out, _ = _run(capsys, "replay", "--json", str(bundle))
+    (incident,) = json.loads(out)["incidents"]
+    assert incident["gpu"][0]["power_w"] == 61.0 and incident["stack_methods"] == {"py-spy": 1, "in-process": 1, "none": 1}
+    report = tmp_path / "r.html"
+    assert _run(capsys, "report", str(bundle), "-o", str(report))[0] == 0
+    html = report.read_text()
+    assert "<h2>GPUs</h2>" in html and "61 W" in html and "1410 MHz" in html
+    assert "<td>pid 101</td><td>in-process</td><td>py-spy: ptrace_denied</td>" in html

@@ -195,6 +195,31 @@ def test_wedged_worker_ignores_sigterm_and_is_sigkilled(worker, trainer, tmp_pat
 
 
 @pytest.mark.slow
+def test_a_wedged_worker_gives_its_own_stacks_on_the_attempts_signal(worker, trainer, tmp_path, sim_gpu, monkeypatch):
+    """The engine worker arms its in-process dump as a trainer process does: where py-spy may not
+    attach, the capture still gets the wedged engine's stacks (diagnostics.inprocess)."""
+    from hangwatch.contract.capture import TreeProcess
+    from hangwatch.diagnostics.inprocess import collect
+
+    attempt = tmp_path / "attempt"
+    attempt.mkdir()
+    monkeypatch.setenv("HANGWATCH_ATTEMPT_DIR", str(attempt))
+    model, _ = trainer
+    proc = worker(fake_wedge_on_generate=1)
+    proc.start(30)
+    ready(proc, model, tmp_path)
+    with pytest.raises(WorkerTimeout):
+        proc.request("generate", 1.0, prompts=["x"], n=2, seed=0)
+    p = psutil.Process(proc.pid)
+    tp = TreeProcess(proc.pid, p.create_time(), p.ppid(), os.getpgid(proc.pid), os.getsid(proc.pid), p.name())
+    (answer,) = collect([tp], attempt, 1, time.monotonic() + 10)
+    assert answer.dump is not None, answer.message
+    main = next(t for t in answer.dump.threads if t.name == "MainThread")
+    assert any(f.function == "generate" for f in main.frames), [f.render() for f in main.frames]
+    assert proc.alive()
+
+
+@pytest.mark.slow
 def test_wedge_detected_killed_then_trainer_restored(trainer, tmp_path, monkeypatch, capfd):
     model, opt = trainer
     ids = [id(p) for p in model.parameters()]

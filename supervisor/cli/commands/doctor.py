@@ -10,6 +10,10 @@ Checks (each bounded; the whole run takes a few seconds):
 * ``ptrace``: ``kernel.yama.ptrace_scope`` and ``CAP_SYS_PTRACE``, then a real
   attach: py-spy dumps a sleeping sibling process, which is exactly how the
   supervisor captures a trainer (py-spy and the trainer are both its children);
+* ``evidence``: which path will give the incident's stacks here: py-spy for every
+  process, py-spy for some and the processes' own in-process dumps for the rest, or
+  in-process only (``evidence_path``: root, ``CAP_SYS_PTRACE``, Yama's scope, and
+  what a container or a Slurm job changes);
 * ``nvml``: NVML loads and sees the GPUs (without it, stall detection is off);
 * ``cgroup``: a cgroup v2 hierarchy where a child cgroup with ``cgroup.kill``
   can be created under ours (created and removed again);
@@ -150,6 +154,75 @@ def check_ptrace(pyspy: str | None, *, timeout: float = 5.0) -> Check:
                      result.message or "")
     return Check("ptrace", "warn", f"{policy.detail}; py-spy could not dump a test process ({result.problem}): "
                  f"{result.message}", "run `py-spy dump --pid <a python pid>` by hand to see why")
+
+
+# -- the evidence path --------------------------------------------------------------------------
+
+PYSPY_EVERYWHERE = "py-spy for every process"
+PYSPY_SOME = "py-spy for some processes, in-process stacks for the rest"
+IN_PROCESS_ONLY = "in-process stacks only"
+_IN_PROCESS = ("the processes that import hangwatch.trainer, and the engine worker, dump their own stacks on a "
+               "signal (`hangwatch run --in-process-stacks all` covers every Python process)")
+
+
+def evidence_path(scope: str | None, cap_ptrace: bool | None, *, root: bool, pyspy: bool,
+                  container: str | None = None, slurm: bool = False) -> Check:
+    """Which stacks an incident bundle will hold on this host (pure: facts in, verdict out).
+
+    py-spy needs ptrace. ``CAP_SYS_PTRACE`` (root has it, unless a container dropped it)
+    passes Yama's scopes 0 to 2 and non-dumpable processes; without it scope 0 allows
+    same-user processes, scope 1 only descendants and processes that declared the supervisor
+    their ptracer (the trainer's root, at launch, and every process that imports
+    hangwatch.trainer), scope 2 none; scope 3 forbids ptrace to everyone. Wherever py-spy
+    is refused, the in-process dump is the fallback."""
+    scope = scope.strip() if scope is not None else None
+    where = "; ".join(x for x in (f"in a {container} container" if container else "",
+                                  "in a Slurm job" if slurm and not root else "") if x)
+    facts = (f"{'root' if root else 'not root'}, {'CAP_SYS_PTRACE held' if cap_ptrace else 'no CAP_SYS_PTRACE'}, "
+             f"ptrace_scope={scope or 'absent (no Yama)'}" + (f", {where}" if where else ""))
+    if not pyspy:
+        return Check("evidence", "warn", f"{IN_PROCESS_ONLY}: py-spy not found ({facts}); {_IN_PROCESS}",
+                     "install py-spy for native frames and for processes that do not import hangwatch")
+    if scope == "3":
+        return Check("evidence", "warn", f"{IN_PROCESS_ONLY}: ptrace is disabled until reboot ({facts}); {_IN_PROCESS}",
+                     "boot with a ptrace_scope below 3 for py-spy's stacks")
+    if cap_ptrace or scope in (None, "0"):
+        return Check("evidence", "ok", f"{PYSPY_EVERYWHERE} ({facts})" + (
+            "" if cap_ptrace else "; a non-dumpable process or another user's still needs CAP_SYS_PTRACE, "
+            "and falls back to its in-process dump"))
+    fix = ("give the supervisor CAP_SYS_PTRACE (docker run --cap-add SYS_PTRACE; Kubernetes "
+           "securityContext.capabilities.add: [SYS_PTRACE]) for py-spy everywhere")
+    if scope == "1":
+        return Check("evidence", "warn", f"{PYSPY_SOME} ({facts}): py-spy may attach to the trainer's root and every "
+                     "process that imports hangwatch.trainer (each declares the supervisor its ptracer); for the "
+                     f"others, {_IN_PROCESS}", fix)
+    return Check("evidence", "warn", f"{IN_PROCESS_ONLY}: ptrace_scope={scope} allows only CAP_SYS_PTRACE to "
+                 f"attach ({facts}); {_IN_PROCESS}", fix)
+
+
+def container_hint(exists: Callable[[str], bool] = os.path.exists, environ: Any = None,
+                   cgroup_text: str | None = None) -> str | None:
+    """The kind of container we run in, from the usual marks; None when none is seen."""
+    env = os.environ if environ is None else environ
+    if env.get("KUBERNETES_SERVICE_HOST"):
+        return "Kubernetes"
+    if exists("/.dockerenv"):
+        return "Docker"
+    if exists("/run/.containerenv"):
+        return "Podman"
+    if env.get("container"):
+        return str(env["container"])[:40]
+    text = cgroup_text or ""
+    for mark, name in (("kubepods", "Kubernetes"), ("docker", "Docker"), ("containerd", "containerd"), ("lxc", "LXC")):
+        if mark in text:
+            return name
+    return None
+
+
+def check_evidence(pyspy_ok: bool) -> Check:
+    return evidence_path(_read("/proc/sys/kernel/yama/ptrace_scope"), has_cap(_read("/proc/self/status"), CAP_SYS_PTRACE),
+                         root=os.geteuid() == 0, pyspy=pyspy_ok, container=container_hint(cgroup_text=_read("/proc/1/cgroup")),
+                         slurm=bool(os.environ.get("SLURM_JOB_ID")))
 
 
 # -- NVML ----------------------------------------------------------------------------------------
@@ -417,6 +490,7 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
     pyspy = find_pyspy()
     checks = [_guarded("py-spy", lambda: check_pyspy(pyspy))]
     checks.append(_guarded("ptrace", lambda: check_ptrace(pyspy if checks[0].status == "ok" else None)))
+    checks.append(_guarded("evidence", lambda: check_evidence(checks[0].status == "ok")))
     checks.append(_guarded("nvml", check_nvml))
     checks.append(_guarded("cgroup", check_cgroup))
     checks.append(_guarded("shm", lambda: check_shm(args.model_bytes, args.shm, args.ranks)))

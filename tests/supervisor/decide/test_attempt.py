@@ -3,6 +3,7 @@ environment and command line each attempt is launched with."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,16 @@ def test_resume_template_fills_a_plain_path():
     assert attempt_argv(["t"], "--resume_from_checkpoint={checkpoint}", Path("/c/checkpoint-3")) == [
         "t", "--resume_from_checkpoint=/c/checkpoint-3"]
     assert attempt_argv(["t"], "--resume {checkpoint}", Path("/c/with space")) == ["t", "--resume", "/c/with space"]
+
+
+def test_the_trainer_is_told_its_supervisor_and_stacks_signal_and_all_puts_the_hook_first_on_its_path():
+    full, ours = attempt_environment({"PYTHONPATH": "/user/lib"}, run_dir=Path("/r"), attempt=1, attempt_dir=Path("/r/a1"),
+                                     policy=GraphPolicy(), resume_from=None, supervisor_pid=4242,
+                                     stacks_signal="SIGRTMIN+7", in_process_stacks="hangwatch")
+    assert ours[names.SUPERVISOR_PID] == "4242" and ours[names.STACKS_SIGNAL] == "SIGRTMIN+7"
+    assert ours[names.IN_PROCESS_STACKS] == "hangwatch" and full["PYTHONPATH"] == "/user/lib" and "PYTHONPATH" not in ours
+    full, ours = attempt_environment({"PYTHONPATH": "/user/lib"}, run_dir=Path("/r"), attempt=1, attempt_dir=Path("/r/a1"),
+                                     policy=GraphPolicy(), resume_from=None, in_process_stacks="all",
+                                     startup_hook=Path("/r/startup-hook"))
+    assert full["PYTHONPATH"] == ours["PYTHONPATH"] == f"/r/startup-hook{os.pathsep}/user/lib", \
+        "the one change to the trainer's own variables, journaled with ours"
