@@ -126,6 +126,14 @@ def ptrace_policy(scope: str | None, cap_ptrace: bool | None) -> Check:
         return Check("ptrace", "ok", f"ptrace_scope={scope or 'absent (no Yama)'}: same-user processes can be attached")
     from hangwatch.diagnostics.pyspy import PTRACE_FIX  # noqa: PLC0415
 
+    if scope == "1":
+        # The launch declares the supervisor the trainer root's ptracer (PR_SET_PTRACER), and so
+        # does every process that imports hangwatch.trainer: py-spy reaches those, not the rest.
+        return Check("ptrace", "warn", f"ptrace_scope=1 and {capped}: py-spy can attach to the trainer's root "
+                     "process and to processes that import hangwatch.trainer (they name the supervisor their "
+                     "ptracer), not to other processes of the tree; those get in-process stacks or none",
+                     PTRACE_FIX)
+
     return Check("ptrace", "fail", f"ptrace_scope={scope} and {capped}: py-spy cannot attach to the trainer "
                  "(a sibling, not a child, of py-spy)", PTRACE_FIX)
 
@@ -133,7 +141,7 @@ def ptrace_policy(scope: str | None, cap_ptrace: bool | None) -> Check:
 def check_ptrace(pyspy: str | None, *, timeout: float = 5.0) -> Check:
     policy = ptrace_policy(_read("/proc/sys/kernel/yama/ptrace_scope"),
                            has_cap(_read("/proc/self/status"), CAP_SYS_PTRACE))
-    if pyspy is None or policy.status == "fail":
+    if pyspy is None or policy.status != "ok":
         return policy
     from hangwatch.diagnostics.pyspy import dump_process  # noqa: PLC0415
 
