@@ -7,8 +7,9 @@ the call returns. A wedged call never returns, so its record is still there when
 supervisor captures the incident: the capture copies it into the bundle as ``batch.json``,
 and ``hangwatch reproduce`` runs it again against a fresh engine.
 
-A record (``kind`` = ``hangwatch-batch``) holds the prompts (text, or ``{"prompt_token_ids":
-[...]}``), ``n``, the seed and the sampling parameters, the engine's name and arguments, the
+A record (``kind`` = ``hangwatch-batch``) holds the prompts (text, or ``{"prompt_ids": [...]}``
+for vLLM's ``{"prompt_token_ids": [...]}``: a name with TOKEN in it is a secret's to the bundle's
+redaction, which would blank the ids; ``RECORD_NAMES``), ``n``, the seed and the sampling parameters, the engine's name and arguments, the
 graph policy asked for and what the engine applied, the model path, the fingerprint of the
 weights last loaded and the versions (docs/bundle-format.md, ``batch.json``).
 
@@ -57,6 +58,27 @@ def inflight_path(directory: str | os.PathLike[str], pid: int) -> Path:
     return Path(directory) / f"{PREFIX}{int(pid)}.json"
 
 
+#: vLLM's names whose TOKEN the bundle's redaction takes for a secret's (it would blank the ids),
+#: and the record's names for them; ``engine_names`` turns them back.
+RECORD_NAMES = {"prompt_token_ids": "prompt_ids", "stop_token_ids": "stop_ids",
+                "allowed_token_ids": "allowed_ids", "bad_words_token_ids": "bad_words_ids"}
+ENGINE_NAMES = {v: k for k, v in RECORD_NAMES.items()}
+
+
+def record_names(value: Any) -> Any:
+    """A prompt or sampling mapping as the record keeps it (other values as they are)."""
+    if isinstance(value, Mapping):
+        return {RECORD_NAMES.get(k, k): v for k, v in value.items()}
+    return value
+
+
+def engine_names(value: Any) -> Any:
+    """A recorded prompt or sampling mapping as the engine takes it (``record_names`` undone)."""
+    if isinstance(value, Mapping):
+        return {ENGINE_NAMES.get(k, k): v for k, v in value.items()}
+    return value
+
+
 def make_record(*, engine: str, engine_kwargs: Mapping[str, Any], prompts: list[Any], n: int, seed: int | None,
                 sampling: Mapping[str, Any], source: str, policy: Mapping[str, Any] | None = None,
                 applied: Mapping[str, Any] | None = None, weights: Mapping[str, Any] | None = None,
@@ -78,7 +100,8 @@ def make_record(*, engine: str, engine_kwargs: Mapping[str, Any], prompts: list[
         "applied": dict(applied) if applied is not None else None,
         "weights": dict(weights) if weights is not None else None,
         "engine_call": engine_call,
-        "request": {"prompts": list(prompts), "n": n, "seed": seed, "sampling": dict(sampling)},
+        "request": {"prompts": [record_names(p) for p in prompts], "n": n, "seed": seed,
+                    "sampling": record_names(sampling)},
         "versions": dict(versions or {}),
         "truncated": None,
     }
@@ -200,7 +223,7 @@ class Batch:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise BatchError(f"{source}: seed must be a whole number or null, got {seed!r}")
         applied, truncated, model = record.get("applied"), record.get("truncated"), record.get("model")
-        return cls(engine, dict(kwargs), list(prompts), n, seed, dict(sampling),
+        return cls(engine, dict(kwargs), [engine_names(p) for p in prompts], n, seed, engine_names(sampling),
                    dict(applied) if isinstance(applied, Mapping) else None,
                    model if isinstance(model, str) else None,
                    dict(truncated) if isinstance(truncated, Mapping) else None, dict(record))
