@@ -15,7 +15,8 @@ weights last loaded and the versions (docs/bundle-format.md, ``batch.json``).
 
 Invariants:
 * The file is written atomically (``contract.atomic``: a reader sees a whole record or none),
-  0600, never through a symlink; it holds prompts, as the worker's log does.
+  0600, never through a symlink; it holds prompts, as the worker's log does. It is not
+  fsynced: it matters while its writer lives, not through a power loss.
 * A record is at most ``MAX_BATCH_BYTES``: prompts past the cap are left out (never cut in
   the middle: a shortened prompt is another request), and ``truncated`` says how many went.
 * Writing never fails the request it describes: an ``OSError`` is swallowed (``write`` returns
@@ -152,7 +153,9 @@ class InflightFile:
         if self.path is None:
             return False
         try:
-            atomic.write_file(self.path, encode(record, self.limit), mode=0o600)
+            # Not fsynced: the record matters while its writer lives (a wedged process), not
+            # through a power loss, and the two fsyncs were most of a write's cost (1-10 ms).
+            atomic.write_file(self.path, encode(record, self.limit), mode=0o600, durable=False)
         except (OSError, ValueError) as exc:
             self.failed = f"{type(exc).__name__}: {exc}"
             return False
