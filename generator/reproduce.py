@@ -137,6 +137,9 @@ def run_once(settings: Settings, index: int, on_wedge: OnWedge | None = None) ->
         _generate(worker, settings, result, beacon_base, run_dir, on_wedge)
     except (GeneratorError, OSError) as error:
         result.outcome, result.error = "failed", f"{type(error).__name__}: {error}"
+        last = _last_log_line(worker.log_path)
+        if last:
+            result.error += f"; the worker's log ends: {last}"
     finally:
         if worker.proc is not None:
             if result.outcome == "completed":
@@ -144,6 +147,18 @@ def run_once(settings: Settings, index: int, on_wedge: OnWedge | None = None) ->
             else:
                 worker.kill(grace_s=0)
     return result
+
+
+def _last_log_line(path: str, tail_bytes: int = 8192) -> str | None:
+    """The worker log's last line (a failed start's exception), read from the end, bounded."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - tail_bytes))
+            lines = handle.read().decode("utf-8", "replace").strip().splitlines()
+    except OSError:
+        return None
+    return lines[-1][:500] if lines else None
 
 
 def _timed(result: RunResult, name: str, run: Callable[[], Any]) -> Any:
