@@ -21,7 +21,9 @@ Policies: ``recorded`` (the arguments as recorded), ``graphs-off``
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -40,6 +42,7 @@ POLICIES = ("recorded", "graphs-off", "eager")
 #: Engine arguments a reproduction cannot use as recorded, and why (dropped, said so).
 _DROPPED = {"distributed_executor_backend": "external_launcher"}
 _POLL_S = 0.1
+_EXIT_WAIT_S = 3.0  # how long a worker whose start failed may take to exit and say why
 
 
 def engine_kwargs_for(batch: Batch, policy: str, model: str | None = None) -> tuple[dict[str, Any], list[str]]:
@@ -137,15 +140,20 @@ def run_once(settings: Settings, index: int, on_wedge: OnWedge | None = None) ->
         _generate(worker, settings, result, beacon_base, run_dir, on_wedge)
     except (GeneratorError, OSError) as error:
         result.outcome, result.error = "failed", f"{type(error).__name__}: {error}"
-        last = _last_log_line(worker.log_path)
-        if last:
-            result.error += f"; the worker's log ends: {last}"
     finally:
         if worker.proc is not None:
             if result.outcome == "completed":
                 worker.close(timeout=30)
             else:
+                if result.outcome == "failed" and worker.alive():
+                    # A failed start: the worker is exiting on its own, writing why; let it finish.
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        worker.proc.wait(timeout=_EXIT_WAIT_S)
                 worker.kill(grace_s=0)
+    if result.outcome == "failed":
+        last = _last_log_line(worker.log_path)
+        if last:
+            result.error = f"{result.error}; the worker's log ends: {last}"
     return result
 
 
@@ -171,7 +179,10 @@ def _timed(result: RunResult, name: str, run: Callable[[], Any]) -> Any:
 
 def _start(worker: WorkerProcess, settings: Settings, result: RunResult) -> None:
     def start() -> Any:
-        worker.start(settings.start_timeout)
+        # spawn and connect, not WorkerProcess.start: on a failed connect that kills the worker
+        # at once, before it has written why it failed (run_once gives it a moment, then kills).
+        worker.spawn()
+        worker.connect(settings.start_timeout)
         return worker.request("start", settings.start_timeout)
 
     report = _timed(result, "start", start)
