@@ -150,10 +150,10 @@ def _positive_seconds(text: str) -> float:
 def _add_reproduce_parser(sub: Any, handler: Handler) -> None:
     rp = sub.add_parser(
         "reproduce", help="run a bundle's kept batch again on a fresh engine: does it wedge?",
-        description="Run the engine request that was in flight at an incident (the bundle's batch.json) against "
-                    "a fresh engine in an isolated worker, with the recorded settings under --policy. Each run "
-                    "reports whether it wedged (no engine step within --step-timeout), its times, and for a "
-                    "wedge a new bundle of the wedged worker's evidence.",
+        description="Run the engine request that was in flight at an incident (the bundle's batch.json)\n"
+                    "against a fresh engine in an isolated worker, with the recorded settings under --policy.\n"
+                    "Each run reports whether it wedged (no engine step within --step-timeout), its times,\n"
+                    "and for a wedge a new bundle of the wedged worker's evidence (docs/diagnostics.md).",
         epilog="exit codes:\n" + "\n".join(f"  {code:3d}  {text}" for code, text in REPRODUCE_EXIT_CODES.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
