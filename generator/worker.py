@@ -135,16 +135,15 @@ class Worker:
         if self.inflight.path is not None and not self.inflight.write(self._record(prompts, n, seed, sampling)):
             log(f"could not keep the batch in flight: {self.inflight.failed}")
         steps: list[float] = []
-        on_step = self.beacon.step
-        if args.get("step_times"):
-            last = [time.monotonic()]
+        last = [time.monotonic()]
 
-            def on_step() -> None:
-                now = time.monotonic()
-                steps.append(round(now - last[0], 6))
-                last[0] = now
-                self.beacon.step()
+        def timed_step() -> None:
+            now = time.monotonic()
+            steps.append(round(now - last[0], 6))
+            last[0] = now
+            self.beacon.step()
 
+        on_step = timed_step if args.get("step_times") else self.beacon.step
         self.beacon.begin()
         try:
             outputs = self.engine.generate(prompts, n, seed, sampling, on_step=on_step,
