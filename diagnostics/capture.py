@@ -40,6 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 import psutil
 
 from hangwatch.diagnostics import bundle as bundle_mod
+from hangwatch.diagnostics.batch import add_batches, kept_batches
 from hangwatch.diagnostics.bundle import Bundle, dumps_json
 from hangwatch.diagnostics.classify import classify
 from hangwatch.diagnostics.errors import DiagnosticsError
@@ -210,6 +211,7 @@ def capture_incident(request: CaptureRequest, *, config: CaptureConfig | None = 
         "versions": lambda: versions(_python_pid(root, tree), timeout=max(0.5, min(5.0, budget_end - clock()))),
         "environment": lambda: _environment(root),
         "logs": lambda: tails(log_files(request.log_paths), config.log_lines),
+        "batch": lambda: kept_batches(request.log_paths.get("attempt_dir"), {tp.pid for tp in tree}),
     }
     threads = [threading.Thread(target=steps.run, args=(n, fn, clock), name=f"hangwatch-capture-{n}", daemon=True) for n, fn in background.items()]
     for th in threads:
@@ -438,6 +440,7 @@ def _assemble(request, config, tree, stack_info: _StackInfo, results, failed, du
             captured.append("logs")
         if log_failed:
             failed["logs"] = "; ".join(f"{k}: {v}" for k, v in log_failed.items())
+    add_batches(results.get("batch"), files, captured, failed)  # the engine requests in flight
     files["samples.jsonl"] = "".join(dumps_json(s.to_json()).replace("\n", "") + "\n" for s in request.samples)
     captured.append("samples")
 

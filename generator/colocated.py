@@ -63,7 +63,7 @@ from hangwatch.generator.engines.vllm_engine import tensor_parallel_refusal
 from hangwatch.generator.errors import (GeneratorError, UnsupportedEngineConfig, WeightMismatch, WorkerTimeout,
                                         WorkerUnkillable)
 from hangwatch.generator.offload import TrainerOffload
-from hangwatch.generator.policy import RolloutPolicy, cudagraphs_enabled_in, rollout_policy
+from hangwatch.generator.policy import RolloutPolicy, cudagraphs_enabled_in, rollout_policy, with_policy
 from hangwatch.generator.process import WorkerProcess
 from hangwatch.generator.staging import StagedWeights, Stager
 from hangwatch.contract import env as names
@@ -544,14 +544,3 @@ def safer_policy(policy: RolloutPolicy) -> RolloutPolicy | None:
     if policy.cudagraphs:
         return RolloutPolicy(cudagraphs=False, enforce_eager=False)
     return RolloutPolicy(cudagraphs=False, enforce_eager=True)
-
-
-def with_policy(engine_kwargs: Mapping[str, Any], policy: RolloutPolicy) -> dict[str, Any]:
-    """``engine_kwargs`` with the graph setting of ``policy``; the user's other compilation settings stay."""
-    kwargs = dict(engine_kwargs)
-    kwargs.pop("enforce_eager", None)
-    extra = policy.engine_kwargs()
-    user_cc = kwargs.get("compilation_config")
-    if isinstance(user_cc, Mapping) and isinstance(extra.get("compilation_config"), Mapping):
-        extra["compilation_config"] = {**user_cc, **extra["compilation_config"]}
-    return {**kwargs, **extra}

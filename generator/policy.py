@@ -88,3 +88,14 @@ def cudagraphs_enabled_in(engine_kwargs: Mapping[str, Any]) -> bool:
         if isinstance(mode, str):
             return mode.upper() != "NONE"
     return True
+
+
+def with_policy(engine_kwargs: Mapping[str, Any], policy: RolloutPolicy) -> dict[str, Any]:
+    """``engine_kwargs`` with the graph setting of ``policy``; the user's other compilation settings stay."""
+    kwargs = dict(engine_kwargs)
+    kwargs.pop("enforce_eager", None)
+    extra = policy.engine_kwargs()
+    user_cc = kwargs.get("compilation_config")
+    if isinstance(user_cc, Mapping) and isinstance(extra.get("compilation_config"), Mapping):
+        extra["compilation_config"] = {**user_cc, **extra["compilation_config"]}
+    return {**kwargs, **extra}

@@ -11,6 +11,10 @@ confirm: the leader reaped and no live (non-zombie) member left in the group or 
 descendants. A grace of 0 sends SIGKILL
 first (a worker that timed out: the wedge ignores SIGTERM anyway). Only a confirmed-dead worker has
 surely released its (GPU) memory; until then ``WorkerUnkillable``.
+
+The worker keeps each generate request's record in ``inflight_dir`` (default: the attempt
+dir, ``HANGWATCH_ATTEMPT_DIR``; none outside hangwatch) while it runs; a killed worker's
+record is removed with its other files, so a later incident never shows a dead request.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any, Mapping
 import psutil
 
 from hangwatch.contract import env as names
+from hangwatch.contract.batch import inflight_path
 from hangwatch.contract.heartbeat import engine_beacon_file
 from hangwatch.contract.pyexec import module_command
 from hangwatch.generator import protocol
@@ -77,7 +82,8 @@ def visible_device_for(device: str, inherited: str | None) -> str:
 class WorkerProcess:
     def __init__(self, engine: str, engine_kwargs: Mapping[str, Any], *, log_dir: str,
                  device: str = "cpu", python: str = sys.executable, parent_death_signal: bool = True,
-                 grace_s: float = 5.0, connect_timeout: float = 60.0, name: str = "generator-worker"):
+                 grace_s: float = 5.0, connect_timeout: float = 60.0, name: str = "generator-worker",
+                 inflight_dir: str | None = None, extra_env: Mapping[str, str] | None = None):
         self.engine = engine
         self.engine_kwargs = dict(engine_kwargs)
         self.log_dir = Path(log_dir)
@@ -86,6 +92,8 @@ class WorkerProcess:
         self.parent_death_signal = parent_death_signal
         self.grace_s = grace_s
         self.connect_timeout = connect_timeout
+        self.inflight_dir = inflight_dir if inflight_dir is not None else os.environ.get(names.ATTEMPT_DIR)
+        self.extra_env = dict(extra_env or {})
         # One log and one record per worker: a standby beside the active worker has its own.
         self.name = name
         self.log_path = str(self.log_dir / f"{name}.log")
@@ -112,8 +120,10 @@ class WorkerProcess:
             "socket": self.socket_path, "authkey": self.key.hex(), "parent_pid": os.getpid(),
             "engine": self.engine, "engine_kwargs": self.engine_kwargs,
             "parent_death_signal": self.parent_death_signal, "connect_timeout": self.connect_timeout,
+            "inflight_dir": self.inflight_dir or None,
         }
-        env = worker_environment(os.environ, visible_device_for(self.device, os.environ.get("CUDA_VISIBLE_DEVICES")))
+        env = worker_environment({**os.environ, **self.extra_env},
+                                 visible_device_for(self.device, os.environ.get("CUDA_VISIBLE_DEVICES")))
         # 0600, never through a symlink: the worker's log can hold what the engine prints (tokens too).
         with open(self.log_path, "ab", buffering=0, opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW, 0o600)) as log:
             self.proc = subprocess.Popen(
@@ -287,7 +297,10 @@ class WorkerProcess:
                 child.send_signal(sig)  # checks it is still the same process first
 
     def _cleanup(self) -> None:
-        base = os.environ.get(names.ENGINE_HEARTBEAT)
+        if self.inflight_dir and self.proc is not None:
+            with contextlib.suppress(OSError):  # its request died with it
+                os.unlink(inflight_path(self.inflight_dir, self.proc.pid))
+        base = self.extra_env.get(names.ENGINE_HEARTBEAT) or os.environ.get(names.ENGINE_HEARTBEAT)
         if base and self.proc is not None:
             # A dead worker's last beat may say "in flight"; were its pid reused by another
             # process of the tree, that stale beat would read as a stuck engine.

@@ -18,7 +18,9 @@ returns, what the engine's GPU worker applied (``collective_rpc`` with
 ``hangwatch.generator.applied.worker_compilation_settings``), beats it for the
 journal and raises ``CudagraphPolicyViolation`` when the policy said graphs off
 and the worker runs them (e.g. a TRL release that starts passing its own
-``compilation_config``, whose explicit arguments win).
+``compilation_config``, whose explicit arguments win). It also keeps each
+``generate`` request of that engine in flight in the attempt dir
+(``hangwatch.generator.inflight_llm``), for the incident bundle's ``batch.json``.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from hangwatch.generator.applied import AppliedSettings, check_applied, remember, worker_compilation_settings
+from hangwatch.generator.applied import (AppliedSettings, check_applied, last_applied, remember,
+                                        worker_compilation_settings)
 from hangwatch.generator.beacon import instrument_llm
 from hangwatch.generator.compat import warn_unsupported_versions
 from hangwatch.generator.errors import CudagraphPolicyViolation
+from hangwatch.generator.inflight_llm import keep_llm_batches
 from hangwatch.generator.policy import RolloutPolicy, rollout_policy
 
 logger = logging.getLogger(__name__)
@@ -122,6 +126,9 @@ def apply_rollout_policy(
         verify_engine(llm, policy, kwargs, step=step)
         # The engine step rule for the in-process engine (a no-op outside hangwatch).
         instrument_llm(llm)
+        # Its requests in flight, for the bundle's batch.json (a no-op outside hangwatch).
+        applied = last_applied()
+        keep_llm_batches(llm, kwargs, applied=applied.to_json() if applied is not None else None)
 
     with patched_rollout_engine(policy.engine_kwargs(), module_name=module_name, factory=factory,
                                 after_build=read_back) as applied:

@@ -17,6 +17,9 @@ Invariants:
   type name; the worker stays up and the trainer decides.
 * Its evidence is armed as a trainer process's is (``contract.stackdump.arm``): stacks
   on the attempt's signal, the supervisor as its ptracer.
+* Each ``generate`` request is kept as ``inflight-<pid>.json`` in the config's ``inflight_dir``
+  (the attempt dir) while it runs (``hangwatch.contract.batch``): a wedged request's record is
+  there for the incident capture, which copies it into the bundle as ``batch.json``.
 """
 
 from __future__ import annotations
@@ -33,12 +36,17 @@ import traceback
 from typing import Any
 
 from hangwatch.contract import stackdump
+from hangwatch.contract.batch import InflightFile, make_record
+from hangwatch.contract.versions import installed
 from hangwatch.generator import protocol
 from hangwatch.generator.beacon import EngineBeacon
 from hangwatch.generator.engines import make_engine
 from hangwatch.generator.errors import AuthenticationFailed, GeneratorError, WorkerDied, WorkerTimeout
+from hangwatch.generator.policy import cudagraphs_enabled_in
 
 PR_SET_PDEATHSIG = 1
+#: The packages whose versions a kept batch records.
+BATCH_VERSIONS = ("hangwatch", "torch", "vllm", "transformers", "trl")
 
 
 def log(message: str) -> None:
@@ -84,6 +92,11 @@ class Worker:
         self.engine = make_engine(config["engine"], config.get("engine_kwargs") or {})
         self.beacon = EngineBeacon()
         self.closing = False
+        self.inflight = InflightFile(config.get("inflight_dir"))
+        self.applied: Any = None  # what the engine's start reported it applied
+        self.weights: dict[str, Any] | None = None  # the fingerprint of the weights last loaded
+        self.generate_calls = 0
+        self._versions: dict[str, str] | None = None
 
     def dispatch(self, op: str, args: dict[str, Any]) -> Any:
         engine = self.engine
@@ -91,30 +104,70 @@ class Worker:
             time.sleep(float(args.get("delay_s", 0)))
             return {"pid": os.getpid(), "token": args.get("token")}
         if op == "start":
-            return engine.start()
+            report = engine.start()
+            self.applied = report.get("applied") if isinstance(report, dict) else None
+            return report
         if op == "wake_weights":
             return self._call("load", engine.wake_weights)
         if op == "load_weights":
-            return self._call("load", lambda: engine.load_weights(args["path"], args["manifest"]))
+            report = self._call("load", lambda: engine.load_weights(args["path"], args["manifest"]))
+            self.weights = _fingerprint(report, "trainer")
+            return report
+        if op == "reload_weights":  # the engine's own weights (its model path), for a reproduction
+            report = self._call("load", engine.reload_weights)
+            self.weights = _fingerprint(report, "model")
+            return report
         if op == "reset_prefix_cache":
             return self._call("load", engine.reset_prefix_cache)
         if op == "wake_kv":
             return self._call("load", engine.wake_kv)
         if op == "generate":
-            n = int(args["n"])
-            self.beacon.begin()
-            try:
-                outputs = engine.generate(args["prompts"], n, int(args["seed"]), args.get("sampling") or {},
-                                          on_step=self.beacon.step, before_step=self.beacon.step_started)
-            finally:
-                self.beacon.end()
-            return {"completions": check_completions(outputs, len(args["prompts"]), n)}
+            return self._generate(args)
         if op == "sleep":
             return self._call("sleep", engine.sleep)
         if op == "close":
             self.closing = True
             return engine.close()
         raise ValueError(f"unknown operation {op!r}")
+
+    def _generate(self, args: dict[str, Any]) -> dict[str, Any]:
+        """One request, kept in flight while it runs; ``step_times``: each engine step's seconds too."""
+        n, seed = int(args["n"]), (None if args.get("seed") is None else int(args["seed"]))
+        prompts, sampling = args["prompts"], args.get("sampling") or {}
+        self.generate_calls += 1
+        if self.inflight.path is not None and not self.inflight.write(self._record(prompts, n, seed, sampling)):
+            log(f"could not keep the batch in flight: {self.inflight.failed}")
+        steps: list[float] = []
+        last = [time.monotonic()]
+
+        def timed_step() -> None:
+            now = time.monotonic()
+            steps.append(round(now - last[0], 6))
+            last[0] = now
+            self.beacon.step()
+
+        on_step = timed_step if args.get("step_times") else self.beacon.step
+        self.beacon.begin()
+        try:
+            outputs = self.engine.generate(prompts, n, seed, sampling, on_step=on_step,
+                                           before_step=self.beacon.step_started)
+        finally:
+            self.beacon.end()
+            self.inflight.clear()
+        result: dict[str, Any] = {"completions": check_completions(outputs, len(prompts), n)}
+        if args.get("step_times"):
+            result["step_times_s"] = steps
+        return result
+
+    def _record(self, prompts: list[Any], n: int, seed: int | None, sampling: dict[str, Any]) -> dict[str, Any]:
+        if self._versions is None:
+            self._versions = {"python": sys.version.split()[0], **installed(BATCH_VERSIONS)}
+        kwargs = self.config.get("engine_kwargs") or {}
+        return make_record(engine=self.config["engine"], engine_kwargs=kwargs, prompts=prompts, n=n, seed=seed,
+                           sampling=sampling, source="worker", applied=self.applied, weights=self.weights,
+                           engine_call=self.generate_calls, versions=self._versions,
+                           policy={"cudagraphs": "on" if cudagraphs_enabled_in(kwargs) else "off",
+                                   "enforce_eager": bool(kwargs.get("enforce_eager"))})
 
     def _call(self, phase: str, run: Any) -> Any:
         """A request without engine steps, beaten as ``phase`` while it runs (``EngineBeacon.call``)."""
@@ -142,6 +195,15 @@ class Worker:
                          "error": {"type": type(error).__name__, "message": str(error)}}
             log(f"op={op} id={request_id} ok={reply['ok']} took={time.monotonic() - started:.3f}s")
             protocol.send_message(conn, reply, time.monotonic() + 60)
+
+
+def _fingerprint(report: Any, source: str) -> dict[str, Any] | None:
+    """What a kept batch says of the weights: the load report's manifest digest (sha256 over the
+    per-tensor xxh3_128 manifest) and where the weights came from (the trainer, or the model)."""
+    if not isinstance(report, dict):
+        return {"source": source}
+    return {"source": source, "digest": report.get("digest"), "tensors": report.get("tensors"),
+            "bytes": report.get("bytes")}
 
 
 def accept_controller(listener: socket.socket, key: bytes, deadline: float, handshake_s: float) -> socket.socket:

@@ -5,7 +5,7 @@ hangwatch.supervisor is further divided into rooms (ROOM_ALLOWED, at the end):
     hangwatch.contract                                        (0)
     hangwatch.supervisor | hangwatch.diagnostics | hangwatch.generator   (1, side by side)
     hangwatch.trainer  (the trainer-side facade over generator + contract)   (2)
-    hangwatch.cli      (wires supervisor + diagnostics)                  (2)
+    hangwatch.cli      (wires supervisor + diagnostics; reproduce drives the generator's worker)  (2)
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ LAYER = {
 # Who may import whom, besides itself and the contract.
 ALLOWED = {
     "hangwatch.trainer": {"hangwatch.generator"},
-    "hangwatch.cli": {"hangwatch.supervisor", "hangwatch.diagnostics"},
+    # `hangwatch reproduce` runs a batch in the generator's isolated worker (never importing torch itself).
+    "hangwatch.cli": {"hangwatch.supervisor", "hangwatch.diagnostics", "hangwatch.generator"},
 }
 
 

@@ -4,6 +4,7 @@ An engine implements (all called from the worker's main thread):
 
 * ``start() -> dict``: build, then sleep at level 2 (weights and KV discarded).
 * ``wake_weights()``, ``load_weights(path, manifest) -> report``,
+  ``reload_weights() -> report`` (the model's own weights, for a reproduction),
   ``reset_prefix_cache()``, ``wake_kv()``,
   ``generate(prompts, n, seed, sampling) -> list[list[completion]]`` (per
   prompt, completions as ``{"index", "text", "token_ids"}`` in any order: the

@@ -82,6 +82,7 @@ TRANSITIONS: dict[tuple[EngineState, str], EngineState] = {
     (S.ASLEEP, "sleep"): S.ASLEEP,
     (S.ASLEEP, "reset_prefix_cache"): S.ASLEEP,
     (S.WEIGHTS_AWAKE, "load_weights"): S.WEIGHTS_AWAKE,
+    (S.WEIGHTS_AWAKE, "reload_weights"): S.WEIGHTS_AWAKE,
     (S.WEIGHTS_AWAKE, "reset_prefix_cache"): S.WEIGHTS_AWAKE,
     (S.WEIGHTS_AWAKE, "wake_kv"): S.AWAKE,
     (S.WEIGHTS_AWAKE, "sleep"): S.ASLEEP,
@@ -182,6 +183,20 @@ class FakeEngine:
             self.graph.replay(torch.zeros(1, 4, dtype=torch.long))  # a warm-up replay on the new weights
         return verify_loaded(self.model, manifest, loaded)
 
+    def reload_weights(self) -> dict[str, Any]:
+        """The model's own weights again (vLLM's ``reload_weights`` reads them from the model
+        path; the fake's are its dummy ones, seeded by ``seed``): a reproduction has no trainer."""
+        self._check("reload_weights")
+        assert self.model is not None
+        torch.manual_seed(int(self.kwargs.get("seed", 0)))
+        fresh = PackedToyModel(self.config)
+        self.model.load_state_dict(fresh.state_dict())
+        self.weights_valid = True
+        self._advance("reload_weights")
+        digest = hashlib.sha256(b"".join(t.detach().contiguous().numpy().tobytes()
+                                         for t in self.model.state_dict().values())).hexdigest()
+        return {"digest": digest, "tensors": len(self.model.state_dict()), "source": "dummy"}
+
     def reset_prefix_cache(self) -> None:
         self._advance("reset_prefix_cache")
         self.prefix_cache_stale = False
@@ -198,7 +213,7 @@ class FakeEngine:
         self.state = S.CLOSED
         simgpu.release()
 
-    def generate(self, prompts: list[str], n: int, seed: int, sampling: Mapping[str, Any],
+    def generate(self, prompts: list[Any], n: int, seed: int | None, sampling: Mapping[str, Any],
                  on_step: Callable[[], None] | None = None,
                  before_step: Callable[[], None] | None = None) -> list[list[dict[str, Any]]]:
         self._check("generate")
@@ -229,11 +244,14 @@ class FakeEngine:
         return outputs
 
     @torch.no_grad()
-    def _complete(self, prompt: str, n: int, seed: int, sampling: Mapping[str, Any],
+    def _complete(self, prompt: Any, n: int, seed: int | None, sampling: Mapping[str, Any],
                   step: Callable[[torch.Tensor], torch.Tensor]) -> list[dict[str, Any]]:
         assert self.runner is not None
         vocab = self.config.vocab
-        prompt_ids = [b % vocab for b in prompt.encode()] or [0]
+        if isinstance(prompt, Mapping):  # vLLM's TokensPrompt: {"prompt_token_ids": [...]}
+            prompt_ids = [int(t) % vocab for t in prompt.get("prompt_token_ids") or []] or [0]
+        else:
+            prompt_ids = [b % vocab for b in prompt.encode()] or [0]
         max_tokens = int(sampling.get("max_tokens", 8))
         temperature = float(sampling.get("temperature", 1.0))
         stops = sampling.get("stop") or []

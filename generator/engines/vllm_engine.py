@@ -77,6 +77,12 @@ class VLLMEngine:
             raise RuntimeError(f"GPU workers disagree on the loaded weights: {reports!r:.500}")
         return reports[0]
 
+    def reload_weights(self) -> dict[str, Any]:
+        """The model's weights from its path (a reproduction: no trainer sends any). Needs a
+        ``load_format`` that reads the checkpoint (``hangwatch reproduce`` sets ``auto``)."""
+        self.llm.collective_rpc("reload_weights")
+        return {"source": str(self.kwargs.get("model")), "load_format": self.kwargs.get("load_format")}
+
     def reset_prefix_cache(self) -> None:
         self.llm.reset_prefix_cache()
 

@@ -6,6 +6,7 @@
     hangwatch bundle pack BUNDLE            make a .tar.gz for a bug report
     hangwatch report BUNDLE|RUN_DIR         (re)write a bundle's or a run's HTML report
     hangwatch doctor                        check this machine before a long run
+    hangwatch reproduce BUNDLE              run a bundle's kept batch again: does it wedge?
 
 The options are ``hangwatch.cli.parser``'s, the commands ``hangwatch.cli.commands``';
 this module parses, dispatches and turns what escapes a command into an exit code.
@@ -43,7 +44,7 @@ sys.excepthook = _excepthook  # imported: main() handles a Ctrl-C from here on
 def build_parser() -> argparse.ArgumentParser:
     """The parser, handed every command's handler. Importing the commands loads diagnostics and
     doctor (a second or so): done here, when the command line is parsed, not on import."""
-    from hangwatch.cli.commands import bundle, doctor, replay, report, run, status  # noqa: PLC0415
+    from hangwatch.cli.commands import bundle, doctor, replay, report, reproduce, run, status  # noqa: PLC0415
 
     return grammar.build_parser({
         "run": run.cmd_run,
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         "bundle pack": bundle.cmd_pack,
         "report": report.cmd_report,
         "doctor": doctor.cmd_doctor,
+        "reproduce": reproduce.cmd_reproduce,
     })
 
 

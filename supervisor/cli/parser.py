@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from hangwatch.contract.exitcodes import EXIT_CODES, EXIT_USAGE
+from hangwatch.contract.exitcodes import EXIT_CODES, EXIT_USAGE, REPRODUCE_EXIT_CODES
 from hangwatch.supervisor.config import SETTINGS
 
 Handler = Callable[[argparse.Namespace], int]
@@ -53,6 +53,7 @@ def build_parser(handlers: Mapping[str, Handler]) -> argparse.ArgumentParser:
     status.set_defaults(func=handlers["status"])
     _add_bundle_parsers(sub, handlers)
     _add_doctor_parser(sub, handlers["doctor"])
+    _add_reproduce_parser(sub, handlers["reproduce"])
     return parser
 
 
@@ -134,6 +135,42 @@ def _add_doctor_parser(sub: Any, handler: Handler) -> None:
                         help="the trainer's Python: check its TRL/vLLM/transformers (default: this interpreter)")
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
     doctor.set_defaults(func=handler)
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 7 * 24 * 3600:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds (at most a week)")
+    return value
+
+
+def _add_reproduce_parser(sub: Any, handler: Handler) -> None:
+    rp = sub.add_parser(
+        "reproduce", help="run a bundle's kept batch again on a fresh engine: does it wedge?",
+        description="Run the engine request that was in flight at an incident (the bundle's batch.json)\n"
+                    "against a fresh engine in an isolated worker, with the recorded settings under --policy.\n"
+                    "Each run reports whether it wedged (no engine step within --step-timeout), its times,\n"
+                    "and for a wedge a new bundle of the wedged worker's evidence (docs/diagnostics.md).",
+        epilog="exit codes:\n" + "\n".join(f"  {code:3d}  {text}" for code, text in REPRODUCE_EXIT_CODES.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    rp.add_argument("bundle", metavar="BUNDLE", help="an incident bundle (directory or .tar.gz) with a batch.json")
+    rp.add_argument("--model", metavar="PATH", help="load the model from PATH instead of the recorded model path")
+    rp.add_argument("--times", type=_positive_int, default=1, metavar="N",
+                    help="run the batch N times, each on a fresh engine (default 1)")
+    rp.add_argument("--policy", choices=["recorded", "graphs-off", "eager"], default="recorded",
+                    help="recorded: the engine arguments as recorded; graphs-off: cuda graphs off "
+                         "(cudagraph_mode NONE, torch.compile kept); eager: enforce_eager (default recorded)")
+    rp.add_argument("--step-timeout", type=_positive_seconds, default=60.0, metavar="S",
+                    help="a run wedged when its engine makes no step for S seconds (default 60)")
+    rp.add_argument("--out", metavar="DIR",
+                    help="where the runs' logs, wedge bundles and reproduce.json go "
+                         "(default ./hangwatch-reproduce-BUNDLE-TIME)")
+    rp.add_argument("--json", action="store_true", help="machine-readable output")
+    rp.set_defaults(func=handler)
 
 
 def add_run_parser(sub: Any, handler: Handler) -> None:

@@ -3,7 +3,10 @@
 Both helpers write into a hidden temporary sibling (same directory, so the rename
 is atomic), fsync it, rename it into place and fsync the directory; on any
 failure (a full disk) the temporary is removed and the error re-raised, so
-nothing half-written is left behind.
+nothing half-written is left behind. ``durable=False`` skips the fsyncs: still
+all-or-nothing for a reader, but not kept through a power loss; for a record
+that only matters while its writer lives (a request in flight), where the two
+fsyncs were most of the cost of a write.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from hangwatch.contract.private import open_private
 
 
 @contextlib.contextmanager
-def replacing(path: Path, mode: int = 0o600) -> Iterator[BinaryIO]:
+def replacing(path: Path, mode: int = 0o600, *, durable: bool = True) -> Iterator[BinaryIO]:
     """Yield a binary handle whose content replaces ``path`` when the block ends cleanly.
 
     The temporary is created O_EXCL (a planted symlink cannot redirect it) and the
@@ -32,17 +35,19 @@ def replacing(path: Path, mode: int = 0o600) -> Iterator[BinaryIO]:
             handle.flush()
             # By descriptor: in a directory others can write, the name could be a link by now.
             os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
-def write_file(path: Path, data: bytes, mode: int = 0o600) -> Path:
-    with replacing(path, mode) as handle:
+def write_file(path: Path, data: bytes, mode: int = 0o600, *, durable: bool = True) -> Path:
+    with replacing(path, mode, durable=durable) as handle:
         handle.write(data)
     return path
 
