@@ -60,6 +60,7 @@ class RunConfig:
     cudagraphs_after_stall: str = "off"
     eager_escalation: bool = True
     recovery: str = "auto"  # auto: engine-only restart when only the rollout engine is wedged; job: always the tree
+    on_hang: str = "act"  # act: recover (kill, restart); observe: detect, capture, alert, journal what it would do
     engine_retry_window: float = 1800.0
     echo: bool = True
     log_max_bytes: int = 256 * 1024 * 1024
@@ -91,6 +92,7 @@ class RunConfig:
             "cudagraphs_after_stall": self.cudagraphs_after_stall,
             "eager_escalation": self.eager_escalation,
             "recovery": self.recovery,
+            "on_hang": self.on_hang,
             "engine_retry_window": self.engine_retry_window,
             "echo": self.echo,
             "log_max_bytes": self.log_max_bytes,
@@ -144,6 +146,7 @@ SETTINGS: dict[str, tuple[type, Any]] = {
     "cudagraphs_after_stall": (str, "off"),
     "eager_escalation": (bool, True),
     "recovery": (str, "auto"),
+    "on_hang": (str, "act"),
     "engine_retry_window": (float, 1800.0),
     "quiet": (bool, False),
     "log_max_bytes": (int, 256 * 1024 * 1024),
@@ -304,6 +307,7 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
         cudagraphs_after_stall=v["cudagraphs_after_stall"],
         eager_escalation=v["eager_escalation"],
         recovery=v.get("recovery", "auto"),
+        on_hang=v.get("on_hang", "act"),  # .get: runs saved before the option resume too
         engine_retry_window=float(v.get("engine_retry_window", 1800.0)),
         echo=not v["quiet"],
         log_max_bytes=v["log_max_bytes"],
@@ -347,6 +351,8 @@ def _check_values(v: Mapping[str, Any]) -> None:
         raise ConfigError(f"--on-crash must be restart or stop, got {v['on_crash']!r}")
     if v.get("recovery", "auto") not in ("auto", "job"):
         raise ConfigError(f"--recovery must be auto or job, got {v['recovery']!r}")
+    if v.get("on_hang", "act") not in ("act", "observe"):
+        raise ConfigError(f"--on-hang must be act or observe, got {v['on_hang']!r}")
     for name in ("progress_timeout", "engine_step_timeout", "engine_wedge_window", "step_timeout"):
         if v.get(name) is not None and v[name] < 0:  # not silently "off": 0 is how to say that
             off = "its shortcut" if name == "engine_wedge_window" else "the rule"  # the engine step rule stays on
