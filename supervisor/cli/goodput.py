@@ -111,8 +111,8 @@ def _note_event(a: dict[str, Any], event: Any, r: Mapping[str, Any]) -> None:
                          **({"observed": True} if r.get("observe_only") else {})}
     elif event == "would_act" and a["onset"] is not None:
         kill = len(r.get("would_kill") or [])
-        a["incident"]["would_act"] = (f"{'restart the rollout engine' if r.get('level') == 1 else 'restart the job'}, "
-                                      f"killing {kill} process(es), cuda graphs {r.get('cudagraphs')}")
+        a["incident"]["would_act"] = (f"{'restarted the rollout engine' if r.get('level') == 1 else 'restarted the job'} "
+                                      f"(killing {kill} process(es), cuda graphs {r.get('cudagraphs')})")
     elif event == "recovered_by_itself" and a["onset"] is not None:
         # Observe-only: the hang ended inside the attempt, nothing done; lost time, then progress again.
         took = _seconds(r.get("after_s"))
