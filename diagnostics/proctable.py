@@ -28,12 +28,13 @@ def verify(tp: TreeProcess) -> psutil.Process | None:
 
 
 def resume(tree: Sequence[TreeProcess]) -> list[int]:
-    """SIGCONT every verified tree process; returns the pids that were stopped.
+    """SIGCONT every verified tree process that is stopped; returns their pids.
 
     py-spy stops its target while reading it and a py-spy killed at its timeout
     can leave it stopped (py-spy#390, #416). We are about to kill the tree
     anyway, but a stopped process ignores SIGTERM until continued, which would
-    turn a graceful stop into a SIGKILL.
+    turn a graceful stop into a SIGKILL. A running process gets no signal: in
+    observe-only mode (``--on-hang observe``) the capture must signal nothing.
     """
     stopped = []
     for tp in tree:
@@ -41,8 +42,9 @@ def resume(tree: Sequence[TreeProcess]) -> list[int]:
         if proc is None:
             continue
         try:
-            if proc.status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
-                stopped.append(tp.pid)
+            if proc.status() not in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+                continue
+            stopped.append(tp.pid)
             os.kill(tp.pid, signal.SIGCONT)
         except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
             pass  # gone between the check and the signal: nothing to resume

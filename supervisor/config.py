@@ -63,6 +63,7 @@ class RunConfig:
     cudagraphs_after_stall: str = "off"
     eager_escalation: bool = True
     recovery: str = "auto"  # auto: engine-only restart when only the rollout engine is wedged; job: always the tree
+    on_hang: str = "act"  # act: recover (kill, restart); observe: detect, capture, alert, journal what it would do
     engine_retry_window: float = 1800.0
     echo: bool = True
     log_max_bytes: int = 256 * 1024 * 1024
@@ -99,6 +100,7 @@ class RunConfig:
             "cudagraphs_after_stall": self.cudagraphs_after_stall,
             "eager_escalation": self.eager_escalation,
             "recovery": self.recovery,
+            "on_hang": self.on_hang,
             "engine_retry_window": self.engine_retry_window,
             "echo": self.echo,
             "log_max_bytes": self.log_max_bytes,
@@ -154,6 +156,7 @@ SETTINGS: dict[str, tuple[type, Any]] = {
     "cudagraphs_after_stall": (str, "off"),
     "eager_escalation": (bool, True),
     "recovery": (str, "auto"),
+    "on_hang": (str, "act"),
     "engine_retry_window": (float, 1800.0),
     "quiet": (bool, False),
     "log_max_bytes": (int, 256 * 1024 * 1024),
@@ -316,6 +319,7 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
         cudagraphs_after_stall=v["cudagraphs_after_stall"],
         eager_escalation=v["eager_escalation"],
         recovery=v.get("recovery", "auto"),
+        on_hang=v.get("on_hang", "act"),  # .get: runs saved before the option resume too
         engine_retry_window=float(v.get("engine_retry_window", 1800.0)),
         echo=not v["quiet"],
         log_max_bytes=v["log_max_bytes"],
@@ -367,6 +371,8 @@ def _check_values(v: Mapping[str, Any]) -> None:
         parse_signal(str(v.get("stacks_signal", DEFAULT_STACKS_SIGNAL)))
     except ValueError as exc:
         raise ConfigError(f"--stacks-signal: {exc}") from None
+    if v.get("on_hang", "act") not in ("act", "observe"):
+        raise ConfigError(f"--on-hang must be act or observe, got {v['on_hang']!r}")
     for name in ("progress_timeout", "engine_step_timeout", "engine_wedge_window", "step_timeout"):
         if v.get(name) is not None and v[name] < 0:  # not silently "off": 0 is how to say that
             off = "its shortcut" if name == "engine_wedge_window" else "the rule"  # the engine step rule stays on

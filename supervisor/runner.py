@@ -52,6 +52,7 @@ from hangwatch.supervisor.decide.attempt import (AttemptLifecycle, AttemptState,
 from hangwatch.supervisor.decide.checkpoints import (CheckpointsUnreadable, complete_at, complete_steps,
                                                      newest_complete)
 from hangwatch.supervisor.decide.detector import Detector
+from hangwatch.supervisor.decide.observe_only import StallEpisode
 from hangwatch.supervisor.decide.restart import AttemptOutcome, Decision
 from hangwatch.supervisor.operate.longrun import LOW_DISK_LOG_BYTES, DiskWatch, HeapTrim, RecordBudget, prune_incidents
 from hangwatch.supervisor.operate.observe import NullObserver, RunObserver, Tick
@@ -291,8 +292,18 @@ class Supervisor:
         self._beat_pids = set()
         self._first_beat_seen = False
         self._engines_beat = False
+        episode: StallEpisode | None = None
         while True:
-            verdict, samples, trainer_code = self._watch(trainer, launched.files.heartbeat)
+            verdict, samples, trainer_code = self._watch(trainer, launched.files.heartbeat, episode)
+            if verdict.kind.is_hang and self.config.on_hang == "observe":
+                # Observe-only: the incident, its bundle and what would have been done; then the
+                # same trainer is watched on, with no new incident until this episode ends.
+                evidence = self.incidents.observe_only(verdict, samples, trainer, launched.files, evidence=evidence,
+                                                       engines_beat=self._engines_beat)
+                last = samples[-1] if samples else None
+                episode = StallEpisode(self.state.stalls, verdict.detected_at, last.heartbeat if last else None,
+                                       verdict.evidence, last.engine if last else ())
+                continue
             answer = self.incidents.answer(verdict, samples, trainer, launched.files, evidence=evidence,
                                            engines_beat=self._engines_beat)
             verdict, evidence = answer.verdict, answer.evidence
@@ -395,7 +406,10 @@ class Supervisor:
             return cohort_code
         return None
 
-    def _watch(self, trainer: Trainer, heartbeat: Path) -> tuple[Verdict, list[Sample], int | None]:
+    def _watch(self, trainer: Trainer, heartbeat: Path,
+               episode: StallEpisode | None = None) -> tuple[Verdict, list[Sample], int | None]:
+        """Sample until a verdict (an exit, a stop, a hang). ``episode``: an incident observed only
+        (``--on-hang observe``) is open: no verdict of a hang until the trainer moves on."""
         cfg = self.config.detector
         self.tree.watch(heartbeat)
         detector = Detector(cfg, start=self.clock())
@@ -452,7 +466,9 @@ class Supervisor:
                 last_info = dict(hb.info)
                 self.journal.append("trainer_info", attempt=self.state.attempt, step=hb.step, phase=hb.phase,
                                     info=redact_value(last_info))
-            verdict = detector.observe(sample)
+            if episode is not None and self._episode_ended(episode, sample):
+                episode, detector = None, Detector(cfg, start=sample.t)  # watching for the next episode
+            verdict = detector.observe(sample) if episode is None else None
             if verdict is None:
                 self.evidence_capture.maybe_early_round(detector, sample.t, self.tree.describe)
             self.observer.tick(Tick(self.state.attempt, sample, detector.stall_onset, cfg.window_for(detector.phase)))
@@ -474,6 +490,18 @@ class Supervisor:
                 next_tick = self.clock()
                 if self._continued_at is not None and self._continued_at >= slept_from:
                     self._continued_at = None  # that stop was this overrun, already discounted
+
+    def _episode_ended(self, episode: StallEpisode, sample: Sample) -> bool:
+        """Observe-only: the trainer moved on by itself after the incident (journaled)."""
+        recovered = episode.observe(sample)
+        if recovered is None:
+            return False
+        self.journal.append("recovered_by_itself", attempt=self.state.attempt, after_s=round(recovered.after_s, 3),
+                            step=recovered.step, how=recovered.how)
+        log.info("recovered_by_itself", message=(
+            f"observe-only: the trainer moved on by itself {recovered.after_s:.0f} s after the incident"
+            + (f" (step {recovered.step})" if recovered.step is not None else "")))
+        return True
 
     def _forward_stop(self, trainer: Trainer) -> int | None:
         """Pass SIGINT/SIGTERM to the trainer's group, give it the grace to exit."""

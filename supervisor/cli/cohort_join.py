@@ -68,6 +68,11 @@ def join_cohort(args: argparse.Namespace, config: Any, log: Any, membership: Any
 
     if membership is None:
         return None
+    if config.on_hang == "observe":
+        # The nodes answer an incident together (docs/multinode.md): one node watching only while the
+        # others restart would split the job. Observe-only is for a single-node run for now.
+        raise UsageError("--on-hang observe is for a single-node run: a multi-node job's nodes answer each "
+                         "incident together; drop --on-hang observe, or watch one node on its own first")
     # A job resumes on every node or on none: one node from scratch while the others resume splits it.
     fingerprint = {**settings_fingerprint(config, membership.nnodes, checkpoint_given), "resumed": getattr(args, "resume", None) is not None}
     lease = float(getattr(args, "lease_timeout", 15.0))

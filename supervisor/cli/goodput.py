@@ -6,6 +6,8 @@ else is lost, split into start-up (launch to first heartbeat), hung (onset to
 detection), recovery (detection to the attempt's end: capture, kill, GPU release) and
 backoff (between attempts). Work redone since the last checkpoint is not counted.
 Time to recover, per incident: onset to the next attempt's first heartbeat.
+An incident observed only (``--on-hang observe``) says what would have been done and what
+happened after it: recovered by itself after N s, the trainer exited, or still hung at the end.
 
 ``goodput`` is pure (records in, numbers out); ``hangwatch.cli.run_page`` shows it.
 """
@@ -105,7 +107,21 @@ def _note_event(a: dict[str, Any], event: Any, r: Mapping[str, Any]) -> None:
                                       "unrecovered": True})
         a["detected"] = float(r["ts"])
         a["onset"] = float(r.get("onset_wall") or r["ts"])
-        a["incident"] = {"kind": r.get("kind"), "reason": r.get("reason"), "latency_s": r.get("latency_s")}
+        a["incident"] = {"kind": r.get("kind"), "reason": r.get("reason"), "latency_s": r.get("latency_s"),
+                         **({"observed": True} if r.get("observe_only") else {})}
+    elif event == "would_act" and a["onset"] is not None:
+        kill = len(r.get("would_kill") or [])
+        a["incident"]["would_act"] = (f"{'restarted the rollout engine' if r.get('level') == 1 else 'restarted the job'} "
+                                      f"(killing {kill} process(es), cuda graphs {r.get('cudagraphs')})")
+    elif event == "recovered_by_itself" and a["onset"] is not None:
+        # Observe-only: the hang ended inside the attempt, nothing done; lost time, then progress again.
+        took = _seconds(r.get("after_s"))
+        recovered = (a["detected"] or a["onset"]) + took if took is not None else float(r["ts"])
+        a["engine_level"].append({**{k: a[k] for k in ("onset", "detected", "evidence")},
+                                  "incident": {**a["incident"], "after": f"recovered by itself after "
+                                                                          f"{took if took is not None else '?'} s"},
+                                  "recovered": recovered})
+        a["onset"] = a["detected"] = a["evidence"] = None
     elif event == "capture" and r.get("evidence_path"):
         a["evidence"] = r["evidence_path"]
     elif event == "engine_recovered" and a["onset"] is not None:
@@ -154,7 +170,7 @@ def _account_attempt(a: dict[str, Any], following: dict[str, Any] | None, end: f
         lost_inside += max(0.0, e["recovered"] - onset)
         info = _bundle(run_dir, e["evidence"])
         incidents.append({"attempt": n, **e["incident"], "signature": info["signature"],
-                          "report": info["report"], "level": 1,
+                          "report": info["report"], "level": None if e["incident"].get("observed") else 1,
                           "time_to_recover_s": None if e.get("unrecovered") else round(e["recovered"] - e["onset"], 1)})
     totals["productive"] += max(0.0, stop - working_from - lost_inside)
     if a["onset"] is not None:
@@ -163,10 +179,19 @@ def _account_attempt(a: dict[str, Any], following: dict[str, Any] | None, end: f
         totals["recovery"] += max(0.0, a_end - detected)
         recovered = following["first_beat"] if following is not None else None
         info = _bundle(run_dir, a["evidence"])
+        if a["incident"].get("observed"):
+            a["incident"]["after"] = _after_observed(a)
         incidents.append({"attempt": n, **a["incident"], "signature": info["signature"],
                           "report": info["report"],
                           "time_to_recover_s": round(recovered - a["onset"], 1) if recovered else None})
     return a_end
+
+
+def _after_observed(a: Mapping[str, Any]) -> str:
+    """What became of an incident observed only that did not end by itself."""
+    if a["ended"] is None or a["kind"] in ("stopped", "supervisor_lost"):
+        return "still hung when the run ended" if a["ended"] is not None else "still hung"
+    return f"the trainer exited ({a['kind']}) {a['ended'] - (a['detected'] or a['ended']):.0f} s after the verdict"
 
 
 def _bundle(run_dir: Path | None, path: Any) -> dict[str, Any]:

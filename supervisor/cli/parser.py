@@ -301,6 +301,10 @@ def _add_recovery_group(run: argparse.ArgumentParser, d: Mapping[str, Any]) -> N
                         "the generate phase), kill just that worker and let the trainer's generator restart it with "
                         "graphs off and retry the batch; job: always kill the tree and resume from a checkpoint "
                         "(default auto)")
+    g.add_argument("--on-hang", choices=["act", "observe"],
+                   help="act: recover from a hang (kill, restart; default); observe: detect, capture the evidence, "
+                        "alert and journal what would have been done (would_act), but never kill, restart or change "
+                        "the graph policy on a hang; the trainer is watched on, and a recovery by itself is journaled")
     g.add_argument("--engine-retry-window", type=float, metavar="S",
                    help="a second engine wedge within S seconds of an engine restart restarts the job "
                         f"(default {d['engine_retry_window']:g})")

@@ -62,7 +62,7 @@ def render_html(run_dir: Path, records: Sequence[Mapping[str, Any]], g: Mapping[
         f"<tr><td>{i['attempt']}</td><td>{e(str(i['kind']))}</td><td>{e(str(i['reason']))}</td>"
         f"<td>{e(str(i['signature'] or 'none'))}</td><td>{i['latency_s']} s</td>"
         f"<td>{'%.0f s' % i['time_to_recover_s'] if i['time_to_recover_s'] is not None else 'not recovered'}</td>"
-        f"<td>{'engine only: the trainer lived on' if i.get('level') == 1 else 'job restart'}</td>"
+        f"<td>{_recovery_cell(i, e)}</td>"
         f"<td>{link(i['report'])}</td></tr>"
         for i in g["incidents"]) or '<tr><td colspan="8">none</td></tr>'
     goodput_pct = f"{100 * g['goodput']:.1f} %" if g["goodput"] is not None else "-"
@@ -84,9 +84,17 @@ td,th{{border:1px solid #ccc;padding:.3em .6em;text-align:left}}.bar{{display:fl
 <table><tr><th>attempt</th><th>kind</th><th>reason</th><th>signature</th><th>detection latency</th><th>time to recover</th><th>recovery</th><th>report</th></tr>{incidents}</table>
 <p>Productive time: first heartbeat (or launch) to the attempt's end or its hang's onset. Time to recover:
 onset to the next attempt's first heartbeat; for an engine-only recovery, onset to the trainer's first step
-after it. Work redone since the last checkpoint is not counted.</p>
+after it. Observed only (<code>--on-hang observe</code>): nothing was done; what would have been, and what happened. Work redone since the last checkpoint is not counted.</p>
 </body></html>
 """
+
+
+def _recovery_cell(incident: Mapping[str, Any], e: Any) -> str:
+    """What was done, or, observed only (--on-hang observe), what would have been and what came after."""
+    if incident.get("observed"):
+        return e(f"observed only: would have {incident.get('would_act') or 'acted'}; "
+                 f"{incident.get('after') or 'still hung'}")
+    return "engine only: the trainer lived on" if incident.get("level") == 1 else "job restart"
 
 
 def _to_first_beat(attempt: dict[str, Any]) -> str:

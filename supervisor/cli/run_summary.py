@@ -199,6 +199,8 @@ def summarise(path: Path) -> dict[str, Any]:
         "cohort": {**run.cohort, "events": run.cohort_events} if run.cohort else None,
         "pruned": _pruned(records),
         "engine_restarts": _engine_restarts(records),
+        # --on-hang observe: incidents the trainer moved on from with nothing done
+        "recovered_by_itself": run.recovered_by_itself,
         "alerts_failed": _alerts_failed(records),
         # bytes in the journal's middle not read (its first and last records are what is shown)
         "journal_left_out_bytes": left_out,
@@ -382,7 +384,8 @@ def render_status(summary: dict[str, Any], now: float | None = None) -> str:
     if live:
         lines += _live_lines(live, now)
     lines += [
-        f"restarts {summary['restarts']}, incidents {len(summary['incidents'])}",
+        f"restarts {summary['restarts']}, incidents {len(summary['incidents'])}"
+        + (f", recovered by itself {summary['recovered_by_itself']}" if summary.get("recovered_by_itself") else ""),
         "",
         "attempt  started              outcome          exit                       graphs  resumed from",
     ]
@@ -401,6 +404,8 @@ def render_status(summary: dict[str, Any], now: float | None = None) -> str:
         lines.append(f"incident: attempt {i['attempt']} {i['kind']}: {i['reason']} (latency {i['latency_s']} s)")
         lines.append(f"          signature {sig}{' (' + i['signature_title'] + ')' if i.get('signature_title') else ''}; "
                      f"report {_report_of(i)}")
+        if i.get("observe_only"):
+            lines.append(f"          {_observed_line(i)}")
     cohort = summary.get("cohort")
     if cohort:
         lines.append(f"cohort:  node {cohort.get('node_rank')} of {cohort.get('nnodes')} ({cohort.get('cohort_id')}), store "
@@ -462,6 +467,16 @@ def event_line(r: Mapping[str, Any]) -> str:
                                                           default=str)[:200]
 
 
+def _observed_line(incident: Mapping[str, Any]) -> str:
+    """An incident observed only (--on-hang observe): what would have been done, and since."""
+    would = incident.get("would_act") or {}
+    what = "the rollout engine" if would.get("scope") == "engine" else "the job"
+    after = incident.get("recovered_after_s")
+    return (f"observed only: would have restarted {what} (killing {len(would.get('would_kill') or [])} process(es), "
+            f"cuda graphs {would.get('cudagraphs', '?')}); "
+            + (f"recovered by itself after {after} s" if after is not None else "not recovered by itself"))
+
+
 def _event_line(r: Mapping[str, Any]) -> str:
     e, a = r.get("event"), r.get("attempt")
     if e == "run_started":
@@ -488,6 +503,11 @@ def _event_line(r: Mapping[str, Any]) -> str:
                 f"attempt {a}: {whose} {'released' if released else 'NOT released'} after {r.get('waited_s')} s")
     elif e == "attempt_ended":
         text = f"attempt {a} ended: {r.get('kind')}, {describe_exit(r.get('exit_code'), r.get('kind'))}"
+    elif e == "would_act":
+        text = (f"attempt {a}: observe-only: would have restarted {'the engine' if r.get('level') == 1 else 'the job'}, "
+                f"killing {len(r.get('would_kill') or [])} process(es); nothing done")
+    elif e == "recovered_by_itself":
+        text = f"attempt {a}: recovered by itself {r.get('after_s')} s after the incident (step {r.get('step')})"
     elif e == "restart_scheduled":
         text = f"restart in {r.get('delay_s')} s (cuda graphs {r.get('cudagraphs')}): {r.get('reason')}"
     elif e == "run_finished":

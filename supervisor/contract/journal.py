@@ -50,6 +50,8 @@ EVENTS = (
     "engine_recovered",  # the trainer progressed again after an engine restart
     "guardian_rearmed",  # the guardian died while we ran; a new one was started (hangwatch.supervisor.contain.guardian)
     "guardian_lost",  # the guardian died and no new one could be started
+    "would_act",  # --on-hang observe: what the recovery would have been (nothing was killed)
+    "recovered_by_itself",  # --on-hang observe: the trainer moved on after an incident not acted on
 )
 
 
@@ -301,6 +303,8 @@ class RunRecord:
     #: the wall time of the last engine restart that was carried out (``engine_restart`` not
     #: ``ok: false``): the engine retry window counts from it, across ``--resume`` too
     last_engine_restart_ts: float | None = None
+    #: --on-hang observe: incidents the trainer moved on from by itself (``recovered_by_itself``)
+    recovered_by_itself: int = 0
 
 
 def fold_journal(records: Sequence[Mapping[str, Any]]) -> RunRecord:
@@ -328,14 +332,26 @@ def fold_journal(records: Sequence[Mapping[str, Any]]) -> RunRecord:
             run.incidents.append({k: r.get(k) for k in ("attempt", "kind", "reason", "latency_s", "ts")})
             if r.get("kind") == "stall":
                 run.stalls += 1
-                # A same wedge's incident (another rank's engine stuck under the old policy) decides none.
-                run.unanswered_stall = run.unanswered_stall or not r.get("same_wedge")
+                # A same wedge's incident (another rank's engine stuck under the old policy) decides none,
+                # nor does one observed only (--on-hang observe keeps the policy).
+                run.unanswered_stall = run.unanswered_stall or not (r.get("same_wedge") or r.get("observe_only"))
+            if r.get("observe_only"):
+                run.incidents[-1]["observe_only"] = True
         elif event == "capture" and run.incidents and r.get("evidence_path") \
                 and run.incidents[-1].get("attempt") == r.get("attempt") and "evidence_path" not in run.incidents[-1]:
             # Each incident's own bundle: an attempt with engine-level restarts has several.
             run.incidents[-1]["evidence_path"] = r["evidence_path"]
         elif event == "restart_scheduled":
             run.pending_restart = dict(r)
+        elif event in ("would_act", "recovered_by_itself") and run.incidents \
+                and run.incidents[-1].get("attempt") == r.get("attempt"):
+            # The incident it follows (observe-only mode): what would have been done, and its end.
+            if event == "would_act":
+                run.incidents[-1]["would_act"] = {k: r.get(k) for k in ("level", "scope", "reason", "cudagraphs",
+                                                                        "enforce_eager", "would_kill")}
+            else:
+                run.recovered_by_itself += 1
+                run.incidents[-1]["recovered_after_s"] = r.get("after_s")
         if event == "engine_restart" and r.get("ok", True) is not False and isinstance(r.get("ts"), (int, float)):
             run.last_engine_restart_ts = float(r["ts"])
         if event in ("recovery", "engine_restart", "restart_scheduled") and r.get("cudagraphs") in ("on", "off") \

@@ -52,7 +52,8 @@ class AttemptState(str, enum.Enum):
 TRANSITIONS: Mapping[AttemptState, frozenset[AttemptState]] = {
     AttemptState.PREPARING: frozenset({AttemptState.WATCHING}),
     AttemptState.WATCHING: frozenset({AttemptState.CAPTURING, AttemptState.KILLING}),
-    AttemptState.CAPTURING: frozenset({AttemptState.KILLING, AttemptState.RESTARTING_ENGINE}),
+    # CAPTURING -> WATCHING: observe-only (--on-hang observe) watches the same trainer on.
+    AttemptState.CAPTURING: frozenset({AttemptState.KILLING, AttemptState.RESTARTING_ENGINE, AttemptState.WATCHING}),
     AttemptState.RESTARTING_ENGINE: frozenset({AttemptState.WATCHING, AttemptState.KILLING}),
     AttemptState.KILLING: frozenset({AttemptState.RELEASING, AttemptState.ENDED}),
     AttemptState.RELEASING: frozenset({AttemptState.ENDED}),

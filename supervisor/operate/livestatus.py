@@ -94,6 +94,7 @@ class LiveStatus:
             "tree_size": None,
             "last_exit": None,
             "incident": None,
+            "recovered_by_itself": 0,  # --on-hang observe
             "finished": None,
             "warnings": [],
             "links": {},
@@ -131,6 +132,12 @@ class LiveStatus:
                 st["heartbeat_seen"] = True
             elif event == "incident":
                 st["incident"] = {k: r.get(k) for k in ("attempt", "kind", "reason", "ts")}
+            elif event == "would_act" and st["incident"] is not None:
+                st["incident"]["would_act"] = {k: r.get(k) for k in ("level", "scope", "cudagraphs")}
+            elif event == "recovered_by_itself":
+                st["recovered_by_itself"] = int(st.get("recovered_by_itself") or 0) + 1
+                if st["incident"] is not None:
+                    st["incident"]["recovered_after_s"] = r.get("after_s")
             elif event == "capture" and st["incident"] is not None:
                 st["incident"]["evidence_path"] = r.get("evidence_path")
             elif event == "attempt_ended":

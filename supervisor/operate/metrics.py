@@ -119,6 +119,10 @@ class MetricsExporter:
         self.exits_c = Counter("hangwatch_attempts_ended", "ended attempts by verdict kind", ["kind"], registry=r)
         self.lost_c = Counter("hangwatch_seconds_lost", "seconds from incident onset to the next attempt's first "
                               "heartbeat, or to the trainer's progress after an engine-level restart", registry=r)
+        self.would_act_c = Counter("hangwatch_would_act", "hang verdicts not acted on (--on-hang observe), by the "
+                                   "recovery scope they would have had", ["scope"], registry=r)
+        self.recovered_itself_c = Counter("hangwatch_recovered_by_itself", "incidents not acted on (--on-hang "
+                                          "observe) after which the trainer moved on by itself", registry=r)
         self.notify_failed_c = Counter("hangwatch_notify_failures", "alerts that could not be delivered", registry=r)
         self.step_g = Gauge("hangwatch_last_heartbeat_step", "step of the last heartbeat (NaN before the first)",
                             registry=r)
@@ -246,7 +250,11 @@ class MetricsExporter:
                 self.restarts_c.inc()
             elif event == "engine_restart":
                 self.engine_restarts_c.labels(ok="true" if r.get("ok") else "false").inc()
-            elif event in ("first_heartbeat", "engine_recovered") and self._lost_onset is not None:
+            elif event == "would_act":
+                self.would_act_c.labels(scope=str(r.get("scope"))).inc()
+            elif event == "recovered_by_itself":
+                self.recovered_itself_c.inc()
+            if event in ("first_heartbeat", "engine_recovered", "recovered_by_itself") and self._lost_onset is not None:
                 self.lost_c.inc(max(0.0, float(r.get("ts") or self.wall()) - self._lost_onset))
                 self._lost_onset = None
             elif event == "notify_failed":

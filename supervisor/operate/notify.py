@@ -387,6 +387,13 @@ class Notifier:
             who = "its generator restarts" if r.get("by") == "generator" else "restarted"
             self._emit_incident(f"{who} only the rollout engine's worker ({graphs}); the trainer lives on "
                                 f"and retries the batch")
+        elif self._incident is not None and event == "would_act":
+            # Observe-only (--on-hang observe): nothing is done; the alert says what would have been.
+            what = "the rollout engine's worker" if r.get("level") == 1 else "the job"
+            self._incident["observe_only"] = True
+            self._emit_incident(f"nothing (observe-only): would have killed {len(r.get('would_kill') or [])} "
+                                f"process(es) and restarted {what} with cuda graphs {r.get('cudagraphs')}; "
+                                f"the trainer is watched on")
         elif self._incident is not None and event == "restart_scheduled":
             graphs = "cuda graphs off" if r.get("cudagraphs") == "off" else "cuda graphs on"
             if r.get("enforce_eager"):

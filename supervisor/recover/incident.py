@@ -8,6 +8,10 @@ What the runner does with each verdict of an attempt (docs/journal.md, docs/gene
                  on and is watched again, in the same attempt
         level 2: the job -> kill the whole tree -> wait for its GPU memory to be released
     an exit, a crash or a stop: kill what the trainer left behind (-> release)
+    observe-only (``--on-hang observe``): a hang verdict is journaled, captured and alerted as
+        above, then ``would_act`` says what would have been done (the level, the processes it
+        would kill, the graph policy it would decide); nothing is killed, the policy is kept
+        and the same trainer is watched on (``decide/observe_only.py``)
 
 The incident is journaled before anything is killed, and the policy it decides
 (``attempt.escalate``) is journaled with the recovery, so a ``--resume`` after a
@@ -28,6 +32,7 @@ from typing import Callable, NamedTuple, Protocol
 import structlog
 
 from hangwatch.contract.capture import CaptureRequest
+from hangwatch.contract.redact import redact_argv
 from hangwatch.contract.heartbeat import read_heartbeat
 from hangwatch.contract.journal import Journal
 from hangwatch.contract.samples import Sample
@@ -177,7 +182,7 @@ class IncidentPath:
         return verdict
 
     def open(self, verdict: Verdict, samples: list[Sample], trainer: Trainer, attempt_dir: Path, *,
-             escalate_policy: bool = True) -> Path | None:
+             escalate_policy: bool = True, observe_only: bool = False) -> Path | None:
         """Journal a hang verdict and capture its evidence (before anything is killed); the bundle."""
         st = self.state
         evidence = None
@@ -199,7 +204,7 @@ class IncidentPath:
                 phase=verdict.phase,
                 # Another rank's engine in the same wedge decides no policy: a --resume after a
                 # supervisor that died in its capture must not decide one for it (fold_journal).
-                **({} if escalate_policy else {"same_wedge": True}),
+                **({"observe_only": True} if observe_only else {} if escalate_policy else {"same_wedge": True}),
             )
             log.error("incident", message=f"{verdict.kind.value} in attempt {st.attempt}: {verdict.reason}")
             evidence = self._capture(verdict, samples, trainer, attempt_dir)
@@ -208,7 +213,7 @@ class IncidentPath:
                 self.cohort.captured(st.attempt, self.capture.timeout)
             if verdict.kind is VerdictKind.STALL:
                 st.stalls += 1
-            if escalate_policy:
+            if escalate_policy and not observe_only:
                 st.policy = escalate(st.policy, verdict.kind, after_stall=self.settings.cudagraphs_after_stall,
                                      eager_escalation=self.settings.eager_escalation)
         return evidence
@@ -231,16 +236,49 @@ class IncidentPath:
         )
         return self.capture.take(request)
 
-    def _decide_level(self, verdict: Verdict, trainer: Trainer, *, retrying: bool, same_wedge: bool,
-                      engines_beat: bool) -> RecoveryLevel:
-        """The recovery level (``attempt.recovery_level``), journaled with the policy this incident decided."""
+    def observe_only(self, verdict: Verdict, samples: list[Sample], trainer: Trainer, files: AttemptFiles, *,
+                     evidence: Path | None, engines_beat: bool) -> Path | None:
+        """``--on-hang observe``: the incident and its bundle, and ``would_act``: what would have been
+        done. Nothing is killed and the graph policy stays; the caller watches the trainer on."""
         st = self.state
-        level = recovery_level(RecoverySituation(
-            verdict.kind, mode=self.settings.recovery, phase=verdict.phase, tree=self.tree.describe(),
+        evidence = self.open(verdict, samples, trainer, files.attempt_dir, observe_only=True) or evidence
+        tree = self.tree.describe()
+        level = self._level(verdict, trainer, tree, retrying=self.engine_level.unrecovered(st.attempt),
+                            same_wedge=False, engines_beat=engines_beat)
+        would = escalate(st.policy, verdict.kind, after_stall=self.settings.cudagraphs_after_stall,
+                         eager_escalation=self.settings.eager_escalation)
+        killed = [p for p in tree if level.level == 2 or p.pgid in level.engine_pgids]
+        self.journal().append(
+            "would_act", attempt=st.attempt, kind=verdict.kind.value, level=level.level,
+            scope="engine" if level.level == 1 else "job", reason=level.reason,
+            would_kill=[{"pid": p.pid, "create_time": p.create_time, "cmdline": redact_argv(list(p.cmdline))}
+                        for p in killed],
+            cudagraphs="off" if would.cudagraphs_off else "on", enforce_eager=would.enforce_eager,
+            policy_now={"cudagraphs": "off" if st.policy.cudagraphs_off else "on",
+                        "enforce_eager": st.policy.enforce_eager},
+            evidence_path=str(evidence) if evidence else None)
+        log.warning("would_act", message=(
+            f"observe-only: would have {'restarted the rollout engine' if level.level == 1 else 'restarted the job'} "
+            f"({len(killed)} process(es) killed); nothing was done, watching on"))
+        self.enter(AttemptState.WATCHING)
+        return evidence
+
+    def _level(self, verdict: Verdict, trainer: Trainer, tree: list, *, retrying: bool, same_wedge: bool,
+               engines_beat: bool) -> RecoveryLevel:
+        """The recovery level ``attempt.recovery_level`` gives this verdict (a pure decision)."""
+        return recovery_level(RecoverySituation(
+            verdict.kind, mode=self.settings.recovery, phase=verdict.phase, tree=tree,
             trainer_pgid=trainer.pid, last_engine_restart=self.engine_level.last_restart, now=self.clock(),
             retry_window=self.settings.engine_retry_window, in_cohort=self.cohort is not None,
             evidence=verdict.evidence, window=verdict.window, engines_beat=engines_beat,
             retry_pending=retrying, same_wedge=same_wedge))
+
+    def _decide_level(self, verdict: Verdict, trainer: Trainer, *, retrying: bool, same_wedge: bool,
+                      engines_beat: bool) -> RecoveryLevel:
+        """The recovery level (``attempt.recovery_level``), journaled with the policy this incident decided."""
+        st = self.state
+        level = self._level(verdict, trainer, self.tree.describe(), retrying=retrying, same_wedge=same_wedge,
+                            engines_beat=engines_beat)
         # With the policy this incident decided: a --resume after it must keep it.
         self.journal().append("recovery", attempt=st.attempt, level=level.level,
                               scope="engine" if level.level == 1 else "job", reason=level.reason,
