@@ -8,7 +8,6 @@ alert receiver and a real bundle: tests/e2e/test_observe_only_run.py.)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
@@ -18,10 +17,11 @@ from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.journal import fold_journal, read_journal
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.supervisor.config import SETTINGS, ConfigError, build
-from hangwatch.supervisor.contain.killer import KillReport
 from hangwatch.supervisor.decide.attempt import GraphPolicy
 from hangwatch.supervisor.decide.observe_only import StallEpisode
 from hangwatch.supervisor.runner import Supervisor
+
+from fakes import FakeClock, FakeProbe, FakeTrainer
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -69,31 +69,12 @@ def test_the_stuck_engine_stepping_again_ends_an_engine_verdict():
 # -- whole attempts, fake clock ------------------------------------------------------------------
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += max(seconds, 0.001)
-
-
-@dataclass
-class FakeTrainer:
-    pid: int
-    create_time: float
-    stdout_path: Path
-    stderr_path: Path
-
-    def join_output(self, timeout: float) -> None:
-        pass
-
-
 @dataclass
 class ScriptedTree:
-    """One trainer that beats a step a second, except while wedged (GPU busy, CPU idle, no beat);
+    """Unlike the shared ``FakeTree`` (one behaviour per attempt), a wedge here is a window of time
+    inside one attempt, so that the same trainer can hang and then move on by itself.
+
+    One trainer that beats a step a second, except while wedged (GPU busy, CPU idle, no beat);
     ``wedges``: (from, to) seconds after launch; it exits 0 at ``exit_at``."""
 
     clock: FakeClock
@@ -145,16 +126,6 @@ class ScriptedTree:
         return None
 
 
-class NullProbe:
-    name = "fake"
-
-    def sample(self):
-        return (DeviceSample(0, 0.0, 0.0, ()),)
-
-    def close(self):
-        pass
-
-
 def _run(tmp_path, tree: ScriptedTree, **over):
     values = {k: v[1] for k, v in SETTINGS.items()}
     values.update(run_dir=str(tmp_path / "run"), interval=1.0, stall_window=10.0, progress_timeout=30.0,
@@ -170,7 +141,7 @@ def _run(tmp_path, tree: ScriptedTree, **over):
         bundles.append(request)
         return path
 
-    sup = Supervisor(config, NullProbe(), capture, tree=tree, clock=tree.clock, sleep=tree.clock.sleep,
+    sup = Supervisor(config, FakeProbe(), capture, tree=tree, clock=tree.clock, sleep=tree.clock.sleep,
                      wall=tree.clock)
     code = sup.run()
     return code, sup, read_journal(sup.run_dir / "journal.jsonl"), bundles
