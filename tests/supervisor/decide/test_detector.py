@@ -708,7 +708,8 @@ def test_nvml_host_pids_in_a_container_are_unknown_holders_so_a_wedge_still_stal
         nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=100),
         nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=8 << 30),
         nvmlDeviceGetComputeRunningProcesses=lambda h: [types.SimpleNamespace(pid=p) for p in listed["pids"]],
-        nvmlDeviceGetGraphicsRunningProcesses=lambda h: [])
+        nvmlDeviceGetGraphicsRunningProcesses=lambda h: [],
+        nvmlDeviceGetPowerUsage=lambda h: 300_000, NVML_CLOCK_SM=1, nvmlDeviceGetClockInfo=lambda h, kind: 1980)
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     probe = NvmlProbe()
     devices = probe.sample()
