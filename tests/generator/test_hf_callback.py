@@ -157,6 +157,7 @@ def test_attach_wraps_generation_with_the_generate_phase():
     assert cb.wrap_generation(trainer) == [], "wrapping twice is a no-op"
 
 
+@pytest.mark.slow
 def test_real_heartbeat_file(tmp_path, monkeypatch):
     path = tmp_path / "hb.json"
     monkeypatch.setenv("HANGWATCH_HEARTBEAT", str(path))

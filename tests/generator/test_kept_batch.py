@@ -29,6 +29,7 @@ def ready_worker(tmp_path, **extra):
     return worker
 
 
+@pytest.mark.slow
 def test_the_worker_keeps_a_wedged_request_in_flight_and_its_kill_removes_it(tmp_path):
     worker = ready_worker(tmp_path, fake_wedge_at_seed=9)
     try:
@@ -133,6 +134,7 @@ def test_step_summary_says_count_median_and_slowest():
     assert step_summary([0.001, 0.003, 0.002]) == "3 steps, median 2.0 ms, slowest 3.0 ms"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_recorded_wedge_reproduces_and_the_same_batch_completes_with_graphs_off(tmp_path):
     wedge = batch(**{k: v for k, v in fake_kwargs(fake_wedge_at_seed=1).items()})
@@ -160,6 +162,7 @@ def test_a_recorded_wedge_reproduces_and_the_same_batch_completes_with_graphs_of
     assert runs[0].applied["cudagraph_mode"] == "NONE" and set(runs[0].seconds) == {"start", "load", "generate"}
 
 
+@pytest.mark.slow
 def test_an_engine_that_cannot_start_stops_the_runs_as_could_not_run(tmp_path):
     broken = batch(**fake_kwargs(fake_worker_cudagraph_mode="BOGUS"))
     settings = Settings("fake", broken.engine_kwargs, broken.prompts, 1, 1, {}, tmp_path, step_timeout=2.0,

@@ -200,6 +200,7 @@ def tiny_trl_parts():
     return example, model, tokenizer, Accelerator(cpu=True)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)  # a tiny model built once for the module, from the example
 def test_policy_reaches_trls_real_colocate_llm_call(tiny_trl_parts, monkeypatch):
     import trl
