@@ -164,7 +164,9 @@ def _wait_training(job: Job, node: int) -> None:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize(("lost", "cause"), [(1, "node 1's supervisor stopped renewing"), (0, "unreachable")])
+@pytest.mark.parametrize(("lost", "cause"), [
+    (1, "node 1 unreachable: its supervisor stopped renewing, or the network between us failed"),
+    (0, "node 0 unreachable: its supervisor stopped answering, or the network between us failed")])
 def test_a_lost_node_stops_the_others_within_the_lease(job_factory, lost, cause):
     """Node 1 lost: its lease stops. Node 0 lost: the store it hosts is gone. Either way the
     survivor captures, kills its tree and exits 75; no process of the job survives anywhere."""
