@@ -25,6 +25,8 @@ import stat
 from pathlib import Path
 from typing import Any, Mapping
 
+from hangwatch.contract.env import COHORT_SECRET
+
 MAX_VALUE_CHARS = 65536  # the largest record a node writes is an incident with 8 KB of evidence
 MAX_DEPTH = 16  # a node's own records nest 4 deep at most
 SEAL_PREFIX = "hw1:"  # sealed: "hw1:" + 64 hex digits of the MAC + ":" + the record's JSON text
@@ -118,7 +120,7 @@ class Sealer:
         return raw
 
 
-SECRET_ENV = "HANGWATCH_COHORT_SECRET"  # (also in contract.env, with the other HANGWATCH_* names)
+SECRET_ENV = COHORT_SECRET
 
 
 def load_secret(path: str | None, environ: Mapping[str, str]) -> bytes | None:
