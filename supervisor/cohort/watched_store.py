@@ -49,12 +49,19 @@ class WatchedStore:
     def _do(self, call: Callable[..., Any], *args: Any) -> Any:
         if self.cut:
             raise StoreError("the cohort store was judged lost: no further calls")
+        began = self.clock()
         try:
             result = call(*args)
         except StoreError:
             self.failed_at = self.clock()
             if self.failing_since is None:
-                self.failing_since = self.failed_at
+                # From the call's start when it failed within its own deadline (the store did not answer
+                # from then on): counted from when the failure was seen, a partition was judged a third
+                # of the lease late (the first call's deadline). A call that took longer than its
+                # deadline waited for the client, or spanned a pause: counted from when it was seen.
+                bound = getattr(self.inner, "timeout", None)
+                prompt = isinstance(bound, (int, float)) and self.failed_at - began <= bound + 0.5
+                self.failing_since = began if prompt else self.failed_at
             raise
         self.failing_since = None  # it answered
         return result

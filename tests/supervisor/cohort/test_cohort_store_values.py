@@ -146,3 +146,40 @@ def test_once_the_store_is_lost_no_further_call_goes_out():
     assert n1.poll(1) is None and n1.all_captured(1, timeout=5) is None
     n1.close()
     assert calls == [] and n1._left_written is False  # no left record, no call: the store is gone
+
+
+class _CutStore(MemoryStore):
+    """A store behind a link that is cut: the call in flight waits for its deadline, the ones after fail
+    within a second (the helper's reconnect attempt), as c10d's client through the store helper does."""
+
+    timeout = 10 / 3  # the client's deadline, a third of the lease
+
+    def __init__(self, clock) -> None:
+        super().__init__()
+        self.clock, self.cut_at, self.calls_after_cut = clock, None, 0
+
+    def _check(self) -> None:
+        if self.cut_at is None:
+            return
+        self.calls_after_cut += 1
+        self.clock.now += self.timeout if self.calls_after_cut == 1 else 1.0
+        from hangwatch.supervisor.cohort.store import StoreError
+        raise StoreError("timed out")
+
+
+def test_a_cut_off_node_judges_its_store_lost_within_the_lease_and_two_intervals_of_the_cut():
+    """Counted from when the first failure was seen, the cut was judged a third of the lease late
+    (the first call's deadline); counted from that call's start, within the lease and two intervals."""
+    from cohort_helpers import node_clock
+
+    clock = node_clock()
+    store = _CutStore(clock)
+    n0, n1 = node(store, 0, clock=node_clock()), node(store, 1, clock=clock)
+    join_all([n0, n1])
+    cut = store.cut_at = clock.now
+    while n1.store_lost() is None and clock.now - cut < 60:
+        clock.now += 1.0  # the lease interval
+        n1.renew()
+    assert n1.store_lost() is not None and n1.store.cut
+    assert clock.now - cut <= 10 + 2 * 1.0 + 1.0, clock.now - cut  # before: 15 s and more after the cut
+    assert "node 0 unreachable: its supervisor stopped answering, or the network between us failed" in str(n1.problem)
