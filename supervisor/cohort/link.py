@@ -209,6 +209,8 @@ class CohortLink:
     def captured(self, attempt: int, timeout: float) -> None:
         """Kill only once every node has its stacks: the first node's kill would otherwise
         wake its peers out of the collective they hang in, and their evidence with it."""
+        if self.cohort.store.cut:
+            return  # the store is gone: no node can say it captured; this node kills at once
         if self.cohort.all_captured(attempt, timeout=timeout) is None:
             log.warning("cohort_capture_wait", message=(
                 f"not every node reported its capture within {timeout:.0f} s; killing anyway"))

@@ -37,7 +37,11 @@ def _free_port() -> int:
 class Job:
     def __init__(self, tmp: Path, nnodes: int, *, wedge_node: int = -1, wedge_step: int = -1, steps: int = 10,
                  lease: float = 8.0, extra: dict[int, list[str]] | None = None, crash_node: int = -1,
-                 after: dict[int, float] | None = None, before: dict[int, float] | None = None) -> None:
+                 after: dict[int, float] | None = None, before: dict[int, float] | None = None,
+                 host: str = "127.0.0.1", wrap: dict[int, list[str]] | None = None,
+                 envs: dict[int, dict[str, str]] | None = None) -> None:
+        """``host``: node 0's address (the store's and torchrun's rendezvous); ``wrap``: a node's
+        supervisor runs under this command (``ip netns exec NS``); ``envs``: a node's extra variables."""
         self.tmp, self.nnodes = tmp, nnodes
         self.ckpt = tmp / "ckpt"
         store, rdzv = _free_port(), _free_port()
@@ -46,10 +50,10 @@ class Job:
             argv = [HANGWATCH, "run", "--quiet", "--run-dir", str(tmp / f"run{i}"),
                     "--gpu-probe", f"file:{tmp / f'sim{i}.json'}", "--interval", "0.5", "--stall-window", "4",
                     "--progress-timeout", "120", "--grace", "2", "--backoff", "0.1", "--capture-timeout", "15",
-                    "--checkpoint-dir", str(self.ckpt), "--cohort", f"127.0.0.1:{store}", "--node-rank", str(i),
+                    "--checkpoint-dir", str(self.ckpt), "--cohort", f"{host}:{store}", "--node-rank", str(i),
                     "--nnodes", str(nnodes), "--lease-timeout", str(lease), *(extra or {}).get(i, []), "--",
                     sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc-per-node", "1",
-                    "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{rdzv}", "--rdzv-id", "job",
+                    "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{host}:{rdzv}", "--rdzv-id", "job",
                     str(TRAINER), "--ckpt", str(self.ckpt), "--steps", str(steps),
                     "--wedge-node", str(wedge_node), "--wedge-step", str(wedge_step), "--crash-node", str(crash_node)]
             if i in (after or {}):  # this node's command goes on after torchrun (a final upload, say)
@@ -58,7 +62,8 @@ class Job:
             if i in (before or {}):  # this node's launcher starts later (another node hosts torchrun's rendezvous)
                 cut = argv.index("--") + 1
                 argv[cut:] = ["sh", "-c", f'sleep {before[i]} && exec "$0" "$@"', *argv[cut:]]
-            env = dict(os.environ, TEST_NODE=str(i))
+            argv = [*(wrap or {}).get(i, []), *argv]
+            env = dict(os.environ, TEST_NODE=str(i), **(envs or {}).get(i, {}))
             env.pop("HANGWATCH_CONFIG", None)
             self.procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                                start_new_session=True))
