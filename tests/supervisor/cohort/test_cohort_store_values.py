@@ -183,3 +183,15 @@ def test_a_cut_off_node_judges_its_store_lost_within_the_lease_and_two_intervals
     assert n1.store_lost() is not None and n1.store.cut
     assert clock.now - cut <= 10 + 2 * 1.0 + 1.0, clock.now - cut  # before: 15 s and more after the cut
     assert "node 0 unreachable: its supervisor stopped answering, or the network between us failed" in str(n1.problem)
+
+
+def test_a_node_with_another_secret_is_refused_saying_so_not_left_waiting_for_node_0():
+    from hangwatch.supervisor.cohort.errors import CohortRefused
+
+    store = MemoryStore()
+    n0 = node(store, 0, secret=SECRET)
+    n1 = node(store, 1, secret=b"another-secret-of-sixteen-bytes")
+    import threading
+    threading.Thread(target=lambda: pytest.raises(Exception, n0.join, timeout=5), daemon=True).start()
+    with pytest.raises(CohortRefused, match="same --cohort-secret-file"):
+        n1.join(timeout=5)
