@@ -377,3 +377,59 @@ def test_a_job_stopped_by_a_lost_node_is_resumed_on_every_node_from_its_checkpoi
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait(timeout=10)
+
+
+def _stranger_writes(job: Job, values: dict[str, bytes]) -> None:
+    """Someone who reached the store's port: reads the run's generation as anyone can, writes ``values``
+    under the run's keys (``incident/1``, ``stop``...)."""
+    import datetime
+
+    from torch.distributed import TCPStore
+
+    joined = next(r for r in job.journal(0) if r["event"] == "cohort_joined")
+    host, _, port = joined["store"].rpartition(":")
+    stranger = TCPStore(host, int(port), None, False, datetime.timedelta(seconds=10), wait_for_workers=False)
+    leader = stranger.get(f"hangwatch/{joined['cohort_id']}/leader").decode(errors="replace")
+    generation = json.loads(leader[leader.index("{"):])["generation"]
+    for key, value in values.items():
+        stranger.set(f"hangwatch/{joined['cohort_id']}/{generation}/{key}", value)
+
+
+HOSTILE_VALUES = {"incident/1": b"[" * 400_000 + b"]" * 400_000, "stop": b"\xff\xfe",
+                  "incident/2": b'{"attempt": 2, "node": 0, "kind": "stall", "reason": "x", "wall": NaN}'}
+
+
+@pytest.mark.timeout(240)
+def test_hostile_store_values_are_ignored_and_every_node_trains_on_to_the_end(job_factory):
+    """Before: a 400 KB-deep incident record raised RecursionError in every node's reader (exit 70 on
+    both, and --resume refused the job as an internal error)."""
+    job = job_factory(2, steps=40, lease=5.0)
+    _wait_training(job, 0)
+    _wait_training(job, 1)
+    _stranger_writes(job, HOSTILE_VALUES)
+    codes = job.wait(200)
+    assert codes == [0, 0], [job.output(i) for i in range(2)]
+    for i in range(2):
+        records = job.journal(i)
+        ignored = [r["key"].rsplit("/", 2)[-2:] for r in records if r["event"] == "cohort_value_ignored"]
+        assert ["incident", "1"] in ignored and ignored.count(["incident", "1"]) == 1, ignored
+        assert any(r["event"] == "cohort_unauthenticated" for r in records)
+        assert not [r for r in records if r["event"] in ("cohort_incident", "member_lost")]
+
+
+@pytest.mark.timeout(180)
+def test_a_garbled_stop_value_does_not_turn_off_lost_node_detection(job_factory):
+    """Before: two bytes under ``stop`` ended each lease round before its check; a node whose supervisor
+    was then SIGKILLed was reported 25 s later under a 6 s lease, or never."""
+    job = job_factory(2, steps=400, lease=5.0)
+    _wait_training(job, 0)
+    _wait_training(job, 1)
+    _stranger_writes(job, {"stop": b"\xff\xfe" + b"{" * 1000})
+    time.sleep(2)
+    os.kill(job.procs[1].pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    code = job.procs[0].wait(timeout=90)
+    assert code == 75, job.output(0)
+    lost = next(r for r in job.journal(0) if r["event"] == "member_lost")
+    assert "node 1 unreachable" in lost["reason"]
+    assert lost["ts"] - (time.time() - (time.monotonic() - killed_at)) <= 5.0 + 2 * 0.5 + 2.0, lost
