@@ -39,9 +39,10 @@ class Job:
                  lease: float = 8.0, extra: dict[int, list[str]] | None = None, crash_node: int = -1,
                  after: dict[int, float] | None = None, before: dict[int, float] | None = None,
                  host: str = "127.0.0.1", wrap: dict[int, list[str]] | None = None,
-                 envs: dict[int, dict[str, str]] | None = None) -> None:
+                 envs: dict[int, dict[str, str]] | None = None, launcher_args: dict[int, list[str]] | None = None) -> None:
         """``host``: node 0's address (the store's and torchrun's rendezvous); ``wrap``: a node's
-        supervisor runs under this command (``ip netns exec NS``); ``envs``: a node's extra variables."""
+        supervisor runs under this command (``ip netns exec NS``); ``envs``: a node's extra variables;
+        ``launcher_args``: a node's extra torchrun options."""
         self.tmp, self.nnodes = tmp, nnodes
         self.ckpt = tmp / "ckpt"
         store, rdzv = _free_port(), _free_port()
@@ -54,6 +55,7 @@ class Job:
                     "--nnodes", str(nnodes), "--lease-timeout", str(lease), *(extra or {}).get(i, []), "--",
                     sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc-per-node", "1",
                     "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{host}:{rdzv}", "--rdzv-id", "job",
+                    *(launcher_args or {}).get(i, []),
                     str(TRAINER), "--ckpt", str(self.ckpt), "--steps", str(steps),
                     "--wedge-node", str(wedge_node), "--wedge-step", str(wedge_step), "--crash-node", str(crash_node)]
             if i in (after or {}):  # this node's command goes on after torchrun (a final upload, say)
