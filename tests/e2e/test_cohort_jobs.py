@@ -435,3 +435,25 @@ def test_a_garbled_stop_value_does_not_turn_off_lost_node_detection(job_factory)
     lost = next(r for r in job.journal(0) if r["event"] == "member_lost")
     assert "node 1 unreachable" in lost["reason"]
     assert lost["ts"] - (time.time() - (time.monotonic() - killed_at)) <= 5.0 + 2 * 0.5 + 2.0, lost
+
+
+@pytest.mark.timeout(240)
+def test_with_a_secret_forged_incidents_and_stops_are_ignored_and_every_node_trains_on(job_factory, tmp_path):
+    """A stranger who reached the port writes well-formed records (an incident, a stop) without the
+    job's secret: without one, every node would capture and restart, or stop."""
+    secret = tmp_path / "cohort.secret"
+    secret.write_text("0123456789abcdef0123456789abcdef\n")
+    secret.chmod(0o600)
+    job = job_factory(2, steps=40, lease=5.0, extra={i: ["--cohort-secret-file", str(secret)] for i in range(2)})
+    _wait_training(job, 0)
+    _wait_training(job, 1)
+    _stranger_writes(job, {
+        "incident/1": json.dumps({"attempt": 1, "node": 0, "kind": "stall", "reason": "forged", "wall": 1.0}).encode(),
+        "stop": json.dumps({"node": 0, "signal": 15}).encode()})
+    codes = job.wait(200)
+    assert codes == [0, 0], [job.output(i) for i in range(2)]
+    for i in range(2):
+        records = job.journal(i)
+        whys = [r["why"] for r in records if r["event"] == "cohort_value_ignored"]
+        assert whys and all("secret" in why for why in whys), whys
+        assert not [r for r in records if r["event"] in ("cohort_incident", "member_lost", "cohort_unauthenticated")]
