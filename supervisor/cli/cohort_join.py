@@ -75,6 +75,12 @@ def join_cohort(args: argparse.Namespace, config: Any, log: Any, membership: Any
                          "incident together; drop --on-hang observe, or watch one node on its own first")
     # A job resumes on every node or on none: one node from scratch while the others resume splits it.
     fingerprint = {**settings_fingerprint(config, membership.nnodes, checkpoint_given), "resumed": getattr(args, "resume", None) is not None}
+    from hangwatch.supervisor.cohort.values import load_secret  # noqa: PLC0415
+
+    try:  # before the join: a secret file anyone may read is refused, as a usage error
+        secret = load_secret(getattr(args, "cohort_secret_file", None), os.environ)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
     lease = float(getattr(args, "lease_timeout", 15.0))
     join = float(getattr(args, "join_timeout", None) or 120.0)
     started = time.monotonic()
@@ -88,13 +94,16 @@ def join_cohort(args: argparse.Namespace, config: Any, log: Any, membership: Any
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stopped)
     log.info("cohort", message=(f"node {membership.node_rank} of {membership.nnodes}; cohort store "
-                                f"{membership.endpoint}" + (" (hosted here)" if membership.is_leader else "")))
+                                f"{membership.endpoint}" + (" (hosted here)" if membership.is_leader else "")
+                                + ("; records authenticated with the job's secret" if secret else
+                                   "; unauthenticated (no --cohort-secret-file or $HANGWATCH_COHORT_SECRET)")))
     cohort = None
     try:
         store = TCPStoreClient(membership.host, membership.port, master=membership.is_leader,
                                timeout=max(2.0, lease / 3), connect_timeout=join)  # as long as the join waits
         cohort = Cohort(store, membership, fingerprint, lease_interval=max(0.2, lease / 10), lease_timeout=lease,
-                        barrier_timeout=barrier_timeout(config), launcher=runs_launcher(config.command))
+                        barrier_timeout=barrier_timeout(config), launcher=runs_launcher(config.command),
+                        secret=secret)
         cohort.join(timeout=join, spent=time.monotonic() - started)  # reaching the store counts: one bound in all
         _hold_stops()  # joined: a stop now waits for the run's handlers, which replay it
     except JoinStopped as exc:

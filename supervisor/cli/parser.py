@@ -224,6 +224,9 @@ def _add_multinode_group(run: argparse.ArgumentParser) -> None:
     m.add_argument("--node-rank", type=int, metavar="N", help="this node's rank, 0-based")
     m.add_argument("--nnodes", type=int, metavar="N", help="number of nodes (one hangwatch run per node)")
     m.add_argument("--cohort-id", metavar="ID", help="names the job in the store (default: $SLURM_JOB_ID)")
+    m.add_argument("--cohort-secret-file", metavar="PATH",
+                   help="the job's cohort secret (every node the same; mode 600): store records are authenticated "
+                        "with it (default: $HANGWATCH_COHORT_SECRET; none: unauthenticated)")
     m.add_argument("--lease-timeout", type=float, metavar="S",
                    help="a node whose supervisor has not renewed its lease for this long is lost (default 15)")
     m.add_argument("--join-timeout", type=float, metavar="S",

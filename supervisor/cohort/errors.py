@@ -22,7 +22,10 @@ class MemberLost(CohortError):
     def __init__(self, node: int, waited: float, also: Sequence[int] = ()) -> None:
         # Nodes lost in the same lease round (a rack, a switch): each is named, not only the first.
         more = f" (and so did nodes {list(also)})" if also else ""
-        super().__init__(f"node {node}'s supervisor stopped renewing its lease {waited:.0f} s ago{more}")
+        # What this node can know: a lease that stopped moving is a dead supervisor or a network cut
+        # between the two; read alone, "stopped renewing" made a partition look like a death.
+        super().__init__(f"node {node} unreachable: its supervisor stopped renewing, or the network between us "
+                         f"failed (its lease has not moved for {waited:.0f} s){more}")
         self.node, self.waited, self.also = node, waited, tuple(also)
 
 

@@ -196,4 +196,8 @@ class IncidentExchange:
             raise BarrierTimeout(f"waited {node.barrier_timeout:g} s for {waiting_for} before relaunch")
 
     def _unreachable(self, exc: StoreError) -> StoreLost:
-        return StoreLost(f"the cohort store (node 0's supervisor, {self.node.me.endpoint}) is unreachable: {exc}")
+        judged = self.node.store_lost()
+        if isinstance(judged, StoreLost):  # the lease's judgement says it best (how long, and what it means)
+            return judged
+        return StoreLost(f"node 0 unreachable: its supervisor stopped answering, or the network between us failed "
+                         f"(the cohort store at {self.node.me.endpoint}: {exc})")

@@ -180,6 +180,11 @@ class Join:
         """Why the join's time ran out: node 0 never came, or these nodes did not (with any hint the store holds)."""
         node, me = self.node, self.node.me
         if theirs is None:
+            unread = getattr(node.store, "ignored", {}).get(node._root("leader"))
+            if unread is not None:  # node 0 is there, but its record is none this node can trust
+                return CohortRefused(f"node 0's join record at {me.endpoint} could not be read: {unread} (start "
+                                     "every node with the same --cohort-secret-file or $HANGWATCH_COHORT_SECRET, "
+                                     "or with none on every node)")
             return CohortRefused(f"node 0 did not join within {self.timeout:g} s (is hangwatch run started on node 0, "
                                  f"with --cohort {me.endpoint}?)")
         stray = other_cohort(node.store.get(IDS_KEY + "joiner"), me.cohort_id) if me.is_leader else None

@@ -81,6 +81,21 @@ class CohortLink:
                             store=f"{me.endpoint}", hosts_store=me.is_leader, engine_recovery=ENGINE_RECOVERY_OFF)
         log.info("cohort_joined", message=(f"cohort of {me.nnodes} nodes joined; engine-level recovery is off in a "
                                            f"cohort: {ENGINE_RECOVERY_OFF}"))
+        if not self.cohort.store.sealer.authenticated:
+            self.journal.append("cohort_unauthenticated", reason=UNAUTHENTICATED)
+            log.warning("cohort_unauthenticated", message=f"cohort: {UNAUTHENTICATED}")
+        if me.is_leader and getattr(self.cohort.store.inner, "bound", None) == "all":
+            self.journal.append("cohort_store_binds_all", host=me.host, reason=STORE_BINDS_ALL)
+            log.warning("cohort_store_binds_all", message=f"cohort: {STORE_BINDS_ALL}")
+        store = self.cohort.store
+        for key, why in list(store.ignored.items()):  # (seen while joining, before this journal)
+            self._ignored(key, why)
+        store.on_ignored = self._ignored
+
+    def _ignored(self, key: str, why: str) -> None:
+        """A value in the store no node of this job wrote (or none can read safely): ignored, said once per key."""
+        self.journal.append("cohort_value_ignored", key=key[:200], why=why)
+        log.warning("cohort_value_ignored", message=f"cohort: ignored the store's value under {key[:200]!r}: {why}")
 
     def verdict(self, attempt: int, now: float, tree: Any = None) -> Verdict | None:
         """Another node's incident for this attempt, or a lost member/store: our verdict too.
@@ -194,6 +209,8 @@ class CohortLink:
     def captured(self, attempt: int, timeout: float) -> None:
         """Kill only once every node has its stacks: the first node's kill would otherwise
         wake its peers out of the collective they hang in, and their evidence with it."""
+        if self.cohort.store.cut:
+            return  # the store is gone: no node can say it captured; this node kills at once
         if self.cohort.all_captured(attempt, timeout=timeout) is None:
             log.warning("cohort_capture_wait", message=(
                 f"not every node reported its capture within {timeout:.0f} s; killing anyway"))
@@ -305,6 +322,12 @@ class CohortLink:
         self.cohort.on_stop = stopped_elsewhere
         return handler
 
+
+UNAUTHENTICATED = ("the cohort is unauthenticated: anyone who reaches the store's port can read its records and "
+                   "write forged ones (a forged stop or incident acts on every node); give every node the same "
+                   "secret with --cohort-secret-file or $HANGWATCH_COHORT_SECRET (docs/multinode.md)")
+STORE_BINDS_ALL = ("the --cohort host is no address of this machine, so the store listens on every interface: limit "
+                   "its port to the job's nodes with a firewall rule (docs/multinode.md)")
 
 MAX_LAUNCH_CHECK = 256  # processes looked at per check
 LAUNCH_CHECK_EVERY_S = 2.0

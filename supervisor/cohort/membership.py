@@ -8,7 +8,6 @@ the barrier's deadline from the run's options; the cohort a resumed run had join
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any, Mapping
 
 from hangwatch.contract.journal import iter_journal
 from hangwatch.supervisor.cohort.errors import CohortRefused
+from hangwatch.supervisor.cohort.values import parse
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,7 @@ def check_resume_args(records: Mapping[int, str | None], fingerprint: Mapping[st
     joined: dict[int, dict[str, Any]] = {}
     for n, raw in records.items():
         try:
-            record = json.loads(raw) if raw is not None else {}
+            record = parse(raw) if raw is not None else {}
         except ValueError:
             record = {}
         joined[n] = record if isinstance(record, dict) else {}

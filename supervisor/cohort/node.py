@@ -38,6 +38,7 @@ from hangwatch.supervisor.cohort.lease import Leases, with_lost
 from hangwatch.supervisor.cohort.membership import Membership
 from hangwatch.supervisor.cohort.records import Announcement, generation_of, json_object, left_finished, left_record, stop_record
 from hangwatch.supervisor.cohort.store import Store, StoreError
+from hangwatch.supervisor.cohort.values import Sealer
 from hangwatch.supervisor.cohort.watched_store import WatchedStore
 
 log = structlog.get_logger("hangwatch.cohort")
@@ -50,10 +51,11 @@ class Cohort:
     def __init__(self, store: Store, membership: Membership, fingerprint: Mapping[str, Any], *,
                  lease_interval: float = 1.0, lease_timeout: float = 15.0, barrier_timeout: float = 300.0,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                 wall: Callable[[], float] = time.time, launcher: bool = True) -> None:
+                 wall: Callable[[], float] = time.time, launcher: bool = True, secret: bytes | None = None) -> None:
         """``launcher``: this node's command runs a launcher (``launcher.runs_launcher``); told to the
-        others at join, not compared (a rollout server's node runs none)."""
-        self.store = WatchedStore(store, clock)
+        others at join, not compared (a rollout server's node runs none). ``secret``: the job's cohort
+        secret (``values.load_secret``): every record is sealed with it; None: unauthenticated."""
+        self.store = WatchedStore(store, clock, Sealer(secret))
         self.launcher = launcher
         self._launchers: int | None = None
         #: whether this node's checkpoints count in the agreement (``membership.check_resume_args``)
@@ -80,6 +82,7 @@ class Cohort:
         self.why: str | None = None  # why this node gives up, for the others (its left record carries it)
         self._generation = ""  # this run's keys (see join): a rerun never reads an older run's records
         self._leases = Leases(lease_timeout)
+        self._lease_count = 0  # this node's lease counter (its own record in the store)
         self.incidents = IncidentExchange(self)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -102,8 +105,10 @@ class Cohort:
             # suspended, before any call (or the lease thread's discount, ``unobserved``), the pause
             # since one miss counted as failure, and a node whose store answered again stopped (75).
             if seen - since >= self.lease_timeout:
-                self.problem = StoreLost(f"the cohort store (node 0's supervisor, {self.me.endpoint}) has been "
-                                         f"unreachable for {self.clock() - since:.0f} s")
+                self.problem = StoreLost(f"node 0 unreachable: its supervisor stopped answering, or the network "
+                                         f"between us failed (the cohort store at {self.me.endpoint} has been "
+                                         f"unreachable for {self.clock() - since:.0f} s)")
+                self._cut_if_lost()
         return self.problem
 
     def _root(self, *parts: object) -> str:
@@ -159,26 +164,20 @@ class Cohort:
         """Bump our lease and check everyone else's (one round; the lease thread loops on it).
 
         A counter that stopped moving is a supervisor that is gone, unless that node
-        left on purpose (its record says so: a finished trainer is no loss).
+        left on purpose (its record says so: a finished trainer is no loss). The leases are
+        judged on the counters alone: the round's other reads (the store's identity, a stop,
+        the left records) each fail on their own, and a value no node wrote in one of them
+        (two bytes under ``stop``) no longer ends the round before the check.
         """
         now = self.clock()
-        try:
-            if not self._left_written:  # once we left, a still lease makes the others read why at once
-                self.store.add(self._key("lease", self.me.node_rank), 1)  # (node 0 lingers, its thread runs on)
-            counts = {n: self.store.add(self._key("lease", n), 0) for n in self.others}
-            if self._generation and not self.me.is_leader and self.problem is None:
-                self._check_same_store()
-            self._exchange_stop()
-            for n in [n for n in self._leases.unmoved(counts) if n not in self._left]:
-                self._read_left(n)
-        except (StoreError, ValueError, TypeError, ArithmeticError) as exc:
-            if self._failing_since is None:
-                self._failing_since = now
-            elif now - self._failing_since >= self.lease_timeout and self.problem is None:
-                self.problem = StoreLost(f"the cohort store (node 0's supervisor, {self.me.endpoint}) "
-                                         f"has been unreachable for {now - self._failing_since:.0f} s: {exc}")
+        counts = self._lease_counts(now)
+        if counts is None:
             return
-        self._failing_since = None
+        for part in (self._check_same_store, self._exchange_stop, lambda: self._read_unmoved_left(counts)):
+            try:
+                part()
+            except (StoreError, ValueError, TypeError, ArithmeticError, RecursionError):
+                continue  # the leases below are judged all the same
         for node in counts:
             left = self._left.get(node)
             if left is not None and not left.get("finished") and self.problem is None and self.stopped is None:
@@ -188,8 +187,59 @@ class Cohort:
             problem = with_lost(self.problem, expired)
             if problem is not self.problem:
                 self.problem = problem
+                self._cut_if_lost()
+
+    def _lease_counts(self, now: float) -> dict[int, int] | None:
+        """Bump this node's counter, read the others' (None: the store failed; lost after the whole lease).
+
+        Each node's counter is its own record, written by it alone (a set, sealed like every record,
+        not an atomic add: a counter cannot carry a MAC). One that reads as no node's (a stranger's
+        value) keeps its last count: the node is judged on what it last wrote.
+        """
+        try:
+            if not self._left_written:  # once we left, a still lease makes the others read why at once
+                self._lease_count += 1  # (node 0 lingers, its thread runs on)
+                self.store.set(self._key("lease", self.me.node_rank), str(self._lease_count))
+            counts = {n: self._count_of(n) for n in self.others}
+        except StoreError as exc:
+            if self._failing_since is None:
+                self._failing_since = now
+            elif now - self._failing_since >= self.lease_timeout and self.problem is None:
+                self.problem = StoreLost(f"node 0 unreachable: its supervisor stopped answering, or the network "
+                                         f"between us failed (the cohort store at {self.me.endpoint} "
+                                         f"has been unreachable for {now - self._failing_since:.0f} s: {exc})")
+                self._cut_if_lost()
+            return None
+        self._failing_since = None
+        return counts
+
+    def _count_of(self, node: int) -> int:
+        raw = self.store.get(self._key("lease", node))
+        last = self._leases.seen.get(node)
+        try:
+            count = int(raw) if raw is not None else 0  # (none yet: 0, as a node that died before its first)
+        except (ValueError, TypeError):
+            count = None
+        if count is None:
+            return last[0] if last is not None else 0
+        return count
+
+    def _read_unmoved_left(self, counts: Mapping[int, int]) -> None:
+        for n in [n for n in self._leases.unmoved(counts) if n not in self._left]:
+            self._read_left(n)
+
+    def _cut_if_lost(self) -> None:
+        """Once the store is known lost no call goes out again: each would wait for its deadline and
+        for the client, and this node's ranks stay hung meanwhile (``WatchedStore.cut``)."""
+        if isinstance(self.problem, StoreLost):
+            self.store.cut = True
 
     def _check_same_store(self) -> None:
+        if not (self._generation and not self.me.is_leader and self.problem is None):
+            return
+        self._check_store_identity()
+
+    def _check_store_identity(self) -> None:
         """The store answering is still the one this node joined: node 0's record there is this run's.
 
         Node 0's supervisor hosts the store, and each node's helper reconnects to whatever listens
@@ -375,6 +425,10 @@ class Cohort:
         long enough for the others to read why and stop themselves.
         """
         self.on_stop = None  # this node's run is over: a stop seen now has nothing left to stop
+        if self.store.cut:  # the store is gone: no left record, no wait for a helper stuck in a call
+            self._stop.set()
+            self.store.close(wait=False)
+            return
         try:
             if self.local_stop is not None and not self._stop_published:
                 self._exchange_stop()

@@ -8,13 +8,13 @@ no node but its writer's.
 
 from __future__ import annotations
 
-import json
 import math
 import signal
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from hangwatch.supervisor.cohort.errors import CohortError
+from hangwatch.supervisor.cohort.values import parse
 
 IDS_KEY = "hangwatch-cohort-ids/"  # + leader / joiner: the last of each to join this store, and its cohort id
 SAME_ID = ("start every node with the same --cohort-id (its default is $SLURM_JOB_ID, then $TORCHELASTIC_RUN_ID, "
@@ -40,7 +40,7 @@ class Announcement:
 def announcement(raw: str) -> Announcement | None:
     """An incident record, or None for one no node wrote."""
     try:
-        d = json.loads(raw)
+        d = parse(raw)
         wall = float(d["wall"])
         if not math.isfinite(wall):
             return None
@@ -53,7 +53,7 @@ def announcement(raw: str) -> Announcement | None:
 def json_object(raw: str, what: str) -> dict[str, Any]:
     """A JSON object read from the store; anything else is the cohort's error, not a traceback."""
     try:
-        value = json.loads(raw)
+        value = parse(raw)
     except ValueError:
         value = None
     if not isinstance(value, dict):
@@ -66,7 +66,7 @@ def other_cohort(raw: str | None, mine: str) -> str | None:
     if raw is None:
         return None
     try:
-        other = json.loads(raw).get("cohort_id")
+        other = parse(raw).get("cohort_id")
     except (ValueError, AttributeError):
         return None
     return other[:100] if isinstance(other, str) and other != mine else None
@@ -77,7 +77,7 @@ def stop_record(raw: str | None) -> dict[str, int] | None:
     if raw is None:
         return None
     try:
-        info = json.loads(raw)
+        info = parse(raw)
         sig = int(info["signal"])
         # Only a stop's signals: the store is not authenticated, and whoever writes this key
         # must not choose what every node forwards to its trainer (SIGSTOP, SIGKILL, SIGSEGV).
@@ -90,7 +90,7 @@ def left_record(raw: str) -> dict[str, Any]:
     """A node's ``left`` record (why it left: finished, stopped, refused, gave up); one that is not an
     object says only that it left, not that its trainer finished."""
     try:
-        record = json.loads(raw)
+        record = parse(raw)
     except ValueError:
         record = None
     return record if isinstance(record, dict) else {"finished": False}
@@ -99,7 +99,7 @@ def left_record(raw: str) -> dict[str, Any]:
 def left_finished(raw: str | None) -> bool:
     """Whether a ``left`` record says its node's trainer finished."""
     try:
-        return bool(raw is not None and json.loads(raw).get("finished"))
+        return bool(raw is not None and parse(raw).get("finished"))
     except (ValueError, AttributeError):
         return False
 
@@ -107,7 +107,7 @@ def left_finished(raw: str | None) -> bool:
 def generation_of(raw: str | None) -> str | None:
     """The generation in node 0's join record, or None: no record, or not one a node 0 wrote."""
     try:
-        theirs = json.loads(raw) if raw is not None else None
+        theirs = parse(raw) if raw is not None else None
         return str(theirs.get("generation", "")) if isinstance(theirs, dict) else None
     except ValueError:
         return None

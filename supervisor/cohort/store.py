@@ -52,7 +52,7 @@ class TCPStoreClient:
         try:
             self.proc = subprocess.Popen(
                 module_command("hangwatch.supervisor.cohort.store_helper") + [host, str(port), "1" if master else "0",
-                                                                       str(connect_timeout)],
+                                                                       str(connect_timeout), str(timeout)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
             )
         except OSError as exc:
@@ -73,6 +73,9 @@ class TCPStoreClient:
             where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # an IPv6 address as it is written
             raise StoreError(f"cohort store at {where}: {hello.get('error', 'no answer')} ({hint})")
         self.port = int(hello["port"])
+        #: "host": node 0's store listens on the --cohort host alone; "all": on every interface (the host is
+        #: no address of this machine); None: this node only connects
+        self.bound = hello.get("bound")
 
     def _read(self, timeout: float, want: int | None = None) -> dict:
         """The next reply line (the one answering request ``want``, when given), within ``timeout``.
@@ -151,6 +154,13 @@ class TCPStoreClient:
 
     def compare_set(self, key: str, expected: str, desired: str) -> str:
         return str(self._call("compare_set", key=key, expected=expected, desired=desired))
+
+    def kill(self) -> None:
+        """End the helper now (the store is lost: a call it is stuck in would hold ``close`` for seconds)."""
+        try:
+            self.proc.kill()
+        except OSError:
+            pass
 
     def close(self) -> None:
         try:

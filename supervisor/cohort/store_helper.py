@@ -32,6 +32,15 @@ RECONNECT_S = 1.0  # how long one new connection may take (a call's own deadline
 RECONNECT_EVERY_S = 1.0  # while the store cannot be reached, calls in between fail at once
 
 
+MAX_VALUE_BYTES = 128 * 1024  # a longer value is cut to one byte past the reader's bound (``values.parse``)
+
+
+def _text(value: bytes) -> str:
+    """A stored value as text for the supervisor: bytes that are not UTF-8 as lone surrogates (its reader
+    refuses those, rather than this call failing as if the store were down), cut past the readers' bound."""
+    return value[:MAX_VALUE_BYTES + 1].decode("utf-8", "surrogateescape")
+
+
 def _serve(store, line: str) -> dict:
     req = json.loads(line)
     op, key = req.get("op"), req.get("key", "")
@@ -39,29 +48,55 @@ def _serve(store, line: str) -> dict:
         store.set(key, req["value"])
         return {"value": None}
     if op == "get":  # non-blocking: None when the key is not there yet
-        return {"value": store.get(key).decode() if store.check([key]) else None}
+        return {"value": _text(store.get(key)) if store.check([key]) else None}
     if op == "add":
         return {"value": int(store.add(key, int(req.get("amount", 1))))}
     if op == "compare_set":
-        return {"value": store.compare_set(key, req["expected"], req["desired"]).decode()}
+        return {"value": _text(store.compare_set(key, req["expected"], req["desired"]))}
     if op == "ping":
         store.check(["__ping__"])
         return {"value": "pong"}
     raise ValueError(f"unknown op {op!r}")
 
 
+def _listener(host: str, port: int) -> socket.socket | None:
+    """A socket listening on ``host`` alone, for the store to serve on (c10d's own binds every interface).
+    None when ``host`` is no address of this machine (a name for a proxy, a NAT): the store then listens
+    everywhere, and the supervisor says so."""
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(128)
+    except OSError:
+        return None
+    _KEEP.append(sock)  # the store serves on its descriptor: it must stay open as long as this process
+    return sock
+
+
+_KEEP: list[socket.socket] = []
+
+
 def main(argv: list[str]) -> int:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when we stop
     host, port, master, timeout = argv[0], int(argv[1]), argv[2] == "1", float(argv[3])
+    # Each call's own bound, once the store is up: the lease's third, not the join's timeout (a call
+    # stuck for the join timeout held a cut-off node's shutdown for minutes).
+    call_timeout = float(argv[4]) if len(argv) > 4 else timeout
     try:
         from torch.distributed import DistNetworkError, TCPStore  # noqa: PLC0415  (only in this helper process)
 
-        server = TCPStore(host, port, None, master, datetime.timedelta(seconds=timeout), wait_for_workers=False)
+        listener = _listener(host, port) if master else None
+        bound = "host" if listener is not None else ("all" if master else None)
+        server = TCPStore(host, port, None, master, datetime.timedelta(seconds=timeout), wait_for_workers=False,
+                          **({"master_listen_fd": listener.fileno(), "use_libuv": True} if listener else {}))
     except Exception as exc:  # noqa: BLE001  (reported to the supervisor, which explains it)
         print(json.dumps({"ready": False, "error": f"{type(exc).__name__}: {exc}"}), flush=True)
         return 1
-    print(json.dumps({"ready": True, "port": server.port}), flush=True)
+    server.set_timeout(datetime.timedelta(seconds=call_timeout))
+    print(json.dumps({"ready": True, "port": server.port, "bound": bound}), flush=True)
     store, retry_at = server, 0.0  # node 0's ``server`` also serves the store: it is kept whatever its socket does
     for line in sys.stdin:
         try:
@@ -75,7 +110,7 @@ def main(argv: list[str]) -> int:
                 socket.create_connection((host, server.port), timeout=RECONNECT_S).close()
                 store = TCPStore(host, server.port, None, False, datetime.timedelta(seconds=min(timeout, RECONNECT_S)),
                                  wait_for_workers=False)
-                store.set_timeout(datetime.timedelta(seconds=timeout))
+                store.set_timeout(datetime.timedelta(seconds=call_timeout))
             reply = {"ok": True, **_serve(store, line)}
         except Exception as exc:  # noqa: BLE001
             if isinstance(exc, (DistNetworkError, OSError)):

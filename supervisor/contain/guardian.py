@@ -22,10 +22,12 @@ The guardian process itself (what it does at the EOF) is ``guardian_process``; t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import select
+import signal
 import subprocess
 import threading
 import time
@@ -81,8 +83,30 @@ class Guardian:
             self.flush()
 
     def armed(self) -> bool:
-        """Whether it is still there to kill the tree should we die (not lost, not exited)."""
-        return not self.lost and self.proc is not None and self.proc.poll() is None
+        """Whether it is still there to kill the tree should we die (not lost, not exited, not stopped:
+        a SIGSTOPped guardian hears our death only once continued, and what escaped the trainer's
+        session ran on until then)."""
+        return not self.lost and self.proc is not None and self.proc.poll() is None and not is_stopped(self.proc.pid)
+
+    def _wake_if_stopped(self, on_event: Callable[[str, str], None]) -> None:
+        """A stopped guardian (state T or t) is resumed (SIGCONT); one that stays stopped is killed,
+        and the keeper replaces it. Either way the journal says so."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None or not is_stopped(proc.pid):
+            return
+        with contextlib.suppress(OSError):
+            os.kill(proc.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 0.5
+        while is_stopped(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not is_stopped(proc.pid):
+            on_event("guardian_resumed", f"the guardian (pid {proc.pid}) was stopped (SIGSTOP, or traced); "
+                                         "resumed with SIGCONT: it is armed again")
+            return
+        with contextlib.suppress(OSError):
+            os.kill(proc.pid, signal.SIGKILL)  # stopped by a tracer, or stopped again at once: replaced
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=2)
 
     def keep_armed(self, on_event: Callable[[str, str], None], every: float = 1.0, retry: float = 10.0,
                    retry_cap: float = 600.0) -> None:
@@ -97,6 +121,7 @@ class Guardian:
             next_try = 0.0
             failures = 0
             while not self._wait_for_loss(every):
+                self._wake_if_stopped(on_event)
                 if self.armed() or time.monotonic() < next_try:
                     continue
                 had = self.proc is not None  # else none has armed yet (``start(later=True)``)
@@ -125,6 +150,8 @@ class Guardian:
         within it left the root stopped and every escaped worker alive. True once a normal stop
         began."""
         proc = self.proc
+        if proc is not None and proc.poll() is None and is_stopped(proc.pid):
+            return self._stopping.is_set()  # stopped, not dead: the keeper resumes or replaces it now
         if proc is None or not self.armed():  # one look: the two could differ
             if proc is not None and proc is not self._mourned:
                 self._mourned = proc  # dead before we waited on it (killed as the watch began): at once
@@ -217,6 +244,16 @@ def _close(proc: subprocess.Popen) -> None:
     except (OSError, subprocess.TimeoutExpired):
         proc.kill()
     forget_helper(proc.pid)
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped (its state in /proc is T, stopped, or t, stopped by a tracer)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] in (b"T", b"t")
 
 
 def rearm_delay(failures: int, retry: float, cap: float) -> float:

@@ -44,6 +44,9 @@ SUPERVISOR = "HANGWATCH_SUPERVISOR"
 #: attempt's variables only when it is taken, after its environment was fixed, so the guardian
 #: knows the warm root and all it forks by this mark instead of ATTEMPT_DIR.
 WARM = "HANGWATCH_WARM"
+#: a multi-node job's cohort secret, the same on every node (the scheduler passes it; docs/multinode.md):
+#: the supervisor's own, dropped from the trainer's environment like every name not in PASS_THROUGH
+COHORT_SECRET = "HANGWATCH_COHORT_SECRET"
 CONFIG = "HANGWATCH_CONFIG"              #: the user's settings file (read by the CLI)
 PYSPY = "HANGWATCH_PYSPY"                #: the py-spy binary to use instead of PATH's
 

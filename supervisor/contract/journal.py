@@ -43,12 +43,16 @@ EVENTS = (
     "cohort_incident",
     "cohort_agreed",
     "member_lost",
+    "cohort_unauthenticated",  # multi-node without a secret: anyone who reaches the store can forge records
+    "cohort_value_ignored",  # a store value no node of this job wrote (or too large, deep...): ignored, once per key
+    "cohort_store_binds_all",  # node 0's store listens on every interface (the --cohort host is not this machine's)
     "disk_low",  # free space under --min-free-mb (once a run; hangwatch.supervisor.operate.longrun)
     "incidents_pruned",  # bundles removed by --keep-incidents
     "recovery",  # the recovery level chosen for a hang verdict, and why (before any kill)
     "engine_restart",  # level-1 recovery: only the rollout engine's worker was killed
     "engine_recovered",  # the trainer progressed again after an engine restart
     "guardian_rearmed",  # the guardian died while we ran; a new one was started (hangwatch.supervisor.contain.guardian)
+    "guardian_resumed",  # the guardian was stopped (SIGSTOP): resumed with SIGCONT
     "guardian_lost",  # the guardian died and no new one could be started
     "would_act",  # --on-hang observe: what the recovery would have been (nothing was killed)
     "recovered_by_itself",  # --on-hang observe: the trainer moved on after an incident not acted on

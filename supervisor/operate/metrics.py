@@ -30,6 +30,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import MetricsHandler
 
+from hangwatch.contract.redact import redact_text
 from hangwatch.supervisor.operate.livestatus import LiveStatus
 
 log = structlog.get_logger("hangwatch.metrics")
@@ -206,7 +207,9 @@ class MetricsExporter:
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(generate_latest(self.registry))
-                os.fchmod(handle.fileno(), 0o644)  # the collector runs as another user
+                # The job owner's alone, as the journal is: its labels name the trainer's phases. A
+                # collector running as another user is given access by the operator (docs/operations.md).
+                os.fchmod(handle.fileno(), 0o600)
             os.replace(tmp, self.textfile)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -291,7 +294,9 @@ class MetricsExporter:
         hb = st.get("heartbeat")
         self.step_g.set(hb["step"] if hb and hb.get("step") is not None else math.nan)
         self.hb_ts_g.set(float(hb["ts"]) if hb and hb.get("ts") is not None else math.nan)
-        hb_phase = str(hb["phase"])[:PHASE_LABEL_MAX] if hb and hb.get("phase") is not None else None
+        # Redacted as alerts redact it (a phase naming a URL with a password, or a token, went out in
+        # clear on /metrics and in the textfile), before the cut, which could leave half a secret.
+        hb_phase = redact_text(str(hb["phase"]))[:PHASE_LABEL_MAX] if hb and hb.get("phase") is not None else None
         if hb_phase != self._hb_phase:
             # The trainer names its phases (any string, "epoch 3/step 1200" too): the old series is
             # removed, not set to 0, or every phase ever announced stayed in each scrape for good.

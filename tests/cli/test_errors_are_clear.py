@@ -278,3 +278,14 @@ def test_a_new_run_on_a_resumable_run_dir_says_to_resume_it(tmp_path, finish, co
     with pytest.raises(ConfigError) as refused:
         refuse_existing(tmp_path)
     assert (f"hangwatch run --resume {tmp_path}" in str(refused.value)) is resumable
+
+
+@pytest.mark.parametrize("mode, message", [(0o640, "chmod 600"), (0o604, "chmod 600")])
+def test_a_cohort_secret_file_others_may_read_is_refused_before_the_join(tmp_path, capsys, mode, message):
+    secret = tmp_path / "secret"
+    secret.write_text("0123456789abcdef0123456789abcdef\n")
+    secret.chmod(mode)
+    code = cli_main.main(["run", "--run-dir", str(tmp_path / "r"), "--gpu-probe", "none", "--cohort", "127.0.0.1:1",
+                          "--node-rank", "0", "--nnodes", "2", "--cohort-secret-file", str(secret), "--", "true"])
+    assert code == EXIT_USAGE
+    assert message in capsys.readouterr().err

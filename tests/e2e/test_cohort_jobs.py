@@ -37,7 +37,12 @@ def _free_port() -> int:
 class Job:
     def __init__(self, tmp: Path, nnodes: int, *, wedge_node: int = -1, wedge_step: int = -1, steps: int = 10,
                  lease: float = 8.0, extra: dict[int, list[str]] | None = None, crash_node: int = -1,
-                 after: dict[int, float] | None = None, before: dict[int, float] | None = None) -> None:
+                 after: dict[int, float] | None = None, before: dict[int, float] | None = None,
+                 host: str = "127.0.0.1", wrap: dict[int, list[str]] | None = None,
+                 envs: dict[int, dict[str, str]] | None = None, launcher_args: dict[int, list[str]] | None = None) -> None:
+        """``host``: node 0's address (the store's and torchrun's rendezvous); ``wrap``: a node's
+        supervisor runs under this command (``ip netns exec NS``); ``envs``: a node's extra variables;
+        ``launcher_args``: a node's extra torchrun options."""
         self.tmp, self.nnodes = tmp, nnodes
         self.ckpt = tmp / "ckpt"
         store, rdzv = _free_port(), _free_port()
@@ -46,10 +51,11 @@ class Job:
             argv = [HANGWATCH, "run", "--quiet", "--run-dir", str(tmp / f"run{i}"),
                     "--gpu-probe", f"file:{tmp / f'sim{i}.json'}", "--interval", "0.5", "--stall-window", "4",
                     "--progress-timeout", "120", "--grace", "2", "--backoff", "0.1", "--capture-timeout", "15",
-                    "--checkpoint-dir", str(self.ckpt), "--cohort", f"127.0.0.1:{store}", "--node-rank", str(i),
+                    "--checkpoint-dir", str(self.ckpt), "--cohort", f"{host}:{store}", "--node-rank", str(i),
                     "--nnodes", str(nnodes), "--lease-timeout", str(lease), *(extra or {}).get(i, []), "--",
                     sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc-per-node", "1",
-                    "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{rdzv}", "--rdzv-id", "job",
+                    "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{host}:{rdzv}", "--rdzv-id", "job",
+                    *(launcher_args or {}).get(i, []),
                     str(TRAINER), "--ckpt", str(self.ckpt), "--steps", str(steps),
                     "--wedge-node", str(wedge_node), "--wedge-step", str(wedge_step), "--crash-node", str(crash_node)]
             if i in (after or {}):  # this node's command goes on after torchrun (a final upload, say)
@@ -58,7 +64,8 @@ class Job:
             if i in (before or {}):  # this node's launcher starts later (another node hosts torchrun's rendezvous)
                 cut = argv.index("--") + 1
                 argv[cut:] = ["sh", "-c", f'sleep {before[i]} && exec "$0" "$@"', *argv[cut:]]
-            env = dict(os.environ, TEST_NODE=str(i))
+            argv = [*(wrap or {}).get(i, []), *argv]
+            env = dict(os.environ, TEST_NODE=str(i), **(envs or {}).get(i, {}))
             env.pop("HANGWATCH_CONFIG", None)
             self.procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                                start_new_session=True))
@@ -164,7 +171,9 @@ def _wait_training(job: Job, node: int) -> None:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize(("lost", "cause"), [(1, "node 1's supervisor stopped renewing"), (0, "unreachable")])
+@pytest.mark.parametrize(("lost", "cause"), [
+    (1, "node 1 unreachable: its supervisor stopped renewing, or the network between us failed"),
+    (0, "node 0 unreachable: its supervisor stopped answering, or the network between us failed")])
 def test_a_lost_node_stops_the_others_within_the_lease(job_factory, lost, cause):
     """Node 1 lost: its lease stops. Node 0 lost: the store it hosts is gone. Either way the
     survivor captures, kills its tree and exits 75; no process of the job survives anywhere."""
@@ -370,3 +379,81 @@ def test_a_job_stopped_by_a_lost_node_is_resumed_on_every_node_from_its_checkpoi
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait(timeout=10)
+
+
+def _stranger_writes(job: Job, values: dict[str, bytes]) -> None:
+    """Someone who reached the store's port: reads the run's generation as anyone can, writes ``values``
+    under the run's keys (``incident/1``, ``stop``...)."""
+    import datetime
+
+    from torch.distributed import TCPStore
+
+    joined = next(r for r in job.journal(0) if r["event"] == "cohort_joined")
+    host, _, port = joined["store"].rpartition(":")
+    stranger = TCPStore(host, int(port), None, False, datetime.timedelta(seconds=10), wait_for_workers=False)
+    leader = stranger.get(f"hangwatch/{joined['cohort_id']}/leader").decode(errors="replace")
+    generation = json.loads(leader[leader.index("{"):])["generation"]
+    for key, value in values.items():
+        stranger.set(f"hangwatch/{joined['cohort_id']}/{generation}/{key}", value)
+
+
+HOSTILE_VALUES = {"incident/1": b"[" * 400_000 + b"]" * 400_000, "stop": b"\xff\xfe",
+                  "incident/2": b'{"attempt": 2, "node": 0, "kind": "stall", "reason": "x", "wall": NaN}'}
+
+
+@pytest.mark.timeout(240)
+def test_hostile_store_values_are_ignored_and_every_node_trains_on_to_the_end(job_factory):
+    """Before: a 400 KB-deep incident record raised RecursionError in every node's reader (exit 70 on
+    both, and --resume refused the job as an internal error)."""
+    job = job_factory(2, steps=40, lease=5.0)
+    _wait_training(job, 0)
+    _wait_training(job, 1)
+    _stranger_writes(job, HOSTILE_VALUES)
+    codes = job.wait(200)
+    assert codes == [0, 0], [job.output(i) for i in range(2)]
+    for i in range(2):
+        records = job.journal(i)
+        ignored = [r["key"].rsplit("/", 2)[-2:] for r in records if r["event"] == "cohort_value_ignored"]
+        assert ["incident", "1"] in ignored and ignored.count(["incident", "1"]) == 1, ignored
+        assert any(r["event"] == "cohort_unauthenticated" for r in records)
+        assert not [r for r in records if r["event"] in ("cohort_incident", "member_lost")]
+
+
+@pytest.mark.timeout(180)
+def test_a_garbled_stop_value_does_not_turn_off_lost_node_detection(job_factory):
+    """Before: two bytes under ``stop`` ended each lease round before its check; a node whose supervisor
+    was then SIGKILLed was reported 25 s later under a 6 s lease, or never."""
+    job = job_factory(2, steps=400, lease=5.0)
+    _wait_training(job, 0)
+    _wait_training(job, 1)
+    _stranger_writes(job, {"stop": b"\xff\xfe" + b"{" * 1000})
+    time.sleep(2)
+    os.kill(job.procs[1].pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    code = job.procs[0].wait(timeout=90)
+    assert code == 75, job.output(0)
+    lost = next(r for r in job.journal(0) if r["event"] == "member_lost")
+    assert "node 1 unreachable" in lost["reason"]
+    assert lost["ts"] - (time.time() - (time.monotonic() - killed_at)) <= 5.0 + 2 * 0.5 + 2.0, lost
+
+
+@pytest.mark.timeout(240)
+def test_with_a_secret_forged_incidents_and_stops_are_ignored_and_every_node_trains_on(job_factory, tmp_path):
+    """A stranger who reached the port writes well-formed records (an incident, a stop) without the
+    job's secret: without one, every node would capture and restart, or stop."""
+    secret = tmp_path / "cohort.secret"
+    secret.write_text("0123456789abcdef0123456789abcdef\n")
+    secret.chmod(0o600)
+    job = job_factory(2, steps=40, lease=5.0, extra={i: ["--cohort-secret-file", str(secret)] for i in range(2)})
+    _wait_training(job, 0)
+    _wait_training(job, 1)
+    _stranger_writes(job, {
+        "incident/1": json.dumps({"attempt": 1, "node": 0, "kind": "stall", "reason": "forged", "wall": 1.0}).encode(),
+        "stop": json.dumps({"node": 0, "signal": 15}).encode()})
+    codes = job.wait(200)
+    assert codes == [0, 0], [job.output(i) for i in range(2)]
+    for i in range(2):
+        records = job.journal(i)
+        whys = [r["why"] for r in records if r["event"] == "cohort_value_ignored"]
+        assert whys and all("secret" in why for why in whys), whys
+        assert not [r for r in records if r["event"] in ("cohort_incident", "member_lost", "cohort_unauthenticated")]

@@ -196,7 +196,9 @@ def test_engine_level_recovery_is_off_in_a_cohort_and_the_journal_says_so():
     store = MemoryStore()
     journal = FakeJournal()
     CohortLink(node(store, 0), lambda: journal).joined()
-    assert "desynchronise" in journal.records[-1]["engine_recovery"]
+    joined = next(r for r in journal.records if r["event"] == "cohort_joined")
+    assert "desynchronise" in joined["engine_recovery"]
+    assert "cohort_unauthenticated" in journal.events, "without a secret the start says the cohort is unauthenticated"
 
 
 def test_a_stop_on_one_node_reaches_the_others_and_ends_their_barriers():

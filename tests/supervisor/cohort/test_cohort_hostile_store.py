@@ -71,13 +71,16 @@ def test_the_settled_backoff_is_bounded(delay, expected):
 
 @pytest.mark.slow
 @pytest.mark.timeout(90)
-def test_an_oversized_value_fails_its_call_only_and_the_next_calls_read_clean():
-    """A value over the reply cap (1 MiB) written by someone who reached the store: that get
-    fails, and the rest of its line is dropped (before: left in the buffer, every later call
-    failed and the node was taken for lost after --lease-timeout)."""
+def test_an_oversized_value_is_cut_by_the_helper_refused_by_the_reader_and_the_next_calls_read_clean():
+    """A value over the readers' bound written by someone who reached the store: the helper hands
+    it cut (a failing call counted toward a lost store), the bounded reader refuses it, and the
+    calls after it read clean (before the cut: the rest of a line over the 1 MiB reply cap was left
+    in the buffer, every later call failed and the node was taken for lost after --lease-timeout).
+    Bytes that are not UTF-8 come as lone surrogates, refused the same way, never a failed call."""
     import socket
 
-    from hangwatch.supervisor.cohort.store import StoreError, TCPStoreClient
+    from hangwatch.supervisor.cohort.store import TCPStoreClient
+    from hangwatch.supervisor.cohort.values import MAX_VALUE_CHARS, BadValue, parse
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -86,10 +89,41 @@ def test_an_oversized_value_fails_its_call_only_and_the_next_calls_read_clean():
     try:
         host.set("small", "v")
         host.set("huge", "x" * (3 << 20))
-        with pytest.raises(StoreError, match="oversized"):
-            host.get("huge")
+        cut = host.get("huge")
+        assert MAX_VALUE_CHARS < len(cut) < 1 << 20
+        with pytest.raises(BadValue, match="too large"):
+            parse(cut)
         assert host.get("small") == "v"
         host.set("small", "w")
         assert host.get("small") == "w"
+    finally:
+        host.close()
+
+
+@pytest.mark.slow
+def test_a_value_that_is_not_utf8_is_read_as_one_the_reader_refuses_not_a_failed_call():
+    """Two bytes under ``stop`` that are not UTF-8 failed every read of it in the helper (its decode),
+    a failure that counted toward a lost store and ended the lease round before its check."""
+    import datetime
+    import socket
+
+    torch_distributed = pytest.importorskip("torch.distributed")
+
+    from hangwatch.supervisor.cohort.store import TCPStoreClient
+    from hangwatch.supervisor.cohort.values import BadValue, parse
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    host = TCPStoreClient("127.0.0.1", port, master=True, timeout=10.0, connect_timeout=30)
+    try:
+        stranger = torch_distributed.TCPStore("127.0.0.1", port, None, False, datetime.timedelta(seconds=10),
+                                              wait_for_workers=False)
+        stranger.set("stop", b"\xff\xfe")
+        raw = host.get("stop")
+        with pytest.raises(BadValue, match="UTF-8"):
+            parse(raw)
+        host.set("small", "v")
+        assert host.get("small") == "v"
     finally:
         host.close()

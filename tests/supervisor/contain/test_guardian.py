@@ -143,3 +143,35 @@ def test_the_guardians_session_sweep_never_takes_a_session_whose_leader_pid_was_
     finally:
         stranger.kill()
         stranger.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_stopped_guardian_is_not_armed_and_is_resumed_and_journaled() -> None:
+    """A SIGSTOPped guardian counted as armed: with the supervisor then SIGKILLed, an escaped worker
+    ran on until the guardian got SIGCONT. It is not armed while stopped; the keeper resumes it."""
+    events: list[tuple[str, str]] = []
+    keeper = guardian.start()
+    try:
+        keeper.keep_armed(lambda event, message: events.append((event, message)), every=0.5)
+        first = keeper.proc
+        first.send_signal(signal.SIGSTOP)
+        wait_for(lambda: guardian.is_stopped(first.pid), timeout=5, what="the guardian stopped")
+        wait_for(lambda: [e for e, _ in events] == ["guardian_resumed"], timeout=10,
+                 what="the stopped guardian resumed and journaled")
+        assert keeper.armed() and keeper.proc is first and not guardian.is_stopped(first.pid)
+        assert "SIGCONT" in events[0][1]
+    finally:
+        guardian.stop(keeper)
+
+
+def test_a_process_stopped_is_seen_stopped() -> None:
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not guardian.is_stopped(proc.pid)
+        proc.send_signal(signal.SIGSTOP)
+        wait_for(lambda: guardian.is_stopped(proc.pid), timeout=5, what="stopped")
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert not guardian.is_stopped(proc.pid)
