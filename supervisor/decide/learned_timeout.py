@@ -131,3 +131,16 @@ class IntervalLearner:
         self.learned = value
         self.changes += 1
         return True
+
+
+def carried_timeout(record: Mapping[str, Any] | None, settings: AutoTimeout | None) -> LearnedTimeout | None:
+    """The value a journal's last ``timeout_learned`` record carries to a new attempt (or a resumed
+    run), learned again under today's ``settings``; None without auto timeouts or a readable record."""
+    if settings is None or not record:
+        return None
+    try:
+        value = LearnedTimeout.from_json(record)
+    except (ValueError, TypeError, KeyError, ConfigError):
+        return None  # an edited or foreign line: learn afresh
+    return LearnedTimeout(min(settings.ceiling, max(settings.floor, value.timeout)), value.intervals,
+                          value.quantile_s, value.max_s, settings)
