@@ -34,7 +34,10 @@ The conditions:
   own last beat's phase is a hang, whatever the other ranks do (one stuck rank is seen
   while another beats). ``silent_hang`` (``stall`` when the stall condition is pending)
   with ``rule: rank_progress`` and the process's rank and pid. A process that exits or
-  sends its final beat is never judged.
+  sends its final beat is never judged. While another rank is in a phase other than train
+  that began after a rank's last beat (rank 0 evaluates or saves alone), that rank's clock is held,
+  and they run again from that phase's end: the other ranks wait for it in a collective,
+  silent and healthy (``rank_progress`` says exactly when a clock is held).
 * **learned timeout** (``auto_progress``): the progress timeout of phase ``train`` (or no
   phase) is learned from the intervals between beats (``learned_timeout``) once a warm-up
   of beats is seen; before that, and for every other phase, the fixed timeouts apply.
@@ -89,6 +92,7 @@ from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import Verdict, VerdictKind
+from hangwatch.supervisor.decide.rank_progress import RankClocks
 from hangwatch.supervisor.decide.learned_timeout import TRAIN_PHASES, AutoTimeout, IntervalLearner, LearnedTimeout
 from hangwatch.supervisor.decide.gpu_reading import (NOT_BUSY, STALLED, DeviceScan, classify_devices,
                                                      engine_wedged_device, scan_devices)
@@ -293,8 +297,8 @@ class Detector:
         # The learned progress timeout (``auto_progress``), and the last beat it learns from.
         self.learner = IntervalLearner(config.auto_progress, config.learned_progress) if config.auto_progress else None
         self._prev_beat: tuple[float, str | None] | None = None
-        # Per trainer process (by pid): (its last token, when it last changed, its last beat).
-        self._ranks: dict[int, tuple[tuple[int, int], float, Heartbeat]] = {}
+        # Per trainer process: its last progress (the per-rank rule), and the one closest to its timeout.
+        self._ranks = RankClocks()
         self._rank_stuck: tuple[float, float, Heartbeat] | None = None  # (since, timeout, beat)
         # The window and timeout of the current phase, recomputed when it changes.
         self._window = config.window_for(None)
@@ -436,35 +440,10 @@ class Detector:
         )
 
     def _stuck_rank(self, sample: Sample) -> tuple[float, float, Heartbeat] | None:
-        """The trainer process closest to (or past) its timeout among those the per-rank rule
-        judges (beaten, alive in the tree, no final beat): (its last progress, its timeout, its
-        beat), or None. A process whose file is gone is forgotten; one missing from the tree this
-        tick is not judged, but keeps its clock (one failed read of the tree must not restart it)."""
-        ranks = self._ranks
-        if not sample.beats:
-            if ranks:
-                ranks.clear()
-            return None
-        seen = {b.pid for b in sample.beats}
-        for gone in [pid for pid in ranks if pid not in seen]:
-            del ranks[gone]
-        worst: tuple[float, float, Heartbeat] | None = None
-        worst_left = 0.0
-        for hb in sample.beats:
-            known = ranks.get(hb.pid)
-            if known is None or known[0] != hb.token:
-                if known is not None:
-                    self._learn((known[1], known[2].phase), sample.t)
-                known = ranks[hb.pid] = (hb.token, sample.t, hb)
-            if hb.final or hb.pid not in sample.cpu_pct:
-                continue
-            timeout = self.progress_timeout_for(hb.phase)
-            if timeout is None:
-                continue
-            left = known[1] + timeout - sample.t
-            if worst is None or left < worst_left:
-                worst, worst_left = (known[1], timeout, hb), left
-        return worst
+        """The per-rank rule's candidate (``rank_progress.RankClocks``): the judged process with the
+        least time left, as (its clock's start, its timeout, its beat), or None."""
+        return self._ranks.observe(sample, self.progress_timeout_for,
+                                   lambda prev_t, prev_phase, t: self._learn((prev_t, prev_phase), t))
 
     def _progress_verdict(self, sample: Sample, tree_cpu: float, silent_for: float, timeout: float,
                           idle: bool, rank: tuple[float, float, Heartbeat] | None = None) -> Verdict:
@@ -522,7 +501,7 @@ class Detector:
         if self._step_since is not None:
             self._step_since += seconds
         self._engines = {pid: (token, since + seconds) for pid, (token, since) in self._engines.items()}
-        self._ranks = {pid: (token, since + seconds, hb) for pid, (token, since, hb) in self._ranks.items()}
+        self._ranks.shift(seconds)
 
     def _stuck_engine(self, sample: Sample) -> tuple[float, Heartbeat] | None:
         """The engine process silent the longest while the rule applies to it (a request in

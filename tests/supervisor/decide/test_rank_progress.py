@@ -157,3 +157,37 @@ def test_samples_with_per_rank_beats_round_trip_through_json():
     assert again.beats == sample.beats
     assert again.beats[1].final and again.beats[1].rank == 1
     assert "beats" not in Sample(t=t, wall=t, cpu_pct={}, gpu=None).to_json()
+
+
+def test_ranks_waiting_while_rank_0_evaluates_alone_are_held_until_it_is_back():
+    """Rank 0 evaluates for 30 s (beating ``eval``) while rank 1 waits in a barrier, silent: no
+    verdict. Back to training, rank 1 gets a whole timeout from then before it is judged."""
+    ranks = TwoRanks()
+    ranks.run(3, {RANK0, RANK1})
+    for _ in range(30):
+        ranks.beat(RANK0, "eval")
+        assert ranks.tick() is None
+    back = ranks.clock()
+    ranks.beat(RANK0, "train")
+    verdict = ranks.run(60, {RANK0})
+    assert verdict is not None and verdict.evidence["stuck_rank"] == 1
+    assert verdict.detected_at == back + TIMEOUT
+
+
+def test_a_side_process_beating_another_phase_all_along_holds_no_clock():
+    """An asynchronous layout: a rollout worker beats ``generate`` all along beside the trainer.
+    The trainer stuck is caught at its own timeout: the worker's phase began before the trainer's
+    last beat, so it is not what the trainer waits for."""
+    ranks = TwoRanks()
+    for _ in range(5):
+        ranks.beat(RANK0, "generate")
+        ranks.beat(RANK1, "train")
+        assert ranks.tick() is None
+    stuck_at = ranks.clock() - 1.0
+    for _ in range(60):
+        ranks.beat(RANK0, "generate")
+        verdict = ranks.tick()
+        if verdict is not None:
+            break
+    assert verdict is not None and verdict.evidence["stuck_rank"] == 1
+    assert verdict.detected_at == stuck_at + TIMEOUT
