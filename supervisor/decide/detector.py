@@ -460,12 +460,17 @@ class Detector:
         onset = self._last_progress
         if rank is not None:
             onset, _, hb = rank
+            last = self._ranks.last_progress(hb.pid, onset)
             evidence.update(rule="rank_progress", stuck_pid=hb.pid, stuck_phase=hb.phase, stuck_step=hb.step,
-                            others_last_progress_s=round(t - self._last_progress, 3))
+                            stuck_silent_s=round(t - last, 3), others_last_progress_s=round(t - self._last_progress, 3))
             if hb.rank is not None:
                 evidence["stuck_rank"] = hb.rank
             who = f"progress from {hb.who}"
             others = f"; other processes last beat {t - self._last_progress:.0f} s ago"
+            if onset - last > 0.5 * cfg.interval:
+                evidence["paused_s"] = round(onset - last, 3)
+                others = (f" counted of {t - last:.0f} s silent ({onset - last:.0f} s paused while another process "
+                          f"worked in a phase of its own){others}")
         else:
             others = ""
         stall_onset = self._stall.onset

@@ -159,11 +159,14 @@ def test_samples_with_per_rank_beats_round_trip_through_json():
     assert "beats" not in Sample(t=t, wall=t, cpu_pct={}, gpu=None).to_json()
 
 
-def test_ranks_waiting_while_rank_0_evaluates_alone_are_held_until_it_is_back():
+def test_ranks_waiting_while_rank_0_evaluates_alone_are_paused_until_it_is_back():
     """Rank 0 evaluates for 30 s (beating ``eval``) while rank 1 waits in a barrier, silent: no
-    verdict. Back to training, rank 1 gets a whole timeout from then before it is judged."""
+    verdict. Back to training, rank 1's clock goes on where it was paused: its silence less the
+    30 s it may have waited."""
     ranks = TwoRanks()
     ranks.run(3, {RANK0, RANK1})
+    last = ranks.clock() - 1.0
+    eval_start = ranks.clock()
     for _ in range(30):
         ranks.beat(RANK0, "eval")
         assert ranks.tick() is None
@@ -171,7 +174,23 @@ def test_ranks_waiting_while_rank_0_evaluates_alone_are_held_until_it_is_back():
     ranks.beat(RANK0, "train")
     verdict = ranks.run(60, {RANK0})
     assert verdict is not None and verdict.evidence["stuck_rank"] == 1
-    assert verdict.detected_at == back + TIMEOUT
+    assert verdict.detected_at == last + (back - eval_start) + TIMEOUT
+    assert verdict.onset == last + (back - eval_start)
+
+
+def test_evaluations_more_often_than_the_timeout_do_not_hide_a_stuck_rank():
+    """Rank 0 evaluates alone for 4 s of every 8: rank 1's clock is paused for those, not restarted,
+    so it is caught after TIMEOUT seconds of counted silence."""
+    ranks = TwoRanks()
+    ranks.run(3, {RANK0, RANK1})
+    verdict = None
+    for i in range(200):
+        ranks.beat(RANK0, "eval" if i % 8 < 4 else "train")
+        verdict = ranks.tick()
+        if verdict is not None:
+            break
+    assert verdict is not None and verdict.evidence["stuck_rank"] == 1
+    assert 18.0 <= verdict.detected_at <= 24.0  # ~10 s counted, ~10 s paused, from its last beat at t=2
 
 
 def test_a_side_process_beating_another_phase_all_along_holds_no_clock():
