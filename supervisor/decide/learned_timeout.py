@@ -28,12 +28,12 @@ TRAIN_PHASES = frozenset({None, "train"})
 
 @dataclass(frozen=True)
 class AutoTimeout:
-    """How a progress timeout is learned. The defaults: 20 beats of warm-up, p99 x 3, 60 s to 3600 s."""
+    """How a progress timeout is learned. The defaults: 20 beats of warm-up, p99 x 3, 120 s to 3600 s."""
 
     warmup_beats: int = 20
     quantile: float = 0.99
     factor: float = 3.0
-    floor: float = 60.0
+    floor: float = 120.0
     ceiling: float = 3600.0
     window: int = 2000  # the newest intervals learned from
 

@@ -256,7 +256,7 @@ def test_status_shows_the_learned_progress_timeout_and_its_inputs(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     learned = {"timeout_s": 42.0, "intervals": 20, "quantile_s": 14.0, "max_interval_s": 15.0, "warmup_beats": 20,
-               "quantile": 0.99, "factor": 3.0, "floor": 60.0, "ceiling": 3600.0, "window": 2000}
+               "quantile": 0.99, "factor": 3.0, "floor": 120.0, "ceiling": 3600.0, "window": 2000}
     records = [{"event": "run_started", "ts": 1000.0, "pid": 4242, "run_dir": str(run_dir)},
                {"event": "attempt_started", "ts": 1001.0, "attempt": 1, "pid": 5001, "create_time": 1001.0,
                 "env": {"HANGWATCH_CUDAGRAPHS": "1"}},
@@ -269,4 +269,4 @@ def test_status_shows_the_learned_progress_timeout_and_its_inputs(tmp_path):
     text = render_status(summary)
     line = next(x for x in text.splitlines() if x.startswith("timeout"))
     assert "progress 90.0 s, learned in attempt 1 from 20 beat intervals (p99 30.0 s x 3.0" in line, line
-    assert "floor 60.0 s, ceiling 3600.0 s" in line
+    assert "floor 120.0 s, ceiling 3600.0 s" in line

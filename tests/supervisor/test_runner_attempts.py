@@ -340,7 +340,7 @@ class _QuietAfter(FakeTree):
 
 def test_a_learned_progress_timeout_is_journaled_once_and_carried_to_the_next_attempt_and_a_resume(tmp_path):
     """--progress-timeout auto: attempt 1 beats every second for 20 s and learns its timeout (the
-    floor, 60 s: p99 1 s x 3 is less), which then judges its silence; attempt 2 starts with it in
+    floor, 120 s: p99 1 s x 3 is less), which then judges its silence; attempt 2 starts with it in
     force and journals nothing new; a --resume reads it back from the journal."""
     clock = FakeClock()
     tree = _QuietAfter(clock, ["hang", "train"])
@@ -352,18 +352,18 @@ def test_a_learned_progress_timeout_is_journaled_once_and_carried_to_the_next_at
     learned = [r for r in journal if r["event"] == "timeout_learned"]
     assert len(learned) == 1, learned
     record = learned[0]
-    assert record["attempt"] == 1 and record["rule"] == "progress" and record["timeout_s"] == 60.0
+    assert record["attempt"] == 1 and record["rule"] == "progress" and record["timeout_s"] == 120.0
     assert record["intervals"] == 5 and record["quantile_s"] == pytest.approx(1.0, abs=0.01)
     assert record["warmup_beats"] == 5 and record["factor"] == 3.0
     incident = next(r for r in journal if r["event"] == "incident")
-    assert incident["window"] == 60.0 and incident["evidence"]["learned_timeout_s"] == 60.0
+    assert incident["window"] == 120.0 and incident["evidence"]["learned_timeout_s"] == 120.0
     assert [r["attempt"] for r in journal if r["event"] == "attempt_started"] == [1, 2]
-    assert sup._detector_config().learned_progress.timeout == 60.0
+    assert sup._detector_config().learned_progress.timeout == 120.0
     state = RunState.from_journal(journal)
-    assert state.learned_timeout["timeout_s"] == 60.0
+    assert state.learned_timeout["timeout_s"] == 120.0
     resumed = Supervisor(sup.config, FakeProbe(), FakeCapture(), state=state, tree=FakeTree(clock, ["train"]),
                          clock=clock, sleep=clock.sleep, wall=clock)
-    assert resumed._detector_config().learned_progress.timeout == 60.0
+    assert resumed._detector_config().learned_progress.timeout == 120.0
     fixed = Supervisor(runner_config(tmp_path / "other"), FakeProbe(), FakeCapture(), state=state,
                        tree=FakeTree(clock, ["train"]), clock=clock, sleep=clock.sleep, wall=clock)
     assert fixed._detector_config().learned_progress is None, "a fixed timeout is fixed, whatever was learned"

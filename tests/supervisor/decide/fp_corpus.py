@@ -19,6 +19,8 @@ phases that make naive watchdogs fire on healthy training:
 * evaluation passes (all ranks, or rank 0 alone with its peers in a barrier);
 * data-loader stalls that recover (GPU idle, CPU low, under the progress timeout);
 * GPU probe gaps (NVML returns nothing for up to 20 s) and single noisy readings;
+* fast steps (scenario ``fast_steps``): a GRPO step of seconds, where a learned timeout
+  (``--progress-timeout auto``) is far shorter than the fixed one;
 * busy-but-healthy stretches without a beat (scenario ``busy_healthy``): evaluation
   passes of up to 540 s that beat only at their end, an unannounced first compile and
   a data-loader warm-up before the first beat, unannounced recompiles: the CPU burns,
@@ -100,6 +102,7 @@ SCENARIOS = (
     "container_nopids",
     "busy_healthy",
     "ranks_uneven",
+    "fast_steps",
 )
 
 
@@ -431,6 +434,14 @@ def _step(b: _Builder, scenario: str, topo: Topology) -> None:
     rng = b.rng
     budget = MAX_SILENCE - 1
     parts: list[tuple[str, int, str]] = []
+    if scenario == "fast_steps":
+        # A small model's GRPO step: seconds, now and then a data-loader stall of up to a minute.
+        if rng.random() < 0.03:
+            parts.append(("loader_stall", rng.randint(5, 60), ""))
+        parts += [("sync", rng.randint(1, 3), ""), ("decode", rng.randint(2, 15), ""), ("train", rng.randint(1, 6), "")]
+        for k, (activity, length, variant) in enumerate(parts):
+            b.add(activity, length, [(length - 1, "train")] if k == len(parts) - 1 else [], variant)
+        return
     stall_p, stall_hi = (0.3, 300) if scenario == "dataloader_stalls" else (0.03, 60)
     if rng.random() < stall_p:
         parts.append(("loader_stall", rng.randint(10, stall_hi), ""))
@@ -500,6 +511,7 @@ def plan_run(scenario: str, index: int, seed: int, hours: float, wedges: int = 3
         "container_nopids": Topology(rng.choice([1, 2]), engine_process=rng.random() < 0.5, holders_visible=False),
         "busy_healthy": Topology(rng.choice([1, 2]), engine_process=rng.random() < 0.5),
         "ranks_uneven": Topology(rng.choice([2, 4])),
+        "fast_steps": Topology(rng.choice([1, 2])),
     }[scenario]
     busy = scenario == "busy_healthy"
     noise_rate, gap_rate = (0.02, 0.005) if scenario == "flaky_probe" else (0.002, 0.0005)
@@ -768,7 +780,8 @@ def _run_rank_wedge(detector: Detector, plan: RunPlan, at: int, fork: bool = Tru
     rank's last beat + its timeout."""
     judge = copy.deepcopy(detector) if fork else detector
     last = _stuck_rank_last_beat(plan, at)
-    timeout = judge.progress_timeout_for("train")
+    # The longest timeout in force during the silence: a learned one may be learned again meanwhile.
+    timeout = judge.progress_timeout_for("train") or 0.0
     deadline = at + RANK_WEDGE_ROOM
     verdict = None
     for sample in _generate(plan, stop_rank=(STUCK_RANK, at)):
@@ -779,7 +792,9 @@ def _run_rank_wedge(detector: Detector, plan: RunPlan, at: int, fork: bool = Tru
         verdict = judge.observe(sample)
         if verdict is not None:
             break
-    return WedgeResult(at, RANK_VARIANT, verdict, last, verdict.window if verdict is not None else timeout)
+        if sample.t >= at:
+            timeout = max(timeout, judge.progress_timeout_for("train") or 0.0)
+    return WedgeResult(at, RANK_VARIANT, verdict, last, timeout)
 
 
 def replay_wedged_copy(plan: RunPlan, at: int, variant: str, config: DetectorConfig | None = None) -> Verdict | None:
