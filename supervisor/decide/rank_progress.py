@@ -67,7 +67,8 @@ class RankClocks:
     def observe(self, sample: Sample, timeout_for: Callable[[str | None], float | None],
                 learn: Callable[[float, str | None, float], None]) -> tuple[float, float, Heartbeat] | None:
         """Note this tick's beats; (since, timeout, beat) of the judged process with the least time
-        left, or None. ``learn(previous beat's time, its phase, now)`` is told each new beat. A process
+        left, or None. The process whose beat is the shared file's (the newest of all) is left to the
+        shared rule: its silence is the whole job's, and that rule's verdict says so. ``learn(previous beat's time, its phase, now)`` is told each new beat. A process
         whose file is gone is forgotten; one missing from the tree this tick is not judged, but keeps
         its clock (one failed read of the tree must not restart it)."""
         procs = self._procs
@@ -97,10 +98,11 @@ class RankClocks:
                 proc.token, proc.since, proc.beat = hb.token, t, hb
         worst: tuple[float, float, Heartbeat] | None = None
         worst_left = 0.0
+        shared = sample.heartbeat.token if sample.heartbeat is not None else None
         for pid, proc in procs.items():
             hb = proc.beat
-            if hb.final or pid not in sample.cpu_pct:
-                continue
+            if hb.final or pid not in sample.cpu_pct or hb.token == shared:
+                continue  # the newest beat of all is the shared rule's to judge (a single process's, say)
             timeout = timeout_for(hb.phase)
             if timeout is None:
                 continue

@@ -40,10 +40,12 @@ class Sampler:
         self.last_members = members
         cpu = self.cpu.measure([p.pid for p in members], self.tree.last_stats)
         gpu = self.probe.sample()
+        # Each trainer process's own beat: a dead process's file left under a reused pid is not the new one's.
+        # Read before the shared file, which a beat writes after its own: the shared rule never sees
+        # a beat later than the per-rank rule does.
+        beats = own_beats(read_rank_beacons(self.heartbeat_path), members) if self.heartbeat_path else ()
         hb = read_heartbeat(self.heartbeat_path) if self.heartbeat_path else None
         engine = read_engine_beacons(self.engine_path) if self.engine_path else ()
-        # Each trainer process's own beat: a dead process's file left under a reused pid is not the new one's.
-        beats = own_beats(read_rank_beacons(self.heartbeat_path), members) if self.heartbeat_path else ()
         parents: dict[int, int] = {}
         if engine:
             engine = own_beats(engine, members)
