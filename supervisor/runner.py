@@ -475,7 +475,10 @@ class Supervisor:
             self._note_learned(detector)
             if verdict is None:
                 self.evidence_capture.maybe_early_round(detector, sample.t, self.tree.describe)
-            self.observer.tick(Tick(self.state.attempt, sample, detector.stall_onset, cfg.window_for(detector.phase)))
+            learned = (detector.progress_timeout_for(hb.phase) if hb is not None and detector.learned is not None
+                       else None)  # what status shows as the timeout: the learned one where it is in force
+            self.observer.tick(Tick(self.state.attempt, sample, detector.stall_onset, cfg.window_for(detector.phase),
+                                    learned))
             if verdict is not None:
                 return verdict, samples.snapshot(), None
             next_tick += cfg.interval
