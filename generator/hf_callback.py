@@ -254,7 +254,8 @@ class HangwatchCallbackCore:
         return control
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        self.send(state.global_step, "train_end")
+        # The final beat: this process is done, and no longer judged for progress.
+        self.send(state.global_step, "train_end", final=True)
         return control
 
 

@@ -5,7 +5,7 @@
 
 Prints one row per scenario, then the summary line:
 
-    run_hours=<h> false_verdicts=<n> wedges_detected=<k>/<m> median_latency_over_window=<r> busy_hangs_detected=<b>/<c>
+    run_hours=<h> false_verdicts=<n> wedges_detected=<k>/<m> median_latency_over_window=<r> busy_hangs_detected=<b>/<c> rank_hangs_detected=<s>/<t>
 
 and, for the engine streams (the engine step rule: per-process engine beats beside the
 trainer's; ``fp_corpus.engine_corpus``), a table, the longest silence the rule watched on a
@@ -20,9 +20,17 @@ A wedge counts as detected when a stall verdict comes within window + 2 interval
 of the injected onset; r is the median of those latencies divided by the window.
 A busy hang (spinning, no beat) counts as detected when a hang verdict comes within
 progress timeout + 2 intervals of its last beat; ``wedges_detected`` counts both.
-``--stall-window``/``--noise-samples``/``--no-phase-timeouts`` replay the same corpus
+A stuck rank (scenario ``ranks_uneven``: one rank stops beating while the others go on)
+counts as detected when a verdict naming it comes within its timeout + 2 intervals of
+counted silence (its clock is paused while rank 0 works alone); ``wedges_detected`` counts
+it too. ``--stall-window``/``--noise-samples``/``--no-phase-timeouts`` replay the same corpus
 under other settings (a what-if), and ``--ablations`` adds a table of weaker
 settings on a slice of the corpus, to show that it does fool them.
+
+``--progress-timeout auto`` replays the corpus with the progress timeout learned from each
+run (``--auto-warmup-beats``), then with the fixed one, and prints both side by side, then:
+
+    auto run_hours=<h> false_verdicts=<n> wedges_detected=<k>/<m> median_stall_latency_s=<fixed>/<auto> median_busy_hang_latency_s=<fixed>/<auto> median_rank_hang_latency_s=<fixed>/<auto> learned_timeout_s=<min>/<median>/<max>
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 from hangwatch.contract.errors import ConfigError  # noqa: E402
 from hangwatch.supervisor.decide.detector import DetectorConfig  # noqa: E402
+from hangwatch.supervisor.decide.learned_timeout import AutoTimeout  # noqa: E402
 
 
 def _load_corpus():
@@ -176,6 +185,64 @@ def engine_section(runs, config, sweep, jobs) -> tuple[bool, str]:
     return false == 0 and detected == wedges, line
 
 
+def _totals(rows) -> dict:
+    """The corpus's totals and median latencies (seconds) from ``fp.summarise``'s rows."""
+    def med(values):
+        return statistics.median(values) if values else float("nan")
+
+    return {
+        "hours": sum(r.hours for r in rows),
+        "false": sum(r.false_verdicts for r in rows),
+        "detected": sum(r.detected + r.busy_detected + r.rank_detected for r in rows),
+        "wedges": sum(r.wedges + r.busy_wedges + r.rank_wedges for r in rows),
+        "stall": med([x for r in rows for x in r.latencies]),
+        "busy": med([x for r in rows for x in r.busy_latencies]),
+        "rank": med([x for r in rows for x in r.rank_latencies]),
+    }
+
+
+def auto_section(runs, fixed_config, auto_config, jobs) -> int:
+    """The corpus under learned progress timeouts beside the fixed one: false verdicts, wedges caught,
+    median detection latencies; returns the exit code (0: auto is quiet and catches every wedge)."""
+    started = time.perf_counter()
+    fixed_results = replay_all(runs, fixed_config, jobs)
+    auto_results = replay_all(runs, auto_config, jobs)
+    fixed, auto = _totals(fp.summarise(fixed_results, fixed_config)), _totals(fp.summarise(auto_results, auto_config))
+    settings = auto_config.auto_progress
+    print(f"progress timeout: fixed {fixed_config.progress_timeout:g} s, or learned after {settings.warmup_beats} beats "
+          f"(p{settings.quantile * 100:g} x {settings.factor:g}, {settings.floor:g} s to {settings.ceiling:g} s; "
+          f"fixed until then and in phases other than train)")
+    print(f"{'scenario':<20} {'false fixed/auto':>16} {'wedges fixed/auto':>18}  median busy hang s  "
+          f"median stuck rank s  learned s min / median / max")
+    by_fixed = {r.scenario: r for r in fp.summarise(fixed_results, fixed_config)}
+    for row in fp.summarise(auto_results, auto_config):
+        f = by_fixed[row.scenario]
+        learned = [x for res in auto_results if res.plan.scenario == row.scenario for x in res.learned]
+        lrange = f"{min(learned):.0f} / {statistics.median(learned):.0f} / {max(learned):.0f}" if learned else "-"
+
+        def pair(a, b):
+            return f"{statistics.median(a):.0f}/{statistics.median(b):.0f}" if a and b else "-"
+
+        print(f"{row.scenario:<20} {f.false_verdicts:>7}/{row.false_verdicts:<8} "
+              f"{f.detected + f.busy_detected + f.rank_detected:>7}/{row.detected + row.busy_detected + row.rank_detected:<4}"
+              f"of {row.wedges + row.busy_wedges + row.rank_wedges:<4}  {pair(f.busy_latencies, row.busy_latencies):>18}  "
+              f"{pair(f.rank_latencies, row.rank_latencies):>19}  {lrange}")
+    for r in auto_results:
+        for v in r.false_verdicts[:3]:
+            print(f"false verdict (auto): {r.plan.scenario}#{r.plan.index}: {v.reason} (t={v.detected_at:.0f})")
+    learned = [x for res in auto_results for x in res.learned]
+    print(f"replayed the corpus twice in {time.perf_counter() - started:.1f} s (jobs={jobs})")
+    print(f"fixed run_hours={fixed['hours']:.1f} false_verdicts={fixed['false']} "
+          f"wedges_detected={fixed['detected']}/{fixed['wedges']}")
+    lsum = (f"{min(learned):.0f}/{statistics.median(learned):.0f}/{max(learned):.0f}" if learned else "-")
+    print(f"auto run_hours={auto['hours']:.1f} false_verdicts={auto['false']} wedges_detected={auto['detected']}/"
+          f"{auto['wedges']} median_stall_latency_s={fixed['stall']:.1f}/{auto['stall']:.1f} "
+          f"median_busy_hang_latency_s={fixed['busy']:.1f}/{auto['busy']:.1f} "
+          f"median_rank_hang_latency_s={fixed['rank']:.1f}/{auto['rank']:.1f} learned_timeout_s={lsum}")
+    ok = all(t["false"] == 0 and t["detected"] == t["wedges"] for t in (fixed, auto))
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=0)
@@ -186,7 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stall-window", type=float, help="what-if: another window (s)")
     parser.add_argument("--noise-samples", type=int, help="what-if: another noise tolerance")
     parser.add_argument("--no-phase-timeouts", action="store_true", help="what-if: no phase stretches the window")
-    parser.add_argument("--progress-timeout", type=float, help="what-if: another progress timeout (s)")
+    parser.add_argument("--progress-timeout", help="what-if: another progress timeout (s), or auto: learned from "
+                             "each run, replayed beside the fixed one")
+    parser.add_argument("--auto-warmup-beats", type=int, default=AutoTimeout().warmup_beats,
+                        help="with --progress-timeout auto: beat intervals before the timeout is learned")
     parser.add_argument("--idle-only", action="store_true", help="what-if: the progress rule needs an idle tree")
     parser.add_argument("--ablations", action="store_true", help="also replay a slice under weaker settings")
     parser.add_argument("--engine-hours-per-scenario", type=float, default=32.0,
@@ -211,8 +281,12 @@ def main(argv: list[str] | None = None) -> int:
         config = dataclasses.replace(config, noise_samples=args.noise_samples)
     if args.no_phase_timeouts:
         config = dataclasses.replace(config, phase_timeouts={})
-    if args.progress_timeout is not None:
-        config = dataclasses.replace(config, progress_timeout=args.progress_timeout)
+    auto = args.progress_timeout == "auto"
+    if args.progress_timeout is not None and not auto:
+        try:
+            config = dataclasses.replace(config, progress_timeout=float(args.progress_timeout))
+        except ValueError:
+            parser.error(f"--progress-timeout: seconds or auto, got {args.progress_timeout!r}")
     if args.idle_only:
         config = dataclasses.replace(config, idle_only=True)
     if args.engine_step_timeout is not None:
@@ -229,6 +303,12 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     runs = fp.corpus(seed=args.seed, hours_per_scenario=args.hours_per_scenario, wedges_per_run=args.wedges_per_run)
+    if auto:
+        try:
+            auto_config = dataclasses.replace(config, auto_progress=AutoTimeout(warmup_beats=args.auto_warmup_beats))
+        except ConfigError as exc:
+            parser.error(str(exc))
+        return auto_section(runs, config, auto_config, args.jobs)
     results = replay_all(runs, config, args.jobs)
     elapsed = time.perf_counter() - started
     samples = sum(r.samples for r in results)
@@ -257,8 +337,13 @@ def main(argv: list[str] | None = None) -> int:
     latencies = [x for row in rows for x in row.latencies]
     ratio = statistics.median(latencies) / config.stall_window if latencies else float("nan")
     engine_ok, engine_line = engine_section(engine_runs, config, sweep, args.jobs) if engine_runs else (True, "")
+    rank_detected = sum(row.rank_detected for row in rows)
+    rank_wedges = sum(row.rank_wedges for row in rows)
+    detected += rank_detected
+    wedges += rank_wedges
     print(f"run_hours={hours:.1f} false_verdicts={false} wedges_detected={detected}/{wedges} "
-          f"median_latency_over_window={ratio:.3f} busy_hangs_detected={busy_detected}/{busy_wedges}")
+          f"median_latency_over_window={ratio:.3f} busy_hangs_detected={busy_detected}/{busy_wedges} "
+          f"rank_hangs_detected={rank_detected}/{rank_wedges}")
     if engine_line:
         print(engine_line)
     return 0 if false == 0 and detected == wedges and engine_ok else 1

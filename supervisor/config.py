@@ -28,6 +28,7 @@ from hangwatch.contract.stackdump import DEFAULT_SIGNAL as DEFAULT_STACKS_SIGNAL
 from hangwatch.contract.stackdump import MODES as STACK_MODES
 from hangwatch.contract.stackdump import parse_signal
 from hangwatch.supervisor.decide.detector import DEFAULT_PHASE_TIMEOUTS, DetectorConfig
+from hangwatch.supervisor.decide.learned_timeout import AutoTimeout
 from hangwatch.supervisor.decide.restart import RestartPolicy
 
 if sys.version_info >= (3, 11):
@@ -137,6 +138,9 @@ SETTINGS: dict[str, tuple[type, Any]] = {
     "cpu_idle": (float, 10.0),
     "stall_window": (float, 60.0),
     "progress_timeout": (float, 600.0),
+    # --progress-timeout auto: learn it from the run (the fixed value covers the warm-up).
+    "progress_timeout_auto": (bool, False),
+    "auto_warmup_beats": (int, 20),
     "engine_step_timeout": (float, 30.0),
     "engine_wedge_window": (float, None),
     "step_timeout": (float, 0.0),
@@ -220,6 +224,9 @@ def load_file(path: Path) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for key, value in raw.items():
         name = key.replace("-", "_")
+        if name == "progress_timeout" and value == "auto":  # as on the command line
+            values["progress_timeout_auto"] = True
+            continue
         if name not in SETTINGS:
             known = ", ".join(sorted(k.replace("_", "-") for k in SETTINGS))
             raise ConfigError(f"config file {path}: unknown key {key!r} (known keys: {known})")
@@ -382,6 +389,8 @@ def _check_values(v: Mapping[str, Any]) -> None:
         raise ConfigError(f"--engine-retry-window must be >= 0 seconds, got {v['engine_retry_window']!r}")
     if v["cudagraphs_after_stall"] not in ("off", "keep"):
         raise ConfigError(f"--cudagraphs-after-stall must be off or keep, got {v['cudagraphs_after_stall']!r}")
+    if v.get("auto_warmup_beats", 20) < 2:
+        raise ConfigError(f"--auto-warmup-beats must be at least 2, got {v['auto_warmup_beats']!r}")
     for name in ("max_restarts", "max_restarts_per_hour", "no_progress_restarts"):
         if v[name] < 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {v[name]!r}")
@@ -429,6 +438,8 @@ def _detector_config(v: Mapping[str, Any]) -> DetectorConfig:
         step_timeout=_engine_step_timeout(v.get("step_timeout", 0.0)),  # off unless asked (0)
         # None: a quarter of the engine step timeout; 0: off (.get: runs saved before it resume too)
         engine_wedge_window=v.get("engine_wedge_window"),
+        # .get: runs saved before --progress-timeout auto resume too
+        auto_progress=AutoTimeout(warmup_beats=v.get("auto_warmup_beats", 20)) if v.get("progress_timeout_auto") else None,
     )
 
 

@@ -51,7 +51,8 @@ from hangwatch.supervisor.decide.attempt import (AttemptLifecycle, AttemptState,
                                                  attempt_environment, engine_detect_within, escalate)
 from hangwatch.supervisor.decide.checkpoints import (CheckpointsUnreadable, complete_at, complete_steps,
                                                      newest_complete)
-from hangwatch.supervisor.decide.detector import Detector
+from hangwatch.supervisor.decide.detector import Detector, DetectorConfig
+from hangwatch.supervisor.decide.learned_timeout import carried_timeout
 from hangwatch.supervisor.decide.observe_only import StallEpisode
 from hangwatch.supervisor.decide.restart import AttemptOutcome, Decision
 from hangwatch.supervisor.operate.longrun import LOW_DISK_LOG_BYTES, DiskWatch, HeapTrim, RecordBudget, prune_incidents
@@ -121,6 +122,8 @@ class Supervisor:
             probe=lambda: self.probe, capture=self.evidence_capture, engine_level=self.engine_level,
             journal=lambda: self.journal, clock=clock, wall=wall, pause=self._sleep, stopping=self._stopping,
             enter=self._enter, retention=self._prune_incidents, cohort=self.cohort)
+        # --progress-timeout auto: the value learned so far (journaled; carried from a resumed run's journal).
+        self._learned = carried_timeout(self.state.learned_timeout, config.detector.auto_progress)
         self._beat_pids: set[int] = set()  # the processes that sent heartbeats, this attempt
         self._first_beat_seen = False  # this attempt's first_heartbeat is journaled
         self._engines_beat = False  # a rollout engine has beaten its steps in this attempt
@@ -410,7 +413,7 @@ class Supervisor:
                episode: StallEpisode | None = None) -> tuple[Verdict, list[Sample], int | None]:
         """Sample until a verdict (an exit, a stop, a hang). ``episode``: an incident observed only
         (``--on-hang observe``) is open: no verdict of a hang until the trainer moves on."""
-        cfg = self.config.detector
+        cfg = self._detector_config()
         self.tree.watch(heartbeat)
         detector = Detector(cfg, start=self.clock())
         self.evidence_capture.forget_early_round()
@@ -467,11 +470,15 @@ class Supervisor:
                 self.journal.append("trainer_info", attempt=self.state.attempt, step=hb.step, phase=hb.phase,
                                     info=redact_value(last_info))
             if episode is not None and self._episode_ended(episode, sample):
-                episode, detector = None, Detector(cfg, start=sample.t)  # watching for the next episode
+                episode, detector = None, Detector(self._detector_config(), start=sample.t)  # the next episode
             verdict = detector.observe(sample) if episode is None else None
+            self._note_learned(detector)
             if verdict is None:
                 self.evidence_capture.maybe_early_round(detector, sample.t, self.tree.describe)
-            self.observer.tick(Tick(self.state.attempt, sample, detector.stall_onset, cfg.window_for(detector.phase)))
+            learned = (detector.progress_timeout_for(hb.phase) if hb is not None and detector.learned is not None
+                       else None)  # what status shows as the timeout: the learned one where it is in force
+            self.observer.tick(Tick(self.state.attempt, sample, detector.stall_onset, cfg.window_for(detector.phase),
+                                    learned))
             if verdict is not None:
                 return verdict, samples.snapshot(), None
             next_tick += cfg.interval
@@ -490,6 +497,23 @@ class Supervisor:
                 next_tick = self.clock()
                 if self._continued_at is not None and self._continued_at >= slept_from:
                     self._continued_at = None  # that stop was this overrun, already discounted
+
+    def _detector_config(self) -> DetectorConfig:
+        """The detector's settings, with the progress timeout learned so far in force from the start."""
+        cfg = self.config.detector
+        return dataclasses.replace(cfg, learned_progress=self._learned) if cfg.auto_progress is not None else cfg
+
+    def _note_learned(self, detector: Detector) -> None:
+        """Journal a progress timeout the detector learned (``timeout_learned``), and keep it for the
+        next attempt (and, through the journal, for a ``--resume``)."""
+        learned = detector.learned
+        if learned is None or learned is self._learned:
+            return
+        self._learned = learned
+        self.journal.append("timeout_learned", attempt=self.state.attempt, rule="progress", **learned.to_json())
+        log.info("timeout_learned", message=(
+            f"progress timeout learned: {learned.timeout:.1f} s (p{learned.settings.quantile * 100:g} "
+            f"{learned.quantile_s:.1f} s x {learned.settings.factor:g} of {learned.intervals} intervals)"))
 
     def _episode_ended(self, episode: StallEpisode, sample: Sample) -> bool:
         """Observe-only: the trainer moved on by itself after the incident (journaled)."""

@@ -243,6 +243,16 @@ def _add_checkpoint_group(run: argparse.ArgumentParser, d: Mapping[str, Any]) ->
                    help="arguments appended on a resume, e.g. '--resume_from_checkpoint={checkpoint}'")
 
 
+def seconds_or_auto(text: str) -> float | str:
+    """``--progress-timeout``'s value: seconds, or ``auto`` (learned from the run)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds or auto, got {text!r}") from None
+
+
 def _add_detection_group(run: argparse.ArgumentParser, d: Mapping[str, Any]) -> None:
     g = run.add_argument_group("detection")
     g.add_argument("--gpu-probe", metavar="PROBE",
@@ -252,8 +262,13 @@ def _add_detection_group(run: argparse.ArgumentParser, d: Mapping[str, Any]) -> 
     g.add_argument("--cpu-idle", type=float, metavar="PCT",
                    help=f"CPU of GPU-holding processes, %% of one core, that counts as idle (default {d['cpu_idle']:g})")
     g.add_argument("--stall-window", type=float, metavar="S", help=f"how long a stall must last (default {d['stall_window']:g})")
-    g.add_argument("--progress-timeout", type=float, metavar="S",
-                   help=f"hang: no heartbeat progress for S seconds after the first beat, busy or idle; 0 disables (default {d['progress_timeout']:g})")
+    g.add_argument("--progress-timeout", type=seconds_or_auto, metavar="S|auto",
+                   help=f"hang: no heartbeat progress for S seconds after the first beat (of any trainer process, "
+                        f"each judged on its own), busy or idle; 0 disables; auto learns it from the run's beat "
+                        f"intervals after a warm-up (default {d['progress_timeout']:g})")
+    g.add_argument("--auto-warmup-beats", type=int, metavar="N",
+                   help=f"--progress-timeout auto: beat intervals seen before the timeout is learned; until then "
+                        f"the fixed timeout applies (default {d['auto_warmup_beats']})")
     g.add_argument("--engine-step-timeout", type=float, metavar="S",
                    help=f"stall: a rollout engine made no step for S seconds with a request in flight "
                         f"(engines beat per step); 0 disables (default {d['engine_step_timeout']:g})")

@@ -26,6 +26,12 @@ def run_settings(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], P
         raise UsageError(f"unknown option or missing '--' before the command: {command[0]!r} "
                          "(write: hangwatch run [options] -- COMMAND...)")
     cli_values = {k: v for k, v in vars(args).items() if k in SETTINGS}
+    if "progress_timeout" in cli_values:
+        # --progress-timeout auto learns it (the default covers the warm-up); seconds fix it, on a --resume too.
+        auto = cli_values["progress_timeout"] == "auto"
+        cli_values["progress_timeout_auto"] = auto
+        if auto:
+            del cli_values["progress_timeout"]
     for name, value in cli_values.items():
         # `--checkpoint-dir "$OUT"` with OUT unset: the empty value turned resuming off unsaid.
         if isinstance(value, str) and not value.strip():

@@ -201,6 +201,8 @@ def summarise(path: Path) -> dict[str, Any]:
         "engine_restarts": _engine_restarts(records),
         # --on-hang observe: incidents the trainer moved on from with nothing done
         "recovered_by_itself": run.recovered_by_itself,
+        # --progress-timeout auto: the progress timeout learned last, and what from (None before one is)
+        "learned_timeout": run.learned_timeout,
         "alerts_failed": _alerts_failed(records),
         # bytes in the journal's middle not read (its first and last records are what is shown)
         "journal_left_out_bytes": left_out,
@@ -373,6 +375,15 @@ def _lines_safe(value: Any, depth: int = 0) -> Any:
 _SHOWN_DEPTH = 32
 
 
+def _learned_line(r: dict[str, Any]) -> str:
+    """A ``timeout_learned`` record as one line: the value, and the inputs it came from."""
+    quantile = r.get("quantile")
+    q = f"p{quantile * 100:g}" if isinstance(quantile, (int, float)) else "quantile"
+    return (f"progress {r.get('timeout_s')} s, learned in attempt {r.get('attempt')} from {r.get('intervals')} "
+            f"beat intervals ({q} {r.get('quantile_s')} s x {r.get('factor')}, longest {r.get('max_interval_s')} s; "
+            f"floor {r.get('floor')} s, ceiling {r.get('ceiling')} s)")
+
+
 def render_status(summary: dict[str, Any], now: float | None = None) -> str:
     now = time.time() if now is None else now
     summary = _lines_safe(summary)
@@ -383,6 +394,9 @@ def render_status(summary: dict[str, Any], now: float | None = None) -> str:
     live = summary.get("live")
     if live:
         lines += _live_lines(live, now)
+    learned = summary.get("learned_timeout")
+    if learned:
+        lines.append(f"timeout  {_learned_line(learned)}")
     lines += [
         f"restarts {summary['restarts']}, incidents {len(summary['incidents'])}"
         + (f", recovered by itself {summary['recovered_by_itself']}" if summary.get("recovered_by_itself") else ""),
@@ -506,6 +520,8 @@ def _event_line(r: Mapping[str, Any]) -> str:
     elif e == "would_act":
         text = (f"attempt {a}: observe-only: would have restarted {'the engine' if r.get('level') == 1 else 'the job'}, "
                 f"killing {len(r.get('would_kill') or [])} process(es); nothing done")
+    elif e == "timeout_learned":
+        text = f"attempt {a}: {_learned_line(r)}"
     elif e == "recovered_by_itself":
         text = f"attempt {a}: recovered by itself {r.get('after_s')} s after the incident (step {r.get('step')})"
     elif e == "restart_scheduled":

@@ -12,6 +12,12 @@ Invariants:
   process, so two processes beating into the same file both count.
 * Without ``HANGWATCH_HEARTBEAT`` in the environment, ``beat`` does nothing: a
   trainer instrumented for hangwatch still runs without it.
+* Each process also writes its own file beside the shared one,
+  ``heartbeat-<pid>.json`` (``rank_beacon_file``): the shared file holds the newest
+  beat of any process (status, phases), the per-process files let the supervisor
+  judge every rank on its own (one stuck rank is seen while another beats). A beat
+  carries the process's rank where ``RANK``/``LOCAL_RANK`` say it, and ``final``
+  when the process says it is done (it is never judged after that).
 """
 
 from __future__ import annotations
@@ -42,28 +48,17 @@ def set_context(info: Mapping[str, Any]) -> None:
     _context = dict(info)
 
 
-def beat(step: int | None = None, phase: str | None = None, *, path: str | None = None, **info: Any) -> bool:
-    """Report progress. ``phase`` names what the trainer is doing now (``train``,
-    ``generate``, ``checkpoint``, ...); the supervisor may give a phase its own,
-    longer timeout. Extra keyword arguments are recorded as ``info`` (small,
-    JSON-serialisable values; the supervisor journals them when they change).
+def _env_rank() -> int | None:
+    """This process's rank as the launcher says it (``RANK``, else ``LOCAL_RANK``), or None."""
+    for name in ("RANK", "LOCAL_RANK"):
+        value = os.environ.get(name, "").strip()
+        if value.isdigit() and len(value) < 10:
+            return int(value)
+    return None
 
-    Returns whether a beat was written. Never raises for an I/O problem: a
-    full disk must not crash training, it only stops the beacons.
-    """
-    target = path or os.environ.get(HEARTBEAT_ENV)
-    if not target:
-        return False
-    with _lock:
-        seq = next(_counter)
-    record = {
-        "pid": os.getpid(),
-        "seq": seq,
-        "ts": time.time(),
-        "step": step,
-        "phase": phase,
-        "info": {**_context, **info} if _context else info,
-    }
+
+def _write_atomic(target: str, record: Mapping[str, Any]) -> bool:
+    """``record`` as JSON into ``target``, through a private temporary file and a rename."""
     tmp = f"{target}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         # 0600 whatever the trainer's umask, never through a symlink: it sits in the private run dir.
@@ -80,6 +75,43 @@ def beat(step: int | None = None, phase: str | None = None, *, path: str | None 
     return True
 
 
+def beat(step: int | None = None, phase: str | None = None, *, path: str | None = None, final: bool = False,
+         **info: Any) -> bool:
+    """Report progress. ``phase`` names what the trainer is doing now (``train``,
+    ``generate``, ``checkpoint``, ...); the supervisor may give a phase its own,
+    longer timeout. Extra keyword arguments are recorded as ``info`` (small,
+    JSON-serialisable values; the supervisor journals them when they change).
+
+    ``final=True`` says this process is done (its last beat): the supervisor stops
+    judging its progress, so a rank that finishes early is no hang.
+
+    Returns whether a beat was written. Never raises for an I/O problem: a
+    full disk must not crash training, it only stops the beacons.
+    """
+    target = path or os.environ.get(HEARTBEAT_ENV)
+    if not target:
+        return False
+    with _lock:
+        seq = next(_counter)
+    record: dict[str, Any] = {
+        "pid": os.getpid(),
+        "seq": seq,
+        "ts": time.time(),
+        "step": step,
+        "phase": phase,
+        "info": {**_context, **info} if _context else info,
+    }
+    rank = _env_rank()
+    if rank is not None:
+        record["rank"] = rank
+    if final:
+        record["final"] = True
+    # The process's own file first: a reader of the shared file never sees a beat its own
+    # file does not have yet.
+    _write_atomic(rank_beacon_file(target, os.getpid()), record)
+    return _write_atomic(target, record)
+
+
 @dataclass(frozen=True)
 class Heartbeat:
     """The last beat the supervisor read."""
@@ -90,6 +122,15 @@ class Heartbeat:
     step: int | None
     phase: str | None
     info: Mapping[str, Any] = field(default_factory=dict)
+    # The process's rank (``RANK``/``LOCAL_RANK``), None where the launcher set none.
+    rank: int | None = None
+    # The process said it is done (its last beat): never judged after it.
+    final: bool = False
+
+    @property
+    def who(self) -> str:
+        """How a verdict names the process: its rank where known, and its pid."""
+        return f"rank {self.rank} (pid {self.pid})" if self.rank is not None else f"pid {self.pid}"
 
     @property
     def token(self) -> tuple[int, int]:
@@ -104,6 +145,9 @@ class Heartbeat:
             "step": self.step,
             "phase": self.phase,
             "info": dict(self.info),
+            # Only when set: beats of processes without a rank read as before.
+            **({"rank": self.rank} if self.rank is not None else {}),
+            **({"final": True} if self.final else {}),
         }
 
     @classmethod
@@ -124,7 +168,10 @@ class Heartbeat:
             raise ValueError(f"heartbeat ts is not a finite number: {ts!r}")
         info = data.get("info") or {}
         pid, seq = _int64(data["pid"], "pid"), _int64(data["seq"], "seq")
+        rank = data.get("rank")
         return cls(
+            rank=_int64(rank, "rank") if rank is not None and not isinstance(rank, bool) else None,
+            final=data.get("final") is True,
             pid=pid,
             seq=seq,
             ts=ts,
@@ -215,8 +262,27 @@ def engine_beacon_file(base: str | os.PathLike[str], pid: int) -> str:
     return f"{root}-{pid}{ext}"
 
 
+def rank_beacon_file(heartbeat: str | os.PathLike[str], pid: int) -> str:
+    """The file trainer process ``pid`` beats into beside the shared one: ``heartbeat-<pid>.json``."""
+    return engine_beacon_file(heartbeat, pid)
+
+
+# Trainer processes a tick reads at most (the newest): ranks of a node, their side processes.
+MAX_RANK_BEACONS = 256
+
+
+def read_rank_beacons(heartbeat: str | os.PathLike[str]) -> tuple[Heartbeat, ...]:
+    """Every trainer process's last beat (``heartbeat-<pid>.json``, the newest ``MAX_RANK_BEACONS``)."""
+    return _read_beacons(heartbeat, MAX_RANK_BEACONS)
+
+
 def read_engine_beacons(base: str | os.PathLike[str]) -> tuple[Heartbeat, ...]:
     """Every engine process's last beat (the newest ``MAX_ENGINE_BEACONS`` files), in no order."""
+    return _read_beacons(base, MAX_ENGINE_BEACONS)
+
+
+def _read_beacons(base: str | os.PathLike[str], limit: int) -> tuple[Heartbeat, ...]:
+    """The last beats in ``<root>-<pid><ext>`` files beside ``base``: the newest ``limit``."""
     directory, name = os.path.split(os.fspath(base))
     root, ext = os.path.splitext(name)
     prefix = root + "-"
@@ -235,7 +301,7 @@ def read_engine_beacons(base: str | os.PathLike[str]) -> tuple[Heartbeat, ...]:
     except OSError:
         return ()
     found.sort(reverse=True)
-    beats = (read_heartbeat(path) for _, path in found[:MAX_ENGINE_BEACONS])
+    beats = (read_heartbeat(path) for _, path in found[:limit])
     return tuple(b for b in beats if b is not None)
 
 

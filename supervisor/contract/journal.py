@@ -56,6 +56,7 @@ EVENTS = (
     "guardian_lost",  # the guardian died and no new one could be started
     "would_act",  # --on-hang observe: what the recovery would have been (nothing was killed)
     "recovered_by_itself",  # --on-hang observe: the trainer moved on after an incident not acted on
+    "timeout_learned",  # --progress-timeout auto: a progress timeout learned from the beats' intervals, and its inputs
 )
 
 
@@ -309,6 +310,9 @@ class RunRecord:
     last_engine_restart_ts: float | None = None
     #: --on-hang observe: incidents the trainer moved on from by itself (``recovered_by_itself``)
     recovered_by_itself: int = 0
+    #: --progress-timeout auto: the last ``timeout_learned`` record (the value and its inputs), carried
+    #: to the next attempt and across ``--resume``
+    learned_timeout: dict[str, Any] | None = None
 
 
 def fold_journal(records: Sequence[Mapping[str, Any]]) -> RunRecord:
@@ -356,6 +360,8 @@ def fold_journal(records: Sequence[Mapping[str, Any]]) -> RunRecord:
             else:
                 run.recovered_by_itself += 1
                 run.incidents[-1]["recovered_after_s"] = r.get("after_s")
+        if event == "timeout_learned" and isinstance(r.get("timeout_s"), (int, float)):
+            run.learned_timeout = {k: v for k, v in r.items() if k not in ("run_id", "event")}
         if event == "engine_restart" and r.get("ok", True) is not False and isinstance(r.get("ts"), (int, float)):
             run.last_engine_restart_ts = float(r["ts"])
         if event in ("recovery", "engine_restart", "restart_scheduled") and r.get("cudagraphs") in ("on", "off") \

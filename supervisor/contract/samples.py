@@ -88,6 +88,8 @@ class Sample:
     # Each tree process's parent pid, kept while engines beat (else empty): which GPU holders
     # are an engine worker's own children (vLLM V1 runs its model in an EngineCore child).
     parents: Mapping[int, int] = field(default_factory=dict)
+    # Every trainer process's own last beat (``read_rank_beacons``): the per-rank progress rule.
+    beats: tuple[Heartbeat, ...] = ()
 
     def tree_pids(self) -> frozenset[int]:
         return frozenset(self.cpu_pct)
@@ -102,6 +104,7 @@ class Sample:
             "tree_size": self.tree_size,
             **({"engine": [e.to_json() for e in self.engine]} if self.engine else {}),
             **({"parents": {str(pid): ppid for pid, ppid in self.parents.items()}} if self.parents else {}),
+            **({"beats": [b.to_json() for b in self.beats]} if self.beats else {}),
         }
 
     @classmethod
@@ -117,4 +120,5 @@ class Sample:
             tree_size=int(data.get("tree_size", len(data.get("cpu_pct") or {}))),
             engine=tuple(Heartbeat.from_json(e) for e in (data.get("engine") or ())),
             parents={int(pid): int(ppid) for pid, ppid in (data.get("parents") or {}).items()},
+            beats=tuple(Heartbeat.from_json(b) for b in (data.get("beats") or ())),
         )

@@ -207,12 +207,15 @@ class RunState:
     #: the journal's last stall incident has no recovery after it (``RunRecord.unanswered_stall``):
     #: the resumed run decides its policy (``escalate``) before its first attempt
     unanswered_stall: bool = False
+    #: --progress-timeout auto: the last learned progress timeout journaled (``timeout_learned``),
+    #: in force from the next attempt's start
+    learned_timeout: dict[str, Any] | None = None
 
     @classmethod
     def from_journal(cls, records: Sequence[Mapping[str, Any]]) -> "RunState":
         run = fold_journal(records)
         state = cls(run_id=run.run_id or "", stalls=run.stalls, last_engine_restart_wall=run.last_engine_restart_ts,
-                    unanswered_stall=run.unanswered_stall)
+                    unanswered_stall=run.unanswered_stall, learned_timeout=run.learned_timeout)
         for a in run.attempts:
             state.attempt = max(state.attempt, a.attempt)
             state.policy = GraphPolicy.from_env(a.env)

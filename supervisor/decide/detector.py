@@ -28,6 +28,19 @@ The conditions:
   at that moment (the GPU signature says what it is, and the cuda-graph
   escalation must follow it). Before the first beat the rule never fires: that
   is the warm-up allowance (loading, first compile, data-loader warm-up).
+* **per-rank progress rule**: every trainer process also beats into its own file
+  (``Sample.beats``), and each is judged on its own: a process that has beaten, is alive
+  in the tree, has not sent its final beat and has made no progress for the timeout of its
+  own last beat's phase is a hang, whatever the other ranks do (one stuck rank is seen
+  while another beats). ``silent_hang`` (``stall`` when the stall condition is pending)
+  with ``rule: rank_progress`` and the process's rank and pid. A process that exits or
+  sends its final beat is never judged. While another rank is in a phase other than train
+  that began after a rank's last beat (rank 0 evaluates or saves alone), that rank's clock is held,
+  and they run again from that phase's end: the other ranks wait for it in a collective,
+  silent and healthy (``rank_progress`` says exactly when a clock is held).
+* **learned timeout** (``auto_progress``): the progress timeout of phase ``train`` (or no
+  phase) is learned from the intervals between beats (``learned_timeout``) once a warm-up
+  of beats is seen; before that, and for every other phase, the fixed timeouts apply.
 * **step rule** (opt-in, ``step_timeout``): beats go on but the step they carry has not
   changed for ``step_timeout`` (stretched by phase timeouts like the progress timeout): a
   livelock that beats each retry, or a side thread beating while the loop is stuck, which
@@ -79,6 +92,8 @@ from hangwatch.contract.errors import ConfigError
 from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import Verdict, VerdictKind
+from hangwatch.supervisor.decide.rank_progress import RankClocks
+from hangwatch.supervisor.decide.learned_timeout import TRAIN_PHASES, AutoTimeout, IntervalLearner, LearnedTimeout
 from hangwatch.supervisor.decide.gpu_reading import (NOT_BUSY, STALLED, DeviceScan, classify_devices,
                                                      engine_wedged_device, scan_devices)
 
@@ -114,6 +129,10 @@ class DetectorConfig:
     # The engine step rule, sooner when the sample shows the wedge itself (a busy GPU whose
     # holders are idle, the engine idle too): None, a quarter of engine_step_timeout; 0: off.
     engine_wedge_window: float | None = None
+    # Learn the progress timeout of phase train from the run (None: the fixed one throughout),
+    # and the value learned before (an earlier attempt's, a resumed run's), in force from the start.
+    auto_progress: AutoTimeout | None = None
+    learned_progress: LearnedTimeout | None = None
 
     def __post_init__(self) -> None:
         _positive("interval", self.interval)
@@ -139,6 +158,8 @@ class DetectorConfig:
             raise ConfigError(f"--noise-samples must be a whole number >= 0, got {self.noise_samples!r}")
         if self.gap_tolerance is not None:
             _positive("gap-tolerance", self.gap_tolerance)
+        if self.auto_progress is not None and self.progress_timeout is None:
+            raise ConfigError("--progress-timeout auto needs a progress rule (the fixed timeout covers the warm-up)")
         if not isinstance(self.idle_only, bool):
             raise ConfigError(f"idle-only must be true or false, got {self.idle_only!r}")
         for phase, seconds in self.phase_timeouts.items():
@@ -192,12 +213,20 @@ class DetectorConfig:
             "engine_step_timeout": self.engine_step_timeout,
             "step_timeout": self.step_timeout,
             "engine_wedge_window": self.engine_wedge_window,
+            # Only when set: the settings of runs without them read as before.
+            **({"auto_progress": self.auto_progress.to_json()} if self.auto_progress else {}),
+            **({"learned_progress": self.learned_progress.to_json()} if self.learned_progress else {}),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "DetectorConfig":
         known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        kwargs = {k: v for k, v in data.items() if k in known}
+        if isinstance(kwargs.get("auto_progress"), Mapping):
+            kwargs["auto_progress"] = AutoTimeout.from_json(kwargs["auto_progress"])
+        if isinstance(kwargs.get("learned_progress"), Mapping):
+            kwargs["learned_progress"] = LearnedTimeout.from_json(kwargs["learned_progress"])
+        return cls(**kwargs)
 
 
 def _positive(name: str, value: float) -> None:
@@ -265,9 +294,15 @@ class Detector:
         self._wedge_device: DeviceSample | None = None  # the engine's GPU the last confirmation read
         self.phase: str | None = None
         self.step: int | None = None
+        # The learned progress timeout (``auto_progress``), and the last beat it learns from.
+        self.learner = IntervalLearner(config.auto_progress, config.learned_progress) if config.auto_progress else None
+        self._prev_beat: tuple[float, str | None] | None = None
+        # Per trainer process: its last progress (the per-rank rule), and the one closest to its timeout.
+        self._ranks = RankClocks()
+        self._rank_stuck: tuple[float, float, Heartbeat] | None = None  # (since, timeout, beat)
         # The window and timeout of the current phase, recomputed when it changes.
         self._window = config.window_for(None)
-        self._timeout = config.progress_timeout_for(None)
+        self._timeout = self.progress_timeout_for(None)
         # Real sample times jitter by a few ms around the schedule (a tick takes time),
         # so a window of exactly N ticks may measure N ticks minus a hair: without
         # this slack the verdict would slip a whole interval.
@@ -276,6 +311,26 @@ class Detector:
     @property
     def stall_onset(self) -> float | None:
         return self._stall.onset
+
+    @property
+    def learned(self) -> LearnedTimeout | None:
+        """The progress timeout learned so far (or carried in), None without ``auto_progress``."""
+        return self.learner.learned if self.learner is not None else None
+
+    def progress_timeout_for(self, phase: str | None) -> float | None:
+        """The progress timeout in force after a beat in ``phase``: the learned one for phase
+        train once learned, else the fixed one (stretched by the phase's own timeout)."""
+        learned = self.learned
+        if learned is not None and phase in TRAIN_PHASES and self.config.progress_timeout is not None:
+            return learned.timeout
+        return self.config.progress_timeout_for(phase)
+
+    def _learn(self, key_prev: tuple[float, str | None] | None, t: float) -> None:
+        """One interval between two beats of a process, when the first was in phase train."""
+        if self.learner is None or key_prev is None or key_prev[1] not in TRAIN_PHASES:
+            return
+        if self.learner.add(t - key_prev[0]):
+            self._timeout = self.progress_timeout_for(self.phase)
 
     def observe(self, sample: Sample) -> Verdict | None:
         if self.state is DetectorState.FIRED:
@@ -351,6 +406,9 @@ class Detector:
                 if cfg.idle_only and idle_held < min(window, timeout) - self._slack:
                     return None
                 return self._progress_verdict(sample, tree_cpu, silent_for, timeout, idle_held > 0)
+        rank = self._rank_stuck = self._stuck_rank(sample)
+        if rank is not None and not cfg.idle_only and t - rank[0] >= rank[1] - self._slack:
+            return self._progress_verdict(sample, tree_cpu, t - rank[0], rank[1], self._idle.held_for(t) > 0, rank)
         step_timeout = cfg.step_timeout_for(self.phase)
         if self._step_since is not None and step_timeout is not None \
                 and t - self._step_since >= step_timeout - self._slack:
@@ -381,8 +439,14 @@ class Detector:
             evidence=evidence,
         )
 
+    def _stuck_rank(self, sample: Sample) -> tuple[float, float, Heartbeat] | None:
+        """The per-rank rule's candidate (``rank_progress.RankClocks``): the judged process with the
+        least time left, as (its clock's start, its timeout, its beat), or None."""
+        return self._ranks.observe(sample, self.progress_timeout_for,
+                                   lambda prev_t, prev_phase, t: self._learn((prev_t, prev_phase), t))
+
     def _progress_verdict(self, sample: Sample, tree_cpu: float, silent_for: float, timeout: float,
-                          idle: bool) -> Verdict:
+                          idle: bool, rank: tuple[float, float, Heartbeat] | None = None) -> Verdict:
         cfg = self.config
         t = sample.t
         scan = scan_devices(sample, tree_cpu, cfg.gpu_busy_pct, cfg.cpu_idle_pct)
@@ -390,6 +454,25 @@ class Detector:
         evidence = self._evidence(sample, scan, tree_cpu)
         evidence["rule"] = "idle" if cfg.idle_only else "progress"
         evidence["tree"] = "idle" if idle else "busy"
+        if self.learned is not None:
+            evidence["learned_timeout_s"] = round(self.learned.timeout, 3)
+        who = "heartbeat progress"
+        onset = self._last_progress
+        if rank is not None:
+            onset, _, hb = rank
+            last = self._ranks.last_progress(hb.pid, onset)
+            evidence.update(rule="rank_progress", stuck_pid=hb.pid, stuck_phase=hb.phase, stuck_step=hb.step,
+                            stuck_silent_s=round(t - last, 3), others_last_progress_s=round(t - self._last_progress, 3))
+            if hb.rank is not None:
+                evidence["stuck_rank"] = hb.rank
+            who = f"progress from {hb.who}"
+            others = f"; other processes last beat {t - self._last_progress:.0f} s ago"
+            if onset - last > 0.5 * cfg.interval:
+                evidence["paused_s"] = round(onset - last, 3)
+                others = (f" counted of {t - last:.0f} s silent ({onset - last:.0f} s paused while another process "
+                          f"worked in a phase of its own){others}")
+        else:
+            others = ""
         stall_onset = self._stall.onset
         if stall_onset is not None and self._stall.last_confirm is not None:
             # The GPU signature of the cuda-graph wedge is already there, only its
@@ -404,10 +487,10 @@ class Detector:
         return Verdict(
             kind,
             detected_at=t,
-            onset=self._last_progress,
+            onset=onset,
             window=timeout,
-            phase=self.phase,
-            reason=f"no heartbeat progress for {silent_for:.0f} s (timeout {timeout:.0f} s), {what}",
+            phase=rank[2].phase if rank is not None else self.phase,
+            reason=f"no {who} for {silent_for:.0f} s (timeout {timeout:.0f} s){others}, {what}",
             evidence=evidence,
         )
 
@@ -423,6 +506,7 @@ class Detector:
         if self._step_since is not None:
             self._step_since += seconds
         self._engines = {pid: (token, since + seconds) for pid, (token, since) in self._engines.items()}
+        self._ranks.shift(seconds)
 
     def _stuck_engine(self, sample: Sample) -> tuple[float, Heartbeat] | None:
         """The engine process silent the longest while the rule applies to it (a request in
@@ -524,6 +608,11 @@ class Detector:
             frac = (t - self._last_progress) / timeout
             if best is None or frac > best[2]:
                 best = ("progress", self._last_progress, frac)
+        rank = self._rank_stuck
+        if rank is not None and not self.config.idle_only:
+            frac = (t - rank[0]) / rank[1]
+            if best is None or frac > best[2]:
+                best = ("rank_progress", rank[0], frac)
         step_timeout = self.config.step_timeout_for(self.phase)
         if self._step_since is not None and step_timeout is not None:
             frac = (t - self._step_since) / step_timeout
@@ -560,13 +649,16 @@ class Detector:
         age = sample.wall - hb.ts
         credit = age if 0.0 <= age <= self.config.interval else 0.0
         self._last_progress = max(self._last_progress, sample.t - credit)
+        if not sample.beats:  # per-process beats teach the learned timeout themselves (_stuck_rank)
+            self._learn(self._prev_beat, self._last_progress)
+        self._prev_beat = (self._last_progress, hb.phase)
         if hb.step is not None and (hb.step != self._step_value or self._step_since is None):
             # A new step (a beat without one changes nothing): the step rule's clock starts again.
             self._step_value, self._step_since = hb.step, self._last_progress
         if hb.phase != self.phase:
             self.phase = hb.phase
             self._window = self.config.window_for(hb.phase)
-            self._timeout = self.config.progress_timeout_for(hb.phase)
+            self._timeout = self.progress_timeout_for(hb.phase)
         self.step = hb.step
         return True
 

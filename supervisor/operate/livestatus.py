@@ -178,7 +178,8 @@ class LiveStatus:
             if hb is not None:
                 st["heartbeat"] = {"step": hb.step, "phase": hb.phase, "ts": hb.ts, "age_s": round(max(0.0, now - hb.ts), 1)}
                 st["heartbeat_seen"] = True
-                timeout = self.detector.progress_timeout_for(hb.phase)
+                timeout = (tick.progress_timeout if tick.progress_timeout is not None
+                           else self.detector.progress_timeout_for(hb.phase))
                 st["progress"] = ({"silent_s": round(max(0.0, now - hb.ts), 1), "timeout_s": timeout}
                                   if timeout is not None else None)
             if s.gpu is not None:

@@ -39,6 +39,8 @@ class Tick:
     sample: Sample
     stall_onset: float | None  # first confirming sample of a building stall, or None
     stall_window: float  # the window that applies in the current trainer phase
+    # The progress timeout in force when it is not the configured one (learned: --progress-timeout auto).
+    progress_timeout: float | None = None
 
     @property
     def stall_held(self) -> float:

@@ -1,4 +1,5 @@
-"""One sampling tick: the tree's CPU, the GPU probe and the heartbeat, as a ``Sample``;
+"""One sampling tick: the tree's CPU, the GPU probe and the heartbeats (the shared one and each
+trainer process's own), as a ``Sample``;
 and the bounded window of recent samples an incident bundle keeps as evidence."""
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from typing import Callable
 
 import psutil
 
-from hangwatch.contract.heartbeat import Heartbeat, engine_heartbeat_path, read_engine_beacons, read_heartbeat
+from hangwatch.contract.heartbeat import (Heartbeat, engine_heartbeat_path, read_engine_beacons, read_heartbeat,
+                                          read_rank_beacons)
 from hangwatch.supervisor.watch.probes import GpuProbe
 from hangwatch.supervisor.watch.proctree import CpuMeter, ProcessTree
 from hangwatch.contract.samples import Sample
@@ -38,6 +40,10 @@ class Sampler:
         self.last_members = members
         cpu = self.cpu.measure([p.pid for p in members], self.tree.last_stats)
         gpu = self.probe.sample()
+        # Each trainer process's own beat: a dead process's file left under a reused pid is not the new one's.
+        # Read before the shared file, which a beat writes after its own: the shared rule never sees
+        # a beat later than the per-rank rule does.
+        beats = own_beats(read_rank_beacons(self.heartbeat_path), members) if self.heartbeat_path else ()
         hb = read_heartbeat(self.heartbeat_path) if self.heartbeat_path else None
         engine = read_engine_beacons(self.engine_path) if self.engine_path else ()
         parents: dict[int, int] = {}
@@ -50,7 +56,7 @@ class Sampler:
                 parents = self._parents
             self._parents = parents
         return Sample(t=self.clock(), wall=time.time(), cpu_pct=cpu, gpu=gpu, heartbeat=hb, tree_size=len(members),
-                      engine=engine, parents=parents)
+                      engine=engine, parents=parents, beats=beats)
 
 
 # A beat is written after its process started; psutil's start time is good to about a
@@ -59,7 +65,7 @@ _BEAT_BEFORE_START_S = 5.0
 
 
 def own_beats(beats: tuple[Heartbeat, ...], members: list[psutil.Process]) -> tuple[Heartbeat, ...]:
-    """The engine beats written by the process that holds their pid now. A beat from before
+    """The beats (an engine's, a trainer process's) written by the process that holds their pid now. A beat from before
     that process started is a dead worker's file left behind under a reused pid: judged as
     the new process's, its stale "in flight" would read as a stuck engine."""
     started: dict[int, float] = {}

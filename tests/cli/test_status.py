@@ -247,3 +247,26 @@ def test_status_never_opens_what_another_users_run_dir_links_to(tmp_path: Path, 
     assert held_by_live_supervisor(run_dir) is None
     assert JournalTail(run_dir / "journal.jsonl").read() == []
     assert [p for p in opened if p.startswith(str(tmp_path))] == []
+
+
+def test_status_shows_the_learned_progress_timeout_and_its_inputs(tmp_path):
+    """--progress-timeout auto journals each learned value (timeout_learned): status shows the last."""
+    from hangwatch.cli.run_summary import render_status, summarise
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    learned = {"timeout_s": 42.0, "intervals": 20, "quantile_s": 14.0, "max_interval_s": 15.0, "warmup_beats": 20,
+               "quantile": 0.99, "factor": 3.0, "floor": 120.0, "ceiling": 3600.0, "window": 2000}
+    records = [{"event": "run_started", "ts": 1000.0, "pid": 4242, "run_dir": str(run_dir)},
+               {"event": "attempt_started", "ts": 1001.0, "attempt": 1, "pid": 5001, "create_time": 1001.0,
+                "env": {"HANGWATCH_CUDAGRAPHS": "1"}},
+               {"event": "timeout_learned", "ts": 1002.0, "attempt": 1, "rule": "progress", **learned},
+               {"event": "timeout_learned", "ts": 1003.0, "attempt": 1, "rule": "progress",
+                **dict(learned, timeout_s=90.0, quantile_s=30.0)}]
+    (run_dir / "journal.jsonl").write_text("".join(json.dumps({"run_id": "r", **r}) + "\n" for r in records))
+    summary = summarise(run_dir / "journal.jsonl")
+    assert summary["learned_timeout"]["timeout_s"] == 90.0
+    text = render_status(summary)
+    line = next(x for x in text.splitlines() if x.startswith("timeout"))
+    assert "progress 90.0 s, learned in attempt 1 from 20 beat intervals (p99 30.0 s x 3.0" in line, line
+    assert "floor 120.0 s, ceiling 3600.0 s" in line

@@ -90,6 +90,8 @@ def test_epoch_and_best_model_saves_and_evaluation():
     cb.on_evaluate(_args("steps"), _state(5), _control(False))
     cb.on_train_end(_args(), _state(5), _control())
     assert [b["phase"] for b in rec.beats] == ["checkpoint", "evaluate", "checkpoint", "train", "train_end"]
+    # The last beat is final: this process is done, and the per-rank rule no longer judges it.
+    assert rec.beats[-1].get("final") is True and not any(b.get("final") for b in rec.beats[:-1])
 
 
 def test_announce_checkpoint_off():

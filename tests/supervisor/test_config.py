@@ -66,3 +66,32 @@ def test_malformed_settings_on_resume_is_a_clear_error(tmp_path, content):
     (tmp_path / "settings.json").write_text(content)
     with pytest.raises(ConfigError, match="--resume"):
         saved_values(tmp_path)
+
+
+def test_progress_timeout_auto_from_the_command_line_a_file_and_a_resume(tmp_path):
+    """``--progress-timeout auto`` (or ``progress-timeout = "auto"`` in a file) learns the timeout,
+    the fixed default covering the warm-up; seconds given later (on a --resume) fix it again."""
+    from hangwatch.cli.parser import build_parser
+    from hangwatch.cli.run_settings import run_settings
+    from hangwatch.contract.errors import ConfigError
+    from hangwatch.supervisor.config import build, load_file
+
+    parser = build_parser({name: (lambda args: 0) for name in (
+        "run", "status", "report", "doctor", "replay", "reproduce", "bundle pack", "bundle unpack")})
+    args = parser.parse_args(["run", "--progress-timeout", "auto", "--auto-warmup-beats", "30", "--", "true"])
+    values, command, _, given = run_settings(args)
+    config = build(values, command, given)
+    assert config.detector.auto_progress is not None and config.detector.auto_progress.warmup_beats == 30
+    assert config.detector.progress_timeout == 600.0
+    fixed = run_settings(parser.parse_args(["run", "--progress-timeout", "90", "--", "true"]))[0]
+    assert fixed["progress_timeout_auto"] is False and build(fixed, ["true"]).detector.auto_progress is None
+    with pytest.raises(SystemExit):
+        parser.parse_args(["run", "--progress-timeout", "soon", "--", "true"])
+    file = tmp_path / "hangwatch.toml"
+    file.write_text('progress-timeout = "auto"\n')
+    file.chmod(0o600)
+    assert load_file(file) == {"progress_timeout_auto": True}
+    with pytest.raises(ConfigError, match="auto-warmup-beats"):
+        build({**values, "auto_warmup_beats": 1}, command)
+    with pytest.raises(ConfigError, match="auto needs a progress rule"):
+        build({**values, "progress_timeout": 0.0}, command)

@@ -325,3 +325,45 @@ def test_a_trainer_that_exits_between_two_ticks_is_seen_at_once_not_at_the_next_
     assert sup.run() == 0
     ended = next(r for r in read_journal(tmp_path / "run" / "journal.jsonl") if r["event"] == "attempt_ended")
     assert ended["kind"] == "done" and ended["duration_s"] <= 5.0 + 0.1
+
+
+
+class _QuietAfter(FakeTree):
+    """Attempt 1 beats every second for 20 s, then goes silent without exiting (a busy hang)."""
+
+    def sample(self):
+        sample = super().sample()
+        if len(self.launched) == 1 and self.clock() - self.started_at > 20.0:
+            return Sample(t=sample.t, wall=sample.wall, cpu_pct=sample.cpu_pct, gpu=sample.gpu, tree_size=1)
+        return sample
+
+
+def test_a_learned_progress_timeout_is_journaled_once_and_carried_to_the_next_attempt_and_a_resume(tmp_path):
+    """--progress-timeout auto: attempt 1 beats every second for 20 s and learns its timeout (the
+    floor, 120 s: p99 1 s x 3 is less), which then judges its silence; attempt 2 starts with it in
+    force and journals nothing new; a --resume reads it back from the journal."""
+    clock = FakeClock()
+    tree = _QuietAfter(clock, ["hang", "train"])
+    config = runner_config(tmp_path, progress_timeout_auto=True, auto_warmup_beats=5)
+    config.run_dir.mkdir(parents=True)
+    sup = Supervisor(config, FakeProbe(), FakeCapture(), tree=tree, clock=clock, sleep=clock.sleep, wall=clock)
+    assert sup.run() == 0
+    journal = read_journal(sup.run_dir / "journal.jsonl")
+    learned = [r for r in journal if r["event"] == "timeout_learned"]
+    assert len(learned) == 1, learned
+    record = learned[0]
+    assert record["attempt"] == 1 and record["rule"] == "progress" and record["timeout_s"] == 120.0
+    assert record["intervals"] == 5 and record["quantile_s"] == pytest.approx(1.0, abs=0.01)
+    assert record["warmup_beats"] == 5 and record["factor"] == 3.0
+    incident = next(r for r in journal if r["event"] == "incident")
+    assert incident["window"] == 120.0 and incident["evidence"]["learned_timeout_s"] == 120.0
+    assert [r["attempt"] for r in journal if r["event"] == "attempt_started"] == [1, 2]
+    assert sup._detector_config().learned_progress.timeout == 120.0
+    state = RunState.from_journal(journal)
+    assert state.learned_timeout["timeout_s"] == 120.0
+    resumed = Supervisor(sup.config, FakeProbe(), FakeCapture(), state=state, tree=FakeTree(clock, ["train"]),
+                         clock=clock, sleep=clock.sleep, wall=clock)
+    assert resumed._detector_config().learned_progress.timeout == 120.0
+    fixed = Supervisor(runner_config(tmp_path / "other"), FakeProbe(), FakeCapture(), state=state,
+                       tree=FakeTree(clock, ["train"]), clock=clock, sleep=clock.sleep, wall=clock)
+    assert fixed._detector_config().learned_progress is None, "a fixed timeout is fixed, whatever was learned"

@@ -19,6 +19,8 @@ phases that make naive watchdogs fire on healthy training:
 * evaluation passes (all ranks, or rank 0 alone with its peers in a barrier);
 * data-loader stalls that recover (GPU idle, CPU low, under the progress timeout);
 * GPU probe gaps (NVML returns nothing for up to 20 s) and single noisy readings;
+* fast steps (scenario ``fast_steps``): a GRPO step of seconds, where a learned timeout
+  (``--progress-timeout auto``) is far shorter than the fixed one;
 * busy-but-healthy stretches without a beat (scenario ``busy_healthy``): evaluation
   passes of up to 540 s that beat only at their end, an unannounced first compile and
   a data-loader warm-up before the first beat, unannounced recompiles: the CPU burns,
@@ -40,6 +42,14 @@ Constraints the generator guarantees (``RunPlan.check`` asserts them): heartbeat
 are at most 560 s apart outside long phases and 1500 s inside them, and no run
 of "GPU busy, holders idle" readings outside a long phase lasts 60 s without a beat
 (the longest is a 45 s blocking straggler wait).
+
+Multi-rank streams (scenario ``ranks_uneven``, for the per-rank progress rule): every rank
+also beats into its own file (``Sample.beats``). Ranks beat at different rates (ranks > 0
+once per micro-batch while they train, rank 0 once per step); rank 0 evaluates and saves
+alone while the others wait in a collective without a beat (for up to 900 s, longer than the
+progress timeout); the last rank finishes early, sends its final beat and lingers. Their own
+wedge, ``rank_stuck``: rank 1 stops beating while rank 0 goes on as healthy; only the
+per-rank rule sees it, at rank 1's last beat + the progress timeout.
 
 Engine streams (``ENGINE_SCENARIOS``, for the engine step rule) are a second kind of
 run: per-process engine beat files as ``EngineBeacon`` writes them (at most one write per
@@ -76,6 +86,10 @@ MAX_SILENCE = 560  # ticks between beats outside long phases (progress timeout 6
 MAX_LONG_PHASE = 1500  # ticks a long phase may last (its timeouts are 1800)
 WEDGE_TICKS = 75  # how long a wedged copy runs after T before we call it a miss
 BUSY_VARIANTS = ("busy_cpu", "busy_gpu")  # busy hangs: only the progress rule sees them
+RANK_VARIANT = "rank_stuck"  # one rank stops beating while the others go on: only the per-rank rule sees it
+STUCK_RANK = 1
+# Rank 0's phases during which the other ranks wait for it in a collective, without a beat.
+_ALONE = frozenset({"eval_rank0", "ckpt"})
 
 SCENARIOS = (
     "colocate_1gpu",
@@ -87,6 +101,8 @@ SCENARIOS = (
     "flaky_probe",
     "container_nopids",
     "busy_healthy",
+    "ranks_uneven",
+    "fast_steps",
 )
 
 
@@ -142,6 +158,8 @@ class RunPlan:
     gap_rate: float  # per tick: the GPU probe starts returning nothing for 1-20 ticks
     wedges: tuple[int, ...] = ()  # ticks T where a wedged copy diverges
     wedge_variants: tuple[str, ...] = ()
+    # Per-rank beat files (scenario ranks_uneven): (tick, rank, phase, final), in tick order.
+    rank_beats: tuple[tuple[int, int, str | None, bool], ...] = ()
 
     @property
     def ticks(self) -> int:
@@ -250,7 +268,8 @@ def _beat(pid: int, seq: int, t: float, phase: str | None) -> Heartbeat:
     return Heartbeat(pid=pid, seq=seq, ts=t, step=seq, phase=phase)
 
 
-def _generate(plan: RunPlan) -> Iterator[Sample]:
+def _generate(plan: RunPlan, stop_rank: tuple[int, int] | None = None) -> Iterator[Sample]:
+    """The run's samples; ``stop_rank`` (rank, tick): that rank's file gets no beat from the tick on."""
     topo = plan.topology
     cache = _DeviceCache(topo).table
     noise_rng = random.Random(plan.seed ^ 0x5EED)
@@ -259,16 +278,31 @@ def _generate(plan: RunPlan) -> Iterator[Sample]:
     seq = 0
     gap_left = 0
     beat_pid = topo.trainer(0)
+    rank_events = plan.rank_beats
+    next_event = 0
+    rank_hbs: dict[int, Heartbeat] = {}
+    rank_seq = [0] * topo.ranks
+    beats: tuple[Heartbeat, ...] = ()
     for index, seg in enumerate(plan.segments):
         rng = random.Random(plan.seed * 100_003 + index)
         r = rng.random
         gpus, cpus = _columns(plan, seg, rng)
-        beats = dict(seg.beats)
+        seg_beats = dict(seg.beats)
         for off in range(seg.length):
             t = float(seg.start + off)
-            if off in beats:
+            if off in seg_beats:
                 seq += 1
-                beat = _beat(beat_pid, seq, t, beats[off])
+                beat = _beat(beat_pid, seq, t, seg_beats[off])
+            if next_event < len(rank_events) and rank_events[next_event][0] <= t:
+                while next_event < len(rank_events) and rank_events[next_event][0] <= t:
+                    _, rank, phase, final = rank_events[next_event]
+                    next_event += 1
+                    if stop_rank is not None and rank == stop_rank[0] and t >= stop_rank[1]:
+                        continue
+                    rank_seq[rank] += 1
+                    rank_hbs[rank] = Heartbeat(pid=topo.trainer(rank), seq=rank_seq[rank], ts=t, step=rank_seq[rank],
+                                               phase=phase, rank=rank, final=final)
+                beats = tuple(rank_hbs[k] for k in sorted(rank_hbs))
             cpu = {pid: lo + span * r() for pid, lo, span in cpus}
             utils = [lo + int(span * r()) for _, lo, span in gpus]  # r() < 1: never above hi
             if nr() < plan.noise_rate:
@@ -280,7 +314,7 @@ def _generate(plan: RunPlan) -> Iterator[Sample]:
                 devices = None
             else:
                 devices = tuple(cache[i][u] for i, u in enumerate(utils))
-            yield Sample(t, t, cpu, devices, beat, len(cpu))
+            yield Sample(t, t, cpu, devices, beat, len(cpu), beats=beats)
 
 
 def _noise(rng: random.Random, cpu: dict[int, float], utils: list[int]) -> None:
@@ -302,7 +336,7 @@ def _noise(rng: random.Random, cpu: dict[int, float], utils: list[int]) -> None:
 
 def wedge_samples(
     plan: RunPlan, at: int, last_beat: Heartbeat | None, variant: str, seed: int, noise_run: int = 2,
-    ticks: int = WEDGE_TICKS,
+    ticks: int = WEDGE_TICKS, beats: tuple[Heartbeat, ...] = (),
 ) -> Iterator[Sample]:
     """The copy's samples from tick ``at`` on: rank 0 (or every rank) wedged, no beats.
 
@@ -355,7 +389,7 @@ def wedge_samples(
         else:
             noisy_in_a_row = 0
         devices = tuple(cache[k][u] for k, u in enumerate(utils))
-        yield Sample(t, t, cpu, devices, last_beat, len(cpu))
+        yield Sample(t, t, cpu, devices, last_beat, len(cpu), beats=beats)  # every rank's file frozen too
 
 
 # -- plans ----------------------------------------------------------------------------------
@@ -400,6 +434,14 @@ def _step(b: _Builder, scenario: str, topo: Topology) -> None:
     rng = b.rng
     budget = MAX_SILENCE - 1
     parts: list[tuple[str, int, str]] = []
+    if scenario == "fast_steps":
+        # A small model's GRPO step: seconds, now and then a data-loader stall of up to a minute.
+        if rng.random() < 0.03:
+            parts.append(("loader_stall", rng.randint(5, 60), ""))
+        parts += [("sync", rng.randint(1, 3), ""), ("decode", rng.randint(2, 15), ""), ("train", rng.randint(1, 6), "")]
+        for k, (activity, length, variant) in enumerate(parts):
+            b.add(activity, length, [(length - 1, "train")] if k == len(parts) - 1 else [], variant)
+        return
     stall_p, stall_hi = (0.3, 300) if scenario == "dataloader_stalls" else (0.03, 60)
     if rng.random() < stall_p:
         parts.append(("loader_stall", rng.randint(10, stall_hi), ""))
@@ -468,6 +510,8 @@ def plan_run(scenario: str, index: int, seed: int, hours: float, wedges: int = 3
         "flaky_probe": Topology(rng.choice([1, 4]), engine_process=rng.random() < 0.5),
         "container_nopids": Topology(rng.choice([1, 2]), engine_process=rng.random() < 0.5, holders_visible=False),
         "busy_healthy": Topology(rng.choice([1, 2]), engine_process=rng.random() < 0.5),
+        "ranks_uneven": Topology(rng.choice([2, 4])),
+        "fast_steps": Topology(rng.choice([1, 2])),
     }[scenario]
     busy = scenario == "busy_healthy"
     noise_rate, gap_rate = (0.02, 0.005) if scenario == "flaky_probe" else (0.002, 0.0005)
@@ -475,7 +519,8 @@ def plan_run(scenario: str, index: int, seed: int, hours: float, wedges: int = 3
     _startup(b, compile_heavy=scenario == "compile_heavy", busy=busy)
     target = int(hours * 3600)
     ckpt_every = rng.randint(1200, 3600) if scenario != "ddp4_checkpoint" else rng.randint(600, 1500)
-    eval_every = rng.randint(900, 1800) if scenario in ("eval_heavy", "busy_healthy") else rng.randint(3600, 7200)
+    eval_every = (rng.randint(900, 1800) if scenario in ("eval_heavy", "busy_healthy", "ranks_uneven")
+                  else rng.randint(3600, 7200))
     recompile_every = rng.randint(1200, 3600) if scenario in ("compile_heavy", "busy_healthy") else 10**9
     next_ckpt, next_eval, next_recompile = b.t + ckpt_every, b.t + eval_every, b.t + recompile_every
     while b.t < target:
@@ -518,11 +563,70 @@ def plan_run(scenario: str, index: int, seed: int, hours: float, wedges: int = 3
                 variants.append(BUSY_VARIANTS[(index + k) % len(BUSY_VARIANTS)])
                 break
             x -= b_ - a
+    rank_beats: tuple[tuple[int, int, str | None, bool], ...] = ()
+    if scenario == "ranks_uneven":
+        rank_beats = _rank_beats(plan, rng)
+        stuck = _rank_wedge_tick(plan, rng)
+        if stuck is not None:
+            picks.append(stuck)
+            variants.append(RANK_VARIANT)
     order = sorted(range(len(picks)), key=picks.__getitem__)
     return RunPlan(
         scenario, index, plan.seed, topo, plan.segments, noise_rate, gap_rate,
-        tuple(picks[i] for i in order), tuple(variants[i] for i in order),
+        tuple(picks[i] for i in order), tuple(variants[i] for i in order), rank_beats,
     )
+
+
+def _rank_beats(plan: RunPlan, rng: random.Random) -> tuple[tuple[int, int, str | None, bool], ...]:
+    """Every rank's own beats. Rank 0's are the shared file's; the others beat with it (the same
+    tick) except while it evaluates or saves alone (they wait in a collective), and once per
+    micro-batch (every 5-20 ticks) while they train; with more than two ranks the last one sends its
+    final beat at 60-90 % of the run and lingers, alive and silent (never the stuck rank's)."""
+    topo = plan.topology
+    finisher = topo.ranks - 1 if topo.ranks > 2 else -1
+    finish_at = int(plan.ticks * rng.uniform(0.6, 0.9))
+    events: list[tuple[int, int, str | None, bool]] = []
+
+    def others(t: int, phase: str | None) -> None:
+        events.extend((t, r, phase, False) for r in range(1, topo.ranks) if not (r == finisher and t >= finish_at))
+
+    for seg in plan.segments:
+        for off, phase in seg.beats:
+            events.append((seg.start + off, 0, phase, False))
+            if seg.activity not in _ALONE:
+                others(seg.start + off, phase)
+        if seg.activity == "train":
+            off = rng.randint(5, 20)
+            while off < seg.length - 1:
+                others(seg.start + off, "train")
+                off += rng.randint(5, 20)
+    if finisher > 0:
+        events.append((finish_at, finisher, "train_end", True))
+    events.sort(key=lambda e: (e[0], e[1]))
+    return tuple(events)
+
+
+#: Ticks a ``rank_stuck`` copy has after its tick: the longest timeout (the auto ceiling) and a
+#: little, so the run does not end before a verdict.
+RANK_WEDGE_ROOM = 3600 + 900
+
+
+def _rank_wedge_tick(plan: RunPlan, rng: random.Random) -> int | None:
+    """A tick for ``rank_stuck``: rank 0 trains (no phase of its own, no save or evaluation alone)
+    from 600 ticks before it to 700 after it, so at the default timeout the silence is the stuck
+    rank's alone (a longer one may see rank 0 work alone meanwhile, and hold the rank's clock);
+    or None."""
+    first = plan.beats()[0][0] if plan.beats() else plan.ticks
+    bad = [(seg.start - 700, seg.start + seg.length + 600) for seg in plan.segments
+           if seg.activity in _ALONE or any(phase not in (None, "train") for _, phase in seg.beats)]
+    lo, hi = first + 600, plan.ticks - RANK_WEDGE_ROOM
+    for _ in range(1000):
+        if hi <= lo:
+            return None
+        t = rng.randrange(lo, hi)
+        if not any(a <= t < b for a, b in bad):
+            return t
+    return None
 
 
 def corpus(seed: int = 0, hours_per_scenario: float = 128.0, run_hours: tuple[float, float] = (2.0, 6.0),
@@ -564,11 +668,29 @@ class WedgeResult:
         return self.variant in BUSY_VARIANTS
 
     @property
+    def rank(self) -> bool:
+        """One rank stuck while the others go on (``rank_stuck``)."""
+        return self.variant == RANK_VARIANT
+
+    @property
+    def judged_for(self) -> float | None:
+        """A stuck rank: how long its clock ran at the verdict (its silence, less the time it was held
+        while rank 0 worked alone): within the timeout + 2 intervals, it was caught in time."""
+        if self.verdict is None or self.latency is None:
+            return None
+        return self.verdict.detected_at - self.verdict.onset
+
+    @property
     def latency(self) -> float | None:
         """Stall wedges: verdict time minus the wedge tick (a stall verdict only).
-        Busy hangs: verdict time minus the last beat (a hang verdict of any kind)."""
+        Busy hangs: verdict time minus the last beat (a hang verdict of any kind).
+        A stuck rank: verdict time minus that rank's last beat (a verdict naming it)."""
         if self.verdict is None:
             return None
+        if self.rank:
+            if self.last_beat_t is None or self.verdict.evidence.get("stuck_rank") != STUCK_RANK:
+                return None
+            return self.verdict.detected_at - self.last_beat_t
         if self.busy:
             return None if self.last_beat_t is None else self.verdict.detected_at - self.last_beat_t
         if self.verdict.kind is not VerdictKind.STALL:
@@ -582,6 +704,8 @@ class RunResult:
     false_verdicts: list[Verdict] = field(default_factory=list)
     wedges: list[WedgeResult] = field(default_factory=list)
     samples: int = 0
+    # The progress timeouts learned on the healthy run (auto timeouts), in order.
+    learned: list[float] = field(default_factory=list)
 
     @property
     def false_verdict(self) -> Verdict | None:
@@ -594,18 +718,26 @@ def replay(plan: RunPlan, config: DetectorConfig | None = None) -> RunResult:
     detector = Detector(config, start=0.0)
     result = RunResult(plan)
     pending = list(zip(plan.wedges, plan.wedge_variants))
-    last_beat: Heartbeat | None = None
+    last: Sample | None = None
     observe = detector.observe
     n = 0
+    learned = None
     for sample in plan.samples():
         while pending and int(sample.t) == pending[0][0]:  # two wedges may share a tick
             at, variant = pending.pop(0)
-            timeout = config.progress_timeout_for(last_beat.phase if last_beat else None)
-            result.wedges.append(WedgeResult(at, variant, _run_wedge(detector, plan, at, last_beat, variant),
+            if variant == RANK_VARIANT:
+                result.wedges.append(_run_rank_wedge(detector, plan, at))
+                continue
+            last_beat = last.heartbeat if last else None
+            timeout = detector.progress_timeout_for(last_beat.phase if last_beat else None)
+            result.wedges.append(WedgeResult(at, variant, _run_wedge(detector, plan, at, last, variant),
                                              last_beat.ts if last_beat else None, timeout))
         verdict = observe(sample)
         n += 1
-        last_beat = sample.heartbeat
+        last = sample
+        if detector.learned is not learned and detector.learned is not None:
+            learned = detector.learned
+            result.learned.append(learned.timeout)
         if verdict is not None:
             result.false_verdicts.append(verdict)
             # Keep replaying (for the wedges) with a fresh detector, as the supervisor would after a restart.
@@ -615,40 +747,74 @@ def replay(plan: RunPlan, config: DetectorConfig | None = None) -> RunResult:
     return result
 
 
-def _wedge_ticks(config: DetectorConfig, at: int, last_beat: Heartbeat | None, variant: str) -> int:
+def _wedge_ticks(detector: Detector, at: int, last_beat: Heartbeat | None, variant: str) -> int:
     """How long a wedged copy runs: a busy hang until a little past its progress timeout."""
     if variant not in BUSY_VARIANTS or last_beat is None:
         return WEDGE_TICKS
-    timeout = config.progress_timeout_for(last_beat.phase)
+    timeout = detector.progress_timeout_for(last_beat.phase)
     if timeout is None:
         return WEDGE_TICKS
-    return max(WEDGE_TICKS, int(last_beat.ts + timeout + 3 * config.interval) - at + 1)
+    return max(WEDGE_TICKS, int(last_beat.ts + timeout + 3 * detector.config.interval) - at + 1)
 
 
-def _run_wedge(detector: Detector, plan: RunPlan, at: int, last_beat: Heartbeat | None, variant: str) -> Verdict | None:
+def _run_wedge(detector: Detector, plan: RunPlan, at: int, last: Sample | None, variant: str) -> Verdict | None:
     fork = copy.deepcopy(detector)
-    ticks = _wedge_ticks(fork.config, at, last_beat, variant)
-    for sample in wedge_samples(plan, at, last_beat, variant, seed=plan.seed ^ at, ticks=ticks):
+    last_beat = last.heartbeat if last else None
+    ticks = _wedge_ticks(fork, at, last_beat, variant)
+    for sample in wedge_samples(plan, at, last_beat, variant, seed=plan.seed ^ at, ticks=ticks,
+                                beats=last.beats if last else ()):
         verdict = fork.observe(sample)
         if verdict is not None:
             return verdict
     return None
 
 
+def _stuck_rank_last_beat(plan: RunPlan, at: int) -> float | None:
+    beats = [t for t, rank, _, _ in plan.rank_beats if rank == STUCK_RANK and t < at]
+    return float(beats[-1]) if beats else None
+
+
+def _run_rank_wedge(detector: Detector, plan: RunPlan, at: int, fork: bool = True) -> WedgeResult:
+    """Rank ``STUCK_RANK`` gets no beat from ``at`` on, the rest of the run as it was: the detector
+    (forked at ``at``, or fresh from the start with ``fork=False``) until a little past the stuck
+    rank's last beat + its timeout."""
+    judge = copy.deepcopy(detector) if fork else detector
+    last = _stuck_rank_last_beat(plan, at)
+    # The longest timeout in force during the silence: a learned one may be learned again meanwhile.
+    timeout = judge.progress_timeout_for("train") or 0.0
+    deadline = at + RANK_WEDGE_ROOM
+    verdict = None
+    for sample in _generate(plan, stop_rank=(STUCK_RANK, at)):
+        if fork and sample.t < at:
+            continue
+        if sample.t > deadline:
+            break
+        verdict = judge.observe(sample)
+        if verdict is not None:
+            break
+        if sample.t >= at:
+            timeout = max(timeout, judge.progress_timeout_for("train") or 0.0)
+    return WedgeResult(at, RANK_VARIANT, verdict, last, timeout)
+
+
 def replay_wedged_copy(plan: RunPlan, at: int, variant: str, config: DetectorConfig | None = None) -> Verdict | None:
     """The slow, literal way: a fresh detector over the copy (healthy prefix, then the wedge)."""
     config = config or DetectorConfig()
     detector = Detector(config, start=0.0)
-    last_beat = None
+    if variant == RANK_VARIANT:
+        return _run_rank_wedge(detector, plan, at, fork=False).verdict
+    last: Sample | None = None
     for sample in plan.samples():
         if sample.t >= at:
             break
         verdict = detector.observe(sample)
         if verdict is not None:
             return verdict
-        last_beat = sample.heartbeat
-    ticks = _wedge_ticks(config, at, last_beat, variant)
-    for sample in wedge_samples(plan, at, last_beat, variant, seed=plan.seed ^ at, ticks=ticks):
+        last = sample
+    last_beat = last.heartbeat if last else None
+    ticks = _wedge_ticks(detector, at, last_beat, variant)
+    for sample in wedge_samples(plan, at, last_beat, variant, seed=plan.seed ^ at, ticks=ticks,
+                                beats=last.beats if last else ()):
         verdict = detector.observe(sample)
         if verdict is not None:
             return verdict
@@ -667,6 +833,10 @@ class Row:
     busy_detected: int = 0
     busy_wedges: int = 0
     busy_ratios: list[float] = field(default_factory=list)  # (verdict - last beat) / progress timeout
+    busy_latencies: list[float] = field(default_factory=list)  # verdict - last beat, seconds
+    rank_detected: int = 0
+    rank_wedges: int = 0
+    rank_latencies: list[float] = field(default_factory=list)  # verdict - the stuck rank's last beat, seconds
 
     def latency_over_window(self, window: float) -> tuple[float, float, float] | None:
         if not self.latencies:
@@ -676,7 +846,8 @@ class Row:
 
 def summarise(results: Sequence[RunResult], config: DetectorConfig | None = None) -> list[Row]:
     """Rows per scenario; a wedge counts as detected only within window + 2 intervals,
-    a busy hang only within progress timeout + 2 intervals of its last beat."""
+    a busy hang (or a stuck rank) only within the progress timeout in force + 2 intervals
+    of its last beat."""
     config = config or DetectorConfig()
     bound = config.stall_window + 2 * config.interval
     rows: dict[str, Row] = {}
@@ -686,12 +857,22 @@ def summarise(results: Sequence[RunResult], config: DetectorConfig | None = None
         row.hours += res.plan.hours
         row.false_verdicts += len(res.false_verdicts)
         for w in res.wedges:
-            if w.busy:
-                row.busy_wedges += 1
+            if w.busy or w.rank:
                 lat = w.latency
-                if lat is not None and w.timeout and 0 <= lat <= w.timeout + 2 * config.interval:
+                judged = w.judged_for if w.rank else lat
+                caught = lat is not None and judged is not None and w.timeout \
+                    and 0 <= judged <= w.timeout + 2 * config.interval
+                if w.rank:
+                    row.rank_wedges += 1
+                    if caught:
+                        row.rank_detected += 1
+                        row.rank_latencies.append(lat)
+                    continue
+                row.busy_wedges += 1
+                if caught:
                     row.busy_detected += 1
                     row.busy_ratios.append(lat / w.timeout)
+                    row.busy_latencies.append(lat)
                 continue
             row.wedges += 1
             if w.latency is not None and w.latency <= bound:

@@ -69,7 +69,7 @@ def test_no_false_verdicts_and_every_wedge_caught_within_window_plus_two_interva
     false = [(r.plan.scenario, r.plan.index, v.to_json()) for r in results for v in r.false_verdicts]
     assert false == []
     bound = cfg.stall_window + 2 * cfg.interval
-    wedges = [(r.plan.scenario, r.plan.index, w) for r in results for w in r.wedges if not w.busy]
+    wedges = [(r.plan.scenario, r.plan.index, w) for r in results for w in r.wedges if not (w.busy or w.rank)]
     late = [(s, i, w.at, w.variant, w.verdict and w.verdict.to_json()) for s, i, w in wedges
             if w.latency is None or not 0 <= w.latency <= bound]
     assert late == []
@@ -90,6 +90,50 @@ def test_every_busy_hang_caught_at_the_progress_timeout_after_its_last_beat(resu
     assert all(w.verdict.kind.is_hang and w.verdict.evidence["tree"] == "busy" for _, w in busy)
     rows = fp.summarise(results)
     assert sum(row.busy_detected for row in rows) == sum(row.busy_wedges for row in rows) == len(busy)
+
+
+def test_every_stuck_rank_is_caught_at_its_last_beat_plus_the_progress_timeout_while_others_beat(results):
+    """Scenario ranks_uneven: rank 1 stops beating while rank 0 trains on; only the per-rank rule
+    sees it, and its verdict names rank 1. Its healthy streams (ranks at different rates, rank 0
+    evaluating and saving alone for longer than the timeout, a rank that finished early) are quiet."""
+    cfg = DetectorConfig()
+    ranked = [r for r in results if r.plan.scenario == "ranks_uneven"]
+    assert ranked and all(r.false_verdicts == [] for r in ranked)
+    stuck = [w for r in ranked for w in r.wedges if w.rank]
+    assert len(stuck) >= 2
+    late = [(w.at, w.last_beat_t, w.verdict and w.verdict.to_json()) for w in stuck
+            if w.latency is None or not cfg.progress_timeout - 0.05 <= w.latency <= cfg.progress_timeout + cfg.interval]
+    assert late == []
+    assert all(w.verdict.evidence["rule"] == "rank_progress" and w.verdict.evidence["stuck_rank"] == 1 for w in stuck)
+    rows = fp.summarise(results)
+    assert sum(row.rank_detected for row in rows) == sum(row.rank_wedges for row in rows) == len(stuck)
+
+
+def test_the_multi_rank_streams_hold_what_the_per_rank_rule_must_not_judge(runs):
+    ranked = [p for p in runs if p.scenario == "ranks_uneven"]
+    assert ranked
+    for plan in ranked:
+        finals = [(t, rank) for t, rank, _, final in plan.rank_beats if final]
+        assert len(finals) == 1 and finals[0][1] == plan.topology.ranks - 1
+        assert not [t for t, rank, _, _ in plan.rank_beats if rank == finals[0][1] and t > finals[0][0]]
+    alone = [seg for p in ranked for seg in p.segments if seg.activity in ("eval_rank0", "ckpt")]
+    assert max(seg.length for seg in alone) > DetectorConfig().progress_timeout, \
+        "rank 0 works alone for longer than the timeout while the others wait without a beat"
+
+
+@pytest.mark.slow
+def test_auto_timeouts_give_no_false_verdict_and_catch_every_wedge(runs):
+    """--progress-timeout auto over the subset: learned after 20 beats, p99 x 3, 60 s to 3600 s."""
+    from hangwatch.supervisor.decide.learned_timeout import AutoTimeout
+
+    cfg = DetectorConfig(auto_progress=AutoTimeout())
+    results = [fp.replay(plan, cfg) for plan in runs]
+    assert [(r.plan.scenario, v.reason) for r in results for v in r.false_verdicts] == []
+    rows = fp.summarise(results, cfg)
+    assert sum(row.detected for row in rows) == sum(row.wedges for row in rows)
+    assert sum(row.busy_detected for row in rows) == sum(row.busy_wedges for row in rows)
+    assert sum(row.rank_detected for row in rows) == sum(row.rank_wedges for row in rows) > 0
+    assert any(r.learned for r in results)
 
 
 def test_the_old_idle_only_rule_misses_every_busy_hang(runs):

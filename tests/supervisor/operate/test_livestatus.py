@@ -204,3 +204,15 @@ def test_metrics_values_follow_the_run(live):
     text = textfile.read_text()
     assert 'hangwatch_run_outcome{outcome="gave_up"} 1.0' in text and "hangwatch_supervisor_running 0.0" in text
     assert b"hangwatch_incidents_total" in generate_latest(metrics.registry)
+
+
+def test_status_shows_the_learned_progress_timeout_where_it_is_in_force(live):
+    """--progress-timeout auto: the live status's progress timeout is the learned one, not the configured 600 s."""
+    status, obs, journal, clock, wall, _warnings, run_dir = live
+    journal.append("run_started", pid=1)
+    obs.phase(1, AttemptState.WATCHING)
+    obs.tick(Tick(1, _sample(clock, wall, step=3), None, 60.0))
+    assert read_status(run_dir)["progress"]["timeout_s"] == 600.0
+    clock.advance(1.0)  # status.json is written at most every 0.5 s
+    obs.tick(Tick(1, _sample(clock, wall, step=4), None, 60.0, 156.0))
+    assert read_status(run_dir)["progress"]["timeout_s"] == 156.0
