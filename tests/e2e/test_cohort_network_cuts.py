@@ -17,7 +17,7 @@ import uuid
 import psutil
 import pytest
 
-from test_cohort_jobs import HANGWATCH, Job, _wait_training
+from cohort_job import HANGWATCH, Job, _wait_training
 
 pytestmark = [pytest.mark.slow]
 

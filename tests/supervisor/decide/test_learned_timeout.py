@@ -10,7 +10,7 @@ from hangwatch.contract.samples import Sample
 from hangwatch.supervisor.decide.detector import Detector, DetectorConfig
 from hangwatch.supervisor.decide.learned_timeout import (AutoTimeout, IntervalLearner, LearnedTimeout, learn_timeout,
                                                          quantile)
-from tests.fakes import FakeClock
+from fakes import FakeClock
 
 pytestmark = pytest.mark.timeout(60)
 

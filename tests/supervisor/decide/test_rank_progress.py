@@ -13,7 +13,7 @@ from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.samples import DeviceSample, Sample
 from hangwatch.contract.verdict import VerdictKind
 from hangwatch.supervisor.decide.detector import Detector, DetectorConfig
-from tests.fakes import FakeClock
+from fakes import FakeClock
 
 pytestmark = pytest.mark.timeout(60)
 
