@@ -41,6 +41,7 @@ from hangwatch.contract.stackdump import MAX_HEADER_BYTES, Header, catches, read
 from hangwatch.diagnostics.errors import InputError
 from hangwatch.diagnostics.pastes import read_text
 from hangwatch.diagnostics.proctable import verify
+from hangwatch.diagnostics.pyspy import DumpResult
 from hangwatch.diagnostics.stacks import ProcessDump, ThreadDump
 
 #: py-spy problems after which the process's own dump is asked for (not_python and gone: no use).
@@ -57,29 +58,15 @@ Send = Callable[[int, int], None]  # (pidfd, signal)
 
 
 @dataclass(frozen=True)
-class InProcessResult:
+class InProcessResult(DumpResult):
     """One process's own dump, or why there is none (``problem``: unregistered, unreadable,
-    stale, not_caught, gone, send_failed, no_dump, unparseable)."""
+    stale, not_caught, gone, send_failed, no_dump, unparseable); a py-spy result that also
+    names the signal that asked for it."""
 
-    pid: int
-    round: int
-    raw: str
-    duration_s: float
-    dump: ProcessDump | None = None
-    problem: str | None = None
-    message: str | None = None
     signal: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "round": self.round,
-            "duration_s": round(self.duration_s, 3),
-            "ok": self.dump is not None,
-            "signal": self.signal,
-            "problem": self.problem,
-            "message": self.message,
-        }
+        return {**super().to_json(), "signal": self.signal}
 
 
 @dataclass
