@@ -189,3 +189,17 @@ def _signature_of(path: Path) -> str:
 
     (incident,) = analyse([path], load_signatures())
     return incident.classification.signature_id or "unknown"
+
+
+def one_process(text: str):
+    """A paste read as exactly one process: the parse report and that process."""
+    from hangwatch.diagnostics.pastes import read_text  # noqa: PLC0415
+
+    report = read_text(text)
+    assert len(report.processes) == 1, report.processes
+    return report, report.processes[0]
+
+
+def frame_texts(thread) -> list[str]:
+    """A thread's frames as replay renders them, innermost first."""
+    return [f.render() for f in thread.frames]

@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from diag_helpers import PASTED, pasted_verdict
+from diag_helpers import PASTED, frame_texts, one_process, pasted_verdict
 from hangwatch.diagnostics.pastes import read_text
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _frames(thread) -> list[str]:
-    return [f.render() for f in thread.frames]
 
 
 def test_nccl_watchdog_timeout_lines_are_one_rank_each_in_its_collective():
@@ -31,19 +27,13 @@ def test_nccl_watchdog_timeout_lines_are_one_rank_each_in_its_collective():
         "    WorkNCCL(SeqNum=4084, OpType=BROADCAST, NumelIn=1, NumelOut=8, Timeout(ms)=60000)\n"
     )
     report = read_text(text)
-    got = {p.rank: (p.pid, _frames(p.threads[0])) for p in report.processes}
+    got = {p.rank: (p.pid, frame_texts(p.threads[0])) for p in report.processes}
     assert got == {2: (None, ["nccl:allreduce (SeqNum 4084)"]), 1: (4009, ["nccl:allreduce (SeqNum 4084)"]),
                    7: (None, ["nccl:broadcast (SeqNum 4084)"])}
     assert report.skipped == 0 and "3 rank(s) known only from NCCL watchdog timeout lines" in " ".join(report.notes())
     # A rank whose stack is pasted too keeps its stack.
     report = read_text(text + '=== rank 2 ===\nThread 9 (idle): "MainThread"\n    all_reduce (torch/distributed/distributed_c10d.py:2050)\n')
-    assert [_frames(p.threads[0]) for p in report.processes if p.rank == 2] == [["all_reduce (distributed_c10d.py:2050)"]]
-
-
-def _one(text: str):
-    report = read_text(text)
-    assert len(report.processes) == 1, report.processes
-    return report, report.processes[0]
+    assert [frame_texts(p.threads[0]) for p in report.processes if p.rank == 2] == [["all_reduce (distributed_c10d.py:2050)"]]
 
 
 def test_vllm_trace_function_log_keeps_the_calls_still_open():
@@ -55,8 +45,8 @@ def test_vllm_trace_function_log_keeps_the_calls_still_open():
         "2024-06-03 16:53:30.720000 Return from helper in /v/vllm/utils.py:7 to __init__ in /v/vllm/distributed/device_communicators/pynccl.py:90\n"
         "2024-06-03 16:53:30.748291 Call to synchronize in /v/torch/cuda/streams.py:93 from __init__ in /v/vllm/distributed/device_communicators/pynccl.py:101\n"
     )
-    _, proc = _one(text)
-    assert _frames(proc.threads[0]) == ["synchronize (streams.py:93)", "__init__ (pynccl.py:101)", "init (worker.py:10)"]
+    _, proc = one_process(text)
+    assert frame_texts(proc.threads[0]) == ["synchronize (streams.py:93)", "__init__ (pynccl.py:101)", "init (worker.py:10)"]
 
 
 def test_horovod_stall_ops_on_one_line_and_missing_ranks():

@@ -8,26 +8,16 @@ from __future__ import annotations
 
 import pytest
 
-from diag_helpers import PASTED, text_verdict
+from diag_helpers import PASTED, frame_texts, one_process, text_verdict
 from hangwatch.diagnostics.pastes import parse_frame_line, parse_location, parse_thread_header, read_text
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def _one(text: str):
-    report = read_text(text)
-    assert len(report.processes) == 1, report.processes
-    return report, report.processes[0]
-
-
-def _frames(thread) -> list[str]:
-    return [f.render() for f in thread.frames]
-
-
 def test_no_thread_header_is_one_unnamed_thread_with_low_confidence():
-    report, proc = _one("```\n    main_loop (ray/_private/worker.py:935)\n    <module> (ray/_private/workers/default_worker.py:297)\n```\n")
+    report, proc = one_process("```\n    main_loop (ray/_private/worker.py:935)\n    <module> (ray/_private/workers/default_worker.py:297)\n```\n")
     (t,) = proc.threads
-    assert t.name == "" and _frames(t) == ["main_loop (worker.py:935)", "<module> (default_worker.py:297)"]
+    assert t.name == "" and frame_texts(t) == ["main_loop (worker.py:935)", "<module> (default_worker.py:297)"]
     assert report.confidence == "low" and any("without a 'Thread' header" in n for n in report.notes())
 
 
@@ -48,10 +38,10 @@ def test_no_thread_header_is_one_unnamed_thread_with_low_confidence():
     ],
 )
 def test_every_thread_header_shape_is_read(header, ident, name, active):
-    _, proc = _one(f"{header}\n    forward (model.py:12)\n")
+    _, proc = one_process(f"{header}\n    forward (model.py:12)\n")
     (t,) = proc.threads
     assert (t.ident, t.name, t.active) == (ident, name, active)
-    assert _frames(t) == ["forward (model.py:12)"]
+    assert frame_texts(t) == ["forward (model.py:12)"]
 
 
 @pytest.mark.parametrize(
@@ -82,16 +72,16 @@ def test_every_thread_header_shape_is_read(header, ident, name, active):
     ],
 )
 def test_every_frame_shape_is_read(line, rendered):
-    _, proc = _one('Thread 1 (idle): "MainThread"\n' + line + "\n")
-    assert _frames(proc.threads[0]) == [rendered]
+    _, proc = one_process('Thread 1 (idle): "MainThread"\n' + line + "\n")
+    assert frame_texts(proc.threads[0]) == [rendered]
 
 
 def test_windows_paths_and_labelled_headers_keep_what_the_classifier_needs():
     """Backslash paths are still standard library; a 'LABEL pid=N (MainThread state):'
     caption names the process (hordelib_old#221, the B300 NVLink notes in data/pasted)."""
-    _, proc = _one('Thread 9 (idle): "MainThread"\n    join (threading.py:1089)\n    shutdown (concurrent\\futures\\thread.py:229)\n')
+    _, proc = one_process('Thread 9 (idle): "MainThread"\n    join (threading.py:1089)\n    shutdown (concurrent\\futures\\thread.py:229)\n')
     assert all(f.is_stdlib for f in proc.threads[0].frames)
-    _, proc = _one("decode pid=951 (MainThread active+gil):\n    all_reduce (torch/distributed/distributed_c10d.py:3068)\n")
+    _, proc = one_process("decode pid=951 (MainThread active+gil):\n    all_reduce (torch/distributed/distributed_c10d.py:3068)\n")
     assert proc.pid == 951 and proc.threads[0].owns_gil
 
 
@@ -100,12 +90,12 @@ def test_old_double_colon_locals_blocks_are_skipped_silently():
     text = ('Thread 132 (idle): "MainThread"\n    _send (multiprocessing/connection.py:368)\n'
             "        Arguments::\n            self: <Connection at 0x7f5d>\n        Locals::\n            remaining: 1213\n"
             "    send (multiprocessing/connection.py:206)\n")
-    report, proc = _one(text)
+    report, proc = one_process(text)
     assert [f.function for f in proc.threads[0].frames] == ["_send", "send"] and report.skipped == 0
 
 
 def test_arrow_chains_are_frames_innermost_first():
-    _, proc = _one("Process 1390: VLLM::Worker_TP1   ← back in its loop\n    ... dequeue (vllm/shm_broadcast.py:779) → worker_busy_loop\n")
+    _, proc = one_process("Process 1390: VLLM::Worker_TP1   ← back in its loop\n    ... dequeue (vllm/shm_broadcast.py:779) → worker_busy_loop\n")
     assert proc.cmdline == "VLLM::Worker_TP1"
     assert [f.function for f in proc.threads[0].frames] == ["dequeue", "worker_busy_loop"]
 
@@ -116,14 +106,14 @@ def test_function_names_alone_next_to_frames_are_frames_and_prose_is_not():
     only; ordinary words and names that no frame follows are skipped text."""
     text = ("```\n  cuStreamSynchronize\n    _local_scalar_dense_cuda (tensor.item())\n"
             "      update_single_wrapper (flashinfer_backend.py:1252)\n      process_batch_result\n```\n")
-    report, proc = _one(text)
-    assert _frames(proc.threads[0]) == ["cuStreamSynchronize (?)", "_local_scalar_dense_cuda (?)", "update_single_wrapper (flashinfer_backend.py:1252)",
+    report, proc = one_process(text)
+    assert frame_texts(proc.threads[0]) == ["cuStreamSynchronize (?)", "_local_scalar_dense_cuda (?)", "update_single_wrapper (flashinfer_backend.py:1252)",
                                         "process_batch_result (?)"]
     assert report.bare_frames == 3 and report.confidence != "high"
-    report, proc = _one("See the log_watchdog output\nsome_setting_name\nThanks\n```\n    f (a.py:1)\n```\n")
-    assert _frames(proc.threads[0]) == ["f (a.py:1)"] and report.skipped == 3
-    report, proc = _one('stack_of_rank_0\nThread 7 (idle): "MainThread"\n    f (a.py:1)\n')  # a caption, not a frame
-    assert _frames(proc.threads[0]) == ["f (a.py:1)"] and report.skipped == 1
+    report, proc = one_process("See the log_watchdog output\nsome_setting_name\nThanks\n```\n    f (a.py:1)\n```\n")
+    assert frame_texts(proc.threads[0]) == ["f (a.py:1)"] and report.skipped == 3
+    report, proc = one_process('stack_of_rank_0\nThread 7 (idle): "MainThread"\n    f (a.py:1)\n')  # a caption, not a frame
+    assert frame_texts(proc.threads[0]) == ["f (a.py:1)"] and report.skipped == 1
 
 
 def test_numbered_name_from_file_frames_are_read():
@@ -132,8 +122,8 @@ def test_numbered_name_from_file_frames_are_read():
     text = ("#55 ncclGroupEnd from /usr/lib/libnccl.so.2\n"
             "#56 forward from /sgl-workspace/sglang/python/sglang/srt/models/deepseek_v2.py:2083\n"
             "#57 _call_impl from /usr/local/lib/python3.12/dist-packages/torch/nn/modules/module.py:1784\n")
-    _, proc = _one(text)
-    assert _frames(proc.threads[0]) == ["ncclGroupEnd (libnccl.so.2)", "forward (deepseek_v2.py:2083)", "_call_impl (module.py:1784)"]
+    _, proc = one_process(text)
+    assert frame_texts(proc.threads[0]) == ["ncclGroupEnd (libnccl.so.2)", "forward (deepseek_v2.py:2083)", "_call_impl (module.py:1784)"]
 
 
 def test_a_bare_thread_header_does_not_borrow_the_next_threads_frames():

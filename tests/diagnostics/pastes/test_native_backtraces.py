@@ -6,24 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from diag_helpers import PASTED, text_verdict
-from hangwatch.cli.main import main
+from diag_helpers import PASTED, frame_texts, one_process, text_verdict
 from hangwatch.diagnostics.errors import InputError
 from hangwatch.diagnostics.pastes import GIL_WAIT, read_text
-from hangwatch.diagnostics.replay import analyse
-from hangwatch.diagnostics.signatures import load_signatures
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _one(text: str):
-    report = read_text(text)
-    assert len(report.processes) == 1, report.processes
-    return report, report.processes[0]
-
-
-def _frames(thread) -> list[str]:
-    return [f.render() for f in thread.frames]
 
 
 def test_pystack_threads_are_read_innermost_first():
@@ -33,10 +20,10 @@ def test_pystack_threads_are_read_innermost_first():
             '    (Python) File "/usr/lib/python3.12/runpy.py", line 88, in _run_code\n        exec(code, run_globals)\n'
             '    (Python) File "/app/train.py", line 40, in main\n        loss.item()\n'
             '    (C) File "???", line 0, in cuEventSynchronize (libcuda.so.1)\n')
-    report, proc = _one(text)
+    report, proc = one_process(text)
     (t,) = proc.threads
     assert proc.pid == 1904 and t.ident == "1904" and t.owns_gil and report.skipped == 0
-    assert _frames(t) == ["cuEventSynchronize (libcuda.so.1)", "main (train.py:40)", "_run_code (runpy.py:88)"]
+    assert frame_texts(t) == ["cuEventSynchronize (libcuda.so.1)", "main (train.py:40)", "_run_code (runpy.py:88)"]
 
 
 def test_gdb_backtraces_and_py_bt_are_stacks_innermost_first():
@@ -54,14 +41,14 @@ def test_gdb_backtraces_and_py_bt_are_stacks_innermost_first():
         "tions.deque at remote 0x7fa33ea056e0>, _closed=False, acquire=<built-in method acquire of _multiprocessing.SemLock obj...(trunca\n"
         "#4 Frame 0x7fa3b9fec9e0, for file /opt/app/loader.py, line 20, in pin_loop (q=<Queue at remote 0x1>)\n"
     )
-    _, proc = _one(text)
+    _, proc = one_process(text)
     (thread,) = proc.threads
-    assert thread.ident == "30756" and _frames(thread) == ["poll (syscall-template.S)", "get (queues.py:131)", "pin_loop (loader.py:20)"]
+    assert thread.ident == "30756" and frame_texts(thread) == ["poll (syscall-template.S)", "get (queues.py:131)", "pin_loop (loader.py:20)"]
     assert thread.frames[1].is_stdlib  # a Python 2 standard library path
-    _, proc = _one("Thread 1 (Thread 0x7f384e2dc740 (LWP 237)):\n#2  0x00007f in ?? () from /lib64/libc.so.6\n"
+    _, proc = one_process("Thread 1 (Thread 0x7f384e2dc740 (LWP 237)):\n#2  0x00007f in ?? () from /lib64/libc.so.6\n"
                    "#4 Frame 0x7f3484000910, for file /usr/lib/python2.7/threading.py, line 358, in wait (self=<_Condition\n")
     assert proc.pid == 237 and proc.threads[0].name == "MainThread"
-    assert _frames(proc.threads[0]) == ["? (libc.so.6)", "wait (threading.py:358)"]
+    assert frame_texts(proc.threads[0]) == ["? (libc.so.6)", "wait (threading.py:358)"]
     text = (
         "0x00007f653b6ebd76 in futex_abstimed_wait_cancelable (private=0, abstime=0x0) at ../sysdeps/unix/sysv/linux/futex-internal.h:205\n"
         "205\t../sysdeps/unix/sysv/linux/futex-internal.h: No such file or directory.\n"
@@ -73,13 +60,13 @@ def test_gdb_backtraces_and_py_bt_are_stacks_innermost_first():
         '  File "/home/u/app/worker.py", line 49, in inner\n'
         "    res = q.get()\n"
     )
-    report, proc = _one(text)
-    assert _frames(proc.threads[0]) == ["futex_abstimed_wait_cancelable (futex-internal.h)", "acquire (?)", "wait (threading.py:295)",
+    report, proc = one_process(text)
+    assert frame_texts(proc.threads[0]) == ["futex_abstimed_wait_cancelable (futex-internal.h)", "acquire (?)", "wait (threading.py:295)",
                                         "inner (worker.py:49)"]
     assert report.skipped == 2  # gdb's source line and its command; the py-bt source lines are not counted
     # A Python traceback (most recent call LAST) is still not a stack.
-    report, proc = _one('Traceback (most recent call last):\n  File "/x/a.py", line 3, in f\nThread 7 (idle): "MainThread"\n    g (b.py:1)\n')
-    assert _frames(proc.threads[0]) == ["g (b.py:1)"]
+    report, proc = one_process('Traceback (most recent call last):\n  File "/x/a.py", line 3, in f\nThread 7 (idle): "MainThread"\n    g (b.py:1)\n')
+    assert frame_texts(proc.threads[0]) == ["g (b.py:1)"]
 
 
 def test_gdb_cxx_frames_keep_their_names_and_wrapped_libraries():
@@ -96,8 +83,8 @@ def test_gdb_cxx_frames_keep_their_names_and_wrapped_libraries():
         "#4  0x00007f22220966a4 in at::native::_local_scalar_dense_cuda(at::Tensor const&)::{lambda()#1}::operator()() const [clone .isra.100] ()\n"
         "#5  0x00007f21c7a2ba38 in c10d::abortComm\n"
     )
-    _, proc = _one(text)
-    assert _frames(proc.threads[0]) == [
+    _, proc = one_process(text)
+    assert frame_texts(proc.threads[0]) == [
         "ccl_executor::wait (libccl.so.1)", "ccl_coll_create (libccl.so.1)", "c10d::NCCLComm::ncclCommAbort (libtorch_cuda.so)",
         "c10d::ProcessGroupNCCL::abort (ProcessGroupNCCL.cpp)", "at::native::_local_scalar_dense_cuda (?)", "c10d::abortComm (?)"]
 
@@ -112,9 +99,9 @@ def test_lldb_backtrace_and_gdb_info_threads_are_stacks():
         "    frame #1: 0x00007fb090db1068 libtorch_cuda.so`c10d::ProcessGroupNCCL::abort() + 664\n"
         "    frame #2: 0x00007fb08faef142 libstdc++.so.6`std::__atomic_futex_unsigned_base::_M_futex_wait_until_steady(this=<unavailable>, __addr=0x1) at futex.cc:217:18\n"
     )
-    _, proc = _one(text)
+    _, proc = one_process(text)
     (t,) = proc.threads
-    assert t.name == "MainThread" and _frames(t) == [
+    assert t.name == "MainThread" and frame_texts(t) == [
         "syscall (libc.so.6)", "c10d::ProcessGroupNCCL::abort (libtorch_cuda.so)",
         "std::__atomic_futex_unsigned_base::_M_futex_wait_until_steady (libstdc++.so.6)"]
     text = (
@@ -123,15 +110,15 @@ def test_lldb_backtrace_and_gdb_info_threads_are_stacks():
         '* 1    Thread 0x7fc73ac5d700 (LWP 52422) "" select_poll_poll () at /src/Modules/clinic/selectmodule.c.h:219\n'
         '  5    Thread 0x7fc6b71e9700 (LWP 52742) "pt_worker" 0x00007fc739c909c8 in accept4 (fd=7, flags=524288) at ../sysdeps/accept4.c:40\n'
     )
-    report, proc = _one(text)
+    report, proc = one_process(text)
     assert proc.pid == 52422 and [(t.ident, t.name) for t in proc.threads] == [("52422", "MainThread"), ("52742", "pt_worker")]
-    assert _frames(proc.threads[1]) == ["accept4 (accept4.c)"] and report.skipped == 2
+    assert frame_texts(proc.threads[1]) == ["accept4 (accept4.c)"] and report.skipped == 2
 
 
 def test_gdb_thread_headers_with_a_thread_name():
     """Newer gdb names threads in 'thread apply all bt' (TensorRT-LLM#2560 in data/pasted):
     the header still starts a thread, with that name."""
-    _, proc = _one('Thread 7 (Thread 0x7f9356c7a000 (LWP 3271135) "executionLoop"):\n'
+    _, proc = one_process('Thread 7 (Thread 0x7f9356c7a000 (LWP 3271135) "executionLoop"):\n'
                    "#0  0x00007f9f12e0a85d in __lll_lock_wait () from /lib64/libpthread.so.0\n"
                    'Thread 1 (Thread 0x7f9356c7b000 (LWP 3271100) "python"):\n'
                    "#0  0x00007f9f12e0a85d in poll () from /lib64/libc.so.6\n")
@@ -143,16 +130,16 @@ def test_gdb_names_in_an_anonymous_namespace_are_kept():
     that parenthesis is part of the name, not its parameter list."""
     text = ("#10 0x00007f6804fedcb5 in c10d::ops::(anonymous namespace)::recv_CUDA(c10::ArrayRef<at::Tensor>, long, long) () "
             "from /t/libtorch_cpu.so\n")
-    _, proc = _one(text)
-    assert _frames(proc.threads[0]) == ["c10d::ops::(anonymous namespace)::recv_CUDA (libtorch_cpu.so)"]
+    _, proc = one_process(text)
+    assert frame_texts(proc.threads[0]) == ["c10d::ops::(anonymous namespace)::recv_CUDA (libtorch_cpu.so)"]
 
 
 def test_gdb_frames_quoted_inline_in_prose_are_a_stack():
     """A reporter who names the frames gdb showed in a sentence, each in backticks in gdb's
     form (pytorch#15638 in data/pasted): those frames, not "not a dump"."""
-    report, proc = _one("Looks like it hangs at `c10d::TCPStore::TCPStore(std::string const&, unsigned short, bool) ()`, "
+    report, proc = one_process("Looks like it hangs at `c10d::TCPStore::TCPStore(std::string const&, unsigned short, bool) ()`, "
                         "`c10d::tcputil::connect(std::string const&, unsigned short) ()`\n\nIt should return.\n")
-    assert _frames(proc.threads[0]) == ["c10d::TCPStore::TCPStore (?)", "c10d::tcputil::connect (?)"]
+    assert frame_texts(proc.threads[0]) == ["c10d::TCPStore::TCPStore (?)", "c10d::tcputil::connect (?)"]
     with pytest.raises(InputError):
         read_text("We call `init_process_group()` and `barrier()` and it hangs.\n")
 
@@ -177,17 +164,17 @@ def test_torchs_cxx_backtrace_under_an_error_is_the_same_threads_inner_stack(tmp
         "frame #1: <unknown function> + 0x15c0e0b (0x7f604e191e0b in /env/torch/lib/libtorch_cpu.so)\n"
         "frame #2: c10d::TCPStore::doGet(std::string const&) + 0x32 (0x7f6052460b32 in /env/torch/lib/libtorch_cpu.so)\n"
     )
-    report, proc = _one(text)
-    assert _frames(proc.threads[0]) == ["c10d::TCPStore::doGet (libtorch_cpu.so)", "barrier (distributed_c10d.py:3439)"]
+    report, proc = one_process(text)
+    assert frame_texts(proc.threads[0]) == ["c10d::TCPStore::doGet (libtorch_cpu.so)", "barrier (distributed_c10d.py:3439)"]
     assert report.skipped == 1  # the "Exception raised from" line; the message ends the traceback
     dump = tmp_path / "dump.txt"
     dump.write_text(text)
     (incident,) = analyse([dump], load_signatures())
     assert incident.classification.signature_id == "nccl-comm-init"
-    _, proc = _one("frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x57 (0x7f79 in /x/libc10.so)\n"
+    _, proc = one_process("frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x57 (0x7f79 in /x/libc10.so)\n"
                    "frame #2: c10d::TCPStore::doWait(c10::ArrayRef<std::string>) + 0xd8 (0x7f79ca652918 in \n"
                    "/opt/conda/lib/python3.10/site-packages/torch/lib/libtorch_cpu.so)\n")
-    assert _frames(proc.threads[0]) == ["c10d::TCPStore::doWait (libtorch_cpu.so)"]
+    assert frame_texts(proc.threads[0]) == ["c10d::TCPStore::doWait (libtorch_cpu.so)"]
     with pytest.raises(InputError):  # the NCCL watchdog thread's own backtrace is not the hung stack
         read_text("frame #2: c10d::ProcessGroupNCCL::watchdogHandler() + 0x233 (0x7ff2 in /x/libtorch_cuda.so)\n")
 

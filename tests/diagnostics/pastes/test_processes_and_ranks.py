@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from diag_helpers import PASTED
-from hangwatch.cli.main import main
+from diag_helpers import PASTED, frame_texts, one_process
 from hangwatch.diagnostics.pastes import read_text
 
 pytestmark = pytest.mark.timeout(60)
@@ -65,16 +64,6 @@ def test_py_spy_failing_on_a_process_is_recorded_as_not_dumped():
     assert any("could not dump" in n for n in report.notes())
 
 
-def _one(text: str):
-    report = read_text(text)
-    assert len(report.processes) == 1, report.processes
-    return report, report.processes[0]
-
-
-def _frames(thread) -> list[str]:
-    return [f.render() for f in thread.frames]
-
-
 def test_interleaved_worker_tracebacks_are_read_per_pid_and_wrapped_paths_rejoined():
     """Two vLLM workers' tracebacks printed at once interleave line by line behind their
     "(Worker_TP2 pid=N) ERROR MM-DD hh:mm:ss [file.py:N]" prefixes, and the terminal wraps a
@@ -95,12 +84,12 @@ def test_interleaved_worker_tracebacks_are_read_per_pid_and_wrapped_paths_rejoin
         + p0 + "RuntimeError: Native API failed. Native API returns: 20 (UR_RESULT_ERROR_DEVICE_LOST)\n"
     )
     report = read_text(text)
-    assert sorted((p.pid, _frames(p.threads[0])) for p in report.processes) == [
+    assert sorted((p.pid, frame_texts(p.threads[0])) for p in report.processes) == [
         (291274, ["worker_busy_loop (multiproc_executor.py:649)"]), (291276, ["_to_list (gpu_model_runner.py:3776)"])]
     ray = "(LLMRayActor pid=3823828, ip=[2605:340:cd51:4900:c06a:4260:c8a8:4be7])   "
-    _, proc = _one(ray + 'File "/x/vllm/device_allocator/cumem.py", line 204 in sleep\n'
+    _, proc = one_process(ray + 'File "/x/vllm/device_allocator/cumem.py", line 204 in sleep\n'
                    "49192" + ray + 'File "/x/vllm/v1/worker/gpu_worker.py", line 76 in sleep\n')
-    assert _frames(proc.threads[0]) == ["sleep (cumem.py:204)", "sleep (gpu_worker.py:76)"]
+    assert frame_texts(proc.threads[0]) == ["sleep (cumem.py:204)", "sleep (gpu_worker.py:76)"]
 
 
 def test_a_stack_pasted_below_interleaved_worker_logs_borrows_no_pid():
@@ -109,7 +98,7 @@ def test_a_stack_pasted_below_interleaved_worker_logs_borrows_no_pid():
     logs = "".join(f"(Worker_TP{n} pid={100 + n}) INFO 01-12 02:58:31 [a.py:1] step\n" for n in (0, 1, 0, 1))
     report = read_text(logs + "\n    all_reduce (torch/distributed/distributed_c10d.py:2050)\n    step (train.py:9)\n")
     (proc,) = report.processes
-    assert proc.pid is None and _frames(proc.threads[0]) == ["all_reduce (distributed_c10d.py:2050)", "step (train.py:9)"]
+    assert proc.pid is None and frame_texts(proc.threads[0]) == ["all_reduce (distributed_c10d.py:2050)", "step (train.py:9)"]
 
 
 def test_flight_recorder_stack_belongs_to_its_rank():
@@ -123,8 +112,8 @@ def test_flight_recorder_stack_belongs_to_its_rank():
         "#0 all_gather_into_tensor from /env/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py:4186\n"
         "#1 wrapper from /env/lib/python3.12/site-packages/torch/distributed/c10d_logger.py:83\n"
     )
-    _, proc = _one(text)
-    assert proc.rank == 9 and _frames(proc.threads[0]) == ["all_gather_into_tensor (distributed_c10d.py:4186)", "wrapper (c10d_logger.py:83)"]
+    _, proc = one_process(text)
+    assert proc.rank == 9 and frame_texts(proc.threads[0]) == ["all_gather_into_tensor (distributed_c10d.py:4186)", "wrapper (c10d_logger.py:83)"]
 
 
 def test_pytorch_test_harness_process_number_is_a_rank_not_a_pid():

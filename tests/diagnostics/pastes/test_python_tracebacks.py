@@ -5,20 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from diag_helpers import PASTED, text_verdict
+from diag_helpers import PASTED, frame_texts, one_process, text_verdict
 from hangwatch.diagnostics.pastes import parse_frame_line, read_text
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _one(text: str):
-    report = read_text(text)
-    assert len(report.processes) == 1, report.processes
-    return report, report.processes[0]
-
-
-def _frames(thread) -> list[str]:
-    return [f.render() for f in thread.frames]
 
 
 def test_a_ctrl_c_traceback_is_the_main_threads_stack_innermost_first():
@@ -40,20 +30,20 @@ def test_a_ctrl_c_traceback_is_the_main_threads_stack_innermost_first():
         "    step()\n"
         "RuntimeError: boom\n"
     )
-    report, proc = _one(text)
+    report, proc = one_process(text)
     assert proc.threads[0].name == "MainThread"
-    assert _frames(proc.threads[0]) == ["poll (popen_fork.py:28)", "<module> (train.py:10)"]
+    assert frame_texts(proc.threads[0]) == ["poll (popen_fork.py:28)", "<module> (train.py:10)"]
     assert report.skipped == 4  # the second traceback: its header, frame, source line and error
-    _, proc = _one('The loader thread hangs, I pressed Ctrl+C:\n  File "C:\\nunif\\train.py", line 22, in <module>\n    main()\nKeyboardInterrupt:\n')
+    _, proc = one_process('The loader thread hangs, I pressed Ctrl+C:\n  File "C:\\nunif\\train.py", line 22, in <module>\n    main()\nKeyboardInterrupt:\n')
     assert proc.threads[0].name == "MainThread"  # prose that mentions a thread is not a caption
-    assert _frames(proc.threads[0]) == ["<module> (train.py:22)"]
-    _, proc = _one('Traceback (most recent call last):\n  File "/x/loader.py", line 1132, in _try_get_data\n    data = q.get(timeout=ti\n')
-    assert _frames(proc.threads[0]) == ["_try_get_data (loader.py:1132)"]
-    report, proc = _one('Traceback (most recent call last):\n  File "/x/a.py", line 3, in f\n'
+    assert frame_texts(proc.threads[0]) == ["<module> (train.py:22)"]
+    _, proc = one_process('Traceback (most recent call last):\n  File "/x/loader.py", line 1132, in _try_get_data\n    data = q.get(timeout=ti\n')
+    assert frame_texts(proc.threads[0]) == ["_try_get_data (loader.py:1132)"]
+    report, proc = one_process('Traceback (most recent call last):\n  File "/x/a.py", line 3, in f\n'
                         'Thread 7 (idle): "MainThread"\n    g (b.py:1)\n')
-    assert _frames(proc.threads[0]) == ["g (b.py:1)"]  # a cut traceback next to a real stack is dropped
-    _, proc = _one('  File "/x/a.py", line 3, in f\n    g()\n      wait (threading.py:320)\n      step (train.py:9)\n')
-    assert _frames(proc.threads[0]) == ["wait (threading.py:320)", "step (train.py:9)"]  # py-spy frames end it
+    assert frame_texts(proc.threads[0]) == ["g (b.py:1)"]  # a cut traceback next to a real stack is dropped
+    _, proc = one_process('  File "/x/a.py", line 3, in f\n    g()\n      wait (threading.py:320)\n      step (train.py:9)\n')
+    assert frame_texts(proc.threads[0]) == ["wait (threading.py:320)", "step (train.py:9)"]  # py-spy frames end it
 
 
 def test_format_stack_thread_dumps_and_named_faulthandler_threads():
@@ -68,13 +58,13 @@ def test_format_stack_thread_dumps_and_named_faulthandler_threads():
         'File: "/usr/lib/python3.8/threading.py", line 890, in _bootstrap\n  self._bootstrap_inner()\n'
         'File: "/app/data.py", line 12, in run\n  self.read()\n'
     )
-    report, proc = _one(text)
-    assert [(t.name, _frames(t)) for t in proc.threads] == [
+    report, proc = one_process(text)
+    assert [(t.name, frame_texts(t)) for t in proc.threads] == [
         ("MainThread", ["join (threading.py:1011)", "<module> (train.py:90)"]),
         ("loader-0", ["run (data.py:12)", "_bootstrap (threading.py:890)"])]
     assert report.skipped == 0
-    _, proc = _one('Current thread 0x00007604707c3780 [python] (most recent call first):\n  File "zi.py", line 14 in <module>\n')
-    assert proc.threads[0].name == "python" and _frames(proc.threads[0]) == ["<module> (zi.py:14)"]
+    _, proc = one_process('Current thread 0x00007604707c3780 [python] (most recent call first):\n  File "zi.py", line 14 in <module>\n')
+    assert proc.threads[0].name == "python" and frame_texts(proc.threads[0]) == ["<module> (zi.py:14)"]
 
 
 def test_an_errors_traceback_is_the_stack_when_it_is_the_only_one():
@@ -90,11 +80,11 @@ def test_an_errors_traceback_is_the_stack_when_it_is_the_only_one():
         "      with self.acquire_read(timeout, indefinite) as buf:                               \n"
         "  TimeoutError\n"
     )
-    report, proc = _one(text)
-    assert _frames(proc.threads[0]) == ["dequeue (shm_broadcast.py:755)", "get_response (multiproc_executor.py:395)"]
+    report, proc = one_process(text)
+    assert frame_texts(proc.threads[0]) == ["dequeue (shm_broadcast.py:755)", "get_response (multiproc_executor.py:395)"]
     assert report.error_tracebacks == 1 and any("exception's traceback" in n for n in report.notes())
-    report, proc = _one(text + 'Thread 7 (idle): "MainThread"\n    g (b.py:1)\n')
-    assert _frames(proc.threads[0]) == ["g (b.py:1)"] and report.error_tracebacks == 0
+    report, proc = one_process(text + 'Thread 7 (idle): "MainThread"\n    g (b.py:1)\n')
+    assert frame_texts(proc.threads[0]) == ["g (b.py:1)"] and report.error_tracebacks == 0
 
 
 def test_ipython_tracebacks_are_stacks():
@@ -111,8 +101,8 @@ def test_ipython_tracebacks_are_stacks():
         "--> 179     raise Empty\n"
         "Empty: \n"
     )
-    _, proc = _one(text)
-    assert _frames(proc.threads[0]) == ["Queue.get (queue.py:179)", "_MultiProcessingDataLoaderIter._try_get_data (dataloader.py:1132)"]
+    _, proc = one_process(text)
+    assert frame_texts(proc.threads[0]) == ["Queue.get (queue.py:179)", "_MultiProcessingDataLoaderIter._try_get_data (dataloader.py:1132)"]
     old = (
         "KeyboardInterrupt                         Traceback (most recent call last)\n"
         "<ipython-input-5-2a1c3f> in <module>\n"
@@ -121,8 +111,8 @@ def test_ipython_tracebacks_are_stacks():
         "    973             self._shutdown_workers()\n"
         "--> 974         idx, data = self._get_data()\n"
     )
-    _, proc = _one(old)
-    assert _frames(proc.threads[0]) == ["_next_data (dataloader.py)", "<module> (<ipython-input-5>)"]
+    _, proc = one_process(old)
+    assert frame_texts(proc.threads[0]) == ["_next_data (dataloader.py)", "<module> (<ipython-input-5>)"]
 
 
 def test_thread_banners_above_traceback_style_stacks_are_one_thread_each():
@@ -149,10 +139,10 @@ def test_thread_banners_above_traceback_style_stacks_are_one_thread_each():
     report = read_text(text)
     threads = [t for p in report.processes for t in p.threads]
     assert [(t.ident, t.name) for t in threads] == [("?1", ""), ("139951743956544", "Thread-26"), ("139952591243072", "MainThread")]
-    assert _frames(threads[1]) == ["run (_monitor.py:60)", "_bootstrap (threading.py:937)"]
-    assert _frames(threads[2]) == ["main (train.py:5)", "<module> (train.py:9)"]
+    assert frame_texts(threads[1]) == ["run (_monitor.py:60)", "_bootstrap (threading.py:937)"]
+    assert frame_texts(threads[2]) == ["main (train.py:5)", "<module> (train.py:9)"]
     assert report.error_tracebacks == 0
-    _, proc = _one(
+    _, proc = one_process(
         '---------Thread 133256667530752 "MainThread" hangs ---------\n'
         '        File "x/syn.py", line 49, in <module>\n'
         "                p.start()\n"
@@ -161,7 +151,7 @@ def test_thread_banners_above_traceback_style_stacks_are_one_thread_each():
     )
     (t,) = proc.threads
     assert (t.ident, t.name) == ("133256667530752", "MainThread")
-    assert _frames(t) == ["__init__ (popen_fork.py:19)", "<module> (syn.py:49)"]
+    assert frame_texts(t) == ["__init__ (popen_fork.py:19)", "<module> (syn.py:49)"]
 
 
 def test_a_process_printing_its_own_stacks_is_read_below_the_printing_code():
@@ -175,8 +165,8 @@ def test_a_process_printing_its_own_stacks_is_read_below_the_printing_code():
         'File: "/app/util.py", line 156, in sigint_handler\n  dumpstacks()\n'
         'File: "/app/util.py", line 143, in dumpstacks\n  for f in traceback.extract_stack(stack):\n'
     )
-    _, proc = _one(text)
-    assert _frames(proc.threads[0]) == ["get (queue.py:171)", "loop (worker.py:40)"]
+    _, proc = one_process(text)
+    assert frame_texts(proc.threads[0]) == ["get (queue.py:171)", "loop (worker.py:40)"]
 
 
 def test_a_fatal_python_error_header_is_said_not_skipped():

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from diag_helpers import DATA, text_verdict
+from diag_helpers import DATA, frame_texts, one_process, text_verdict
 from hangwatch.diagnostics.errors import InputError
 from hangwatch.diagnostics.pastes import parse_thread_header, read_text
 from hangwatch.diagnostics.replay import load_source
@@ -15,32 +15,22 @@ from hangwatch.diagnostics.replay import load_source
 pytestmark = pytest.mark.timeout(60)
 
 
-def _one(text: str):
-    report = read_text(text)
-    assert len(report.processes) == 1, report.processes
-    return report, report.processes[0]
-
-
-def _frames(thread) -> list[str]:
-    return [f.render() for f in thread.frames]
-
-
 def test_a_traceback_cut_in_a_file_line_is_not_a_stack():
     """nccl#1438 in data/pasted: a Python traceback (most recent call last) cut inside
     'File "/x/...': faulthandler's cut frame only under its header or after its frames
     (the traceback itself, cut, counts only as a paste's only stack)."""
     text = 'Traceback (most recent call last):\n  File "/x/runpy.py", line 85, in _run_code\n    exec(code)\n  File "/idas/users/yaof\n'
-    _, proc = _one(text)
-    assert _frames(proc.threads[0]) == ["_run_code (runpy.py:85)"]
+    _, proc = one_process(text)
+    assert frame_texts(proc.threads[0]) == ["_run_code (runpy.py:85)"]
     with pytest.raises(InputError):
         read_text('RuntimeError: boom\n  File "/idas/users/yaof\n')
-    _, proc = _one('Thread 0x00007f13 (most recent call first):\n  File "/x/queue.py", line 180 in get\n  File "/x/train.py\n')
-    assert _frames(proc.threads[0]) == ["get (queue.py:180)", "? (/x/train.py…)"]
+    _, proc = one_process('Thread 0x00007f13 (most recent call first):\n  File "/x/queue.py", line 180 in get\n  File "/x/train.py\n')
+    assert frame_texts(proc.threads[0]) == ["get (queue.py:180)", "? (/x/train.py…)"]
 
 
 def test_a_call_in_quoted_code_is_not_a_frame_cut_mid_line():
-    report, proc = _one('  rank_zero_warn(\nThread 7 (idle): "MainThread"\n    step (train.py:3)\n')
-    assert _frames(proc.threads[0]) == ["step (train.py:3)"] and report.skipped == 1
+    report, proc = one_process('  rank_zero_warn(\nThread 7 (idle): "MainThread"\n    step (train.py:3)\n')
+    assert frame_texts(proc.threads[0]) == ["step (train.py:3)"] and report.skipped == 1
 
 
 def test_prose_and_traceback_lines_are_skipped_not_frames():
@@ -52,8 +42,8 @@ def test_prose_and_traceback_lines_are_skipped_not_frames():
         'Thread 7 (idle): "MainThread"\n'
         "    step (train.py:3)\n"
     )
-    report, proc = _one(text)
-    assert _frames(proc.threads[0]) == ["step (train.py:3)"]
+    report, proc = one_process(text)
+    assert frame_texts(proc.threads[0]) == ["step (train.py:3)"]
     assert report.skipped == 4 and report.skipped_examples[0].startswith("The engine hangs")
     assert "skipped 4 line(s)" in " ".join(report.notes())
 
@@ -89,8 +79,8 @@ def test_collapsed_stacks_from_py_spy_record_are_never_read_as_a_stack():
     )
     with pytest.raises(InputError, match="py-spy top or record output"):
         read_text(raw)
-    report, proc = _one('Thread 7 (idle): "MainThread"\n    g (b.py:1)\n    <module> (b.py:9)\n\n' + raw)
-    assert _frames(proc.threads[0]) == ["g (b.py:1)", "<module> (b.py:9)"]
+    report, proc = one_process('Thread 7 (idle): "MainThread"\n    g (b.py:1)\n    <module> (b.py:9)\n\n' + raw)
+    assert frame_texts(proc.threads[0]) == ["g (b.py:1)", "<module> (b.py:9)"]
     assert report.profile_lines == 2 and any("py-spy top/record" in n for n in report.notes())
 
 

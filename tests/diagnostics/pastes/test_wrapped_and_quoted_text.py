@@ -6,16 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from diag_helpers import PASTED, pasted_verdict
+from diag_helpers import PASTED, frame_texts, one_process, pasted_verdict
 from hangwatch.diagnostics.pastes import read_text
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _one(text: str):
-    report = read_text(text)
-    assert len(report.processes) == 1, report.processes
-    return report, report.processes[0]
 
 
 @pytest.mark.parametrize("lead", ["When stuck, py-spy shows: ``` ", ""])
@@ -24,7 +18,7 @@ def test_a_dump_flattened_onto_one_line_is_split_back(lead):
     text = (lead + 'Process 1829647: VLLM::EngineCore Python v3.12.9 (envs/vllm/bin/python3.12) '
             'Thread 1829647 (active+gil): "MainThread" get_num_common_prefix_blocks (vllm/v1/core/kv_cache_coordinator.py:138) '
             "schedule (vllm/v1/core/sched/scheduler.py:540) step (vllm...\n")
-    _, proc = _one(text)
+    _, proc = one_process(text)
     assert (proc.pid, proc.cmdline) == (1829647, "VLLM::EngineCore")
     (t,) = proc.threads
     assert t.name == "MainThread" and [f.function for f in t.frames] == ["get_num_common_prefix_blocks", "schedule", "step"]
@@ -41,10 +35,6 @@ def test_cluster_log_prefixes_and_terminal_colours_are_stripped():
     assert report.skipped == 0
 
 
-def _frames(thread) -> list[str]:
-    return [f.render() for f in thread.frames]
-
-
 def test_prefixes_fences_html_prompts_and_locals():
     text = (
         "<details><summary>py-spy</summary>\n\n"
@@ -58,9 +48,9 @@ def test_prefixes_fences_html_prompts_and_locals():
         "(EngineCore pid=4242)     loop (core.py:3)\n"
         "````\n</details>\n"
     )
-    report, proc = _one(text)
+    report, proc = one_process(text)
     assert proc.pid == 4242
-    assert _frames(proc.threads[0]) == ["forward (model.py:1)", "step (train.py:2)", "loop (core.py:3)"]
+    assert frame_texts(proc.threads[0]) == ["forward (model.py:1)", "step (train.py:2)", "loop (core.py:3)"]
     assert report.skipped == 0
 
 
