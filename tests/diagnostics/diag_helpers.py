@@ -203,3 +203,23 @@ def one_process(text: str):
 def frame_texts(thread) -> list[str]:
     """A thread's frames as replay renders them, innermost first."""
     return [f.render() for f in thread.frames]
+
+
+def pyspy_dump_json(pid: int, frames: int = 3) -> list[dict]:
+    """One process's py-spy JSON dump (what a bundle's stacks/round-R/pid-P.json holds)."""
+    return [{"pid": pid, "thread_id": 1, "os_thread_id": pid, "thread_name": "MainThread", "owns_gil": False,
+             "active": False, "frames": [{"name": f"f{i}", "filename": "/srv/train.py", "line": i + 1}
+                                         for i in range(frames)]}]
+
+
+MINIMAL_MANIFEST = {"schema": 1, "kind": "hangwatch-incident", "verdict": {"kind": "stall", "reason": "r"}}
+
+
+def write_minimal_bundle(tmp_path: Path, files: dict[str, object]) -> Path:
+    """A bundle directory of ``files`` (text, or JSON-encoded) beside a minimal manifest."""
+    root = tmp_path / "bundle"
+    for name, data in {"manifest.json": MINIMAL_MANIFEST, **files}.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return root

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from diag_helpers import ROOT, run_cli, synthetic_bundle, usage_error
+from diag_helpers import ROOT, pyspy_dump_json, run_cli, synthetic_bundle, usage_error, write_minimal_bundle
 from hangwatch.cli.main import main
 from hangwatch.diagnostics import bundle as bundle_mod
 from hangwatch.diagnostics.bundle import Bundle, load_bundle
@@ -291,30 +291,12 @@ def test_a_bundle_nested_thousands_of_folders_deep_is_refused_at_once(tmp_path: 
         load_bundle(bundle)
 
 
-def _dump(pid: int, frames: int = 3) -> list[dict]:
-    return [{"pid": pid, "thread_id": 1, "os_thread_id": pid, "thread_name": "MainThread", "owns_gil": False,
-             "active": False, "frames": [{"name": f"f{i}", "filename": "/srv/train.py", "line": i + 1}
-                                         for i in range(frames)]}]
-
-
-_MANIFEST = {"schema": 1, "kind": "hangwatch-incident", "verdict": {"kind": "stall", "reason": "r"}}
-
-
-def _write(tmp_path: Path, files: dict[str, object]) -> Path:
-    root = tmp_path / "bundle"
-    for name, data in {"manifest.json": _MANIFEST, **files}.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(data if isinstance(data, str) else json.dumps(data))
-    return root
-
-
 @pytest.mark.timeout(60)
 def test_the_process_table_is_parsed_once_for_all_stack_files(tmp_path, monkeypatch):
-    files: dict[str, object] = {f"stacks/round-1/pid-{p}.json": _dump(p) for p in range(100, 150)}
+    files: dict[str, object] = {f"stacks/round-1/pid-{p}.json": pyspy_dump_json(p) for p in range(100, 150)}
     files["processes.json"] = [{"pid": p, "ppid": 1, "name": "python", "cmdline": ["python", f"rank{p}"]}
                                for p in range(100, 150)]
-    bundle = load_bundle(_write(tmp_path, files))
+    bundle = load_bundle(write_minimal_bundle(tmp_path, files))
     parsed: list[str] = []
     original = Bundle.json
 
@@ -332,8 +314,8 @@ def test_the_process_table_is_parsed_once_for_all_stack_files(tmp_path, monkeypa
 def test_stack_files_past_the_object_budget_are_left_out(tmp_path, monkeypatch):
     monkeypatch.setattr(bundle_mod, "MAX_STACK_OBJECTS", 1000)
     bomb = '[{"pid": 7, "frames": [' + ",".join(["{}"] * 5000) + "]}]"
-    path = _write(tmp_path, {"stacks/round-1/pid-7.json": bomb, "stacks/round-1/pid-8.json": _dump(8),
-                             "stacks/round-2/pid-8.json": _dump(8)})
+    path = write_minimal_bundle(tmp_path, {"stacks/round-1/pid-7.json": bomb, "stacks/round-1/pid-8.json": pyspy_dump_json(8),
+                             "stacks/round-2/pid-8.json": pyspy_dump_json(8)})
     bundle = load_bundle(path)
     assert [d.pid for d in bundle.dumps()] == [8, 8]
     assert bundle.left_out == ["stacks/round-1/pid-7.json"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from diag_helpers import PASTED, ROOT, run_cli, synthetic_bundle, text_verdict, usage_error
+from diag_helpers import PASTED, ROOT, pyspy_dump_json, run_cli, synthetic_bundle, text_verdict, usage_error, write_minimal_bundle
 from hangwatch.cli.main import main
 from hangwatch.diagnostics.errors import InputError
 from hangwatch.diagnostics.replay import aggregate, analyse, load_source, processes_overview, render_text
@@ -156,33 +156,15 @@ def test_a_command_line_never_forges_a_line_in_replays_text(tmp_path):
     assert "x\\n== /forged" in done.stdout, done.stdout
 
 
-def _dump(pid: int, frames: int = 3) -> list[dict]:
-    return [{"pid": pid, "thread_id": 1, "os_thread_id": pid, "thread_name": "MainThread", "owns_gil": False,
-             "active": False, "frames": [{"name": f"f{i}", "filename": "/srv/train.py", "line": i + 1}
-                                         for i in range(frames)]}]
-
-
-_MANIFEST = {"schema": 1, "kind": "hangwatch-incident", "verdict": {"kind": "stall", "reason": "r"}}
-
-
-def _write(tmp_path: Path, files: dict[str, object]) -> Path:
-    root = tmp_path / "bundle"
-    for name, data in {"manifest.json": _MANIFEST, **files}.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(data if isinstance(data, str) else json.dumps(data))
-    return root
-
-
 @pytest.mark.timeout(60)
 def test_a_frame_name_never_forges_a_line_in_replays_text(tmp_path):
     """A trainer names its code as it likes (compile()'s filename, a code object's co_name), and
     py-spy reports it as it is: a newline in it forged "== NAME (bundle)" lines in replay's text."""
     from hangwatch.diagnostics.replay import aggregate, processes_overview
 
-    dump = _dump(9)
+    dump = pyspy_dump_json(9)
     dump[0]["frames"][0].update(name="wait\n== forged (bundle)", filename="/srv/a\n== forged2 (bundle).py")
-    incidents = analyse([_write(tmp_path, {"stacks/round-1/pid-9.json": dump})], load_signatures())
+    incidents = analyse([write_minimal_bundle(tmp_path, {"stacks/round-1/pid-9.json": dump})], load_signatures())
     text = render_text(incidents, aggregate(incidents), processes_overview(incidents))
     assert "forged" in text and not [line for line in text.splitlines() if line.startswith("== forged")]
 
@@ -195,7 +177,7 @@ def test_replay_holds_no_bundles_bytes_after_reading_each(tmp_path):
 
     run = tmp_path / "run" / "incidents"
     for i in range(3):
-        bundle = _write(run / f"b{i}", {"stacks/round-1/pid-9.json": _dump(9), "samples.jsonl": ""})
+        bundle = write_minimal_bundle(run / f"b{i}", {"stacks/round-1/pid-9.json": pyspy_dump_json(9), "samples.jsonl": ""})
         target = run / f"20260101T00000{i}-attempt1-stall"
         bundle.rename(target)
         (target / "logs").mkdir()

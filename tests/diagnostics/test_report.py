@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from diag_helpers import chromium, ROOT, synthetic_bundle
+from diag_helpers import ROOT, chromium, pyspy_dump_json, synthetic_bundle, write_minimal_bundle
 from hangwatch.cli.main import main
 from hangwatch.diagnostics import bundle as bundle_mod, report as report_mod
 from hangwatch.diagnostics.bundle import load_bundle
@@ -118,43 +118,25 @@ def test_rows_that_repeat_a_pid_are_each_shown_once(tmp_path):
     assert page.count("<li>") == 3 and page.count("<b>again</b>") == 1
 
 
-_MANIFEST = {"schema": 1, "kind": "hangwatch-incident", "verdict": {"kind": "stall", "reason": "r"}}
-
-
-def _write(tmp_path: Path, files: dict[str, object]) -> Path:
-    root = tmp_path / "bundle"
-    for name, data in {"manifest.json": _MANIFEST, **files}.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(data if isinstance(data, str) else json.dumps(data))
-    return root
-
-
 @pytest.mark.timeout(60)
 def test_a_process_table_past_its_budget_or_too_wide_to_show_is_cut(tmp_path, monkeypatch):
     monkeypatch.setattr(bundle_mod, "MAX_TABLE_OBJECTS", 1000)
     bomb = "[" + ",".join(["{}"] * 5000) + "]"
-    page = render_report(load_bundle(_write(tmp_path / "a", {"processes.json": bomb})))
+    page = render_report(load_bundle(write_minimal_bundle(tmp_path / "a", {"processes.json": bomb})))
     assert "processes.json" in page and "more objects than a capture writes" in page and page.count("<li>") == 0
 
     monkeypatch.setattr(report_mod, "MAX_TREE_ROWS", 100)
     rows = [{"pid": p, "ppid": 1, "name": f"w{p}"} for p in range(2, 400)] + [{"pid": 1, "ppid": 0, "name": "root"}]
-    page = render_report(load_bundle(_write(tmp_path / "b", {"processes.json": rows})))
+    page = render_report(load_bundle(write_minimal_bundle(tmp_path / "b", {"processes.json": rows})))
     assert page.count("<li>") == 100 and "... 299 more process(es) not shown" in page
     assert page.count("<ul class=tree>") == page.count("</ul>")
 
 
-def _dump(pid: int, frames: int = 3) -> list[dict]:
-    return [{"pid": pid, "thread_id": 1, "os_thread_id": pid, "thread_name": "MainThread", "owns_gil": False,
-             "active": False, "frames": [{"name": f"f{i}", "filename": "/srv/train.py", "line": i + 1}
-                                         for i in range(frames)]}]
-
-
 @pytest.mark.timeout(60)
 def test_a_frame_name_never_forges_a_frame_in_the_reports_stacks(tmp_path):
-    dump = _dump(9)
+    dump = pyspy_dump_json(9)
     dump[0]["frames"][0].update(name="wait", filename="/srv/a.py\n    forged (b.py:1)")
-    page = render_report(load_bundle(_write(tmp_path, {"stacks/round-1/pid-9.json": dump})))
+    page = render_report(load_bundle(write_minimal_bundle(tmp_path, {"stacks/round-1/pid-9.json": dump})))
     pre = [block.split("</pre>")[0] for block in page.split("<pre>")[1:]]
     assert pre and not [line for block in pre for line in block.split("\n") if line.lstrip().startswith("forged")]
     assert "a.py\\n    forged (b.py:1)" in page
