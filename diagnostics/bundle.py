@@ -173,6 +173,7 @@ class Bundle:
         table kept `replay` 109 s (4,000 files, the entry cap: over half an hour)."""
         out = []
         cmdlines: dict[int, str] | None = None
+        ranks: dict[int, int] = {}
         objects = 0
         left_out: list[str] = []
         for name in sorted(self.files, key=_stack_order):
@@ -185,9 +186,10 @@ class Bundle:
                 objects += weight
                 dump = parse_json(self.text(name) or "", round_no=int(m.group(1)), source=f"{self.source}:{name}")
                 if cmdlines is None:
-                    cmdlines = _cmdlines(self)
-                cmd = cmdlines.get(int(m.group(2)), "")
-                out.append(ProcessDump(dump.pid if dump.pid is not None else int(m.group(2)), dump.threads, cmd, dump.python, dump.round))
+                    cmdlines, ranks = _cmdlines(self), _ranks(self)
+                pid = dump.pid if dump.pid is not None else int(m.group(2))
+                out.append(ProcessDump(pid, dump.threads, cmdlines.get(int(m.group(2)), ""), dump.python, dump.round,
+                                       ranks.get(pid)))
         self.left_out[:] = [n for n in self.left_out if not _STACK_FILE.match(n)] + left_out
         return out
 
@@ -220,6 +222,13 @@ MAX_TABLE_OBJECTS = 1_000_000
 def _stack_order(name: str) -> tuple:
     m = _STACK_FILE.match(name)
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def _ranks(bundle: Bundle) -> dict[int, int]:
+    """Each process's launcher rank (``processes.json``'s ``rank``, where the capture read one)."""
+    rows = bundle.process_rows()
+    return {r["pid"]: r["rank"] for r in (rows if isinstance(rows, list) else []) if isinstance(r, dict) and isinstance(r.get("pid"), int)
+            and isinstance(r.get("rank"), int) and not isinstance(r.get("rank"), bool)}
 
 
 def _cmdlines(bundle: Bundle) -> dict[int, str]:

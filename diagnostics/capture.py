@@ -53,7 +53,7 @@ from hangwatch.diagnostics.signatures import load_signatures
 from hangwatch.diagnostics.stacks import ProcessDump, group_series, render_text
 from hangwatch.diagnostics.sysinfo import log_files, safe_names, tails, trainer_environ, versions
 from hangwatch.contract.capture import CaptureRequest, TreeProcess, bundle_name
-from hangwatch.contract.procid import MAX_CMDLINE, capped_argv
+from hangwatch.contract.procid import MAX_CMDLINE, capped_argv, initial_environ
 from hangwatch.contract.tools import helper_pids
 
 #: Characters of command line kept for the whole tree, and the least kept for one process.
@@ -393,8 +393,12 @@ def _assemble(request, config, tree, stack_info: _StackInfo, results, failed, du
     rows = results.get("processes")
     cmdlines = {int(r["pid"]): " ".join(r.get("cmdline") or []) for r in rows or [] if "pid" in r}
     cmdlines.update({tp.pid: " ".join(redact_argv(tp.cmdline)) for tp in tree if tp.pid not in cmdlines})
+    ranks = launcher_ranks(tree)
+    for row in rows or []:
+        if row.get("pid") in ranks:
+            row["rank"] = ranks[row["pid"]]
 
-    series = group_series(_stack_files(files, stack_info, cmdlines))
+    series = group_series(_stack_files(files, stack_info, cmdlines, ranks))
     problems = _stack_problems(stack_info)
     if series:
         captured.append("stacks")
@@ -477,7 +481,24 @@ def _assemble(request, config, tree, stack_info: _StackInfo, results, failed, du
     return files, manifest
 
 
-def _stack_files(files: dict[str, bytes | str], info: _StackInfo, cmdlines: Mapping[int, str]) -> list[ProcessDump]:
+def launcher_ranks(tree: Sequence[TreeProcess]) -> dict[int, int]:
+    """Each process's distributed rank as its launcher gave it (``RANK`` in the environment it was
+    started with): torchrun's ranks say it nowhere else, and a culprit named by pid alone is hard to
+    find in a multi-node job's logs. Processes of the watched tree only; unreadable ones have none."""
+    ranks = {}
+    for tp in tree:
+        try:
+            entries = initial_environ(tp.pid)
+        except OSError:
+            continue
+        value = next((e[5:] for e in entries if e.startswith(b"RANK=")), b"")
+        if value.isdigit() and len(value) < 10:
+            ranks[tp.pid] = int(value)
+    return ranks
+
+
+def _stack_files(files: dict[str, bytes | str], info: _StackInfo, cmdlines: Mapping[int, str],
+                 ranks: Mapping[int, int] = {}) -> list[ProcessDump]:  # noqa: B006  (read only)
     """Every dump as ``stacks/round-N/pid-P.json``, py-spy's and the in-process ones alike (in
     py-spy's JSON shape; their text as received in ``stacks/in-process/``); returns the dumps."""
     dumps: list[ProcessDump] = []
@@ -485,13 +506,14 @@ def _stack_files(files: dict[str, bytes | str], info: _StackInfo, cmdlines: Mapp
         if r.dump is not None:
             files[f"stacks/round-{r.round}/pid-{r.pid}.json"] = r.raw
             d = r.dump
-            dumps.append(ProcessDump(r.pid, d.threads, cmdlines.get(r.pid, ""), d.python, r.round))
+            dumps.append(ProcessDump(r.pid, d.threads, cmdlines.get(r.pid, ""), d.python, r.round, ranks.get(r.pid)))
     for a in info.in_process:
         if a.raw:
             files[f"stacks/in-process/pid-{a.pid}-round-{a.round}.txt"] = a.raw
         if a.dump is not None:
             files[f"stacks/round-{a.round}/pid-{a.pid}.json"] = json.dumps(as_pyspy_json(a.dump), indent=1)
-            dumps.append(ProcessDump(a.pid, a.dump.threads, cmdlines.get(a.pid, ""), a.dump.python, a.round))
+            dumps.append(ProcessDump(a.pid, a.dump.threads, cmdlines.get(a.pid, ""), a.dump.python, a.round,
+                                     ranks.get(a.pid)))
     dumps.sort(key=lambda d: (d.round, d.pid or 0))
     return dumps
 

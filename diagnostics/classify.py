@@ -114,6 +114,9 @@ class Classification:
     suspect: Suspect | None = None
     processes: int = 1
     reference: str = ""
+    #: one compact row per process (``ProcessVerdict.compact_row``): what a node of a cohort
+    #: tells the others, so that every node names a culprit on any node (``across_nodes``)
+    process_rows: tuple[dict[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -131,6 +134,7 @@ class Classification:
             "also_matched": [m.to_json() for m in self.also],
             "processes": self.processes,
             "suspect": self.suspect.to_json() if self.suspect else None,
+            "process_rows": list(self.process_rows),
         }
 
     @classmethod
@@ -155,6 +159,7 @@ class Classification:
                             sus.get("rank"), bool(sus.get("present", sus.get("pid") is not None or bool(sus.get("source"))))) if isinstance(sus, dict) else None,
             processes=int(data.get("processes", 1) or 1),
             reference=str(data.get("source") or ""),
+            process_rows=tuple(r for r in data.get("process_rows") or () if isinstance(r, dict)),
         )
 
     def summary(self) -> str:
@@ -226,6 +231,19 @@ class ProcessVerdict:
         # native frames (libnccl, an extension), else its innermost ones, not a blank cell.
         return (own or tuple(f for f in self.thread.frames if not f.native)[:n]
                 or self.thread.native_telling_frames(limit=n) or self.thread.frames[:n])
+
+    def compact_row(self) -> dict[str, Any]:
+        """What another node needs of this process to name a culprit across nodes (no command line)."""
+        return {
+            "pid": self.pid,
+            "rank": self.rank,
+            "state": "waiting" if self.state == "stalled" and self.waiting_for_work else self.state,
+            "signature_id": self.signature_id if self.state == "stalled" else None,
+            "collective": self.collective,
+            "evidence": [f.render()[:300] for f in self.evidence[:3]],
+            "top_frames": [f.render()[:300] for f in self.top_frames(3)],
+            **({"note": self.note[:200]} if self.note else {}),
+        }
 
     def to_row(self) -> dict[str, Any]:
         active = None if self.thread is None else self.thread.active
@@ -652,6 +670,7 @@ def _result(v: ProcessVerdict, sid, title, advice, evidence, rounds, verdicts, s
         suspect=suspect,
         processes=len(verdicts),
         reference=reference,
+        process_rows=tuple(p.compact_row() for p in verdicts[:64]),
     )
 
 

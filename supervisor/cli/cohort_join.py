@@ -19,6 +19,7 @@ from typing import Any
 
 from hangwatch.cli.errors import UsageError
 from hangwatch.cli.rundir import note_not_started
+from hangwatch.diagnostics.across_nodes import culprit_across
 from hangwatch.supervisor.config import MAX_SECONDS
 
 
@@ -104,6 +105,7 @@ def join_cohort(args: argparse.Namespace, config: Any, log: Any, membership: Any
         cohort = Cohort(store, membership, fingerprint, lease_interval=max(0.2, lease / 10), lease_timeout=lease,
                         barrier_timeout=barrier_timeout(config), launcher=runs_launcher(config.command),
                         secret=secret)
+        cohort.name_culprit = culprit_across  # every node names the rank that holds the job up
         cohort.join(timeout=join, spent=time.monotonic() - started)  # reaching the store counts: one bound in all
         _hold_stops()  # joined: a stop now waits for the run's handlers, which replay it
     except JoinStopped as exc:

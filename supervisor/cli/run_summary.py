@@ -431,6 +431,10 @@ def render_status(summary: dict[str, Any], now: float | None = None) -> str:
             elif e["event"] == "cohort_agreed":
                 lines.append(f"         attempt {e.get('attempt')}: agreed checkpoint step {e.get('checkpoint_step')}, "
                              f"graphs {e.get('cudagraphs')}" + (" (job resumed)" if e.get("resumed") else ""))
+            elif e["event"] == "cohort_culprit":
+                lines.append(f"         attempt {e.get('attempt')}: " + (
+                    f"culprit rank {e.get('rank')} on node {e.get('node')} (pid {e.get('pid')}): {e.get('reason')}"
+                    if e.get("present") is not False else str(e.get("note"))))
             else:
                 lines.append(f"         attempt {e.get('attempt')}: {e.get('reason')}")
     for e in summary.get("engine_restarts") or []:

@@ -10,6 +10,7 @@ must stop no node but its writer's.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -19,6 +20,9 @@ from hangwatch.supervisor.cohort.errors import CohortError
 
 #: the newest complete checkpoint steps a node reports for an agreement (``report``)
 REPORTED_STEPS = 64
+#: a node's process rows in its report (``report``): at most this many, in at most this many characters
+REPORTED_PROCESSES = 64
+REPORTED_PROCESS_CHARS = 24_000
 MAX_SETTLED_DELAY_S = 7 * 24 * 3600.0  # what run accepts for any wait (config.MAX_SECONDS): bounded, never 1e300
 
 
@@ -107,12 +111,38 @@ def _exit_code(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 255 else 1
 
 
-def report(steps: Sequence[int], policy: GraphPolicy, attempts: int | None, needs_checkpoint: bool) -> dict[str, Any]:
+def report(steps: Sequence[int], policy: GraphPolicy, attempts: int | None, needs_checkpoint: bool,
+           processes: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """What a node tells node 0 before a relaunch: its newest complete steps and its policy (and, for a
-    resumed job, its attempt count; a node that takes no checkpoint says so)."""
+    resumed job, its attempt count; a node that takes no checkpoint says so). ``processes``: the rows
+    of its incident's processes (``Classification.process_rows``), which every node reads back from
+    the agreement to name the culprit on whichever node it runs (``processes_of``)."""
+    rows = bounded_rows(processes)
     return {"steps": sorted(set(steps))[-REPORTED_STEPS:], "cudagraphs_off": policy.cudagraphs_off,
             "enforce_eager": policy.enforce_eager, **({"attempts": attempts} if attempts is not None else {}),
-            **({} if needs_checkpoint else {"needs_checkpoint": False})}
+            **({} if needs_checkpoint else {"needs_checkpoint": False}),
+            **({"processes": rows} if rows else {})}
+
+
+def bounded_rows(processes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """At most ``REPORTED_PROCESSES`` rows in at most ``REPORTED_PROCESS_CHARS`` characters: frames are
+    dropped first (the rank and state still name a culprit), then rows."""
+    rows = [dict(r) for r in list(processes)[:REPORTED_PROCESSES] if isinstance(r, Mapping)]
+    if len(json.dumps(rows, default=str)) > REPORTED_PROCESS_CHARS:
+        rows = [{k: v for k, v in r.items() if k not in ("evidence", "top_frames")} for r in rows]
+    while rows and len(json.dumps(rows, default=str)) > REPORTED_PROCESS_CHARS:
+        rows.pop()
+    return rows
+
+
+def processes_of(reports: Mapping[str, Any]) -> dict[int, list[Any]]:
+    """Each node's process rows in an agreement's reports (keyed by node rank as text in the store)."""
+    out: dict[int, list[Any]] = {}
+    for node, r in reports.items():
+        rows = r.get("processes") if isinstance(r, Mapping) else None
+        if isinstance(rows, list) and str(node).isdigit():
+            out[int(node)] = rows[:REPORTED_PROCESSES]
+    return out
 
 
 def agreement_from(d: Mapping[str, Any], attempt: int, attempts: int | None) -> Agreement:

@@ -117,19 +117,21 @@ class IncidentExchange:
 
     # -- agreement ---------------------------------------------------------------
 
-    def agree(self, attempt: int, steps: Sequence[int], policy: GraphPolicy, attempts: int | None = None) -> Agreement:
+    def agree(self, attempt: int, steps: Sequence[int], policy: GraphPolicy, attempts: int | None = None,
+              processes: Sequence[Mapping[str, Any]] = ()) -> Agreement:
         """Report, then wait (bounded) for node 0's decision on checkpoint and policy (node 0 decides it).
 
         ``attempts``: a resumed job's count on this node (``Cohort.resume``), agreed too.
         """
         try:
-            return self._agree(attempt, steps, policy, attempts)
+            return self._agree(attempt, steps, policy, attempts, processes)
         except StoreError as exc:
             raise self._unreachable(exc) from exc
 
-    def _agree(self, attempt: int, steps: Sequence[int], policy: GraphPolicy, attempts: int | None) -> Agreement:
+    def _agree(self, attempt: int, steps: Sequence[int], policy: GraphPolicy, attempts: int | None,
+               processes: Sequence[Mapping[str, Any]]) -> Agreement:
         node = self.node
-        mine = report(steps, policy, attempts, node.needs_checkpoint)
+        mine = report(steps, policy, attempts, node.needs_checkpoint, processes)
         node._patient(node.store.set, node._key("done", attempt, node.me.node_rank), json.dumps(mine))
         deadline = node.clock() + node.barrier_timeout
         if node.me.is_leader:

@@ -7,9 +7,11 @@ it, at four points of the attempt's lifecycle:
   member or store, becomes this node's verdict too;
 * at a verdict: ``incident`` — announce ours (first node wins) and journal the
   cohort's incident, or journal the loss;
-* after the capture: ``captured`` — wait (bounded) for every node's capture;
+* after the capture: ``captured`` — wait (bounded) for every node's capture, and
+  ``evidence_taken`` — the bundle whose process rows this node reports;
 * before a relaunch: ``agree`` — the checkpoint step and the policy every node
-  relaunches with, or the exit code when the cohort cannot go on;
+  relaunches with, or the exit code when the cohort cannot go on; with every
+  node's process rows, each node names the same culprit (``cohort_culprit``);
 * after the restart policy's decision: ``settle`` — the decision every node
   takes (the job restarts only if every node would).
 
@@ -18,7 +20,9 @@ it, at four points of the attempt's lifecycle:
 
 from __future__ import annotations
 
+import json
 import signal
+from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 import structlog
@@ -26,7 +30,7 @@ import structlog
 from hangwatch.contract.exitcodes import EXIT_COHORT
 from hangwatch.contract.verdict import Verdict, VerdictKind
 from hangwatch.supervisor.decide.attempt import GraphPolicy
-from hangwatch.supervisor.cohort.agreement import Agreement
+from hangwatch.supervisor.cohort.agreement import Agreement, processes_of
 from hangwatch.supervisor.cohort.errors import CohortStopped, LauncherMismatch, signal_name
 from hangwatch.supervisor.cohort.launcher import rendezvous_nodes
 from hangwatch.supervisor.cohort.node import Cohort
@@ -50,6 +54,7 @@ class CohortLink:
         # The launcher check (``_launcher_apart``): the attempt it is for, the processes already read,
         # whether a rendezvous worker was found, and when to look again.
         self._launch_check: tuple[int, set[Any], bool, float] = (0, set(), False, 0.0)
+        self._evidence: dict[int, Path] = {}  # each attempt's bundle (``evidence_taken``)
 
     @property
     def journal(self) -> _Journal:
@@ -215,19 +220,46 @@ class CohortLink:
             log.warning("cohort_capture_wait", message=(
                 f"not every node reported its capture within {timeout:.0f} s; killing anyway"))
 
+    def evidence_taken(self, attempt: int, bundle: Path | None) -> None:
+        """The attempt's bundle: its process rows go into this node's report (``agree``)."""
+        if bundle is not None:
+            self._evidence[attempt] = bundle
+
     def agree(self, attempt: int, verdict: Verdict, steps: Sequence[int],
               policy: GraphPolicy) -> tuple[Agreement | None, int | None]:
         """Before any node relaunches: node 0's decision, or the exit code when the cohort cannot go on."""
         if verdict.kind is VerdictKind.COHORT_LOST:
             return None, EXIT_COHORT
         try:
-            agreed = self.cohort.agree(attempt, steps, policy)
+            agreed = self.cohort.agree(attempt, steps, policy, bundle_rows(self._evidence.pop(attempt, None)))
         except CohortStopped:
             return None, EXIT_COHORT  # journaled when the stop was seen; the runner finishes as interrupted
         except Exception as exc:  # noqa: BLE001  (CohortError or any store failure ends the cohort)
             return self._no_agreement(attempt, f"no agreement before relaunch: {exc}", exc)
-        self.journal.append("cohort_agreed", **agreed.to_json())
+        self.journal.append("cohort_agreed", **_without_rows(agreed.to_json()))
+        self._name_culprit(attempt, agreed)
         return agreed, None
+
+    def _name_culprit(self, attempt: int, agreed: Agreement) -> None:
+        """Every node reads the same rows, so every node's journal names the same culprit."""
+        namer = self.cohort.name_culprit
+        rows = processes_of(agreed.reports)
+        if namer is None or not rows:
+            return
+        try:
+            culprit = namer(rows)
+        except Exception as exc:  # noqa: BLE001  (naming is evidence: it must not stop a relaunch)
+            log.warning("cohort_culprit_failed", message=f"could not name the culprit across nodes: {exc!r}")
+            return
+        if not culprit:
+            return
+        self.journal.append("cohort_culprit", attempt=attempt, **culprit)
+        if culprit.get("present") is False:
+            log.warning("cohort_culprit", message=f"attempt {attempt}: {culprit.get('note')}")
+        else:
+            log.error("cohort_culprit", message=(
+                f"attempt {attempt}: the culprit is rank {culprit.get('rank')} on node {culprit.get('node')} "
+                f"(pid {culprit.get('pid')}): {culprit.get('reason')}"))
 
     def _no_agreement(self, attempt: int, why: str, exc: BaseException) -> tuple[None, int]:
         """The nodes could not agree: this node leaves saying why, and the job stops (75)."""
@@ -335,3 +367,29 @@ LAUNCH_CHECK_EVERY_S = 2.0
 ENGINE_RECOVERY_OFF = ("an engine restart on one node would desynchronise the ranks of the others; every incident "
                        "restarts the whole job from the agreed checkpoint")
 
+
+
+#: the largest classification a bundle's rows are read from (a node's own bundle, written by its capture)
+MAX_CLASSIFICATION_BYTES = 4 << 20
+
+
+def bundle_rows(bundle: Path | None) -> list[dict[str, Any]]:
+    """The process rows of a bundle's classification (``classification.json``); none when it has none."""
+    if bundle is None:
+        return []
+    try:
+        with open(bundle / "classification.json", "rb") as f:
+            raw = f.read(MAX_CLASSIFICATION_BYTES + 1)
+        if len(raw) > MAX_CLASSIFICATION_BYTES:
+            return []
+        rows = json.loads(raw).get("process_rows")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return []  # no stacks were captured, or an older bundle: nothing to report
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def _without_rows(agreed: dict[str, Any]) -> dict[str, Any]:
+    """An agreement as journaled: the reports without their process rows (``cohort_culprit`` says what they mean)."""
+    reports = agreed.get("reports") or {}
+    return {**agreed, "reports": {n: ({k: v for k, v in r.items() if k != "processes"} if isinstance(r, dict) else r)
+                                  for n, r in reports.items()}}

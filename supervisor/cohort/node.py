@@ -75,6 +75,9 @@ class Cohort:
         self.local_stop: int | None = None
         self.stopped: dict[str, Any] | None = None
         self.on_stop: Callable[[dict[str, Any]], None] | None = None
+        #: names the culprit from every node's process rows (``diagnostics.across_nodes.culprit_across``,
+        #: given by the CLI: the cohort does not read stacks itself); None: no culprit is named
+        self.name_culprit: Callable[[Mapping[int, Sequence[Any]]], dict[str, Any] | None] | None = None
         self._stop_published = False
         self._stop_lock = threading.Lock()
         self._left: dict[int, dict[str, Any]] = {}  # nodes that left on purpose (finished, gave up, stopped)
@@ -486,9 +489,11 @@ class Cohort:
         """Say our evidence is taken; wait (bounded) until every node's is. Seconds waited, or None."""
         return self.incidents.all_captured(attempt, timeout)
 
-    def agree(self, attempt: int, steps: Sequence[int], policy: GraphPolicy) -> Agreement:
-        """Report, then wait (bounded) for node 0's decision on checkpoint and policy."""
-        return self.incidents.agree(attempt, steps, policy)
+    def agree(self, attempt: int, steps: Sequence[int], policy: GraphPolicy,
+              processes: Sequence[Mapping[str, Any]] = ()) -> Agreement:
+        """Report (with this node's incident's process rows), then wait (bounded) for node 0's
+        decision on checkpoint and policy."""
+        return self.incidents.agree(attempt, steps, policy, processes=processes)
 
     def resume(self, attempts: int, steps: Sequence[int], policy: GraphPolicy) -> Agreement:
         """A job resumed on every node (``hangwatch run --resume``): before its first attempt,

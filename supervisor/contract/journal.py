@@ -42,6 +42,7 @@ EVENTS = (
     "cohort_joined",
     "cohort_incident",
     "cohort_agreed",
+    "cohort_culprit",  # the process holding a multi-node job up, named alike on every node from all nodes' stacks
     "member_lost",
     "cohort_unauthenticated",  # multi-node without a secret: anyone who reaches the store can forge records
     "cohort_value_ignored",  # a store value no node of this job wrote (or too large, deep...): ignored, once per key
@@ -374,6 +375,6 @@ def fold_journal(records: Sequence[Mapping[str, Any]]) -> RunRecord:
                 run.attempts[-1].interrupted = True
         elif event == "cohort_joined":
             run.cohort = {k: r.get(k) for k in ("node_rank", "nnodes", "cohort_id", "store", "hosts_store")}
-        elif event in ("cohort_incident", "cohort_agreed", "member_lost"):
+        elif event in ("cohort_incident", "cohort_agreed", "cohort_culprit", "member_lost"):
             run.cohort_events.append({k: v for k, v in r.items() if k not in ("run_id", "reports", "suspect_evidence")})
     return run

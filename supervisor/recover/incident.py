@@ -77,6 +77,8 @@ class CohortVoice(Protocol):
 
     def captured(self, attempt: int, timeout: float) -> None: ...
 
+    def evidence_taken(self, attempt: int, bundle: Path | None) -> None: ...
+
 
 @dataclass(frozen=True)
 class AttemptFiles:
@@ -211,6 +213,7 @@ class IncidentPath:
             self.retention()
             if self.cohort is not None and verdict.kind is not VerdictKind.COHORT_LOST:
                 self.cohort.captured(st.attempt, self.capture.timeout)
+                self.cohort.evidence_taken(st.attempt, evidence)
             if verdict.kind is VerdictKind.STALL:
                 st.stalls += 1
             if escalate_policy and not observe_only:

@@ -74,7 +74,14 @@ def test_a_wedged_rank_on_node_1_is_one_incident_and_every_node_resumes_together
         status = json.loads(subprocess.run([HANGWATCH, "status", "--json", str(job.tmp / f"run{i}")],
                                            capture_output=True, text=True, timeout=30).stdout)
         assert status["cohort"]["node_rank"] == i and status["cohort"]["nnodes"] == 2
-        assert [e["event"] for e in status["cohort"]["events"]] == ["cohort_incident", "cohort_agreed"]
+        assert [e["event"] for e in status["cohort"]["events"]] == ["cohort_incident", "cohort_agreed", "cohort_culprit"]
+        # Node 0 dumped only ranks waiting in the collective; still, its record names node 1's rank,
+        # as node 1's does: the nodes' process rows travel with their agreement reports.
+        culprit = next(r for r in records if r["event"] == "cohort_culprit")
+        # (c10d's rendezvous gives ranks in arrival order, not by node: the rank is the one torchrun gave)
+        assert culprit["node"] == 1 and culprit["rank"] in (0, 1), culprit
+        assert (culprit["pid"], culprit["rank"]) == (replay["suspect"]["pid"], replay["suspect"]["rank"])
+        assert "wait in a collective" in culprit["reason"]
 
 
 @pytest.mark.timeout(180)

@@ -269,3 +269,74 @@ def test_a_stop_on_this_node_ends_its_own_cohort_waits_at_once():
                                               Decision(True, "restart after crash", None, 0.5))
     assert (decision.restart, decision.exit_code) == (False, 128 + signal.SIGINT)
     assert n1.clock() < 1.0, "at once, not after the capture timeout or the barrier deadline"
+
+
+def _bundle_with_rows(tmp_path, name, rows):
+    bundle = tmp_path / name
+    bundle.mkdir()
+    (bundle / "classification.json").write_text(json.dumps({"signature_id": "x", "process_rows": rows}))
+    return bundle
+
+
+def test_every_node_names_the_rank_that_blocks_outside_the_collective_on_another_node(tmp_path):
+    """Node 0 dumped only a rank waiting in the collective, and cannot name the culprit alone;
+    with node 1's rows in the agreement, both nodes' journals name node 1's rank."""
+    from hangwatch.diagnostics.across_nodes import culprit_across
+
+    store = MemoryStore()
+    nodes = [node(store, i) for i in range(2)]
+    join_all(nodes)
+    waiting = {"pid": 11, "rank": 0, "state": "stalled", "signature_id": "nccl-collective-wait", "collective": True,
+               "evidence": ["all_reduce (torch/distributed/distributed_c10d.py:2501)"]}
+    stuck = {"pid": 22, "rank": 1, "state": "stalled", "signature_id": "lock-wait", "collective": False,
+             "evidence": ["acquire (threading.py:120)"], "top_frames": ["load (data.py:9)"]}
+    bundles = [_bundle_with_rows(tmp_path, "b0", [waiting]), _bundle_with_rows(tmp_path, "b1", [stuck])]
+    journals = [FakeJournal() for _ in nodes]
+    links = [CohortLink(n, (lambda j=j: j)) for n, j in zip(nodes, journals)]
+    for n, link, bundle in zip(nodes, links, bundles):
+        n.name_culprit = culprit_across
+        link.evidence_taken(1, bundle)
+    results = [None, None]
+
+    def agree(i):
+        results[i] = links[i].agree(1, Verdict(VerdictKind.STALL, 0.0, 0.0, "x"), [4], GraphPolicy())
+
+    threads = [threading.Thread(target=agree, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert all(r is not None and r[1] is None for r in results), results
+    for journal in journals:
+        culprit = next(r for r in journal.records if r["event"] == "cohort_culprit")
+        assert (culprit["node"], culprit["rank"], culprit["pid"]) == (1, 1, 22)
+        assert culprit["signature_id"] == "lock-wait"
+        agreed = next(r for r in journal.records if r["event"] == "cohort_agreed")
+        assert all("processes" not in r for r in agreed["reports"].values()), "the journal keeps the agreement short"
+
+
+def test_hostile_process_rows_in_a_report_name_no_culprit_and_stop_nothing(tmp_path):
+    from hangwatch.diagnostics.across_nodes import culprit_across
+
+    store = MemoryStore()
+    nodes = [node(store, i) for i in range(2)]
+    join_all(nodes)
+    garbage = [1, "x", None, {"state": "stalled", "pid": "1" * 5000, "rank": -3, "collective": "yes"},
+               {"state": {"deep": [[[]]]}}, {"state": "stalled", "evidence": [7, None, "x" * 10_000]}]
+    bundles = [_bundle_with_rows(tmp_path, "b0", garbage), _bundle_with_rows(tmp_path, "b1", garbage[::-1])]
+    journals = [FakeJournal() for _ in nodes]
+    links = [CohortLink(n, (lambda j=j: j)) for n, j in zip(nodes, journals)]
+    for n, link, bundle in zip(nodes, links, bundles):
+        n.name_culprit = culprit_across
+        link.evidence_taken(1, bundle)
+    results = [None, None]
+
+    def agree(i):
+        results[i] = links[i].agree(1, Verdict(VerdictKind.STALL, 0.0, 0.0, "x"), [4], GraphPolicy())
+
+    threads = [threading.Thread(target=agree, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert all(r is not None and r[0] is not None for r in results), "the agreement stands"
