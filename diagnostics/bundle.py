@@ -186,7 +186,8 @@ class Bundle:
                 objects += weight
                 dump = parse_json(self.text(name) or "", round_no=int(m.group(1)), source=f"{self.source}:{name}")
                 if cmdlines is None:
-                    cmdlines, ranks = _cmdlines(self), _ranks(self)
+                    rows = self.process_rows()
+                    cmdlines, ranks = _cmdlines(rows), _ranks(rows)
                 pid = dump.pid if dump.pid is not None else int(m.group(2))
                 out.append(ProcessDump(pid, dump.threads, cmdlines.get(int(m.group(2)), ""), dump.python, dump.round,
                                        ranks.get(pid)))
@@ -224,15 +225,13 @@ def _stack_order(name: str) -> tuple:
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
-def _ranks(bundle: Bundle) -> dict[int, int]:
+def _ranks(rows: Any) -> dict[int, int]:
     """Each process's launcher rank (``processes.json``'s ``rank``, where the capture read one)."""
-    rows = bundle.process_rows()
     return {r["pid"]: r["rank"] for r in (rows if isinstance(rows, list) else []) if isinstance(r, dict) and isinstance(r.get("pid"), int)
             and isinstance(r.get("rank"), int) and not isinstance(r.get("rank"), bool)}
 
 
-def _cmdlines(bundle: Bundle) -> dict[int, str]:
-    rows = bundle.process_rows()
+def _cmdlines(rows: Any) -> dict[int, str]:
     return {int(r["pid"]): " ".join(r.get("cmdline") or []) for r in rows if "pid" in r}
 
 
