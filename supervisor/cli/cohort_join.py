@@ -100,7 +100,8 @@ def join_cohort(args: argparse.Namespace, config: Any, log: Any, membership: Any
     cohort = None
     try:
         store = TCPStoreClient(membership.host, membership.port, master=membership.is_leader,
-                               timeout=max(2.0, lease / 3), connect_timeout=join)  # as long as the join waits
+                               timeout=max(2.0, lease / 3), connect_timeout=join,  # as long as the join waits
+                               secret=secret)
         cohort = Cohort(store, membership, fingerprint, lease_interval=max(0.2, lease / 10), lease_timeout=lease,
                         barrier_timeout=barrier_timeout(config), launcher=runs_launcher(config.command),
                         secret=secret)
