@@ -149,3 +149,29 @@ def test_a_client_never_talks_to_a_store_that_does_not_hold_the_secret():
     finally:
         fake.stop()
         impostor.close()
+
+
+@pytest.mark.slow
+def test_the_nodes_helpers_speak_through_it_and_a_node_with_another_secret_or_none_is_refused_saying_so():
+    """Real store helpers, as the supervisors start them (the secret on the helper's stdin)."""
+    from hangwatch.supervisor.cohort.store import StoreError, TCPStoreClient
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    host = TCPStoreClient("127.0.0.1", port, master=True, timeout=2.0, connect_timeout=10, secret=SECRET)
+    try:
+        assert host.authenticated and host.bound == "host"
+        peer = TCPStoreClient("127.0.0.1", port, master=False, timeout=2.0, connect_timeout=10, secret=SECRET)
+        peer.set("k", "v")
+        assert host.get("k") == "v" and peer.get("none") is None and peer.add("c", 2) == 2
+        peer.close()
+        with pytest.raises(StoreError, match="refused this node's secret"):
+            TCPStoreClient("127.0.0.1", port, master=False, timeout=2.0, connect_timeout=10,
+                           secret=b"another secret of 32 bytes......")
+        pytest.importorskip("torch.distributed")
+        with pytest.raises(StoreError, match="authenticates its clients: give this node the job's secret"):
+            TCPStoreClient("127.0.0.1", port, master=False, timeout=2.0, connect_timeout=10)
+        assert host.get("k") == "v"
+    finally:
+        host.close()

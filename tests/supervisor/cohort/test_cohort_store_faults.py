@@ -93,7 +93,8 @@ class _Blip:
 
 
 @pytest.mark.slow
-def test_a_store_blip_shorter_than_the_lease_leaves_every_later_call_right():
+@pytest.mark.parametrize("secret", [None, b"0123456789abcdef0123456789abcdef"], ids=["c10d", "authenticated"])
+def test_a_store_blip_shorter_than_the_lease_leaves_every_later_call_right(secret):
     """node 0's store stalls (a frozen host, a network blip) for longer than one call's
     deadline, then comes back: calls that timed out get their replies late, and those must
     not answer later calls (before: the next reads were off by one or two lines, and both
@@ -111,9 +112,9 @@ def test_a_store_blip_shorter_than_the_lease_leaves_every_later_call_right():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    host = TCPStoreClient("127.0.0.1", port, master=True, timeout=1.0, connect_timeout=30)
+    host = TCPStoreClient("127.0.0.1", port, master=True, timeout=1.0, connect_timeout=30, secret=secret)
     blip = _Blip(port)
-    peer = TCPStoreClient("127.0.0.1", blip.port, master=False, timeout=1.0, connect_timeout=30)
+    peer = TCPStoreClient("127.0.0.1", blip.port, master=False, timeout=1.0, connect_timeout=30, secret=secret)
     try:
         peer.set("k", "v")
         frozen = psutil.Process(host.proc.pid)
