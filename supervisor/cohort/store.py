@@ -79,10 +79,12 @@ class TCPStoreClient:
             error = str(hello.get("error", "no answer"))
             hint = ("this node (0) hosts it: is the port free on this host?" if master else
                     "node 0's store authenticates its clients: give this node the job's secret too "
-                    "(--cohort-secret-file or $HANGWATCH_COHORT_SECRET)" if secret is None and "Ping failed" in error else
+                    "(--cohort-secret-file or $HANGWATCH_COHORT_SECRET)" if secret is None and ("Ping failed" in error or "authenticated store" in error) else
                     "node 0's supervisor hosts it: is hangwatch run started on node 0 with the same --cohort, "
                     "and the port reachable from this node?")
             where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # an IPv6 address as it is written
+            if "secret" in error:  # the store's own refusal says what to do
+                raise StoreError(f"cohort store at {where}: {error}")
             raise StoreError(f"cohort store at {where}: {error} ({hint})")
         self.port = int(hello["port"])
         #: "host": node 0's store listens on the --cohort host alone; "all": on every interface (the host is

@@ -88,6 +88,11 @@ _KEEP: list[object] = []  # sockets and servers that must live as long as this p
 
 def _c10d(host: str, port: int, master: bool, timeout: float, call_timeout: float):
     """Without a secret: c10d's ``TCPStore`` (node 0 hosts it). Returns (store, reconnect, errors, bound)."""
+    if not master and _greets_first(host, port):
+        # c10d's client would retry its ping for longer than its timeout, then fail unexplained
+        from hangwatch.supervisor.cohort.authstore import StoreRefused  # noqa: PLC0415
+
+        raise StoreRefused("it greets as an authenticated store")
     from torch.distributed import DistNetworkError, TCPStore  # noqa: PLC0415  (only in this helper process)
 
     listener = _listener(host, port) if master else None
@@ -108,6 +113,19 @@ def _c10d(host: str, port: int, master: bool, timeout: float, call_timeout: floa
         return store
 
     return server, reconnect, (DistNetworkError, OSError), bound, server.port
+
+
+def _greets_first(host: str, port: int) -> bool:
+    """Whether the store on the port speaks first, as the authenticated store does (c10d's waits for its
+    client's ping): a node given no secret while node 0 was. False when nothing answers yet."""
+    from hangwatch.supervisor.cohort.authstore import MAGIC  # noqa: PLC0415
+
+    try:
+        with socket.create_connection((host, port), timeout=RECONNECT_S) as probe:
+            probe.settimeout(0.5)
+            return probe.recv(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
 
 
 def _authenticated(host: str, port: int, master: bool, timeout: float, call_timeout: float, secret: bytes):
@@ -169,8 +187,12 @@ def main(argv: list[str]) -> int:
             if store is None:  # the connection broke: a new one, at most once per RECONNECT_EVERY_S
                 if time.monotonic() < retry_at:
                     raise ConnectionError("the connection to the cohort store broke; reconnecting")
-                retry_at = time.monotonic() + RECONNECT_EVERY_S
-                store = reconnect()
+                tried = time.monotonic()
+                try:
+                    store = reconnect()
+                except Exception:
+                    retry_at = tried + RECONNECT_EVERY_S  # (a connection that came back may break again at once)
+                    raise
             reply = {"ok": True, **_serve(store, line)}
         except Exception as exc:  # noqa: BLE001
             if isinstance(exc, broken) and reconnect is not None:
