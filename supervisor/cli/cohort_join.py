@@ -82,6 +82,14 @@ def join_cohort(args: argparse.Namespace, config: Any, log: Any, membership: Any
         secret = load_secret(getattr(args, "cohort_secret_file", None), os.environ)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
+    from hangwatch.supervisor.cohort.launcher import rendezvous_port  # noqa: PLC0415
+
+    if secret is not None and rendezvous_port(config.command) == membership.port:
+        # torchrun would share the store (its node 0 finds the port taken and connects as a client),
+        # but the authenticated store takes only hangwatch's nodes: every launcher would be refused.
+        raise UsageError(f"--cohort port {membership.port} is also the launcher's rendezvous port: with a cohort "
+                         "secret the store takes only hangwatch's own nodes, and the launcher's rendezvous would be "
+                         f"refused; give --cohort another port (for example {membership.port + 1 if membership.port < 65535 else membership.port - 1})")
     lease = float(getattr(args, "lease_timeout", 15.0))
     join = float(getattr(args, "join_timeout", None) or 120.0)
     started = time.monotonic()
@@ -101,7 +109,8 @@ def join_cohort(args: argparse.Namespace, config: Any, log: Any, membership: Any
     cohort = None
     try:
         store = TCPStoreClient(membership.host, membership.port, master=membership.is_leader,
-                               timeout=max(2.0, lease / 3), connect_timeout=join)  # as long as the join waits
+                               timeout=max(2.0, lease / 3), connect_timeout=join,  # as long as the join waits
+                               secret=secret)
         cohort = Cohort(store, membership, fingerprint, lease_interval=max(0.2, lease / 10), lease_timeout=lease,
                         barrier_timeout=barrier_timeout(config), launcher=runs_launcher(config.command),
                         secret=secret)

@@ -68,3 +68,23 @@ def rendezvous_nodes(pid: int) -> int | None:
             value = entry.partition(b"=")[2]
             return int(value) if value.isdigit() and len(value) < 10 else None
     return None
+
+
+_PORT_OPTIONS = ("--rdzv-endpoint", "--rdzv_endpoint", "--master-port", "--master_port", "--main_process_port",
+                 "--main-process-port")
+
+
+def rendezvous_port(command: Sequence[str]) -> int | None:
+    """The port the launcher in ``command`` hosts or joins its rendezvous on, when an option names it
+    (``--rdzv-endpoint HOST:PORT``, ``--master-port PORT``...), else None."""
+    argv = [str(a) for a in command]
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        if name not in _PORT_OPTIONS:
+            continue
+        if not eq:
+            value = argv[i + 1] if i + 1 < len(argv) else ""
+        port = value.rpartition(":")[2] if "endpoint" in name else value
+        if port.isdigit() and len(port) <= 5:
+            return int(port)
+    return None

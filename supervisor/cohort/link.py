@@ -83,7 +83,8 @@ class CohortLink:
     def joined(self) -> None:
         me = self.cohort.me
         self.journal.append("cohort_joined", node_rank=me.node_rank, nnodes=me.nnodes, cohort_id=me.cohort_id,
-                            store=f"{me.endpoint}", hosts_store=me.is_leader, engine_recovery=ENGINE_RECOVERY_OFF)
+                            store=f"{me.endpoint}", hosts_store=me.is_leader, engine_recovery=ENGINE_RECOVERY_OFF,
+                            authenticated=self.cohort.store.sealer.authenticated)
         log.info("cohort_joined", message=(f"cohort of {me.nnodes} nodes joined; engine-level recovery is off in a "
                                            f"cohort: {ENGINE_RECOVERY_OFF}"))
         if not self.cohort.store.sealer.authenticated:
@@ -355,8 +356,9 @@ class CohortLink:
         return handler
 
 
-UNAUTHENTICATED = ("the cohort is unauthenticated: anyone who reaches the store's port can read its records and "
-                   "write forged ones (a forged stop or incident acts on every node); give every node the same "
+UNAUTHENTICATED = ("the cohort is unauthenticated: anyone who reaches the store's port can list, read, overwrite "
+                   "and erase its records and write forged ones (a forged stop or incident acts on every node; an "
+                   "erased record can end the job with 75); give every node the same "
                    "secret with --cohort-secret-file or $HANGWATCH_COHORT_SECRET (docs/multinode.md)")
 STORE_BINDS_ALL = ("the --cohort host is no address of this machine, so the store listens on every interface: limit "
                    "its port to the job's nodes with a firewall rule (docs/multinode.md)")

@@ -1,9 +1,10 @@
 """A small key-value store interface for the cohort, with the real backend and a fake.
 
 ``Store`` is what ``node.Cohort`` needs: set, non-blocking get, atomic add,
-compare-and-set (first writer wins). ``TCPStoreClient`` drives PyTorch's c10d
-``TCPStore`` through ``store_helper`` (a process of its own: the supervisor
-never imports torch); every call has a deadline. The tests' in-memory fake of
+compare-and-set (first writer wins). ``TCPStoreClient`` drives the store over TCP
+through ``store_helper`` (a process of its own: the supervisor never imports torch):
+PyTorch's c10d ``TCPStore``, or with the job's secret the authenticated ``authstore``;
+every call has a deadline. The tests' in-memory fake of
 ``Store`` (``tests/fakes.py``) has the same semantics.
 """
 
@@ -44,7 +45,9 @@ class TCPStoreClient:
     _discarding = False  # inside a reply line that was too long: dropped up to its end
 
     def __init__(self, host: str, port: int, *, master: bool, timeout: float = 10.0,
-                 connect_timeout: float = 60.0) -> None:
+                 connect_timeout: float = 60.0, secret: bytes | None = None) -> None:
+        """``secret``: the job's cohort secret; with it the store is the authenticated one
+        (``authstore``), which every node must then be given too."""
         self.timeout = timeout
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -60,6 +63,12 @@ class TCPStoreClient:
         with _helpers_lock:
             HELPER_PIDS.add(self.proc.pid)  # ours, not the trainer's: never sampled or killed with the tree
         try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(((secret or b"").hex() + "\n").encode())  # its first line: never in argv
+            self.proc.stdin.flush()
+        except OSError:
+            pass  # the helper died at once: its missing hello says so below
+        try:
             hello = self._read(connect_timeout + 30.0)
         except BaseException:  # a stop while node 0 is awaited: the helper must not outlive us
             self.proc.kill()
@@ -67,15 +76,22 @@ class TCPStoreClient:
             raise
         if not hello.get("ready"):
             self.close()
+            error = str(hello.get("error", "no answer"))
             hint = ("this node (0) hosts it: is the port free on this host?" if master else
+                    "node 0's store authenticates its clients: give this node the job's secret too "
+                    "(--cohort-secret-file or $HANGWATCH_COHORT_SECRET)" if secret is None and ("Ping failed" in error or "authenticated store" in error) else
                     "node 0's supervisor hosts it: is hangwatch run started on node 0 with the same --cohort, "
                     "and the port reachable from this node?")
             where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # an IPv6 address as it is written
-            raise StoreError(f"cohort store at {where}: {hello.get('error', 'no answer')} ({hint})")
+            if "secret" in error:  # the store's own refusal says what to do
+                raise StoreError(f"cohort store at {where}: {error}")
+            raise StoreError(f"cohort store at {where}: {error} ({hint})")
         self.port = int(hello["port"])
         #: "host": node 0's store listens on the --cohort host alone; "all": on every interface (the host is
         #: no address of this machine); None: this node only connects
         self.bound = hello.get("bound")
+        #: whether the store authenticates every connection (the job's secret; ``authstore``)
+        self.authenticated = bool(hello.get("authenticated"))
 
     def _read(self, timeout: float, want: int | None = None) -> dict:
         """The next reply line (the one answering request ``want``, when given), within ``timeout``.

@@ -289,3 +289,15 @@ def test_a_cohort_secret_file_others_may_read_is_refused_before_the_join(tmp_pat
                           "--node-rank", "0", "--nnodes", "2", "--cohort-secret-file", str(secret), "--", "true"])
     assert code == EXIT_USAGE
     assert message in capsys.readouterr().err
+
+
+def test_a_secret_cohort_on_the_launchers_rendezvous_port_is_refused_before_the_join(tmp_path, capsys):
+    """torchrun would connect to the authenticated store as its rendezvous, and be refused."""
+    secret = tmp_path / "secret"
+    secret.write_text("0123456789abcdef0123456789abcdef\n")
+    secret.chmod(0o600)
+    code = cli_main.main(["run", "--run-dir", str(tmp_path / "r"), "--gpu-probe", "none", "--cohort", "127.0.0.1:29400",
+                          "--node-rank", "0", "--nnodes", "2", "--cohort-secret-file", str(secret), "--", "torchrun",
+                          "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:29400", "train.py"])
+    assert code == EXIT_USAGE
+    assert "give --cohort another port (for example 29401)" in capsys.readouterr().err

@@ -108,3 +108,56 @@ def _wait_training(job: Job, node: int) -> None:
             return
         time.sleep(0.5)
     pytest.fail(f"node {node} never started training")
+
+
+#: what a stranger who reached the store's port writes to it, each on a connection of its own
+HOSTILE_PAYLOADS = {
+    "deep": b"[" * 400_000 + b"]" * 400_000,
+    "huge": b"x" * (3 << 20),
+    "not-utf8": b"\xff\xfe" * 64,
+    "non-finite": b'{"attempt": 2, "node": 0, "kind": "stall", "reason": "x", "wall": NaN}' + b" " * 64,
+    "forged-incident": json.dumps({"op": "set", "key": "incident/1", "value": json.dumps(
+        {"attempt": 1, "node": 0, "kind": "stall", "reason": "forged", "wall": 1.0})}).encode(),
+    "forged-stop": json.dumps({"op": "set", "key": "stop", "value": '{"node": 0, "signal": 15}'}).encode(),
+}
+
+
+def stranger_attacks(host: str, port: int) -> dict[str, str]:
+    """Everything a stranger without the job's secret tries on an authenticated store's port, and what
+    it got: "refused" (a c10d client that would list, overwrite and delete keys) or "dropped" (the
+    connection closed by the store before any request was read); anything else is a way in."""
+    import datetime
+
+    results: dict[str, str] = {}
+    try:
+        from torch.distributed import TCPStore
+
+        c10d = TCPStore(host, port, None, False, datetime.timedelta(seconds=5), wait_for_workers=False)
+    except Exception:  # noqa: BLE001  (any failure to connect is the store refusing)
+        results["c10d"] = "refused"
+    else:
+        try:
+            keys = c10d.list_keys()
+            c10d.delete_key(keys[0])
+            results["c10d"] = f"listed {len(keys)} keys and deleted one"
+        except Exception as exc:  # noqa: BLE001
+            results["c10d"] = f"connected, then {type(exc).__name__}"
+    try:
+        for name, payload in HOSTILE_PAYLOADS.items():
+            with socket.create_connection((host, port), timeout=10) as sock:
+                try:
+                    sock.sendall(payload)
+                    while sock.recv(65536):
+                        pass  # the greeting, then nothing until the store drops us
+                    results[name] = "dropped"
+                except (BrokenPipeError, ConnectionResetError):
+                    results[name] = "dropped"
+                except TimeoutError:
+                    results[name] = "kept open"
+        flood = [socket.create_connection((host, port), timeout=10) for _ in range(200)]  # more than it serves
+        time.sleep(2.0)
+        for sock in flood:
+            sock.close()
+    except ConnectionRefusedError:
+        results["store"] = "gone"  # node 0 stopped (a test that ends the job on purpose)
+    return results

@@ -122,9 +122,17 @@ def _check_cut(job: Job, gone: dict[int, float]) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_a_link_cut_during_training_kills_every_nodes_ranks_within_the_lease(tmp_path, two_namespaces):
+@pytest.mark.parametrize("store", ["c10d", "authenticated"])
+def test_a_link_cut_during_training_kills_every_nodes_ranks_within_the_lease(tmp_path, two_namespaces, store):
+    """``authenticated``: with the job's secret, the store is hangwatch's own (``authstore``)."""
     ns, veth, addrs = two_namespaces
-    job = _job(tmp_path, ns, veth, addrs, steps=2000)
+    extra = None
+    if store == "authenticated":
+        secret = tmp_path / "cohort.secret"
+        secret.write_text("0123456789abcdef0123456789abcdef\n")
+        secret.chmod(0o600)
+        extra = {i: ["--cohort-secret-file", str(secret)] for i in range(2)}
+    job = _job(tmp_path, ns, veth, addrs, steps=2000, extra=extra)
     try:
         _wait_training(job, 0)
         _wait_training(job, 1)

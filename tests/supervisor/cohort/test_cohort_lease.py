@@ -317,3 +317,30 @@ def test_a_call_that_failed_across_a_pause_of_this_node_is_not_a_lease_of_failur
     assert CohortLink(n1, lambda: None).verdict(1, clock.now) is None and n1.problem is None
     for n in (n0, n1):
         n._stop.set()
+
+
+def test_a_lease_record_erased_within_the_lease_never_has_its_node_taken_for_lost():
+    """Without a secret a stranger can erase any key: an erased counter reads as moved, and its
+    node writes it again at its next round (with a secret no stranger reaches the store at all)."""
+    store = MemoryStore()
+    c0, c1 = node_clock(), node_clock()
+    n0, n1 = node(store, 0, clock=c0), node(store, 1, clock=c1)
+    join_all([n0, n1])
+    for round_ in range(60):
+        c0.now += 1.0
+        c1.now += 1.0
+        if round_ % 3 == 0:
+            n1.renew()  # node 1 renews slowly, well within the lease (10 s)
+        if round_ % 7 == 0:
+            store.data.pop(n1._key("lease", 1), None)  # the stranger erases it
+        n0.renew()
+    assert n0.problem is None
+    for _ in range(5):  # node 1 gone; its record erased once more: it reads as moved, once
+        c0.now += 1.0
+        n0.renew()
+    assert n0.problem is None
+    store.data.pop(n1._key("lease", 1), None)
+    for _ in range(11):  # and a lease after that, node 1 is lost all the same
+        c0.now += 1.0
+        n0.renew()
+    assert isinstance(n0.problem, MemberLost) and n0.problem.node == 1

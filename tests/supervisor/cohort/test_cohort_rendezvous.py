@@ -17,7 +17,7 @@ from hangwatch.contract.exitcodes import EXIT_COHORT
 from hangwatch.contract.journal import read_journal
 from hangwatch.supervisor.cohort.launcher import rendezvous_nodes
 from hangwatch.supervisor.cohort.link import CohortLink
-from hangwatch.supervisor.cohort.launcher import runs_launcher
+from hangwatch.supervisor.cohort.launcher import rendezvous_port, runs_launcher
 from hangwatch.supervisor.cohort.membership import Membership
 from hangwatch.supervisor.cohort.node import Cohort
 
@@ -116,6 +116,19 @@ def test_a_launcher_in_the_cohorts_rendezvous_is_checked_once():
 ])
 def test_which_commands_join_the_jobs_rendezvous(command, launcher):
     assert runs_launcher(command) is launcher
+
+
+@pytest.mark.parametrize("command, port", [
+    (["torchrun", "--rdzv-endpoint", "node0:29400", "t.py"], 29400),
+    (["torchrun", "--rdzv_endpoint=[fd00::5]:29500", "t.py"], 29500),
+    (["torchrun", "--master-port", "29501", "t.py"], 29501),
+    (["accelerate", "launch", "--main_process_port=29502", "t.py"], 29502),
+    (["torchrun", "--rdzv-endpoint", "node0", "t.py"], None),
+    (["python", "train.py"], None),
+])
+def test_the_launchers_rendezvous_port_is_read_from_its_options(command, port):
+    """With a cohort secret the cohort's port cannot be the launcher's too (its clients would be refused)."""
+    assert rendezvous_port(command) == port
 
 
 @pytest.mark.parametrize("size, node1_launcher, stopped", [
