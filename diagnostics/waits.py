@@ -48,10 +48,10 @@ BLOCKING_FAMILIES = frozenset(("nccl-collective-wait", "cuda-synchronize-wait", 
                                "gil-deadlock"))
 #: ``lock-wait`` matches any threading wait; these families say better what it is.
 REFINES_LOCK_WAIT = frozenset(("event-wait", "queue-wait", "thread-join", "future-wait", "subprocess-wait",
-                               "socket-read", "file-lock-wait", "dataloader-wait", "asyncio-blocked"))
-# Not ``gil-deadlock``: the corpus's older labels name a GIL wait under the generic lock-wait
-# signature ``lock-wait`` (a GIL/lock inversion is a lock wait), so a GIL wait that the
-# signature matched keeps that id; only a GIL wait no signature names gets the family.
+                               "socket-read", "file-lock-wait", "dataloader-wait", "asyncio-blocked", "gil-deadlock"))
+# ``gil-deadlock`` too: a thread waiting to take the GIL matches the generic lock-wait
+# signature (take_gil sits on a mutex or a semaphore), but what it waits for is the GIL, and
+# the cure differs (release the GIL before blocking), so the wait's own family names it.
 #: A join at interpreter exit (``shutdown-join``) whose thread sits in one of these says
 #: better what the exit waits for: the lock file the joined work waits on. (A child process
 #: joined at exit stays the exit's wait: ``shutdown-join`` ranks above ``child-process-wait``.)

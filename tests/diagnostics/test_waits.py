@@ -166,6 +166,15 @@ def test_a_gil_wait_no_signature_names_gets_the_gil_family():
     assert c is not None and c.signature_id == "gil-deadlock"
 
 
+def test_a_gil_wait_the_lock_signature_matches_is_named_the_gil():
+    """take_gil on a semaphore under a lock's acquire matches the generic lock-wait
+    signature; the thread waits for the GIL, so the GIL family names it."""
+    c = _classify(_thread(_c("do_futex_wait"), _c("sem_wait"), _c("PyThread_acquire_lock", "libpython2.7.so"),
+                          _c("PyEval_RestoreThread", "libpython2.7.so"), _c("lock_PyThread_acquire_lock", "libpython2.7.so"),
+                          _c("PyEval_EvalFrameEx", "libpython2.7.so")))
+    assert c is not None and c.signature_id == "gil-deadlock"
+
+
 def test_a_sleep_in_an_acquire_loop_is_a_polling_lock():
     """An acquire loop that tries and sleeps between tries (a soft file lock, a lock file):
     the ``time.sleep`` on a Ctrl-C traceback's innermost line is the lock's wait."""
