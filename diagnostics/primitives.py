@@ -156,6 +156,9 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("store-wait", "the distributed store", "torch.distributed rendezvous",
         r"^(\w+\.)?(next_rendezvous|_rendezvous|rendezvous|_store_based_barrier|_exit_barrier|_barrier|barrier|store_get|_get_store|sync|synchronize|get_all|_try_wait_get|_wait)$",
         r"torch/distributed/(elastic/(rendezvous|utils/store|agent)|rendezvous\.py)"),
+    # The store-based barrier that init_process_group/new_group run on the store (not a collective).
+    _py("store-wait", "the distributed store", "torch.distributed `_store_based_barrier`",
+        r"^(\w+\.)?_store_based_barrier$", r"torch/distributed/distributed_c10d\.py$"),
     _py("nccl-collective-wait", "a collective", "torch.distributed collective",
         r"(^|[._])(all_reduce|all_gather|all_gather_into_tensor|reduce_scatter|reduce_scatter_tensor|broadcast|barrier|"
         r"all_to_all|all_to_all_single|monitored_barrier|all_gather_object|broadcast_object_list|gather|gather_object|scatter|"

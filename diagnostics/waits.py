@@ -234,12 +234,32 @@ def refine(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) 
     """``sig``, unless it is the generic ``lock-wait`` and the thread's wait says better
     what it is (an Event or Condition, a queue, a join, a future, the GIL...), or a join
     at interpreter exit whose thread waits on a child process or a lock file."""
+    if sig.id == "nccl-comm-init":
+        return _store_not_nccl(sig, thread, signatures)
     if sig.id not in ("lock-wait", "shutdown-join"):
         return sig
     w = wait_of(thread)
     if w is None or w.category not in (REFINES_LOCK_WAIT if sig.id == "lock-wait" else REFINES_EXIT_JOIN):
         return sig
     return family_signature(w.category, signatures)
+
+
+#: Frames that show a store wait serving NCCL's communicator setup (rank 0's unique id
+#: fetched through the store): such a wait is the communicator's, not the store's.
+_NCCL_SETUP = re.compile(r"(?i)nccl(GetUniqueId|CommInit|UniqueNCCLID|Comm\b)|getNCCLComm|initNCCLComm|UniqueNCCLID|pynccl")
+
+
+def _store_not_nccl(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) -> Signature:
+    """``nccl-comm-init`` matched a thread whose innermost wait is the c10d store (a
+    TCPStore client connecting, a store get, a store-based barrier): unless a frame of
+    the thread shows the wait serves NCCL's communicator setup, the store is what it waits
+    on (the master is unreachable, a rank never arrived) and ``store-wait`` names it."""
+    w = wait_of(thread)
+    if w is None or w.category != "store-wait":
+        return sig
+    if any(_NCCL_SETUP.search(f.function) or _NCCL_SETUP.search(f.file) for f in thread.frames[:MAX_WAIT_FRAMES]):
+        return sig
+    return family_signature("store-wait", signatures)
 
 
 def outranks_wrapper(thread: ThreadDump, evidence: Sequence[Frame]) -> bool:

@@ -62,7 +62,7 @@ Thread 57 (idle): "Thread-3 (_writer)"
     # Without a holder in the paste, the GIL wait is the verdict (a GIL deadlock).
     path.write_text(path.read_text().replace("(active+gil)", "(idle)"))
     (incident,) = analyse([path], SIGS)
-    assert incident.classification.signature_id == "lock-wait"
+    assert incident.classification.signature_id == "gil-deadlock"
 
 
 def test_only_idle_nccl_watchdog_threads_decide_nothing():

@@ -78,7 +78,6 @@ KNOWN_MISSES = {
     "gh-tfhub_326_colab-module-lockfile-wait": "unknown",
     "gh-torch-ngp_42_import-baton-wait-backticked": "unknown",
     "gh-ultralytics_673_yolo-train-hang-cut": "unknown",
-    "gh-vllm_15744_ray-serve-tcpstore-connect-timeout": "nccl-comm-init",
     "gh-vllm_5531_list-loras-worker-gloo-recv": "refused",
     # The second fresh collection (collection: fresh-2026-12b), as its first pass left it: no rule
     # has been written for it yet.
@@ -91,7 +90,6 @@ KNOWN_MISSES = {
     "gh-h2o4gpu_717_import-hang-gomp-threads-gdb": "unknown",
     "gh-instana-sensor_377_autotrace-import-gcs-faulthandler": "unknown",
     "gh-llamafactory_3698_ncclid-store-socket-timeout": "refused",
-    "gh-megatron-deepspeed_338_tp2pp2-store-barrier-4-of-8": "nccl-comm-init",
     "gh-metaseq_52_store-barrier-1792-of-2048": "refused",
     "gh-nemo-speech_14399_nemorun-prefixed-ncclid-store-wait": "refused",
     "gh-numpy_24290_import-hang-stdin-reader-thread": "unknown",
@@ -102,7 +100,6 @@ KNOWN_MISSES = {
     "gh-sglang_3398_two-subnet-store-waitforinput-newgroup": "nccl-comm-init",
     "gh-sglang_99_rpyc-init-model-result-expired": "unknown",
     "gh-transformer-xl_10_item-memcpy-dtoh-3days": "h2d-copy-stuck",
-    "gh-vllm_19670_tcpstore-ctor-client-timeout-frames": "nccl-comm-init",
     "gh-yolov5_4574_store-barrier-waiting-8-of-4": "refused",
 }
 

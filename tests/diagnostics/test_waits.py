@@ -312,3 +312,25 @@ def test_a_ctrl_c_traceback_names_the_call_on_its_innermost_source_line():
     w = wait_of(proc.threads[0])
     assert w is not None and w.category == "file-lock-wait" and w.caller is not None and w.caller.line == 80
     assert "`fcntl.flock()` on the innermost source line" in w.describe()
+
+
+def test_a_store_client_that_cannot_connect_waits_on_the_store():
+    """init_process_group's TCPStore client never reaching the master: the store is
+    what the rank waits on, though the process-group-init signature matches too."""
+    c = _classify(_thread(_c("c10d::tcputil::connect", SITE + "torch/lib/libtorch_cpu.so"),
+                          _c("c10d::TCPStore::TCPStore", SITE + "torch/lib/libtorch_cpu.so"),
+                          _py("_create_c10d_store", SITE + "torch/distributed/rendezvous.py"), USER))
+    assert c is not None and c.signature_id == "store-wait"
+
+
+def test_a_store_based_barrier_waits_on_the_store():
+    c = _classify(_thread(_py("_store_based_barrier", SITE + "torch/distributed/distributed_c10d.py"),
+                          _py("new_group", SITE + "torch/distributed/distributed_c10d.py"), USER))
+    assert c is not None and c.signature_id == "store-wait"
+
+
+def test_a_store_get_for_nccls_unique_id_is_the_communicators_setup():
+    c = _classify(_thread(_c("c10d::TCPStore::doGet", SITE + "torch/lib/libtorch_cpu.so"),
+                          _c("c10d::ProcessGroupNCCL::broadcastUniqueNCCLID", SITE + "torch/lib/libtorch_cuda.so"),
+                          _c("c10d::ProcessGroupNCCL::getNCCLComm", SITE + "torch/lib/libtorch_cuda.so"), USER))
+    assert c is not None and c.signature_id == "nccl-comm-init"
