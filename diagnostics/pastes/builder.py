@@ -135,6 +135,9 @@ class Builder:
     horovod_missing: tuple[str, str, tuple[int, ...]] | None = None
     shm_waits: dict[int | None, int] = field(default_factory=dict)  # pid -> vLLM's shm_broadcast wait lines logged
     trace: list[Frame] | None = None  # VLLM_TRACE_FUNCTION calls still open
+    # pid (None: no pid in the prefix) -> (the frame a library's wait message stands for, its
+    # message, how many lines said so): see logs.WAIT_MESSAGES
+    message_waits: dict[int | None, tuple[Frame, str, int]] = field(default_factory=dict)
 
     # -- stacks written by hand
     # Code-shaped names alone on their lines, waiting to see whether frames follow.

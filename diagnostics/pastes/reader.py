@@ -10,6 +10,7 @@ time is linear in the paste.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 # Imported as modules, not from the package (a cycle through its __init__): STEPS names each
@@ -143,6 +144,10 @@ def _route(first: str, start: int) -> tuple[tuple[int, Step], ...]:
     return route
 
 
+#: Words every line of ``logs.WAIT_MESSAGES`` holds: only such lines are tried against it.
+_MESSAGE_HINT = re.compile(r"barrier|ncclUniqueId|[Tt]imed out|[Tt]imeout|[Ll]ock|waitForInput")
+
+
 def feed(b: Builder, raw: str) -> None:
     """One line of the paste, read into ``b``."""
     raw = lines.normalise(b.report, raw)
@@ -152,6 +157,8 @@ def feed(b: Builder, raw: str) -> None:
     ln = lines.read_line(raw, b.learned_prefix)
     if ln is None:
         return
+    if _MESSAGE_HINT.search(raw) is not None:
+        logs.message_wait(b, raw, ln.prefix)
     b.prev_text, b.cur_text = b.cur_text, ln.s
     _read(b, ln, 0)
 

@@ -31,6 +31,7 @@ def finish(b: Builder) -> ParseReport:
     out = _process_dumps(b)
     _watchdog_ranks(b, out)
     _shm_waiters(b, out)
+    _message_waiters(b, out)
     _horovod_waiters(b, out)
     b.report.processes = tuple(out)
     return b.report
@@ -187,6 +188,20 @@ def _shm_waiters(b: Builder, out: list[ProcessDump]) -> None:
         b.report.frames += 1
         b.report.shm_wait_only += 1
         b.report.shm_wait_minutes = max(b.report.shm_wait_minutes, lines)
+
+
+def _message_waiters(b: Builder, out: list[ProcessDump]) -> None:
+    # A paste of a library's wait messages and no stack (torch's store-based barrier, a
+    # file lock's retry lines): each process that logged them waits there. Only then, as
+    # for the shm_broadcast lines: next to real stacks, the stacks say more.
+    if out or b.watchdog or b.horovod_missing is not None:
+        return
+    for pid, (frame, what, lines) in b.message_waits.items():
+        if len(out) >= MAX_PROCESSES:
+            break
+        out.append(ProcessDump(pid, (ThreadDump("log", "MainThread", (frame,)),)))
+        b.report.frames += 1
+        b.report.message_waits.append(f"{what} ({lines} line(s))")
 
 
 def _horovod_waiters(b: Builder, out: list[ProcessDump]) -> None:

@@ -78,20 +78,14 @@ KNOWN_MISSES = {
     "gh-tfhub_326_colab-module-lockfile-wait": "unknown",
     "gh-torch-ngp_42_import-baton-wait-backticked": "unknown",
     "gh-ultralytics_673_yolo-train-hang-cut": "unknown",
-    "gh-vllm_5531_list-loras-worker-gloo-recv": "refused",
     # The second fresh collection (collection: fresh-2026-12b), as its first pass left it: no rule
     # has been written for it yet.
     "code_fedml-smell_enospc-server-shutdown-nondaemon-recv": "refused",
     "gh-areal_701_ci-megatron-compile-wait-calltree": "refused",
-    "gh-club3090_726_orphan-download-lock-still-waiting": "refused",
     "gh-cppo_6_tcpstore-client-connect-timeout-frames": "unknown",
     "gh-cpython_121649_pystack-sigterm-shutdown-lock": "all-idle",
-    "gh-gpustack_39_filelock-debug-retry-after-crash": "refused",
     "gh-h2o4gpu_717_import-hang-gomp-threads-gdb": "unknown",
     "gh-instana-sensor_377_autotrace-import-gcs-faulthandler": "unknown",
-    "gh-llamafactory_3698_ncclid-store-socket-timeout": "refused",
-    "gh-metaseq_52_store-barrier-1792-of-2048": "refused",
-    "gh-nemo-speech_14399_nemorun-prefixed-ncclid-store-wait": "refused",
     "gh-numpy_24290_import-hang-stdin-reader-thread": "unknown",
     "gh-pai-megatron-patch_468_line-numbered-torchrun-store-timeout": "unknown",
     "gh-pytorch_19258_ctrlc-dataloader-get-batch-poll": "queue-wait",
@@ -100,7 +94,6 @@ KNOWN_MISSES = {
     "gh-sglang_3398_two-subnet-store-waitforinput-newgroup": "nccl-comm-init",
     "gh-sglang_99_rpyc-init-model-result-expired": "unknown",
     "gh-transformer-xl_10_item-memcpy-dtoh-3days": "h2d-copy-stuck",
-    "gh-yolov5_4574_store-barrier-waiting-8-of-4": "refused",
 }
 
 

@@ -129,17 +129,10 @@ NOT_READ_YET = {
     "gh-obspy_3020_pytest-fdsn-http-begin": "pytest's long traceback ('path.py:1347: ' under the source)",
     "gh-ray_1049_actor-sysexit-get-hangs": "(held out: named by this test's failure only)",
     "gh-ray_29576_actor-sigabrt-driver-hang": "a driver's Ray log lines (date, level, file.py:N --) around the traceback",
-    "gh-vllm_5531_list-loras-worker-gloo-recv": "a worker's log prefix on every line, the traceback opening mid-line after the error",
     "code_fedml-smell_enospc-server-shutdown-nondaemon-recv": "fresh-2026-12b: not read at its first pass",
     "gh-areal_701_ci-megatron-compile-wait-calltree": "fresh-2026-12b: not read at its first pass",
-    "gh-club3090_726_orphan-download-lock-still-waiting": "fresh-2026-12b: not read at its first pass",
-    "gh-gpustack_39_filelock-debug-retry-after-crash": "fresh-2026-12b: not read at its first pass",
-    "gh-llamafactory_3698_ncclid-store-socket-timeout": "fresh-2026-12b: not read at its first pass",
     "gh-llamafactory_8549_streaming-watchdog-heartbeat-stuck": "fresh-2026-12b: not read at its first pass",
-    "gh-metaseq_52_store-barrier-1792-of-2048": "fresh-2026-12b: not read at its first pass",
-    "gh-nemo-speech_14399_nemorun-prefixed-ncclid-store-wait": "fresh-2026-12b: not read at its first pass",
     "gh-trl_2879_cpo-watchdog-heartbeat-terminate": "fresh-2026-12b: not read at its first pass",
-    "gh-yolov5_4574_store-barrier-waiting-8-of-4": "fresh-2026-12b: not read at its first pass",
 }
 
 
