@@ -113,16 +113,23 @@ def _where(frame: Frame) -> str:
     return f"{path}:{frame.line}" if frame.line is not None else f"{frame.function} ({path})"
 
 
+#: A frame whose function the paste does not show (pytest's long traceback shows a frame's
+#: source and location, and its ``def`` only when the whole function fits): a module of
+#: the table (asyncio's event loop, selectors, http.client) names its wait by the file alone.
+UNNAMED = "<unknown>"
+
+
 @functools.lru_cache(maxsize=65536)
 def _row(function: str, file: str, native: bool) -> Primitive | None:
     name = function.split("@", 1)[0] if native else function  # "pthread_cond_wait@@GLIBC_2.3.2"
     path = file.replace("\\", "/")
+    unnamed = name == UNNAMED and not native
     for p in PRIMITIVES:
         if p.native != native:
             continue
         if p.file is not None and p.file.search(path) is None:
             continue
-        if p.function.search(name) is not None:
+        if p.function.search(name) is not None or (unnamed and p.file is not None and p.level == "block"):
             return p
     return None
 

@@ -107,6 +107,14 @@ class Builder:
     tb_indent: int = 0
     tb_source: str = ""  # the source line under the traceback's innermost frame so far
     tb_caption: str = ""
+    # pytest's long traceback: its frames so far (outermost first), the function of the
+    # source shown above the next location line, the ">" line of that source, and the
+    # innermost ">" line once its location came
+    pytest_frames: list[Frame] | None = None
+    pytest_def: str = ""
+    pytest_marker: str = ""
+    pytest_source: str = ""
+    pytest_interrupted: bool = False
     tb_ipython: bool = False  # the open traceback is IPython's (numbered source lines)
     banner: tuple[str | None, str] | None = None  # (ident, name) of the thread whose banner was read last
     # Traceback-shaped blocks that ended without an exception line (a thread dump

@@ -105,6 +105,7 @@ STEPS: tuple[tuple[str | None, Step], ...] = (
     ("~=-", tracebacks.thread_banner),
     ("WG", gdb.pybt_marker),
     (ANY, tracebacks.traceback_lines),
+    (ANY, tracebacks.pytest_lines),
     (ANY, logs.wait_lines),
     (ANY, cxx_traces.cxx_lines),
     (ANY, logs.failed_collective),

@@ -17,7 +17,7 @@ from hangwatch.diagnostics.pastes.parse_report import ParseReport
 from hangwatch.diagnostics.pastes.patterns import (
     DUMPER, HANDLER, MAX_PROCESSES,
 )
-from hangwatch.diagnostics.pastes.tracebacks import end_pdb, end_traceback
+from hangwatch.diagnostics.pastes.tracebacks import end_pdb, end_pytest, end_traceback
 from hangwatch.diagnostics.pastes.unwrap import StreamKey
 from hangwatch.diagnostics.stacks import Frame, ProcessDump, ThreadDump
 
@@ -49,6 +49,7 @@ def _close_open_blocks(b: Builder) -> None:
     end_trace(b)
     end_arrow(b)
     end_pdb(b)
+    end_pytest(b)
     if b.numbered:
         numbered_line(b, "")  # a C++ traceback that ends the paste
     if names_stack(b.bare) and len(b.bare_runs) < 16:
