@@ -53,9 +53,9 @@ REFINES_LOCK_WAIT = frozenset(("event-wait", "queue-wait", "thread-join", "futur
 # signature (take_gil sits on a mutex or a semaphore), but what it waits for is the GIL, and
 # the cure differs (release the GIL before blocking), so the wait's own family names it.
 #: A join at interpreter exit (``shutdown-join``) whose thread sits in one of these says
-#: better what the exit waits for: the lock file the joined work waits on. (A child process
-#: joined at exit stays the exit's wait: ``shutdown-join`` ranks above ``child-process-wait``.)
-REFINES_EXIT_JOIN = frozenset(("file-lock-wait",))
+#: better what the exit waits for: the lock file the joined work waits on, or the child
+#: process multiprocessing's exit handler joins (the child is the one to dump).
+REFINES_EXIT_JOIN = frozenset(("file-lock-wait", "subprocess-wait"))
 #: A caller named like this around a sleep is a polling lock: an acquire loop that tries,
 #: sleeps and tries again (filelock's, a lock file's, a hand-written spin on a lock).
 _POLLING_LOCK = re.compile(r"(?i)acquire|(^|[._])(\w*_)?lock(_\w*)?$|lock(ed)?_?wait|wait_?(for_?)?lock")

@@ -51,7 +51,6 @@ KNOWN_MISSES = {
     # transcripts, double-spaced log exports, backtick-wrapped lines, gdb frames whose
     # arguments wrap, Ctrl-C tracebacks cut before the blocking call.
     "blog_jcline_bug-hunting-py39b1-coredump": "refused",
-    "code_nanoeval-loky_exit-function-join": "shutdown-join",
     "gh-bbot_1884_gdb-sqlite-blocking-event-loop": "gil-deadlock",
     "gh-cpython_120696_macos-sample-tsan-faulthandler": "refused",
     "gh-eventlet_743_rlock-release-gc-weakref-acquire": "unknown",
@@ -69,7 +68,6 @@ KNOWN_MISSES = {
     "gh-ray_59339_force-kill-actor-sample-thread-get": "unknown",
     "gh-returnn_1497_nondaemonic-spawn-waitpid": "unknown",
     "gh-returnn_1499_main-proc-exit-pyspy": "unknown",
-    "gh-returnn_1500_exit-function-nondaemonic-join": "shutdown-join",
     "gh-sglang_30453_npu-aicore-timeout-tp0-pyspy-native": "unknown",
     "gh-tczhangzhi-pytorch-distributed_18_spawn-store-barrier-timeout": "all-idle",
     "gh-tfhub_326_colab-module-lockfile-wait": "unknown",

@@ -334,3 +334,12 @@ def test_a_store_get_for_nccls_unique_id_is_the_communicators_setup():
                           _c("c10d::ProcessGroupNCCL::broadcastUniqueNCCLID", SITE + "torch/lib/libtorch_cuda.so"),
                           _c("c10d::ProcessGroupNCCL::getNCCLComm", SITE + "torch/lib/libtorch_cuda.so"), USER))
     assert c is not None and c.signature_id == "nccl-comm-init"
+
+
+def test_an_exit_joining_a_child_process_waits_on_the_child():
+    """multiprocessing's exit handler joining a child that never ends: the child is what
+    the exit waits on (dump it), not a thread of the exiting process."""
+    c = _classify(_thread(_py("select", STDLIB + "selectors.py"), _py("wait", STDLIB + "multiprocessing/connection.py"),
+                          _py("poll", STDLIB + "multiprocessing/popen_forkserver.py"), _py("wait", STDLIB + "multiprocessing/popen_fork.py"),
+                          _py("join", STDLIB + "multiprocessing/process.py"), _py("_exit_function", STDLIB + "multiprocessing/util.py")))
+    assert c is not None and c.signature_id == "subprocess-wait"
