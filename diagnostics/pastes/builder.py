@@ -115,6 +115,7 @@ class Builder:
     pytest_marker: str = ""
     pytest_source: str = ""
     pytest_interrupted: bool = False
+    tb_frame_line: bool = False  # the line before was a traceback's frame line
     tb_ipython: bool = False  # the open traceback is IPython's (numbered source lines)
     banner: tuple[str | None, str] | None = None  # (ident, name) of the thread whose banner was read last
     # Traceback-shaped blocks that ended without an exception line (a thread dump

@@ -54,6 +54,9 @@ def read_line(raw: str, learned: re.Pattern[str] | None = None) -> Line | None:
         # A line pasted as inline code, one backtick pair per line (py-spy#565: each gdb
         # frame wrapped in `...`); a line cut before its closing backtick has only one.
         line = s = s.strip("`").strip()
+    elif s[-1:] == "`" and s.count("`") == 1 and len(s) > 1:
+        # the same line, its opening backtick taken with the log prefix learned in front of it
+        line = s = s[:-1].rstrip()
     if s[:2] == "# " and len(s) < MAX_LINE_CHARS:
         # A dump kept in a source or shell comment ("#     wait (x.py:9)", a py-spy dump
         # quoted in a code comment): the text behind "# " is read when it is stack text.

@@ -106,7 +106,7 @@ WAIT_MESSAGES: tuple[tuple[re.Pattern[str], Frame, str], ...] = (
     (re.compile(r"Timed out waiting \d{1,12}ms for (?:recv|send) operation to complete"),
      Frame("c10d::ProcessGroupGloo::recv", "libtorch_cpu.so", None, native=True), "a gloo send/recv"),
     # file locks: filelock's debug lines and huggingface_hub's progress line
-    (re.compile(r"Attempting to acquire lock \d{1,20} on |Lock \d{1,20} not acquired on .{1,4000}, waiting|"
+    (re.compile(r"(?i)Attempting to acquire lock \d{1,20} on |Lock \d{1,20} not acquired on .{1,4000}, waiting|"
                 r"Still waiting to acquire lock on |[Ww]aiting (?:for|on) (?:the )?(?:file ?)?lock(?:file)? "),
      Frame("acquire", "filelock/_api.py", None), "a file lock"),
     # the DataLoader's own timeout

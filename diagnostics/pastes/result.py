@@ -8,6 +8,8 @@ only from log lines (NCCL watchdog, Horovod, vLLM's shm_broadcast waits) come la
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hangwatch.contract.redact import redact_text
 from hangwatch.diagnostics.pastes.builder import Builder, ProcessDraft
 from hangwatch.diagnostics.pastes.cxx_traces import numbered_line, raised_from
@@ -20,6 +22,7 @@ from hangwatch.diagnostics.pastes.patterns import (
 from hangwatch.diagnostics.pastes.tracebacks import end_pdb, end_pytest, end_traceback
 from hangwatch.diagnostics.pastes.unwrap import StreamKey
 from hangwatch.diagnostics.stacks import Frame, ProcessDump, ThreadDump
+from hangwatch.diagnostics.waits import wait_of
 
 
 def finish(b: Builder) -> ParseReport:
@@ -193,9 +196,14 @@ def _shm_waiters(b: Builder, out: list[ProcessDump]) -> None:
 
 def _message_waiters(b: Builder, out: list[ProcessDump]) -> None:
     # A paste of a library's wait messages and no stack (torch's store-based barrier, a
-    # file lock's retry lines): each process that logged them waits there. Only then, as
-    # for the shm_broadcast lines: next to real stacks, the stacks say more.
-    if out or b.watchdog or b.horovod_missing is not None:
+    # file lock's retry lines): each process that logged them waits there. Next to real
+    # stacks, the stacks say more; unless no thread of them waits in any call the table
+    # knows (a Ctrl-C or error traceback cut above the wait, an error's C++ backtrace):
+    # then the message names the wait the cut stack was in.
+    if b.watchdog or b.horovod_missing is not None or not b.message_waits:
+        return
+    if out:
+        _message_on_cut_stack(b, out)
         return
     for pid, (frame, what, lines) in b.message_waits.items():
         if len(out) >= MAX_PROCESSES:
@@ -203,6 +211,22 @@ def _message_waiters(b: Builder, out: list[ProcessDump]) -> None:
         out.append(ProcessDump(pid, (ThreadDump("log", "MainThread", (frame,)),)))
         b.report.frames += 1
         b.report.message_waits.append(f"{what} ({lines} line(s))")
+
+
+def _message_on_cut_stack(b: Builder, out: list[ProcessDump]) -> None:
+    if any(wait_of(t) is not None for p in out for t in p.threads):
+        return
+    for i, p in enumerate(out):
+        key = p.pid if p.pid in b.message_waits else (None if None in b.message_waits else next(iter(b.message_waits)))
+        frame, what, lines = b.message_waits[key]
+        threads = list(p.threads)
+        at = next((k for k, t in enumerate(threads) if t.name == "MainThread"), 0)
+        t = threads[at]
+        threads[at] = ThreadDump(t.ident, t.name, (frame, *t.frames), t.active, t.owns_gil)
+        out[i] = replace(p, threads=tuple(threads))
+        b.report.frames += 1
+        b.report.message_on_stack.append(f"{what} ({lines} line(s))")
+        return  # the first process only: the one the paste is about
 
 
 def _horovod_waiters(b: Builder, out: list[ProcessDump]) -> None:

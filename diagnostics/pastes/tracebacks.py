@@ -58,7 +58,9 @@ def traceback_line(b: Builder, s: str, line: str) -> bool:
         b.tb_lines += 1
         b.tb_source = ""
         b.tb_indent = len(line) - len(line.lstrip())
+        b.tb_frame_line = True
         return True
+    after_frame, b.tb_frame_line = b.tb_frame_line, False
     if b.tb_ipython:
         frame = _ipython_frame(s)
         if frame is not None or IPY_SOURCE.match(s) or set(s) <= {"-"}:
@@ -66,6 +68,13 @@ def traceback_line(b: Builder, s: str, line: str) -> bool:
                 b.tb_frames.append(frame)
             b.tb_lines += 1
             return True
+    if (b.tb_frames is not None and after_frame and len(s) < 500 and s[0] not in "^~" and not EXCEPTION_LINE.match(s)
+            and not s.startswith(("Traceback", "During handling", "The above exception", "Thread ", "Current thread", "File "))):
+        # The source line right under a frame line, its indentation lost (a paste with each
+        # line in backticks, a chat tool trimming spaces): Python prints one under each frame.
+        b.tb_lines += 1
+        b.tb_source = s
+        return True
     if b.tb_frames and len(line) - len(line.lstrip()) > b.tb_indent:
         one = single_frame(s) if "(" in s else None
         if one is None or one[0].line is None:
@@ -116,6 +125,11 @@ def end_traceback(b: Builder, keep: bool, error: bool = False) -> None:
         b.traceback_thread("MainThread", frames, _blocked_call(frames, b.tb_source))
     else:
         b.report.skipped += b.tb_lines
+        if frames and not error and not b.tb_caption:
+            # Cut before its exception line: the call on the innermost source line (a
+            # join, a wait, a lock's acquire) is the innermost visible blocking call. (A
+            # captioned thread of a format_stack dump is whole: its last line is no cut.)
+            frames = frames + _blocked_call(frames, b.tb_source)
         if frames and len(b.tb_pending) < MAX_THREADS:
             # An error's traceback too: a paste whose only frames are in one (the
             # TimeoutError a hung RPC ended in, the DistBackendError of a barrier that

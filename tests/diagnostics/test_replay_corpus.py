@@ -53,10 +53,8 @@ KNOWN_MISSES = {
     "blog_jcline_bug-hunting-py39b1-coredump": "refused",
     "gh-bbot_1884_gdb-sqlite-blocking-event-loop": "gil-deadlock",
     "gh-cpython_120696_macos-sample-tsan-faulthandler": "refused",
-    "gh-eventlet_743_rlock-release-gc-weakref-acquire": "unknown",
     "gh-fastai_1589_long-token-processpool-hang": "queue-wait",
     "gh-hf-hub_2399_softfilelock-exit-join": "shutdown-join",
-    "gh-hf-hub_2543_cli-download-still-waiting-lock": "unknown",
     "gh-llamacpp_13100_hip-multi-instance-rocgdb": "unknown",
     "gh-logtail-python_37_dictconfig-flush-logging-lock": "socket-read",
     "gh-pythonfutures_52_process-pool-condition-wait": "lock-wait",
@@ -71,13 +69,11 @@ KNOWN_MISSES = {
     "gh-sglang_30453_npu-aicore-timeout-tp0-pyspy-native": "unknown",
     "gh-tczhangzhi-pytorch-distributed_18_spawn-store-barrier-timeout": "all-idle",
     "gh-tfhub_326_colab-module-lockfile-wait": "unknown",
-    "gh-torch-ngp_42_import-baton-wait-backticked": "unknown",
     "gh-ultralytics_673_yolo-train-hang-cut": "unknown",
     # The second fresh collection (collection: fresh-2026-12b), as its first pass left it: no rule
     # has been written for it yet.
     "code_fedml-smell_enospc-server-shutdown-nondaemon-recv": "refused",
     "gh-areal_701_ci-megatron-compile-wait-calltree": "refused",
-    "gh-cppo_6_tcpstore-client-connect-timeout-frames": "unknown",
     "gh-cpython_121649_pystack-sigterm-shutdown-lock": "all-idle",
     "gh-h2o4gpu_717_import-hang-gomp-threads-gdb": "unknown",
     "gh-instana-sensor_377_autotrace-import-gcs-faulthandler": "unknown",
@@ -86,7 +82,6 @@ KNOWN_MISSES = {
     "gh-pytorch_19258_ctrlc-dataloader-get-batch-poll": "queue-wait",
     "gh-pytorch_33296_dataloader-timeout-hardwrapped-azure": "unknown",
     "gh-pytorch_83101_numpy-tensor-dealloc-gil-threads": "unknown",
-    "gh-sglang_3398_two-subnet-store-waitforinput-newgroup": "nccl-comm-init",
     "gh-sglang_99_rpyc-init-model-result-expired": "unknown",
     "gh-transformer-xl_10_item-memcpy-dtoh-3days": "h2d-copy-stuck",
 }

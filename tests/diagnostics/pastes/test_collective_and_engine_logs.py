@@ -135,3 +135,19 @@ def test_a_wait_message_next_to_a_stack_leaves_the_stack_to_decide():
             'Thread 7 (idle): "MainThread"\n    wait (threading.py:320)\n    main (train.py:9)\n')
     (proc,) = read_text(text).processes
     assert frame_texts(proc.threads[0])[0].startswith("wait")
+
+
+def test_a_wait_message_names_the_wait_of_a_stack_cut_above_it(tmp_path):
+    """A Ctrl-C traceback cut in the program's own frames, under the lines a library
+    logged while it waited: the logged wait goes on top of the main thread, and says so."""
+    text = ("still waiting to acquire lock on /data/hub/.locks/m/abc.lock (elapsed: 20.0 seconds)\n"
+            "^CTraceback (most recent call last):\n"
+            '  File "/opt/app/cli.py", line 8, in <module>\n'
+            "    sys.exit(main())\n"
+            '  File "/opt/app/download.py", line 40, in run\n'
+            "    self._download()\n"
+            "KeyboardInterrupt\n")
+    report, proc = one_process(text)
+    assert frame_texts(proc.threads[0])[0].startswith("acquire")
+    assert any("the paste's log says what it waited on" in n for n in report.notes())
+    assert text_verdict(tmp_path, text) == "file-lock-wait"

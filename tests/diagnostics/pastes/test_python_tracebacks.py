@@ -38,7 +38,8 @@ def test_a_ctrl_c_traceback_is_the_main_threads_stack_innermost_first():
     assert proc.threads[0].name == "MainThread"  # prose that mentions a thread is not a caption
     assert frame_texts(proc.threads[0]) == ["<module> (train.py:22)"]
     _, proc = one_process('Traceback (most recent call last):\n  File "/x/loader.py", line 1132, in _try_get_data\n    data = q.get(timeout=ti\n')
-    assert frame_texts(proc.threads[0]) == ["_try_get_data (loader.py:1132)"]
+    # cut inside the frame: the blocking call on its source line is the innermost visible wait
+    assert frame_texts(proc.threads[0]) == ["q.get (<call>)", "_try_get_data (loader.py:1132)"]
     report, proc = one_process('Traceback (most recent call last):\n  File "/x/a.py", line 3, in f\n'
                         'Thread 7 (idle): "MainThread"\n    g (b.py:1)\n')
     assert frame_texts(proc.threads[0]) == ["g (b.py:1)"]  # a cut traceback next to a real stack is dropped

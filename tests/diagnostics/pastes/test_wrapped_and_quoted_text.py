@@ -97,3 +97,18 @@ def test_a_dump_quoted_in_a_source_comment_is_read():
 def test_gdb_frame_numbers_are_no_comment_marker():
     report = read_text("#0  0x00007f0000001000 in cudaStreamSynchronize () from /usr/lib/libcudart.so.12\n")
     assert report.processes[0].threads[0].frames[0].function == "cudaStreamSynchronize"
+
+
+def test_a_traceback_with_every_line_in_backticks_keeps_its_source_lines():
+    """Each line of a traceback pasted as inline code, with ragged spaces around the
+    backticks: one thread, the source lines under their frames (not ends of the traceback)."""
+    text = ('`  File "main.py", line 5, in <module>`\n'
+            '   ` from pkg import ext`\n'
+            '  `File "/x/pkg/ext.py", line 9, in <module>`\n'
+            '  `  _backend = load(name="ext")`\n'
+            ' ` File "/x/site-packages/torch/utils/cpp_extension.py", line 1371, in _jit_compile`\n'
+            '    `baton.wait()`\n')
+    report = read_text(text)
+    (proc,) = report.processes
+    (thread,) = proc.threads
+    assert [f.function for f in thread.frames] == ["baton.wait", "_jit_compile", "<module>", "<module>"]
