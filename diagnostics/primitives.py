@@ -273,6 +273,10 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _c("event-wait", "a condition variable", "`pthread_cond_wait`",
        r"^(__)?pthread_cond_(timed|clock)?wait\w*$|^std::condition_variable(_any)?::(wait|wait_for|wait_until|__wait_until_impl)\w*$|^___pthread_cond_\w*wait\w*$"),
     _c("lock-wait", "a mutex", "`pthread_mutex_lock`", r"^(__)?pthread_mutex_(timed|clock)?lock\w*$|^___pthread_mutex_lock$|^(__)?lll_lock_wait\w*$|^std::mutex::lock$"),
+    # macOS: the kernel calls under pthread's condition variables, mutexes and os_unfair_lock
+    _c("event-wait", "a condition variable", "`__psynch_cvwait`", r"^__psynch_cvwait$|^_pthread_cond_wait$"),
+    _c("lock-wait", "a mutex", "`__psynch_mutexwait`", r"^__psynch_mutexwait$|^__ulock_wait2?$|^_pthread_mutex_firstfit_lock_wait$"),
+    _c("sleep", "a sleep", "`__semwait_signal`", r"^__semwait_signal$"),
     _c("lock-wait", "a semaphore", "`sem_wait`", r"^(__new_|__old_)?sem_(timed|clock)?wait\w*$|^do_futex_wait\w*$|^__new_sem_wait_slow\w*$"),
     _c("socket-read", "a file descriptor", "`poll`/`epoll_wait`/`select`",
        r"^(__)?(poll|ppoll|epoll_wait|epoll_pwait2?|select|pselect6?|__select|___poll|__GI___poll|__GI_epoll_wait|kevent|WaitForMultipleObjects(Ex)?|GetQueuedCompletionStatus(Ex)?)$"),

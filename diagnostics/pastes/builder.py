@@ -115,6 +115,15 @@ class Builder:
     pytest_marker: str = ""
     pytest_source: str = ""
     pytest_interrupted: bool = False
+    # macOS sample/spindump call graphs (see ``macos``): inside one, the thread being read,
+    # its heaviest path so far (outermost first), the last depth, whether that path ended
+    mac_graph: bool = False
+    mac_seen: bool = False
+    mac_threads: int = 0
+    mac_thread: str = ""
+    mac_frames: list[Frame] | None = None
+    mac_depth: int = -1
+    mac_done: bool = False
     tb_frame_line: bool = False  # the line before was a traceback's frame line
     tb_ipython: bool = False  # the open traceback is IPython's (numbered source lines)
     banner: tuple[str | None, str] | None = None  # (ident, name) of the thread whose banner was read last

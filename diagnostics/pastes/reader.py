@@ -20,6 +20,7 @@ import hangwatch.diagnostics.pastes.gdb as gdb
 import hangwatch.diagnostics.pastes.handwritten as handwritten
 import hangwatch.diagnostics.pastes.lines as lines
 import hangwatch.diagnostics.pastes.logs as logs
+import hangwatch.diagnostics.pastes.macos as macos
 import hangwatch.diagnostics.pastes.prefixes as prefixes
 import hangwatch.diagnostics.pastes.pyspy_text as pyspy_text
 import hangwatch.diagnostics.pastes.tracebacks as tracebacks
@@ -97,6 +98,7 @@ ANY = None
 #: can take or act on (its own test), or ANY: a line is put only through the steps that
 #: can take it (``_route``), which saves most of the calls a line would otherwise cost.
 STEPS: tuple[tuple[str | None, Step], ...] = (
+    (ANY, macos.call_graph),
     (ANY, tracebacks.pdb_where),
     (ANY, handwritten.arrow_end),
     (ANY, cxx_traces.numbered_row),

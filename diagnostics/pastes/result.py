@@ -15,6 +15,7 @@ from hangwatch.diagnostics.pastes.builder import Builder, ProcessDraft
 from hangwatch.diagnostics.pastes.cxx_traces import numbered_line, raised_from
 from hangwatch.diagnostics.pastes.handwritten import end_arrow, names_stack
 from hangwatch.diagnostics.pastes.logs import end_trace
+from hangwatch.diagnostics.pastes.macos import end_graph
 from hangwatch.diagnostics.pastes.parse_report import ParseReport
 from hangwatch.diagnostics.pastes.patterns import (
     DUMPER, HANDLER, MAX_PROCESSES,
@@ -53,6 +54,7 @@ def _close_open_blocks(b: Builder) -> None:
     end_arrow(b)
     end_pdb(b)
     end_pytest(b)
+    end_graph(b)
     if b.numbered:
         numbered_line(b, "")  # a C++ traceback that ends the paste
     if names_stack(b.bare) and len(b.bare_runs) < 16:

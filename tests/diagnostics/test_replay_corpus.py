@@ -52,7 +52,7 @@ KNOWN_MISSES = {
     # arguments wrap, Ctrl-C tracebacks cut before the blocking call.
     "blog_jcline_bug-hunting-py39b1-coredump": "refused",
     "gh-bbot_1884_gdb-sqlite-blocking-event-loop": "gil-deadlock",
-    "gh-cpython_120696_macos-sample-tsan-faulthandler": "refused",
+    "gh-cpython_120696_macos-sample-tsan-faulthandler": "unknown",
     "gh-fastai_1589_long-token-processpool-hang": "queue-wait",
     "gh-hf-hub_2399_softfilelock-exit-join": "shutdown-join",
     "gh-llamacpp_13100_hip-multi-instance-rocgdb": "unknown",

@@ -123,7 +123,6 @@ def test_two_megabytes_of_stack_shaped_text_read_in_linear_time(kind):
 NOT_READ_YET = {
     "blog_jcline_bug-hunting-py39b1-coredump": "coredumpctl debug session: gdb of a core dump under its metadata",
     "gh-async-substrate-interface_84_mp-workers-caret-soup": "workers' tracebacks interleaved mid-line with 3.11's caret lines",
-    "gh-cpython_120696_macos-sample-tsan-faulthandler": "macOS `sample` call graph",
     "gh-ray_1049_actor-sysexit-get-hangs": "(held out: named by this test's failure only)",
     "gh-ray_29576_actor-sigabrt-driver-hang": "a driver's Ray log lines (date, level, file.py:N --) around the traceback",
     "code_fedml-smell_enospc-server-shutdown-nondaemon-recv": "fresh-2026-12b: not read at its first pass",
