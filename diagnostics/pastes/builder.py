@@ -117,6 +117,7 @@ class Builder:
     pytest_interrupted: bool = False
     # macOS sample/spindump call graphs (see ``macos``): inside one, the thread being read,
     # its heaviest path so far (outermost first), the last depth, whether that path ended
+    coredump_threads: int = 0  # systemd-coredump / eu-stack thread headers read
     mac_graph: bool = False
     mac_seen: bool = False
     mac_threads: int = 0

@@ -124,6 +124,7 @@ STEPS: tuple[tuple[str | None, Step], ...] = (
     (".…[(", lines.elision),
     (ANY, pyspy_text.command_prompt),
     ("DTPECRr", handwritten.group_label),
+    ("ST", gdb.coredump_thread),
     ("#0TU[", gdb.gdb_line),
     ("F<", gdb.pybt_frame),
     (ANY, _take_after_file_frame),

@@ -50,7 +50,7 @@ KNOWN_MISSES = {
     # cut or unusual pastes: macOS `sample` call graphs, pytest's long tracebacks, IPython
     # transcripts, double-spaced log exports, backtick-wrapped lines, gdb frames whose
     # arguments wrap, Ctrl-C tracebacks cut before the blocking call.
-    "blog_jcline_bug-hunting-py39b1-coredump": "refused",
+    "blog_jcline_bug-hunting-py39b1-coredump": "lock-wait",
     "gh-bbot_1884_gdb-sqlite-blocking-event-loop": "gil-deadlock",
     "gh-cpython_120696_macos-sample-tsan-faulthandler": "unknown",
     "gh-fastai_1589_long-token-processpool-hang": "queue-wait",

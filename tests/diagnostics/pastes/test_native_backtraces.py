@@ -458,3 +458,21 @@ def test_a_spindump_thread_is_read_like_a_sample():
             "       *500  psynch_mtxcontinue + 0 (pthread + 17720) [0xffffff7f82b8e538]\n")
     (proc,) = read_text(text).processes
     assert [f.function for f in proc.threads[0].frames] == ["psynch_mtxcontinue", "__psynch_mutexwait", "main", "start"]
+
+
+def test_a_systemd_coredump_stack_trace_is_read_per_thread():
+    """coredumpctl's 'Stack trace of thread N:' blocks of '#N 0xADDR f (lib + 0xOFF)'
+    frames (eu-stack prints the same frames under 'TID N:'): the first thread is the one
+    the signal hit."""
+    text = ("           PID: 4242 (python3)\n"
+            "                Stack trace of thread 4242:\n"
+            "                #0  0x00007f0000000001 __futex_abstimed_wait_common (libc.so.6 + 0x8a5e1)\n"
+            "                #1  0x00007f0000000002 take_gil (libpython3.11.so.1.0 + 0x1a2b3c)\n"
+            "                #2  0x00007f0000000003 n/a (_ext.cpython-311-x86_64-linux-gnu.so + 0x1234)\n"
+            "\n"
+            "                Stack trace of thread 4250:\n"
+            "                #0  0x00007f0000000004 __poll (libc.so.6 + 0x10f0ff)\n")
+    (proc,) = read_text(text).processes
+    main, other = proc.threads
+    assert main.name == "MainThread" and [f.function for f in main.frames] == ["__futex_abstimed_wait_common", "take_gil", "??"]
+    assert [f.function for f in other.frames] == ["__poll"]

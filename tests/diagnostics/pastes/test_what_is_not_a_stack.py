@@ -121,7 +121,6 @@ def test_two_megabytes_of_stack_shaped_text_read_in_linear_time(kind):
 #: Pastes of the fresh collections (fresh-2026-12, fresh-2026-12b) that still are not read, and their shape:
 #: each must keep failing until a reader takes it (then it leaves this list).
 NOT_READ_YET = {
-    "blog_jcline_bug-hunting-py39b1-coredump": "coredumpctl debug session: gdb of a core dump under its metadata",
     "gh-async-substrate-interface_84_mp-workers-caret-soup": "workers' tracebacks interleaved mid-line with 3.11's caret lines",
     "gh-ray_1049_actor-sysexit-get-hangs": "(held out: named by this test's failure only)",
     "gh-ray_29576_actor-sigabrt-driver-hang": "a driver's Ray log lines (date, level, file.py:N --) around the traceback",
