@@ -217,7 +217,7 @@ def _message_waiters(b: Builder, out: list[ProcessDump]) -> None:
 
 def _message_on_cut_stack(b: Builder, out: list[ProcessDump]) -> None:
     if any(wait_of(t) is not None for p in out for t in p.threads):
-        return
+        return  # the stacks show a wait of their own: they decide
     for i, p in enumerate(out):
         key = p.pid if p.pid in b.message_waits else (None if None in b.message_waits else next(iter(b.message_waits)))
         frame, what, lines = b.message_waits[key]
