@@ -11,6 +11,9 @@ Rows are tried in order and the first match wins: put a library's own rows (file
 ``acquire``) before the generic ones (any ``acquire``). ``level``:
 
 * ``block``: the thread sleeps in it or right under it (a C call py-spy does not show);
+* ``driver``: any frame of a GPU vendor's runtime library; a wait only in a thread the
+  job called into it from (a thread the driver started itself, start_thread -> libcuda,
+  is its event poller, not the job waiting on the device);
 * ``call``: an API call that always has visible frames under it in a whole dump
   (``Process.join`` -> ``popen_fork.wait``). A stack that *ends* at such a frame was
   cut above the blocking frame (a Ctrl-C traceback, a truncated paste).
@@ -123,6 +126,11 @@ def _c(category: str, what: str, label: str, function: str) -> Primitive:
     return Primitive(category, what, label, re.compile(function), None, True)
 
 
+def _lib(category: str, what: str, label: str, function: str, lib: str) -> Primitive:
+    """A native frame of one library (any function, its symbol often missing: ``?``)."""
+    return Primitive(category, what, label, re.compile(function), re.compile(lib), True, "driver")
+
+
 def _src(category: str, what: str, label: str, function: str) -> Primitive:
     """A call named by a traceback's innermost source line (see pastes.tracebacks.source_call)."""
     return Primitive(category, what, label, re.compile(function), re.compile(r"^<call>$"), True, "block")
@@ -180,6 +188,13 @@ PRIMITIVES: tuple[Primitive, ...] = (
        r"zeEventHostSynchronize|zeCommandQueueSynchronize|aclrtSynchronize\w*|rt(Stream|Device|Event)Synchronize\w*)"),
     _c("cuda-synchronize-wait", "the GPU", "a copy to the host (`.item()`)",
        r"(^|::)_?local_scalar_dense|(^|::)(cudaMemcpy|cuMemcpyDtoH|cuMemcpy|hipMemcpy)\w*$"),
+    # Inside a GPU vendor's runtime or driver library, with or without symbols: a thread
+    # that stays there through a hang waits on the device (a synchronize, a copy, a queue
+    # the device never drains). The job's own GPU code around it (ggml's HIP backend,
+    # libtorch_cuda) is the caller.
+    _lib("cuda-synchronize-wait", "the GPU", "the GPU runtime (driver library)", r"",
+         r"(^|/)(libcuda\.so|libcudart\w*\.so|libamdhip64\.so|libhsa-runtime64\.so|libhsakmt\.so|libze_(loader|intel_gpu)\.so|"
+         r"libur_adapter_level_zero\.so|libascendcl\.so|libruntime\.so|libmusa\.so|libmusart\.so|nvcuda\.dll|amdhip64\.dll)"),
     _py("cuda-synchronize-wait", "the GPU", "`torch.cuda.synchronize`", r"(^|\.)synchronize$",
         r"(torch/(cuda|xpu|npu|musa|mps)/|torch_npu/npu/|deepspeed/accelerator/)"),
     _py("cuda-synchronize-wait", "the GPU", "`Event.synchronize`", r"^(Event|Stream)\.synchronize$|^(Event|Stream)\.wait$", None),
@@ -188,8 +203,9 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("ray-get-wait", "a Ray task or actor", "Ray `get_objects`", r"^(\w+\.)?(get_objects|wait_objects|get_with_failure_handling)$", r"(^|/)ray/"),
     _c("ray-get-wait", "a Ray task or actor", "Ray `CoreWorker::Get`", r"CoreWorker::(Get|Wait)\b"),
     # --- the DataLoader ---------------------------------------------------------------------
+    # (_get_batch / _try_get_batch: the DataLoader iterator of torch 1.0 and 1.1)
     _py("dataloader-wait", "a DataLoader worker's batch", "DataLoader `_get_data`",
-        r"^(\w+\.)?(_get_data|_try_get_data|_next_data)$", r"torch/utils/data/dataloader\.py$|(^|/)dataloader\.py$"),
+        r"^(\w+\.)?(_get_data|_try_get_data|_next_data|_get_batch|_try_get_batch)$", r"torch/utils/data/dataloader\.py$|(^|/)dataloader\.py$"),
     _py("dataloader-wait", "a DataLoader worker's batch", "the pin-memory thread", r"_pin_memory_loop", r"torch/utils/data/"),
     # --- tokenizers ------------------------------------------------------------------------------
     _py("tokenizer-wait", "a fast tokenizer", "tokenizers `encode_batch`",

@@ -162,8 +162,14 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
     matched: list[tuple[int, Frame, Primitive]] = []
     glue = 0
     caller: Frame | None = None
+    driver_thread: bool | None = None
     for i, f in enumerate(frames):
         p = primitive_of(f)
+        if p is not None and p.level == "driver":
+            if driver_thread is None:
+                driver_thread = ThreadDump("", "", frames).driver_thread()
+            if driver_thread:
+                p = None
         if p is not None:
             matched.append((i, f, p))
             glue = 0

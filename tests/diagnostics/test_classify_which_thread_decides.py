@@ -74,7 +74,7 @@ def test_only_idle_nccl_watchdog_threads_decide_nothing():
 def test_a_main_thread_in_unsymbolised_libcuda_is_not_idle():
     """gdb shows only '?? () from libcuda.so.1' under clock_gettime for the thread that called
     ncclAllReduce: it is inside the driver, and "every process waits for work" was wrong."""
-    assert pasted_verdict("nccl_1766_gdb_main_spinning_in_libcuda") == "unknown"
+    assert pasted_verdict("nccl_1766_gdb_main_spinning_in_libcuda") == "cuda-synchronize-wait"
 
 
 DRIVER_POLLER = """\

@@ -45,6 +45,17 @@ PRIMITIVE_STACKS = [
     # a vendored file-lock module (datasets' own copy of filelock), a lock file's module
     ([_py("_acquire", SITE + "datasets/utils/filelock.py"), _py("acquire", SITE + "datasets/utils/filelock.py")], "file-lock-wait"),
     ([_py("acquire", SITE + "somepkg/lockfile.py")], "file-lock-wait"),
+    # a GPU runtime's own frames, unsymbolised, under the job's GPU code
+    ([_c("?", "/opt/rocm/lib/libhsa-runtime64.so.1"), _c("?", "/opt/rocm/lib/libamdhip64.so.6"),
+      _c("ggml_backend_buffer_set_tensor", "/app/libggml-hip.so")], "cuda-synchronize-wait"),
+    ([_c("??", "/usr/lib/x86_64-linux-gnu/libcuda.so.1")], "cuda-synchronize-wait"),
+    # the DataLoader iterator of torch 1.0/1.1
+    ([_py("poll", STDLIB + "multiprocessing/connection.py"), _py("_try_get_batch", SITE + "torch/utils/data/dataloader.py"),
+      _py("_get_batch", SITE + "torch/utils/data/dataloader.py")], "dataloader-wait"),
+    # macOS kernel waits
+    ([_c("__psynch_cvwait", "/usr/lib/system/libsystem_kernel.dylib"), _c("_pthread_cond_wait", "/usr/lib/system/libsystem_pthread.dylib")],
+     "event-wait"),
+    ([_c("__psynch_mutexwait", "/usr/lib/system/libsystem_kernel.dylib")], "lock-wait"),
     # threading
     ([_py("wait", STDLIB + "threading.py"), _py("wait", STDLIB + "threading.py")], "event-wait"),
     ([_py("_wait_for_tstate_lock", STDLIB + "threading.py"), _py("join", STDLIB + "threading.py")], "thread-join"),
