@@ -78,7 +78,6 @@ KNOWN_MISSES = {
     "gh-instana-sensor_377_autotrace-import-gcs-faulthandler": "unknown",
     "gh-numpy_24290_import-hang-stdin-reader-thread": "unknown",
     "gh-pai-megatron-patch_468_line-numbered-torchrun-store-timeout": "unknown",
-    "gh-pytorch_33296_dataloader-timeout-hardwrapped-azure": "unknown",
     "gh-pytorch_83101_numpy-tensor-dealloc-gil-threads": "unknown",
     "gh-sglang_99_rpyc-init-model-result-expired": "unknown",
     "gh-transformer-xl_10_item-memcpy-dtoh-3days": "h2d-copy-stuck",

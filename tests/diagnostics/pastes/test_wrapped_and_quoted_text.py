@@ -112,3 +112,18 @@ def test_a_traceback_with_every_line_in_backticks_keeps_its_source_lines():
     (proc,) = report.processes
     (thread,) = proc.threads
     assert [f.function for f in thread.frames] == ["baton.wait", "_jit_compile", "<module>", "<module>"]
+
+
+def test_a_hard_wrap_turned_into_padding_inside_a_frame_line_is_joined():
+    """A terminal that wrapped each traceback line at its width, the wraps copied as runs
+    of spaces: the halves of a path, a function name or the ', in' are joined."""
+    pad = " " * 60
+    text = ("Traceback (most recent call last):\n"
+            f'  File "/opt/lib/python3.6/site-packages/torch/utils/data/dataload{pad}er.py", line 761, in _try_get_data\n'
+            "    data = self._data_queue.get(timeout=timeout)\n"
+            f'  File "/opt/lib/python3.6/multiprocessing/queues.py", line 108, in g{pad}et\n'
+            "    res = self._recv_bytes()\n"
+            f'  File "/opt/lib/python3.6/multiprocessing/connection.py", line 216,{pad}in recv_bytes\n')
+    (proc,) = read_text(text).processes
+    assert [(f.function, f.file.rsplit("/", 1)[-1]) for f in proc.threads[0].frames] == [
+        ("recv_bytes", "connection.py"), ("get", "queues.py"), ("_try_get_data", "dataloader.py")]
