@@ -80,6 +80,34 @@ def streams(lines: list[str]) -> list[tuple[StreamKey, list[str]]]:
     return list(out.items())
 
 
+#: Lines padded with spaces to one width before a terminal capture counts as one.
+MIN_PADDED = 3
+
+
+def join_padded(lines: list[str]) -> list[str]:
+    """A terminal capture that pads every line with spaces to the terminal's width: a
+    line that fills the width to its last column without padding was wrapped there, and
+    the next line is its rest ('...ray/worker.py", li' + 'ne 1358, in cleanup')."""
+    widths: dict[int, int] = {}
+    for line in lines[:20000]:
+        if len(line) >= 60 and line.endswith(" "):
+            widths[len(line)] = widths.get(len(line), 0) + 1
+    if not widths:
+        return lines
+    width, n = max(widths.items(), key=lambda kv: kv[1])
+    if n < MIN_PADDED:
+        return lines
+    out: list[str] = []
+    joining = False
+    for line in lines:
+        if joining and out:
+            out[-1] += line.lstrip() if out[-1].endswith(" ") else line
+        else:
+            out.append(line)
+        joining = len(line) == width and not line.endswith(" ")
+    return [line.rstrip() if len(line) >= width else line for line in out]
+
+
 def join_wrapped(lines: list[str]) -> list[str]:
     """'File "/a/vll' + 'm/v1/x.py", line 9, in f' -> one traceback line, as is
     'File "x.py", line 9,' + ' in f', and a torch C++ frame wrapped before its library

@@ -127,3 +127,15 @@ def test_a_hard_wrap_turned_into_padding_inside_a_frame_line_is_joined():
     (proc,) = read_text(text).processes
     assert [(f.function, f.file.rsplit("/", 1)[-1]) for f in proc.threads[0].frames] == [
         ("recv_bytes", "connection.py"), ("get", "queues.py"), ("_try_get_data", "dataloader.py")]
+
+
+def test_a_terminal_capture_padded_to_its_width_is_unwrapped():
+    """Every line padded with spaces to the terminal's width: a line that fills the width
+    without padding was wrapped, and the next line is its rest."""
+    head = '  File "/home/u/.local/lib/python3.6/site-packages/ray/worker.py", li'
+    w = len(head)  # the wrapped line fills the width to its last column
+    rest = ["ne 1358, in cleanup", "    disconnect()", "KeyboardInterrupt"]
+    text = "\n".join(["Error in atexit._run_exitfuncs:".ljust(w), "Traceback (most recent call last):".ljust(w), head]
+                     + [r.ljust(w) for r in rest]) + "\n"
+    (proc,) = read_text(text).processes
+    assert [(f.function, f.line) for f in proc.threads[0].frames] == [("cleanup", 1358)]
