@@ -249,6 +249,8 @@ def refine(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) 
     at interpreter exit whose thread waits on a child process or a lock file."""
     if sig.id == "nccl-comm-init":
         return _store_not_nccl(sig, thread, signatures)
+    if sig.id == "h2d-copy-stuck":
+        return _copy_to_host(sig, thread, signatures)
     if sig.id not in ("lock-wait", "shutdown-join"):
         return sig
     w = wait_of(thread)
@@ -273,6 +275,23 @@ def _store_not_nccl(sig: Signature, thread: ThreadDump, signatures: Sequence[Sig
     if any(_NCCL_SETUP.search(f.function) or _NCCL_SETUP.search(f.file) for f in thread.frames[:MAX_WAIT_FRAMES]):
         return sig
     return family_signature("store-wait", signatures)
+
+
+#: A copy from the device to the host: ``.item()``, ``.tolist()``, ``.cpu()`` of a result
+#: (``_local_scalar_dense``, a DtoH memcpy). It waits for all work queued before it.
+_TO_HOST = re.compile(r"DtoH|(^|::|\.)_?local_scalar_dense|(^|\.)(item|tolist)$|copy_device_to_host|D2H")
+#: A copy to the device that a job's own helper makes (what h2d-copy-stuck is about).
+_TO_DEVICE = re.compile(r"^(\w+\.)?(copy_to_device|to_device|_to_device|move_to_device|send_to_device|_move_to_device|recursively_apply)$|HtoD|H2D")
+
+
+def _copy_to_host(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) -> Signature:
+    """``h2d-copy-stuck`` matched a memcpy that copies *to the host* (``.item()``): that
+    copy synchronizes with the stream, so the thread waits for the GPU's queued work,
+    ``cuda-synchronize-wait``, unless the stack shows a copy to the device."""
+    frames = thread.frames[:MAX_WAIT_FRAMES]
+    if any(_TO_DEVICE.search(f.function) for f in frames) or not any(_TO_HOST.search(f.function) for f in frames):
+        return sig
+    return family_signature("cuda-synchronize-wait", signatures)
 
 
 def outranks_wrapper(thread: ThreadDump, evidence: Sequence[Frame]) -> bool:

@@ -33,7 +33,6 @@ KNOWN_MISSES = {
     # an atexit callback waiting on torch.compile's worker pool: read as the compile, not the exit
     "pytorch_162199_atexit_compile_pool_wait": "torch-compile-stall",
     # item()'s device-to-host copy: read as a stuck host-to-device copy, not the synchronize
-    "pytorch_95944_gdb_item_memcpy": "h2d-copy-stuck",
     # an ABBA lock inversion between two threads, no Process header, Chinese prose around it
     "ray_otel_zh_dashboard_agent_abba_register_collect": "unknown",
     # the synchronize is implicit: no frame of it without --native
@@ -80,7 +79,6 @@ KNOWN_MISSES = {
     "gh-pai-megatron-patch_468_line-numbered-torchrun-store-timeout": "unknown",
     "gh-pytorch_83101_numpy-tensor-dealloc-gil-threads": "unknown",
     "gh-sglang_99_rpyc-init-model-result-expired": "unknown",
-    "gh-transformer-xl_10_item-memcpy-dtoh-3days": "h2d-copy-stuck",
     # read now (its log prefix is learned from two frame lines): the broadcast's own wait decides,
     # as for chatglm_efficient_137's barrier; its error line says the collective was fetching
     # rank 0's ncclUniqueId, which this collection's label names

@@ -354,3 +354,14 @@ def test_an_exit_joining_a_child_process_waits_on_the_child():
                           _py("poll", STDLIB + "multiprocessing/popen_forkserver.py"), _py("wait", STDLIB + "multiprocessing/popen_fork.py"),
                           _py("join", STDLIB + "multiprocessing/process.py"), _py("_exit_function", STDLIB + "multiprocessing/util.py")))
     assert c is not None and c.signature_id == "subprocess-wait"
+
+
+def test_a_copy_to_the_host_is_a_synchronize_not_a_stuck_upload():
+    """``.item()``'s device-to-host memcpy waits for everything queued on the stream: the
+    GPU's work, not a host-to-device copy."""
+    lib = SITE + "torch/lib/"
+    c = _classify(_thread(_c("cuMemcpyDtoHAsync_v2", "/usr/lib/libcuda.so.1"), _c("cudaMemcpyAsync", lib + "libcudart.so.12"),
+                          _c("at::native::_local_scalar_dense_cuda", lib + "libtorch_cuda.so"), USER))
+    assert c is not None and c.signature_id == "cuda-synchronize-wait"
+    c = _classify(_thread(_c("cudaMemcpyAsync", lib + "libcudart.so.12"), _py("copy_to_device", SITE + "returnn/util.py"), USER))
+    assert c is not None and c.signature_id == "h2d-copy-stuck"
