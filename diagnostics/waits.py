@@ -247,7 +247,7 @@ def refine(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) 
     """``sig``, unless it is the generic ``lock-wait`` and the thread's wait says better
     what it is (an Event or Condition, a queue, a join, a future, the GIL...), or a join
     at interpreter exit whose thread waits on a child process or a lock file."""
-    if sig.id == "nccl-comm-init":
+    if sig.id in ("nccl-comm-init", "nccl-collective-wait"):
         return _store_not_nccl(sig, thread, signatures)
     if sig.id == "h2d-copy-stuck":
         return _copy_to_host(sig, thread, signatures)
@@ -265,8 +265,9 @@ _NCCL_SETUP = re.compile(r"(?i)nccl(GetUniqueId|CommInit|UniqueNCCLID|Comm\b)|ge
 
 
 def _store_not_nccl(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) -> Signature:
-    """``nccl-comm-init`` matched a thread whose innermost wait is the c10d store (a
-    TCPStore client connecting, a store get, a store-based barrier): unless a frame of
+    """``nccl-comm-init`` or a collective matched a thread whose innermost wait is the c10d
+    store (a TCPStore client connecting, a store get, a store-based barrier, the elastic
+    agent's exit barrier on the store): unless a frame of
     the thread shows the wait serves NCCL's communicator setup, the store is what it waits
     on (the master is unreachable, a rank never arrived) and ``store-wait`` names it."""
     w = wait_of(thread)

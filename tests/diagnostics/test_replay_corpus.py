@@ -58,7 +58,6 @@ KNOWN_MISSES = {
     "gh-pythonfutures_52_process-pool-condition-wait": "lock-wait",
     "gh-pytorch_53395_lightning-rendezvous-tcpstore-trace": "unknown",
     "gh-pytorch_58239_future-mutex-gil-inversion": "unknown",
-    "gh-pytorch_69520_exit-barrier-cloudwatch-ts": "nccl-collective-wait",
     "gh-ray_1049_actor-sysexit-get-hangs": "unknown",
     "gh-ray_29576_actor-sigabrt-driver-hang": "refused",
     "gh-ray_59339_force-kill-actor-sample-thread-get": "unknown",

@@ -365,3 +365,11 @@ def test_a_copy_to_the_host_is_a_synchronize_not_a_stuck_upload():
     assert c is not None and c.signature_id == "cuda-synchronize-wait"
     c = _classify(_thread(_c("cudaMemcpyAsync", lib + "libcudart.so.12"), _py("copy_to_device", SITE + "returnn/util.py"), USER))
     assert c is not None and c.signature_id == "h2d-copy-stuck"
+
+
+def test_a_barrier_on_the_store_is_a_store_wait_not_a_collective():
+    """The elastic agent's exit barrier is a barrier on the c10d store, which the
+    collective signature's generic `barrier` also matches: the store is what it waits on."""
+    c = _classify(_thread(_py("barrier", SITE + "torch/distributed/elastic/utils/store.py"),
+                          _py("_exit_barrier", SITE + "torch/distributed/elastic/agent/server/api.py"), USER))
+    assert c is not None and c.signature_id == "store-wait"
