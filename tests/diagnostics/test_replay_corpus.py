@@ -77,7 +77,6 @@ KNOWN_MISSES = {
     "gh-numpy_24290_import-hang-stdin-reader-thread": "unknown",
     "gh-pai-megatron-patch_468_line-numbered-torchrun-store-timeout": "unknown",
     "gh-pytorch_83101_numpy-tensor-dealloc-gil-threads": "unknown",
-    "gh-sglang_99_rpyc-init-model-result-expired": "unknown",
     # read now (its log prefix is learned from two frame lines): the broadcast's own wait decides,
     # as for chatglm_efficient_137's barrier; its error line says the collective was fetching
     # rank 0's ncclUniqueId, which this collection's label names

@@ -45,6 +45,9 @@ PRIMITIVE_STACKS = [
     # a vendored file-lock module (datasets' own copy of filelock), a lock file's module
     ([_py("_acquire", SITE + "datasets/utils/filelock.py"), _py("acquire", SITE + "datasets/utils/filelock.py")], "file-lock-wait"),
     ([_py("acquire", SITE + "somepkg/lockfile.py")], "file-lock-wait"),
+    # RPC clients
+    ([_py("wait", SITE + "rpyc/core/async_.py"), _py("sync_request", SITE + "rpyc/core/protocol.py")], "socket-read"),
+    ([_py("single_request", STDLIB + "xmlrpc/client.py"), _py("request", STDLIB + "xmlrpc/client.py")], "socket-read"),
     # a GPU runtime's own frames, unsymbolised, under the job's GPU code
     ([_c("?", "/opt/rocm/lib/libhsa-runtime64.so.1"), _c("?", "/opt/rocm/lib/libamdhip64.so.6"),
       _c("ggml_backend_buffer_set_tensor", "/app/libggml-hip.so")], "cuda-synchronize-wait"),
