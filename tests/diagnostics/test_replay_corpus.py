@@ -74,7 +74,6 @@ KNOWN_MISSES = {
     "gh-cpython_121649_pystack-sigterm-shutdown-lock": "all-idle",
     "gh-h2o4gpu_717_import-hang-gomp-threads-gdb": "unknown",
     "gh-instana-sensor_377_autotrace-import-gcs-faulthandler": "unknown",
-    "gh-numpy_24290_import-hang-stdin-reader-thread": "unknown",
     "gh-pai-megatron-patch_468_line-numbered-torchrun-store-timeout": "unknown",
     "gh-pytorch_83101_numpy-tensor-dealloc-gil-threads": "unknown",
     # read now (its log prefix is learned from two frame lines): the broadcast's own wait decides,

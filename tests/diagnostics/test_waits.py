@@ -376,3 +376,15 @@ def test_a_barrier_on_the_store_is_a_store_wait_not_a_collective():
     c = _classify(_thread(_py("barrier", SITE + "torch/distributed/elastic/utils/store.py"),
                           _py("_exit_barrier", SITE + "torch/distributed/elastic/agent/server/api.py"), USER))
     assert c is not None and c.signature_id == "store-wait"
+
+
+def test_a_thread_whose_innermost_frame_is_the_import_machinery_is_loading_an_extension():
+    """importlib's own frame innermost (py-spy shows no C frame under it): the call under
+    it is an extension's C-level load. Module code run by an import shows above it."""
+    boot = "<frozen importlib._bootstrap>"
+    c = _classify(_thread(_py("_load_unlocked", boot, 688), _py("_find_and_load_unlocked", boot, 1006),
+                          _py("_find_and_load", boot, 1027), _py("<module>", "/home/u/app.py", 3)))
+    assert c is not None and c.signature_id == "extension-load-stuck"
+    c = _classify(_thread(USER, _py("<module>", "/home/u/mod.py", 9), _py("_call_with_frames_removed", boot, 241),
+                          _py("exec_module", "<frozen importlib._bootstrap_external>", 883), _py("_load_unlocked", boot, 688)))
+    assert c is None or c.signature_id != "extension-load-stuck"
