@@ -164,6 +164,10 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("store-wait", "the distributed store", "torch.distributed rendezvous",
         r"^(\w+\.)?(next_rendezvous|_rendezvous|rendezvous|_store_based_barrier|_exit_barrier|_barrier|barrier|store_get|_get_store|sync|synchronize|get_all|_try_wait_get|_wait)$",
         r"torch/distributed/(elastic/(rendezvous|utils/store|agent)|rendezvous\.py)"),
+    # Creating the c10d store: a TCPStore client connecting to the master (or the master
+    # waiting for its workers) until the rendezvous timeout.
+    _py("store-wait", "the distributed store", "torch.distributed `_create_c10d_store`",
+        r"^(\w+\.)?_create_c10d_store$", r"torch/distributed/rendezvous\.py$"),
     # The store-based barrier that init_process_group/new_group run on the store (not a collective).
     _py("store-wait", "the distributed store", "torch.distributed `_store_based_barrier`",
         r"^(\w+\.)?_store_based_barrier$", r"torch/distributed/distributed_c10d\.py$"),
@@ -272,6 +276,8 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _src("sleep", "a sleep", "`time.sleep`", r"(^|\.)sleep$"),
     _src("subprocess-wait", "a child process", "`os.waitpid`", r"^os\.(waitpid|wait|wait3|wait4|waitid)$|\.communicate$|^subprocess\.\w+$"),
     _src("ray-get-wait", "a Ray task or actor", "`ray.get`", r"^ray\.(get|wait)$"),
+    _src("store-wait", "the distributed store", "a c10d store's constructor or call",
+         r"(^|\.)(TCPStore|store\.(get|wait|set|add|compare_set|multi_get))$"),
     _src("nccl-collective-wait", "a collective", "torch.distributed collective",
          r"(^|\.)(all_reduce|all_gather|all_gather_into_tensor|reduce_scatter|reduce_scatter_tensor|broadcast|barrier|all_to_all|all_to_all_single|monitored_barrier)$"),
     _src("cuda-synchronize-wait", "the GPU", "`synchronize` / `.item()`", r"(^|\.)(synchronize|item|tolist)$"),

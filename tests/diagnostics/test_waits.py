@@ -45,6 +45,9 @@ PRIMITIVE_STACKS = [
     # a vendored file-lock module (datasets' own copy of filelock), a lock file's module
     ([_py("_acquire", SITE + "datasets/utils/filelock.py"), _py("acquire", SITE + "datasets/utils/filelock.py")], "file-lock-wait"),
     ([_py("acquire", SITE + "somepkg/lockfile.py")], "file-lock-wait"),
+    # the c10d store's client being created (init_process_group's rendezvous)
+    ([_py("_create_c10d_store", SITE + "torch/distributed/rendezvous.py")], "store-wait"),
+    ([Frame("TCPStore", "<call>", None, native=True), _py("_create_c10d_store", SITE + "torch/distributed/rendezvous.py")], "store-wait"),
     # RPC clients
     ([_py("wait", SITE + "rpyc/core/async_.py"), _py("sync_request", SITE + "rpyc/core/protocol.py")], "socket-read"),
     ([_py("single_request", STDLIB + "xmlrpc/client.py"), _py("request", STDLIB + "xmlrpc/client.py")], "socket-read"),
