@@ -192,6 +192,12 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
     if matched[0][2].category == "sleep" and category in ("sleep", "lock-wait") and any(
             _POLLING_LOCK.search(f.function) for f in [m[1] for m in matched[1:]] + ([caller] if caller else [])):
         category, what = "file-lock-wait", "a lock polled by a sleep loop"
+    if (caller is not None and caller.native and category in _LIBC_WAITS and matched[-1][1].native
+            and _ACCELERATOR_BACKEND.search(caller.file) is not None and not ThreadDump("", "", frames).driver_thread()):
+        # A C library wait (an eventfd read, a futex, a condition) called by torch's
+        # accelerator backend (libtorch_npu's stream, libtorch_cuda's events): the backend
+        # waits for its device there.
+        category, what = "cuda-synchronize-wait", "the accelerator (a wait inside its torch backend)"
     innermost_python = next((f for f in frames if not f.native), None)
     cut = matched[0][2].level == "call" and innermost_python is matched[0][1] and not any(f.native for f in frames[:matched[0][0]])
     labels: list[str] = []
@@ -201,6 +207,12 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
             labels.append(label)
     return Wait(category, what, tuple(labels), tuple(f for _, f, _ in matched), caller, cut, stop)
 
+
+#: torch's accelerator backends (and the vendors' own torch plugins): a C library wait they
+#: call is the device's.
+_ACCELERATOR_BACKEND = re.compile(r"(^|/)(libtorch_npu|libtorch_xpu|libtorch_musa|libc10_npu|libc10_xpu|libtorch_gcu|libtorch_mlu)[\w.-]{0,40}\.so")
+#: The C library's waits that say nothing of their own (see ``_ACCELERATOR_BACKEND``).
+_LIBC_WAITS = frozenset(("socket-read", "event-wait", "lock-wait", "sleep"))
 
 #: Native rows of the ecosystem (CUDA, NCCL, the c10d store, Ray): the job's own native
 #: frames around them (libtorch, libc10) are the library's wrappers of that wait.

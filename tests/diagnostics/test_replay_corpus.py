@@ -63,7 +63,6 @@ KNOWN_MISSES = {
     "gh-ray_59339_force-kill-actor-sample-thread-get": "unknown",
     "gh-returnn_1497_nondaemonic-spawn-waitpid": "unknown",
     "gh-returnn_1499_main-proc-exit-pyspy": "unknown",
-    "gh-sglang_30453_npu-aicore-timeout-tp0-pyspy-native": "unknown",
     "gh-tczhangzhi-pytorch-distributed_18_spawn-store-barrier-timeout": "all-idle",
     "gh-tfhub_326_colab-module-lockfile-wait": "unknown",
     "gh-ultralytics_673_yolo-train-hang-cut": "unknown",

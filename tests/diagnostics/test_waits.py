@@ -391,3 +391,12 @@ def test_a_thread_whose_innermost_frame_is_the_import_machinery_is_loading_an_ex
     c = _classify(_thread(USER, _py("<module>", "/home/u/mod.py", 9), _py("_call_with_frames_removed", boot, 241),
                           _py("exec_module", "<frozen importlib._bootstrap_external>", 883), _py("_load_unlocked", boot, 688)))
     assert c is None or c.signature_id != "extension-load-stuck"
+
+
+def test_a_libc_wait_called_by_an_accelerator_backend_is_the_device():
+    """py-spy --native: an eventfd read under libtorch_npu's stream code, under a tensor
+    copy: the backend waits for its device there."""
+    npu = SITE + "torch_npu/lib/libtorch_npu.so"
+    c = _classify(_thread(_c("read"), _c("eventfd_read"), _c("0xfffcfedd3074", npu), _c("c10_npu::NPUStream::stream", npu),
+                          _c("at::_ops::copy_::call", SITE + "torch/lib/libtorch_cpu.so"), USER))
+    assert c is not None and c.signature_id == "cuda-synchronize-wait"
