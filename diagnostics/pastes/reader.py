@@ -124,6 +124,7 @@ STEPS: tuple[tuple[str | None, Step], ...] = (
     (".…[(", lines.elision),
     (ANY, pyspy_text.command_prompt),
     ("DTPECRr", handwritten.group_label),
+    (ANY, handwritten.thread_label),
     ("ST", gdb.coredump_thread),
     ("#0TU[", gdb.gdb_line),
     ("F<", gdb.pybt_frame),

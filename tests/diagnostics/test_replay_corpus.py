@@ -68,7 +68,6 @@ KNOWN_MISSES = {
     "gh-ultralytics_673_yolo-train-hang-cut": "unknown",
     # The second fresh collection (collection: fresh-2026-12b), used as a development set for the
     # general mechanisms (wait messages, the store, the GIL, cut tracebacks): what replay says now.
-    "code_fedml-smell_enospc-server-shutdown-nondaemon-recv": "refused",
     "gh-areal_701_ci-megatron-compile-wait-calltree": "unknown",
     "gh-cpython_121649_pystack-sigterm-shutdown-lock": "all-idle",
     "gh-h2o4gpu_717_import-hang-gomp-threads-gdb": "unknown",

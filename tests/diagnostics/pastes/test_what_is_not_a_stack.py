@@ -122,7 +122,6 @@ def test_two_megabytes_of_stack_shaped_text_read_in_linear_time(kind):
 #: each must keep failing until a reader takes it (then it leaves this list).
 NOT_READ_YET = {
     "gh-ray_29576_actor-sigabrt-driver-hang": "a driver's Ray log lines (date, level, file.py:N --) around the traceback",
-    "code_fedml-smell_enospc-server-shutdown-nondaemon-recv": "fresh-2026-12b: not read at its first pass",
     "gh-llamafactory_8549_streaming-watchdog-heartbeat-stuck": "fresh-2026-12b: not read at its first pass",
     "gh-trl_2879_cpo-watchdog-heartbeat-terminate": "fresh-2026-12b: not read at its first pass",
 }
