@@ -49,7 +49,7 @@ def call_graph(b: Builder, ln: Line) -> bool:
     """A line of a ``sample``/``spindump`` call graph (see the module docstring)."""
     s = ln.s
     if not b.mac_graph:
-        if s == "Call graph:" or _SPIN_THREAD.match(s) is not None and ("samples" in s):
+        if s == "Call graph:" or (s[:9] == "Thread 0x" and "samples" in s and _SPIN_THREAD.match(s) is not None):
             b.mac_graph = True
             b.mac_seen = True
             if s == "Call graph:":

@@ -285,7 +285,7 @@ def pytest_lines(b: Builder, ln: Line) -> bool:
             return True
         if first == "_" and set(s) <= {"_", " "}:
             return True
-    if s.endswith(":") or s.endswith(": ") or ": " in s:
+    if (s[-1] == ":" or ": " in s) and ".py" in s:
         m = PYTEST_LOCATION.match(s)
         if m is not None:
             if b.pytest_frames is None:
