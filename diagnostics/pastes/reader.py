@@ -31,7 +31,9 @@ from hangwatch.diagnostics.pastes.parse_report import ParseReport
 from hangwatch.diagnostics.pastes.patterns import INVISIBLE
 from hangwatch.diagnostics.pastes.result import finish
 from hangwatch.diagnostics.pastes.tracebacks import end_traceback
-from hangwatch.diagnostics.pastes.unwrap import StreamKey, join_padded, join_wrapped, streams, unwrap_json_lines
+from hangwatch.diagnostics.pastes.unwrap import (
+    StreamKey, drop_line_numbers, join_padded, join_wrapped, streams, unwrap_json_lines,
+)
 
 
 def _take_after_frame(b: Builder, ln: Line) -> bool:
@@ -204,7 +206,7 @@ def read_text(text: str, *, source: str = "text") -> ParseReport:
     lines_in = text.split("\n")
     if "{" in text:
         lines_in = unwrap_json_lines(lines_in)
-    lines_in = join_padded(lines_in)
+    lines_in = drop_line_numbers(join_padded(lines_in))
     b.learned_prefix = prefixes.learn(lines_in)
     for pid, stream in streams(lines_in):
         start_stream(b, pid)

@@ -139,3 +139,16 @@ def test_a_terminal_capture_padded_to_its_width_is_unwrapped():
                      + [r.ljust(w) for r in rest]) + "\n"
     (proc,) = read_text(text).processes
     assert [(f.function, f.line) for f in proc.threads[0].frames] == [("cleanup", 1358)]
+
+
+def test_a_log_viewers_line_numbers_on_lines_of_their_own_are_dropped():
+    """A traceback copied from a web log viewer: each line preceded by its number on a
+    line of its own, indentation lost. The numbers go; the source lines stay under their frames."""
+    body = ["Traceback (most recent call last):",
+            'File "/app/train.py", line 12, in <module>', "main()",
+            'File "/app/train.py", line 8, in main', "dist.barrier()",
+            'File "/opt/torch/distributed/distributed_c10d.py", line 3685, in barrier', "work.wait()",
+            "KeyboardInterrupt"]
+    text = "".join(f"{n}\n{line}\n" for n, line in enumerate(body, 3))
+    (proc,) = read_text(text).processes
+    assert [f.function for f in proc.threads[0].frames] == ["barrier", "main", "<module>"]
