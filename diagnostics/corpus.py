@@ -15,7 +15,8 @@ before any rule was written for its collection). The last line printed is
 
 ``parsed``: replay read stacks from it; ``right``: the headline signature is one of
 the expected ids (known-cause dumps only). Above it, one line per collection that
-recorded a first pass: ``collection=C known_cause=K first_pass_right=F right=R``.
+recorded a first pass: ``collection=C known_cause=K first_pass_right=F right=R``, and one
+for the dumps gathered before first passes were recorded (``collection=(before first passes)``).
 
 A new collection is labelled from its sources first, then scored once with
 ``--record-first-pass``, which writes ``first_pass`` into each ``.meta`` of that
@@ -141,6 +142,12 @@ def by_collection(outcomes: Sequence[Outcome]) -> list[str]:
         if o.entry.collection and o.entry.first_pass:
             groups.setdefault(o.entry.collection, []).append(o)
     lines = []
+    older = [o for o in outcomes if not o.entry.collection]
+    if older and groups:
+        # The dumps gathered before first passes were recorded: the bar a change must keep.
+        known = [o for o in older if o.known]
+        lines.append(f"collection=(before first passes) dumps={len(older)} parsed={sum(o.parsed for o in older)} "
+                     f"known_cause={len(known)} right={sum(o.right for o in known)}")
     for name, group in sorted(groups.items()):
         known = [o for o in group if o.known]
         lines.append(f"collection={name} dumps={len(group)} parsed={sum(o.parsed for o in group)} "

@@ -11,6 +11,9 @@ Rows are tried in order and the first match wins: put a library's own rows (file
 ``acquire``) before the generic ones (any ``acquire``). ``level``:
 
 * ``block``: the thread sleeps in it or right under it (a C call py-spy does not show);
+* ``driver``: any frame of a GPU vendor's runtime library; a wait only in a thread the
+  job called into it from (a thread the driver started itself, start_thread -> libcuda,
+  is its event poller, not the job waiting on the device);
 * ``call``: an API call that always has visible frames under it in a whole dump
   (``Process.join`` -> ``popen_fork.wait``). A stack that *ends* at such a frame was
   cut above the blocking frame (a Ctrl-C traceback, a truncated paste).
@@ -123,6 +126,11 @@ def _c(category: str, what: str, label: str, function: str) -> Primitive:
     return Primitive(category, what, label, re.compile(function), None, True)
 
 
+def _lib(category: str, what: str, label: str, function: str, lib: str) -> Primitive:
+    """A native frame of one library (any function, its symbol often missing: ``?``)."""
+    return Primitive(category, what, label, re.compile(function), re.compile(lib), True, "driver")
+
+
 def _src(category: str, what: str, label: str, function: str) -> Primitive:
     """A call named by a traceback's innermost source line (see pastes.tracebacks.source_call)."""
     return Primitive(category, what, label, re.compile(function), re.compile(r"^<call>$"), True, "block")
@@ -156,6 +164,13 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("store-wait", "the distributed store", "torch.distributed rendezvous",
         r"^(\w+\.)?(next_rendezvous|_rendezvous|rendezvous|_store_based_barrier|_exit_barrier|_barrier|barrier|store_get|_get_store|sync|synchronize|get_all|_try_wait_get|_wait)$",
         r"torch/distributed/(elastic/(rendezvous|utils/store|agent)|rendezvous\.py)"),
+    # Creating the c10d store: a TCPStore client connecting to the master (or the master
+    # waiting for its workers) until the rendezvous timeout.
+    _py("store-wait", "the distributed store", "torch.distributed `_create_c10d_store`",
+        r"^(\w+\.)?_create_c10d_store$", r"torch/distributed/rendezvous\.py$"),
+    # The store-based barrier that init_process_group/new_group run on the store (not a collective).
+    _py("store-wait", "the distributed store", "torch.distributed `_store_based_barrier`",
+        r"^(\w+\.)?_store_based_barrier$", r"torch/distributed/distributed_c10d\.py$"),
     _py("nccl-collective-wait", "a collective", "torch.distributed collective",
         r"(^|[._])(all_reduce|all_gather|all_gather_into_tensor|reduce_scatter|reduce_scatter_tensor|broadcast|barrier|"
         r"all_to_all|all_to_all_single|monitored_barrier|all_gather_object|broadcast_object_list|gather|gather_object|scatter|"
@@ -177,6 +192,13 @@ PRIMITIVES: tuple[Primitive, ...] = (
        r"zeEventHostSynchronize|zeCommandQueueSynchronize|aclrtSynchronize\w*|rt(Stream|Device|Event)Synchronize\w*)"),
     _c("cuda-synchronize-wait", "the GPU", "a copy to the host (`.item()`)",
        r"(^|::)_?local_scalar_dense|(^|::)(cudaMemcpy|cuMemcpyDtoH|cuMemcpy|hipMemcpy)\w*$"),
+    # Inside a GPU vendor's runtime or driver library, with or without symbols: a thread
+    # that stays there through a hang waits on the device (a synchronize, a copy, a queue
+    # the device never drains). The job's own GPU code around it (ggml's HIP backend,
+    # libtorch_cuda) is the caller.
+    _lib("cuda-synchronize-wait", "the GPU", "the GPU runtime (driver library)", r"",
+         r"(^|/)(libcuda\.so|libcudart\w*\.so|libamdhip64\.so|libhsa-runtime64\.so|libhsakmt\.so|libze_(loader|intel_gpu)\.so|"
+         r"libur_adapter_level_zero\.so|libascendcl\.so|libruntime\.so|libmusa\.so|libmusart\.so|nvcuda\.dll|amdhip64\.dll)"),
     _py("cuda-synchronize-wait", "the GPU", "`torch.cuda.synchronize`", r"(^|\.)synchronize$",
         r"(torch/(cuda|xpu|npu|musa|mps)/|torch_npu/npu/|deepspeed/accelerator/)"),
     _py("cuda-synchronize-wait", "the GPU", "`Event.synchronize`", r"^(Event|Stream)\.synchronize$|^(Event|Stream)\.wait$", None),
@@ -185,8 +207,9 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("ray-get-wait", "a Ray task or actor", "Ray `get_objects`", r"^(\w+\.)?(get_objects|wait_objects|get_with_failure_handling)$", r"(^|/)ray/"),
     _c("ray-get-wait", "a Ray task or actor", "Ray `CoreWorker::Get`", r"CoreWorker::(Get|Wait)\b"),
     # --- the DataLoader ---------------------------------------------------------------------
+    # (_get_batch / _try_get_batch: the DataLoader iterator of torch 1.0 and 1.1)
     _py("dataloader-wait", "a DataLoader worker's batch", "DataLoader `_get_data`",
-        r"^(\w+\.)?(_get_data|_try_get_data|_next_data)$", r"torch/utils/data/dataloader\.py$|(^|/)dataloader\.py$"),
+        r"^(\w+\.)?(_get_data|_try_get_data|_next_data|_get_batch|_try_get_batch)$", r"torch/utils/data/dataloader\.py$|(^|/)dataloader\.py$"),
     _py("dataloader-wait", "a DataLoader worker's batch", "the pin-memory thread", r"_pin_memory_loop", r"torch/utils/data/"),
     # --- tokenizers ------------------------------------------------------------------------------
     _py("tokenizer-wait", "a fast tokenizer", "tokenizers `encode_batch`",
@@ -199,6 +222,8 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("socket-read", "an HTTP response", "http.client `getresponse`", r"^(\w+\.)?(getresponse|begin|_read_status|read|readinto|_safe_read|_readall_chunked|_read_next_chunk_size|_get_chunk_left|readline)$", r"(^|/)http/client\.py$"),
     _py("socket-read", "an HTTP response", "`urllib.request.urlopen`", r"^(\w+\.)?(urlopen|open|do_open|http_open|https_open)$", r"(^|/)urllib/request\.py$", level="call"),
     _py("socket-read", "an RPC response", "gRPC", r"^(\w+\.)?(_blocking|__call__|_next|__next__|result|_end_unary_response_blocking)$", r"(^|/)grpc/"),
+    _py("socket-read", "an RPC response", "rpyc", r"^(\w+\.)?(wait|value|sync_request|async_request|serve|serve_all|_recv|recv|poll|poll_all)$", r"(^|/)rpyc/"),
+    _py("socket-read", "an RPC response", "xmlrpc / Pyro", r"^(\w+\.)?(request|single_request|_invoke|__call__|getresponse|parse_response)$", r"(^|/)(xmlrpc/client\.py|Pyro[45]/)"),
     _py("socket-read", "a ZMQ socket", "zmq `recv`", r"^(\w+\.)?(recv|recv_multipart|recv_pyobj|recv_json|recv_string|poll|send|send_multipart)$", r"(^|/)zmq/"),
     _py("socket-read", "a Redis reply", "redis", r"^(\w+\.)?(read_response|_read_from_socket|readline|get_message|parse_response)$", r"(^|/)redis/"),
     # --- the standard library: sockets and descriptors --------------------------------------------
@@ -251,6 +276,8 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _src("sleep", "a sleep", "`time.sleep`", r"(^|\.)sleep$"),
     _src("subprocess-wait", "a child process", "`os.waitpid`", r"^os\.(waitpid|wait|wait3|wait4|waitid)$|\.communicate$|^subprocess\.\w+$"),
     _src("ray-get-wait", "a Ray task or actor", "`ray.get`", r"^ray\.(get|wait)$"),
+    _src("store-wait", "the distributed store", "a c10d store's constructor or call",
+         r"(^|\.)(TCPStore|store\.(get|wait|set|add|compare_set|multi_get))$"),
     _src("nccl-collective-wait", "a collective", "torch.distributed collective",
          r"(^|\.)(all_reduce|all_gather|all_gather_into_tensor|reduce_scatter|reduce_scatter_tensor|broadcast|barrier|all_to_all|all_to_all_single|monitored_barrier)$"),
     _src("cuda-synchronize-wait", "the GPU", "`synchronize` / `.item()`", r"(^|\.)(synchronize|item|tolist)$"),
@@ -270,6 +297,10 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _c("event-wait", "a condition variable", "`pthread_cond_wait`",
        r"^(__)?pthread_cond_(timed|clock)?wait\w*$|^std::condition_variable(_any)?::(wait|wait_for|wait_until|__wait_until_impl)\w*$|^___pthread_cond_\w*wait\w*$"),
     _c("lock-wait", "a mutex", "`pthread_mutex_lock`", r"^(__)?pthread_mutex_(timed|clock)?lock\w*$|^___pthread_mutex_lock$|^(__)?lll_lock_wait\w*$|^std::mutex::lock$"),
+    # macOS: the kernel calls under pthread's condition variables, mutexes and os_unfair_lock
+    _c("event-wait", "a condition variable", "`__psynch_cvwait`", r"^__psynch_cvwait$|^_pthread_cond_wait$"),
+    _c("lock-wait", "a mutex", "`__psynch_mutexwait`", r"^__psynch_mutexwait$|^__ulock_wait2?$|^_pthread_mutex_firstfit_lock_wait$"),
+    _c("sleep", "a sleep", "`__semwait_signal`", r"^__semwait_signal$"),
     _c("lock-wait", "a semaphore", "`sem_wait`", r"^(__new_|__old_)?sem_(timed|clock)?wait\w*$|^do_futex_wait\w*$|^__new_sem_wait_slow\w*$"),
     _c("socket-read", "a file descriptor", "`poll`/`epoll_wait`/`select`",
        r"^(__)?(poll|ppoll|epoll_wait|epoll_pwait2?|select|pselect6?|__select|___poll|__GI___poll|__GI_epoll_wait|kevent|WaitForMultipleObjects(Ex)?|GetQueuedCompletionStatus(Ex)?)$"),

@@ -125,11 +125,11 @@ class ThreadDump:
         # (gdb's "?? () from libcuda.so.1" under clock_gettime, NCCL#1766) is blocked on
         # the device, not waiting for work. A thread the driver started itself
         # (start_thread -> libcuda: its event and semaphore pollers) stays a helper.
-        gpu_unnamed = not self._driver_thread()
+        gpu_unnamed = not self.driver_thread()
         return tuple(f for f in self.frames if f.native and not f.is_system_native
                      and (f.function != "?" or (gpu_unnamed and bool(_GPU_NATIVE.search(f.file)))))[:limit]
 
-    def _driver_thread(self) -> bool:
+    def driver_thread(self) -> bool:
         """Started by the GPU driver or NCCL: outermost, past the C library's thread
         start, the first frame is theirs."""
         started = False

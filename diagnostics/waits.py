@@ -48,14 +48,14 @@ BLOCKING_FAMILIES = frozenset(("nccl-collective-wait", "cuda-synchronize-wait", 
                                "gil-deadlock"))
 #: ``lock-wait`` matches any threading wait; these families say better what it is.
 REFINES_LOCK_WAIT = frozenset(("event-wait", "queue-wait", "thread-join", "future-wait", "subprocess-wait",
-                               "socket-read", "file-lock-wait", "dataloader-wait", "asyncio-blocked"))
-# Not ``gil-deadlock``: the corpus's older labels name a GIL wait under the generic lock-wait
-# signature ``lock-wait`` (a GIL/lock inversion is a lock wait), so a GIL wait that the
-# signature matched keeps that id; only a GIL wait no signature names gets the family.
+                               "socket-read", "file-lock-wait", "dataloader-wait", "asyncio-blocked", "gil-deadlock"))
+# ``gil-deadlock`` too: a thread waiting to take the GIL matches the generic lock-wait
+# signature (take_gil sits on a mutex or a semaphore), but what it waits for is the GIL, and
+# the cure differs (release the GIL before blocking), so the wait's own family names it.
 #: A join at interpreter exit (``shutdown-join``) whose thread sits in one of these says
-#: better what the exit waits for: the lock file the joined work waits on. (A child process
-#: joined at exit stays the exit's wait: ``shutdown-join`` ranks above ``child-process-wait``.)
-REFINES_EXIT_JOIN = frozenset(("file-lock-wait",))
+#: better what the exit waits for: the lock file the joined work waits on, or the child
+#: process multiprocessing's exit handler joins (the child is the one to dump).
+REFINES_EXIT_JOIN = frozenset(("file-lock-wait", "subprocess-wait"))
 #: A caller named like this around a sleep is a polling lock: an acquire loop that tries,
 #: sleeps and tries again (filelock's, a lock file's, a hand-written spin on a lock).
 _POLLING_LOCK = re.compile(r"(?i)acquire|(^|[._])(\w*_)?lock(_\w*)?$|lock(ed)?_?wait|wait_?(for_?)?lock")
@@ -113,16 +113,23 @@ def _where(frame: Frame) -> str:
     return f"{path}:{frame.line}" if frame.line is not None else f"{frame.function} ({path})"
 
 
+#: A frame whose function the paste does not show (pytest's long traceback shows a frame's
+#: source and location, and its ``def`` only when the whole function fits): a module of
+#: the table (asyncio's event loop, selectors, http.client) names its wait by the file alone.
+UNNAMED = "<unknown>"
+
+
 @functools.lru_cache(maxsize=65536)
 def _row(function: str, file: str, native: bool) -> Primitive | None:
     name = function.split("@", 1)[0] if native else function  # "pthread_cond_wait@@GLIBC_2.3.2"
     path = file.replace("\\", "/")
+    unnamed = name == UNNAMED and not native
     for p in PRIMITIVES:
         if p.native != native:
             continue
         if p.file is not None and p.file.search(path) is None:
             continue
-        if p.function.search(name) is not None:
+        if p.function.search(name) is not None or (unnamed and p.file is not None and p.level == "block"):
             return p
     return None
 
@@ -155,8 +162,14 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
     matched: list[tuple[int, Frame, Primitive]] = []
     glue = 0
     caller: Frame | None = None
+    driver_thread: bool | None = None
     for i, f in enumerate(frames):
         p = primitive_of(f)
+        if p is not None and p.level == "driver":
+            if driver_thread is None:
+                driver_thread = ThreadDump("", "", frames).driver_thread()
+            if driver_thread:
+                p = None
         if p is not None:
             matched.append((i, f, p))
             glue = 0
@@ -179,6 +192,12 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
     if matched[0][2].category == "sleep" and category in ("sleep", "lock-wait") and any(
             _POLLING_LOCK.search(f.function) for f in [m[1] for m in matched[1:]] + ([caller] if caller else [])):
         category, what = "file-lock-wait", "a lock polled by a sleep loop"
+    if (caller is not None and caller.native and category in _LIBC_WAITS and matched[-1][1].native
+            and _ACCELERATOR_BACKEND.search(caller.file) is not None and not ThreadDump("", "", frames).driver_thread()):
+        # A C library wait (an eventfd read, a futex, a condition) called by torch's
+        # accelerator backend (libtorch_npu's stream, libtorch_cuda's events): the backend
+        # waits for its device there.
+        category, what = "cuda-synchronize-wait", "the accelerator (a wait inside its torch backend)"
     innermost_python = next((f for f in frames if not f.native), None)
     cut = matched[0][2].level == "call" and innermost_python is matched[0][1] and not any(f.native for f in frames[:matched[0][0]])
     labels: list[str] = []
@@ -188,6 +207,12 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
             labels.append(label)
     return Wait(category, what, tuple(labels), tuple(f for _, f, _ in matched), caller, cut, stop)
 
+
+#: torch's accelerator backends (and the vendors' own torch plugins): a C library wait they
+#: call is the device's.
+_ACCELERATOR_BACKEND = re.compile(r"(^|/)(libtorch_npu|libtorch_xpu|libtorch_musa|libc10_npu|libc10_xpu|libtorch_gcu|libtorch_mlu)[\w.-]{0,40}\.so")
+#: The C library's waits that say nothing of their own (see ``_ACCELERATOR_BACKEND``).
+_LIBC_WAITS = frozenset(("socket-read", "event-wait", "lock-wait", "sleep"))
 
 #: Native rows of the ecosystem (CUDA, NCCL, the c10d store, Ray): the job's own native
 #: frames around them (libtorch, libc10) are the library's wrappers of that wait.
@@ -234,12 +259,52 @@ def refine(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) 
     """``sig``, unless it is the generic ``lock-wait`` and the thread's wait says better
     what it is (an Event or Condition, a queue, a join, a future, the GIL...), or a join
     at interpreter exit whose thread waits on a child process or a lock file."""
+    if sig.id in ("nccl-comm-init", "nccl-collective-wait"):
+        return _store_not_nccl(sig, thread, signatures)
+    if sig.id == "h2d-copy-stuck":
+        return _copy_to_host(sig, thread, signatures)
     if sig.id not in ("lock-wait", "shutdown-join"):
         return sig
     w = wait_of(thread)
     if w is None or w.category not in (REFINES_LOCK_WAIT if sig.id == "lock-wait" else REFINES_EXIT_JOIN):
         return sig
     return family_signature(w.category, signatures)
+
+
+#: Frames that show a store wait serving NCCL's communicator setup (rank 0's unique id
+#: fetched through the store): such a wait is the communicator's, not the store's.
+_NCCL_SETUP = re.compile(r"(?i)nccl(GetUniqueId|CommInit|UniqueNCCLID|Comm\b)|getNCCLComm|initNCCLComm|UniqueNCCLID|pynccl")
+
+
+def _store_not_nccl(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) -> Signature:
+    """``nccl-comm-init`` or a collective matched a thread whose innermost wait is the c10d
+    store (a TCPStore client connecting, a store get, a store-based barrier, the elastic
+    agent's exit barrier on the store): unless a frame of
+    the thread shows the wait serves NCCL's communicator setup, the store is what it waits
+    on (the master is unreachable, a rank never arrived) and ``store-wait`` names it."""
+    w = wait_of(thread)
+    if w is None or w.category != "store-wait":
+        return sig
+    if any(_NCCL_SETUP.search(f.function) or _NCCL_SETUP.search(f.file) for f in thread.frames[:MAX_WAIT_FRAMES]):
+        return sig
+    return family_signature("store-wait", signatures)
+
+
+#: A copy from the device to the host: ``.item()``, ``.tolist()``, ``.cpu()`` of a result
+#: (``_local_scalar_dense``, a DtoH memcpy). It waits for all work queued before it.
+_TO_HOST = re.compile(r"DtoH|(^|::|\.)_?local_scalar_dense|(^|\.)(item|tolist)$|copy_device_to_host|D2H")
+#: A copy to the device that a job's own helper makes (what h2d-copy-stuck is about).
+_TO_DEVICE = re.compile(r"^(\w+\.)?(copy_to_device|to_device|_to_device|move_to_device|send_to_device|_move_to_device|recursively_apply)$|HtoD|H2D")
+
+
+def _copy_to_host(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) -> Signature:
+    """``h2d-copy-stuck`` matched a memcpy that copies *to the host* (``.item()``): that
+    copy synchronizes with the stream, so the thread waits for the GPU's queued work,
+    ``cuda-synchronize-wait``, unless the stack shows a copy to the device."""
+    frames = thread.frames[:MAX_WAIT_FRAMES]
+    if any(_TO_DEVICE.search(f.function) for f in frames) or not any(_TO_HOST.search(f.function) for f in frames):
+        return sig
+    return family_signature("cuda-synchronize-wait", signatures)
 
 
 def outranks_wrapper(thread: ThreadDump, evidence: Sequence[Frame]) -> bool:

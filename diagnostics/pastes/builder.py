@@ -107,6 +107,25 @@ class Builder:
     tb_indent: int = 0
     tb_source: str = ""  # the source line under the traceback's innermost frame so far
     tb_caption: str = ""
+    # pytest's long traceback: its frames so far (outermost first), the function of the
+    # source shown above the next location line, the ">" line of that source, and the
+    # innermost ">" line once its location came
+    pytest_frames: list[Frame] | None = None
+    pytest_def: str = ""
+    pytest_marker: str = ""
+    pytest_source: str = ""
+    pytest_interrupted: bool = False
+    # macOS sample/spindump call graphs (see ``macos``): inside one, the thread being read,
+    # its heaviest path so far (outermost first), the last depth, whether that path ended
+    coredump_threads: int = 0  # systemd-coredump / eu-stack thread headers read
+    mac_graph: bool = False
+    mac_seen: bool = False
+    mac_threads: int = 0
+    mac_thread: str = ""
+    mac_frames: list[Frame] | None = None
+    mac_depth: int = -1
+    mac_done: bool = False
+    tb_frame_line: bool = False  # the line before was a traceback's frame line
     tb_ipython: bool = False  # the open traceback is IPython's (numbered source lines)
     banner: tuple[str | None, str] | None = None  # (ident, name) of the thread whose banner was read last
     # Traceback-shaped blocks that ended without an exception line (a thread dump
@@ -135,6 +154,9 @@ class Builder:
     horovod_missing: tuple[str, str, tuple[int, ...]] | None = None
     shm_waits: dict[int | None, int] = field(default_factory=dict)  # pid -> vLLM's shm_broadcast wait lines logged
     trace: list[Frame] | None = None  # VLLM_TRACE_FUNCTION calls still open
+    # pid (None: no pid in the prefix) -> (the frame a library's wait message stands for, its
+    # message, how many lines said so): see logs.WAIT_MESSAGES
+    message_waits: dict[int | None, tuple[Frame, str, int]] = field(default_factory=dict)
 
     # -- stacks written by hand
     # Code-shaped names alone on their lines, waiting to see whether frames follow.

@@ -103,6 +103,13 @@ def gdb_frame(b: Builder, s: str) -> bool:
         b.after_break = False
         return True
     b.drop_bare()
+    mc = COREDUMP_FRAME.match(s)
+    if mc is not None:
+        # systemd-coredump's and eu-stack's "#0  0x00007f.. f (libpython3.9.so.1.0 + 0x18d57e)"
+        function = cxx_name(mc.group(1))
+        b.add_frames([Frame("??" if function == "n/a" else function, mc.group(2).strip(), None, native=True)])
+        b.after_break = False
+        return True
     m = GDB_NUMBERED.match(s)
     if m is not None:
         frame = gdb_call(s[m.end():], addressed=m.group(1) is not None) or _numbered_from(s[m.end():].strip())
@@ -254,6 +261,24 @@ def info_thread(b: Builder, ln: Line) -> bool:
         if mi and gdb_info_thread(b, mi):
             return True
     return False
+
+
+#: systemd-coredump (coredumpctl info) and eu-stack frames: no " in ", the library and the
+#: offset in parentheses after the function.
+COREDUMP_FRAME = re.compile(r"^#\d{1,6}\s{1,4}0x[0-9a-fA-F]{1,16}\s{1,4}(?!in )(\S.{0,500}?)\s{1,4}\(([^()]{1,300}?) \+ 0x[0-9a-fA-F]{1,16}\)\s*$")
+#: Their thread headers: "Stack trace of thread 37144:" (coredumpctl), "TID 37144:" (eu-stack).
+COREDUMP_THREAD = re.compile(r"^(?:Stack trace of thread|TID) (\d{1,10}):$")
+
+
+def coredump_thread(b: Builder, ln: Line) -> bool:
+    """A thread header of systemd-coredump or eu-stack; the first thread is the one that
+    crashed or was signalled (the main thread when the process was killed for hanging)."""
+    m = COREDUMP_THREAD.match(ln.s) if ln.first in "ST" else None
+    if m is None:
+        return False
+    b.start_thread(m.group(1), "unknown", "MainThread" if not b.coredump_threads else f"Thread-{m.group(1)}")
+    b.coredump_threads += 1
+    return True
 
 
 def gdb_line(b: Builder, ln: Line) -> bool:

@@ -9,6 +9,8 @@ else they were text.
 
 from __future__ import annotations
 
+import re
+
 from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.frames import parse_frame_line
 from hangwatch.diagnostics.pastes.gdb import cxx_name
@@ -120,6 +122,22 @@ def arrow_end(b: Builder, ln: Line) -> bool:
 
 def arrow(b: Builder, ln: Line) -> bool:
     return ln.first in "-→=" and ln.s.startswith(ARROW) and arrow_line(b, ln.s)
+
+
+#: "MainThread: f (a.py:1)", "Thread-3 (worker): f (a.py:1)": a thread named in front of
+#: its innermost frame, as reporters condense a dump to one line per thread.
+THREAD_LABEL = re.compile(r"^((?:MainThread|Thread-\d{1,6}|[A-Za-z_][\w.-]{0,60}Thread\w{0,20}|[A-Za-z_][\w.-]{0,60}-thread)(?: \([\w.-]{1,60}\))?)\s{0,4}:\s{1,8}")
+
+
+def thread_label(b: Builder, ln: Line) -> bool:
+    """'MainThread: _shutdown (threading.py:1567)  <- note': that thread, its frame read on."""
+    s = ln.s
+    m = THREAD_LABEL.match(s) if ":" in s else None
+    if m is not None and parse_frame_line(s[m.end():]) is not None:
+        b.start_thread(None, "unknown", "MainThread" if m.group(1) == "MainThread" else m.group(1))
+        b.report.thread_headers -= 1  # a label, no py-spy header
+        ln.retext(s[m.end():])
+    return False
 
 
 def group_label(b: Builder, ln: Line) -> bool:

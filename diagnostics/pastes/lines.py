@@ -21,6 +21,15 @@ from hangwatch.diagnostics.pastes.patterns import (
 from hangwatch.diagnostics.pastes.pyspy_text import parse_thread_header
 
 
+_PADDED_WRAP = re.compile(r"(?<=\S) {16,400}(?=\S)")
+
+
+def _unpad(m: re.Match[str]) -> str:
+    s = m.string
+    before, after = s[m.start() - 1], s[m.end()]
+    return "" if (before.isalnum() or before in "._/-") and (after.isalnum() or after in "._/-") else " "
+
+
 def normalise(report: ParseReport, raw: str) -> str:
     """A raw line counted, cut to MAX_LINE_CHARS, without trailing space, tabs, colours or entities."""
     report.lines += 1
@@ -30,6 +39,10 @@ def normalise(report: ParseReport, raw: str) -> str:
     raw = raw.rstrip().replace("\t", "    ")
     if "\x1b" in raw:
         raw = ANSI.sub("", raw)
+    if "                " in raw and ('File "' in raw or ", line " in raw):
+        # A terminal's hard wrap turned into padding: "dataload<40 spaces>er.py", "line 216,
+        # <spaces>in recv": a wide run of spaces inside a traceback's frame line joins its halves.
+        raw = _PADDED_WRAP.sub(_unpad, raw)
     if "&" in raw and ENTITY.search(raw):
         raw = html.unescape(raw)  # copied from a page's source: &lt;module&gt;, &quot;MainThread&quot;
     return raw
@@ -54,6 +67,9 @@ def read_line(raw: str, learned: re.Pattern[str] | None = None) -> Line | None:
         # A line pasted as inline code, one backtick pair per line (py-spy#565: each gdb
         # frame wrapped in `...`); a line cut before its closing backtick has only one.
         line = s = s.strip("`").strip()
+    elif s[-1:] == "`" and s.count("`") == 1 and len(s) > 1:
+        # the same line, its opening backtick taken with the log prefix learned in front of it
+        line = s = s[:-1].rstrip()
     if s[:2] == "# " and len(s) < MAX_LINE_CHARS:
         # A dump kept in a source or shell comment ("#     wait (x.py:9)", a py-spy dump
         # quoted in a code comment): the text behind "# " is read when it is stack text.

@@ -84,6 +84,53 @@ def end_trace(b: Builder) -> None:
         b.traceback_thread("MainThread", stack)  # outermost first, like a traceback
 
 
+#: Lines that libraries log (or raise) while a process waits, for pastes that hold no stack:
+#: (a test on the line, the frame the wait would show on a stack, what waits). The frame is
+#: one the primitive table (``primitives``) and the signatures know, so a paste of these
+#: lines alone gets the family of that wait. A message names a library's wait in general
+#: (torch's store-based barrier, filelock's retry loop), never one report's text.
+WAIT_MESSAGES: tuple[tuple[re.Pattern[str], Frame, str], ...] = (
+    # torch.distributed: the store-based barrier of init_process_group / new_group
+    (re.compile(r"Waiting in store based barrier|Timed out initializing process group in store based barrier|"
+                r"store_based_barrier_key:\d{1,9} \(world_size=\d{1,9}, worker_count=\d{1,9}"),
+     Frame("_store_based_barrier", "torch/distributed/distributed_c10d.py", None), "torch's store-based barrier"),
+    # NCCL's unique id fetched through the store for a new communicator
+    (re.compile(r"retrieving ncclUniqueId from \[\d{1,9}\] via c10d key-value store|broadcastUniqueNCCLID"),
+     Frame("c10d::ProcessGroupNCCL::broadcastUniqueNCCLID", "libtorch_cuda.so", None, native=True),
+     "NCCL communicator setup (rank 0's unique id through the store)"),
+    # the c10d store's client: connecting to the master, or a get/wait on a key
+    (re.compile(r"client socket has timed out after \d{1,12}ms while trying to connect|TCP client failed to connect|"
+                r"waitForInput: (?:poll for )?socket SocketImpl|Socket Timeout|wait timeout after \d{1,12}ms, keys:"),
+     Frame("c10d::TCPStore::doWait", "libtorch_cpu.so", None, native=True), "the c10d store (TCPStore)"),
+    # gloo's transport: a send/recv that never completed
+    (re.compile(r"Timed out waiting \d{1,12}ms for (?:recv|send) operation to complete"),
+     Frame("c10d::ProcessGroupGloo::recv", "libtorch_cpu.so", None, native=True), "a gloo send/recv"),
+    # file locks: filelock's debug lines and huggingface_hub's progress line
+    (re.compile(r"(?i)Attempting to acquire lock \d{1,20} on |Lock \d{1,20} not acquired on .{1,4000}, waiting|"
+                r"Still waiting to acquire lock on |[Ww]aiting (?:for|on) (?:the )?(?:file ?)?lock(?:file)? "),
+     Frame("acquire", "filelock/_api.py", None), "a file lock"),
+    # the DataLoader's own timeout
+    (re.compile(r"DataLoader timed out after \d{1,9} seconds"),
+     Frame("_try_get_data", "torch/utils/data/dataloader.py", None), "a DataLoader worker's batch"),
+)
+
+
+def message_wait(b: Builder, s: str, prefix: str) -> None:
+    """A line that says a library waits (``WAIT_MESSAGES``): kept per pid, used at the end
+    only when the paste holds no stack (see ``result``)."""
+    for rx, frame, what in WAIT_MESSAGES:
+        if rx.search(s) is None:
+            continue
+        pid = PID_IN_PREFIX.search(prefix)
+        key = int(pid.group(1)) if pid else (b.stream_pid if isinstance(b.stream_pid, int) else None)
+        old = b.message_waits.get(key)
+        if old is None and len(b.message_waits) < MAX_PROCESSES:
+            b.message_waits[key] = (frame, what, 1)
+        elif old is not None:
+            b.message_waits[key] = (old[0], old[1], old[2] + 1)
+        return
+
+
 # -- steps of reader.STEPS ----------------------------------------------------
 def wait_lines(b: Builder, ln: Line) -> bool:
     """An NCCL watchdog timeout, vLLM's shm_broadcast wait, or Horovod's stall warning."""

@@ -53,6 +53,11 @@ class ParseReport:
     #: processes known only from vLLM's "No available shared memory broadcast block found"
     #: lines, and the most such lines one of them logged (one a minute by default)
     shm_wait_only: int = 0
+    #: processes known only from a library's wait messages (see pastes.logs.WAIT_MESSAGES):
+    #: what each waits on, and how many lines said so
+    message_waits: list[str] = field(default_factory=list)
+    #: the same, put on top of a stack that shows no wait (cut above it)
+    message_on_stack: list[str] = field(default_factory=list)
     shm_wait_minutes: int = 0
 
     @property
@@ -94,6 +99,12 @@ class ParseReport:
                 "SIGABRT (a kill -ABRT of a hung process, or an abort()): each thread is where it was then"
                 if self.fatal_error.strip().lower().startswith("aborted") else
                 "the process crashed; the stacks show where each thread was at the crash, which need not be a hang"))
+        if self.message_waits:
+            out.append(f"no stack: {len(self.message_waits)} process(es) known only from the messages a library logs while it "
+                       f"waits ({'; '.join(self.message_waits[:4])}); dump the process (py-spy dump --pid) to see its stack")
+        if self.message_on_stack:
+            out.append(f"the stack shows no blocking call (cut above it); the paste's log says what it waited on: "
+                       f"{'; '.join(self.message_on_stack[:4])}, put on top of the main thread")
         if self.shm_wait_only:
             out.append(f"{self.shm_wait_only} process(es) known only from vLLM's 'No available shared memory broadcast "
                        f"block found' lines (up to {self.shm_wait_minutes} of them, one per wait of VLLM_RINGBUFFER_WARNING_INTERVAL, "

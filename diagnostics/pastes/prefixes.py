@@ -26,6 +26,9 @@ from hangwatch.diagnostics.pastes.patterns import ANSI, GDB_INFO_THREAD, PREFIX,
 
 #: Frame lines that must share a shape before it counts as a prefix.
 MIN_LINES = 3
+#: Fewer frame lines than MIN_LINES share a shape: still a prefix when this many frame
+#: lines have it and more than MIN_LINES lines in all start with it.
+MIN_FRAME_LINES = 1
 #: Shapes learned per paste (several loggers, e.g. two workers' formats).
 MAX_SHAPES = 4
 #: Lines looked at: a logger's prefix shows in the first ones.
@@ -80,6 +83,20 @@ def _pattern(sh: str) -> str:
     return "".join(out)
 
 
+def _lines_with(sh: str, lines: list[str]) -> int:
+    """How many of the first lines start with the prefix shape ``sh`` (after a known ``PREFIX``)."""
+    rx = re.compile(r"[ \t]*" + _pattern(sh))
+    n = 0
+    for raw in lines[:MAX_LINES]:
+        if len(raw) > 4096:
+            continue
+        raw = raw.replace("\t", "    ")
+        m = PREFIX.match(raw)
+        if rx.match(raw[m.end():] if m else raw) is not None:
+            n += 1
+    return n
+
+
 def learn(lines: list[str]) -> re.Pattern[str] | None:
     """The prefixes (as one regex, anchored at the start of the text left after the known
     ``PREFIX``) that frame lines of this paste share, or None."""
@@ -108,6 +125,11 @@ def learn(lines: list[str]) -> re.Pattern[str] | None:
         if _DELIMITED.search(sh):
             shapes[sh] += 1
     learned = [sh for sh, n in shapes.most_common(MAX_SHAPES) if n >= MIN_LINES]
+    if not learned:
+        # A short traceback (two frames, or one) behind a logger's prefix: the shape of its
+        # frame lines counts when the lines around them (its source lines, its error) start
+        # with it too.
+        learned = [sh for sh, n in shapes.most_common(MAX_SHAPES) if n >= MIN_FRAME_LINES and _lines_with(sh, lines) >= MIN_LINES + 1]
     if not learned:
         return None
     # Longest first: one shape may be the start of another.

@@ -10,6 +10,7 @@ time is linear in the paste.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 # Imported as modules, not from the package (a cycle through its __init__): STEPS names each
@@ -19,6 +20,7 @@ import hangwatch.diagnostics.pastes.gdb as gdb
 import hangwatch.diagnostics.pastes.handwritten as handwritten
 import hangwatch.diagnostics.pastes.lines as lines
 import hangwatch.diagnostics.pastes.logs as logs
+import hangwatch.diagnostics.pastes.macos as macos
 import hangwatch.diagnostics.pastes.prefixes as prefixes
 import hangwatch.diagnostics.pastes.pyspy_text as pyspy_text
 import hangwatch.diagnostics.pastes.tracebacks as tracebacks
@@ -29,7 +31,9 @@ from hangwatch.diagnostics.pastes.parse_report import ParseReport
 from hangwatch.diagnostics.pastes.patterns import INVISIBLE
 from hangwatch.diagnostics.pastes.result import finish
 from hangwatch.diagnostics.pastes.tracebacks import end_traceback
-from hangwatch.diagnostics.pastes.unwrap import StreamKey, join_wrapped, streams, unwrap_json_lines
+from hangwatch.diagnostics.pastes.unwrap import (
+    StreamKey, drop_line_numbers, join_padded, join_wrapped, streams, unwrap_json_lines,
+)
 
 
 def _take_after_frame(b: Builder, ln: Line) -> bool:
@@ -96,6 +100,7 @@ ANY = None
 #: can take or act on (its own test), or ANY: a line is put only through the steps that
 #: can take it (``_route``), which saves most of the calls a line would otherwise cost.
 STEPS: tuple[tuple[str | None, Step], ...] = (
+    ("CTSB0123456789+!:|*", macos.call_graph),  # a graph line, stripped, starts with a count or a tree mark
     (ANY, tracebacks.pdb_where),
     (ANY, handwritten.arrow_end),
     (ANY, cxx_traces.numbered_row),
@@ -104,6 +109,7 @@ STEPS: tuple[tuple[str | None, Step], ...] = (
     ("~=-", tracebacks.thread_banner),
     ("WG", gdb.pybt_marker),
     (ANY, tracebacks.traceback_lines),
+    (ANY, tracebacks.pytest_lines),
     (ANY, logs.wait_lines),
     (ANY, cxx_traces.cxx_lines),
     (ANY, logs.failed_collective),
@@ -120,6 +126,8 @@ STEPS: tuple[tuple[str | None, Step], ...] = (
     (".…[(", lines.elision),
     (ANY, pyspy_text.command_prompt),
     ("DTPECRr", handwritten.group_label),
+    (ANY, handwritten.thread_label),
+    ("ST", gdb.coredump_thread),
     ("#0TU[", gdb.gdb_line),
     ("F<", gdb.pybt_frame),
     (ANY, _take_after_file_frame),
@@ -143,6 +151,10 @@ def _route(first: str, start: int) -> tuple[tuple[int, Step], ...]:
     return route
 
 
+#: Words every line of ``logs.WAIT_MESSAGES`` holds: only such lines are tried against it.
+_MESSAGE_HINT = re.compile(r"barrier|ncclUniqueId|[Tt]imed out|[Tt]imeout|[Ll]ock|waitForInput")
+
+
 def feed(b: Builder, raw: str) -> None:
     """One line of the paste, read into ``b``."""
     raw = lines.normalise(b.report, raw)
@@ -152,6 +164,8 @@ def feed(b: Builder, raw: str) -> None:
     ln = lines.read_line(raw, b.learned_prefix)
     if ln is None:
         return
+    if _MESSAGE_HINT.search(raw) is not None:
+        logs.message_wait(b, raw, ln.prefix)
     b.prev_text, b.cur_text = b.cur_text, ln.s
     _read(b, ln, 0)
 
@@ -192,6 +206,7 @@ def read_text(text: str, *, source: str = "text") -> ParseReport:
     lines_in = text.split("\n")
     if "{" in text:
         lines_in = unwrap_json_lines(lines_in)
+    lines_in = drop_line_numbers(join_padded(lines_in))
     b.learned_prefix = prefixes.learn(lines_in)
     for pid, stream in streams(lines_in):
         start_stream(b, pid)

@@ -8,18 +8,22 @@ only from log lines (NCCL watchdog, Horovod, vLLM's shm_broadcast waits) come la
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hangwatch.contract.redact import redact_text
 from hangwatch.diagnostics.pastes.builder import Builder, ProcessDraft
 from hangwatch.diagnostics.pastes.cxx_traces import numbered_line, raised_from
 from hangwatch.diagnostics.pastes.handwritten import end_arrow, names_stack
 from hangwatch.diagnostics.pastes.logs import end_trace
+from hangwatch.diagnostics.pastes.macos import end_graph
 from hangwatch.diagnostics.pastes.parse_report import ParseReport
 from hangwatch.diagnostics.pastes.patterns import (
     DUMPER, HANDLER, MAX_PROCESSES,
 )
-from hangwatch.diagnostics.pastes.tracebacks import end_pdb, end_traceback
+from hangwatch.diagnostics.pastes.tracebacks import end_pdb, end_pytest, end_traceback
 from hangwatch.diagnostics.pastes.unwrap import StreamKey
 from hangwatch.diagnostics.stacks import Frame, ProcessDump, ThreadDump
+from hangwatch.diagnostics.waits import wait_of
 
 
 def finish(b: Builder) -> ParseReport:
@@ -31,6 +35,7 @@ def finish(b: Builder) -> ParseReport:
     out = _process_dumps(b)
     _watchdog_ranks(b, out)
     _shm_waiters(b, out)
+    _message_waiters(b, out)
     _horovod_waiters(b, out)
     b.report.processes = tuple(out)
     return b.report
@@ -48,6 +53,8 @@ def _close_open_blocks(b: Builder) -> None:
     end_trace(b)
     end_arrow(b)
     end_pdb(b)
+    end_pytest(b)
+    end_graph(b)
     if b.numbered:
         numbered_line(b, "")  # a C++ traceback that ends the paste
     if names_stack(b.bare) and len(b.bare_runs) < 16:
@@ -187,6 +194,41 @@ def _shm_waiters(b: Builder, out: list[ProcessDump]) -> None:
         b.report.frames += 1
         b.report.shm_wait_only += 1
         b.report.shm_wait_minutes = max(b.report.shm_wait_minutes, lines)
+
+
+def _message_waiters(b: Builder, out: list[ProcessDump]) -> None:
+    # A paste of a library's wait messages and no stack (torch's store-based barrier, a
+    # file lock's retry lines): each process that logged them waits there. Next to real
+    # stacks, the stacks say more; unless no thread of them waits in any call the table
+    # knows (a Ctrl-C or error traceback cut above the wait, an error's C++ backtrace):
+    # then the message names the wait the cut stack was in.
+    if b.watchdog or b.horovod_missing is not None or not b.message_waits:
+        return
+    if out:
+        _message_on_cut_stack(b, out)
+        return
+    for pid, (frame, what, lines) in b.message_waits.items():
+        if len(out) >= MAX_PROCESSES:
+            break
+        out.append(ProcessDump(pid, (ThreadDump("log", "MainThread", (frame,)),)))
+        b.report.frames += 1
+        b.report.message_waits.append(f"{what} ({lines} line(s))")
+
+
+def _message_on_cut_stack(b: Builder, out: list[ProcessDump]) -> None:
+    if any(wait_of(t) is not None for p in out for t in p.threads):
+        return  # the stacks show a wait of their own: they decide
+    for i, p in enumerate(out):
+        key = p.pid if p.pid in b.message_waits else (None if None in b.message_waits else next(iter(b.message_waits)))
+        frame, what, lines = b.message_waits[key]
+        threads = list(p.threads)
+        at = next((k for k, t in enumerate(threads) if t.name == "MainThread"), 0)
+        t = threads[at]
+        threads[at] = ThreadDump(t.ident, t.name, (frame, *t.frames), t.active, t.owns_gil)
+        out[i] = replace(p, threads=tuple(threads))
+        b.report.frames += 1
+        b.report.message_on_stack.append(f"{what} ({lines} line(s))")
+        return  # the first process only: the one the paste is about
 
 
 def _horovod_waiters(b: Builder, out: list[ProcessDump]) -> None:

@@ -18,7 +18,8 @@ from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.frames import single_frame
 from hangwatch.diagnostics.pastes.patterns import (
     BANNER_THREAD, CAPTION_THREAD, EXCEPTION_LINE, IPY_CELL, IPY_FRAME, IPY_OLD_FRAME, IPY_SOURCE,
-    IPY_TB_START, MAX_FRAMES, MAX_THREADS, PDB_FRAME, RECENT_FIRST, SOURCE_CALL, TRACEBACK_FRAME,
+    IPY_TB_START, MAX_FRAMES, MAX_THREADS, PDB_FRAME, PYTEST_DEF, PYTEST_LOCATION, RECENT_FIRST, SOURCE_CALL,
+    TRACEBACK_FRAME,
 )
 from hangwatch.diagnostics.stacks import Frame
 from hangwatch.diagnostics.waits import primitive_of
@@ -57,7 +58,9 @@ def traceback_line(b: Builder, s: str, line: str) -> bool:
         b.tb_lines += 1
         b.tb_source = ""
         b.tb_indent = len(line) - len(line.lstrip())
+        b.tb_frame_line = True
         return True
+    after_frame, b.tb_frame_line = b.tb_frame_line, False
     if b.tb_ipython:
         frame = _ipython_frame(s)
         if frame is not None or IPY_SOURCE.match(s) or set(s) <= {"-"}:
@@ -65,6 +68,13 @@ def traceback_line(b: Builder, s: str, line: str) -> bool:
                 b.tb_frames.append(frame)
             b.tb_lines += 1
             return True
+    if (b.tb_frames is not None and after_frame and len(s) < 500 and s[0] not in "^~" and not EXCEPTION_LINE.match(s)
+            and not s.startswith(("Traceback", "During handling", "The above exception", "Thread ", "Current thread", "File "))):
+        # The source line right under a frame line, its indentation lost (a paste with each
+        # line in backticks, a chat tool trimming spaces): Python prints one under each frame.
+        b.tb_lines += 1
+        b.tb_source = s
+        return True
     if b.tb_frames and len(line) - len(line.lstrip()) > b.tb_indent:
         one = single_frame(s) if "(" in s else None
         if one is None or one[0].line is None:
@@ -115,6 +125,11 @@ def end_traceback(b: Builder, keep: bool, error: bool = False) -> None:
         b.traceback_thread("MainThread", frames, _blocked_call(frames, b.tb_source))
     else:
         b.report.skipped += b.tb_lines
+        if frames and not error and not b.tb_caption:
+            # Cut before its exception line: the call on the innermost source line (a
+            # join, a wait, a lock's acquire) is the innermost visible blocking call. (A
+            # captioned thread of a format_stack dump is whole: its last line is no cut.)
+            frames = frames + _blocked_call(frames, b.tb_source)
         if frames and len(b.tb_pending) < MAX_THREADS:
             # An error's traceback too: a paste whose only frames are in one (the
             # TimeoutError a hung RPC ended in, the DistBackendError of a barrier that
@@ -225,4 +240,60 @@ def traceback_lines(b: Builder, ln: Line) -> bool:
         start_traceback(b, 1)
         b.tb_ipython = True
         return True
+    if b.tb_frames is None and s[0] in "F~/C<" and ("/" in s or s[0] in "C<") and " in " in s and _ipython_frame(s) is not None:
+        # IPython's frame header with its "Traceback (most recent call last)" line not
+        # pasted ("[backtrace omitted]", a cut paste): its traceback starts here.
+        start_traceback(b, 0)
+        b.tb_ipython = True
     return b.tb_frames is not None and traceback_line(b, s, ln.line)
+
+
+def end_pytest(b: Builder) -> None:
+    """The pytest traceback read so far, as a traceback: interrupted (Ctrl-C, a timeout)
+    it is where the main thread waited; else an error report, kept as the only stack."""
+    frames, b.pytest_frames = b.pytest_frames, None
+    if not frames:
+        return
+    end_traceback(b, keep=False)
+    keep, b.pytest_interrupted = b.pytest_interrupted, False
+    if not keep:
+        # pytest marks the line each frame was in: the innermost one's blocking call (a
+        # select, a read) is the call the error or the cut came out of.
+        frames = frames + _blocked_call(frames, b.pytest_source)
+    b.tb_frames, b.tb_source, b.tb_lines, b.tb_caption = frames, b.pytest_source, len(frames), ""
+    end_traceback(b, keep=keep, error=not keep)
+
+
+def pytest_lines(b: Builder, ln: Line) -> bool:
+    """pytest's long traceback: the ">" line of a frame's source, its location
+    ``path.py:123:`` (the frame; its function from the ``def`` above, when shown), the
+    ``E   Error: ...`` lines and the ``_ _ _`` separators. A ``def`` line is noted and read on."""
+    s = ln.s
+    first = ln.first
+    if first == ">" and len(s) > 2 and s[1] == " ":
+        b.pytest_marker = s[1:].strip()
+        return True
+    if first == "d" or first == "a":
+        md = PYTEST_DEF.match(s)
+        if md is not None:
+            b.pytest_def = md.group(1)
+        return False
+    if b.pytest_frames is not None:
+        if first == "E" and (len(s) == 1 or s[1] == " "):
+            if "KeyboardInterrupt" in s or "Timeout" in s:
+                b.pytest_interrupted = True
+            return True
+        if first == "_" and set(s) <= {"_", " "}:
+            return True
+    if (s[-1] == ":" or ": " in s) and ".py" in s:
+        m = PYTEST_LOCATION.match(s)
+        if m is not None:
+            if b.pytest_frames is None:
+                b.pytest_frames = []
+            if len(b.pytest_frames) < MAX_FRAMES:
+                b.pytest_frames.append(Frame(b.pytest_def or "<unknown>", m.group(1).replace("\\", "/"), int(m.group(2))))
+            b.pytest_source, b.pytest_marker, b.pytest_def = b.pytest_marker, "", ""
+            if m.group(3) and ("Interrupt" in m.group(3) or "Timeout" in m.group(3)):
+                b.pytest_interrupted = True
+            return True
+    return False

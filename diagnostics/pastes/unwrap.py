@@ -80,6 +80,54 @@ def streams(lines: list[str]) -> list[tuple[StreamKey, list[str]]]:
     return list(out.items())
 
 
+#: Bare line numbers (a web log viewer's, copied on lines of their own) before they are dropped.
+MIN_NUMBERED = 6
+
+
+def drop_line_numbers(lines: list[str]) -> list[str]:
+    """A log viewer's line numbers copied onto lines of their own ('3', the line, '4', the
+    line, ...): when at least a third of the non-blank lines are bare numbers that mostly
+    count up, they are dropped."""
+    numbers = [i for i, line in enumerate(lines[:20000]) if line.strip().isdigit() and len(line.strip()) <= 7]
+    if len(numbers) < MIN_NUMBERED:
+        return lines
+    nonblank = sum(1 for line in lines[:20000] if line.strip())
+    values = [int(lines[i].strip()) for i in numbers]
+    rising = sum(1 for a, b in zip(values, values[1:]) if b > a)
+    if len(numbers) * 3 < nonblank or rising * 4 < (len(values) - 1) * 3:
+        return lines
+    drop = set(numbers)
+    return [line for i, line in enumerate(lines) if i not in drop]
+
+
+#: Lines padded with spaces to one width before a terminal capture counts as one.
+MIN_PADDED = 3
+
+
+def join_padded(lines: list[str]) -> list[str]:
+    """A terminal capture that pads every line with spaces to the terminal's width: a
+    line that fills the width to its last column without padding was wrapped there, and
+    the next line is its rest ('...ray/worker.py", li' + 'ne 1358, in cleanup')."""
+    widths: dict[int, int] = {}
+    for line in lines[:20000]:
+        if len(line) >= 60 and line.endswith(" "):
+            widths[len(line)] = widths.get(len(line), 0) + 1
+    if not widths:
+        return lines
+    width, n = max(widths.items(), key=lambda kv: kv[1])
+    if n < MIN_PADDED:
+        return lines
+    out: list[str] = []
+    joining = False
+    for line in lines:
+        if joining and out:
+            out[-1] += line.lstrip() if out[-1].endswith(" ") else line
+        else:
+            out.append(line)
+        joining = len(line) == width and not line.endswith(" ")
+    return [line.rstrip() if len(line) >= width else line for line in out]
+
+
 def join_wrapped(lines: list[str]) -> list[str]:
     """'File "/a/vll' + 'm/v1/x.py", line 9, in f' -> one traceback line, as is
     'File "x.py", line 9,' + ' in f', and a torch C++ frame wrapped before its library

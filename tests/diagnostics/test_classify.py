@@ -143,7 +143,7 @@ def test_a_main_thread_without_a_name_is_known_by_its_id():
         ([("acquire", "<frozen importlib._bootstrap>", 100), ("_find_and_load", "<frozen importlib._bootstrap>", 1007), ("load", "plugin.py", 3)],
          "import-lock"),
         ([("_store_based_barrier", "torch/distributed/distributed_c10d.py", 4000), ("init_process_group", "torch/distributed/c10d_logger.py", 79)],
-         "nccl-comm-init"),
+         "store-wait"),
         ([("synchronize", "torch/cuda/streams.py", 102), ("__init__", "vllm/distributed/device_communicators/pynccl.py", 121)], "nccl-comm-init"),
         ([("get_objects", "ray/_private/worker.py", 900), ("get", "ray/_private/worker.py", 2800), ("fit", "trainer.py", 3)], "ray-get-wait"),
         ([("_wait_for_tstate_lock", "threading.py", 1169), ("join", "threading.py", 1149), ("_shutdown", "threading.py", 1624)], "shutdown-join"),
@@ -284,8 +284,8 @@ def test_native_threads_of_an_excerpt_without_its_main_thread_decide():
     # torch's C++ collective and p2p entry points (Megatron-LM#1679, sglang#10124)
     ((Frame("c10d::ProcessGroupNCCL::recv", "/t/libtorch_cuda.so", None, True),), "nccl-collective-wait"),
     ((Frame("c10d::ProcessGroup::_reduce_scatter_base", ":0", None, True),), "nccl-collective-wait"),
-    # the c10d store under init_process_group (pytorch#15638)
-    ((Frame("c10d::tcputil::connect", "?", None, True), Frame("c10d::TCPStore::TCPStore", "?", None, True)), "nccl-comm-init"),
+    # the c10d store under init_process_group (pytorch#15638): the store is what it waits on
+    ((Frame("c10d::tcputil::connect", "?", None, True), Frame("c10d::TCPStore::TCPStore", "?", None, True)), "store-wait"),
     # a parent joining a child that never exits (the Ascend fork troubleshooting page)
     ((Frame("poll", "multiprocessing/popen_fork.py", 27), Frame("wait", "multiprocessing/popen_fork.py", 47),
       Frame("join", "multiprocessing/process.py", 149), Frame("_terminate_pool", "multiprocessing/pool.py", 729)), "child-process-wait"),

@@ -62,7 +62,7 @@ Thread 57 (idle): "Thread-3 (_writer)"
     # Without a holder in the paste, the GIL wait is the verdict (a GIL deadlock).
     path.write_text(path.read_text().replace("(active+gil)", "(idle)"))
     (incident,) = analyse([path], SIGS)
-    assert incident.classification.signature_id == "lock-wait"
+    assert incident.classification.signature_id == "gil-deadlock"
 
 
 def test_only_idle_nccl_watchdog_threads_decide_nothing():
@@ -74,7 +74,7 @@ def test_only_idle_nccl_watchdog_threads_decide_nothing():
 def test_a_main_thread_in_unsymbolised_libcuda_is_not_idle():
     """gdb shows only '?? () from libcuda.so.1' under clock_gettime for the thread that called
     ncclAllReduce: it is inside the driver, and "every process waits for work" was wrong."""
-    assert pasted_verdict("nccl_1766_gdb_main_spinning_in_libcuda") == "unknown"
+    assert pasted_verdict("nccl_1766_gdb_main_spinning_in_libcuda") == "cuda-synchronize-wait"
 
 
 DRIVER_POLLER = """\

@@ -45,6 +45,23 @@ PRIMITIVE_STACKS = [
     # a vendored file-lock module (datasets' own copy of filelock), a lock file's module
     ([_py("_acquire", SITE + "datasets/utils/filelock.py"), _py("acquire", SITE + "datasets/utils/filelock.py")], "file-lock-wait"),
     ([_py("acquire", SITE + "somepkg/lockfile.py")], "file-lock-wait"),
+    # the c10d store's client being created (init_process_group's rendezvous)
+    ([_py("_create_c10d_store", SITE + "torch/distributed/rendezvous.py")], "store-wait"),
+    ([Frame("TCPStore", "<call>", None, native=True), _py("_create_c10d_store", SITE + "torch/distributed/rendezvous.py")], "store-wait"),
+    # RPC clients
+    ([_py("wait", SITE + "rpyc/core/async_.py"), _py("sync_request", SITE + "rpyc/core/protocol.py")], "socket-read"),
+    ([_py("single_request", STDLIB + "xmlrpc/client.py"), _py("request", STDLIB + "xmlrpc/client.py")], "socket-read"),
+    # a GPU runtime's own frames, unsymbolised, under the job's GPU code
+    ([_c("?", "/opt/rocm/lib/libhsa-runtime64.so.1"), _c("?", "/opt/rocm/lib/libamdhip64.so.6"),
+      _c("ggml_backend_buffer_set_tensor", "/app/libggml-hip.so")], "cuda-synchronize-wait"),
+    ([_c("??", "/usr/lib/x86_64-linux-gnu/libcuda.so.1")], "cuda-synchronize-wait"),
+    # the DataLoader iterator of torch 1.0/1.1
+    ([_py("poll", STDLIB + "multiprocessing/connection.py"), _py("_try_get_batch", SITE + "torch/utils/data/dataloader.py"),
+      _py("_get_batch", SITE + "torch/utils/data/dataloader.py")], "dataloader-wait"),
+    # macOS kernel waits
+    ([_c("__psynch_cvwait", "/usr/lib/system/libsystem_kernel.dylib"), _c("_pthread_cond_wait", "/usr/lib/system/libsystem_pthread.dylib")],
+     "event-wait"),
+    ([_c("__psynch_mutexwait", "/usr/lib/system/libsystem_kernel.dylib")], "lock-wait"),
     # threading
     ([_py("wait", STDLIB + "threading.py"), _py("wait", STDLIB + "threading.py")], "event-wait"),
     ([_py("_wait_for_tstate_lock", STDLIB + "threading.py"), _py("join", STDLIB + "threading.py")], "thread-join"),
@@ -163,6 +180,15 @@ def test_a_gil_wait_called_by_an_extension_still_names_the_gil():
 
 def test_a_gil_wait_no_signature_names_gets_the_gil_family():
     c = _classify(_thread(_c("pthread_cond_wait"), _c("drop_gil", "libpython3.11.so"), _c("?", "/opt/ext/_native.so")))
+    assert c is not None and c.signature_id == "gil-deadlock"
+
+
+def test_a_gil_wait_the_lock_signature_matches_is_named_the_gil():
+    """take_gil on a semaphore under a lock's acquire matches the generic lock-wait
+    signature; the thread waits for the GIL, so the GIL family names it."""
+    c = _classify(_thread(_c("do_futex_wait"), _c("sem_wait"), _c("PyThread_acquire_lock", "libpython2.7.so"),
+                          _c("PyEval_RestoreThread", "libpython2.7.so"), _c("lock_PyThread_acquire_lock", "libpython2.7.so"),
+                          _c("PyEval_EvalFrameEx", "libpython2.7.so")))
     assert c is not None and c.signature_id == "gil-deadlock"
 
 
@@ -303,3 +329,74 @@ def test_a_ctrl_c_traceback_names_the_call_on_its_innermost_source_line():
     w = wait_of(proc.threads[0])
     assert w is not None and w.category == "file-lock-wait" and w.caller is not None and w.caller.line == 80
     assert "`fcntl.flock()` on the innermost source line" in w.describe()
+
+
+def test_a_store_client_that_cannot_connect_waits_on_the_store():
+    """init_process_group's TCPStore client never reaching the master: the store is
+    what the rank waits on, though the process-group-init signature matches too."""
+    c = _classify(_thread(_c("c10d::tcputil::connect", SITE + "torch/lib/libtorch_cpu.so"),
+                          _c("c10d::TCPStore::TCPStore", SITE + "torch/lib/libtorch_cpu.so"),
+                          _py("_create_c10d_store", SITE + "torch/distributed/rendezvous.py"), USER))
+    assert c is not None and c.signature_id == "store-wait"
+
+
+def test_a_store_based_barrier_waits_on_the_store():
+    c = _classify(_thread(_py("_store_based_barrier", SITE + "torch/distributed/distributed_c10d.py"),
+                          _py("new_group", SITE + "torch/distributed/distributed_c10d.py"), USER))
+    assert c is not None and c.signature_id == "store-wait"
+
+
+def test_a_store_get_for_nccls_unique_id_is_the_communicators_setup():
+    c = _classify(_thread(_c("c10d::TCPStore::doGet", SITE + "torch/lib/libtorch_cpu.so"),
+                          _c("c10d::ProcessGroupNCCL::broadcastUniqueNCCLID", SITE + "torch/lib/libtorch_cuda.so"),
+                          _c("c10d::ProcessGroupNCCL::getNCCLComm", SITE + "torch/lib/libtorch_cuda.so"), USER))
+    assert c is not None and c.signature_id == "nccl-comm-init"
+
+
+def test_an_exit_joining_a_child_process_waits_on_the_child():
+    """multiprocessing's exit handler joining a child that never ends: the child is what
+    the exit waits on (dump it), not a thread of the exiting process."""
+    c = _classify(_thread(_py("select", STDLIB + "selectors.py"), _py("wait", STDLIB + "multiprocessing/connection.py"),
+                          _py("poll", STDLIB + "multiprocessing/popen_forkserver.py"), _py("wait", STDLIB + "multiprocessing/popen_fork.py"),
+                          _py("join", STDLIB + "multiprocessing/process.py"), _py("_exit_function", STDLIB + "multiprocessing/util.py")))
+    assert c is not None and c.signature_id == "subprocess-wait"
+
+
+def test_a_copy_to_the_host_is_a_synchronize_not_a_stuck_upload():
+    """``.item()``'s device-to-host memcpy waits for everything queued on the stream: the
+    GPU's work, not a host-to-device copy."""
+    lib = SITE + "torch/lib/"
+    c = _classify(_thread(_c("cuMemcpyDtoHAsync_v2", "/usr/lib/libcuda.so.1"), _c("cudaMemcpyAsync", lib + "libcudart.so.12"),
+                          _c("at::native::_local_scalar_dense_cuda", lib + "libtorch_cuda.so"), USER))
+    assert c is not None and c.signature_id == "cuda-synchronize-wait"
+    c = _classify(_thread(_c("cudaMemcpyAsync", lib + "libcudart.so.12"), _py("copy_to_device", SITE + "returnn/util.py"), USER))
+    assert c is not None and c.signature_id == "h2d-copy-stuck"
+
+
+def test_a_barrier_on_the_store_is_a_store_wait_not_a_collective():
+    """The elastic agent's exit barrier is a barrier on the c10d store, which the
+    collective signature's generic `barrier` also matches: the store is what it waits on."""
+    c = _classify(_thread(_py("barrier", SITE + "torch/distributed/elastic/utils/store.py"),
+                          _py("_exit_barrier", SITE + "torch/distributed/elastic/agent/server/api.py"), USER))
+    assert c is not None and c.signature_id == "store-wait"
+
+
+def test_a_thread_whose_innermost_frame_is_the_import_machinery_is_loading_an_extension():
+    """importlib's own frame innermost (py-spy shows no C frame under it): the call under
+    it is an extension's C-level load. Module code run by an import shows above it."""
+    boot = "<frozen importlib._bootstrap>"
+    c = _classify(_thread(_py("_load_unlocked", boot, 688), _py("_find_and_load_unlocked", boot, 1006),
+                          _py("_find_and_load", boot, 1027), _py("<module>", "/home/u/app.py", 3)))
+    assert c is not None and c.signature_id == "extension-load-stuck"
+    c = _classify(_thread(USER, _py("<module>", "/home/u/mod.py", 9), _py("_call_with_frames_removed", boot, 241),
+                          _py("exec_module", "<frozen importlib._bootstrap_external>", 883), _py("_load_unlocked", boot, 688)))
+    assert c is None or c.signature_id != "extension-load-stuck"
+
+
+def test_a_libc_wait_called_by_an_accelerator_backend_is_the_device():
+    """py-spy --native: an eventfd read under libtorch_npu's stream code, under a tensor
+    copy: the backend waits for its device there."""
+    npu = SITE + "torch_npu/lib/libtorch_npu.so"
+    c = _classify(_thread(_c("read"), _c("eventfd_read"), _c("0xfffcfedd3074", npu), _c("c10_npu::NPUStream::stream", npu),
+                          _c("at::_ops::copy_::call", SITE + "torch/lib/libtorch_cpu.so"), USER))
+    assert c is not None and c.signature_id == "cuda-synchronize-wait"

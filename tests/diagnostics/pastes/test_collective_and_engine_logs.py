@@ -1,11 +1,12 @@
 """Reading log lines that stand for a stack: NCCL watchdog timeouts, Horovod's stall warnings,
-vLLM's shared-memory broadcast waits and its function trace log."""
+vLLM's shared-memory broadcast waits, the messages libraries log while they wait, and
+vLLM's function trace log."""
 
 from __future__ import annotations
 
 import pytest
 
-from diag_helpers import PASTED, frame_texts, one_process, pasted_verdict
+from diag_helpers import PASTED, frame_texts, one_process, pasted_verdict, text_verdict
 from hangwatch.diagnostics.pastes import read_text
 
 pytestmark = pytest.mark.timeout(60)
@@ -102,3 +103,51 @@ def test_a_pasted_stack_of_the_same_process_wins_over_its_shm_wait_lines():
     (proc,) = report.processes
     assert proc.pid == 77 and proc.threads[0].frames[0].function == "get_response"
     assert report.shm_wait_only == 0
+
+
+@pytest.mark.parametrize(("text", "family"), [
+    # torch's store-based barrier, behind any logger's prefix
+    ("2031-01-02 03:04:05 | INFO | torch.distributed.distributed_c10d | Waiting in store based barrier to initialize "
+     "process group for rank: 3, key: store_based_barrier_key:1 (world_size=8, worker_count=5, timeout=0:30:00)\n", "store-wait"),
+    ("RuntimeError: Timed out initializing process group in store based barrier on rank: 1, for key: "
+     "store_based_barrier_key:7 (world_size=16, worker_count=12, timeout=0:30:00)\n", "store-wait"),
+    # the store's client never reaching the master
+    ("[E101 10:00:00.000 socket.cpp:1000] [c10d] The client socket has timed out after 900000ms while trying to connect "
+     "to (10.1.2.3, 29500).\n", "store-wait"),
+    # rank 0's NCCL unique id never arriving through the store
+    ("torch.distributed.DistBackendError: [2] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via "
+     "c10d key-value store by key '0', but store->get('0') got error: Socket Timeout\n", "nccl-comm-init"),
+    # filelock's retry loop and huggingface_hub's progress line
+    ("2031-01-02 03:04:05,678 - filelock - DEBUG - Lock 140000000000 not acquired on /data/cache/x.lock, waiting 0.05 "
+     "seconds\n", "file-lock-wait"),
+    ("Still waiting to acquire lock on /data/hf/.locks/models--a--b/abc.lock (elapsed: 30.0 seconds)\n", "file-lock-wait"),
+    ("RuntimeError: DataLoader timed out after 120 seconds\n", "dataloader-wait"),
+])
+def test_a_librarys_wait_message_with_no_stack_names_the_wait(tmp_path, text, family):
+    """A paste of only the lines a library logs while it waits: that wait, as its family."""
+    assert text_verdict(tmp_path, text * 2) == family
+    assert any("known only from the messages" in n for n in read_text(text).notes())
+
+
+def test_a_wait_message_next_to_a_stack_leaves_the_stack_to_decide():
+    text = ("Waiting in store based barrier to initialize process group for rank: 0, key: store_based_barrier_key:1 "
+            "(world_size=2, worker_count=1, timeout=0:30:00)\n"
+            'Thread 7 (idle): "MainThread"\n    wait (threading.py:320)\n    main (train.py:9)\n')
+    (proc,) = read_text(text).processes
+    assert frame_texts(proc.threads[0])[0].startswith("wait")
+
+
+def test_a_wait_message_names_the_wait_of_a_stack_cut_above_it(tmp_path):
+    """A Ctrl-C traceback cut in the program's own frames, under the lines a library
+    logged while it waited: the logged wait goes on top of the main thread, and says so."""
+    text = ("still waiting to acquire lock on /data/hub/.locks/m/abc.lock (elapsed: 20.0 seconds)\n"
+            "^CTraceback (most recent call last):\n"
+            '  File "/opt/app/cli.py", line 8, in <module>\n'
+            "    sys.exit(main())\n"
+            '  File "/opt/app/download.py", line 40, in run\n'
+            "    self._download()\n"
+            "KeyboardInterrupt\n")
+    report, proc = one_process(text)
+    assert frame_texts(proc.threads[0])[0].startswith("acquire")
+    assert any("the paste's log says what it waited on" in n for n in report.notes())
+    assert text_verdict(tmp_path, text) == "file-lock-wait"

@@ -243,3 +243,15 @@ def test_pyd_extension_frames_are_native():
 )
 def test_trimmed_thread_headers_are_read(line, header):
     assert parse_thread_header(line) == header
+
+
+def test_a_thread_named_in_front_of_its_frame_is_that_thread():
+    """A dump condensed by hand to one line per thread: 'MainThread: f (a.py:1)', a note
+    after it; prose with a colon stays prose."""
+    text = ("worker (pid 77)\n"
+            "  MainThread: _shutdown (threading.py:1567)      <- stuck at exit\n"
+            "  Thread-2 (sender): run (app/net.py:40)\n"
+            "Note: the sender never stops\n")
+    report = read_text(text)
+    threads = [(t.name, [f.function for f in t.frames]) for p in report.processes for t in p.threads]
+    assert threads == [("MainThread", ["_shutdown"]), ("Thread-2 (sender)", ["run"])]

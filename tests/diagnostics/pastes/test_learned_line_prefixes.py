@@ -77,3 +77,17 @@ def test_lines_a_dialect_reads_whole_keep_their_leading_fields():
     assert learn(rows) is None
     pystack = [f'    (Python) File "/app/a.py", line {n}, in f{n}' for n in range(4)]
     assert learn(pystack) is None
+
+
+def test_a_two_frame_traceback_behind_a_prefix_is_read():
+    """Too few frame lines to learn a prefix from them alone (a cut two-frame traceback,
+    the first line's prefix followed by the error): the lines around them that start the
+    same way make it a prefix."""
+    tag = "(Worker pid=7) ERROR 06-13 01:30:49 utils.py:225] "
+    text = (tag + "Exception in worker: Timed out, Traceback (most recent call last):\n"
+            + tag + '  File "/x/a.py", line 222, in run\n'
+            + tag + "    output = executor()\n"
+            + tag + '  File "/usr/lib/python3.11/threading.py", line 320, in wait\n'
+            + tag + "    waiter.acquire()\n")
+    (proc,) = read_text(text).processes
+    assert [f.function for f in proc.threads[0].frames] == ["wait", "run"]

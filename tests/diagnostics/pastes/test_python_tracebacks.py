@@ -1,5 +1,5 @@
-"""Reading pasted Python stacks that are not py-spy's: tracebacks (Ctrl-C, an error's, IPython's),
-faulthandler dumps, ``traceback.format_stack`` thread dumps and pdb's ``where``."""
+"""Reading pasted Python stacks that are not py-spy's: tracebacks (Ctrl-C, an error's, IPython's,
+pytest's long ones), faulthandler dumps, ``traceback.format_stack`` thread dumps and pdb's ``where``."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def test_a_ctrl_c_traceback_is_the_main_threads_stack_innermost_first():
     assert proc.threads[0].name == "MainThread"  # prose that mentions a thread is not a caption
     assert frame_texts(proc.threads[0]) == ["<module> (train.py:22)"]
     _, proc = one_process('Traceback (most recent call last):\n  File "/x/loader.py", line 1132, in _try_get_data\n    data = q.get(timeout=ti\n')
-    assert frame_texts(proc.threads[0]) == ["_try_get_data (loader.py:1132)"]
+    # cut inside the frame: the blocking call on its source line is the innermost visible wait
+    assert frame_texts(proc.threads[0]) == ["q.get (<call>)", "_try_get_data (loader.py:1132)"]
     report, proc = one_process('Traceback (most recent call last):\n  File "/x/a.py", line 3, in f\n'
                         'Thread 7 (idle): "MainThread"\n    g (b.py:1)\n')
     assert frame_texts(proc.threads[0]) == ["g (b.py:1)"]  # a cut traceback next to a real stack is dropped
@@ -274,3 +275,69 @@ def test_faulthandler_line_cut_after_its_number_is_a_frame():
     frames, _, cut = parse_frame_line('File "C:\\Python312\\Lib\\multiprocessing\\util.py", line 227')
     assert cut and (frames[0].function, frames[0].file, frames[0].line) == (
         "?", "C:/Python312/Lib/multiprocessing/util.py", 227)
+
+
+PYTEST_LONG = """\
+    def fetch(self, url):
+        conn = self._connect(url)
+>       return conn.getresponse()
+
+/home/u/proj/client.py:40: 
+_ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _
+
+self = <http.client.HTTPConnection object at 0x7f00>
+
+    def getresponse(self):
+        response = self.response_class(self.sock)
+        try:
+>           response.begin()
+
+/usr/lib/python3.11/http/client.py:1390: 
+_ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _
+
+>   ???
+E   Failed: Timeout >300.0s
+
+/usr/lib/python3.11/socket.py:720: Failed
+"""
+
+
+def test_a_pytest_long_traceback_is_read_outermost_first_with_each_def_as_its_function(tmp_path):
+    """pytest's long traceback: each frame's source with a '>' on its line, then
+    'path.py:N: '; the function is the 'def' shown above it, '<unknown>' when the paste
+    starts mid-function; a timeout's traceback is where the test waited."""
+    _, proc = one_process(PYTEST_LONG)
+    assert [(f.function, f.file, f.line) for f in proc.threads[0].frames] == [
+        ("<unknown>", "/usr/lib/python3.11/socket.py", 720),
+        ("getresponse", "/usr/lib/python3.11/http/client.py", 1390),
+        ("fetch", "/home/u/proj/client.py", 40),
+    ]
+    assert text_verdict(tmp_path, PYTEST_LONG) == "socket-read"
+
+
+def test_a_pytest_traceback_cut_mid_function_names_the_blocking_call_on_its_marked_line(tmp_path):
+    """The paste starts inside the function and has no 'def': its file (asyncio's event
+    loop) and the call on the '>' line (a select) still say what it waited on."""
+    text = ("        else:\n"
+            ">           event_list = self._selector.select(timeout)\n"
+            "\n"
+            "/usr/lib/python3.9/asyncio/base_events.py:1823: \n"
+            "_ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _\n")
+    assert text_verdict(tmp_path, text) == "asyncio-blocked"
+
+
+def test_an_ipython_frame_without_its_traceback_header_opens_the_traceback(tmp_path):
+    """IPython's '[backtrace omitted]' or a cut paste: the old-style 'path in f(args)'
+    and the new 'File path:N, in f' headers start the traceback on their own."""
+    old = ("RuntimeError\n[backtrace omitted]\n"
+           "~/.venv/lib/python3.8/asyncio/base_events.py in run_until_complete(self, future)\n"
+           "    590         if not future.done():\n"
+           "--> 591             raise RuntimeError('Event loop stopped before Future completed.')\n"
+           "RuntimeError: Event loop stopped before Future completed.\n")
+    assert text_verdict(tmp_path, old) == "asyncio-blocked"
+    new = ("File ~/.venv/lib/python3.11/site-packages/filelock/_api.py:330, in BaseFileLock.acquire(self, timeout)\n"
+           "    329 while True:\n"
+           "--> 330     time.sleep(poll_interval)\n"
+           "KeyboardInterrupt: \n")
+    _, proc = one_process(new)
+    assert frame_texts(proc.threads[0])[-1].startswith("BaseFileLock.acquire")

@@ -121,25 +121,9 @@ def test_two_megabytes_of_stack_shaped_text_read_in_linear_time(kind):
 #: Pastes of the fresh collections (fresh-2026-12, fresh-2026-12b) that still are not read, and their shape:
 #: each must keep failing until a reader takes it (then it leaves this list).
 NOT_READ_YET = {
-    "blog_jcline_bug-hunting-py39b1-coredump": "coredumpctl debug session: gdb of a core dump under its metadata",
-    "gh-async-substrate-interface_84_mp-workers-caret-soup": "workers' tracebacks interleaved mid-line with 3.11's caret lines",
-    "gh-asyncio-ipython-magic_4_await-taken-lock": "IPython transcript, '[backtrace omitted]', one old-style IPython frame",
-    "gh-cpython_120696_macos-sample-tsan-faulthandler": "macOS `sample` call graph",
-    "gh-libjuju_295_after-connect-select-hang": "pytest's long traceback ('path.py:1404: ' under the source)",
-    "gh-obspy_3020_pytest-fdsn-http-begin": "pytest's long traceback ('path.py:1347: ' under the source)",
-    "gh-ray_1049_actor-sysexit-get-hangs": "(held out: named by this test's failure only)",
     "gh-ray_29576_actor-sigabrt-driver-hang": "a driver's Ray log lines (date, level, file.py:N --) around the traceback",
-    "gh-vllm_5531_list-loras-worker-gloo-recv": "a worker's log prefix on every line, the traceback opening mid-line after the error",
-    "code_fedml-smell_enospc-server-shutdown-nondaemon-recv": "fresh-2026-12b: not read at its first pass",
-    "gh-areal_701_ci-megatron-compile-wait-calltree": "fresh-2026-12b: not read at its first pass",
-    "gh-club3090_726_orphan-download-lock-still-waiting": "fresh-2026-12b: not read at its first pass",
-    "gh-gpustack_39_filelock-debug-retry-after-crash": "fresh-2026-12b: not read at its first pass",
-    "gh-llamafactory_3698_ncclid-store-socket-timeout": "fresh-2026-12b: not read at its first pass",
     "gh-llamafactory_8549_streaming-watchdog-heartbeat-stuck": "fresh-2026-12b: not read at its first pass",
-    "gh-metaseq_52_store-barrier-1792-of-2048": "fresh-2026-12b: not read at its first pass",
-    "gh-nemo-speech_14399_nemorun-prefixed-ncclid-store-wait": "fresh-2026-12b: not read at its first pass",
     "gh-trl_2879_cpo-watchdog-heartbeat-terminate": "fresh-2026-12b: not read at its first pass",
-    "gh-yolov5_4574_store-barrier-waiting-8-of-4": "fresh-2026-12b: not read at its first pass",
 }
 
 

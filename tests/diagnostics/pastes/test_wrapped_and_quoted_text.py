@@ -91,9 +91,64 @@ def test_a_dump_quoted_in_a_source_comment_is_read():
     (proc,) = report.processes
     assert proc.pid == 73472
     assert [f.function for f in proc.threads[0].frames][:5] == ["select", "wait", "poll", "wait", "join"]
-    assert pasted_verdict("loky_executor_code_comment_exit_join_children") == "shutdown-join"
+    assert pasted_verdict("loky_executor_code_comment_exit_join_children") == "subprocess-wait"  # the exit waits on its children
 
 
 def test_gdb_frame_numbers_are_no_comment_marker():
     report = read_text("#0  0x00007f0000001000 in cudaStreamSynchronize () from /usr/lib/libcudart.so.12\n")
     assert report.processes[0].threads[0].frames[0].function == "cudaStreamSynchronize"
+
+
+def test_a_traceback_with_every_line_in_backticks_keeps_its_source_lines():
+    """Each line of a traceback pasted as inline code, with ragged spaces around the
+    backticks: one thread, the source lines under their frames (not ends of the traceback)."""
+    text = ('`  File "main.py", line 5, in <module>`\n'
+            '   ` from pkg import ext`\n'
+            '  `File "/x/pkg/ext.py", line 9, in <module>`\n'
+            '  `  _backend = load(name="ext")`\n'
+            ' ` File "/x/site-packages/torch/utils/cpp_extension.py", line 1371, in _jit_compile`\n'
+            '    `baton.wait()`\n')
+    report = read_text(text)
+    (proc,) = report.processes
+    (thread,) = proc.threads
+    assert [f.function for f in thread.frames] == ["baton.wait", "_jit_compile", "<module>", "<module>"]
+
+
+def test_a_hard_wrap_turned_into_padding_inside_a_frame_line_is_joined():
+    """A terminal that wrapped each traceback line at its width, the wraps copied as runs
+    of spaces: the halves of a path, a function name or the ', in' are joined."""
+    pad = " " * 60
+    text = ("Traceback (most recent call last):\n"
+            f'  File "/opt/lib/python3.6/site-packages/torch/utils/data/dataload{pad}er.py", line 761, in _try_get_data\n'
+            "    data = self._data_queue.get(timeout=timeout)\n"
+            f'  File "/opt/lib/python3.6/multiprocessing/queues.py", line 108, in g{pad}et\n'
+            "    res = self._recv_bytes()\n"
+            f'  File "/opt/lib/python3.6/multiprocessing/connection.py", line 216,{pad}in recv_bytes\n')
+    (proc,) = read_text(text).processes
+    assert [(f.function, f.file.rsplit("/", 1)[-1]) for f in proc.threads[0].frames] == [
+        ("recv_bytes", "connection.py"), ("get", "queues.py"), ("_try_get_data", "dataloader.py")]
+
+
+def test_a_terminal_capture_padded_to_its_width_is_unwrapped():
+    """Every line padded with spaces to the terminal's width: a line that fills the width
+    without padding was wrapped, and the next line is its rest."""
+    head = '  File "/home/u/.local/lib/python3.6/site-packages/ray/worker.py", li'
+    w = len(head)  # the wrapped line fills the width to its last column
+    rest = ["ne 1358, in cleanup", "    disconnect()", "KeyboardInterrupt"]
+    text = "\n".join(["Error in atexit._run_exitfuncs:".ljust(w), "Traceback (most recent call last):".ljust(w), head]
+                     + [r.ljust(w) for r in rest]) + "\n"
+    (proc,) = read_text(text).processes
+    assert [(f.function, f.line) for f in proc.threads[0].frames] == [("cleanup", 1358)]
+
+
+def test_a_log_viewers_line_numbers_on_lines_of_their_own_are_dropped():
+    """A traceback copied from a web log viewer: each line preceded by its number on a
+    line of its own, indentation lost. The numbers go; the source lines stay under their frames."""
+    body = ["Traceback (most recent call last):",
+            'File "/app/train.py", line 12, in <module>', "main()",
+            'File "/app/train.py", line 8, in main', "dist.barrier()",
+            'File "/opt/torch/distributed/distributed_c10d.py", line 3685, in barrier', "work.wait()",
+            "KeyboardInterrupt"]
+    text = "".join(f"{n}\n{line}\n" for n, line in enumerate(body, 3))
+    (proc,) = read_text(text).processes
+    assert [f.function for f in proc.threads[0].frames] == ["barrier", "main", "<module>"]
