@@ -26,13 +26,17 @@ rank's shard and every verified load would fail (see ``tensor_parallel_refusal``
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any, Callable, Iterator, Mapping
 
 from hangwatch.generator.applied import APPLIED_RPC, AppliedSettings
 from hangwatch.generator.beacon import count_steps
 from hangwatch.generator.errors import UnsupportedEngineConfig, WeightMismatch
+from hangwatch.generator.policy import cudagraphs_enabled_in
 
 EXTENSION = "hangwatch.generator.engines.vllm_extension.WeightSyncExtension"
+#: Set in the worker's environment before ``LLM()``: ``on``/``off``, the engine's graph policy.
+ENGINE_POLICY_ENV = "HANGWATCH_ENGINE_CUDAGRAPHS"
 
 
 def tensor_parallel_refusal(kwargs: Mapping[str, Any]) -> str | None:
@@ -74,6 +78,9 @@ class VLLMEngine:
             # vLLM refuses the flag here; the rollouts still work, with the engine kept awake.
             kwargs["enable_sleep_mode"] = False
         self.sleep_mode = bool(kwargs.get("enable_sleep_mode"))
+        # The graph policy this engine runs under, for vLLM's processes (spawned: they inherit it)
+        # and what runs in them: a plugin or model may read it (engines/wedge_model.py does).
+        os.environ[ENGINE_POLICY_ENV] = "on" if cudagraphs_enabled_in(kwargs) else "off"
         self.llm = LLM(**kwargs)
         # What the GPU workers applied, read on the workers: the final mode is
         # resolved there and the front end's copy may say otherwise. Read before

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-WORDS = ("the cat dog sat ran on a mat log red blue big small fast slow and then it was "
+WORDS = ("wedge the cat dog sat ran on a mat log red blue big small fast slow and then it was "
          "one two three four five six seven eight nine ten up down left right").split()
 SPECIAL = ["<unk>", "<s>", "</s>"]
 VOCAB = SPECIAL + WORDS + [f"w{i}" for i in range(128 - len(SPECIAL) - len(WORDS))]
@@ -22,7 +22,7 @@ CONFIG = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, 
           "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2}
 #: The engine kwargs every real test starts with: CPU-sized, graphs as the test's policy says.
 ENGINE_KWARGS: dict[str, Any] = {"dtype": "float32", "max_model_len": 256, "seed": 0, "max_num_seqs": 8,
-                                 "gpu_memory_utilization": 0.5}
+                                 "kv_cache_memory_bytes": 64 << 20}
 
 
 def real_vllm_missing() -> str | None:
@@ -45,7 +45,8 @@ def write_tokenizer(directory: Path) -> None:
 
 def build_model(directory: Path, seed: int = 0, architecture: str = "LlamaForCausalLM",
                 extra: dict[str, Any] | None = None) -> Path:
-    """A tiny Llama (random weights under ``seed``) and its tokenizer in ``directory``."""
+    """A tiny Llama (random weights under ``seed``) and its tokenizer in ``directory``; with
+    ``architecture=WEDGE_ARCHITECTURE`` the wedge model, triggered by the word ``wedge``."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -61,6 +62,13 @@ def build_model(directory: Path, seed: int = 0, architecture: str = "LlamaForCau
         config.update(extra or {})
         path.write_text(json.dumps(config, indent=2))
     return directory
+
+
+def build_wedge_model(directory: Path, seed: int = 0) -> Path:
+    """The tiny Llama as vLLM's wedge model (``generator/engines/wedge_model.py``): its forward blocks on
+    a batch holding the token of ``wedge`` while the engine's graph policy is on."""
+    return build_model(directory, seed, architecture="HangwatchWedgeLlamaForCausalLM",
+                       extra={"hangwatch_wedge_token_id": VOCAB.index("wedge")})
 
 
 def trainer_model(seed: int = 0) -> Any:

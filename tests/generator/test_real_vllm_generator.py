@@ -58,7 +58,7 @@ def test_the_real_engine_starts_generates_and_reads_back_what_its_worker_applied
     # Read on vLLM's worker process through collective_rpc: the CPU platform turns VLLM_COMPILE into
     # DYNAMO_TRACE_ONCE and captures no cuda graphs.
     assert gen.applied is not None and gen.applied.workers == 1
-    assert gen.applied.compile_mode == "DYNAMO_TRACE_ONCE"
+    assert gen.applied.compile_mode == "DYNAMO_TRACE_ONCE" and gen.applied.cudagraph_mode == "NONE"
     assert gen.start_report["engine"] == "vllm"
 
 
@@ -103,6 +103,7 @@ def test_a_corrupted_tensor_is_caught_by_the_real_worker(real, tmp_path):
     with pytest.raises(WeightMismatch, match="fingerprint mismatch"):
         gen.worker.request("load_weights", 120, path=staged.path, manifest=staged.manifest)
     # A wrong manifest entry for a packed (q/k/v) parameter is caught too.
+    (tmp_path / "clean").mkdir()
     clean = stage([(n, p.detach()) for n, p in model.named_parameters()], str(tmp_path / "clean"))
     wrong = json.loads(json.dumps(clean.manifest))
     wrong["model.layers.0.self_attn.k_proj.weight"]["xxh3_128"] = "0" * 32
