@@ -190,6 +190,14 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = build_tokenizer()
     # vLLM's CPU attention refuses a head_dim of 16 (hidden 32, 2 heads): 64 with the real engine.
     model = build_model(tokenizer, a.seed, hidden_size=128 if a.use_vllm else 32)
+    if a.use_vllm:
+        # TRL's colocate engine is LLM(model=model.name_or_path): the model must be on disk.
+        from transformers import AutoModelForCausalLM
+
+        initial = Path(a.output_dir) / "initial-model"
+        model.save_pretrained(str(initial))
+        tokenizer.save_pretrained(str(initial))
+        model = AutoModelForCausalLM.from_pretrained(str(initial))
     dataset = Dataset.from_dict({"prompt": PROMPTS * 4})
     graphs_off = os.environ.get("HANGWATCH_CUDAGRAPHS") == "0"
     trainer_ref: list[Any] = []
