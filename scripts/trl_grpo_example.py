@@ -94,13 +94,13 @@ def build_tokenizer():
                                    bos_token="<s>", eos_token="</s>", padding_side="left")
 
 
-def build_model(tokenizer, seed: int):
+def build_model(tokenizer, seed: int, hidden_size: int = 32):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=2,
         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
     )
@@ -188,7 +188,16 @@ def main(argv: list[str] | None = None) -> int:
     from hangwatch.generator.trl_patch import apply_rollout_policy
 
     tokenizer = build_tokenizer()
-    model = build_model(tokenizer, a.seed)
+    # vLLM's CPU attention refuses a head_dim of 16 (hidden 32, 2 heads): 64 with the real engine.
+    model = build_model(tokenizer, a.seed, hidden_size=128 if a.use_vllm else 32)
+    if a.use_vllm:
+        # TRL's colocate engine is LLM(model=model.name_or_path): the model must be on disk.
+        from transformers import AutoModelForCausalLM
+
+        initial = Path(a.output_dir) / "initial-model"
+        model.save_pretrained(str(initial))
+        tokenizer.save_pretrained(str(initial))
+        model = AutoModelForCausalLM.from_pretrained(str(initial))
     dataset = Dataset.from_dict({"prompt": PROMPTS * 4})
     graphs_off = os.environ.get("HANGWATCH_CUDAGRAPHS") == "0"
     trainer_ref: list[Any] = []

