@@ -71,7 +71,9 @@ class RunConfig:
     keep_incidents: int = 50
     min_free_mb: float = 1024.0
     containment: str = "auto"  # auto | cgroup | tree (supervisor.cgroup)
-    prewarm_launcher: bool = False  # start the next attempt's launcher ahead (supervisor.prewarm)
+    # start the next attempt's launcher ahead (supervisor.prewarm): None, the default, for launchers
+    # known not to touch the GPU at import; True for any Python launcher; False never
+    prewarm_launcher: bool | None = None
     prewarm_import: tuple[str, ...] = ()  # modules the warm launcher also imports ahead
     # Which Python processes dump their own stacks for the capture (contract.stackdump), and on
     # which signal: "hangwatch" (those importing hangwatch.trainer, the engine worker), "all"
@@ -167,7 +169,7 @@ SETTINGS: dict[str, tuple[type, Any]] = {
     "keep_incidents": (int, 50),
     "min_free_mb": (float, 1024.0),
     "containment": (str, "auto"),
-    "prewarm_launcher": (bool, False),
+    "prewarm_launcher": (bool, None),
     "prewarm_import": (list, None),
     "in_process_stacks": (str, "hangwatch"),
     "stacks_signal": (str, DEFAULT_STACKS_SIGNAL),
@@ -333,7 +335,7 @@ def build(values: Mapping[str, Any], command: list[str], explicit: frozenset[str
         keep_incidents=v["keep_incidents"],
         min_free_mb=v["min_free_mb"],
         containment=v.get("containment", "auto"),  # .get: runs saved before the option resume too
-        prewarm_launcher=bool(v.get("prewarm_launcher", False)),
+        prewarm_launcher=v.get("prewarm_launcher"),
         prewarm_import=_prewarm_imports(v.get("prewarm_import")),
         in_process_stacks=v.get("in_process_stacks", "hangwatch"),  # .get: runs saved before the options
         stacks_signal=v.get("stacks_signal", DEFAULT_STACKS_SIGNAL),
@@ -501,10 +503,10 @@ def _refuse_contradictions(v: Mapping[str, Any], explicit: frozenset[str] | set[
             f"--engine-wedge-window {v['engine_wedge_window']:g} needs the engine step rule, which "
             "--engine-step-timeout 0 turns off: the wedge window is that rule, sooner; give the rule a timeout "
             "or drop the option")
-    if "prewarm_import" in explicit and v.get("prewarm_import") and not v.get("prewarm_launcher"):
+    if "prewarm_import" in explicit and v.get("prewarm_import") and v.get("prewarm_launcher") is False:
         raise ConfigError(
-            "--prewarm-import needs --prewarm-launcher: the modules are imported by the warm launcher, which "
-            "is off; add --prewarm-launcher or drop the option")
+            "--prewarm-import needs the warm launcher: the modules are imported by it, which "
+            "--no-prewarm-launcher turns off; drop one of the two options")
 
 
 @dataclass(frozen=True)

@@ -425,6 +425,7 @@ class Supervisor:
         next_tick = self.clock()
         self._continued_at = None
         last_t: float | None = None  # the previous sample's time
+        early = False  # this tick is an extra one, at the progress deadline (``Detector.progress_due``)
         while True:
             code = self.tree.exit_code(trainer)
             if code is not None:
@@ -481,8 +482,13 @@ class Supervisor:
                                     learned))
             if verdict is not None:
                 return verdict, samples.snapshot(), None
-            next_tick += cfg.interval
-            delay = next_tick - self.clock()
+            if not early:
+                next_tick += cfg.interval
+            # The progress timeout ends between two ticks: one extra sample when it ends, so a hang
+            # is judged at its timeout, not up to an interval later (the next tick stays as it was).
+            due = detector.progress_due() if episode is None else None
+            early = due is not None and self.clock() < due < next_tick
+            delay = (due if early and due is not None else next_tick) - self.clock()
             if delay < 0:
                 next_tick = self.clock()  # we fell behind (a slow probe); do not burst
                 continue
@@ -494,7 +500,7 @@ class Supervisor:
             overrun = self.clock() - slept_from - delay
             if overrun > cfg.effective_gap_tolerance:
                 detector.unobserved(overrun)
-                next_tick = self.clock()
+                next_tick, early = self.clock(), False
                 if self._continued_at is not None and self._continued_at >= slept_from:
                     self._continued_at = None  # that stop was this overrun, already discounted
 

@@ -303,12 +303,19 @@ def _add_recovery_group(run: argparse.ArgumentParser, d: Mapping[str, Any]) -> N
     g.add_argument("--containment", choices=["auto", "cgroup", "tree"],
                    help="cgroup: each attempt in a cgroup v2 of its own, killed with cgroup.kill; tree: the "
                         "process-tree walk; auto: cgroup where writable, else tree with a warning (default auto)")
-    g.add_argument("--prewarm-launcher", action="store_true",
-                   help="once an attempt is up, start the next attempt's launcher process ahead (a fresh, "
-                        "single-use Python that imports e.g. torchrun's module and waits), so a relaunch skips "
-                        "its cold start; ~0.3 GB idle for torchrun; falls back to a cold launch (default off)")
+    warm = g.add_mutually_exclusive_group()
+    warm.add_argument("--prewarm-launcher", action="store_true", default=argparse.SUPPRESS,
+                      help="once an attempt is up, start the next attempt's launcher process ahead (a fresh, "
+                           "single-use Python that imports e.g. torchrun's module and waits), so a relaunch skips "
+                           "its cold start; ~0.3 GB idle for torchrun; falls back to a cold launch. Default: on for "
+                           "launchers known not to touch the GPU at import (torchrun, python -m torch.distributed.run, "
+                           "accelerate launch, python SCRIPT); this option prewarms any other Python launcher too")
+    warm.add_argument("--no-prewarm-launcher", action="store_false", dest="prewarm_launcher",
+                      default=argparse.SUPPRESS,
+                      help="never prewarm: every relaunch starts the launcher cold")
     g.add_argument("--prewarm-import", action="append", metavar="MODULE",
-                   help="also import MODULE in the warm launcher (repeatable), e.g. torch for 'python train.py'")
+                   help="also import MODULE in the warm launcher (repeatable), e.g. torch for 'python train.py', "
+                        "where the warm process becomes the rank; torchrun's ranks are fresh processes it cannot help")
     g.add_argument("--gpu-release-timeout", type=float, metavar="S", help=f"wait for GPU memory release (default {d['gpu_release_timeout']:g})")
     g.add_argument("--cudagraphs-after-stall", choices=["off", "keep"],
                    help="turn cuda graphs off for every attempt after a stall (default off)")

@@ -206,7 +206,55 @@ def summarise(path: Path) -> dict[str, Any]:
         "alerts_failed": _alerts_failed(records),
         # bytes in the journal's middle not read (its first and last records are what is shown)
         "journal_left_out_bytes": left_out,
+        # how each attempt's root was started (warm or cold, and why), and the warm launcher held now
+        "launches": _launches(records),
+        "warm": _warm_launcher(records, alive),
     }
+
+
+def _launches(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each attempt's ``launch`` (attempt_started): warm, with its memory, or cold and why."""
+    out = []
+    for r in records:
+        if r.get("event") == "attempt_started" and isinstance(r.get("launch"), dict):
+            out.append({"attempt": r.get("attempt"), **r["launch"]})
+    return out
+
+
+def _warm_launcher(records: list[dict[str, Any]], alive: bool) -> dict[str, Any] | None:
+    """The next attempt's warm launcher as the journal last said (ready: pid and RSS; or discarded,
+    why), while the run is alive and no attempt has started since."""
+    if not alive:
+        return None
+    last = None
+    for r in records:
+        if r.get("event") in ("prewarm_ready", "prewarm_discarded"):
+            last = r
+        elif r.get("event") == "attempt_started":
+            last = None
+    if last is None:
+        return None
+    fields = ("pid", "rss_mb", "imports", "import_s", "cuda_runtime_libs", "reason")
+    return {"state": "ready" if last["event"] == "prewarm_ready" else "discarded",
+            **{k: last.get(k) for k in fields if k in last}}
+
+
+def _launch_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The last relaunches' paths (warm with its RSS, or cold and why), and the warm launcher now."""
+    lines = []
+    for launch in (summary.get("launches") or [])[1:][-3:]:
+        if launch.get("mode") == "warm":
+            lines.append(f"launch   attempt {launch.get('attempt')}: warm (prewarmed launcher, RSS "
+                         f"{launch.get('rss_mb')} MB, idle {launch.get('idle_s')} s)")
+        else:
+            lines.append(f"launch   attempt {launch.get('attempt')}: cold ({launch.get('reason') or 'no reason given'})")
+    warm = summary.get("warm")
+    if warm and warm.get("state") == "ready":
+        lines.append(f"warm     the next attempt's launcher is ready: pid {warm.get('pid')}, RSS {warm.get('rss_mb')} MB, "
+                     f"imported {', '.join(warm.get('imports') or []) or 'nothing'} in {warm.get('import_s')} s")
+    elif warm:
+        lines.append(f"warm     the next attempt's launcher was discarded: {warm.get('reason')}")
+    return lines
 
 
 #: past this many attempts, runs of alike attempts are shown as their first and last row
@@ -397,6 +445,10 @@ def render_status(summary: dict[str, Any], now: float | None = None) -> str:
     learned = summary.get("learned_timeout")
     if learned:
         lines.append(f"timeout  {_learned_line(learned)}")
+    try:
+        lines += _launch_lines(summary)
+    except _MALFORMED:
+        lines.append("launch   the journal's launch records hold fields hangwatch does not write")
     lines += [
         f"restarts {summary['restarts']}, incidents {len(summary['incidents'])}"
         + (f", recovered by itself {summary['recovered_by_itself']}" if summary.get("recovered_by_itself") else ""),

@@ -93,12 +93,22 @@ def route_stops(supervisor: Any, pending: list[int]) -> None:
 
 
 def prewarm(supervisor: Any, config: Any) -> None:
-    """--prewarm-launcher: the next attempt's launcher process started ahead."""
+    """The next attempt's launcher process started ahead: by default for launchers known not to
+    touch the GPU at import, with --prewarm-launcher for any, with --no-prewarm-launcher never."""
     from hangwatch.supervisor.contain.tree_ops import LocalTree  # noqa: PLC0415
 
-    if config.prewarm_launcher and isinstance(supervisor.tree, LocalTree):
-        from hangwatch.supervisor.contain.prewarm import Prewarmer  # noqa: PLC0415
-        supervisor.tree.prewarm = Prewarmer(config.prewarm_import, clock=supervisor.tree.clock)
+    if not isinstance(supervisor.tree, LocalTree):
+        return
+    if config.prewarm_launcher is False:
+        supervisor.tree.cold_reason = "prewarming is off (--no-prewarm-launcher)"
+        return
+    from hangwatch.supervisor.contain.prewarm import Prewarmer  # noqa: PLC0415
+
+    def journal(event: str, fields: dict) -> None:
+        supervisor.journal.append(event, attempt=supervisor.state.attempt, **fields)
+
+    supervisor.tree.prewarm = Prewarmer(config.prewarm_import, clock=supervisor.tree.clock, notify=journal,
+                                        mode="on" if config.prewarm_launcher else "auto")
 
 
 def start_guardian(supervisor: Any, log: Any) -> tuple[Any, str]:

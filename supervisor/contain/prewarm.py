@@ -40,6 +40,19 @@ journal's ``attempt_started`` says ``launch: {"mode": "cold", "reason": ...}``.
 Never used (the run ended, the supervisor exits): killed, identity-checked,
 and reaped by ``close``; a SIGKILLed supervisor takes it along through its
 parent-death signal.
+
+On by default (``mode="auto"``) only for launchers known not to touch a GPU at
+import (``known_launcher``: torchrun, ``python -m torch.distributed.run``,
+``accelerate launch``, a plain ``python`` script, which imports nothing ahead);
+``--prewarm-launcher`` (``mode="on"``) prewarms any Python launcher,
+``--no-prewarm-launcher`` none. Whatever the mode, once the warm process says it
+is ready its memory maps are read (``gpu_mappings``): a GPU driver or NVML
+library, or a GPU device file, mapped into it means its imports touched a GPU
+(a context, or a device query that holds the driver), so it is killed at once
+and the next attempt is launched cold, saying why. CUDA *runtime* libraries
+(libcudart, libnccl, libcublas ...) are only noted: a CUDA build of torch maps
+them at ``import torch`` without touching any device, so refusing them would
+make every torchrun on a GPU machine cold.
 """
 
 from __future__ import annotations
@@ -84,6 +97,21 @@ _ENTRY = re.compile(rb"^from\s+([A-Za-z_][\w.]*)\s+import\s+\w+\s*$", re.M)
 #: interpreter options without a value that a warm process can be started with as they are
 _PLAIN_FLAGS = frozenset("bBdEIOPqsSuv")
 
+#: launcher entry modules known not to touch a GPU at import, with the subcommand they need (or None)
+KNOWN_LAUNCHERS: dict[str, str | None] = {
+    "torch.distributed.run": None,                     # torchrun, python -m torch.distributed.run
+    "accelerate.commands.accelerate_cli": "launch",    # accelerate launch
+    "accelerate.commands.launch": None,                # python -m accelerate.commands.launch
+}
+#: mapped into a process that has touched a GPU: the driver (a context, a device query), NVML, the device files
+GPU_TOUCH = re.compile(r"(/libcuda\.so|/libnvidia-ml\.so|/libcudadebugger\.so|/libnvcuvid\.so|/libamdhip64\.so|"
+                       r"/libhsa-runtime64\.so|^/dev/nvidia|^/dev/kfd|^/dev/dri/)")
+#: CUDA runtime libraries a CUDA build of torch maps at import without touching a device: noted only
+GPU_RUNTIME = re.compile(r"/(libcudart|libnccl|libcublas|libcublasLt|libcudnn|libcufft|libcurand|libcusparse|"
+                         r"libcusolver|libnvrtc|libnvJitLink|libnvToolsExt)[^/]*\.so")
+#: cap on the /proc/PID/maps read (a torch process maps a few thousand lines, ~0.5 MB)
+MAPS_MAX_BYTES = 8 * 1024 * 1024
+
 
 # -- the plan: pure ------------------------------------------------------------------------
 
@@ -99,6 +127,7 @@ class WarmPlan:
     imports: tuple[str, ...]    # imported ahead
     orig0: str                  # sys.orig_argv[0] of a cold start
     skip: int                   # the command's own arguments start at argv[skip]
+    entry: str = ""             # the launcher's entry module (a console script's, or python -m's); "" for a script
 
     def spec(self, command: Sequence[str]) -> str:
         """What the warm process is told at spawn; ``command``'s argv is what its imports see in sys.argv."""
@@ -140,7 +169,8 @@ def plan(argv: Sequence[str], env: Mapping[str, str], extra_imports: Sequence[st
         return f"{argv[0]}'s #! line has interpreter options a warm start cannot repeat: {arg.strip()}"
     entry = _ENTRY.search(data)
     imports = (entry.group(1).decode(),) if entry and b"sys.exit(" in data else ()
-    return WarmPlan(interpreter, flags, "script", exe, _unique(imports + tuple(extra_imports)), interpreter, 1)
+    return WarmPlan(interpreter, flags, "script", exe, _unique(imports + tuple(extra_imports)), interpreter, 1,
+                    imports[0] if imports else "")
 
 
 def _python_command(argv: Sequence[str], exe: str, extra_imports: Sequence[str],
@@ -161,7 +191,8 @@ def _python_command(argv: Sequence[str], exe: str, extra_imports: Sequence[str],
                 return f"python -m {module!r}: not a module name"
             parent = module.rpartition(".")[0]
             imports = tuple(m for m in (parent, *extra_imports) if m and m != module)
-            return WarmPlan(exe, tuple(flags), "module", module, _unique(imports), argv[0], i + (1 if token[2:] else 2))
+            return WarmPlan(exe, tuple(flags), "module", module, _unique(imports), argv[0], i + (1 if token[2:] else 2),
+                            module)
         elif token.startswith("-") and token != "-":
             if not _plain_flag(token):
                 return f"python {token}: an interpreter option a warm start does not repeat"
@@ -180,6 +211,58 @@ def _plain_flag(token: str) -> bool:
 
 def _unique(names_: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names_))
+
+
+def known_launcher(warm_plan: WarmPlan, argv: Sequence[str]) -> str | None:
+    """None when the default (``auto``) prewarms ``argv``'s launcher; otherwise why not.
+
+    Known: a launcher whose entry module is in ``KNOWN_LAUNCHERS`` (with its subcommand), and one
+    whose warm process imports nothing of its own ahead (a plain ``python script.py``, a ``#!``
+    script without an entry module): an idle interpreter. ``--prewarm-import`` modules are the
+    user's own request, checked like everything else by the memory maps once imported."""
+    ahead = warm_plan.entry.rpartition(".")[0] if warm_plan.kind == "module" else warm_plan.entry
+    if not ahead:
+        return None  # nothing of the launcher's imported ahead: an idle interpreter
+    if warm_plan.entry not in KNOWN_LAUNCHERS:
+        return (f"{warm_plan.entry} is not a launcher known not to touch the GPU at import "
+                "(--prewarm-launcher prewarms it anyway)")
+    sub = KNOWN_LAUNCHERS[warm_plan.entry]
+    if sub is not None and (len(argv) <= warm_plan.skip or argv[warm_plan.skip] != sub):
+        return f"{warm_plan.entry} without {sub!r} is not a known launcher (--prewarm-launcher prewarms it anyway)"
+    return None
+
+
+def gpu_mappings(maps: str) -> tuple[list[str], list[str]]:
+    """(what means a GPU was touched, CUDA runtime libraries) among the files of a
+    ``/proc/PID/maps`` text, each as a sorted list of unique base names (device files in full)."""
+    touch: set[str] = set()
+    runtime: set[str] = set()
+    for line in maps.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) < 6:
+            continue
+        path = fields[5].strip()
+        if GPU_TOUCH.search(path):
+            touch.add(path if path.startswith("/dev/") else os.path.basename(path))
+        elif GPU_RUNTIME.search(path):
+            runtime.add(os.path.basename(path))
+    return sorted(touch), sorted(runtime)
+
+
+def read_maps(pid: int) -> str | None:
+    """``/proc/PID/maps``, bounded; None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as handle:
+            return handle.read(MAPS_MAX_BYTES).decode(errors="replace")
+    except OSError:
+        return None
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        return round(psutil.Process(pid).memory_info().rss / 2**20, 1)
+    except psutil.Error:
+        return None
 
 
 def valid_module(name: str) -> bool:
@@ -332,34 +415,52 @@ def _create_time(pid: int) -> float:
 
 
 class Prewarmer:
-    """Keeps at most one warm process: the next attempt's, spawned once per attempt."""
+    """Keeps at most one warm process: the next attempt's, spawned once per attempt.
+
+    ``mode``: "auto" prewarms only launchers ``known_launcher`` accepts, "on" any Python launcher.
+    ``notify(event, fields)``: journals ``prewarm_ready`` (pid, RSS, what it imported) and
+    ``prewarm_discarded`` (pid, why). ``maps``: reads a pid's ``/proc/PID/maps`` (tests plant one)."""
 
     def __init__(self, extra_imports: Sequence[str] = (), *, clock: Callable[[], float] = time.monotonic,
-                 ready_wait: float = READY_WAIT_S) -> None:
+                 ready_wait: float = READY_WAIT_S, mode: str = "on",
+                 notify: Callable[[str, dict[str, Any]], None] | None = None,
+                 maps: Callable[[int], str | None] = read_maps,
+                 rss: Callable[[int], float | None] = rss_mb) -> None:
         self.extra_imports = tuple(extra_imports)
         self.clock = clock
         self.ready_wait = ready_wait
+        self.mode = mode
+        self.notify = notify or (lambda _event, _fields: None)
+        self.maps = maps
+        self.rss = rss
         self._warm: _Warm | None = None
         self._next: tuple[WarmPlan, list[str], dict[str, str]] | None = None  # what to spawn for the next attempt
         self._launched_at: float | None = None
         self._spawned = False  # one warm process per attempt: one that dies is not replaced
+        self._checked = False  # its memory maps were read once it was ready
         self._why_cold = "the first attempt"
 
     def launched(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
         """An attempt started (warm or cold): its command is the next one's, less resume arguments."""
         warm_plan = plan(argv, env, self.extra_imports)
+        unknown = known_launcher(warm_plan, argv) if isinstance(warm_plan, WarmPlan) and self.mode == "auto" else None
         if isinstance(warm_plan, str):
             self._next, self._why_cold = None, f"no warm start for this command: {warm_plan}"
+        elif unknown is not None:
+            self._next, self._why_cold = None, f"no warm start by default: {unknown}"
         else:
             self._next = (warm_plan, list(argv), warm_environment(env))
             self._why_cold = ("the previous attempt ended before its warm process was due (its first "
                               f"heartbeat, or {WARM_WITHOUT_BEAT_S:g} s)")
-        self._launched_at, self._spawned = self.clock(), False
+        self._launched_at, self._spawned, self._checked = self.clock(), False, False
 
     def tick(self, beat_seen: bool) -> None:
         """Each sampling tick of the running attempt (main thread: the parent-death signal is per thread)."""
         if self._warm is not None:
             self._warm.poll()
+            if not self._checked and self._warm.ready_at is not None:
+                self._checked = True
+                self._check_ready(self._warm)
             return
         if self._next is None or self._spawned or self._launched_at is None:
             return
@@ -374,6 +475,33 @@ class Prewarmer:
             return
         log.info("prewarm_started", message=f"warm launcher for the next attempt: pid {self._warm.pid} "
                                             f"({warm_plan.interpreter}, importing {', '.join(warm_plan.imports) or 'nothing'})")
+
+    def _gpu_refusal(self, warm: _Warm) -> tuple[str | None, list[str]]:
+        """(why the warm process must not be used, its CUDA runtime libraries): its memory maps."""
+        maps = self.maps(warm.pid)
+        if maps is None:
+            return "its memory maps could not be read, so it cannot be shown not to have touched a GPU", []
+        touch, runtime = gpu_mappings(maps)
+        if touch:
+            return (f"its imports loaded GPU driver libraries or devices ({', '.join(touch[:6])}): it may hold a GPU "
+                    "context, so it is not used"), runtime
+        return None, runtime
+
+    def _check_ready(self, warm: _Warm) -> None:
+        """Once ready: no GPU touched (else killed now, not at the relaunch), and journaled with its memory."""
+        why, runtime = self._gpu_refusal(warm)
+        if why is not None:
+            self._warm = None
+            warm.kill()
+            self._why_cold = f"the warm process was discarded: {why}"
+            log.warning("prewarm_discarded", message=f"warm launcher {warm.pid} discarded: {why}")
+            self.notify("prewarm_discarded", {"pid": warm.pid, "reason": why})
+            return
+        self.notify("prewarm_ready", {
+            "pid": warm.pid, "create_time": warm.key.create_time, "rss_mb": self.rss(warm.pid),
+            "imports": list(warm.plan.imports), "import_s": (warm.status or {}).get("import_s"),
+            "ready_s": round((warm.ready_at or warm.spawned_at) - warm.spawned_at, 3),
+            "cuda_runtime_libs": runtime[:12]})
 
     def take(self, argv: Sequence[str], env: Mapping[str, str], attempt_dir: Path, *, echo: bool = True,
              cgroup_procs: str | None = None, log_limit: Callable[[], int] = lambda: LOG_MAX_BYTES,
@@ -414,7 +542,7 @@ class Prewarmer:
         trainer = tee(warm.popen, warm.key.create_time, logs, echo=echo, log_limit=log_limit)
         now = self.clock()
         assert warm.ready_at is not None
-        trainer.launch = {"mode": "warm", "import_s": (warm.status or {}).get("import_s"),
+        trainer.launch = {"mode": "warm", "rss_mb": self.rss(warm.pid), "import_s": (warm.status or {}).get("import_s"),
                           "ready_s": round(warm.ready_at - warm.spawned_at, 3), "idle_s": round(now - warm.ready_at, 3)}
         return trainer, trainer.launch
 
@@ -426,7 +554,10 @@ class Prewarmer:
             return "the environment (less HANGWATCH_* attempt variables) changed since the warm process started"
         if os.getcwd() != warm.cwd:
             return "the working directory changed since the warm process started"
-        return warm.not_ready(self.ready_wait)
+        why = warm.not_ready(self.ready_wait)
+        if why is None:  # its maps again: it may have become ready only now, or loaded something since
+            why = self._gpu_refusal(warm)[0]
+        return why
 
     @property
     def warm_pid(self) -> int | None:

@@ -100,6 +100,8 @@ class LocalTree:
         self.killer.on_members = self._seen
         #: the next attempt's warm launcher (``--prewarm-launcher``); None: every launch is cold
         self.prewarm: Prewarmer | None = None
+        #: why every launch is cold when there is no ``prewarm`` (journaled with each attempt)
+        self.cold_reason: str | None = None
 
     @property
     def containment_name(self) -> str:
@@ -156,7 +158,7 @@ class LocalTree:
             self._marks.append(self.prewarm.warm_mark)
         self._tell_guardian()  # before the trainer exists: no fork can beat it
         limit = {"log_limit": self.log_limit} if self.log_limit else {}
-        trainer, how = None, {"mode": "cold"}
+        trainer, how = None, {"mode": "cold", **({"reason": self.cold_reason} if self.cold_reason else {})}
         if self.prewarm is not None:
             trainer, how = self.prewarm.take(argv, env, attempt_dir, echo=self.echo, cgroup_procs=procs,
                                              death_signal=self._root_death_signal(), **limit)

@@ -58,6 +58,8 @@ EVENTS = (
     "would_act",  # --on-hang observe: what the recovery would have been (nothing was killed)
     "recovered_by_itself",  # --on-hang observe: the trainer moved on after an incident not acted on
     "timeout_learned",  # --progress-timeout auto: a progress timeout learned from the beats' intervals, and its inputs
+    "prewarm_ready",  # the next attempt's warm launcher is ready: pid, RSS, imports (hangwatch.supervisor.contain.prewarm)
+    "prewarm_discarded",  # the next attempt's warm launcher was killed unused: it loaded a GPU library, and why
 )
 
 

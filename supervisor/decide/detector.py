@@ -317,6 +317,13 @@ class Detector:
         """The progress timeout learned so far (or carried in), None without ``auto_progress``."""
         return self.learner.learned if self.learner is not None else None
 
+    def progress_due(self) -> float | None:
+        """When (sample time) the progress rule fires if no beat comes before, or None (no beat
+        yet, no timeout, fired already): the caller may take a sample then, not a tick later."""
+        if self.state is DetectorState.FIRED or not self._heartbeats_seen or self._timeout is None:
+            return None
+        return self._last_progress + self._timeout - self._slack
+
     def progress_timeout_for(self, phase: str | None) -> float | None:
         """The progress timeout in force after a beat in ``phase``: the learned one for phase
         train once learned, else the fixed one (stretched by the phase's own timeout)."""

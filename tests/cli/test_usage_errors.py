@@ -24,6 +24,9 @@ pytestmark = pytest.mark.timeout(90)
         (["run", "--phase-timeout", "checkpoint", "--", "true"], "expected PHASE=SECONDS"),
         (["run", "--", "/nonexistent/trainer"], "command not found"),
         (["status", "/nonexistent"], "not a hangwatch run directory"),
+        (["run", "--no-prewarm-launcher", "--prewarm-import", "torch", "--", "true"],
+         "--no-prewarm-launcher turns off"),
+        (["run", "--no-prewarm-launcher", "--prewarm-launcher", "--", "true"], "not allowed with argument"),
     ],
 )
 @pytest.mark.slow

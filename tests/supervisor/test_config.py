@@ -95,3 +95,15 @@ def test_progress_timeout_auto_from_the_command_line_a_file_and_a_resume(tmp_pat
         build({**values, "auto_warmup_beats": 1}, command)
     with pytest.raises(ConfigError, match="auto needs a progress rule"):
         build({**values, "progress_timeout": 0.0}, command)
+
+
+def test_prewarming_is_automatic_unless_an_option_says_on_or_off():
+    from hangwatch.supervisor.config import SETTINGS, build
+
+    values = {k: v[1] for k, v in SETTINGS.items()}
+    assert build(values, ["torchrun", "t.py"]).prewarm_launcher is None  # auto: known launchers only
+    on = build({**values, "prewarm_launcher": True}, ["x"], {"prewarm_launcher"})
+    off = build({**values, "prewarm_launcher": False}, ["x"], {"prewarm_launcher"})
+    assert (on.prewarm_launcher, off.prewarm_launcher) == (True, False)
+    imports = build({**values, "prewarm_import": ["torch"]}, ["python", "t.py"], {"prewarm_import"})
+    assert imports.prewarm_import == ("torch",) and imports.prewarm_launcher is None

@@ -367,3 +367,30 @@ def test_a_learned_progress_timeout_is_journaled_once_and_carried_to_the_next_at
     fixed = Supervisor(runner_config(tmp_path / "other"), FakeProbe(), FakeCapture(), state=state,
                        tree=FakeTree(clock, ["train"]), clock=clock, sleep=clock.sleep, wall=clock)
     assert fixed._detector_config().learned_progress is None, "a fixed timeout is fixed, whatever was learned"
+
+
+class _BeatsThenSpins(FakeTree):
+    """Beats (each written 0.5 s before the tick reads it) for 3 s, then spins without a beat:
+    a busy hang, no GPU sample, so only the progress rule can fire."""
+
+    def sample(self):
+        t = self.trainer
+        self.seq += 1
+        now = self.clock()
+        hb = Heartbeat(t.pid, self.seq, now - 0.5, self.seq, "train") if now - self.started_at <= 3.0 else None
+        return Sample(t=now, wall=now, cpu_pct={t.pid: 100.0}, gpu=None, heartbeat=hb, tree_size=1)
+
+
+def test_a_progress_timeout_ending_between_ticks_is_judged_when_it_ends_not_a_tick_later(tmp_path):
+    clock = FakeClock()
+    tree = _BeatsThenSpins(clock, ["hang"], default="train")
+    capture = FakeCapture()
+    config = runner_config(tmp_path, max_restarts=1)
+    config.run_dir.mkdir(parents=True)
+    sup = Supervisor(config, FakeProbe(), capture, tree=tree, clock=clock, sleep=clock.sleep, wall=clock)
+    sup.run()
+    verdict = capture.requests[0].verdict
+    last_beat = verdict.evidence["last_progress_t"]  # the last beat's own time, half a tick before a tick
+    # The 30 s timeout from it ends half-way between two ticks: judged then, not at the next tick.
+    assert verdict.kind is VerdictKind.SILENT_HANG and (last_beat - 1000.0) % 1.0 == 0.5
+    assert last_beat + 30.0 - 0.1 <= verdict.detected_at < last_beat + 30.0 + 0.1

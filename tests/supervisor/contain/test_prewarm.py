@@ -15,7 +15,8 @@ import pytest
 from waiting import wait_for
 
 from hangwatch.contract import env as names
-from hangwatch.supervisor.contain.prewarm import WarmPlan, plan, spawn_due, warm_environment
+from hangwatch.supervisor.contain.prewarm import (Prewarmer, WarmPlan, gpu_mappings, known_launcher, plan, spawn_due,
+                                                  warm_environment)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -90,13 +91,19 @@ HEADS = {
     "/bin/bash": b"\x7fELF...",
     "/venv/bin/wrapper": b"#!/bin/sh\nexec torchrun \"$@\"\n",
     "train.py": b"import torch\n",
+    "/venv/bin/accelerate": b"#!/venv/bin/python\nimport sys\nfrom accelerate.commands.accelerate_cli import main\n"
+                            b"if __name__ == '__main__':\n    sys.exit(main())\n",
+    "/venv/bin/deepspeed": b"#!/venv/bin/python\nimport sys\nfrom deepspeed.launcher.runner import main\n"
+                           b"if __name__ == '__main__':\n    sys.exit(main())\n",
 }
 
 
 def _plan(argv: list[str], extra: tuple[str, ...] = ()) -> WarmPlan | str:
     def which(name, _env):
         return name if "/" in name else {"torchrun": "/venv/bin/torchrun", "python": "/venv/bin/python",
-                                          "bash": "/bin/bash", "wrapper": "/venv/bin/wrapper"}.get(name)
+                                          "bash": "/bin/bash", "wrapper": "/venv/bin/wrapper",
+                                          "accelerate": "/venv/bin/accelerate",
+                                          "deepspeed": "/venv/bin/deepspeed"}.get(name)
     return plan(argv, {}, extra, which=which, head=HEADS.get)
 
 
@@ -138,6 +145,117 @@ def test_the_warm_process_is_due_once_the_attempt_is_up_and_its_environment_lack
     assert spawn_due(now=30.0, launched_at=0.0, beat_seen=False)
     env = {"PATH": "/bin", names.ATTEMPT: "2", names.CUDAGRAPHS: "0", names.HEARTBEAT: "/x", names.CONFIG: "c.toml"}
     assert warm_environment(env) == {"PATH": "/bin", names.CONFIG: "c.toml"}
+
+
+def _known(argv: list[str], extra: tuple[str, ...] = ()) -> str | None:
+    p = _plan(argv, extra)
+    assert isinstance(p, WarmPlan), p
+    return known_launcher(p, argv)
+
+
+def test_the_default_prewarms_only_launchers_known_not_to_touch_the_gpu_at_import():
+    assert _known(["torchrun", "--nproc-per-node", "2", "train.py"]) is None
+    assert _known(["python", "-m", "torch.distributed.run", "train.py"]) is None
+    assert _known(["accelerate", "launch", "train.py"]) is None
+    assert _known(["python", "train.py"], extra=("torch",)) is None  # nothing of a launcher's; torch: asked for
+    assert _known(["python", "-m", "mytrainer"]) is None  # a top-level module: nothing imported ahead
+    assert "accelerate.commands.accelerate_cli without 'launch'" in _known(["accelerate", "env"])
+    assert "deepspeed.launcher.runner is not a launcher known" in _known(["deepspeed", "train.py"])
+    assert "mypkg.train is not a launcher known" in _known(["python", "-m", "mypkg.train"])
+
+
+MAPS_CPU = """\
+7f00-7f10 r-xp 00000000 08:01 1 /venv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so
+7f10-7f20 r-xp 00000000 08:01 2 /venv/lib/python3.11/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12
+7f20-7f30 r-xp 00000000 08:01 3 /venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2
+7f30-7f40 rw-p 00000000 00:00 0 [heap]
+7f40-7f50 rw-p 00000000 00:00 0
+"""
+MAPS_GPU = MAPS_CPU + """\
+7f50-7f60 r-xp 00000000 08:01 4 /usr/lib/x86_64-linux-gnu/libcuda.so.535.129.03
+7f60-7f70 rw-s 00000000 00:05 5 /dev/nvidiactl
+7f70-7f80 r-xp 00000000 08:01 6 /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1
+"""
+
+
+def test_gpu_mappings_tell_a_touched_gpu_from_runtime_libraries_a_cuda_torch_maps_at_import():
+    assert gpu_mappings(MAPS_CPU) == ([], ["libcudart.so.12", "libnccl.so.2"])
+    touch, runtime = gpu_mappings(MAPS_GPU)
+    assert touch == ["/dev/nvidiactl", "libcuda.so.535.129.03", "libnvidia-ml.so.1"]
+    assert runtime == ["libcudart.so.12", "libnccl.so.2"]
+    assert gpu_mappings("garbage\n\n7f 7f 7f\n") == ([], [])
+
+
+def _ready_prewarmer(tmp_path: Path, maps_text: str | None, **kw) -> tuple[Prewarmer, list, list[str]]:
+    """A Prewarmer whose warm process (a plain python script: nothing imported) has said it is
+    ready and been checked, with ``maps_text`` planted as its memory maps."""
+    script = tmp_path / "train.py"
+    script.write_text("print('ran')\n")
+    events: list = []
+    prewarm = Prewarmer(notify=lambda event, fields: events.append((event, fields)),
+                        maps=lambda _pid: maps_text, rss=lambda _pid: 12.5, **kw)
+    command = [sys.executable, str(script)]
+    prewarm.launched(command, dict(os.environ))
+    prewarm.tick(beat_seen=True)
+    wait_for(lambda: (prewarm.tick(beat_seen=True), events)[1], 20, "the warm process ready and checked")
+    return prewarm, events, command
+
+
+def test_a_warm_process_with_a_gpu_library_mapped_is_discarded_and_the_relaunch_is_cold(tmp_path):
+    prewarm, events, command = _ready_prewarmer(tmp_path, MAPS_GPU, mode="auto")
+    try:
+        (event, fields), = events
+        assert event == "prewarm_discarded" and "libcuda.so.535.129.03" in fields["reason"]
+        wait_for(lambda: not _running(fields["pid"]), 10, "the discarded warm process killed at once")
+        trainer, how = prewarm.take(command, dict(os.environ, HANGWATCH_ATTEMPT="2"), tmp_path / "a2", echo=False)
+        assert trainer is None and how["mode"] == "cold"
+        assert "discarded" in how["reason"] and "GPU driver" in how["reason"]
+    finally:
+        prewarm.close()
+
+
+def test_a_warm_process_without_one_is_journaled_ready_with_its_memory_and_used(tmp_path):
+    prewarm, events, command = _ready_prewarmer(tmp_path, MAPS_CPU, mode="auto")
+    try:
+        (event, fields), = events
+        assert event == "prewarm_ready" and fields["rss_mb"] == 12.5
+        assert fields["cuda_runtime_libs"] == ["libcudart.so.12", "libnccl.so.2"]
+        trainer, how = prewarm.take(command, dict(os.environ, HANGWATCH_ATTEMPT="2"), tmp_path / "a2", echo=False)
+        assert trainer is not None and how["mode"] == "warm" and how["rss_mb"] == 12.5
+        assert trainer.popen.wait(30) == 0
+        trainer.join_output(5)
+    finally:
+        prewarm.close()
+
+
+def test_unreadable_maps_mean_a_cold_relaunch(tmp_path):
+    prewarm, events, command = _ready_prewarmer(tmp_path, None, mode="auto")
+    try:
+        assert events[0][0] == "prewarm_discarded" and "memory maps could not be read" in events[0][1]["reason"]
+        trainer, how = prewarm.take(command, dict(os.environ), tmp_path / "a2", echo=False)
+        assert trainer is None and how["mode"] == "cold"
+    finally:
+        prewarm.close()
+
+
+def test_an_unknown_launcher_is_cold_by_default_and_warm_when_asked(tmp_path):
+    script = tmp_path / "ds"
+    script.write_text(f"#!{sys.executable}\nimport sys\nfrom no_such_launcher_mod.runner import main\n"
+                      "if __name__ == '__main__':\n    sys.exit(main())\n")
+    script.chmod(0o755)
+    auto = Prewarmer(mode="auto")
+    auto.launched([str(script), "x"], dict(os.environ))
+    auto.tick(beat_seen=True)
+    assert auto.warm_pid is None
+    trainer, how = auto.take([str(script), "x"], dict(os.environ), tmp_path / "a2", echo=False)
+    assert trainer is None and "no warm start by default" in how["reason"] and "--prewarm-launcher" in how["reason"]
+    on = Prewarmer(mode="on")
+    on.launched([str(script), "x"], dict(os.environ))
+    on.tick(beat_seen=True)
+    try:
+        assert on.warm_pid is not None
+    finally:
+        on.close()
 
 
 # -- real runs -------------------------------------------------------------------------------
@@ -266,3 +384,25 @@ def test_python_m_through_the_warm_process_runs_the_module_as_a_cold_start_would
     for key in ("path0", "file", "spec", "names"):
         assert warm[key] == cold[key], key
     assert warm["parent_loaded"], "the parent package was imported ahead"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("option", [None, "--no-prewarm-launcher"])
+def test_by_default_a_python_script_relaunches_warm_and_status_shows_which_path(hw, option):
+    args = hw.fast_args() + ([option] if option else []) + ["--quiet", "--", sys.executable, str(FAKE_TRAINER),
+                                                           "--pidfile", str(hw.pidfile), "--beats", "3", "--wedge",
+                                                           "--wedge-unless-graphs-off"]
+    result = hw.run(args)
+    assert result.returncode == 0, result.stderr
+    second = hw.events("attempt_started")[1]
+    status = hw.run(["status", str(hw.run_dir)])
+    assert status.returncode == 0, status.stderr
+    if option is None:
+        assert second["launch"]["mode"] == "warm", second["launch"]
+        ready = hw.events("prewarm_ready")[0]
+        assert ready["rss_mb"] > 0 and ready["pid"] == second["pid"]
+        assert "launch   attempt 2: warm (prewarmed launcher, RSS" in status.stdout
+    else:
+        assert second["launch"] == {"mode": "cold", "reason": "prewarming is off (--no-prewarm-launcher)"}
+        assert not hw.events("prewarm_ready")
+        assert "attempt 2: cold (prewarming is off" in status.stdout
