@@ -196,7 +196,7 @@ class CohortLink:
         first = ann["node"] == self.node_rank
         self.journal.append("cohort_incident", attempt=attempt, announced_by=ann["node"], kind=ann["kind"],
                             reason=ann["reason"], suspect_node=ann["node"], this_node_first=first,
-                            suspect_evidence=ann.get("evidence") or {})
+                            announced_wall=ann.get("wall"), suspect_evidence=ann.get("evidence") or {})
         log.error("cohort_incident", message=(
             f"cohort incident in attempt {attempt}: node {ann['node']} {ann['kind']}" + (" (this node)" if first else "")))
 
