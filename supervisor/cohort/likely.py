@@ -151,6 +151,8 @@ class IncidentWatch:
         key = (h.node, h.wall)
         if h.node == me or h.attempt != self.attempt or self.state is WatchState.OPEN or key in self._seen:
             return None
+        if self.window is not None and now <= self.window[1]:
+            return None  # one heads-up at a time: a hint rewritten every tick starts no py-spy round each tick
         if len(self._seen) < 1024:  # (a store flooded with hints must not grow this node's memory)
             self._seen.add(key)
         expected = now + min(max(0.0, h.eta_s), MAX_ETA_S)

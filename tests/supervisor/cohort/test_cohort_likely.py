@@ -88,6 +88,9 @@ def test_own_repeated_or_other_attempts_hints_open_nothing():
     assert watch.state is WatchState.IDLE
     assert watch.hinted(_hint(node=1, attempt=2), me=0, now=1.0) is not None
     assert watch.hinted(_hint(node=1, attempt=2), me=0, now=1.5) is None  # the same hint, read again
+    # One heads-up at a time: a hint rewritten at every tick (a stranger's, unauthenticated) starts no
+    # py-spy round at every tick, only once the window it opened has passed.
+    assert watch.hinted(_hint(node=1, attempt=2, wall=501.0), me=0, now=2.0) is None
     assert watch.hinted(_hint(node=1, attempt=2, wall=600.0), me=0, now=9.0) is not None  # its next verdict
 
 
