@@ -186,8 +186,8 @@ class CohortLink:
         """Another node's new hint of a verdict building: until when an early round taken now
         belongs to its incident (this node's clock); None: nothing new."""
         self.watch.start(attempt)
-        if self.watch.state is WatchState.OPEN:
-            return None
+        if self.watch.state is WatchState.OPEN or self.cohort.store.failing_since is not None:
+            return None  # (a failing store's call waits for its deadline: the tick's own poll is enough)
         found = self.cohort.read_hint(attempt)
         return None if found is None else self.watch.hinted(found, self.node_rank, now)
 
@@ -195,7 +195,7 @@ class CohortLink:
         """Between ticks: whether another node has announced this attempt's incident (the store is
         read only near a hinted one, every ``IncidentWatch.fast`` s)."""
         self.watch.start(attempt)
-        if not self.watch.due(now):
+        if not self.watch.due(now) or self.cohort.store.failing_since is not None:
             return False
         ann = self.cohort.poll(attempt)
         if ann is None or ann.node == self.node_rank:

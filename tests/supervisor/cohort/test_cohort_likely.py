@@ -184,9 +184,15 @@ def test_a_store_that_fails_leaves_the_hint_and_the_poll_to_the_ticks():
     _, nodes, (link0, link1) = _links(store)
     store.down = True
     link1.building(1, ("stall", 0.0, 0.5), 2.0)  # no raise: the others learn at their ticks
-    assert link0.heads_up(1, 1.0) is None
+    assert nodes[0].poll(1) is None  # the tick's own poll fails: the store is failing for node 0
+    reads = len(store.gets)
     store.down = False
     nodes[1].hint(1, "stall", 2.0)
+    # While it fails, only the tick's own poll waits for a call's deadline: no heads-up read, no poll.
+    assert link0.heads_up(1, 1.0) is None and len(store.gets) == reads
+    assert nodes[0].poll(1) is None  # it answers again
     assert link0.heads_up(1, 1.0) is not None
     store.down = True
-    assert not link0.wake(1, 1.1)
+    assert not link0.wake(1, 1.1)  # a failed read: no raise
+    reads = len(store.gets)
+    assert not link0.wake(1, 1.2) and len(store.gets) == reads
