@@ -129,9 +129,11 @@ class BoundedCapture:
         building there (``cohort.likely``), and this node's ranks hang with it. The round belongs
         to a verdict of this watch up to ``until`` (this clock), whatever its onset (a verdict
         taken from the other node's announcement has its onset when this node learns of it).
-        Not while a round is still running. Returns whether a round was started."""
+        Not while a round is still running, nor when one was taken lately (this node's own detector
+        saw the hang building too: its round is as good). Returns whether a round was started."""
         take = getattr(self.hook, "early_round", None)
-        if take is None or (self._early is not None and self._early.thread.is_alive()):
+        early = self._early
+        if take is None or (early is not None and (early.thread.is_alive() or t - early.t <= until - t)):
             return False
         budget = min(EARLY_ROUND_BUDGET_S, self.timeout / 2)
         self._early = _EarlyRound(take, tree(), t, COHORT_RULE, time.monotonic() + budget, until)

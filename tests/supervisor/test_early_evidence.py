@@ -112,3 +112,13 @@ def test_a_heads_up_round_is_not_used_past_its_window_nor_taken_twice_at_once():
 def test_a_hook_without_early_round_takes_no_heads_up_round():
     bounded, _ = _bounded(FakeCapture())  # type: ignore[arg-type]
     assert not bounded.early_round_now(100.0, lambda: [], until=107.0)
+
+
+def test_a_heads_up_while_this_nodes_own_round_is_fresh_takes_none_but_one_after_a_stale_round_does():
+    capture = EarlyCapture()
+    bounded, _ = _bounded(capture)
+    assert bounded.early_round_now(100.0, lambda: [], until=107.0)
+    bounded._early.thread.join(5)
+    assert not bounded.early_round_now(101.0, lambda: [], until=108.0)  # taken 1 s ago: as good
+    assert bounded.early_round_now(200.0, lambda: [], until=207.0)  # 100 s old: that hang cleared
+    assert [token for _, token in capture.early] == ["round-1", "round-2"]
