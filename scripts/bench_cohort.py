@@ -26,8 +26,8 @@ and the incident bundles:
 
 Prints the totals table, the phase table per cohort size, then `nodes=N kill_ratio=X
 relaunch_ratio=Y` per cohort size (ratios to the single-node figures of the same run).
-Every run checks that each node wrote its full bundle (an early and a final round, stacks
-of every process); one that did not is reported with `bundle_incomplete=`.
+Every run checks that each node wrote its full bundle (two py-spy rounds, stacks of every
+process); one that did not is reported with `bundle_incomplete=`.
 
     .venv/bin/python scripts/bench_cohort.py [--nodes 2 4] [--runs 1] [--keep DIR]
 """
@@ -129,20 +129,19 @@ def node_phases(journal: list[dict[str, Any]], onset: float) -> dict[str, float 
 
 
 def bundle_missing(journal: list[dict[str, Any]]) -> list[str]:
-    """What the first incident's bundle lacks of the full evidence: an early and a final round,
-    stacks of every process in the tree."""
+    """What the first incident's bundle lacks of the full evidence: two py-spy rounds (the early one
+    and the final one; a node that took no early round takes both at the verdict), stacks of every
+    process in the tree. Whether the early round was taken ahead shows in the phase table."""
     manifest = _manifest(journal)
     if manifest is None:
         return ["no bundle"]
     rounds = manifest["stacks"]["rounds"]
     missing = []
-    if not rounds or not rounds[0].get("early"):
-        missing.append("no early round")
     if len(rounds) < 2:
-        missing.append("no final round")
+        missing.append(f"{len(rounds)} py-spy round(s), not 2 (an early and a final one, or both at the verdict)")
     for method in manifest["stacks"]["methods"]:
-        if method.get("method") == "none":
-            missing.append(f"no stacks of pid {method.get('pid')}")
+        if method.get("method") == "none" or len(method.get("rounds") or []) < len(rounds):
+            missing.append(f"pid {method.get('pid')}: stacks in rounds {method.get('rounds')} of {len(rounds)}")
     return missing
 
 
