@@ -476,6 +476,8 @@ class Supervisor:
             self._note_learned(detector)
             if verdict is None:
                 self.evidence_capture.maybe_early_round(detector, sample.t, self.tree.describe)
+                if self.cohort is not None:
+                    self._cohort_heads_up(detector, sample.t)
             learned = (detector.progress_timeout_for(hb.phase) if hb is not None and detector.learned is not None
                        else None)  # what status shows as the timeout: the learned one where it is in force
             self.observer.tick(Tick(self.state.attempt, sample, detector.stall_onset, cfg.window_for(detector.phase),
@@ -493,7 +495,8 @@ class Supervisor:
                 next_tick = self.clock()  # we fell behind (a slow probe); do not burst
                 continue
             slept_from = self.clock()
-            if not self._sleep(delay, wake=lambda: self.tree.exit_code(trainer) is not None):
+            if not self._sleep(delay, wake=lambda: self.tree.exit_code(trainer) is not None or (
+                    self.cohort is not None and self.cohort.wake(self.state.attempt, self.clock()))):
                 continue
             # A sleep that overran by more than the gap tolerance: we were not running (the
             # job was stopped and continued). None of that time was observed: it is not silence.
@@ -503,6 +506,16 @@ class Supervisor:
                 next_tick, early = self.clock(), False
                 if self._continued_at is not None and self._continued_at >= slept_from:
                     self._continued_at = None  # that stop was this overrun, already discounted
+
+    def _cohort_heads_up(self, detector: Detector, t: float) -> None:
+        """A verdict building here is told to the other nodes; one building on another node starts
+        this node's early round now, so that at its announcement this capture needs only the final
+        round (``cohort.likely``)."""
+        assert self.cohort is not None
+        self.cohort.building(self.state.attempt, detector.building(t), t)
+        until = self.cohort.heads_up(self.state.attempt, t)
+        if until is not None:
+            self.evidence_capture.early_round_now(t, self.tree.describe, until)
 
     def _detector_config(self) -> DetectorConfig:
         """The detector's settings, with the progress timeout learned so far in force from the start."""

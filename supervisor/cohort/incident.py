@@ -3,6 +3,8 @@
 * **One incident per attempt.** The first node to announce (compare-and-set on the
   attempt's key) wins; every node polls the key each tick, so all capture while the
   ranks are still hung. An announcement for another attempt is ignored.
+* **A heads-up while one builds** (``hint``, ``likely.py``): the others take their early
+  py-spy round at once and poll the incident key between ticks near the expected verdict.
 * **Kill once every node has its stacks** (``all_captured``).
 * **Agreement before relaunch.** Each node reports its complete checkpoint steps and
   its graph policy; node 0 decides (``agreement.decide``) and publishes it; the others
@@ -19,9 +21,14 @@ from hangwatch.supervisor.decide.attempt import GraphPolicy
 from hangwatch.supervisor.cohort.agreement import Agreement, agreement_from, decide, report, resumed_attempts, settled
 from hangwatch.supervisor.cohort.errors import (BarrierTimeout, CohortError, CohortStopped, MemberLeft, StoreLost,
                                                 signal_name)
+from hangwatch.supervisor.cohort.likely import Hint, hint
 from hangwatch.supervisor.cohort.membership import Membership
 from hangwatch.supervisor.cohort.records import Announcement, announcement, json_object
 from hangwatch.supervisor.cohort.store import Store, StoreError
+
+#: seconds between the reads of a barrier's wait (capture, agreement, restart decision): each node's
+#: relaunch waits for the last read that sees every node, so short, and only while a barrier is open
+BARRIER_POLL_S = 0.05
 
 
 class IncidentNode(Protocol):
@@ -81,6 +88,24 @@ class IncidentExchange:
             return None  # not a record we wrote: ignore it rather than act on it
         return ann if ann.attempt == attempt else None
 
+    def hint(self, attempt: int, rule: str, eta_s: float) -> None:
+        """Tell the others a verdict is building here, expected in ``eta_s`` s (``likely``): one call,
+        no retry (a hint that does not get through leaves the others to learn at their ticks)."""
+        node = self.node
+        record = Hint(attempt, node.me.node_rank, rule, node.wall(), eta_s)
+        try:
+            node.store.set(node._key("likely", attempt), json.dumps(record.to_json()))
+        except StoreError:
+            pass  # the lease thread decides when failures mean the store is lost
+
+    def read_hint(self, attempt: int) -> Hint | None:
+        """The latest node's hint of a verdict building in this attempt, if any."""
+        try:
+            found = hint(self.node.store.get(self.node._key("likely", attempt)))
+        except StoreError:
+            return None
+        return found if found is not None and found.attempt == attempt else None
+
     def mark_captured(self, attempt: int) -> None:
         """Nothing to capture here (our trainer crashed): no node should wait for us."""
         try:
@@ -110,7 +135,7 @@ class IncidentExchange:
                 if node.store_lost() is not None or node.stopped is not None or node.local_stop is not None \
                         or node.clock() - start >= timeout:  # a stop, here or elsewhere, ends the run: no wait
                     return None
-                node.sleep(0.05)
+                node.sleep(BARRIER_POLL_S)
         except (CohortStopped, StoreError, ValueError, TypeError, ArithmeticError):
             return None  # the lease thread decides whether the store is lost; the kill goes on
         return node.clock() - start
@@ -146,7 +171,7 @@ class IncidentExchange:
             if raw is not None:
                 return agreement_from(json_object(raw, "node 0's decision"), attempt, attempts)
             self._check(deadline, "node 0's decision", [0])
-            node.sleep(0.1)
+            node.sleep(BARRIER_POLL_S)
 
     def settle(self, attempt: int, mine: Mapping[str, Any]) -> dict[str, Any]:
         """Every node's restart decision after this attempt, combined (``settled``); bounded."""
@@ -176,7 +201,7 @@ class IncidentExchange:
             if not missing:
                 return have
             self._check(deadline, waiting_for.format(missing), missing)  # read first: one that decided
-            node.sleep(0.1)  # and left is not missing
+            node.sleep(BARRIER_POLL_S)  # and left is not missing
 
     def _check(self, deadline: float, waiting_for: str, nodes: Sequence[int] = ()) -> None:
         """End a wait for ``nodes`` that cannot end well: a lost store, a stop, a node that left, the deadline."""

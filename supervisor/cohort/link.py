@@ -4,7 +4,9 @@
 it, at four points of the attempt's lifecycle:
 
 * every tick: ``verdict`` — another node's incident for this attempt, or a lost
-  member or store, becomes this node's verdict too;
+  member or store, becomes this node's verdict too; ``building`` tells the others of
+  a verdict building here, ``heads_up`` reads theirs (this node's early py-spy round
+  is taken then) and ``wake``, between ticks, reads the incident key near a hinted one;
 * at a verdict: ``incident`` — announce ours (first node wins) and journal the
   cohort's incident, or journal the loss;
 * after the capture: ``captured`` — wait (bounded) for every node's capture, and
@@ -33,6 +35,7 @@ from hangwatch.supervisor.decide.attempt import GraphPolicy
 from hangwatch.supervisor.cohort.agreement import Agreement, processes_of
 from hangwatch.supervisor.cohort.errors import CohortStopped, LauncherMismatch, signal_name
 from hangwatch.supervisor.cohort.launcher import rendezvous_nodes
+from hangwatch.supervisor.cohort.likely import HintOnce, IncidentWatch, WatchState
 from hangwatch.supervisor.cohort.node import Cohort
 from hangwatch.supervisor.decide.restart import AttemptOutcome, Decision
 
@@ -55,6 +58,8 @@ class CohortLink:
         # whether a rendezvous worker was found, and when to look again.
         self._launch_check: tuple[int, set[Any], bool, float] = (0, set(), False, 0.0)
         self._evidence: dict[int, Path] = {}  # each attempt's bundle (``evidence_taken``)
+        self.watch = IncidentWatch()  # when to read the incident key between ticks (another node's hint)
+        self._hints = HintOnce()  # the building verdicts of this node already told
 
     @property
     def journal(self) -> _Journal:
@@ -175,6 +180,35 @@ class CohortLink:
         self._launch_check = (attempt, seen if len(seen) < 4096 else set(), found, now + LAUNCH_CHECK_EVERY_S)
         return mismatch
 
+    # -- learning of another node's incident between ticks (``likely.py``) -------------
+
+    def building(self, attempt: int, building: tuple[str, float, float] | None, now: float) -> None:
+        """A verdict building here (``Detector.building``): once half way, tell the others (once)."""
+        seconds = self._hints.due(attempt, building, now)
+        if seconds is not None and building is not None:
+            self.cohort.hint(attempt, building[0], seconds)
+
+    def heads_up(self, attempt: int, now: float) -> float | None:
+        """Another node's new hint of a verdict building: until when an early round taken now
+        belongs to its incident (this node's clock); None: nothing new."""
+        self.watch.start(attempt)
+        if self.watch.state is WatchState.OPEN or self.cohort.store.failing_since is not None:
+            return None  # (a failing store's call waits for its deadline: the tick's own poll is enough)
+        found = self.cohort.read_hint(attempt)
+        return None if found is None else self.watch.hinted(found, self.node_rank, now)
+
+    def wake(self, attempt: int, now: float) -> bool:
+        """Between ticks: whether another node has announced this attempt's incident (the store is
+        read only near a hinted one, every ``IncidentWatch.fast`` s)."""
+        self.watch.start(attempt)
+        if not self.watch.due(now) or self.cohort.store.failing_since is not None:
+            return False
+        ann = self.cohort.poll(attempt)
+        if ann is None or ann.node == self.node_rank:
+            return False
+        self.watch.announced()
+        return True
+
     def incident(self, attempt: int, verdict: Verdict) -> None:
         """Announce a local incident (first node wins) and journal the cohort's incident."""
         if verdict.kind is VerdictKind.DONE:
@@ -202,7 +236,7 @@ class CohortLink:
         first = ann["node"] == self.node_rank
         self.journal.append("cohort_incident", attempt=attempt, announced_by=ann["node"], kind=ann["kind"],
                             reason=ann["reason"], suspect_node=ann["node"], this_node_first=first,
-                            suspect_evidence=ann.get("evidence") or {})
+                            announced_wall=ann.get("wall"), suspect_evidence=ann.get("evidence") or {})
         log.error("cohort_incident", message=(
             f"cohort incident in attempt {attempt}: node {ann['node']} {ann['kind']}" + (" (this node)" if first else "")))
 

@@ -35,6 +35,7 @@ from hangwatch.supervisor.cohort.errors import CohortError, CohortRefused, Cohor
 from hangwatch.supervisor.cohort.incident import IncidentExchange
 from hangwatch.supervisor.cohort.join import Join
 from hangwatch.supervisor.cohort.lease import Leases, with_lost
+from hangwatch.supervisor.cohort.likely import Hint
 from hangwatch.supervisor.cohort.membership import Membership
 from hangwatch.supervisor.cohort.records import Announcement, generation_of, json_object, left_finished, left_record, stop_record
 from hangwatch.supervisor.cohort.store import Store, StoreError
@@ -480,6 +481,14 @@ class Cohort:
     def poll(self, attempt: int) -> Announcement | None:
         """Another node's incident for this attempt, if one was announced."""
         return self.incidents.poll(attempt)
+
+    def hint(self, attempt: int, rule: str, eta_s: float) -> None:
+        """Tell the others a verdict is building here, expected in ``eta_s`` s (``likely``)."""
+        self.incidents.hint(attempt, rule, eta_s)
+
+    def read_hint(self, attempt: int) -> Hint | None:
+        """The latest node's hint of a verdict building in this attempt, if any."""
+        return self.incidents.read_hint(attempt)
 
     def mark_captured(self, attempt: int) -> None:
         """Nothing to capture here (our trainer crashed): no node should wait for us."""

@@ -8,7 +8,8 @@ incident always leaves evidence.
 
 The early round: while a verdict is building (from half its window or timeout on), the
 first evidence round is taken ahead, so that at the verdict the capture needs only the
-final round. It is handed to the capture only if it belongs to that incident.
+final round. It is handed to the capture only if it belongs to that incident. In a
+cohort, another node's heads-up (``cohort.likely``) starts it at once (``early_round_now``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ log = structlog.get_logger("hangwatch.run")
 EARLY_ROUND_AT = 0.5
 EARLY_ROUND_BUDGET_S = 10.0
 EARLY_ROUND_JOIN_S = 2.0
+#: the early round's rule when another node's heads-up started it (``early_round_now``)
+COHORT_RULE = "cohort"
 
 
 class BoundedCapture:
@@ -121,12 +124,28 @@ class BoundedCapture:
         budget = min(EARLY_ROUND_BUDGET_S, self.timeout / 2)
         self._early = _EarlyRound(take, tree(), t, building[0], time.monotonic() + budget)
 
+    def early_round_now(self, t: float, tree: Callable[[], Any], until: float) -> bool:
+        """Take the first evidence round now: another node of the cohort told that a verdict is
+        building there (``cohort.likely``), and this node's ranks hang with it. The round belongs
+        to a verdict of this watch up to ``until`` (this clock), whatever its onset (a verdict
+        taken from the other node's announcement has its onset when this node learns of it).
+        Not while a round is still running, nor when one was taken lately (this node's own detector
+        saw the hang building too: its round is as good). Returns whether a round was started."""
+        take = getattr(self.hook, "early_round", None)
+        early = self._early
+        if take is None or (early is not None and (early.thread.is_alive() or t - early.t <= until - t)):
+            return False
+        budget = min(EARLY_ROUND_BUDGET_S, self.timeout / 2)
+        self._early = _EarlyRound(take, tree(), t, COHORT_RULE, time.monotonic() + budget, until)
+        return True
+
     def early_extra(self, verdict: Verdict) -> dict[str, Any]:
-        """The early round for the capture, if it belongs to this verdict (taken at or
-        after its onset) and finished; a round still running is waited for briefly."""
+        """The early round for the capture, if it belongs to this verdict (taken at or after its
+        onset, or, taken on another node's heads-up, before the verdict and up to its ``until``)
+        and finished; a round still running is waited for briefly."""
         early = self._early
         self._early = None
-        if early is None or early.t < verdict.onset:
+        if early is None or not early.belongs(verdict):
             return {}
         early.thread.join(timeout=max(0.0, min(EARLY_ROUND_JOIN_S, early.deadline - time.monotonic())))
         if early.thread.is_alive() or early.result is None:
@@ -137,14 +156,21 @@ class BoundedCapture:
 class _EarlyRound:
     """One early round in flight: the hook's opaque result (or error) once done."""
 
-    def __init__(self, take: Callable[..., Any], tree: Any, t: float, rule: str, deadline: float) -> None:
+    def __init__(self, take: Callable[..., Any], tree: Any, t: float, rule: str, deadline: float,
+                 until: float | None = None) -> None:
         self.t = t
         self.rule = rule
         self.deadline = deadline
+        self.until = until  # a round on another node's heads-up: it belongs to a verdict up to then
         self.result: Any = None
         self.error: str | None = None
         self.thread = threading.Thread(target=self._run, args=(take, tree, deadline), name="early-round", daemon=True)
         self.thread.start()
+
+    def belongs(self, verdict: Verdict) -> bool:
+        if self.t >= verdict.onset:
+            return True
+        return self.until is not None and self.t <= verdict.detected_at <= self.until
 
     def _run(self, take: Callable[..., Any], tree: Any, deadline: float) -> None:
         try:

@@ -39,8 +39,8 @@ from hangwatch.contract.samples import Sample
 from hangwatch.contract.verdict import Verdict, VerdictKind
 from hangwatch.supervisor.contain.killer import KillReport
 from hangwatch.supervisor.contain.tree_ops import Trainer, TreeOps
-from hangwatch.supervisor.decide.attempt import (AttemptState, RecoveryLevel, RecoverySituation, RunState, escalate,
-                                                 recovery_level)
+from hangwatch.supervisor.decide.attempt import (CAPTURE_SLACK_S, AttemptState, RecoveryLevel, RecoverySituation,
+                                                 RunState, escalate, recovery_level)
 from hangwatch.supervisor.decide.detector import DetectorConfig
 from hangwatch.supervisor.decide.gpu_release import gpu_released
 from hangwatch.supervisor.recover.capture import BoundedCapture
@@ -63,6 +63,16 @@ class IncidentSettings:
     kill_timeout: float
     gpu_release_mib: float
     gpu_release_timeout: float
+
+
+def barrier_wait(started: float, now: float, capture_timeout: float, interval: float) -> float:
+    """How long this node waits at ``now`` for the other nodes' captures, its own begun at ``started``.
+
+    No longer than the latest of theirs can run: each begins within a tick of the announcement (two
+    are allowed: a slow tick; this node's began at it or after it), and ends, taken or abandoned,
+    by its deadline and the slack (``BoundedCapture``). Waiting a whole capture timeout after this node's own capture
+    kept every node's ranks hung for up to twice the timeout when one node never reported."""
+    return max(0.0, started + 2 * interval + capture_timeout + CAPTURE_SLACK_S - now)
 
 
 class CohortVoice(Protocol):
@@ -209,10 +219,12 @@ class IncidentPath:
                 **({"observe_only": True} if observe_only else {} if escalate_policy else {"same_wedge": True}),
             )
             log.error("incident", message=f"{verdict.kind.value} in attempt {st.attempt}: {verdict.reason}")
+            started = self.clock()
             evidence = self._capture(verdict, samples, trainer, attempt_dir)
             self.retention()
             if self.cohort is not None and verdict.kind is not VerdictKind.COHORT_LOST:
-                self.cohort.captured(st.attempt, self.capture.timeout)
+                self.cohort.captured(st.attempt, barrier_wait(started, self.clock(), self.capture.timeout,
+                                                              self.settings.detector.interval))
                 self.cohort.evidence_taken(st.attempt, evidence)
             if verdict.kind is VerdictKind.STALL:
                 st.stalls += 1

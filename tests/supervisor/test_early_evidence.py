@@ -4,13 +4,17 @@ and hands it to the capture at the verdict only if it belongs to that incident."
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.samples import DeviceSample, Sample
-from hangwatch.contract.verdict import VerdictKind
+from hangwatch.contract.verdict import Verdict, VerdictKind
 
-from fakes import FakeCapture, fake_supervisor
+from hangwatch.supervisor.recover.capture import BoundedCapture
+
+from fakes import FakeCapture, FakeClock, fake_supervisor
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -68,3 +72,53 @@ def test_a_hook_without_early_round_gets_no_extra(tmp_path):
     sup, _, _, capture = fake_supervisor(tmp_path, ["wedge", "train"])
     assert sup.run() == 0
     assert "early_round" not in capture.requests[0].extra
+
+
+def _bounded(capture: EarlyCapture):
+    clock = FakeClock(100.0)
+    capture.clock = clock
+    return BoundedCapture(capture, journal=lambda: None, clock=clock, sleep=clock.sleep, stopping=lambda: False,
+                          timeout=15.0), clock
+
+
+def _announced(at: float) -> Verdict:
+    # As ``CohortLink.verdict`` makes it: onset and detection when this node learned of it.
+    return Verdict(VerdictKind.STALL, at, at, "node 1 announced stall: ...")
+
+
+def test_another_nodes_heads_up_takes_the_early_round_for_the_verdict_learned_from_it():
+    capture = EarlyCapture()
+    bounded, clock = _bounded(capture)
+    assert bounded.early_round_now(100.0, lambda: [], until=107.0)
+    extra = bounded.early_extra(_announced(102.5))  # learned after the round: still its incident
+    assert extra == {"early_round": "round-1", "early_round_rule": "cohort"}
+
+
+def test_a_heads_up_round_is_not_used_past_its_window_nor_taken_twice_at_once():
+    capture = EarlyCapture()
+    bounded, _ = _bounded(capture)
+    assert bounded.early_round_now(100.0, lambda: [], until=107.0)
+    assert bounded.early_extra(_announced(108.0)) == {}  # the hang it was taken for cleared
+    assert bounded.early_extra(_announced(108.0)) == {}  # (handed out once)
+    hook = EarlyCapture()
+    gate = threading.Event()
+    hook.early_round = lambda tree, deadline: gate.wait(5)
+    slow, _ = _bounded(hook)
+    assert slow.early_round_now(100.0, lambda: [], until=107.0)
+    assert not slow.early_round_now(100.5, lambda: [], until=108.0)  # one still running
+    gate.set()
+
+
+def test_a_hook_without_early_round_takes_no_heads_up_round():
+    bounded, _ = _bounded(FakeCapture())  # type: ignore[arg-type]
+    assert not bounded.early_round_now(100.0, lambda: [], until=107.0)
+
+
+def test_a_heads_up_while_this_nodes_own_round_is_fresh_takes_none_but_one_after_a_stale_round_does():
+    capture = EarlyCapture()
+    bounded, _ = _bounded(capture)
+    assert bounded.early_round_now(100.0, lambda: [], until=107.0)
+    bounded._early.thread.join(5)
+    assert not bounded.early_round_now(101.0, lambda: [], until=108.0)  # taken 1 s ago: as good
+    assert bounded.early_round_now(200.0, lambda: [], until=207.0)  # 100 s old: that hang cleared
+    assert [token for _, token in capture.early] == ["round-1", "round-2"]

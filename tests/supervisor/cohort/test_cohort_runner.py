@@ -91,6 +91,38 @@ def test_a_crash_on_every_node_restarts_every_node_once_with_one_agreement(tmp_p
         assert len([r for r in records if r["event"] == "cohort_agreed"]) == 1
 
 
+class _EarlyHook:
+    """A capture hook that offers the early round: records each round's (fake) time."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock, self.early, self.requests = clock, [], []
+
+    def __call__(self, request):
+        self.requests.append(request)
+
+    def early_round(self, tree, deadline):
+        self.early.append(self.clock())
+        return f"round-{len(self.early)}"
+
+
+def test_a_wedge_on_one_node_starts_the_other_nodes_early_round_before_its_verdict(tmp_path):
+    """Node 1's stall, half way through its window, tells node 0, whose own ranks show nothing (they
+    wait in their collective): node 0 takes its early round then, not at the announcement."""
+    store = MemoryStore()
+    (s0, _), (s1, _) = _node(tmp_path, store, 0, ["hang", "train"]), _node(tmp_path, store, 1, ["wedge", "train"])
+    hooks = []
+    for sup in (s0, s1):
+        hooks.append(_EarlyHook(sup.clock))
+        sup.capture_hook = hooks[-1]
+    assert _run_all([s0, s1]) == [0, 0]
+    assert hooks[0].early and hooks[1].early  # node 0's on node 1's heads-up, node 1's on its own stall
+    assert len(hooks[0].requests) == 1 and hooks[0].requests[0].verdict.reason.startswith("node 1 announced stall")
+    rule = hooks[0].requests[0].extra.get("early_round_rule")
+    assert rule in (None, "cohort")  # (None: node 0's fake time flew past the heads-up's window first)
+    records = read_journal(s0.run_dir / "journal.jsonl")
+    assert [r["announced_wall"] for r in records if r["event"] == "cohort_incident"] != [None]
+
+
 def test_the_last_record_names_why_the_cohort_cannot_go_on(tmp_path):
     """Node 0's trainer crashed because node 1 was gone: its run_finished said only "trainer
     exited with code 1" (the member_lost record above it had the cause); it names node 1."""
