@@ -226,6 +226,29 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("socket-read", "an RPC response", "xmlrpc / Pyro", r"^(\w+\.)?(request|single_request|_invoke|__call__|getresponse|parse_response)$", r"(^|/)(xmlrpc/client\.py|Pyro[45]/)"),
     _py("socket-read", "a ZMQ socket", "zmq `recv`", r"^(\w+\.)?(recv|recv_multipart|recv_pyobj|recv_json|recv_string|poll|send|send_multipart)$", r"(^|/)zmq/"),
     _py("socket-read", "a Redis reply", "redis", r"^(\w+\.)?(read_response|_read_from_socket|readline|get_message|parse_response)$", r"(^|/)redis/"),
+    # A database client waiting for its server's reply (a query blocked on a table lock
+    # the server holds for another session, a server gone quiet).
+    _py("socket-read", "a database server's reply", "psycopg `wait`", r"^(\w+\.)?(wait|wait_\w+|_wait_\w+)$", r"(^|/)psycopg(2|_pool|_c)?/"),
+    _py("socket-read", "a database server's reply", "PyMySQL `_read_packet`",
+        r"^(\w+\.)?(_read_bytes|_read_packet|read_packet|_read_query_result|_read_ok_packet)$", r"(^|/)pymysql/connections\.py$"),
+    _py("socket-read", "a database server's reply", "mysql.connector `recv`", r"^(\w+\.)?(recv|recv_plain|recv_compressed|_recv_chunk)$",
+        r"(^|/)mysql/connector/network\.py$"),
+    # paramiko's transport thread reads the SSH socket; its client waits for the server's reply.
+    _py("socket-read", "an SSH server's reply", "paramiko `Packetizer.read_all`", r"^(\w+\.)?(read_all|read_message|_read_timeout)$",
+        r"(^|/)(paramiko/)?packet\.py$"),
+    _py("socket-read", "an SSH server's reply", "paramiko `wait_for_response`", r"^(\w+\.)?(wait_for_response|_wait_for_response)$",
+        r"(^|/)(paramiko/)?auth_handler\.py$"),
+    _py("socket-read", "an SSH channel", "paramiko `Channel.recv`", r"^(\w+\.)?(recv|recv_stderr|recv_exit_status|read|_read|readline)$",
+        r"(^|/)paramiko/(channel|buffered_pipe|file)\.py$"),
+    # Green threads: the hub of eventlet or gevent waits for I/O on every greenlet's behalf.
+    _py("socket-read", "a socket (the green-thread hub's poll)", "eventlet hub `wait`",
+        r"^(\w+\.)?(wait|trampoline|run|switch|_obsolete|block_on|recv|recv_into|read|connect)$", r"(^|/)eventlet/(hubs/|greenio/|green/socket)"),
+    _py("socket-read", "a socket (the green-thread hub's poll)", "gevent hub `wait`",
+        r"^(\w+\.)?(wait|_wait|wait_on_watcher|switch|run|recv|recv_into|read|connect|_wait_on_socket)$",
+        r"(^|/)gevent/(hub|_hub_primitives|_socket3|_socketcommon|socket|_ssl3)\.py$"),
+    # huggingface_hub's download calls (an HTTP GET, the Xet client's transfer in Rust).
+    _py("socket-read", "an HTTP download", "huggingface_hub download", r"^(\w+\.)?(http_get|xet_get|_request_wrapper|get_hf_file_metadata)$",
+        r"(^|/)huggingface_hub/file_download\.py$"),
     # --- the standard library: sockets and descriptors --------------------------------------------
     _py("socket-read", "a socket", "`socket`", r"^(\w+\.)?(readinto|recv|recv_into|recvfrom|accept|connect|create_connection|sendall|makefile|readline)$", r"(^|/)socket\.py$"),
     _py("socket-read", "a TLS socket", "`ssl`", r"^(\w+\.)?(read|recv|recv_into|do_handshake|write|sendall|accept|connect)$", r"(^|/)ssl\.py$"),
@@ -264,6 +287,8 @@ PRIMITIVES: tuple[Primitive, ...] = (
     # --- the standard library: threads, locks, events --------------------------------------------------
     _py("thread-join", "a thread", "`Thread.join` -> `_wait_for_tstate_lock`", r"^(Thread\.)?(join|_wait_for_tstate_lock)$", r"(^|/)threading\.py$"),
     _py("thread-join", "the non-daemon threads at exit", "`threading._shutdown`", r"^_shutdown$", r"(^|/)threading\.py$"),
+    # A chain written by name only ("_wait_for_tstate_lock -> join -> ..."): the name is threading's alone.
+    _py("thread-join", "a thread", "`Thread.join` -> `_wait_for_tstate_lock`", r"^(Thread\.)?_wait_for_tstate_lock$", r"^\?$"),
     _py("event-wait", "an Event or Condition", "`threading` `wait`", r"^(Condition\.|Event\.|Barrier\.)?(wait|wait_for|_wait)$", r"(^|/)threading\.py$"),
     _py("lock-wait", "a lock", "`threading` `acquire`", r"^(\w+\.)?(acquire|__enter__)$", r"(^|/)threading\.py$"),
     _py("gil-deadlock", "the GIL", "waiting for the GIL", r"^<waiting for the GIL>$", None),

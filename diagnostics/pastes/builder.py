@@ -28,6 +28,7 @@ class ThreadDraft:
     frames: list[Frame] = field(default_factory=list)
     headerless: bool = False
     outermost_first: bool = False  # pystack lists the outermost frame first
+    orient_guess: bool = False  # read from a shape that does not say which end comes first
     number: str = ""  # gdb's thread number, for the thread its stop line started
 
 
@@ -134,6 +135,7 @@ class Builder:
     tb_pending: list[tuple[str, list[Frame], int, bool, int | None]] = field(default_factory=list)  # ..., error, stream pid
     error_tb_line: int = -10  # the line on which the last error traceback ended
     pdb: list[Frame] | None = None  # pdb's "where", outermost first
+    pdb_source: str = ""  # the source line under its last frame so far
 
     # -- native backtraces printed by torch and Paddle
     cxx_blocks: list[list[Frame]] = field(default_factory=list)  # torch's C++ error backtraces, innermost first

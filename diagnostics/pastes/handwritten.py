@@ -16,7 +16,8 @@ from hangwatch.diagnostics.pastes.frames import parse_frame_line
 from hangwatch.diagnostics.pastes.gdb import cxx_name
 from hangwatch.diagnostics.pastes.parse_report import example
 from hangwatch.diagnostics.pastes.patterns import (
-    ARROW, ARROW_NAME, BARE_NAME, BARE_NOTE, CAMEL, GROUP_LABEL, MAX_FRAMES,
+    ARROW, ARROW_LOCATION, ARROW_NAME, BARE_NAME, BARE_NOTE, BRACKET_FRAME, BRACKET_THREAD, CAMEL, GROUP_LABEL,
+    HASH_THREAD, INLINE_PYSPY, LOC_IN_FUNC, MAX_FRAMES, PATH_FUNC_LINE, PYDEV_THREAD,
 )
 from hangwatch.diagnostics.stacks import Frame
 
@@ -56,21 +57,39 @@ def names_stack(run: list[Frame]) -> bool:
 def _arrow_name(text: str) -> str | None:
     """The call in one link of a hand-written chain: "model_runner._dummy_run(uniform_decode=True)"
     -> "model_runner._dummy_run"; "wait / sched_yield" (either) -> "wait"."""
+    frame = _arrow_frame(text)
+    return frame.function if frame is not None else None
+
+
+def _arrow_frame(text: str) -> Frame | None:
+    """One link of a hand-written chain as a frame: its location when the link names one
+    ("service.py:118 Service.shutdown()"), else a frame by name only."""
     text = text.strip().split(" / ", 1)[0].strip()
-    if text.endswith(")") and "(" in text:
+    loc = ARROW_LOCATION.match(text)
+    if loc is not None:
+        text = text[loc.end():]
+    call = text.endswith(")") and "(" in text
+    if call:
         text = text[: text.index("(")].strip()
-    return text if ARROW_NAME.match(text) else None
+    if not ARROW_NAME.match(text):
+        return None
+    if loc is not None:
+        return Frame(text, loc.group(1).replace("\\", "/"), int(loc.group(2)))
+    # A call written as code with no location ("-> self.join()"): the call a source line
+    # makes, which the table names as it names a traceback's innermost source line.
+    return Frame(text, "<call>", None, native=True) if call and "." in text else Frame(text, "?")
 
 
 def arrow_line(b: Builder, s: str) -> bool:
     """One "-> call" of a hand-written chain; its first arrow takes the line above
     as the outermost call (it was read as text: "Class.method" is no frame alone)."""
-    name = _arrow_name(s[2:])
-    if name is None:
+    # "-> a.py:5 f() -> self.join()": several links on one line.
+    links = [_arrow_frame(part) for part in s[2:].split(" -> ")]
+    if not links or any(f is None for f in links):
         return False
     if b.arrow is None:
         b.arrow = []
-        head = _arrow_name(b.prev_text) if b.prev_text != b.arrow_head else None
+        head = _arrow_frame(b.prev_text) if b.prev_text != b.arrow_head else None
         if head is not None:
             if b.bare and b.bare[-1].function == b.prev_text:
                 b.bare.pop()  # held as a maybe-frame: it is this chain's head
@@ -78,18 +97,22 @@ def arrow_line(b: Builder, s: str) -> bool:
                 b.report.skipped -= 1  # skipped as text
                 if b.report.skipped_examples and b.report.skipped_examples[-1] == example(b.prev_text):
                     b.report.skipped_examples.pop()
-            b.arrow.append(Frame(head, "?"))
+            b.arrow.append(head)
             b.report.bare_frames += 1
         b.drop_bare()
-    if len(b.arrow) < MAX_FRAMES:
-        b.arrow.append(Frame(name, "?"))
-    b.report.bare_frames += 1
+    for link in links:
+        if len(b.arrow) < MAX_FRAMES and link is not None:
+            b.arrow.append(link)
+        b.report.bare_frames += 1
     b.arrow_head = s
     return True
 
 
 def end_arrow(b: Builder) -> None:
     chain, b.arrow = b.arrow, None
+    if chain:
+        # Only the innermost link's call is the one the thread is in.
+        chain = [f if f.file != "<call>" or n == len(chain) - 1 else Frame(f.function, "?") for n, f in enumerate(chain)]
     if chain and len(chain) >= 3:
         b.traceback_thread("", chain)  # outermost first, like a traceback
     elif chain:
@@ -152,3 +175,63 @@ def group_label(b: Builder, ln: Line) -> bool:
         b.start_thread(None, "unknown", "MainThread")
         ln.retext(s[label.end():])
     return False
+
+
+# -- frames in condensed shapes (other tools' views, reporters' trims) --------------------
+def _condensed_frame(s: str) -> Frame | None:
+    """``path.py:12 in f``, ``f [path.py:12]``, ``path.py:f:12`` (markdown's backticks and
+    bold marks taken off), else None."""
+    if "`" in s or "**" in s:
+        s = s.strip("`").replace("**", "")
+    m = LOC_IN_FUNC.match(s)
+    if m is not None:
+        return Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2)))
+    m = BRACKET_FRAME.match(s)
+    if m is not None:
+        return Frame(m.group(1), m.group(2).replace("\\", "/"), int(m.group(3)))
+    m = PATH_FUNC_LINE.match(s)
+    if m is not None:
+        return Frame(m.group(2), m.group(1).replace("\\", "/"), int(m.group(3)))
+    return None
+
+
+def condensed(b: Builder, ln: Line) -> bool:
+    """A thread header or a frame of the condensed shapes (see ``patterns.LOC_IN_FUNC``).
+    Their order (innermost or outermost first) is not in the line: ``result`` orients
+    the threads read from them together."""
+    s = ln.s
+    if len(s) > 1400:
+        return False
+    guru = HASH_THREAD.match(s)
+    header = guru or PYDEV_THREAD.match(s) or BRACKET_THREAD.match(s)
+    if header is not None:
+        name = header.group(1)
+        b.start_thread(name if name.isdigit() else None, "unknown", "MainThread" if name == "MainThread" else
+                       ("" if name.isdigit() else name))
+        b.report.thread_headers -= 1  # not py-spy's
+        if guru is not None and b.group:
+            b.group[-1].outermost_first = True  # the Guru Meditation report prints traceback.extract_stack's order
+        return True
+    frame = _condensed_frame(s)
+    if frame is None:
+        return False
+    if b.bare:
+        b.drop_bare()
+    b.add_frames([frame])
+    for t in b.group:
+        t.orient_guess = True
+    b.after_frame = True
+    return True
+
+
+def inline_pyspy(b: Builder, s: str) -> bool:
+    """py-spy frames quoted in backticks inside prose (see ``INLINE_PYSPY``): one stack per
+    line, innermost first as py-spy prints them."""
+    found = [single for single in (parse_frame_line(m.group(1)) for m in INLINE_PYSPY.finditer(s)) if single]
+    frames = [f for fs, _, _ in found for f in fs][:MAX_FRAMES]
+    if not frames:
+        return False
+    b.add_frames(frames)
+    b.report.bare_frames += len(frames)
+    b.after_break = True  # prose: the next frames are another stack
+    return True

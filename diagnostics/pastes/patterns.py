@@ -252,7 +252,8 @@ NUMBERED_CXX = re.compile(r"^(\d{1,4})\s{1,8}([A-Za-z_~(<].{0,3000})$")
 # PyTorch's NCCL watchdog on a timeout: "[rank2]:[E ProcessGroupNCCL.cpp:563] [Rank 2] Watchdog
 # caught collective operation timeout: WorkNCCL(SeqNum=4084, OpType=ALLREDUCE, ...)": no stack,
 # but it says which collective each rank waited in, and at which sequence number.
-WATCHDOG = re.compile(r"WorkNCCL\(SeqNum=(\d{1,12}), OpType=([A-Za-z_]{1,40})")
+# Quoted with the fields left out too: "WorkNCCL(..., OpType=COALESCED, ...)".
+WATCHDOG = re.compile(r"WorkNCCL\((?:SeqNum=(\d{1,12})|\.\.\.|…), OpType=([A-Za-z_]{1,40})")
 SHM_WAIT = "No available shared memory broadcast block found"
 # Horovod's stall inspector, one stalled tensor per entry (several on the warning's line in
 # older logs): "allreduce.conv1.weight [ready ranks: 0, 7, 3]" (horovod#364), TensorFlow op
@@ -305,3 +306,27 @@ WRAPPED_IN_TAIL = re.compile(r"^\s{0,40}in \S{1,300}\s*$")
 # A torch C++ backtrace line wrapped before its library: "frame #2: f() + 0xd8 (0x7f.. in" + "/x/lib.so)".
 WRAPPED_CXX_HEAD = re.compile(r"^\s{0,8}frame #\d{1,4}: .{1,3000} \(0x[0-9a-fA-F]{1,16} in$")
 WRAPPED_CXX_TAIL = re.compile(r"^\s{0,8}/\S{1,1000}\)$")
+
+# -- frames in the shapes other tools and reporters condense them to ----------------
+# Each names a file, a line and a function but not which end of the stack comes first:
+# the threads read this way are oriented together (see result._orient).
+# "hubs/hub.py:365 in run" (oslo's Guru Meditation report; faulthandler's line trimmed by a
+# reporter), with a note two spaces on ("conftest.py:31 in teardown    <- the fixture").
+LOC_IN_FUNC = re.compile(r"^((?:[A-Za-z]:)?[^\s:\"'()\[\]`]{1,1000}\.pyx?):(\d{1,7}) in ([^\s()]{1,300})(?:\s{2,}.{0,300})?$")
+# "wait_for_response [auth_handler.py:193]": Eclipse/PyDev's debug view, innermost first.
+BRACKET_FRAME = re.compile(r"^([A-Za-z_<][\w.<>$-]{0,300}) \[((?:[A-Za-z]:)?[^\s\[\]]{1,1000}\.pyx?):(\d{1,7})\]$")
+# "sqlalchemy/engine/base.py:execute:916": path, function, line.
+PATH_FUNC_LINE = re.compile(r"^((?:[A-Za-z]:)?[^\s:]{1,1000}\.pyx?):([A-Za-z_<][\w.<>]{0,300}):(\d{1,7})$")
+# Thread headers of those tools: the Guru Meditation report's "------  Thread #1397...  ------",
+# PyDev's "Thread-218 - pid2994_seq155", a condensed "Thread [pytest]:".
+HASH_THREAD = re.compile(r"^-{3,}\s{1,80}(?:Green )?Thread #?(\d{1,20})\s{1,80}-{3,}$")
+PYDEV_THREAD = re.compile(r"^([A-Za-z_][\w.-]{0,100}) - pid(\d{1,10})_seq\d{1,10}$")
+BRACKET_THREAD = re.compile(r"^Thread \[([^\]\n]{1,100})\]:?$")
+# Python 2's gdb py-bt (libpython.py of 2.6/2.7): "#4 file '/usr/lib/python2.6/threading.py', in 'wait'",
+# innermost first, "#1 Waiting for a lock (e.g. GIL)" over a lock's acquire.
+GDB_PY2_FILE = re.compile(r"^#\d{1,6} file '([^'\n]{1,1000})', in '([^'\n]{1,300})'$")
+GDB_PY2_BUILTIN = re.compile(r"^#\d{1,6} <built-in (?:method|function) (\w{1,200})")
+# A py-spy frame quoted in backticks inside prose: "rank 0 stuck at `barrier (torch/x.py:5234)`".
+INLINE_PYSPY = re.compile(r"`([A-Za-z_<][\w.<>$-]{0,300} \([^()`\s]{1,1000}\.pyx?:\d{1,7}\))`")
+# A location in front of a hand-written chain's call: "service.py:118 Service.shutdown()".
+ARROW_LOCATION = re.compile(r"^((?:[A-Za-z]:)?[^\s:]{1,1000}\.pyx?):(\d{1,7})\s{1,8}")

@@ -76,7 +76,7 @@ def _frame_or_text(b: Builder, ln: Line) -> bool:
     if parsed is None:
         if not handwritten.bare_name_line(b, s, ln.after_frame):
             b.drop_bare()
-            if not gdb.inline_frames(b, s):
+            if not gdb.inline_frames(b, s) and not ("`" in s and handwritten.inline_pyspy(b, s)):
                 b.skip(s)
         return True
     frames, abbreviated, cut = parsed
@@ -122,6 +122,7 @@ STEPS: tuple[tuple[str | None, Step], ...] = (
     ("`~", lines.fence),
     ("<", lines.html_tag),
     ("-→=", handwritten.arrow),
+    (ANY, handwritten.condensed),
     ("C", cxx_traces.numbered_head),
     (".…[(", lines.elision),
     (ANY, pyspy_text.command_prompt),

@@ -162,8 +162,11 @@ def banner_thread(b: Builder, frames: list[Frame]) -> None:
 
 def end_pdb(b: Builder) -> None:
     frames, b.pdb = b.pdb, None
+    source, b.pdb_source = b.pdb_source, ""
     if frames:
-        b.traceback_thread("MainThread", frames)  # pdb shows the thread it stopped in
+        # pdb shows the thread it stopped in; the call on its innermost source line is the
+        # blocking call when "where" was cut below it (as a Ctrl-C traceback's is).
+        b.traceback_thread("MainThread", frames, _blocked_call(frames, source))
 
 
 def traceback_header(b: Builder, s: str) -> bool:
@@ -192,6 +195,7 @@ def pdb_where(b: Builder, ln: Line) -> bool:
     s = ln.s
     if b.pdb is not None:
         if s.startswith("->"):
+            b.pdb_source = s[2:].strip()
             return True  # the source line under a pdb frame
         if s.startswith("(Pdb)") and len(b.pdb) == 1:
             b.pdb = None  # where pdb stopped ("> f.py(4)main()"): its "where" repeats it
@@ -204,6 +208,7 @@ def pdb_where(b: Builder, ln: Line) -> bool:
                 end_traceback(b, keep=False)
                 b.drop_bare()
                 b.pdb = []
+            b.pdb_source = ""
             if len(b.pdb) < MAX_FRAMES:
                 b.pdb.append(Frame(mp.group(3), mp.group(1).replace("\\", "/"), int(mp.group(2))))
             return True
