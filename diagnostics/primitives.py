@@ -279,7 +279,9 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("queue-wait", "a queue", "`queue.Queue.get`", r"^(\w+\.)?(get|put|join)$", r"(^|/)queue\.py$"),
     _py("queue-wait", "a thread pool's work queue", "concurrent.futures worker", r"^_worker$", r"concurrent/futures/thread\.py$"),
     # --- the standard library: futures and asyncio ------------------------------------------------------
-    _py("future-wait", "a future's result", "concurrent.futures `result`", r"^(\w+\.)?(result|wait|as_completed|exception|__exit__)$", r"concurrent/futures/_base\.py$"),
+    # (Executor.__exit__ is no row: it calls shutdown(wait=True), a join of the pool's threads
+    # or processes, which the pool's own row under it names.)
+    _py("future-wait", "a future's result", "concurrent.futures `result`", r"^(\w+\.)?(result|wait|as_completed|exception)$", r"concurrent/futures/_base\.py$"),
     _py("thread-join", "the pool's threads", "concurrent.futures `shutdown`", r"^(\w+\.)?(shutdown|__exit__)$", r"concurrent/futures/thread\.py$"),
     _py("asyncio-blocked", "the asyncio event loop", "asyncio `run_until_complete`",
         r"^(\w+\.)?(_run_once|run_forever|run_until_complete|run|select|_poll|_run)$", r"(^|/)asyncio/(base_events|runners|windows_events|proactor_events|selector_events)\.py$"),

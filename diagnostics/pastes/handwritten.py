@@ -152,9 +152,21 @@ def arrow(b: Builder, ln: Line) -> bool:
 THREAD_LABEL = re.compile(r"^((?:MainThread|Thread-\d{1,6}|[A-Za-z_][\w.-]{0,60}Thread\w{0,20}|[A-Za-z_][\w.-]{0,60}-thread)(?: \([\w.-]{1,60}\))?)\s{0,4}:\s{1,8}")
 
 
+#: A thread's name alone on its line, maybe with a note or a colon: "MainThread (event loop)",
+#: "Thread-3:": a caption over that thread's frames in a stack written out by hand.
+THREAD_CAPTION = re.compile(r"^(MainThread|Thread-\d{1,6}|[A-Za-z][\w.-]{0,60}Thread(?:-\d{1,6})?|[A-Za-z][\w.-]{0,60}-thread)"
+                            r"(?:\s{1,8}\([^()\n]{1,100}\))?\s{0,4}:?$")
+
+
 def thread_label(b: Builder, ln: Line) -> bool:
-    """'MainThread: _shutdown (threading.py:1567)  <- note': that thread, its frame read on."""
+    """'MainThread: _shutdown (threading.py:1567)  <- note': that thread, its frame read on.
+    A thread's name alone ("MainThread (event loop)") starts that thread."""
     s = ln.s
+    c = THREAD_CAPTION.match(s) if len(s) <= 200 and "hread" in s else None
+    if c is not None and parse_frame_line(s) is None:  # "PyThread_x (python3.12)" is a frame
+        b.start_thread(None, "unknown", c.group(1))
+        b.report.thread_headers -= 1  # a caption, no py-spy header
+        return True
     m = THREAD_LABEL.match(s) if ":" in s else None
     if m is not None and parse_frame_line(s[m.end():]) is not None:
         b.start_thread(None, "unknown", "MainThread" if m.group(1) == "MainThread" else m.group(1))
