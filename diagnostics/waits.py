@@ -268,6 +268,12 @@ def refine(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) 
     w = wait_of(thread)
     if w is None or w.category not in (REFINES_LOCK_WAIT if sig.id == "lock-wait" else REFINES_EXIT_JOIN):
         return sig
+    if sig.id == "shutdown-join" and w.category == "subprocess-wait":
+        # The exit joins a child process: the child is what never ends (the built-in
+        # child-process-wait says so and how to dump it).
+        child = find(tuple(signatures), "child-process-wait")
+        if child is not None:
+            return child
     return family_signature(w.category, signatures)
 
 
