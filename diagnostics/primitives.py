@@ -160,6 +160,10 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("import-lock", "a module's import lock", "importlib `_ModuleLock.acquire`",
         r"^(_ModuleLock\.)?acquire$|^_lock_unlock_module$|^(_ModuleLockManager\.)?__enter__$|^_get_module_lock$",
         r"importlib[./]_bootstrap"),
+    # A codec looked up for the first time imports its module (str.encode("latin-1") in a
+    # thread): under Python 2's global import lock, or a module lock another thread holds.
+    _py("import-lock", "a module's import lock", "`encodings.search_function` (a codec's import)", r"^search_function$",
+        r"(^|/)encodings/__init__\.py$"),
     # --- torch.distributed, NCCL, the store ------------------------------------------------
     _py("store-wait", "the distributed store", "torch.distributed rendezvous",
         r"^(\w+\.)?(next_rendezvous|_rendezvous|rendezvous|_store_based_barrier|_exit_barrier|_barrier|barrier|store_get|_get_store|sync|synchronize|get_all|_try_wait_get|_wait)$",
@@ -262,7 +266,9 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("subprocess-wait", "a child process", "multiprocessing `popen_fork.wait` -> `os.waitpid`", r"^(\w+\.)?(wait|poll|_launch)$", _CONN + r"popen_(fork|forkserver|spawn_posix|spawn_win32)\.py$"),
     _py("subprocess-wait", "a multiprocessing Pool's workers", "multiprocessing `Pool`",
         r"^(\w+\.)?(map|starmap|apply|imap|imap_unordered|join|_terminate_pool|terminate|close|__exit__)$", _CONN + r"pool\.py$", level="call"),
-    _py("subprocess-wait", "a multiprocessing Pool's workers", "multiprocessing `AsyncResult.get`", r"^(\w+\.)?(get|wait|next|__next__)$", _CONN + r"pool\.py$"),
+    # A Pool task's result (apply_async().get(), imap's next()): the main thread waits for a
+    # result, as for a future's; the workers that never deliver it are the ones to dump.
+    _py("future-wait", "a Pool task's result", "multiprocessing `AsyncResult.get`", r"^(\w+\.)?(get|wait|next|__next__)$", _CONN + r"pool\.py$"),
     _py("subprocess-wait", "a child process", "multiprocessing resource tracker's spawn",
         r"^(\w+\.)?(ensure_running|_ensure_running_and_write|_check_alive|_send|register|unregister|spawnv_passfds|_launch)$",
         _CONN + r"(resource_tracker|util|forkserver|popen_spawn_posix)\.py$"),

@@ -192,6 +192,17 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
     if matched[0][2].category == "sleep" and category in ("sleep", "lock-wait") and any(
             _POLLING_LOCK.search(f.function) for f in [m[1] for m in matched[1:]] + ([caller] if caller else [])):
         category, what = "file-lock-wait", "a lock polled by a sleep loop"
+    elif category == "event-wait" and caller is not None and not caller.native and _POLLING_LOCK.search(caller.function):
+        # A Condition waited on by a lock-like class's own acquire (a slot pool, a
+        # hand-written semaphore or read-write lock): the thread waits for that lock.
+        category, what = "lock-wait", "a lock (a Condition waited on by its acquire)"
+    elif (category == "queue-wait" and matched[0][2].category == "lock-wait" and len(matched) > 1
+          and outer[1].function.rsplit(".", 1)[-1] in ("put", "put_nowait")):
+        # A put blocked taking the queue's own lock (multiprocessing's Queue.put in its
+        # Lock.__enter__): another thread holds that lock (or held it when the process
+        # forked), the queue is not full. (A get waiting for the reader lock is an idle
+        # pool worker queued behind the one that reads: a queue wait.)
+        category, what = "lock-wait", "a queue's lock"
     if (caller is not None and caller.native and category in _LIBC_WAITS and matched[-1][1].native
             and _ACCELERATOR_BACKEND.search(caller.file) is not None and not ThreadDump("", "", frames).driver_thread()):
         # A C library wait (an eventfd read, a futex, a condition) called by torch's

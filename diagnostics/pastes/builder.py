@@ -29,6 +29,7 @@ class ThreadDraft:
     headerless: bool = False
     outermost_first: bool = False  # pystack lists the outermost frame first
     orient_guess: bool = False  # read from a shape that does not say which end comes first
+    source: str = ""  # pystack: the source line under the last Python frame read
     number: str = ""  # gdb's thread number, for the thread its stop line started
 
 
@@ -78,6 +79,7 @@ class Builder:
     proc: ProcessDraft | None = None
     group: list[ThreadDraft] = field(default_factory=list)  # threads receiving the next frames
     pid_hint: int | None = None
+    source_open: bool = False  # a pystack frame's source line may follow
     in_locals: bool = False
     locals_indent: int = 0
     after_break: bool = False

@@ -142,6 +142,9 @@ PDB_FRAME = re.compile(r"^(?:\(Pdb\)\s{1,8})?(?:>\s{1,4})?([^\s()]{1,1000}?\.pyx
 # "res = self._popen.wait(timeout)"): under a KeyboardInterrupt, where the thread blocked
 # in C code that no frame shows.
 SOURCE_CALL = re.compile(r"^(?:[\w.,\[\] ]{1,200}=\s{0,4})?(?:return\s{1,4}|await\s{1,4}|yield\s{1,4})?([A-Za-z_][\w.]{0,200})\(.{0,500}\)?\s*:?$")
+# "with self._lock:" / "with mutex, other:": a with statement whose (first) context manager
+# is named as a lock acquires it on entry.
+WITH_LOCK = re.compile(r"^with\s{1,4}([A-Za-z_][\w.]{0,200}?(?:lock|Lock|LOCK|mutex|Mutex|sem|semaphore|Semaphore))\s{0,4}(?:[:,]|\sas\s)")
 RECENT_FIRST = re.compile(r"^Traceback \(most recent call (first|last)\):?\s*$")
 # A thread's banner above its traceback-style stack (outermost first): pytest-timeout's
 # "~~~~ Stack of MainThread (1399...) ~~~~" and the hanging_threads package's

@@ -18,6 +18,7 @@ from hangwatch.diagnostics.pastes.handwritten import end_arrow, names_stack
 from hangwatch.diagnostics.pastes.logs import end_trace
 from hangwatch.diagnostics.pastes.macos import end_graph
 from hangwatch.diagnostics.pastes.parse_report import ParseReport
+from hangwatch.diagnostics.pastes.tracebacks import blocked_call
 from hangwatch.diagnostics.pastes.patterns import (
     DUMPER, HANDLER, MAX_PROCESSES,
 )
@@ -171,6 +172,10 @@ def _thread_dumps(p: ProcessDraft, flip: bool = False) -> list[ThreadDump]:
         active = None if t.state in (None, "unknown") else (t.state not in ("idle", "sleeping", "waiting"))
         reverse = t.outermost_first or (flip and t.orient_guess)
         frames = _without_dumper(tuple(reversed(t.frames)) if reverse else tuple(t.frames))
+        if t.source and frames and not frames[0].native:
+            # pystack shows no frame for a C call (a lock's acquire, a sleep): the call on
+            # the innermost source line is where the thread is blocked, as under Ctrl-C.
+            frames = tuple(blocked_call(list(reversed(frames)), t.source)) + frames
         threads.append(ThreadDump(ident, t.name, frames, active, "gil" in (t.state or "")))
     return threads
 

@@ -19,7 +19,7 @@ from hangwatch.diagnostics.pastes.frames import single_frame
 from hangwatch.diagnostics.pastes.patterns import (
     BANNER_THREAD, CAPTION_THREAD, EXCEPTION_LINE, IPY_CELL, IPY_FRAME, IPY_OLD_FRAME, IPY_SOURCE,
     IPY_TB_START, MAX_FRAMES, MAX_THREADS, PDB_FRAME, PYTEST_DEF, PYTEST_LOCATION, RECENT_FIRST, SOURCE_CALL,
-    TRACEBACK_FRAME,
+    TRACEBACK_FRAME, WITH_LOCK,
 )
 from hangwatch.diagnostics.stacks import Frame
 from hangwatch.diagnostics.waits import primitive_of
@@ -99,11 +99,15 @@ def source_call(source: str) -> list[Frame]:
     (``p.join`` in the pseudo-file ``<call>``): a C function such as ``time.sleep`` or
     ``lock.acquire`` shows no frame, and a thread interrupted in it was blocked there.
     Empty when the line is no call."""
+    w = WITH_LOCK.match(source) if source and source[:5] == "with " else None
+    if w is not None:
+        # "with second_lock:": entering the block acquires the lock, in C.
+        return [Frame(w.group(1) + ".acquire", "<call>", None, native=True)]
     m = SOURCE_CALL.match(source) if source else None
     return [Frame(m.group(1), "<call>", None, native=True)] if m else []
 
 
-def _blocked_call(frames: list[Frame], source: str) -> list[Frame]:
+def blocked_call(frames: list[Frame], source: str) -> list[Frame]:
     """``source_call`` when it is a known blocking call and the innermost frame is not
     one itself (``popen_fork.poll`` calling ``os.waitpid``: the stack already says where
     it waits); a call of the program's own (``main()``) adds nothing."""
@@ -122,14 +126,14 @@ def end_traceback(b: Builder, keep: bool, error: bool = False) -> None:
         return
     if keep and frames:
         # Ctrl+C lands in the main thread, in the call on the innermost frame's source line.
-        b.traceback_thread("MainThread", frames, _blocked_call(frames, b.tb_source))
+        b.traceback_thread("MainThread", frames, blocked_call(frames, b.tb_source))
     else:
         b.report.skipped += b.tb_lines
         if frames and not error and not b.tb_caption:
             # Cut before its exception line: the call on the innermost source line (a
             # join, a wait, a lock's acquire) is the innermost visible blocking call. (A
             # captioned thread of a format_stack dump is whole: its last line is no cut.)
-            frames = frames + _blocked_call(frames, b.tb_source)
+            frames = frames + blocked_call(frames, b.tb_source)
         if frames and len(b.tb_pending) < MAX_THREADS:
             # An error's traceback too: a paste whose only frames are in one (the
             # TimeoutError a hung RPC ended in, the DistBackendError of a barrier that
@@ -166,7 +170,7 @@ def end_pdb(b: Builder) -> None:
     if frames:
         # pdb shows the thread it stopped in; the call on its innermost source line is the
         # blocking call when "where" was cut below it (as a Ctrl-C traceback's is).
-        b.traceback_thread("MainThread", frames, _blocked_call(frames, source))
+        b.traceback_thread("MainThread", frames, blocked_call(frames, source))
 
 
 def traceback_header(b: Builder, s: str) -> bool:
@@ -264,7 +268,7 @@ def end_pytest(b: Builder) -> None:
     if not keep:
         # pytest marks the line each frame was in: the innermost one's blocking call (a
         # select, a read) is the call the error or the cut came out of.
-        frames = frames + _blocked_call(frames, b.pytest_source)
+        frames = frames + blocked_call(frames, b.pytest_source)
     b.tb_frames, b.tb_source, b.tb_lines, b.tb_caption = frames, b.pytest_source, len(frames), ""
     end_traceback(b, keep=keep, error=not keep)
 
