@@ -411,6 +411,10 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
         found.sort(key=lambda x: (-x[2].priority, x[1] is not True, not is_main(x[0], pid), -len(x[3])))
         t, frozen, sig, frames = found[0]
         sig = refine(sig, t, signatures)
+        if sig.id in WAITS_ON_A_THREAD:
+            held = _lock_waiter(t, found, workers, signatures)
+            if held is not None:
+                t, frozen, sig, frames = held
         idle = next(c[2] for c in cands if c[0] is t).idle
         return ProcessVerdict(series, "stalled", sig, t, frames, frozen, idle is not None, idle.title if idle else "",
                               tuple((x[0], x[2], x[3]) for x in found[:50]), source)
@@ -439,6 +443,30 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
             return ProcessVerdict(series, "unknown", None, t, native, frozen, False, "", (), source)
         return ProcessVerdict(series, "idle", None, t, (), frozen, False, "standard-library wait", (), source)
     return ProcessVerdict(series, "unknown", None, t, t.telling_frames(), frozen, False, "", (), source)
+
+
+#: A thread that waits for another thread of its process to end or to signal it: the other
+#: thread's wait is the cause when that thread waits on a lock.
+WAITS_ON_A_THREAD = frozenset(("thread-join", "event-wait"))
+#: Waits on a lock of some kind: held by a thread that will not release it.
+_LOCK_WAITS = frozenset(("lock-wait", "import-lock", "gil-deadlock", "file-lock-wait", "fork-inherited-lock"))
+
+
+def _lock_waiter(t: ThreadDump, found: list, workers: list, signatures: Sequence[Signature]) -> tuple | None:
+    """Another thread of the process that waits on a lock, when ``t`` joins a thread or
+    waits for an event (a join on a thread stuck in a lock-order deadlock, an event whose
+    setter waits for the import lock): that lock wait is why ``t`` waits. None when no
+    other thread waits on a lock."""
+    for x in found:
+        if x[0] is not t and refine(x[2], x[0], signatures).id in _LOCK_WAITS:
+            return x[0], x[1], refine(x[2], x[0], signatures), x[3]
+    for other, frozen, _facts in workers:
+        if other is t:
+            continue
+        w = wait_of(other)
+        if w is not None and not w.weak and w.category in _LOCK_WAITS:
+            return other, frozen, family_signature(w.category, signatures), other.telling_frames() or w.frames
+    return None
 
 
 def _rank_by_evidence(found: list, signatures: Sequence[Signature]) -> list:
