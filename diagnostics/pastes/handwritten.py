@@ -155,7 +155,7 @@ THREAD_LABEL = re.compile(r"^((?:MainThread|Thread-\d{1,6}|[A-Za-z_][\w.-]{0,60}
 #: A thread's name alone on its line, maybe with a note or a colon: "MainThread (event loop)",
 #: "Thread-3:": a caption over that thread's frames in a stack written out by hand.
 THREAD_CAPTION = re.compile(r"^(MainThread|Thread-\d{1,6}|[A-Za-z][\w.-]{0,60}Thread(?:-\d{1,6})?|[A-Za-z][\w.-]{0,60}-thread)"
-                            r"(?:\s{1,8}\([^()\n]{1,100}\))?\s{0,4}:?$")
+                            r"(?:\s{1,8}\((?!(?:idle|active|gil|running|sleeping|waiting)\b)[^()\n]{1,100}\))?\s{0,4}:?$")
 
 
 def thread_label(b: Builder, ln: Line) -> bool:

@@ -78,38 +78,19 @@ KNOWN_MISSES = {
     # as for chatglm_efficient_137's barrier; its error line says the collective was fetching
     # rank 0's ncclUniqueId, which this collection's label names
     "gh-nemo-speech_14399_nemorun-prefixed-ncclid-store-wait": "nccl-collective-wait",
-    # The third fresh collection (collection: fresh-2026-12c): what its first pass said, before any
-    # rule was written for it (see docs/diagnostics.md).
-    "autokey_1202": "refused",
     "coverage_1310_faulthandler_forked_sqldata_lock": "unknown",
     "cpython_106883_gdb_current_frames_tstate_delete": "lock-wait",
     "cpython_111358_asyncio_to_thread_ctrl_c": "unknown",
-    "cpython_pr3895_faulthandler_weakref_cb_queue_put": "queue-wait",
     "eventlet_436_greenlet_dump_postgres_reconnect": "unknown",
     "lightning_11267_pystack_ckpt_broadcast": "unknown",
-    "md_asgiref_threadsensitive_aexit_join_de": "lock-wait",
-    "md_blendcorpus_lazy_barrier_mismatch": "refused",
     "md_drain_audit_tasks_busy_loop_gil": "unknown",
-    "md_freetoken_host_banks_condition_wait": "event-wait",
-    "md_hermes_acp_bash_probe_communicate_stdin": "unknown",
-    "md_hf_xet_get_stall": "unknown",
-    "md_modelworker_nondaemon_exit_join_ko": "subprocess-wait",
-    "md_phase3_pool_imap_lost_results": "queue-wait",
-    "md_producer_consumer_executor_exit_join": "future-wait",
-    "md_py2_encode_in_thread_import_lock": "event-wait",
-    "md_pystack_tutorial_lock_order_deadlock": "thread-join",
-    "md_stale_baton_radix_cuda_import": "refused",
     "md_verl_transferqueue_placement_group_ray_get": "unknown",
     "md_vllm_ple_offload_cuda_graph_warmup": "vllm-cuda-graph-replay",
-    "paramiko_793_eclipse_stack_auth_read_all": "refused",
     "pathos_266_ctrl_c_pool_help_stuff_finish": "queue-wait",
-    "pebble_69_pdb_where_future_result": "unknown",
     "prunemate_29_pyspy_worker_logging_fork": "unknown",
     "psycopg2_703_condensed_rollback_mutex": "refused",
     "ray_26414_gdb_actor_failed_absl_mutex": "unknown",
     "rich_927": "unknown",
-    "trl_7103_asyncgrpo_abbreviated_watchdog": "refused",
-    "vulnlookup_592_faulthandler_drop_all_lock_wait": "refused",
     "xpra_55_gdb_py2_gil_xsendevent": "all-idle",
 }
 

@@ -1,0 +1,122 @@
+"""Frames in the shapes other tools and reporters condense them to: ``path.py:12 in f``,
+``f [path.py:12]``, ``path.py:f:12``, Python 2's py-bt, py-spy frames quoted in prose,
+hand-written chains with locations, a thread's name alone as its caption, abbreviated
+watchdog lines; and the blocking call on the innermost source line of pdb's and pystack's
+stacks. Each snippet is synthetic, one per shape."""
+
+from __future__ import annotations
+
+import pytest
+
+from diag_helpers import frame_texts, text_verdict
+from hangwatch.diagnostics.pastes import read_text
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _threads(text: str) -> list[list[str]]:
+    return [[f.function for f in t.frames] for p in read_text(text).processes for t in p.threads]
+
+
+def test_path_line_in_function_frames_outermost_first_are_turned_innermost_first():
+    text = ("worker-1:\n"
+            "  /usr/lib/python3.11/threading.py:1002 in _bootstrap\n"
+            "  /usr/lib/python3.11/threading.py:980 in run\n"
+            "  /app/jobs.py:40 in loop\n"
+            "  /usr/lib/python3.11/queue.py:171 in get\n")
+    assert _threads(text) == [["get", "loop", "run", "_bootstrap"]]
+
+
+def test_path_line_in_function_frames_innermost_first_keep_their_order():
+    text = ("Thread [pytest]:\n"
+            "  psycopg/connection.py:484 in wait\n"
+            "  ...\n"
+            "  tests/conftest.py:31 in teardown          <- a note\n"
+            "\n"
+            "Thread [worker]:\n"
+            "  app/worker.py:12 in loop\n"
+            "  /usr/lib/python3.11/threading.py:1002 in _bootstrap\n")
+    assert _threads(text) == [["wait", "teardown"], ["loop", "_bootstrap"]]
+
+
+def test_a_guru_meditation_report_reads_outermost_first_under_its_thread_banners():
+    text = ("------                  Thread #1397436                   ------\n\n"
+            "/usr/lib/python3.9/site-packages/eventlet/hubs/hub.py:365 in run\n"
+            "    `self.wait(sleep_time)`\n\n"
+            "/usr/lib/python3.9/site-packages/eventlet/hubs/poll.py:77 in wait\n"
+            "    `time.sleep(seconds)`\n")
+    ((t,),) = [p.threads for p in read_text(text).processes]
+    assert t.ident == "1397436" and [f.function for f in t.frames] == ["wait", "run"]
+
+
+def test_a_pydev_stack_view_is_read_with_its_thread_names():
+    text = ("    Thread-7 - pid123_seq4\n"
+            "        read_all [packet.py:254]\n"
+            "        run [transport.py:1760]\n"
+            "        __bootstrap_inner [threading.py:810]\n")
+    ((t,),) = [p.threads for p in read_text(text).processes]
+    assert t.name == "Thread-7" and frame_texts(t)[0] == "read_all (packet.py:254)"
+
+
+def test_path_function_line_frames_with_markdown_bold_are_read():
+    text = ("`/lib/python2.7/site-packages/pkg/engine.py:**do_commit**:420\n"
+            "/lib/python2.7/site-packages/pkg/base.py:_commit_impl:669\n")
+    assert _threads(text) == [["do_commit", "_commit_impl"]]
+
+
+def test_python2_py_bt_frames_are_read_innermost_first():
+    text = ("(gdb) py-bt\n"
+            "#2 <built-in method acquire of thread.lock object at remote 0x7f0a16edb840>\n"
+            "#4 file '/usr/lib64/python2.6/threading.py', in 'wait'\n"
+            "#8 file '/usr/lib64/python2.6/threading.py', in 'join'\n")
+    assert _threads(text) == [["acquire", "wait", "join"]]
+
+
+def test_a_py_spy_frame_quoted_in_prose_is_a_stack(tmp_path):
+    text = ("We ran py-spy on the head node: rank 0 is stuck at `all_reduce (torch/distributed/distributed_c10d.py:2050)`\n"
+            "inside our data loader while the other ranks train.\n")
+    assert _threads(text) == [["all_reduce"]]
+    assert text_verdict(tmp_path, text) == "nccl-collective-wait"
+
+
+def test_a_chain_of_calls_with_locations_ends_in_the_call_it_blocks_in(tmp_path):
+    text = ("    test_app.py:63 test_stop()\n"
+            "      -> service.py:118 Service.stop()\n"
+            "        -> listener.py:599 Listener.cancel() -> self.join()\n")
+    (names,) = _threads(text)
+    assert names == ["self.join", "Listener.cancel", "Service.stop", "test_stop"]
+    assert text_verdict(tmp_path, text) == "thread-join"
+
+
+def test_a_thread_name_alone_captions_the_frames_under_it():
+    text = ("MainThread (event loop)\n"
+            "    _wait_for_tstate_lock (threading.py:1116)\n"
+            "    join (threading.py:1096)\n")
+    ((t,),) = [p.threads for p in read_text(text).processes]
+    assert t.name == "MainThread" and [f.function for f in t.frames] == ["_wait_for_tstate_lock", "join"]
+
+
+def test_an_abbreviated_watchdog_line_is_a_collective_wait(tmp_path):
+    text = "Watchdog caught collective operation timeout: WorkNCCL(..., OpType=ALLGATHER, ...)\n"
+    assert text_verdict(tmp_path, text) == "nccl-collective-wait"
+
+
+def test_pdbs_where_cut_below_its_last_frame_names_the_call_on_that_line(tmp_path):
+    text = ("(Pdb) where\n"
+            "  /home/u/run.py(15)<module>()\n"
+            "-> out = collect(futures)\n"
+            "  /home/u/run.py(9)collect()\n"
+            "-> return fut.result()\n"
+            "  /usr/lib/python3.11/concurr\n")
+    assert text_verdict(tmp_path, text) == "future-wait"
+
+
+def test_pystacks_innermost_source_line_entering_a_lock_is_its_acquire(tmp_path):
+    text = ('Traceback for thread 12 (python3) [] (most recent call last):\n'
+            '    (Python) File "/usr/lib/python3.11/threading.py", line 995, in _bootstrap\n'
+            '        self._bootstrap_inner()\n'
+            '    (Python) File "/home/u/app.py", line 10, in worker\n'
+            '        with second_lock:\n')
+    (names,) = _threads(text)
+    assert names == ["second_lock.acquire", "worker", "_bootstrap"]
+    assert text_verdict(tmp_path, text) == "lock-wait"
