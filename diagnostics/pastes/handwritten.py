@@ -83,13 +83,17 @@ def _arrow_frame(text: str) -> Frame | None:
 def arrow_line(b: Builder, s: str) -> bool:
     """One "-> call" of a hand-written chain; its first arrow takes the line above
     as the outermost call (it was read as text: "Class.method" is no frame alone)."""
-    # "-> a.py:5 f() -> self.join()": several links on one line.
-    links = [_arrow_frame(part) for part in s[2:].split(" -> ")]
+    # "-> a.py:5 f() -> self.join()": several links on one line, a note after two spaces.
+    links = [_arrow_frame(part) for part in CHAIN_NOTE.sub("", s[2:]).split(" -> ")]
     if not links or any(f is None for f in links):
         return False
     if b.arrow is None:
         b.arrow = []
-        head = _arrow_frame(b.prev_text) if b.prev_text != b.arrow_head else None
+        heads = _head_links(b.prev_text) if b.prev_text != b.arrow_head else []
+        head = heads[-1] if heads else None
+        if len(heads) > 1:
+            b.arrow.extend(heads[:-1])  # a row "label   a() -> b()" whose chain this line goes on with
+            b.report.bare_frames += len(heads) - 1
         if head is not None:
             if b.bare and b.bare[-1].function == b.prev_text:
                 b.bare.pop()  # held as a maybe-frame: it is this chain's head
@@ -106,6 +110,42 @@ def arrow_line(b: Builder, s: str) -> bool:
         b.report.bare_frames += 1
     b.arrow_head = s
     return True
+
+
+#: A note after a link of a chain: "cond_wait     [holding the GIL]", "f()   <- here".
+CHAIN_NOTE = re.compile(r"\s{2,}(?:\[[^\]\n]{0,200}\]|\([^()\n]{0,200}\)|<-.{0,200}|←.{0,200}|#.{0,200})\s*$")
+
+
+def _head_links(text: str) -> list[Frame]:
+    """The line above a chain's first arrow as its outermost calls: one call, or a row of
+    its own chain after a label column ("main thread   unwatch() -> lib.cancel()")."""
+    if " -> " not in text:
+        one = _arrow_frame(text)
+        return [one] if one is not None else []
+    parts = CHAIN_NOTE.sub("", text).split(" -> ")
+    parts[0] = re.split(r"\s{2,}", parts[0].strip())[-1]  # the label column before two spaces
+    frames = [_arrow_frame(p) for p in parts]
+    return [f for f in frames if f is not None] if all(frames) else []
+
+
+def inline_chain(b: Builder, s: str) -> bool:
+    """A call chain in backticks inside prose, outermost first as people write calls
+    ("`cancel_dump_traceback_later → PyThread_acquire_lock_timed → __psynch_cvwait`"):
+    three calls or more, each a code-shaped name."""
+    for m in INLINE_CHAIN.finditer(s):
+        parts = re.split(r"\s(?:→|->|⇒|=>)\s", m.group(1))
+        frames = [_arrow_frame(p) for p in parts]
+        if len(frames) >= 3 and all(f is not None for f in frames) and any(
+                _bare_name(f.function) for f in frames if f is not None):
+            b.traceback_thread("", [f for f in frames if f is not None][:MAX_FRAMES])
+            b.report.bare_frames += len(frames)
+            b.after_break = True
+            return True
+    return False
+
+
+#: A backticked span holding two arrows or more.
+INLINE_CHAIN = re.compile(r"`([^`\n]{1,2000}?\s(?:→|->|⇒|=>)\s[^`\n]{1,2000}?\s(?:→|->|⇒|=>)\s[^`\n]{1,2000}?)`")
 
 
 def end_arrow(b: Builder) -> None:

@@ -41,9 +41,6 @@ KNOWN_MISSES = {
     "tt_vllm_falcon3_gdb_completion_queue_then_pyspy_sample_tokens": "unknown",
     # py-bt with a '(failed to get frame line number)' frame, the C backtrace cut after one frame
     "vllm_13418_gdb_pybt_tensor_print_masked_select": "unknown",
-    # hand-condensed 'a -> b' chains with no file names: replay refuses it rather than guess
-    # (the .meta says 'parse: refuse')
-    "siliconcompiler_pr5246_condensed_arrow_chains_exit_finalize_join_feeder": "refused",
     # The fresh collection (collection: fresh-2026-12), what replay says after its tuning part
     # was worked on; "refused": no stack read ("neither a bundle nor a py-spy dump"). Most are
     # cut or unusual pastes: macOS `sample` call graphs, pytest's long tracebacks, IPython

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from diag_helpers import frame_texts, text_verdict
+from hangwatch.diagnostics.errors import InputError
 from hangwatch.diagnostics.pastes import read_text
 
 pytestmark = pytest.mark.timeout(60)
@@ -120,3 +121,19 @@ def test_pystacks_innermost_source_line_entering_a_lock_is_its_acquire(tmp_path)
     (names,) = _threads(text)
     assert names == ["second_lock.acquire", "worker", "_bootstrap"]
     assert text_verdict(tmp_path, text) == "lock-wait"
+
+
+def test_a_chain_in_backticks_inside_prose_is_a_stack_outermost_first():
+    text = "- **main thread**: `run_job → pthread_join_wrapper → __psynch_cvwait` (waits for the worker)\n"
+    assert _threads(text) == [["__psynch_cvwait", "pthread_join_wrapper", "run_job"]]
+    # two links are prose ("a -> b"), not a chain
+    with pytest.raises(InputError):
+        read_text("we went from `config -> model` in one step\n")
+
+
+def test_a_chain_after_a_label_column_goes_on_under_it(tmp_path):
+    text = ("main    _exit_function -> _run_finalizers -> _finalize_join -> join\n"
+            "        -> _wait_for_tstate_lock\n"
+            "feeder  _feed -> send_bytes -> _send        (blocked, pipe full)\n")
+    assert _threads(text)[0] == ["_wait_for_tstate_lock", "join", "_finalize_join", "_run_finalizers", "_exit_function"]
+    assert text_verdict(tmp_path, text) == "shutdown-join"

@@ -124,8 +124,6 @@ NOT_READ_YET = {
     "gh-ray_29576_actor-sigabrt-driver-hang": "a driver's Ray log lines (date, level, file.py:N --) around the traceback",
     "gh-llamafactory_8549_streaming-watchdog-heartbeat-stuck": "fresh-2026-12b: not read at its first pass",
     "gh-trl_2879_cpo-watchdog-heartbeat-terminate": "fresh-2026-12b: not read at its first pass",
-    "scribadev_pr195": "fresh-2026-12c: not read at its first pass",
-    "underworld3_pr684": "fresh-2026-12c: not read at its first pass",
 }
 
 
