@@ -83,7 +83,6 @@ KNOWN_MISSES = {
     "md_drain_audit_tasks_busy_loop_gil": "unknown",
     "md_verl_transferqueue_placement_group_ray_get": "unknown",
     "md_vllm_ple_offload_cuda_graph_warmup": "vllm-cuda-graph-replay",
-    "pathos_266_ctrl_c_pool_help_stuff_finish": "queue-wait",
     "prunemate_29_pyspy_worker_logging_fork": "unknown",
     "psycopg2_703_condensed_rollback_mutex": "refused",
     "ray_26414_gdb_actor_failed_absl_mutex": "unknown",

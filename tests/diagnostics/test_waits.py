@@ -464,3 +464,14 @@ def test_an_idle_pool_worker_loses_to_the_parent_waiting_for_results():
     series = (ProcessSeries(7, (ProcessDump(7, (parent,)),)), ProcessSeries(8, (ProcessDump(8, (worker,)),)))
     c = classify(series, load_signatures())
     assert c is not None and c.signature_id == "future-wait"
+
+
+def test_an_idle_worker_of_dills_multiprocess_fork_is_idle_too():
+    """pathos's pools run on ``multiprocess`` (multiprocessing's fork): a worker idle in its
+    task queue there is idle, and the parent blocked on the queue's reader lock decides."""
+    parent = _thread(Frame("inqueue._rlock.acquire", "<call>", None, native=True), _py("_help_stuff_finish", SITE + "multiprocess/pool.py"), USER)
+    worker = _thread(_py("_recv", SITE + "multiprocess/connection.py"), _py("get", SITE + "multiprocess/queues.py"),
+                     _py("worker", SITE + "multiprocess/pool.py"))
+    series = (ProcessSeries(7, (ProcessDump(7, (parent,)),)), ProcessSeries(8, (ProcessDump(8, (worker,)),)))
+    c = classify(series, load_signatures())
+    assert c is not None and c.signature_id == "lock-wait"
