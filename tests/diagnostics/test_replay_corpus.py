@@ -75,6 +75,8 @@ KNOWN_MISSES = {
     # as for chatglm_efficient_137's barrier; its error line says the collective was fetching
     # rank 0's ncclUniqueId, which this collection's label names
     "gh-nemo-speech_14399_nemorun-prefixed-ncclid-store-wait": "nccl-collective-wait",
+    # The third fresh collection (collection: fresh-2026-12c): what its first pass said, before any
+    # rule was written for it (see docs/diagnostics.md), for the dumps still missed.
     "coverage_1310_faulthandler_forked_sqldata_lock": "unknown",
     "cpython_106883_gdb_current_frames_tstate_delete": "lock-wait",
     "cpython_111358_asyncio_to_thread_ctrl_c": "unknown",
@@ -84,7 +86,7 @@ KNOWN_MISSES = {
     "md_verl_transferqueue_placement_group_ray_get": "unknown",
     "md_vllm_ple_offload_cuda_graph_warmup": "vllm-cuda-graph-replay",
     "prunemate_29_pyspy_worker_logging_fork": "unknown",
-    "psycopg2_703_condensed_rollback_mutex": "refused",
+    "psycopg2_703_condensed_rollback_mutex": "unknown",
     "ray_26414_gdb_actor_failed_absl_mutex": "unknown",
     "rich_927": "unknown",
     "xpra_55_gdb_py2_gil_xsendevent": "all-idle",
