@@ -189,7 +189,10 @@ def arrow(b: Builder, ln: Line) -> bool:
 
 #: "MainThread: f (a.py:1)", "Thread-3 (worker): f (a.py:1)": a thread named in front of
 #: its innermost frame, as reporters condense a dump to one line per thread.
-THREAD_LABEL = re.compile(r"^((?:MainThread|Thread-\d{1,6}|[A-Za-z_][\w.-]{0,60}Thread\w{0,20}|[A-Za-z_][\w.-]{0,60}-thread)(?: \([\w.-]{1,60}\))?)\s{0,4}:\s{1,8}")
+#: Also with py-spy's state or a note in parentheses and the name quoted, in a column before
+#: the frames ('"ple-offload-dp0" (idle):  get (queue.py:171)', 'MainThread (100% CPU):   f (a.py:1)').
+THREAD_LABEL = re.compile(r'^((?:MainThread|Thread-\d{1,6}|[A-Za-z_][\w.-]{0,60}Thread\w{0,20}|[A-Za-z_][\w.-]{0,60}-thread|"[^"\n]{1,100}")'
+                          r'(?: \([\w.-]{1,60}\))?)(?: \(([^()\n]{1,60})\))?\s{0,4}:\s{1,40}')
 
 
 #: A thread's name alone on its line, maybe with a note or a colon: "MainThread (event loop)",
@@ -209,7 +212,12 @@ def thread_label(b: Builder, ln: Line) -> bool:
         return True
     m = THREAD_LABEL.match(s) if ":" in s else None
     if m is not None and parse_frame_line(s[m.end():]) is not None:
-        b.start_thread(None, "unknown", "MainThread" if m.group(1) == "MainThread" else m.group(1))
+        name, note = m.group(1), (m.group(2) or "").strip()
+        if name[0] == '"':  # '"name" (idle)': the quoted name, then py-spy's state
+            name, _, rest = name[1:].partition('"')
+            note = note or rest.strip(" ()")
+        state = note if note in ("idle", "active", "active+gil", "gil") else ("active" if "CPU" in note else "unknown")
+        b.start_thread(None, state, name)
         b.report.thread_headers -= 1  # a label, no py-spy header
         ln.retext(s[m.end():])
     return False

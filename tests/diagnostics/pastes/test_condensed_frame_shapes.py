@@ -137,3 +137,14 @@ def test_a_chain_after_a_label_column_goes_on_under_it(tmp_path):
             "feeder  _feed -> send_bytes -> _send        (blocked, pipe full)\n")
     assert _threads(text)[0] == ["_wait_for_tstate_lock", "join", "_finalize_join", "_run_finalizers", "_exit_function"]
     assert text_verdict(tmp_path, text) == "shutdown-join"
+
+
+def test_a_label_column_with_state_and_quoted_names_holds_each_threads_innermost_frame():
+    text = ('    MainThread (100% CPU):     replay (torch/cuda/graphs.py:186)\n'
+            '                               forward (app/model.py:360)\n'
+            '\n'
+            '    "io-worker" (idle):  get (queue.py:171)   block=True, timeout=None\n'
+            '                         _loop (app/io.py:263)\n')
+    threads = [t for p in read_text(text).processes for t in p.threads]
+    assert [(t.name, t.active, [f.function for f in t.frames]) for t in threads] == [
+        ("MainThread", True, ["replay", "forward"]), ("io-worker", False, ["get", "_loop"])]
