@@ -161,9 +161,20 @@ def end_arrow(b: Builder) -> None:
         b.report.skipped += len(chain)
 
 
+#: A method call written as code, maybe with a note: "ray.get()  <- blocks forever" above a
+#: stack, the call the reporter saw it block in (a C call py-spy shows no frame for).
+CALL_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200}\.[A-Za-z_]\w{0,100})\([^()\n]{0,200}\)$")
+
+
 def bare_name_line(b: Builder, s: str, after_frame: bool) -> bool:
     """A code-shaped name alone on its line: a frame by name after frames, else held
-    until a frame follows (``after_frame``: the line before was a frame)."""
+    until a frame follows (``after_frame``: the line before was a frame). A call written as
+    code ("ray.get()") is held likewise, as the call on the innermost source line."""
+    if not after_frame and len(s) <= 300 and "(" in s and len(b.bare) < 64:
+        call = CALL_LINE.match(BARE_NOTE.sub("", s))
+        if call is not None:
+            b.bare.append(Frame(call.group(1), "<call>", None, native=True))
+            return True
     name = _bare_frame_name(s) if len(s) <= 300 else None
     if name is not None and after_frame:
         b.add_frames([Frame(name, "?")])  # the list of frames goes on, by name only

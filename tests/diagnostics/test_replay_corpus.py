@@ -83,7 +83,6 @@ KNOWN_MISSES = {
     "eventlet_436_greenlet_dump_postgres_reconnect": "unknown",
     "lightning_11267_pystack_ckpt_broadcast": "unknown",
     "md_drain_audit_tasks_busy_loop_gil": "unknown",
-    "md_verl_transferqueue_placement_group_ray_get": "unknown",
     "md_vllm_ple_offload_cuda_graph_warmup": "vllm-cuda-graph-replay",
     "prunemate_29_pyspy_worker_logging_fork": "unknown",
     "psycopg2_703_condensed_rollback_mutex": "unknown",

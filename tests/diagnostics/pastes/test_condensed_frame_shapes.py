@@ -148,3 +148,13 @@ def test_a_label_column_with_state_and_quoted_names_holds_each_threads_innermost
     threads = [t for p in read_text(text).processes for t in p.threads]
     assert [(t.name, t.active, [f.function for f in t.frames]) for t in threads] == [
         ("MainThread", True, ["replay", "forward"]), ("io-worker", False, ["get", "_loop"])]
+
+
+def test_a_call_written_above_the_frames_is_the_innermost_call(tmp_path):
+    text = ("```\n"
+            "queue.get()  <- never returns\n"
+            "fetch_batch        (app/loader.py:43)\n"
+            "main               (app/train.py:143)\n"
+            "```\n")
+    assert _threads(text) == [["queue.get", "fetch_batch", "main"]]
+    assert text_verdict(tmp_path, text) == "queue-wait"
