@@ -430,6 +430,15 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
     if not workers:
         return ProcessVerdict(series, "idle", None, t, (), frozen, False, "only helper threads", (), source)
     wait = wait_of(t)
+    if wait is None or wait.weak or wait.category == "lock-wait":
+        # Another thread of the process waits to take the GIL while this one shows no wait of
+        # its own or blocks in native code (a mutex, a condition) with the GIL held: the GIL
+        # waiter names the deadlock (the holder's native lock and the GIL taken in opposite
+        # orders), whose advice is the same from either side.
+        gil = next((c for c in cands if c[0] is not t and (w := wait_of(c[0])) is not None and w.category == "gil-deadlock"), None)
+        if gil is not None and t.frames and t.frames[0].native:
+            t, frozen = gil[0], gil[1]
+            wait = wait_of(t)
     if wait is not None and not wait.weak:
         # No signature names a cause, but the thread sits in a known blocking call: that
         # call's family is the verdict (a file lock, a child process, a queue...), with the

@@ -475,3 +475,14 @@ def test_an_idle_worker_of_dills_multiprocess_fork_is_idle_too():
     series = (ProcessSeries(7, (ProcessDump(7, (parent,)),)), ProcessSeries(8, (ProcessDump(8, (worker,)),)))
     c = classify(series, load_signatures())
     assert c is not None and c.signature_id == "lock-wait"
+
+
+def test_a_thread_waiting_for_the_gil_names_a_main_thread_blocked_in_native_code():
+    """Main blocked on a native mutex from an extension called by Python (the GIL held),
+    another thread waiting in take_gil from a callback: a GIL inversion, named by the waiter."""
+    main = _thread(_c("__lll_lock_wait"), _c("pthread_mutex_lock"), _c("ext_call", "/app/ext.so"),
+                   _c("cfunction_call", "/usr/bin/python3.11"))
+    waiter = _thread(_c("futex_wait"), _c("take_gil", "/usr/bin/python3.11"), _c("PyEval_RestoreThread", "/usr/bin/python3.11"),
+                     _c("on_event", "/app/ext.so"), name="Thread-2")
+    c = _classify(main, waiter)
+    assert c is not None and c.signature_id == "gil-deadlock"
