@@ -138,6 +138,10 @@ class Builder:
     error_tb_line: int = -10  # the line on which the last error traceback ended
     pdb: list[Frame] | None = None  # pdb's "where", outermost first
     pdb_source: str = ""  # the source line under its last frame so far
+    # faulthandler's C stack of the current thread (Python 3.14): the thread it goes into, and
+    # where its next frame goes (C frames are under the Python frames already read)
+    c_stack: ThreadDraft | None = None
+    c_stack_at: int = 0
 
     # -- native backtraces printed by torch and Paddle
     cxx_blocks: list[list[Frame]] = field(default_factory=list)  # torch's C++ error backtraces, innermost first

@@ -145,6 +145,13 @@ SOURCE_CALL = re.compile(r"^(?:[\w.,\[\] ]{1,200}=\s{0,4})?(?:return\s{1,4}|awai
 # "with self._lock:" / "with mutex, other:": a with statement whose (first) context manager
 # is named as a lock acquires it on entry.
 WITH_LOCK = re.compile(r"^with\s{1,4}([A-Za-z_][\w.]{0,200}?(?:lock|Lock|LOCK|mutex|Mutex|sem|semaphore|Semaphore))\s{0,4}(?:[:,]|\sas\s)")
+# Python 3.14's faulthandler prints the current thread's C stack under its Python frames:
+# "Current thread's C stack trace (most recent call first):" then
+# '  Binary file "/usr/lib/libc.so.6", at pthread_cond_wait+0x1f [0x7f..]' (or "at +0x3def0").
+C_STACK_HEAD = re.compile(r"^Current thread's C stack trace \(most recent call first\):?\s*$")
+C_STACK_FRAME = re.compile(r'^Binary file "([^"\n]{1,1000})", at ([^\s+\[]{0,300})(?:[+-]0x[0-9a-fA-F]{1,16})?(?: \[0x[0-9a-fA-F]{1,16}\])?\s*$')
+#: The dumping code's own C frames at the top of that stack.
+C_STACK_DUMPER = re.compile(r"^(_Py_DumpStack|_Py_Dump\w+|faulthandler_\w+|_Py_FatalError\w*|fatal_error\w*|_Py_backtrace\w*)$")
 RECENT_FIRST = re.compile(r"^Traceback \(most recent call (first|last)\):?\s*$")
 # A thread's banner above its traceback-style stack (outermost first): pytest-timeout's
 # "~~~~ Stack of MainThread (1399...) ~~~~" and the hanging_threads package's

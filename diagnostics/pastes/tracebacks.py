@@ -19,7 +19,7 @@ from hangwatch.diagnostics.pastes.frames import single_frame
 from hangwatch.diagnostics.pastes.patterns import (
     BANNER_THREAD, CAPTION_THREAD, EXCEPTION_LINE, IPY_CELL, IPY_FRAME, IPY_OLD_FRAME, IPY_SOURCE,
     IPY_TB_START, MAX_FRAMES, MAX_THREADS, PDB_FRAME, PYTEST_DEF, PYTEST_LOCATION, RECENT_FIRST, SOURCE_CALL,
-    TRACEBACK_FRAME, WITH_LOCK,
+    TRACEBACK_FRAME, WITH_LOCK, C_STACK_DUMPER, C_STACK_FRAME, C_STACK_HEAD,
 )
 from hangwatch.diagnostics.stacks import Frame
 from hangwatch.diagnostics.waits import primitive_of
@@ -226,6 +226,34 @@ def fatal_error(b: Builder, ln: Line) -> bool:
         b.report.fatal_error = s[len("Fatal Python error: "):][:200]
         return True
     return False
+
+
+def c_stack(b: Builder, ln: Line) -> bool:
+    """faulthandler's C stack of the current thread (see ``C_STACK_HEAD``): its frames go
+    under that thread's Python frames, innermost first, the dumping code's own left out."""
+    s = ln.s
+    if s[0] == "C" and C_STACK_HEAD.match(s):
+        t = b.group[-1] if b.group else None
+        b.c_stack, b.c_stack_at = t, 0
+        return t is not None
+    if b.c_stack is None:
+        return False
+    if s[0] == "<" and s.endswith(">"):  # "<truncated rest of calls>", "<cannot get C stack ...>"
+        return True
+    m = C_STACK_FRAME.match(s) if s[0] == "B" else None
+    if m is None:
+        b.c_stack = None
+        return False
+    t, name = b.c_stack, m.group(2) or "??"
+    if C_STACK_DUMPER.match(name):
+        del t.frames[:b.c_stack_at]  # everything above it was the dumper's too
+        b.c_stack_at = 0
+        return True
+    if len(t.frames) < MAX_FRAMES:
+        t.frames.insert(b.c_stack_at, Frame(name, m.group(1).replace("\\", "/"), None, native=True))
+        b.c_stack_at += 1
+        b.report.frames += 1
+    return True
 
 
 def thread_banner(b: Builder, ln: Line) -> bool:

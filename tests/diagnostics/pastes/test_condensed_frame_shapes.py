@@ -158,3 +158,16 @@ def test_a_call_written_above_the_frames_is_the_innermost_call(tmp_path):
             "```\n")
     assert _threads(text) == [["queue.get", "fetch_batch", "main"]]
     assert text_verdict(tmp_path, text) == "queue-wait"
+
+
+def test_faulthandlers_c_stack_goes_under_the_current_threads_python_frames():
+    text = ('Current thread 0x00007f0e3c9a4740 [python] (most recent call first):\n'
+            '  File "/app/main.py", line 20 in <module>\n'
+            '\n'
+            "Current thread's C stack trace (most recent call first):\n"
+            '  Binary file "/usr/bin/python3.14", at _Py_DumpStack+0x4c [0x55d3c8]\n'
+            '  Binary file "/lib/x86_64-linux-gnu/libc.so.6", at pthread_cond_wait+0x1f [0x7f0e3c]\n'
+            '  Binary file "/usr/bin/python3.14", at +0x32dcbd [0x5b27f7d85cbd]\n'
+            '  <truncated rest of calls>\n')
+    ((t,),) = [p.threads for p in read_text(text).processes]
+    assert [(f.function, f.native) for f in t.frames] == [("pthread_cond_wait", True), ("??", True), ("<module>", False)]
