@@ -185,6 +185,9 @@ EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200}(?:Error|Exception|Interrup
 # A process printing its own stacks: the printing code, then the signal handler that called it.
 DUMPER = re.compile(r"(?i)^_{0,2}(dump_?(all_?)?(stacks?|threads?|traceback(_later)?)|print_?(all_?)?stacks?|format_stack|extract_stack|print_stack|walk_stack)$")
 HANDLER = re.compile(r"(?i)(handler|^_?on_?sig|^handle_?sig|^_?sig(int|term|usr\d?)_?)")
+# A signal handler's own frame on top of the code the signal interrupted (gunicorn's
+# handle_abort on a worker timeout, a SIGTERM handler raising): that code is where it waited.
+SIGNAL_HANDLER = re.compile(r"(?i)^_{0,2}(\w*_)?(signal_?handler|sig(int|term|alrm|usr\d?|quit|abrt)_?handler|handle_(abort|quit|term|int|alarm|timeout|sig\w{0,10}|signal)|on_(signal|sigterm|sigint|timeout)|_?terminate_process_handler)$")
 
 # -- gdb and lldb -----------------------------------------------------------------
 #: The frame standing for py-bt's "Waiting for the GIL" (signatures match it by name).

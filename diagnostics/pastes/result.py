@@ -20,7 +20,7 @@ from hangwatch.diagnostics.pastes.macos import end_graph
 from hangwatch.diagnostics.pastes.parse_report import ParseReport
 from hangwatch.diagnostics.pastes.tracebacks import blocked_call
 from hangwatch.diagnostics.pastes.patterns import (
-    DUMPER, HANDLER, MAX_PROCESSES,
+    DUMPER, HANDLER, MAX_PROCESSES, SIGNAL_HANDLER,
 )
 from hangwatch.diagnostics.pastes.tracebacks import end_pdb, end_pytest, end_traceback
 from hangwatch.diagnostics.pastes.unwrap import StreamKey
@@ -188,6 +188,8 @@ def _without_dumper(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
     n = 0
     while n < len(frames) and n < 8 and DUMPER.match(frames[n].function):
         n += 1
+    if n == 0 and len(frames) > 1 and not frames[0].native and SIGNAL_HANDLER.match(frames[0].function):
+        return frames[1:]  # a signal handler on top of the code it interrupted
     if n and n < len(frames) and HANDLER.search(frames[n].function):
         n += 1
     return frames[n:] if 0 < n < len(frames) else frames

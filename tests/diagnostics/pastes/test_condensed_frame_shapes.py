@@ -171,3 +171,18 @@ def test_faulthandlers_c_stack_goes_under_the_current_threads_python_frames():
             '  <truncated rest of calls>\n')
     ((t,),) = [p.threads for p in read_text(text).processes]
     assert [(f.function, f.native) for f in t.frames] == [("pthread_cond_wait", True), ("??", True), ("<module>", False)]
+
+
+def test_a_signal_handler_on_top_of_a_traceback_gives_way_to_the_code_it_interrupted(tmp_path):
+    """A worker killed on a timeout (gunicorn's handle_abort, a SIGTERM handler raising):
+    the frame under the handler is where the process waited."""
+    text = ('Traceback (most recent call last):\n'
+            '  File "/app/views.py", line 40, in api\n'
+            '    data = sock.recv(4096)\n'
+            '  File "/usr/lib/python3.11/socket.py", line 705, in readinto\n'
+            '    return self._sock.recv_into(b)\n'
+            '  File "/srv/lib/python3.11/site-packages/server/workers/base.py", line 204, in handle_abort\n'
+            '    sys.exit(1)\n'
+            'SystemExit: 1\n')
+    assert _threads(text) == [["readinto", "api"]]
+    assert text_verdict(tmp_path, text) == "socket-read"
