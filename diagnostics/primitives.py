@@ -233,6 +233,13 @@ PRIMITIVES: tuple[Primitive, ...] = (
     # A database client waiting for its server's reply (a query blocked on a table lock
     # the server holds for another session, a server gone quiet).
     _py("socket-read", "a database server's reply", "psycopg `wait`", r"^(\w+\.)?(wait|wait_\w+|_wait_\w+)$", r"(^|/)psycopg(2|_pool|_c)?/"),
+    # SQLAlchemy's dialect calls into the driver's C code (psycopg2, mysqlclient): the
+    # statement waits for the server there (a table lock another session holds, a server gone).
+    _py("socket-read", "a database server's reply", "SQLAlchemy `do_execute` (the driver's call)",
+        r"^(\w+\.)?(do_execute|do_executemany|do_execute_no_params|do_commit|do_rollback|do_close|connect)$",
+        r"(^|/)sqlalchemy/engine/default\.py$"),
+    _py("socket-read", "a database server's reply", "psycopg2 `execute`", r"^(\w+\.)?(execute|executemany|execute_batch|execute_values|fetch\w*|wait_select)$",
+        r"(^|/)psycopg2/(extras|extensions|__init__|pool)\.py$"),
     _py("socket-read", "a database server's reply", "PyMySQL `_read_packet`",
         r"^(\w+\.)?(_read_bytes|_read_packet|read_packet|_read_query_result|_read_ok_packet)$", r"(^|/)pymysql/connections\.py$"),
     _py("socket-read", "a database server's reply", "mysql.connector `recv`", r"^(\w+\.)?(recv|recv_plain|recv_compressed|_recv_chunk)$",

@@ -85,7 +85,7 @@ KNOWN_MISSES = {
     "md_drain_audit_tasks_busy_loop_gil": "unknown",
     "md_vllm_ple_offload_cuda_graph_warmup": "vllm-cuda-graph-replay",
     "prunemate_29_pyspy_worker_logging_fork": "unknown",
-    "psycopg2_703_condensed_rollback_mutex": "unknown",
+    "psycopg2_703_condensed_rollback_mutex": "socket-read",
     "ray_26414_gdb_actor_failed_absl_mutex": "unknown",
     "rich_927": "unknown",
     "xpra_55_gdb_py2_gil_xsendevent": "all-idle",

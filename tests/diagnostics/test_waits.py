@@ -37,6 +37,8 @@ def _thread(*frames: Frame, name: str = "MainThread") -> ThreadDump:
 PRIMITIVE_STACKS = [
     # database clients waiting for their server's reply
     ([_py("wait", SITE + "psycopg/connection.py")], "socket-read"),
+    ([_py("do_execute", SITE + "sqlalchemy/engine/default.py"), _py("_execute_context", SITE + "sqlalchemy/engine/base.py")], "socket-read"),
+    ([_py("execute_values", SITE + "psycopg2/extras.py")], "socket-read"),
     ([_py("_read_bytes", SITE + "pymysql/connections.py"), _py("_read_packet", SITE + "pymysql/connections.py")], "socket-read"),
     # an SSH client (paramiko's transport thread, a client waiting for the server's reply)
     ([_py("read_all", SITE + "paramiko/packet.py"), _py("read_message", SITE + "paramiko/packet.py")], "socket-read"),
