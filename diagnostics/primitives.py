@@ -205,6 +205,11 @@ PRIMITIVES: tuple[Primitive, ...] = (
          r"libur_adapter_level_zero\.so|libascendcl\.so|libruntime\.so|libmusa\.so|libmusart\.so|nvcuda\.dll|amdhip64\.dll)"),
     _py("cuda-synchronize-wait", "the GPU", "`torch.cuda.synchronize`", r"(^|\.)synchronize$",
         r"(torch/(cuda|xpu|npu|musa|mps)/|torch_npu/npu/|deepspeed/accelerator/)"),
+    # JAX: a device-to-host copy (print, np.asarray, float() of an Array) or block_until_ready
+    # waits for every computation queued before it on the device (GPU, TPU or XLA's CPU).
+    _py("cuda-synchronize-wait", "the device (JAX)", "JAX `Array._value` / `block_until_ready`",
+        r"^(\w+\.)?(_value|block_until_ready|_single_device_array_to_np_array\w*|__array__|copy_to_host_async|_check_if_deleted_and_block)$",
+        r"(^|/)jax/_src/(array|api|basearray|dispatch)\.py$"),
     _py("cuda-synchronize-wait", "the GPU", "`Event.synchronize`", r"^(Event|Stream)\.synchronize$|^(Event|Stream)\.wait$", None),
     # --- Ray --------------------------------------------------------------------------------------
     _py("ray-get-wait", "a Ray task or actor", "`ray.get`", r"^(get|wait)$", r"ray/(_private/)?worker\.py$", level="call"),

@@ -39,6 +39,8 @@ PRIMITIVE_STACKS = [
     ([_py("wait", SITE + "psycopg/connection.py")], "socket-read"),
     ([_py("do_execute", SITE + "sqlalchemy/engine/default.py"), _py("_execute_context", SITE + "sqlalchemy/engine/base.py")], "socket-read"),
     ([_py("execute_values", SITE + "psycopg2/extras.py")], "socket-read"),
+    # JAX copying a result to the host waits for the device
+    ([_py("_value", SITE + "jax/_src/array.py"), _py("__array__", SITE + "jax/_src/array.py")], "cuda-synchronize-wait"),
     ([_py("_read_bytes", SITE + "pymysql/connections.py"), _py("_read_packet", SITE + "pymysql/connections.py")], "socket-read"),
     # an SSH client (paramiko's transport thread, a client waiting for the server's reply)
     ([_py("read_all", SITE + "paramiko/packet.py"), _py("read_message", SITE + "paramiko/packet.py")], "socket-read"),
