@@ -180,6 +180,9 @@ IPY_SOURCE = re.compile(r"^(?:-{0,12}>\s{0,4})?\d{1,7}(?:\s|$)")
 # The caption a stack-dumping helper prints before each thread's traceback.format_stack
 # ("# Thread: MainThread(140735)", "Thread worker-1 (1234):").
 CAPTION_THREAD = re.compile(r"(?i)^[#=*\s-]{0,6}thread\b[:#\s]{0,3}[\"']?([A-Za-z_][\w.-]{0,60})")
+# A Thread object's repr as the caption ("print(t)" before its stack):
+# "<Thread(Worker-1, started daemon 140234)>", "<_MainThread(MainThread, started 140111)>".
+THREAD_REPR = re.compile(r"^<\w{0,40}Thread\(([^,()<>\n]{1,100}), (?:started|initial|stopped)\b[^()<>\n]{0,60}\)>:?$")
 # The line that ends a Python traceback: "KeyboardInterrupt", "RuntimeError: ...".
 EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200}(?:Error|Exception|Interrupt|Exit|Warning|Timeout))\b:?")
 # A process printing its own stacks: the printing code, then the signal handler that called it.

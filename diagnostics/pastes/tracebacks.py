@@ -17,7 +17,7 @@ import re
 from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.frames import single_frame
 from hangwatch.diagnostics.pastes.patterns import (
-    BANNER_THREAD, CAPTION_THREAD, EXCEPTION_LINE, IPY_CELL, IPY_FRAME, IPY_OLD_FRAME, IPY_SOURCE,
+    BANNER_THREAD, CAPTION_THREAD, THREAD_REPR, EXCEPTION_LINE, IPY_CELL, IPY_FRAME, IPY_OLD_FRAME, IPY_SOURCE,
     IPY_TB_START, MAX_FRAMES, MAX_THREADS, PDB_FRAME, PYTEST_DEF, PYTEST_LOCATION, RECENT_FIRST, SOURCE_CALL,
     TRACEBACK_FRAME, WITH_LOCK, C_STACK_DUMPER, C_STACK_FRAME, C_STACK_HEAD,
 )
@@ -43,7 +43,7 @@ def _ipython_frame(s: str) -> Frame | None:
 
 def start_traceback(b: Builder, lines: int) -> None:
     b.tb_ipython = False
-    m = CAPTION_THREAD.match(b.prev_text) if len(b.prev_text) < 200 else None
+    m = (THREAD_REPR.match(b.prev_text) or CAPTION_THREAD.match(b.prev_text)) if len(b.prev_text) < 200 else None
     b.tb_caption = m.group(1) if m else ""
     b.tb_frames, b.tb_lines = [], lines
 
@@ -129,10 +129,12 @@ def end_traceback(b: Builder, keep: bool, error: bool = False) -> None:
         b.traceback_thread("MainThread", frames, blocked_call(frames, b.tb_source))
     else:
         b.report.skipped += b.tb_lines
-        if frames and not error and not b.tb_caption:
+        if frames and not error:
             # Cut before its exception line: the call on the innermost source line (a
-            # join, a wait, a lock's acquire) is the innermost visible blocking call. (A
-            # captioned thread of a format_stack dump is whole: its last line is no cut.)
+            # join, a wait, a lock's acquire) is the innermost visible blocking call. A
+            # captioned thread of a format_stack dump is whole, and its innermost line is
+            # where it runs: a C call there (a lock's acquire, a sleep) shows no frame of
+            # its own, so the thread is blocked in it all the same.
             frames = frames + blocked_call(frames, b.tb_source)
         if frames and len(b.tb_pending) < MAX_THREADS:
             # An error's traceback too: a paste whose only frames are in one (the
@@ -161,7 +163,8 @@ def banner_thread(b: Builder, frames: list[Frame]) -> None:
         b.traceback_thread("", frames)  # the paste starts below that thread's banner
         return
     b.start_thread(banner[0], "unknown", banner[1])
-    b.add_frames(list(reversed(frames)))  # outermost first, like a traceback
+    # outermost first, like a traceback; a C call on its innermost line has no frame of its own
+    b.add_frames(blocked_call(frames, b.tb_source) + list(reversed(frames)))
 
 
 def end_pdb(b: Builder) -> None:

@@ -186,3 +186,23 @@ def test_a_signal_handler_on_top_of_a_traceback_gives_way_to_the_code_it_interru
             'SystemExit: 1\n')
     assert _threads(text) == [["readinto", "api"]]
     assert text_verdict(tmp_path, text) == "socket-read"
+
+
+def test_a_captioned_format_stack_thread_blocked_in_a_c_call_on_its_last_line(tmp_path):
+    """A whole format_stack dump (a Thread object's repr as each caption): the lock entered on
+    a thread's innermost line is its acquire, and the join in the main thread names it."""
+    text = ("<Thread(Worker-1, started daemon 140234)>\n"
+            '  File "/usr/lib/python3.11/threading.py", line 995, in _bootstrap\n'
+            "    self._bootstrap_inner()\n"
+            '  File "/app/w.py", line 12, in run\n'
+            "    with self._lock:\n"
+            "\n"
+            "<_MainThread(MainThread, started 140111)>\n"
+            '  File "/app/main.py", line 20, in <module>\n'
+            "    t.join()\n"
+            '  File "/usr/lib/python3.11/threading.py", line 1112, in join\n'
+            "    self._wait_for_tstate_lock()\n")
+    threads = [(t.name, [f.function for f in t.frames]) for p in read_text(text).processes for t in p.threads]
+    assert threads[0] == ("Worker-1", ["self._lock.acquire", "run", "_bootstrap"])
+    assert threads[1][0] == "MainThread"
+    assert text_verdict(tmp_path, text) == "lock-wait"
