@@ -439,6 +439,11 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
         if gil is not None and t.frames and t.frames[0].native:
             t, frozen = gil[0], gil[1]
             wait = wait_of(t)
+    if wait is not None and not wait.weak and wait.category in WAITS_ON_A_THREAD:
+        held = _lock_waiter(t, [], workers, signatures)
+        if held is not None:
+            ht, hfrozen, hsig, hframes = held
+            return ProcessVerdict(series, "stalled", hsig, ht, hframes, hfrozen, False, "", ((ht, hsig, hframes),), source)
     if wait is not None and not wait.weak:
         # No signature names a cause, but the thread sits in a known blocking call: that
         # call's family is the verdict (a file lock, a child process, a queue...), with the
