@@ -114,6 +114,7 @@ class Builder:
     # source shown above the next location line, the ">" line of that source, and the
     # innermost ">" line once its location came
     pytest_frames: list[Frame] | None = None
+    pytest_short_open: bool = False  # a --tb=short frame's source line may follow
     pytest_def: str = ""
     pytest_marker: str = ""
     pytest_source: str = ""

@@ -173,6 +173,9 @@ IPY_FRAME = re.compile(r"^File (\S.{0,1000}?):(\d{1,7}), in ([^\s(]{1,300})(?:\(
 # pytest's long traceback: each frame is its source, the line it was in marked with ">",
 # then its location "path.py:123: " (an exception name after it on the innermost one).
 PYTEST_LOCATION = re.compile(r"^((?:[A-Za-z]:)?[^\s:]{1,1000}\.pyx?):(\d{1,7}):(?: ([\w.]{1,200}))?$")
+# pytest's short traceback (--tb=short, and its default for conftest errors): "path.py:123: in func",
+# the frame's source line under it; outermost first.
+PYTEST_SHORT = re.compile(r"^((?:[A-Za-z]:)?[^\s:]{1,1000}\.pyx?):(\d{1,7}): in ([^\s()]{1,300})$")
 PYTEST_DEF = re.compile(r"^(?:async\s{1,4})?def ([A-Za-z_]\w{0,200})\(")
 IPY_OLD_FRAME = re.compile(r"^(\S{1,1000}\.pyx?) in ([^\s(]{1,300})(?:\(.{0,3000}\)?)?\s*$")
 IPY_CELL = re.compile(r"^(?:Cell In ?\[(\d{1,7})\], line (\d{1,7})(?:, in ([^\s(]{1,300}).{0,3000})?|<ipython-input-(\d{1,7})-\w{0,40}> in ([^\s(]{1,300}).{0,3000})\s*$")

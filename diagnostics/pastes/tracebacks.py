@@ -18,7 +18,7 @@ from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.frames import single_frame
 from hangwatch.diagnostics.pastes.patterns import (
     BANNER_THREAD, CAPTION_THREAD, THREAD_REPR, EXCEPTION_LINE, IPY_CELL, IPY_FRAME, IPY_OLD_FRAME, IPY_SOURCE,
-    IPY_TB_START, MAX_FRAMES, MAX_THREADS, PDB_FRAME, PYTEST_DEF, PYTEST_LOCATION, RECENT_FIRST, SOURCE_CALL,
+    IPY_TB_START, MAX_FRAMES, MAX_THREADS, PDB_FRAME, PYTEST_DEF, PYTEST_SHORT, PYTEST_LOCATION, RECENT_FIRST, SOURCE_CALL,
     TRACEBACK_FRAME, WITH_LOCK, C_STACK_DUMPER, C_STACK_FRAME, C_STACK_HEAD,
 )
 from hangwatch.diagnostics.stacks import Frame
@@ -310,6 +310,11 @@ def pytest_lines(b: Builder, ln: Line) -> bool:
     ``E   Error: ...`` lines and the ``_ _ _`` separators. A ``def`` line is noted and read on."""
     s = ln.s
     first = ln.first
+    if b.pytest_short_open:
+        b.pytest_short_open = False
+        if ln.line[:1] in " \t" and not PYTEST_SHORT.match(s) and first != "E":
+            b.pytest_source = s  # the source line under a --tb=short frame
+            return True
     if first == ">" and len(s) > 2 and s[1] == " ":
         b.pytest_marker = s[1:].strip()
         return True
@@ -317,13 +322,23 @@ def pytest_lines(b: Builder, ln: Line) -> bool:
         md = PYTEST_DEF.match(s)
         if md is not None:
             b.pytest_def = md.group(1)
-        return False
+            return False
     if b.pytest_frames is not None:
         if first == "E" and (len(s) == 1 or s[1] == " "):
             if "KeyboardInterrupt" in s or "Timeout" in s:
                 b.pytest_interrupted = True
             return True
         if first == "_" and set(s) <= {"_", " "}:
+            return True
+    if ": in " in s and ".py" in s:
+        ms = PYTEST_SHORT.match(s)
+        if ms is not None:
+            if b.pytest_frames is None:
+                b.pytest_frames = []
+            if len(b.pytest_frames) < MAX_FRAMES:
+                b.pytest_frames.append(Frame(ms.group(3), ms.group(1).replace("\\", "/"), int(ms.group(2))))
+            b.pytest_source, b.pytest_marker, b.pytest_def = "", "", ""
+            b.pytest_short_open = True
             return True
     if (s[-1] == ":" or ": " in s) and ".py" in s:
         m = PYTEST_LOCATION.match(s)

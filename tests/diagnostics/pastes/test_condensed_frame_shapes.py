@@ -206,3 +206,14 @@ def test_a_captioned_format_stack_thread_blocked_in_a_c_call_on_its_last_line(tm
     assert threads[0] == ("Worker-1", ["self._lock.acquire", "run", "_bootstrap"])
     assert threads[1][0] == "MainThread"
     assert text_verdict(tmp_path, text) == "lock-wait"
+
+
+def test_pytests_short_traceback_is_read_outermost_first_with_its_source_lines(tmp_path):
+    text = ("____________________________ test_hang ____________________________\n"
+            "tests/test_x.py:12: in test_hang\n"
+            "    worker.join()\n"
+            "app/worker.py:40: in join\n"
+            "    os.waitpid(self.pid, 0)\n"
+            "E   Failed: Timeout >10.0s\n")
+    assert _threads(text) == [["os.waitpid", "join", "test_hang"]]
+    assert text_verdict(tmp_path, text) == "subprocess-wait"
