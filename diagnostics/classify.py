@@ -30,9 +30,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from hangwatch.diagnostics.signatures import Signature, ThreadLines
+from hangwatch.diagnostics.signatures import Signature, ThreadLines, find
 from hangwatch.diagnostics.stacks import Frame, ProcessSeries, ThreadDump
-from hangwatch.diagnostics.waits import family_signature, outranks_wrapper, refine, wait_of
+from hangwatch.diagnostics.waits import family_signature, forked_in_logging, outranks_wrapper, refine, wait_of
 
 UNKNOWN_TITLE = "No known signature matched"
 UNKNOWN_ADVICE = (
@@ -451,6 +451,11 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
         fam = family_signature(wait.category, signatures)
         evidence = t.telling_frames() or wait.frames
         return ProcessVerdict(series, "stalled", fam, t, evidence, frozen, False, "", ((t, fam, evidence),), source)
+    if forked_in_logging(t):
+        inherited = find(tuple(signatures), "fork-inherited-lock")
+        if inherited is not None:
+            evidence = t.telling_frames() or t.frames[:3]
+            return ProcessVerdict(series, "stalled", inherited, t, evidence, frozen, False, "", ((t, inherited, evidence),), source)
     if not t.telling_frames(limit=1):
         native = t.native_telling_frames()
         if native:  # blocked in libcuda/libnccl/an extension with no signature: not idle

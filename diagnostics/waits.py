@@ -337,3 +337,21 @@ def outranks_wrapper(thread: ThreadDump, evidence: Sequence[Frame]) -> bool:
     # a collective) makes the wait the model's own.
     inside = {id(f) for f in thread.frames[:w.depth + 1]}
     return bool(evidence) and not any(id(f) in inside for f in evidence)
+
+
+#: Where a prefork server's worker starts: the frame that forked it stays at the bottom of the
+#: child's stack (gunicorn's arbiter.spawn_worker, multiprocessing's popen_fork._launch).
+_FORK_POINT = re.compile(r"^(spawn_worker|_launch|fork_processes|_fork_worker)$")
+_FORK_FILE = re.compile(r"(^|/)(gunicorn/arbiter|multiprocessing/popen_fork|tornado/process)\.py$")
+#: logging's own frames that run under a handler's lock or take it.
+_LOGGING_LOCKED = re.compile(r"^(\w+\.)?(emit|handle|flush|acquire|_acquireLock|__enter__|callHandlers)$")
+
+
+def forked_in_logging(thread: ThreadDump) -> bool:
+    """The thread is a forked worker (its stack starts at the frame that forked it) whose
+    innermost Python frame is logging's own, under a handler's or a stream's lock: a lock
+    another thread of the parent held at the fork, never released in the child."""
+    inner = next((f for f in thread.frames if not f.native), None)
+    if inner is None or _LOGGING_LOCKED.search(inner.function) is None or not inner.file.replace("\\", "/").endswith("logging/__init__.py"):
+        return False
+    return any(_FORK_POINT.search(f.function) and _FORK_FILE.search(f.file.replace("\\", "/")) for f in thread.frames)

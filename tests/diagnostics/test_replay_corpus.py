@@ -84,7 +84,6 @@ KNOWN_MISSES = {
     "lightning_11267_pystack_ckpt_broadcast": "unknown",
     "md_drain_audit_tasks_busy_loop_gil": "unknown",
     "md_vllm_ple_offload_cuda_graph_warmup": "vllm-cuda-graph-replay",
-    "prunemate_29_pyspy_worker_logging_fork": "unknown",
     "psycopg2_703_condensed_rollback_mutex": "socket-read",
     "ray_26414_gdb_actor_failed_absl_mutex": "unknown",
     "rich_927": "unknown",

@@ -490,3 +490,13 @@ def test_a_thread_waiting_for_the_gil_names_a_main_thread_blocked_in_native_code
                      _c("on_event", "/app/ext.so"), name="Thread-2")
     c = _classify(main, waiter)
     assert c is not None and c.signature_id == "gil-deadlock"
+
+
+def test_a_forked_worker_stuck_in_loggings_own_code_inherited_its_lock():
+    worker = _thread(_py("emit", STDLIB + "logging/__init__.py"), _py("handle", STDLIB + "logging/__init__.py"),
+                     _py("init_process", SITE + "gunicorn/workers/base.py"), _py("spawn_worker", SITE + "gunicorn/arbiter.py"))
+    c = _classify(worker)
+    assert c is not None and c.signature_id == "fork-inherited-lock"
+    # the same logging call in a process that was not forked is no inherited lock
+    c = _classify(_thread(_py("emit", STDLIB + "logging/__init__.py"), _py("handle", STDLIB + "logging/__init__.py"), USER))
+    assert c is None or c.signature_id != "fork-inherited-lock"
