@@ -430,6 +430,15 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
     if not workers:
         return ProcessVerdict(series, "idle", None, t, (), frozen, False, "only helper threads", (), source)
     wait = wait_of(t)
+    if wait is None and t.telling_frames(limit=1) and t.active is not True and not t.owns_gil:
+        # The deciding thread shows no wait of its own (in a C call py-spy does not show, or
+        # a paste with no state; one py-spy calls active runs Python and decides) while another
+        # thread of the process waits on a lock: that lock wait says more (a lock the deciding
+        # thread holds while it waits for that thread).
+        held = _lock_waiter(t, [], workers, signatures)
+        if held is not None:
+            ht, hfrozen, hsig, hframes = held
+            return ProcessVerdict(series, "stalled", hsig, ht, hframes, hfrozen, False, "", ((ht, hsig, hframes),), source)
     if wait is None or wait.weak or wait.category == "lock-wait":
         # Another thread of the process waits to take the GIL while this one shows no wait of
         # its own or blocks in native code (a mutex, a condition) with the GIL held: the GIL

@@ -312,6 +312,8 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("event-wait", "an Event or Condition", "`threading` `wait`", r"^(Condition\.|Event\.|Barrier\.)?(wait|wait_for|_wait)$", r"(^|/)threading\.py$"),
     _py("lock-wait", "a lock", "`threading` `acquire`", r"^(\w+\.)?(acquire|__enter__)$", r"(^|/)threading\.py$"),
     _py("gil-deadlock", "the GIL", "waiting for the GIL", r"^<waiting for the GIL>$", None),
+    # logging's module lock (taken by every logger's isEnabledFor cache, dictConfig, addHandler).
+    _py("lock-wait", "logging's module lock", "logging `_acquireLock`", r"^(_acquireLock|_acquireModuleLock)$", None),
     # A lock class's own acquire (tqdm's, logging's Handler.acquire): the C lock under it is not shown.
     _py("lock-wait", "a lock", "`acquire`", r"^(\w+\.)?acquire$", None),
     # --- the call on a Ctrl-C traceback's innermost source line ------------------------------------

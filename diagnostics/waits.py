@@ -164,6 +164,9 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
     caller: Frame | None = None
     driver_thread: bool | None = None
     for i, f in enumerate(frames):
+        if matched and not f.native and _LOGGING_CALL.search(f.function) and _LOGGING_FILE.search(f.file):
+            caller = f  # a logging call made inside a library's wait: the wait under it is the logging call's own
+            break
         p = primitive_of(f)
         if p is not None and p.level == "driver":
             if driver_thread is None:
@@ -219,6 +222,9 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
     return Wait(category, what, tuple(labels), tuple(f for _, f, _ in matched), caller, cut, stop)
 
 
+#: A logging call: what waits under it (its lock) is the call's, whatever library made it.
+_LOGGING_CALL = re.compile(r"^(\w+\.)?(debug|info|warning|warn|error|exception|critical|log|_log|isEnabledFor|handle|callHandlers)$")
+_LOGGING_FILE = re.compile(r"(^|/)logging/(__init__|init)\.py$")
 #: torch's accelerator backends (and the vendors' own torch plugins): a C library wait they
 #: call is the device's.
 _ACCELERATOR_BACKEND = re.compile(r"(^|/)(libtorch_npu|libtorch_xpu|libtorch_musa|libc10_npu|libc10_xpu|libtorch_gcu|libtorch_mlu)[\w.-]{0,40}\.so")

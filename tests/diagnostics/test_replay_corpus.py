@@ -51,7 +51,6 @@ KNOWN_MISSES = {
     "gh-cpython_120696_macos-sample-tsan-faulthandler": "unknown",
     "gh-fastai_1589_long-token-processpool-hang": "queue-wait",
     "gh-hf-hub_2399_softfilelock-exit-join": "shutdown-join",
-    "gh-logtail-python_37_dictconfig-flush-logging-lock": "socket-read",
     "gh-pythonfutures_52_process-pool-condition-wait": "lock-wait",
     "gh-pytorch_53395_lightning-rendezvous-tcpstore-trace": "unknown",
     "gh-pytorch_58239_future-mutex-gil-inversion": "unknown",

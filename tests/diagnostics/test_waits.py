@@ -39,6 +39,8 @@ PRIMITIVE_STACKS = [
     ([_py("wait", SITE + "psycopg/connection.py")], "socket-read"),
     ([_py("do_execute", SITE + "sqlalchemy/engine/default.py"), _py("_execute_context", SITE + "sqlalchemy/engine/base.py")], "socket-read"),
     ([_py("execute_values", SITE + "psycopg2/extras.py")], "socket-read"),
+    # logging's module lock
+    ([_py("_acquireLock", STDLIB + "logging/__init__.py")], "lock-wait"),
     # JAX copying a result to the host waits for the device
     ([_py("_value", SITE + "jax/_src/array.py"), _py("__array__", SITE + "jax/_src/array.py")], "cuda-synchronize-wait"),
     ([_py("_read_bytes", SITE + "pymysql/connections.py"), _py("_read_packet", SITE + "pymysql/connections.py")], "socket-read"),
@@ -500,3 +502,19 @@ def test_a_forked_worker_stuck_in_loggings_own_code_inherited_its_lock():
     # the same logging call in a process that was not forked is no inherited lock
     c = _classify(_thread(_py("emit", STDLIB + "logging/__init__.py"), _py("handle", STDLIB + "logging/__init__.py"), USER))
     assert c is None or c.signature_id != "fork-inherited-lock"
+
+
+def test_a_logging_call_inside_a_librarys_wait_waits_on_loggings_lock():
+    """urllib3 logging a debug line while it makes a request: the thread waits on logging's
+    lock, not on the socket the request will read."""
+    w = wait_of(_thread(_py("_acquireLock", STDLIB + "logging/__init__.py"), _py("isEnabledFor", STDLIB + "logging/__init__.py"),
+                        _py("debug", STDLIB + "logging/__init__.py"), _py("_make_request", SITE + "urllib3/connectionpool.py"), USER))
+    assert w is not None and w.category == "lock-wait"
+
+
+def test_a_main_thread_with_no_visible_wait_gives_way_to_a_thread_waiting_on_a_lock():
+    main = _thread(_py("flush", "/app/flusher.py"), USER)
+    worker = _thread(_py("_acquireLock", STDLIB + "logging/__init__.py"), _py("step", "/app/flusher.py"),
+                     _py("run", STDLIB + "threading.py"), name="Thread-1")
+    c = _classify(main, worker)
+    assert c is not None and c.signature_id == "lock-wait"
