@@ -109,6 +109,7 @@ class Builder:
     tb_lines: int = 0
     tb_indent: int = 0
     tb_source: str = ""  # the source line under the traceback's innermost frame so far
+    tb_sources: list[str] = field(default_factory=list)  # each frame's source line (outermost first)
     tb_caption: str = ""
     # pytest's long traceback: its frames so far (outermost first), the function of the
     # source shown above the next location line, the ">" line of that source, and the

@@ -55,6 +55,8 @@ def traceback_line(b: Builder, s: str, line: str) -> bool:
     if m:
         if b.tb_frames is not None and len(b.tb_frames) < MAX_FRAMES:
             b.tb_frames.append(Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2))))
+            if len(b.tb_sources) < len(b.tb_frames):
+                b.tb_sources.extend([""] * (len(b.tb_frames) - len(b.tb_sources)))
         b.tb_lines += 1
         b.tb_source = ""
         b.tb_indent = len(line) - len(line.lstrip())
@@ -74,6 +76,7 @@ def traceback_line(b: Builder, s: str, line: str) -> bool:
         # line in backticks, a chat tool trimming spaces): Python prints one under each frame.
         b.tb_lines += 1
         b.tb_source = s
+        _note_source(b, s)
         return True
     if b.tb_frames and len(line) - len(line.lstrip()) > b.tb_indent:
         one = single_frame(s) if "(" in s else None
@@ -81,6 +84,7 @@ def traceback_line(b: Builder, s: str, line: str) -> bool:
             b.tb_lines += 1  # the source line under a frame, or 3.11's ^^^^ markers
             if not b.tb_source and s[0] not in "^~":
                 b.tb_source = s
+                _note_source(b, s)
             return True
         # "wait (threading.py:320)": a py-spy frame after a cut traceback, not its source line
     m = EXCEPTION_LINE.match(s)
@@ -92,6 +96,36 @@ def traceback_line(b: Builder, s: str, line: str) -> bool:
         return not evidence
     end_traceback(b, keep=False)
     return False
+
+
+def _note_source(b: Builder, s: str) -> None:
+    if b.tb_frames and len(b.tb_sources) >= len(b.tb_frames) and not b.tb_sources[len(b.tb_frames) - 1]:
+        b.tb_sources[len(b.tb_frames) - 1] = s
+
+
+def _top_package(path: str) -> str:
+    """"ray" for ".../site-packages/ray/_private/worker.py" (see waits._package)."""
+    path = path.replace("\\", "/")
+    for marker in ("site-packages/", "dist-packages/"):
+        i = path.rfind(marker)
+        if i != -1:
+            return path[i + len(marker):].split("/", 1)[0]
+    return ""
+
+
+def library_call(frames: list[Frame], sources: list[str]) -> list[Frame]:
+    """A traceback cut inside a library's own wrappers ("info = ray.get(future)", then
+    ray's decorators, then the cut): the blocking call an outer frame's line makes into that
+    library, when every frame inside it is the library's. Empty when none is."""
+    for k in range(len(frames) - 2, max(-1, len(frames) - 8), -1):
+        calls = source_call(sources[k]) if k < len(sources) else []
+        if not calls or primitive_of(calls[0]) is None:
+            continue
+        root = calls[0].function.split(".", 1)[0]
+        if all(_top_package(f.file) == root for f in frames[k + 1:]):
+            return calls
+        return []
+    return []
 
 
 def source_call(source: str) -> list[Frame]:
@@ -118,6 +152,7 @@ def blocked_call(frames: list[Frame], source: str) -> list[Frame]:
 
 def end_traceback(b: Builder, keep: bool, error: bool = False) -> None:
     frames, b.tb_frames = b.tb_frames, None
+    sources, b.tb_sources = b.tb_sources, []
     if frames is None:
         return
     if b.banner is not None and frames:
@@ -134,8 +169,9 @@ def end_traceback(b: Builder, keep: bool, error: bool = False) -> None:
             # join, a wait, a lock's acquire) is the innermost visible blocking call. A
             # captioned thread of a format_stack dump is whole, and its innermost line is
             # where it runs: a C call there (a lock's acquire, a sleep) shows no frame of
-            # its own, so the thread is blocked in it all the same.
-            frames = frames + blocked_call(frames, b.tb_source)
+            # its own, so the thread is blocked in it all the same. Cut inside a library's
+            # wrappers, the call an outer line makes into that library is.
+            frames = frames + (blocked_call(frames, b.tb_source) or library_call(frames, sources))
         if frames and len(b.tb_pending) < MAX_THREADS:
             # An error's traceback too: a paste whose only frames are in one (the
             # TimeoutError a hung RPC ended in, the DistBackendError of a barrier that

@@ -56,7 +56,6 @@ KNOWN_MISSES = {
     "gh-pytorch_58239_future-mutex-gil-inversion": "unknown",
     "gh-ray_1049_actor-sysexit-get-hangs": "unknown",
     "gh-ray_29576_actor-sigabrt-driver-hang": "refused",
-    "gh-ray_59339_force-kill-actor-sample-thread-get": "unknown",
     "gh-returnn_1497_nondaemonic-spawn-waitpid": "unknown",
     "gh-returnn_1499_main-proc-exit-pyspy": "unknown",
     "gh-tczhangzhi-pytorch-distributed_18_spawn-store-barrier-timeout": "all-idle",

@@ -217,3 +217,18 @@ def test_pytests_short_traceback_is_read_outermost_first_with_its_source_lines(t
             "E   Failed: Timeout >10.0s\n")
     assert _threads(text) == [["os.waitpid", "join", "test_hang"]]
     assert text_verdict(tmp_path, text) == "subprocess-wait"
+
+
+def test_a_traceback_cut_inside_a_librarys_wrappers_names_the_call_made_into_it(tmp_path):
+    text = ('Traceback (most recent call last):\n'
+            '  File "/app/driver.py", line 567, in sample\n'
+            '    info = ray.get(future)\n'
+            '  File "/venv/lib/python3.12/site-packages/ray/_private/auto_init_hook.py", line 21, in auto_init_wrapper\n'
+            '    return fn(*args, **kwargs)\n'
+            '  File "/venv/lib/python3.12/site-packages/ray/_private/client_mode_hook.py", line 103, in wrapper\n'
+            '    return func(*args, **kwargs)\n'
+            '  File "/venv/lib/pyth\n')
+    assert text_verdict(tmp_path, text) == "ray-get-wait"
+    # a call of the program's own object ("self.pool.get") names no library: no call is made up
+    own = text.replace("ray.get(future)", "self.pool.get(future)")
+    assert text_verdict(tmp_path, own) != "ray-get-wait"
