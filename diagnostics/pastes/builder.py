@@ -140,6 +140,9 @@ class Builder:
     error_tb_line: int = -10  # the line on which the last error traceback ended
     pdb: list[Frame] | None = None  # pdb's "where", outermost first
     pdb_source: str = ""  # the source line under its last frame so far
+    # `python -m trace --trace`: the lines run so far, (file, line, source, function), last kept
+    pytrace: list[tuple[str, int, str, str]] | None = None
+    pytrace_function: str = ""
     # faulthandler's C stack of the current thread (Python 3.14): the thread it goes into, and
     # where its next frame goes (C frames are under the Python frames already read)
     c_stack: ThreadDraft | None = None

@@ -152,6 +152,11 @@ C_STACK_HEAD = re.compile(r"^Current thread's C stack trace \(most recent call f
 C_STACK_FRAME = re.compile(r'^Binary file "([^"\n]{1,1000})", at ([^\s+\[]{0,300})(?:[+-]0x[0-9a-fA-F]{1,16})?(?: \[0x[0-9a-fA-F]{1,16}\])?\s*$')
 #: The dumping code's own C frames at the top of that stack.
 C_STACK_DUMPER = re.compile(r"^(_Py_DumpStack|_Py_Dump\w+|faulthandler_\w+|_Py_FatalError\w*|fatal_error\w*|_Py_backtrace\w*)$")
+# `python -m trace --trace`: "rendezvous.py(188):         return TCPStore(" per line run, and
+# " --- modulename: rendezvous, funcname: _create_c10d_store" on each call. The last lines are
+# where the process stopped.
+PYTRACE_LINE = re.compile(r"^([\w.<>-]{1,200}\.pyx?)\((\d{1,7})\): (.{0,2000})$")
+PYTRACE_CALL = re.compile(r"^--- modulename: [\w.<>-]{1,200}, funcname: ([\w<>.-]{1,200})$")
 RECENT_FIRST = re.compile(r"^Traceback \(most recent call (first|last)\):?\s*$")
 # A thread's banner above its traceback-style stack (outermost first): pytest-timeout's
 # "~~~~ Stack of MainThread (1399...) ~~~~" and the hanging_threads package's

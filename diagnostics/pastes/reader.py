@@ -136,6 +136,7 @@ STEPS: tuple[tuple[str | None, Step], ...] = (
     (ANY, pyspy_text.header),
     (ANY, pyspy_text.locals_block),
     ("(", pyspy_text.pystack_frame),
+    (ANY, tracebacks.pytrace),
     (ANY, _flattened),
     (ANY, _frame_or_text),
 )

@@ -22,7 +22,7 @@ from hangwatch.diagnostics.pastes.tracebacks import blocked_call
 from hangwatch.diagnostics.pastes.patterns import (
     DUMPER, HANDLER, MAX_PROCESSES, SIGNAL_HANDLER,
 )
-from hangwatch.diagnostics.pastes.tracebacks import end_pdb, end_pytest, end_traceback
+from hangwatch.diagnostics.pastes.tracebacks import end_pdb, end_pytest, end_pytrace, end_traceback
 from hangwatch.diagnostics.pastes.unwrap import StreamKey
 from hangwatch.diagnostics.stacks import Frame, ProcessDump, ThreadDump
 from hangwatch.diagnostics.waits import wait_of
@@ -56,6 +56,7 @@ def _close_open_blocks(b: Builder) -> None:
     end_arrow(b)
     end_pdb(b)
     end_pytest(b)
+    end_pytrace(b)
     end_graph(b)
     if b.numbered:
         numbered_line(b, "")  # a C++ traceback that ends the paste

@@ -19,7 +19,7 @@ from hangwatch.diagnostics.pastes.frames import single_frame
 from hangwatch.diagnostics.pastes.patterns import (
     BANNER_THREAD, CAPTION_THREAD, THREAD_REPR, EXCEPTION_LINE, IPY_CELL, IPY_FRAME, IPY_OLD_FRAME, IPY_SOURCE,
     IPY_TB_START, MAX_FRAMES, MAX_THREADS, PDB_FRAME, PYTEST_DEF, PYTEST_SHORT, PYTEST_LOCATION, RECENT_FIRST, SOURCE_CALL,
-    TRACEBACK_FRAME, WITH_LOCK, C_STACK_DUMPER, C_STACK_FRAME, C_STACK_HEAD,
+    TRACEBACK_FRAME, WITH_LOCK, PYTRACE_CALL, PYTRACE_LINE, C_STACK_DUMPER, C_STACK_FRAME, C_STACK_HEAD,
 )
 from hangwatch.diagnostics.stacks import Frame
 from hangwatch.diagnostics.waits import primitive_of
@@ -292,6 +292,41 @@ def c_stack(b: Builder, ln: Line) -> bool:
         t.frames.insert(b.c_stack_at, Frame(name, m.group(1).replace("\\", "/"), None, native=True))
         b.c_stack_at += 1
         b.report.frames += 1
+    return True
+
+
+def end_pytrace(b: Builder) -> None:
+    """The lines ``python -m trace`` printed last, as the frame the process stopped in,
+    with the blocking call one of its last lines makes (a statement may span lines)."""
+    run, b.pytrace = b.pytrace, None
+    if not run:
+        return
+    path, line, _, function = run[-1]
+    frame = Frame(function or "<unknown>", path, line)
+    call: list[Frame] = []
+    for _, _, source, _ in reversed(run[-3:]):
+        call = blocked_call([frame], source)
+        if call:
+            break
+    b.traceback_thread("", [frame], call)
+
+
+def pytrace(b: Builder, ln: Line) -> bool:
+    """A line of ``python -m trace --trace`` (see ``PYTRACE_LINE``); any other line ends the run."""
+    s = ln.s
+    m = PYTRACE_LINE.match(s) if "): " in s else None
+    if m is None:
+        mc = PYTRACE_CALL.match(s) if s[:3] == "---" else None
+        if mc is not None:
+            b.pytrace_function = mc.group(1)
+            return True
+        if b.pytrace is not None:
+            end_pytrace(b)
+        return False
+    if b.pytrace is None:
+        b.pytrace = []
+    b.pytrace.append((m.group(1), int(m.group(2)), m.group(3).strip(), b.pytrace_function))
+    del b.pytrace[:-3]
     return True
 
 

@@ -52,7 +52,6 @@ KNOWN_MISSES = {
     "gh-fastai_1589_long-token-processpool-hang": "queue-wait",
     "gh-hf-hub_2399_softfilelock-exit-join": "shutdown-join",
     "gh-pythonfutures_52_process-pool-condition-wait": "lock-wait",
-    "gh-pytorch_53395_lightning-rendezvous-tcpstore-trace": "unknown",
     "gh-pytorch_58239_future-mutex-gil-inversion": "unknown",
     "gh-ray_1049_actor-sysexit-get-hangs": "unknown",
     "gh-ray_29576_actor-sigabrt-driver-hang": "refused",

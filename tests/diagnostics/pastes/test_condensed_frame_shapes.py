@@ -232,3 +232,12 @@ def test_a_traceback_cut_inside_a_librarys_wrappers_names_the_call_made_into_it(
     # a call of the program's own object ("self.pool.get") names no library: no call is made up
     own = text.replace("ray.get(future)", "self.pool.get(future)")
     assert text_verdict(tmp_path, own) != "ray-get-wait"
+
+
+def test_the_last_lines_python_trace_printed_are_where_the_process_stopped(tmp_path):
+    text = (" --- modulename: client, funcname: fetch\n"
+            "client.py(40):         start = time.time()\n"
+            "client.py(41):         reply = urllib.request.urlopen(\n"
+            "client.py(42):             url, timeout=None)\n")
+    assert _threads(text) == [["urllib.request.urlopen", "fetch"]]
+    assert text_verdict(tmp_path, text) == "socket-read"
