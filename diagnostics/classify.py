@@ -30,9 +30,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from hangwatch.diagnostics.signatures import Signature, ThreadLines
+from hangwatch.diagnostics.signatures import Signature, ThreadLines, find
 from hangwatch.diagnostics.stacks import Frame, ProcessSeries, ThreadDump
-from hangwatch.diagnostics.waits import family_signature, outranks_wrapper, refine, wait_of
+from hangwatch.diagnostics.waits import family_signature, forked_in_logging, outranks_wrapper, refine, wait_of
 
 UNKNOWN_TITLE = "No known signature matched"
 UNKNOWN_ADVICE = (
@@ -411,6 +411,10 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
         found.sort(key=lambda x: (-x[2].priority, x[1] is not True, not is_main(x[0], pid), -len(x[3])))
         t, frozen, sig, frames = found[0]
         sig = refine(sig, t, signatures)
+        if sig.id in WAITS_ON_A_THREAD:
+            held = _lock_waiter(t, found, workers, signatures)
+            if held is not None:
+                t, frozen, sig, frames = held
         idle = next(c[2] for c in cands if c[0] is t).idle
         return ProcessVerdict(series, "stalled", sig, t, frames, frozen, idle is not None, idle.title if idle else "",
                               tuple((x[0], x[2], x[3]) for x in found[:50]), source)
@@ -426,6 +430,29 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
     if not workers:
         return ProcessVerdict(series, "idle", None, t, (), frozen, False, "only helper threads", (), source)
     wait = wait_of(t)
+    if wait is None and t.telling_frames(limit=1) and t.active is not True and not t.owns_gil:
+        # The deciding thread shows no wait of its own (in a C call py-spy does not show, or
+        # a paste with no state; one py-spy calls active runs Python and decides) while another
+        # thread of the process waits on a lock: that lock wait says more (a lock the deciding
+        # thread holds while it waits for that thread).
+        held = _lock_waiter(t, [], workers, signatures)
+        if held is not None:
+            ht, hfrozen, hsig, hframes = held
+            return ProcessVerdict(series, "stalled", hsig, ht, hframes, hfrozen, False, "", ((ht, hsig, hframes),), source)
+    if wait is None or wait.weak or wait.category == "lock-wait":
+        # Another thread of the process waits to take the GIL while this one shows no wait of
+        # its own or blocks in native code (a mutex, a condition) with the GIL held: the GIL
+        # waiter names the deadlock (the holder's native lock and the GIL taken in opposite
+        # orders), whose advice is the same from either side.
+        gil = next((c for c in cands if c[0] is not t and (w := wait_of(c[0])) is not None and w.category == "gil-deadlock"), None)
+        if gil is not None and t.frames and t.frames[0].native:
+            t, frozen = gil[0], gil[1]
+            wait = wait_of(t)
+    if wait is not None and not wait.weak and wait.category in WAITS_ON_A_THREAD:
+        held = _lock_waiter(t, [], workers, signatures)
+        if held is not None:
+            ht, hfrozen, hsig, hframes = held
+            return ProcessVerdict(series, "stalled", hsig, ht, hframes, hfrozen, False, "", ((ht, hsig, hframes),), source)
     if wait is not None and not wait.weak:
         # No signature names a cause, but the thread sits in a known blocking call: that
         # call's family is the verdict (a file lock, a child process, a queue...), with the
@@ -433,12 +460,41 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
         fam = family_signature(wait.category, signatures)
         evidence = t.telling_frames() or wait.frames
         return ProcessVerdict(series, "stalled", fam, t, evidence, frozen, False, "", ((t, fam, evidence),), source)
+    if forked_in_logging(t):
+        inherited = find(tuple(signatures), "fork-inherited-lock")
+        if inherited is not None:
+            evidence = t.telling_frames() or t.frames[:3]
+            return ProcessVerdict(series, "stalled", inherited, t, evidence, frozen, False, "", ((t, inherited, evidence),), source)
     if not t.telling_frames(limit=1):
         native = t.native_telling_frames()
         if native:  # blocked in libcuda/libnccl/an extension with no signature: not idle
             return ProcessVerdict(series, "unknown", None, t, native, frozen, False, "", (), source)
         return ProcessVerdict(series, "idle", None, t, (), frozen, False, "standard-library wait", (), source)
     return ProcessVerdict(series, "unknown", None, t, t.telling_frames(), frozen, False, "", (), source)
+
+
+#: A thread that waits for another thread of its process to end or to signal it: the other
+#: thread's wait is the cause when that thread waits on a lock.
+WAITS_ON_A_THREAD = frozenset(("thread-join", "event-wait"))
+#: Waits on a lock of some kind: held by a thread that will not release it.
+_LOCK_WAITS = frozenset(("lock-wait", "import-lock", "gil-deadlock", "file-lock-wait", "fork-inherited-lock"))
+
+
+def _lock_waiter(t: ThreadDump, found: list, workers: list, signatures: Sequence[Signature]) -> tuple | None:
+    """Another thread of the process that waits on a lock, when ``t`` joins a thread or
+    waits for an event (a join on a thread stuck in a lock-order deadlock, an event whose
+    setter waits for the import lock): that lock wait is why ``t`` waits. None when no
+    other thread waits on a lock."""
+    for x in found:
+        if x[0] is not t and refine(x[2], x[0], signatures).id in _LOCK_WAITS:
+            return x[0], x[1], refine(x[2], x[0], signatures), x[3]
+    for other, frozen, _facts in workers:
+        if other is t:
+            continue
+        w = wait_of(other)
+        if w is not None and not w.weak and w.category in _LOCK_WAITS:
+            return other, frozen, family_signature(w.category, signatures), other.telling_frames() or w.frames
+    return None
 
 
 def _rank_by_evidence(found: list, signatures: Sequence[Signature]) -> list:

@@ -160,6 +160,10 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("import-lock", "a module's import lock", "importlib `_ModuleLock.acquire`",
         r"^(_ModuleLock\.)?acquire$|^_lock_unlock_module$|^(_ModuleLockManager\.)?__enter__$|^_get_module_lock$",
         r"importlib[./]_bootstrap"),
+    # A codec looked up for the first time imports its module (str.encode("latin-1") in a
+    # thread): under Python 2's global import lock, or a module lock another thread holds.
+    _py("import-lock", "a module's import lock", "`encodings.search_function` (a codec's import)", r"^search_function$",
+        r"(^|/)encodings/__init__\.py$"),
     # --- torch.distributed, NCCL, the store ------------------------------------------------
     _py("store-wait", "the distributed store", "torch.distributed rendezvous",
         r"^(\w+\.)?(next_rendezvous|_rendezvous|rendezvous|_store_based_barrier|_exit_barrier|_barrier|barrier|store_get|_get_store|sync|synchronize|get_all|_try_wait_get|_wait)$",
@@ -201,6 +205,11 @@ PRIMITIVES: tuple[Primitive, ...] = (
          r"libur_adapter_level_zero\.so|libascendcl\.so|libruntime\.so|libmusa\.so|libmusart\.so|nvcuda\.dll|amdhip64\.dll)"),
     _py("cuda-synchronize-wait", "the GPU", "`torch.cuda.synchronize`", r"(^|\.)synchronize$",
         r"(torch/(cuda|xpu|npu|musa|mps)/|torch_npu/npu/|deepspeed/accelerator/)"),
+    # JAX: a device-to-host copy (print, np.asarray, float() of an Array) or block_until_ready
+    # waits for every computation queued before it on the device (GPU, TPU or XLA's CPU).
+    _py("cuda-synchronize-wait", "the device (JAX)", "JAX `Array._value` / `block_until_ready`",
+        r"^(\w+\.)?(_value|block_until_ready|_single_device_array_to_np_array\w*|__array__|copy_to_host_async|_check_if_deleted_and_block)$",
+        r"(^|/)jax/_src/(array|api|basearray|dispatch)\.py$"),
     _py("cuda-synchronize-wait", "the GPU", "`Event.synchronize`", r"^(Event|Stream)\.synchronize$|^(Event|Stream)\.wait$", None),
     # --- Ray --------------------------------------------------------------------------------------
     _py("ray-get-wait", "a Ray task or actor", "`ray.get`", r"^(get|wait)$", r"ray/(_private/)?worker\.py$", level="call"),
@@ -226,6 +235,36 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("socket-read", "an RPC response", "xmlrpc / Pyro", r"^(\w+\.)?(request|single_request|_invoke|__call__|getresponse|parse_response)$", r"(^|/)(xmlrpc/client\.py|Pyro[45]/)"),
     _py("socket-read", "a ZMQ socket", "zmq `recv`", r"^(\w+\.)?(recv|recv_multipart|recv_pyobj|recv_json|recv_string|poll|send|send_multipart)$", r"(^|/)zmq/"),
     _py("socket-read", "a Redis reply", "redis", r"^(\w+\.)?(read_response|_read_from_socket|readline|get_message|parse_response)$", r"(^|/)redis/"),
+    # A database client waiting for its server's reply (a query blocked on a table lock
+    # the server holds for another session, a server gone quiet).
+    _py("socket-read", "a database server's reply", "psycopg `wait`", r"^(\w+\.)?(wait|wait_\w+|_wait_\w+)$", r"(^|/)psycopg(2|_pool|_c)?/"),
+    # SQLAlchemy's dialect calls into the driver's C code (psycopg2, mysqlclient): the
+    # statement waits for the server there (a table lock another session holds, a server gone).
+    _py("socket-read", "a database server's reply", "SQLAlchemy `do_execute` (the driver's call)",
+        r"^(\w+\.)?(do_execute|do_executemany|do_execute_no_params|do_commit|do_rollback|do_close|connect)$",
+        r"(^|/)sqlalchemy/engine/default\.py$"),
+    _py("socket-read", "a database server's reply", "psycopg2 `execute`", r"^(\w+\.)?(execute|executemany|execute_batch|execute_values|fetch\w*|wait_select)$",
+        r"(^|/)psycopg2/(extras|extensions|__init__|pool)\.py$"),
+    _py("socket-read", "a database server's reply", "PyMySQL `_read_packet`",
+        r"^(\w+\.)?(_read_bytes|_read_packet|read_packet|_read_query_result|_read_ok_packet)$", r"(^|/)pymysql/connections\.py$"),
+    _py("socket-read", "a database server's reply", "mysql.connector `recv`", r"^(\w+\.)?(recv|recv_plain|recv_compressed|_recv_chunk)$",
+        r"(^|/)mysql/connector/network\.py$"),
+    # paramiko's transport thread reads the SSH socket; its client waits for the server's reply.
+    _py("socket-read", "an SSH server's reply", "paramiko `Packetizer.read_all`", r"^(\w+\.)?(read_all|read_message|_read_timeout)$",
+        r"(^|/)(paramiko/)?packet\.py$"),
+    _py("socket-read", "an SSH server's reply", "paramiko `wait_for_response`", r"^(\w+\.)?(wait_for_response|_wait_for_response)$",
+        r"(^|/)(paramiko/)?auth_handler\.py$"),
+    _py("socket-read", "an SSH channel", "paramiko `Channel.recv`", r"^(\w+\.)?(recv|recv_stderr|recv_exit_status|read|_read|readline)$",
+        r"(^|/)paramiko/(channel|buffered_pipe|file)\.py$"),
+    # Green threads: the hub of eventlet or gevent waits for I/O on every greenlet's behalf.
+    _py("socket-read", "a socket (the green-thread hub's poll)", "eventlet hub `wait`",
+        r"^(\w+\.)?(wait|trampoline|run|switch|_obsolete|block_on|recv|recv_into|read|connect)$", r"(^|/)eventlet/(hubs/|greenio/|green/socket)"),
+    _py("socket-read", "a socket (the green-thread hub's poll)", "gevent hub `wait`",
+        r"^(\w+\.)?(wait|_wait|wait_on_watcher|switch|run|recv|recv_into|read|connect|_wait_on_socket)$",
+        r"(^|/)gevent/(hub|_hub_primitives|_socket3|_socketcommon|socket|_ssl3)\.py$"),
+    # huggingface_hub's download calls (an HTTP GET, the Xet client's transfer in Rust).
+    _py("socket-read", "an HTTP download", "huggingface_hub download", r"^(\w+\.)?(http_get|xet_get|_request_wrapper|get_hf_file_metadata)$",
+        r"(^|/)huggingface_hub/file_download\.py$"),
     # --- the standard library: sockets and descriptors --------------------------------------------
     _py("socket-read", "a socket", "`socket`", r"^(\w+\.)?(readinto|recv|recv_into|recvfrom|accept|connect|create_connection|sendall|makefile|readline)$", r"(^|/)socket\.py$"),
     _py("socket-read", "a TLS socket", "`ssl`", r"^(\w+\.)?(read|recv|recv_into|do_handshake|write|sendall|accept|connect)$", r"(^|/)ssl\.py$"),
@@ -239,7 +278,9 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("subprocess-wait", "a child process", "multiprocessing `popen_fork.wait` -> `os.waitpid`", r"^(\w+\.)?(wait|poll|_launch)$", _CONN + r"popen_(fork|forkserver|spawn_posix|spawn_win32)\.py$"),
     _py("subprocess-wait", "a multiprocessing Pool's workers", "multiprocessing `Pool`",
         r"^(\w+\.)?(map|starmap|apply|imap|imap_unordered|join|_terminate_pool|terminate|close|__exit__)$", _CONN + r"pool\.py$", level="call"),
-    _py("subprocess-wait", "a multiprocessing Pool's workers", "multiprocessing `AsyncResult.get`", r"^(\w+\.)?(get|wait|next|__next__)$", _CONN + r"pool\.py$"),
+    # A Pool task's result (apply_async().get(), imap's next()): the main thread waits for a
+    # result, as for a future's; the workers that never deliver it are the ones to dump.
+    _py("future-wait", "a Pool task's result", "multiprocessing `AsyncResult.get`", r"^(\w+\.)?(get|wait|next|__next__)$", _CONN + r"pool\.py$"),
     _py("subprocess-wait", "a child process", "multiprocessing resource tracker's spawn",
         r"^(\w+\.)?(ensure_running|_ensure_running_and_write|_check_alive|_send|register|unregister|spawnv_passfds|_launch)$",
         _CONN + r"(resource_tracker|util|forkserver|popen_spawn_posix)\.py$"),
@@ -256,7 +297,9 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("queue-wait", "a queue", "`queue.Queue.get`", r"^(\w+\.)?(get|put|join)$", r"(^|/)queue\.py$"),
     _py("queue-wait", "a thread pool's work queue", "concurrent.futures worker", r"^_worker$", r"concurrent/futures/thread\.py$"),
     # --- the standard library: futures and asyncio ------------------------------------------------------
-    _py("future-wait", "a future's result", "concurrent.futures `result`", r"^(\w+\.)?(result|wait|as_completed|exception|__exit__)$", r"concurrent/futures/_base\.py$"),
+    # (Executor.__exit__ is no row: it calls shutdown(wait=True), a join of the pool's threads
+    # or processes, which the pool's own row under it names.)
+    _py("future-wait", "a future's result", "concurrent.futures `result`", r"^(\w+\.)?(result|wait|as_completed|exception)$", r"concurrent/futures/_base\.py$"),
     _py("thread-join", "the pool's threads", "concurrent.futures `shutdown`", r"^(\w+\.)?(shutdown|__exit__)$", r"concurrent/futures/thread\.py$"),
     _py("asyncio-blocked", "the asyncio event loop", "asyncio `run_until_complete`",
         r"^(\w+\.)?(_run_once|run_forever|run_until_complete|run|select|_poll|_run)$", r"(^|/)asyncio/(base_events|runners|windows_events|proactor_events|selector_events)\.py$"),
@@ -264,9 +307,13 @@ PRIMITIVES: tuple[Primitive, ...] = (
     # --- the standard library: threads, locks, events --------------------------------------------------
     _py("thread-join", "a thread", "`Thread.join` -> `_wait_for_tstate_lock`", r"^(Thread\.)?(join|_wait_for_tstate_lock)$", r"(^|/)threading\.py$"),
     _py("thread-join", "the non-daemon threads at exit", "`threading._shutdown`", r"^_shutdown$", r"(^|/)threading\.py$"),
+    # A chain written by name only ("_wait_for_tstate_lock -> join -> ..."): the name is threading's alone.
+    _py("thread-join", "a thread", "`Thread.join` -> `_wait_for_tstate_lock`", r"^(Thread\.)?_wait_for_tstate_lock$", r"^\?$"),
     _py("event-wait", "an Event or Condition", "`threading` `wait`", r"^(Condition\.|Event\.|Barrier\.)?(wait|wait_for|_wait)$", r"(^|/)threading\.py$"),
     _py("lock-wait", "a lock", "`threading` `acquire`", r"^(\w+\.)?(acquire|__enter__)$", r"(^|/)threading\.py$"),
     _py("gil-deadlock", "the GIL", "waiting for the GIL", r"^<waiting for the GIL>$", None),
+    # logging's module lock (taken by every logger's isEnabledFor cache, dictConfig, addHandler).
+    _py("lock-wait", "logging's module lock", "logging `_acquireLock`", r"^(_acquireLock|_acquireModuleLock)$", None),
     # A lock class's own acquire (tqdm's, logging's Handler.acquire): the C lock under it is not shown.
     _py("lock-wait", "a lock", "`acquire`", r"^(\w+\.)?acquire$", None),
     # --- the call on a Ctrl-C traceback's innermost source line ------------------------------------

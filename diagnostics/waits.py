@@ -164,6 +164,9 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
     caller: Frame | None = None
     driver_thread: bool | None = None
     for i, f in enumerate(frames):
+        if matched and not f.native and _LOGGING_CALL.search(f.function) and _LOGGING_FILE.search(f.file):
+            caller = f  # a logging call made inside a library's wait: the wait under it is the logging call's own
+            break
         p = primitive_of(f)
         if p is not None and p.level == "driver":
             if driver_thread is None:
@@ -192,6 +195,17 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
     if matched[0][2].category == "sleep" and category in ("sleep", "lock-wait") and any(
             _POLLING_LOCK.search(f.function) for f in [m[1] for m in matched[1:]] + ([caller] if caller else [])):
         category, what = "file-lock-wait", "a lock polled by a sleep loop"
+    elif category == "event-wait" and caller is not None and not caller.native and _POLLING_LOCK.search(caller.function):
+        # A Condition waited on by a lock-like class's own acquire (a slot pool, a
+        # hand-written semaphore or read-write lock): the thread waits for that lock.
+        category, what = "lock-wait", "a lock (a Condition waited on by its acquire)"
+    elif (category == "queue-wait" and matched[0][2].category == "lock-wait" and len(matched) > 1
+          and outer[1].function.rsplit(".", 1)[-1] in ("put", "put_nowait")):
+        # A put blocked taking the queue's own lock (multiprocessing's Queue.put in its
+        # Lock.__enter__): another thread holds that lock (or held it when the process
+        # forked), the queue is not full. (A get waiting for the reader lock is an idle
+        # pool worker queued behind the one that reads: a queue wait.)
+        category, what = "lock-wait", "a queue's lock"
     if (caller is not None and caller.native and category in _LIBC_WAITS and matched[-1][1].native
             and _ACCELERATOR_BACKEND.search(caller.file) is not None and not ThreadDump("", "", frames).driver_thread()):
         # A C library wait (an eventfd read, a futex, a condition) called by torch's
@@ -208,6 +222,9 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
     return Wait(category, what, tuple(labels), tuple(f for _, f, _ in matched), caller, cut, stop)
 
 
+#: A logging call: what waits under it (its lock) is the call's, whatever library made it.
+_LOGGING_CALL = re.compile(r"^(\w+\.)?(debug|info|warning|warn|error|exception|critical|log|_log|isEnabledFor|handle|callHandlers)$")
+_LOGGING_FILE = re.compile(r"(^|/)logging/(__init__|init)\.py$")
 #: torch's accelerator backends (and the vendors' own torch plugins): a C library wait they
 #: call is the device's.
 _ACCELERATOR_BACKEND = re.compile(r"(^|/)(libtorch_npu|libtorch_xpu|libtorch_musa|libc10_npu|libc10_xpu|libtorch_gcu|libtorch_mlu)[\w.-]{0,40}\.so")
@@ -268,6 +285,12 @@ def refine(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) 
     w = wait_of(thread)
     if w is None or w.category not in (REFINES_LOCK_WAIT if sig.id == "lock-wait" else REFINES_EXIT_JOIN):
         return sig
+    if sig.id == "shutdown-join" and w.category == "subprocess-wait":
+        # The exit joins a child process: the child is what never ends (the built-in
+        # child-process-wait says so and how to dump it).
+        child = find(tuple(signatures), "child-process-wait")
+        if child is not None:
+            return child
     return family_signature(w.category, signatures)
 
 
@@ -320,3 +343,21 @@ def outranks_wrapper(thread: ThreadDump, evidence: Sequence[Frame]) -> bool:
     # a collective) makes the wait the model's own.
     inside = {id(f) for f in thread.frames[:w.depth + 1]}
     return bool(evidence) and not any(id(f) in inside for f in evidence)
+
+
+#: Where a prefork server's worker starts: the frame that forked it stays at the bottom of the
+#: child's stack (gunicorn's arbiter.spawn_worker, multiprocessing's popen_fork._launch).
+_FORK_POINT = re.compile(r"^(spawn_worker|_launch|fork_processes|_fork_worker)$")
+_FORK_FILE = re.compile(r"(^|/)(gunicorn/arbiter|multiprocessing/popen_fork|tornado/process)\.py$")
+#: logging's own frames that run under a handler's lock or take it.
+_LOGGING_LOCKED = re.compile(r"^(\w+\.)?(emit|handle|flush|acquire|_acquireLock|__enter__|callHandlers)$")
+
+
+def forked_in_logging(thread: ThreadDump) -> bool:
+    """The thread is a forked worker (its stack starts at the frame that forked it) whose
+    innermost Python frame is logging's own, under a handler's or a stream's lock: a lock
+    another thread of the parent held at the fork, never released in the child."""
+    inner = next((f for f in thread.frames if not f.native), None)
+    if inner is None or _LOGGING_LOCKED.search(inner.function) is None or not inner.file.replace("\\", "/").endswith("logging/__init__.py"):
+        return False
+    return any(_FORK_POINT.search(f.function) and _FORK_FILE.search(f.file.replace("\\", "/")) for f in thread.frames)

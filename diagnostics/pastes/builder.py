@@ -28,6 +28,8 @@ class ThreadDraft:
     frames: list[Frame] = field(default_factory=list)
     headerless: bool = False
     outermost_first: bool = False  # pystack lists the outermost frame first
+    orient_guess: bool = False  # read from a shape that does not say which end comes first
+    source: str = ""  # pystack: the source line under the last Python frame read
     number: str = ""  # gdb's thread number, for the thread its stop line started
 
 
@@ -77,6 +79,7 @@ class Builder:
     proc: ProcessDraft | None = None
     group: list[ThreadDraft] = field(default_factory=list)  # threads receiving the next frames
     pid_hint: int | None = None
+    source_open: bool = False  # a pystack frame's source line may follow
     in_locals: bool = False
     locals_indent: int = 0
     after_break: bool = False
@@ -106,11 +109,13 @@ class Builder:
     tb_lines: int = 0
     tb_indent: int = 0
     tb_source: str = ""  # the source line under the traceback's innermost frame so far
+    tb_sources: list[str] = field(default_factory=list)  # each frame's source line (outermost first)
     tb_caption: str = ""
     # pytest's long traceback: its frames so far (outermost first), the function of the
     # source shown above the next location line, the ">" line of that source, and the
     # innermost ">" line once its location came
     pytest_frames: list[Frame] | None = None
+    pytest_short_open: bool = False  # a --tb=short frame's source line may follow
     pytest_def: str = ""
     pytest_marker: str = ""
     pytest_source: str = ""
@@ -134,6 +139,14 @@ class Builder:
     tb_pending: list[tuple[str, list[Frame], int, bool, int | None]] = field(default_factory=list)  # ..., error, stream pid
     error_tb_line: int = -10  # the line on which the last error traceback ended
     pdb: list[Frame] | None = None  # pdb's "where", outermost first
+    pdb_source: str = ""  # the source line under its last frame so far
+    # `python -m trace --trace`: the lines run so far, (file, line, source, function), last kept
+    pytrace: list[tuple[str, int, str, str]] | None = None
+    pytrace_function: str = ""
+    # faulthandler's C stack of the current thread (Python 3.14): the thread it goes into, and
+    # where its next frame goes (C frames are under the Python frames already read)
+    c_stack: ThreadDraft | None = None
+    c_stack_at: int = 0
 
     # -- native backtraces printed by torch and Paddle
     cxx_blocks: list[list[Frame]] = field(default_factory=list)  # torch's C++ error backtraces, innermost first

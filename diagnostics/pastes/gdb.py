@@ -13,7 +13,8 @@ import re
 
 from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.patterns import (
-    GDB_ATTACHED, GDB_BUILTIN, GDB_INFO_THREAD, GDB_NUMBERED, GDB_PYFRAME, GDB_STOPPED, GDB_THREAD,
+    GDB_ATTACHED, GDB_BUILTIN, GDB_INFO_THREAD, GDB_NUMBERED, GDB_PY2_BUILTIN, GDB_PY2_FILE, GDB_PYFRAME, GDB_STOPPED,
+    GDB_THREAD,
     GDB_THREAD_LWP, GIL_WAIT, HEX, INLINE_GDB, LLDB_FRAME, LLDB_OFFSET, LLDB_THREAD, MAX_FRAMES, NATIVE_CUT,
     NATIVE_PATH, NUMBERED_FROM, PYBT_MARKERS, PY_EXT, TRACEBACK_FRAME, WS,
 )
@@ -284,9 +285,27 @@ def coredump_thread(b: Builder, ln: Line) -> bool:
 def gdb_line(b: Builder, ln: Line) -> bool:
     """A numbered gdb frame (or gdb's bare stop location), else one of gdb's headers."""
     s, first = ln.s, ln.first
+    if first == "#" and s[1:2].isdigit() and (" file '" in s or "<built-in " in s) and _py2_pybt(b, s):
+        return True
     if (first == "#" and s[1:2].isdigit()) or (first == "0" and s[:2] == "0x" and " in " in s):
         return gdb_frame(b, s)
     return first in "TU[" and gdb_header(b, s)
+
+
+def _py2_pybt(b: Builder, s: str) -> bool:
+    """A frame of Python 2's py-bt ("#4 file '/p/threading.py', in 'wait'", "#2 <built-in
+    method acquire of thread.lock object ...>"), innermost first."""
+    m = GDB_PY2_FILE.match(s)
+    if m is not None:
+        b.add_frames([Frame(m.group(2), m.group(1).replace("\\", "/"), None)])
+        b.pybt_seen = True
+        return True
+    m = GDB_PY2_BUILTIN.match(s)
+    if m is not None:
+        b.add_frames([Frame(m.group(1), "?", None, native=True)])
+        b.pybt_seen = True
+        return True
+    return False
 
 
 def pybt_frame(b: Builder, ln: Line) -> bool:

@@ -16,7 +16,8 @@ from hangwatch.diagnostics.pastes.frames import parse_frame_line
 from hangwatch.diagnostics.pastes.gdb import cxx_name
 from hangwatch.diagnostics.pastes.parse_report import example
 from hangwatch.diagnostics.pastes.patterns import (
-    ARROW, ARROW_NAME, BARE_NAME, BARE_NOTE, CAMEL, GROUP_LABEL, MAX_FRAMES,
+    ARROW, ARROW_LOCATION, ARROW_NAME, BARE_NAME, BARE_NOTE, BRACKET_FRAME, BRACKET_THREAD, CAMEL, GROUP_LABEL,
+    HASH_THREAD, INLINE_PYSPY, LOC_IN_FUNC, MAX_FRAMES, PATH_FUNC_LINE, PYDEV_THREAD,
 )
 from hangwatch.diagnostics.stacks import Frame
 
@@ -56,21 +57,43 @@ def names_stack(run: list[Frame]) -> bool:
 def _arrow_name(text: str) -> str | None:
     """The call in one link of a hand-written chain: "model_runner._dummy_run(uniform_decode=True)"
     -> "model_runner._dummy_run"; "wait / sched_yield" (either) -> "wait"."""
+    frame = _arrow_frame(text)
+    return frame.function if frame is not None else None
+
+
+def _arrow_frame(text: str) -> Frame | None:
+    """One link of a hand-written chain as a frame: its location when the link names one
+    ("service.py:118 Service.shutdown()"), else a frame by name only."""
     text = text.strip().split(" / ", 1)[0].strip()
-    if text.endswith(")") and "(" in text:
+    loc = ARROW_LOCATION.match(text)
+    if loc is not None:
+        text = text[loc.end():]
+    call = text.endswith(")") and "(" in text
+    if call:
         text = text[: text.index("(")].strip()
-    return text if ARROW_NAME.match(text) else None
+    if not ARROW_NAME.match(text):
+        return None
+    if loc is not None:
+        return Frame(text, loc.group(1).replace("\\", "/"), int(loc.group(2)))
+    # A call written as code with no location ("-> self.join()"): the call a source line
+    # makes, which the table names as it names a traceback's innermost source line.
+    return Frame(text, "<call>", None, native=True) if call and "." in text else Frame(text, "?")
 
 
 def arrow_line(b: Builder, s: str) -> bool:
     """One "-> call" of a hand-written chain; its first arrow takes the line above
     as the outermost call (it was read as text: "Class.method" is no frame alone)."""
-    name = _arrow_name(s[2:])
-    if name is None:
+    # "-> a.py:5 f() -> self.join()": several links on one line, a note after two spaces.
+    links = [_arrow_frame(part) for part in CHAIN_NOTE.sub("", s[2:]).split(" -> ")]
+    if not links or any(f is None for f in links):
         return False
     if b.arrow is None:
         b.arrow = []
-        head = _arrow_name(b.prev_text) if b.prev_text != b.arrow_head else None
+        heads = _head_links(b.prev_text) if b.prev_text != b.arrow_head else []
+        head = heads[-1] if heads else None
+        if len(heads) > 1:
+            b.arrow.extend(heads[:-1])  # a row "label   a() -> b()" whose chain this line goes on with
+            b.report.bare_frames += len(heads) - 1
         if head is not None:
             if b.bare and b.bare[-1].function == b.prev_text:
                 b.bare.pop()  # held as a maybe-frame: it is this chain's head
@@ -78,18 +101,57 @@ def arrow_line(b: Builder, s: str) -> bool:
                 b.report.skipped -= 1  # skipped as text
                 if b.report.skipped_examples and b.report.skipped_examples[-1] == example(b.prev_text):
                     b.report.skipped_examples.pop()
-            b.arrow.append(Frame(head, "?"))
+            b.arrow.append(head)
             b.report.bare_frames += 1
         b.drop_bare()
-    if len(b.arrow) < MAX_FRAMES:
-        b.arrow.append(Frame(name, "?"))
-    b.report.bare_frames += 1
+    for link in links:
+        if len(b.arrow) < MAX_FRAMES and link is not None:
+            b.arrow.append(link)
+        b.report.bare_frames += 1
     b.arrow_head = s
     return True
 
 
+#: A note after a link of a chain: "cond_wait     [holding the GIL]", "f()   <- here".
+CHAIN_NOTE = re.compile(r"\s{2,40}(?:\[[^\]\n]{0,200}\]|\([^()\n]{0,200}\)|<-.{0,200}|←.{0,200}|#.{0,200})\s*$")
+
+
+def _head_links(text: str) -> list[Frame]:
+    """The line above a chain's first arrow as its outermost calls: one call, or a row of
+    its own chain after a label column ("main thread   unwatch() -> lib.cancel()")."""
+    if " -> " not in text:
+        one = _arrow_frame(text)
+        return [one] if one is not None else []
+    parts = CHAIN_NOTE.sub("", text).split(" -> ")
+    parts[0] = re.split(r"\s{2,}", parts[0].strip())[-1]  # the label column before two spaces
+    frames = [_arrow_frame(p) for p in parts]
+    return [f for f in frames if f is not None] if all(frames) else []
+
+
+def inline_chain(b: Builder, s: str) -> bool:
+    """A call chain in backticks inside prose, outermost first as people write calls
+    ("`cancel_dump_traceback_later → PyThread_acquire_lock_timed → __psynch_cvwait`"):
+    three calls or more, each a code-shaped name."""
+    # The spans between backticks (odd pieces), each looked at once: linear in the line.
+    for span in s.split("`")[1:-1:2]:
+        if len(span) > 2000 or sum(span.count(a) for a in (" → ", " -> ", " ⇒ ", " => ")) < 2:
+            continue
+        parts = re.split(r"\s(?:→|->|⇒|=>)\s", span)
+        frames = [_arrow_frame(p) for p in parts]
+        if len(frames) >= 3 and all(f is not None for f in frames) and any(
+                _bare_name(f.function) for f in frames if f is not None):
+            b.traceback_thread("", [f for f in frames if f is not None][:MAX_FRAMES])
+            b.report.bare_frames += len(frames)
+            b.after_break = True
+            return True
+    return False
+
+
 def end_arrow(b: Builder) -> None:
     chain, b.arrow = b.arrow, None
+    if chain:
+        # Only the innermost link's call is the one the thread is in.
+        chain = [f if f.file != "<call>" or n == len(chain) - 1 else Frame(f.function, "?") for n, f in enumerate(chain)]
     if chain and len(chain) >= 3:
         b.traceback_thread("", chain)  # outermost first, like a traceback
     elif chain:
@@ -98,9 +160,20 @@ def end_arrow(b: Builder) -> None:
         b.report.skipped += len(chain)
 
 
+#: A method call written as code, maybe with a note: "ray.get()  <- blocks forever" above a
+#: stack, the call the reporter saw it block in (a C call py-spy shows no frame for).
+CALL_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200}\.[A-Za-z_]\w{0,100})\([^()\n]{0,200}\)$")
+
+
 def bare_name_line(b: Builder, s: str, after_frame: bool) -> bool:
     """A code-shaped name alone on its line: a frame by name after frames, else held
-    until a frame follows (``after_frame``: the line before was a frame)."""
+    until a frame follows (``after_frame``: the line before was a frame). A call written as
+    code ("ray.get()") is held likewise, as the call on the innermost source line."""
+    if not after_frame and len(s) <= 300 and "(" in s and len(b.bare) < 64:
+        call = CALL_LINE.match(BARE_NOTE.sub("", s))
+        if call is not None:
+            b.bare.append(Frame(call.group(1), "<call>", None, native=True))
+            return True
     name = _bare_frame_name(s) if len(s) <= 300 else None
     if name is not None and after_frame:
         b.add_frames([Frame(name, "?")])  # the list of frames goes on, by name only
@@ -126,15 +199,35 @@ def arrow(b: Builder, ln: Line) -> bool:
 
 #: "MainThread: f (a.py:1)", "Thread-3 (worker): f (a.py:1)": a thread named in front of
 #: its innermost frame, as reporters condense a dump to one line per thread.
-THREAD_LABEL = re.compile(r"^((?:MainThread|Thread-\d{1,6}|[A-Za-z_][\w.-]{0,60}Thread\w{0,20}|[A-Za-z_][\w.-]{0,60}-thread)(?: \([\w.-]{1,60}\))?)\s{0,4}:\s{1,8}")
+#: Also with py-spy's state or a note in parentheses and the name quoted, in a column before
+#: the frames ('"ple-offload-dp0" (idle):  get (queue.py:171)', 'MainThread (100% CPU):   f (a.py:1)').
+THREAD_LABEL = re.compile(r'^((?:MainThread|Thread-\d{1,6}|[A-Za-z_][\w.-]{0,60}Thread\w{0,20}|[A-Za-z_][\w.-]{0,60}-thread|"[^"\n]{1,100}")'
+                          r'(?: \([\w.-]{1,60}\))?)(?: \(([^()\n]{1,60})\))?\s{0,4}:\s{1,40}')
+
+
+#: A thread's name alone on its line, maybe with a note or a colon: "MainThread (event loop)",
+#: "Thread-3:": a caption over that thread's frames in a stack written out by hand.
+THREAD_CAPTION = re.compile(r"^(MainThread|Thread-\d{1,6}|[A-Za-z][\w.-]{0,60}Thread(?:-\d{1,6})?|[A-Za-z][\w.-]{0,60}-thread)"
+                            r"(?:\s{1,8}\((?!(?:idle|active|gil|running|sleeping|waiting)\b)[^()\n]{1,100}\))?\s{0,4}:?$")
 
 
 def thread_label(b: Builder, ln: Line) -> bool:
-    """'MainThread: _shutdown (threading.py:1567)  <- note': that thread, its frame read on."""
+    """'MainThread: _shutdown (threading.py:1567)  <- note': that thread, its frame read on.
+    A thread's name alone ("MainThread (event loop)") starts that thread."""
     s = ln.s
+    c = THREAD_CAPTION.match(s) if len(s) <= 200 and "hread" in s else None
+    if c is not None and parse_frame_line(s) is None:  # "PyThread_x (python3.12)" is a frame
+        b.start_thread(None, "unknown", c.group(1))
+        b.report.thread_headers -= 1  # a caption, no py-spy header
+        return True
     m = THREAD_LABEL.match(s) if ":" in s else None
     if m is not None and parse_frame_line(s[m.end():]) is not None:
-        b.start_thread(None, "unknown", "MainThread" if m.group(1) == "MainThread" else m.group(1))
+        name, note = m.group(1), (m.group(2) or "").strip()
+        if name[0] == '"':  # '"name" (idle)': the quoted name, then py-spy's state
+            name, _, rest = name[1:].partition('"')
+            note = note or rest.strip(" ()")
+        state = note if note in ("idle", "active", "active+gil", "gil") else ("active" if "CPU" in note else "unknown")
+        b.start_thread(None, state, name)
         b.report.thread_headers -= 1  # a label, no py-spy header
         ln.retext(s[m.end():])
     return False
@@ -152,3 +245,63 @@ def group_label(b: Builder, ln: Line) -> bool:
         b.start_thread(None, "unknown", "MainThread")
         ln.retext(s[label.end():])
     return False
+
+
+# -- frames in condensed shapes (other tools' views, reporters' trims) --------------------
+def _condensed_frame(s: str) -> Frame | None:
+    """``path.py:12 in f``, ``f [path.py:12]``, ``path.py:f:12`` (markdown's backticks and
+    bold marks taken off), else None."""
+    if "`" in s or "**" in s:
+        s = s.strip("`").replace("**", "")
+    m = LOC_IN_FUNC.match(s)
+    if m is not None:
+        return Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2)))
+    m = BRACKET_FRAME.match(s)
+    if m is not None:
+        return Frame(m.group(1), m.group(2).replace("\\", "/"), int(m.group(3)))
+    m = PATH_FUNC_LINE.match(s)
+    if m is not None:
+        return Frame(m.group(2), m.group(1).replace("\\", "/"), int(m.group(3)))
+    return None
+
+
+def condensed(b: Builder, ln: Line) -> bool:
+    """A thread header or a frame of the condensed shapes (see ``patterns.LOC_IN_FUNC``).
+    Their order (innermost or outermost first) is not in the line: ``result`` orients
+    the threads read from them together."""
+    s = ln.s
+    if len(s) > 1400:
+        return False
+    guru = HASH_THREAD.match(s)
+    header = guru or PYDEV_THREAD.match(s) or BRACKET_THREAD.match(s)
+    if header is not None:
+        name = header.group(1)
+        b.start_thread(name if name.isdigit() else None, "unknown", "MainThread" if name == "MainThread" else
+                       ("" if name.isdigit() else name))
+        b.report.thread_headers -= 1  # not py-spy's
+        if guru is not None and b.group:
+            b.group[-1].outermost_first = True  # the Guru Meditation report prints traceback.extract_stack's order
+        return True
+    frame = _condensed_frame(s)
+    if frame is None:
+        return False
+    if b.bare:
+        b.drop_bare()
+    b.add_frames([frame])
+    for t in b.group:
+        t.orient_guess = True
+    b.after_frame = True
+    return True
+
+
+def inline_pyspy(b: Builder, s: str) -> bool:
+    """py-spy frames quoted in backticks inside prose (see ``INLINE_PYSPY``): one stack per
+    line, innermost first as py-spy prints them."""
+    found = [single for single in (parse_frame_line(m.group(1)) for m in INLINE_PYSPY.finditer(s)) if single]
+    frames = [f for fs, _, _ in found for f in fs][:MAX_FRAMES]
+    if not frames:
+        return False
+    b.add_frames(frames)
+    b.report.bare_frames += len(frames)
+    b.after_break = True  # prose: the next frames are another stack
+    return True

@@ -32,7 +32,7 @@ def watchdog_line(b: Builder, s: str, prefix: str, rank: re.Match[str] | None) -
     b.watchdog_pending = None
     if key not in b.watchdog and len(b.watchdog) < MAX_PROCESSES:
         pid = PID_IN_PREFIX.search(prefix)
-        b.watchdog[key] = (int(pid.group(1)) if pid else None, m.group(2).lower(), m.group(1))
+        b.watchdog[key] = (int(pid.group(1)) if pid else None, m.group(2).lower(), m.group(1) or "?")
 
 
 def horovod_stall_line(b: Builder, s: str) -> bool:

@@ -142,6 +142,21 @@ PDB_FRAME = re.compile(r"^(?:\(Pdb\)\s{1,8})?(?:>\s{1,4})?([^\s()]{1,1000}?\.pyx
 # "res = self._popen.wait(timeout)"): under a KeyboardInterrupt, where the thread blocked
 # in C code that no frame shows.
 SOURCE_CALL = re.compile(r"^(?:[\w.,\[\] ]{1,200}=\s{0,4})?(?:return\s{1,4}|await\s{1,4}|yield\s{1,4})?([A-Za-z_][\w.]{0,200})\(.{0,500}\)?\s*:?$")
+# "with self._lock:" / "with mutex, other:": a with statement whose (first) context manager
+# is named as a lock acquires it on entry.
+WITH_LOCK = re.compile(r"^with\s{1,4}([A-Za-z_][\w.]{0,200}?(?:lock|Lock|LOCK|mutex|Mutex|sem|semaphore|Semaphore))\s{0,4}(?:[:,]|\sas\s)")
+# Python 3.14's faulthandler prints the current thread's C stack under its Python frames:
+# "Current thread's C stack trace (most recent call first):" then
+# '  Binary file "/usr/lib/libc.so.6", at pthread_cond_wait+0x1f [0x7f..]' (or "at +0x3def0").
+C_STACK_HEAD = re.compile(r"^Current thread's C stack trace \(most recent call first\):?\s*$")
+C_STACK_FRAME = re.compile(r'^Binary file "([^"\n]{1,1000})", at ([^\s+\[]{0,300})(?:[+-]0x[0-9a-fA-F]{1,16})?(?: \[0x[0-9a-fA-F]{1,16}\])?\s*$')
+#: The dumping code's own C frames at the top of that stack.
+C_STACK_DUMPER = re.compile(r"^(_Py_DumpStack|_Py_Dump\w+|faulthandler_\w+|_Py_FatalError\w*|fatal_error\w*|_Py_backtrace\w*)$")
+# `python -m trace --trace`: "rendezvous.py(188):         return TCPStore(" per line run, and
+# " --- modulename: rendezvous, funcname: _create_c10d_store" on each call. The last lines are
+# where the process stopped.
+PYTRACE_LINE = re.compile(r"^([\w.<>-]{1,200}\.pyx?)\((\d{1,7})\): (.{0,2000})$")
+PYTRACE_CALL = re.compile(r"^--- modulename: [\w.<>-]{1,200}, funcname: ([\w<>.-]{1,200})$")
 RECENT_FIRST = re.compile(r"^Traceback \(most recent call (first|last)\):?\s*$")
 # A thread's banner above its traceback-style stack (outermost first): pytest-timeout's
 # "~~~~ Stack of MainThread (1399...) ~~~~" and the hanging_threads package's
@@ -163,6 +178,9 @@ IPY_FRAME = re.compile(r"^File (\S.{0,1000}?):(\d{1,7}), in ([^\s(]{1,300})(?:\(
 # pytest's long traceback: each frame is its source, the line it was in marked with ">",
 # then its location "path.py:123: " (an exception name after it on the innermost one).
 PYTEST_LOCATION = re.compile(r"^((?:[A-Za-z]:)?[^\s:]{1,1000}\.pyx?):(\d{1,7}):(?: ([\w.]{1,200}))?$")
+# pytest's short traceback (--tb=short, and its default for conftest errors): "path.py:123: in func",
+# the frame's source line under it; outermost first.
+PYTEST_SHORT = re.compile(r"^((?:[A-Za-z]:)?[^\s:]{1,1000}\.pyx?):(\d{1,7}): in ([^\s()]{1,300})$")
 PYTEST_DEF = re.compile(r"^(?:async\s{1,4})?def ([A-Za-z_]\w{0,200})\(")
 IPY_OLD_FRAME = re.compile(r"^(\S{1,1000}\.pyx?) in ([^\s(]{1,300})(?:\(.{0,3000}\)?)?\s*$")
 IPY_CELL = re.compile(r"^(?:Cell In ?\[(\d{1,7})\], line (\d{1,7})(?:, in ([^\s(]{1,300}).{0,3000})?|<ipython-input-(\d{1,7})-\w{0,40}> in ([^\s(]{1,300}).{0,3000})\s*$")
@@ -170,11 +188,17 @@ IPY_SOURCE = re.compile(r"^(?:-{0,12}>\s{0,4})?\d{1,7}(?:\s|$)")
 # The caption a stack-dumping helper prints before each thread's traceback.format_stack
 # ("# Thread: MainThread(140735)", "Thread worker-1 (1234):").
 CAPTION_THREAD = re.compile(r"(?i)^[#=*\s-]{0,6}thread\b[:#\s]{0,3}[\"']?([A-Za-z_][\w.-]{0,60})")
+# A Thread object's repr as the caption ("print(t)" before its stack):
+# "<Thread(Worker-1, started daemon 140234)>", "<_MainThread(MainThread, started 140111)>".
+THREAD_REPR = re.compile(r"^<\w{0,40}Thread\(([^,()<>\n]{1,100}), (?:started|initial|stopped)\b[^()<>\n]{0,60}\)>:?$")
 # The line that ends a Python traceback: "KeyboardInterrupt", "RuntimeError: ...".
 EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200}(?:Error|Exception|Interrupt|Exit|Warning|Timeout))\b:?")
 # A process printing its own stacks: the printing code, then the signal handler that called it.
 DUMPER = re.compile(r"(?i)^_{0,2}(dump_?(all_?)?(stacks?|threads?|traceback(_later)?)|print_?(all_?)?stacks?|format_stack|extract_stack|print_stack|walk_stack)$")
 HANDLER = re.compile(r"(?i)(handler|^_?on_?sig|^handle_?sig|^_?sig(int|term|usr\d?)_?)")
+# A signal handler's own frame on top of the code the signal interrupted (gunicorn's
+# handle_abort on a worker timeout, a SIGTERM handler raising): that code is where it waited.
+SIGNAL_HANDLER = re.compile(r"(?i)^_{0,2}(\w*_)?(signal_?handler|sig(int|term|alrm|usr\d?|quit|abrt)_?handler|handle_(abort|quit|term|int|alarm|timeout|sig\w{0,10}|signal)|on_(signal|sigterm|sigint|timeout)|_?terminate_process_handler)$")
 
 # -- gdb and lldb -----------------------------------------------------------------
 #: The frame standing for py-bt's "Waiting for the GIL" (signatures match it by name).
@@ -252,7 +276,8 @@ NUMBERED_CXX = re.compile(r"^(\d{1,4})\s{1,8}([A-Za-z_~(<].{0,3000})$")
 # PyTorch's NCCL watchdog on a timeout: "[rank2]:[E ProcessGroupNCCL.cpp:563] [Rank 2] Watchdog
 # caught collective operation timeout: WorkNCCL(SeqNum=4084, OpType=ALLREDUCE, ...)": no stack,
 # but it says which collective each rank waited in, and at which sequence number.
-WATCHDOG = re.compile(r"WorkNCCL\(SeqNum=(\d{1,12}), OpType=([A-Za-z_]{1,40})")
+# Quoted with the fields left out too: "WorkNCCL(..., OpType=COALESCED, ...)".
+WATCHDOG = re.compile(r"WorkNCCL\((?:SeqNum=(\d{1,12})|\.\.\.|…), OpType=([A-Za-z_]{1,40})")
 SHM_WAIT = "No available shared memory broadcast block found"
 # Horovod's stall inspector, one stalled tensor per entry (several on the warning's line in
 # older logs): "allreduce.conv1.weight [ready ranks: 0, 7, 3]" (horovod#364), TensorFlow op
@@ -305,3 +330,27 @@ WRAPPED_IN_TAIL = re.compile(r"^\s{0,40}in \S{1,300}\s*$")
 # A torch C++ backtrace line wrapped before its library: "frame #2: f() + 0xd8 (0x7f.. in" + "/x/lib.so)".
 WRAPPED_CXX_HEAD = re.compile(r"^\s{0,8}frame #\d{1,4}: .{1,3000} \(0x[0-9a-fA-F]{1,16} in$")
 WRAPPED_CXX_TAIL = re.compile(r"^\s{0,8}/\S{1,1000}\)$")
+
+# -- frames in the shapes other tools and reporters condense them to ----------------
+# Each names a file, a line and a function but not which end of the stack comes first:
+# the threads read this way are oriented together (see result._orient).
+# "hubs/hub.py:365 in run" (oslo's Guru Meditation report; faulthandler's line trimmed by a
+# reporter), with a note two spaces on ("conftest.py:31 in teardown    <- the fixture").
+LOC_IN_FUNC = re.compile(r"^((?:[A-Za-z]:)?[^\s:\"'()\[\]`]{1,1000}\.pyx?):(\d{1,7}) in ([^\s()]{1,300})(?:\s{2,}.{0,300})?$")
+# "wait_for_response [auth_handler.py:193]": Eclipse/PyDev's debug view, innermost first.
+BRACKET_FRAME = re.compile(r"^([A-Za-z_<][\w.<>$-]{0,300}) \[((?:[A-Za-z]:)?[^\s\[\]]{1,1000}\.pyx?):(\d{1,7})\]$")
+# "sqlalchemy/engine/base.py:execute:916": path, function, line.
+PATH_FUNC_LINE = re.compile(r"^((?:[A-Za-z]:)?[^\s:]{1,1000}\.pyx?):([A-Za-z_<][\w.<>]{0,300}):(\d{1,7})$")
+# Thread headers of those tools: the Guru Meditation report's "------  Thread #1397...  ------",
+# PyDev's "Thread-218 - pid2994_seq155", a condensed "Thread [pytest]:".
+HASH_THREAD = re.compile(r"^-{3,}\s{1,80}(?:Green )?Thread #?(\d{1,20})\s{1,80}-{3,}$")
+PYDEV_THREAD = re.compile(r"^([A-Za-z_][\w.-]{0,100}) - pid(\d{1,10})_seq\d{1,10}$")
+BRACKET_THREAD = re.compile(r"^Thread \[([^\]\n]{1,100})\]:?$")
+# Python 2's gdb py-bt (libpython.py of 2.6/2.7): "#4 file '/usr/lib/python2.6/threading.py', in 'wait'",
+# innermost first, "#1 Waiting for a lock (e.g. GIL)" over a lock's acquire.
+GDB_PY2_FILE = re.compile(r"^#\d{1,6} file '([^'\n]{1,1000})', in '([^'\n]{1,300})'$")
+GDB_PY2_BUILTIN = re.compile(r"^#\d{1,6} <built-in (?:method|function) (\w{1,200})")
+# A py-spy frame quoted in backticks inside prose: "rank 0 stuck at `barrier (torch/x.py:5234)`".
+INLINE_PYSPY = re.compile(r"`([A-Za-z_<][\w.<>$-]{0,300} \([^()`\s]{1,1000}\.pyx?:\d{1,7}\))`")
+# A location in front of a hand-written chain's call: "service.py:118 Service.shutdown()".
+ARROW_LOCATION = re.compile(r"^((?:[A-Za-z]:)?[^\s:]{1,1000}\.pyx?):(\d{1,7})\s{1,8}")

@@ -224,6 +224,9 @@ def locals_block(b: Builder, ln: Line) -> bool:
         b.in_locals, b.locals_indent = True, indent
         return True
     if b.in_locals and indent > b.locals_indent:
+        if b.source_open and b.group:
+            b.group[-1].source = ln.s  # the source line of the frame just read (pystack's)
+        b.source_open = False
         return True
     b.in_locals = False
     return False
@@ -241,4 +244,6 @@ def pystack_frame(b: Builder, ln: Line) -> bool:
         frame = Frame(fn.strip(), path.replace("\\", "/"), int(lineno))
     b.add_frames([frame])
     b.in_locals, b.locals_indent = True, ln.indent  # its source line follows, deeper
+    if kind != "C" and b.group:
+        b.group[-1].source, b.source_open = "", True
     return True

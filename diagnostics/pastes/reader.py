@@ -76,7 +76,7 @@ def _frame_or_text(b: Builder, ln: Line) -> bool:
     if parsed is None:
         if not handwritten.bare_name_line(b, s, ln.after_frame):
             b.drop_bare()
-            if not gdb.inline_frames(b, s):
+            if not gdb.inline_frames(b, s) and not ("`" in s and (handwritten.inline_pyspy(b, s) or handwritten.inline_chain(b, s))):
                 b.skip(s)
         return True
     frames, abbreviated, cut = parsed
@@ -105,6 +105,7 @@ STEPS: tuple[tuple[str | None, Step], ...] = (
     (ANY, handwritten.arrow_end),
     (ANY, cxx_traces.numbered_row),
     ("F", tracebacks.fatal_error),
+    ("CB<", tracebacks.c_stack),
     (ANY, pyspy_text.profile),
     ("~=-", tracebacks.thread_banner),
     ("WG", gdb.pybt_marker),
@@ -122,6 +123,7 @@ STEPS: tuple[tuple[str | None, Step], ...] = (
     ("`~", lines.fence),
     ("<", lines.html_tag),
     ("-→=", handwritten.arrow),
+    (ANY, handwritten.condensed),
     ("C", cxx_traces.numbered_head),
     (".…[(", lines.elision),
     (ANY, pyspy_text.command_prompt),
@@ -134,6 +136,7 @@ STEPS: tuple[tuple[str | None, Step], ...] = (
     (ANY, pyspy_text.header),
     (ANY, pyspy_text.locals_block),
     ("(", pyspy_text.pystack_frame),
+    (ANY, tracebacks.pytrace),
     (ANY, _flattened),
     (ANY, _frame_or_text),
 )

@@ -8,6 +8,7 @@ only from log lines (NCCL watchdog, Horovod, vLLM's shm_broadcast waits) come la
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from hangwatch.contract.redact import redact_text
@@ -17,10 +18,11 @@ from hangwatch.diagnostics.pastes.handwritten import end_arrow, names_stack
 from hangwatch.diagnostics.pastes.logs import end_trace
 from hangwatch.diagnostics.pastes.macos import end_graph
 from hangwatch.diagnostics.pastes.parse_report import ParseReport
+from hangwatch.diagnostics.pastes.tracebacks import blocked_call
 from hangwatch.diagnostics.pastes.patterns import (
-    DUMPER, HANDLER, MAX_PROCESSES,
+    DUMPER, HANDLER, MAX_PROCESSES, SIGNAL_HANDLER,
 )
-from hangwatch.diagnostics.pastes.tracebacks import end_pdb, end_pytest, end_traceback
+from hangwatch.diagnostics.pastes.tracebacks import end_pdb, end_pytest, end_pytrace, end_traceback
 from hangwatch.diagnostics.pastes.unwrap import StreamKey
 from hangwatch.diagnostics.stacks import Frame, ProcessDump, ThreadDump
 from hangwatch.diagnostics.waits import wait_of
@@ -54,6 +56,7 @@ def _close_open_blocks(b: Builder) -> None:
     end_arrow(b)
     end_pdb(b)
     end_pytest(b)
+    end_pytrace(b)
     end_graph(b)
     if b.numbered:
         numbered_line(b, "")  # a C++ traceback that ends the paste
@@ -124,8 +127,9 @@ def _process_dumps(b: Builder) -> list[ProcessDump]:
     """Every process with a thread that has frames; a pid seen again is another round."""
     rounds: dict[int | None, int] = {}
     out = []
+    flip = _outermost_first(b.processes)
     for p in b.processes:
-        threads = _thread_dumps(p)
+        threads = _thread_dumps(p, flip)
         if not threads:
             continue
         key = p.pid
@@ -138,7 +142,27 @@ def _process_dumps(b: Builder) -> list[ProcessDump]:
     return out
 
 
-def _thread_dumps(p: ProcessDraft) -> list[ThreadDump]:
+#: Where a thread's stack starts: the thread's or the process's entry point.
+_ENTRY = re.compile(r"^(_{1,2}bootstrap(_inner)?|<module>|_run_module_as_main|_run_code|start_thread|clone3?|thread_start|"
+                    r"_?main|run_module|invoke)$")
+
+
+def _outermost_first(processes: list[ProcessDraft]) -> bool:
+    """Whether the threads read from a shape that does not say its order (see
+    ``ThreadDraft.orient_guess``) list the outermost frame first: one paste is one tool's
+    or one writer's, so its threads vote together, each by which end its entry point
+    (``_bootstrap``, ``<module>``) sits at. A tie keeps py-spy's order, innermost first."""
+    votes = 0
+    for p in processes:
+        for t in p.threads:
+            if not t.orient_guess or len(t.frames) < 2:
+                continue
+            first, last = bool(_ENTRY.match(t.frames[0].function)), bool(_ENTRY.match(t.frames[-1].function))
+            votes += (first and not last) - (last and not first)
+    return votes > 0
+
+
+def _thread_dumps(p: ProcessDraft, flip: bool = False) -> list[ThreadDump]:
     threads = []
     for n, t in enumerate(p.threads):
         if not t.frames:
@@ -147,7 +171,12 @@ def _thread_dumps(p: ProcessDraft) -> list[ThreadDump]:
         if ident.lower().startswith("0x"):
             ident = ident.lower()
         active = None if t.state in (None, "unknown") else (t.state not in ("idle", "sleeping", "waiting"))
-        frames = _without_dumper(tuple(reversed(t.frames)) if t.outermost_first else tuple(t.frames))
+        reverse = t.outermost_first or (flip and t.orient_guess)
+        frames = _without_dumper(tuple(reversed(t.frames)) if reverse else tuple(t.frames))
+        if t.source and frames and not frames[0].native:
+            # pystack shows no frame for a C call (a lock's acquire, a sleep): the call on
+            # the innermost source line is where the thread is blocked, as under Ctrl-C.
+            frames = tuple(blocked_call(list(reversed(frames)), t.source)) + frames
         threads.append(ThreadDump(ident, t.name, frames, active, "gil" in (t.state or "")))
     return threads
 
@@ -160,6 +189,8 @@ def _without_dumper(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
     n = 0
     while n < len(frames) and n < 8 and DUMPER.match(frames[n].function):
         n += 1
+    if n == 0 and len(frames) > 1 and not frames[0].native and SIGNAL_HANDLER.match(frames[0].function):
+        return frames[1:]  # a signal handler on top of the code it interrupted
     if n and n < len(frames) and HANDLER.search(frames[n].function):
         n += 1
     return frames[n:] if 0 < n < len(frames) else frames

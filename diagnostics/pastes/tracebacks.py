@@ -17,9 +17,9 @@ import re
 from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.frames import single_frame
 from hangwatch.diagnostics.pastes.patterns import (
-    BANNER_THREAD, CAPTION_THREAD, EXCEPTION_LINE, IPY_CELL, IPY_FRAME, IPY_OLD_FRAME, IPY_SOURCE,
-    IPY_TB_START, MAX_FRAMES, MAX_THREADS, PDB_FRAME, PYTEST_DEF, PYTEST_LOCATION, RECENT_FIRST, SOURCE_CALL,
-    TRACEBACK_FRAME,
+    BANNER_THREAD, CAPTION_THREAD, THREAD_REPR, EXCEPTION_LINE, IPY_CELL, IPY_FRAME, IPY_OLD_FRAME, IPY_SOURCE,
+    IPY_TB_START, MAX_FRAMES, MAX_THREADS, PDB_FRAME, PYTEST_DEF, PYTEST_SHORT, PYTEST_LOCATION, RECENT_FIRST, SOURCE_CALL,
+    TRACEBACK_FRAME, WITH_LOCK, PYTRACE_CALL, PYTRACE_LINE, C_STACK_DUMPER, C_STACK_FRAME, C_STACK_HEAD,
 )
 from hangwatch.diagnostics.stacks import Frame
 from hangwatch.diagnostics.waits import primitive_of
@@ -43,7 +43,7 @@ def _ipython_frame(s: str) -> Frame | None:
 
 def start_traceback(b: Builder, lines: int) -> None:
     b.tb_ipython = False
-    m = CAPTION_THREAD.match(b.prev_text) if len(b.prev_text) < 200 else None
+    m = (THREAD_REPR.match(b.prev_text) or CAPTION_THREAD.match(b.prev_text)) if len(b.prev_text) < 200 else None
     b.tb_caption = m.group(1) if m else ""
     b.tb_frames, b.tb_lines = [], lines
 
@@ -55,6 +55,8 @@ def traceback_line(b: Builder, s: str, line: str) -> bool:
     if m:
         if b.tb_frames is not None and len(b.tb_frames) < MAX_FRAMES:
             b.tb_frames.append(Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2))))
+            if len(b.tb_sources) < len(b.tb_frames):
+                b.tb_sources.extend([""] * (len(b.tb_frames) - len(b.tb_sources)))
         b.tb_lines += 1
         b.tb_source = ""
         b.tb_indent = len(line) - len(line.lstrip())
@@ -74,6 +76,7 @@ def traceback_line(b: Builder, s: str, line: str) -> bool:
         # line in backticks, a chat tool trimming spaces): Python prints one under each frame.
         b.tb_lines += 1
         b.tb_source = s
+        _note_source(b, s)
         return True
     if b.tb_frames and len(line) - len(line.lstrip()) > b.tb_indent:
         one = single_frame(s) if "(" in s else None
@@ -81,6 +84,7 @@ def traceback_line(b: Builder, s: str, line: str) -> bool:
             b.tb_lines += 1  # the source line under a frame, or 3.11's ^^^^ markers
             if not b.tb_source and s[0] not in "^~":
                 b.tb_source = s
+                _note_source(b, s)
             return True
         # "wait (threading.py:320)": a py-spy frame after a cut traceback, not its source line
     m = EXCEPTION_LINE.match(s)
@@ -94,16 +98,50 @@ def traceback_line(b: Builder, s: str, line: str) -> bool:
     return False
 
 
+def _note_source(b: Builder, s: str) -> None:
+    if b.tb_frames and len(b.tb_sources) >= len(b.tb_frames) and not b.tb_sources[len(b.tb_frames) - 1]:
+        b.tb_sources[len(b.tb_frames) - 1] = s
+
+
+def _top_package(path: str) -> str:
+    """"ray" for ".../site-packages/ray/_private/worker.py" (see waits._package)."""
+    path = path.replace("\\", "/")
+    for marker in ("site-packages/", "dist-packages/"):
+        i = path.rfind(marker)
+        if i != -1:
+            return path[i + len(marker):].split("/", 1)[0]
+    return ""
+
+
+def library_call(frames: list[Frame], sources: list[str]) -> list[Frame]:
+    """A traceback cut inside a library's own wrappers ("info = ray.get(future)", then
+    ray's decorators, then the cut): the blocking call an outer frame's line makes into that
+    library, when every frame inside it is the library's. Empty when none is."""
+    for k in range(len(frames) - 2, max(-1, len(frames) - 8), -1):
+        calls = source_call(sources[k]) if k < len(sources) else []
+        if not calls or primitive_of(calls[0]) is None:
+            continue
+        root = calls[0].function.split(".", 1)[0]
+        if all(_top_package(f.file) == root for f in frames[k + 1:]):
+            return calls
+        return []
+    return []
+
+
 def source_call(source: str) -> list[Frame]:
     """The call a traceback's innermost source line makes, as a frame of its own
     (``p.join`` in the pseudo-file ``<call>``): a C function such as ``time.sleep`` or
     ``lock.acquire`` shows no frame, and a thread interrupted in it was blocked there.
     Empty when the line is no call."""
+    w = WITH_LOCK.match(source) if source and source[:5] == "with " else None
+    if w is not None:
+        # "with second_lock:": entering the block acquires the lock, in C.
+        return [Frame(w.group(1) + ".acquire", "<call>", None, native=True)]
     m = SOURCE_CALL.match(source) if source else None
     return [Frame(m.group(1), "<call>", None, native=True)] if m else []
 
 
-def _blocked_call(frames: list[Frame], source: str) -> list[Frame]:
+def blocked_call(frames: list[Frame], source: str) -> list[Frame]:
     """``source_call`` when it is a known blocking call and the innermost frame is not
     one itself (``popen_fork.poll`` calling ``os.waitpid``: the stack already says where
     it waits); a call of the program's own (``main()``) adds nothing."""
@@ -114,6 +152,7 @@ def _blocked_call(frames: list[Frame], source: str) -> list[Frame]:
 
 def end_traceback(b: Builder, keep: bool, error: bool = False) -> None:
     frames, b.tb_frames = b.tb_frames, None
+    sources, b.tb_sources = b.tb_sources, []
     if frames is None:
         return
     if b.banner is not None and frames:
@@ -122,14 +161,17 @@ def end_traceback(b: Builder, keep: bool, error: bool = False) -> None:
         return
     if keep and frames:
         # Ctrl+C lands in the main thread, in the call on the innermost frame's source line.
-        b.traceback_thread("MainThread", frames, _blocked_call(frames, b.tb_source))
+        b.traceback_thread("MainThread", frames, blocked_call(frames, b.tb_source))
     else:
         b.report.skipped += b.tb_lines
-        if frames and not error and not b.tb_caption:
+        if frames and not error:
             # Cut before its exception line: the call on the innermost source line (a
-            # join, a wait, a lock's acquire) is the innermost visible blocking call. (A
-            # captioned thread of a format_stack dump is whole: its last line is no cut.)
-            frames = frames + _blocked_call(frames, b.tb_source)
+            # join, a wait, a lock's acquire) is the innermost visible blocking call. A
+            # captioned thread of a format_stack dump is whole, and its innermost line is
+            # where it runs: a C call there (a lock's acquire, a sleep) shows no frame of
+            # its own, so the thread is blocked in it all the same. Cut inside a library's
+            # wrappers, the call an outer line makes into that library is.
+            frames = frames + (blocked_call(frames, b.tb_source) or library_call(frames, sources))
         if frames and len(b.tb_pending) < MAX_THREADS:
             # An error's traceback too: a paste whose only frames are in one (the
             # TimeoutError a hung RPC ended in, the DistBackendError of a barrier that
@@ -157,13 +199,17 @@ def banner_thread(b: Builder, frames: list[Frame]) -> None:
         b.traceback_thread("", frames)  # the paste starts below that thread's banner
         return
     b.start_thread(banner[0], "unknown", banner[1])
-    b.add_frames(list(reversed(frames)))  # outermost first, like a traceback
+    # outermost first, like a traceback; a C call on its innermost line has no frame of its own
+    b.add_frames(blocked_call(frames, b.tb_source) + list(reversed(frames)))
 
 
 def end_pdb(b: Builder) -> None:
     frames, b.pdb = b.pdb, None
+    source, b.pdb_source = b.pdb_source, ""
     if frames:
-        b.traceback_thread("MainThread", frames)  # pdb shows the thread it stopped in
+        # pdb shows the thread it stopped in; the call on its innermost source line is the
+        # blocking call when "where" was cut below it (as a Ctrl-C traceback's is).
+        b.traceback_thread("MainThread", frames, blocked_call(frames, source))
 
 
 def traceback_header(b: Builder, s: str) -> bool:
@@ -192,6 +238,7 @@ def pdb_where(b: Builder, ln: Line) -> bool:
     s = ln.s
     if b.pdb is not None:
         if s.startswith("->"):
+            b.pdb_source = s[2:].strip()
             return True  # the source line under a pdb frame
         if s.startswith("(Pdb)") and len(b.pdb) == 1:
             b.pdb = None  # where pdb stopped ("> f.py(4)main()"): its "where" repeats it
@@ -204,6 +251,7 @@ def pdb_where(b: Builder, ln: Line) -> bool:
                 end_traceback(b, keep=False)
                 b.drop_bare()
                 b.pdb = []
+            b.pdb_source = ""
             if len(b.pdb) < MAX_FRAMES:
                 b.pdb.append(Frame(mp.group(3), mp.group(1).replace("\\", "/"), int(mp.group(2))))
             return True
@@ -217,6 +265,69 @@ def fatal_error(b: Builder, ln: Line) -> bool:
         b.report.fatal_error = s[len("Fatal Python error: "):][:200]
         return True
     return False
+
+
+def c_stack(b: Builder, ln: Line) -> bool:
+    """faulthandler's C stack of the current thread (see ``C_STACK_HEAD``): its frames go
+    under that thread's Python frames, innermost first, the dumping code's own left out."""
+    s = ln.s
+    if s[0] == "C" and C_STACK_HEAD.match(s):
+        t = b.group[-1] if b.group else None
+        b.c_stack, b.c_stack_at = t, 0
+        return t is not None
+    if b.c_stack is None:
+        return False
+    if s[0] == "<" and s.endswith(">"):  # "<truncated rest of calls>", "<cannot get C stack ...>"
+        return True
+    m = C_STACK_FRAME.match(s) if s[0] == "B" else None
+    if m is None:
+        b.c_stack = None
+        return False
+    t, name = b.c_stack, m.group(2) or "??"
+    if C_STACK_DUMPER.match(name):
+        del t.frames[:b.c_stack_at]  # everything above it was the dumper's too
+        b.c_stack_at = 0
+        return True
+    if len(t.frames) < MAX_FRAMES:
+        t.frames.insert(b.c_stack_at, Frame(name, m.group(1).replace("\\", "/"), None, native=True))
+        b.c_stack_at += 1
+        b.report.frames += 1
+    return True
+
+
+def end_pytrace(b: Builder) -> None:
+    """The lines ``python -m trace`` printed last, as the frame the process stopped in,
+    with the blocking call one of its last lines makes (a statement may span lines)."""
+    run, b.pytrace = b.pytrace, None
+    if not run:
+        return
+    path, line, _, function = run[-1]
+    frame = Frame(function or "<unknown>", path, line)
+    call: list[Frame] = []
+    for _, _, source, _ in reversed(run[-3:]):
+        call = blocked_call([frame], source)
+        if call:
+            break
+    b.traceback_thread("", [frame], call)
+
+
+def pytrace(b: Builder, ln: Line) -> bool:
+    """A line of ``python -m trace --trace`` (see ``PYTRACE_LINE``); any other line ends the run."""
+    s = ln.s
+    m = PYTRACE_LINE.match(s) if "): " in s else None
+    if m is None:
+        mc = PYTRACE_CALL.match(s) if s[:3] == "---" else None
+        if mc is not None:
+            b.pytrace_function = mc.group(1)
+            return True
+        if b.pytrace is not None:
+            end_pytrace(b)
+        return False
+    if b.pytrace is None:
+        b.pytrace = []
+    b.pytrace.append((m.group(1), int(m.group(2)), m.group(3).strip(), b.pytrace_function))
+    del b.pytrace[:-3]
+    return True
 
 
 def thread_banner(b: Builder, ln: Line) -> bool:
@@ -259,7 +370,7 @@ def end_pytest(b: Builder) -> None:
     if not keep:
         # pytest marks the line each frame was in: the innermost one's blocking call (a
         # select, a read) is the call the error or the cut came out of.
-        frames = frames + _blocked_call(frames, b.pytest_source)
+        frames = frames + blocked_call(frames, b.pytest_source)
     b.tb_frames, b.tb_source, b.tb_lines, b.tb_caption = frames, b.pytest_source, len(frames), ""
     end_traceback(b, keep=keep, error=not keep)
 
@@ -270,6 +381,11 @@ def pytest_lines(b: Builder, ln: Line) -> bool:
     ``E   Error: ...`` lines and the ``_ _ _`` separators. A ``def`` line is noted and read on."""
     s = ln.s
     first = ln.first
+    if b.pytest_short_open:
+        b.pytest_short_open = False
+        if ln.line[:1] in " \t" and not PYTEST_SHORT.match(s) and first != "E":
+            b.pytest_source = s  # the source line under a --tb=short frame
+            return True
     if first == ">" and len(s) > 2 and s[1] == " ":
         b.pytest_marker = s[1:].strip()
         return True
@@ -277,13 +393,23 @@ def pytest_lines(b: Builder, ln: Line) -> bool:
         md = PYTEST_DEF.match(s)
         if md is not None:
             b.pytest_def = md.group(1)
-        return False
+            return False
     if b.pytest_frames is not None:
         if first == "E" and (len(s) == 1 or s[1] == " "):
             if "KeyboardInterrupt" in s or "Timeout" in s:
                 b.pytest_interrupted = True
             return True
         if first == "_" and set(s) <= {"_", " "}:
+            return True
+    if ": in " in s and ".py" in s:
+        ms = PYTEST_SHORT.match(s)
+        if ms is not None:
+            if b.pytest_frames is None:
+                b.pytest_frames = []
+            if len(b.pytest_frames) < MAX_FRAMES:
+                b.pytest_frames.append(Frame(ms.group(3), ms.group(1).replace("\\", "/"), int(ms.group(2))))
+            b.pytest_source, b.pytest_marker, b.pytest_def = "", "", ""
+            b.pytest_short_open = True
             return True
     if (s[-1] == ":" or ": " in s) and ".py" in s:
         m = PYTEST_LOCATION.match(s)

@@ -35,6 +35,29 @@ def _thread(*frames: Frame, name: str = "MainThread") -> ThreadDump:
 
 #: (the stack's innermost frames, above the user's call; the category it waits on)
 PRIMITIVE_STACKS = [
+    # database clients waiting for their server's reply
+    ([_py("wait", SITE + "psycopg/connection.py")], "socket-read"),
+    ([_py("do_execute", SITE + "sqlalchemy/engine/default.py"), _py("_execute_context", SITE + "sqlalchemy/engine/base.py")], "socket-read"),
+    ([_py("execute_values", SITE + "psycopg2/extras.py")], "socket-read"),
+    # logging's module lock
+    ([_py("_acquireLock", STDLIB + "logging/__init__.py")], "lock-wait"),
+    # JAX copying a result to the host waits for the device
+    ([_py("_value", SITE + "jax/_src/array.py"), _py("__array__", SITE + "jax/_src/array.py")], "cuda-synchronize-wait"),
+    ([_py("_read_bytes", SITE + "pymysql/connections.py"), _py("_read_packet", SITE + "pymysql/connections.py")], "socket-read"),
+    # an SSH client (paramiko's transport thread, a client waiting for the server's reply)
+    ([_py("read_all", SITE + "paramiko/packet.py"), _py("read_message", SITE + "paramiko/packet.py")], "socket-read"),
+    ([_py("wait_for_response", SITE + "paramiko/auth_handler.py")], "socket-read"),
+    # the green-thread hubs
+    ([_py("wait", SITE + "eventlet/hubs/poll.py"), _py("run", SITE + "eventlet/hubs/hub.py")], "socket-read"),
+    ([_py("wait", SITE + "gevent/_hub_primitives.py")], "socket-read"),
+    # a download of huggingface_hub's
+    ([_py("xet_get", SITE + "huggingface_hub/file_download.py")], "socket-read"),
+    # a Pool task's result
+    ([_py("wait", STDLIB + "threading.py"), _py("next", STDLIB + "multiprocessing/pool.py")], "future-wait"),
+    # a codec's first lookup imports its module
+    ([_py("search_function", STDLIB + "encodings/__init__.py")], "import-lock"),
+    # threading's join named without its file (a chain written by name)
+    ([Frame("_wait_for_tstate_lock", "?"), Frame("join", "?")], "thread-join"),
     # file locks
     ([_py("_acquire", SITE + "filelock/_unix.py"), _py("acquire", SITE + "filelock/_api.py")], "file-lock-wait"),
     ([_py("_acquire", SITE + "filelock/_windows.py")], "file-lock-wait"),
@@ -359,7 +382,7 @@ def test_an_exit_joining_a_child_process_waits_on_the_child():
     c = _classify(_thread(_py("select", STDLIB + "selectors.py"), _py("wait", STDLIB + "multiprocessing/connection.py"),
                           _py("poll", STDLIB + "multiprocessing/popen_forkserver.py"), _py("wait", STDLIB + "multiprocessing/popen_fork.py"),
                           _py("join", STDLIB + "multiprocessing/process.py"), _py("_exit_function", STDLIB + "multiprocessing/util.py")))
-    assert c is not None and c.signature_id == "subprocess-wait"
+    assert c is not None and c.signature_id == "child-process-wait"
 
 
 def test_a_copy_to_the_host_is_a_synchronize_not_a_stuck_upload():
@@ -400,3 +423,98 @@ def test_a_libc_wait_called_by_an_accelerator_backend_is_the_device():
     c = _classify(_thread(_c("read"), _c("eventfd_read"), _c("0xfffcfedd3074", npu), _c("c10_npu::NPUStream::stream", npu),
                           _c("at::_ops::copy_::call", SITE + "torch/lib/libtorch_cpu.so"), USER))
     assert c is not None and c.signature_id == "cuda-synchronize-wait"
+
+
+def test_a_condition_waited_on_by_an_acquire_is_a_lock_wait():
+    """A lock-like class of the program's own (a slot pool's ``_acquire_locked``) waiting on
+    a Condition: the thread waits for that lock, not for an event."""
+    w = wait_of(_thread(_py("wait", STDLIB + "threading.py"), _py("_acquire_slot", "/app/pool.py"), USER))
+    assert w is not None and w.category == "lock-wait"
+    w = wait_of(_thread(_py("wait", STDLIB + "threading.py"), _py("wait_for_batch", "/app/pool.py"), USER))
+    assert w is not None and w.category == "event-wait"
+
+
+def test_a_queue_put_blocked_on_the_queues_lock_is_a_lock_wait():
+    put = wait_of(_thread(_py("__enter__", STDLIB + "multiprocessing/synchronize.py"), _py("put", STDLIB + "multiprocessing/queues.py"), USER))
+    assert put is not None and put.category == "lock-wait"
+    # a get behind the reader lock is an idle pool worker queued behind the one reading
+    get = wait_of(_thread(_py("__enter__", STDLIB + "multiprocessing/synchronize.py"), _py("get", STDLIB + "multiprocessing/queues.py"), USER))
+    assert get is not None and get.category == "queue-wait"
+
+
+def test_a_pools_exit_join_is_the_join_not_a_future_wait():
+    """Executor.__exit__ calls shutdown(wait=True): the pool's threads are joined."""
+    w = wait_of(_thread(_py("_wait_for_tstate_lock", STDLIB + "threading.py"), _py("join", STDLIB + "threading.py"),
+                        _py("shutdown", STDLIB + "concurrent/futures/thread.py"), _py("__exit__", STDLIB + "concurrent/futures/_base.py"), USER))
+    assert w is not None and w.category == "thread-join"
+
+
+def test_a_join_names_the_lock_the_other_thread_waits_on():
+    """A main thread joining threads that wait on each other's locks (the lock-order deadlock
+    shape): the lock wait is the cause, not the join."""
+    main = _thread(_py("_wait_for_tstate_lock", STDLIB + "threading.py"), _py("join", STDLIB + "threading.py"), USER)
+    worker = _thread(Frame("second.acquire", "<call>", None, native=True), _py("work", "/home/u/train.py", 10),
+                     _py("run", STDLIB + "threading.py"), name="Thread-1")
+    c = _classify(main, worker)
+    assert c is not None and c.signature_id == "lock-wait"
+    # with no thread waiting on a lock, the join stays the verdict
+    busy = _thread(_py("work", "/home/u/train.py", 10), _py("run", STDLIB + "threading.py"), name="Thread-1")
+    c = _classify(main, busy)
+    assert c is not None and c.signature_id == "thread-join"
+
+
+def test_an_idle_pool_worker_loses_to_the_parent_waiting_for_results():
+    parent = _thread(_py("wait", STDLIB + "threading.py"), _py("next", STDLIB + "multiprocessing/pool.py"), USER)
+    worker = _thread(_py("_recv", STDLIB + "multiprocessing/connection.py"), _py("get", STDLIB + "multiprocessing/queues.py"),
+                     _py("worker", STDLIB + "multiprocessing/pool.py"), _py("run", STDLIB + "multiprocessing/process.py"))
+    series = (ProcessSeries(7, (ProcessDump(7, (parent,)),)), ProcessSeries(8, (ProcessDump(8, (worker,)),)))
+    c = classify(series, load_signatures())
+    assert c is not None and c.signature_id == "future-wait"
+
+
+def test_an_idle_worker_of_dills_multiprocess_fork_is_idle_too():
+    """pathos's pools run on ``multiprocess`` (multiprocessing's fork): a worker idle in its
+    task queue there is idle, and the parent blocked on the queue's reader lock decides."""
+    parent = _thread(Frame("inqueue._rlock.acquire", "<call>", None, native=True), _py("_help_stuff_finish", SITE + "multiprocess/pool.py"), USER)
+    worker = _thread(_py("_recv", SITE + "multiprocess/connection.py"), _py("get", SITE + "multiprocess/queues.py"),
+                     _py("worker", SITE + "multiprocess/pool.py"))
+    series = (ProcessSeries(7, (ProcessDump(7, (parent,)),)), ProcessSeries(8, (ProcessDump(8, (worker,)),)))
+    c = classify(series, load_signatures())
+    assert c is not None and c.signature_id == "lock-wait"
+
+
+def test_a_thread_waiting_for_the_gil_names_a_main_thread_blocked_in_native_code():
+    """Main blocked on a native mutex from an extension called by Python (the GIL held),
+    another thread waiting in take_gil from a callback: a GIL inversion, named by the waiter."""
+    main = _thread(_c("__lll_lock_wait"), _c("pthread_mutex_lock"), _c("ext_call", "/app/ext.so"),
+                   _c("cfunction_call", "/usr/bin/python3.11"))
+    waiter = _thread(_c("futex_wait"), _c("take_gil", "/usr/bin/python3.11"), _c("PyEval_RestoreThread", "/usr/bin/python3.11"),
+                     _c("on_event", "/app/ext.so"), name="Thread-2")
+    c = _classify(main, waiter)
+    assert c is not None and c.signature_id == "gil-deadlock"
+
+
+def test_a_forked_worker_stuck_in_loggings_own_code_inherited_its_lock():
+    worker = _thread(_py("emit", STDLIB + "logging/__init__.py"), _py("handle", STDLIB + "logging/__init__.py"),
+                     _py("init_process", SITE + "gunicorn/workers/base.py"), _py("spawn_worker", SITE + "gunicorn/arbiter.py"))
+    c = _classify(worker)
+    assert c is not None and c.signature_id == "fork-inherited-lock"
+    # the same logging call in a process that was not forked is no inherited lock
+    c = _classify(_thread(_py("emit", STDLIB + "logging/__init__.py"), _py("handle", STDLIB + "logging/__init__.py"), USER))
+    assert c is None or c.signature_id != "fork-inherited-lock"
+
+
+def test_a_logging_call_inside_a_librarys_wait_waits_on_loggings_lock():
+    """urllib3 logging a debug line while it makes a request: the thread waits on logging's
+    lock, not on the socket the request will read."""
+    w = wait_of(_thread(_py("_acquireLock", STDLIB + "logging/__init__.py"), _py("isEnabledFor", STDLIB + "logging/__init__.py"),
+                        _py("debug", STDLIB + "logging/__init__.py"), _py("_make_request", SITE + "urllib3/connectionpool.py"), USER))
+    assert w is not None and w.category == "lock-wait"
+
+
+def test_a_main_thread_with_no_visible_wait_gives_way_to_a_thread_waiting_on_a_lock():
+    main = _thread(_py("flush", "/app/flusher.py"), USER)
+    worker = _thread(_py("_acquireLock", STDLIB + "logging/__init__.py"), _py("step", "/app/flusher.py"),
+                     _py("run", STDLIB + "threading.py"), name="Thread-1")
+    c = _classify(main, worker)
+    assert c is not None and c.signature_id == "lock-wait"

@@ -124,17 +124,6 @@ NOT_READ_YET = {
     "gh-ray_29576_actor-sigabrt-driver-hang": "a driver's Ray log lines (date, level, file.py:N --) around the traceback",
     "gh-llamafactory_8549_streaming-watchdog-heartbeat-stuck": "fresh-2026-12b: not read at its first pass",
     "gh-trl_2879_cpo-watchdog-heartbeat-terminate": "fresh-2026-12b: not read at its first pass",
-    "autokey_1202": "fresh-2026-12c: not read at its first pass",
-    "cylc_1823": "fresh-2026-12c: not read at its first pass",
-    "md_blendcorpus_lazy_barrier_mismatch": "fresh-2026-12c: not read at its first pass",
-    "md_stale_baton_radix_cuda_import": "fresh-2026-12c: not read at its first pass",
-    "novaoperator_518_guru_meditation_threads": "fresh-2026-12c: not read at its first pass",
-    "paramiko_793_eclipse_stack_auth_read_all": "fresh-2026-12c: not read at its first pass",
-    "psycopg2_703_condensed_rollback_mutex": "fresh-2026-12c: not read at its first pass",
-    "scribadev_pr195": "fresh-2026-12c: not read at its first pass",
-    "trl_7103_asyncgrpo_abbreviated_watchdog": "fresh-2026-12c: not read at its first pass",
-    "underworld3_pr684": "fresh-2026-12c: not read at its first pass",
-    "vulnlookup_592_faulthandler_drop_all_lock_wait": "fresh-2026-12c: not read at its first pass",
 }
 
 

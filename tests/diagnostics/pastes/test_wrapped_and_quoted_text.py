@@ -91,7 +91,7 @@ def test_a_dump_quoted_in_a_source_comment_is_read():
     (proc,) = report.processes
     assert proc.pid == 73472
     assert [f.function for f in proc.threads[0].frames][:5] == ["select", "wait", "poll", "wait", "join"]
-    assert pasted_verdict("loky_executor_code_comment_exit_join_children") == "subprocess-wait"  # the exit waits on its children
+    assert pasted_verdict("loky_executor_code_comment_exit_join_children") == "child-process-wait"  # the exit waits on its children
 
 
 def test_gdb_frame_numbers_are_no_comment_marker():

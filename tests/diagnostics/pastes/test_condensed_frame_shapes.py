@@ -1,0 +1,243 @@
+"""Frames in the shapes other tools and reporters condense them to: ``path.py:12 in f``,
+``f [path.py:12]``, ``path.py:f:12``, Python 2's py-bt, py-spy frames quoted in prose,
+hand-written chains with locations, a thread's name alone as its caption, abbreviated
+watchdog lines; and the blocking call on the innermost source line of pdb's and pystack's
+stacks. Each snippet is synthetic, one per shape."""
+
+from __future__ import annotations
+
+import pytest
+
+from diag_helpers import frame_texts, text_verdict
+from hangwatch.diagnostics.errors import InputError
+from hangwatch.diagnostics.pastes import read_text
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _threads(text: str) -> list[list[str]]:
+    return [[f.function for f in t.frames] for p in read_text(text).processes for t in p.threads]
+
+
+def test_path_line_in_function_frames_outermost_first_are_turned_innermost_first():
+    text = ("worker-1:\n"
+            "  /usr/lib/python3.11/threading.py:1002 in _bootstrap\n"
+            "  /usr/lib/python3.11/threading.py:980 in run\n"
+            "  /app/jobs.py:40 in loop\n"
+            "  /usr/lib/python3.11/queue.py:171 in get\n")
+    assert _threads(text) == [["get", "loop", "run", "_bootstrap"]]
+
+
+def test_path_line_in_function_frames_innermost_first_keep_their_order():
+    text = ("Thread [pytest]:\n"
+            "  psycopg/connection.py:484 in wait\n"
+            "  ...\n"
+            "  tests/conftest.py:31 in teardown          <- a note\n"
+            "\n"
+            "Thread [worker]:\n"
+            "  app/worker.py:12 in loop\n"
+            "  /usr/lib/python3.11/threading.py:1002 in _bootstrap\n")
+    assert _threads(text) == [["wait", "teardown"], ["loop", "_bootstrap"]]
+
+
+def test_a_guru_meditation_report_reads_outermost_first_under_its_thread_banners():
+    text = ("------                  Thread #1397436                   ------\n\n"
+            "/usr/lib/python3.9/site-packages/eventlet/hubs/hub.py:365 in run\n"
+            "    `self.wait(sleep_time)`\n\n"
+            "/usr/lib/python3.9/site-packages/eventlet/hubs/poll.py:77 in wait\n"
+            "    `time.sleep(seconds)`\n")
+    ((t,),) = [p.threads for p in read_text(text).processes]
+    assert t.ident == "1397436" and [f.function for f in t.frames] == ["wait", "run"]
+
+
+def test_a_pydev_stack_view_is_read_with_its_thread_names():
+    text = ("    Thread-7 - pid123_seq4\n"
+            "        read_all [packet.py:254]\n"
+            "        run [transport.py:1760]\n"
+            "        __bootstrap_inner [threading.py:810]\n")
+    ((t,),) = [p.threads for p in read_text(text).processes]
+    assert t.name == "Thread-7" and frame_texts(t)[0] == "read_all (packet.py:254)"
+
+
+def test_path_function_line_frames_with_markdown_bold_are_read():
+    text = ("`/lib/python2.7/site-packages/pkg/engine.py:**do_commit**:420\n"
+            "/lib/python2.7/site-packages/pkg/base.py:_commit_impl:669\n")
+    assert _threads(text) == [["do_commit", "_commit_impl"]]
+
+
+def test_python2_py_bt_frames_are_read_innermost_first():
+    text = ("(gdb) py-bt\n"
+            "#2 <built-in method acquire of thread.lock object at remote 0x7f0a16edb840>\n"
+            "#4 file '/usr/lib64/python2.6/threading.py', in 'wait'\n"
+            "#8 file '/usr/lib64/python2.6/threading.py', in 'join'\n")
+    assert _threads(text) == [["acquire", "wait", "join"]]
+
+
+def test_a_py_spy_frame_quoted_in_prose_is_a_stack(tmp_path):
+    text = ("We ran py-spy on the head node: rank 0 is stuck at `all_reduce (torch/distributed/distributed_c10d.py:2050)`\n"
+            "inside our data loader while the other ranks train.\n")
+    assert _threads(text) == [["all_reduce"]]
+    assert text_verdict(tmp_path, text) == "nccl-collective-wait"
+
+
+def test_a_chain_of_calls_with_locations_ends_in_the_call_it_blocks_in(tmp_path):
+    text = ("    test_app.py:63 test_stop()\n"
+            "      -> service.py:118 Service.stop()\n"
+            "        -> listener.py:599 Listener.cancel() -> self.join()\n")
+    (names,) = _threads(text)
+    assert names == ["self.join", "Listener.cancel", "Service.stop", "test_stop"]
+    assert text_verdict(tmp_path, text) == "thread-join"
+
+
+def test_a_thread_name_alone_captions_the_frames_under_it():
+    text = ("MainThread (event loop)\n"
+            "    _wait_for_tstate_lock (threading.py:1116)\n"
+            "    join (threading.py:1096)\n")
+    ((t,),) = [p.threads for p in read_text(text).processes]
+    assert t.name == "MainThread" and [f.function for f in t.frames] == ["_wait_for_tstate_lock", "join"]
+
+
+def test_an_abbreviated_watchdog_line_is_a_collective_wait(tmp_path):
+    text = "Watchdog caught collective operation timeout: WorkNCCL(..., OpType=ALLGATHER, ...)\n"
+    assert text_verdict(tmp_path, text) == "nccl-collective-wait"
+
+
+def test_pdbs_where_cut_below_its_last_frame_names_the_call_on_that_line(tmp_path):
+    text = ("(Pdb) where\n"
+            "  /home/u/run.py(15)<module>()\n"
+            "-> out = collect(futures)\n"
+            "  /home/u/run.py(9)collect()\n"
+            "-> return fut.result()\n"
+            "  /usr/lib/python3.11/concurr\n")
+    assert text_verdict(tmp_path, text) == "future-wait"
+
+
+def test_pystacks_innermost_source_line_entering_a_lock_is_its_acquire(tmp_path):
+    text = ('Traceback for thread 12 (python3) [] (most recent call last):\n'
+            '    (Python) File "/usr/lib/python3.11/threading.py", line 995, in _bootstrap\n'
+            '        self._bootstrap_inner()\n'
+            '    (Python) File "/home/u/app.py", line 10, in worker\n'
+            '        with second_lock:\n')
+    (names,) = _threads(text)
+    assert names == ["second_lock.acquire", "worker", "_bootstrap"]
+    assert text_verdict(tmp_path, text) == "lock-wait"
+
+
+def test_a_chain_in_backticks_inside_prose_is_a_stack_outermost_first():
+    text = "- **main thread**: `run_job → pthread_join_wrapper → __psynch_cvwait` (waits for the worker)\n"
+    assert _threads(text) == [["__psynch_cvwait", "pthread_join_wrapper", "run_job"]]
+    # two links are prose ("a -> b"), not a chain
+    with pytest.raises(InputError):
+        read_text("we went from `config -> model` in one step\n")
+
+
+def test_a_chain_after_a_label_column_goes_on_under_it(tmp_path):
+    text = ("main    _exit_function -> _run_finalizers -> _finalize_join -> join\n"
+            "        -> _wait_for_tstate_lock\n"
+            "feeder  _feed -> send_bytes -> _send        (blocked, pipe full)\n")
+    assert _threads(text)[0] == ["_wait_for_tstate_lock", "join", "_finalize_join", "_run_finalizers", "_exit_function"]
+    assert text_verdict(tmp_path, text) == "shutdown-join"
+
+
+def test_a_label_column_with_state_and_quoted_names_holds_each_threads_innermost_frame():
+    text = ('    MainThread (100% CPU):     replay (torch/cuda/graphs.py:186)\n'
+            '                               forward (app/model.py:360)\n'
+            '\n'
+            '    "io-worker" (idle):  get (queue.py:171)   block=True, timeout=None\n'
+            '                         _loop (app/io.py:263)\n')
+    threads = [t for p in read_text(text).processes for t in p.threads]
+    assert [(t.name, t.active, [f.function for f in t.frames]) for t in threads] == [
+        ("MainThread", True, ["replay", "forward"]), ("io-worker", False, ["get", "_loop"])]
+
+
+def test_a_call_written_above_the_frames_is_the_innermost_call(tmp_path):
+    text = ("```\n"
+            "queue.get()  <- never returns\n"
+            "fetch_batch        (app/loader.py:43)\n"
+            "main               (app/train.py:143)\n"
+            "```\n")
+    assert _threads(text) == [["queue.get", "fetch_batch", "main"]]
+    assert text_verdict(tmp_path, text) == "queue-wait"
+
+
+def test_faulthandlers_c_stack_goes_under_the_current_threads_python_frames():
+    text = ('Current thread 0x00007f0e3c9a4740 [python] (most recent call first):\n'
+            '  File "/app/main.py", line 20 in <module>\n'
+            '\n'
+            "Current thread's C stack trace (most recent call first):\n"
+            '  Binary file "/usr/bin/python3.14", at _Py_DumpStack+0x4c [0x55d3c8]\n'
+            '  Binary file "/lib/x86_64-linux-gnu/libc.so.6", at pthread_cond_wait+0x1f [0x7f0e3c]\n'
+            '  Binary file "/usr/bin/python3.14", at +0x32dcbd [0x5b27f7d85cbd]\n'
+            '  <truncated rest of calls>\n')
+    ((t,),) = [p.threads for p in read_text(text).processes]
+    assert [(f.function, f.native) for f in t.frames] == [("pthread_cond_wait", True), ("??", True), ("<module>", False)]
+
+
+def test_a_signal_handler_on_top_of_a_traceback_gives_way_to_the_code_it_interrupted(tmp_path):
+    """A worker killed on a timeout (gunicorn's handle_abort, a SIGTERM handler raising):
+    the frame under the handler is where the process waited."""
+    text = ('Traceback (most recent call last):\n'
+            '  File "/app/views.py", line 40, in api\n'
+            '    data = sock.recv(4096)\n'
+            '  File "/usr/lib/python3.11/socket.py", line 705, in readinto\n'
+            '    return self._sock.recv_into(b)\n'
+            '  File "/srv/lib/python3.11/site-packages/server/workers/base.py", line 204, in handle_abort\n'
+            '    sys.exit(1)\n'
+            'SystemExit: 1\n')
+    assert _threads(text) == [["readinto", "api"]]
+    assert text_verdict(tmp_path, text) == "socket-read"
+
+
+def test_a_captioned_format_stack_thread_blocked_in_a_c_call_on_its_last_line(tmp_path):
+    """A whole format_stack dump (a Thread object's repr as each caption): the lock entered on
+    a thread's innermost line is its acquire, and the join in the main thread names it."""
+    text = ("<Thread(Worker-1, started daemon 140234)>\n"
+            '  File "/usr/lib/python3.11/threading.py", line 995, in _bootstrap\n'
+            "    self._bootstrap_inner()\n"
+            '  File "/app/w.py", line 12, in run\n'
+            "    with self._lock:\n"
+            "\n"
+            "<_MainThread(MainThread, started 140111)>\n"
+            '  File "/app/main.py", line 20, in <module>\n'
+            "    t.join()\n"
+            '  File "/usr/lib/python3.11/threading.py", line 1112, in join\n'
+            "    self._wait_for_tstate_lock()\n")
+    threads = [(t.name, [f.function for f in t.frames]) for p in read_text(text).processes for t in p.threads]
+    assert threads[0] == ("Worker-1", ["self._lock.acquire", "run", "_bootstrap"])
+    assert threads[1][0] == "MainThread"
+    assert text_verdict(tmp_path, text) == "lock-wait"
+
+
+def test_pytests_short_traceback_is_read_outermost_first_with_its_source_lines(tmp_path):
+    text = ("____________________________ test_hang ____________________________\n"
+            "tests/test_x.py:12: in test_hang\n"
+            "    worker.join()\n"
+            "app/worker.py:40: in join\n"
+            "    os.waitpid(self.pid, 0)\n"
+            "E   Failed: Timeout >10.0s\n")
+    assert _threads(text) == [["os.waitpid", "join", "test_hang"]]
+    assert text_verdict(tmp_path, text) == "subprocess-wait"
+
+
+def test_a_traceback_cut_inside_a_librarys_wrappers_names_the_call_made_into_it(tmp_path):
+    text = ('Traceback (most recent call last):\n'
+            '  File "/app/driver.py", line 567, in sample\n'
+            '    info = ray.get(future)\n'
+            '  File "/venv/lib/python3.12/site-packages/ray/_private/auto_init_hook.py", line 21, in auto_init_wrapper\n'
+            '    return fn(*args, **kwargs)\n'
+            '  File "/venv/lib/python3.12/site-packages/ray/_private/client_mode_hook.py", line 103, in wrapper\n'
+            '    return func(*args, **kwargs)\n'
+            '  File "/venv/lib/pyth\n')
+    assert text_verdict(tmp_path, text) == "ray-get-wait"
+    # a call of the program's own object ("self.pool.get") names no library: no call is made up
+    own = text.replace("ray.get(future)", "self.pool.get(future)")
+    assert text_verdict(tmp_path, own) != "ray-get-wait"
+
+
+def test_the_last_lines_python_trace_printed_are_where_the_process_stopped(tmp_path):
+    text = (" --- modulename: client, funcname: fetch\n"
+            "client.py(40):         start = time.time()\n"
+            "client.py(41):         reply = urllib.request.urlopen(\n"
+            "client.py(42):             url, timeout=None)\n")
+    assert _threads(text) == [["urllib.request.urlopen", "fetch"]]
+    assert text_verdict(tmp_path, text) == "socket-read"
