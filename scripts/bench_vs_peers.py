@@ -22,7 +22,8 @@ It runs under:
   its dependencies (defusedxml, httpx, protobuf, grpcio) installed beside it; or a directory
   prepared by hand (``--nvrx-site DIR``: what goes on PYTHONPATH, with a VERSION file saying
   what it is); only when 0.7.0 cannot be had or cannot run, the newest release pip accepts
-  here. The option names are the ones its ``--help`` shows (0.7.0: ``--ft-ignore-missing-cfg``,
+  here. The option names are the ones its ``--help`` shows (newer than 0.7.0: ``--ft-ignore-missing-cfg``;
+  0.7.0 itself declares that flag without an option string, so it always runs without a config;
   before: ``--ignore-missing-fault-tol-cfg``). The output's first line says which peer ran, and why
   it is not 0.7.0 when it is not;
 * otherwise plain ``torchrun --max-restarts``, which has no hang detection.
@@ -241,11 +242,20 @@ def _cannot_run(site: Path) -> str | None:
     return ((got.stderr or got.stdout).strip().splitlines() or [f"exit {got.returncode}"])[-1][:200]
 
 
+#: ``nvrx_ignore_missing_cfg``'s answer for a release that takes no option to run without a config
+NO_OPTION = "(none: this release always runs without a config file)"
+
+
 def nvrx_ignore_missing_cfg(site: Path) -> str:
     """The option that lets ft_launcher run without a config file, as this release names it."""
     got = subprocess.run([PY, "-m", "nvidia_resiliency_ext.fault_tolerance.launcher", "--help"],
                          env=dict(os.environ, PYTHONPATH=str(site)), capture_output=True, text=True, timeout=120)
-    return "--ft-ignore-missing-cfg" if "--ft-ignore-missing-cfg" in got.stdout else "--ignore-missing-fault-tol-cfg"
+    for option in ("--ft-ignore-missing-cfg", "--ignore-missing-fault-tol-cfg"):
+        if option in got.stdout:
+            return option
+    # 0.7.0 declares the flag with no option string (a positional store_true, which argparse
+    # always sets): that release runs without a config file as it is, and refuses either name.
+    return NO_OPTION
 
 
 # -- one run ---------------------------------------------------------------------------------
@@ -289,7 +299,7 @@ def command(tool: str, work: Path, port: int, heavy: bool = False, ignore_cfg: s
                 "--ft-rank-heartbeat-timeout", str(TIMEOUT_S),
                 "--ft-initial-rank-heartbeat-timeout", "120",
                 "--ft-node-health-check-interval", "5", "--ft-enable-nic-monitor", "false",
-                ignore_cfg or "--ignore-missing-fault-tol-cfg", *train]
+                *([] if ignore_cfg == NO_OPTION else [ignore_cfg or "--ignore-missing-fault-tol-cfg"]), *train]
     return [*torchrun, *rdzv, "--max-restarts", "3", "--monitor-interval", str(INTERVAL_S), *train]
 
 
