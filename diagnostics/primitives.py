@@ -354,5 +354,15 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _c("socket-read", "a socket or pipe", "`read`/`recv`",
        r"^(__)?(libc_)?(read|recv|recvfrom|recvmsg|accept4?|connect)(_nocancel)?$|^__GI___libc_read$|^sock_(recv|recv_into|accept)\w*$"),
     _c("sleep", "a sleep", "`nanosleep`", r"^(__)?(nanosleep|clock_nanosleep|usleep|sleep|pysleep|time_sleep|__clock_nanosleep\w*|Sleep|SleepEx)$"),
+    # Spin locks and read-write locks (glibc's, UCX's and other libraries' wrappers of them).
+    _c("lock-wait", "a spin lock", "`pthread_spin_lock`", r"^(__)?pthread_spin_lock$|^\w*_spin(lock)?_lock\w*$|^_raw_spin_lock\w*$"),
+    _c("lock-wait", "a read-write lock", "`pthread_rwlock_*lock`",
+       r"^(__)?pthread_rwlock_(timed|clock)?(rd|wr)lock\w*$|^std::shared_mutex::lock(_shared)?$"),
+    # Windows: critical sections, SRW locks and kernel waits (WinDbg's `kb`, a minidump's stack).
+    _c("lock-wait", "a critical section", "`EnterCriticalSection`",
+       r"^(Rtl|Rtlp)?EnterCriticalSection\w*$|^RtlpWaitOnCriticalSection$|^RtlpEnterCriticalSectionContended$|^(Rtl)?AcquireSRWLock(Exclusive|Shared)$|^RtlpWaitOnAddress\w*$|^WaitOnAddress$"),
+    _c("event-wait", "a kernel object (an event, a mutex, a thread)", "`WaitForSingleObject`",
+       r"^(WaitForSingleObject(Ex)?|MsgWaitForMultipleObjects(Ex)?|(Nt|Zw)WaitForSingleObject|(Nt|Zw)WaitForMultipleObjects(32)?|(Nt|Zw)WaitForAlertByThreadId|SleepConditionVariable(CS|SRW)|RtlSleepConditionVariable(CS|SRW))$"),
+    _c("sleep", "a sleep", "`NtDelayExecution`", r"^(Nt|Zw)DelayExecution$"),
     _c("lock-wait", "a futex (a lock or condition)", "`futex`", r"^(__)?(futex_wait\w*|futex_abstimed_wait\w*|futex)$|^__futex_abstimed_wait_common\w*$|^futex_wait_cancelable$"),
 )

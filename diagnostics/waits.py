@@ -206,6 +206,13 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
         # forked), the queue is not full. (A get waiting for the reader lock is an idle
         # pool worker queued behind the one that reads: a queue wait.)
         category, what = "lock-wait", "a queue's lock"
+    if category == "event-wait" and any(_FINALIZER.search(f.function) and not f.native
+                                        and (f.function.endswith("__del__") or _WEAKREF_FILE.search(f.file))
+                                        for f in frames[outer[0] + 1:]):
+        # A Condition waited on inside a finalizer (``__del__``, a weakref callback): the
+        # garbage collector ran it in a thread that already holds the lock the Condition
+        # needs (an object closed from its finalizer mid-call): a self-deadlock on that lock.
+        category, what = "lock-wait", "a lock re-entered from a finalizer"
     if (caller is not None and caller.native and category in _LIBC_WAITS and matched[-1][1].native
             and _ACCELERATOR_BACKEND.search(caller.file) is not None and not ThreadDump("", "", frames).driver_thread()):
         # A C library wait (an eventfd read, a futex, a condition) called by torch's
@@ -221,6 +228,11 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
             labels.append(label)
     return Wait(category, what, tuple(labels), tuple(f for _, f, _ in matched), caller, cut, stop)
 
+
+#: A finalizer the garbage collector runs in whatever thread it interrupts: ``__del__``, or a
+#: weakref callback (``weakref.finalize.__call__``, ``ref`` callbacks).
+_FINALIZER = re.compile(r"^(\w+\.)?(__del__|__call__|_remove|remove)$")
+_WEAKREF_FILE = re.compile(r"(^|/)(weakref|_weakrefset)\.py$")
 
 #: A logging call: what waits under it (its lock) is the call's, whatever library made it.
 _LOGGING_CALL = re.compile(r"^(\w+\.)?(debug|info|warning|warn|error|exception|critical|log|_log|isEnabledFor|handle|callHandlers)$")

@@ -149,6 +149,16 @@ PRIMITIVE_STACKS = [
     ([_c("pthread_cond_wait"), _c("drop_gil", "libpython3.11.so")], "gil-deadlock"),
     ([_c("clock_nanosleep"), _c("__nanosleep")], "sleep"),
     ([_c("pthread_join")], "thread-join"),
+    # spin locks and read-write locks: glibc's, and a library's own wrapper named *_spin_lock
+    ([_c("pthread_spin_lock", "/lib64/libpthread.so.0")], "lock-wait"),
+    ([_c("pthread_spin_lock", "/lib64/libpthread.so.0"), _c("mylib_spin_lock", "/opt/lib/libmylib.so")], "lock-wait"),
+    ([_c("__pthread_rwlock_wrlock_full"), _c("pthread_rwlock_wrlock")], "lock-wait"),
+    # Windows (WinDbg, a minidump): critical sections, SRW locks, kernel object waits, sleeps
+    ([_c("NtWaitForAlertByThreadId", "ntdll"), _c("RtlpWaitOnCriticalSection", "ntdll"),
+      _c("RtlpEnterCriticalSectionContended", "ntdll"), _c("RtlEnterCriticalSection", "ntdll")], "lock-wait"),
+    ([_c("NtWaitForSingleObject", "ntdll"), _c("WaitForSingleObjectEx", "KERNELBASE"), _c("WaitForSingleObject", "KERNELBASE")], "event-wait"),
+    ([_c("AcquireSRWLockExclusive", "ntdll")], "lock-wait"),
+    ([_c("NtDelayExecution", "ntdll"), _c("SleepEx", "KERNELBASE")], "sleep"),
 ]
 
 
@@ -431,6 +441,20 @@ def test_a_condition_waited_on_by_an_acquire_is_a_lock_wait():
     w = wait_of(_thread(_py("wait", STDLIB + "threading.py"), _py("_acquire_slot", "/app/pool.py"), USER))
     assert w is not None and w.category == "lock-wait"
     w = wait_of(_thread(_py("wait", STDLIB + "threading.py"), _py("wait_for_batch", "/app/pool.py"), USER))
+    assert w is not None and w.category == "event-wait"
+
+
+def test_a_condition_waited_on_inside_a_finalizer_is_a_lock_wait():
+    """The garbage collector runs ``__del__`` (or a weakref callback) in the thread it
+    interrupts; a close from there that waits on a Condition waits for a lock that thread
+    already holds: a self-deadlock, not an event that will come."""
+    close = [_py("wait", STDLIB + "threading.py"), _py("_close", SITE + "rpclib/channel.py"), _py("close", SITE + "rpclib/channel.py")]
+    w = wait_of(_thread(*close, _py("__del__", SITE + "client/api.py"), USER))
+    assert w is not None and w.category == "lock-wait"
+    w = wait_of(_thread(*close, _py("__call__", STDLIB + "weakref.py"), USER))
+    assert w is not None and w.category == "lock-wait"
+    # the same close called by the program: an event wait
+    w = wait_of(_thread(*close, USER))
     assert w is not None and w.category == "event-wait"
 
 
