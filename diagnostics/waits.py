@@ -84,6 +84,10 @@ class Wait:
         last = self.frames[-1]
         if self.category == GIL:
             return False  # the GIL is the interpreter's, never the calling extension's business
+        if self.category == "lock-wait" and any(_EXPLICIT_LOCK.search(f.function) for f in self.frames):
+            # A mutex, spin lock, read-write lock or critical section taken by name: a lock
+            # whoever the caller is (a futex or semaphore alone may be anything's).
+            return False
         return (last.native and self.category not in ECOSYSTEM_NATIVE and self.caller is not None
                 and self.caller.native and not self.caller.is_system_native)
 
@@ -228,6 +232,10 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
             labels.append(label)
     return Wait(category, what, tuple(labels), tuple(f for _, f, _ in matched), caller, cut, stop)
 
+
+#: Native calls that take a lock by name (see ``Wait.weak``).
+_EXPLICIT_LOCK = re.compile(r"^(__)?pthread_(mutex|spin|rwlock)_\w*lock\w*$|^(__)?lll_lock_wait\w*$|^std::(shared_)?mutex::lock"
+                            r"|^\w*_spin(lock)?_lock\w*$|EnterCriticalSection|^RtlpWaitOnCriticalSection$|AcquireSRWLock")
 
 #: A finalizer the garbage collector runs in whatever thread it interrupts: ``__del__``, or a
 #: weakref callback (``weakref.finalize.__call__``, ``ref`` callbacks).

@@ -16,7 +16,7 @@ from hangwatch.diagnostics.pastes.patterns import (
     GDB_ATTACHED, GDB_BUILTIN, GDB_INFO_THREAD, GDB_NUMBERED, GDB_PY2_BUILTIN, GDB_PY2_FILE, GDB_PYFRAME, GDB_STOPPED,
     GDB_THREAD,
     GDB_THREAD_LWP, GIL_WAIT, HEX, INLINE_GDB, LLDB_FRAME, LLDB_OFFSET, LLDB_THREAD, MAX_FRAMES, NATIVE_CUT,
-    NATIVE_PATH, NUMBERED_FROM, PYBT_MARKERS, PY_EXT, TRACEBACK_FRAME, WS,
+    NATIVE_PATH, NUMBERED_FROM, PYBT_MARKERS, PY_EXT, TRACEBACK_FRAME, VS_FRAME, WINDBG_COLUMNS, WINDBG_FRAME, WINDBG_THREAD, WS,
 )
 from hangwatch.diagnostics.pastes.tracebacks import traceback_header
 from hangwatch.diagnostics.stacks import Frame
@@ -176,6 +176,25 @@ def lldb_line(b: Builder, s: str) -> bool:
     return False
 
 
+def windbg_line(b: Builder, s: str) -> bool:
+    """WinDbg's thread header, column header and "ADDR ADDR module!function+0xNN" frames,
+    and Visual Studio's "module.dll!function(args) Line N" (see ``WINDBG_FRAME``)."""
+    m = WINDBG_THREAD.match(s)
+    if m is not None:
+        b.start_thread(str(int(m.group(3), 16)), "unknown", "MainThread" if m.group(1) == "0" else "")
+        return True
+    if WINDBG_COLUMNS.match(s):
+        return True
+    m = WINDBG_FRAME.match(s) or VS_FRAME.match(s)
+    if m is None or (m.re is WINDBG_FRAME and m.group(2) is None and "+0x" not in s):
+        return False
+    module, sym = m.group(1), m.group(2)
+    name = (cxx_name(sym) or sym) if sym else "?"
+    b.add_frames([Frame(name, module, None, native=True)])
+    b.after_break = False
+    return True
+
+
 def gdb_info_thread(b: Builder, m: re.Match[str]) -> bool:
     """One row of gdb's "info threads": a thread and its innermost frame."""
     rest = m.group(5)
@@ -248,6 +267,11 @@ def pybt_marker(b: Builder, ln: Line) -> bool:
 
 def wrapped_library(b: Builder, ln: Line) -> bool:
     return ln.gdb_open and ln.s.startswith(("from ", "at ")) and gdb_continuation(b, ln.s)
+
+
+def windbg(b: Builder, ln: Line) -> bool:
+    s = ln.s
+    return ("!" in s or "Id:" in s or "RetAddr" in s or "+0x" in s) and windbg_line(b, s)
 
 
 def lldb(b: Builder, ln: Line) -> bool:

@@ -89,7 +89,6 @@ KNOWN_MISSES = {
     "ddtrace_6308_urllib3_finalizer_event_lock": "unknown",
     "ddtrace_pr4108_stackcollector_gc_reentrant": "unknown",
     "fishtest_2041_sampled_traces_lock_deadlock": "refused",
-    "oldnewthing_psychic_debugging_critsec_deadlock": "refused",
     "pytest_11174_timeout_stack_pool_handle_results": "all-idle",
     "redispy_2243_gdb_read_from_socket_timeout_none": "all-idle",
     "sentry_3753_worker_lock_signal_dump": "unknown",
