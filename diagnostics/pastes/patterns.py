@@ -167,7 +167,9 @@ BANNER_THREAD = re.compile(
 )
 # A stack printer may put the frame's source on the same line after two spaces
 # ('File: "x.py", line 9, in run  session.run(out)', tensorflow#5289).
-TRACEBACK_FRAME = re.compile(r'^File:? "([^"\n]{1,1000})",[ \t]{1,40}line (\d{1,7}),[ \t]{1,40}in (\S{1,300})(?:\s{2}.{0,3000})?\s*$')
+# A sampling tool's or a logger's condensed frame keeps the source on the same line
+# ('File "db.py", line 86, in get_run with self.cache_lock:'): group 4.
+TRACEBACK_FRAME = re.compile(r'^File:? "([^"\n]{1,1000})",[ \t]{1,40}line (\d{1,7}),[ \t]{1,40}in (\S{1,300})(?:\s{1,40}(.{0,3000}?))?\s*$')
 # IPython / Jupyter tracebacks (ultralytics#6206): "Empty      Traceback (most recent call last)",
 # then frames as "File C:\\...\\dataloader.py:1132, in Class.method(self, timeout)" (IPython 8),
 # "~/lib/python3.7/.../dataloader.py in _try_get_data(self, timeout)" (older IPython),

@@ -61,6 +61,16 @@ def traceback_line(b: Builder, s: str, line: str) -> bool:
         b.tb_source = ""
         b.tb_indent = len(line) - len(line.lstrip())
         b.tb_frame_line = True
+        same_line = (m.group(4) or "").strip()
+        if same_line and b.tb_frames is not None:
+            b.tb_source = same_line
+            _note_source(b, same_line)
+        return True
+    if b.tb_frames and not b.tb_ipython and s.isdigit() and len(s) <= 9:
+        # A sampling tool's count over each sampled stack ("127" then its frames): the
+        # next frame line starts another stack.
+        b.tb_lines += 1
+        end_traceback(b, keep=False)
         return True
     after_frame, b.tb_frame_line = b.tb_frame_line, False
     if b.tb_ipython:

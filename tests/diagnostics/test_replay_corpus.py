@@ -88,7 +88,6 @@ KNOWN_MISSES = {
     # The fourth fresh collection (collection: fresh-2026-12d): what its first pass said.
     "ddtrace_6308_urllib3_finalizer_event_lock": "unknown",
     "ddtrace_pr4108_stackcollector_gc_reentrant": "unknown",
-    "fishtest_2041_sampled_traces_lock_deadlock": "refused",
     "pytest_11174_timeout_stack_pool_handle_results": "all-idle",
     "redispy_2243_gdb_read_from_socket_timeout_none": "all-idle",
     "sentry_3753_worker_lock_signal_dump": "unknown",

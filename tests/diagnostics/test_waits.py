@@ -542,3 +542,15 @@ def test_a_main_thread_with_no_visible_wait_gives_way_to_a_thread_waiting_on_a_l
                      _py("run", STDLIB + "threading.py"), name="Thread-1")
     c = _classify(main, worker)
     assert c is not None and c.signature_id == "lock-wait"
+
+
+def test_a_named_mutex_taken_by_an_extension_is_a_lock_wait_a_bare_futex_is_not():
+    """A mutex, spin lock or critical section taken by the job's own native code is a lock
+    whoever calls it; a bare futex or poll under an extension says nothing of its own."""
+    ext = _c("Engine::submit", "/opt/app/libengine.so")
+    w = wait_of(_thread(_c("__lll_lock_wait"), _c("pthread_mutex_lock"), ext, USER))
+    assert w is not None and w.category == "lock-wait" and not w.weak
+    w = wait_of(_thread(_c("RtlEnterCriticalSection", "ntdll"), _c("Log::write", "app"), USER))
+    assert w is not None and w.category == "lock-wait" and not w.weak
+    w = wait_of(_thread(_c("futex_wait"), ext, USER))
+    assert w is not None and w.weak
