@@ -316,6 +316,9 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("lock-wait", "logging's module lock", "logging `_acquireLock`", r"^(_acquireLock|_acquireModuleLock)$", None),
     # A lock class's own acquire (tqdm's, logging's Handler.acquire): the C lock under it is not shown.
     _py("lock-wait", "a lock", "`acquire`", r"^(\w+\.)?acquire$", None),
+    # A lock wrapper's own `_acquire` (a profiler's or tracer's proxy around threading's lock)
+    # in a module named for locks.
+    _py("lock-wait", "a lock", "a lock wrapper's `_acquire`", r"^(\w+\.)?_acquire$", r"(^|/)_?\w*locks?\.py$"),
     # --- the call on a Ctrl-C traceback's innermost source line ------------------------------------
     _src("file-lock-wait", "a file lock", "`fcntl.flock`", r"(^|\.)(flock|lockf)$"),
     _src("file-lock-wait", "a lock file", "a file lock's `wait`/`acquire`",
