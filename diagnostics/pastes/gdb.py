@@ -111,6 +111,13 @@ def gdb_frame(b: Builder, s: str) -> bool:
         b.add_frames([Frame("??" if function == "n/a" else function, mc.group(2).strip(), None, native=True)])
         b.after_break = False
         return True
+    me = EU_STACK_FRAME.match(s) if mc is None and " in " not in s else None
+    if me is not None:
+        # eu-stack's "#0  0x00007f.. __lll_lock_wait" ("- /lib64/libc.so.6" with -m)
+        function = cxx_name(me.group(1)) or me.group(1)
+        b.add_frames([Frame(function, me.group(2) or "?", None, native=True)])
+        b.after_break = False
+        return True
     m = GDB_NUMBERED.match(s)
     if m is not None:
         frame = gdb_call(s[m.end():], addressed=m.group(1) is not None) or _numbered_from(s[m.end():].strip())
@@ -291,6 +298,8 @@ def info_thread(b: Builder, ln: Line) -> bool:
 #: systemd-coredump (coredumpctl info) and eu-stack frames: no " in ", the library and the
 #: offset in parentheses after the function.
 COREDUMP_FRAME = re.compile(r"^#\d{1,6}\s{1,4}0x[0-9a-fA-F]{1,16}\s{1,4}(?!in )(\S.{0,500}?)\s{1,4}\(([^()]{1,300}?) \+ 0x[0-9a-fA-F]{1,16}\)\s*$")
+#: eu-stack's own frames: the address and the function, with -m " - MODULE" after it.
+EU_STACK_FRAME = re.compile(r"^#\d{1,6}\s{1,4}0x[0-9a-fA-F]{1,16}\s{1,4}([A-Za-z_][\w:.@~<>]{0,500}(?:\([^()\n]{0,500}\))?)(?:\s{1,4}-\s{1,4}(\S{1,500}))?\s*$")
 #: Their thread headers: "Stack trace of thread 37144:" (coredumpctl), "TID 37144:" (eu-stack).
 COREDUMP_THREAD = re.compile(r"^(?:Stack trace of thread|TID) (\d{1,10}):$")
 

@@ -507,3 +507,21 @@ def test_windbg_kb_and_visual_studio_stacks_are_native_stacks(tmp_path):
                           "\tmyext.pyd!worker_loop(void * arg) Line 40\tC++\n")
     (t,) = proc.threads
     assert frame_texts(t) == ["take_gil (python311.dll)", "PyEval_RestoreThread (python311.dll)", "worker_loop (myext.pyd)"]
+
+
+def test_eu_stack_frames_with_and_without_their_module(tmp_path):
+    """eu-stack's own output ("TID N:" headers, "#0  0x.. function", "- MODULE" with -m): a
+    thread in a mutex is a lock wait even with no Python frame on the stack."""
+    text = ("PID 4242 - process\n"
+            "TID 4242:\n"
+            "#0  0x00007f3c1b2e8a35 __lll_lock_wait\n"
+            "#1  0x00007f3c1b2e1e6c pthread_mutex_lock\n"
+            "#2  0x00007f3c10a0bc21 Engine::step()\n"
+            "TID 4250:\n"
+            "#0  0x00007f3c1b2f3c7f __recv - /lib64/libc.so.6\n"
+            "#1  0x00007f3c10a0bd00 Net::poll_loop - /opt/libnet.so\n")
+    _, proc = one_process(text)
+    main, net = proc.threads
+    assert main.name == "MainThread" and [f.function for f in main.frames] == ["__lll_lock_wait", "pthread_mutex_lock", "Engine::step"]
+    assert frame_texts(net) == ["__recv (libc.so.6)", "Net::poll_loop (libnet.so)"]
+    assert text_verdict(tmp_path, text) == "lock-wait"
