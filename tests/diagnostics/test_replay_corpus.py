@@ -89,7 +89,6 @@ KNOWN_MISSES = {
     "ddtrace_6308_urllib3_finalizer_event_lock": "unknown",
     "ddtrace_pr4108_stackcollector_gc_reentrant": "unknown",
     "pytest_11174_timeout_stack_pool_handle_results": "all-idle",
-    "redispy_2243_gdb_read_from_socket_timeout_none": "all-idle",
     # Read innermost first now (its header says "most recent call first"): the only whole
     # thread is gunicorn's main thread in futures.wait; the request threads stuck on the lock
     # are cut (it was right before only because its frames were read upside down).
