@@ -296,6 +296,10 @@ def refine(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) 
     """``sig``, unless it is the generic ``lock-wait`` and the thread's wait says better
     what it is (an Event or Condition, a queue, a join, a future, the GIL...), or a join
     at interpreter exit whose thread waits on a child process or a lock file."""
+    if sig.id == "nccl-collective-wait" and _host_wait_in_nccl(thread):
+        setup = find(tuple(signatures), "nccl-comm-init")
+        if setup is not None:
+            return setup
     if sig.id in ("nccl-comm-init", "nccl-collective-wait"):
         return _store_not_nccl(sig, thread, signatures)
     if sig.id == "h2d-copy-stuck":
@@ -317,6 +321,23 @@ def refine(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) 
 #: Frames that show a store wait serving NCCL's communicator setup (rank 0's unique id
 #: fetched through the store): such a wait is the communicator's, not the store's.
 _NCCL_SETUP = re.compile(r"(?i)nccl(GetUniqueId|CommInit|UniqueNCCLID|Comm\b)|getNCCLComm|initNCCLComm|UniqueNCCLID|pynccl")
+
+
+#: NCCL's (and RCCL's) library and its collective entry points.
+_NCCL_LIB = re.compile(r"(^|/)lib[nr]ccl[\w.-]{0,40}\.so")
+_NCCL_COLLECTIVE = re.compile(r"^[nr]ccl(AllReduce|Broadcast|Bcast|Reduce|AllGather|ReduceScatter|Send|Recv|AlltoAll|GroupEnd)$")
+
+
+def _host_wait_in_nccl(thread: ThreadDump) -> bool:
+    """A C library wait (a condition, poll, a socket read) called by NCCL's own code under
+    one of its collective calls: a collective only enqueues work on the host, so a thread
+    blocked on the CPU inside it waits for the connections NCCL sets up lazily on first
+    use (its bootstrap exchange with the other ranks), not for the collective itself."""
+    frames = thread.frames[:MAX_WAIT_FRAMES]
+    w = wait_of(thread)
+    if w is None or w.category not in _LIBC_WAITS or w.caller is None or not _NCCL_LIB.search(w.caller.file):
+        return False
+    return any(f.native and _NCCL_COLLECTIVE.match(f.function) for f in frames)
 
 
 def _store_not_nccl(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) -> Signature:

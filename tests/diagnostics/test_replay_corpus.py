@@ -20,8 +20,6 @@ CORPUS = load_corpus(PASTED)
 KNOWN_MISSES = {
     # every traceback line under torchrun's "[rank0]:" prefix, cut inside the collective's frame
     "deepspeed_7568_rank_prefixed_traceback_grad_norm": "unknown",
-    # gdb's pager prompt inside the backtrace: the all-reduce is read, its communicator set-up is not
-    "horovod_26_gdb_pager_prompt_allreduce": "nccl-collective-wait",
     # two py-spy --native excerpts joined with '...', long pybind11 frames wrapped onto a second line
     "lmcache_pr2823_native_gil_driver_lock_inversion": "unknown",
     # only the two innermost frames of a pipeline-parallel irecv, each line padded with spaces

@@ -554,3 +554,16 @@ def test_a_named_mutex_taken_by_an_extension_is_a_lock_wait_a_bare_futex_is_not(
     assert w is not None and w.category == "lock-wait" and not w.weak
     w = wait_of(_thread(_c("futex_wait"), ext, USER))
     assert w is not None and w.weak
+
+
+def test_a_host_wait_inside_an_nccl_collective_call_is_its_lazy_connection_setup():
+    """A collective only enqueues work on the host: a thread blocked on the CPU (a condition,
+    a socket read) inside NCCL's own code under ncclAllReduce waits for the connections NCCL
+    sets up on first use; a thread under it in the driver is the collective's own wait."""
+    nccl = "/opt/nccl/lib/libnccl.so.2"
+    c = _classify(_thread(_c("pthread_cond_wait@@GLIBC_2.3.2"), _c("?", nccl), _c("?", nccl), _c("ncclAllReduce", nccl),
+                          _c("Engine::allreduce", "/opt/app/libengine.so")))
+    assert c is not None and c.signature_id == "nccl-comm-init"
+    c = _classify(_thread(_c("ioctl"), _c("?", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"), _c("?", nccl), _c("ncclAllReduce", nccl),
+                          _c("Engine::allreduce", "/opt/app/libengine.so")))
+    assert c is not None and c.signature_id == "nccl-collective-wait"
