@@ -88,6 +88,10 @@ class Wait:
             # A mutex, spin lock, read-write lock or critical section taken by name: a lock
             # whoever the caller is (a futex or semaphore alone may be anything's).
             return False
+        if self.category == "socket-read" and _BLOCKING_READ.search(self.frames[-1].function):
+            # A blocking recv/read/accept/connect is a read of that descriptor whoever makes
+            # it (poll, epoll and select are an event loop's idle wait: still the caller's).
+            return False
         return (last.native and self.category not in ECOSYSTEM_NATIVE and self.caller is not None
                 and self.caller.native and not self.caller.is_system_native)
 
@@ -236,6 +240,9 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
 #: Native calls that take a lock by name (see ``Wait.weak``).
 _EXPLICIT_LOCK = re.compile(r"^(__)?pthread_(mutex|spin|rwlock)_\w*lock\w*$|^(__)?lll_lock_wait\w*$|^std::(shared_)?mutex::lock"
                             r"|^\w*_spin(lock)?_lock\w*$|EnterCriticalSection|^RtlpWaitOnCriticalSection$|AcquireSRWLock")
+
+#: Native calls that block reading (or connecting) one descriptor (see ``Wait.weak``).
+_BLOCKING_READ = re.compile(r"^(__)?(libc_)?(read|recv|recvfrom|recvmsg|accept4?|connect)(_nocancel)?$|^__GI___libc_read$")
 
 #: A finalizer the garbage collector runs in whatever thread it interrupts: ``__del__``, or a
 #: weakref callback (``weakref.finalize.__call__``, ``ref`` callbacks).

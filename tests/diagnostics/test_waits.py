@@ -567,3 +567,15 @@ def test_a_host_wait_inside_an_nccl_collective_call_is_its_lazy_connection_setup
     c = _classify(_thread(_c("ioctl"), _c("?", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"), _c("?", nccl), _c("ncclAllReduce", nccl),
                           _c("Engine::allreduce", "/opt/app/libengine.so")))
     assert c is not None and c.signature_id == "nccl-collective-wait"
+
+
+def test_a_blocking_read_made_by_native_code_is_a_socket_read_a_poll_is_not():
+    """gdb-only stacks: a recv/read under the job's own native library reads that
+    descriptor whoever calls it; a poll or epoll_wait is an event loop's idle wait."""
+    client = _c("Client::fetch", "/opt/lib/libclient.so")
+    w = wait_of(_thread(_c("read"), client, USER))
+    assert w is not None and w.category == "socket-read" and not w.weak
+    w = wait_of(_thread(_c("__libc_recv"), client, USER))
+    assert w is not None and w.category == "socket-read" and not w.weak
+    w = wait_of(_thread(_c("epoll_wait"), _c("uv_run", "/opt/lib/libuv.so.1"), USER))
+    assert w is not None and w.weak
