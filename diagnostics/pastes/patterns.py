@@ -254,7 +254,7 @@ LLDB_OFFSET = re.compile(r" \+ \d{1,12}$")
 # without symbols is "module+0xNN".
 WINDBG_THREAD = re.compile(r"^[.#]?\s{0,4}(\d{1,6})\s{1,6}Id:\s{0,3}([0-9a-fA-F]{1,8})\.([0-9a-fA-F]{1,8})\s{1,6}Suspend:")
 WINDBG_COLUMNS = re.compile(r"^(?:#\s{1,4})?(?:Child-?EBP|Child-SP)\s{1,20}RetAddr\b")
-WINDBG_FRAME = re.compile(r"^(?:[0-9a-fA-F]{2,4}\s{1,4})?(?:[0-9a-fA-F`]{8,17}\s{1,12}){1,6}"
+WINDBG_FRAME = re.compile(r"^(?:[0-9a-fA-F]{2,4}\s{1,4})?(?:[0-9a-fA-F`]{8,17}\s{1,12}(?::\s{1,4})?){1,8}"
                           r"([A-Za-z_][\w.-]{0,100})(?:!([^\s+]{1,1000}?))?(?:\+0x[0-9a-fA-F]{1,16})?(?:\s{1,4}\[[^\]\n]{0,1000}\])?\s{0,4}$")
 # Visual Studio's call stack window (a minidump opened in it): "> python311.dll!take_gil(...) Line 307 C",
 # "ntdll.dll!NtWaitForSingleObject() Unknown".

@@ -502,6 +502,14 @@ def test_windbg_kb_and_visual_studio_stacks_are_native_stacks(tmp_path):
     assert frame_texts(main)[3:6] == ["RtlEnterCriticalSection (ntdll)", "Cache::Flush (tool)", "? (tool)"]
     assert frame_texts(worker) == ["NtWaitForSingleObject (ntdll)", "WaitForSingleObjectEx (KERNELBASE)"]
     assert text_verdict(tmp_path, text) == "lock-wait"
+    # x64 "kb": the arguments in a column between colons
+    _, proc = one_process(
+        ".  0  Id: 1c4.1c8 Suspend: 1 Teb: 000007ff`fffdd000 Unfrozen\n"
+        "Child-SP          RetAddr           : Args to Child                         : Call Site\n"
+        "00000000`0014f8a8 000007fe`fd5b10dc : 00000000`00000000 00000000`00000000 : ntdll!NtWaitForSingleObject+0xa\n"
+        "00000000`0014f8b0 00000001`3f5a1044 : 00000000`00000000 00000000`00000000 : KERNELBASE!WaitForSingleObjectEx+0x79\n")
+    (t,) = proc.threads
+    assert t.name == "MainThread" and frame_texts(t) == ["NtWaitForSingleObject (ntdll)", "WaitForSingleObjectEx (KERNELBASE)"]
     _, proc = one_process(">\tpython311.dll!take_gil(_ts * tstate) Line 307\tC\n"
                           "\tpython311.dll!PyEval_RestoreThread(_ts * tstate) Line 466\tC\n"
                           "\tmyext.pyd!worker_loop(void * arg) Line 40\tC++\n")
