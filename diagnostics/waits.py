@@ -84,7 +84,7 @@ class Wait:
         last = self.frames[-1]
         if self.category == GIL:
             return False  # the GIL is the interpreter's, never the calling extension's business
-        if self.category == "lock-wait" and any(_EXPLICIT_LOCK.search(f.function) for f in self.frames):
+        if self.category == "lock-wait" and any(_EXPLICIT_LOCK.search(_plain(f.function)) for f in self.frames):
             # A mutex, spin lock, read-write lock or critical section taken by name: a lock
             # whoever the caller is (a futex or semaphore alone may be anything's).
             return False
@@ -130,6 +130,10 @@ UNNAMED = "<unknown>"
 @functools.lru_cache(maxsize=65536)
 def _row(function: str, file: str, native: bool) -> Primitive | None:
     name = function.split("@", 1)[0] if native else function  # "pthread_cond_wait@@GLIBC_2.3.2"
+    if native:
+        # glibc's internal aliases ("__GI___lll_lock_wait", "__GI___pthread_mutex_lock") and
+        # gcc's clones ("do_futex_wait.constprop.0", "lll_lock_wait.isra.0") are the function itself.
+        name = _plain(name)
     path = file.replace("\\", "/")
     unnamed = name == UNNAMED and not native
     for p in PRIMITIVES:
@@ -214,6 +218,11 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
         # forked), the queue is not full. (A get waiting for the reader lock is an idle
         # pool worker queued behind the one that reads: a queue wait.)
         category, what = "lock-wait", "a queue's lock"
+    if (outer[2].level == "driver" and category != GIL
+            and any(m[2].category == "lock-wait" and _EXPLICIT_LOCK.search(_plain(m[1].function)) for m in matched)):
+        # A mutex or read-write lock taken inside the driver (its profiler's, its context's):
+        # the thread waits for that lock's holder, not for the device.
+        category, what = "lock-wait", "a lock inside the driver"
     if category == "event-wait" and any(_FINALIZER.search(f.function) and not f.native
                                         and (f.function.endswith("__del__") or _WEAKREF_FILE.search(f.file))
                                         for f in frames[outer[0] + 1:]):
@@ -236,6 +245,14 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
             labels.append(label)
     return Wait(category, what, tuple(labels), tuple(f for _, f, _ in matched), caller, cut, stop)
 
+
+_GLIBC_ALIAS = re.compile(r"^__GI_(?=_)")
+_CLONE_SUFFIX = re.compile(r"(\.(constprop|isra|part|cold|lto_priv)(\.\d+)?)+$")
+
+
+def _plain(name: str) -> str:
+    """A native function's name without glibc's ``__GI_`` alias prefix or gcc's clone suffix."""
+    return _GLIBC_ALIAS.sub("", _CLONE_SUFFIX.sub("", name.split("@", 1)[0]))
 
 #: Native calls that take a lock by name (see ``Wait.weak``).
 _EXPLICIT_LOCK = re.compile(r"^(__)?pthread_(mutex|spin|rwlock)_\w*lock\w*$|^(__)?lll_lock_wait\w*$|^std::(shared_)?mutex::lock"

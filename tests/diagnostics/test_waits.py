@@ -579,3 +579,22 @@ def test_a_blocking_read_made_by_native_code_is_a_socket_read_a_poll_is_not():
     assert w is not None and w.category == "socket-read" and not w.weak
     w = wait_of(_thread(_c("epoll_wait"), _c("uv_run", "/opt/lib/libuv.so.1"), USER))
     assert w is not None and w.weak
+
+
+def test_glibc_internal_aliases_and_compiler_clones_name_their_function():
+    """Newer glibc's debug symbols name the internal alias (``__GI___lll_lock_wait``) and gcc
+    clones (``lll_lock_wait.isra.0``): the same waits as their plain names."""
+    ext = _c("Engine::submit", "/opt/app/libengine.so")
+    w = wait_of(_thread(_c("futex_wait"), _c("__GI___lll_lock_wait"), _c("__GI___pthread_mutex_lock"), ext, USER))
+    assert w is not None and w.category == "lock-wait" and not w.weak
+    w = wait_of(_thread(_c("__lll_lock_wait.isra.0"), ext, USER))
+    assert w is not None and w.category == "lock-wait" and not w.weak
+
+
+def test_a_read_write_lock_taken_inside_the_driver_is_a_lock_wait():
+    """A lock the driver takes itself (its profiler's rwlock): the thread waits for that
+    lock's holder, not for the device."""
+    cuda = "/lib/x86_64-linux-gnu/libcuda.so.1"
+    w = wait_of(_thread(_c("futex_abstimed_wait"), _c("__pthread_rwlock_wrlock_full"), _c("__GI___pthread_rwlock_wrlock"),
+                        _c("?", cuda), _c("?", cuda), USER))
+    assert w is not None and w.category == "lock-wait"
