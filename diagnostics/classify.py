@@ -291,20 +291,21 @@ class _Matcher:
         self.memo: dict[tuple, _ThreadFacts] = {}
 
     def facts(self, thread: ThreadDump, pid: int | None, cmdline: str, alone: bool = False,
-              chosen: bool = False) -> _ThreadFacts:
+              chosen: bool = False, sole: bool = False) -> _ThreadFacts:
         # The only thread a dump shows of its process (one thread of a gdb/lldb session,
         # a stack pasted on its own) is the one the reporter looked at: it decides.
         # ``chosen``: a C-level backtrace in an excerpt with no main thread; it may decide
         # too, unless a helper signature says what it is (a native thread pool's idler).
         main = is_main(thread, pid) or alone
-        key = (thread.frames, thread.name, cmdline, main, chosen)
+        key = (thread.frames, thread.name, cmdline, main, chosen, sole)
         got = self.memo.get(key)
         if got is None:
             lines = ThreadLines.for_thread(thread)
             # Being alone does not make a known helper decide: a process whose only pasted
             # thread is Ray's profiler flusher or a tqdm monitor was cut before its main
             # thread (the last process of a `ray stack` paste, ray#3417), not chosen.
-            known_helper = not is_main(thread, pid) and any(_helper_match(h, thread, cmdline, lines) for h in self.helpers)
+            # The only thread of the whole paste is the one the reporter chose, helper or not.
+            known_helper = not is_main(thread, pid) and not sole and any(_helper_match(h, thread, cmdline, lines) for h in self.helpers)
             helper = known_helper or (not main and not chosen and not thread.telling_frames(limit=1)
                                       and not _joins_a_thread(thread) and not _importing(thread))
             stalls = []
@@ -369,7 +370,7 @@ def _helper_match(h: Signature, thread: ThreadDump, cmdline: str, lines: ThreadL
 
 
 def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], source: str = "", *,
-                    matcher: _Matcher | None = None) -> ProcessVerdict:
+                    matcher: _Matcher | None = None, only_process: bool = False) -> ProcessVerdict:
     m = matcher or _Matcher(signatures)
     pid, cmd = series.pid, series.cmdline
     threads = series.latest.threads if series.dumps else ()
@@ -390,9 +391,12 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
     # threads causing a deadlock", an ncclCommAbort thread stuck in its stream synchronize
     # and thread 1 cut after two libcuda frames).
     opaque_main = not no_main and all(_opaque_native(t) for t in threads if is_main(t, pid))
+    # The only thread of the whole paste, with Python frames, is the one the reporter
+    # pasted: it decides even where a helper signature knows it (a tool that prints native
+    # threads on its own, a crash handler's watchdog thread, still shows helpers).
     cands = [(t, series.frozen(t.ident),
               m.facts(t, pid, cmd, alone, chosen=(no_main or opaque_main or _bare_list(t)) and bool(t.frames)
-                      and all(f.native for f in t.frames)))
+                      and all(f.native for f in t.frames), sole=alone and only_process and any(not f.native for f in t.frames)))
              for t in threads]
     workers = [c for c in cands if not c[2].helper]
 
@@ -538,7 +542,8 @@ def _only_gil_wait(evidence: Sequence[Frame]) -> bool:
 def process_verdicts(series: Sequence[ProcessSeries], signatures: Sequence[Signature], source: str = "") -> list[ProcessVerdict]:
     """One verdict per process; identical stacks are matched once."""
     matcher = _Matcher(signatures)
-    return [process_verdict(s, signatures, source, matcher=matcher) for s in series if s.dumps]
+    only = sum(1 for s in series if s.dumps) == 1
+    return [process_verdict(s, signatures, source, matcher=matcher, only_process=only) for s in series if s.dumps]
 
 
 def _telling_rank(c: tuple[ThreadDump, bool | None], pid: int | None) -> tuple:

@@ -316,6 +316,9 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("lock-wait", "logging's module lock", "logging `_acquireLock`", r"^(_acquireLock|_acquireModuleLock)$", None),
     # A lock class's own acquire (tqdm's, logging's Handler.acquire): the C lock under it is not shown.
     _py("lock-wait", "a lock", "`acquire`", r"^(\w+\.)?acquire$", None),
+    # A lock wrapper's own `_acquire` (a profiler's or tracer's proxy around threading's lock)
+    # in a module named for locks.
+    _py("lock-wait", "a lock", "a lock wrapper's `_acquire`", r"^(\w+\.)?_acquire$", r"(^|/)_?\w*locks?\.py$"),
     # --- the call on a Ctrl-C traceback's innermost source line ------------------------------------
     _src("file-lock-wait", "a file lock", "`fcntl.flock`", r"(^|\.)(flock|lockf)$"),
     _src("file-lock-wait", "a lock file", "a file lock's `wait`/`acquire`",
@@ -354,5 +357,15 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _c("socket-read", "a socket or pipe", "`read`/`recv`",
        r"^(__)?(libc_)?(read|recv|recvfrom|recvmsg|accept4?|connect)(_nocancel)?$|^__GI___libc_read$|^sock_(recv|recv_into|accept)\w*$"),
     _c("sleep", "a sleep", "`nanosleep`", r"^(__)?(nanosleep|clock_nanosleep|usleep|sleep|pysleep|time_sleep|__clock_nanosleep\w*|Sleep|SleepEx)$"),
+    # Spin locks and read-write locks (glibc's, UCX's and other libraries' wrappers of them).
+    _c("lock-wait", "a spin lock", "`pthread_spin_lock`", r"^(__)?pthread_spin_lock$|^\w*_spin(lock)?_lock\w*$|^_raw_spin_lock\w*$"),
+    _c("lock-wait", "a read-write lock", "`pthread_rwlock_*lock`",
+       r"^(__)?pthread_rwlock_(timed|clock)?(rd|wr)lock\w*$|^std::shared_mutex::lock(_shared)?$"),
+    # Windows: critical sections, SRW locks and kernel waits (WinDbg's `kb`, a minidump's stack).
+    _c("lock-wait", "a critical section", "`EnterCriticalSection`",
+       r"^(Rtl|Rtlp)?EnterCriticalSection\w*$|^RtlpWaitOnCriticalSection$|^RtlpEnterCriticalSectionContended$|^(Rtl)?AcquireSRWLock(Exclusive|Shared)$|^RtlpWaitOnAddress\w*$|^WaitOnAddress$"),
+    _c("event-wait", "a kernel object (an event, a mutex, a thread)", "`WaitForSingleObject`",
+       r"^(WaitForSingleObject(Ex)?|MsgWaitForMultipleObjects(Ex)?|(Nt|Zw)WaitForSingleObject|(Nt|Zw)WaitForMultipleObjects(32)?|(Nt|Zw)WaitForAlertByThreadId|SleepConditionVariable(CS|SRW)|RtlSleepConditionVariable(CS|SRW))$"),
+    _c("sleep", "a sleep", "`NtDelayExecution`", r"^(Nt|Zw)DelayExecution$"),
     _c("lock-wait", "a futex (a lock or condition)", "`futex`", r"^(__)?(futex_wait\w*|futex_abstimed_wait\w*|futex)$|^__futex_abstimed_wait_common\w*$|^futex_wait_cancelable$"),
 )

@@ -32,6 +32,8 @@ _WINDOWS_STDLIB_PATH = re.compile(r"/Lib/(?!site-packages/|dist-packages/)")
 _SYSTEM_NATIVE = re.compile(
     r"(^|/)(libc|libpthread|libstdc\+\+|libgcc_s|libm|librt|libdl|ld-linux[\w.-]{0,40}|ld|libpython[\d.]{0,8}m?|python[\d.]{0,8})(\.so[\d.]{0,20}|\.dylib)?$"
     r"|(^|/)(sysdeps|nptl|glibc[\w.-]{0,40}|Modules|Python|Objects|Include)/|syscall-template|futex"
+    # Windows' own DLLs (WinDbg names them without ".dll"), the C runtime's
+    r"|(?i:(^|[/\\])(ntdll|kernel32|kernelbase|ucrtbase|msvcrt|msvcp\d{2,3}|vcruntime\d{2,3}\w?|python\d{1,3})(\.dll)?$)"
 )
 
 #: The GPU driver, its runtime and the collective libraries (CUDA, ROCm, NCCL/RCCL).

@@ -84,6 +84,14 @@ class Wait:
         last = self.frames[-1]
         if self.category == GIL:
             return False  # the GIL is the interpreter's, never the calling extension's business
+        if self.category == "lock-wait" and any(_EXPLICIT_LOCK.search(_plain(f.function)) for f in self.frames):
+            # A mutex, spin lock, read-write lock or critical section taken by name: a lock
+            # whoever the caller is (a futex or semaphore alone may be anything's).
+            return False
+        if self.category == "socket-read" and _BLOCKING_READ.search(self.frames[-1].function):
+            # A blocking recv/read/accept/connect is a read of that descriptor whoever makes
+            # it (poll, epoll and select are an event loop's idle wait: still the caller's).
+            return False
         return (last.native and self.category not in ECOSYSTEM_NATIVE and self.caller is not None
                 and self.caller.native and not self.caller.is_system_native)
 
@@ -122,6 +130,10 @@ UNNAMED = "<unknown>"
 @functools.lru_cache(maxsize=65536)
 def _row(function: str, file: str, native: bool) -> Primitive | None:
     name = function.split("@", 1)[0] if native else function  # "pthread_cond_wait@@GLIBC_2.3.2"
+    if native:
+        # glibc's internal aliases ("__GI___lll_lock_wait", "__GI___pthread_mutex_lock") and
+        # gcc's clones ("do_futex_wait.constprop.0", "lll_lock_wait.isra.0") are the function itself.
+        name = _plain(name)
     path = file.replace("\\", "/")
     unnamed = name == UNNAMED and not native
     for p in PRIMITIVES:
@@ -206,6 +218,18 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
         # forked), the queue is not full. (A get waiting for the reader lock is an idle
         # pool worker queued behind the one that reads: a queue wait.)
         category, what = "lock-wait", "a queue's lock"
+    if (outer[2].level == "driver" and category != GIL
+            and any(m[2].category == "lock-wait" and _EXPLICIT_LOCK.search(_plain(m[1].function)) for m in matched)):
+        # A mutex or read-write lock taken inside the driver (its profiler's, its context's):
+        # the thread waits for that lock's holder, not for the device.
+        category, what = "lock-wait", "a lock inside the driver"
+    if category == "event-wait" and any(_FINALIZER.search(f.function) and not f.native
+                                        and (f.function.endswith("__del__") or _WEAKREF_FILE.search(f.file))
+                                        for f in frames[outer[0] + 1:]):
+        # A Condition waited on inside a finalizer (``__del__``, a weakref callback): the
+        # garbage collector ran it in a thread that already holds the lock the Condition
+        # needs (an object closed from its finalizer mid-call): a self-deadlock on that lock.
+        category, what = "lock-wait", "a lock re-entered from a finalizer"
     if (caller is not None and caller.native and category in _LIBC_WAITS and matched[-1][1].native
             and _ACCELERATOR_BACKEND.search(caller.file) is not None and not ThreadDump("", "", frames).driver_thread()):
         # A C library wait (an eventfd read, a futex, a condition) called by torch's
@@ -221,6 +245,26 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
             labels.append(label)
     return Wait(category, what, tuple(labels), tuple(f for _, f, _ in matched), caller, cut, stop)
 
+
+_GLIBC_ALIAS = re.compile(r"^__GI_(?=_)")
+_CLONE_SUFFIX = re.compile(r"(\.(constprop|isra|part|cold|lto_priv)(\.\d+)?)+$")
+
+
+def _plain(name: str) -> str:
+    """A native function's name without glibc's ``__GI_`` alias prefix or gcc's clone suffix."""
+    return _GLIBC_ALIAS.sub("", _CLONE_SUFFIX.sub("", name.split("@", 1)[0]))
+
+#: Native calls that take a lock by name (see ``Wait.weak``).
+_EXPLICIT_LOCK = re.compile(r"^(__)?pthread_(mutex|spin|rwlock)_\w*lock\w*$|^(__)?lll_lock_wait\w*$|^std::(shared_)?mutex::lock"
+                            r"|^\w*_spin(lock)?_lock\w*$|EnterCriticalSection|^RtlpWaitOnCriticalSection$|AcquireSRWLock")
+
+#: Native calls that block reading (or connecting) one descriptor (see ``Wait.weak``).
+_BLOCKING_READ = re.compile(r"^(__)?(libc_)?(read|recv|recvfrom|recvmsg|accept4?|connect)(_nocancel)?$|^__GI___libc_read$")
+
+#: A finalizer the garbage collector runs in whatever thread it interrupts: ``__del__``, or a
+#: weakref callback (``weakref.finalize.__call__``, ``ref`` callbacks).
+_FINALIZER = re.compile(r"^(\w+\.)?(__del__|__call__|_remove|remove)$")
+_WEAKREF_FILE = re.compile(r"(^|/)(weakref|_weakrefset)\.py$")
 
 #: A logging call: what waits under it (its lock) is the call's, whatever library made it.
 _LOGGING_CALL = re.compile(r"^(\w+\.)?(debug|info|warning|warn|error|exception|critical|log|_log|isEnabledFor|handle|callHandlers)$")
@@ -276,6 +320,10 @@ def refine(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) 
     """``sig``, unless it is the generic ``lock-wait`` and the thread's wait says better
     what it is (an Event or Condition, a queue, a join, a future, the GIL...), or a join
     at interpreter exit whose thread waits on a child process or a lock file."""
+    if sig.id == "nccl-collective-wait" and _host_wait_in_nccl(thread):
+        setup = find(tuple(signatures), "nccl-comm-init")
+        if setup is not None:
+            return setup
     if sig.id in ("nccl-comm-init", "nccl-collective-wait"):
         return _store_not_nccl(sig, thread, signatures)
     if sig.id == "h2d-copy-stuck":
@@ -297,6 +345,23 @@ def refine(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) 
 #: Frames that show a store wait serving NCCL's communicator setup (rank 0's unique id
 #: fetched through the store): such a wait is the communicator's, not the store's.
 _NCCL_SETUP = re.compile(r"(?i)nccl(GetUniqueId|CommInit|UniqueNCCLID|Comm\b)|getNCCLComm|initNCCLComm|UniqueNCCLID|pynccl")
+
+
+#: NCCL's (and RCCL's) library and its collective entry points.
+_NCCL_LIB = re.compile(r"(^|/)lib[nr]ccl[\w.-]{0,40}\.so")
+_NCCL_COLLECTIVE = re.compile(r"^[nr]ccl(AllReduce|Broadcast|Bcast|Reduce|AllGather|ReduceScatter|Send|Recv|AlltoAll|GroupEnd)$")
+
+
+def _host_wait_in_nccl(thread: ThreadDump) -> bool:
+    """A C library wait (a condition, poll, a socket read) called by NCCL's own code under
+    one of its collective calls: a collective only enqueues work on the host, so a thread
+    blocked on the CPU inside it waits for the connections NCCL sets up lazily on first
+    use (its bootstrap exchange with the other ranks), not for the collective itself."""
+    frames = thread.frames[:MAX_WAIT_FRAMES]
+    w = wait_of(thread)
+    if w is None or w.category not in _LIBC_WAITS or w.caller is None or not _NCCL_LIB.search(w.caller.file):
+        return False
+    return any(f.native and _NCCL_COLLECTIVE.match(f.function) for f in frames)
 
 
 def _store_not_nccl(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) -> Signature:

@@ -31,6 +31,9 @@ in well under a second). It accepts:
   line, placeholder line numbers), ``info threads`` rows, and both forms of ``py-bt``
   (``#N Frame 0x.., for file F, line N, in f`` and ``Traceback (most recent call first):``);
 * lldb: ``thread #N, name = '...'`` and ``frame #N: 0x.. lib.so`symbol + off``;
+* eu-stack: ``TID N:`` and ``#N  0x.. f`` (``- MODULE`` with ``-m``);
+* WinDbg ``k``/``kb`` (``Id: PID.TID Suspend:`` headers, ``module!function+0xNN``) and
+  Visual Studio's call stack (``module.dll!function(...) Line N``);
 * vLLM's ``VLLM_TRACE_FUNCTION`` log (``Call to f in a.py:1 from g in b.py:2`` /
   ``Return from ...``): the calls still open are the stack;
 * function names alone on their lines next to real frames (a stack written by hand);

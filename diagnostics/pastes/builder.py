@@ -85,6 +85,8 @@ class Builder:
     after_break: bool = False
     after_frame: bool = False  # the line before was a frame (a bare name there continues it)
     after_file_frame: bool = False  # the line before was faulthandler's header or frame
+    innermost_first: bool = False  # under a thread header that says "(most recent call first)"
+    frame_source: int = -1  # the indentation of a frame line whose source line may follow
     prev_text: str = ""  # the last non-blank line before the current one
     cur_text: str = ""
     caption: tuple[int | None, bool] | None = None  # (rank, main thread) a caption named

@@ -16,7 +16,7 @@ from hangwatch.diagnostics.pastes.patterns import (
     GDB_ATTACHED, GDB_BUILTIN, GDB_INFO_THREAD, GDB_NUMBERED, GDB_PY2_BUILTIN, GDB_PY2_FILE, GDB_PYFRAME, GDB_STOPPED,
     GDB_THREAD,
     GDB_THREAD_LWP, GIL_WAIT, HEX, INLINE_GDB, LLDB_FRAME, LLDB_OFFSET, LLDB_THREAD, MAX_FRAMES, NATIVE_CUT,
-    NATIVE_PATH, NUMBERED_FROM, PYBT_MARKERS, PY_EXT, TRACEBACK_FRAME, WS,
+    NATIVE_PATH, NUMBERED_FROM, PYBT_MARKERS, PY_EXT, TRACEBACK_FRAME, VS_FRAME, WINDBG_COLUMNS, WINDBG_FRAME, WINDBG_THREAD, WS,
 )
 from hangwatch.diagnostics.pastes.tracebacks import traceback_header
 from hangwatch.diagnostics.stacks import Frame
@@ -111,6 +111,13 @@ def gdb_frame(b: Builder, s: str) -> bool:
         b.add_frames([Frame("??" if function == "n/a" else function, mc.group(2).strip(), None, native=True)])
         b.after_break = False
         return True
+    me = EU_STACK_FRAME.match(s) if mc is None and " in " not in s else None
+    if me is not None:
+        # eu-stack's "#0  0x00007f.. __lll_lock_wait" ("- /lib64/libc.so.6" with -m)
+        function = cxx_name(me.group(1)) or me.group(1)
+        b.add_frames([Frame(function, me.group(2) or "?", None, native=True)])
+        b.after_break = False
+        return True
     m = GDB_NUMBERED.match(s)
     if m is not None:
         frame = gdb_call(s[m.end():], addressed=m.group(1) is not None) or _numbered_from(s[m.end():].strip())
@@ -174,6 +181,25 @@ def lldb_line(b: Builder, s: str) -> bool:
         b.start_thread(m.group(2) or f"lldb-{m.group(1)}", "unknown", name)
         return True
     return False
+
+
+def windbg_line(b: Builder, s: str) -> bool:
+    """WinDbg's thread header, column header and "ADDR ADDR module!function+0xNN" frames,
+    and Visual Studio's "module.dll!function(args) Line N" (see ``WINDBG_FRAME``)."""
+    m = WINDBG_THREAD.match(s)
+    if m is not None:
+        b.start_thread(str(int(m.group(3), 16)), "unknown", "MainThread" if m.group(1) == "0" else "")
+        return True
+    if WINDBG_COLUMNS.match(s):
+        return True
+    m = WINDBG_FRAME.match(s) or VS_FRAME.match(s)
+    if m is None or (m.re is WINDBG_FRAME and m.group(2) is None and "+0x" not in s):
+        return False
+    module, sym = m.group(1), m.group(2)
+    name = (cxx_name(sym) or sym) if sym else "?"
+    b.add_frames([Frame(name, module, None, native=True)])
+    b.after_break = False
+    return True
 
 
 def gdb_info_thread(b: Builder, m: re.Match[str]) -> bool:
@@ -250,6 +276,11 @@ def wrapped_library(b: Builder, ln: Line) -> bool:
     return ln.gdb_open and ln.s.startswith(("from ", "at ")) and gdb_continuation(b, ln.s)
 
 
+def windbg(b: Builder, ln: Line) -> bool:
+    s = ln.s
+    return ("!" in s or "Id:" in s or "RetAddr" in s or "+0x" in s) and windbg_line(b, s)
+
+
 def lldb(b: Builder, ln: Line) -> bool:
     s = ln.s
     return s[0] in "*tf" and ("thread #" in s[:14] or "frame #" in s[:14]) and lldb_line(b, s)
@@ -267,6 +298,8 @@ def info_thread(b: Builder, ln: Line) -> bool:
 #: systemd-coredump (coredumpctl info) and eu-stack frames: no " in ", the library and the
 #: offset in parentheses after the function.
 COREDUMP_FRAME = re.compile(r"^#\d{1,6}\s{1,4}0x[0-9a-fA-F]{1,16}\s{1,4}(?!in )(\S.{0,500}?)\s{1,4}\(([^()]{1,300}?) \+ 0x[0-9a-fA-F]{1,16}\)\s*$")
+#: eu-stack's own frames: the address and the function, with -m " - MODULE" after it.
+EU_STACK_FRAME = re.compile(r"^#\d{1,6}\s{1,4}0x[0-9a-fA-F]{1,16}\s{1,4}([A-Za-z_][\w:.@~<>]{0,500}(?:\([^()\n]{0,500}\))?)(?:\s{1,4}-\s{1,4}(\S{1,500}))?\s*$")
 #: Their thread headers: "Stack trace of thread 37144:" (coredumpctl), "TID 37144:" (eu-stack).
 COREDUMP_THREAD = re.compile(r"^(?:Stack trace of thread|TID) (\d{1,10}):$")
 

@@ -167,7 +167,9 @@ BANNER_THREAD = re.compile(
 )
 # A stack printer may put the frame's source on the same line after two spaces
 # ('File: "x.py", line 9, in run  session.run(out)', tensorflow#5289).
-TRACEBACK_FRAME = re.compile(r'^File:? "([^"\n]{1,1000})",[ \t]{1,40}line (\d{1,7}),[ \t]{1,40}in (\S{1,300})(?:\s{2}.{0,3000})?\s*$')
+# A sampling tool's or a logger's condensed frame keeps the source on the same line
+# ('File "db.py", line 86, in get_run with self.cache_lock:'): group 4.
+TRACEBACK_FRAME = re.compile(r'^File:? "([^"\n]{1,1000})",[ \t]{1,40}line (\d{1,7}),[ \t]{1,40}in (\S{1,300})(?:\s{1,40}(.{0,3000}?))?\s*$')
 # IPython / Jupyter tracebacks (ultralytics#6206): "Empty      Traceback (most recent call last)",
 # then frames as "File C:\\...\\dataloader.py:1132, in Class.method(self, timeout)" (IPython 8),
 # "~/lib/python3.7/.../dataloader.py in _try_get_data(self, timeout)" (older IPython),
@@ -245,6 +247,18 @@ GDB_INFO_THREAD = re.compile(r'^\*?\s{0,4}(\d{1,7})\s{1,12}(?:Thread 0x[0-9a-fA-
 LLDB_THREAD = re.compile(r"^\*?\s{0,4}thread #(\d{1,7})(?:: tid = (\d{1,10}))?(?:.{0,200}?\bname = '([^'\n]{0,100})')?")
 LLDB_FRAME = re.compile(r"^\*?\s{0,4}frame #\d{1,6}: (?:0[xX][0-9a-fA-F]{1,16} )?([^`\s]{1,500})`(.{1,3000})$")
 LLDB_OFFSET = re.compile(r" \+ \d{1,12}$")
+# WinDbg "~*k"/"kb"/"kn" (and a minidump's stack in the same form): a thread header
+# "   0  Id: 980.d30 Suspend: 1 Teb: 7ffdf000 Unfrozen" (thread 0 is the main thread), a
+# column header ("ChildEBP RetAddr  Args to Child", "Child-SP RetAddr Call Site") and frames
+# "[NN] ADDR ADDR [ARGS...] module!function+0xNN [file @ line]" innermost first; a frame
+# without symbols is "module+0xNN".
+WINDBG_THREAD = re.compile(r"^[.#]?\s{0,4}(\d{1,6})\s{1,6}Id:\s{0,3}([0-9a-fA-F]{1,8})\.([0-9a-fA-F]{1,8})\s{1,6}Suspend:")
+WINDBG_COLUMNS = re.compile(r"^(?:#\s{1,4})?(?:Child-?EBP|Child-SP)\s{1,20}RetAddr\b")
+WINDBG_FRAME = re.compile(r"^(?:[0-9a-fA-F]{2,4}\s{1,4})?(?:[0-9a-fA-F`]{8,17}\s{1,12}(?::\s{1,4})?){1,8}"
+                          r"([A-Za-z_][\w.-]{0,100})(?:!([^\s+]{1,1000}?))?(?:\+0x[0-9a-fA-F]{1,16})?(?:\s{1,4}\[[^\]\n]{0,1000}\])?\s{0,4}$")
+# Visual Studio's call stack window (a minidump opened in it): "> python311.dll!take_gil(...) Line 307 C",
+# "ntdll.dll!NtWaitForSingleObject() Unknown".
+VS_FRAME = re.compile(r"^>?\s{0,4}([\w.-]{1,100}\.(?:dll|exe|pyd|DLL|EXE|PYD))!([^\s(]{1,1000})\(.{0,2000}$")
 # gdb frames quoted inline in prose (pytorch#15638: "it hangs at the function call of
 # `c10d::TCPStore::TCPStore(std::string const&, ...) ()`, `c10d::tcputil::connect(...) ()`"):
 # a backticked span in gdb's form for a frame without debug info, "name(args) ()" with an

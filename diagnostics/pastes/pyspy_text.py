@@ -211,7 +211,7 @@ def command_prompt(b: Builder, ln: Line) -> bool:
 
 def header(b: Builder, ln: Line) -> bool:
     if (ln.first in "PSTt=-#" or ln.s[-1] == ":") and handle_header(b, ln.s, ln.rank):
-        b.after_file_frame = ln.s.endswith("(most recent call first):")
+        b.after_file_frame = b.innermost_first = ln.s.endswith("(most recent call first):")
         return True
     return False
 

@@ -119,6 +119,7 @@ STEPS: tuple[tuple[str | None, Step], ...] = (
     (ANY, logs.trace_log),
     ("EeR", pyspy_text.pyspy_error),
     ("*tf", gdb.lldb),
+    (ANY, gdb.windbg),
     (ANY, gdb.info_thread),  # a row may start with any digit, Unicode's too (str.isdigit)
     ("`~", lines.fence),
     ("<", lines.html_tag),

@@ -61,6 +61,16 @@ def traceback_line(b: Builder, s: str, line: str) -> bool:
         b.tb_source = ""
         b.tb_indent = len(line) - len(line.lstrip())
         b.tb_frame_line = True
+        same_line = (m.group(4) or "").strip()
+        if same_line and b.tb_frames is not None:
+            b.tb_source = same_line
+            _note_source(b, same_line)
+        return True
+    if b.tb_frames and not b.tb_ipython and s.isdigit() and len(s) <= 9:
+        # A sampling tool's count over each sampled stack ("127" then its frames): the
+        # next frame line starts another stack.
+        b.tb_lines += 1
+        end_traceback(b, keep=False)
         return True
     after_frame, b.tb_frame_line = b.tb_frame_line, False
     if b.tb_ipython:
@@ -344,6 +354,21 @@ def traceback_lines(b: Builder, ln: Line) -> bool:
     """A line of an open traceback (or of one opening: IPython's header line, or a frame
     line of a traceback pasted without its first line)."""
     s = ln.s
+    if b.tb_frames is None and b.innermost_first and b.group:
+        # Under a thread header that says "(most recent call first)" (faulthandler's, a
+        # signal handler's own dump): traceback-style frame lines are innermost first, each
+        # with its source line under it.
+        m = TRACEBACK_FRAME.match(s) if s[0] == "F" else None
+        if m is not None:
+            b.add_frames([Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2)))])
+            b.frame_source = ln.indent
+            return True
+        if b.frame_source >= 0 and ln.indent > b.frame_source:
+            b.frame_source = -1
+            return True  # the frame's source line
+        b.frame_source = -1
+        if not s.startswith("File"):
+            b.innermost_first = False
     if b.tb_frames is None and s[0] == "F" and not b.recent_first and TRACEBACK_FRAME.match(s):
         start_traceback(b, 0)  # a traceback pasted without its first line
     if s.endswith("(most recent call last)") and IPY_TB_START.match(s):

@@ -267,7 +267,8 @@ def test_shm_broadcast_queue_waiting_for_its_readers_at_start_up():
 
 def test_native_threads_of_an_excerpt_without_its_main_thread_decide():
     """gdb threads pasted without thread 1 (horovod#26, lightning-thunder#462 in data/pasted):
-    a C-level thread in ncclAllReduce decides (it is no idle helper); a c10 thread-pool
+    a C-level thread in ncclAllReduce decides (it is no idle helper; blocked on the CPU in
+    NCCL's own code, it waits for the communicator's lazy set-up); a c10 thread-pool
     worker parked in pthread_cond_wait is a helper and never does."""
     nccl = ThreadDump("69796", "", (Frame("pthread_cond_wait", "pthread_cond_wait.S", None, True), Frame("?", "/x/libnccl.so.2", None, True),
                                     Frame("ncclAllReduce", "/x/libnccl.so.2", None, True)))
@@ -275,7 +276,7 @@ def test_native_threads_of_an_excerpt_without_its_main_thread_decide():
     pool = ThreadDump("87", "", (Frame("pthread_cond_wait", "/lib/libc.so.6", None, True),
                                  Frame("c10::ThreadPool::main_loop", "/t/libc10.so", None, True)))
     c = classify(group_series([ProcessDump(None, (nccl, cuda))]), SIGS)
-    assert c.signature_id == "nccl-collective-wait" and c.thread_ident == "69796"
+    assert c.signature_id == "nccl-comm-init" and c.thread_ident == "69796"
     c = classify(group_series([ProcessDump(None, (pool, pool))]), SIGS)
     assert c.signature_id == "all-idle"
 

@@ -179,3 +179,21 @@ def test_thread_shown_only_in_importlib_is_no_background_idler(tmp_path):
     """A thread whose frames left are all importlib's is importing (here: waiting for a
     module lock), not a pool thread waiting for work; it decides over an idle loop."""
     assert text_verdict(tmp_path, PYSPY_BACKGROUND_THREAD_ON_MODULE_LOCK) == "import-lock"
+
+
+def test_the_only_thread_of_a_paste_decides_even_when_a_helper_signature_knows_it(tmp_path):
+    """A paste of one thread of one process is the thread the reporter chose: a Redis read
+    (a pub/sub listener's idle wait when it sits beside other threads) is its wait; the same
+    thread as the only one of a second process stays a helper (cut before its main thread)."""
+    reader = ('Thread 7 (idle): "Thread-1"\n'
+              "    _read_from_socket (redis/connection.py:192)\n"
+              "    read_response (redis/connection.py:300)\n")
+    assert text_verdict(tmp_path, reader) == "socket-read"
+    two = ("Process 10: python app.py\n"
+           'Thread 10 (idle): "MainThread"\n'
+           "    wait (threading.py:320)\n"
+           "    wait_for_jobs (/app/jobs.py:40)\n"
+           "Process 11: python app.py\n" + reader)
+    verdicts = process_verdicts(group_series(read_text(two).processes), load_signatures())
+    reader_verdict = next(v for v in verdicts if v.series.pid == 11)
+    assert reader_verdict.state == "idle"

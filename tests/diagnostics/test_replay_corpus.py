@@ -20,8 +20,6 @@ CORPUS = load_corpus(PASTED)
 KNOWN_MISSES = {
     # every traceback line under torchrun's "[rank0]:" prefix, cut inside the collective's frame
     "deepspeed_7568_rank_prefixed_traceback_grad_norm": "unknown",
-    # gdb's pager prompt inside the backtrace: the all-reduce is read, its communicator set-up is not
-    "horovod_26_gdb_pager_prompt_allreduce": "nccl-collective-wait",
     # two py-spy --native excerpts joined with '...', long pybind11 frames wrapped onto a second line
     "lmcache_pr2823_native_gil_driver_lock_inversion": "unknown",
     # only the two innermost frames of a pipeline-parallel irecv, each line padded with spaces
@@ -88,13 +86,11 @@ KNOWN_MISSES = {
     # The fourth fresh collection (collection: fresh-2026-12d): what its first pass said.
     "ddtrace_6308_urllib3_finalizer_event_lock": "unknown",
     "ddtrace_pr4108_stackcollector_gc_reentrant": "unknown",
-    "etcd3_1096_del_close_grpc_channel_lock": "event-wait",
-    "fishtest_2041_sampled_traces_lock_deadlock": "refused",
-    "oldnewthing_psychic_debugging_critsec_deadlock": "refused",
     "pytest_11174_timeout_stack_pool_handle_results": "all-idle",
-    "redispy_2243_gdb_read_from_socket_timeout_none": "all-idle",
-    "sentry_3753_worker_lock_signal_dump": "unknown",
-    "ucx_pr4890_perftest_gdb_spin_lock": "all-idle",
+    # Read innermost first now (its header says "most recent call first"): the only whole
+    # thread is gunicorn's main thread in futures.wait; the request threads stuck on the lock
+    # are cut (it was right before only because its frames were read upside down).
+    "sentry_3753_ddtrace_lock_profiler_logging": "future-wait",
 }
 
 

@@ -149,6 +149,16 @@ PRIMITIVE_STACKS = [
     ([_c("pthread_cond_wait"), _c("drop_gil", "libpython3.11.so")], "gil-deadlock"),
     ([_c("clock_nanosleep"), _c("__nanosleep")], "sleep"),
     ([_c("pthread_join")], "thread-join"),
+    # spin locks and read-write locks: glibc's, and a library's own wrapper named *_spin_lock
+    ([_c("pthread_spin_lock", "/lib64/libpthread.so.0")], "lock-wait"),
+    ([_c("pthread_spin_lock", "/lib64/libpthread.so.0"), _c("mylib_spin_lock", "/opt/lib/libmylib.so")], "lock-wait"),
+    ([_c("__pthread_rwlock_wrlock_full"), _c("pthread_rwlock_wrlock")], "lock-wait"),
+    # Windows (WinDbg, a minidump): critical sections, SRW locks, kernel object waits, sleeps
+    ([_c("NtWaitForAlertByThreadId", "ntdll"), _c("RtlpWaitOnCriticalSection", "ntdll"),
+      _c("RtlpEnterCriticalSectionContended", "ntdll"), _c("RtlEnterCriticalSection", "ntdll")], "lock-wait"),
+    ([_c("NtWaitForSingleObject", "ntdll"), _c("WaitForSingleObjectEx", "KERNELBASE"), _c("WaitForSingleObject", "KERNELBASE")], "event-wait"),
+    ([_c("AcquireSRWLockExclusive", "ntdll")], "lock-wait"),
+    ([_c("NtDelayExecution", "ntdll"), _c("SleepEx", "KERNELBASE")], "sleep"),
 ]
 
 
@@ -434,6 +444,20 @@ def test_a_condition_waited_on_by_an_acquire_is_a_lock_wait():
     assert w is not None and w.category == "event-wait"
 
 
+def test_a_condition_waited_on_inside_a_finalizer_is_a_lock_wait():
+    """The garbage collector runs ``__del__`` (or a weakref callback) in the thread it
+    interrupts; a close from there that waits on a Condition waits for a lock that thread
+    already holds: a self-deadlock, not an event that will come."""
+    close = [_py("wait", STDLIB + "threading.py"), _py("_close", SITE + "rpclib/channel.py"), _py("close", SITE + "rpclib/channel.py")]
+    w = wait_of(_thread(*close, _py("__del__", SITE + "client/api.py"), USER))
+    assert w is not None and w.category == "lock-wait"
+    w = wait_of(_thread(*close, _py("__call__", STDLIB + "weakref.py"), USER))
+    assert w is not None and w.category == "lock-wait"
+    # the same close called by the program: an event wait
+    w = wait_of(_thread(*close, USER))
+    assert w is not None and w.category == "event-wait"
+
+
 def test_a_queue_put_blocked_on_the_queues_lock_is_a_lock_wait():
     put = wait_of(_thread(_py("__enter__", STDLIB + "multiprocessing/synchronize.py"), _py("put", STDLIB + "multiprocessing/queues.py"), USER))
     assert put is not None and put.category == "lock-wait"
@@ -518,3 +542,59 @@ def test_a_main_thread_with_no_visible_wait_gives_way_to_a_thread_waiting_on_a_l
                      _py("run", STDLIB + "threading.py"), name="Thread-1")
     c = _classify(main, worker)
     assert c is not None and c.signature_id == "lock-wait"
+
+
+def test_a_named_mutex_taken_by_an_extension_is_a_lock_wait_a_bare_futex_is_not():
+    """A mutex, spin lock or critical section taken by the job's own native code is a lock
+    whoever calls it; a bare futex or poll under an extension says nothing of its own."""
+    ext = _c("Engine::submit", "/opt/app/libengine.so")
+    w = wait_of(_thread(_c("__lll_lock_wait"), _c("pthread_mutex_lock"), ext, USER))
+    assert w is not None and w.category == "lock-wait" and not w.weak
+    w = wait_of(_thread(_c("RtlEnterCriticalSection", "ntdll"), _c("Log::write", "app"), USER))
+    assert w is not None and w.category == "lock-wait" and not w.weak
+    w = wait_of(_thread(_c("futex_wait"), ext, USER))
+    assert w is not None and w.weak
+
+
+def test_a_host_wait_inside_an_nccl_collective_call_is_its_lazy_connection_setup():
+    """A collective only enqueues work on the host: a thread blocked on the CPU (a condition,
+    a socket read) inside NCCL's own code under ncclAllReduce waits for the connections NCCL
+    sets up on first use; a thread under it in the driver is the collective's own wait."""
+    nccl = "/opt/nccl/lib/libnccl.so.2"
+    c = _classify(_thread(_c("pthread_cond_wait@@GLIBC_2.3.2"), _c("?", nccl), _c("?", nccl), _c("ncclAllReduce", nccl),
+                          _c("Engine::allreduce", "/opt/app/libengine.so")))
+    assert c is not None and c.signature_id == "nccl-comm-init"
+    c = _classify(_thread(_c("ioctl"), _c("?", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"), _c("?", nccl), _c("ncclAllReduce", nccl),
+                          _c("Engine::allreduce", "/opt/app/libengine.so")))
+    assert c is not None and c.signature_id == "nccl-collective-wait"
+
+
+def test_a_blocking_read_made_by_native_code_is_a_socket_read_a_poll_is_not():
+    """gdb-only stacks: a recv/read under the job's own native library reads that
+    descriptor whoever calls it; a poll or epoll_wait is an event loop's idle wait."""
+    client = _c("Client::fetch", "/opt/lib/libclient.so")
+    w = wait_of(_thread(_c("read"), client, USER))
+    assert w is not None and w.category == "socket-read" and not w.weak
+    w = wait_of(_thread(_c("__libc_recv"), client, USER))
+    assert w is not None and w.category == "socket-read" and not w.weak
+    w = wait_of(_thread(_c("epoll_wait"), _c("uv_run", "/opt/lib/libuv.so.1"), USER))
+    assert w is not None and w.weak
+
+
+def test_glibc_internal_aliases_and_compiler_clones_name_their_function():
+    """Newer glibc's debug symbols name the internal alias (``__GI___lll_lock_wait``) and gcc
+    clones (``lll_lock_wait.isra.0``): the same waits as their plain names."""
+    ext = _c("Engine::submit", "/opt/app/libengine.so")
+    w = wait_of(_thread(_c("futex_wait"), _c("__GI___lll_lock_wait"), _c("__GI___pthread_mutex_lock"), ext, USER))
+    assert w is not None and w.category == "lock-wait" and not w.weak
+    w = wait_of(_thread(_c("__lll_lock_wait.isra.0"), ext, USER))
+    assert w is not None and w.category == "lock-wait" and not w.weak
+
+
+def test_a_read_write_lock_taken_inside_the_driver_is_a_lock_wait():
+    """A lock the driver takes itself (its profiler's rwlock): the thread waits for that
+    lock's holder, not for the device."""
+    cuda = "/lib/x86_64-linux-gnu/libcuda.so.1"
+    w = wait_of(_thread(_c("futex_abstimed_wait"), _c("__pthread_rwlock_wrlock_full"), _c("__GI___pthread_rwlock_wrlock"),
+                        _c("?", cuda), _c("?", cuda), USER))
+    assert w is not None and w.category == "lock-wait"

@@ -241,3 +241,18 @@ def test_the_last_lines_python_trace_printed_are_where_the_process_stopped(tmp_p
             "client.py(42):             url, timeout=None)\n")
     assert _threads(text) == [["urllib.request.urlopen", "fetch"]]
     assert text_verdict(tmp_path, text) == "socket-read"
+
+
+def test_sampled_stacks_with_counts_and_the_source_on_the_frame_line(tmp_path):
+    """A sampling tool's most frequent stacks: a count line over each stack, its frames
+    outermost first with the source on the same line. Each count starts another stack,
+    and a ``with ..._lock:`` on the innermost frame's line is that lock's acquire."""
+    text = ("Showing 2 most frequent samples:\n"
+            "40\n"
+            '  File "server.py", line 10, in handle self.serve(req)\n'
+            '    File "store.py", line 22, in serve with self.table_lock:\n'
+            "35\n"
+            '  File "server.py", line 10, in handle self.serve(req)\n'
+            '    File "store.py", line 30, in flush with self.table_lock:\n')
+    assert _threads(text) == [["self.table_lock.acquire", "serve", "handle"], ["self.table_lock.acquire", "flush", "handle"]]
+    assert text_verdict(tmp_path, text) == "lock-wait"

@@ -476,3 +476,60 @@ def test_a_systemd_coredump_stack_trace_is_read_per_thread():
     main, other = proc.threads
     assert main.name == "MainThread" and [f.function for f in main.frames] == ["__futex_abstimed_wait_common", "take_gil", "??"]
     assert [f.function for f in other.frames] == ["__poll"]
+
+
+def test_windbg_kb_and_visual_studio_stacks_are_native_stacks(tmp_path):
+    """WinDbg's "~*kb" (a thread header "Id: PID.TID Suspend:", the column header, frames
+    "ADDR ADDR ARGS module!function+0xNN" innermost first; thread 0 is the main thread)
+    and its "k" form with frame numbers and Child-SP; Visual Studio's call stack window."""
+    text = (
+        "   0  Id: 1a2c.2b40 Suspend: 1 Teb: 00000000`7ffdf000 Unfrozen\n"
+        "ChildEBP RetAddr  Args to Child\n"
+        "0012fc90 7c90df4a 7c91b158 00000148 00000000 ntdll!KiFastSystemCallRet\n"
+        "0012fc94 7c91b158 00000148 00000000 00000000 ntdll!NtWaitForSingleObject+0xc\n"
+        "0012fd1c 7c901046 0043a5e8 00401122 0043a5e8 ntdll!RtlpWaitOnCriticalSection+0x19c\n"
+        "0012fd24 00401122 0043a5e8 00000000 00000000 ntdll!RtlEnterCriticalSection+0x46\n"
+        "0012fd40 00401300 00000001 00000000 00000000 tool!Cache::Flush+0x22 [c:\\src\\cache.cpp @ 88]\n"
+        "0012fd60 0040150a 00000000 00000000 00000000 tool+0x1300\n"
+        "  .  1  Id: 1a2c.1f0c Suspend: 1 Teb: 00000000`7ffde000 Unfrozen\n"
+        " # Child-SP          RetAddr               Call Site\n"
+        "00 00000000`0014f8a8 00007ffb`1c1a2f4e     ntdll!NtWaitForSingleObject+0x14\n"
+        "01 00000000`0014f8b0 00007ff6`5a3d1044     KERNELBASE!WaitForSingleObjectEx+0x8e\n"
+    )
+    _, proc = one_process(text)
+    main, worker = proc.threads
+    assert (main.ident, main.name) == (str(0x2b40), "MainThread") and worker.ident == str(0x1f0c)
+    assert frame_texts(main)[3:6] == ["RtlEnterCriticalSection (ntdll)", "Cache::Flush (tool)", "? (tool)"]
+    assert frame_texts(worker) == ["NtWaitForSingleObject (ntdll)", "WaitForSingleObjectEx (KERNELBASE)"]
+    assert text_verdict(tmp_path, text) == "lock-wait"
+    # x64 "kb": the arguments in a column between colons
+    _, proc = one_process(
+        ".  0  Id: 1c4.1c8 Suspend: 1 Teb: 000007ff`fffdd000 Unfrozen\n"
+        "Child-SP          RetAddr           : Args to Child                         : Call Site\n"
+        "00000000`0014f8a8 000007fe`fd5b10dc : 00000000`00000000 00000000`00000000 : ntdll!NtWaitForSingleObject+0xa\n"
+        "00000000`0014f8b0 00000001`3f5a1044 : 00000000`00000000 00000000`00000000 : KERNELBASE!WaitForSingleObjectEx+0x79\n")
+    (t,) = proc.threads
+    assert t.name == "MainThread" and frame_texts(t) == ["NtWaitForSingleObject (ntdll)", "WaitForSingleObjectEx (KERNELBASE)"]
+    _, proc = one_process(">\tpython311.dll!take_gil(_ts * tstate) Line 307\tC\n"
+                          "\tpython311.dll!PyEval_RestoreThread(_ts * tstate) Line 466\tC\n"
+                          "\tmyext.pyd!worker_loop(void * arg) Line 40\tC++\n")
+    (t,) = proc.threads
+    assert frame_texts(t) == ["take_gil (python311.dll)", "PyEval_RestoreThread (python311.dll)", "worker_loop (myext.pyd)"]
+
+
+def test_eu_stack_frames_with_and_without_their_module(tmp_path):
+    """eu-stack's own output ("TID N:" headers, "#0  0x.. function", "- MODULE" with -m): a
+    thread in a mutex is a lock wait even with no Python frame on the stack."""
+    text = ("PID 4242 - process\n"
+            "TID 4242:\n"
+            "#0  0x00007f3c1b2e8a35 __lll_lock_wait\n"
+            "#1  0x00007f3c1b2e1e6c pthread_mutex_lock\n"
+            "#2  0x00007f3c10a0bc21 Engine::step()\n"
+            "TID 4250:\n"
+            "#0  0x00007f3c1b2f3c7f __recv - /lib64/libc.so.6\n"
+            "#1  0x00007f3c10a0bd00 Net::poll_loop - /opt/libnet.so\n")
+    _, proc = one_process(text)
+    main, net = proc.threads
+    assert main.name == "MainThread" and [f.function for f in main.frames] == ["__lll_lock_wait", "pthread_mutex_lock", "Engine::step"]
+    assert frame_texts(net) == ["__recv (libc.so.6)", "Net::poll_loop (libnet.so)"]
+    assert text_verdict(tmp_path, text) == "lock-wait"

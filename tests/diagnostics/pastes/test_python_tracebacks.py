@@ -7,6 +7,7 @@ import pytest
 
 from diag_helpers import PASTED, frame_texts, one_process, text_verdict
 from hangwatch.diagnostics.pastes import parse_frame_line, read_text
+from hangwatch.diagnostics.waits import wait_of
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -342,3 +343,21 @@ def test_an_ipython_frame_without_its_traceback_header_opens_the_traceback(tmp_p
            "KeyboardInterrupt: \n")
     _, proc = one_process(new)
     assert frame_texts(proc.threads[0])[-1].startswith("BaseFileLock.acquire")
+
+
+def test_traceback_style_frames_under_a_most_recent_call_first_header_are_innermost_first():
+    """A signal handler's own dump: faulthandler's "(most recent call first)" header over
+    traceback-style frame lines, each with its source line: innermost first, as it says."""
+    text = ("Signal received, printing stack traces.\n"
+            "Thread 0x7f00aa000700 (most recent call first):\n"
+            '  File "/app/vendor/_lock.py", line 118, in _acquire\n'
+            "    return inner(*args)\n"
+            '  File "/app/vendor/_lock.py", line 252, in __enter__\n'
+            "    return self._acquire(self.wrapped.__enter__)\n"
+            '  File "/app/worker.py", line 62, in start\n'
+            "    with self._lock:\n")
+    (proc,) = read_text(text).processes
+    (t,) = proc.threads
+    assert [f.function for f in t.frames] == ["_acquire", "__enter__", "start"]
+    w = wait_of(t)
+    assert w is not None and w.category == "lock-wait"

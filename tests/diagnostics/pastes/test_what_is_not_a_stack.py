@@ -124,8 +124,6 @@ NOT_READ_YET = {
     "gh-ray_29576_actor-sigabrt-driver-hang": "a driver's Ray log lines (date, level, file.py:N --) around the traceback",
     "gh-llamafactory_8549_streaming-watchdog-heartbeat-stuck": "fresh-2026-12b: not read at its first pass",
     "gh-trl_2879_cpo-watchdog-heartbeat-terminate": "fresh-2026-12b: not read at its first pass",
-    "fishtest_2041_sampled_traces_lock_deadlock": "fresh-2026-12d: not read at its first pass",
-    "oldnewthing_psychic_debugging_critsec_deadlock": "fresh-2026-12d: not read at its first pass",
     "redis_server_2973_watchdog_timer_close": "fresh-2026-12d: not read at its first pass",
 }
 
