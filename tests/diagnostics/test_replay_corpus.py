@@ -91,6 +91,22 @@ KNOWN_MISSES = {
     # thread is gunicorn's main thread in futures.wait; the request threads stuck on the lock
     # are cut (it was right before only because its frames were read upside down).
     "sentry_3753_ddtrace_lock_profiler_logging": "future-wait",
+    # The fifth fresh collection (collection: fresh-2026-12e): what its first pass said.
+    "awx_4181_external_logging_fork_queue_put": "all-idle",
+    "awx_pr4130_pybt_rlock_acquire_logging": "lock-wait",
+    "dask_distributed_2446_pybt_child_logger_lock_after_fork": "lock-wait",
+    "gevent_1577_pika_blockingconnection_epoll_unpatched": "queue-wait",
+    "gunicorn_3529_preload_logging_lock_master": "all-idle",
+    "jobctrl_836_sqlite_begin_immediate_write_lock": "unknown",
+    "ntgcalls_62_macos_take_gil_behind_webrtc_lock": "lock-wait",
+    "parsl_3373_interchange_fork_sem_wait": "lock-wait",
+    "polars_24448_rayon_worker_parks_holding_gil": "thread-join",
+    "pymongo_pr1045_fork_test_client_lock": "lock-wait",
+    "redis_py_1305_brpoplpush_sock_recv": "unknown",
+    "requests_2925_local_import_in_thread_import_lock": "socket-read",
+    "selenium_11596_grid480_driver_get_urllib3": "unknown",
+    "uwsgi_1599_respawned_worker_import_lock_sem_wait": "lock-wait",
+    "vorta_2367_scheduler_lock_recursion_qt_signal": "unknown",
 }
 
 
