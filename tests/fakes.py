@@ -20,6 +20,7 @@ from hangwatch.contract.capture import TreeProcess
 from hangwatch.contract.heartbeat import Heartbeat
 from hangwatch.contract.journal import EVENTS
 from hangwatch.contract.samples import DeviceSample, Sample
+from hangwatch.supervisor.cohort.authstore import Table
 from hangwatch.supervisor.cohort.store import StoreError
 from hangwatch.supervisor.config import SETTINGS, RunConfig, build
 from hangwatch.supervisor.contain.killer import KillReport
@@ -234,15 +235,15 @@ class FakeCapture:
 
 # -- the cohort's store ------------------------------------------------------------------------
 
-class MemoryStore:
-    """The cohort's key-value store (``cohort.store.Store``; the real one is c10d's ``TCPStore``
-    through ``TCPStoreClient``) as a dict in memory, with c10d's semantics (``compare_set`` with
-    ``expected=""`` creates). Holds what was written in ``data``; ``down``: every call raises
-    ``StoreError``, as when node 0 is lost."""
+class MemoryStore(Table):
+    """The cohort's key-value store (``cohort.store.Store``; the real ones are c10d's ``TCPStore``
+    through ``TCPStoreClient``, and with a secret the authenticated store's ``Table``) in memory:
+    that ``Table`` itself, with c10d's semantics (``compare_set`` with ``expected=""`` creates).
+    Holds what was written in ``data``; ``down``: every call raises ``StoreError``, as when node 0
+    is lost."""
 
     def __init__(self) -> None:
-        self.data: dict[str, str] = {}
-        self.lock = threading.Lock()
+        super().__init__()
         self.down = False  # a test sets this to simulate node 0 lost
 
     def _check(self) -> None:
@@ -251,29 +252,19 @@ class MemoryStore:
 
     def set(self, key: str, value: str) -> None:
         self._check()
-        with self.lock:
-            self.data[key] = value
+        super().set(key, value)
 
     def get(self, key: str) -> str | None:
         self._check()
-        with self.lock:
-            return self.data.get(key)
+        return super().get(key)
 
     def add(self, key: str, amount: int = 1) -> int:
         self._check()
-        with self.lock:
-            value = int(self.data.get(key, "0")) + amount
-            self.data[key] = str(value)
-            return value
+        return super().add(key, amount)
 
     def compare_set(self, key: str, expected: str, desired: str) -> str:
         self._check()
-        with self.lock:
-            current = self.data.get(key)
-            if (current is None and expected == "") or current == expected:
-                self.data[key] = desired
-                return desired
-            return current if current is not None else expected
+        return super().compare_set(key, expected, desired)
 
     def close(self) -> None:
         pass

@@ -278,11 +278,35 @@ def _bundle_with_rows(tmp_path, name, rows):
     return bundle
 
 
+def _naming_links(nodes, journals, bundles):
+    """Links whose nodes name the culprit (as the CLI wires them), each with its bundle taken."""
+    from hangwatch.diagnostics.across_nodes import culprit_across
+
+    links = [CohortLink(n, (lambda j=j: j)) for n, j in zip(nodes, journals)]
+    for n, link, bundle in zip(nodes, links, bundles):
+        n.name_culprit = culprit_across
+        link.evidence_taken(1, bundle)
+    return links
+
+
+def _agree_together(links):
+    """Every link's ``agree`` on attempt 1 at once (node 0 waits for the others' reports)."""
+    results = [None] * len(links)
+
+    def agree(i):
+        results[i] = links[i].agree(1, Verdict(VerdictKind.STALL, 0.0, 0.0, "x"), [4], GraphPolicy())
+
+    threads = [threading.Thread(target=agree, args=(i,)) for i in range(len(links))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    return results
+
+
 def test_every_node_names_the_rank_that_blocks_outside_the_collective_on_another_node(tmp_path):
     """Node 0 dumped only a rank waiting in the collective, and cannot name the culprit alone;
     with node 1's rows in the agreement, both nodes' journals name node 1's rank."""
-    from hangwatch.diagnostics.across_nodes import culprit_across
-
     store = MemoryStore()
     nodes = [node(store, i) for i in range(2)]
     join_all(nodes)
@@ -292,20 +316,8 @@ def test_every_node_names_the_rank_that_blocks_outside_the_collective_on_another
              "evidence": ["acquire (threading.py:120)"], "top_frames": ["load (data.py:9)"]}
     bundles = [_bundle_with_rows(tmp_path, "b0", [waiting]), _bundle_with_rows(tmp_path, "b1", [stuck])]
     journals = [FakeJournal() for _ in nodes]
-    links = [CohortLink(n, (lambda j=j: j)) for n, j in zip(nodes, journals)]
-    for n, link, bundle in zip(nodes, links, bundles):
-        n.name_culprit = culprit_across
-        link.evidence_taken(1, bundle)
-    results = [None, None]
-
-    def agree(i):
-        results[i] = links[i].agree(1, Verdict(VerdictKind.STALL, 0.0, 0.0, "x"), [4], GraphPolicy())
-
-    threads = [threading.Thread(target=agree, args=(i,)) for i in (0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=20)
+    links = _naming_links(nodes, journals, bundles)
+    results = _agree_together(links)
     assert all(r is not None and r[1] is None for r in results), results
     for journal in journals:
         culprit = next(r for r in journal.records if r["event"] == "cohort_culprit")
@@ -316,8 +328,6 @@ def test_every_node_names_the_rank_that_blocks_outside_the_collective_on_another
 
 
 def test_hostile_process_rows_in_a_report_name_no_culprit_and_stop_nothing(tmp_path):
-    from hangwatch.diagnostics.across_nodes import culprit_across
-
     store = MemoryStore()
     nodes = [node(store, i) for i in range(2)]
     join_all(nodes)
@@ -325,18 +335,6 @@ def test_hostile_process_rows_in_a_report_name_no_culprit_and_stop_nothing(tmp_p
                {"state": {"deep": [[[]]]}}, {"state": "stalled", "evidence": [7, None, "x" * 10_000]}]
     bundles = [_bundle_with_rows(tmp_path, "b0", garbage), _bundle_with_rows(tmp_path, "b1", garbage[::-1])]
     journals = [FakeJournal() for _ in nodes]
-    links = [CohortLink(n, (lambda j=j: j)) for n, j in zip(nodes, journals)]
-    for n, link, bundle in zip(nodes, links, bundles):
-        n.name_culprit = culprit_across
-        link.evidence_taken(1, bundle)
-    results = [None, None]
-
-    def agree(i):
-        results[i] = links[i].agree(1, Verdict(VerdictKind.STALL, 0.0, 0.0, "x"), [4], GraphPolicy())
-
-    threads = [threading.Thread(target=agree, args=(i,)) for i in (0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=20)
+    links = _naming_links(nodes, journals, bundles)
+    results = _agree_together(links)
     assert all(r is not None and r[0] is not None for r in results), "the agreement stands"
