@@ -44,6 +44,21 @@ ROOT = Path(__file__).resolve().parents[1]
 STEP_LINE = re.compile(rb"^step (\d+)/(\d+) ")
 
 
+def step_times(argv: list[str], timeout: float, what: str, work: Path) -> dict[int, list[float]]:
+    """Run ``argv`` and note when each training step's line came (a step retried after a recovery
+    prints again); exits with ``what`` when the run fails."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
+    done: dict[int, list[float]] = {}
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        m = STEP_LINE.match(line)
+        if m:
+            done.setdefault(int(m.group(1)), []).append(time.monotonic())
+    if proc.wait(timeout=timeout) != 0:
+        raise SystemExit(f"{what}: the run failed; see {work}")
+    return done
+
+
 def measure(recovery: str, wedge_at: int = 17, *, engine_step_timeout: float = 4.0,
             standby: bool = True) -> dict[str, float]:
     """One demo-like run; the wedged step's delay and the recovery's component times."""
@@ -59,15 +74,7 @@ def measure(recovery: str, wedge_at: int = 17, *, engine_step_timeout: float = 4
             sys.executable, str(ROOT / "scripts" / "toy_trainer.py"), "--steps", "24", "--save-every", "5",
             "--checkpoint-dir", str(ckpt), "--wedge-at-step", str(wedge_at), "--generate-timeout", "300",
             "--no-parent-death-signal", *(["--standby-engine"] if recovery == "auto" and standby else [])]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
-    done: dict[int, list[float]] = {}
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        m = STEP_LINE.match(line)
-        if m:
-            done.setdefault(int(m.group(1)), []).append(time.monotonic())
-    if proc.wait(timeout=600) != 0:
-        raise SystemExit(f"--recovery {recovery}: the run failed; see {work}")
+    done = step_times(argv, 600, f"--recovery {recovery}", work)
     first = [done[s][0] for s in range(1, wedge_at)]
     step_s = statistics.median(b - a for a, b in zip(first[5:], first[6:]))
     expected = done[wedge_at - 1][0] + step_s
@@ -106,15 +113,7 @@ def measure_real(recovery: str, model: Path, *, standby: bool = True, steps: int
             "--wedge-at-step", str(wedge_at), "--wedge-on-attempts", "1", "--generate-timeout", "400",
             "--engine-start-timeout", "600", "--step-time", "0.05",
             *(["--standby-engine"] if recovery == "auto" and standby else [])]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
-    done: dict[int, list[float]] = {}
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        m = STEP_LINE.match(line)
-        if m:
-            done.setdefault(int(m.group(1)), []).append(time.monotonic())
-    if proc.wait(timeout=1800) != 0:
-        raise SystemExit(f"--real-vllm --recovery {recovery}: the run failed; see {work}")
+    done = step_times(argv, 1800, f"--real-vllm --recovery {recovery}", work)
     first = [done[s][0] for s in range(1, wedge_at)]
     step_s = statistics.median(b - a for a, b in zip(first[1:], first[2:]))  # step 1 waited for the engine
     lost = done[wedge_at][-1] - (done[wedge_at - 1][0] + step_s)
