@@ -119,7 +119,7 @@ def _positive_int(text: str) -> int:
 
 def _add_doctor_parser(sub: Any, handler: Handler) -> None:
     doctor = sub.add_parser(
-        "doctor", help="check this machine before a long run (py-spy, ptrace, NVML, cgroups, /dev/shm, versions)",
+        "doctor", help="check this machine before a long run (py-spy, ptrace, NVML, cgroups, /dev/shm, versions, the vLLM engine)",
         description="Check what a multi-day run needs, in a few seconds, before it starts: one line per "
                     "check (ok, warn or fail) with the fix.",
         epilog="exit status: 0 nothing failed (warnings allowed), 1 a check failed, 2 bad arguments",
