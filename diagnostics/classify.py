@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 from hangwatch.diagnostics.signatures import Signature, ThreadLines, find
 from hangwatch.diagnostics.stacks import Frame, ProcessSeries, ThreadDump
-from hangwatch.diagnostics.waits import family_signature, forked_in_logging, outranks_wrapper, refine, wait_of
+from hangwatch.diagnostics.waits import family_signature, forked_in_logging, guessed_wait, named_family, outranks_wrapper, refine, wait_of
 
 UNKNOWN_TITLE = "No known signature matched"
 UNKNOWN_ADVICE = (
@@ -471,10 +471,20 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
             return ProcessVerdict(series, "stalled", inherited, t, evidence, frozen, False, "", ((t, inherited, evidence),), source)
     if not t.telling_frames(limit=1):
         native = t.native_telling_frames()
-        if native:  # blocked in libcuda/libnccl/an extension with no signature: not idle
-            return ProcessVerdict(series, "unknown", None, t, native, frozen, False, "", (), source)
-        return ProcessVerdict(series, "idle", None, t, (), frozen, False, "standard-library wait", (), source)
-    return ProcessVerdict(series, "unknown", None, t, t.telling_frames(), frozen, False, "", (), source)
+        if not native:
+            return ProcessVerdict(series, "idle", None, t, (), frozen, False, "standard-library wait", (), source)
+        # blocked in libcuda/libnccl/an extension with no signature: not idle
+        evidence = native
+    else:
+        evidence = t.telling_frames()
+    guess = guessed_wait(t) if wait is None else None
+    if guess is not None:
+        # No blocking call is shown (a cut traceback, a library's own wrapper of its wait, a
+        # C++ library's mutex): the words of the innermost own frame name the family, a
+        # guess the report marks as one.
+        fam = named_family(guess, signatures)
+        return ProcessVerdict(series, "stalled", fam, t, evidence, frozen, False, "", ((t, fam, evidence),), source)
+    return ProcessVerdict(series, "unknown", None, t, evidence, frozen, False, "", (), source)
 
 
 #: A thread that waits for another thread of its process to end or to signal it: the other

@@ -21,7 +21,7 @@ from hangwatch.diagnostics.pastes import ParseReport, read_text
 from hangwatch.diagnostics.pyspy import parse_json
 from hangwatch.diagnostics.signatures import Signature
 from hangwatch.diagnostics.stacks import Frame, ProcessSeries, ThreadDump, group_series
-from hangwatch.diagnostics.waits import wait_of
+from hangwatch.diagnostics.waits import guessed_wait
 from hangwatch.contract.samples import Sample
 from hangwatch.contract.terminal import one_line
 from hangwatch.contract.verdict import Verdict
@@ -364,7 +364,7 @@ def thread_waits(verdicts: Sequence[ProcessVerdict]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for v in verdicts:
         for n, t in enumerate(_interesting_threads(v)):
-            w = wait_of(t)
+            w = guessed_wait(t)
             name = t.name or f"thread {t.ident}"
             entry: dict[str, Any] = {"source": v.source, "pid": v.pid, "rank": v.rank, "thread": name, "decides": n == 0}
             if w is not None:

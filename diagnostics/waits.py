@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from hangwatch.diagnostics.named_waits import named_wait
 from hangwatch.diagnostics.primitives import FAMILIES, PRIMITIVES, Primitive
 from hangwatch.diagnostics.signatures import Signature, find
 from hangwatch.diagnostics.stacks import Frame, ThreadDump
@@ -75,6 +76,7 @@ class Wait:
     caller: Frame | None
     cut: bool
     depth: int
+    by_name: bool = False  # no blocking call shown: named from the words of a frame's name
 
     @property
     def weak(self) -> bool:
@@ -100,6 +102,8 @@ class Wait:
         text = f"{who} on {self.what} ({' -> '.join(self.calls)})"
         if self.caller is not None:
             text += f", called from `{_where(self.caller)}`"
+        if self.by_name:
+            return f"{who} probably on {self.what}: {self.calls[0]} (no blocking call is shown)"
         if self.cut:
             text += " (the dump ends at this call: cut above the blocking frame)"
         return text
@@ -112,6 +116,7 @@ class Wait:
             "frames": [f.render() for f in self.frames],
             "caller": self.caller.render() if self.caller is not None else None,
             "cut": self.cut,
+            "by_name": self.by_name,
         }
 
 
@@ -167,6 +172,22 @@ def _package(frame: Frame) -> str:
 def wait_of(thread: ThreadDump) -> Wait | None:
     """What ``thread`` waits on, or None when its innermost frames are its own code."""
     return _wait(thread.frames[:MAX_WAIT_FRAMES])
+
+
+def guessed_wait(thread: ThreadDump) -> Wait | None:
+    """``wait_of``, else the wait the words of its innermost own frames name
+    (``named_waits``: a cut traceback's ``_read_from_socket``, a C++ library's
+    ``Mutex::Lock``), marked ``by_name``; None when neither says anything."""
+    w = wait_of(thread)
+    if w is not None:
+        return w
+    named = named_wait(thread)
+    if named is None:
+        return None
+    category, what, frame = named
+    at = next(i for i, f in enumerate(thread.frames) if f is frame)
+    caller = next((f for f in thread.frames[at + 1:] if not f.is_stdlib), None)
+    return Wait(category, what, (f"by the name of `{frame.render()}`",), (frame,), caller, True, at, by_name=True)
 
 
 @functools.lru_cache(maxsize=16384)
@@ -314,6 +335,15 @@ def _family(category: str, same_id: tuple[Signature, ...]) -> Signature:
     title = fam.title if fam else f"Waiting ({category})"
     advice = fam.advice if fam else "The thread waits in a blocking call: find what it waits for in the other stacks."
     return Signature(category, title, advice, (), priority=FAMILY_PRIORITY, reference="hangwatch's blocking-primitive table")
+
+
+def named_family(wait: Wait, signatures: Sequence[Signature]) -> Signature:
+    """The stall of a wait named ``by_name``: its family, below every wait the table shows
+    (``FAMILY_PRIORITY`` - 1), its title saying it is a guess and from which name."""
+    fam = family_signature(wait.category, signatures)
+    return Signature(fam.id, f"{fam.title} (guessed from a frame's name, {wait.calls[0].removeprefix('by the name of ')}: "
+                     "no blocking call is shown)", fam.advice, (), priority=FAMILY_PRIORITY - 1, collective=fam.collective,
+                     reference="hangwatch's named waits (the words of a frame's name)")
 
 
 def refine(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) -> Signature:

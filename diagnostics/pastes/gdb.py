@@ -349,8 +349,13 @@ def pybt_frame(b: Builder, ln: Line) -> bool:
         if m:
             frame = (Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2))) if first == "F"
                      else Frame(m.group(1), "?", None, native=True))
+            first_frame = not b.group or not b.group[-1].frames
             b.add_frames([frame])
             b.pybt_seen = True
             b.in_locals, b.locals_indent = True, ln.indent  # its source line follows, deeper
+            if first_frame and first == "F" and b.group:
+                # The innermost frame's source line names the C call the thread sits in
+                # (``sock.recv(...)``, ``lock.acquire()``), which py-bt shows no frame for.
+                b.group[-1].source, b.source_open = "", True
             return True
     return False

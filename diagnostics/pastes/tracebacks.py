@@ -22,6 +22,7 @@ from hangwatch.diagnostics.pastes.patterns import (
     TRACEBACK_FRAME, WITH_LOCK, PYTRACE_CALL, PYTRACE_LINE, C_STACK_DUMPER, C_STACK_FRAME, C_STACK_HEAD,
 )
 from hangwatch.diagnostics.stacks import Frame
+from hangwatch.diagnostics.named_waits import named_category
 from hangwatch.diagnostics.waits import primitive_of
 
 
@@ -157,7 +158,9 @@ def blocked_call(frames: list[Frame], source: str) -> list[Frame]:
     it waits); a call of the program's own (``main()``) adds nothing."""
     if frames and primitive_of(frames[-1]) is not None:
         return []
-    return [f for f in source_call(source) if primitive_of(f) is not None]
+    # A call whose words name a wait (``self._read_from_socket()``, ``lease.acquire_lock()``)
+    # is kept too: no row knows it, but ``named_waits`` reads what it waits on.
+    return [f for f in source_call(source) if primitive_of(f) is not None or named_category(f) is not None]
 
 
 def end_traceback(b: Builder, keep: bool, error: bool = False) -> None:

@@ -25,7 +25,7 @@ KNOWN_MISSES = {
     # only the two innermost frames of a pipeline-parallel irecv, each line padded with spaces
     "msswift_9451_pp_irecv_space_padded": "nccl-collective-wait",
     # frames quoted in a docstring, no thread header; the compiler is not named in them
-    "neuron_probe_docstring_synchronize_compiler_not_on_path": "unknown",
+    "neuron_probe_docstring_synchronize_compiler_not_on_path": "cuda-synchronize-wait",
     # gdb frames whose argument lists wrap onto continuation lines, cut mid-path
     "pytorch_130610_gdb_fork_pin_memory_atexit": "unknown",
     # an atexit callback waiting on torch.compile's worker pool: read as the compile, not the exit
@@ -80,7 +80,7 @@ KNOWN_MISSES = {
     "md_drain_audit_tasks_busy_loop_gil": "unknown",
     "md_vllm_ple_offload_cuda_graph_warmup": "vllm-cuda-graph-replay",
     "psycopg2_703_condensed_rollback_mutex": "socket-read",
-    "ray_26414_gdb_actor_failed_absl_mutex": "unknown",
+    "ray_26414_gdb_actor_failed_absl_mutex": "event-wait",
     "rich_927": "unknown",
     "xpra_55_gdb_py2_gil_xsendevent": "all-idle",
     # The fourth fresh collection (collection: fresh-2026-12d): what its first pass said.
@@ -102,9 +102,7 @@ KNOWN_MISSES = {
     "parsl_3373_interchange_fork_sem_wait": "lock-wait",
     "polars_24448_rayon_worker_parks_holding_gil": "thread-join",
     "pymongo_pr1045_fork_test_client_lock": "lock-wait",
-    "redis_py_1305_brpoplpush_sock_recv": "unknown",
     "requests_2925_local_import_in_thread_import_lock": "socket-read",
-    "selenium_11596_grid480_driver_get_urllib3": "unknown",
     "uwsgi_1599_respawned_worker_import_lock_sem_wait": "lock-wait",
     "vorta_2367_scheduler_lock_recursion_qt_signal": "unknown",
 }

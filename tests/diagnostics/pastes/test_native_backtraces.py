@@ -533,3 +533,20 @@ def test_eu_stack_frames_with_and_without_their_module(tmp_path):
     assert main.name == "MainThread" and [f.function for f in main.frames] == ["__lll_lock_wait", "pthread_mutex_lock", "Engine::step"]
     assert frame_texts(net) == ["__recv (libc.so.6)", "Net::poll_loop (libnet.so)"]
     assert text_verdict(tmp_path, text) == "lock-wait"
+
+
+def test_pybt_innermost_source_line_names_the_c_call_it_blocks_in(tmp_path):
+    """py-bt prints each frame's source line: the innermost one names the C call the
+    thread sits in (``sock.recv``), which py-bt shows no frame for; it was read as
+    'no known blocking call'."""
+    text = ("(gdb) py-bt\nTraceback (most recent call first):\n"
+            '  File "/usr/lib/python3/dist-packages/kvclient/_compat.py", line 71, in recv\n'
+            "    return sock.recv(*args, **kwargs)\n"
+            '  File "/usr/lib/python3/dist-packages/kvclient/connection.py", line 190, in fill\n'
+            "    data = recv(self._sock, size)\n"
+            '  File "/app/worker.py", line 9, in main\n'
+            "    conn.fill()\n")
+    (proc,) = read_text(text).processes
+    (thread,) = proc.threads
+    assert [f.function for f in thread.frames][:2] == ["sock.recv", "recv"]
+    assert text_verdict(tmp_path, text) == "socket-read"

@@ -259,7 +259,7 @@ def test_faulthandler_lines_without_file_prefix_are_frames(tmp_path):
     replay refused the whole paste as 'not a dump'."""
     text = (
         "Thread 0x00000df0 (a worker):\n"
-        "  mylib/locks.py, line 11 in wait_forever\n"
+        "  mylib/compute.py, line 11 in crunch\n"
         "  mylib/app.py, line 95\n"
         "  <frozen importlib._bootstrap>, line 1360 in _find_and_load\n"
     )

@@ -1,0 +1,82 @@
+"""Waits named from the words of a frame's name when no blocking call is shown: a cut
+traceback's library wrapper, a C++ library's mutex, a network client's frame. The
+guess is marked as one, and it never replaces a wait the table shows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hangwatch.cli.main import main
+from hangwatch.diagnostics.named_waits import named_category
+from hangwatch.diagnostics.stacks import Frame, ThreadDump
+from hangwatch.diagnostics.waits import guessed_wait, wait_of
+
+SITE = "/opt/venv/lib/python3.11/site-packages/"
+USER = Frame("main", "/home/u/run.py", 9)
+
+
+def _thread(*frames: Frame) -> ThreadDump:
+    return ThreadDump("1", "MainThread", tuple(frames) + (USER,))
+
+
+@pytest.mark.parametrize(("frame", "category"), [
+    (Frame("_read_from_socket", SITE + "kvclient/connection.py", 190), "socket-read"),
+    (Frame("recv", SITE + "kvclient/_compat.py", 71), "socket-read"),
+    (Frame("request", SITE + "urllib3/request.py", 78), "socket-read"),  # a network client's package
+    (Frame("put_object", SITE + "botocore/client.py", 10), "socket-read"),
+    (Frame("acquire_lock", SITE + "jobs/lease.py", 3), "lock-wait"),
+    (Frame("absl::Mutex::LockSlow", "/opt/lib/_raylet.so", None, native=True), "lock-wait"),
+    (Frame("with_file_lock", SITE + "cache/store.py", 5), "file-lock-wait"),
+    (Frame("wait_for_peer", SITE + "mesh/peer.py", 5), "event-wait"),
+    (Frame("join_workers", SITE + "pool/runner.py", 5), "thread-join"),
+    (Frame("allreduce_grads", SITE + "trainer/dist.py", 5), "nccl-collective-wait"),
+    (Frame("_sync_all_reduce", SITE + "trainer/dist.py", 5), "nccl-collective-wait"),
+    (Frame("synchronize_streams", SITE + "trainer/gpu.py", 5), "cuda-synchronize-wait"),
+    (Frame("run_subprocess", SITE + "tools/shell.py", 5), "subprocess-wait"),
+    (Frame("sleep_with_backoff", SITE + "tools/retry.py", 5), "sleep"),
+])
+def test_the_words_of_a_frame_name_its_wait(frame, category):
+    w = guessed_wait(_thread(frame))
+    assert w is not None and w.category == category and w.by_name
+    assert "no blocking call is shown" in w.describe("MainThread")
+
+
+@pytest.mark.parametrize("function", ["forward", "select_action", "transformer_block", "handle_event", "critical",
+                                      "compute_loss", "build_vocab"])
+def test_names_that_say_nothing_of_a_wait_name_none(function):
+    assert named_category(Frame(function, SITE + "model/net.py", 1)) is None
+
+
+def test_a_wait_the_table_shows_is_never_replaced_by_a_guess():
+    shown = _thread(Frame("acquire", "/usr/lib/python3.11/threading.py", 1), Frame("download_file", SITE + "hub/io.py", 3))
+    w = guessed_wait(shown)
+    assert w == wait_of(shown.__class__("1", "MainThread", shown.frames)) and not w.by_name
+
+
+def test_only_the_innermost_own_frames_are_read():
+    """A word further out is the program's plan, not where it stopped."""
+    t = ThreadDump("1", "MainThread", (Frame("crunch", SITE + "m/a.py", 1), Frame("step", SITE + "m/b.py", 2),
+                                      Frame("download_all", SITE + "m/c.py", 3)))
+    assert guessed_wait(t) is None
+
+
+def test_replay_says_the_family_is_a_guess(tmp_path, capsys):
+    """A Ctrl-C traceback cut in a client library's wrapper: replay names the family,
+    says it is guessed from a name, and --json carries ``by_name``."""
+    dump = tmp_path / "cut.txt"
+    dump.write_text(
+        "Traceback (most recent call last):\n"
+        '  File "/app/worker.py", line 12, in <module>\n'
+        "    item = client.pop_job()\n"
+        f'  File "{SITE}kvclient/client.py", line 80, in pop_job\n'
+        "    return self._read_from_socket()\n"
+        "KeyboardInterrupt\n")
+    assert main(["replay", str(dump)]) == 0
+    out = capsys.readouterr().out
+    assert "socket-read" in out and "guessed from a frame's name" in out
+    assert main(["replay", "--json", str(dump)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    waits = data["incidents"][0]["waits_on"] if "incidents" in data else data["waits_on"]
+    assert waits[0]["category"] == "socket-read" and waits[0]["by_name"] is True
