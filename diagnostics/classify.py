@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 from hangwatch.diagnostics.signatures import Signature, ThreadLines, find
 from hangwatch.diagnostics.stacks import Frame, ProcessSeries, ThreadDump
-from hangwatch.diagnostics.waits import family_signature, forked_in_logging, guessed_wait, named_family, outranks_wrapper, refine, wait_of
+from hangwatch.diagnostics.waits import family_signature, forked_in_logging, guessed_wait, inherited_lock, named_family, outranks_wrapper, refine, wait_of
 
 UNKNOWN_TITLE = "No known signature matched"
 UNKNOWN_ADVICE = (
@@ -414,7 +414,7 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
         found = _rank_by_evidence(found, signatures)
         found.sort(key=lambda x: (-x[2].priority, x[1] is not True, not is_main(x[0], pid), -len(x[3])))
         t, frozen, sig, frames = found[0]
-        sig = refine(sig, t, signatures)
+        sig = _inherited(refine(sig, t, signatures), t, signatures)
         if sig.id in WAITS_ON_A_THREAD:
             held = _lock_waiter(t, found, workers, signatures)
             if held is not None:
@@ -461,7 +461,7 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
         # No signature names a cause, but the thread sits in a known blocking call: that
         # call's family is the verdict (a file lock, a child process, a queue...), with the
         # innermost own frames as evidence where there are any.
-        fam = family_signature(wait.category, signatures)
+        fam = _inherited(family_signature(wait.category, signatures), t, signatures)
         evidence = t.telling_frames() or wait.frames
         return ProcessVerdict(series, "stalled", fam, t, evidence, frozen, False, "", ((t, fam, evidence),), source)
     if forked_in_logging(t):
@@ -482,9 +482,17 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
         # No blocking call is shown (a cut traceback, a library's own wrapper of its wait, a
         # C++ library's mutex): the words of the innermost own frame name the family, a
         # guess the report marks as one.
-        fam = named_family(guess, signatures)
+        fam = _inherited(named_family(guess, signatures), t, signatures)
         return ProcessVerdict(series, "stalled", fam, t, evidence, frozen, False, "", ((t, fam, evidence),), source)
     return ProcessVerdict(series, "unknown", None, t, evidence, frozen, False, "", (), source)
+
+
+def _inherited(sig: Signature, t: ThreadDump, signatures: Sequence[Signature]) -> Signature:
+    """``fork-inherited-lock`` for a lock wait (or a GIL wait over a lock's acquire) in a
+    forked child (``waits.inherited_lock``), else ``sig``."""
+    if sig.id not in ("lock-wait", "gil-deadlock") or not inherited_lock(t):
+        return sig
+    return find(tuple(signatures), "fork-inherited-lock") or sig
 
 
 #: A thread that waits for another thread of its process to end or to signal it: the other

@@ -456,3 +456,48 @@ def forked_in_logging(thread: ThreadDump) -> bool:
     if inner is None or _LOGGING_LOCKED.search(inner.function) is None or not inner.file.replace("\\", "/").endswith("logging/__init__.py"):
         return False
     return any(_FORK_POINT.search(f.function) and _FORK_FILE.search(f.file.replace("\\", "/")) for f in thread.frames)
+
+
+#: A child of multiprocessing's fork start method (or billiard's, celery's fork): its stack
+#: starts in the frames the parent forked from, or in the child's own entry (a Process's
+#: ``_bootstrap``/``run``, a Pool worker's loop). A spawned or forkserver child starts in
+#: ``spawn.py``/``forkserver.py``: a fresh interpreter that inherited no lock.
+_FORK_CHILD_FRAME = re.compile(r"^(\w+\.)?(_bootstrap|run|_launch|worker|_worker_loop)$")
+_FORK_CHILD_FILE = re.compile(r"(^|/)(multiprocessing|multiprocess|billiard)/(process|popen_fork|pool)\.py$|(^|/)torch/utils/data/_utils/worker\.py$")
+_SPAWNED_FILE = re.compile(r"(^|/)(multiprocessing|multiprocess|billiard)/(spawn|forkserver|popen_spawn_posix|popen_forkserver)\.py$")
+#: A threading lock's acquire (the table's rows, or a lock taken by a C call py-spy does not
+#: show): not multiprocessing's own locks, which are shared semaphores meant to cross processes.
+_THREAD_LOCK_FRAME = re.compile(r"(^|\.)(acquire|_acquireLock|_acquireModuleLock|__enter__|put|put_nowait)$")
+
+
+def forked_child(thread: ThreadDump) -> bool:
+    """The thread runs in a child forked by multiprocessing (or a prefork server) from a
+    parent that may have had other threads: its stack shows the fork's frames or a fork
+    child's entry, and no spawn or forkserver entry."""
+    frames = [f for f in thread.frames if not f.native]
+    if any(_SPAWNED_FILE.search(f.file.replace("\\", "/")) for f in frames):
+        return False
+    return any((_FORK_CHILD_FRAME.search(f.function) and _FORK_CHILD_FILE.search(f.file.replace("\\", "/")))
+               or (_FORK_POINT.search(f.function) and _FORK_FILE.search(f.file.replace("\\", "/"))) for f in frames)
+
+
+def inherited_lock(thread: ThreadDump) -> bool:
+    """A thread of a forked child that waits to take a threading lock (logging's, a
+    handler's, a queue's, a client's ``with self._lock``): the thread that held it in the
+    parent at the fork does not exist in the child, so nobody releases it. The classic
+    fork-after-threads deadlock; a lock of multiprocessing's own (a semaphore shared with
+    the parent) is a wait for another process, not this."""
+    w = guessed_wait(thread)
+    if w is None or w.category not in ("lock-wait", GIL) or not forked_child(thread):
+        return False
+    if any(_CONN_SYNC.search(f.file.replace("\\", "/")) for f in thread.frames[:w.depth + 1] if not f.native):
+        return False
+    if w.category == GIL:
+        # py-bt's "Waiting for the GIL" over a Python lock's acquire: Python 2's lock
+        # acquire waits there; the lock, not the GIL, is what it waits for.
+        return any(_THREAD_LOCK_FRAME.search(f.function) for f in thread.frames[:w.depth + 3])
+    return True
+
+
+_CONN_SYNC = re.compile(r"(^|/)(multiprocessing|multiprocess|billiard)/(synchronize|managers)\.py$")
+

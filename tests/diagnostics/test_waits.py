@@ -598,3 +598,30 @@ def test_a_read_write_lock_taken_inside_the_driver_is_a_lock_wait():
     w = wait_of(_thread(_c("futex_abstimed_wait"), _c("__pthread_rwlock_wrlock_full"), _c("__GI___pthread_rwlock_wrlock"),
                         _c("?", cuda), _c("?", cuda), USER))
     assert w is not None and w.category == "lock-wait"
+
+
+#: A forked child's stack under its target: multiprocessing's entry, outermost last.
+_FORK_CHILD = (_py("run", STDLIB + "multiprocessing/process.py"), _py("_bootstrap", STDLIB + "multiprocessing/process.py"),
+               _py("_launch", STDLIB + "multiprocessing/popen_fork.py"))
+
+
+@pytest.mark.parametrize("lock", [
+    (_py("acquire", STDLIB + "threading.py"), _py("_acquireLock", STDLIB + "logging/__init__.py"),
+     _py("getLogger", STDLIB + "logging/__init__.py")),
+    (_py("acquire", STDLIB + "logging/__init__.py"), _py("handle", STDLIB + "logging/__init__.py"),
+     _py("info", STDLIB + "logging/__init__.py")),
+    (_c("__new_sem_wait"), _c("PyThread_acquire_lock_timed", "libpython3.11.so"), _py("_get_topology", SITE + "dbclient/client.py")),
+])
+def test_a_lock_wait_in_a_forked_child_is_a_lock_inherited_at_the_fork(lock):
+    """The thread that held the lock in the parent does not exist in the child: nobody
+    releases it (the dump was called a plain lock-wait, whose advice looks for a holder)."""
+    assert _classify(_thread(*lock, USER, *_FORK_CHILD)).signature_id == "fork-inherited-lock"
+
+
+def test_a_lock_wait_in_a_spawned_child_or_on_a_multiprocessing_lock_is_no_inherited_lock():
+    spawned = (_py("run", STDLIB + "multiprocessing/process.py"), _py("_bootstrap", STDLIB + "multiprocessing/process.py"),
+               _py("_main", STDLIB + "multiprocessing/spawn.py"), _py("spawn_main", STDLIB + "multiprocessing/spawn.py"))
+    lock = (_py("acquire", STDLIB + "threading.py"), _py("work", SITE + "jobs/queue.py"))
+    assert _classify(_thread(*lock, USER, *spawned)).signature_id == "lock-wait"
+    shared = (_py("__enter__", STDLIB + "multiprocessing/synchronize.py"), _py("work", SITE + "jobs/queue.py"))
+    assert _classify(_thread(*shared, USER, *_FORK_CHILD)).signature_id == "lock-wait"
