@@ -152,8 +152,13 @@ def _row(function: str, file: str, native: bool) -> Primitive | None:
 
 
 def primitive_of(frame: Frame) -> Primitive | None:
-    """The table's row for this frame, or None."""
-    return _row(frame.function, frame.file, frame.native)
+    """The table's row for this frame, or None. A frame given by name only (a hand-written
+    chain, ``take_gil -> PyEval_RestoreThread``: no file, no library) may be a C function
+    as well as a Python one."""
+    row = _row(frame.function, frame.file, frame.native)
+    if row is None and not frame.native and frame.file in ("?", ""):
+        row = _row(frame.function, frame.file, True)
+    return row
 
 
 def _package(frame: Frame) -> str:

@@ -97,7 +97,6 @@ KNOWN_MISSES = {
     "gevent_1577_pika_blockingconnection_epoll_unpatched": "queue-wait",
     "gunicorn_3529_preload_logging_lock_master": "all-idle",
     "jobctrl_836_sqlite_begin_immediate_write_lock": "unknown",
-    "ntgcalls_62_macos_take_gil_behind_webrtc_lock": "lock-wait",
     "parsl_3373_interchange_fork_sem_wait": "lock-wait",
     "polars_24448_rayon_worker_parks_holding_gil": "thread-join",
     "requests_2925_local_import_in_thread_import_lock": "socket-read",

@@ -625,3 +625,30 @@ def test_a_lock_wait_in_a_spawned_child_or_on_a_multiprocessing_lock_is_no_inher
     assert _classify(_thread(*lock, USER, *spawned)).signature_id == "lock-wait"
     shared = (_py("__enter__", STDLIB + "multiprocessing/synchronize.py"), _py("work", SITE + "jobs/queue.py"))
     assert _classify(_thread(*shared, USER, *_FORK_CHILD)).signature_id == "lock-wait"
+
+
+def test_a_native_mutex_held_with_the_gil_while_another_thread_waits_for_the_gil_is_a_gil_deadlock():
+    """pytorch#58239's shape from both sides: the main thread blocks in std::mutex::lock
+    from a C++ call made with the GIL held; a callback thread holding that mutex waits to
+    take the GIL. The generic lock-wait looked for a lock holder; the cure is the GIL's."""
+    ext = "/opt/venv/lib/python3.11/site-packages/torch/lib/libtorch_python.so"
+    holder = ThreadDump("1", "MainThread", (
+        _c("__lll_lock_wait"), _c("pthread_mutex_lock"), _c("std::mutex::lock", ext), _c("c10::ivalue::Future::wait", ext),
+        _c("_PyEval_EvalFrameDefault", "/usr/lib/libpython3.11.so"), USER))
+    waiter = ThreadDump("2", "callback", (
+        _c("pthread_cond_timedwait"), _c("take_gil", "/usr/lib/libpython3.11.so"),
+        _c("PyEval_RestoreThread", "/usr/lib/libpython3.11.so"), _c("c10::ivalue::Future::markCompleted", ext)))
+    assert _classify(holder, waiter).signature_id == "gil-deadlock"
+    # Python's own lock.acquire releases the GIL before it waits: a plain lock wait.
+    py_lock = ThreadDump("1", "MainThread", (
+        _c("sem_wait"), _c("PyThread_acquire_lock_timed", "/usr/lib/libpython3.11.so"),
+        _c("acquire_timed", "/usr/lib/libpython3.11.so"), _c("lock_PyThread_acquire_lock", "/usr/lib/libpython3.11.so"),
+        _py("acquire", STDLIB + "threading.py"), USER))
+    assert _classify(py_lock, waiter).signature_id != "gil-deadlock"
+
+
+def test_a_c_function_given_by_name_only_is_read_as_the_c_call():
+    """A hand-written chain ("take_gil -> PyEval_AcquireThread") gives no file or library:
+    its C functions were looked up as Python frames only, and the GIL wait was missed."""
+    w = wait_of(_thread(Frame("take_gil", "?", None), Frame("PyEval_AcquireThread", "?", None), Frame("on_frame", "?", None)))
+    assert w is not None and w.category == "gil-deadlock"
