@@ -294,7 +294,7 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("queue-wait", "a multiprocessing queue", "multiprocessing `Queue.get`", r"^(\w+\.)?(get|put|join|_recv_bytes|join_thread)$", _CONN + r"queues\.py$"),
     _py("lock-wait", "a multiprocessing lock", "multiprocessing `Lock.acquire`", r"^(\w+\.)?(acquire|__enter__)$", _CONN + r"synchronize\.py$"),
     _py("event-wait", "a multiprocessing event", "multiprocessing `Event.wait`", r"^(\w+\.)?(wait|wait_for)$", _CONN + r"synchronize\.py$"),
-    _py("queue-wait", "a queue", "`queue.Queue.get`", r"^(\w+\.)?(get|put|join)$", r"(^|/)queue\.py$"),
+    _py("queue-wait", "a queue", "`queue.Queue.get`/`put`", r"^(\w+\.)?(get|put|join)$", r"(^|/)[Qq]ueue\.py$"),  # (Python 2: Queue.py)
     _py("queue-wait", "a thread pool's work queue", "concurrent.futures worker", r"^_worker$", r"concurrent/futures/thread\.py$"),
     # --- the standard library: futures and asyncio ------------------------------------------------------
     # (Executor.__exit__ is no row: it calls shutdown(wait=True), a join of the pool's threads

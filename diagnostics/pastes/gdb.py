@@ -13,7 +13,7 @@ import re
 
 from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.patterns import (
-    GDB_ATTACHED, GDB_BUILTIN, GDB_INFO_THREAD, GDB_NUMBERED, GDB_PY2_BUILTIN, GDB_PY2_FILE, GDB_PYFRAME, GDB_STOPPED,
+    GDB_ATTACHED, GDB_BUILTIN, GDB_INFO_THREAD, GDB_NUMBERED, GDB_PY2_BUILTIN, GDB_PY2_FILE, GDB_PY2_LOCK_WAIT, GDB_PYFRAME, GDB_STOPPED,
     GDB_THREAD,
     GDB_THREAD_LWP, GIL_WAIT, HEX, INLINE_GDB, LLDB_FRAME, LLDB_OFFSET, LLDB_THREAD, MAX_FRAMES, NATIVE_CUT,
     NATIVE_PATH, NUMBERED_FROM, PYBT_MARKERS, PY_EXT, TRACEBACK_FRAME, VS_FRAME, WINDBG_COLUMNS, WINDBG_FRAME, WINDBG_THREAD, WS,
@@ -318,7 +318,7 @@ def coredump_thread(b: Builder, ln: Line) -> bool:
 def gdb_line(b: Builder, ln: Line) -> bool:
     """A numbered gdb frame (or gdb's bare stop location), else one of gdb's headers."""
     s, first = ln.s, ln.first
-    if first == "#" and s[1:2].isdigit() and (" file '" in s or "<built-in " in s) and _py2_pybt(b, s):
+    if first == "#" and s[1:2].isdigit() and (" file '" in s or "<built-in " in s or "Waiting for a lock" in s) and _py2_pybt(b, s):
         return True
     if (first == "#" and s[1:2].isdigit()) or (first == "0" and s[:2] == "0x" and " in " in s):
         return gdb_frame(b, s)
@@ -331,6 +331,13 @@ def _py2_pybt(b: Builder, s: str) -> bool:
     m = GDB_PY2_FILE.match(s)
     if m is not None:
         b.add_frames([Frame(m.group(2), m.group(1).replace("\\", "/"), None)])
+        b.pybt_seen = True
+        return True
+    if GDB_PY2_LOCK_WAIT.match(s):
+        # Python 2's libpython prints this for a frame in PyThread_acquire_lock: a Python
+        # lock's acquire (or the GIL, which is such a lock there). Once per thread.
+        if not (b.group and b.group[-1].frames and b.group[-1].frames[-1].function == "PyThread_acquire_lock"):
+            b.add_frames([Frame("PyThread_acquire_lock", "?", None, native=True)])
         b.pybt_seen = True
         return True
     m = GDB_PY2_BUILTIN.match(s)

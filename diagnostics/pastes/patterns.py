@@ -364,6 +364,7 @@ BRACKET_THREAD = re.compile(r"^Thread \[([^\]\n]{1,100})\]:?$")
 # innermost first, "#1 Waiting for a lock (e.g. GIL)" over a lock's acquire.
 GDB_PY2_FILE = re.compile(r"^#\d{1,6} file '([^'\n]{1,1000})', in '([^'\n]{1,300})'$")
 GDB_PY2_BUILTIN = re.compile(r"^#\d{1,6} <built-in (?:method|function) (\w{1,200})")
+GDB_PY2_LOCK_WAIT = re.compile(r"^#\d{1,6} Waiting for a lock \(e\.g\. GIL\)$")
 # A py-spy frame quoted in backticks inside prose: "rank 0 stuck at `barrier (torch/x.py:5234)`".
 INLINE_PYSPY = re.compile(r"`([A-Za-z_<][\w.<>$-]{0,300} \([^()`\s]{1,1000}\.pyx?:\d{1,7}\))`")
 # A location in front of a hand-written chain's call: "service.py:118 Service.shutdown()".

@@ -92,7 +92,7 @@ KNOWN_MISSES = {
     # are cut (it was right before only because its frames were read upside down).
     "sentry_3753_ddtrace_lock_profiler_logging": "future-wait",
     # The fifth fresh collection (collection: fresh-2026-12e): what its first pass said.
-    "awx_4181_external_logging_fork_queue_put": "all-idle",
+    "awx_4181_external_logging_fork_queue_put": "lock-wait",
     "awx_pr4130_pybt_rlock_acquire_logging": "lock-wait",
     "gevent_1577_pika_blockingconnection_epoll_unpatched": "queue-wait",
     "gunicorn_3529_preload_logging_lock_master": "all-idle",

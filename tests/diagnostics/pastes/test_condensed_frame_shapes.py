@@ -73,6 +73,19 @@ def test_python2_py_bt_frames_are_read_innermost_first():
     assert _threads(text) == [["acquire", "wait", "join"]]
 
 
+def test_python2_py_bt_lock_wait_lines_are_the_lock_the_frame_above_takes(tmp_path):
+    """Python 2's libpython prints "Waiting for a lock (e.g. GIL)" for a frame in
+    PyThread_acquire_lock: over an unbounded Queue.put (which only takes the queue's
+    mutex) it is that lock; the line was skipped and the dump read as all idle."""
+    text = ("(gdb) py-bt\n"
+            "#4 Waiting for a lock (e.g. GIL)\n"
+            "#5 Waiting for a lock (e.g. GIL)\n"
+            "#7 Frame 0x7f8521b04bf0, for file /usr/lib64/python2.7/Queue.py, line 118, in put (self=<Queue at remote 0x7f85>)\n"
+            "#11 Frame 0x7f8521b04de0, for file /opt/app/dispatch.py, line 40, in emit (self=<Handler at remote 0x7f86>)\n")
+    assert _threads(text) == [["PyThread_acquire_lock", "put", "emit"]]
+    assert text_verdict(tmp_path, text) == "lock-wait"
+
+
 def test_a_py_spy_frame_quoted_in_prose_is_a_stack(tmp_path):
     text = ("We ran py-spy on the head node: rank 0 is stuck at `all_reduce (torch/distributed/distributed_c10d.py:2050)`\n"
             "inside our data loader while the other ranks train.\n")
