@@ -15,8 +15,8 @@ import re
 from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.gdb import cxx_name, gdb_call
 from hangwatch.diagnostics.pastes.patterns import (
-    MAX_FRAMES, MAX_THREADS, NCCL_WATCHDOG_RAISERS, NUMBERED_CXX, NUMBERED_CXX_HEAD, RAISED_FROM,
-    SIGNAL_THREAD, TORCH_CXX_FRAME,
+    ABSL_FRAME, BACKTRACE_SYMBOLS, MAX_FRAMES, MAX_THREADS, NCCL_WATCHDOG_RAISERS, NUMBERED_CXX, NUMBERED_CXX_HEAD,
+    RAISED_FROM, SIGNAL_THREAD, TORCH_CXX_FRAME,
 )
 from hangwatch.diagnostics.stacks import Frame
 
@@ -139,3 +139,29 @@ def numbered_head(b: Builder, ln: Line) -> bool:
         b.numbered = []
         return True
     return False
+
+
+def symbol_frames(b: Builder, ln: Line) -> bool:
+    """A frame of glibc's ``backtrace_symbols`` ("lib(fn+0x10)[0x...]", "lib[0x...]") or of
+    abseil's failure-signal handler ("@ 0x... (unknown) fn"): a native stack printed by
+    the program itself, innermost first; the lines in a row are one thread."""
+    s = ln.s
+    if s[-1:] == "]" and "[0x" in s:
+        m = BACKTRACE_SYMBOLS.match(s)
+        if m is None:
+            return False
+        lib, fn = m.group(1).strip(), (m.group(2) or "").strip()
+        b.add_frames([Frame(cxx_name(fn) or fn or "?", lib, None, native=True)])
+        return True
+    if "@" in s[:6] and "0x" in s:
+        m = ABSL_FRAME.match(s)
+        if m is None:
+            return False
+        fn = m.group(1).strip()
+        if fn.startswith("..."):  # "@ ... and at least 3 more frames"
+            return True
+        fn = "?" if fn == "(unknown)" else (cxx_name(fn) or fn)
+        b.add_frames([Frame(fn, "?", None, native=True)])
+        return True
+    return False
+

@@ -369,3 +369,11 @@ GDB_PY2_LOCK_WAIT = re.compile(r"^#\d{1,6} Waiting for a lock \(e\.g\. GIL\)$")
 INLINE_PYSPY = re.compile(r"`([A-Za-z_<][\w.<>$-]{0,300} \([^()`\s]{1,1000}\.pyx?:\d{1,7}\))`")
 # A location in front of a hand-written chain's call: "service.py:118 Service.shutdown()".
 ARROW_LOCATION = re.compile(r"^((?:[A-Za-z]:)?[^\s:]{1,1000}\.pyx?):(\d{1,7})\s{1,8}")
+# glibc's backtrace_symbols (redis's watchdog, many C/C++ programs' crash and hang logs):
+# "/usr/bin/prog *:6379(fn+0x43)[0x450ad3]", "/lib64/libc.so.6(close+0x10)[0x3a0...]",
+# "/lib64/libpthread.so.0[0x3a0540f710]"; innermost first.
+BACKTRACE_SYMBOLS = re.compile(r"^((?:[A-Za-z]:)?/?[^\s()\[\]][^()\[\]]{0,400}?)(?:\(([^()\s]{0,400}?)(?:\+0x[0-9a-fA-F]{1,16})?\))?\s{0,4}\[0x[0-9a-fA-F]{1,16}\]$")
+# abseil's failure-signal handler (Ray, TensorFlow, XLA): "PC: @     0x7f70d75e000b  (unknown)  raise",
+# "    @     0x7f70d77a3420        944  (unknown)"; innermost first.
+ABSL_FRAME = re.compile(r"^(?:PC: )?@\s{1,10}0x[0-9a-fA-F]{1,16}\s{1,20}(?:\d{1,12}|\(unknown\))\s{1,20}(.{1,500})$")
+

@@ -113,6 +113,7 @@ STEPS: tuple[tuple[str | None, Step], ...] = (
     (ANY, tracebacks.pytest_lines),
     (ANY, logs.wait_lines),
     (ANY, cxx_traces.cxx_lines),
+    ("/PC@[", cxx_traces.symbol_frames),
     (ANY, logs.failed_collective),
     (ANY, _take_after_frame),
     ("fa", gdb.wrapped_library),

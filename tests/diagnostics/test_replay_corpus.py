@@ -52,7 +52,7 @@ KNOWN_MISSES = {
     "gh-pythonfutures_52_process-pool-condition-wait": "lock-wait",
     "gh-pytorch_58239_future-mutex-gil-inversion": "unknown",
     "gh-ray_1049_actor-sysexit-get-hangs": "unknown",
-    "gh-ray_29576_actor-sigabrt-driver-hang": "refused",
+    "gh-ray_29576_actor-sigabrt-driver-hang": "all-idle",
     "gh-returnn_1497_nondaemonic-spawn-waitpid": "unknown",
     "gh-returnn_1499_main-proc-exit-pyspy": "unknown",
     "gh-tczhangzhi-pytorch-distributed_18_spawn-store-barrier-timeout": "all-idle",

@@ -550,3 +550,25 @@ def test_pybt_innermost_source_line_names_the_c_call_it_blocks_in(tmp_path):
     (thread,) = proc.threads
     assert [f.function for f in thread.frames][:2] == ["sock.recv", "recv"]
     assert text_verdict(tmp_path, text) == "socket-read"
+
+
+def test_glibc_backtrace_symbols_and_abseil_signal_frames_are_stacks():
+    """A C program's own backtrace (glibc's backtrace_symbols: redis's watchdog) and
+    abseil's failure-signal handler (Ray, TensorFlow) were refused as 'not a stack'."""
+    glibc = ("--- WATCHDOG TIMER EXPIRED ---\n"
+             "/opt/redis/src/redis-server *:6379(logStackTrace+0x43)[0x450ad3]\n"
+             "/lib64/libc.so.6(close+0x10)[0x3a048db460]\n"
+             "/lib64/libpthread.so.0[0x3a0540f710]\n"
+             "/opt/redis/src/redis-server *:6379(redisLogRaw+0x1e3)[0x422393]\n")
+    (proc,) = read_text(glibc).processes
+    (thread,) = proc.threads
+    assert [f.function for f in thread.frames] == ["logStackTrace", "close", "?", "redisLogRaw"]
+    assert thread.frames[1].file == "/lib64/libc.so.6" and all(f.native for f in thread.frames)
+    absl = ("(Actor pid=11471) *** SIGABRT received at time=1666400179 on cpu 14 ***\n"
+            "(Actor pid=11471) PC: @     0x7f70d75e000b  (unknown)  raise\n"
+            "(Actor pid=11471)     @     0x7f70d77a3420        944  (unknown)\n"
+            "(Actor pid=11471)     @     0x7f70d77a4000         64  ray::core::CoreWorker::Get()\n"
+            "(Actor pid=11471)     @ ... and at least 3 more frames\n")
+    (proc,) = read_text(absl).processes
+    (thread,) = proc.threads
+    assert [f.function for f in thread.frames] == ["raise", "?", "ray::core::CoreWorker::Get"]

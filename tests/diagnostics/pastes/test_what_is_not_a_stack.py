@@ -121,10 +121,8 @@ def test_two_megabytes_of_stack_shaped_text_read_in_linear_time(kind):
 #: Pastes of the fresh collections (fresh-2026-12, fresh-2026-12b) that still are not read, and their shape:
 #: each must keep failing until a reader takes it (then it leaves this list).
 NOT_READ_YET = {
-    "gh-ray_29576_actor-sigabrt-driver-hang": "a driver's Ray log lines (date, level, file.py:N --) around the traceback",
     "gh-llamafactory_8549_streaming-watchdog-heartbeat-stuck": "fresh-2026-12b: not read at its first pass",
     "gh-trl_2879_cpo-watchdog-heartbeat-terminate": "fresh-2026-12b: not read at its first pass",
-    "redis_server_2973_watchdog_timer_close": "fresh-2026-12d: not read at its first pass",
 }
 
 
