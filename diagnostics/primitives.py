@@ -160,6 +160,10 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("import-lock", "a module's import lock", "importlib `_ModuleLock.acquire`",
         r"^(_ModuleLock\.)?acquire$|^_lock_unlock_module$|^(_ModuleLockManager\.)?__enter__$|^_get_module_lock$",
         r"importlib[./]_bootstrap"),
+    # The interpreter's global import lock (Python 2's for every import; Python 3's around
+    # fork and imp.acquire_lock), taken in C: a lock wait under it waits for that lock.
+    _c("import-lock", "the interpreter's import lock", "`_PyImport_AcquireLock`",
+       r"^(_PyImport_AcquireLock|_imp_acquire_lock|imp_acquire_lock|import_lock_acquire)$"),
     # A codec looked up for the first time imports its module (str.encode("latin-1") in a
     # thread): under Python 2's global import lock, or a module lock another thread holds.
     _py("import-lock", "a module's import lock", "`encodings.search_function` (a codec's import)", r"^search_function$",

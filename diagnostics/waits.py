@@ -49,7 +49,7 @@ BLOCKING_FAMILIES = frozenset(("nccl-collective-wait", "cuda-synchronize-wait", 
                                "gil-deadlock"))
 #: ``lock-wait`` matches any threading wait; these families say better what it is.
 REFINES_LOCK_WAIT = frozenset(("event-wait", "queue-wait", "thread-join", "future-wait", "subprocess-wait",
-                               "socket-read", "file-lock-wait", "dataloader-wait", "asyncio-blocked", "gil-deadlock"))
+                               "socket-read", "file-lock-wait", "dataloader-wait", "asyncio-blocked", "gil-deadlock", "import-lock"))
 # ``gil-deadlock`` too: a thread waiting to take the GIL matches the generic lock-wait
 # signature (take_gil sits on a mutex or a semaphore), but what it waits for is the GIL, and
 # the cure differs (release the GIL before blocking), so the wait's own family names it.

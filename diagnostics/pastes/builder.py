@@ -102,6 +102,8 @@ class Builder:
     gdb_stop_thread: ThreadDraft | None = None  # the thread the stop line started
     gdb_attached: bool = False  # after gdb's attach preamble: the main thread's stop location may follow
     gdb_open: bool = False  # the last gdb frame had no library: "from ..." may follow
+    gdb_args: int = 0  # lines left of a gdb frame whose arguments gdb wrapped (its parentheses still open)
+    gdb_depth: int = 0  # how many of its parentheses are open
 
     # -- Python tracebacks
     # Inside a Python traceback (most recent call last): its frames, kept until the

@@ -13,10 +13,10 @@ import re
 
 from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.patterns import (
-    GDB_ATTACHED, GDB_BUILTIN, GDB_INFO_THREAD, GDB_NUMBERED, GDB_PY2_BUILTIN, GDB_PY2_FILE, GDB_PY2_LOCK_WAIT, GDB_PYFRAME, GDB_STOPPED,
-    GDB_THREAD,
+    GDB_ATTACHED, GDB_BUILTIN, GDB_FRAME_ARG, GDB_INFO_THREAD, GDB_NUMBERED, GDB_PY2_BUILTIN, GDB_PY2_FILE, GDB_PY2_LOCK_WAIT,
+    GDB_PYFRAME, GDB_STOPPED, GDB_THREAD,
     GDB_THREAD_LWP, GIL_WAIT, HEX, INLINE_GDB, LLDB_FRAME, LLDB_OFFSET, LLDB_THREAD, MAX_FRAMES, NATIVE_CUT,
-    NATIVE_PATH, NUMBERED_FROM, PYBT_MARKERS, PY_EXT, TRACEBACK_FRAME, VS_FRAME, WINDBG_COLUMNS, WINDBG_FRAME, WINDBG_THREAD, WS,
+    MAX_GDB_ARG_LINES, NATIVE_PATH, NUMBERED_FROM, PYBT_MARKERS, PY_EXT, TRACEBACK_FRAME, VS_FRAME, WINDBG_COLUMNS, WINDBG_FRAME, WINDBG_THREAD, WS,
 )
 from hangwatch.diagnostics.pastes.tracebacks import traceback_header
 from hangwatch.diagnostics.stacks import Frame
@@ -144,6 +144,36 @@ def gdb_frame(b: Builder, s: str) -> bool:
     b.add_frames([frame])
     b.gdb_open = frame.file == "?"  # gdb may wrap "from /lib/x.so" onto the next line
     b.after_break = False
+    _frame_argument(b, s)
+    depth = s.count("(") - s.count(")")
+    if depth > 0:
+        b.gdb_args, b.gdb_depth = MAX_GDB_ARG_LINES, depth  # gdb wrapped the arguments: the next lines continue them
+    return True
+
+
+def _frame_argument(b: Builder, s: str) -> None:
+    """The Python frame python-gdb shows as the eval function's argument (``f=Frame 0x..,
+    for file F, line N, in f``): the Python code that native frame runs, under it."""
+    m = GDB_FRAME_ARG.search(s) if "f=Frame 0x" in s else None
+    if m is not None:
+        b.add_frames([Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2)))])
+
+
+def gdb_arguments(b: Builder, ln: Line) -> bool:
+    """A line of a gdb frame's wrapped arguments ("    f=Frame 0x.., for file F, line N, in
+    f (self=...", "    arg=(), kw=0x0) at ../Objects/methodobject.c:81"): part of that
+    frame, not a new stack; ends at the line whose parenthesis closes it."""
+    if b.gdb_args <= 0:
+        return False
+    s = ln.s
+    if s.startswith("#") and s[1:2].isdigit():
+        b.gdb_args = 0  # the next frame: the arguments were cut
+        return False
+    b.gdb_args -= 1
+    _frame_argument(b, s)
+    b.gdb_depth += s.count("(") - s.count(")")
+    if b.gdb_depth <= 0:
+        b.gdb_args = 0
     return True
 
 

@@ -208,6 +208,11 @@ GIL_WAIT = "<waiting for the GIL>"
 # gdb: "#3 Frame 0x7fa3..., for file /p/queues.py, line 131, in get (self=...": py-bt of
 # Python 2 / older gdb, one line per frame (the locals run on, often wrapped and cut).
 GDB_PYFRAME = re.compile(r"^#\d{1,6} Frame 0x[0-9a-fA-F]{1,16}, for file (.{1,1000}?), line (\d{1,7}), in ([^\s(]{1,300})")
+# The same frame as an argument of the interpreter's eval function in a plain `bt` with
+# python-gdb loaded: "PyEval_EvalFrameEx (f=Frame 0x23c2e90, for file /p/threading.py, line 339, in wait (self=...".
+GDB_FRAME_ARG = re.compile(r"\bf=Frame 0x[0-9a-fA-F]{1,16}, for file (.{1,1000}?), line (\d{1,7}), in ([^\s(]{1,300})")
+#: Lines a gdb frame's wrapped arguments may span (locals printed by python-gdb can be long).
+MAX_GDB_ARG_LINES = 40
 # py-bt's frame for a call into a builtin: "<built-in method acquire of _thread.lock object at 0x..>".
 GDB_BUILTIN = re.compile(r"^<built-in method (\w{1,200}) of ")
 # Lines gdb's py-bt prints in place of a frame: the thread waits to take the GIL, or

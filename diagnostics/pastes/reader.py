@@ -100,6 +100,7 @@ ANY = None
 #: can take or act on (its own test), or ANY: a line is put only through the steps that
 #: can take it (``_route``), which saves most of the calls a line would otherwise cost.
 STEPS: tuple[tuple[str | None, Step], ...] = (
+    (ANY, gdb.gdb_arguments),  # a gdb frame's wrapped arguments: before anything reads them as a frame
     ("CTSB0123456789+!:|*", macos.call_graph),  # a graph line, stripped, starts with a count or a tree mark
     (ANY, tracebacks.pdb_where),
     (ANY, handwritten.arrow_end),

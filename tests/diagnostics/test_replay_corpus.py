@@ -49,7 +49,6 @@ KNOWN_MISSES = {
     "gh-cpython_120696_macos-sample-tsan-faulthandler": "unknown",
     "gh-fastai_1589_long-token-processpool-hang": "queue-wait",
     "gh-hf-hub_2399_softfilelock-exit-join": "shutdown-join",
-    "gh-pythonfutures_52_process-pool-condition-wait": "lock-wait",
     "gh-pytorch_58239_future-mutex-gil-inversion": "unknown",
     "gh-ray_1049_actor-sysexit-get-hangs": "unknown",
     "gh-ray_29576_actor-sigabrt-driver-hang": "all-idle",
@@ -100,7 +99,6 @@ KNOWN_MISSES = {
     "parsl_3373_interchange_fork_sem_wait": "lock-wait",
     "polars_24448_rayon_worker_parks_holding_gil": "thread-join",
     "requests_2925_local_import_in_thread_import_lock": "socket-read",
-    "uwsgi_1599_respawned_worker_import_lock_sem_wait": "lock-wait",
     "vorta_2367_scheduler_lock_recursion_qt_signal": "unknown",
 }
 

@@ -572,3 +572,33 @@ def test_glibc_backtrace_symbols_and_abseil_signal_frames_are_stacks():
     (proc,) = read_text(absl).processes
     (thread,) = proc.threads
     assert [f.function for f in thread.frames] == ["raise", "?", "ray::core::CoreWorker::Get"]
+
+
+def test_python_frames_in_a_wrapped_gdb_bt_are_read_with_their_native_frames(tmp_path):
+    """A plain `bt` with python-gdb loaded shows each Python frame as the eval function's
+    argument, wrapped over several lines: the wrapped lines started new stacks, and the
+    Condition.wait inside them was lost (the lock under it decided: lock-wait)."""
+    text = ("#0  sem_wait () at ../nptl/sysdeps/unix/sysv/linux/x86_64/sem_wait.S:85\n"
+            "#1  0x000000000056e2a4 in PyThread_acquire_lock (lock=0x22b12e0, waitflag=1) at ../Python/thread_pthread.h:324\n"
+            "#2  0x000000000060fba9 in lock_PyThread_acquire_lock (self=0x7f2716b74e00, args=()) at ../Modules/threadmodule.c:52\n"
+            "#3  0x00000000004877aa in PyCFunction_Call (func=<built-in method acquire of thread.lock object at remote 0x7f27>,\n"
+            "    arg=(), kw=0x0) at ../Objects/methodobject.c:81\n"
+            "#4  0x00000000005222e1 in PyEval_EvalFrameEx (\n"
+            "    f=Frame 0x23c2e90, for file /usr/lib/python2.7/threading.py, line 339, in wait (self=<_Condition(\n"
+            "    _Condition__waiters=[<thread.lock at remote 0x7f2716b74e00>]) at remote 0x7f2716b5c920>, timeout=None),\n"
+            "    throwflag=0) at ../Python/ceval.c:2666\n"
+            "#5  0x00000000005222e1 in PyEval_EvalFrameEx (f=Frame 0x23c3000, for file /app/pool.py, line 12, in result (self=<Future>), throwflag=0) at ../Python/ceval.c:2666\n")
+    (proc,) = read_text(text).processes
+    (thread,) = proc.threads
+    names = [f.function for f in thread.frames]
+    assert names == ["sem_wait", "PyThread_acquire_lock", "lock_PyThread_acquire_lock", "PyCFunction_Call",
+                     "PyEval_EvalFrameEx", "wait", "PyEval_EvalFrameEx", "result"]
+    assert text_verdict(tmp_path, text) == "event-wait"
+
+
+def test_a_lock_wait_under_the_interpreters_import_lock_is_the_import_lock(tmp_path):
+    text = ("#0  sem_wait () at ../nptl/sysdeps/unix/sysv/linux/x86_64/sem_wait.S:85\n"
+            "#1  0x00007fd4e591bb78 in PyThread_acquire_lock () from /usr/lib/x86_64-linux-gnu/libpython2.7.so.1.0\n"
+            "#2  0x00007fd4e593659b in _PyImport_AcquireLock () from /usr/lib/x86_64-linux-gnu/libpython2.7.so.1.0\n"
+            "#3  0x00007fd4e5936621 in PyImport_ImportModuleLevel () from /usr/lib/x86_64-linux-gnu/libpython2.7.so.1.0\n")
+    assert text_verdict(tmp_path, text) == "import-lock"
