@@ -59,11 +59,15 @@ def _joined(*pieces: str) -> Callable[[tuple[str, ...], str], bool]:
 #: (category, what, test) tried in order on a frame's words (``ws``) and its name with
 #: the separators taken out (``joined``): the specific families before the generic ones.
 WORDS: tuple[tuple[str, str, Callable[[tuple[str, ...], str], bool]], ...] = (
-    ("file-lock-wait", "a file lock", _joined("filelock", "lockfile", "flock", "lockf", "filebaton", "pidlock")),
+    ("file-lock-wait", "a file lock",
+     lambda ws, joined: _has("flock", "lockf", "baton", "filelock", "lockfile", "pidlock", "pidfile")(ws, joined)
+     or "filelock" in joined or "lockfile" in joined),
     ("nccl-collective-wait", "a collective",
      _joined("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "ncclcomm", "collective", "processgroup")),
     ("store-wait", "the distributed store", _joined("rendezvous", "tcpstore", "storebarrier", "c10dstore")),
-    ("cuda-synchronize-wait", "the GPU", _joined("synchronize", "cudasync", "devicesync", "streamsync", "streamwait")),
+    ("lock-wait", "a lock", _has("synchronized")),  # a lock decorator (Java's word), not a device synchronize
+    ("cuda-synchronize-wait", "the GPU",
+     lambda ws, joined: "synchronize" in ws or any(p in joined for p in ("cudasync", "devicesync", "streamsync", "streamwait"))),
     ("subprocess-wait", "a child process", _has("subprocess", "popen", "waitpid", "communicate", "wait4", "waitid")),
     ("socket-read", "a socket or a server's reply",
      _has("recv", "recvfrom", "recvmsg", "socket", "sock", "urlopen", "getresponse", "http", "https", "rpc", "grpc",

@@ -35,6 +35,8 @@ def _thread(*frames: Frame) -> ThreadDump:
     (Frame("_sync_all_reduce", SITE + "trainer/dist.py", 5), "nccl-collective-wait"),
     (Frame("synchronize_streams", SITE + "trainer/gpu.py", 5), "cuda-synchronize-wait"),
     (Frame("run_subprocess", SITE + "tools/shell.py", 5), "subprocess-wait"),
+    (Frame("synchronized", SITE + "utils/decorators.py", 5), "lock-wait"),
+    (Frame("kern::Stream::synchronize", "/opt/venv/lib/kern/_C.so", None, native=True), "cuda-synchronize-wait"),
     (Frame("sleep_with_backoff", SITE + "tools/retry.py", 5), "sleep"),
 ])
 def test_the_words_of_a_frame_name_its_wait(frame, category):
@@ -44,7 +46,7 @@ def test_the_words_of_a_frame_name_its_wait(frame, category):
 
 
 @pytest.mark.parametrize("function", ["forward", "select_action", "transformer_block", "handle_event", "critical",
-                                      "compute_loss", "build_vocab"])
+                                      "compute_loss", "build_vocab", "block_forever"])
 def test_names_that_say_nothing_of_a_wait_name_none(function):
     assert named_category(Frame(function, SITE + "model/net.py", 1)) is None
 
