@@ -198,6 +198,11 @@ EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200}(?:Error|Exception|Interrup
 # A process printing its own stacks: the printing code, then the signal handler that called it.
 DUMPER = re.compile(r"(?i)^_{0,2}(dump_?(all_?)?(stacks?|threads?|traceback(_later)?)|print_?(all_?)?stacks?|format_stack|extract_stack|print_stack|walk_stack)$")
 HANDLER = re.compile(r"(?i)(handler|^_?on_?sig|^handle_?sig|^_?sig(int|term|usr\d?)_?)")
+# The same in native code: a program's own stack printer (redis's logStackTrace, glibc's
+# backtrace, abseil's and folly's failure-signal handlers) and the signal trampoline under it.
+NATIVE_DUMPER = re.compile(r"(?i)^(\w+::)*_{0,2}(\w*_)?(log|print|dump|write|show|get|collect)_?(stack_?trace|back_?trace|stack|traceback)s?(_\w*)?$"
+                           r"|^(__libc_|__gi_)?backtrace(_symbols(_fd)?)?$|FailureSignalHandler|^(\w+::)*\w*[Ss]ignal_?[Hh]andler\w*$"
+                           r"|^__restore_rt$|^_sigtramp$|^<signal handler called>$|^raise$|^(__)?pthread_kill(_implementation)?$")
 # A signal handler's own frame on top of the code the signal interrupted (gunicorn's
 # handle_abort on a worker timeout, a SIGTERM handler raising): that code is where it waited.
 SIGNAL_HANDLER = re.compile(r"(?i)^_{0,2}(\w*_)?(signal_?handler|sig(int|term|alrm|usr\d?|quit|abrt)_?handler|handle_(abort|quit|term|int|alarm|timeout|sig\w{0,10}|signal)|on_(signal|sigterm|sigint|timeout)|_?terminate_process_handler)$")

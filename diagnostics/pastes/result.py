@@ -20,7 +20,7 @@ from hangwatch.diagnostics.pastes.macos import end_graph
 from hangwatch.diagnostics.pastes.parse_report import ParseReport
 from hangwatch.diagnostics.pastes.tracebacks import blocked_call
 from hangwatch.diagnostics.pastes.patterns import (
-    DUMPER, HANDLER, MAX_PROCESSES, SIGNAL_HANDLER,
+    DUMPER, HANDLER, MAX_PROCESSES, NATIVE_DUMPER, SIGNAL_HANDLER,
 )
 from hangwatch.diagnostics.pastes.tracebacks import end_pdb, end_pytest, end_pytrace, end_traceback
 from hangwatch.diagnostics.pastes.unwrap import StreamKey
@@ -187,7 +187,7 @@ def _without_dumper(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
     the place the signal interrupted: the dumper's frames and the handler under them
     are dropped, so the wait they interrupted is what decides."""
     n = 0
-    while n < len(frames) and n < 8 and DUMPER.match(frames[n].function):
+    while n < len(frames) and n < 8 and (NATIVE_DUMPER if frames[n].native else DUMPER).match(frames[n].function):
         n += 1
     if n == 0 and len(frames) > 1 and not frames[0].native and SIGNAL_HANDLER.match(frames[0].function):
         return frames[1:]  # a signal handler on top of the code it interrupted

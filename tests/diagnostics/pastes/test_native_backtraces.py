@@ -562,8 +562,9 @@ def test_glibc_backtrace_symbols_and_abseil_signal_frames_are_stacks():
              "/opt/redis/src/redis-server *:6379(redisLogRaw+0x1e3)[0x422393]\n")
     (proc,) = read_text(glibc).processes
     (thread,) = proc.threads
-    assert [f.function for f in thread.frames] == ["logStackTrace", "close", "?", "redisLogRaw"]
-    assert thread.frames[1].file == "/lib64/libc.so.6" and all(f.native for f in thread.frames)
+    # (the program's own stack printer, innermost, is dropped: the call it interrupted is the wait)
+    assert [f.function for f in thread.frames] == ["close", "?", "redisLogRaw"]
+    assert thread.frames[0].file == "/lib64/libc.so.6" and all(f.native for f in thread.frames)
     absl = ("(Actor pid=11471) *** SIGABRT received at time=1666400179 on cpu 14 ***\n"
             "(Actor pid=11471) PC: @     0x7f70d75e000b  (unknown)  raise\n"
             "(Actor pid=11471)     @     0x7f70d77a3420        944  (unknown)\n"
@@ -571,7 +572,7 @@ def test_glibc_backtrace_symbols_and_abseil_signal_frames_are_stacks():
             "(Actor pid=11471)     @ ... and at least 3 more frames\n")
     (proc,) = read_text(absl).processes
     (thread,) = proc.threads
-    assert [f.function for f in thread.frames] == ["raise", "?", "ray::core::CoreWorker::Get"]
+    assert [f.function for f in thread.frames] == ["?", "ray::core::CoreWorker::Get"]  # (raise: the handler's)
 
 
 def test_python_frames_in_a_wrapped_gdb_bt_are_read_with_their_native_frames(tmp_path):
@@ -602,3 +603,17 @@ def test_a_lock_wait_under_the_interpreters_import_lock_is_the_import_lock(tmp_p
             "#2  0x00007fd4e593659b in _PyImport_AcquireLock () from /usr/lib/x86_64-linux-gnu/libpython2.7.so.1.0\n"
             "#3  0x00007fd4e5936621 in PyImport_ImportModuleLevel () from /usr/lib/x86_64-linux-gnu/libpython2.7.so.1.0\n")
     assert text_verdict(tmp_path, text) == "import-lock"
+
+
+def test_a_programs_own_stack_printer_on_top_of_a_native_stack_is_dropped(tmp_path):
+    """A C program's watchdog prints its own backtrace from a signal handler: the printer
+    and the trampoline sit over the call the signal interrupted, which is the wait."""
+    text = ("/opt/app/bin/server(logStackTrace+0x43)[0x450ad3]\n"
+            "/lib64/libpthread.so.0(__restore_rt+0x0)[0x3a0540f710]\n"
+            "/lib64/libc.so.6(__poll+0x2a)[0x3a05409a2a]\n"
+            "/lib64/libc.so.6(__libc_recv+0x1e)[0x3a05409a4e]\n"
+            "/opt/app/bin/server(readReplica+0x1e3)[0x422393]\n")
+    (proc,) = read_text(text).processes
+    (thread,) = proc.threads
+    assert [f.function for f in thread.frames] == ["__poll", "__libc_recv", "readReplica"]
+    assert text_verdict(tmp_path, text) == "socket-read"
