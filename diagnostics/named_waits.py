@@ -80,17 +80,18 @@ WORDS: tuple[tuple[str, str, Callable[[tuple[str, ...], str], bool]], ...] = (
 )
 
 
-def named_category(frame: Frame) -> tuple[str, str] | None:
-    """(category, what) the words of ``frame``'s function name say it waits on, or that
-    its package is a network client's; None when they say nothing."""
+def named_category(frame: Frame) -> tuple[str, str, str] | None:
+    """(category, what, how) the words of ``frame``'s function name say it waits on
+    (how: "name"), or its package being a network client's (how: "package"); None when
+    they say nothing."""
     name = frame.function
     ws = _words(name)
     joined = "".join(ws)
     for category, what, test in WORDS:
         if test(ws, joined):
-            return category, what
+            return category, what, "name"
     if not frame.native and _package(frame.file) in NETWORK_PACKAGES:
-        return "socket-read", "a server's reply (a network client library)"
+        return "socket-read", "a server's reply", "package"
     return None
 
 
@@ -120,11 +121,11 @@ def named_frames(thread: ThreadDump) -> tuple[Frame, ...]:
     return tuple(out)
 
 
-def named_wait(thread: ThreadDump) -> tuple[str, str, Frame] | None:
-    """(category, what, frame): the first of ``named_frames`` whose name says what it
-    waits on. None when none does."""
+def named_wait(thread: ThreadDump) -> tuple[str, str, str, Frame] | None:
+    """(category, what, how, frame): the first of ``named_frames`` whose name (or
+    package) says what it waits on. None when none does."""
     for f in named_frames(thread):
         found = named_category(f)
         if found is not None:
-            return found[0], found[1], f
+            return found[0], found[1], found[2], f
     return None

@@ -103,7 +103,7 @@ class Wait:
         if self.caller is not None:
             text += f", called from `{_where(self.caller)}`"
         if self.by_name:
-            return f"{who} probably on {self.what}: {self.calls[0]} (no blocking call is shown)"
+            return f"{thread or 'it'} probably waits on {self.what} (guessed from {self.calls[0]}; no blocking call is shown)"
         if self.cut:
             text += " (the dump ends at this call: cut above the blocking frame)"
         return text
@@ -189,10 +189,11 @@ def guessed_wait(thread: ThreadDump) -> Wait | None:
     named = named_wait(thread)
     if named is None:
         return None
-    category, what, frame = named
+    category, what, how, frame = named
     at = next(i for i, f in enumerate(thread.frames) if f is frame)
     caller = next((f for f in thread.frames[at + 1:] if not f.is_stdlib), None)
-    return Wait(category, what, (f"by the name of `{frame.render()}`",), (frame,), caller, True, at, by_name=True)
+    label = f"the name `{frame.render()}`" if how == "name" else f"`{frame.render()}`, a network client's frame"
+    return Wait(category, what, (label,), (frame,), caller, True, at, by_name=True)
 
 
 @functools.lru_cache(maxsize=16384)
@@ -346,8 +347,7 @@ def named_family(wait: Wait, signatures: Sequence[Signature]) -> Signature:
     """The stall of a wait named ``by_name``: its family, below every wait the table shows
     (``FAMILY_PRIORITY`` - 1), its title saying it is a guess and from which name."""
     fam = family_signature(wait.category, signatures)
-    return Signature(fam.id, f"{fam.title} (guessed from a frame's name, {wait.calls[0].removeprefix('by the name of ')}: "
-                     "no blocking call is shown)", fam.advice, (), priority=FAMILY_PRIORITY - 1, collective=fam.collective,
+    return Signature(fam.id, f"{fam.title} (guessed from {wait.calls[0]}: no blocking call is shown)", fam.advice, (), priority=FAMILY_PRIORITY - 1, collective=fam.collective,
                      reference="hangwatch's named waits (the words of a frame's name)")
 
 

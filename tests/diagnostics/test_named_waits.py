@@ -77,7 +77,7 @@ def test_replay_says_the_family_is_a_guess(tmp_path, capsys):
         "KeyboardInterrupt\n")
     assert main(["replay", str(dump)]) == 0
     out = capsys.readouterr().out
-    assert "socket-read" in out and "guessed from a frame's name" in out
+    assert "socket-read" in out and "guessed from the name" in out
     assert main(["replay", "--json", str(dump)]) == 0
     data = json.loads(capsys.readouterr().out)
     waits = data["incidents"][0]["waits_on"] if "incidents" in data else data["waits_on"]
