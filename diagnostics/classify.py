@@ -703,10 +703,29 @@ def headline(verdicts: Sequence[ProcessVerdict], signatures: Sequence[Signature]
             pick = min(unknown, key=lambda v: _telling_rank((v.thread, v.frozen), v.pid))  # type: ignore[arg-type]
             return _result(pick, None, UNKNOWN_TITLE, UNKNOWN_ADVICE, pick.evidence, rounds, verdicts, story)
         pick = next((v for v in with_stacks if v.waiting_for_work), with_stacks[0])
+        children = _lone_parent(pick, with_stacks, signatures)
+        if children is not None:
+            return _result(pick, children.id, children.title, children.advice, pick.evidence or pick.top_frames(3), rounds, verdicts,
+                           story, children.reference)
         return _result(pick, ALL_IDLE_ID, ALL_IDLE_TITLE, ALL_IDLE_ADVICE, pick.evidence or pick.top_frames(3), rounds, verdicts, story)
     sig = pick.signature
     assert sig is not None
     return _result(pick, sig.id, sig.title, sig.advice, pick.evidence, rounds, verdicts, story, sig.reference)
+
+
+def _lone_parent(pick: ProcessVerdict, with_stacks: Sequence[ProcessVerdict], signatures: Sequence[Signature]) -> Signature | None:
+    """``child-process-wait`` when the only process dumped is a launcher waiting for its
+    children (torch.multiprocessing.spawn's join, a Pool's map): that wait is idle next to
+    its children's stacks, which decide, but alone it is no lost wake-up: the children it
+    waits for are stuck and are the ones to dump."""
+    if len(with_stacks) != 1 or pick.thread is None:
+        return None
+    w = wait_of(pick.thread)
+    if w is None or w.category != "subprocess-wait":
+        return None
+    # The launcher's own idle signature when it says what to do alone (spawn's parent).
+    idle = next((sig for sig in signatures if sig.kind == "idle" and sig.title == pick.idle_label and sig.advice), None)
+    return idle or find(tuple(signatures), "child-process-wait")
 
 
 def _sender_idle(vs: Sequence[ProcessVerdict]) -> bool:

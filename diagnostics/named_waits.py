@@ -31,10 +31,10 @@ FRAMES_READ = 2
 #: a cloud SDK's transfer): their frames run on their server's answer.
 NETWORK_PACKAGES = frozenset((
     "requests", "urllib3", "httpx", "httpcore", "aiohttp", "http", "httplib2", "grpc", "grpcio", "botocore", "boto3", "boto",
-    "s3transfer", "s3fs", "gcsfs", "adlfs", "aiobotocore", "google", "paramiko", "pika", "kombu", "amqp", "aio_pika",
+    "s3transfer", "s3fs", "gcsfs", "adlfs", "aiobotocore", "googleapiclient", "paramiko", "pika", "kombu", "amqp", "aio_pika",
     "redis", "pymongo", "motor", "psycopg", "psycopg2", "pymysql", "MySQLdb", "mysql", "asyncpg", "aiomysql", "kafka",
     "confluent_kafka", "aiokafka", "websocket", "websockets", "zmq", "thrift", "elasticsearch", "opensearchpy", "ldap3",
-    "smtplib", "ftplib", "imaplib", "poplib", "telnetlib", "xmlrpc", "suds", "zeep", "cassandra", "pysftp", "pexpect",
+    "suds", "zeep", "cassandra", "pysftp", "pexpect",
     "selenium", "nats", "pulsar", "etcd3", "kazoo", "consul", "hvac", "snowflake", "pyodbc", "cx_Oracle", "oracledb",
 ))
 
@@ -42,41 +42,70 @@ NETWORK_PACKAGES = frozenset((
 def _words(name: str) -> tuple[str, ...]:
     """``_read_from_socket`` -> read, from, socket; ``absl::Mutex::LockSlow`` -> absl,
     mutex, lock, slow; ``AcquireLock`` -> acquire, lock."""
-    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1 \2", name))
+    # (lookaheads, not a run of capitals then a capital: linear on a long all-caps name)
+    spaced = re.sub(r"([a-z0-9])(?=[A-Z])", r"\1 ", re.sub(r"([A-Z])(?=[A-Z][a-z])", r"\1 ", name[:MAX_NAME]))
     return tuple(w for w in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if w)
 
 
-def _has(*words: str) -> Callable[[tuple[str, ...], str], bool]:
+#: Characters of a name read (C++ names with their templates can be very long).
+MAX_NAME = 300
+
+
+Test = Callable[[tuple[str, ...]], bool]
+
+
+def _has(*words: str) -> Test:
     wanted = frozenset(words)
-    return lambda ws, joined: not wanted.isdisjoint(ws)
+    return lambda ws: not wanted.isdisjoint(ws)
 
 
-def _joined(*pieces: str) -> Callable[[tuple[str, ...], str], bool]:
-    """Words written together or apart (``allreduce``, ``all_reduce``, ``AllReduce``)."""
-    return lambda ws, joined: any(p in joined for p in pieces)
+def _phrase(*phrases: str) -> Test:
+    """Words written together or apart, as whole words: ``all_reduce``, ``allreduce`` and
+    ``AllReduce`` for "all reduce"; never inside another word (``install_to_all_hosts``
+    holds no "all to all")."""
+    split = [tuple(p.split()) for p in phrases]
+    joined = frozenset("".join(p) for p in split)
+
+    def test(ws: tuple[str, ...]) -> bool:
+        if not joined.isdisjoint(ws):
+            return True
+        return any(ws[i:i + len(p)] == p for p in split if len(p) > 1 for i in range(len(ws) - len(p) + 1))
+    return test
 
 
-#: (category, what, test) tried in order on a frame's words (``ws``) and its name with
-#: the separators taken out (``joined``): the specific families before the generic ones.
-WORDS: tuple[tuple[str, str, Callable[[tuple[str, ...], str], bool]], ...] = (
-    ("file-lock-wait", "a file lock",
-     lambda ws, joined: _has("flock", "lockf", "baton", "filelock", "lockfile", "pidlock", "pidfile")(ws, joined)
-     or "filelock" in joined or "lockfile" in joined),
+def _with(first: Test, *context: str) -> Test:
+    """``first`` and one of the ``context`` words: "broadcast" is a collective next to
+    "dist", "rank" or "params", numpy's shape broadcasting otherwise."""
+    ctx = frozenset(context)
+    return lambda ws: first(ws) and not ctx.isdisjoint(ws)
+
+
+#: A name that asks or reads a state (``is_locked``, ``has_lock``, ``get_lock``) does not wait.
+_PREDICATE = frozenset(("is", "has", "get", "set", "check", "can", "should", "make", "create", "new", "build", "init", "release",
+                        "unlock", "try", "non", "no"))
+
+#: (category, what, test) tried in order on a frame's words: the specific families before
+#: the generic ones.
+WORDS: tuple[tuple[str, str, Test], ...] = (
+    ("file-lock-wait", "a file lock", _phrase("file lock", "lock file", "flock", "lockf", "pid lock", "pid file", "file baton")),
     ("nccl-collective-wait", "a collective",
-     _joined("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "ncclcomm", "collective", "processgroup")),
-    ("store-wait", "the distributed store", _joined("rendezvous", "tcpstore", "storebarrier", "c10dstore")),
+     lambda ws: _phrase("all reduce", "all gather", "reduce scatter", "all to all", "nccl comm", "collective")(ws)
+     or _with(_has("broadcast", "barrier"), "dist", "distributed", "rank", "ranks", "comm", "group", "params", "parameters",
+              "object", "objects", "buffers", "nccl", "gloo", "hvd", "process")(ws)),
+    ("store-wait", "the distributed store", _phrase("rendezvous", "tcp store", "store barrier", "c10d store")),
     ("lock-wait", "a lock", _has("synchronized")),  # a lock decorator (Java's word), not a device synchronize
     ("cuda-synchronize-wait", "the GPU",
-     lambda ws, joined: "synchronize" in ws or any(p in joined for p in ("cudasync", "devicesync", "streamsync", "streamwait"))),
+     _phrase("synchronize", "cuda sync", "device sync", "stream sync", "stream wait", "event sync")),
     ("subprocess-wait", "a child process", _has("subprocess", "popen", "waitpid", "communicate", "wait4", "waitid")),
     ("socket-read", "a socket or a server's reply",
      _has("recv", "recvfrom", "recvmsg", "socket", "sock", "urlopen", "getresponse", "http", "https", "rpc", "grpc",
           "websocket", "download", "upload", "ssl", "handshake", "connect", "epoll")),
     ("queue-wait", "a queue", _has("queue", "dequeue", "mailbox", "inbox", "pipe")),
-    ("lock-wait", "a lock", _has("lock", "locked", "acquire", "mutex", "rlock", "semaphore", "sem", "spinlock")),
-    ("thread-join", "a thread", _has("join")),
+    ("lock-wait", "a lock", _has("lock", "acquire", "mutex", "rlock", "semaphore", "spinlock")),
+    ("thread-join", "a thread", _with(_has("join"), "thread", "threads", "worker", "workers", "process", "processes", "pool",
+                                      "all", "children", "child")),
     ("sleep", "a sleep", _has("sleep", "backoff")),
-    ("event-wait", "an event or condition", _has("wait", "waiter", "condition", "condvar", "blocking")),
+    ("event-wait", "an event or condition", _has("wait", "waiter", "condition", "condvar")),
 )
 
 
@@ -84,26 +113,25 @@ def named_category(frame: Frame) -> tuple[str, str, str] | None:
     """(category, what, how) the words of ``frame``'s function name say it waits on
     (how: "name"), or its package being a network client's (how: "package"); None when
     they say nothing."""
-    name = frame.function
-    ws = _words(name)
-    joined = "".join(ws)
-    for category, what, test in WORDS:
-        if test(ws, joined):
-            return category, what, "name"
-    if not frame.native and _package(frame.file) in NETWORK_PACKAGES:
+    ws = _words(frame.function)
+    if ws and ws[0] not in _PREDICATE:
+        for category, what, test in WORDS:
+            if test(ws):
+                return category, what, "name"
+    if not frame.native and _site_package(frame.file) in NETWORK_PACKAGES:
         return "socket-read", "a server's reply", "package"
     return None
 
 
-def _package(path: str) -> str:
+def _site_package(path: str) -> str:
+    """The installed package a file belongs to ("urllib3" for ".../site-packages/urllib3/
+    request.py"); "" outside site-packages (a program's own ``http.py`` is no client)."""
     path = path.replace("\\", "/")
     for marker in ("site-packages/", "dist-packages/"):
         i = path.rfind(marker)
         if i != -1:
             return path[i + len(marker):].split("/", 1)[0]
-    parts = [p for p in path.split("/") if p]
-    # "/usr/lib/python3.11/smtplib.py": a standard-library module is its own package.
-    return parts[-1].removesuffix(".py") if parts else ""
+    return ""
 
 
 def named_frames(thread: ThreadDump) -> tuple[Frame, ...]:
@@ -115,7 +143,7 @@ def named_frames(thread: ThreadDump) -> tuple[Frame, ...]:
             break
         if f.native and (f.is_system_native or f.function in ("?", "??", "")):
             continue
-        if not f.native and f.is_stdlib and _package(f.file) not in NETWORK_PACKAGES:
+        if not f.native and f.is_stdlib:
             continue
         out.append(f)
     return tuple(out)

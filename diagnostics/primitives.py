@@ -341,7 +341,7 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _src("event-wait", "an Event or Condition", "`wait`", r"\.(wait|wait_for)$"),
     # A socket object's own read (``sock.recv(n)``, ``self._sock.recv_into(buf)``) before a
     # pipe's or a queue's ``recv``/``get``.
-    _src("socket-read", "a socket", "`socket.recv`", r"(^|\.)_*\w*sock(et)?\w*\.(recv|recv_into|recvfrom|accept|connect|read|readinto|makefile|sendall)$"),
+    _src("socket-read", "a socket", "`socket.recv`", r"(^|\.)\w{0,40}sock\w{0,40}\.(recv|recv_into|recvfrom|accept|connect|read|readinto|sendall)$"),
     _src("queue-wait", "a queue", "`get`", r"\.(get|get_nowait|recv|recv_bytes|poll)$"),
     _src("socket-read", "a socket or file read", "`read`/`recv`", r"\.(recv|recv_into|recvfrom|accept|connect|read|readline|readinto)$|(^|\.)(select|urlopen)$"),
     # --- native waits under all of the above -------------------------------------------------------------

@@ -184,8 +184,8 @@ def guessed_wait(thread: ThreadDump) -> Wait | None:
     (``named_waits``: a cut traceback's ``_read_from_socket``, a C++ library's
     ``Mutex::Lock``), marked ``by_name``; None when neither says anything."""
     w = wait_of(thread)
-    if w is not None:
-        return w
+    if w is not None or thread.active is True or thread.owns_gil:
+        return w  # (a thread py-spy saw running Python code runs: its names are no wait)
     named = named_wait(thread)
     if named is None:
         return None
@@ -482,6 +482,8 @@ def forked_child(thread: ThreadDump) -> bool:
     frames = [f for f in thread.frames if not f.native]
     if any(_SPAWNED_FILE.search(f.file.replace("\\", "/")) for f in frames):
         return False
+    if any(f.function.rsplit(".", 1)[-1] in ("_bootstrap_inner", "_bootstrap") and _THREADING_FILE.search(f.file) for f in frames):
+        return False  # a thread started in this process (a ThreadPool's worker runs pool.py's worker too)
     return any((_FORK_CHILD_FRAME.search(f.function) and _FORK_CHILD_FILE.search(f.file.replace("\\", "/")))
                or (_FORK_POINT.search(f.function) and _FORK_FILE.search(f.file.replace("\\", "/"))) for f in frames)
 
@@ -492,7 +494,7 @@ def inherited_lock(thread: ThreadDump) -> bool:
     parent at the fork does not exist in the child, so nobody releases it. The classic
     fork-after-threads deadlock; a lock of multiprocessing's own (a semaphore shared with
     the parent) is a wait for another process, not this."""
-    w = guessed_wait(thread)
+    w = wait_of(thread)  # a lock the table shows: a guess from a name stays a guess
     if w is None or w.category not in ("lock-wait", GIL) or not forked_child(thread):
         return False
     if any(_CONN_SYNC.search(f.file.replace("\\", "/")) for f in thread.frames[:w.depth + 1] if not f.native):
@@ -504,5 +506,6 @@ def inherited_lock(thread: ThreadDump) -> bool:
     return True
 
 
+_THREADING_FILE = re.compile(r"(^|[/\\])threading\.py$")
 _CONN_SYNC = re.compile(r"(^|/)(multiprocessing|multiprocess|billiard)/(synchronize|managers)\.py$")
 

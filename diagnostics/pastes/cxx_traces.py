@@ -158,8 +158,6 @@ def symbol_frames(b: Builder, ln: Line) -> bool:
         if m is None:
             return False
         fn = m.group(1).strip()
-        if fn.startswith("..."):  # "@ ... and at least 3 more frames"
-            return True
         fn = "?" if fn == "(unknown)" else (cxx_name(fn) or fn)
         b.add_frames([Frame(fn, "?", None, native=True)])
         return True

@@ -14,7 +14,7 @@ import re
 from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.patterns import (
     GDB_ATTACHED, GDB_BUILTIN, GDB_FRAME_ARG, GDB_INFO_THREAD, GDB_NUMBERED, GDB_PY2_BUILTIN, GDB_PY2_FILE, GDB_PY2_LOCK_WAIT,
-    GDB_PYFRAME, GDB_STOPPED, GDB_THREAD,
+    GDB_LOCATION_END, GDB_PYFRAME, GDB_STOPPED, GDB_THREAD,
     GDB_THREAD_LWP, GIL_WAIT, HEX, INLINE_GDB, LLDB_FRAME, LLDB_OFFSET, LLDB_THREAD, MAX_FRAMES, NATIVE_CUT,
     MAX_GDB_ARG_LINES, NATIVE_PATH, NUMBERED_FROM, PYBT_MARKERS, PY_EXT, TRACEBACK_FRAME, VS_FRAME, WINDBG_COLUMNS, WINDBG_FRAME, WINDBG_THREAD, WS,
 )
@@ -146,15 +146,17 @@ def gdb_frame(b: Builder, s: str) -> bool:
     b.after_break = False
     _frame_argument(b, s)
     depth = s.count("(") - s.count(")")
-    if depth > 0:
-        b.gdb_args, b.gdb_depth = MAX_GDB_ARG_LINES, depth  # gdb wrapped the arguments: the next lines continue them
+    if depth > 0 and not GDB_LOCATION_END.search(s):
+        # gdb wrapped the arguments (the line ends inside them, not at "at F:N" or
+        # "from LIB"): the next indented lines continue them
+        b.gdb_args, b.gdb_depth = MAX_GDB_ARG_LINES, depth
     return True
 
 
 def _frame_argument(b: Builder, s: str) -> None:
     """The Python frame python-gdb shows as the eval function's argument (``f=Frame 0x..,
     for file F, line N, in f``): the Python code that native frame runs, under it."""
-    m = GDB_FRAME_ARG.search(s) if "f=Frame 0x" in s else None
+    m = GDB_FRAME_ARG.search(s) if "=Frame 0x" in s else None
     if m is not None:
         b.add_frames([Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2)))])
 
@@ -166,8 +168,8 @@ def gdb_arguments(b: Builder, ln: Line) -> bool:
     if b.gdb_args <= 0:
         return False
     s = ln.s
-    if s.startswith("#") and s[1:2].isdigit():
-        b.gdb_args = 0  # the next frame: the arguments were cut
+    if ln.indent < 2 or s.startswith(("#", "`", "Thread ", "(gdb)", "[")):
+        b.gdb_args = 0  # a frame, a header, a fence or prose: the arguments were cut
         return False
     b.gdb_args -= 1
     _frame_argument(b, s)
@@ -387,6 +389,7 @@ def pybt_frame(b: Builder, ln: Line) -> bool:
             frame = (Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2))) if first == "F"
                      else Frame(m.group(1), "?", None, native=True))
             first_frame = not b.group or not b.group[-1].frames
+            b.source_open = False  # a source line after this frame is not the innermost one's
             b.add_frames([frame])
             b.pybt_seen = True
             b.in_locals, b.locals_indent = True, ln.indent  # its source line follows, deeper

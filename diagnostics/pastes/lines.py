@@ -16,7 +16,7 @@ from hangwatch.diagnostics.pastes.frames import parse_frame_line
 from hangwatch.diagnostics.pastes.handwritten import names_stack
 from hangwatch.diagnostics.pastes.parse_report import ParseReport
 from hangwatch.diagnostics.pastes.patterns import (
-    ANSI, ENTITY, GLUED_THREAD, HTML, IDENT, MAX_LINE_CHARS, PREFIX, PROCESS, PYTHON, RANK_PREFIX,
+    ANSI, ENTITY, GLUED_THREAD, HTML, IDENT, MARKDOWN_LINK, MAX_LINE_CHARS, PREFIX, PROCESS, PYTHON, RANK_PREFIX,
 )
 from hangwatch.diagnostics.pastes.pyspy_text import parse_thread_header
 
@@ -45,6 +45,10 @@ def normalise(report: ParseReport, raw: str) -> str:
         raw = _PADDED_WRAP.sub(_unpad, raw)
     if "&" in raw and ENTITY.search(raw):
         raw = html.unescape(raw)  # copied from a page's source: &lt;module&gt;, &quot;MainThread&quot;
+    if "](" in raw:
+        # A link the page rendered around a path (Colab's traceback frames, copied as
+        # Markdown: "[/usr/lib/.../x.py](https://localhost:8080/#) in train(self)"): its text.
+        raw = MARKDOWN_LINK.sub(r"\1", raw)
     return raw
 
 

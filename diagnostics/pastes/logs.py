@@ -64,7 +64,9 @@ def trace_line(b: Builder, m: re.Match[str]) -> None:
     stack = b.trace if b.trace is not None else []
     b.trace = stack
     if kind == "Call to":
-        if stack and stack[-1].function == caller:
+        if caller is None:
+            pass  # (no caller written: the call alone)
+        elif stack and stack[-1].function == caller:
             top = stack[-1]
             stack[-1] = Frame(top.function, top.file, int(cline))  # the caller's line now
         elif len(stack) < MAX_FRAMES:
@@ -135,7 +137,7 @@ def message_wait(b: Builder, s: str, prefix: str) -> None:
 def wait_lines(b: Builder, ln: Line) -> bool:
     """An NCCL watchdog timeout, vLLM's shm_broadcast wait, or Horovod's stall warning."""
     s = ln.s
-    if "Watchdog caught collective" in s or "WorkNCCL(SeqNum=" in s:
+    if "Watchdog caught collective" in s or "WorkNCCL(" in s:
         watchdog_line(b, s, ln.prefix, ln.rank)
         return True
     if s[:2] == "No" and s.startswith(SHM_WAIT):
@@ -171,7 +173,7 @@ def failed_collective(b: Builder, ln: Line) -> bool:
 def trace_log(b: Builder, ln: Line) -> bool:
     """A VLLM_TRACE_FUNCTION line; any other line ends the trace log."""
     s = ln.s
-    if s[0] in "CR" and s.startswith(("Call to ", "Return from ")):
+    if (s[0] in "CR" and s.startswith(("Call to ", "Return from "))) or (s[0].isdigit() and (" Call to " in s or " Return from " in s)):
         mt = TRACE_CALL.match(s)
         if mt:
             trace_line(b, mt)

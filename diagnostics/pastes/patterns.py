@@ -43,6 +43,8 @@ PREFIX = re.compile(
 ANSI = re.compile(r"\x1b\[[0-9;?]{0,20}[A-Za-z]")
 INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
 ENTITY = re.compile(r"&(?:lt|gt|quot|amp|#\d{1,6}|#x[0-9a-fA-F]{1,6});")
+# A Markdown link around a path ("[/usr/lib/x.py](https://localhost:8080/#)"): its text is the path.
+MARKDOWN_LINK = re.compile(r"\[([^\[\]\n]{1,1000})\]\((?:https?://|#)[^()\s]{0,500}\)")
 HTML = re.compile(r"^</?(?:details|summary|pre|code|br|p|div|b|i|em|strong|sub|sup|hr)\b[^>]{0,200}>", re.IGNORECASE)
 RANK_PREFIX = re.compile(r"\[(?:rank|RANK|Rank)[ ]?(\d{1,6})\]")
 PID_IN_PREFIX = re.compile(r"\bpid=(\d{1,10})\b")
@@ -215,7 +217,9 @@ GIL_WAIT = "<waiting for the GIL>"
 GDB_PYFRAME = re.compile(r"^#\d{1,6} Frame 0x[0-9a-fA-F]{1,16}, for file (.{1,1000}?), line (\d{1,7}), in ([^\s(]{1,300})")
 # The same frame as an argument of the interpreter's eval function in a plain `bt` with
 # python-gdb loaded: "PyEval_EvalFrameEx (f=Frame 0x23c2e90, for file /p/threading.py, line 339, in wait (self=...".
-GDB_FRAME_ARG = re.compile(r"\bf=Frame 0x[0-9a-fA-F]{1,16}, for file (.{1,1000}?), line (\d{1,7}), in ([^\s(]{1,300})")
+GDB_FRAME_ARG = re.compile(r"\bf=(?:f@entry=)?Frame 0x[0-9a-fA-F]{1,16}, for file (.{1,1000}?), line (\d{1,7}), in ([^\s(]{1,300})")
+# A gdb frame line that ends at its location: "... ) at ../Python/ceval.c:2666", "... ) from /lib/libc.so.6".
+GDB_LOCATION_END = re.compile(r"\) (?:at \S{1,1000}:\d{1,7}|from \S{1,1000})$")
 #: Lines a gdb frame's wrapped arguments may span (locals printed by python-gdb can be long).
 MAX_GDB_ARG_LINES = 40
 # py-bt's frame for a call into a builtin: "<built-in method acquire of _thread.lock object at 0x..>".
@@ -312,7 +316,9 @@ HOROVOD_OP = re.compile(r"(?i)^(allreduce|allgather|broadcast|alltoall|reducesca
 # vLLM's VLLM_TRACE_FUNCTION log: "<time> Call to f in /p/a.py:93 from g in /p/b.py:101" and
 # "Return from f in /p/a.py:95 to g in /p/b.py:101". The calls still open at the end of
 # the log are the stack the process hung in.
-TRACE_CALL = re.compile(r"^(Call to|Return from) (\S{1,300}) in (\S{1,1000}?):(\d{1,7}) (?:from|to) (\S{1,300}) in (\S{1,1000}?):(\d{1,7})\s*$")
+# (older vLLM wrote no caller, and put the time first: "2024-04-15 13:59:04.981153 Call to f in /p/x.py:222")
+TRACE_CALL = re.compile(r"^(?:\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})? )?(Call to|Return from) (\S{1,300}) in (\S{1,1000}?):(\d{1,7})"
+                        r"(?: (?:from|to) (\S{1,300}) in (\S{1,1000}?):(\d{1,7}))?\s*$")
 
 # -- stacks written by hand -------------------------------------------------------
 # "DP0,1,2: synchronize (...)" / "DP3..7:  broadcast (...)" / "rank 3: step (...)": a
@@ -382,7 +388,7 @@ ARROW_LOCATION = re.compile(r"^((?:[A-Za-z]:)?[^\s:]{1,1000}\.pyx?):(\d{1,7})\s{
 # glibc's backtrace_symbols (redis's watchdog, many C/C++ programs' crash and hang logs):
 # "/usr/bin/prog *:6379(fn+0x43)[0x450ad3]", "/lib64/libc.so.6(close+0x10)[0x3a0...]",
 # "/lib64/libpthread.so.0[0x3a0540f710]"; innermost first.
-BACKTRACE_SYMBOLS = re.compile(r"^((?:[A-Za-z]:)?/?[^\s()\[\]][^()\[\]]{0,400}?)(?:\(([^()\s]{0,400}?)(?:\+0x[0-9a-fA-F]{1,16})?\))?\s{0,4}\[0x[0-9a-fA-F]{1,16}\]$")
+BACKTRACE_SYMBOLS = re.compile(r"^([^\s()\[\]]{1,400}(?: [^\s()\[\]]{1,40})?)(?:\(([^()\s]{0,400}?)(?:\+0x[0-9a-fA-F]{1,16})?\))?\s{0,4}\[0x[0-9a-fA-F]{1,16}\]$")
 # abseil's failure-signal handler (Ray, TensorFlow, XLA): "PC: @     0x7f70d75e000b  (unknown)  raise",
 # "    @     0x7f70d77a3420        944  (unknown)"; innermost first.
 ABSL_FRAME = re.compile(r"^(?:PC: )?@\s{1,10}0x[0-9a-fA-F]{1,16}\s{1,20}(?:\d{1,12}|\(unknown\))\s{1,20}(.{1,500})$")

@@ -171,7 +171,7 @@ def test_a_main_thread_without_a_name_is_known_by_its_id():
         ([("get", "multiprocessing/queues.py", 113), ("_worker_loop", "torch/utils/data/_utils/worker.py", 300),
           ("run", "multiprocessing/process.py", 108)], "all-idle"),  # a DataLoader worker waiting for its next index
         ([("select", "selectors.py", 415), ("wait", "multiprocessing/connection.py", 931),
-          ("join", "torch/multiprocessing/spawn.py", 99), ("main", "train.py", 3)], "all-idle"),  # mp.spawn's launcher
+          ("join", "torch/multiprocessing/spawn.py", 99), ("main", "train.py", 3)], "spawn-launcher-wait"),  # mp.spawn's launcher, alone: its ranks are stuck
     ],
 )
 def test_signatures_on_library_frames(frames, expected):

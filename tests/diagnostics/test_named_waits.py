@@ -46,9 +46,23 @@ def test_the_words_of_a_frame_name_its_wait(frame, category):
 
 
 @pytest.mark.parametrize("function", ["forward", "select_action", "transformer_block", "handle_event", "critical",
-                                      "compute_loss", "build_vocab", "block_forever"])
+                                      "compute_loss", "build_vocab", "block_forever", "join", "_join_multi",
+                                      "_broadcast_shape", "broadcast_tensors", "sem_seg_postprocess", "is_locked",
+                                      "non_blocking_copy", "read_block_file", "install_to_all_hosts"])
 def test_names_that_say_nothing_of_a_wait_name_none(function):
     assert named_category(Frame(function, SITE + "model/net.py", 1)) is None
+
+
+def test_a_network_clients_package_is_read_only_when_installed():
+    """A program's own http.py is no network client; urllib3's frames are."""
+    assert named_category(Frame("parse_headers", "/app/server/http.py", 3)) is None
+    assert named_category(Frame("_InternalParse", SITE + "google/protobuf/internal/python_message.py", 3)) is None
+    assert named_category(Frame("parse_headers", SITE + "urllib3/response.py", 3))[0] == "socket-read"
+
+
+def test_a_thread_seen_running_is_not_guessed_to_wait():
+    running = ThreadDump("1", "MainThread", (Frame("_read_from_socket", SITE + "kv/conn.py", 1), USER), active=True)
+    assert guessed_wait(running) is None
 
 
 def test_a_wait_the_table_shows_is_never_replaced_by_a_guess():

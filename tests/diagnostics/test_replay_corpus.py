@@ -100,6 +100,50 @@ KNOWN_MISSES = {
     "polars_24448_rayon_worker_parks_holding_gil": "thread-join",
     "requests_2925_local_import_in_thread_import_lock": "socket-read",
     "vorta_2367_scheduler_lock_recursion_qt_signal": "unknown",
+    # fresh-2026-12f, missed at its first pass: JupyterHub interrupted-kernel chained traceback (IndexError then KeyboardInterrupt, `-->` arrows,
+    "aicoe_osc_174_jupyter_interrupt_pool_imap_shm": "future-wait",
+    # fresh-2026-12f, missed at its first pass: py-spy dumps of two processes (scheduler MainThread and DagFileProcessorManager MainThread),
+    "airflow_15112_pyspy_scheduler_dagprocessor_pipe_send": "unknown",
+    # fresh-2026-12f, missed at its first pass: gdb bt (native frames, Python 3.8 debug symbols), pasted as a Markdown quote (not fenced); cut
+    "ansible_77314_gdb_bt_worker_stdout_buffered_lock": "lock-wait",
+    # fresh-2026-12f, missed at its first pass: traceback.print_stack() of two threads from sys._current_frames() typed at a debugger REPL ('>>>'
+    "blog_alcarney_esbonio_aiosqlite_thread_no_exit": "event-wait",
+    # fresh-2026-12f, missed at its first pass: gdb py-bt of the deadlocked thread (libpython extension, "Garbage-collecting" marker), debug-built
+    "celery_6969_gdb_pybt_redis_pubsub_del_gc": "socket-read",
+    # fresh-2026-12f, missed at its first pass: Ctrl-C KeyboardInterrupt tracebacks of several worker processes interleaved ("Process Process-N:"
+    "chainer_2903_ctrlc_multiprocess_iterator_opencv": "queue-wait",
+    # fresh-2026-12f, missed at its first pass: CPython regrtest faulthandler timeout dump ("Timeout (3:15:00)!") preceded by regrtest progress
+    "cpython_109593_faulthandler_resource_tracker_reentrant": "subprocess-wait",
+    # fresh-2026-12f, missed at its first pass: Ctrl-C KeyboardInterrupt traceback, interleaved parent/child ("Process SpawnProcess-1:"), first
+    "fairseq_4619_ctrlc_spawn_wandb_exit": "unknown",
+    # fresh-2026-12f, missed at its first pass: Ctrl-C KeyboardInterrupt tracebacks of multiprocessing ForkPoolWorker processes (interleaved
+    "farm_119_ctrlc_pool_workers_docker_shm": "all-idle",
+    # fresh-2026-12f, missed at its first pass: gdb bt of one child thread ("Child another thread"), native C++ frames only, fence opened on the
+    "grpc_38020_gdb_bt_postfork_absl_spinlock": "lock-wait",
+    # fresh-2026-12f, missed at its first pass: eventlet/oslo "Green Threads" report (Guru Meditation-style), Python 2.7, fenced; cut excerpt (only
+    "kafkapython_1626_eventlet_green_thread_dump": "unknown",
+    # fresh-2026-12f, missed at its first pass: gdb py-bt (Python 3.6, innermost frame first, "(frame information optimized out)" lines), inside a
+    "kafkapython_1830_pybt_ensure_coordinator_ready_rlock": "fork-inherited-lock",
+    # fresh-2026-12f, missed at its first pass: Ctrl-C KeyboardInterrupt output from multiprocessing ForkProcess workers ("Process ForkProcess-N:"
+    "kdiffusion_81_ctrlc_inductor_forkprocess_pool": "lock-wait",
+    # fresh-2026-12f, missed at its first pass: log-prefixed worker traceback, every line prefixed with a wall-clock timestamp and `[rank2]:`,
+    "msswift_10183_ts_rank_prefixed_ddp_broadcast_mismatch": "unknown",
+    # fresh-2026-12f, missed at its first pass: Ctrl-C ("^C") traceback of the main process only, python 2.7, old DataLoader (pre-1.0), wrapped in
+    "pytorch_1838_ctrlc_dataloader_opencv_macos": "queue-wait",
+    # fresh-2026-12f, missed at its first pass: Google Colab interrupted-cell traceback (KeyboardInterrupt header not in the paste; IPython `-->`
+    "ragatouille_210_colab_interrupt_colbert_launcher": "unknown",
+    # fresh-2026-12f, missed at its first pass: faulthandler-style thread dump with the reporter's inline "# ..." annotations, Python 3.9
+    "redispy_2883_faulthandler_subscribe_gc_pool_lock": "socket-read",
+    # fresh-2026-12f, missed at its first pass: faulthandler dump ("Current thread ... (most recent call first)" with the "Garbage-collecting"
+    "redispy_3081_faulthandler_pubsub_del_gc": "unknown",
+    # fresh-2026-12f, missed at its first pass: py-spy dump --native style (native libcuda frame above Python frames, no thread id), one
+    "sglang_33642_pyspy_cumoduleloaddata_triton_lazy_load": "custom-kernel-launch",
+    # fresh-2026-12f, missed at its first pass: py-spy dump (MainThread), Python 3.10, fenced inside a <details> block; cut excerpt (truncated at
+    "tox_3056_pyspy_ctrlc_package_env_rlock": "unknown",
+    # fresh-2026-12f, missed at its first pass: VLLM_TRACE_FUNCTION per-process trace logs shown via `tail`-style "==> file <==" headers (last
+    "vllm_3974_trace_function_workers_gather_ipc_meta": "unknown",
+    # fresh-2026-12f, missed at its first pass: Dask dashboard "call stack" of a task (Key: line, one "File ..., in f code" line per frame, blank
+    "xgboost_6649_dask_worker_stack_rabit_init": "unknown",
 }
 
 

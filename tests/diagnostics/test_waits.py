@@ -652,3 +652,18 @@ def test_a_c_function_given_by_name_only_is_read_as_the_c_call():
     its C functions were looked up as Python frames only, and the GIL wait was missed."""
     w = wait_of(_thread(Frame("take_gil", "?", None), Frame("PyEval_AcquireThread", "?", None), Frame("on_frame", "?", None)))
     assert w is not None and w.category == "gil-deadlock"
+
+
+def test_a_thread_pools_worker_thread_is_no_forked_child():
+    """multiprocessing.pool.ThreadPool's threads run pool.py's worker too, in the same
+    process: a lock wait there has a holder in this process."""
+    pool_thread = (_py("worker", STDLIB + "multiprocessing/pool.py"), _py("run", STDLIB + "threading.py"),
+                   _py("_bootstrap_inner", STDLIB + "threading.py"), _py("_bootstrap", STDLIB + "threading.py"))
+    t = ThreadDump("2", "Thread-3", (_py("acquire", STDLIB + "threading.py"), _py("fetch", "/app/a.py"), *pool_thread))
+    assert _classify(t).signature_id == "lock-wait"
+
+
+def test_a_lock_guessed_from_a_name_in_a_forked_child_stays_a_guess():
+    t = _thread(_py("take_slot_lock", SITE + "jobs/slots.py"), USER, *_FORK_CHILD)
+    c = _classify(t)
+    assert c.signature_id == "lock-wait" and "guessed" in c.title

@@ -151,3 +151,23 @@ def test_a_wait_message_names_the_wait_of_a_stack_cut_above_it(tmp_path):
     assert frame_texts(proc.threads[0])[0].startswith("acquire")
     assert any("the paste's log says what it waited on" in n for n in report.notes())
     assert text_verdict(tmp_path, text) == "file-lock-wait"
+
+
+def test_a_watchdog_line_with_its_sequence_number_left_out_is_still_a_rank_in_the_collective(tmp_path):
+    """'[Rank 0] Watchdog caught ...:' then '  WorkNCCL(..., OpType=ALLREDUCE, ...)' on the
+    next line: the second line was only read with its SeqNum, so the paste was refused."""
+    text = ("[Rank 0] Watchdog caught collective operation timeout:\n"
+            "  WorkNCCL(..., OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000)\n"
+            "  ran for 1800090 milliseconds before timing out.\n")
+    assert text_verdict(tmp_path, text) == "nccl-collective-wait"
+
+
+def test_function_trace_lines_without_a_caller_and_with_a_time_in_front_are_read():
+    """Older vLLM's VLLM_TRACE_FUNCTION wrote 'TIME Call to f in F:N' (no 'from ...'): the
+    last call not returned from is where the process is."""
+    text = ("==> vllm_trace_frame_for_process_1113.log <==\n"
+            "2024-04-15 13:59:04.732274 Call to init_device in /w/vllm/worker/worker.py:98\n"
+            "2024-04-15 13:59:04.732280 Return from init_device in /w/vllm/worker/worker.py:104\n"
+            "2024-04-15 13:59:04.981153 Call to _gather_ipc_meta in /w/vllm/custom_all_reduce.py:222\n")
+    (proc,) = read_text(text).processes
+    assert [f.function for f in proc.threads[0].frames] == ["_gather_ipc_meta"]

@@ -617,3 +617,54 @@ def test_a_programs_own_stack_printer_on_top_of_a_native_stack_is_dropped(tmp_pa
     (thread,) = proc.threads
     assert [f.function for f in thread.frames] == ["__poll", "__libc_recv", "readReplica"]
     assert text_verdict(tmp_path, text) == "socket-read"
+
+
+def test_a_gdb_frame_with_an_unbalanced_argument_does_not_swallow_the_next_thread():
+    """A string argument with a parenthesis ("waiting (for peer") left gdb's argument
+    window open: the next thread's frames joined this one."""
+    text = ('Thread 2 (Thread 0x7f01 (LWP 11)):\n'
+            '#0  0x00007f in __lll_lock_wait () from /lib/x86_64-linux-gnu/libpthread.so.0\n'
+            '#1  0x00007f in log_msg (fmt=0x55 "waiting (for peer") at log.c:12\n'
+            '\n'
+            'Thread 1 (Thread 0x7f00 (LWP 10)):\n'
+            '#0  0x00007f in __libc_recv () from /lib/x86_64-linux-gnu/libc.so.6\n'
+            '#1  0x00007f in read_reply (fd=3) at net.c:40\n')
+    (proc,) = read_text(text).processes
+    assert sorted([f.function for f in t.frames] for t in proc.threads) == [
+        ["__libc_recv", "read_reply"], ["__lll_lock_wait", "log_msg"]]
+
+
+def test_gdb_frame_arguments_written_with_entry_values_are_python_frames():
+    text = ("#0  0x00007f in sem_wait () from /lib/x86_64-linux-gnu/libpthread.so.0\n"
+            "#1  0x0000556 in PyEval_EvalFrameEx (f=f@entry=Frame 0x7f12, for file /usr/lib/python2.7/threading.py, "
+            "line 359, in wait (self=<_Condition at remote 0x7f13>), throwflag=throwflag@entry=0) at ../Python/ceval.c:2666\n")
+    (proc,) = read_text(text).processes
+    (thread,) = proc.threads
+    assert [f.function for f in thread.frames] == ["sem_wait", "PyEval_EvalFrameEx", "wait"]
+
+
+def test_a_pybt_source_line_of_an_outer_frame_is_not_the_innermost_call():
+    """The innermost frame had no source line: the next frame's line is not where the
+    thread waits."""
+    text = ("Traceback (most recent call first):\n"
+            '  File "/opt/venv/lib/python3.11/site-packages/fast/mod.pyx", line 71, in compute\n'
+            '  File "/app/worker.py", line 20, in step\n'
+            "    self.sock.recv(4096) if ready else self.compute()\n")
+    (proc,) = read_text(text).processes
+    (thread,) = proc.threads
+    assert [f.function for f in thread.frames] == ["compute", "step"]
+
+
+@pytest.mark.parametrize("line", ["Caught SIGSEGV at address [0x7f3a2b001000]", "PC register value [0x401000]",
+                                  "/var/log/app.log: checksum mismatch [0xdeadbeef]"])
+def test_prose_ending_in_an_address_is_no_backtrace_symbols_frame(line):
+    with pytest.raises(InputError):
+        read_text(line + "\n")
+
+
+def test_backtrace_symbols_of_a_program_run_by_a_relative_path_are_read():
+    text = ("./server(wait_reply+0x1d)[0x400a8d]\n"
+            "/lib/x86_64-linux-gnu/libc.so.6(__libc_start_main+0xf0)[0x7f0a2b3c4830]\n")
+    (proc,) = read_text(text).processes
+    (thread,) = proc.threads
+    assert [f.function for f in thread.frames] == ["wait_reply", "__libc_start_main"]

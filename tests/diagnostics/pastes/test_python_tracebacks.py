@@ -361,3 +361,18 @@ def test_traceback_style_frames_under_a_most_recent_call_first_header_are_innerm
     assert [f.function for f in t.frames] == ["_acquire", "__enter__", "start"]
     w = wait_of(t)
     assert w is not None and w.category == "lock-wait"
+
+
+def test_colab_frames_copied_as_markdown_links_are_frames():
+    """Colab renders each frame's path as a link; copied as Markdown it reads
+    "[/usr/.../x.py](https://localhost:8080/#) in f(args)": the paste was refused."""
+    text = ("KeyboardInterrupt                         Traceback (most recent call last)\n"
+            "[/usr/local/lib/python3.10/dist-packages/colbert/trainer.py](https://localhost:8080/#) in train(self, checkpoint)\n"
+            "     29         launcher = Launcher(train)\n"
+            "---> 31         return launcher.launch(self.config)\n"
+            "\n"
+            "[/usr/local/lib/python3.10/dist-packages/colbert/infra/launcher.py](https://localhost:8080/#) in launch(self, config)\n"
+            "---> 70         p.join()\n")
+    (proc,) = read_text(text).processes
+    assert [f.function for f in proc.threads[0].frames][-2:] == ["launch", "train"]
+

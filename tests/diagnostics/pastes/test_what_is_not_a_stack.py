@@ -89,7 +89,7 @@ def test_collapsed_stacks_from_py_spy_record_are_never_read_as_a_stack():
 @pytest.mark.parametrize(
     "kind",
     ["frames", "one_long_line", "nested_parens", "open_parens", "thread_like", "prefix_like", "cxx_like", "interleaved_pids",
-     "banner_like", "collapsed_like"],
+     "banner_like", "collapsed_like", "gdb_wrapped_args", "symbols_like"],
 )
 def test_two_megabytes_of_stack_shaped_text_read_in_linear_time(kind):
     size = 2_000_000
@@ -103,6 +103,10 @@ def test_two_megabytes_of_stack_shaped_text_read_in_linear_time(kind):
         "cxx_like": ("frame #1: " + "a + 0x1 (0x2 in " * 250 + "\n") * (size // 4011),
         "banner_like": ("~" * 1000 + " Stack of " + "(" * 500 + " ~~~\n" + '  File "/a.py", line 1, in f\n') * (size // 1540),
         "collapsed_like": ("f (a.py:1);" * 300 + "g (b.py:2" + " 7\n") * (size // 3312),
+        "gdb_wrapped_args": ("#5  0x1 in PyEval_EvalFrameEx (\n" + ("    f=Frame 0x2, for file " + "(" * 200 + ", line 1, in f (\n") * 40)
+                            * (size // 10_000),
+        "symbols_like": (("/a" * 200 + " " + "b" * 38 + "(" + "f" * 300 + "+0x1)[0x2]\n") + ("x(" * 300 + "[0x1]\n"))
+                        * (size // 1360),
         "interleaved_pids": "".join(f'(W pid={i % 50}) ERROR 01-12 02:58:31 [a.py:1]   File "/x/vll\nm/a.py", line 3, in f\n'
                                     for i in range(size // 78)),
     }[kind]
