@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from hangwatch.diagnostics.signatures import Signature, ThreadLines, find
 from hangwatch.diagnostics.stacks import Frame, ProcessSeries, ThreadDump
-from hangwatch.diagnostics.waits import family_signature, forked_in_logging, guessed_wait, inherited_lock, named_family, outranks_wrapper, refine, wait_of
+from hangwatch.diagnostics.waits import (
+    family_signature, finalizer_lock, forked_in_logging, guessed_wait, inherited_lock, named_family, outranks_wrapper,
+    reentered_from_finalizer, refine, wait_of,
+)
 
 UNKNOWN_TITLE = "No known signature matched"
 UNKNOWN_ADVICE = (
@@ -371,6 +374,24 @@ def _helper_match(h: Signature, thread: ThreadDump, cmdline: str, lines: ThreadL
 
 def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], source: str = "", *,
                     matcher: _Matcher | None = None, only_process: bool = False) -> ProcessVerdict:
+    v = _process_verdict(series, signatures, source, matcher=matcher, only_process=only_process)
+    if v.state in ("stalled", "unknown") and v.thread is not None and reentered_from_finalizer(v.thread) and (
+            v.signature is None or v.signature.priority <= FINALIZER_OUTRANKS):
+        # A finalizer that interrupted its own object's locked call and now waits for that
+        # lock: whatever the wait looks like, nobody else holds what it waits for.
+        sig = finalizer_lock(signatures)
+        evidence = v.evidence or v.thread.telling_frames()
+        return replace(v, state="stalled", signature=sig, evidence=evidence, matches=((v.thread, sig, evidence),) + v.matches)
+    return v
+
+
+#: Signatures at or below this priority (the generic lock and family waits) give way to a
+#: lock re-entered from a finalizer; a bug-specific signature keeps its verdict.
+FINALIZER_OUTRANKS = 20
+
+
+def _process_verdict(series: ProcessSeries, signatures: Sequence[Signature], source: str = "", *,
+                     matcher: _Matcher | None = None, only_process: bool = False) -> ProcessVerdict:
     m = matcher or _Matcher(signatures)
     pid, cmd = series.pid, series.cmdline
     threads = series.latest.threads if series.dumps else ()

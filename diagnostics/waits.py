@@ -351,6 +351,20 @@ def named_family(wait: Wait, signatures: Sequence[Signature]) -> Signature:
                      reference="hangwatch's named waits (the words of a frame's name)")
 
 
+def finalizer_lock(signatures: Sequence[Signature]) -> Signature:
+    """``lock-wait``, said of a lock a finalizer re-entered (see ``reentered_from_finalizer``)."""
+    base = family_signature("lock-wait", signatures)
+    return Signature(base.id, "A lock re-entered from a finalizer (the garbage collector ran it inside a call holding it)",
+                     "A finalizer (__del__, a weakref or multiprocessing Finalize callback) ran in the middle of a call of "
+                     "the same thread, while that call held a non-reentrant lock, and now waits for the same lock: the "
+                     "thread waits for itself. The garbage collector runs finalizers at any allocation, so this is "
+                     "intermittent. Break the reference cycle that leaves the object to the collector (close it "
+                     "explicitly, use a context manager), make the lock reentrant (RLock), or have the finalizer "
+                     "skip the locked work (try a non-blocking acquire, or defer it to another thread).",
+                     (), priority=FAMILY_PRIORITY, collective=False, reference="hangwatch's blocking-primitive table "
+                     "(redis-py#2883 and #3081, cpython#109593: finalizers re-entering a held lock)")
+
+
 def refine(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) -> Signature:
     """``sig``, unless it is the generic ``lock-wait`` and the thread's wait says better
     what it is (an Event or Condition, a queue, a join, a future, the GIL...), or a join
@@ -508,4 +522,42 @@ def inherited_lock(thread: ThreadDump) -> bool:
 
 _THREADING_FILE = re.compile(r"(^|[/\\])threading\.py$")
 _CONN_SYNC = re.compile(r"(^|/)(multiprocessing|multiprocess|billiard)/(synchronize|managers)\.py$")
+
+
+#: A finalizer the garbage collector (or a refcount drop) runs inside whatever code the
+#: thread was in: ``__del__``, a weakref callback or ``weakref.finalize``, multiprocessing's
+#: ``Finalize`` and the semaphore cleanup it calls, py-bt's "Garbage-collecting".
+_FINALIZER_CALL = re.compile(r"^(\w+\.)?(__del__|__call__|_remove|_cleanup|_run_finalizer)$")
+_FINALIZER_MODULE = re.compile(r"(^|/)(weakref|_weakrefset|multiprocessing/util|multiprocessing/synchronize)\.py$")
+#: Waits a finalizer re-entering its own object's code blocks in: a lock the interrupted
+#: call holds (the wait shown is that lock's, or a call that takes it: the resource
+#: tracker's ``ensure_running``, a pool's ``release``).
+_REENTRANT_WAITS = frozenset(("lock-wait", "event-wait", "queue-wait", "subprocess-wait", GIL))
+
+
+def in_finalizer(frame: Frame) -> bool:
+    if frame.native:
+        return frame.function == "<garbage collection>"
+    name = frame.function.rsplit(".", 1)[-1]
+    return name == "__del__" or (_FINALIZER_CALL.search(frame.function) is not None
+                                 and _FINALIZER_MODULE.search(frame.file.replace("\\", "/")) is not None)
+
+
+def reentered_from_finalizer(thread: ThreadDump) -> bool:
+    """The thread waits (on a lock, or in a call that takes one) inside a finalizer that
+    interrupted other code of the same thread: the garbage collector ran it in the middle of
+    a call that holds the very lock the finalizer now needs (redis-py's PubSub ``__del__``
+    releasing a connection while ``get_connection`` holds the pool's lock, the resource
+    tracker's cleanup re-entering ``ensure_running``): a self-deadlock no other thread can
+    end. A finalizer at the bottom of its thread (a finalizer thread) is no interruption."""
+    frames = thread.frames[:MAX_WAIT_FRAMES]
+    at = next((i for i, f in enumerate(frames) if in_finalizer(f)), None)
+    if at is None or at + 1 >= len(frames):
+        return False
+    w = guessed_wait(thread)
+    if w is not None and w.category not in _REENTRANT_WAITS and not w.by_name:
+        return False  # a finalizer doing I/O (a socket close) waits on that
+    if w is not None and w.depth > at:
+        return False  # the wait is the interrupted code's own, below the finalizer
+    return True
 

@@ -15,7 +15,7 @@ from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.patterns import (
     GDB_ATTACHED, GDB_BUILTIN, GDB_FRAME_ARG, GDB_INFO_THREAD, GDB_NUMBERED, GDB_PY2_BUILTIN, GDB_PY2_FILE, GDB_PY2_LOCK_WAIT,
     GDB_LOCATION_END, GDB_PYFRAME, GDB_STOPPED, GDB_THREAD,
-    GDB_THREAD_LWP, GIL_WAIT, HEX, INLINE_GDB, LLDB_FRAME, LLDB_OFFSET, LLDB_THREAD, MAX_FRAMES, NATIVE_CUT,
+    GC_FRAME, GDB_THREAD_LWP, GIL_WAIT, HEX, INLINE_GDB, LLDB_FRAME, LLDB_OFFSET, LLDB_THREAD, MAX_FRAMES, NATIVE_CUT,
     MAX_GDB_ARG_LINES, NATIVE_PATH, NUMBERED_FROM, PYBT_MARKERS, PY_EXT, TRACEBACK_FRAME, VS_FRAME, WINDBG_COLUMNS, WINDBG_FRAME, WINDBG_THREAD, WS,
 )
 from hangwatch.diagnostics.pastes.tracebacks import traceback_header
@@ -294,6 +294,14 @@ def pybt_marker(b: Builder, ln: Line) -> bool:
         # gdb's py-bt (libpython.py) prints this above a thread's innermost Python
         # frame; the reporter may have replaced its "Traceback (most recent call
         # first):" line with a caption ("Thread 1 Python stack", pytorch#97833).
+        if s == "Garbage-collecting":
+            # The collector running in this thread, under the frames above it (py-bt
+            # prints it where gc's collect() sits in the stack, not only on top): the
+            # finalizers it runs are called from the code it interrupted.
+            b.recent_first = True
+            b.tb_frames = None
+            b.add_frames([Frame(GC_FRAME, "?", None, native=True)])
+            return True
         if b.pybt_seen:
             b.close_group()  # another thread's py-bt, its header not pasted
         b.recent_first = True

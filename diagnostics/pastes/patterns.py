@@ -227,6 +227,8 @@ GDB_BUILTIN = re.compile(r"^<built-in method (\w{1,200}) of ")
 # Lines gdb's py-bt prints in place of a frame: the thread waits to take the GIL, or
 # runs the garbage collector. Either means the frames around it are py-bt's.
 PYBT_MARKERS = ("Waiting for the GIL", "Garbage-collecting")
+#: The frame standing for py-bt's "Garbage-collecting" (the cyclic collector running there).
+GC_FRAME = "<garbage collection>"
 # gdb thread headers: "Thread 1 (Thread 0x7f38.. (LWP 237)):" (thread apply all) and
 # "[Switching to thread 12 (Thread 0x7f9d.. (LWP 30756))]"; gdb's thread 1 is the main thread.
 # gdb names the thread when it has a name: 'Thread 7 (Thread 0x7f93.. (LWP 3271135) "executionLoop"):'.

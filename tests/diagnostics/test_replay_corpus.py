@@ -108,12 +108,8 @@ KNOWN_MISSES = {
     "ansible_77314_gdb_bt_worker_stdout_buffered_lock": "lock-wait",
     # fresh-2026-12f, missed at its first pass: traceback.print_stack() of two threads from sys._current_frames() typed at a debugger REPL ('>>>'
     "blog_alcarney_esbonio_aiosqlite_thread_no_exit": "event-wait",
-    # fresh-2026-12f, missed at its first pass: gdb py-bt of the deadlocked thread (libpython extension, "Garbage-collecting" marker), debug-built
-    "celery_6969_gdb_pybt_redis_pubsub_del_gc": "socket-read",
     # fresh-2026-12f, missed at its first pass: Ctrl-C KeyboardInterrupt tracebacks of several worker processes interleaved ("Process Process-N:"
     "chainer_2903_ctrlc_multiprocess_iterator_opencv": "queue-wait",
-    # fresh-2026-12f, missed at its first pass: CPython regrtest faulthandler timeout dump ("Timeout (3:15:00)!") preceded by regrtest progress
-    "cpython_109593_faulthandler_resource_tracker_reentrant": "subprocess-wait",
     # fresh-2026-12f, missed at its first pass: Ctrl-C KeyboardInterrupt traceback, interleaved parent/child ("Process SpawnProcess-1:"), first
     "fairseq_4619_ctrlc_spawn_wandb_exit": "unknown",
     # fresh-2026-12f, missed at its first pass: Ctrl-C KeyboardInterrupt tracebacks of multiprocessing ForkPoolWorker processes (interleaved
@@ -132,10 +128,6 @@ KNOWN_MISSES = {
     "pytorch_1838_ctrlc_dataloader_opencv_macos": "queue-wait",
     # fresh-2026-12f, missed at its first pass: Google Colab interrupted-cell traceback (KeyboardInterrupt header not in the paste; IPython `-->`
     "ragatouille_210_colab_interrupt_colbert_launcher": "unknown",
-    # fresh-2026-12f, missed at its first pass: faulthandler-style thread dump with the reporter's inline "# ..." annotations, Python 3.9
-    "redispy_2883_faulthandler_subscribe_gc_pool_lock": "socket-read",
-    # fresh-2026-12f, missed at its first pass: faulthandler dump ("Current thread ... (most recent call first)" with the "Garbage-collecting"
-    "redispy_3081_faulthandler_pubsub_del_gc": "unknown",
     # fresh-2026-12f, missed at its first pass: py-spy dump --native style (native libcuda frame above Python frames, no thread id), one
     "sglang_33642_pyspy_cumoduleloaddata_triton_lazy_load": "custom-kernel-launch",
     # fresh-2026-12f, missed at its first pass: py-spy dump (MainThread), Python 3.10, fenced inside a <details> block; cut excerpt (truncated at

@@ -667,3 +667,26 @@ def test_a_lock_guessed_from_a_name_in_a_forked_child_stays_a_guess():
     t = _thread(_py("take_slot_lock", SITE + "jobs/slots.py"), USER, *_FORK_CHILD)
     c = _classify(t)
     assert c.signature_id == "lock-wait" and "guessed" in c.title
+
+
+def test_a_finalizer_waiting_inside_the_call_it_interrupted_is_a_self_deadlock():
+    """redis-py's shape: a collection inside get_connection (which holds the pool's lock)
+    runs a PubSub's __del__, which releases its connection to the pool: it waits for the
+    lock its own thread holds. It was read as a socket read (redis is a network client)."""
+    t = _thread(_py("release", SITE + "kv/connection.py"), _py("reset", SITE + "kv/client.py"),
+                _py("__del__", SITE + "kv/client.py"), _py("__init__", SITE + "kv/connection.py"),
+                _py("make_connection", SITE + "kv/connection.py"), _py("get_connection", SITE + "kv/connection.py"), USER)
+    c = _classify(t)
+    assert c.signature_id == "lock-wait" and "finalizer" in c.title
+    # A lock shown under the finalizer too
+    shown = _thread(_py("acquire", STDLIB + "threading.py"), _py("close", SITE + "kv/pool.py"),
+                    _py("__del__", SITE + "kv/pool.py"), _py("step", "/app/loop.py"), USER)
+    assert "finalizer" in _classify(shown).title
+
+
+def test_a_finalizer_doing_io_or_run_by_its_own_thread_is_no_self_deadlock():
+    io = _thread(_py("recv", STDLIB + "socket.py"), _py("close", SITE + "kv/conn.py"), _py("__del__", SITE + "kv/conn.py"),
+                 _py("step", "/app/loop.py"), USER)
+    assert _classify(io).signature_id == "socket-read"
+    own = ThreadDump("3", "finalizer", (_py("acquire", STDLIB + "threading.py"), _py("__del__", SITE + "kv/conn.py")))
+    assert "finalizer" not in _classify(own).title

@@ -668,3 +668,19 @@ def test_backtrace_symbols_of_a_program_run_by_a_relative_path_are_read():
     (proc,) = read_text(text).processes
     (thread,) = proc.threads
     assert [f.function for f in thread.frames] == ["wait_reply", "__libc_start_main"]
+
+
+def test_pybt_garbage_collecting_stays_inside_its_thread():
+    """py-bt prints "Garbage-collecting" where the collector runs in the stack: the
+    finalizer above it was called from the code below it (it split the thread in two)."""
+    text = ("Traceback (most recent call first):\n"
+            '  File "/opt/lib/python3.8/site-packages/kv/connection.py", line 1232, in release\n'
+            '  File "/opt/lib/python3.8/site-packages/kv/client.py", line 1426, in reset\n'
+            '  File "/opt/lib/python3.8/site-packages/kv/client.py", line 1390, in __del__\n'
+            "  Garbage-collecting\n"
+            '  File "/opt/lib/python3.8/site-packages/kv/connection.py", line 900, in __init__\n'
+            '  File "/opt/lib/python3.8/site-packages/kv/connection.py", line 1190, in make_connection\n')
+    (proc,) = read_text(text).processes
+    (thread,) = proc.threads
+    assert [f.function for f in thread.frames] == ["release", "reset", "__del__", "<garbage collection>", "__init__",
+                                                   "make_connection"]
