@@ -292,8 +292,11 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("subprocess-wait", "a child process", "concurrent.futures process pool", r"^(\w+\.)?(shutdown|join_executor_internals|_adjust_process_count)$", r"concurrent/futures/process\.py$"),
     _c("subprocess-wait", "a child process", "`waitpid`", r"^(__)?(waitpid|wait4|waitid|__wait4|__libc_wait|os_waitpid\w*)$"),
     # --- the standard library: queues and pipes -------------------------------------------------------
-    _py("queue-wait", "a multiprocessing pipe", "multiprocessing `Connection.recv`",
-        r"^(\w+\.)?(recv|recv_bytes|_recv_bytes|_recv|poll|_poll|wait|accept|_exhaustive_read|answer_challenge|deliver_challenge)$", _CONN + r"connection\.py$"),
+    # (a send blocks too: on a full pipe whose reader does not read, airflow#15112's scheduler
+    # and its processor each writing to the other)
+    _py("queue-wait", "a multiprocessing pipe", "multiprocessing `Connection.recv`/`send`",
+        r"^(\w+\.)?(recv|recv_bytes|_recv_bytes|_recv|poll|_poll|wait|accept|_exhaustive_read|answer_challenge|deliver_challenge|"
+        r"send|send_bytes|_send|_send_bytes)$", _CONN + r"connection\.py$"),
     _py("queue-wait", "a multiprocessing manager", "multiprocessing manager call", r"^(\w+\.)?(_callmethod|_connect|get)$", _CONN + r"managers\.py$"),
     _py("queue-wait", "a multiprocessing queue", "multiprocessing `Queue.get`", r"^(\w+\.)?(get|put|join|_recv_bytes|join_thread)$", _CONN + r"queues\.py$"),
     _py("lock-wait", "a multiprocessing lock", "multiprocessing `Lock.acquire`", r"^(\w+\.)?(acquire|__enter__)$", _CONN + r"synchronize\.py$"),
@@ -366,6 +369,11 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _c("sleep", "a sleep", "`nanosleep`", r"^(__)?(nanosleep|clock_nanosleep|usleep|sleep|pysleep|time_sleep|__clock_nanosleep\w*|Sleep|SleepEx)$"),
     # Spin locks and read-write locks (glibc's, UCX's and other libraries' wrappers of them).
     _c("lock-wait", "a spin lock", "`pthread_spin_lock`", r"^(__)?pthread_spin_lock$|^\w*_spin(lock)?_lock\w*$|^_raw_spin_lock\w*$"),
+    # abseil's (gRPC, Ray, TensorFlow, XLA): its SpinLock's slow path and the delay it spins in,
+    # and its Mutex (a futex under it names nothing alone).
+    _c("lock-wait", "a spin lock (abseil)", "absl `SpinLock`",
+       r"(^|::)(SpinLock::(Lock|SlowLock|LockSlow)|SpinLockWait|SpinLockDelay)$|^AbslInternalSpinLockDelay\w{0,40}$"),
+    _c("lock-wait", "a mutex (abseil)", "absl `Mutex::Lock`", r"(^|::)Mutex::(Lock|LockSlow|LockSlowWithDeadline|ReaderLock|WriterLock)$"),
     _c("lock-wait", "a read-write lock", "`pthread_rwlock_*lock`",
        r"^(__)?pthread_rwlock_(timed|clock)?(rd|wr)lock\w*$|^std::shared_mutex::lock(_shared)?$"),
     # Windows: critical sections, SRW locks and kernel waits (WinDbg's `kb`, a minidump's stack).

@@ -275,7 +275,7 @@ def condensed(b: Builder, ln: Line) -> bool:
     guru = HASH_THREAD.match(s)
     header = guru or PYDEV_THREAD.match(s) or BRACKET_THREAD.match(s)
     if header is not None:
-        name = header.group(1)
+        name = header.group(1) or ""  # eventlet's "------ Green Thread ------" has no id
         b.start_thread(name if name.isdigit() else None, "unknown", "MainThread" if name == "MainThread" else
                        ("" if name.isdigit() else name))
         b.report.thread_headers -= 1  # not py-spy's

@@ -375,7 +375,7 @@ BRACKET_FRAME = re.compile(r"^([A-Za-z_<][\w.<>$-]{0,300}) \[((?:[A-Za-z]:)?[^\s
 PATH_FUNC_LINE = re.compile(r"^((?:[A-Za-z]:)?[^\s:]{1,1000}\.pyx?):([A-Za-z_<][\w.<>]{0,300}):(\d{1,7})$")
 # Thread headers of those tools: the Guru Meditation report's "------  Thread #1397...  ------",
 # PyDev's "Thread-218 - pid2994_seq155", a condensed "Thread [pytest]:".
-HASH_THREAD = re.compile(r"^-{3,}\s{1,80}(?:Green )?Thread #?(\d{1,20})\s{1,80}-{3,}$")
+HASH_THREAD = re.compile(r"^-{3,}\s{1,80}(?:Green )?Thread(?: #?(\d{1,20}))?\s{1,80}-{3,}$")
 PYDEV_THREAD = re.compile(r"^([A-Za-z_][\w.-]{0,100}) - pid(\d{1,10})_seq\d{1,10}$")
 BRACKET_THREAD = re.compile(r"^Thread \[([^\]\n]{1,100})\]:?$")
 # Python 2's gdb py-bt (libpython.py of 2.6/2.7): "#4 file '/usr/lib/python2.6/threading.py', in 'wait'",

@@ -27,7 +27,7 @@ def _thread(*frames: Frame) -> ThreadDump:
     (Frame("request", SITE + "urllib3/request.py", 78), "socket-read"),  # a network client's package
     (Frame("put_object", SITE + "botocore/client.py", 10), "socket-read"),
     (Frame("acquire_lock", SITE + "jobs/lease.py", 3), "lock-wait"),
-    (Frame("absl::Mutex::LockSlow", "/opt/lib/_raylet.so", None, native=True), "lock-wait"),
+    (Frame("folly::SharedMutexImpl::lockExclusiveImpl", "/opt/lib/_native.so", None, native=True), "lock-wait"),
     (Frame("with_file_lock", SITE + "cache/store.py", 5), "file-lock-wait"),
     (Frame("wait_for_peer", SITE + "mesh/peer.py", 5), "event-wait"),
     (Frame("join_workers", SITE + "pool/runner.py", 5), "thread-join"),

@@ -103,7 +103,6 @@ KNOWN_MISSES = {
     # fresh-2026-12f, missed at its first pass: JupyterHub interrupted-kernel chained traceback (IndexError then KeyboardInterrupt, `-->` arrows,
     "aicoe_osc_174_jupyter_interrupt_pool_imap_shm": "future-wait",
     # fresh-2026-12f, missed at its first pass: py-spy dumps of two processes (scheduler MainThread and DagFileProcessorManager MainThread),
-    "airflow_15112_pyspy_scheduler_dagprocessor_pipe_send": "unknown",
     # fresh-2026-12f, missed at its first pass: gdb bt (native frames, Python 3.8 debug symbols), pasted as a Markdown quote (not fenced); cut
     "ansible_77314_gdb_bt_worker_stdout_buffered_lock": "lock-wait",
     # fresh-2026-12f, missed at its first pass: traceback.print_stack() of two threads from sys._current_frames() typed at a debugger REPL ('>>>'
@@ -117,7 +116,7 @@ KNOWN_MISSES = {
     # fresh-2026-12f, missed at its first pass: gdb bt of one child thread ("Child another thread"), native C++ frames only, fence opened on the
     "grpc_38020_gdb_bt_postfork_absl_spinlock": "lock-wait",
     # fresh-2026-12f, missed at its first pass: eventlet/oslo "Green Threads" report (Guru Meditation-style), Python 2.7, fenced; cut excerpt (only
-    "kafkapython_1626_eventlet_green_thread_dump": "unknown",
+    "kafkapython_1626_eventlet_green_thread_dump": "socket-read",
     # fresh-2026-12f, missed at its first pass: gdb py-bt (Python 3.6, innermost frame first, "(frame information optimized out)" lines), inside a
     "kafkapython_1830_pybt_ensure_coordinator_ready_rlock": "fork-inherited-lock",
     # fresh-2026-12f, missed at its first pass: Ctrl-C KeyboardInterrupt output from multiprocessing ForkProcess workers ("Process ForkProcess-N:"

@@ -95,6 +95,12 @@ PRIMITIVE_STACKS = [
     ([_py("wait", STDLIB + "threading.py"), _py("get", STDLIB + "queue.py")], "queue-wait"),
     ([_py("_recv_bytes", STDLIB + "multiprocessing/connection.py"), _py("recv", STDLIB + "multiprocessing/connection.py")], "queue-wait"),
     ([_py("get", STDLIB + "multiprocessing/queues.py")], "queue-wait"),
+    # a send blocked on a full pipe whose reader does not read
+    ([_py("_send", STDLIB + "multiprocessing/connection.py"), _py("_send_bytes", STDLIB + "multiprocessing/connection.py"),
+      _py("send", STDLIB + "multiprocessing/connection.py")], "queue-wait"),
+    # abseil's spin lock and mutex (gRPC, Ray, XLA)
+    ([_c("syscall"), _c("AbslInternalSpinLockDelay_lts_20230125", "/opt/grpc/cygrpc.so"),
+      _c("absl::lts_20230125::base_internal::SpinLock::SlowLock", "/opt/grpc/cygrpc.so")], "lock-wait"),
     ([_py("_callmethod", SITE + "multiprocess/managers.py")], "queue-wait"),
     ([_py("wait", STDLIB + "threading.py"), _py("result", STDLIB + "concurrent/futures/_base.py")], "future-wait"),
     ([_py("select", STDLIB + "selectors.py"), _py("_run_once", STDLIB + "asyncio/base_events.py"),

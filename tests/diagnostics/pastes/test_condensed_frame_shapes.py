@@ -269,3 +269,21 @@ def test_sampled_stacks_with_counts_and_the_source_on_the_frame_line(tmp_path):
             '    File "store.py", line 30, in flush with self.table_lock:\n')
     assert _threads(text) == [["self.table_lock.acquire", "serve", "handle"], ["self.table_lock.acquire", "flush", "handle"]]
     assert text_verdict(tmp_path, text) == "lock-wait"
+
+
+def test_an_eventlet_green_thread_report_is_one_stack_per_green_thread():
+    """eventlet's debug report: "------ Green Thread ------" (no id), frames outermost first
+    with a blank line between them; each frame was read as a stack of its own."""
+    text = ("====                         Green Threads                          ====\n"
+            "------                        Green Thread                        ------\n"
+            "\n"
+            "/venv/lib/python2.7/site-packages/eventlet/green/thread.py:41 in __thread_body\n"
+            "    `func(*args, **kwargs)`\n"
+            "\n"
+            "/usr/lib64/python2.7/threading.py:784 in __bootstrap\n"
+            "    `self.__bootstrap_inner()`\n"
+            "\n"
+            "/venv/lib/python2.7/site-packages/kafka/client_async.py:560 in poll\n"
+            "    `responses.extend(self._fire_pending_completed_requests())`\n")
+    assert _threads(text) == [["poll", "__bootstrap", "__thread_body"]]
+
