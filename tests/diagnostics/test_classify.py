@@ -165,6 +165,9 @@ def test_a_main_thread_without_a_name_is_known_by_its_id():
         # third corpus collection (data/pasted)
         ([("cuLibraryGetModule", "libcuda.so.1.1", None), ("cudaLaunchKernel", "libcudart.so", None),
           ("embedding", "paddle/nn/functional/input.py", 336)], "cuda-module-load"),
+        # a module load under Triton's launcher is where that launch waits
+        ([("cuModuleLoadData", "libcuda.so.590.48.01", None), ("loadBinary", "cuda_utils.cpython-312-x86_64-linux-gnu.so", None),
+          ("_init_handles", "triton/compiler/compiler.py", 466), ("run", "triton/runtime/jit.py", 743)], "cuda-module-load"),
         ([("backend_compile", "jax/_src/compiler.py", 321), ("compile_or_get_cached", "jax/_src/compiler.py", 400)], "torch-compile-stall"),
         ([("_recv", "billiard/connection.py", 425)], "all-idle"),
         ([("poll", "kombu/utils/eventio.py", 83), ("drain_events", "kombu/connection.py", 300)], "all-idle"),

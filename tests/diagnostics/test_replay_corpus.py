@@ -128,7 +128,6 @@ KNOWN_MISSES = {
     # fresh-2026-12f, missed at its first pass: Google Colab interrupted-cell traceback (KeyboardInterrupt header not in the paste; IPython `-->`
     "ragatouille_210_colab_interrupt_colbert_launcher": "unknown",
     # fresh-2026-12f, missed at its first pass: py-spy dump --native style (native libcuda frame above Python frames, no thread id), one
-    "sglang_33642_pyspy_cumoduleloaddata_triton_lazy_load": "custom-kernel-launch",
     # fresh-2026-12f, missed at its first pass: py-spy dump (MainThread), Python 3.10, fenced inside a <details> block; cut excerpt (truncated at
     "tox_3056_pyspy_ctrlc_package_env_rlock": "unknown",
     # fresh-2026-12f, missed at its first pass: VLLM_TRACE_FUNCTION per-process trace logs shown via `tail`-style "==> file <==" headers (last
