@@ -25,6 +25,7 @@ Across processes (one multi-process paste or bundle, or several inputs):
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -273,7 +274,17 @@ def rank_from_cmdline(cmdline: str) -> int | None:
 
 
 def is_main(thread: ThreadDump, pid: int | None) -> bool:
-    return thread.name == "MainThread" or (pid is not None and thread.ident == str(pid))
+    if thread.name == "MainThread" or (pid is not None and thread.ident == str(pid)):
+        # A stack that starts in threading's _bootstrap_inner is a started thread, whatever
+        # a paste's reader named it (the first of several print_stack tracebacks).
+        return not _started_thread(thread.frames)
+    return False
+
+
+@functools.lru_cache(maxsize=16384)
+def _started_thread(frames: tuple[Frame, ...]) -> bool:
+    return any(not f.native and f.function.rsplit(".", 1)[-1] in ("_bootstrap_inner", "__bootstrap_inner")
+               and f.file.replace("\\", "/").endswith("threading.py") for f in frames[-8:])
 
 
 @dataclass(frozen=True)

@@ -197,3 +197,29 @@ def test_the_only_thread_of_a_paste_decides_even_when_a_helper_signature_knows_i
     verdicts = process_verdicts(group_series(read_text(two).processes), load_signatures())
     reader_verdict = next(v for v in verdicts if v.series.pid == 11)
     assert reader_verdict.state == "idle"
+
+
+def test_a_thread_started_by_threading_is_not_the_main_thread_whatever_a_paste_calls_it(tmp_path):
+    """Two traceback.print_stack blocks: the reader names the first MainThread, but it starts
+    in threading's _bootstrap, and it is a debugger's timeout thread; the second (a queue
+    get of a connection's worker that was never closed) is the one the reporter meant."""
+    text = (
+        'File "/usr/lib/python3.13/threading.py", line 1012, in _bootstrap\n'
+        "  self._bootstrap_inner()\n"
+        'File "/usr/lib/python3.13/threading.py", line 1041, in _bootstrap_inner\n'
+        "  self.run()\n"
+        'File "/ext/debugpy/_vendored/pydevd/_pydevd_bundle/pydevd_timeout.py", line 43, in _on_run\n'
+        "  self._event.wait(wait_time)\n"
+        'File "/usr/lib/python3.13/threading.py", line 656, in wait\n'
+        "  with self._cond:\n"
+        "\n"
+        "What about the other thread?\n"
+        "\n"
+        'File "/usr/lib/python3.13/threading.py", line 1012, in _bootstrap\n'
+        "  self._bootstrap_inner()\n"
+        'File "/usr/lib/python3.13/threading.py", line 1041, in _bootstrap_inner\n'
+        "  self.run()\n"
+        'File "/venv/lib/python3.13/site-packages/sqlwrap/core.py", line 107, in run\n'
+        "  tx_item = self._tx.get()\n"
+    )
+    assert text_verdict(tmp_path, text) == "queue-wait"

@@ -106,7 +106,6 @@ KNOWN_MISSES = {
     # fresh-2026-12f, missed at its first pass: gdb bt (native frames, Python 3.8 debug symbols), pasted as a Markdown quote (not fenced); cut
     "ansible_77314_gdb_bt_worker_stdout_buffered_lock": "lock-wait",
     # fresh-2026-12f, missed at its first pass: traceback.print_stack() of two threads from sys._current_frames() typed at a debugger REPL ('>>>'
-    "blog_alcarney_esbonio_aiosqlite_thread_no_exit": "event-wait",
     # fresh-2026-12f, missed at its first pass: Ctrl-C KeyboardInterrupt tracebacks of several worker processes interleaved ("Process Process-N:"
     "chainer_2903_ctrlc_multiprocess_iterator_opencv": "queue-wait",
     # fresh-2026-12f, missed at its first pass: Ctrl-C KeyboardInterrupt traceback, interleaved parent/child ("Process SpawnProcess-1:"), first
