@@ -224,6 +224,9 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("dataloader-wait", "a DataLoader worker's batch", "DataLoader `_get_data`",
         r"^(\w+\.)?(_get_data|_try_get_data|_next_data|_get_batch|_try_get_batch)$", r"torch/utils/data/dataloader\.py$|(^|/)dataloader\.py$"),
     _py("dataloader-wait", "a DataLoader worker's batch", "the pin-memory thread", r"_pin_memory_loop", r"torch/utils/data/"),
+    # torch 0.x: the iterator's __next__ read the workers' queue itself (data_queue.get())
+    _py("dataloader-wait", "a DataLoader worker's batch", "DataLoader `__next__`", r"^(\w+\.)?(__next__|next)$",
+        r"torch/utils/data/dataloader\.py$"),
     # --- tokenizers ------------------------------------------------------------------------------
     _py("tokenizer-wait", "a fast tokenizer", "tokenizers `encode_batch`",
         r"^(\w+\.)?(_batch_encode_plus|encode_batch|encode_batch_fast|_encode_plus)$", r"tokenization_utils_fast\.py$|(^|/)tokenizers/"),
@@ -301,6 +304,9 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("queue-wait", "a multiprocessing queue", "multiprocessing `Queue.get`", r"^(\w+\.)?(get|put|join|_recv_bytes|join_thread)$", _CONN + r"queues\.py$"),
     _py("lock-wait", "a multiprocessing lock", "multiprocessing `Lock.acquire`", r"^(\w+\.)?(acquire|__enter__)$", _CONN + r"synchronize\.py$"),
     _py("event-wait", "a multiprocessing event", "multiprocessing `Event.wait`", r"^(\w+\.)?(wait|wait_for)$", _CONN + r"synchronize\.py$"),
+    # torch.multiprocessing's queue wrapper (torch 0.x: ConnectionWrapper.recv over recv_bytes)
+    _py("queue-wait", "a multiprocessing pipe", "torch.multiprocessing queue `recv`", r"^(\w+\.)?(recv|send|get|put)$",
+        r"torch/multiprocessing/queue\.py$"),
     _py("queue-wait", "a queue", "`queue.Queue.get`/`put`", r"^(\w+\.)?(get|put|join)$", r"(^|/)[Qq]ueue\.py$"),  # (Python 2: Queue.py)
     _py("queue-wait", "a thread pool's work queue", "concurrent.futures worker", r"^_worker$", r"concurrent/futures/thread\.py$"),
     # --- the standard library: futures and asyncio ------------------------------------------------------

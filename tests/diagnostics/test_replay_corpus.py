@@ -123,7 +123,6 @@ KNOWN_MISSES = {
     # fresh-2026-12f, missed at its first pass: log-prefixed worker traceback, every line prefixed with a wall-clock timestamp and `[rank2]:`,
     "msswift_10183_ts_rank_prefixed_ddp_broadcast_mismatch": "unknown",
     # fresh-2026-12f, missed at its first pass: Ctrl-C ("^C") traceback of the main process only, python 2.7, old DataLoader (pre-1.0), wrapped in
-    "pytorch_1838_ctrlc_dataloader_opencv_macos": "queue-wait",
     # fresh-2026-12f, missed at its first pass: Google Colab interrupted-cell traceback (KeyboardInterrupt header not in the paste; IPython `-->`
     "ragatouille_210_colab_interrupt_colbert_launcher": "unknown",
     # fresh-2026-12f, missed at its first pass: py-spy dump --native style (native libcuda frame above Python frames, no thread id), one

@@ -95,6 +95,9 @@ PRIMITIVE_STACKS = [
     ([_py("wait", STDLIB + "threading.py"), _py("get", STDLIB + "queue.py")], "queue-wait"),
     ([_py("_recv_bytes", STDLIB + "multiprocessing/connection.py"), _py("recv", STDLIB + "multiprocessing/connection.py")], "queue-wait"),
     ([_py("get", STDLIB + "multiprocessing/queues.py")], "queue-wait"),
+    # torch 0.x's DataLoader: __next__ reading the workers' queue itself
+    ([_c("self.recv_bytes", "<call>"), _py("recv", SITE + "torch/multiprocessing/queue.py"),
+      _py("get", STDLIB + "multiprocessing/queues.py"), _py("__next__", SITE + "torch/utils/data/dataloader.py")], "dataloader-wait"),
     # a send blocked on a full pipe whose reader does not read
     ([_py("_send", STDLIB + "multiprocessing/connection.py"), _py("_send_bytes", STDLIB + "multiprocessing/connection.py"),
       _py("send", STDLIB + "multiprocessing/connection.py")], "queue-wait"),
@@ -193,12 +196,13 @@ def test_the_report_names_the_call_chain_and_the_callers_file_and_line():
 
 def test_the_outermost_primitive_names_the_wait_and_a_librarys_own_frames_belong_to_it():
     """DataLoader._next_data over queue.get over Condition.wait waits on the DataLoader;
-    the DataLoader's __next__ (same package, no row) is still part of the wait."""
+    the DataLoader's __next__ (a row of its own, for torch 0.x which read the queue there)
+    is part of the wait too."""
     w = wait_of(_thread(_py("wait", STDLIB + "threading.py"), _py("get", STDLIB + "queue.py"),
                         _py("_try_get_data", SITE + "torch/utils/data/dataloader.py"),
                         _py("__next__", SITE + "torch/utils/data/dataloader.py"), USER))
     assert w is not None and w.category == "dataloader-wait" and w.caller == USER
-    assert w.calls[0] == "DataLoader `_get_data`" and w.calls[-1] == "`threading` `wait`"
+    assert w.calls[:2] == ("DataLoader `__next__`", "DataLoader `_get_data`") and w.calls[-1] == "`threading` `wait`"
 
 
 def test_the_gil_is_the_innermost_wait_even_under_a_lock_acquire():
