@@ -141,13 +141,22 @@ def _row(function: str, file: str, native: bool) -> Primitive | None:
         name = _plain(name)
     path = file.replace("\\", "/")
     unnamed = name == UNNAMED and not native
+    by_file: list[Primitive] = []
     for p in PRIMITIVES:
         if p.native != native:
             continue
         if p.file is not None and p.file.search(path) is None:
             continue
-        if p.function.search(name) is not None or (unnamed and p.file is not None and p.level == "block"):
+        if unnamed:
+            if p.file is not None and p.level == "block":
+                by_file.append(p)
+            continue
+        if p.function.search(name) is not None:
             return p
+    # A frame without its function names a wait by its file only when every row of that
+    # file says the same (asyncio's base_events.py; not threading.py: a join, an event or a lock).
+    if by_file and all(p.category == by_file[0].category for p in by_file):
+        return by_file[0]
     return None
 
 

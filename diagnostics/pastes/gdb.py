@@ -13,10 +13,10 @@ import re
 
 from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.patterns import (
-    GDB_ATTACHED, GDB_BUILTIN, GDB_FRAME_ARG, GDB_INFO_THREAD, GDB_NUMBERED, GDB_PY2_BUILTIN, GDB_PY2_FILE, GDB_PY2_LOCK_WAIT,
-    GDB_LOCATION_END, GDB_PYFRAME, GDB_STOPPED, GDB_THREAD,
-    GC_FRAME, GDB_THREAD_LWP, GIL_WAIT, HEX, INLINE_GDB, LLDB_FRAME, LLDB_OFFSET, LLDB_THREAD, MAX_FRAMES, NATIVE_CUT,
-    MAX_GDB_ARG_LINES, NATIVE_PATH, NUMBERED_FROM, PYBT_MARKERS, PY_EXT, TRACEBACK_FRAME, VS_FRAME, WINDBG_COLUMNS, WINDBG_FRAME, WINDBG_THREAD, WS,
+    GC_FRAME, GDB_ATTACHED, GDB_BUILTIN, GDB_FRAME_ARG, GDB_INFO_THREAD, GDB_LOCATION_END, GDB_NUMBERED, GDB_PY2_BUILTIN,
+    GDB_PY2_FILE, GDB_PY2_LOCK_WAIT, GDB_PYFRAME, GDB_STOPPED, GDB_THREAD, GDB_THREAD_LWP, GIL_WAIT, HEX, INLINE_GDB, LLDB_FRAME,
+    LLDB_OFFSET, LLDB_THREAD, LLDB_THREAD_FRAME, MAX_FRAMES, MAX_GDB_ARG_LINES, MODULE_FRAME, NATIVE_CUT, NATIVE_PATH,
+    NUMBERED_FROM, PY_EXT, PYBT_MARKERS, TRACEBACK_FRAME, VS_FRAME, WINDBG_COLUMNS, WINDBG_FRAME, WINDBG_THREAD, WS,
 )
 from hangwatch.diagnostics.pastes.tracebacks import traceback_header
 from hangwatch.diagnostics.stacks import Frame
@@ -210,7 +210,14 @@ def lldb_line(b: Builder, s: str) -> bool:
     m = LLDB_THREAD.match(s)
     if m is not None:
         name = "MainThread" if m.group(1) == "1" else (m.group(3) or "")
-        b.start_thread(m.group(2) or f"lldb-{m.group(1)}", "unknown", name)
+        tid = m.group(2)
+        if tid and tid[:2] in ("0x", "0X"):
+            tid = str(int(tid, 16))
+        b.start_thread(tid or f"lldb-{m.group(1)}", "unknown", name)
+        mf = LLDB_THREAD_FRAME.search(s)
+        if mf is not None and (name := cxx_name(mf.group(2).strip())):
+            # `thread list` / `thread info all`: the thread's innermost frame on its own line
+            b.add_frames([Frame(name, mf.group(1), None, native=True)])
         return True
     return False
 
@@ -224,8 +231,8 @@ def windbg_line(b: Builder, s: str) -> bool:
         return True
     if WINDBG_COLUMNS.match(s):
         return True
-    m = WINDBG_FRAME.match(s) or VS_FRAME.match(s)
-    if m is None or (m.re is WINDBG_FRAME and m.group(2) is None and "+0x" not in s):
+    m = WINDBG_FRAME.match(s) or VS_FRAME.match(s) or MODULE_FRAME.match(s)
+    if m is None or (m.re is not VS_FRAME and m.group(2) is None and "+0x" not in s):
         return False
     module, sym = m.group(1), m.group(2)
     name = (cxx_name(sym) or sym) if sym else "?"

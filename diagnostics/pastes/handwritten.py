@@ -17,7 +17,7 @@ from hangwatch.diagnostics.pastes.gdb import cxx_name
 from hangwatch.diagnostics.pastes.parse_report import example
 from hangwatch.diagnostics.pastes.patterns import (
     ARROW, ARROW_LOCATION, ARROW_NAME, BARE_NAME, BARE_NOTE, BRACKET_FRAME, BRACKET_THREAD, CAMEL, GROUP_LABEL,
-    HASH_THREAD, INLINE_PYSPY, LOC_IN_FUNC, MAX_FRAMES, PATH_FUNC_LINE, PYDEV_THREAD,
+    HASH_THREAD, INLINE_PYSPY, LOC_IN_FUNC, MAX_FRAMES, PATH_FUNC_LINE, PATH_LINE_SOURCE, PYDEV_THREAD,
 )
 from hangwatch.diagnostics.stacks import Frame
 
@@ -284,7 +284,19 @@ def condensed(b: Builder, ln: Line) -> bool:
         return True
     frame = _condensed_frame(s)
     if frame is None:
-        return False
+        ms = PATH_LINE_SOURCE.match(s) if ".py" in s else None
+        if ms is None:
+            return False
+        # "path.py:N   source": a location and its line, outermost first like a traceback;
+        # the innermost line's call is where the thread blocks (see result._thread_dumps).
+        if b.bare:
+            b.drop_bare()
+        b.add_frames([Frame("<unknown>", ms.group(1).replace("\\", "/"), int(ms.group(2)))])
+        for t in b.group:
+            t.outermost_first = True
+            t.source = ms.group(3).strip()
+        b.after_frame = True
+        return True
     if b.bare:
         b.drop_bare()
     b.add_frames([frame])

@@ -260,7 +260,9 @@ NUMBERED_FROM = re.compile(r"^([A-Za-z_<][\w.<>$:~-]{0,300}) from (\S{1,1000}?)(
 GDB_INFO_THREAD = re.compile(r'^\*?\s{0,4}(\d{1,7})\s{1,12}(?:Thread 0x[0-9a-fA-F]{1,16} \(LWP (\d{1,10})\)|LWP (\d{1,10}))(?: "([^"\n]{0,100})")?\s{1,12}(\S.{0,3000})$')
 # lldb "bt": "* thread #1, name = 'python', stop reason = signal SIGSTOP" and
 # "  frame #0: 0x00007fb0.. libc.so.6`syscall + 29" (lldb's thread #1 is the main thread).
-LLDB_THREAD = re.compile(r"^\*?\s{0,4}thread #(\d{1,7})(?:: tid = (\d{1,10}))?(?:.{0,200}?\bname = '([^'\n]{0,100})')?")
+LLDB_THREAD = re.compile(r"^\*?\s{0,4}thread #(\d{1,7})(?:: tid = (0x[0-9a-fA-F]{1,16}|\d{1,10}))?(?:.{0,200}?\bname = '([^'\n]{0,100})')?")
+# The frame on an lldb thread line (`thread list`, `thread info all`): ", 0x0000000101855e7e libsystem_kernel.dylib`__psynch_cvwait + 10,"
+LLDB_THREAD_FRAME = re.compile(r", 0[xX][0-9a-fA-F]{1,16} ([^`\s,]{1,500})`([^,`]{1,1000}?)(?: \+ \d{1,12})?(?:,|$)")
 LLDB_FRAME = re.compile(r"^\*?\s{0,4}frame #\d{1,6}: (?:0[xX][0-9a-fA-F]{1,16} )?([^`\s]{1,500})`(.{1,3000})$")
 LLDB_OFFSET = re.compile(r" \+ \d{1,12}$")
 # WinDbg "~*k"/"kb"/"kn" (and a minidump's stack in the same form): a thread header
@@ -274,6 +276,10 @@ WINDBG_FRAME = re.compile(r"^(?:[0-9a-fA-F]{2,4}\s{1,4})?(?:[0-9a-fA-F`]{8,17}\s
                           r"([A-Za-z_][\w.-]{0,100})(?:!([^\s+]{1,1000}?))?(?:\+0x[0-9a-fA-F]{1,16})?(?:\s{1,4}\[[^\]\n]{0,1000}\])?\s{0,4}$")
 # Visual Studio's call stack window (a minidump opened in it): "> python311.dll!take_gil(...) Line 307 C",
 # "ntdll.dll!NtWaitForSingleObject() Unknown".
+# A Windows stack without WinDbg's columns (Process Explorer's or Process Hacker's thread
+# stack, a minidump viewer): "libblas.dll!exec_blas+0x122", "KERNEL32.DLL!SwitchToThread",
+# "_cython_blas.cp312-win_amd64.pyd+0xfd97": a binary's name, its symbol and/or offset.
+MODULE_FRAME = re.compile(r"^([\w.-]{1,100}\.(?:dll|exe|pyd|sys|DLL|EXE|PYD|SYS|Dll))(?:!([^\s+!]{1,1000}))?(?:\+0x[0-9a-fA-F]{1,16})?$")
 VS_FRAME = re.compile(r"^>?\s{0,4}([\w.-]{1,100}\.(?:dll|exe|pyd|DLL|EXE|PYD))!([^\s(]{1,1000})\(.{0,2000}$")
 # gdb frames quoted inline in prose (pytorch#15638: "it hangs at the function call of
 # `c10d::TCPStore::TCPStore(std::string const&, ...) ()`, `c10d::tcputil::connect(...) ()`"):
@@ -372,6 +378,9 @@ LOC_IN_FUNC = re.compile(r"^((?:[A-Za-z]:)?[^\s:\"'()\[\]`]{1,1000}\.pyx?):(\d{1
 # "wait_for_response [auth_handler.py:193]": Eclipse/PyDev's debug view, innermost first.
 BRACKET_FRAME = re.compile(r"^([A-Za-z_<][\w.<>$-]{0,300}) \[((?:[A-Za-z]:)?[^\s\[\]]{1,1000}\.pyx?):(\d{1,7})\]$")
 # "sqlalchemy/engine/base.py:execute:916": path, function, line.
+# A reporter's condensed stack, outermost first: a location then that line's source, in columns
+# ("zarr/core/sync.py:152             wait([future], timeout=None)   # <- blocks forever").
+PATH_LINE_SOURCE = re.compile(r"^((?:[A-Za-z]:)?[^\s:]{1,1000}\.pyx?):(\d{1,7})\s{2,40}(\S.{0,1000}?)(?:\s{2,}#.{0,500})?$")
 PATH_FUNC_LINE = re.compile(r"^((?:[A-Za-z]:)?[^\s:]{1,1000}\.pyx?):([A-Za-z_<][\w.<>]{0,300}):(\d{1,7})$")
 # Thread headers of those tools: the Guru Meditation report's "------  Thread #1397...  ------",
 # PyDev's "Thread-218 - pid2994_seq155", a condensed "Thread [pytest]:".

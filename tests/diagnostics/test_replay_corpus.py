@@ -132,6 +132,42 @@ KNOWN_MISSES = {
     "vllm_3974_trace_function_workers_gather_ipc_meta": "unknown",
     # fresh-2026-12f, missed at its first pass: Dask dashboard "call stack" of a task (Key: line, one "File ..., in f code" line per frame, blank
     "xgboost_6649_dask_worker_stack_rabit_init": "unknown",
+    # fresh-2026-12g, missed at its first pass: IPython Ctrl-C KeyboardInterrupt traceback, Python 3.10.0b2, fenced, cut (excerpt ends after the
+    "anyio_304_to_thread_run_sync_ipython_dead_worker": "unknown",
+    # fresh-2026-12g, missed at its first pass: pytest-timeout dump (+++ Timeout +++ / ~~~ Stack of <thread> ~~~), only one idle ThreadPoolExecutor
+    "bbot_847_test_hang_dns_resolve_timeout": "queue-wait",
+    # fresh-2026-12g, missed at its first pass: one-line-per-frame Python stack ('File ..., line N, in func code') of a dask worker thread, python
+    "dask_7547_h5py_phil_gc_fsspec_deadlock": "unknown",
+    # fresh-2026-12g, missed at its first pass: gdb bt of the child process (native frames only, 6 frames) plus prose about the parent, python
+    "ddtrace_11762_stack_v2_fork_register_thread_mutex": "lock-wait",
+    # fresh-2026-12g, missed at its first pass: py-spy dump single thread (idle), function (file:line) format, python 3.x, fenced, complete for the
+    "httpcore_996_pool_close_reentrant_threadlock": "unknown",
+    # fresh-2026-12g, missed at its first pass: faulthandler dump_traceback_later 'Timeout (0:01:00)!' all-thread dump inside pytest -v output,
+    "loky_653_shutdown_lost_wakeup_hang": "event-wait",
+    # fresh-2026-12g, missed at its first pass: gdb thread apply all bt (native frames, numba workqueue .so), python 3.7, fenced, cut (excerpt
+    "numba_3551_workqueue_nested_prange_deadlock": "unknown",
+    # fresh-2026-12g, missed at its first pass: Ctrl-C KeyboardInterrupt traceback of asyncio.run with Python 3.12 caret lines, preceded by program
+    "oracledb_285_async_pool_acquire_never_returns": "socket-read",
+    # fresh-2026-12g, missed at its first pass: Jupyter notebook KeyboardInterrupt traceback (arrow '--->' style with source context), python 3.8,
+    "pangeo_forge_177_store_chunk_h5py_phil_gc_hang": "unknown",
+    # fresh-2026-12g, missed at its first pass: Python traceback after terminating the hung program, Python 2.7.11, fenced, cut (excerpt ends
+    "pika_764_channel_close_broker_disk_alarm": "queue-wait",
+    # fresh-2026-12g, missed at its first pass: lldb thread backtrace of a polars test process (macOS arm64), fenced, cut (only first thread shown
+    "polars_pyo3_4764_pyerr_display_stderr_gil_deadlock": "unknown",
+    # fresh-2026-12g, missed at its first pass: faulthandler dump ("Current thread ... (most recent call first)"), python 3.7, fenced, cut (excerpt
+    "prometheus_client_322_gc_callback_labels_lock": "unknown",
+    # fresh-2026-12g, missed at its first pass: faulthandler dump fragment (2 frames, "Current thread ... (most recent call first)"), python 3.7,
+    "prometheus_client_431_multiprocess_lock_after_fork": "unknown",
+    # fresh-2026-12g, missed at its first pass: py-spy-style native+Python dump ('(C) File ..., line N, in func (lib)'), python 3.13, fenced, cut
+    "threadpoolctl_239_dl_iterate_phdr_gil_deadlock": "all-idle",
+    # fresh-2026-12g, missed at its first pass: gdb thread apply all bt (native frames, absl synchronization, libxla_computation_client), python
+    "torch_xla_4504_pjrt_transfer_gil_deadlock": "event-wait",
+    # fresh-2026-12g, missed at its first pass: gdb --batch bt output filtered by grep to sem_wait lines (one per stuck worker), python 2.x era,
+    "uwsgi_1149_master_fixup_forked_worker_gil": "lock-wait",
+    # fresh-2026-12g, not read at its first pass: lldb `thread info all` (one line per thread, tid in hex)
+    "tensorflow_21277_session_dtor_pyfunc_thread_gone": "event-wait",
+    # fresh-2026-12g, not read at its first pass: a pytest-timeout stack condensed by hand to "path.py:N   source   # note"
+    "virtualizarr_1072_kerchunk_zarr_sync_under_phil": "lock-wait",
 }
 
 

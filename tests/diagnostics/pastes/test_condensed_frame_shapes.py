@@ -287,3 +287,17 @@ def test_an_eventlet_green_thread_report_is_one_stack_per_green_thread():
             "    `responses.extend(self._fire_pending_completed_requests())`\n")
     assert _threads(text) == [["poll", "__bootstrap", "__thread_body"]]
 
+
+def test_a_condensed_location_and_source_stack_is_read_outermost_first(tmp_path):
+    """A reporter's "path.py:N   source   # note" lines (a pytest-timeout stack condensed
+    by hand): no function names; outermost first; the last line's call is the wait."""
+    text = ("test_integration.py:93            .translate()\n"
+            "kerchunk/hdf.py:170               self._h5f.visititems(self._translator)\n"
+            "zarr/core/sync.py:152             wait([future], timeout=None)   # <- blocks forever\n"
+            "threading.py:355                  waiter.acquire()\n")
+    (proc,) = read_text(text).processes
+    (thread,) = proc.threads
+    assert [(f.file, f.line) for f in thread.frames if not f.native][0] == ("threading.py", 355)
+    assert thread.frames[0].function == "waiter.acquire"
+    assert text_verdict(tmp_path, text) == "lock-wait"
+

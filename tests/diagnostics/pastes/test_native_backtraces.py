@@ -684,3 +684,29 @@ def test_pybt_garbage_collecting_stays_inside_its_thread():
     (thread,) = proc.threads
     assert [f.function for f in thread.frames] == ["release", "reset", "__del__", "<garbage collection>", "__init__",
                                                    "make_connection"]
+
+
+def test_lldb_thread_info_lines_carry_each_threads_innermost_frame():
+    """`thread info all` / `thread list`: one line per thread, its tid in hex and its
+    innermost frame on the same line; they were read as headers without frames."""
+    text = ("(lldb) thread info all\n"
+            "thread #1: tid = 0x4b1ea2, 0x0000000101855e7e libsystem_kernel.dylib`__psynch_cvwait + 10, "
+            "queue = 'com.apple.main-thread', stop reason = signal SIGSTOP\n\n"
+            "thread #9: tid = 0x4b2214, 0x0000000101857592 libsystem_kernel.dylib`read + 10\n")
+    (proc,) = read_text(text).processes
+    assert [(t.ident, t.name, [f.function for f in t.frames]) for t in proc.threads] == [
+        ("4923042", "MainThread", ["__psynch_cvwait"]), ("4923924", "", ["read"])]
+
+
+def test_a_windows_stack_without_windbg_columns_is_read():
+    """Process Explorer's thread stack: "module!symbol+0xNN" lines with no address columns."""
+    text = ("Thread 10892:\n"
+            "0x0000000000000000\n"
+            "ntdll.dll!ZwYieldExecution+0x14\n"
+            "KERNELBASE.dll!SwitchToThread+0x24\n"
+            "libblas.dll!exec_blas+0x122\n"
+            "_cython_blas.cp312-win_amd64.pyd+0xfd97\n"
+            "KERNEL32.DLL!BaseThreadInitThunk+0x14\n")
+    (proc,) = read_text(text).processes
+    names = [f.function for t in proc.threads for f in t.frames]
+    assert names == ["ZwYieldExecution", "SwitchToThread", "exec_blas", "?", "BaseThreadInitThunk"]
