@@ -34,8 +34,8 @@ from typing import Any, Sequence
 from hangwatch.diagnostics.signatures import Signature, ThreadLines, find
 from hangwatch.diagnostics.stacks import Frame, ProcessSeries, ThreadDump
 from hangwatch.diagnostics.waits import (
-    family_signature, finalizer_lock, forked_in_logging, guessed_wait, inherited_lock, named_family, outranks_wrapper,
-    reentered_from_finalizer, refine, wait_of,
+    blocks_event_loop, family_signature, finalizer_lock, forked_in_logging, guessed_wait, inherited_lock, loop_blocked,
+    named_family, outranks_wrapper, reentered_from_finalizer, refine, wait_of,
 )
 
 UNKNOWN_TITLE = "No known signature matched"
@@ -393,6 +393,13 @@ def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sour
         sig = finalizer_lock(signatures)
         evidence = v.evidence or v.thread.telling_frames()
         return replace(v, state="stalled", signature=sig, evidence=evidence, matches=((v.thread, sig, evidence),) + v.matches)
+    if v.state == "stalled" and v.thread is not None and v.signature is not None and v.signature.priority <= FINALIZER_OUTRANKS:
+        w = blocks_event_loop(v.thread)
+        if w is not None:
+            # The wait is made on an event loop's own thread, inside a coroutine or callback:
+            # the loop, and every coroutine on it, is what the wait stops.
+            sig = loop_blocked(w, signatures)
+            return replace(v, signature=sig, matches=((v.thread, sig, v.evidence),) + v.matches)
     return v
 
 

@@ -374,6 +374,19 @@ def finalizer_lock(signatures: Sequence[Signature]) -> Signature:
                      "(redis-py#2883 and #3081, cpython#109593: finalizers re-entering a held lock)")
 
 
+def loop_blocked(wait: Wait, signatures: Sequence[Signature]) -> Signature:
+    """``asyncio-blocked``, said of a synchronous wait made on the loop's thread."""
+    base = family_signature("asyncio-blocked", signatures)
+    return Signature(base.id, f"An asyncio event loop blocked by a synchronous call on its thread (waiting on {wait.what})",
+                     f"A coroutine or callback of the event loop makes a blocking call ({' -> '.join(wait.calls)}) on the "
+                     "loop's own thread: no other coroutine of that loop runs until it returns, so everything awaiting "
+                     "the loop stalls with it (and a call that waits for another coroutine never returns). Make the "
+                     "call awaitable (an async client, asyncio.Lock/Queue/Event, asyncio.sleep) or run it off the loop "
+                     "(await asyncio.to_thread(...), loop.run_in_executor); python -X dev (asyncio debug) logs slow "
+                     "callbacks.", (), priority=FAMILY_PRIORITY, collective=False,
+                     reference="hangwatch's blocking-primitive table (an event loop's frames under a blocking call)")
+
+
 def refine(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) -> Signature:
     """``sig``, unless it is the generic ``lock-wait`` and the thread's wait says better
     what it is (an Event or Condition, a queue, a join, a future, the GIL...), or a join
@@ -569,4 +582,27 @@ def reentered_from_finalizer(thread: ThreadDump) -> bool:
     if w is not None and w.depth > at:
         return False  # the wait is the interrupted code's own, below the finalizer
     return True
+
+
+#: An asyncio event loop running a callback or a coroutine step (its ``_run_once``, the
+#: Handle's ``_run``, ``run_forever``/``run_until_complete``, ``asyncio.run``, uvloop's).
+_LOOP_FRAME = re.compile(r"^(\w+\.)?(_run_once|_run|run_forever|run_until_complete|run)$")
+_LOOP_FILE = re.compile(r"(^|/)((asyncio/)?(base_events|events|runners|windows_events|proactor_events|selector_events)\.py|uvloop/)")
+#: Synchronous waits that, made on the loop's own thread, stop every coroutine of the loop.
+LOOP_BLOCKERS = frozenset(("socket-read", "lock-wait", "queue-wait", "event-wait", "future-wait", "thread-join",
+                           "subprocess-wait", "sleep", "file-lock-wait"))
+
+
+def blocks_event_loop(thread: ThreadDump) -> Wait | None:
+    """The synchronous wait (a socket read, a lock, a queue, a sleep, a future's result...)
+    that a coroutine or callback makes on its event loop's own thread: the loop's frames lie
+    further out than the wait, so no other coroutine of the loop runs until it returns (a
+    ``requests.get`` or a ``time.sleep`` inside ``async def``). None otherwise."""
+    w = guessed_wait(thread)
+    if w is None or w.category not in LOOP_BLOCKERS:
+        return None
+    further = thread.frames[w.depth + 1:MAX_WAIT_FRAMES * 2]
+    if any(not f.native and _LOOP_FRAME.search(f.function) and _LOOP_FILE.search(f.file.replace("\\", "/")) for f in further):
+        return w
+    return None
 

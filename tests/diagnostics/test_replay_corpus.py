@@ -147,7 +147,6 @@ KNOWN_MISSES = {
     # fresh-2026-12g, missed at its first pass: gdb thread apply all bt (native frames, numba workqueue .so), python 3.7, fenced, cut (excerpt
     "numba_3551_workqueue_nested_prange_deadlock": "unknown",
     # fresh-2026-12g, missed at its first pass: Ctrl-C KeyboardInterrupt traceback of asyncio.run with Python 3.12 caret lines, preceded by program
-    "oracledb_285_async_pool_acquire_never_returns": "socket-read",
     # fresh-2026-12g, missed at its first pass: Jupyter notebook KeyboardInterrupt traceback (arrow '--->' style with source context), python 3.8,
     "pangeo_forge_177_store_chunk_h5py_phil_gc_hang": "unknown",
     # fresh-2026-12g, missed at its first pass: Python traceback after terminating the hung program, Python 2.7.11, fenced, cut (excerpt ends
