@@ -332,6 +332,10 @@ PRIMITIVES: tuple[Primitive, ...] = (
     # A lock wrapper's own `_acquire` (a profiler's or tracer's proxy around threading's lock)
     # in a module named for locks.
     _py("lock-wait", "a lock", "a lock wrapper's `_acquire`", r"^(\w+\.)?_acquire$", r"(^|/)_?\w*locks?\.py$"),
+    # A library's own lock class entered with ``with`` (httpcore's _synchronization.py Lock,
+    # a mutex.py, a locking.py): its __enter__ takes the lock in C (a frame py-spy does not show).
+    _py("lock-wait", "a lock", "a lock class's `__enter__`", r"^(\w+\.)?(__enter__|acquire|_acquire|lock)$",
+        r"(^|/)_?(\w*_)?(locks?|locking|mutex(es)?|synchroni[sz]ation|sync_primitives|semaphores?)\.py$"),
     # --- the call on a Ctrl-C traceback's innermost source line ------------------------------------
     _src("file-lock-wait", "a file lock", "`fcntl.flock`", r"(^|\.)(flock|lockf)$"),
     _src("file-lock-wait", "a lock file", "a file lock's `wait`/`acquire`",

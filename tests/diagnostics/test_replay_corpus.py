@@ -141,7 +141,6 @@ KNOWN_MISSES = {
     # fresh-2026-12g, missed at its first pass: gdb bt of the child process (native frames only, 6 frames) plus prose about the parent, python
     "ddtrace_11762_stack_v2_fork_register_thread_mutex": "lock-wait",
     # fresh-2026-12g, missed at its first pass: py-spy dump single thread (idle), function (file:line) format, python 3.x, fenced, complete for the
-    "httpcore_996_pool_close_reentrant_threadlock": "unknown",
     # fresh-2026-12g, missed at its first pass: faulthandler dump_traceback_later 'Timeout (0:01:00)!' all-thread dump inside pytest -v output,
     "loky_653_shutdown_lost_wakeup_hang": "event-wait",
     # fresh-2026-12g, missed at its first pass: gdb thread apply all bt (native frames, numba workqueue .so), python 3.7, fenced, cut (excerpt

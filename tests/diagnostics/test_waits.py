@@ -98,6 +98,8 @@ PRIMITIVE_STACKS = [
     # torch 0.x's DataLoader: __next__ reading the workers' queue itself
     ([_c("self.recv_bytes", "<call>"), _py("recv", SITE + "torch/multiprocessing/queue.py"),
       _py("get", STDLIB + "multiprocessing/queues.py"), _py("__next__", SITE + "torch/utils/data/dataloader.py")], "dataloader-wait"),
+    # a library's own lock class entered with `with` (its acquire is a C call py-spy does not show)
+    ([_py("__enter__", SITE + "httpcore/_synchronization.py"), _py("close", SITE + "httpcore/_async/connection_pool.py")], "lock-wait"),
     # a send blocked on a full pipe whose reader does not read
     ([_py("_send", STDLIB + "multiprocessing/connection.py"), _py("_send_bytes", STDLIB + "multiprocessing/connection.py"),
       _py("send", STDLIB + "multiprocessing/connection.py")], "queue-wait"),
