@@ -100,6 +100,8 @@ PRIMITIVE_STACKS = [
       _py("get", STDLIB + "multiprocessing/queues.py"), _py("__next__", SITE + "torch/utils/data/dataloader.py")], "dataloader-wait"),
     # a library's own lock class entered with `with` (its acquire is a C call py-spy does not show)
     ([_py("__enter__", SITE + "httpcore/_synchronization.py"), _py("close", SITE + "httpcore/_async/connection_pool.py")], "lock-wait"),
+    # an I/O loop's poll on a Ctrl-C traceback's last line (pika's BlockingConnection)
+    ([_c("self._impl.ioloop.poll", "<call>")], "socket-read"),
     # a send blocked on a full pipe whose reader does not read
     ([_py("_send", STDLIB + "multiprocessing/connection.py"), _py("_send_bytes", STDLIB + "multiprocessing/connection.py"),
       _py("send", STDLIB + "multiprocessing/connection.py")], "queue-wait"),
