@@ -385,27 +385,31 @@ def _helper_match(h: Signature, thread: ThreadDump, cmdline: str, lines: ThreadL
 
 def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], source: str = "", *,
                     matcher: _Matcher | None = None, only_process: bool = False) -> ProcessVerdict:
-    v = _process_verdict(series, signatures, source, matcher=matcher, only_process=only_process)
-    if v.state in ("stalled", "unknown") and v.thread is not None and reentered_from_finalizer(v.thread) and (
-            v.signature is None or v.signature.priority <= FINALIZER_OUTRANKS):
-        # A finalizer that interrupted its own object's locked call and now waits for that
-        # lock: whatever the wait looks like, nobody else holds what it waits for.
+    return _in_context(_process_verdict(series, signatures, source, matcher=matcher, only_process=only_process), signatures)
+
+
+#: Signatures at or below this priority (the generic lock wait, the primitive families)
+#: give way to what the rest of the stack says about the wait; a bug-specific signature
+#: keeps its verdict.
+GENERIC_PRIORITY = 20
+
+
+def _in_context(v: ProcessVerdict, signatures: Sequence[Signature]) -> ProcessVerdict:
+    """A generic verdict read again with the frames around its wait: a finalizer that
+    interrupted its own object's locked call and waits for that lock (nobody else holds
+    it), or a blocking call made on an event loop's own thread (the loop and every
+    coroutine on it wait)."""
+    if v.thread is None or (v.signature is not None and v.signature.priority > GENERIC_PRIORITY):
+        return v
+    if v.state in ("stalled", "unknown") and reentered_from_finalizer(v.thread):
         sig = finalizer_lock(signatures)
         evidence = v.evidence or v.thread.telling_frames()
         return replace(v, state="stalled", signature=sig, evidence=evidence, matches=((v.thread, sig, evidence),) + v.matches)
-    if v.state == "stalled" and v.thread is not None and v.signature is not None and v.signature.priority <= FINALIZER_OUTRANKS:
-        w = blocks_event_loop(v.thread)
-        if w is not None:
-            # The wait is made on an event loop's own thread, inside a coroutine or callback:
-            # the loop, and every coroutine on it, is what the wait stops.
-            sig = loop_blocked(w, signatures)
-            return replace(v, signature=sig, matches=((v.thread, sig, v.evidence),) + v.matches)
+    w = blocks_event_loop(v.thread) if v.state == "stalled" else None
+    if w is not None:
+        sig = loop_blocked(w, signatures)
+        return replace(v, signature=sig, matches=((v.thread, sig, v.evidence),) + v.matches)
     return v
-
-
-#: Signatures at or below this priority (the generic lock and family waits) give way to a
-#: lock re-entered from a finalizer; a bug-specific signature keeps its verdict.
-FINALIZER_OUTRANKS = 20
 
 
 def _process_verdict(series: ProcessSeries, signatures: Sequence[Signature], source: str = "", *,
