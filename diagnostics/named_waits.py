@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from hangwatch.diagnostics.stacks import Frame, ThreadDump
+from hangwatch.diagnostics.stacks import Frame, ThreadDump, site_package
 
 #: Innermost non-standard-library frames read for words (the first that says something wins).
 FRAMES_READ = 2
@@ -118,20 +118,9 @@ def named_category(frame: Frame) -> tuple[str, str, str] | None:
         for category, what, test in WORDS:
             if test(ws):
                 return category, what, "name"
-    if not frame.native and _site_package(frame.file) in NETWORK_PACKAGES:
+    if not frame.native and site_package(frame.file) in NETWORK_PACKAGES:
         return "socket-read", "a server's reply", "package"
     return None
-
-
-def _site_package(path: str) -> str:
-    """The installed package a file belongs to ("urllib3" for ".../site-packages/urllib3/
-    request.py"); "" outside site-packages (a program's own ``http.py`` is no client)."""
-    path = path.replace("\\", "/")
-    for marker in ("site-packages/", "dist-packages/"):
-        i = path.rfind(marker)
-        if i != -1:
-            return path[i + len(marker):].split("/", 1)[0]
-    return ""
 
 
 def named_frames(thread: ThreadDump) -> tuple[Frame, ...]:

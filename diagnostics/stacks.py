@@ -40,6 +40,17 @@ _SYSTEM_NATIVE = re.compile(
 _GPU_NATIVE = re.compile(r"(^|/)(libcuda|libcudart|libnccl|librccl|libamdhip64|libhsa-runtime64)\.so")
 
 
+def site_package(path: str) -> str:
+    """The installed package a file belongs to: "ray" for ".../site-packages/ray/_private/
+    worker.py"; "" for a file outside site-packages (a program's own)."""
+    path = path.replace("\\", "/")
+    for marker in ("site-packages/", "dist-packages/"):
+        i = path.rfind(marker)
+        if i != -1:
+            return path[i + len(marker):].split("/", 1)[0]
+    return ""
+
+
 @dataclass(frozen=True)
 class Frame:
     """One frame. ``file`` is the full path when the source had it, else the short

@@ -21,7 +21,7 @@ from hangwatch.diagnostics.pastes.patterns import (
     IPY_TB_START, MAX_FRAMES, MAX_THREADS, PDB_FRAME, PYTEST_DEF, PYTEST_SHORT, PYTEST_LOCATION, RECENT_FIRST, SOURCE_CALL,
     TRACEBACK_FRAME, WITH_LOCK, PYTRACE_CALL, PYTRACE_LINE, C_STACK_DUMPER, C_STACK_FRAME, C_STACK_HEAD,
 )
-from hangwatch.diagnostics.stacks import Frame
+from hangwatch.diagnostics.stacks import Frame, site_package
 from hangwatch.diagnostics.named_waits import named_category
 from hangwatch.diagnostics.waits import primitive_of
 
@@ -114,16 +114,6 @@ def _note_source(b: Builder, s: str) -> None:
         b.tb_sources[len(b.tb_frames) - 1] = s
 
 
-def _top_package(path: str) -> str:
-    """"ray" for ".../site-packages/ray/_private/worker.py" (see waits._package)."""
-    path = path.replace("\\", "/")
-    for marker in ("site-packages/", "dist-packages/"):
-        i = path.rfind(marker)
-        if i != -1:
-            return path[i + len(marker):].split("/", 1)[0]
-    return ""
-
-
 def library_call(frames: list[Frame], sources: list[str]) -> list[Frame]:
     """A traceback cut inside a library's own wrappers ("info = ray.get(future)", then
     ray's decorators, then the cut): the blocking call an outer frame's line makes into that
@@ -133,7 +123,7 @@ def library_call(frames: list[Frame], sources: list[str]) -> list[Frame]:
         if not calls or primitive_of(calls[0]) is None:
             continue
         root = calls[0].function.split(".", 1)[0]
-        if all(_top_package(f.file) == root for f in frames[k + 1:]):
+        if all(site_package(f.file) == root for f in frames[k + 1:]):
             return calls
         return []
     return []
