@@ -376,3 +376,20 @@ def test_colab_frames_copied_as_markdown_links_are_frames():
     (proc,) = read_text(text).processes
     assert [f.function for f in proc.threads[0].frames][-2:] == ["launch", "train"]
 
+
+def test_ipython_frames_in_frozen_importlib_are_frames(tmp_path):
+    """Older IPython writes importlib's frames as "<frozen importlib._bootstrap> in f(args)":
+    the space in the name dropped them, and the import lock wait under them was lost."""
+    text = ("KeyboardInterrupt                         Traceback (most recent call last)\n"
+            "/home/u/train.py in main()\n"
+            "---> 42     import foo\n"
+            "\n"
+            "<frozen importlib._bootstrap> in _find_and_load(name, import_)\n"
+            "\n"
+            "<frozen importlib._bootstrap> in _lock_unlock_module(name)\n"
+            "\n"
+            "<frozen importlib._bootstrap> in acquire(self)\n"
+            "\n"
+            "KeyboardInterrupt: \n")
+    assert text_verdict(tmp_path, text) == "import-lock"
+
