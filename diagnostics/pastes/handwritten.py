@@ -17,7 +17,7 @@ from hangwatch.diagnostics.pastes.gdb import cxx_name
 from hangwatch.diagnostics.pastes.parse_report import example
 from hangwatch.diagnostics.pastes.patterns import (
     ARROW, ARROW_LOCATION, ARROW_NAME, BARE_NAME, BARE_NOTE, BRACKET_FRAME, BRACKET_THREAD, CAMEL, GROUP_LABEL,
-    HASH_THREAD, INLINE_PYSPY, LOC_IN_FUNC, MAX_FRAMES, PATH_FUNC_LINE, PATH_LINE_SOURCE, PYDEV_THREAD,
+    ARROW_PATH_FUNC, HASH_THREAD, INLINE_PYSPY, LOC_IN_FUNC, MAX_FRAMES, PATH_FUNC_LINE, PATH_LINE_SOURCE, PYDEV_THREAD,
 )
 from hangwatch.diagnostics.stacks import Frame
 
@@ -68,6 +68,10 @@ def _arrow_frame(text: str) -> Frame | None:
     loc = ARROW_LOCATION.match(text)
     if loc is not None:
         text = text[loc.end():]
+    else:
+        pf = ARROW_PATH_FUNC.match(text)  # "torch/_inductor/graph.py: codegen", "cpp.py:select_tiling"
+        if pf is not None:
+            return Frame(pf.group(2), pf.group(1).replace("\\", "/"), None)
     call = text.endswith(")") and "(" in text
     if call:
         text = text[: text.index("(")].strip()
@@ -84,7 +88,7 @@ def arrow_line(b: Builder, s: str) -> bool:
     """One "-> call" of a hand-written chain; its first arrow takes the line above
     as the outermost call (it was read as text: "Class.method" is no frame alone)."""
     # "-> a.py:5 f() -> self.join()": several links on one line, a note after two spaces.
-    links = [_arrow_frame(part) for part in CHAIN_NOTE.sub("", s[2:]).split(" -> ")]
+    links = [_arrow_frame(part) for part in re.split(r" (?:->|→) ", CHAIN_NOTE.sub("", s[2:]))]
     if not links or any(f is None for f in links):
         return False
     if b.arrow is None:

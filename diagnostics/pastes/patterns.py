@@ -381,7 +381,7 @@ BRACKET_FRAME = re.compile(r"^([A-Za-z_<][\w.<>$-]{0,300}) \[((?:[A-Za-z]:)?[^\s
 # A reporter's condensed stack, outermost first: a location then that line's source, in columns
 # ("zarr/core/sync.py:152             wait([future], timeout=None)   # <- blocks forever").
 PATH_LINE_SOURCE = re.compile(r"^((?:[A-Za-z]:)?[^\s:]{1,1000}\.pyx?):(\d{1,7})\s{2,40}(\S.{0,1000}?)(?:\s{2,}#.{0,500})?$")
-PATH_FUNC_LINE = re.compile(r"^((?:[A-Za-z]:)?[^\s:]{1,1000}\.pyx?):([A-Za-z_<][\w.<>]{0,300}):(\d{1,7})$")
+PATH_FUNC_LINE = re.compile(r"^((?:[A-Za-z]:)?[^\s:]{1,1000}\.pyx?): ?([A-Za-z_<][\w.<>]{0,300}): ?(\d{1,7})$")
 # Thread headers of those tools: the Guru Meditation report's "------  Thread #1397...  ------",
 # PyDev's "Thread-218 - pid2994_seq155", a condensed "Thread [pytest]:".
 HASH_THREAD = re.compile(r"^-{3,}\s{1,80}(?:Green )?Thread(?: #?(\d{1,20}))?\s{1,80}-{3,}$")
@@ -395,6 +395,8 @@ GDB_PY2_LOCK_WAIT = re.compile(r"^#\d{1,6} Waiting for a lock \(e\.g\. GIL\)$")
 # A py-spy frame quoted in backticks inside prose: "rank 0 stuck at `barrier (torch/x.py:5234)`".
 INLINE_PYSPY = re.compile(r"`([A-Za-z_<][\w.<>$-]{0,300} \([^()`\s]{1,1000}\.pyx?:\d{1,7}\))`")
 # A location in front of a hand-written chain's call: "service.py:118 Service.shutdown()".
+# A link of a chain naming a file and a function without a line: "torch/_inductor/graph.py: codegen".
+ARROW_PATH_FUNC = re.compile(r"^((?:[A-Za-z]:)?[^\s:]{1,1000}\.pyx?):\s?([A-Za-z_<][\w.<>]{0,300})$")
 ARROW_LOCATION = re.compile(r"^((?:[A-Za-z]:)?[^\s:]{1,1000}\.pyx?):(\d{1,7})\s{1,8}")
 # glibc's backtrace_symbols (redis's watchdog, many C/C++ programs' crash and hang logs):
 # "/usr/bin/prog *:6379(fn+0x43)[0x450ad3]", "/lib64/libc.so.6(close+0x10)[0x3a0...]",

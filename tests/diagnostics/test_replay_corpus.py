@@ -165,6 +165,22 @@ KNOWN_MISSES = {
     "tensorflow_21277_session_dtor_pyfunc_thread_gone": "event-wait",
     # fresh-2026-12g, not read at its first pass: a pytest-timeout stack condensed by hand to "path.py:N   source   # note"
     "virtualizarr_1072_kerchunk_zarr_sync_under_phil": "lock-wait",
+    # fresh-2026-12h, missed at its first pass: regrtest faulthandler "Timeout (0:20:00)!" dump, Windows, CPython 3.13 dev, fenced,
+    "cpython_107219_test_concurrent_futures_communicate": "all-idle",
+    # fresh-2026-12h, missed at its first pass: Ctrl-C KeyboardInterrupt traceback interleaved with program output, python 3.10 macOS, fenced,
+    "cpython_125886_ppe_shutdown_keyboardinterrupt": "subprocess-wait",
+    # fresh-2026-12h, missed at its first pass: lldb thread backtrace (native frames), CPython 3.6.0 macOS, unfenced,
+    "cpython_50970_fork_stdout_flush_lldb": "lock-wait",
+    # fresh-2026-12h, missed at its first pass: gdb info threads + bt (native frames, single thread), CPython 3.x, fenced,
+    "cpython_91776_mp_stdout_flush_inherited_lock": "lock-wait",
+    # fresh-2026-12h, missed at its first pass: `[rankN]:`-prefixed Python traceback after the NCCL watchdog line, python 3.10, fenced, cut (ends
+    "diffusers_12422_flux_dreambooth_allreduce_timeout": "unknown",
+    # fresh-2026-12h, missed at its first pass: gdb python-level frame list (file: function: line), python 2 era (pytest 2.6.4, execnet 1.2.0),
+    "execnet_109_safe_terminate_waitall": "event-wait",
+    # fresh-2026-12h, missed at its first pass: gdb bt (native frames with python-gdb args), python 3.9.6 Fedora 34, fenced,
+    "pytestcov_492_process_join_sqlite_mutex": "lock-wait",
+    # fresh-2026-12h, missed at its first pass: py-spy dump, python 3.x, fenced (text), cut (excerpt ends after the first frame of
+    "ray_59643_client_gc_recursive_lock": "unknown",
 }
 
 

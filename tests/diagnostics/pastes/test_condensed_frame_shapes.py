@@ -301,3 +301,23 @@ def test_a_condensed_location_and_source_stack_is_read_outermost_first(tmp_path)
     assert thread.frames[0].function == "waiter.acquire"
     assert text_verdict(tmp_path, text) == "lock-wait"
 
+
+
+def test_path_function_line_with_spaces_after_the_colons_is_a_frame(tmp_path):
+    """gdb's Python frames retyped as "threading.py: wait: 309" (innermost first)."""
+    text = ("threading.py: wait: 309\n"
+            "threading.py: wait: 603\n"
+            "execnet/gateway_base.py: waitall: 292\n"
+            "execnet/multi.py: safe_terminate: 277\n")
+    assert _threads(text) == [["wait", "wait", "waitall", "safe_terminate"]]
+
+
+def test_an_arrow_chain_of_path_and_function_links_is_a_stack():
+    """"→ torch/_inductor/graph.py: codegen" lines, and several links on one line
+    ("→ cpp.py:select_tiling → _try_get_stride"): a chain written outermost first."""
+    text = ("torch.compile(fn)(t)\n"
+            "  → torch/_inductor/compile_fx.py: fx_codegen_and_compile\n"
+            "  → torch/_inductor/graph.py: codegen\n"
+            "  → cpp.py:select_tiling → _try_get_stride → stride_at\n")
+    (names,) = _threads(text)
+    assert names[:4] == ["stride_at", "_try_get_stride", "select_tiling", "codegen"]
