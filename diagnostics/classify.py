@@ -25,18 +25,18 @@ Across processes (one multi-process paste or bundle, or several inputs):
 
 from __future__ import annotations
 
-import functools
 import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
-from hangwatch.diagnostics.signatures import Signature, ThreadLines, find
+from hangwatch.diagnostics.signatures import Signature, find
 from hangwatch.diagnostics.stacks import Frame, ProcessSeries, ThreadDump
-from hangwatch.diagnostics.waits import (
-    blocks_event_loop, family_signature, finalizer_lock, forked_in_logging, guessed_wait, inherited_lock, loop_blocked,
-    named_family, outranks_wrapper, reentered_from_finalizer, refine, wait_of,
+from hangwatch.diagnostics.thread_roles import Matcher, helper_match, is_main, rank_from_cmdline
+from hangwatch.diagnostics.wait_context import (
+    blocks_event_loop, finalizer_lock, fork_inherited, forked_in_logging, loop_blocked, reentered_from_finalizer,
 )
+from hangwatch.diagnostics.waits import family_signature, guessed_wait, named_family, outranks_wrapper, refine, wait_of
 
 UNKNOWN_TITLE = "No known signature matched"
 UNKNOWN_ADVICE = (
@@ -54,16 +54,6 @@ ALL_IDLE_ADVICE = (
     "rollouts (verl#340, verl#7180)."
 )
 NO_STACKS = "not dumped"
-
-_RANK_PATTERNS = (
-    re.compile(r"(?:Worker|scheduler|worker)_?TP(\d{1,5})"),
-    re.compile(r"--local[_-]rank[= ](\d{1,5})"),
-    re.compile(r"\bRANK=(\d{1,5})"),
-    # Not "--node-rank 0" / "node_rank=1": a node's index is not a process's rank.
-    re.compile(r"(?<![-_])\brank[_ =:]?(\d{1,5})\b", re.IGNORECASE),
-    re.compile(r"(?:\b|_)TP(\d{1,4})\b"),
-)
-
 
 @dataclass(frozen=True)
 class Match:
@@ -265,126 +255,9 @@ class ProcessVerdict:
         }
 
 
-def rank_from_cmdline(cmdline: str) -> int | None:
-    for pattern in _RANK_PATTERNS:
-        m = pattern.search(cmdline)
-        if m:
-            return int(m.group(1))
-    return None
-
-
-def is_main(thread: ThreadDump, pid: int | None) -> bool:
-    if thread.name == "MainThread" or (pid is not None and thread.ident == str(pid)):
-        # A stack that starts in threading's _bootstrap_inner is a started thread, whatever
-        # a paste's reader named it (the first of several print_stack tracebacks).
-        return not _started_thread(thread.frames)
-    return False
-
-
-@functools.lru_cache(maxsize=16384)
-def _started_thread(frames: tuple[Frame, ...]) -> bool:
-    return any(not f.native and f.function.rsplit(".", 1)[-1] in ("_bootstrap_inner", "__bootstrap_inner")
-               and f.file.replace("\\", "/").endswith("threading.py") for f in frames[-8:])
-
-
-@dataclass(frozen=True)
-class _ThreadFacts:
-    """Everything the signatures say about one thread (computed once per
-    distinct stack: identical ranks and threads share it)."""
-
-    helper: bool
-    stalls: tuple[tuple[Signature, tuple[Frame, ...]], ...]  # highest priority first
-    idle: Signature | None
-
-
-class _Matcher:
-    def __init__(self, signatures: Sequence[Signature]) -> None:
-        self.stalls = [s for s in signatures if s.kind == "stall"]
-        self.idles = [s for s in signatures if s.kind == "idle"]
-        self.helpers = [s for s in signatures if s.kind == "helper"]
-        self.memo: dict[tuple, _ThreadFacts] = {}
-
-    def facts(self, thread: ThreadDump, pid: int | None, cmdline: str, alone: bool = False,
-              chosen: bool = False, sole: bool = False) -> _ThreadFacts:
-        # The only thread a dump shows of its process (one thread of a gdb/lldb session,
-        # a stack pasted on its own) is the one the reporter looked at: it decides.
-        # ``chosen``: a C-level backtrace in an excerpt with no main thread; it may decide
-        # too, unless a helper signature says what it is (a native thread pool's idler).
-        main = is_main(thread, pid) or alone
-        key = (thread.frames, thread.name, cmdline, main, chosen, sole)
-        got = self.memo.get(key)
-        if got is None:
-            lines = ThreadLines.for_thread(thread)
-            # Being alone does not make a known helper decide: a process whose only pasted
-            # thread is Ray's profiler flusher or a tqdm monitor was cut before its main
-            # thread (the last process of a `ray stack` paste, ray#3417), not chosen.
-            # The only thread of the whole paste is the one the reporter chose, helper or not.
-            known_helper = not is_main(thread, pid) and not sole and any(_helper_match(h, thread, cmdline, lines) for h in self.helpers)
-            helper = known_helper or (not main and not chosen and not thread.telling_frames(limit=1)
-                                      and not _joins_a_thread(thread) and not _importing(thread))
-            stalls = []
-            for sig in self.stalls:
-                frames = sig.match_thread(thread, cmdline, lines)
-                if frames:
-                    stalls.append((sig, frames))
-            idle = next((s for s in self.idles if s.match_thread(thread, cmdline, lines)), None)
-            if idle is not None:
-                # A thread in its idle loop is idle unless a stall signature outranks
-                # the loop (a worker parked in the message queue is that queue's wait;
-                # an engine waiting on its input queue is not a generic lock wait).
-                stalls = [m for m in stalls if m[0].priority > idle.priority]
-            got = _ThreadFacts(helper, tuple(stalls), idle)
-            if len(self.memo) < 65536:
-                self.memo[key] = got
-        return got
-
-
-def is_helper(thread: ThreadDump, pid: int | None, cmdline: str, helpers: Sequence[Signature]) -> bool:
-    """A background thread: never the one that decides a verdict."""
-    if is_main(thread, pid):
-        return False
-    if not thread.telling_frames(limit=1) and not _joins_a_thread(thread) and not _importing(thread):
-        return True  # only stdlib/native frames: an idle pool worker, a queue feeder
-    return any(_helper_match(h, thread, cmdline) for h in helpers)
-
-
-def _joins_a_thread(thread: ThreadDump) -> bool:
-    """The thread waits in Thread.join for another thread to end. Background idlers wait
-    for work (a queue, a condition, a socket), not for a thread: one joining is the
-    program's own wait even when every frame of it is the standard library's (a
-    Queue's finalizer joining its feeder, faulthandler naming no current thread)."""
-    seen = 0
-    for f in thread.frames:
-        if f.native:
-            continue
-        if f.function in ("_wait_for_tstate_lock", "join") and f.file.rsplit("/", 1)[-1] == "threading.py":
-            return True
-        seen += 1
-        if seen >= 2:
-            return False
-    return False
-
-
-def _importing(thread: ThreadDump) -> bool:
-    """The thread's innermost Python frame is importlib's: it is importing a module. A
-    background idler waits for work, it does not import; a thread shown only in importlib
-    (a faulthandler dump or paste cut below create_module, oh-my-pi#7343) is the program's
-    own import even when every frame left is the standard library's."""
-    f = next((f for f in thread.frames if not f.native), None)
-    return f is not None and "importlib._bootstrap" in f.file.replace("/", ".")
-
-
-def _helper_match(h: Signature, thread: ThreadDump, cmdline: str, lines: ThreadLines | None = None) -> bool:
-    """For helpers, a ``thread`` name pattern and ``frames`` are alternatives."""
-    if h.thread is not None and re.search(h.thread, thread.name):
-        return True
-    if not h.frames:
-        return False
-    return bool(Signature(h.id, h.title, "", h.frames, match=h.match, process=h.process, innermost=h.innermost).match_thread(thread, cmdline, lines))
-
 
 def process_verdict(series: ProcessSeries, signatures: Sequence[Signature], source: str = "", *,
-                    matcher: _Matcher | None = None, only_process: bool = False) -> ProcessVerdict:
+                    matcher: Matcher | None = None, only_process: bool = False) -> ProcessVerdict:
     return _in_context(_process_verdict(series, signatures, source, matcher=matcher, only_process=only_process), signatures)
 
 
@@ -413,8 +286,8 @@ def _in_context(v: ProcessVerdict, signatures: Sequence[Signature]) -> ProcessVe
 
 
 def _process_verdict(series: ProcessSeries, signatures: Sequence[Signature], source: str = "", *,
-                     matcher: _Matcher | None = None, only_process: bool = False) -> ProcessVerdict:
-    m = matcher or _Matcher(signatures)
+                     matcher: Matcher | None = None, only_process: bool = False) -> ProcessVerdict:
+    m = matcher or Matcher(signatures)
     pid, cmd = series.pid, series.cmdline
     threads = series.latest.threads if series.dumps else ()
     alone = len(threads) == 1
@@ -457,7 +330,7 @@ def _process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sou
         found = _rank_by_evidence(found, signatures)
         found.sort(key=lambda x: (-x[2].priority, x[1] is not True, not is_main(x[0], pid), -len(x[3])))
         t, frozen, sig, frames = found[0]
-        sig = _inherited(refine(sig, t, signatures), t, signatures)
+        sig = fork_inherited(refine(sig, t, signatures), t, signatures)
         if sig.id in WAITS_ON_A_THREAD:
             held = _lock_waiter(t, found, workers, signatures)
             if held is not None:
@@ -468,7 +341,7 @@ def _process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sou
     # Only background threads: name one that no helper signature claims (a thread cut
     # after a stdlib wait, not one of the queue feeders beside it, yolov5#12655).
     pool = [holder] if holder is not None else (workers or [
-        c for c in cands if not any(_helper_match(h, c[0], cmd) for h in m.helpers)] or cands)
+        c for c in cands if not any(helper_match(h, c[0], cmd) for h in m.helpers)] or cands)
     if not pool:
         return ProcessVerdict(series, "idle", source=source, idle_label="no threads")
     t, frozen, facts = min(pool, key=lambda c: _telling_rank(c[:2], pid))
@@ -504,7 +377,7 @@ def _process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sou
         # No signature names a cause, but the thread sits in a known blocking call: that
         # call's family is the verdict (a file lock, a child process, a queue...), with the
         # innermost own frames as evidence where there are any.
-        fam = _inherited(family_signature(wait.category, signatures), t, signatures)
+        fam = fork_inherited(family_signature(wait.category, signatures), t, signatures)
         evidence = t.telling_frames() or wait.frames
         return ProcessVerdict(series, "stalled", fam, t, evidence, frozen, False, "", ((t, fam, evidence),), source)
     if forked_in_logging(t):
@@ -525,17 +398,9 @@ def _process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sou
         # No blocking call is shown (a cut traceback, a library's own wrapper of its wait, a
         # C++ library's mutex): the words of the innermost own frame name the family, a
         # guess the report marks as one.
-        fam = _inherited(named_family(guess, signatures), t, signatures)
+        fam = fork_inherited(named_family(guess, signatures), t, signatures)
         return ProcessVerdict(series, "stalled", fam, t, evidence, frozen, False, "", ((t, fam, evidence),), source)
     return ProcessVerdict(series, "unknown", None, t, evidence, frozen, False, "", (), source)
-
-
-def _inherited(sig: Signature, t: ThreadDump, signatures: Sequence[Signature]) -> Signature:
-    """``fork-inherited-lock`` for a lock wait (or a GIL wait over a lock's acquire) in a
-    forked child (``waits.inherited_lock``), else ``sig``."""
-    if sig.id not in ("lock-wait", "gil-deadlock") or not inherited_lock(t):
-        return sig
-    return find(tuple(signatures), "fork-inherited-lock") or sig
 
 
 #: A thread that waits for another thread of its process to end or to signal it: the other
@@ -602,7 +467,7 @@ def _only_gil_wait(evidence: Sequence[Frame]) -> bool:
 
 def process_verdicts(series: Sequence[ProcessSeries], signatures: Sequence[Signature], source: str = "") -> list[ProcessVerdict]:
     """One verdict per process; identical stacks are matched once."""
-    matcher = _Matcher(signatures)
+    matcher = Matcher(signatures)
     only = sum(1 for s in series if s.dumps) == 1
     return [process_verdict(s, signatures, source, matcher=matcher, only_process=only) for s in series if s.dumps]
 

@@ -298,3 +298,13 @@ def render_text(series: Sequence[ProcessSeries]) -> str:
                 out.extend(f"    {one_line(f.render())}" for f in thread.frames)
             out.append("")
     return "\n".join(out)
+
+
+@functools.lru_cache(maxsize=16384)
+def started_by_threading(frames: tuple[Frame, ...]) -> bool:
+    """The stack starts in threading's ``_bootstrap_inner`` (Python 2's
+    ``__bootstrap_inner``): a thread ``Thread.start`` made, never a process's main thread,
+    whatever a paste named it, and never a forked child's entry."""
+    return any(not f.native and f.function.rsplit(".", 1)[-1] in ("_bootstrap_inner", "__bootstrap_inner")
+               and f.file.replace("\\", "/").endswith("threading.py") for f in frames[-8:])
+

@@ -274,12 +274,12 @@ WINDBG_THREAD = re.compile(r"^[.#]?\s{0,4}(\d{1,6})\s{1,6}Id:\s{0,3}([0-9a-fA-F]
 WINDBG_COLUMNS = re.compile(r"^(?:#\s{1,4})?(?:Child-?EBP|Child-SP)\s{1,20}RetAddr\b")
 WINDBG_FRAME = re.compile(r"^(?:[0-9a-fA-F]{2,4}\s{1,4})?(?:[0-9a-fA-F`]{8,17}\s{1,12}(?::\s{1,4})?){1,8}"
                           r"([A-Za-z_][\w.-]{0,100})(?:!([^\s+]{1,1000}?))?(?:\+0x[0-9a-fA-F]{1,16})?(?:\s{1,4}\[[^\]\n]{0,1000}\])?\s{0,4}$")
-# Visual Studio's call stack window (a minidump opened in it): "> python311.dll!take_gil(...) Line 307 C",
-# "ntdll.dll!NtWaitForSingleObject() Unknown".
 # A Windows stack without WinDbg's columns (Process Explorer's or Process Hacker's thread
 # stack, a minidump viewer): "libblas.dll!exec_blas+0x122", "KERNEL32.DLL!SwitchToThread",
 # "_cython_blas.cp312-win_amd64.pyd+0xfd97": a binary's name, its symbol and/or offset.
 MODULE_FRAME = re.compile(r"^([\w.-]{1,100}\.(?:dll|exe|pyd|sys|DLL|EXE|PYD|SYS|Dll))(?:!([^\s+!]{1,1000}))?(?:\+0x[0-9a-fA-F]{1,16})?$")
+# Visual Studio's call stack window (a minidump opened in it): "> python311.dll!take_gil(...) Line 307 C",
+# "ntdll.dll!NtWaitForSingleObject() Unknown".
 VS_FRAME = re.compile(r"^>?\s{0,4}([\w.-]{1,100}\.(?:dll|exe|pyd|DLL|EXE|PYD))!([^\s(]{1,1000})\(.{0,2000}$")
 # gdb frames quoted inline in prose (pytorch#15638: "it hangs at the function call of
 # `c10d::TCPStore::TCPStore(std::string const&, ...) ()`, `c10d::tcputil::connect(...) ()`"):

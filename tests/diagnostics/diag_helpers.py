@@ -200,6 +200,13 @@ def one_process(text: str):
     return report, report.processes[0]
 
 
+def thread_functions(text: str) -> list[list[str]]:
+    """Each thread of a paste as its functions, innermost first, over every process read."""
+    from hangwatch.diagnostics.pastes import read_text  # noqa: PLC0415
+
+    return [[f.function for f in t.frames] for p in read_text(text).processes for t in p.threads]
+
+
 def frame_texts(thread) -> list[str]:
     """A thread's frames as replay renders them, innermost first."""
     return [f.render() for f in thread.frames]

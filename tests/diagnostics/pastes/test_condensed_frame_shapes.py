@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from diag_helpers import frame_texts, text_verdict
+from diag_helpers import frame_texts, text_verdict, thread_functions
 from hangwatch.diagnostics.errors import InputError
 from hangwatch.diagnostics.pastes import read_text
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _threads(text: str) -> list[list[str]]:
-    return [[f.function for f in t.frames] for p in read_text(text).processes for t in p.threads]
 
 
 def test_path_line_in_function_frames_outermost_first_are_turned_innermost_first():
@@ -25,7 +21,7 @@ def test_path_line_in_function_frames_outermost_first_are_turned_innermost_first
             "  /usr/lib/python3.11/threading.py:980 in run\n"
             "  /app/jobs.py:40 in loop\n"
             "  /usr/lib/python3.11/queue.py:171 in get\n")
-    assert _threads(text) == [["get", "loop", "run", "_bootstrap"]]
+    assert thread_functions(text) == [["get", "loop", "run", "_bootstrap"]]
 
 
 def test_path_line_in_function_frames_innermost_first_keep_their_order():
@@ -37,7 +33,7 @@ def test_path_line_in_function_frames_innermost_first_keep_their_order():
             "Thread [worker]:\n"
             "  app/worker.py:12 in loop\n"
             "  /usr/lib/python3.11/threading.py:1002 in _bootstrap\n")
-    assert _threads(text) == [["wait", "teardown"], ["loop", "_bootstrap"]]
+    assert thread_functions(text) == [["wait", "teardown"], ["loop", "_bootstrap"]]
 
 
 def test_a_guru_meditation_report_reads_outermost_first_under_its_thread_banners():
@@ -62,7 +58,7 @@ def test_a_pydev_stack_view_is_read_with_its_thread_names():
 def test_path_function_line_frames_with_markdown_bold_are_read():
     text = ("`/lib/python2.7/site-packages/pkg/engine.py:**do_commit**:420\n"
             "/lib/python2.7/site-packages/pkg/base.py:_commit_impl:669\n")
-    assert _threads(text) == [["do_commit", "_commit_impl"]]
+    assert thread_functions(text) == [["do_commit", "_commit_impl"]]
 
 
 def test_python2_py_bt_frames_are_read_innermost_first():
@@ -70,7 +66,7 @@ def test_python2_py_bt_frames_are_read_innermost_first():
             "#2 <built-in method acquire of thread.lock object at remote 0x7f0a16edb840>\n"
             "#4 file '/usr/lib64/python2.6/threading.py', in 'wait'\n"
             "#8 file '/usr/lib64/python2.6/threading.py', in 'join'\n")
-    assert _threads(text) == [["acquire", "wait", "join"]]
+    assert thread_functions(text) == [["acquire", "wait", "join"]]
 
 
 def test_python2_py_bt_lock_wait_lines_are_the_lock_the_frame_above_takes(tmp_path):
@@ -82,14 +78,14 @@ def test_python2_py_bt_lock_wait_lines_are_the_lock_the_frame_above_takes(tmp_pa
             "#5 Waiting for a lock (e.g. GIL)\n"
             "#7 Frame 0x7f8521b04bf0, for file /usr/lib64/python2.7/Queue.py, line 118, in put (self=<Queue at remote 0x7f85>)\n"
             "#11 Frame 0x7f8521b04de0, for file /opt/app/dispatch.py, line 40, in emit (self=<Handler at remote 0x7f86>)\n")
-    assert _threads(text) == [["PyThread_acquire_lock", "put", "emit"]]
+    assert thread_functions(text) == [["PyThread_acquire_lock", "put", "emit"]]
     assert text_verdict(tmp_path, text) == "lock-wait"
 
 
 def test_a_py_spy_frame_quoted_in_prose_is_a_stack(tmp_path):
     text = ("We ran py-spy on the head node: rank 0 is stuck at `all_reduce (torch/distributed/distributed_c10d.py:2050)`\n"
             "inside our data loader while the other ranks train.\n")
-    assert _threads(text) == [["all_reduce"]]
+    assert thread_functions(text) == [["all_reduce"]]
     assert text_verdict(tmp_path, text) == "nccl-collective-wait"
 
 
@@ -97,7 +93,7 @@ def test_a_chain_of_calls_with_locations_ends_in_the_call_it_blocks_in(tmp_path)
     text = ("    test_app.py:63 test_stop()\n"
             "      -> service.py:118 Service.stop()\n"
             "        -> listener.py:599 Listener.cancel() -> self.join()\n")
-    (names,) = _threads(text)
+    (names,) = thread_functions(text)
     assert names == ["self.join", "Listener.cancel", "Service.stop", "test_stop"]
     assert text_verdict(tmp_path, text) == "thread-join"
 
@@ -131,14 +127,14 @@ def test_pystacks_innermost_source_line_entering_a_lock_is_its_acquire(tmp_path)
             '        self._bootstrap_inner()\n'
             '    (Python) File "/home/u/app.py", line 10, in worker\n'
             '        with second_lock:\n')
-    (names,) = _threads(text)
+    (names,) = thread_functions(text)
     assert names == ["second_lock.acquire", "worker", "_bootstrap"]
     assert text_verdict(tmp_path, text) == "lock-wait"
 
 
 def test_a_chain_in_backticks_inside_prose_is_a_stack_outermost_first():
     text = "- **main thread**: `run_job → pthread_join_wrapper → __psynch_cvwait` (waits for the worker)\n"
-    assert _threads(text) == [["__psynch_cvwait", "pthread_join_wrapper", "run_job"]]
+    assert thread_functions(text) == [["__psynch_cvwait", "pthread_join_wrapper", "run_job"]]
     # two links are prose ("a -> b"), not a chain
     with pytest.raises(InputError):
         read_text("we went from `config -> model` in one step\n")
@@ -148,7 +144,7 @@ def test_a_chain_after_a_label_column_goes_on_under_it(tmp_path):
     text = ("main    _exit_function -> _run_finalizers -> _finalize_join -> join\n"
             "        -> _wait_for_tstate_lock\n"
             "feeder  _feed -> send_bytes -> _send        (blocked, pipe full)\n")
-    assert _threads(text)[0] == ["_wait_for_tstate_lock", "join", "_finalize_join", "_run_finalizers", "_exit_function"]
+    assert thread_functions(text)[0] == ["_wait_for_tstate_lock", "join", "_finalize_join", "_run_finalizers", "_exit_function"]
     assert text_verdict(tmp_path, text) == "shutdown-join"
 
 
@@ -169,7 +165,7 @@ def test_a_call_written_above_the_frames_is_the_innermost_call(tmp_path):
             "fetch_batch        (app/loader.py:43)\n"
             "main               (app/train.py:143)\n"
             "```\n")
-    assert _threads(text) == [["queue.get", "fetch_batch", "main"]]
+    assert thread_functions(text) == [["queue.get", "fetch_batch", "main"]]
     assert text_verdict(tmp_path, text) == "queue-wait"
 
 
@@ -197,7 +193,7 @@ def test_a_signal_handler_on_top_of_a_traceback_gives_way_to_the_code_it_interru
             '  File "/srv/lib/python3.11/site-packages/server/workers/base.py", line 204, in handle_abort\n'
             '    sys.exit(1)\n'
             'SystemExit: 1\n')
-    assert _threads(text) == [["readinto", "api"]]
+    assert thread_functions(text) == [["readinto", "api"]]
     assert text_verdict(tmp_path, text) == "socket-read"
 
 
@@ -228,7 +224,7 @@ def test_pytests_short_traceback_is_read_outermost_first_with_its_source_lines(t
             "app/worker.py:40: in join\n"
             "    os.waitpid(self.pid, 0)\n"
             "E   Failed: Timeout >10.0s\n")
-    assert _threads(text) == [["os.waitpid", "join", "test_hang"]]
+    assert thread_functions(text) == [["os.waitpid", "join", "test_hang"]]
     assert text_verdict(tmp_path, text) == "subprocess-wait"
 
 
@@ -252,7 +248,7 @@ def test_the_last_lines_python_trace_printed_are_where_the_process_stopped(tmp_p
             "client.py(40):         start = time.time()\n"
             "client.py(41):         reply = urllib.request.urlopen(\n"
             "client.py(42):             url, timeout=None)\n")
-    assert _threads(text) == [["urllib.request.urlopen", "fetch"]]
+    assert thread_functions(text) == [["urllib.request.urlopen", "fetch"]]
     assert text_verdict(tmp_path, text) == "socket-read"
 
 
@@ -267,7 +263,7 @@ def test_sampled_stacks_with_counts_and_the_source_on_the_frame_line(tmp_path):
             "35\n"
             '  File "server.py", line 10, in handle self.serve(req)\n'
             '    File "store.py", line 30, in flush with self.table_lock:\n')
-    assert _threads(text) == [["self.table_lock.acquire", "serve", "handle"], ["self.table_lock.acquire", "flush", "handle"]]
+    assert thread_functions(text) == [["self.table_lock.acquire", "serve", "handle"], ["self.table_lock.acquire", "flush", "handle"]]
     assert text_verdict(tmp_path, text) == "lock-wait"
 
 
@@ -285,7 +281,7 @@ def test_an_eventlet_green_thread_report_is_one_stack_per_green_thread():
             "\n"
             "/venv/lib/python2.7/site-packages/kafka/client_async.py:560 in poll\n"
             "    `responses.extend(self._fire_pending_completed_requests())`\n")
-    assert _threads(text) == [["poll", "__bootstrap", "__thread_body"]]
+    assert thread_functions(text) == [["poll", "__bootstrap", "__thread_body"]]
 
 
 def test_a_condensed_location_and_source_stack_is_read_outermost_first(tmp_path):
@@ -309,7 +305,7 @@ def test_path_function_line_with_spaces_after_the_colons_is_a_frame(tmp_path):
             "threading.py: wait: 603\n"
             "execnet/gateway_base.py: waitall: 292\n"
             "execnet/multi.py: safe_terminate: 277\n")
-    assert _threads(text) == [["wait", "wait", "waitall", "safe_terminate"]]
+    assert thread_functions(text) == [["wait", "wait", "waitall", "safe_terminate"]]
 
 
 def test_an_arrow_chain_of_path_and_function_links_is_a_stack():
@@ -319,5 +315,5 @@ def test_an_arrow_chain_of_path_and_function_links_is_a_stack():
             "  → torch/_inductor/compile_fx.py: fx_codegen_and_compile\n"
             "  → torch/_inductor/graph.py: codegen\n"
             "  → cpp.py:select_tiling → _try_get_stride → stride_at\n")
-    (names,) = _threads(text)
+    (names,) = thread_functions(text)
     assert names[:4] == ["stride_at", "_try_get_stride", "select_tiling", "codegen"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from diag_helpers import PASTED, frame_texts, one_process, text_verdict
+from diag_helpers import PASTED, frame_texts, one_process, text_verdict, thread_functions
 from hangwatch.diagnostics.errors import InputError
 from hangwatch.diagnostics.pastes import GIL_WAIT, read_text
 
@@ -200,9 +200,7 @@ def test_pybt_builtin_method_lines_stay_in_the_same_thread():
   File "/opt/lib/python3.9/site-packages/torch/futures/__init__.py", line 161, in then
     return cast(Future[S], super().then(callback))
 """
-    (proc,) = read_text(text).processes
-    (thread,) = proc.threads
-    assert [f.function for f in thread.frames] == [GIL_WAIT, "_invoke_rpc_python_udf", "_invoke_rpc", "then", "then"]
+    assert thread_functions(text) == [[GIL_WAIT, "_invoke_rpc_python_udf", "_invoke_rpc", "then", "then"]]
 
 
 def test_pybt_of_several_threads_without_their_gdb_lines_stay_apart():
@@ -613,9 +611,7 @@ def test_a_programs_own_stack_printer_on_top_of_a_native_stack_is_dropped(tmp_pa
             "/lib64/libc.so.6(__poll+0x2a)[0x3a05409a2a]\n"
             "/lib64/libc.so.6(__libc_recv+0x1e)[0x3a05409a4e]\n"
             "/opt/app/bin/server(readReplica+0x1e3)[0x422393]\n")
-    (proc,) = read_text(text).processes
-    (thread,) = proc.threads
-    assert [f.function for f in thread.frames] == ["__poll", "__libc_recv", "readReplica"]
+    assert thread_functions(text) == [["__poll", "__libc_recv", "readReplica"]]
     assert text_verdict(tmp_path, text) == "socket-read"
 
 
@@ -638,9 +634,7 @@ def test_gdb_frame_arguments_written_with_entry_values_are_python_frames():
     text = ("#0  0x00007f in sem_wait () from /lib/x86_64-linux-gnu/libpthread.so.0\n"
             "#1  0x0000556 in PyEval_EvalFrameEx (f=f@entry=Frame 0x7f12, for file /usr/lib/python2.7/threading.py, "
             "line 359, in wait (self=<_Condition at remote 0x7f13>), throwflag=throwflag@entry=0) at ../Python/ceval.c:2666\n")
-    (proc,) = read_text(text).processes
-    (thread,) = proc.threads
-    assert [f.function for f in thread.frames] == ["sem_wait", "PyEval_EvalFrameEx", "wait"]
+    assert thread_functions(text) == [["sem_wait", "PyEval_EvalFrameEx", "wait"]]
 
 
 def test_a_pybt_source_line_of_an_outer_frame_is_not_the_innermost_call():
@@ -650,9 +644,7 @@ def test_a_pybt_source_line_of_an_outer_frame_is_not_the_innermost_call():
             '  File "/opt/venv/lib/python3.11/site-packages/fast/mod.pyx", line 71, in compute\n'
             '  File "/app/worker.py", line 20, in step\n'
             "    self.sock.recv(4096) if ready else self.compute()\n")
-    (proc,) = read_text(text).processes
-    (thread,) = proc.threads
-    assert [f.function for f in thread.frames] == ["compute", "step"]
+    assert thread_functions(text) == [["compute", "step"]]
 
 
 @pytest.mark.parametrize("line", ["Caught SIGSEGV at address [0x7f3a2b001000]", "PC register value [0x401000]",
@@ -665,9 +657,7 @@ def test_prose_ending_in_an_address_is_no_backtrace_symbols_frame(line):
 def test_backtrace_symbols_of_a_program_run_by_a_relative_path_are_read():
     text = ("./server(wait_reply+0x1d)[0x400a8d]\n"
             "/lib/x86_64-linux-gnu/libc.so.6(__libc_start_main+0xf0)[0x7f0a2b3c4830]\n")
-    (proc,) = read_text(text).processes
-    (thread,) = proc.threads
-    assert [f.function for f in thread.frames] == ["wait_reply", "__libc_start_main"]
+    assert thread_functions(text) == [["wait_reply", "__libc_start_main"]]
 
 
 def test_pybt_garbage_collecting_stays_inside_its_thread():

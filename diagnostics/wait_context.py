@@ -1,0 +1,173 @@
+"""What the frames around a wait say about it: a forked child, a finalizer, an event loop. Pure.
+
+``waits`` names the blocking call a thread sits in; the rest of its stack can change what
+that wait means, whatever the call:
+
+* a lock wait in a child forked from a threaded parent waits for a lock the fork copied
+  held, whose holder does not exist in the child (``inherited_lock``);
+* a finalizer that interrupted a call of its own thread and waits inside it waits for a
+  lock that call holds (``reentered_from_finalizer``);
+* a synchronous wait made on an asyncio event loop's own thread stops the loop and every
+  coroutine on it (``blocks_event_loop``).
+
+``classify`` applies these to a generic verdict (the lock wait, a family) only; a
+bug-specific signature keeps its own.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from hangwatch.diagnostics.signatures import Signature, find
+from hangwatch.diagnostics.stacks import ThreadDump, started_by_threading
+from hangwatch.diagnostics.waits import (
+    FAMILY_PRIORITY, GIL, MAX_WAIT_FRAMES, Wait, family_signature, guessed_wait, in_finalizer, wait_of,
+)
+
+
+def fork_inherited(sig: Signature, thread: ThreadDump, signatures: Sequence[Signature]) -> Signature:
+    """``fork-inherited-lock`` for a lock wait (or a GIL wait over a lock's acquire) in a
+    forked child (``inherited_lock``), else ``sig``."""
+    if sig.id not in ("lock-wait", GIL) or not inherited_lock(thread):
+        return sig
+    return find(tuple(signatures), "fork-inherited-lock") or sig
+
+
+def finalizer_lock(signatures: Sequence[Signature]) -> Signature:
+    """``lock-wait``, said of a lock a finalizer re-entered (see ``reentered_from_finalizer``)."""
+    base = family_signature("lock-wait", signatures)
+    return Signature(base.id, "A lock re-entered from a finalizer (the garbage collector ran it inside a call holding it)",
+                     "A finalizer (__del__, a weakref or multiprocessing Finalize callback) ran in the middle of a call of "
+                     "the same thread, while that call held a non-reentrant lock, and now waits for the same lock: the "
+                     "thread waits for itself. The garbage collector runs finalizers at any allocation, so this is "
+                     "intermittent. Break the reference cycle that leaves the object to the collector (close it "
+                     "explicitly, use a context manager), make the lock reentrant (RLock), or have the finalizer "
+                     "skip the locked work (try a non-blocking acquire, or defer it to another thread).",
+                     (), priority=FAMILY_PRIORITY, collective=False, reference="hangwatch's blocking-primitive table "
+                     "(redis-py#2883 and #3081, cpython#109593: finalizers re-entering a held lock)")
+
+
+def loop_blocked(wait: Wait, signatures: Sequence[Signature]) -> Signature:
+    """``asyncio-blocked``, said of a synchronous wait made on the loop's thread."""
+    base = family_signature("asyncio-blocked", signatures)
+    return Signature(base.id, f"An asyncio event loop blocked by a synchronous call on its thread (waiting on {wait.what})",
+                     f"A coroutine or callback of the event loop makes a blocking call ({' -> '.join(wait.calls)}) on the "
+                     "loop's own thread: no other coroutine of that loop runs until it returns, so everything awaiting "
+                     "the loop stalls with it (and a call that waits for another coroutine never returns). Make the "
+                     "call awaitable (an async client, asyncio.Lock/Queue/Event, asyncio.sleep) or run it off the loop "
+                     "(await asyncio.to_thread(...), loop.run_in_executor); python -X dev (asyncio debug) logs slow "
+                     "callbacks.", (), priority=FAMILY_PRIORITY, collective=False,
+                     reference="hangwatch's blocking-primitive table (an event loop's frames under a blocking call)")
+
+
+#: Where a prefork server's worker starts: the frame that forked it stays at the bottom of the
+#: child's stack (gunicorn's arbiter.spawn_worker, multiprocessing's popen_fork._launch).
+_FORK_POINT = re.compile(r"^(spawn_worker|_launch|fork_processes|_fork_worker)$")
+_FORK_FILE = re.compile(r"(^|/)(gunicorn/arbiter|multiprocessing/popen_fork|tornado/process)\.py$")
+#: logging's own frames that run under a handler's lock or take it.
+_LOGGING_LOCKED = re.compile(r"^(\w+\.)?(emit|handle|flush|acquire|_acquireLock|__enter__|callHandlers)$")
+
+
+def forked_in_logging(thread: ThreadDump) -> bool:
+    """The thread is a forked worker (its stack starts at the frame that forked it) whose
+    innermost Python frame is logging's own, under a handler's or a stream's lock: a lock
+    another thread of the parent held at the fork, never released in the child."""
+    inner = next((f for f in thread.frames if not f.native), None)
+    if inner is None or _LOGGING_LOCKED.search(inner.function) is None or not inner.file.replace("\\", "/").endswith("logging/__init__.py"):
+        return False
+    return any(_FORK_POINT.search(f.function) and _FORK_FILE.search(f.file.replace("\\", "/")) for f in thread.frames)
+
+
+#: A child of multiprocessing's fork start method (or billiard's, celery's fork): its stack
+#: starts in the frames the parent forked from, or in the child's own entry (a Process's
+#: ``_bootstrap``/``run``, a Pool worker's loop). A spawned or forkserver child starts in
+#: ``spawn.py``/``forkserver.py``: a fresh interpreter that inherited no lock.
+_FORK_CHILD_FRAME = re.compile(r"^(\w+\.)?(_bootstrap|run|_launch|worker|_worker_loop)$")
+_FORK_CHILD_FILE = re.compile(r"(^|/)(multiprocessing|multiprocess|billiard)/(process|popen_fork|pool)\.py$|(^|/)torch/utils/data/_utils/worker\.py$")
+_SPAWNED_FILE = re.compile(r"(^|/)(multiprocessing|multiprocess|billiard)/(spawn|forkserver|popen_spawn_posix|popen_forkserver)\.py$")
+#: A threading lock's acquire (the table's rows, or a lock taken by a C call py-spy does not
+#: show): not multiprocessing's own locks, which are shared semaphores meant to cross processes.
+_THREAD_LOCK_FRAME = re.compile(r"(^|\.)(acquire|_acquireLock|_acquireModuleLock|__enter__|put|put_nowait)$")
+
+
+def forked_child(thread: ThreadDump) -> bool:
+    """The thread runs in a child forked by multiprocessing (or a prefork server) from a
+    parent that may have had other threads: its stack shows the fork's frames or a fork
+    child's entry, and no spawn or forkserver entry."""
+    frames = [f for f in thread.frames if not f.native]
+    if any(_SPAWNED_FILE.search(f.file.replace("\\", "/")) for f in frames):
+        return False
+    if started_by_threading(thread.frames):
+        return False  # a thread started in this process (a ThreadPool's worker runs pool.py's worker too)
+    return any((_FORK_CHILD_FRAME.search(f.function) and _FORK_CHILD_FILE.search(f.file.replace("\\", "/")))
+               or (_FORK_POINT.search(f.function) and _FORK_FILE.search(f.file.replace("\\", "/"))) for f in frames)
+
+
+def inherited_lock(thread: ThreadDump) -> bool:
+    """A thread of a forked child that waits to take a threading lock (logging's, a
+    handler's, a queue's, a client's ``with self._lock``): the thread that held it in the
+    parent at the fork does not exist in the child, so nobody releases it. The classic
+    fork-after-threads deadlock; a lock of multiprocessing's own (a semaphore shared with
+    the parent) is a wait for another process, not this."""
+    w = wait_of(thread)  # a lock the table shows: a guess from a name stays a guess
+    if w is None or w.category not in ("lock-wait", GIL) or not forked_child(thread):
+        return False
+    if any(_CONN_SYNC.search(f.file.replace("\\", "/")) for f in thread.frames[:w.depth + 1] if not f.native):
+        return False
+    if w.category == GIL:
+        # py-bt's "Waiting for the GIL" over a Python lock's acquire: Python 2's lock
+        # acquire waits there; the lock, not the GIL, is what it waits for.
+        return any(_THREAD_LOCK_FRAME.search(f.function) for f in thread.frames[:w.depth + 3])
+    return True
+
+
+_CONN_SYNC = re.compile(r"(^|/)(multiprocessing|multiprocess|billiard)/(synchronize|managers)\.py$")
+
+
+#: Waits a finalizer re-entering its own object's code blocks in: a lock the interrupted
+#: call holds (the wait shown is that lock's, or a call that takes it: the resource
+#: tracker's ``ensure_running``, a pool's ``release``).
+_REENTRANT_WAITS = frozenset(("lock-wait", "event-wait", "queue-wait", "subprocess-wait", GIL))
+
+
+def reentered_from_finalizer(thread: ThreadDump) -> bool:
+    """The thread waits (on a lock, or in a call that takes one) inside a finalizer that
+    interrupted other code of the same thread: the garbage collector ran it in the middle of
+    a call that holds the very lock the finalizer now needs (redis-py's PubSub ``__del__``
+    releasing a connection while ``get_connection`` holds the pool's lock, the resource
+    tracker's cleanup re-entering ``ensure_running``): a self-deadlock no other thread can
+    end. A finalizer at the bottom of its thread (a finalizer thread) is no interruption."""
+    frames = thread.frames[:MAX_WAIT_FRAMES]
+    at = next((i for i, f in enumerate(frames) if in_finalizer(f)), None)
+    if at is None or at + 1 >= len(frames):
+        return False
+    w = guessed_wait(thread)
+    if w is not None and w.category not in _REENTRANT_WAITS and not w.by_name:
+        return False  # a finalizer doing I/O (a socket close) waits on that
+    if w is not None and w.depth > at:
+        return False  # the wait is the interrupted code's own, below the finalizer
+    return True
+
+
+#: An asyncio event loop running a callback or a coroutine step (its ``_run_once``, the
+#: Handle's ``_run``, ``run_forever``/``run_until_complete``, ``asyncio.run``, uvloop's).
+_LOOP_FRAME = re.compile(r"^(\w+\.)?(_run_once|_run|run_forever|run_until_complete|run)$")
+_LOOP_FILE = re.compile(r"(^|/)((asyncio/)?(base_events|events|runners|windows_events|proactor_events|selector_events)\.py|uvloop/)")
+#: Synchronous waits that, made on the loop's own thread, stop every coroutine of the loop.
+LOOP_BLOCKERS = frozenset(("socket-read", "lock-wait", "queue-wait", "event-wait", "future-wait", "thread-join",
+                           "subprocess-wait", "sleep", "file-lock-wait"))
+
+
+def blocks_event_loop(thread: ThreadDump) -> Wait | None:
+    """The synchronous wait (a socket read, a lock, a queue, a sleep, a future's result...)
+    that a coroutine or callback makes on its event loop's own thread: the loop's frames lie
+    further out than the wait, so no other coroutine of the loop runs until it returns (a
+    ``requests.get`` or a ``time.sleep`` inside ``async def``). None otherwise."""
+    w = guessed_wait(thread)
+    if w is None or w.category not in LOOP_BLOCKERS:
+        return None
+    further = thread.frames[w.depth + 1:MAX_WAIT_FRAMES * 2]
+    if any(not f.native and _LOOP_FRAME.search(f.function) and _LOOP_FILE.search(f.file.replace("\\", "/")) for f in further):
+        return w
+    return None
