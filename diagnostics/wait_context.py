@@ -20,7 +20,7 @@ import re
 from typing import Sequence
 
 from hangwatch.diagnostics.signatures import Signature, find
-from hangwatch.diagnostics.stacks import ThreadDump, started_by_threading
+from hangwatch.diagnostics.stacks import Frame, ThreadDump, started_by_threading
 from hangwatch.diagnostics.waits import (
     FAMILY_PRIORITY, GIL, MAX_WAIT_FRAMES, Wait, family_signature, guessed_wait, in_finalizer, wait_of,
 )
@@ -131,18 +131,27 @@ _CONN_SYNC = re.compile(r"(^|/)(multiprocessing|multiprocess|billiard)/(synchron
 _REENTRANT_WAITS = frozenset(("lock-wait", "event-wait", "queue-wait", "subprocess-wait", GIL))
 
 
+def _cut_at(frame: Frame) -> bool:
+    """A ``__del__`` as a thread's outermost frame: no thread starts in one, so the paste
+    was cut above it and the call it interrupted is out of view."""
+    return not frame.native and frame.function.rsplit(".", 1)[-1] == "__del__"
+
+
 def reentered_from_finalizer(thread: ThreadDump) -> bool:
     """The thread waits (on a lock, or in a call that takes one) inside a finalizer that
     interrupted other code of the same thread: the garbage collector ran it in the middle of
     a call that holds the very lock the finalizer now needs (redis-py's PubSub ``__del__``
     releasing a connection while ``get_connection`` holds the pool's lock, the resource
     tracker's cleanup re-entering ``ensure_running``): a self-deadlock no other thread can
-    end. A finalizer at the bottom of its thread (a finalizer thread) is no interruption."""
+    end. A finalizer at the bottom of its thread (a finalizer thread) is no interruption,
+    unless the paste was cut above it (``_cut_at``)."""
     frames = thread.frames[:MAX_WAIT_FRAMES]
     at = next((i for i, f in enumerate(frames) if in_finalizer(f)), None)
-    if at is None or at + 1 >= len(frames):
+    if at is None:
         return False
     w = guessed_wait(thread)
+    if at + 1 >= len(frames) and (w is None or not _cut_at(frames[at])):
+        return False
     if w is not None and w.category not in _REENTRANT_WAITS and not w.by_name:
         return False  # a finalizer doing I/O (a socket close) waits on that
     if w is not None and w.depth > at:

@@ -34,7 +34,7 @@ from typing import Any, Sequence
 from hangwatch.diagnostics.named_waits import named_wait
 from hangwatch.diagnostics.primitives import FAMILIES, PRIMITIVES, Primitive
 from hangwatch.diagnostics.signatures import Signature, find
-from hangwatch.diagnostics.stacks import Frame, ThreadDump
+from hangwatch.diagnostics.stacks import Frame, ThreadDump, site_package
 
 #: Frames looked at per thread: a wait is at the top of its stack.
 MAX_WAIT_FRAMES = 64
@@ -171,13 +171,13 @@ def primitive_of(frame: Frame) -> Primitive | None:
 
 
 def _package(frame: Frame) -> str:
-    """The top-level package of a Python frame's file ("torch" for
-    ".../site-packages/torch/cuda/__init__.py", "datasets" for "datasets/builder.py")."""
+    """The top-level package of a Python frame's file: the installed package ("torch" for
+    ".../site-packages/torch/cuda/__init__.py"), else the first folder of a relative path
+    ("datasets" for "datasets/builder.py"), else the module's name."""
+    installed = site_package(frame.file)
+    if installed:
+        return installed
     path = frame.file.replace("\\", "/")
-    for marker in ("site-packages/", "dist-packages/"):
-        i = path.rfind(marker)
-        if i != -1:
-            return path[i + len(marker):].split("/", 1)[0]
     if not path.startswith("/") and "/" in path:
         return path.split("/", 1)[0]
     return path.rsplit("/", 1)[-1].removesuffix(".py")
@@ -264,11 +264,6 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
         # A mutex or read-write lock taken inside the driver (its profiler's, its context's):
         # the thread waits for that lock's holder, not for the device.
         category, what = "lock-wait", "a lock inside the driver"
-    if category == "event-wait" and any(in_finalizer(f) for f in frames[outer[0] + 1:]):
-        # A Condition waited on inside a finalizer (``__del__``, a weakref callback): the
-        # garbage collector ran it in a thread that already holds the lock the Condition
-        # needs (an object closed from its finalizer mid-call): a self-deadlock on that lock.
-        category, what = "lock-wait", "a lock re-entered from a finalizer"
     if (caller is not None and caller.native and category in _LIBC_WAITS and matched[-1][1].native
             and _ACCELERATOR_BACKEND.search(caller.file) is not None and not ThreadDump("", "", frames).driver_thread()):
         # A C library wait (an eventfd read, a futex, a condition) called by torch's

@@ -100,6 +100,12 @@ WAIT_MESSAGES: tuple[tuple[re.Pattern[str], Frame, str], ...] = (
     (re.compile(r"retrieving ncclUniqueId from \[\d{1,9}\] via c10d key-value store|broadcastUniqueNCCLID"),
      Frame("c10d::ProcessGroupNCCL::broadcastUniqueNCCLID", "libtorch_cuda.so", None, native=True),
      "NCCL communicator setup (rank 0's unique id through the store)"),
+    # ProcessGroupNCCL's watchdog after a collective timed out or failed (the lines it logs
+    # around the WorkNCCL one, which a paste may have cut): that rank waited in a collective
+    (re.compile(r"Some NCCL operations have failed or timed out|we are taking the entire process down|"
+                r"Watchdog caught collective operation timeout"),
+     Frame("c10d::ProcessGroupNCCL::WorkNCCL::wait", "libtorch_cuda.so", None, native=True),
+     "a collective that timed out (ProcessGroupNCCL's watchdog)"),
     # the c10d store's client: connecting to the master, or a get/wait on a key
     (re.compile(r"client socket has timed out after \d{1,12}ms while trying to connect|TCP client failed to connect|"
                 r"waitForInput: (?:poll for )?socket SocketImpl|Socket Timeout|wait timeout after \d{1,12}ms, keys:"),

@@ -158,7 +158,7 @@ def _route(first: str, start: int) -> tuple[tuple[int, Step], ...]:
 
 
 #: Words every line of ``logs.WAIT_MESSAGES`` holds: only such lines are tried against it.
-_MESSAGE_HINT = re.compile(r"barrier|ncclUniqueId|[Tt]imed out|[Tt]imeout|[Ll]ock|waitForInput")
+_MESSAGE_HINT = re.compile(r"barrier|ncclUniqueId|[Tt]imed out|[Tt]imeout|[Ll]ock|waitForInput|process down")
 
 
 def feed(b: Builder, raw: str) -> None:

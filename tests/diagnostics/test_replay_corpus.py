@@ -174,7 +174,6 @@ KNOWN_MISSES = {
     # fresh-2026-12h, missed at its first pass: gdb info threads + bt (native frames, single thread), CPython 3.x, fenced,
     "cpython_91776_mp_stdout_flush_inherited_lock": "lock-wait",
     # fresh-2026-12h, missed at its first pass: `[rankN]:`-prefixed Python traceback after the NCCL watchdog line, python 3.10, fenced, cut (ends
-    "diffusers_12422_flux_dreambooth_allreduce_timeout": "unknown",
     # fresh-2026-12h, missed at its first pass: gdb python-level frame list (file: function: line), python 2 era (pytest 2.6.4, execnet 1.2.0),
     "execnet_109_safe_terminate_waitall": "event-wait",
     # fresh-2026-12h, missed at its first pass: gdb bt (native frames with python-gdb args), python 3.9.6 Fedora 34, fenced,

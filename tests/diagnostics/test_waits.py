@@ -461,15 +461,16 @@ def test_a_condition_waited_on_by_an_acquire_is_a_lock_wait():
 def test_a_condition_waited_on_inside_a_finalizer_is_a_lock_wait():
     """The garbage collector runs ``__del__`` (or a weakref callback) in the thread it
     interrupts; a close from there that waits on a Condition waits for a lock that thread
-    already holds: a self-deadlock, not an event that will come."""
+    already holds: a self-deadlock, not an event that will come. A paste cut at the
+    ``__del__`` still shows it (no thread starts in a ``__del__``)."""
     close = [_py("wait", STDLIB + "threading.py"), _py("_close", SITE + "rpclib/channel.py"), _py("close", SITE + "rpclib/channel.py")]
-    w = wait_of(_thread(*close, _py("__del__", SITE + "client/api.py"), USER))
-    assert w is not None and w.category == "lock-wait"
-    w = wait_of(_thread(*close, _py("__call__", STDLIB + "weakref.py"), USER))
-    assert w is not None and w.category == "lock-wait"
+    for finalizer in (_py("__del__", SITE + "client/api.py"), _py("__call__", STDLIB + "weakref.py")):
+        c = _classify(_thread(*close, finalizer, USER))
+        assert c.signature_id == "lock-wait" and "finalizer" in c.title
+    cut = ThreadDump("1", "", (*close, _py("__del__", SITE + "client/api.py")))
+    assert _classify(cut).signature_id == "lock-wait"
     # the same close called by the program: an event wait
-    w = wait_of(_thread(*close, USER))
-    assert w is not None and w.category == "event-wait"
+    assert _classify(_thread(*close, USER)).signature_id == "event-wait"
 
 
 def test_a_queue_put_blocked_on_the_queues_lock_is_a_lock_wait():
@@ -702,8 +703,11 @@ def test_a_finalizer_doing_io_or_run_by_its_own_thread_is_no_self_deadlock():
     io = _thread(_py("recv", STDLIB + "socket.py"), _py("close", SITE + "kv/conn.py"), _py("__del__", SITE + "kv/conn.py"),
                  _py("step", "/app/loop.py"), USER)
     assert _classify(io).signature_id == "socket-read"
-    own = ThreadDump("3", "finalizer", (_py("acquire", STDLIB + "threading.py"), _py("__del__", SITE + "kv/conn.py")))
+    own = ThreadDump("3", "finalizer", (_py("acquire", STDLIB + "threading.py"), _py("_run_finalizer", STDLIB + "multiprocessing/util.py")))
     assert "finalizer" not in _classify(own).title
+    # a paste cut at a __del__ that shows no wait under it says nothing of one
+    bare = ThreadDump("4", "", (_py("__del__", SITE + "kv/conn.py"),))
+    assert "finalizer" not in _classify(bare).title
 
 
 def test_a_blocking_call_on_an_event_loops_thread_blocks_the_loop():

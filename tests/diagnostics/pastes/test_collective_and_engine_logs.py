@@ -153,6 +153,22 @@ def test_a_wait_message_names_the_wait_of_a_stack_cut_above_it(tmp_path):
     assert text_verdict(tmp_path, text) == "file-lock-wait"
 
 
+def test_the_nccl_watchdogs_process_down_line_names_the_collective_of_a_cut_traceback(tmp_path):
+    """ProcessGroupNCCL's "taking the entire process down" over a rank's traceback cut in
+    the training step (the WorkNCCL line itself cut from the paste): that rank waited in a
+    collective that timed out, not in "no known call"."""
+    text = ("[rank1]:[E1002 18:16:41.516 ProcessGroupNCCL.cpp:698] [Rank 1] To avoid data inconsistency, we are "
+            "taking the entire process down.\n"
+            "[rank1]: Traceback (most recent call last):\n"
+            '[rank1]:   File "/opt/train.py", line 90, in <module>\n'
+            "[rank1]:     main()\n"
+            '[rank1]:   File "/opt/train.py", line 70, in main\n'
+            "[rank1]:     engine.backward(loss)\n"
+            '[rank1]:   File "/opt/venv/lib/python3.10/site-packages/trainlib/engine.py", line 23, in backward\n'
+            "[rank1]:     self._reduce_grads()\n")
+    assert text_verdict(tmp_path, text) == "nccl-collective-wait"
+
+
 def test_a_watchdog_line_with_its_sequence_number_left_out_is_still_a_rank_in_the_collective(tmp_path):
     """'[Rank 0] Watchdog caught ...:' then '  WorkNCCL(..., OpType=ALLREDUCE, ...)' on the
     next line: the second line was only read with its SeqNum, so the paste was refused."""
