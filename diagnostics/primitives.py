@@ -336,6 +336,10 @@ PRIMITIVES: tuple[Primitive, ...] = (
     # a mutex.py, a locking.py): its __enter__ takes the lock in C (a frame py-spy does not show).
     _py("lock-wait", "a lock", "a lock class's `__enter__`", r"^(\w+\.)?(__enter__|acquire|_acquire|lock)$",
         r"(^|/)_?(\w*_)?(locks?|locking|mutex(es)?|synchroni[sz]ation|sync_primitives|semaphores?)\.py$"),
+    # h5py's global lock ("phil"), taken by the wrapper around every h5py call: a thread idle
+    # in the wrapper waits for it (a garbage collection closing an h5py object inside another
+    # h5py call, or a thread holding it while it waits on this one).
+    _py("lock-wait", "h5py's global lock (phil)", "h5py `with_phil`", r"(^|\.)with_phil(\.wrapper)?$", r"(^|/)(h5py/)?_objects(\.pyx)?$"),
     # --- the call on a Ctrl-C traceback's innermost source line ------------------------------------
     _src("file-lock-wait", "a file lock", "`fcntl.flock`", r"(^|\.)(flock|lockf)$"),
     _src("file-lock-wait", "a lock file", "a file lock's `wait`/`acquire`",

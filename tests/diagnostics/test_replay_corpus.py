@@ -147,7 +147,6 @@ KNOWN_MISSES = {
     "numba_3551_workqueue_nested_prange_deadlock": "unknown",
     # fresh-2026-12g, missed at its first pass: Ctrl-C KeyboardInterrupt traceback of asyncio.run with Python 3.12 caret lines, preceded by program
     # fresh-2026-12g, missed at its first pass: Jupyter notebook KeyboardInterrupt traceback (arrow '--->' style with source context), python 3.8,
-    "pangeo_forge_177_store_chunk_h5py_phil_gc_hang": "unknown",
     # fresh-2026-12g, missed at its first pass: Python traceback after terminating the hung program, Python 2.7.11, fenced, cut (excerpt ends
     # fresh-2026-12g, missed at its first pass: lldb thread backtrace of a polars test process (macOS arm64), fenced, cut (only first thread shown
     "polars_pyo3_4764_pyerr_display_stderr_gil_deadlock": "unknown",

@@ -724,3 +724,11 @@ def test_a_blocking_call_on_an_event_loops_thread_blocks_the_loop():
     worker = _thread(_py("readinto", STDLIB + "socket.py"), _py("getresponse", STDLIB + "http/client.py"),
                      _py("fetch_quote", "/app/bot.py"), _py("run", STDLIB + "concurrent/futures/thread.py"))
     assert _classify(worker).signature_id == "socket-read"
+
+
+def test_a_thread_idle_in_h5pys_call_wrapper_waits_for_its_global_lock():
+    """h5py wraps every call in ``with_phil`` (its global lock): a thread shown idle there
+    waits for that lock, whoever holds it."""
+    t = _thread(_py("h5py._objects.with_phil.wrapper", "h5py/_objects.pyx"), _py("__getitem__", SITE + "h5netcdf/core.py"), USER)
+    w = wait_of(t)
+    assert w is not None and w.category == "lock-wait" and "phil" in w.what
