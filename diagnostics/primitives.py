@@ -359,9 +359,10 @@ PRIMITIVES: tuple[Primitive, ...] = (
     # A socket object's own read (``sock.recv(n)``, ``self._sock.recv_into(buf)``) before a
     # pipe's or a queue's ``recv``/``get``.
     _src("socket-read", "a socket", "`socket.recv`", r"(^|\.)\w{0,40}sock\w{0,40}\.(recv|recv_into|recvfrom|accept|connect|read|readinto|sendall)$"),
-    # An I/O loop's poll (pika's ioloop.poll(), a selector's select): a socket wait, not a queue's.
+    # An I/O loop's poll (pika's ioloop.poll(), a selector's select, a select.poll object kept
+    # as ``self._poll``): a socket wait, not a queue's.
     _src("socket-read", "a socket (an I/O loop's poll)", "an I/O loop's `poll`",
-         r"(^|\.)\w{0,30}(ioloop|io_loop|event_loop|selector|poller|epoll|reactor)\w{0,10}\.(poll|select|run_once|wait)$"),
+         r"(^|\.)(\w{0,30}(ioloop|io_loop|event_loop|selector|poller|epoll|reactor)\w{0,10}|_?poll(_obj)?)\.(poll|select|run_once|wait)$"),
     _src("queue-wait", "a queue", "`get`", r"\.(get|get_nowait|recv|recv_bytes|poll)$"),
     _src("socket-read", "a socket or file read", "`read`/`recv`", r"\.(recv|recv_into|recvfrom|accept|connect|read|readline|readinto)$|(^|\.)(select|urlopen)$"),
     # --- native waits under all of the above -------------------------------------------------------------

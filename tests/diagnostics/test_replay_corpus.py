@@ -93,7 +93,6 @@ KNOWN_MISSES = {
     # The fifth fresh collection (collection: fresh-2026-12e): what its first pass said.
     "awx_4181_external_logging_fork_queue_put": "lock-wait",
     "awx_pr4130_pybt_rlock_acquire_logging": "lock-wait",
-    "gevent_1577_pika_blockingconnection_epoll_unpatched": "queue-wait",
     "gunicorn_3529_preload_logging_lock_master": "all-idle",
     "jobctrl_836_sqlite_begin_immediate_write_lock": "unknown",
     "parsl_3373_interchange_fork_sem_wait": "lock-wait",

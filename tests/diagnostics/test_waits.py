@@ -102,6 +102,9 @@ PRIMITIVE_STACKS = [
     ([_py("__enter__", SITE + "httpcore/_synchronization.py"), _py("close", SITE + "httpcore/_async/connection_pool.py")], "lock-wait"),
     # an I/O loop's poll on a Ctrl-C traceback's last line (pika's BlockingConnection)
     ([_c("self._impl.ioloop.poll", "<call>")], "socket-read"),
+    # a select.poll object kept as an attribute (pika's poller), and a pipe's poll beside it
+    ([_c("self._poll.poll", "<call>")], "socket-read"),
+    ([_c("self._conn.poll", "<call>")], "queue-wait"),
     # a send blocked on a full pipe whose reader does not read
     ([_py("_send", STDLIB + "multiprocessing/connection.py"), _py("_send_bytes", STDLIB + "multiprocessing/connection.py"),
       _py("send", STDLIB + "multiprocessing/connection.py")], "queue-wait"),
