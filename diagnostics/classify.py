@@ -35,6 +35,7 @@ from hangwatch.diagnostics.stacks import Frame, ProcessSeries, ThreadDump
 from hangwatch.diagnostics.thread_roles import Matcher, helper_match, is_main, rank_from_cmdline
 from hangwatch.diagnostics.wait_context import (
     blocks_event_loop, finalizer_lock, fork_inherited, forked_in_logging, loop_blocked, reentered_from_finalizer,
+    stream_lock_inherited,
 )
 from hangwatch.diagnostics.waits import family_signature, guessed_wait, named_family, outranks_wrapper, refine, wait_of
 
@@ -278,6 +279,11 @@ def _in_context(v: ProcessVerdict, signatures: Sequence[Signature]) -> ProcessVe
         sig = finalizer_lock(signatures)
         evidence = v.evidence or v.thread.telling_frames()
         return replace(v, state="stalled", signature=sig, evidence=evidence, matches=((v.thread, sig, evidence),) + v.matches)
+    if (v.state == "stalled" and v.signature is not None and v.signature.id in ("lock-wait", "gil-deadlock")
+            and stream_lock_inherited(v.thread, v.series.latest.threads if v.series is not None and v.series.dumps else ())):
+        sig = find(tuple(signatures), "fork-inherited-lock")
+        if sig is not None:
+            return replace(v, signature=sig, matches=((v.thread, sig, v.evidence),) + v.matches)
     w = blocks_event_loop(v.thread) if v.state == "stalled" else None
     if w is not None:
         sig = loop_blocked(w, signatures)

@@ -34,6 +34,30 @@ def fork_inherited(sig: Signature, thread: ThreadDump, signatures: Sequence[Sign
     return find(tuple(signatures), "fork-inherited-lock") or sig
 
 
+#: CPython's buffered stream (sys.stdout, a file opened for writing) taking its own lock:
+#: every write and flush holds it for the length of the call (``ENTER_BUFFERED``).
+_BUFFERED_LOCK = re.compile(r"^(_enter_buffered_busy|_io__Buffered\w*_impl|_io_Buffered\w*_impl|buffered_\w+|_bufferedwriter_\w+)$")
+#: A native write that a stream's lock holder would be blocked in (a full pipe, a stalled
+#: terminal or file system).
+_WRITE_CALL = re.compile(r"^(__)?(libc_)?(write|writev|__write_nocancel|_Py_write\w*|fwrite)$")
+
+
+def stream_lock_inherited(thread: ThreadDump, others: Sequence[ThreadDump]) -> bool:
+    """The thread waits for a buffered stream's lock (a print or flush of stdout, a log
+    file's write) and no thread of its process is inside a write holding it: the holder
+    was a thread of the parent when the process forked, and the child has only its copy of
+    the lock, held for ever (a child's first print after a fork, or its exit's flush). A
+    holder stuck writing to a full pipe would show its write."""
+    w = wait_of(thread)
+    if w is None or w.category not in ("lock-wait", GIL):
+        return False
+    near = thread.frames[:w.depth + 3]
+    if not any(f.native and _BUFFERED_LOCK.search(f.function) for f in near):
+        return False
+    return not any(t is not thread and any(f.native and _WRITE_CALL.search(f.function) for f in t.frames[:4])
+                   for t in others)
+
+
 def finalizer_lock(signatures: Sequence[Signature]) -> Signature:
     """``lock-wait``, said of a lock a finalizer re-entered (see ``reentered_from_finalizer``)."""
     base = family_signature("lock-wait", signatures)

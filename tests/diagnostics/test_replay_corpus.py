@@ -103,7 +103,6 @@ KNOWN_MISSES = {
     "aicoe_osc_174_jupyter_interrupt_pool_imap_shm": "future-wait",
     # fresh-2026-12f, missed at its first pass: py-spy dumps of two processes (scheduler MainThread and DagFileProcessorManager MainThread),
     # fresh-2026-12f, missed at its first pass: gdb bt (native frames, Python 3.8 debug symbols), pasted as a Markdown quote (not fenced); cut
-    "ansible_77314_gdb_bt_worker_stdout_buffered_lock": "lock-wait",
     # fresh-2026-12f, missed at its first pass: traceback.print_stack() of two threads from sys._current_frames() typed at a debugger REPL ('>>>'
     # fresh-2026-12f, missed at its first pass: Ctrl-C KeyboardInterrupt tracebacks of several worker processes interleaved ("Process Process-N:"
     "chainer_2903_ctrlc_multiprocess_iterator_opencv": "queue-wait",
@@ -168,9 +167,7 @@ KNOWN_MISSES = {
     # fresh-2026-12h, missed at its first pass: Ctrl-C KeyboardInterrupt traceback interleaved with program output, python 3.10 macOS, fenced,
     "cpython_125886_ppe_shutdown_keyboardinterrupt": "subprocess-wait",
     # fresh-2026-12h, missed at its first pass: lldb thread backtrace (native frames), CPython 3.6.0 macOS, unfenced,
-    "cpython_50970_fork_stdout_flush_lldb": "lock-wait",
     # fresh-2026-12h, missed at its first pass: gdb info threads + bt (native frames, single thread), CPython 3.x, fenced,
-    "cpython_91776_mp_stdout_flush_inherited_lock": "lock-wait",
     # fresh-2026-12h, missed at its first pass: `[rankN]:`-prefixed Python traceback after the NCCL watchdog line, python 3.10, fenced, cut (ends
     # fresh-2026-12h, missed at its first pass: gdb python-level frame list (file: function: line), python 2 era (pytest 2.6.4, execnet 1.2.0),
     "execnet_109_safe_terminate_waitall": "event-wait",

@@ -735,3 +735,20 @@ def test_a_thread_idle_in_h5pys_call_wrapper_waits_for_its_global_lock():
     t = _thread(_py("h5py._objects.with_phil.wrapper", "h5py/_objects.pyx"), _py("__getitem__", SITE + "h5netcdf/core.py"), USER)
     w = wait_of(t)
     assert w is not None and w.category == "lock-wait" and "phil" in w.what
+
+
+def test_a_wait_for_a_buffered_streams_lock_with_no_writer_in_view_is_a_fork_inherited_lock():
+    """A print or flush waiting in CPython's buffered-stream lock (``_enter_buffered_busy``)
+    while no thread of the process writes: the lock's holder was a thread of the parent at
+    the fork (a child's first print, its exit's flush). A thread blocked writing to a full
+    pipe holds it otherwise, and then it is that thread's wait."""
+    lib = "/usr/bin/python3.11"
+    flush = ThreadDump("1", "MainThread", (
+        _c("do_futex_wait.constprop.0", "/lib/x86_64-linux-gnu/libpthread.so.0"),
+        _c("__new_sem_wait_slow.constprop.0", "/lib/x86_64-linux-gnu/libpthread.so.0"),
+        _c("PyThread_acquire_lock_timed", lib), _c("PyThread_acquire_lock", lib), _c("_enter_buffered_busy", lib),
+        _c("_io__Buffered_flush_impl", lib), _py("flush", SITE + "app/log.py"), USER))
+    assert _classify(flush).signature_id == "fork-inherited-lock"
+    writer = ThreadDump("2", "Thread-1", (_c("__libc_write"), _c("_Py_write_impl", lib), _c("_bufferedwriter_raw_write", lib),
+                                          _py("write", SITE + "app/log.py")))
+    assert _classify(flush, writer).signature_id == "lock-wait"
