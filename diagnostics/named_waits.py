@@ -109,10 +109,19 @@ WORDS: tuple[tuple[str, str, Test], ...] = (
 )
 
 
+#: (category, what, test) tried on the words of a module's name (see ``named_category``).
+MODULE_WORDS: tuple[tuple[str, str, Test], ...] = (
+    ("file-lock-wait", "a file lock", _phrase("file lock", "lock file", "file baton")),
+    ("nccl-collective-wait", "a collective", _phrase("all reduce", "all gather", "reduce scatter", "all to all", "collective",
+                                                     "collectives")),
+    ("store-wait", "the distributed store", _phrase("rendezvous", "tcp store", "c10d store")),
+)
+
+
 def named_category(frame: Frame) -> tuple[str, str, str] | None:
     """(category, what, how) the words of ``frame``'s function name say it waits on
-    (how: "name"), or its package being a network client's (how: "package"); None when
-    they say nothing."""
+    (how: "name"), or its package being a network client's (how: "package"), or its
+    module's name (how: "module"); None when they say nothing."""
     ws = _words(frame.function)
     if ws and ws[0] not in _PREDICATE:
         for category, what, test in WORDS:
@@ -120,6 +129,14 @@ def named_category(frame: Frame) -> tuple[str, str, str] | None:
                 return category, what, "name"
     if not frame.native and site_package(frame.file) in NETWORK_PACKAGES:
         return "socket-read", "a server's reply", "package"
+    if not frame.native:
+        # The module's name, when the function's says nothing: a helper of a module named
+        # for its wait (``_gather_ipc_meta`` in custom_all_reduce.py). Only the phrases no
+        # module is named for unless it waits: an http.py parses as much as it reads.
+        stem = _words(frame.file.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".py").removesuffix(".pyx"))
+        for category, what, test in MODULE_WORDS:
+            if test(stem):
+                return category, what, "module"
     return None
 
 

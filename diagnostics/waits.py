@@ -206,7 +206,8 @@ def _named(frames: tuple[Frame, ...]) -> Wait | None:
     category, what, how, frame = named
     at = next(i for i, f in enumerate(frames) if f is frame)
     caller = next((f for f in frames[at + 1:] if not f.is_stdlib), None)
-    label = f"the name `{frame.render()}`" if how == "name" else f"`{frame.render()}`, a network client's frame"
+    label = {"name": f"the name `{frame.render()}`", "module": f"the module of `{frame.render()}`"}.get(
+        how, f"`{frame.render()}`, a network client's frame")
     return Wait(category, what, (label,), (frame,), caller, True, at, by_name=True)
 
 

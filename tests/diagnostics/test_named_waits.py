@@ -96,3 +96,13 @@ def test_replay_says_the_family_is_a_guess(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     waits = data["incidents"][0]["waits_on"] if "incidents" in data else data["waits_on"]
     assert waits[0]["category"] == "socket-read" and waits[0]["by_name"] is True
+
+
+def test_a_module_named_for_its_wait_names_a_helper_that_says_nothing():
+    """vLLM's ``_gather_ipc_meta`` in custom_all_reduce.py: the module's name says the
+    collective the function's does not; a module named for what it parses does not."""
+    w = guessed_wait(_thread(Frame("_gather_ipc_meta", SITE + "vllm/distributed/custom_all_reduce.py", 222)))
+    assert w is not None and w.category == "nccl-collective-wait" and w.by_name
+    assert "the module of" in w.describe("MainThread")
+    assert named_category(Frame("_poll_once", SITE + "jobs/file_lock.py", 3))[0] == "file-lock-wait"
+    assert named_category(Frame("parse_headers", "/app/server/http.py", 3)) is None

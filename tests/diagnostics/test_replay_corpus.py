@@ -127,7 +127,6 @@ KNOWN_MISSES = {
     # fresh-2026-12f, missed at its first pass: py-spy dump (MainThread), Python 3.10, fenced inside a <details> block; cut excerpt (truncated at
     "tox_3056_pyspy_ctrlc_package_env_rlock": "unknown",
     # fresh-2026-12f, missed at its first pass: VLLM_TRACE_FUNCTION per-process trace logs shown via `tail`-style "==> file <==" headers (last
-    "vllm_3974_trace_function_workers_gather_ipc_meta": "unknown",
     # fresh-2026-12f, missed at its first pass: Dask dashboard "call stack" of a task (Key: line, one "File ..., in f code" line per frame, blank
     "xgboost_6649_dask_worker_stack_rabit_init": "unknown",
     # fresh-2026-12g, missed at its first pass: IPython Ctrl-C KeyboardInterrupt traceback, Python 3.10.0b2, fenced, cut (excerpt ends after the
