@@ -30,7 +30,6 @@ KNOWN_MISSES = {
     "pytorch_130610_gdb_fork_pin_memory_atexit": "unknown",
     # an atexit callback waiting on torch.compile's worker pool: read as the compile, not the exit
     "pytorch_162199_atexit_compile_pool_wait": "torch-compile-stall",
-    # item()'s device-to-host copy: read as a stuck host-to-device copy, not the synchronize
     # an ABBA lock inversion between two threads, no Process header, Chinese prose around it
     "ray_otel_zh_dashboard_agent_abba_register_collect": "unknown",
     # the synchronize is implicit: no frame of it without --native
@@ -165,15 +164,50 @@ KNOWN_MISSES = {
     "cpython_107219_test_concurrent_futures_communicate": "all-idle",
     # fresh-2026-12h, missed at its first pass: Ctrl-C KeyboardInterrupt traceback interleaved with program output, python 3.10 macOS, fenced,
     "cpython_125886_ppe_shutdown_keyboardinterrupt": "subprocess-wait",
-    # fresh-2026-12h, missed at its first pass: lldb thread backtrace (native frames), CPython 3.6.0 macOS, unfenced,
-    # fresh-2026-12h, missed at its first pass: gdb info threads + bt (native frames, single thread), CPython 3.x, fenced,
-    # fresh-2026-12h, missed at its first pass: `[rankN]:`-prefixed Python traceback after the NCCL watchdog line, python 3.10, fenced, cut (ends
     # fresh-2026-12h, missed at its first pass: gdb python-level frame list (file: function: line), python 2 era (pytest 2.6.4, execnet 1.2.0),
     "execnet_109_safe_terminate_waitall": "event-wait",
     # fresh-2026-12h, missed at its first pass: gdb bt (native frames with python-gdb args), python 3.9.6 Fedora 34, fenced,
     "pytestcov_492_process_join_sqlite_mutex": "lock-wait",
     # fresh-2026-12h, missed at its first pass: py-spy dump, python 3.x, fenced (text), cut (excerpt ends after the first frame of
     "ray_59643_client_gc_recursive_lock": "unknown",
+    # fresh-2026-12i, missed at its first pass: pytest-timeout tail, Windows-style path elided by the author ("File ...\aba_support_model.py"), one frame plus
+    "aba_support_model_minimal_support_blowup_pytest_timeout": "refused",
+    # fresh-2026-12i, missed at its first pass: custom stack dumper output ('######### ProcessID=..., ThreadID=... #########' then 'File: "...", line N, in fu
+    "allennlp_5088_multigpu_worker_hang_stack": "unknown",
+    # fresh-2026-12i, missed at its first pass: py-spy dump excerpt of one "AnyIO worker thread" (Windows-style backslash module paths), 4 frames, inside a fe
+    "gclaude_indexer_import_validate_range_slow_query_pyspy": "unknown",
+    # fresh-2026-12i, missed at its first pass: py-spy dump excerpt of one representative thread ("Thread N (idle): \"AnyIO worker thread\"", three func (file
+    "health_probe_storm_db_lock_anyio_threads_pyspy": "unknown",
+    # fresh-2026-12i, missed at its first pass: py-spy top table (not a dump): "%Own %Total OwnTime TotalTime Function (filename:line)" header with trailing s
+    "home_assistant_45795_run_callback_threadsafe_shutdown_pyspy_top": "refused",
+    # fresh-2026-12i, missed at its first pass: gdb `bt` of a Python 2.7 process with full C frames and argument lists (PyEval_EvalCodeEx / PyImport_ExecCodeM
+    "jaeger_client_python_60_init_tracer_at_import_gdb_bt": "all-idle",
+    # fresh-2026-12i, missed at its first pass: IPython/Jupyter-style KeyboardInterrupt traceback (dashed rule, "KeyboardInterrupt   Traceback (most recent ca
+    "jupyter_notebook_5261_pool_map_stuck_ipython_keyboardinterrupt": "subprocess-wait",
+    # fresh-2026-12i, missed at its first pass: Ctrl-C KeyboardInterrupt traceback tail (no "Traceback (most recent call last):" header in the quote, starts a
+    "matrix_nio_386_asyncclient_offline_server_ctrl_c": "all-idle",
+    # fresh-2026-12i, missed at its first pass: Single-thread mixed native+Python stack, innermost first, one frame per line prefixed "> " with (file:line) (p
+    "psycopg2_1226_hang_in_poll_executing_update": "unknown",
+    # fresh-2026-12i, missed at its first pass: pytest-timeout (thread method) output pasted with a leading tab on every line, including the shell prompts and
+    "pybites_pytest_timeout_thread_requests_get_sleep": "socket-read",
+    # fresh-2026-12i, missed at its first pass: gdb 'thread apply all bt' excerpt (native frames only, with source paths/args), starts mid-thread at #8 of a c
+    "pytorch_56786_pyrref_gil_dealloc_deadlock": "unknown",
+    # fresh-2026-12i, missed at its first pass: Python traceback from a Ray Train worker (frames without source lines because the working_dir files are not on
+    "ray_52641_train_ingest_benchmark_torch_dataloader_deadlock_timeout": "unknown",
+    # fresh-2026-12i, missed at its first pass: RETURNN better_exchook output after the timeout RuntimeError: interleaved "Unhandled exception ... in thread <
+    "returnn_1454_multigpu_subepoch_hang_new_group_exchook": "unknown",
+    # fresh-2026-12i, missed at its first pass: pystack-style dump with --locals ("(Python) File ..., line N, in func" plus "Arguments:"/"Locals:" blocks), on
+    "returnn_1621_socket_timeout_eval_rank1_dataloader_new_group_pystack": "unknown",
+    # fresh-2026-12i, missed at its first pass: pytest-timeout (signal method) output with the pytest header lines, "+++ Timeout +++" banners on both sides an
+    "simplelogin_apple_receipt_requests_post_no_timeout_pytest_timeout": "unknown",
+    # fresh-2026-12i, missed at its first pass: pytest faulthandler_timeout dump appended to a pytest -v progress line ("... Timeout (0:00:10)!"), thread id a
+    "starlette_testclient_infinite_sse_stream_faulthandler": "unknown",
+    # fresh-2026-12i, missed at its first pass: py-spy dump --native excerpt (no Process header), single MainThread with native NCCL frames (file:line) and a 
+    "tgi_2099_nccl_regression_allreduce_launch_sched_yield_native": "nccl-collective-wait",
+    # fresh-2026-12i, missed at its first pass: pytest-timeout (thread method) stack tail with paths elided as "...", two frames with source lines (test -> tk
+    "tkinter_dlg_update_cocoa_runloop_pytest_timeout": "unknown",
+    # fresh-2026-12i, missed at its first pass: pytest-style "E       " prefixed traceback of a torch.multiprocessing.spawn ProcessRaisedException (the error 
+    "torchdata_659_rank0_late_shared_seed_store_socket_timeout": "refused",
 }
 
 
