@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from hangwatch.diagnostics.named_waits import named_wait
@@ -184,8 +184,16 @@ def _package(frame: Frame) -> str:
 
 
 def wait_of(thread: ThreadDump) -> Wait | None:
-    """What ``thread`` waits on, or None when its innermost frames are its own code."""
-    return _wait(thread.frames[:MAX_WAIT_FRAMES])
+    """What ``thread`` waits on, or None when its innermost frames are its own code. A C
+    library's wait inside an extension (``Wait.weak``: libpq's poll) gives way to the wait
+    the Python call around the extension names (SQLAlchemy's ``do_execute``: a socket)."""
+    w = _wait(thread.frames[:MAX_WAIT_FRAMES])
+    if w is not None and w.weak:
+        at = next((i for i, f in enumerate(thread.frames[:MAX_WAIT_FRAMES]) if not f.native), None)
+        outer = _wait(thread.frames[at:at + MAX_WAIT_FRAMES]) if at else None
+        if outer is not None and not outer.weak and not outer.by_name:
+            return replace(outer, depth=outer.depth + at)
+    return w
 
 
 def guessed_wait(thread: ThreadDump) -> Wait | None:

@@ -100,9 +100,6 @@ KNOWN_MISSES = {
     "vorta_2367_scheduler_lock_recursion_qt_signal": "unknown",
     # fresh-2026-12f, missed at its first pass: JupyterHub interrupted-kernel chained traceback (IndexError then KeyboardInterrupt, `-->` arrows,
     "aicoe_osc_174_jupyter_interrupt_pool_imap_shm": "future-wait",
-    # fresh-2026-12f, missed at its first pass: py-spy dumps of two processes (scheduler MainThread and DagFileProcessorManager MainThread),
-    # fresh-2026-12f, missed at its first pass: gdb bt (native frames, Python 3.8 debug symbols), pasted as a Markdown quote (not fenced); cut
-    # fresh-2026-12f, missed at its first pass: traceback.print_stack() of two threads from sys._current_frames() typed at a debugger REPL ('>>>'
     # fresh-2026-12f, missed at its first pass: Ctrl-C KeyboardInterrupt tracebacks of several worker processes interleaved ("Process Process-N:"
     "chainer_2903_ctrlc_multiprocess_iterator_opencv": "queue-wait",
     # fresh-2026-12f, missed at its first pass: Ctrl-C KeyboardInterrupt traceback, interleaved parent/child ("Process SpawnProcess-1:"), first
@@ -119,13 +116,10 @@ KNOWN_MISSES = {
     "kdiffusion_81_ctrlc_inductor_forkprocess_pool": "lock-wait",
     # fresh-2026-12f, missed at its first pass: log-prefixed worker traceback, every line prefixed with a wall-clock timestamp and `[rank2]:`,
     "msswift_10183_ts_rank_prefixed_ddp_broadcast_mismatch": "unknown",
-    # fresh-2026-12f, missed at its first pass: Ctrl-C ("^C") traceback of the main process only, python 2.7, old DataLoader (pre-1.0), wrapped in
     # fresh-2026-12f, missed at its first pass: Google Colab interrupted-cell traceback (KeyboardInterrupt header not in the paste; IPython `-->`
     "ragatouille_210_colab_interrupt_colbert_launcher": "unknown",
-    # fresh-2026-12f, missed at its first pass: py-spy dump --native style (native libcuda frame above Python frames, no thread id), one
     # fresh-2026-12f, missed at its first pass: py-spy dump (MainThread), Python 3.10, fenced inside a <details> block; cut excerpt (truncated at
     "tox_3056_pyspy_ctrlc_package_env_rlock": "unknown",
-    # fresh-2026-12f, missed at its first pass: VLLM_TRACE_FUNCTION per-process trace logs shown via `tail`-style "==> file <==" headers (last
     # fresh-2026-12f, missed at its first pass: Dask dashboard "call stack" of a task (Key: line, one "File ..., in f code" line per frame, blank
     "xgboost_6649_dask_worker_stack_rabit_init": "unknown",
     # fresh-2026-12g, missed at its first pass: IPython Ctrl-C KeyboardInterrupt traceback, Python 3.10.0b2, fenced, cut (excerpt ends after the
@@ -136,14 +130,10 @@ KNOWN_MISSES = {
     "dask_7547_h5py_phil_gc_fsspec_deadlock": "unknown",
     # fresh-2026-12g, missed at its first pass: gdb bt of the child process (native frames only, 6 frames) plus prose about the parent, python
     "ddtrace_11762_stack_v2_fork_register_thread_mutex": "lock-wait",
-    # fresh-2026-12g, missed at its first pass: py-spy dump single thread (idle), function (file:line) format, python 3.x, fenced, complete for the
     # fresh-2026-12g, missed at its first pass: faulthandler dump_traceback_later 'Timeout (0:01:00)!' all-thread dump inside pytest -v output,
     "loky_653_shutdown_lost_wakeup_hang": "event-wait",
     # fresh-2026-12g, missed at its first pass: gdb thread apply all bt (native frames, numba workqueue .so), python 3.7, fenced, cut (excerpt
     "numba_3551_workqueue_nested_prange_deadlock": "unknown",
-    # fresh-2026-12g, missed at its first pass: Ctrl-C KeyboardInterrupt traceback of asyncio.run with Python 3.12 caret lines, preceded by program
-    # fresh-2026-12g, missed at its first pass: Jupyter notebook KeyboardInterrupt traceback (arrow '--->' style with source context), python 3.8,
-    # fresh-2026-12g, missed at its first pass: Python traceback after terminating the hung program, Python 2.7.11, fenced, cut (excerpt ends
     # fresh-2026-12g, missed at its first pass: lldb thread backtrace of a polars test process (macOS arm64), fenced, cut (only first thread shown
     "polars_pyo3_4764_pyerr_display_stderr_gil_deadlock": "unknown",
     # fresh-2026-12g, missed at its first pass: faulthandler dump ("Current thread ... (most recent call first)"), python 3.7, fenced, cut (excerpt
@@ -186,8 +176,6 @@ KNOWN_MISSES = {
     "jupyter_notebook_5261_pool_map_stuck_ipython_keyboardinterrupt": "subprocess-wait",
     # fresh-2026-12i, missed at its first pass: Ctrl-C KeyboardInterrupt traceback tail (no "Traceback (most recent call last):" header in the quote, starts a
     "matrix_nio_386_asyncclient_offline_server_ctrl_c": "all-idle",
-    # fresh-2026-12i, missed at its first pass: Single-thread mixed native+Python stack, innermost first, one frame per line prefixed "> " with (file:line) (p
-    "psycopg2_1226_hang_in_poll_executing_update": "unknown",
     # fresh-2026-12i, missed at its first pass: pytest-timeout (thread method) output pasted with a leading tab on every line, including the shell prompts and
     "pybites_pytest_timeout_thread_requests_get_sleep": "socket-read",
     # fresh-2026-12i, missed at its first pass: gdb 'thread apply all bt' excerpt (native frames only, with source paths/args), starts mid-thread at #8 of a c

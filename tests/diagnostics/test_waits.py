@@ -752,3 +752,14 @@ def test_a_wait_for_a_buffered_streams_lock_with_no_writer_in_view_is_a_fork_inh
     writer = ThreadDump("2", "Thread-1", (_c("__libc_write"), _c("_Py_write_impl", lib), _c("_bufferedwriter_raw_write", lib),
                                           _py("write", SITE + "app/log.py")))
     assert _classify(flush, writer).signature_id == "lock-wait"
+
+
+def test_a_c_librarys_wait_inside_an_extension_gives_way_to_the_python_call_around_it():
+    """libpq's poll under psycopg2 under SQLAlchemy's ``do_execute``: the poll alone is the
+    extension's business (no family), the call around it is a wait for the server."""
+    t = _thread(_c("__poll"), _c("0x7f7638d75fac", "/usr/lib/libpq.so.5"), _c("PQgetResult", "/usr/lib/libpq.so.5"),
+                _c("pq_execute", SITE + "psycopg2/_psycopg.so"),
+                _py("do_execute", SITE + "sqlalchemy/engine/default.py"), _py("_execute_context", SITE + "sqlalchemy/engine/base.py"), USER)
+    w = wait_of(t)
+    assert w is not None and w.category == "socket-read" and w.frames[0].function == "do_execute"
+    assert _classify(t).signature_id == "socket-read"
