@@ -10,7 +10,7 @@ the text before the frame is a candidate; its *shape* keeps punctuation and turn
 runs into ``9``, letter runs into ``a`` and blanks into one space, so the changing
 ranks, pids, times and levels of one logger give one shape. A shape that at least
 ``MIN_LINES`` frame lines share, with punctuation in it (a logger's fields are
-delimited; prose is words), is a prefix: every line that starts with it loses it,
+delimited; prose is words) or a lone capital marker (pytest's ``E``), is a prefix: every line that starts with it loses it,
 the exception and source lines between the frames too.
 
 One pass over the lines, string operations and one bounded regex per candidate: linear
@@ -40,6 +40,9 @@ _THREAD = re.compile(r"Thread (?:0[xX][0-9A-Fa-f]{1,16}|\d{1,12}) \(")
 _PYSPY_LOCATION = re.compile(r"^\((?:inside )?[^()\s]{1,500}\.pyx?:\d{1,7}\)$")
 _TOKEN = re.compile(r"\d+|[^\W\d_]+|\s+")
 _DELIMITED = re.compile(r"[^\w\s]")
+#: A one- or two-letter marker in front of every line (pytest's ``E`` on a failure's
+#: lines): no prose word stands alone before three frame lines.
+_MARKER = re.compile(r"^[A-Z]{1,2}$")
 #: Lines a dialect reads whole, whose leading field is its own (gdb's thread number in
 #: ``info threads``, pystack's ``(Python)``, py-spy top's percentages), not a logger's.
 _WHOLE_LINES = (GDB_INFO_THREAD, PYSTACK_FRAME, PROFILE_LINE)
@@ -122,7 +125,7 @@ def learn(lines: list[str]) -> re.Pattern[str] | None:
         if not candidate or len(candidate) > MAX_PREFIX:
             continue
         sh = shape(candidate.lstrip())
-        if _DELIMITED.search(sh):
+        if _DELIMITED.search(sh) or _MARKER.match(candidate.lstrip()):
             shapes[sh] += 1
     learned = [sh for sh, n in shapes.most_common(MAX_SHAPES) if n >= MIN_LINES]
     if not learned:

@@ -161,7 +161,7 @@ KNOWN_MISSES = {
     # fresh-2026-12h, missed at its first pass: py-spy dump, python 3.x, fenced (text), cut (excerpt ends after the first frame of
     "ray_59643_client_gc_recursive_lock": "unknown",
     # fresh-2026-12i, missed at its first pass: pytest-timeout tail, Windows-style path elided by the author ("File ...\aba_support_model.py"), one frame plus
-    "aba_support_model_minimal_support_blowup_pytest_timeout": "refused",
+    "aba_support_model_minimal_support_blowup_pytest_timeout": "unknown",
     # fresh-2026-12i, missed at its first pass: custom stack dumper output ('######### ProcessID=..., ThreadID=... #########' then 'File: "...", line N, in fu
     "allennlp_5088_multigpu_worker_hang_stack": "unknown",
     # fresh-2026-12i, missed at its first pass: py-spy dump excerpt of one "AnyIO worker thread" (Windows-style backslash module paths), 4 frames, inside a fe
@@ -195,7 +195,7 @@ KNOWN_MISSES = {
     # fresh-2026-12i, missed at its first pass: pytest-timeout (thread method) stack tail with paths elided as "...", two frames with source lines (test -> tk
     "tkinter_dlg_update_cocoa_runloop_pytest_timeout": "unknown",
     # fresh-2026-12i, missed at its first pass: pytest-style "E       " prefixed traceback of a torch.multiprocessing.spawn ProcessRaisedException (the error 
-    "torchdata_659_rank0_late_shared_seed_store_socket_timeout": "refused",
+    "torchdata_659_rank0_late_shared_seed_store_socket_timeout": "unknown",
 }
 
 

@@ -34,7 +34,8 @@ def _prefixed(prefixes, lines):
     ["worker-3 | "],
     ["I0501 12:00:00.123456 140 trainer.cc:42] "],
     ["[2024-05-01T12:00:00Z INFO  train::log] ", "[2024-05-01T12:00:09Z WARN  train::log] "],
-], ids=["vllm", "ray", "rank", "timestamp-level", "compose", "glog", "bracketed-level"])
+    ["E       "],
+], ids=["vllm", "ray", "rank", "timestamp-level", "compose", "glog", "bracketed-level", "pytest-error-marker"])
 def test_a_ctrl_c_traceback_behind_any_log_prefix_is_read(prefixes):
     report = read_text(_prefixed(prefixes, TRACEBACK))
     (proc,) = report.processes

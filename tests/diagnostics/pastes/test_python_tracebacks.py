@@ -236,6 +236,18 @@ Traceback (most recent call last):
     assert [f.function for t in proc.threads for f in t.frames] == ["join", "<module>"]
 
 
+def test_a_traceback_frame_whose_path_was_elided_from_the_left_is_read():
+    """pytest-timeout and other printers shorten a long path to '...\\a.py"', the opening
+    quote gone with it: still a frame."""
+    text = """  File ...\\aba_support_model.py", line 153, in _add_minimal_support
+    if any(existing <= candidate for existing in supports):
++++++++++++++++++++++++++++++++++++ Timeout +++++++++++++++++++++++++++++++++++
+"""
+    report = read_text(text)
+    (proc,) = report.processes
+    assert [f.function for t in proc.threads for f in t.frames] == ["_add_minimal_support"]
+
+
 def test_a_faulthandler_header_without_its_thread_id_is_a_header():
     """'Current thread (most recent call first):' with the id left out of the paste is the
     dump's own thread header, not stray text before a headerless frame list."""
