@@ -35,7 +35,7 @@ from hangwatch.diagnostics.stacks import Frame, ProcessSeries, ThreadDump
 from hangwatch.diagnostics.thread_roles import Matcher, helper_match, is_main, rank_from_cmdline
 from hangwatch.diagnostics.wait_context import (
     blocks_event_loop, finalizer_lock, fork_inherited, forked_in_logging, loop_blocked, reentered_from_finalizer,
-    stream_lock_inherited,
+    rank_in_step, stream_lock_inherited,
 )
 from hangwatch.diagnostics.waits import family_signature, guessed_wait, named_family, outranks_wrapper, refine, wait_of
 
@@ -400,6 +400,8 @@ def _process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sou
     else:
         evidence = t.telling_frames()
     guess = guessed_wait(t) if wait is None else None
+    if guess is None and wait is None and is_main(t, pid):
+        guess = rank_in_step(t, series.rank if series is not None else None)
     if guess is not None:
         # No blocking call is shown (a cut traceback, a library's own wrapper of its wait, a
         # C++ library's mutex): the words of the innermost own frame name the family, a

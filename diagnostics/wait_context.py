@@ -58,6 +58,29 @@ def stream_lock_inherited(thread: ThreadDump, others: Sequence[ThreadDump]) -> b
                    for t in others)
 
 
+#: Frames only a rank of a distributed job runs under: torch.multiprocessing.spawn's
+#: ``_wrap``, torchrun's error-recording wrapper, the data-parallel wrappers and engines.
+_RANK_FILE = re.compile(r"(^|/)(torch/multiprocessing/spawn\.py|torch/distributed/|torch/nn/parallel/distributed\.py|"
+                        r"deepspeed/runtime/|megatron/core/distributed/|accelerate/utils/deepspeed\.py|"
+                        r"lightning/\w+/strategies/(ddp|deepspeed|fsdp)\w*\.py|pytorch_lightning/strategies/(ddp|deepspeed|fsdp)\w*\.py)")
+
+
+def rank_in_step(thread: ThreadDump, rank: int | None) -> Wait | None:
+    """A rank of a distributed job (its rank is known, or its stack runs under a rank's
+    launcher or a data-parallel engine) whose main thread shows no wait at all: a
+    collective, guessed. A rank that stops without a visible wait most often waits for its
+    peers in a collective the paste cut off or py-spy could not show (a fused kernel, a
+    hook inside backward); the advice (dump every rank) is what finds the one out of
+    step. Marked ``by_name``, like a wait guessed from a name."""
+    if not thread.frames or thread.active is True or thread.owns_gil:
+        return None
+    if rank is None and not any(not f.native and _RANK_FILE.search(f.file.replace("\\", "/")) for f in thread.frames):
+        return None
+    inner = thread.frames[0]
+    return Wait("nccl-collective-wait", "a collective", ("a rank of a distributed job that shows no wait",), (inner,),
+                None, True, 0, by_name=True)
+
+
 def finalizer_lock(signatures: Sequence[Signature]) -> Signature:
     """``lock-wait``, said of a lock a finalizer re-entered (see ``reentered_from_finalizer``)."""
     base = family_signature("lock-wait", signatures)

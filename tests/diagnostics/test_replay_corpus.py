@@ -19,7 +19,6 @@ CORPUS = load_corpus(PASTED)
 # taken off this list.
 KNOWN_MISSES = {
     # every traceback line under torchrun's "[rank0]:" prefix, cut inside the collective's frame
-    "deepspeed_7568_rank_prefixed_traceback_grad_norm": "unknown",
     # two py-spy --native excerpts joined with '...', long pybind11 frames wrapped onto a second line
     "lmcache_pr2823_native_gil_driver_lock_inversion": "unknown",
     # only the two innermost frames of a pipeline-parallel irecv, each line padded with spaces
@@ -62,7 +61,7 @@ KNOWN_MISSES = {
     "gh-cpython_121649_pystack-sigterm-shutdown-lock": "all-idle",
     "gh-h2o4gpu_717_import-hang-gomp-threads-gdb": "unknown",
     "gh-instana-sensor_377_autotrace-import-gcs-faulthandler": "unknown",
-    "gh-pai-megatron-patch_468_line-numbered-torchrun-store-timeout": "unknown",
+    "gh-pai-megatron-patch_468_line-numbered-torchrun-store-timeout": "nccl-collective-wait",
     "gh-pytorch_83101_numpy-tensor-dealloc-gil-threads": "unknown",
     # read now (its log prefix is learned from two frame lines): the broadcast's own wait decides,
     # as for chatglm_efficient_137's barrier; its error line says the collective was fetching
@@ -162,8 +161,6 @@ KNOWN_MISSES = {
     "ray_59643_client_gc_recursive_lock": "unknown",
     # fresh-2026-12i, missed at its first pass: pytest-timeout tail, Windows-style path elided by the author ("File ...\aba_support_model.py"), one frame plus
     "aba_support_model_minimal_support_blowup_pytest_timeout": "unknown",
-    # fresh-2026-12i, missed at its first pass: custom stack dumper output ('######### ProcessID=..., ThreadID=... #########' then 'File: "...", line N, in fu
-    "allennlp_5088_multigpu_worker_hang_stack": "unknown",
     # fresh-2026-12i, missed at its first pass: py-spy dump excerpt of one "AnyIO worker thread" (Windows-style backslash module paths), 4 frames, inside a fe
     "gclaude_indexer_import_validate_range_slow_query_pyspy": "unknown",
     # fresh-2026-12i, missed at its first pass: py-spy dump excerpt of one representative thread ("Thread N (idle): \"AnyIO worker thread\"", three func (file
@@ -195,7 +192,7 @@ KNOWN_MISSES = {
     # fresh-2026-12i, missed at its first pass: pytest-timeout (thread method) stack tail with paths elided as "...", two frames with source lines (test -> tk
     "tkinter_dlg_update_cocoa_runloop_pytest_timeout": "unknown",
     # fresh-2026-12i, missed at its first pass: pytest-style "E       " prefixed traceback of a torch.multiprocessing.spawn ProcessRaisedException (the error 
-    "torchdata_659_rank0_late_shared_seed_store_socket_timeout": "unknown",
+    "torchdata_659_rank0_late_shared_seed_store_socket_timeout": "nccl-collective-wait",
 }
 
 

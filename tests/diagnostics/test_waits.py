@@ -763,3 +763,18 @@ def test_a_c_librarys_wait_inside_an_extension_gives_way_to_the_python_call_arou
     w = wait_of(t)
     assert w is not None and w.category == "socket-read" and w.frames[0].function == "do_execute"
     assert _classify(t).signature_id == "socket-read"
+
+
+def test_a_rank_that_shows_no_wait_is_guessed_to_wait_in_a_collective():
+    """A rank of a distributed job whose stack ends in its own code (a cut traceback, a
+    hook py-spy cannot show) most often waits for its peers: a collective, marked as a
+    guess; the same stack outside a distributed job stays unknown."""
+    own = (_py("scaled_global_norm", "/src/trainer/zero.py"), _py("step", "/src/trainer/zero.py"), USER)
+    spawned = _thread(*own, _py("_wrap", SITE + "torch/multiprocessing/spawn.py"))
+    c = _classify(spawned)
+    assert c.signature_id == "nccl-collective-wait" and "guessed" in c.title
+    assert _classify(_thread(*own)).signature_id is None  # unknown
+    ranked = classify((ProcessSeries(7, (ProcessDump(7, (_thread(*own),), rank=3),)),), load_signatures())
+    assert ranked.signature_id == "nccl-collective-wait"
+    running = ThreadDump("1", "MainThread", (*own, _py("_wrap", SITE + "torch/multiprocessing/spawn.py")), active=True)
+    assert _classify(running).signature_id != "nccl-collective-wait"
