@@ -8,14 +8,18 @@ the bug-specific signature under it), ``cause``, ``shape``, optionally ``suspect
 (the pid of the culprit), ``heldout: yes`` (kept out of tuning), ``parse: refuse``
 (a paste with no whole frame left, e.g. two dumps interleaved character by
 character: replay is right to refuse it), ``collection`` (the batch it was
-gathered in) and ``first_pass`` (what replay said the first time it saw the dump,
-before any rule was written for its collection). The last line printed is
+gathered in), ``first_pass`` (what replay said the first time it saw the dump,
+before any rule was written for its collection) and ``blind_reading`` (the cause an
+engineer named reading only the paste, without its thread or its label: how much of the
+cause the paste itself shows, the ceiling a reader of pastes can reach). The last line
+printed is
 
     dumps=N parsed=P known_cause=K right=R
 
 ``parsed``: replay read stacks from it; ``right``: the headline signature is one of
 the expected ids (known-cause dumps only). Above it, one line per collection that
-recorded a first pass: ``collection=C known_cause=K first_pass_right=F right=R``, and one
+recorded a first pass: ``collection=C known_cause=K first_pass_right=F right=R`` (and
+``blind_reading_right=B`` of the ``blind_read`` known-cause dumps that have one), and one
 for the dumps gathered before first passes were recorded (``collection=(before first passes)``).
 
 A new collection is labelled from its sources first, then scored once with
@@ -59,6 +63,10 @@ class Entry:
         return self.meta.get("first_pass", "").strip()
 
     @property
+    def blind_reading(self) -> str:
+        return self.meta.get("blind_reading", "").strip()
+
+    @property
     def refusable(self) -> bool:
         """No whole frame survives in the paste: refusing it is the right answer."""
         return self.meta.get("parse", "").strip().lower() == "refuse"
@@ -86,6 +94,10 @@ class Outcome:
     @property
     def first_pass_right(self) -> bool:
         return self.known and self.entry.first_pass in self.entry.expected_ids
+
+    @property
+    def blind_reading_right(self) -> bool:
+        return self.known and self.entry.blind_reading in self.entry.expected_ids
 
 
 def read_meta(path: Path) -> dict[str, str]:
@@ -150,9 +162,12 @@ def by_collection(outcomes: Sequence[Outcome]) -> list[str]:
                      f"known_cause={len(known)} right={sum(o.right for o in known)}")
     for name, group in sorted(groups.items()):
         known = [o for o in group if o.known]
+        read = [o for o in known if o.entry.blind_reading]
+        blind = (f" blind_read={len(read)} blind_reading_right={sum(o.blind_reading_right for o in read)}"
+                 f" first_pass_right_of_those={sum(o.first_pass_right for o in read)}") if read else ""
         lines.append(f"collection={name} dumps={len(group)} parsed={sum(o.parsed for o in group)} "
                      f"known_cause={len(known)} first_pass_right={sum(o.first_pass_right for o in known)} "
-                     f"right={sum(o.right for o in known)}")
+                     f"right={sum(o.right for o in known)}{blind}")
     return lines
 
 
