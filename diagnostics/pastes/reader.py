@@ -87,6 +87,8 @@ def _frame_or_text(b: Builder, ln: Line) -> bool:
     if b.bare:
         b.report.bare_frames += len(b.bare)
         frames, b.bare = b.bare + frames, []
+    elif "`" in s and not any(t.frames for t in b.group):
+        frames = tracebacks.noted_call(s, frames) + frames
     b.add_frames(frames)
     b.after_frame = True
     return True

@@ -153,6 +153,18 @@ def blocked_call(frames: list[Frame], source: str) -> list[Frame]:
     return [f for f in source_call(source) if primitive_of(f) is not None or named_category(f) is not None]
 
 
+#: A reporter's note after a frame that quotes the code the frame stopped on
+#: ("_get_conn (app/db.py:434)   <- `with _db_lock:`").
+_NOTED_CODE = re.compile(r"(?:<-|←|⟵|<==|#|//)\s{0,8}[^`\n]{0,80}`([^`\n]{1,300})`")
+
+
+def noted_call(line: str, frames: list[Frame]) -> list[Frame]:
+    """``blocked_call`` for the code a note after the thread's innermost frame quotes: the
+    source line py-spy does not print, written in by the reporter."""
+    m = _NOTED_CODE.search(line, line.rfind(")") + 1)
+    return blocked_call(frames[:1], m.group(1).strip()) if m else []
+
+
 def end_traceback(b: Builder, keep: bool, error: bool = False) -> None:
     frames, b.tb_frames = b.tb_frames, None
     sources, b.tb_sources = b.tb_sources, []

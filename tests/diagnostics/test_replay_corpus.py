@@ -163,8 +163,6 @@ KNOWN_MISSES = {
     "aba_support_model_minimal_support_blowup_pytest_timeout": "unknown",
     # fresh-2026-12i, missed at its first pass: py-spy dump excerpt of one "AnyIO worker thread" (Windows-style backslash module paths), 4 frames, inside a fe
     "gclaude_indexer_import_validate_range_slow_query_pyspy": "unknown",
-    # fresh-2026-12i, missed at its first pass: py-spy dump excerpt of one representative thread ("Thread N (idle): \"AnyIO worker thread\"", three func (file
-    "health_probe_storm_db_lock_anyio_threads_pyspy": "unknown",
     # fresh-2026-12i, missed at its first pass: py-spy top table (not a dump): "%Own %Total OwnTime TotalTime Function (filename:line)" header with trailing s
     "home_assistant_45795_run_callback_threadsafe_shutdown_pyspy_top": "refused",
     # fresh-2026-12i, missed at its first pass: gdb `bt` of a Python 2.7 process with full C frames and argument lists (PyEval_EvalCodeEx / PyImport_ExecCodeM

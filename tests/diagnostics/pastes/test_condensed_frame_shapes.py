@@ -317,3 +317,17 @@ def test_an_arrow_chain_of_path_and_function_links_is_a_stack():
             "  → cpp.py:select_tiling → _try_get_stride → stride_at\n")
     (names,) = thread_functions(text)
     assert names[:4] == ["stride_at", "_try_get_stride", "select_tiling", "codegen"]
+
+
+def test_a_note_quoting_the_code_of_a_threads_innermost_frame_is_its_source_line(tmp_path):
+    """py-spy prints no source line; a reporter who writes it in after the innermost frame
+    ('<- `with _db_lock:`') says what the frame waits on. A note on an outer frame does not."""
+    text = ('Thread 367112 (idle): "AnyIO worker thread"\n'
+            "    _get_conn (app/database.py:434)                 <- `with _db_lock:` on the store path\n"
+            "    _db_check (app/main.py:1443)\n"
+            "    run (anyio/_backends/_asyncio.py:1002)\n")
+    assert text_verdict(tmp_path, text) == "lock-wait"
+    outer = ('Thread 367112 (idle): "AnyIO worker thread"\n'
+             "    _get_conn (app/database.py:434)\n"
+             "    _db_check (app/main.py:1443)                 <- `with _db_lock:` was taken here\n")
+    assert text_verdict(tmp_path, outer) != "lock-wait"
