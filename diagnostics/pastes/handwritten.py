@@ -45,13 +45,26 @@ def _bare_frame_name(s: str) -> str | None:
 
 def names_stack(run: list[Frame]) -> bool:
     """Names alone on their lines that read as a native stack by themselves: four or more,
-    at least one a C++ name ("ns::f") and half of them C++ or camelCase API names
-    ("cuStreamSynchronize"), so a fenced list of config keys, Python names (snake_case) or
+    at least one a C++ name ("ns::f") or two the C library's internal ones ("__libc_fork",
+    "__pthread_clockjoin_ex"), and half of them C++, camelCase API ("cuStreamSynchronize")
+    or C-internal names, so a fenced list of config keys, Python names (snake_case) or
     class names ("LlamaForCausalLM") is not taken."""
-    if len(run) < 4 or not any("::" in f.function for f in run):
+    if len(run) < 4:
         return False
-    native = sum(1 for f in run if "::" in f.function or CAMEL.search(f.function))
+    internal = sum(1 for f in run if f.function.startswith("__") and not f.function.endswith("__"))
+    if not any("::" in f.function for f in run) and internal < 2:
+        return False
+    native = sum(1 for f in run if "::" in f.function or CAMEL.search(f.function)
+                 or (f.function.startswith("__") and not f.function.endswith("__")))
     return native * 2 >= len(run)
+
+
+def end_bare(b: Builder) -> None:
+    """The names held since the last frame end here: kept aside as a thread when they read
+    as a native stack by themselves (``names_stack``), else dropped as text."""
+    if names_stack(b.bare) and len(b.bare_runs) < 16:
+        b.bare_runs.append(b.bare)  # a stack if the paste has no other
+    b.drop_bare()
 
 
 def _arrow_name(text: str) -> str | None:

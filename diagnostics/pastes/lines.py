@@ -13,7 +13,7 @@ import re
 
 from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.frames import parse_frame_line
-from hangwatch.diagnostics.pastes.handwritten import names_stack
+from hangwatch.diagnostics.pastes.handwritten import end_bare
 from hangwatch.diagnostics.pastes.parse_report import ParseReport
 from hangwatch.diagnostics.pastes.patterns import (
     ANSI, ENTITY, GLUED_THREAD, HTML, IDENT, MARKDOWN_LINK, MAX_LINE_CHARS, PREFIX, PROCESS, PYTHON, RANK_PREFIX,
@@ -99,9 +99,7 @@ def fence(b: Builder, ln: Line) -> bool:
     """A markdown fence: the text before it was one block, the text after is another."""
     s = ln.s
     if s.startswith(("```", "~~~")):
-        if names_stack(b.bare) and len(b.bare_runs) < 16:
-            b.bare_runs.append(b.bare)  # kept aside: a stack if the paste has no other
-        b.drop_bare()
+        end_bare(b)
         b.group = [] if any(t.frames for t in b.group) else b.group
         b.after_break = True
         s = s.lstrip("`~").strip()

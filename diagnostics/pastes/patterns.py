@@ -366,6 +366,9 @@ WRAPPED_FILE_TAIL = re.compile(r'^[^\s"]{1,1000}", line \d{1,7}')
 # 'line 235,' and the next line is ' in <module>' (a paste re-wrapped at a fixed width, pytorch#45042).
 WRAPPED_LINE_HEAD = re.compile(r'^\s{0,40}File:? "[^"\n]{1,1000}", line \d{1,7},$')
 WRAPPED_IN_TAIL = re.compile(r"^\s{0,40}in \S{1,300}\s*$")
+# py-bt's frame line wrapped before its function: "#4 Frame 0x1b7da60, for file /p/sched.py, line 111," + "in run (self=...".
+WRAPPED_PYBT_HEAD = re.compile(r"^\s{0,8}#\d{1,6} Frame 0x[0-9a-fA-F]{1,16}, for file [^\n]{1,1000}, line \d{1,7},$")
+WRAPPED_PYBT_TAIL = re.compile(r"^\s{0,40}in [^\s(]{1,300}(?: \(|\s*$)")
 # A torch C++ backtrace line wrapped before its library: "frame #2: f() + 0xd8 (0x7f.. in" + "/x/lib.so)".
 WRAPPED_CXX_HEAD = re.compile(r"^\s{0,8}frame #\d{1,4}: .{1,3000} \(0x[0-9a-fA-F]{1,16} in$")
 WRAPPED_CXX_TAIL = re.compile(r"^\s{0,8}/\S{1,1000}\)$")

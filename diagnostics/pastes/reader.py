@@ -75,7 +75,7 @@ def _frame_or_text(b: Builder, ln: Line) -> bool:
             b.after_file_frame = True
     if parsed is None:
         if not handwritten.bare_name_line(b, s, ln.after_frame):
-            b.drop_bare()
+            handwritten.end_bare(b)
             if not gdb.inline_frames(b, s) and not ("`" in s and (handwritten.inline_pyspy(b, s) or handwritten.inline_chain(b, s))):
                 b.skip(s)
         return True

@@ -14,7 +14,7 @@ from dataclasses import replace
 from hangwatch.contract.redact import redact_text
 from hangwatch.diagnostics.pastes.builder import Builder, ProcessDraft
 from hangwatch.diagnostics.pastes.cxx_traces import numbered_line, raised_from
-from hangwatch.diagnostics.pastes.handwritten import end_arrow, names_stack
+from hangwatch.diagnostics.pastes.handwritten import end_arrow, end_bare
 from hangwatch.diagnostics.pastes.logs import end_trace
 from hangwatch.diagnostics.pastes.macos import end_graph
 from hangwatch.diagnostics.pastes.parse_report import ParseReport
@@ -60,9 +60,7 @@ def _close_open_blocks(b: Builder) -> None:
     end_graph(b)
     if b.numbered:
         numbered_line(b, "")  # a C++ traceback that ends the paste
-    if names_stack(b.bare) and len(b.bare_runs) < 16:
-        b.bare_runs.append(b.bare)
-    b.drop_bare()
+    end_bare(b)
 
 
 def _bare_runs(b: Builder) -> None:

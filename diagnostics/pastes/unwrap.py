@@ -11,7 +11,7 @@ import json
 
 from hangwatch.diagnostics.pastes.patterns import (
     JSON_LINE_MAX, JSON_TEXT_KEYS, STREAM_PID, STREAM_RANK, WRAPPED_CXX_HEAD, WRAPPED_CXX_TAIL,
-    WRAPPED_FILE_TAIL, WRAPPED_IN_TAIL, WRAPPED_LINE_HEAD,
+    WRAPPED_FILE_TAIL, WRAPPED_IN_TAIL, WRAPPED_LINE_HEAD, WRAPPED_PYBT_HEAD, WRAPPED_PYBT_TAIL,
 )
 
 #: Whose lines a stream is: a pid, ``("rank", N)`` for a rank's own prefix, or None
@@ -130,7 +130,8 @@ def join_padded(lines: list[str]) -> list[str]:
 
 def join_wrapped(lines: list[str]) -> list[str]:
     """'File "/a/vll' + 'm/v1/x.py", line 9, in f' -> one traceback line, as is
-    'File "x.py", line 9,' + ' in f', and a torch C++ frame wrapped before its library
+    'File "x.py", line 9,' + ' in f', py-bt's '#4 Frame 0x.., for file x.py, line 9,' + 'in f (self=...',
+    and a torch C++ frame wrapped before its library
     likewise (a terminal's hard wrap, kept by the copy)."""
     out: list[str] = []
     for line in lines:
@@ -141,6 +142,9 @@ def join_wrapped(lines: list[str]) -> list[str]:
                 out[-1] = prev.rstrip("\r") + line.strip()
                 continue
         if out and WRAPPED_IN_TAIL.match(line) and WRAPPED_LINE_HEAD.match(out[-1].rstrip()):
+            out[-1] = out[-1].rstrip() + " " + line.strip()
+            continue
+        if out and line.lstrip()[:3] == "in " and WRAPPED_PYBT_TAIL.match(line) and WRAPPED_PYBT_HEAD.match(out[-1].rstrip()):
             out[-1] = out[-1].rstrip() + " " + line.strip()
             continue
         if out and line[:1] in (" ", "/") and WRAPPED_CXX_TAIL.match(line) and WRAPPED_CXX_HEAD.match(out[-1].rstrip()):

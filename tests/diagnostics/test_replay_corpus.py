@@ -191,6 +191,40 @@ KNOWN_MISSES = {
     "tkinter_dlg_update_cocoa_runloop_pytest_timeout": "unknown",
     # fresh-2026-12i, missed at its first pass: pytest-style "E       " prefixed traceback of a torch.multiprocessing.spawn ProcessRaisedException (the error 
     "torchdata_659_rank0_late_shared_seed_store_socket_timeout": "nccl-collective-wait",
+    # fresh-2026-12j, missed at its first pass: faulthandler dump produced by sending SIGSEGV ('Fatal Python error: Segmentation fault'), Python 2.7 format wi
+    "celery_4049_prefork_child_idle_billiard_recv_faulthandler": "socket-read",
+    # fresh-2026-12j, missed at its first pass: gdb 'info threads' (single remaining thread) followed by 'bt' with full source locations (glibc futex/pthread_
+    "cpython_96387_main_thread_drop_gil_force_switching_daemon_exit_gdb": "gil-deadlock",
+    # fresh-2026-12j, missed at its first pass: pytest-timeout failure traceback in pytest's short 'path:line: in func' format (with '???' lines for Cython h5
+    "fsspec_1666_http_read_bytescache_stall_h5py_pytest_timeout": "unknown",
+    # fresh-2026-12j, missed at its first pass: gdb native bt with python-gdb frame annotations (PyEval_EvalFrameEx ... Frame ... for file fsspec/asyn.py, lin
+    "fsspec_517_pool_child_read_excel_lock_after_fork": "unknown",
+    # fresh-2026-12j, missed at its first pass: CPython regrtest progress log lines ("0:34:01 load avg ... running: ...") followed by the faulthandler "Timeou
+    "github_cpython_108839_regrtest_test_deadlock_windows_feeder_send_bytes": "queue-wait",
+    # fresh-2026-12j, missed at its first pass: gevent hub-blocking monitor report (gevent.util.format_run_info) printed through Celery's logger, every line p
+    "github_gevent_1881_celery_gevent_psycopg_locked_row_monitor_dump": "unknown",
+    # fresh-2026-12j, missed at its first pass: Plain Python traceback excerpt (File/line pairs, most recent call last, 2-space indented source lines) of the 
+    "github_pyemu_601_ci_hang_np_linalg_inv_openblas_0330": "unknown",
+    # fresh-2026-12j, missed at its first pass: Python 2.7 "Exception in thread" traceback of the helper thread that died, followed by the reporter's marker l
+    "github_pyro4_121_daemon_shutdown_thread_waits_forever": "unknown",
+    # fresh-2026-12j, missed at its first pass: Ctrl-C KeyboardInterrupt traceback on Windows (ProactorEventLoop, WindowsApps Python 3.10 paths), main thread 
+    "github_pytest_asyncio_327_windows_run_forever_keyboardinterrupt": "all-idle",
+    # fresh-2026-12j, missed at its first pass: macOS /usr/bin/sample report header (Process/Path/Analysis Tool ...) followed by the start of the 'Call graph:
+    "grpc_31885_fork_threadpool_hang_macos_sample_raylet": "unknown",
+    # fresh-2026-12j, missed at its first pass: py-spy dump of a spawned DataLoader worker process (Process/Python header, 3 threads: MainThread in _worker_lo
+    "lhotse_666_dataloader_worker_idle_queue_get_pyspy": "all-idle",
+    # fresh-2026-12j, missed at its first pass: Windows py-spy dump (shell prompt + Process/Python header, backslash paths), MainThread + tqdm monitor thread 
+    "musubi_tuner_1124_cache_latents_pyav_hevc_decode_pyspy": "event-wait",
+    # fresh-2026-12j, missed at its first pass: condensed native backtrace (function names only, innermost first) with '←' annotations added by the author, ta
+    "nerve_111_uvloop_fork_openblas_atfork_join_native_bt": "thread-join",
+    # fresh-2026-12j, missed at its first pass: gdb `py-bt` on Python 2.7 in the old "#N Frame 0x..., for file ..., line N, in f (locals...)" format with full
+    "pyconpl_gdb_talk_dstat_scheduler_py_bt_locals": "unknown",
+    # fresh-2026-12j, missed at its first pass: gdb session: native `bt` of the single (main) thread with CPython 3 PyEval_EvalFrameEx frames, followed by `py
+    "pyconpl_gdb_talk_test2_time_sleep_optimized_out": "unknown",
+    # fresh-2026-12j, missed at its first pass: Sentry-style SystemExit: 1 traceback produced by gunicorn's handle_abort on worker timeout (paths partly relat
+    "shipit_1307_gunicorn_worker_timeout_matrix_notify_systemexit": "unknown",
+    # fresh-2026-12j, missed at its first pass: py-spy dump (Python frames only, 'Thread N (idle): "MainThread"' header), preceded by wandb console log lines 
+    "wandb_10082_https_proxy_ignored_gql_retry_loop_pyspy": "event-wait",
 }
 
 

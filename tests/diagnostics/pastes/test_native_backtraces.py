@@ -700,3 +700,36 @@ def test_a_windows_stack_without_windbg_columns_is_read():
     (proc,) = read_text(text).processes
     names = [f.function for t in proc.threads for f in t.frames]
     assert names == ["ZwYieldExecution", "SwitchToThread", "exec_blas", "?", "BaseThreadInitThunk"]
+
+
+def test_a_fenced_list_of_c_library_names_with_notes_is_a_native_stack(tmp_path):
+    """A gdb backtrace copied by hand as names with notes, the C library's internal names
+    in it ('__libc_fork', '__pthread_clockjoin_ex'), a chain of Python calls after it:
+    the names are that thread's stack (they were dropped at the chain, then refused)."""
+    text = ("```\n"
+            "__pthread_clockjoin_ex                ← pthread_join on a BLAS worker\n"
+            "blas_thread_shutdown_                 ← the BLAS library's atfork handler\n"
+            "__run_prefork_handlers\n"
+            "__libc_fork                           ← fork()\n"
+            "uv__spawn_and_init_child_fork\n"
+            "create_subprocess_exec ← connect ← run_cron\n"
+            "```\n")
+    assert thread_functions(text)[0][:2] == ["__pthread_clockjoin_ex", "blas_thread_shutdown_"]
+    assert text_verdict(tmp_path, text) == "thread-join"
+    # snake_case Python names alone are still no stack
+    with pytest.raises(InputError):
+        read_text("```\nload_config\nbuild_model\nrun_training\nsave_outputs\n```\n")
+
+
+def test_a_pybt_frame_wrapped_before_its_function_is_one_frame():
+    """'#4 Frame 0x.., for file /p/sched.py, line 111,' then 'in run (self=...' on the next
+    line, as a narrow terminal wraps py-bt."""
+    text = ("(gdb) py-bt\n"
+            "#4 Frame 0x1b7da60, for file /usr/lib/python2.7/sched.py, line 111,\n"
+            "in run (self=<scheduler at remote 0x7fe1fa086758>)\n"
+            "    delayfunc(time - now)\n"
+            "#7 Frame 0x1b87e90, for file /usr/bin/dstat, line 2416,\n"
+            "in main (interval=1)\n"
+            "    scheduler.run()\n")
+    functions = [f for t in thread_functions(text) for f in t]
+    assert functions == ["run", "main"]
