@@ -18,8 +18,10 @@ printed is
 
 ``parsed``: replay read stacks from it; ``right``: the headline signature is one of
 the expected ids (known-cause dumps only). Above it, one line per collection that
-recorded a first pass: ``collection=C known_cause=K first_pass_right=F right=R`` (and
-``blind_reading_right=B`` of the ``blind_read`` known-cause dumps that have one), and one
+recorded a first pass: ``collection=C known_cause=K first_pass_right=F right=R`` (then,
+when some known-cause dumps have a ``blind_reading``: ``blind_read=N`` of them,
+``blind_reading_right=B`` and ``first_pass_right_of_those=F2``, replay's first pass on
+the same dumps), and one
 for the dumps gathered before first passes were recorded (``collection=(before first passes)``).
 
 A new collection is labelled from its sources first, then scored once with

@@ -39,7 +39,7 @@ NETWORK_PACKAGES = frozenset((
 ))
 
 
-def _words(name: str) -> tuple[str, ...]:
+def words(name: str) -> tuple[str, ...]:
     """``_read_from_socket`` -> read, from, socket; ``absl::Mutex::LockSlow`` -> absl,
     mutex, lock, slow; ``AcquireLock`` -> acquire, lock."""
     # (lookaheads, not a run of capitals then a capital: linear on a long all-caps name)
@@ -122,7 +122,7 @@ def named_category(frame: Frame) -> tuple[str, str, str] | None:
     """(category, what, how) the words of ``frame``'s function name say it waits on
     (how: "name"), or its package being a network client's (how: "package"), or its
     module's name (how: "module"); None when they say nothing."""
-    ws = _words(frame.function)
+    ws = words(frame.function)
     if ws and ws[0] not in _PREDICATE:
         for category, what, test in WORDS:
             if test(ws):
@@ -133,7 +133,7 @@ def named_category(frame: Frame) -> tuple[str, str, str] | None:
         # The module's name, when the function's says nothing: a helper of a module named
         # for its wait (``_gather_ipc_meta`` in custom_all_reduce.py). Only the phrases no
         # module is named for unless it waits: an http.py parses as much as it reads.
-        stem = _words(frame.file.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".py").removesuffix(".pyx"))
+        stem = words(frame.file.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".py").removesuffix(".pyx"))
         for category, what, test in MODULE_WORDS:
             if test(stem):
                 return category, what, "module"

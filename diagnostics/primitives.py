@@ -339,7 +339,7 @@ PRIMITIVES: tuple[Primitive, ...] = (
     # h5py's global lock ("phil"), taken by the wrapper around every h5py call: a thread idle
     # in the wrapper waits for it (a garbage collection closing an h5py object inside another
     # h5py call, or a thread holding it while it waits on this one).
-    _py("lock-wait", "h5py's global lock (phil)", "h5py `with_phil`", r"(^|\.)with_phil(\.wrapper)?$", r"(^|/)(h5py/)?_objects(\.pyx)?$"),
+    _py("lock-wait", "h5py's global lock (phil), or the HDF5 call under it", "h5py `with_phil`", r"(^|\.)with_phil(\.wrapper)?$", r"(^|/)(h5py/)?_objects(\.pyx)?$"),
     # --- the call on a Ctrl-C traceback's innermost source line ------------------------------------
     _src("file-lock-wait", "a file lock", "`fcntl.flock`", r"(^|\.)(flock|lockf)$"),
     _src("file-lock-wait", "a lock file", "a file lock's `wait`/`acquire`",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
+from hangwatch.diagnostics.named_waits import words
 from hangwatch.diagnostics.signatures import Signature, find
 from hangwatch.diagnostics.stacks import Frame, ThreadDump, started_by_threading
 from hangwatch.diagnostics.waits import (
@@ -47,10 +48,11 @@ def stream_lock_inherited(thread: ThreadDump, others: Sequence[ThreadDump]) -> b
     file's write) and no thread of its process is inside a write holding it: the holder
     was a thread of the parent when the process forked, and the child has only its copy of
     the lock, held for ever (a child's first print after a fork, or its exit's flush). A
-    holder stuck writing to a full pipe would show its write."""
+    holder stuck writing to a full pipe would show its write; a paste of this thread alone
+    is read the same (its holder, if any, is not shown)."""
     w = wait_of(thread)
-    if w is None or w.category not in ("lock-wait", GIL):
-        return False
+    if w is None or w.category != "lock-wait":
+        return False  # (a take_gil under the stream's lock: the lock is already held)
     near = thread.frames[:w.depth + 3]
     if not any(f.native and _BUFFERED_LOCK.search(f.function) for f in near):
         return False
@@ -76,9 +78,18 @@ def rank_in_step(thread: ThreadDump, rank: int | None) -> Wait | None:
         return None
     if rank is None and not any(not f.native and _RANK_FILE.search(f.file.replace("\\", "/")) for f in thread.frames):
         return None
+    own = [f for f in thread.frames[:MAX_WAIT_FRAMES] if not f.is_stdlib][:2]
+    if any(not _OTHER_WORK.isdisjoint(words(f.function)) or not _OTHER_WORK.isdisjoint(words(f.short_file)) for f in own):
+        return None  # a rank in its data, tokenizer, checkpoint or compile code: that code, not its peers
     inner = thread.frames[0]
     return Wait("nccl-collective-wait", "a collective", ("a rank of a distributed job that shows no wait",), (inner,),
                 None, True, 0, by_name=True)
+
+
+#: Words of a rank's own innermost frames that say it is busy with something other than
+#: the step it shares with its peers.
+_OTHER_WORK = frozenset(("data", "dataset", "datasets", "dataloader", "loader", "collate", "tokenize", "tokenizer",
+                         "tokenizers", "getitem", "download", "checkpoint", "ckpt", "save", "load", "compile", "export"))
 
 
 def finalizer_lock(signatures: Sequence[Signature]) -> Signature:
@@ -179,8 +190,8 @@ _REENTRANT_WAITS = frozenset(("lock-wait", "event-wait", "queue-wait", "subproce
 
 
 def _cut_at(frame: Frame) -> bool:
-    """A ``__del__`` as a thread's outermost frame: no thread starts in one, so the paste
-    was cut above it and the call it interrupted is out of view."""
+    """A ``__del__`` as a thread's outermost frame: the paste shows the finalizer and not
+    the call it interrupted (cut above it, or an "Exception ignored in" traceback)."""
     return not frame.native and frame.function.rsplit(".", 1)[-1] == "__del__"
 
 
@@ -197,7 +208,10 @@ def reentered_from_finalizer(thread: ThreadDump) -> bool:
     if at is None:
         return False
     w = guessed_wait(thread)
-    if at + 1 >= len(frames) and (w is None or not _cut_at(frames[at])):
+    if at + 1 >= len(frames) and (w is None or w.category != "event-wait" or not _cut_at(frames[at])):
+        # (a lock taken in a __del__ at the bottom may be a finalizer run at exit while
+        # another thread holds it, as CPython's "Exception ignored in" traceback shows; a
+        # Condition waited on there is the finalizer's own close, waiting for its lock)
         return False
     if w is not None and w.category not in _REENTRANT_WAITS and not w.by_name:
         return False  # a finalizer doing I/O (a socket close) waits on that

@@ -178,6 +178,8 @@ def _package(frame: Frame) -> str:
     if installed:
         return installed
     path = frame.file.replace("\\", "/")
+    if path.startswith(("...", "…")):
+        path = path.lstrip(".…").lstrip("/")  # a path elided from the left: its first folder is gone
     if not path.startswith("/") and "/" in path:
         return path.split("/", 1)[0]
     return path.rsplit("/", 1)[-1].removesuffix(".py")
@@ -191,8 +193,10 @@ def wait_of(thread: ThreadDump) -> Wait | None:
     if w is not None and w.weak:
         at = next((i for i, f in enumerate(thread.frames[:MAX_WAIT_FRAMES]) if not f.native), None)
         outer = _wait(thread.frames[at:at + MAX_WAIT_FRAMES]) if at else None
-        if outer is not None and not outer.weak and not outer.by_name:
-            return replace(outer, depth=outer.depth + at)
+        if outer is not None and not outer.weak and outer.frames[0] is thread.frames[at]:
+            # (the call right around the extension: a wait further out is another frame's;
+            # and the native frames under it show it was not cut)
+            return replace(outer, depth=outer.depth + at, cut=False)
     return w
 
 

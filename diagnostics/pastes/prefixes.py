@@ -104,6 +104,7 @@ def learn(lines: list[str]) -> re.Pattern[str] | None:
     """The prefixes (as one regex, anchored at the start of the text left after the known
     ``PREFIX``) that frame lines of this paste share, or None."""
     shapes: Counter[str] = Counter()
+    markers: Counter[str] = Counter()
     for raw in lines[:MAX_LINES]:
         if len(raw) > 4096 or not ("File" in raw or ".py" in raw or "frame #" in raw or "Thread" in raw or "Traceback" in raw):
             continue
@@ -125,16 +126,20 @@ def learn(lines: list[str]) -> re.Pattern[str] | None:
         if not candidate or len(candidate) > MAX_PREFIX:
             continue
         sh = shape(candidate.lstrip())
-        if _DELIMITED.search(sh) or _MARKER.match(candidate.lstrip()):
+        if _DELIMITED.search(sh):
             shapes[sh] += 1
+        elif _MARKER.match(candidate.lstrip()):
+            markers[candidate.lstrip()] += 1
     learned = [sh for sh, n in shapes.most_common(MAX_SHAPES) if n >= MIN_LINES]
     if not learned:
         # A short traceback (two frames, or one) behind a logger's prefix: the shape of its
         # frame lines counts when the lines around them (its source lines, its error) start
         # with it too.
         learned = [sh for sh, n in shapes.most_common(MAX_SHAPES) if n >= MIN_FRAME_LINES and _lines_with(sh, lines) >= MIN_LINES + 1]
-    if not learned:
+    # A marker is taken literally (its shape, one letter run, would match any word), and
+    # only when MIN_LINES frame lines carry it.
+    alternatives = [_pattern(sh) for sh in sorted(learned, key=len, reverse=True)]  # longest first: one may start another
+    alternatives += [re.escape(mk) + r"(?=\s|$)" for mk, n in markers.most_common(MAX_SHAPES) if n >= MIN_LINES]
+    if not alternatives:
         return None
-    # Longest first: one shape may be the start of another.
-    learned.sort(key=len, reverse=True)
-    return re.compile(r"[ \t]*(?:" + "|".join(_pattern(sh) for sh in learned) + r")[ ]?")
+    return re.compile(r"[ \t]*(?:" + "|".join(alternatives) + r")[ ]?")

@@ -161,7 +161,7 @@ _NOTED_CODE = re.compile(r"(?:<-|←|⟵|<==|#|//)\s{0,8}[^`\n]{0,80}`([^`\n]{1,
 def noted_call(line: str, frames: list[Frame]) -> list[Frame]:
     """``blocked_call`` for the code a note after the thread's innermost frame quotes: the
     source line py-spy does not print, written in by the reporter."""
-    m = _NOTED_CODE.search(line, line.rfind(")") + 1)
+    m = _NOTED_CODE.search(line, line.rfind(")", 0, line.find("`")) + 1)
     return blocked_call(frames[:1], m.group(1).strip()) if m else []
 
 

@@ -778,3 +778,43 @@ def test_a_rank_that_shows_no_wait_is_guessed_to_wait_in_a_collective():
     assert ranked.signature_id == "nccl-collective-wait"
     running = ThreadDump("1", "MainThread", (*own, _py("_wrap", SITE + "torch/multiprocessing/spawn.py")), active=True)
     assert _classify(running).signature_id != "nccl-collective-wait"
+
+
+def test_an_extensions_wait_gives_way_only_to_the_call_right_around_it():
+    """A pool worker running a task whose extension waits on a condition variable: the
+    executor's work-queue frames further out are not the wait (the thread is busy in the
+    task, not idle waiting for one)."""
+    pool = ThreadDump("2", "ThreadPoolExecutor-0_0", (
+        _c("do_futex_wait"), _c("pthread_cond_wait"), _c("faiss::IndexIVF::search", SITE + "faiss/_swigfaiss.so"),
+        _py("run", STDLIB + "concurrent/futures/thread.py", 58), _py("_worker", STDLIB + "concurrent/futures/thread.py", 83),
+        _py("run", STDLIB + "threading.py"), _py("_bootstrap_inner", STDLIB + "threading.py")))
+    assert wait_of(pool).category != "queue-wait"
+    # an API call around the extension is whole, not a paste cut above its blocking frame
+    call = _thread(_c("__poll"), _c("PQgetResult", "/usr/lib/libpq.so.5"), _c("pq_execute", SITE + "psycopg2/_psycopg.so"),
+                   _py("do_execute", SITE + "sqlalchemy/engine/default.py"), USER)
+    assert not wait_of(call).cut
+
+
+def test_a_lock_taken_in_a_del_at_the_bottom_of_a_traceback_is_a_plain_lock_wait():
+    """CPython's 'Exception ignored in: <function Client.__del__>' traceback starts at the
+    finalizer: a `with self._lock:` there may be a finalizer run at exit while another
+    thread holds the lock, not a self-deadlock."""
+    t = ThreadDump("1", "MainThread", (Frame("self._lock.acquire", "<call>", None, native=True),
+                                       _py("close", "/home/u/client.py", 41), _py("__del__", "/home/u/client.py", 50)))
+    c = _classify(t)
+    assert c.signature_id == "lock-wait" and "finalizer" not in c.title
+
+
+def test_a_take_gil_under_a_buffered_streams_lock_is_no_inherited_lock():
+    """_enter_buffered_busy takes the stream's lock with the GIL released; a take_gil under
+    it means the lock is held already and the thread waits for the GIL."""
+    lib = "/usr/bin/python3.11"
+    t = ThreadDump("1", "MainThread", (_c("pthread_cond_wait"), _c("take_gil", lib), _c("PyEval_RestoreThread", lib),
+                                       _c("_enter_buffered_busy", lib), _c("_io__Buffered_flush_impl", lib), USER))
+    assert _classify(t).signature_id != "fork-inherited-lock"
+
+
+def test_a_rank_busy_in_its_data_or_tokenizer_code_is_not_guessed_a_collective():
+    t = _thread(_py("tokenize", "/home/u/data.py", 40), _py("build_vocab", "/home/u/data.py", 88), USER,
+                _py("_wrap", SITE + "torch/multiprocessing/spawn.py"))
+    assert _classify(t).signature_id != "nccl-collective-wait"

@@ -331,3 +331,11 @@ def test_a_note_quoting_the_code_of_a_threads_innermost_frame_is_its_source_line
              "    _get_conn (app/database.py:434)\n"
              "    _db_check (app/main.py:1443)                 <- `with _db_lock:` was taken here\n")
     assert text_verdict(tmp_path, outer) != "lock-wait"
+
+
+@pytest.mark.parametrize(("code", "family"), [("self._lock.acquire()", "lock-wait"), ("sock.recv(4096)", "socket-read"),
+                                              ("q.get(timeout=None)", "queue-wait")])
+def test_a_note_quoting_a_call_with_parentheses_is_read(tmp_path, code, family):
+    text = (f'Thread 7 (idle): "Worker"\n    step (app/worker.py:12)     <- `{code}` never returns\n'
+            "    run (app/worker.py:30)\n")
+    assert text_verdict(tmp_path, text) == family

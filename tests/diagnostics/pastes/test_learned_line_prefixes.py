@@ -92,3 +92,14 @@ def test_a_two_frame_traceback_behind_a_prefix_is_read():
             + tag + "    waiter.acquire()\n")
     (proc,) = read_text(text).processes
     assert [f.function for f in proc.threads[0].frames] == ["wait", "run"]
+
+
+def test_one_pytest_marked_line_under_a_py_spy_dump_strips_nothing_else():
+    """A single 'E   File ...' line is no prefix: its letter-run shape would take the
+    first word off every line (a thread's function, a source line's 'return')."""
+    text = "\n".join(PYSPY + ['Thread 4568 (idle): "Thread-1"', "    acquire_lock (mylib/locks.py:12)",
+                              "    run (threading.py:953)", "Some notes below", 'E   File "/x/y.py", line 3, in foo',
+                              "Nothing else here"]) + "\n"
+    report = read_text(text)
+    functions = [[f.function for f in t.frames] for p in report.processes for t in p.threads]
+    assert ["wait", "get", "run"] in functions and ["acquire_lock", "run"] in functions
