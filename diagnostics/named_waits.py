@@ -118,6 +118,11 @@ MODULE_WORDS: tuple[tuple[str, str, Test], ...] = (
 )
 
 
+#: Protocol words of an installed library's module (see ``named_category``).
+_NETWORK_MODULE: Test = _has("http", "https", "ftp", "sftp", "webhdfs", "socket", "sockets", "rpc", "grpc", "websocket",
+                             "websockets", "ssh", "smb")
+
+
 def named_category(frame: Frame) -> tuple[str, str, str] | None:
     """(category, what, how) the words of ``frame``'s function name say it waits on
     (how: "name"), or its package being a network client's (how: "package"), or its
@@ -137,6 +142,10 @@ def named_category(frame: Frame) -> tuple[str, str, str] | None:
         for category, what, test in MODULE_WORDS:
             if test(stem):
                 return category, what, "module"
+        if site_package(frame.file) and _NETWORK_MODULE(stem):
+            # An installed library's module named for a protocol (fsspec's
+            # implementations/http.py, a client's transport/sftp.py): its reads are the network's.
+            return "socket-read", "a server's reply", "module"
     return None
 
 

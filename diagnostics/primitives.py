@@ -250,6 +250,10 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("socket-read", "a database server's reply", "SQLAlchemy `do_execute` (the driver's call)",
         r"^(\w+\.)?(do_execute|do_executemany|do_execute_no_params|do_commit|do_rollback|do_close|connect)$",
         r"(^|/)sqlalchemy/engine/default\.py$"),
+    # Django's database layer calling the driver's cursor (its execute wrappers run the
+    # statement; a row lock another session holds, a server gone quiet, wait there).
+    _py("socket-read", "a database server's reply", "Django `cursor.execute` (the driver's call)",
+        r"^(\w+\.)?(_execute|_executemany|execute|executemany)$", r"(^|/)django/db/backends/(utils|\w+/base)\.py$"),
     _py("socket-read", "a database server's reply", "psycopg2 `execute`", r"^(\w+\.)?(execute|executemany|execute_batch|execute_values|fetch\w*|wait_select)$",
         r"(^|/)psycopg2/(extras|extensions|__init__|pool)\.py$"),
     _py("socket-read", "a database server's reply", "PyMySQL `_read_packet`",

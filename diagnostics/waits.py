@@ -49,7 +49,8 @@ BLOCKING_FAMILIES = frozenset(("nccl-collective-wait", "cuda-synchronize-wait", 
                                "gil-deadlock"))
 #: ``lock-wait`` matches any threading wait; these families say better what it is.
 REFINES_LOCK_WAIT = frozenset(("event-wait", "queue-wait", "thread-join", "future-wait", "subprocess-wait",
-                               "socket-read", "file-lock-wait", "dataloader-wait", "asyncio-blocked", "gil-deadlock", "import-lock"))
+                               "socket-read", "file-lock-wait", "dataloader-wait", "asyncio-blocked", "gil-deadlock", "import-lock",
+                               "sleep"))
 # ``gil-deadlock`` too: a thread waiting to take the GIL matches the generic lock-wait
 # signature (take_gil sits on a mutex or a semaphore), but what it waits for is the GIL, and
 # the cure differs (release the GIL before blocking), so the wait's own family names it.
@@ -61,6 +62,8 @@ REFINES_EXIT_JOIN = frozenset(("file-lock-wait", "subprocess-wait"))
 #: sleeps and tries again (filelock's, a lock file's, a hand-written spin on a lock).
 _POLLING_LOCK = re.compile(r"(?i)acquire|(^|[._])(\w*_)?lock(_\w*)?$|lock(ed)?_?wait|wait_?(for_?)?lock")
 GIL = "gil-deadlock"
+#: A caller named like this around an Event's wait sleeps between attempts of a retry loop.
+_BACK_OFF = re.compile(r"(?i)(^|[._])(_?sleep\w*|\w*_sleep|\w*back_?off\w*)$")
 
 
 @dataclass(frozen=True)
@@ -261,6 +264,11 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
     if matched[0][2].category == "sleep" and category in ("sleep", "lock-wait") and any(
             _POLLING_LOCK.search(f.function) for f in [m[1] for m in matched[1:]] + ([caller] if caller else [])):
         category, what = "file-lock-wait", "a lock polled by a sleep loop"
+    elif category == "event-wait" and caller is not None and not caller.native and _BACK_OFF.search(caller.function):
+        # An Event waited on with a timeout by a retry loop's back-off (an interruptible
+        # sleep between attempts: wandb's _sleep_check_cancelled, a client's backoff): the
+        # thread sleeps between retries of something that keeps failing.
+        category, what = "sleep", "a retry loop's back-off (an Event waited on between attempts)"
     elif category == "event-wait" and caller is not None and not caller.native and _POLLING_LOCK.search(caller.function):
         # A Condition waited on by a lock-like class's own acquire (a slot pool, a
         # hand-written semaphore or read-write lock): the thread waits for that lock.

@@ -56,6 +56,8 @@ def test_names_that_say_nothing_of_a_wait_name_none(function):
 def test_a_network_clients_package_is_read_only_when_installed():
     """A program's own http.py is no network client; urllib3's frames are."""
     assert named_category(Frame("parse_headers", "/app/server/http.py", 3)) is None
+    # an installed library's module named for a protocol reads from the network
+    assert named_category(Frame("read", SITE + "fsspec/implementations/http.py", 598))[0] == "socket-read"
     assert named_category(Frame("_InternalParse", SITE + "google/protobuf/internal/python_message.py", 3)) is None
     assert named_category(Frame("parse_headers", SITE + "urllib3/response.py", 3))[0] == "socket-read"
 

@@ -195,14 +195,10 @@ KNOWN_MISSES = {
     "celery_4049_prefork_child_idle_billiard_recv_faulthandler": "socket-read",
     # fresh-2026-12j, missed at its first pass: gdb 'info threads' (single remaining thread) followed by 'bt' with full source locations (glibc futex/pthread_
     "cpython_96387_main_thread_drop_gil_force_switching_daemon_exit_gdb": "gil-deadlock",
-    # fresh-2026-12j, missed at its first pass: pytest-timeout failure traceback in pytest's short 'path:line: in func' format (with '???' lines for Cython h5
-    "fsspec_1666_http_read_bytescache_stall_h5py_pytest_timeout": "unknown",
     # fresh-2026-12j, missed at its first pass: gdb native bt with python-gdb frame annotations (PyEval_EvalFrameEx ... Frame ... for file fsspec/asyn.py, lin
     "fsspec_517_pool_child_read_excel_lock_after_fork": "unknown",
     # fresh-2026-12j, missed at its first pass: CPython regrtest progress log lines ("0:34:01 load avg ... running: ...") followed by the faulthandler "Timeou
     "github_cpython_108839_regrtest_test_deadlock_windows_feeder_send_bytes": "queue-wait",
-    # fresh-2026-12j, missed at its first pass: gevent hub-blocking monitor report (gevent.util.format_run_info) printed through Celery's logger, every line p
-    "github_gevent_1881_celery_gevent_psycopg_locked_row_monitor_dump": "unknown",
     # fresh-2026-12j, missed at its first pass: Plain Python traceback excerpt (File/line pairs, most recent call last, 2-space indented source lines) of the 
     "github_pyemu_601_ci_hang_np_linalg_inv_openblas_0330": "unknown",
     # fresh-2026-12j, missed at its first pass: Python 2.7 "Exception in thread" traceback of the helper thread that died, followed by the reporter's marker l
@@ -223,8 +219,6 @@ KNOWN_MISSES = {
     "pyconpl_gdb_talk_test2_time_sleep_optimized_out": "unknown",
     # fresh-2026-12j, missed at its first pass: Sentry-style SystemExit: 1 traceback produced by gunicorn's handle_abort on worker timeout (paths partly relat
     "shipit_1307_gunicorn_worker_timeout_matrix_notify_systemexit": "unknown",
-    # fresh-2026-12j, missed at its first pass: py-spy dump (Python frames only, 'Thread N (idle): "MainThread"' header), preceded by wandb console log lines 
-    "wandb_10082_https_proxy_ignored_gql_retry_loop_pyspy": "event-wait",
 }
 
 

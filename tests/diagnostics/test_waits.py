@@ -102,6 +102,9 @@ PRIMITIVE_STACKS = [
     ([_py("__enter__", SITE + "httpcore/_synchronization.py"), _py("close", SITE + "httpcore/_async/connection_pool.py")], "lock-wait"),
     # an I/O loop's poll on a Ctrl-C traceback's last line (pika's BlockingConnection)
     ([_c("self._impl.ioloop.poll", "<call>")], "socket-read"),
+    # Django's database layer running the driver's cursor
+    ([_py("_execute", SITE + "django/db/backends/utils.py"), _py("_execute_with_wrappers", SITE + "django/db/backends/utils.py")],
+     "socket-read"),
     # a select.poll object kept as an attribute (pika's poller), and a pipe's poll beside it
     ([_c("self._poll.poll", "<call>")], "socket-read"),
     ([_c("self._conn.poll", "<call>")], "queue-wait"),
@@ -818,3 +821,14 @@ def test_a_rank_busy_in_its_data_or_tokenizer_code_is_not_guessed_a_collective()
     t = _thread(_py("tokenize", "/home/u/data.py", 40), _py("build_vocab", "/home/u/data.py", 88), USER,
                 _py("_wrap", SITE + "torch/multiprocessing/spawn.py"))
     assert _classify(t).signature_id != "nccl-collective-wait"
+
+
+def test_an_event_waited_on_by_a_retry_loops_back_off_is_a_sleep():
+    """wandb's retry loop sleeps between attempts in an Event's wait (so it can be
+    cancelled): the thread sleeps between retries of what keeps failing, no event is missing."""
+    t = _thread(_py("wait", STDLIB + "threading.py"), _py("_sleep_check_cancelled", SITE + "wandb/sdk/lib/retry.py"),
+                _py("__call__", SITE + "wandb/sdk/lib/retry.py"), USER)
+    assert wait_of(t).category == "sleep"
+    assert _classify(t).signature_id == "sleep"
+    plain = _thread(_py("wait", STDLIB + "threading.py"), _py("wait_for_result", SITE + "jobs/runner.py"), USER)
+    assert wait_of(plain).category == "event-wait"
