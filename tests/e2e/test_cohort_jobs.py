@@ -358,18 +358,24 @@ def _secret_file(tmp_path: Path) -> list[str]:
     return ["--cohort-secret-file", str(secret)]
 
 
+def _training_secret_job(job_factory, tmp_path, steps):
+    """A 2-node job sharing a secret, both nodes training: (job, store host, store port)."""
+    job = job_factory(2, steps=steps, lease=5.0, extra={i: _secret_file(tmp_path) for i in range(2)})
+    _wait_training(job, 0)
+    _wait_training(job, 1)
+    joined = next(r for r in job.journal(0) if r["event"] == "cohort_joined")
+    host, _, port = joined["store"].rpartition(":")
+    return job, host, int(port)
+
+
 @pytest.mark.timeout(240)
 def test_with_a_secret_a_stranger_on_the_port_gets_nothing_in_and_every_node_trains_to_the_end(job_factory, tmp_path):
     """A stranger who reached the port, without the job's secret, tries to list, overwrite and delete
     keys with a c10d client, and to write deep, huge, non-UTF-8 and non-finite values, a forged
     incident and a forged stop, and floods the port with connections. Before (c10d's store with MACs
     on the records): it erased a node's lease or records and the job ended (75) or stalled."""
-    job = job_factory(2, steps=40, lease=5.0, extra={i: _secret_file(tmp_path) for i in range(2)})
-    _wait_training(job, 0)
-    _wait_training(job, 1)
-    joined = next(r for r in job.journal(0) if r["event"] == "cohort_joined")
-    host, _, port = joined["store"].rpartition(":")
-    results = stranger_attacks(host, int(port))
+    job, host, port = _training_secret_job(job_factory, tmp_path, steps=40)
+    results = stranger_attacks(host, port)
     assert set(results.values()) <= {"refused", "dropped"}, results
     codes = job.wait(200)
     assert codes == [0, 0], [job.output(i) for i in range(2)]
@@ -384,15 +390,11 @@ def test_with_a_secret_a_stranger_on_the_port_gets_nothing_in_and_every_node_tra
 @pytest.mark.timeout(180)
 def test_with_a_secret_a_killed_node_is_reported_lost_within_the_lease_while_a_stranger_hammers_the_port(
         job_factory, tmp_path):
-    job = job_factory(2, steps=400, lease=5.0, extra={i: _secret_file(tmp_path) for i in range(2)})
-    _wait_training(job, 0)
-    _wait_training(job, 1)
-    joined = next(r for r in job.journal(0) if r["event"] == "cohort_joined")
-    host, _, port = joined["store"].rpartition(":")
-    results = stranger_attacks(host, int(port))
+    job, host, port = _training_secret_job(job_factory, tmp_path, steps=400)
+    results = stranger_attacks(host, port)
     os.kill(job.procs[1].pid, signal.SIGKILL)
     killed_at = time.monotonic()
-    attacks = stranger_attacks(host, int(port))  # and again while node 0 judges node 1's lease
+    attacks = stranger_attacks(host, port)  # and again while node 0 judges node 1's lease
     code = job.procs[0].wait(timeout=90)
     assert set(results.values()) <= {"refused", "dropped"}, results
     assert set(attacks.values()) <= {"refused", "dropped", "gone"}, attacks  # (node 0 stops at the lease)
