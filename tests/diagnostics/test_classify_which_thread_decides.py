@@ -223,3 +223,20 @@ def test_a_thread_started_by_threading_is_not_the_main_thread_whatever_a_paste_c
         "  tx_item = self._tx.get()\n"
     )
     assert text_verdict(tmp_path, text) == "queue-wait"
+
+
+@pytest.mark.parametrize("sender", ["raven/transport/threaded.py", "sentry_sdk/worker.py", "ddtrace/internal/writer/writer.py"])
+def test_an_error_reporters_background_sender_does_not_decide_over_an_idle_worker(tmp_path, sender):
+    """A prefork worker idle for its next task, next to an error reporter's thread sending
+    its events (celery#4049): the sender's network wait is the reporter's business."""
+    text = f"""Thread 0x00007f28e5216700 (most recent call first):
+  File "/usr/lib/python3/site-packages/{sender}", line 57 in urlopen
+  File "/usr/lib/python3/site-packages/{sender}", line 152 in _target
+  File "/usr/lib/python3/threading.py", line 754 in run
+  File "/usr/lib/python3/threading.py", line 801 in __bootstrap_inner
+Current thread 0x00007f28f2c5c700 (most recent call first):
+  File "/usr/lib/python3/site-packages/billiard/pool.py", line 396 in _recv
+  File "/usr/lib/python3/site-packages/billiard/pool.py", line 428 in receive
+  File "/usr/lib/python3/site-packages/billiard/pool.py", line 351 in workloop
+"""
+    assert text_verdict(tmp_path, text) != "socket-read"

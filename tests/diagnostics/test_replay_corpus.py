@@ -192,7 +192,7 @@ KNOWN_MISSES = {
     # fresh-2026-12i, missed at its first pass: pytest-style "E       " prefixed traceback of a torch.multiprocessing.spawn ProcessRaisedException (the error 
     "torchdata_659_rank0_late_shared_seed_store_socket_timeout": "nccl-collective-wait",
     # fresh-2026-12j, missed at its first pass: faulthandler dump produced by sending SIGSEGV ('Fatal Python error: Segmentation fault'), Python 2.7 format wi
-    "celery_4049_prefork_child_idle_billiard_recv_faulthandler": "socket-read",
+    "celery_4049_prefork_child_idle_billiard_recv_faulthandler": "all-idle",
     # fresh-2026-12j, missed at its first pass: gdb 'info threads' (single remaining thread) followed by 'bt' with full source locations (glibc futex/pthread_
     "cpython_96387_main_thread_drop_gil_force_switching_daemon_exit_gdb": "gil-deadlock",
     # fresh-2026-12j, missed at its first pass: gdb native bt with python-gdb frame annotations (PyEval_EvalFrameEx ... Frame ... for file fsspec/asyn.py, lin
