@@ -123,6 +123,11 @@ _NETWORK_MODULE: Test = _has("http", "https", "ftp", "sftp", "webhdfs", "socket"
                              "websockets", "ssh", "smb")
 
 
+#: Words of a function that does I/O (see ``_NETWORK_MODULE``).
+_IO_CALL: Test = _has("read", "readinto", "recv", "fetch", "open", "send", "request", "urlopen", "download", "upload",
+                      "connect", "cat", "stream", "get", "put", "post")
+
+
 def named_category(frame: Frame) -> tuple[str, str, str] | None:
     """(category, what, how) the words of ``frame``'s function name say it waits on
     (how: "name"), or its package being a network client's (how: "package"), or its
@@ -142,9 +147,10 @@ def named_category(frame: Frame) -> tuple[str, str, str] | None:
         for category, what, test in MODULE_WORDS:
             if test(stem):
                 return category, what, "module"
-        if site_package(frame.file) and _NETWORK_MODULE(stem):
+        if site_package(frame.file) and _NETWORK_MODULE(stem) and _IO_CALL(words(frame.function)):
             # An installed library's module named for a protocol (fsspec's
-            # implementations/http.py, a client's transport/sftp.py): its reads are the network's.
+            # implementations/http.py, a client's transport/sftp.py), in a function named for
+            # I/O: its reads are the network's (werkzeug's http.py parse_options_header parses).
             return "socket-read", "a server's reply", "module"
     return None
 

@@ -252,8 +252,11 @@ PRIMITIVES: tuple[Primitive, ...] = (
         r"(^|/)sqlalchemy/engine/default\.py$"),
     # Django's database layer calling the driver's cursor (its execute wrappers run the
     # statement; a row lock another session holds, a server gone quiet, wait there).
+    # (SQLite's backend is a file on this machine: a busy wait for its lock)
+    _py("file-lock-wait", "SQLite's database lock (a statement waiting while another holds it)", "Django's SQLite backend",
+        r"^(\w+\.)?(execute|executemany)$", r"(^|/)django/db/backends/sqlite3/base\.py$"),
     _py("socket-read", "a database server's reply", "Django `cursor.execute` (the driver's call)",
-        r"^(\w+\.)?(_execute|_executemany|execute|executemany)$", r"(^|/)django/db/backends/(utils|\w+/base)\.py$"),
+        r"^(\w+\.)?(_execute|_executemany|execute|executemany)$", r"(^|/)django/db/backends/(utils|(?!sqlite3/)\w+/base)\.py$"),
     _py("socket-read", "a database server's reply", "psycopg2 `execute`", r"^(\w+\.)?(execute|executemany|execute_batch|execute_values|fetch\w*|wait_select)$",
         r"(^|/)psycopg2/(extras|extensions|__init__|pool)\.py$"),
     _py("socket-read", "a database server's reply", "PyMySQL `_read_packet`",

@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from hangwatch.diagnostics.named_waits import named_wait
+from hangwatch.diagnostics.named_waits import named_wait, words
 from hangwatch.diagnostics.primitives import FAMILIES, PRIMITIVES, Primitive
 from hangwatch.diagnostics.signatures import Signature, find
 from hangwatch.diagnostics.stacks import Frame, ThreadDump, site_package
@@ -47,7 +47,8 @@ FAMILY_PRIORITY = 5
 #: top of a thread they outrank a wrapper signature matched further out.
 BLOCKING_FAMILIES = frozenset(("nccl-collective-wait", "cuda-synchronize-wait", "lock-wait", "store-wait", "nccl-comm-init",
                                "gil-deadlock"))
-#: ``lock-wait`` matches any threading wait; these families say better what it is.
+#: ``lock-wait`` matches any threading wait; these families say better what it is (``sleep``:
+#: an Event waited on by a retry loop's back-off).
 REFINES_LOCK_WAIT = frozenset(("event-wait", "queue-wait", "thread-join", "future-wait", "subprocess-wait",
                                "socket-read", "file-lock-wait", "dataloader-wait", "asyncio-blocked", "gil-deadlock", "import-lock",
                                "sleep"))
@@ -62,8 +63,18 @@ REFINES_EXIT_JOIN = frozenset(("file-lock-wait", "subprocess-wait"))
 #: sleeps and tries again (filelock's, a lock file's, a hand-written spin on a lock).
 _POLLING_LOCK = re.compile(r"(?i)acquire|(^|[._])(\w*_)?lock(_\w*)?$|lock(ed)?_?wait|wait_?(for_?)?lock")
 GIL = "gil-deadlock"
-#: A caller named like this around an Event's wait sleeps between attempts of a retry loop.
-_BACK_OFF = re.compile(r"(?i)(^|[._])(_?sleep\w*|\w*_sleep|\w*back_?off\w*)$")
+def _backs_off(function: str) -> bool:
+    """A caller named for a back-off (``backoff``, ``back_off``) or for a sleep
+    (``_sleep_check_cancelled``, ``retry_sleep``), not for a sleep until something is ready
+    (``sleep_until_ready`` waits on that)."""
+    ws = words(function.rsplit(".", 1)[-1])
+    if "backoff" in ws or any(a == "back" and b == "off" for a, b in zip(ws, ws[1:])):
+        return True
+    return bool(ws) and "sleep" in (ws[0], ws[-1]) and _UNTIL.isdisjoint(ws)
+
+
+#: Words that make a sleep-named caller a wait for something (``sleep_until_ready``).
+_UNTIL = frozenset(("until", "for", "ready", "event", "wait", "signal", "signaled", "notified"))
 
 
 @dataclass(frozen=True)
@@ -264,15 +275,20 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
     if matched[0][2].category == "sleep" and category in ("sleep", "lock-wait") and any(
             _POLLING_LOCK.search(f.function) for f in [m[1] for m in matched[1:]] + ([caller] if caller else [])):
         category, what = "file-lock-wait", "a lock polled by a sleep loop"
-    elif category == "event-wait" and caller is not None and not caller.native and _BACK_OFF.search(caller.function):
-        # An Event waited on with a timeout by a retry loop's back-off (an interruptible
-        # sleep between attempts: wandb's _sleep_check_cancelled, a client's backoff): the
-        # thread sleeps between retries of something that keeps failing.
-        category, what = "sleep", "a retry loop's back-off (an Event waited on between attempts)"
+    elif category == "socket-read" and any(m[2].category == "file-lock-wait" for m in matched[:-1]):
+        # A database layer (Django's cursor wrapper) over SQLite's busy wait: the call
+        # waits for the database file's lock, not for a server.
+        inner = next(m for m in matched if m[2].category == "file-lock-wait")
+        category, what = inner[2].category, inner[2].what
     elif category == "event-wait" and caller is not None and not caller.native and _POLLING_LOCK.search(caller.function):
         # A Condition waited on by a lock-like class's own acquire (a slot pool, a
         # hand-written semaphore or read-write lock): the thread waits for that lock.
         category, what = "lock-wait", "a lock (a Condition waited on by its acquire)"
+    elif category == "event-wait" and caller is not None and not caller.native and _backs_off(caller.function):
+        # An Event waited on by a retry loop's back-off (an interruptible sleep between
+        # attempts: wandb's _sleep_check_cancelled, a client's backoff): the thread sleeps
+        # between retries of something that keeps failing.
+        category, what = "sleep", "a retry loop's back-off (an Event waited on between attempts)"
     elif (category == "queue-wait" and matched[0][2].category == "lock-wait" and len(matched) > 1
           and outer[1].function.rsplit(".", 1)[-1] in ("put", "put_nowait")):
         # A put blocked taking the queue's own lock (multiprocessing's Queue.put in its

@@ -155,13 +155,15 @@ def blocked_call(frames: list[Frame], source: str) -> list[Frame]:
 
 #: A reporter's note after a frame that quotes the code the frame stopped on
 #: ("_get_conn (app/db.py:434)   <- `with _db_lock:`").
+_FRAME_LOCATION = re.compile(r"\([^()\s]{1,1000}\)")
 _NOTED_CODE = re.compile(r"(?:<-|←|⟵|<==|#|//)\s{0,8}[^`\n]{0,80}`([^`\n]{1,300})`")
 
 
 def noted_call(line: str, frames: list[Frame]) -> list[Frame]:
     """``blocked_call`` for the code a note after the thread's innermost frame quotes: the
     source line py-spy does not print, written in by the reporter."""
-    m = _NOTED_CODE.search(line, line.rfind(")", 0, line.find("`")) + 1)
+    loc = _FRAME_LOCATION.search(line)
+    m = _NOTED_CODE.search(line, loc.end()) if loc is not None else None
     return blocked_call(frames[:1], m.group(1).strip()) if m else []
 
 

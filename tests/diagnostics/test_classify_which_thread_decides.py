@@ -225,12 +225,13 @@ def test_a_thread_started_by_threading_is_not_the_main_thread_whatever_a_paste_c
     assert text_verdict(tmp_path, text) == "queue-wait"
 
 
-@pytest.mark.parametrize("sender", ["raven/transport/threaded.py", "sentry_sdk/worker.py", "ddtrace/internal/writer/writer.py"])
-def test_an_error_reporters_background_sender_does_not_decide_over_an_idle_worker(tmp_path, sender):
-    """A prefork worker idle for its next task, next to an error reporter's thread sending
-    its events (celery#4049): the sender's network wait is the reporter's business."""
+@pytest.mark.parametrize("sender", ["raven/transport/threaded.py", "sentry_sdk/worker.py"])
+def test_an_error_reporters_sender_thread_does_not_decide_over_an_idle_worker(tmp_path, sender):
+    """A prefork worker idle for its next task, next to an error reporter's own sender
+    thread sending its events (celery#4049): the sender's network wait is the reporter's
+    business, and the process is idle."""
     text = f"""Thread 0x00007f28e5216700 (most recent call first):
-  File "/usr/lib/python3/site-packages/{sender}", line 57 in urlopen
+  File "/usr/lib/python3/site-packages/raven/utils/http.py", line 57 in urlopen
   File "/usr/lib/python3/site-packages/{sender}", line 152 in _target
   File "/usr/lib/python3/threading.py", line 754 in run
   File "/usr/lib/python3/threading.py", line 801 in __bootstrap_inner
@@ -239,4 +240,20 @@ Current thread 0x00007f28f2c5c700 (most recent call first):
   File "/usr/lib/python3/site-packages/billiard/pool.py", line 428 in receive
   File "/usr/lib/python3/site-packages/billiard/pool.py", line 351 in workloop
 """
-    assert text_verdict(tmp_path, text) != "socket-read"
+    assert text_verdict(tmp_path, text) == "all-idle"
+
+
+def test_an_export_made_inline_in_a_request_thread_still_decides(tmp_path):
+    """OpenTelemetry's SimpleSpanProcessor exports in the thread that ended the span: that
+    request thread waiting on the collector is the wait, not a helper's."""
+    text = """Thread 0x00007f28e5216700 (most recent call first):
+  File "/usr/lib/python3.11/ssl.py", line 1134 in read
+  File "/usr/lib/python3.11/site-packages/opentelemetry/sdk/trace/export/__init__.py", line 113 in on_end
+  File "/usr/lib/python3.11/site-packages/opentelemetry/sdk/trace/__init__.py", line 941 in end
+  File "/srv/app/views.py", line 40 in handle
+  File "/usr/lib/python3.11/threading.py", line 982 in run
+Current thread 0x00007f28f2c5c700 (most recent call first):
+  File "/usr/lib/python3.11/selectors.py", line 468 in select
+  File "/usr/lib/python3.11/site-packages/gunicorn/workers/gthread.py", line 214 in run
+"""
+    assert text_verdict(tmp_path, text) == "socket-read"

@@ -58,6 +58,8 @@ def test_a_network_clients_package_is_read_only_when_installed():
     assert named_category(Frame("parse_headers", "/app/server/http.py", 3)) is None
     # an installed library's module named for a protocol reads from the network
     assert named_category(Frame("read", SITE + "fsspec/implementations/http.py", 598))[0] == "socket-read"
+    # ... in a function named for I/O: one that parses is not waiting on the network
+    assert named_category(Frame("parse_options_header", SITE + "werkzeug/http.py", 400)) is None
     assert named_category(Frame("_InternalParse", SITE + "google/protobuf/internal/python_message.py", 3)) is None
     assert named_category(Frame("parse_headers", SITE + "urllib3/response.py", 3))[0] == "socket-read"
 

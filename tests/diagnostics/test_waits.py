@@ -102,6 +102,9 @@ PRIMITIVE_STACKS = [
     ([_py("__enter__", SITE + "httpcore/_synchronization.py"), _py("close", SITE + "httpcore/_async/connection_pool.py")], "lock-wait"),
     # an I/O loop's poll on a Ctrl-C traceback's last line (pika's BlockingConnection)
     ([_c("self._impl.ioloop.poll", "<call>")], "socket-read"),
+    # Django's SQLite backend: a busy wait for the database file's lock, not a server
+    ([_py("execute", SITE + "django/db/backends/sqlite3/base.py"), _py("_execute", SITE + "django/db/backends/utils.py")],
+     "file-lock-wait"),
     # Django's database layer running the driver's cursor
     ([_py("_execute", SITE + "django/db/backends/utils.py"), _py("_execute_with_wrappers", SITE + "django/db/backends/utils.py")],
      "socket-read"),
@@ -830,5 +833,9 @@ def test_an_event_waited_on_by_a_retry_loops_back_off_is_a_sleep():
                 _py("__call__", SITE + "wandb/sdk/lib/retry.py"), USER)
     assert wait_of(t).category == "sleep"
     assert _classify(t).signature_id == "sleep"
-    plain = _thread(_py("wait", STDLIB + "threading.py"), _py("wait_for_result", SITE + "jobs/runner.py"), USER)
-    assert wait_of(plain).category == "event-wait"
+    for caller in ("wait_for_result", "sleep_until_ready", "wait_for_playback_offset"):
+        plain = _thread(_py("wait", STDLIB + "threading.py"), _py(caller, SITE + "jobs/runner.py"), USER)
+        assert wait_of(plain).category == "event-wait", caller
+    # a lock's acquire that backs off is still the lock
+    locked = _thread(_py("wait", STDLIB + "threading.py"), _py("acquire_with_backoff", SITE + "jobs/slots.py"), USER)
+    assert wait_of(locked).category == "lock-wait"

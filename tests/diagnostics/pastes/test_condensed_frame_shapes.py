@@ -327,6 +327,10 @@ def test_a_note_quoting_the_code_of_a_threads_innermost_frame_is_its_source_line
             "    _db_check (app/main.py:1443)\n"
             "    run (anyio/_backends/_asyncio.py:1002)\n")
     assert text_verdict(tmp_path, text) == "lock-wait"
+    noted = ('Thread 367112 (idle): "AnyIO worker thread"\n'
+             "    _get_conn (app/database.py:434)   <- stuck (forever) on `with _db_lock:`\n"
+             "    _db_check (app/main.py:1443)\n")
+    assert text_verdict(tmp_path, noted) == "lock-wait"  # a note with parentheses before its code
     outer = ('Thread 367112 (idle): "AnyIO worker thread"\n'
              "    _get_conn (app/database.py:434)\n"
              "    _db_check (app/main.py:1443)                 <- `with _db_lock:` was taken here\n")
