@@ -400,7 +400,9 @@ def _process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sou
     else:
         evidence = t.telling_frames()
     guess = guessed_wait(t) if wait is None else None
-    if guess is None and wait is None and is_main(t, pid):
+    if guess is None and wait is None and only_process and is_main(t, pid):
+        # Only for a rank dumped alone: next to its peers, a rank that shows no wait is the
+        # odd one out of their collective, the suspect the cross-process reading names.
         guess = rank_in_step(t, series.rank if series is not None else None)
     if guess is not None:
         # No blocking call is shown (a cut traceback, a library's own wrapper of its wait, a

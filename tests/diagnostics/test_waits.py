@@ -839,3 +839,15 @@ def test_an_event_waited_on_by_a_retry_loops_back_off_is_a_sleep():
     # a lock's acquire that backs off is still the lock
     locked = _thread(_py("wait", STDLIB + "threading.py"), _py("acquire_with_backoff", SITE + "jobs/slots.py"), USER)
     assert wait_of(locked).category == "lock-wait"
+
+
+def test_a_rank_that_shows_no_wait_next_to_its_peers_in_a_collective_is_their_suspect():
+    """Two ranks in all_reduce and one in its own code: that one is the odd one out (the
+    culprit the incident names), not a third rank guessed to wait in the collective."""
+    spawn = _py("_wrap", SITE + "torch/multiprocessing/spawn.py")
+    waiting = (_py("all_reduce", SITE + "torch/distributed/distributed_c10d.py"), USER, spawn)
+    wedged = (_py("replay", "/src/toy/model.py"), _py("forward", "/src/toy/model.py"), USER, spawn)
+    series = tuple(ProcessSeries(pid, (ProcessDump(pid, (_thread(*frames),), rank=rank),))
+                   for pid, rank, frames in ((10, 0, waiting), (11, 1, waiting), (12, 2, wedged)))
+    c = classify(series, load_signatures())
+    assert c.suspect is not None and c.suspect.pid == 12
