@@ -49,7 +49,8 @@ def test_a_wedged_rank_on_node_1_is_one_incident_and_every_node_resumes_together
     bundles = [str(b) for i in range(2) for b in (job.tmp / f"run{i}" / "incidents").iterdir()]
     replay = json.loads(subprocess.run([HANGWATCH, "replay", "--json", *bundles], capture_output=True, text=True,
                                        timeout=60).stdout)
-    assert replay["suspect"]["source"].endswith("-node1"), replay["suspect"]
+    seen = [(p["pid"], p.get("rank"), p.get("state"), p.get("signature_id"), p["top_frames"][:2]) for p in replay["processes"]]
+    assert replay["suspect"] is not None and replay["suspect"]["source"].endswith("-node1"), (replay["suspect"], seen)
     suspect = next(p for p in replay["processes"] if p["pid"] == replay["suspect"]["pid"])
     assert suspect["top_frames"][0].startswith("replay ")
     assert any(p["signature_id"] == "nccl-collective-wait" for p in replay["processes"])
