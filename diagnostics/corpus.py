@@ -9,8 +9,8 @@ the bug-specific signature under it), ``cause``, ``shape``, optionally ``suspect
 (a paste with no whole frame left, e.g. two dumps interleaved character by
 character: replay is right to refuse it), ``collection`` (the batch it was
 gathered in), ``first_pass`` (what replay said the first time it saw the dump,
-before any rule was written for its collection) and ``blind_reading`` (the cause an
-engineer named reading only the paste, without its thread or its label: how much of the
+before any rule was written for its collection) and ``blind_reading`` (the cause a
+reader named reading only the paste, without its thread or its label: how much of the
 cause the paste itself shows, the ceiling a reader of pastes can reach). The last line
 printed is
 
