@@ -19,11 +19,11 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from hangwatch.diagnostics.named_waits import words
+from hangwatch.diagnostics.named_waits import named_frames, words
 from hangwatch.diagnostics.signatures import Signature, find
 from hangwatch.diagnostics.stacks import Frame, ThreadDump, started_by_threading
 from hangwatch.diagnostics.waits import (
-    FAMILY_PRIORITY, GIL, MAX_WAIT_FRAMES, Wait, family_signature, guessed_wait, in_finalizer, wait_of,
+    FAMILY_PRIORITY, GIL, MAX_WAIT_FRAMES, Wait, family_signature, guessed_wait, wait_of,
 )
 
 
@@ -78,8 +78,8 @@ def rank_in_step(thread: ThreadDump, rank: int | None) -> Wait | None:
         return None
     if rank is None and not any(not f.native and _RANK_FILE.search(f.file.replace("\\", "/")) for f in thread.frames):
         return None
-    own = [f for f in thread.frames[:MAX_WAIT_FRAMES] if not f.is_stdlib][:2]
-    if any(not _OTHER_WORK.isdisjoint(words(f.function)) or not _OTHER_WORK.isdisjoint(words(f.short_file)) for f in own):
+    if any(not _OTHER_WORK.isdisjoint(words(f.function)) or not _OTHER_WORK.isdisjoint(words(f.short_file))
+           for f in named_frames(thread)):
         return None  # a rank in its data, tokenizer, checkpoint or compile code: that code, not its peers
     inner = thread.frames[0]
     return Wait("nccl-collective-wait", "a collective", ("a rank of a distributed job that shows no wait",), (inner,),
@@ -181,6 +181,22 @@ def inherited_lock(thread: ThreadDump) -> bool:
 
 
 _CONN_SYNC = re.compile(r"(^|/)(multiprocessing|multiprocess|billiard)/(synchronize|managers)\.py$")
+
+
+#: A finalizer the garbage collector (or a refcount drop) runs inside whatever code the
+#: thread was in: ``__del__``, a weakref callback or ``weakref.finalize``, multiprocessing's
+#: ``Finalize`` and the semaphore cleanup it calls, py-bt's "Garbage-collecting".
+_FINALIZER_CALL = re.compile(r"^(\w+\.)?(__del__|__call__|_remove|remove|_cleanup|_run_finalizer)$")
+_FINALIZER_MODULE = re.compile(r"(^|/)(weakref|_weakrefset|multiprocessing/util|multiprocessing/synchronize)\.py$")
+
+
+def in_finalizer(frame: Frame) -> bool:
+    """A frame of a finalizer (see ``_FINALIZER_CALL``)."""
+    if frame.native:
+        return frame.function == "<garbage collection>"
+    name = frame.function.rsplit(".", 1)[-1]
+    return name == "__del__" or (_FINALIZER_CALL.search(frame.function) is not None
+                                 and _FINALIZER_MODULE.search(frame.file.replace("\\", "/")) is not None)
 
 
 #: Waits a finalizer re-entering its own object's code blocks in: a lock the interrupted

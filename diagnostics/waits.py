@@ -63,18 +63,11 @@ REFINES_EXIT_JOIN = frozenset(("file-lock-wait", "subprocess-wait"))
 #: sleeps and tries again (filelock's, a lock file's, a hand-written spin on a lock).
 _POLLING_LOCK = re.compile(r"(?i)acquire|(^|[._])(\w*_)?lock(_\w*)?$|lock(ed)?_?wait|wait_?(for_?)?lock")
 GIL = "gil-deadlock"
-def _backs_off(function: str) -> bool:
-    """A caller named for a back-off (``backoff``, ``back_off``) or for a sleep
-    (``_sleep_check_cancelled``, ``retry_sleep``), not for a sleep until something is ready
-    (``sleep_until_ready`` waits on that)."""
-    ws = words(function.rsplit(".", 1)[-1])
-    if "backoff" in ws or any(a == "back" and b == "off" for a, b in zip(ws, ws[1:])):
-        return True
-    return bool(ws) and "sleep" in (ws[0], ws[-1]) and _UNTIL.isdisjoint(ws)
-
-
-#: Words that make a sleep-named caller a wait for something (``sleep_until_ready``).
-_UNTIL = frozenset(("until", "for", "ready", "event", "wait", "signal", "signaled", "notified"))
+#: Waits that name the thread's wait even under an outer call the table knows: taking the
+#: GIL is the innermost wait there is (a lock.acquire or native call further out finished
+#: its own wait and now waits to re-take the GIL), and a file lock under a database or
+#: client call (Django's cursor wrapper over SQLite's busy wait) is what that call waits for.
+NAMES_FROM_INSIDE = frozenset((GIL, "file-lock-wait"))
 
 
 @dataclass(frozen=True)
@@ -268,18 +261,13 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
         return None
     outer = matched[-1]
     stop = outer[0] + 1 + min(glue, MAX_GLUE)
-    # Taking the GIL is the innermost wait there is: a lock.acquire or native call further
-    # out has finished its own wait and now waits to re-take the GIL.
-    naming = next((m for m in matched if m[2].category == GIL), outer)
+    # Some waits name the thread's wait wherever they sit (``NAMES_FROM_INSIDE``); else the
+    # outermost match, the call the code made.
+    naming = next((m for m in matched if m[2].category in NAMES_FROM_INSIDE), outer)
     category, what = naming[2].category, naming[2].what
     if matched[0][2].category == "sleep" and category in ("sleep", "lock-wait") and any(
             _POLLING_LOCK.search(f.function) for f in [m[1] for m in matched[1:]] + ([caller] if caller else [])):
         category, what = "file-lock-wait", "a lock polled by a sleep loop"
-    elif category == "socket-read" and any(m[2].category == "file-lock-wait" for m in matched[:-1]):
-        # A database layer (Django's cursor wrapper) over SQLite's busy wait: the call
-        # waits for the database file's lock, not for a server.
-        inner = next(m for m in matched if m[2].category == "file-lock-wait")
-        category, what = inner[2].category, inner[2].what
     elif category == "event-wait" and caller is not None and not caller.native and _POLLING_LOCK.search(caller.function):
         # A Condition waited on by a lock-like class's own acquire (a slot pool, a
         # hand-written semaphore or read-write lock): the thread waits for that lock.
@@ -325,28 +313,26 @@ def _plain(name: str) -> str:
     """A native function's name without glibc's ``__GI_`` alias prefix or gcc's clone suffix."""
     return _GLIBC_ALIAS.sub("", _CLONE_SUFFIX.sub("", name.split("@", 1)[0]))
 
+#: Words that make a sleep-named caller a wait for something (``sleep_until_ready``).
+_UNTIL = frozenset(("until", "for", "ready", "event", "wait", "signal", "signaled", "notified"))
+
+
+def _backs_off(function: str) -> bool:
+    """A caller named for a back-off (``backoff``, ``back_off``) or for a sleep
+    (``_sleep_check_cancelled``, ``retry_sleep``), not for a sleep until something is ready
+    (``sleep_until_ready`` waits on that)."""
+    ws = words(function.rsplit(".", 1)[-1])
+    if "backoff" in ws or any(a == "back" and b == "off" for a, b in zip(ws, ws[1:])):
+        return True
+    return bool(ws) and "sleep" in (ws[0], ws[-1]) and _UNTIL.isdisjoint(ws)
+
+
 #: Native calls that take a lock by name (see ``Wait.weak``).
 _EXPLICIT_LOCK = re.compile(r"^(__)?pthread_(mutex|spin|rwlock)_\w*lock\w*$|^(__)?lll_lock_wait\w*$|^std::(shared_)?mutex::lock"
                             r"|^\w*_spin(lock)?_lock\w*$|EnterCriticalSection|^RtlpWaitOnCriticalSection$|AcquireSRWLock")
 
 #: Native calls that block reading (or connecting) one descriptor (see ``Wait.weak``).
 _BLOCKING_READ = re.compile(r"^(__)?(libc_)?(read|recv|recvfrom|recvmsg|accept4?|connect)(_nocancel)?$|^__GI___libc_read$")
-
-#: A finalizer the garbage collector (or a refcount drop) runs inside whatever code the
-#: thread was in: ``__del__``, a weakref callback or ``weakref.finalize``, multiprocessing's
-#: ``Finalize`` and the semaphore cleanup it calls, py-bt's "Garbage-collecting".
-_FINALIZER_CALL = re.compile(r"^(\w+\.)?(__del__|__call__|_remove|remove|_cleanup|_run_finalizer)$")
-_FINALIZER_MODULE = re.compile(r"(^|/)(weakref|_weakrefset|multiprocessing/util|multiprocessing/synchronize)\.py$")
-
-
-def in_finalizer(frame: Frame) -> bool:
-    """A frame of a finalizer (see ``_FINALIZER_CALL``)."""
-    if frame.native:
-        return frame.function == "<garbage collection>"
-    name = frame.function.rsplit(".", 1)[-1]
-    return name == "__del__" or (_FINALIZER_CALL.search(frame.function) is not None
-                                 and _FINALIZER_MODULE.search(frame.file.replace("\\", "/")) is not None)
-
 
 #: A logging call: what waits under it (its lock) is the call's, whatever library made it.
 _LOGGING_CALL = re.compile(r"^(\w+\.)?(debug|info|warning|warn|error|exception|critical|log|_log|isEnabledFor|handle|callHandlers)$")
