@@ -279,7 +279,7 @@ def _in_context(v: ProcessVerdict, signatures: Sequence[Signature]) -> ProcessVe
         sig = finalizer_lock(signatures)
         evidence = v.evidence or v.thread.telling_frames()
         return replace(v, state="stalled", signature=sig, evidence=evidence, matches=((v.thread, sig, evidence),) + v.matches)
-    if (v.state == "stalled" and v.signature is not None and v.signature.id in ("lock-wait", "gil-deadlock")
+    if (v.state == "stalled" and v.signature is not None and v.signature.id == "lock-wait"
             and stream_lock_inherited(v.thread, v.series.latest.threads if v.series is not None and v.series.dumps else ())):
         sig = find(tuple(signatures), "fork-inherited-lock")
         if sig is not None:

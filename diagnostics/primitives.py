@@ -251,8 +251,8 @@ PRIMITIVES: tuple[Primitive, ...] = (
         r"^(\w+\.)?(do_execute|do_executemany|do_execute_no_params|do_commit|do_rollback|do_close|connect)$",
         r"(^|/)sqlalchemy/engine/default\.py$"),
     # Django's database layer calling the driver's cursor (its execute wrappers run the
-    # statement; a row lock another session holds, a server gone quiet, wait there).
-    # (SQLite's backend is a file on this machine: a busy wait for its lock)
+    # statement; a row lock another session holds, a server gone quiet, wait there), except
+    # on SQLite, a file on this machine: a busy wait for its lock.
     _py("file-lock-wait", "SQLite's database lock (a statement waiting while another holds it)", "Django's SQLite backend",
         r"^(\w+\.)?(execute|executemany)$", r"(^|/)django/db/backends/sqlite3/base\.py$"),
     _py("socket-read", "a database server's reply", "Django `cursor.execute` (the driver's call)",

@@ -51,12 +51,15 @@ def names_stack(run: list[Frame]) -> bool:
     class names ("LlamaForCausalLM") is not taken."""
     if len(run) < 4:
         return False
-    internal = sum(1 for f in run if f.function.startswith("__") and not f.function.endswith("__"))
-    if not any("::" in f.function for f in run) and internal < 2:
+    if not any("::" in f.function for f in run) and sum(1 for f in run if _c_internal(f.function)) < 2:
         return False
-    native = sum(1 for f in run if "::" in f.function or CAMEL.search(f.function)
-                 or (f.function.startswith("__") and not f.function.endswith("__")))
+    native = sum(1 for f in run if "::" in f.function or CAMEL.search(f.function) or _c_internal(f.function))
     return native * 2 >= len(run)
+
+
+def _c_internal(name: str) -> bool:
+    """A C library's internal name (``__libc_fork``), not a Python dunder (``__init__``)."""
+    return name.startswith("__") and not name.endswith("__")
 
 
 def end_bare(b: Builder) -> None:

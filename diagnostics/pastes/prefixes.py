@@ -10,8 +10,9 @@ the text before the frame is a candidate; its *shape* keeps punctuation and turn
 runs into ``9``, letter runs into ``a`` and blanks into one space, so the changing
 ranks, pids, times and levels of one logger give one shape. A shape that at least
 ``MIN_LINES`` frame lines share, with punctuation in it (a logger's fields are
-delimited; prose is words) or a lone capital marker (pytest's ``E``), is a prefix: every line that starts with it loses it,
-the exception and source lines between the frames too.
+delimited; prose is words) or a lone capital marker (pytest's ``E``), is a prefix:
+every line that starts with it loses it, the exception and source lines between the
+frames too.
 
 One pass over the lines, string operations and one bounded regex per candidate: linear
 in the paste.
