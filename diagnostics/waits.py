@@ -200,7 +200,7 @@ def wait_of(thread: ThreadDump) -> Wait | None:
     if w is not None and w.weak:
         at = next((i for i, f in enumerate(thread.frames[:MAX_WAIT_FRAMES]) if not f.native), None)
         outer = _wait(thread.frames[at:at + MAX_WAIT_FRAMES]) if at else None
-        if outer is not None and not outer.weak and outer.frames[0] is thread.frames[at]:
+        if outer is not None and not outer.weak and outer.frames[0] == thread.frames[at]:
             # (the call right around the extension: a wait further out is another frame's;
             # and the native frames under it show it was not cut)
             return replace(outer, depth=outer.depth + at, cut=False)

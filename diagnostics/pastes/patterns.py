@@ -42,6 +42,12 @@ PREFIX = re.compile(
 # Terminal colours kept by a captured log ("\x1b[1;32m").
 ANSI = re.compile(r"\x1b\[[0-9;?]{0,20}[A-Za-z]")
 INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
+# What a web page or a word processor puts in place of plain spaces and quotes: a
+# no-break space for every indent, curly quotes around 'File "x.py"' and a thread name.
+TYPOGRAPHIC = re.compile("[\u00a0\u2000-\u200a\u202f\u205f\u3000\u2018-\u201f\u2032\u2033\u00ab\u00bb]")
+PLAIN = str.maketrans({**{c: " " for c in "\u00a0\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u202f\u205f\u3000"},
+                       **{c: "'" for c in "\u2018\u2019\u201a\u201b\u2032"},
+                       **{c: '"' for c in "\u201c\u201d\u201e\u201f\u2033\u00ab\u00bb"}})
 ENTITY = re.compile(r"&(?:lt|gt|quot|amp|#\d{1,6}|#x[0-9a-fA-F]{1,6});")
 # A Markdown link around a path ("[/usr/lib/x.py](https://localhost:8080/#)"): its text is the path.
 MARKDOWN_LINK = re.compile(r"\[([^\[\]\n]{1,1000})\]\((?:https?://|#)[^()\s]{0,500}\)")

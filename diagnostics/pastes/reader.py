@@ -28,7 +28,7 @@ from hangwatch.diagnostics.errors import InputError
 from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.frames import parse_frame_line, split_flattened
 from hangwatch.diagnostics.pastes.parse_report import ParseReport
-from hangwatch.diagnostics.pastes.patterns import INVISIBLE
+from hangwatch.diagnostics.pastes.patterns import INVISIBLE, PLAIN, TYPOGRAPHIC
 from hangwatch.diagnostics.pastes.result import finish
 from hangwatch.diagnostics.pastes.tracebacks import end_traceback
 from hangwatch.diagnostics.pastes.unwrap import (
@@ -207,6 +207,10 @@ def read_text(text: str, *, source: str = "text") -> ParseReport:
         # Zero-width spaces, joiners, soft hyphens, marks and stray BOMs that web pages,
         # chat tools and wikis put into copied text: "wait\u200b (threading.py:320)" is no frame.
         text = INVISIBLE.sub("", text)
+    if TYPOGRAPHIC.search(text):
+        # Copied from a rendered page (a blog, a forum, a document): no-break and other
+        # typographic spaces for the indents, curly quotes around 'File "x.py"'.
+        text = text.translate(PLAIN)
     if "\r" in text:
         # CRLF reads as LF below (rstrip); a lone CR (old Mac line ends, a terminal
         # capture's carriage returns) ends a line too, else the paste is one long line.

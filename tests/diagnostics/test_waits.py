@@ -851,3 +851,15 @@ def test_a_rank_that_shows_no_wait_next_to_its_peers_in_a_collective_is_their_su
                    for pid, rank, frames in ((10, 0, waiting), (11, 1, waiting), (12, 2, wedged)))
     c = classify(series, load_signatures())
     assert c.suspect is not None and c.suspect.pid == 12
+
+
+def test_every_thread_with_the_same_extension_wait_gets_the_call_around_it():
+    """Eight ranks of one job blocked in the same libpq poll under SQLAlchemy: each one's
+    wait is the socket read the Python call around the extension names, not only the
+    first one read (equal stacks of different threads share the table's cached answer)."""
+    def stack() -> ThreadDump:
+        libpq = "/usr/lib/libpq.so.5"
+        return _thread(_c("poll"), _c("PQgetResult", libpq), _c("curs_execute", "psycopg/cursor_type.c"),
+                       _py("do_execute", SITE + "sqlalchemy/engine/default.py"), USER)
+    waits = [wait_of(stack()) for _ in range(8)]
+    assert all(w is not None and w.category == "socket-read" and not w.weak for w in waits)

@@ -84,6 +84,20 @@ def test_invisible_characters_from_web_copies_are_ignored(invisible):
     assert thread.name == "MainThread" and [f.function for f in thread.frames] == ["all_reduce", "main"]
 
 
+@pytest.mark.parametrize("space", ["\u00a0", "\u2002", "\u202f", "\u3000"])
+def test_typographic_spaces_and_curly_quotes_from_rendered_pages_are_plain(space):
+    """A traceback copied from a blog or a forum's rendered page: no-break spaces for its
+    indents and curly quotes around the file and the thread name. Refused before as 'no
+    line looks like a stack frame'."""
+    text = ('Thread 0x00007f0a (most recent call first):\n'
+            '  File "/usr/lib/python3.11/threading.py", line 320 in wait\n'
+            '  File "/srv/app/worker.py", line 12 in run\n')
+    curly = text.replace('"/', "\u201c/").replace('py"', "py\u201d").replace("  ", space * 2)
+    (proc,) = read_text(curly).processes
+    (thread,) = proc.threads
+    assert [(f.function, f.file) for f in thread.frames] == [("wait", "/usr/lib/python3.11/threading.py"), ("run", "/srv/app/worker.py")]
+
+
 def test_a_dump_quoted_in_a_source_comment_is_read():
     """Every line behind '# ' (a py-spy dump kept in a code comment): refused as 'no line
     looks like a stack frame'. It is the exiting executor joining its own children."""
