@@ -7,7 +7,9 @@ nothing here has state.
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 
 from hangwatch.diagnostics.pastes.patterns import (
     JSON_LINE_MAX, JSON_TEXT_KEYS, STREAM_PID, STREAM_RANK, WRAPPED_CXX_HEAD, WRAPPED_CXX_TAIL,
@@ -132,9 +134,15 @@ def join_wrapped(lines: list[str]) -> list[str]:
     """'File "/a/vll' + 'm/v1/x.py", line 9, in f' -> one traceback line, as is
     'File "x.py", line 9,' + ' in f', py-bt's '#4 Frame 0x.., for file x.py, line 9,' + 'in f (self=...',
     and a torch C++ frame wrapped before its library
-    likewise (a terminal's hard wrap, kept by the copy)."""
+    likewise (a terminal's hard wrap, kept by the copy). Beyond those shapes, any
+    traceback, C++ or py-spy frame line left unfinished (a path or a parenthesis open,
+    ``File "x.py", line`` without its number) takes up to MAX_CONTINUATIONS lines that
+    make it whole: a mail client's or an editor's wrap at 72 or 80 columns."""
     out: list[str] = []
-    for line in lines:
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
         if out and WRAPPED_FILE_TAIL.match(line):
             prev = out[-1]
             cut = prev.rfind('File "')
@@ -150,5 +158,56 @@ def join_wrapped(lines: list[str]) -> list[str]:
         if out and line[:1] in (" ", "/") and WRAPPED_CXX_TAIL.match(line) and WRAPPED_CXX_HEAD.match(out[-1].rstrip()):
             out[-1] = out[-1].rstrip() + " " + line.strip()
             continue
+        if len(line) <= MAX_JOINED and _UNFINISHED.match(line):
+            whole = _rejoin(line, lines[i:i + MAX_CONTINUATIONS])
+            if whole is not None:
+                line, taken = whole
+                i += taken
         out.append(line)
     return out
+
+
+#: Lines one frame line may have been wrapped onto (a long path at 72 or 80 columns).
+MAX_CONTINUATIONS = 3
+#: Characters of a frame line put back together (longer ones are no wrapped frame line).
+MAX_JOINED = 4096
+
+# A whole frame line of a traceback ('File "x.py", line 9, in f'; faulthandler drops the
+# comma), of a torch C++ backtrace ('frame #2: f + 0x1 (0x7f in /x/lib.so)') or of py-spy
+# ('f (x.py:9)').
+_WHOLE = re.compile(r"""(?:
+      ^.{0,200}?\bFile:?[ ]"[^"]{1,1000}",[ ]line[ ]\d{1,7},?[ ]in[ ]\S
+    | ^.{0,200}?\bframe[ ]\#\d{1,4}:[ ][^\n]{1,3000}[ ]\(0x[0-9a-fA-F]{1,16}[ ]in[ ]\S{1,1000}\)$
+    | ^\s{1,40}[^\s()][^\s]{0,300}[ ]\((?:inside[ ])?[^()\s]{1,1000}:\d{1,7}\)$
+    )""", re.VERBOSE)
+# The start of one of those lines, not yet whole: a path or a parenthesis left open, or
+# what follows the path missing ('File "x.py", line').
+_UNFINISHED = re.compile(r"""(?:
+      ^.{0,200}?\bFile:?[ ]"(?![^"]{1,1000}",[ ]line[ ]\d{1,7},?[ ]in[ ]\S)
+    | ^.{0,200}?\bframe[ ]\#\d{1,4}:[ ].{0,3000}[^)]$
+    | ^\s{1,40}[^\s()][^\s]{0,300}[ ]\((?:inside[ ])?[^()\s]{1,1000}$
+    | ^\s{2,40}[A-Za-z_<][\w.<>]{0,300}$
+    )""", re.VERBOSE)
+# A line that starts a frame itself is no continuation of the one before.
+_FRAME_START = re.compile(r'^\s{0,40}(?:File:? "|frame #\d|#\d{1,5} |Thread |Traceback |Exception raised from )')
+
+
+def _rejoin(head: str, after: list[str]) -> tuple[str, int] | None:
+    """``head`` and the lines ``after`` it that a wrap cut it into, as the whole frame line
+    they were (and how many of ``after`` it took), or None. The cut may be inside a word
+    (a terminal's hard wrap) or at a space (an editor's or a mail client's, which drops
+    the space): every way of joining is tried, fewer lines and fewer spaces first, and
+    only a whole frame line is taken."""
+    tails: list[str] = []
+    for line in after:
+        if not line.strip() or _FRAME_START.match(line):
+            break
+        tails.append(line.strip())
+    if len(head) + sum(len(t) + 1 for t in tails) > MAX_JOINED:
+        return None
+    for n in range(1, len(tails) + 1):
+        for seps in itertools.product(("", " "), repeat=n):
+            joined = head + "".join(sep + tail for sep, tail in zip(seps, tails))
+            if _WHOLE.match(joined):
+                return joined, n
+    return None
