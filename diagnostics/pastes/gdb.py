@@ -245,7 +245,13 @@ def gdb_info_thread(b: Builder, m: re.Match[str]) -> bool:
     """One row of gdb's "info threads": a thread and its innermost frame."""
     rest = m.group(5)
     head, sep, call = rest.partition(" in ")
-    frame = gdb_call(call, addressed=True) if sep and HEX.match(head) else gdb_call(rest, addressed=False)
+    addressed = bool(sep and HEX.match(head))
+    text = call if addressed else rest
+    frame = gdb_call(text, addressed=addressed)
+    if frame is None and text.count("(") > text.count(")") and " (" in text:
+        # The frame column's argument list went on to the next line (gdb wraps a long one,
+        # and the table's padding makes most rows long): the function before it is the frame.
+        frame = gdb_call(text[:text.index(" (")] + " ()", addressed=addressed)
     if frame is None:
         return False
     b.start_thread(m.group(2) or m.group(3), "unknown", "MainThread" if m.group(1) == "1" else (m.group(4) or ""))

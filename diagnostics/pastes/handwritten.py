@@ -35,10 +35,12 @@ def _bare_name(s: str) -> str | None:
 
 def _bare_frame_name(s: str) -> str | None:
     """A name alone on its line (see _bare_name), also with a note after it or written as a
-    demangled C++ signature ("THPStorage_newSharedCuda(...)::{lambda(void*)#1}::_FUN")."""
+    demangled C++ signature ("THPStorage_newSharedCuda(...)::{lambda(void*)#1}::_FUN",
+    py-spy --native's "ns::f(std::string const&)" when its location is cut off)."""
     s = BARE_NOTE.sub("", s)
     name = _bare_name(s)
-    if name is None and "::" in s and "(" in s and " " not in s:
+    if name is None and "::" in s and "(" in s and " " not in s[:s.index("(")]:
+        # (its argument types may hold spaces: "f(std::vector<int, std::allocator<int> > const&)")
         name = _bare_name(cxx_name(s))
     return name
 
@@ -185,6 +187,10 @@ def end_arrow(b: Builder) -> None:
 CALL_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200}\.[A-Za-z_]\w{0,100})\([^()\n]{0,200}\)$")
 
 
+#: Characters of a C++ signature read as a name alone on its line.
+MAX_SIGNATURE = 4000
+
+
 def bare_name_line(b: Builder, s: str, after_frame: bool) -> bool:
     """A code-shaped name alone on its line: a frame by name after frames, else held
     until a frame follows (``after_frame``: the line before was a frame). A call written as
@@ -194,7 +200,8 @@ def bare_name_line(b: Builder, s: str, after_frame: bool) -> bool:
         if call is not None:
             b.bare.append(Frame(call.group(1), "<call>", None, native=True))
             return True
-    name = _bare_frame_name(s) if len(s) <= 300 else None
+    # (a demangled C++ signature with its template arguments runs to thousands of characters)
+    name = _bare_frame_name(s) if len(s) <= 300 or ("::" in s and len(s) <= MAX_SIGNATURE) else None
     if name is not None and after_frame:
         b.add_frames([Frame(name, "?")])  # the list of frames goes on, by name only
         b.report.bare_frames += 1

@@ -227,6 +227,18 @@ KNOWN_MISSES = {
     "prefect_8983_log_worker_thread_hangs_at_exit": "all-idle",
     # fresh-2026-12k, missed at its first pass: hand-trimmed py-spy stack (three Python frames, no thread header, no native frames) pasted in the issue descri
     "sglang_35822_eagle_tree_speculative_sampling_ampere_hang": "unknown",
+    # fresh-2026-12l, missed at its first pass: gdb batch output (info threads + bt of the only thread), native frames only, aarch64 with [PAC] markers, no Python frames; register dump and disassemb
+    "chromadb_rust_child_after_fork_futex": "all-idle",
+    # fresh-2026-12l, missed at its first pass: Ctrl-C (KeyboardInterrupt) traceback, main thread, most recent call last, cut early (excerpt ends after the first frames below future.cancel)
+    "gcp_python_8616_pubsub_cancel_consumer_join": "unknown",
+    # fresh-2026-12l, missed at its first pass: gdb bt fragment (5 native frames with source lines, CPython internals) plus the reporter's prose summary of the two threads, whole as pasted
+    "gilectomy_11_gc_lock_deadlock": "all-idle",
+    # fresh-2026-12l, missed at its first pass: gdb bt of PyPy (native frames only, RPython-generated pypy_g_* symbols, vmprof frames, gdb pager prompt in the middle), cut (only frames #37-#47 recov
+    "pypy_3904_cpyext_callback_gil_wait": "unknown",
+    # fresh-2026-12l, missed at its first pass: gdb bt of a stuck child, native frames only (glibc futex/pthread_cond_timedwait with args, PyEval_RestoreThread, uwsgi C frames), cut at both ends (fr
+    "uwsgi_2659_pyuwsgi_py312_respawn_take_gil": "gil-deadlock",
+    # fresh-2026-12l, missed at its first pass: Ctrl-C (KeyboardInterrupt) traceback at exit ("Error in atexit._run_exitfuncs"), main thread only, final exception line not pasted, whole as pasted
+    "watchtower_115_atexit_flush_queue_join_botocore_debug": "queue-wait",
 }
 
 

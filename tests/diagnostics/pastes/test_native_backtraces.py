@@ -733,3 +733,38 @@ def test_a_pybt_frame_wrapped_before_its_function_is_one_frame():
             "    scheduler.run()\n")
     functions = [f for t in thread_functions(text) for f in t]
     assert functions == ["run", "main"]
+
+
+def test_gdb_info_threads_rows_whose_arguments_wrap_onto_the_next_line():
+    """gdb's "info threads" pads its columns, so a frame with arguments wraps: "... "python"
+    __futex_abstimed_wait_common64 (private=0, cancel=true, " / "    abstime=0x0, ...) at
+    ./nptl/futex-internal.c:57". Refused before as 'no line looks like a stack frame'."""
+    text = ("(gdb) info threads\n"
+            "  Id   Target Id                                            Frame \n"
+            '* 1    Thread 0x70df86a90740 (LWP 128088) "python"          __futex_abstimed_wait_common64 (private=<optimised out>, \n'
+            "    cancel=true, abstime=0x0, op=393, expected=0, futex_word=0x70de98395330) at ./nptl/futex-internal.c:57\n"
+            '  2    Thread 0x70df83600640 (LWP 128089) "python"          0x00007f0a in pthread_cond_wait@@GLIBC_2.3.2 (cond=0x1, \n'
+            "    mutex=0x2) at ./nptl/pthread_cond_wait.c:627\n")
+    (proc,) = read_text(text).processes
+    assert [(t.name, [f.function for f in t.frames]) for t in proc.threads] == [
+        ("MainThread", ["__futex_abstimed_wait_common64"]), ("python", ["pthread_cond_wait@@GLIBC_2.3.2"])]
+
+
+def test_demangled_cxx_signatures_alone_on_their_lines_are_a_native_stack():
+    """py-spy --native frames whose locations a paste cut off leave the demangled
+    signatures, argument types and all ("torch_xla::XLAGraphExecutor::Compile(std::vector<
+    c10::intrusive_ptr<...> >&, absl::Span<std::string const>)"): refused before, because
+    a name with a space or over 300 characters was no name."""
+    vec = "std::vector<c10::intrusive_ptr<torch_xla::XLATensor, c10::detail::intrusive_target_default_null_type<torch_xla::XLATensor> >, " * 3
+    text = ("```\n"
+            f"        torch_xla::XLAGraphExecutor::Compile({vec}absl::lts_20230802::Span<std::string const>)\n"
+            f"        torch_xla::XLAGraphExecutor::SyncTensorsGraphInternal({vec}bool)\n"
+            f"        torch_xla::XLAGraphExecutor::GetTensors({vec[:-2]})\n"
+            "        torch_xla::bridge::XlaCreateTensorList(c10::IListRef<at::Tensor> const&)\n"
+            "```\n")
+    (proc,) = read_text(text).processes
+    assert [f.function for f in proc.threads[0].frames] == [
+        "torch_xla::XLAGraphExecutor::Compile", "torch_xla::XLAGraphExecutor::SyncTensorsGraphInternal",
+        "torch_xla::XLAGraphExecutor::GetTensors", "torch_xla::bridge::XlaCreateTensorList"]
+    with pytest.raises(InputError):
+        read_text("See torch::foo(bar) and torch::baz(qux) when it hangs.\nAlso torch::a(b c) and torch::d(e f).\n")
