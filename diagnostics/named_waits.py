@@ -13,7 +13,8 @@ Only the innermost frames that are not the standard library are read (a word fur
 out is the program's plan, not where it stopped), and only when the table matched
 nothing. The wait is marked ``by_name``: a guess a report says is one.
 
-To add a word: put it in the family's row of ``WORDS`` (or a package in
+To add a word: put it in the family's row of ``WORDS`` (``PYTHON_WORDS`` when only a Python
+frame's name means it; or a package in
 ``NETWORK_PACKAGES``) and a case in tests/diagnostics/test_named_waits.py.
 """
 
@@ -109,6 +110,21 @@ WORDS: tuple[tuple[str, str, Test], ...] = (
 )
 
 
+#: (category, what, test) tried after ``WORDS`` on a Python frame's words: the Python call
+#: that stops, closes or shuts something down waits for that thing's threads to end (an
+#: executor's ``shutdown``, a consumer's ``close``, a pool's ``terminate``). A native
+#: library's ``close`` flushes to its file or server instead.
+#: Words of a file's path that make it I/O code: its ``close`` flushes a file, a stream or a
+#: connection (hdfs_native's ``close`` waits for the NameNode), it stops no thread.
+_IO_PATH: Test = _has("io", "file", "files", "fs", "hdfs", "s3", "gcs", "stream", "streams", "socket", "http", "client",
+                      "conn", "connection", "connections", "db", "sql", "storage", "writer", "reader")
+
+
+PYTHON_WORDS: tuple[tuple[str, str, Test], ...] = (
+    ("thread-join", "the threads it stops", _has("stop", "close", "shutdown", "terminate", "cancel", "finalize", "teardown")),
+)
+
+
 #: (category, what, test) tried on the words of a module's name (see ``named_category``).
 MODULE_WORDS: tuple[tuple[str, str, Test], ...] = (
     ("file-lock-wait", "a file lock", _phrase("file lock", "lock file", "file baton")),
@@ -134,7 +150,7 @@ def named_category(frame: Frame) -> tuple[str, str, str] | None:
     module's name (how: "module"); None when they say nothing."""
     ws = words(frame.function)
     if ws and ws[0] not in _PREDICATE:
-        for category, what, test in WORDS:
+        for category, what, test in WORDS + (() if frame.native or _IO_PATH(words(frame.file)) else PYTHON_WORDS):
             if test(ws):
                 return category, what, "name"
     if not frame.native and site_package(frame.file) in NETWORK_PACKAGES:
@@ -166,8 +182,19 @@ def named_frames(thread: ThreadDump) -> tuple[Frame, ...]:
             continue
         if not f.native and f.is_stdlib:
             continue
+        if not out and _signal_handler(words(f.function)):
+            continue  # a handler runs on top of the frame its signal interrupted: that frame waited
         out.append(f)
     return tuple(out)
+
+
+def _signal_handler(ws: tuple[str, ...]) -> bool:
+    """``close_sig_handler``, ``handle_sigterm``, ``on_signal``: a signal handler's name."""
+    return (("handler" in ws or "handle" in ws or "on" in ws)
+            and not _SIGNAL_WORDS.isdisjoint(ws))
+
+
+_SIGNAL_WORDS = frozenset(("sig", "signal", "sigint", "sigterm", "sigusr1", "sigusr2", "sighup", "sigalrm", "sigquit", "signum"))
 
 
 def named_wait(thread: ThreadDump) -> tuple[str, str, str, Frame] | None:

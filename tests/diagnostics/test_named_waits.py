@@ -38,6 +38,11 @@ def _thread(*frames: Frame) -> ThreadDump:
     (Frame("synchronized", SITE + "utils/decorators.py", 5), "lock-wait"),
     (Frame("kern::Stream::synchronize", "/opt/venv/lib/kern/_C.so", None, native=True), "cuda-synchronize-wait"),
     (Frame("sleep_with_backoff", SITE + "tools/retry.py", 5), "sleep"),
+    # a Python call that stops something waits for its threads (a consumer's close, a
+    # manager's shutdown), cut above the join itself
+    (Frame("close", SITE + "google/cloud/pubsub_v1/subscriber/_protocol/streaming_pull_manager.py", 5), "thread-join"),
+    (Frame("stop", SITE + "rich/live.py", 5), "thread-join"),
+    (Frame("shutdown_workers", SITE + "jobs/runner.py", 5), "thread-join"),
 ])
 def test_the_words_of_a_frame_name_its_wait(frame, category):
     w = guessed_wait(_thread(frame))
@@ -51,6 +56,23 @@ def test_the_words_of_a_frame_name_its_wait(frame, category):
                                       "non_blocking_copy", "read_block_file", "install_to_all_hosts"])
 def test_names_that_say_nothing_of_a_wait_name_none(function):
     assert named_category(Frame(function, SITE + "model/net.py", 1)) is None
+
+
+def test_closing_an_io_object_or_a_native_handle_is_no_thread_join():
+    """An I/O object's ``close`` flushes to its file or server (hdfs_native's close waits on
+    the NameNode); a native library's ``close`` likewise: neither is guessed a join."""
+    assert named_category(Frame("close", SITE + "hdfs_native/__init__.py", 120)) is None
+    assert named_category(Frame("close", SITE + "pypaimon/filesystem/hdfs_native_file_io.py", 91)) is None
+    assert named_category(Frame("Writer::close", "/opt/lib/libarrow.so", None, native=True)) is None
+
+
+def test_a_signal_handler_on_top_of_the_stack_is_not_what_the_thread_waited_on():
+    """A program's own SIGINT handler dumped the stack: the handler's frame sits on the
+    frame the signal interrupted (an SSL handshake's read), which is the wait."""
+    handler = Frame("close_sig_handler", "/home/u/chat.py", 845)
+    w = guessed_wait(_thread(handler, Frame("do_handshake", "/usr/lib/python2.7/ssl.py", 305),
+                             Frame("decorateSocket", SITE + "SimpleWebSocketServer/SimpleWebSocketServer.py", 600)))
+    assert w is not None and w.category == "socket-read"
 
 
 def test_a_network_clients_package_is_read_only_when_installed():
