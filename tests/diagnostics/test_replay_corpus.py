@@ -78,7 +78,6 @@ KNOWN_MISSES = {
     "md_vllm_ple_offload_cuda_graph_warmup": "vllm-cuda-graph-replay",
     "psycopg2_703_condensed_rollback_mutex": "socket-read",
     "ray_26414_gdb_actor_failed_absl_mutex": "event-wait",
-    "rich_927": "unknown",
     "xpra_55_gdb_py2_gil_xsendevent": "all-idle",
     # The fourth fresh collection (collection: fresh-2026-12d): what its first pass said.
     "ddtrace_6308_urllib3_finalizer_event_lock": "unknown",
@@ -202,7 +201,7 @@ KNOWN_MISSES = {
     # fresh-2026-12j, missed at its first pass: Plain Python traceback excerpt (File/line pairs, most recent call last, 2-space indented source lines) of the 
     "github_pyemu_601_ci_hang_np_linalg_inv_openblas_0330": "unknown",
     # fresh-2026-12j, missed at its first pass: Python 2.7 "Exception in thread" traceback of the helper thread that died, followed by the reporter's marker l
-    "github_pyro4_121_daemon_shutdown_thread_waits_forever": "unknown",
+    "github_pyro4_121_daemon_shutdown_thread_waits_forever": "thread-join",
     # fresh-2026-12j, missed at its first pass: Ctrl-C KeyboardInterrupt traceback on Windows (ProactorEventLoop, WindowsApps Python 3.10 paths), main thread 
     "github_pytest_asyncio_327_windows_run_forever_keyboardinterrupt": "all-idle",
     # fresh-2026-12j, missed at its first pass: macOS /usr/bin/sample report header (Process/Path/Analysis Tool ...) followed by the start of the 'Call graph:
@@ -229,8 +228,6 @@ KNOWN_MISSES = {
     "sglang_35822_eagle_tree_speculative_sampling_ampere_hang": "unknown",
     # fresh-2026-12l, missed at its first pass: gdb batch output (info threads + bt of the only thread), native frames only, aarch64 with [PAC] markers, no Python frames; register dump and disassemb
     "chromadb_rust_child_after_fork_futex": "all-idle",
-    # fresh-2026-12l, missed at its first pass: Ctrl-C (KeyboardInterrupt) traceback, main thread, most recent call last, cut early (excerpt ends after the first frames below future.cancel)
-    "gcp_python_8616_pubsub_cancel_consumer_join": "unknown",
     # fresh-2026-12l, missed at its first pass: gdb bt fragment (5 native frames with source lines, CPython internals) plus the reporter's prose summary of the two threads, whole as pasted
     "gilectomy_11_gc_lock_deadlock": "all-idle",
     # fresh-2026-12l, missed at its first pass: gdb bt of PyPy (native frames only, RPython-generated pypy_g_* symbols, vmprof frames, gdb pager prompt in the middle), cut (only frames #37-#47 recov
