@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from hangwatch.diagnostics.stacks import Frame, ThreadDump, site_package
+from hangwatch.diagnostics.stacks import Frame, ThreadDump, site_package, top_package
 
 #: Innermost non-standard-library frames read for words (the first that says something wins).
 FRAMES_READ = 2
@@ -153,7 +153,7 @@ def named_category(frame: Frame) -> tuple[str, str, str] | None:
         for category, what, test in WORDS + (() if frame.native or _IO_PATH(words(frame.file)) else PYTHON_WORDS):
             if test(ws):
                 return category, what, "name"
-    if not frame.native and site_package(frame.file) in NETWORK_PACKAGES:
+    if not frame.native and top_package(frame.file) in NETWORK_PACKAGES:
         return "socket-read", "a server's reply", "package"
     if not frame.native:
         # The module's name, when the function's says nothing: a helper of a module named
@@ -163,7 +163,7 @@ def named_category(frame: Frame) -> tuple[str, str, str] | None:
         for category, what, test in MODULE_WORDS:
             if test(stem):
                 return category, what, "module"
-        if site_package(frame.file) and _NETWORK_MODULE(stem) and _IO_CALL(words(frame.function)):
+        if top_package(frame.file) and _NETWORK_MODULE(stem) and _IO_CALL(words(frame.function)):
             # An installed library's module named for a protocol (fsspec's
             # implementations/http.py, a client's transport/sftp.py), in a function named for
             # I/O: its reads are the network's (werkzeug's http.py parse_options_header parses).

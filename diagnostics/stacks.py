@@ -51,6 +51,22 @@ def site_package(path: str) -> str:
     return ""
 
 
+def top_package(path: str) -> str:
+    """The package a file belongs to: the installed one (``site_package``), else the first
+    folder of a relative path, as py-spy prints an installed library's files
+    ("urllib3/connectionpool.py") and a path elided from the left ("...\\urllib3\\x.py")
+    keeps its package; "" for an absolute path outside site-packages or a bare file name."""
+    installed = site_package(path)
+    if installed:
+        return installed
+    path = path.replace("\\", "/")
+    if path.startswith(("...", "\u2026")):
+        path = path.lstrip(".\u2026").lstrip("/")  # a path elided from the left: its first folder is gone
+    if not path.startswith("/") and "/" in path and ":" not in path.split("/", 1)[0]:
+        return path.split("/", 1)[0]
+    return ""
+
+
 @dataclass(frozen=True)
 class Frame:
     """One frame. ``file`` is the full path when the source had it, else the short

@@ -220,7 +220,11 @@ def reentered_from_finalizer(thread: ThreadDump) -> bool:
     end. A finalizer at the bottom of its thread (a finalizer thread) is no interruption,
     unless the paste was cut above it (``_cut_at``)."""
     frames = thread.frames[:MAX_WAIT_FRAMES]
-    at = next((i for i, f in enumerate(frames) if in_finalizer(f)), None)
+    # (faulthandler's "Garbage-collecting" line stands above the frames it interrupted, not
+    # at a place in them: the finalizer's own frame, where there is one, is where it ran)
+    at = next((i for i, f in enumerate(frames) if in_finalizer(f) and not f.native), None)
+    if at is None:
+        at = next((i for i, f in enumerate(frames) if in_finalizer(f)), None)
     if at is None:
         return False
     w = guessed_wait(thread)

@@ -34,7 +34,7 @@ from typing import Any, Sequence
 from hangwatch.diagnostics.named_waits import named_wait, words
 from hangwatch.diagnostics.primitives import FAMILIES, PRIMITIVES, Primitive
 from hangwatch.diagnostics.signatures import Signature, find
-from hangwatch.diagnostics.stacks import Frame, ThreadDump, site_package
+from hangwatch.diagnostics.stacks import Frame, ThreadDump, site_package, top_package
 
 #: Frames looked at per thread: a wait is at the top of its stack.
 MAX_WAIT_FRAMES = 64
@@ -181,14 +181,10 @@ def _package(frame: Frame) -> str:
     """The top-level package of a Python frame's file: the installed package ("torch" for
     ".../site-packages/torch/cuda/__init__.py"), else the first folder of a relative path
     ("datasets" for "datasets/builder.py"), else the module's name."""
-    installed = site_package(frame.file)
-    if installed:
-        return installed
+    package = top_package(frame.file)
+    if package:
+        return package
     path = frame.file.replace("\\", "/")
-    if path.startswith(("...", "…")):
-        path = path.lstrip(".…").lstrip("/")  # a path elided from the left: its first folder is gone
-    if not path.startswith("/") and "/" in path:
-        return path.split("/", 1)[0]
     return path.rsplit("/", 1)[-1].removesuffix(".py")
 
 

@@ -75,6 +75,14 @@ def test_a_signal_handler_on_top_of_the_stack_is_not_what_the_thread_waited_on()
     assert w is not None and w.category == "socket-read"
 
 
+def test_a_network_clients_frame_counts_in_py_spys_short_paths_too():
+    """py-spy prints an installed library's file relative to site-packages
+    ("urllib3/connectionpool.py"): still the network client's frame. Said nothing before."""
+    assert named_category(Frame("_make_request", "urllib3/connectionpool.py", 537))[0] == "socket-read"
+    assert named_category(Frame("read", "fsspec/implementations/http.py", 598))[0] == "socket-read"
+    assert named_category(Frame("_make_request", "/home/u/urllib3/connectionpool.py", 537)) is None  # a program's own copy
+
+
 def test_a_network_clients_package_is_read_only_when_installed():
     """A program's own http.py is no network client; urllib3's frames are."""
     assert named_category(Frame("parse_headers", "/app/server/http.py", 3)) is None

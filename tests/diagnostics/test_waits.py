@@ -482,6 +482,26 @@ def test_a_condition_waited_on_inside_a_finalizer_is_a_lock_wait():
     assert _classify(_thread(*close, USER)).signature_id == "event-wait"
 
 
+def test_a_finalizer_under_faulthandlers_garbage_collecting_line_is_where_it_ran():
+    """faulthandler writes "Garbage-collecting" above the frames the collector interrupted
+    (redis-py#3081: a PubSub ``__del__`` releasing a connection inside the pool's own
+    locked call). Where that line stands is no place in the stack: the ``__del__`` is where
+    the finalizer ran, and the network client's ``release`` above it re-entered the lock
+    (it read as the client waiting on its server, once py-spy's short paths named the
+    package)."""
+    text = ("Current thread 0x00007fcd7c4abc80 (most recent call first):\n"
+            "  Garbage-collecting\n"
+            '  File "redis/connection.py", line 1113 in release\n'
+            '  File "redis/client.py", line 669 in reset\n'
+            '  File "redis/client.py", line 661 in __del__\n'
+            '  File "redis/connection.py", line 129 in __init__\n'
+            '  File "redis/connection.py", line 1086 in get_connection\n'
+            '  File "/app/worker.py", line 12 in poll\n')
+    (proc,) = read_text(text).processes
+    c = _classify(*proc.threads)
+    assert c is not None and c.signature_id == "lock-wait" and "finalizer" in c.title
+
+
 def test_a_queue_put_blocked_on_the_queues_lock_is_a_lock_wait():
     put = wait_of(_thread(_py("__enter__", STDLIB + "multiprocessing/synchronize.py"), _py("put", STDLIB + "multiprocessing/queues.py"), USER))
     assert put is not None and put.category == "lock-wait"
