@@ -159,7 +159,22 @@ def forked_child(thread: ThreadDump) -> bool:
     if started_by_threading(thread.frames):
         return False  # a thread started in this process (a ThreadPool's worker runs pool.py's worker too)
     return any((_FORK_CHILD_FRAME.search(f.function) and _FORK_CHILD_FILE.search(f.file.replace("\\", "/")))
-               or (_FORK_POINT.search(f.function) and _FORK_FILE.search(f.file.replace("\\", "/"))) for f in frames)
+               or (_FORK_POINT.search(f.function) and _FORK_FILE.search(f.file.replace("\\", "/"))) for f in frames) \
+        or after_fork_native(thread)
+
+
+def after_fork_native(thread: ThreadDump) -> bool:
+    """A native frame of the child's side of a fork under the thread's wait: CPython's
+    ``PyOS_AfterFork_Child``, a server's ``uwsgi_respawn_worker``, an ``atfork`` child
+    handler. (The parent's side, ``__libc_fork`` running its prepare handlers, is not: the
+    parent's own threads are all there.)"""
+    for f in thread.frames:
+        if f.native:
+            ws = frozenset(words(f.function))
+            if "respawn" in ws or ("fork" in ws and not ws.isdisjoint(("after", "child", "post"))) or "postfork" in ws \
+                    or "afterfork" in ws:
+                return True
+    return False
 
 
 def inherited_lock(thread: ThreadDump) -> bool:
@@ -175,8 +190,10 @@ def inherited_lock(thread: ThreadDump) -> bool:
         return False
     if w.category == GIL:
         # py-bt's "Waiting for the GIL" over a Python lock's acquire: Python 2's lock
-        # acquire waits there; the lock, not the GIL, is what it waits for.
-        return any(_THREAD_LOCK_FRAME.search(f.function) for f in thread.frames[:w.depth + 3])
+        # acquire waits there; the lock, not the GIL, is what it waits for. Under the
+        # child's own after-fork code the GIL is the inherited lock: its holder was a thread
+        # of the parent (uwsgi's respawned workers, uwsgi#2659).
+        return any(_THREAD_LOCK_FRAME.search(f.function) for f in thread.frames[:w.depth + 3]) or after_fork_native(thread)
     return True
 
 

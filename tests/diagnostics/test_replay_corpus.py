@@ -232,8 +232,6 @@ KNOWN_MISSES = {
     "gilectomy_11_gc_lock_deadlock": "all-idle",
     # fresh-2026-12l, missed at its first pass: gdb bt of PyPy (native frames only, RPython-generated pypy_g_* symbols, vmprof frames, gdb pager prompt in the middle), cut (only frames #37-#47 recov
     "pypy_3904_cpyext_callback_gil_wait": "unknown",
-    # fresh-2026-12l, missed at its first pass: gdb bt of a stuck child, native frames only (glibc futex/pthread_cond_timedwait with args, PyEval_RestoreThread, uwsgi C frames), cut at both ends (fr
-    "uwsgi_2659_pyuwsgi_py312_respawn_take_gil": "gil-deadlock",
     # fresh-2026-12l, missed at its first pass: Ctrl-C (KeyboardInterrupt) traceback at exit ("Error in atexit._run_exitfuncs"), main thread only, final exception line not pasted, whole as pasted
     "watchtower_115_atexit_flush_queue_join_botocore_debug": "queue-wait",
 }

@@ -698,6 +698,24 @@ def test_a_c_function_given_by_name_only_is_read_as_the_c_call():
     assert w is not None and w.category == "gil-deadlock"
 
 
+def test_a_gil_wait_under_the_childs_own_after_fork_code_is_the_inherited_lock():
+    """uwsgi#2659: each respawned worker waits for the GIL in ``PyEval_RestoreThread`` from
+    uwsgi's post-fork fixup: its holder was a thread of the master, gone in the child (it
+    read as a GIL deadlock, whose advice looks for the holder in the same process). The
+    parent's side of a fork, waiting in ``__libc_fork``'s prepare handlers, is no child."""
+    libpython = "/usr/lib/libpython3.12.so"
+    so = "/opt/venv/lib/python3.12/site-packages/pyuwsgi.so"
+    gil = (_c("__futex_abstimed_wait_common"), _c("___pthread_cond_timedwait64"), _c("take_gil", libpython),
+           _c("PyEval_RestoreThread", libpython))
+    for after_fork in (_c("uwsgi_python_master_fixup", so), _c("PyOS_AfterFork_Child", libpython)):
+        t = ThreadDump("1", "MainThread", (*gil, after_fork, _c("uwsgi_respawn_worker", so) if "uwsgi" in after_fork.function
+                                            else _c("os_fork_impl", libpython), _c("main", so)))
+        assert _classify(t).signature_id == "fork-inherited-lock"
+    parent = ThreadDump("1", "MainThread", (*gil, _c("prepare_handler", so), _c("__run_fork_handlers"), _c("__libc_fork"),
+                                            _c("os_fork_impl", libpython)))
+    assert _classify(parent).signature_id == "gil-deadlock"
+
+
 def test_a_thread_pools_worker_thread_is_no_forked_child():
     """multiprocessing.pool.ThreadPool's threads run pool.py's worker too, in the same
     process: a lock wait there has a holder in this process."""
