@@ -13,8 +13,7 @@ Only the innermost frames that are not the standard library are read (a word fur
 out is the program's plan, not where it stopped), and only when the table matched
 nothing. The wait is marked ``by_name``: a guess a report says is one.
 
-To add a word: put it in the family's row of ``WORDS`` (``PYTHON_WORDS`` when only a Python
-frame's name means it; or a package in
+To add a word: put it in the family's row of ``WORDS`` (or a package in
 ``NETWORK_PACKAGES``) and a case in tests/diagnostics/test_named_waits.py.
 """
 
@@ -110,19 +109,25 @@ WORDS: tuple[tuple[str, str, Test], ...] = (
 )
 
 
-#: (category, what, test) tried after ``WORDS`` on a Python frame's words: the Python call
-#: that stops, closes or shuts something down waits for that thing's threads to end (an
-#: executor's ``shutdown``, a consumer's ``close``, a pool's ``terminate``). A native
-#: library's ``close`` flushes to its file or server instead.
 #: Words of a file's path that make it I/O code: its ``close`` flushes a file, a stream or a
 #: connection (hdfs_native's ``close`` waits for the NameNode), it stops no thread.
-_IO_PATH: Test = _has("io", "file", "files", "fs", "hdfs", "s3", "gcs", "stream", "streams", "socket", "http", "client",
+_IO_PATH: Test = _has("io", "file", "files", "fs", "hdfs", "s3", "gcs", "stream", "streams", "socket", "http",
                       "conn", "connection", "connections", "db", "sql", "storage", "writer", "reader")
 
+#: Verbs of a call that stops something, and what it may name after the verb: a Python call
+#: that stops, closes or shuts down a thing with threads waits for them to end (an executor's
+#: ``shutdown``, a consumer's ``close``, ``stop_channels``, ``shutdown_workers``), a
+#: ``stop_words`` or a ``stop_profiler`` does not. (A native library's ``close`` flushes to
+#: its file or server instead, as does a network client's.)
+_STOP_VERBS = frozenset(("stop", "close", "shutdown", "terminate", "cancel", "teardown"))
+_STOPPED = frozenset(("thread", "threads", "worker", "workers", "pool", "pools", "executor", "executors", "consumer",
+                      "consumers", "manager", "managers", "channel", "channels", "server", "servers", "service", "services",
+                      "loop", "loops", "all", "listener", "listeners", "scheduler", "background", "child", "children",
+                      "process", "processes", "daemon", "heartbeat", "monitor", "watcher", "engine", "engines"))
 
-PYTHON_WORDS: tuple[tuple[str, str, Test], ...] = (
-    ("thread-join", "the threads it stops", _has("stop", "close", "shutdown", "terminate", "cancel", "finalize", "teardown")),
-)
+
+def _stops(ws: tuple[str, ...]) -> bool:
+    return bool(ws) and ws[0] in _STOP_VERBS and all(w in _STOPPED for w in ws[1:])
 
 
 #: (category, what, test) tried on the words of a module's name (see ``named_category``).
@@ -150,11 +155,13 @@ def named_category(frame: Frame) -> tuple[str, str, str] | None:
     module's name (how: "module"); None when they say nothing."""
     ws = words(frame.function)
     if ws and ws[0] not in _PREDICATE:
-        for category, what, test in WORDS + (() if frame.native or _IO_PATH(words(frame.file)) else PYTHON_WORDS):
+        for category, what, test in WORDS:
             if test(ws):
                 return category, what, "name"
     if not frame.native and top_package(frame.file) in NETWORK_PACKAGES:
         return "socket-read", "a server's reply", "package"
+    if not frame.native and _stops(ws) and not _IO_PATH(words(frame.file)):
+        return "thread-join", "the threads it stops", "name"
     if not frame.native:
         # The module's name, when the function's says nothing: a helper of a module named
         # for its wait (``_gather_ipc_meta`` in custom_all_reduce.py). Only the phrases no

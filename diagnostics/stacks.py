@@ -62,8 +62,9 @@ def top_package(path: str) -> str:
     path = path.replace("\\", "/")
     if path.startswith(("...", "\u2026")):
         path = path.lstrip(".\u2026").lstrip("/")  # a path elided from the left: its first folder is gone
-    if not path.startswith("/") and "/" in path and ":" not in path.split("/", 1)[0]:
-        return path.split("/", 1)[0]
+    first = path.split("/", 1)[0]
+    if not path.startswith("/") and "/" in path and ":" not in first and first not in (".", ".."):
+        return first
     return ""
 
 

@@ -237,13 +237,14 @@ def reentered_from_finalizer(thread: ThreadDump) -> bool:
     end. A finalizer at the bottom of its thread (a finalizer thread) is no interruption,
     unless the paste was cut above it (``_cut_at``)."""
     frames = thread.frames[:MAX_WAIT_FRAMES]
-    # (faulthandler's "Garbage-collecting" line stands above the frames it interrupted, not
-    # at a place in them: the finalizer's own frame, where there is one, is where it ran)
-    at = next((i for i, f in enumerate(frames) if in_finalizer(f) and not f.native), None)
-    if at is None:
-        at = next((i for i, f in enumerate(frames) if in_finalizer(f)), None)
+    at = next((i for i, f in enumerate(frames) if in_finalizer(f)), None)
     if at is None:
         return False
+    if at == 0 and frames[0].native:
+        # faulthandler's "Garbage-collecting" line stands above the frames the collector
+        # interrupted, not at a place in them: the finalizer's own frame, where one
+        # follows, is where it ran.
+        at = next((i for i, f in enumerate(frames[1:], 1) if in_finalizer(f) and not f.native), 0)
     w = guessed_wait(thread)
     if at + 1 >= len(frames) and (w is None or w.category != "event-wait" or not _cut_at(frames[at])):
         # (a lock taken in a __del__ at the bottom may be a finalizer run at exit while

@@ -33,13 +33,34 @@ def _bare_name(s: str) -> str | None:
     return None
 
 
+#: Characters of a C++ signature read as a name alone on its line.
+MAX_SIGNATURE = 4000
+#: What may follow a C++ signature's argument list: its qualifiers, gdb's clone suffix, a
+#: name nested in it ("::{lambda(void*)#1}::_FUN"). (Possessive: "::a::b" splits one way only.)
+_AFTER_SIGNATURE = re.compile(r"^(?:\s{0,4}(?:const|volatile|noexcept|&&|&|\[clone [^\]]{1,100}\]|::\S{1,300}))*+\s{0,4}$")
+
+
+def _signature_alone(s: str) -> bool:
+    """``s`` is a demangled signature and nothing else: its argument list closes, and only
+    qualifiers follow it (a sentence that starts with one, "f(...) hangs on rank 1", is prose)."""
+    depth = 0
+    for i, ch in enumerate(s[:MAX_SIGNATURE]):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                return _AFTER_SIGNATURE.match(s[i + 1:i + 400]) is not None and len(s) - i - 1 < 400
+    return False
+
+
 def _bare_frame_name(s: str) -> str | None:
     """A name alone on its line (see _bare_name), also with a note after it or written as a
     demangled C++ signature ("THPStorage_newSharedCuda(...)::{lambda(void*)#1}::_FUN",
     py-spy --native's "ns::f(std::string const&)" when its location is cut off)."""
     s = BARE_NOTE.sub("", s)
     name = _bare_name(s)
-    if name is None and "::" in s and "(" in s and " " not in s[:s.index("(")]:
+    if name is None and "::" in s and "(" in s and " " not in s[:s.index("(")] and _signature_alone(s):
         # (its argument types may hold spaces: "f(std::vector<int, std::allocator<int> > const&)")
         name = _bare_name(cxx_name(s))
     return name
@@ -185,10 +206,6 @@ def end_arrow(b: Builder) -> None:
 #: A method call written as code, maybe with a note: "ray.get()  <- blocks forever" above a
 #: stack, the call the reporter saw it block in (a C call py-spy shows no frame for).
 CALL_LINE = re.compile(r"^([A-Za-z_][\w.]{0,200}\.[A-Za-z_]\w{0,100})\([^()\n]{0,200}\)$")
-
-
-#: Characters of a C++ signature read as a name alone on its line.
-MAX_SIGNATURE = 4000
 
 
 def bare_name_line(b: Builder, s: str, after_frame: bool) -> bool:

@@ -28,7 +28,9 @@ from hangwatch.diagnostics.errors import InputError
 from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.frames import parse_frame_line, split_flattened
 from hangwatch.diagnostics.pastes.parse_report import ParseReport
-from hangwatch.diagnostics.pastes.patterns import INVISIBLE, PLAIN, TYPOGRAPHIC
+from hangwatch.diagnostics.pastes.patterns import (
+    CURLY_DOUBLE, CURLY_SINGLE, INVISIBLE, PLAIN_DOUBLE, PLAIN_SINGLE, PLAIN_SPACE, TYPOGRAPHIC_SPACE,
+)
 from hangwatch.diagnostics.pastes.result import finish
 from hangwatch.diagnostics.pastes.tracebacks import end_traceback
 from hangwatch.diagnostics.pastes.unwrap import (
@@ -207,10 +209,10 @@ def read_text(text: str, *, source: str = "text") -> ParseReport:
         # Zero-width spaces, joiners, soft hyphens, marks and stray BOMs that web pages,
         # chat tools and wikis put into copied text: "wait\u200b (threading.py:320)" is no frame.
         text = INVISIBLE.sub("", text)
-    if TYPOGRAPHIC.search(text):
+    if TYPOGRAPHIC_SPACE.search(text):
         # Copied from a rendered page (a blog, a forum, a document): no-break and other
-        # typographic spaces for the indents, curly quotes around 'File "x.py"'.
-        text = text.translate(PLAIN)
+        # typographic spaces for the indents.
+        text = text.translate(PLAIN_SPACE)
     if "\r" in text:
         # CRLF reads as LF below (rstrip); a lone CR (old Mac line ends, a terminal
         # capture's carriage returns) ends a line too, else the paste is one long line.
@@ -218,6 +220,13 @@ def read_text(text: str, *, source: str = "text") -> ParseReport:
     lines_in = text.split("\n")
     if "{" in text:
         lines_in = unwrap_json_lines(lines_in)
+    # A page that curls quotes curls them all: curly quotes stand for plain ones only where
+    # the text has no plain one ('File “x.py”'); elsewhere they are the text's own
+    # (a thread or a folder named with them, a log record's message).
+    if '"' not in text and CURLY_DOUBLE.search(text):
+        lines_in = [line.translate(PLAIN_DOUBLE) for line in lines_in]
+    if "'" not in text and CURLY_SINGLE.search(text):
+        lines_in = [line.translate(PLAIN_SINGLE) for line in lines_in]
     lines_in = drop_line_numbers(join_padded(lines_in))
     b.learned_prefix = prefixes.learn(lines_in)
     for pid, stream in streams(lines_in):

@@ -158,7 +158,7 @@ def join_wrapped(lines: list[str]) -> list[str]:
         if out and line[:1] in (" ", "/") and WRAPPED_CXX_TAIL.match(line) and WRAPPED_CXX_HEAD.match(out[-1].rstrip()):
             out[-1] = out[-1].rstrip() + " " + line.strip()
             continue
-        if len(line) <= MAX_JOINED and _UNFINISHED.match(line):
+        if len(line) <= MAX_JOINED:
             whole = _rejoin(line, lines[i:i + MAX_CONTINUATIONS])
             if whole is not None:
                 line, taken = whole
@@ -172,42 +172,64 @@ MAX_CONTINUATIONS = 3
 #: Characters of a frame line put back together (longer ones are no wrapped frame line).
 MAX_JOINED = 4096
 
-# A whole frame line of a traceback ('File "x.py", line 9, in f'; faulthandler drops the
-# comma), of a torch C++ backtrace ('frame #2: f + 0x1 (0x7f in /x/lib.so)') or of py-spy
-# ('f (x.py:9)').
-_WHOLE = re.compile(r"""(?:
-      ^.{0,200}?\bFile:?[ ]"[^"]{1,1000}",[ ]line[ ]\d{1,7},?[ ]in[ ]\S
-    | ^.{0,200}?\bframe[ ]\#\d{1,4}:[ ][^\n]{1,3000}[ ]\(0x[0-9a-fA-F]{1,16}[ ]in[ ]\S{1,1000}\)$
-    | ^\s{1,40}[^\s()][^\s]{0,300}[ ]\((?:inside[ ])?[^()\s]{1,1000}:\d{1,7}\)$
-    )""", re.VERBOSE)
-# The start of one of those lines, not yet whole: a path or a parenthesis left open, or
-# what follows the path missing ('File "x.py", line').
-_UNFINISHED = re.compile(r"""(?:
-      ^.{0,200}?\bFile:?[ ]"(?![^"]{1,1000}",[ ]line[ ]\d{1,7},?[ ]in[ ]\S)
-    | ^.{0,200}?\bframe[ ]\#\d{1,4}:[ ].{0,3000}[^)]$
-    | ^\s{1,40}[^\s()][^\s]{0,300}[ ]\((?:inside[ ])?[^()\s]{1,1000}$
-    | ^\s{2,40}[A-Za-z_<][\w.<>]{0,300}$
-    )""", re.VERBOSE)
-# A line that starts a frame itself is no continuation of the one before.
-_FRAME_START = re.compile(r'^\s{0,40}(?:File:? "|frame #\d|#\d{1,5} |Thread |Traceback |Exception raised from )')
+# Each shape of frame line, whole, read from where it starts on the line (after any log
+# prefix): a traceback's 'File "x.py", line 9, in f' (faulthandler drops the comma), torch's
+# C++ 'frame #2: f + 0x1 (0x7f in /x/lib.so)', py-spy's 'f (x.py:9)'.
+_TRACEBACK_WHOLE = re.compile(r'File:? "[^"\n]{1,1000}", line \d{1,7},? in [\w<>.]{1,300}$')
+_TRACEBACK_DONE = re.compile(r'File:? "[^"\n]{1,1000}", line \d{1,7},? in \S')
+_CXX = re.compile(r"frame #\d{1,4}: ")
+_CXX_LOCATION = re.compile(r" \(0x[0-9a-fA-F]{1,16} in \S{1,1000}\)$")
+_PYSPY_OPEN = re.compile(r"^\s{1,40}[^\s()][^\s]{0,300} \((?:inside )?[^()\s]{1,1000}$")
+_PYSPY_WHOLE = re.compile(r"^\s{1,40}[^\s()][^\s]{0,300} \((?:inside )?[^()\s]{1,1000}:\d{1,7}\)$")
+_PYSPY_NAME = re.compile(r"^\s{2,40}[A-Za-z_<][\w.<>]{0,300}$")
+_PYSPY_LOCATION = re.compile(r"^\((?:inside )?[^()\s]{1,1000}:\d{1,7}\)$")
+#: A continuation a wrap left starts in the first column (a terminal, an editor and a mail
+#: client start the rest of a line there; a terminal's cut may leave the line's own space
+#: first) and holds no frame of its own: an indented line is a source line or a frame.
+_HOLDS_FRAME = re.compile(r'File:? "|frame #\d|^#\d{1,5} |^Thread |^Traceback |^Exception raised from ')
 
 
 def _rejoin(head: str, after: list[str]) -> tuple[str, int] | None:
-    """``head`` and the lines ``after`` it that a wrap cut it into, as the whole frame line
-    they were (and how many of ``after`` it took), or None. The cut may be inside a word
-    (a terminal's hard wrap) or at a space (an editor's or a mail client's, which drops
-    the space): every way of joining is tried, fewer lines and fewer spaces first, and
-    only a whole frame line is taken."""
+    """``head``, a frame line a wrap left unfinished, and the lines ``after`` it that hold
+    its rest, as the whole frame line they were (and how many of ``after`` it took), or
+    None. The cut may be inside a word (a terminal's hard wrap) or at a space (an editor's
+    or a mail client's, which drops the space): every way of joining is tried, fewer lines
+    and fewer spaces first, and only a whole line of the head's own shape, from where that
+    shape starts in the head, is taken."""
+    at = head.find('File "')
+    if at == -1:
+        at = head.find('File: "')
+    if at == -1 and head.endswith(("File", "File:")) and (len(head) < 5 or not head[-5].isalnum()):
+        at = head.rfind("File")  # the path went to the next line whole
+    if at != -1:
+        if _TRACEBACK_DONE.match(head, at):
+            return None
+        whole = lambda joined: ", line " in joined and _TRACEBACK_WHOLE.match(joined, at) is not None  # noqa: E731
+    elif (m := _CXX.search(head)) is not None:
+        if head.endswith(")"):
+            return None
+        at = m.start()
+        # (its location is the last " (0x": found, not searched for by backtracking)
+        whole = lambda joined: joined.endswith(")") and _CXX_LOCATION.match(joined, max(joined.rfind(" (0x"), at)) is not None  # noqa: E731
+    elif _PYSPY_OPEN.match(head):
+        whole = lambda joined: joined.endswith(")") and _PYSPY_WHOLE.match(joined) is not None  # noqa: E731
+    elif _PYSPY_NAME.match(head):
+        # A py-spy frame wrapped at the space before its location: the location alone, next.
+        if after and _PYSPY_LOCATION.match(after[0]):
+            return head + " " + after[0], 1
+        return None
+    else:
+        return None
     tails: list[str] = []
     for line in after:
-        if not line.strip() or _FRAME_START.match(line):
+        if not line.strip() or line[:2].isspace() or _HOLDS_FRAME.search(line):
             break
-        tails.append(line.strip())
-    if len(head) + sum(len(t) + 1 for t in tails) > MAX_JOINED:
+        tails.append(line.rstrip())
+    if not tails or len(head) + sum(len(t) + 1 for t in tails) > MAX_JOINED:
         return None
     for n in range(1, len(tails) + 1):
         for seps in itertools.product(("", " "), repeat=n):
             joined = head + "".join(sep + tail for sep, tail in zip(seps, tails))
-            if _WHOLE.match(joined):
+            if whole(joined):
                 return joined, n
     return None

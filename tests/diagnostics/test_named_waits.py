@@ -43,6 +43,7 @@ def _thread(*frames: Frame) -> ThreadDump:
     (Frame("close", SITE + "google/cloud/pubsub_v1/subscriber/_protocol/streaming_pull_manager.py", 5), "thread-join"),
     (Frame("stop", SITE + "rich/live.py", 5), "thread-join"),
     (Frame("shutdown_workers", SITE + "jobs/runner.py", 5), "thread-join"),
+    (Frame("stop_channels", SITE + "jupyter_client/client.py", 5), "thread-join"),
 ])
 def test_the_words_of_a_frame_name_its_wait(frame, category):
     w = guessed_wait(_thread(frame))
@@ -64,6 +65,11 @@ def test_closing_an_io_object_or_a_native_handle_is_no_thread_join():
     assert named_category(Frame("close", SITE + "hdfs_native/__init__.py", 120)) is None
     assert named_category(Frame("close", SITE + "pypaimon/filesystem/hdfs_native_file_io.py", 91)) is None
     assert named_category(Frame("Writer::close", "/opt/lib/libarrow.so", None, native=True)) is None
+    # a network client's close waits on its server, as any of its frames does
+    assert named_category(Frame("close", SITE + "urllib3/connectionpool.py", 1))[0] == "socket-read"
+    # a name where the verb is no call that stops a thing with threads
+    for name in ("stop_words", "maybe_stop", "stop_profiler", "close_figure"):
+        assert named_category(Frame(name, SITE + "nlp/text.py", 1)) is None
 
 
 def test_a_signal_handler_on_top_of_the_stack_is_not_what_the_thread_waited_on():

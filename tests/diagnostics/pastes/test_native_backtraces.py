@@ -768,3 +768,9 @@ def test_demangled_cxx_signatures_alone_on_their_lines_are_a_native_stack():
         "torch_xla::XLAGraphExecutor::GetTensors", "torch_xla::bridge::XlaCreateTensorList"]
     with pytest.raises(InputError):
         read_text("See torch::foo(bar) and torch::baz(qux) when it hangs.\nAlso torch::a(b c) and torch::d(e f).\n")
+    # a sentence that starts with a signature is prose, not the innermost frame
+    prose = ("c10d::ProcessGroupNCCL::allreduce(std::vector<at::Tensor>&, c10d::AllreduceOptions const&) hangs on rank 1:\n"
+             'Thread 7 (idle): "MainThread"\n    _wait_for_tstate_lock (threading.py:1116)\n    join (threading.py:1096)\n'
+             "    main (train.py:9)\n")
+    (proc,) = read_text(prose).processes
+    assert [f.function for t in proc.threads for f in t.frames] == ["_wait_for_tstate_lock", "join", "main"]

@@ -4,6 +4,8 @@ flattened onto one line or kept in a source comment."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from diag_helpers import PASTED, frame_texts, one_process, pasted_verdict
@@ -98,6 +100,18 @@ def test_typographic_spaces_and_curly_quotes_from_rendered_pages_are_plain(space
     assert [(f.function, f.file) for f in thread.frames] == [("wait", "/usr/lib/python3.11/threading.py"), ("run", "/srv/app/worker.py")]
 
 
+def test_curly_quotes_that_are_the_texts_own_are_kept():
+    """Where the paste has plain quotes, curly ones are its own: in a JSON record's message
+    (turned into plain ones, the record was no JSON any more) or a folder's name."""
+    dump = 'Thread 7 (idle): "MainThread"\n    wait (threading.py:320)\n    run (/srv/\u201cdata\u201d/worker.py:9)\n'
+    record = json.dumps({"textPayload": "Hang detected in \u201ctrain\u201d step\n" + dump})
+    for text in (dump, record):
+        (proc,) = read_text(text).processes
+        (thread,) = proc.threads
+        assert thread.name == "MainThread"
+        assert [(f.function, f.file) for f in thread.frames] == [("wait", "threading.py"), ("run", "/srv/\u201cdata\u201d/worker.py")]
+
+
 def test_a_dump_quoted_in_a_source_comment_is_read():
     """Every line behind '# ' (a py-spy dump kept in a code comment): refused as 'no line
     looks like a stack frame'. It is the exiting executor joining its own children."""
@@ -189,6 +203,30 @@ def test_frame_lines_wrapped_at_a_fixed_width_are_joined(width, at_spaces):
     frames = read_text(wrap(cxx)).processes[0].threads[0].frames
     assert [f.function.split("(")[0] for f in frames[:2]] == ["c10d::TCPStore::doWait", "c10d::TCPStore::get"]
     assert {f.file for f in frames[:2]} == {site + "torch/lib/libtorch_cpu.so"}
+
+
+@pytest.mark.parametrize("text, functions", [
+    # prefixed torch frames, one with nothing after its function: each its own line
+    ("[rank0]: frame #2: <omitting python frames>\n"
+     "[rank0]: frame #3: c10d::ProcessGroupNCCL::barrier(c10d::BarrierOptions const&) + 0x1d2 (0x7f0c in /x/libtorch_cuda.so)\n"
+     "[rank0]: frame #4: __libc_start_main + 0xf3 (0x7f0d in /lib/libc.so.6)\n",
+     ["c10d::ProcessGroupNCCL::barrier", "__libc_start_main"]),
+    # a traceback flattened by markdown: the source line is no function name
+    ('File "/srv/train_sft.py", line 94, in\nmain()\nFile "/srv/train_sft.py", line 60, in main\ntrainer.train()\n', None),
+    # py-spy frames by name only, then one with its location: three frames
+    ("Thread 1 (idle): \"MainThread\"\n    _acquire_restore\n    wait_for_item\n    get (queue.py:171)\n    run (app.py:3)\n",
+     ["_acquire_restore", "wait_for_item", "get", "run"]),
+])
+def test_lines_that_are_no_wrap_are_not_joined(text, functions):
+    """Only a frame line a wrap left unfinished takes the lines after it, and only lines in
+    the first column that hold no frame of their own (a review found prefixed frames,
+    source lines and names by themselves glued together)."""
+    (proc,) = read_text(text).processes
+    names = [f.function.split("(")[0] for t in proc.threads for f in t.frames]
+    if functions is None:
+        assert not any("(" in n or " " in n for n in names) and "main()" not in names
+    else:
+        assert [n for n in names if n in functions] == functions
 
 
 def test_a_terminal_capture_padded_to_its_width_is_unwrapped():
