@@ -49,6 +49,9 @@ def start_traceback(b: Builder, lines: int) -> None:
     b.tb_frames, b.tb_lines = [], lines
 
 
+_MARKERS = frozenset("^~ ")
+
+
 def traceback_line(b: Builder, s: str, line: str) -> bool:
     """A line inside a Python traceback (most recent call last); False ends it
     without consuming the line (something that is not traceback text)."""
@@ -74,6 +77,12 @@ def traceback_line(b: Builder, s: str, line: str) -> bool:
         end_traceback(b, keep=False)
         return True
     after_frame, b.tb_frame_line = b.tb_frame_line, False
+    if b.tb_frames is not None and s[0] in "^~" and set(s) <= _MARKERS:
+        # Python 3.11's markers under a source line ("~~~~^^"), whatever their indentation
+        # (lost in a paste that trims lines): the traceback goes on.
+        b.tb_lines += 1
+        b.tb_frame_line = after_frame
+        return True
     if b.tb_ipython:
         frame = _ipython_frame(s)
         if frame is not None or IPY_SOURCE.match(s) or set(s) <= {"-"}:

@@ -405,3 +405,25 @@ def test_ipython_frames_in_frozen_importlib_are_frames(tmp_path):
             "KeyboardInterrupt: \n")
     assert text_verdict(tmp_path, text) == "import-lock"
 
+
+
+def test_a_traceback_whose_indentation_was_trimmed_keeps_its_311_markers_inside_it():
+    """A Python 3.11+ Ctrl-C traceback pasted where every line lost its indentation (a
+    forum's or a chat tool's rendering): its "~~~~^^" marker lines ended the traceback at
+    the first frame, which then read as the innermost, and the subprocess wait was lost."""
+    text = ("Traceback (most recent call last):\n"
+            'File "/srv/gate.py", line 571, in <module>\n'
+            "main()\n"
+            "~~~~^^\n"
+            'File "/srv/gate.py", line 361, in run_contained\n'
+            "proc.wait(timeout=timeout)\n"
+            "~~~~~~~~~^^^^^^^^^^^^^^^^^\n"
+            'File "/usr/lib/python3.14/subprocess.py", line 1279, in wait\n'
+            "return self._wait(timeout=timeout)\n"
+            "~~~~~~~~~~^^^^^^^^^^^^^^^^^\n"
+            'File "/usr/lib/python3.14/subprocess.py", line 2078, in _wait\n'
+            "time.sleep(delay)\n"
+            "~~~~~~~~~~^^^^^^^\n"
+            "KeyboardInterrupt\n")
+    (proc,) = read_text(text).processes
+    assert [f.function for f in proc.threads[0].frames][-4:] == ["_wait", "wait", "run_contained", "<module>"]
