@@ -5,8 +5,8 @@ Loggers put their own prefix before every line a process prints: vLLM's
 ``(pid=1, ip=10.0.0.2)``, torchrun's ``[rank0]:``, a timestamp and a level, compose's
 ``worker-3 |``. Instead of a pattern per logger, the reader learns the prefix from the
 paste itself: for every frame-shaped line (a traceback's ``File "..."``, a py-spy frame
-``f (a.py:1)``, a C++ ``frame #N:``, a thread header, ``Traceback (most recent call``),
-the text before the frame is a candidate; its *shape* keeps punctuation and turns digit
+``f (a.py:1)``, a C++ ``frame #N:``, a thread header, ``Traceback (most recent call``,
+a gdb frame ``#3  0x.. in f``), the text before the frame is a candidate; its *shape* keeps punctuation and turns digit
 runs into ``9``, letter runs into ``a`` and blanks into one space, so the changing
 ranks, pids, times and levels of one logger give one shape. A shape that at least
 ``MIN_LINES`` frame lines share, with punctuation in it (a logger's fields are
@@ -39,6 +39,8 @@ MAX_PREFIX = 200
 _ANCHORS = ('File "', "Traceback (most recent call", "frame #")
 _THREAD = re.compile(r"Thread (?:0[xX][0-9A-Fa-f]{1,16}|\d{1,12}) \(")
 _PYSPY_LOCATION = re.compile(r"^\((?:inside )?[^()\s]{1,500}\.pyx?:\d{1,7}\)$")
+# A gdb frame: "#3  0x00007f.. in f (...)" or "#3  f (...) at x.c:9".
+_GDB_FRAME = re.compile(r"#\d{1,5} {1,3}(?:0x[0-9a-fA-F]{1,16} in |[A-Za-z_][\w:~<>.]{0,300} \()")
 _TOKEN = re.compile(r"\d+|[^\W\d_]+|\s+")
 _DELIMITED = re.compile(r"[^\w\s]")
 #: A one- or two-letter marker in front of every line (pytest's ``E`` on a failure's
@@ -57,6 +59,10 @@ def _frame_start(rest: str) -> int:
             return i
     if "Thread " in rest:
         m = _THREAD.search(rest)
+        if m is not None:
+            return m.start()
+    if "#" in rest:
+        m = _GDB_FRAME.search(rest)
         if m is not None:
             return m.start()
     if rest.endswith(")") and ".py" in rest:
@@ -107,7 +113,7 @@ def learn(lines: list[str]) -> re.Pattern[str] | None:
     shapes: Counter[str] = Counter()
     markers: Counter[str] = Counter()
     for raw in lines[:MAX_LINES]:
-        if len(raw) > 4096 or not ("File" in raw or ".py" in raw or "frame #" in raw or "Thread" in raw or "Traceback" in raw):
+        if len(raw) > 4096 or not ("File" in raw or ".py" in raw or "#" in raw or "Thread" in raw or "Traceback" in raw):
             continue
         body = raw.lstrip()
         if body.find(" ") == body.find(" (") and body[:1] not in "([":

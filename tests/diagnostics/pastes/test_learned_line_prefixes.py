@@ -103,3 +103,19 @@ def test_one_pytest_marked_line_under_a_py_spy_dump_strips_nothing_else():
     report = read_text(text)
     functions = [[f.function for f in t.frames] for p in report.processes for t in p.threads]
     assert ["wait", "get", "run"] in functions and ["acquire_lock", "run"] in functions
+
+
+GDB = ["#0  0x00007f0a1 in __futex_abstimed_wait_common64 () from /lib/x86_64-linux-gnu/libc.so.6",
+       "#1  0x00007f0a2 in pthread_cond_wait@@GLIBC_2.3.2 () from /lib/x86_64-linux-gnu/libc.so.6",
+       "#2  0x00007f0a3 in take_gil (tstate=0x1) at Python/ceval_gil.c:294",
+       "#3  PyEval_RestoreThread (tstate=0x1) at Python/ceval_gil.c:511"]
+
+
+@pytest.mark.parametrize("prefix", ["Jan 01 12:00:01 host python3[4242]: ", "2026-01-01 12:00:01,123 INFO [rank0]: ", "- "])
+def test_a_gdb_backtrace_behind_an_unknown_prefix_is_read(prefix):
+    """A bare gdb backtrace (no thread header) through a journal, a logger or a list: the
+    prefix is learned from gdb's frames like a traceback's (it was learned only from
+    Python's frame shapes, and the backtrace was refused)."""
+    (proc,) = read_text(_prefixed([prefix], GDB)).processes
+    assert [f.function for f in proc.threads[0].frames] == [
+        "__futex_abstimed_wait_common64", "pthread_cond_wait@@GLIBC_2.3.2", "take_gil", "PyEval_RestoreThread"]
