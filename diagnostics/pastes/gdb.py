@@ -41,6 +41,11 @@ def cxx_name(name: str) -> str:
     return name.strip()
 
 
+#: A function and the start of gdb's argument list, "name=value" (a numbered list's item
+#: in prose has no such list).
+_OPEN_ARGUMENTS = re.compile(r"^[A-Za-z_][\w:~<>.]{0,300} \([A-Za-z_]\w{0,60}=")
+
+
 def gdb_call(text: str, addressed: bool) -> Frame | None:
     """A gdb frame after its "#N  0x.. in " prefix: "poll () at x.S:81", "ns::f(int) () from
     /lib/x.so", "c10::Foo::bar (this=...) at f.cpp:53", "g () at init.cc:XXX" (a re-typed
@@ -73,7 +78,11 @@ def gdb_call(text: str, addressed: bool) -> Frame | None:
         else:
             return None
     elif not addressed and where == "?":
-        return None
+        if _OPEN_ARGUMENTS.match(text) is None:
+            return None
+        # An inlined frame (gdb gives it no address) whose arguments gdb wrapped onto the
+        # next lines: "#13 PyEval_EvalCode (co=<optimized out>, globals=<optimized out>,".
+        text = text[:text.index(" (")]
     name = cxx_name(text)
     if not name or len(name) > 2000 or (WS.search(name) and "::" not in name and "<" not in name):
         return None

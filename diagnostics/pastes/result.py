@@ -176,7 +176,69 @@ def _thread_dumps(p: ProcessDraft, flip: bool = False) -> list[ThreadDump]:
             # the innermost source line is where the thread is blocked, as under Ctrl-C.
             frames = tuple(blocked_call(list(reversed(frames)), t.source)) + frames
         threads.append(ThreadDump(ident, t.name, frames, active, "gil" in (t.state or "")))
-    return threads
+    return _one_thread_in_two_halves(threads)
+
+
+#: The interpreter's frames in a native backtrace: where the Python frames of py-bt go.
+_EVAL = re.compile(r"^_?(PyEval_EvalFrame\w*|PyEval_EvalCode\w*|_PyEval_Vector|call_function|fast_function|_PyFunction_\w+|"
+                   r"function_code_fastcall|method_vectorcall\w*|_PyObject_\w*Call\w*|PyObject_\w*Call\w*|cfunction_\w+|"
+                   r"_PyCFunction_\w+)(\.\w+)*$")
+
+
+def _one_thread_in_two_halves(threads: list[ThreadDump]) -> list[ThreadDump]:
+    """gdb's ``bt`` of a thread and its ``py-bt`` (a debugging session's usual two steps,
+    either first, no thread header between them): one thread, read as two, its native wait
+    in one (``select`` under ``time_sleep``, ``drop_gil``) and its Python frames in the
+    other. Joined: the native frames down to the interpreter's first, then the Python
+    frames, then the native rest (less the Python frames python-gdb already showed there).
+    Only for two threads in a row that no header named, one native with the interpreter in
+    it, the other all Python (and py-bt's own markers)."""
+    out: list[ThreadDump] = []
+    i = 0
+    while i < len(threads):
+        a = threads[i]
+        b = threads[i + 1] if i + 1 < len(threads) else None
+        merged = _halves(a, b) or _halves(b, a) if b is not None and a.ident.startswith("?") and b.ident.startswith("?") else None
+        if merged is not None:
+            out.append(merged)
+            i += 2
+            continue
+        out.append(_python_after_entry(a))
+        i += 1
+    return out
+
+
+#: The native frames a thread's stack starts at.
+_NATIVE_ENTRY = re.compile(r"^(_start|__libc_start_main|__libc_start_call_main|main|Py_BytesMain|Py_Main|start_thread|clone3?)$")
+
+
+def _python_after_entry(t: ThreadDump) -> ThreadDump:
+    """One thread's ``bt`` with its ``py-bt`` read on after it: the Python frames follow the
+    native entry point (``main``, ``_start``). They go where the interpreter runs them."""
+    frames = t.frames
+    k = len(frames)
+    while k > 0 and not frames[k - 1].native:
+        k -= 1
+    if k == 0 or k == len(frames) or not _NATIVE_ENTRY.match(frames[k - 1].function):
+        return t
+    native, python = ThreadDump(t.ident, t.name, frames[:k]), ThreadDump(t.ident, t.name, frames[k:])
+    return replace(_halves(native, python) or t, active=t.active, owns_gil=t.owns_gil)
+
+
+def _halves(native: ThreadDump, python: ThreadDump) -> ThreadDump | None:
+    """``native`` and ``python`` as one thread (see ``_one_thread_in_two_halves``), or None."""
+    if not native.frames or not python.frames or not native.frames[0].native:
+        return None
+    if any(f.native and f.file not in ("?", "<call>") for f in python.frames) or all(f.native for f in python.frames):
+        return None
+    if sum(f.native for f in native.frames) * 2 < len(native.frames):
+        return None
+    at = next((k for k, f in enumerate(native.frames) if f.native and _EVAL.match(f.function)), None)
+    if at is None:
+        return None
+    shown = {(f.function, f.file, f.line) for f in python.frames if not f.native}
+    rest = tuple(f for f in native.frames[at:] if f.native or (f.function, f.file, f.line) not in shown)
+    return replace(native, frames=native.frames[:at] + python.frames + rest)
 
 
 def _without_dumper(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:

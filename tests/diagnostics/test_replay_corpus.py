@@ -214,8 +214,6 @@ KNOWN_MISSES = {
     "nerve_111_uvloop_fork_openblas_atfork_join_native_bt": "thread-join",
     # fresh-2026-12j, missed at its first pass: gdb `py-bt` on Python 2.7 in the old "#N Frame 0x..., for file ..., line N, in f (locals...)" format with full
     "pyconpl_gdb_talk_dstat_scheduler_py_bt_locals": "unknown",
-    # fresh-2026-12j, missed at its first pass: gdb session: native `bt` of the single (main) thread with CPython 3 PyEval_EvalFrameEx frames, followed by `py
-    "pyconpl_gdb_talk_test2_time_sleep_optimized_out": "unknown",
     # fresh-2026-12j, missed at its first pass: Sentry-style SystemExit: 1 traceback produced by gunicorn's handle_abort on worker timeout (paths partly relat
     "shipit_1307_gunicorn_worker_timeout_matrix_notify_systemexit": "unknown",
     # fresh-2026-12k, missed at its first pass: py-spy dump (no --native) of one process, Python-only frames, single thread; the stored copy of the comment is

@@ -774,3 +774,43 @@ def test_demangled_cxx_signatures_alone_on_their_lines_are_a_native_stack():
              "    main (train.py:9)\n")
     (proc,) = read_text(prose).processes
     assert [f.function for t in proc.threads for f in t.frames] == ["_wait_for_tstate_lock", "join", "main"]
+
+
+def test_an_inlined_gdb_frame_whose_arguments_wrap_stays_in_its_backtrace():
+    """gdb prints an inlined frame without an address; when its arguments wrap ("#13
+    PyEval_EvalCode (co=<optimized out>, globals=<optimized out>," / "    locals=...) at
+    ../Python/ceval.c:777") it was dropped and the backtrace split into two threads there."""
+    text = ("#12 0x00000000005e9d7f in PyEval_EvalCodeEx () at ../Python/ceval.c:3986\n"
+            "#13 PyEval_EvalCode (co=<optimized out>, globals=<optimized out>,\n"
+            "    locals=<optimized out>) at ../Python/ceval.c:777\n"
+            "#14 0x00000000005fe3d2 in run_mod () at ../Python/pythonrun.c:970\n")
+    (proc,) = read_text(text).processes
+    assert [[f.function for f in t.frames] for t in proc.threads] == [["PyEval_EvalCodeEx", "PyEval_EvalCode", "run_mod"]]
+
+
+@pytest.mark.parametrize("py_bt_first", [False, True])
+def test_gdb_bt_and_py_bt_of_one_thread_are_one_thread(py_bt_first):
+    """A gdb session's two steps, ``bt`` then ``py-bt`` (or the other way round), with no
+    thread header between them: one thread, its native wait and its Python frames. Read as
+    two, the Python half named no wait and the native half no code (a sleep read 'unknown')."""
+    bt = ("(gdb) bt\n"
+          "#0  0x00007fdf3ca31be3 in __select_nocancel () at ../sysdeps/unix/syscall-template.S:84\n"
+          "#1  0x00000000005d1da4 in pysleep (secs=<optimized out>) at ../Modules/timemodule.c:1408\n"
+          "#2  time_sleep () at ../Modules/timemodule.c:231\n"
+          "#3  0x00000000004f5465 in call_function (oparg=<optimized out>, pp_stack=0x7fff62b184c0) at ../Python/ceval.c:4637\n"
+          "#4  PyEval_EvalFrameEx () at ../Python/ceval.c:3185\n"
+          "#5  0x00000000004cb8ef in main () at ../Programs/python.c:69\n")
+    py_bt = ("(gdb) py-bt\n"
+             "Traceback (most recent call first):\n"
+             '  File "poller.py", line 9, in wait_for_flag\n'
+             "    time.sleep(1000)\n"
+             '  File "poller.py", line 5, in run_poller\n'
+             "    wait_for_flag()\n")
+    (proc,) = read_text(py_bt + bt if py_bt_first else bt + py_bt).processes
+    (thread,) = proc.threads
+    functions = [f.function for f in thread.frames]
+    assert functions[:3] == ["__select_nocancel", "pysleep", "time_sleep"]
+    assert functions.index("wait_for_flag") < functions.index("run_poller") < functions.index("PyEval_EvalFrameEx")
+    # two native backtraces without headers stay two threads
+    (proc,) = read_text(bt + bt.replace("pysleep", "other_sleep")).processes
+    assert len(proc.threads) == 2
