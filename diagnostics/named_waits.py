@@ -160,7 +160,7 @@ def named_category(frame: Frame) -> tuple[str, str, str] | None:
                 return category, what, "name"
     if not frame.native and top_package(frame.file) in NETWORK_PACKAGES:
         return "socket-read", "a server's reply", "package"
-    if not frame.native and _stops(ws) and not _IO_PATH(words(frame.file)):
+    if not frame.native and _stops(words(frame.function.rsplit(".", 1)[-1])) and not _IO_PATH(words(frame.file)):
         return "thread-join", "the threads it stops", "name"
     if not frame.native:
         # The module's name, when the function's says nothing: a helper of a module named
@@ -170,7 +170,7 @@ def named_category(frame: Frame) -> tuple[str, str, str] | None:
         for category, what, test in MODULE_WORDS:
             if test(stem):
                 return category, what, "module"
-        if top_package(frame.file) and _NETWORK_MODULE(stem) and _IO_CALL(words(frame.function)):
+        if site_package(frame.file) and _NETWORK_MODULE(stem) and _IO_CALL(words(frame.function)):
             # An installed library's module named for a protocol (fsspec's
             # implementations/http.py, a client's transport/sftp.py), in a function named for
             # I/O: its reads are the network's (werkzeug's http.py parse_options_header parses).

@@ -165,16 +165,26 @@ def forked_child(thread: ThreadDump) -> bool:
 
 def after_fork_native(thread: ThreadDump) -> bool:
     """A native frame of the child's side of a fork under the thread's wait: CPython's
-    ``PyOS_AfterFork_Child``, a server's ``uwsgi_respawn_worker``, an ``atfork`` child
-    handler. (The parent's side, ``__libc_fork`` running its prepare handlers, is not: the
-    parent's own threads are all there.)"""
+    ``PyOS_AfterFork_Child``, an ``atfork``/``postfork`` child handler, a prefork server's
+    ``uwsgi_respawn_worker``. Not when the wait is inside the fork call or the parent's
+    side of it (``__libc_fork`` running its prepare handlers, ``PyOS_AfterFork_Parent``,
+    ``jemalloc_postfork_parent``): the parent's own threads are all there."""
     for f in thread.frames:
-        if f.native:
-            ws = frozenset(words(f.function))
-            if "respawn" in ws or ("fork" in ws and not ws.isdisjoint(("after", "child", "post"))) or "postfork" in ws \
-                    or "afterfork" in ws:
-                return True
+        if not f.native:
+            continue
+        ws = frozenset(words(f.function))
+        if f.function.lstrip("_") in _FORK_CALLS or not ws.isdisjoint(("parent", "prepare", "prefork")):
+            return False
+        if f.function == "PyOS_AfterFork" or "respawn" in ws:
+            return True
+        if "child" in ws and not ws.isdisjoint(("after", "post", "at", "afterfork", "postfork", "atfork")) \
+                and not ws.isdisjoint(("fork", "afterfork", "postfork", "atfork")):
+            return True
     return False
+
+
+#: The fork call itself and glibc's handlers inside it (the process is still the parent there).
+_FORK_CALLS = frozenset(("fork", "libc_fork", "Fork", "run_fork_handlers", "fork_impl", "libc_fork_impl"))
 
 
 def inherited_lock(thread: ThreadDump) -> bool:

@@ -41,17 +41,25 @@ _AFTER_SIGNATURE = re.compile(r"^(?:\s{0,4}(?:const|volatile|noexcept|&&|&|\[clo
 
 
 def _signature_alone(s: str) -> bool:
-    """``s`` is a demangled signature and nothing else: its argument list closes, and only
-    qualifiers follow it (a sentence that starts with one, "f(...) hangs on rank 1", is prose)."""
-    depth = 0
-    for i, ch in enumerate(s[:MAX_SIGNATURE]):
+    """``s`` is a demangled signature and nothing else: past its first argument list, the
+    text outside parentheses is only nested names (``::{lambda(...)#1}::operator()``) and
+    qualifiers (``const``); a sentence that starts with one, "f(...) hangs on rank 1", is
+    prose."""
+    if len(s) > MAX_SIGNATURE:
+        return False
+    first = s.find("(")
+    depth, top, closed = 0, [], False
+    for ch in s[first:]:
         if ch == "(":
             depth += 1
         elif ch == ")":
             depth -= 1
-            if depth == 0:
-                return _AFTER_SIGNATURE.match(s[i + 1:i + 400]) is not None and len(s) - i - 1 < 400
-    return False
+            closed = closed or depth == 0
+            if depth < 0:
+                return False
+        elif depth == 0:
+            top.append(ch)
+    return closed and depth == 0 and _AFTER_SIGNATURE.match("".join(top)) is not None
 
 
 def _bare_frame_name(s: str) -> str | None:

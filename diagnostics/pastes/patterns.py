@@ -46,8 +46,8 @@ INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
 # no-break space for every indent; curly quotes around 'File "x.py"' and a thread name.
 TYPOGRAPHIC_SPACE = re.compile("[\u00a0\u2000-\u200a\u202f\u205f\u3000]")
 PLAIN_SPACE = str.maketrans({c: " " for c in "\u00a0\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u202f\u205f\u3000"})
-CURLY_DOUBLE = re.compile("[\u201c-\u201f\u2033]")
-PLAIN_DOUBLE = str.maketrans({c: '"' for c in "\u201c\u201d\u201e\u201f\u2033"})
+CURLY_DOUBLE = re.compile("[\u201c-\u201f\u2033\u00ab\u00bb]")
+PLAIN_DOUBLE = str.maketrans({c: '"' for c in "\u201c\u201d\u201e\u201f\u2033\u00ab\u00bb"})
 CURLY_SINGLE = re.compile("[\u2018-\u201b\u2032]")
 PLAIN_SINGLE = str.maketrans({c: "'" for c in "\u2018\u2019\u201a\u201b\u2032"})
 ENTITY = re.compile(r"&(?:lt|gt|quot|amp|#\d{1,6}|#x[0-9a-fA-F]{1,6});")
@@ -354,7 +354,7 @@ ARROW_NAME = re.compile(r"^[A-Za-z_<][\w.<>:~$-]{0,300}$")
 BARE_NAME = re.compile(r"^([A-Za-z_][\w:<>~]{3,200})(?:\s{1,8}\([^\n]{0,200}\))?$")
 CAMEL = re.compile(r"[a-z][A-Z]")
 # A reporter's note after a name, two spaces or more away: "cuStreamSynchronize   <- never returns".
-BARE_NOTE = re.compile(r"\s{2,40}(?:<-|←|⟵|<==|#|//)(?:\s.{0,300})?$")
+BARE_NOTE = re.compile(r"(?<=\S)\s{2,}(?:<-|←|⟵|<==|#|//)(?:\s.{0,300})?$")  # (from a run's start only: linear)
 
 # -- whole pastes: JSON log records, interleaved processes, wrapped lines -----------
 #: Keys under which JSON log records keep their text (Docker's json-file driver: "log";

@@ -223,9 +223,9 @@ def read_text(text: str, *, source: str = "text") -> ParseReport:
     # A page that curls quotes curls them all: curly quotes stand for plain ones only where
     # the text has no plain one ('File “x.py”'); elsewhere they are the text's own
     # (a thread or a folder named with them, a log record's message).
-    if '"' not in text and CURLY_DOUBLE.search(text):
+    if any(CURLY_DOUBLE.search(line) for line in lines_in) and not any('"' in line for line in lines_in):
         lines_in = [line.translate(PLAIN_DOUBLE) for line in lines_in]
-    if "'" not in text and CURLY_SINGLE.search(text):
+    if any(CURLY_SINGLE.search(line) for line in lines_in) and not any("'" in line for line in lines_in):
         lines_in = [line.translate(PLAIN_SINGLE) for line in lines_in]
     lines_in = drop_line_numbers(join_padded(lines_in))
     b.learned_prefix = prefixes.learn(lines_in)

@@ -215,8 +215,9 @@ def _rejoin(head: str, after: list[str]) -> tuple[str, int] | None:
         whole = lambda joined: joined.endswith(")") and _PYSPY_WHOLE.match(joined) is not None  # noqa: E731
     elif _PYSPY_NAME.match(head):
         # A py-spy frame wrapped at the space before its location: the location alone, next.
-        if after and _PYSPY_LOCATION.match(after[0]):
-            return head + " " + after[0], 1
+        location = after[0][1:] if after and after[0][:1] == " " else (after[0] if after else "")
+        if _PYSPY_LOCATION.match(location.rstrip()):
+            return head + " " + location.rstrip(), 1
         return None
     else:
         return None

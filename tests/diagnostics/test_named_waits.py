@@ -44,6 +44,7 @@ def _thread(*frames: Frame) -> ThreadDump:
     (Frame("stop", SITE + "rich/live.py", 5), "thread-join"),
     (Frame("shutdown_workers", SITE + "jobs/runner.py", 5), "thread-join"),
     (Frame("stop_channels", SITE + "jupyter_client/client.py", 5), "thread-join"),
+    (Frame("Engine.shutdown", "/srv/app/engine.py", 88), "thread-join"),  # py-spy's qualified names (3.11+)
 ])
 def test_the_words_of_a_frame_name_its_wait(frame, category):
     w = guessed_wait(_thread(frame))
@@ -85,7 +86,6 @@ def test_a_network_clients_frame_counts_in_py_spys_short_paths_too():
     """py-spy prints an installed library's file relative to site-packages
     ("urllib3/connectionpool.py"): still the network client's frame. Said nothing before."""
     assert named_category(Frame("_make_request", "urllib3/connectionpool.py", 537))[0] == "socket-read"
-    assert named_category(Frame("read", "fsspec/implementations/http.py", 598))[0] == "socket-read"
     assert named_category(Frame("_make_request", "/home/u/urllib3/connectionpool.py", 537)) is None  # a program's own copy
 
 

@@ -711,9 +711,11 @@ def test_a_gil_wait_under_the_childs_own_after_fork_code_is_the_inherited_lock()
         t = ThreadDump("1", "MainThread", (*gil, after_fork, _c("uwsgi_respawn_worker", so) if "uwsgi" in after_fork.function
                                             else _c("os_fork_impl", libpython), _c("main", so)))
         assert _classify(t).signature_id == "fork-inherited-lock"
-    parent = ThreadDump("1", "MainThread", (*gil, _c("prepare_handler", so), _c("__run_fork_handlers"), _c("__libc_fork"),
-                                            _c("os_fork_impl", libpython)))
-    assert _classify(parent).signature_id == "gil-deadlock"
+    for parent_side in ((_c("prepare_handler", so), _c("__run_fork_handlers"), _c("__libc_fork"), _c("uwsgi_respawn_worker", so)),
+                        (_c("PyOS_AfterFork_Parent", libpython), _c("os_fork_impl", libpython)),
+                        (_c("jemalloc_postfork_parent", "/usr/lib/libjemalloc.so"), _c("__libc_fork")),
+                        (_c("fork_child_process", so), _c("main", so))):
+        assert _classify(ThreadDump("1", "MainThread", (*gil, *parent_side))).signature_id == "gil-deadlock"
 
 
 def test_a_thread_pools_worker_thread_is_no_forked_child():

@@ -119,3 +119,11 @@ def test_a_gdb_backtrace_behind_an_unknown_prefix_is_read(prefix):
     (proc,) = read_text(_prefixed([prefix], GDB)).processes
     assert [f.function for f in proc.threads[0].frames] == [
         "__futex_abstimed_wait_common64", "pthread_cond_wait@@GLIBC_2.3.2", "take_gil", "PyEval_RestoreThread"]
+
+
+def test_issue_cross_references_in_prose_are_no_gdb_frames():
+    """"#1234 deadlock (closed)" lines above a dump look like gdb's "#N f (" but are prose: no
+    prefix is learned from them (one was, and it stripped the dump's own lines)."""
+    prose = "Related: #1234 deadlock (closed)\nRelated: #2345 hang (open)\nRelated: #3456 freeze (open)\n"
+    (proc,) = read_text(prose + "\n".join(TRACEBACK) + "\n").processes
+    assert [f.function for f in proc.threads[0].frames][-3:] == ["_acquire", "download_and_prepare", "<module>"]

@@ -814,3 +814,9 @@ def test_gdb_bt_and_py_bt_of_one_thread_are_one_thread(py_bt_first):
     # two native backtraces without headers stay two threads
     (proc,) = read_text(bt + bt.replace("pysleep", "other_sleep")).processes
     assert len(proc.threads) == 2
+
+
+def test_a_note_aligned_far_right_of_a_name_is_still_a_note():
+    """"cuStreamSynchronize" + 41 spaces + "<- never returns": the name, its note dropped."""
+    from hangwatch.diagnostics.pastes.handwritten import _bare_frame_name
+    assert _bare_frame_name("cuStreamSynchronize" + " " * 41 + "<- never returns") == "cuStreamSynchronize"

@@ -205,6 +205,22 @@ def test_frame_lines_wrapped_at_a_fixed_width_are_joined(width, at_spaces):
     assert {f.file for f in frames[:2]} == {site + "torch/lib/libtorch_cpu.so"}
 
 
+def test_a_py_spy_frame_cut_before_its_location_keeps_it_with_the_space_first():
+    """A terminal's cut at the space before the location leaves that space first on the next line."""
+    text = 'Thread 1 (idle): "MainThread"\n    wait\n (/usr/lib/python3.11/threading.py:320)\n    main (app.py:5)\n'
+    (proc,) = read_text(text).processes
+    assert [(f.function, f.line) for f in proc.threads[0].frames] == [("wait", 320), ("main", 5)]
+
+
+def test_curly_quotes_inside_json_log_records_read_as_plain():
+    """A JSON log's keys have plain quotes; the dump inside it had only curly ones."""
+    dump = 'Traceback (most recent call last):\n  File \u201c/app/main.py\u201d, line 9, in <module>\n    run()\n' \
+           '  File \u201c/app/main.py\u201d, line 5, in run\n    lock.acquire()\nKeyboardInterrupt\n'
+    record = "".join(json.dumps({"log": line + "\n", "stream": "stderr"}) + "\n" for line in dump.splitlines())
+    (proc,) = read_text(record).processes
+    assert [f.function for f in proc.threads[0].frames][-2:] == ["run", "<module>"]
+
+
 @pytest.mark.parametrize("text, functions", [
     # prefixed torch frames, one with nothing after its function: each its own line
     ("[rank0]: frame #2: <omitting python frames>\n"
