@@ -2,65 +2,42 @@
 ends from Windows, terminal colours, a JSON log record, tabs, a rendered page's no-break
 spaces and curly quotes, zero-width characters from a chat tool, and the other forms an
 installed library's path takes (dist-packages, a conda env, Windows). Each real dump replay
-names right must come out the same after each re-encoding."""
+names right must come out the same after each of ``reencode.MUST_HOLD``."""
 
 from __future__ import annotations
 
-import json
-import re
-from pathlib import Path
-
 import pytest
 
-from diag_helpers import PASTED, text_verdict
+from diag_helpers import PASTED
 from hangwatch.diagnostics.corpus import load_corpus
-from hangwatch.diagnostics.errors import DiagnosticsError
+from hangwatch.diagnostics.reencode import ENCODINGS, MUST_HOLD, changed, main, named_right
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-_SITE = re.compile(r"(?<=[\s\"(])/[^\s\"'():]*?/(?:site|dist)-packages/([^\s\"'():]*)")
-
-ENCODINGS = {
-    "crlf line ends": lambda t: t.replace("\n", "\r\n"),
-    "terminal colours": lambda t: "\n".join(("\x1b[0;33m" + line + "\x1b[0m") if line.strip() else line for line in t.split("\n")),
-    "one JSON record": lambda t: json.dumps({"log": t}),
-    "tabs for indents": lambda t: re.sub(r"(?m)^((?:    )+)", lambda m: "\t" * (len(m.group(1)) // 4), t),
-    "no-break spaces": lambda t: t.replace(" ", "\u00a0"),
-    "curly quotes": lambda t: t.replace('"', "\u201c").replace("'", "\u2019"),
-    "zero-width spaces": lambda t: "\ufeff" + t.replace("(", "\u200b("),
-    "dist-packages": lambda t: t.replace("/site-packages/", "/dist-packages/"),
-    "a conda env": lambda t: re.sub(r"/(?:usr|opt)[^\s\"'()]*?/(site|dist)-packages/",
-                                    "/home/me/miniconda3/envs/x/lib/python3.10/site-packages/", t),
-    "Windows paths": lambda t: _SITE.sub(lambda m: "C:\\Python311\\Lib\\site-packages\\" + m.group(1).replace("/", "\\"), t),
-}
-
-
-def _verdict(tmp_path: Path, text: str) -> str:
-    try:
-        return text_verdict(tmp_path, text)
-    except DiagnosticsError:
-        return "refused"
-
 
 @pytest.fixture(scope="module")
-def named_right(tmp_path_factory) -> list[tuple[str, str, str]]:
-    """(name, text, verdict) of every known-cause dump replay names right."""
-    tmp = tmp_path_factory.mktemp("baseline")
-    out = []
-    for e in load_corpus(PASTED):
-        if e.expected == "?" or e.refusable:
-            continue
-        text = e.path.read_text(encoding="utf-8", errors="replace")
-        verdict = _verdict(tmp, text)
-        if verdict in e.expected_ids:
-            out.append((e.name, text, verdict))
+def right(tmp_path_factory) -> list[tuple[str, str, str]]:
+    out = named_right(load_corpus(PASTED), tmp_path_factory.mktemp("baseline"))
     assert len(out) > 300
     return out
 
 
-@pytest.mark.parametrize("encoding", list(ENCODINGS))
-def test_every_dump_named_right_is_named_the_same_when_re_encoded(tmp_path, named_right, encoding):
-    encode = ENCODINGS[encoding]
-    changed = [(name, verdict, got) for name, text, verdict in named_right
-               if (got := _verdict(tmp_path, encode(text))) != verdict]
-    assert not changed, f"{encoding}: {len(changed)} verdicts changed, e.g. {changed[:5]}"
+@pytest.mark.parametrize("encoding", MUST_HOLD)
+def test_every_dump_named_right_is_named_the_same_when_re_encoded(tmp_path, right, encoding):
+    diff = changed(right, encoding, tmp_path)
+    assert not diff, f"{encoding}: {len(diff)} verdicts changed, e.g. {diff[:5]}"
+
+
+def test_every_encoding_changes_the_text():
+    sample = ('Thread 1 (idle): "MainThread"\n    wait (/usr/lib/python3.11/site-packages/x/threading.py:320)\n' + "word " * 30 + "\n")
+    assert all(encode(sample) != sample for encode in ENCODINGS.values())
+
+
+def test_the_report_is_one_line_per_encoding(tmp_path, capsys):
+    (tmp_path / "d.txt").write_text('Thread 1 (idle): "MainThread"\n    acquire (filelock/_api.py:220)\n    main (a.py:1)\n')
+    (tmp_path / "d.meta").write_text("url: x\nexpected: file-lock-wait\n")
+    assert main([str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == [f"encoding={name}" for name in ENCODINGS]
+    assert lines[0] == "encoding=crlf kept=1 of=1"
+    assert main([str(tmp_path / "missing")]) == 2
