@@ -2,7 +2,8 @@
 
 A dump reaches replay through a terminal, a mail client, a forum, a chat tool, a log
 collector: with Windows line ends, colours, a JSON record around it, tabs, a rendered
-page's no-break spaces and curly quotes, zero-width characters, re-wrapped at 72 or 80
+page's no-break spaces and curly quotes, a page's source (``<br>``, ``&nbsp;``, an escaped
+``<pre>``), zero-width characters, re-wrapped at 72 or 80
 columns, behind a timestamp on every line, with an installed library's path in another
 form (dist-packages, a conda env, Windows). ``ENCODINGS`` are those ways; for each, the
 report says how many of the dumps replay names right keep their verdict::
@@ -17,6 +18,7 @@ them so); the others (re-wrapped lines, prefixes before every line) are measured
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import re
 import sys
@@ -50,6 +52,9 @@ ENCODINGS: dict[str, Callable[[str], str]] = {
     "conda": lambda t: re.sub(r"/(?:usr|opt)[^\s\"'()]*?/(site|dist)-packages/",
                               "/home/me/miniconda3/envs/x/lib/python3.10/site-packages/", t),
     "windows-paths": lambda t: _SITE.sub(lambda m: "C:\\Python311\\Lib\\site-packages\\" + m.group(1).replace("/", "\\"), t),
+    "page-source-pre": lambda t: "<pre><code>" + html.escape(t) + "</code></pre>",
+    "page-source-nbsp": lambda t: _lines(t, lambda i, line: html.escape(line).replace(" ", "&nbsp;")),
+    "page-source-br": lambda t: "<br>\n".join(html.escape(line) for line in t.split("\n")),
     "quoted": lambda t: _lines(t, lambda i, line: "> " + line),
     "indented": lambda t: textwrap.indent(t, "        "),
     "trimmed": lambda t: _lines(t, lambda i, line: line.lstrip()),
@@ -63,7 +68,7 @@ ENCODINGS: dict[str, Callable[[str], str]] = {
 
 #: Encodings under which every corpus dump replay names right keeps its verdict.
 MUST_HOLD = ("crlf", "colours", "json", "tabs", "no-break-spaces", "curly-quotes", "zero-width", "dist-packages", "conda",
-             "windows-paths")
+             "windows-paths", "page-source-pre", "page-source-nbsp")
 
 
 def verdict(text: str, workdir: Path) -> str:

@@ -10,6 +10,7 @@ time is linear in the paste.
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Callable
 
@@ -29,7 +30,8 @@ from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.frames import parse_frame_line, split_flattened
 from hangwatch.diagnostics.pastes.parse_report import ParseReport
 from hangwatch.diagnostics.pastes.patterns import (
-    CURLY_DOUBLE, CURLY_SINGLE, INVISIBLE, PLAIN_DOUBLE, PLAIN_SINGLE, PLAIN_SPACE, TYPOGRAPHIC_SPACE,
+    CURLY_DOUBLE, CURLY_SINGLE, ENTITY, HTML_BREAK, HTML_TAG, INVISIBLE, PLAIN_DOUBLE, PLAIN_SINGLE, PLAIN_SPACE,
+    TYPOGRAPHIC_SPACE,
 )
 from hangwatch.diagnostics.pastes.result import finish
 from hangwatch.diagnostics.pastes.tracebacks import end_traceback
@@ -201,10 +203,30 @@ def start_stream(b: Builder, pid: StreamKey) -> None:
     b.enter_stream(pid)
 
 
+#: Tags or entities of a page's source before a paste counts as one (a frame's own "<b>"
+#: in a C++ template, a lone "&amp;" in prose do not).
+MIN_MARKUP = 3
+
+
+def _page_source(text: str) -> bool:
+    """The text is a page's source: at least MIN_MARKUP line breaks, HTML tags or entities."""
+    n = 0
+    for rx in (HTML_BREAK, HTML_TAG, ENTITY):
+        for _ in rx.finditer(text):
+            n += 1
+            if n >= MIN_MARKUP:
+                return True
+    return False
+
+
 def read_text(text: str, *, source: str = "text") -> ParseReport:
     """Every process in a pasted dump, and what was skipped. Raises ``InputError``
     only when there is not a single recognisable frame."""
     b = Builder()
+    if ("<" in text or "&" in text) and _page_source(text):
+        # A page's source (a mail archive's, a forum export, a copied <pre>): its breaks are
+        # line ends, its markup goes, its entities are their characters ("&nbsp;" indents).
+        text = html.unescape(HTML_TAG.sub("", HTML_BREAK.sub("\n", text)))
     if INVISIBLE.search(text):
         # Zero-width spaces, joiners, soft hyphens, marks and stray BOMs that web pages,
         # chat tools and wikis put into copied text: "wait\u200b (threading.py:320)" is no frame.

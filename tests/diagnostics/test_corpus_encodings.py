@@ -1,7 +1,8 @@
 """The corpus's verdicts hold when a paste arrives re-encoded the ways pastes travel: line
 ends from Windows, terminal colours, a JSON log record, tabs, a rendered page's no-break
-spaces and curly quotes, zero-width characters from a chat tool, and the other forms an
-installed library's path takes (dist-packages, a conda env, Windows). Each real dump replay
+spaces and curly quotes, a page's source (an escaped <pre>, &nbsp; indents), zero-width
+characters from a chat tool, and the other forms an installed library's path takes
+(dist-packages, a conda env, Windows). Each real dump replay
 names right must come out the same after each of ``reencode.MUST_HOLD``."""
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ def test_collapsed_stacks_from_py_spy_record_are_never_read_as_a_stack():
     "kind",
     ["frames", "one_long_line", "nested_parens", "open_parens", "thread_like", "prefix_like", "cxx_like", "interleaved_pids",
      "banner_like", "collapsed_like", "gdb_wrapped_args", "symbols_like", "cxx_signature_spaces", "wrapped_cxx_heads",
-     "wrapped_traceback_heads", "signature_qualifiers"],
+     "wrapped_traceback_heads", "signature_qualifiers", "page_source"],
 )
 def test_two_megabytes_of_stack_shaped_text_read_in_linear_time(kind):
     size = 2_000_000
@@ -112,6 +112,8 @@ def test_two_megabytes_of_stack_shaped_text_read_in_linear_time(kind):
         "wrapped_cxx_heads": ("frame #1: " + "(0x1 in aaaa " * 300 + "\n" + ("x (0x1 in aaa" * 100 + "\n") * 3) * (size // 7811),
         "wrapped_traceback_heads": ('  File "' + "a" * 900 + "\n" + ("b" * 900 + "\n") * 3) * (size // 3612),
         "signature_qualifiers": ("ns::f(int)" + "::a" * 1300 + " x\n") * (size // 3913),
+        "page_source": ("<p>" + "&nbsp;" * 100 + "<span class='x'" + " " * 400 + ">    f (b.py:1)</span><br>" + "<b" * 200 + "\n")
+                       * (size // 1445),
         "interleaved_pids": "".join(f'(W pid={i % 50}) ERROR 01-12 02:58:31 [a.py:1]   File "/x/vll\nm/a.py", line 3, in f\n'
                                     for i in range(size // 78)),
     }[kind]

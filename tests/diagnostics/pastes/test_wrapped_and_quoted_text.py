@@ -112,6 +112,20 @@ def test_curly_quotes_that_are_the_texts_own_are_kept():
         assert [(f.function, f.file) for f in thread.frames] == [("wait", "threading.py"), ("run", "/srv/\u201cdata\u201d/worker.py")]
 
 
+def test_a_pastes_page_source_is_read_as_its_text():
+    """A dump copied from a page's source (a mail archive, a forum's export): "<br>" line
+    breaks, "&nbsp;" indents, escaped "&lt;module&gt;" and "&quot;", markup around it. Refused
+    before (one line, or indents that were no spaces); "<module>" itself is no tag."""
+    lines = ['Thread 7 (idle): "MainThread"', "    wait (threading.py:320)", "    get (queue.py:171)", "    <module> (train.py:9)"]
+    escaped = [line.replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;") for line in lines]
+    for text in ("<p>" + "<br>".join(line.replace("  ", "&nbsp;&nbsp;") for line in escaped) + "</p>",
+                 "<pre><code>" + "\n".join(escaped) + "</code></pre>",
+                 "\n".join(line.replace(" ", "&nbsp;") for line in escaped)):
+        (proc,) = read_text(text).processes
+        (thread,) = proc.threads
+        assert thread.name == "MainThread" and [f.function for f in thread.frames] == ["wait", "get", "<module>"]
+
+
 def test_a_dump_quoted_in_a_source_comment_is_read():
     """Every line behind '# ' (a py-spy dump kept in a code comment): refused as 'no line
     looks like a stack frame'. It is the exiting executor joining its own children."""
