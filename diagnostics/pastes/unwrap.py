@@ -183,6 +183,8 @@ _PYSPY_OPEN = re.compile(r"^\s{1,40}[^\s()][^\s]{0,300} \((?:inside )?[^()\s]{1,
 _PYSPY_WHOLE = re.compile(r"^\s{1,40}[^\s()][^\s]{0,300} \((?:inside )?[^()\s]{1,1000}:\d{1,7}\)$")
 _PYSPY_NAME = re.compile(r"^\s{2,40}[A-Za-z_<][\w.<>]{0,300}$")
 _PYSPY_LOCATION = re.compile(r"^\((?:inside )?[^()\s]{1,1000}:\d{1,7}\)$")
+_GDB_HEAD = re.compile(r"^\s{0,8}#\d{1,5}\s")
+_GDB_END = re.compile(r"\)(?: at \S{1,1000}| from \S{1,1000})?$")
 #: A continuation a wrap left starts in the first column (a terminal, an editor and a mail
 #: client start the rest of a line there; a terminal's cut may leave the line's own space
 #: first) and holds no frame of its own: an indented line is a source line or a frame.
@@ -213,6 +215,14 @@ def _rejoin(head: str, after: list[str]) -> tuple[str, int] | None:
         whole = lambda joined: joined.endswith(")") and _CXX_LOCATION.match(joined, max(joined.rfind(" (0x"), at)) is not None  # noqa: E731
     elif _PYSPY_OPEN.match(head):
         whole = lambda joined: joined.endswith(")") and _PYSPY_WHOLE.match(joined) is not None  # noqa: E731
+    elif _GDB_HEAD.match(head) and (head.count("(") > head.count(")") or head.endswith((") at", ") from"))):
+        # gdb's frame with its arguments or its location cut (gdb's own wrap indents the
+        # rest, which ``gdb_arguments`` reads; a mail client's starts it in the first column)
+        whole = lambda joined: joined.count("(") == joined.count(")") and _GDB_END.search(joined) is not None  # noqa: E731
+    elif head.endswith("(most recent call"):
+        # a traceback's or a C++ error's header: "... (most recent call" + "first):"
+        nxt = after[0].strip() if after else ""
+        return (head + " " + nxt, 1) if nxt in ("first):", "last):") else None
     elif _PYSPY_NAME.match(head):
         # A py-spy frame wrapped at the space before its location: the location alone, next.
         location = after[0][1:] if after and after[0][:1] == " " else (after[0] if after else "")

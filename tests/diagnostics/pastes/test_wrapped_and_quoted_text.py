@@ -235,6 +235,23 @@ def test_curly_quotes_inside_json_log_records_read_as_plain():
     assert [f.function for f in proc.threads[0].frames][-2:] == ["run", "<module>"]
 
 
+def test_a_gdb_frame_and_an_error_header_wrapped_by_a_mail_client_are_rejoined():
+    """A mail client wraps at spaces and starts the rest in the first column: a gdb frame's
+    argument list (gdb's own wrap is indented) and an error's "(most recent call" + "first):"."""
+    text = ("#0  0x00007f0a in __lll_lock_wait (futex=0x7f0b, private=0) at\n"
+            "lowlevellock.c:52\n"
+            "#1  0x00007f0b in __pthread_mutex_lock (mutex=0x7f0b <logging_lock>,\n"
+            "recursive=1) at pthread_mutex_lock.c:80\n"
+            "#2  0x00007f0c in emit_record () from /opt/app/libjoblog.so\n")
+    (proc,) = read_text(text).processes
+    assert [f.function for f in proc.threads[0].frames] == ["__lll_lock_wait", "__pthread_mutex_lock", "emit_record"]
+    header = ("Exception raised from run at /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:2074 (most recent call\n"
+              "first):\n"
+              "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f1 in /x/libc10.so)\n")
+    from hangwatch.diagnostics.pastes.unwrap import join_wrapped
+    assert join_wrapped(header.split("\n"))[0].endswith("(most recent call first):")
+
+
 @pytest.mark.parametrize("text, functions", [
     # prefixed torch frames, one with nothing after its function: each its own line
     ("[rank0]: frame #2: <omitting python frames>\n"
