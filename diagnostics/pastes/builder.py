@@ -31,6 +31,7 @@ class ThreadDraft:
     orient_guess: bool = False  # read from a shape that does not say which end comes first
     source: str = ""  # pystack: the source line under the last Python frame read
     number: str = ""  # gdb's thread number, for the thread its stop line started
+    pybt: bool = False  # holds frames of gdb's py-bt (see ``result._one_thread_in_two_halves``)
 
 
 @dataclass

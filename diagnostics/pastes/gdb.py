@@ -43,7 +43,7 @@ def cxx_name(name: str) -> str:
 
 #: A function and the start of gdb's argument list, "name=value" (a numbered list's item
 #: in prose has no such list).
-_OPEN_ARGUMENTS = re.compile(r"^[A-Za-z_][\w:~<>.]{0,300} \([A-Za-z_]\w{0,60}=")
+_OPEN_ARGUMENTS = re.compile(r"^[A-Za-z_][\w:~<>.]{0,300} \((?:[A-Za-z_]\w{0,60}=|$)")
 
 
 def gdb_call(text: str, addressed: bool) -> Frame | None:
@@ -111,6 +111,7 @@ def gdb_frame(b: Builder, s: str) -> bool:
     if m:
         b.add_frames([Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2)))])
         b.after_break = False
+        b.group[-1].pybt = True
         return True
     b.drop_bare()
     mc = COREDUMP_FRAME.match(s)
@@ -394,6 +395,7 @@ def _py2_pybt(b: Builder, s: str) -> bool:
     if m is not None:
         b.add_frames([Frame(m.group(2), m.group(1).replace("\\", "/"), None)])
         b.pybt_seen = True
+        b.group[-1].pybt = True
         return True
     if GDB_PY2_LOCK_WAIT.match(s):
         # Python 2's libpython prints this for a frame in PyThread_acquire_lock: a Python
@@ -422,6 +424,8 @@ def pybt_frame(b: Builder, ln: Line) -> bool:
             b.source_open = False  # a source line after this frame is not the innermost one's
             b.add_frames([frame])
             b.pybt_seen = True
+            if b.group:
+                b.group[-1].pybt = True
             b.in_locals, b.locals_indent = True, ln.indent  # its source line follows, deeper
             if first_frame and first == "F" and b.group:
                 # The innermost frame's source line names the C call the thread sits in

@@ -55,10 +55,10 @@ ENTITY = re.compile(r"&(?:lt|gt|quot|amp|apos|nbsp|#\d{1,6}|#x[0-9a-fA-F]{1,6});
 # <pre>): its line breaks and block ends are tags; its other tags are markup around the
 # text. Only HTML's own tag names: "<module>" and "<lambda>" are frames. (GitHub's
 # <details>/<summary> around a paste are read line by line, see ``HTML``.)
-HTML_BREAK = re.compile(r"<br\s{0,8}/?>|</(?:p|div|li|tr|pre|h[1-6]|blockquote|table)>", re.IGNORECASE)
+HTML_BREAK = re.compile(r"<br\s{0,8}/?>|</(?:p|div|li|tr|pre|h[1-6]|blockquote|table)>")
 HTML_TAG = re.compile(r"</?(?:br|p|div|span|pre|code|a|b|i|u|em|strong|tt|font|li|ul|ol|table|tbody|thead|tr|td|th|blockquote|"
                       r"hr|h[1-6]|sup|sub|kbd|samp|small|big|mark|del|ins|s|strike|var|cite|q|abbr)"
-                      r"(?:\s[^<>]{0,500})?\s{0,8}/?>", re.IGNORECASE)
+                      r"(?:\s[^<>]{0,500})?\s{0,8}/?>")
 # A Markdown link around a path ("[/usr/lib/x.py](https://localhost:8080/#)"): its text is the path.
 MARKDOWN_LINK = re.compile(r"\[([^\[\]\n]{1,1000})\]\((?:https?://|#)[^()\s]{0,500}\)")
 HTML = re.compile(r"^</?(?:details|summary|pre|code|br|p|div|b|i|em|strong|sub|sup|hr)\b[^>]{0,200}>", re.IGNORECASE)

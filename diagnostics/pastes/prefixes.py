@@ -39,9 +39,10 @@ MAX_PREFIX = 200
 _ANCHORS = ('File "', "Traceback (most recent call", "frame #")
 _THREAD = re.compile(r"Thread (?:0[xX][0-9A-Fa-f]{1,16}|\d{1,12}) \(")
 _PYSPY_LOCATION = re.compile(r"^\((?:inside )?[^()\s]{1,500}\.pyx?:\d{1,7}\)$")
-# A gdb frame: "#3  0x00007f.. in f (...)" or "#3  f (...) at x.c:9" (not an issue's
-# cross-reference in prose, "#1234 deadlock (closed)").
-_GDB_FRAME = re.compile(r"#\d{1,5} {1,3}(?:0x[0-9a-fA-F]{1,16} in |[A-Za-z_][\w:~<>.]{0,300} \([^()]{0,1000}\) (?:at|from) \S)")
+# A gdb frame: "#3  0x00007f.. in f (...)" or "#3  f (a=1) at x.c:9" (gdb's own arguments
+# and location: not an issue's cross-reference in prose, "- #1234 hang (py3.8) at exit").
+_GDB_FRAME = re.compile(r"#\d{1,5} {1,3}(?:0x[0-9a-fA-F]{1,16} in |[A-Za-z_][\w:~<>.]{0,300} \((?:[A-Za-z_]\w{0,60}=[^()]{0,1000})?\) "
+                        r"(?:at \S{1,300}:\d{1,7}|from \S{0,300}[/.]\S{0,300}))")
 _TOKEN = re.compile(r"\d+|[^\W\d_]+|\s+")
 _DELIMITED = re.compile(r"[^\w\s]")
 #: A one- or two-letter marker in front of every line (pytest's ``E`` on a failure's

@@ -209,14 +209,21 @@ MIN_MARKUP = 3
 
 
 def _page_source(text: str) -> bool:
-    """The text is a page's source: at least MIN_MARKUP line breaks, HTML tags or entities."""
-    n = 0
-    for rx in (HTML_BREAK, HTML_TAG, ENTITY):
-        for _ in rx.finditer(text):
+    """The text is a page's source: at least MIN_MARKUP HTML tags and entities, a line break
+    or an entity among them (tags alone may be a C++ template's "<b>" or python-gdb's
+    "<code at remote 0x..>")."""
+    n = breaks = 0
+    for rx in (HTML_TAG, ENTITY):
+        for m in rx.finditer(text):
             n += 1
-            if n >= MIN_MARKUP:
+            breaks += rx is ENTITY or HTML_BREAK.match(m.group(0)) is not None
+            if n >= MIN_MARKUP and breaks:
                 return True
     return False
+
+
+def _unescape(m: re.Match[str]) -> str:
+    return html.unescape(m.group(0))
 
 
 def read_text(text: str, *, source: str = "text") -> ParseReport:
@@ -226,7 +233,8 @@ def read_text(text: str, *, source: str = "text") -> ParseReport:
     if ("<" in text or "&" in text) and _page_source(text):
         # A page's source (a mail archive's, a forum export, a copied <pre>): its breaks are
         # line ends, its markup goes, its entities are their characters ("&nbsp;" indents).
-        text = html.unescape(HTML_TAG.sub("", HTML_BREAK.sub("\n", text)))
+        # (Only whole entities, each once: "&region=eu" in a URL is no "&reg;".)
+        text = ENTITY.sub(_unescape, HTML_TAG.sub("", HTML_BREAK.sub("\n", text)))
     if INVISIBLE.search(text):
         # Zero-width spaces, joiners, soft hyphens, marks and stray BOMs that web pages,
         # chat tools and wikis put into copied text: "wait\u200b (threading.py:320)" is no frame.

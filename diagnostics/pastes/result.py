@@ -162,6 +162,7 @@ def _outermost_first(processes: list[ProcessDraft]) -> bool:
 
 def _thread_dumps(p: ProcessDraft, flip: bool = False) -> list[ThreadDump]:
     threads = []
+    pybt: list[bool] = []
     for n, t in enumerate(p.threads):
         if not t.frames:
             continue
@@ -176,7 +177,8 @@ def _thread_dumps(p: ProcessDraft, flip: bool = False) -> list[ThreadDump]:
             # the innermost source line is where the thread is blocked, as under Ctrl-C.
             frames = tuple(blocked_call(list(reversed(frames)), t.source)) + frames
         threads.append(ThreadDump(ident, t.name, frames, active, "gil" in (t.state or "")))
-    return _one_thread_in_two_halves(threads)
+        pybt.append(t.pybt)
+    return _one_thread_in_two_halves(threads, pybt)
 
 
 #: The interpreter's frames in a native backtrace: where the Python frames of py-bt go.
@@ -185,31 +187,47 @@ _EVAL = re.compile(r"^_?(PyEval_EvalFrame\w*|PyEval_EvalCode\w*|_PyEval_Vector|c
                    r"_PyCFunction_\w+)(\.\w+)*$")
 
 
-def _one_thread_in_two_halves(threads: list[ThreadDump]) -> list[ThreadDump]:
+def _one_thread_in_two_halves(threads: list[ThreadDump], pybt: list[bool]) -> list[ThreadDump]:
     """gdb's ``bt`` of a thread and its ``py-bt`` (a debugging session's usual two steps,
     either first, no thread header between them): one thread, read as two, its native wait
     in one (``select`` under ``time_sleep``, ``drop_gil``) and its Python frames in the
     other. Joined: the native frames down to the interpreter's first, then the Python
     frames, then the native rest (less the Python frames python-gdb already showed there).
     Only for two threads in a row that no header named, one native with the interpreter in
-    it, the other all Python (and py-bt's own markers)."""
+    it, the other py-bt's (``pybt``), both starting at the same kind of entry (a process's
+    main, or a thread's start). A py-bt read on after the bt of the same thread is moved
+    likewise (``_python_after_entry``)."""
     out: list[ThreadDump] = []
     i = 0
     while i < len(threads):
         a = threads[i]
         b = threads[i + 1] if i + 1 < len(threads) else None
-        merged = _halves(a, b) or _halves(b, a) if b is not None and a.ident.startswith("?") and b.ident.startswith("?") else None
+        merged = None
+        if b is not None and a.ident.startswith("?") and b.ident.startswith("?"):
+            merged = (_halves(a, b) if pybt[i + 1] else None) or (_halves(b, a) if pybt[i] else None)
         if merged is not None:
             out.append(merged)
             i += 2
             continue
-        out.append(_python_after_entry(a))
+        out.append(_python_after_entry(a) if pybt[i] else a)
         i += 1
     return out
 
 
-#: The native frames a thread's stack starts at.
-_NATIVE_ENTRY = re.compile(r"^(_start|__libc_start_main|__libc_start_call_main|main|Py_BytesMain|Py_Main|start_thread|clone3?)$")
+#: The native frames a thread's stack starts at: a process's main, or a thread's start.
+_NATIVE_MAIN = re.compile(r"^(_start|__libc_start_main|__libc_start_call_main|main|Py_BytesMain|Py_Main|Py_RunMain)$")
+_NATIVE_THREAD = re.compile(r"^(start_thread|clone3?|thread_run|pythread_wrapper|t_bootstrap)$")
+#: The Python frames a stack starts at: a script's or module's, or a thread's.
+_PYTHON_MAIN = re.compile(r"^(<module>|_run_module_as_main|_run_code)$")
+_PYTHON_THREAD = re.compile(r"^(_bootstrap|_bootstrap_inner|__bootstrap|__bootstrap_inner)$")
+
+
+def _same_entry(native: ThreadDump, python: ThreadDump) -> bool:
+    """The two halves do not start at different kinds of entry (a main thread's and a
+    started thread's)."""
+    n = next((f.function for f in reversed(native.frames) if f.native), "")
+    p = python.frames[-1].function if python.frames else ""
+    return not ((_NATIVE_THREAD.match(n) and _PYTHON_MAIN.match(p)) or (_NATIVE_MAIN.match(n) and _PYTHON_THREAD.match(p)))
 
 
 def _python_after_entry(t: ThreadDump) -> ThreadDump:
@@ -219,7 +237,7 @@ def _python_after_entry(t: ThreadDump) -> ThreadDump:
     k = len(frames)
     while k > 0 and not frames[k - 1].native:
         k -= 1
-    if k == 0 or k == len(frames) or not _NATIVE_ENTRY.match(frames[k - 1].function):
+    if k == 0 or k == len(frames) or not (_NATIVE_MAIN.match(frames[k - 1].function) or _NATIVE_THREAD.match(frames[k - 1].function)):
         return t
     native, python = ThreadDump(t.ident, t.name, frames[:k]), ThreadDump(t.ident, t.name, frames[k:])
     return replace(_halves(native, python) or t, active=t.active, owns_gil=t.owns_gil)
@@ -231,14 +249,14 @@ def _halves(native: ThreadDump, python: ThreadDump) -> ThreadDump | None:
         return None
     if any(f.native and f.file not in ("?", "<call>") for f in python.frames) or all(f.native for f in python.frames):
         return None
-    if sum(f.native for f in native.frames) * 2 < len(native.frames):
+    if sum(f.native for f in native.frames) * 2 < len(native.frames) or not _same_entry(native, python):
         return None
     at = next((k for k, f in enumerate(native.frames) if f.native and _EVAL.match(f.function)), None)
     if at is None:
         return None
     shown = {(f.function, f.file, f.line) for f in python.frames if not f.native}
     rest = tuple(f for f in native.frames[at:] if f.native or (f.function, f.file, f.line) not in shown)
-    return replace(native, frames=native.frames[:at] + python.frames + rest)
+    return replace(native, name=native.name or python.name, frames=native.frames[:at] + python.frames + rest)
 
 
 def _without_dumper(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:

@@ -77,9 +77,10 @@ def traceback_line(b: Builder, s: str, line: str) -> bool:
         end_traceback(b, keep=False)
         return True
     after_frame, b.tb_frame_line = b.tb_frame_line, False
-    if b.tb_frames is not None and s[0] in "^~" and set(s) <= _MARKERS:
+    if b.tb_frames is not None and s[0] in "^~" and "^" in s and set(s) <= _MARKERS:
         # Python 3.11's markers under a source line ("~~~~^^"), whatever their indentation
-        # (lost in a paste that trims lines): the traceback goes on.
+        # (lost in a paste that trims lines): the traceback goes on. (Every one has a caret:
+        # a "~~~" line alone is a markdown fence.)
         b.tb_lines += 1
         b.tb_frame_line = after_frame
         return True

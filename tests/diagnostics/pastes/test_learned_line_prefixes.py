@@ -127,3 +127,10 @@ def test_issue_cross_references_in_prose_are_no_gdb_frames():
     prose = "Related: #1234 deadlock (closed)\nRelated: #2345 hang (open)\nRelated: #3456 freeze (open)\n"
     (proc,) = read_text(prose + "\n".join(TRACEBACK) + "\n").processes
     assert [f.function for f in proc.threads[0].frames][-3:] == ["_acquire", "download_and_prepare", "<module>"]
+
+
+def test_bulleted_issue_links_are_no_gdb_frames():
+    """"- #1234 hang (py3.8) at exit": gdb-shaped, but no gdb arguments and no file:line."""
+    links = "- #1234 hang (py3.8) at exit\n- #2345 deadlock (macOS) at shutdown\n- #3456 freeze (py3.9) at import\n\n"
+    (proc,) = read_text(links + "\n".join(PYSPY) + "\n").processes
+    assert [f.function for t in proc.threads for f in t.frames] == ["wait", "get", "run"]

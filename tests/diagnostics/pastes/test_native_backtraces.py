@@ -786,6 +786,15 @@ def test_an_inlined_gdb_frame_whose_arguments_wrap_stays_in_its_backtrace():
             "#14 0x00000000005fe3d2 in run_mod () at ../Python/pythonrun.c:970\n")
     (proc,) = read_text(text).processes
     assert [[f.function for f in t.frames] for t in proc.threads] == [["PyEval_EvalCodeEx", "PyEval_EvalCode", "run_mod"]]
+    # gdb may break right after the parenthesis
+    text = ("#1  __futex_abstimed_wait_common (cancel=true, private=14) at ./nptl/futex-internal.c:87\n"
+            "#2  __GI___futex_abstimed_wait_cancelable64 (\n"
+            "    futex_word=futex_word@entry=0xb2bd50, expected=expected@entry=0)\n"
+            "    at ./nptl/futex-internal.c:139\n"
+            "#3  0x000071f9cfa93e9b in __pthread_cond_wait_common () at ./nptl/pthread_cond_wait.c:503\n")
+    (proc,) = read_text(text).processes
+    assert [[f.function for f in t.frames] for t in proc.threads] == [
+        ["__futex_abstimed_wait_common", "__GI___futex_abstimed_wait_cancelable64", "__pthread_cond_wait_common"]]
 
 
 @pytest.mark.parametrize("py_bt_first", [False, True])
@@ -820,3 +829,28 @@ def test_a_note_aligned_far_right_of_a_name_is_still_a_note():
     """"cuStreamSynchronize" + 41 spaces + "<- never returns": the name, its note dropped."""
     from hangwatch.diagnostics.pastes.handwritten import _bare_frame_name
     assert _bare_frame_name("cuStreamSynchronize" + " " * 41 + "<- never returns") == "cuStreamSynchronize"
+
+
+def test_a_native_thread_and_another_threads_python_stack_stay_two_threads():
+    """Only py-bt's frames join a header-less gdb bt: a rank's Ctrl-C traceback or a
+    faulthandler dump after a watchdog thread's bt is another thread (a review found them
+    joined, the wait of one named with the code of the other)."""
+    watchdog = ("#0  0x00007f0a in pthread_cond_timedwait () from /lib/x86_64-linux-gnu/libc.so.6\n"
+                "#1  0x00007f0b in ncclCommWatchdog () from /opt/lib/libnccl.so.2\n"
+                "#2  0x00007f0c in _PyEval_EvalFrameDefault () from /usr/lib/libpython3.11.so\n"
+                "#3  0x00007f0d in start_thread () from /lib/x86_64-linux-gnu/libc.so.6\n"
+                "#4  0x00007f0e in clone3 () from /lib/x86_64-linux-gnu/libc.so.6\n")
+    for python in ("Traceback (most recent call last):\n"
+                   '  File "/app/train.py", line 250, in <module>\n    batch = q.get()\n'
+                   '  File "/usr/lib/python3.11/queue.py", line 171, in get\n    self.not_empty.wait()\nKeyboardInterrupt\n',
+                   "Stack (most recent call first):\n"
+                   '  File "/usr/lib/python3.11/queue.py", line 171 in get\n  File "/app/train.py", line 250 in <module>\n'):
+        (proc,) = read_text(watchdog + "\nand on rank 0:\n\n" + python).processes
+        assert len(proc.threads) == 2
+    # py-bt of a started thread does not join a main thread's bt either
+    main_bt = watchdog.replace("start_thread", "main").replace("clone3", "_start")
+    py_bt = ("(gdb) py-bt\nTraceback (most recent call first):\n"
+             '  File "/usr/lib/python3.11/threading.py", line 1002 in _bootstrap\n')
+    (proc,) = read_text(main_bt + py_bt).processes
+    functions = [f.function for t in proc.threads for f in t.frames]
+    assert functions.index("_bootstrap") > functions.index("_start")  # not moved in under the main thread's eval

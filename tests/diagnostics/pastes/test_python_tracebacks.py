@@ -427,3 +427,16 @@ def test_a_traceback_whose_indentation_was_trimmed_keeps_its_311_markers_inside_
             "KeyboardInterrupt\n")
     (proc,) = read_text(text).processes
     assert [f.function for f in proc.threads[0].frames][-4:] == ["_wait", "wait", "run_contained", "<module>"]
+
+
+def test_a_markdown_tilde_fence_is_no_311_marker_line():
+    """Two cut tracebacks (no exception line) each in its "~~~" fence: two stacks."""
+    text = ("~~~\n"
+            'Traceback (most recent call last):\n  File "/app/a.py", line 3, in <module>\n    main()\n'
+            '  File "/app/a.py", line 9, in main\n    wait_for_peer()\n'
+            "~~~\n~~~\n"
+            'Traceback (most recent call last):\n  File "/app/b.py", line 5, in handler\n    serve()\n'
+            '  File "/app/b.py", line 7, in serve\n    sock.recv(1)\n'
+            "~~~\n")
+    report = read_text(text)
+    assert sum(len(p.threads) for p in report.processes) == 2

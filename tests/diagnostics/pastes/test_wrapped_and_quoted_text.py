@@ -126,6 +126,19 @@ def test_a_pastes_page_source_is_read_as_its_text():
         assert thread.name == "MainThread" and [f.function for f in thread.frames] == ["wait", "get", "<module>"]
 
 
+def test_text_that_only_looks_like_a_page_source_is_left_as_it_is():
+    """Tags alone (a C++ template's "<b>", python-gdb's "<code at remote 0x..>") make no page
+    source, and only whole entities are decoded ("&region=eu" in a URL stays)."""
+    text = ('Thread 7 (idle): "MainThread"\n    pop (queue<b>.py:3)\n    fetch (client.py:9)\n'
+            "# at <code at remote 0x7f12> https://x.test/?a=1&region=eu&section=2 <b>note</b>\n")
+    (proc,) = read_text(text).processes
+    assert [f.file for f in proc.threads[0].frames] == ["queue<b>.py", "client.py"]
+    page = "<p>a<br>b<br>see https://x.test/?a=1&region=eu&amp;x=2</p>\n" + "\n".join(
+        ['Thread 7 (idle): "MainThread"', "    wait (threading.py:320)"])
+    (proc,) = read_text(page).processes
+    assert [f.function for f in proc.threads[0].frames] == ["wait"]
+
+
 def test_a_dump_quoted_in_a_source_comment_is_read():
     """Every line behind '# ' (a py-spy dump kept in a code comment): refused as 'no line
     looks like a stack frame'. It is the exiting executor joining its own children."""
