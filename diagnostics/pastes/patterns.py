@@ -39,6 +39,10 @@ PREFIX = re.compile(
     ))*""",
     re.VERBOSE,
 )
+# gdb's pager prompt, old and new ("---Type <return> to continue, or q <return> to quit---",
+# "--Type <RET> for more, q to quit, c to continue without paging--"), with the next line's
+# output often on the same line after it.
+PAGER = re.compile(r"-{2,3}Type <(?:return|RET)>[^\n]{0,80}?-{2,3}")
 # Terminal colours kept by a captured log ("\x1b[1;32m").
 ANSI = re.compile(r"\x1b\[[0-9;?]{0,20}[A-Za-z]")
 INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")

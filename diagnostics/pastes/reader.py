@@ -30,7 +30,7 @@ from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.frames import parse_frame_line, split_flattened
 from hangwatch.diagnostics.pastes.parse_report import ParseReport
 from hangwatch.diagnostics.pastes.patterns import (
-    CURLY_DOUBLE, CURLY_SINGLE, ENTITY, HTML_BREAK, HTML_TAG, INVISIBLE, PLAIN_DOUBLE, PLAIN_SINGLE, PLAIN_SPACE,
+    CURLY_DOUBLE, CURLY_SINGLE, ENTITY, HTML_BREAK, HTML_TAG, INVISIBLE, PAGER, PLAIN_DOUBLE, PLAIN_SINGLE, PLAIN_SPACE,
     TYPOGRAPHIC_SPACE,
 )
 from hangwatch.diagnostics.pastes.result import finish
@@ -257,6 +257,10 @@ def read_text(text: str, *, source: str = "text") -> ParseReport:
         lines_in = [line.translate(PLAIN_DOUBLE) for line in lines_in]
     if any(CURLY_SINGLE.search(line) for line in lines_in) and not any("'" in line for line in lines_in):
         lines_in = [line.translate(PLAIN_SINGLE) for line in lines_in]
+    if "Type <" in text:
+        # gdb's pager prompt inside a backtrace is no break in it (a line of its own was
+        # read as the end of the thread), and the frame after it on its line is read.
+        lines_in = [rest for line in lines_in if (rest := PAGER.sub("", line) if "Type <" in line else line).strip() or not line.strip()]
     lines_in = drop_line_numbers(join_padded(lines_in))
     b.learned_prefix = prefixes.learn(lines_in)
     for pid, stream in streams(lines_in):

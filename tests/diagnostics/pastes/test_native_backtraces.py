@@ -854,3 +854,16 @@ def test_a_native_thread_and_another_threads_python_stack_stay_two_threads():
     (proc,) = read_text(main_bt + py_bt).processes
     functions = [f.function for t in proc.threads for f in t.frames]
     assert functions.index("_bootstrap") > functions.index("_start")  # not moved in under the main thread's eval
+
+
+def test_gdbs_pager_prompt_inside_a_backtrace_is_no_break_in_it():
+    """gdb's pager prompt, old and new, on a line of its own (read as the end of the thread)
+    or with the next frame after it on its line (that frame was lost)."""
+    text = ("#0  0x00007f0a in __lll_lock_wait () from /lib/libc.so.6\n"
+            "#1  0x00007f0b in PyThread_acquire_lock () from /usr/lib/libpython3.11.so\n"
+            "---Type <return> to continue, or q <return> to quit---\n"
+            "#2  0x00007f0c in import_module_level () from /usr/lib/libpython3.11.so\n"
+            "--Type <RET> for more, q to quit, c to continue without paging--#3  0x00007f0d in main () from /usr/bin/python3\n")
+    (proc,) = read_text(text).processes
+    assert [[f.function for f in t.frames] for t in proc.threads] == [
+        ["__lll_lock_wait", "PyThread_acquire_lock", "import_module_level", "main"]]
