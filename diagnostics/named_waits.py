@@ -189,19 +189,8 @@ def named_frames(thread: ThreadDump) -> tuple[Frame, ...]:
             continue
         if not f.native and f.is_stdlib:
             continue
-        if not out and _signal_handler(words(f.function)):
-            continue  # a handler runs on top of the frame its signal interrupted: that frame waited
         out.append(f)
     return tuple(out)
-
-
-def _signal_handler(ws: tuple[str, ...]) -> bool:
-    """``close_sig_handler``, ``handle_sigterm``, ``on_signal``: a signal handler's name."""
-    return (("handler" in ws or "handle" in ws or "on" in ws)
-            and not _SIGNAL_WORDS.isdisjoint(ws))
-
-
-_SIGNAL_WORDS = frozenset(("sig", "signal", "sigint", "sigterm", "sigusr1", "sigusr2", "sighup", "sigalrm", "sigquit", "signum"))
 
 
 def named_wait(thread: ThreadDump) -> tuple[str, str, str, Frame] | None:

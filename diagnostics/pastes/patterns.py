@@ -48,12 +48,15 @@ ANSI = re.compile(r"\x1b\[[0-9;?]{0,20}[A-Za-z]")
 INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
 # What a web page or a word processor puts in place of plain spaces and quotes: a
 # no-break space for every indent; curly quotes around 'File "x.py"' and a thread name.
-TYPOGRAPHIC_SPACE = re.compile("[\u00a0\u2000-\u200a\u202f\u205f\u3000]")
-PLAIN_SPACE = str.maketrans({c: " " for c in "\u00a0\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u202f\u205f\u3000"})
-CURLY_DOUBLE = re.compile("[\u201c-\u201f\u2033\u00ab\u00bb]")
-PLAIN_DOUBLE = str.maketrans({c: '"' for c in "\u201c\u201d\u201e\u201f\u2033\u00ab\u00bb"})
-CURLY_SINGLE = re.compile("[\u2018-\u201b\u2032]")
-PLAIN_SINGLE = str.maketrans({c: "'" for c in "\u2018\u2019\u201a\u201b\u2032"})
+_TYPOGRAPHIC_SPACES = "\u00a0\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u202f\u205f\u3000"
+_CURLY_DOUBLES = "\u201c\u201d\u201e\u201f\u2033\u00ab\u00bb"
+_CURLY_SINGLES = "\u2018\u2019\u201a\u201b\u2032"
+TYPOGRAPHIC_SPACE = re.compile(f"[{_TYPOGRAPHIC_SPACES}]")
+PLAIN_SPACE = str.maketrans(dict.fromkeys(_TYPOGRAPHIC_SPACES, " "))
+CURLY_DOUBLE = re.compile(f"[{_CURLY_DOUBLES}]")
+PLAIN_DOUBLE = str.maketrans(dict.fromkeys(_CURLY_DOUBLES, '"'))
+CURLY_SINGLE = re.compile(f"[{_CURLY_SINGLES}]")
+PLAIN_SINGLE = str.maketrans(dict.fromkeys(_CURLY_SINGLES, "'"))
 ENTITY = re.compile(r"&(?:lt|gt|quot|amp|apos|nbsp|#\d{1,6}|#x[0-9a-fA-F]{1,6});")
 # A page's source rather than its text (a mail archive, a forum's export, a copied
 # <pre>): its line breaks and block ends are tags; its other tags are markup around the
@@ -228,7 +231,7 @@ NATIVE_DUMPER = re.compile(r"(?i)^(\w+::)*_{0,2}(\w*_)?(log|print|dump|write|sho
                            r"|^__restore_rt$|^_sigtramp$|^<signal handler called>$|^raise$|^(__)?pthread_kill(_implementation)?$")
 # A signal handler's own frame on top of the code the signal interrupted (gunicorn's
 # handle_abort on a worker timeout, a SIGTERM handler raising): that code is where it waited.
-SIGNAL_HANDLER = re.compile(r"(?i)^_{0,2}(\w*_)?(signal_?handler|sig(int|term|alrm|usr\d?|quit|abrt)_?handler|handle_(abort|quit|term|int|alarm|timeout|sig\w{0,10}|signal)|on_(signal|sigterm|sigint|timeout)|_?terminate_process_handler)$")
+SIGNAL_HANDLER = re.compile(r"(?i)^_{0,2}(\w*_)?(signal_?handler|sig(int|term|alrm|usr\d?|quit|abrt)?_?handler|handle_(abort|quit|term|int|alarm|timeout|sig\w{0,10}|signal)|on_(signal|sigterm|sigint|timeout)|_?terminate_process_handler)$")
 
 # -- gdb and lldb -----------------------------------------------------------------
 #: The frame standing for py-bt's "Waiting for the GIL" (signatures match it by name).

@@ -182,15 +182,16 @@ def test_faulthandlers_c_stack_goes_under_the_current_threads_python_frames():
     assert [(f.function, f.native) for f in t.frames] == [("pthread_cond_wait", True), ("??", True), ("<module>", False)]
 
 
-def test_a_signal_handler_on_top_of_a_traceback_gives_way_to_the_code_it_interrupted(tmp_path):
-    """A worker killed on a timeout (gunicorn's handle_abort, a SIGTERM handler raising):
-    the frame under the handler is where the process waited."""
+@pytest.mark.parametrize("handler", ["handle_abort", "close_sig_handler"])
+def test_a_signal_handler_on_top_of_a_traceback_gives_way_to_the_code_it_interrupted(tmp_path, handler):
+    """A worker killed on a timeout (gunicorn's handle_abort, a SIGTERM handler raising, a
+    program's own SIGINT handler): the frame under the handler is where the process waited."""
     text = ('Traceback (most recent call last):\n'
             '  File "/app/views.py", line 40, in api\n'
             '    data = sock.recv(4096)\n'
             '  File "/usr/lib/python3.11/socket.py", line 705, in readinto\n'
             '    return self._sock.recv_into(b)\n'
-            '  File "/srv/lib/python3.11/site-packages/server/workers/base.py", line 204, in handle_abort\n'
+            f'  File "/srv/lib/python3.11/site-packages/server/workers/base.py", line 204, in {handler}\n'
             '    sys.exit(1)\n'
             'SystemExit: 1\n')
     assert thread_functions(text) == [["readinto", "api"]]
