@@ -18,6 +18,7 @@ them so); the others (re-wrapped lines, prefixes before every line) are measured
 from __future__ import annotations
 
 import argparse
+import functools
 import html
 import json
 import re
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from hangwatch.diagnostics.corpus import DEFAULT_DIR, Entry, load_corpus
+from hangwatch.diagnostics.signatures import Signature
 
 _SITE = re.compile(r"(?<=[\s\"(])/[^\s\"'():]*?/(?:site|dist)-packages/([^\s\"'():]*)")
 
@@ -71,17 +73,24 @@ MUST_HOLD = ("crlf", "colours", "json", "tabs", "no-break-spaces", "curly-quotes
              "windows-paths", "page-source-pre", "page-source-nbsp")
 
 
+@functools.cache
+def _signatures() -> tuple[Signature, ...]:
+    """The built-in signatures, read once (each verdict would read the file again)."""
+    from hangwatch.diagnostics.signatures import load_signatures  # noqa: PLC0415
+
+    return tuple(load_signatures(()))
+
+
 def verdict(text: str, workdir: Path) -> str:
     """Replay's signature for ``text`` as a pasted file ("unknown" when none matched,
     "refused" when it reads no stack)."""
     from hangwatch.diagnostics.errors import DiagnosticsError  # noqa: PLC0415
     from hangwatch.diagnostics.replay import analyse  # noqa: PLC0415
-    from hangwatch.diagnostics.signatures import load_signatures  # noqa: PLC0415
 
     path = workdir / "paste.txt"
     path.write_text(text, encoding="utf-8")
     try:
-        (incident,) = analyse([path], load_signatures(()))
+        (incident,) = analyse([path], _signatures())
     except DiagnosticsError:
         return "refused"
     c = incident.classification
