@@ -34,7 +34,7 @@ from typing import Any, Sequence
 from hangwatch.diagnostics.named_waits import named_wait, words
 from hangwatch.diagnostics.primitives import FAMILIES, PRIMITIVES, Primitive
 from hangwatch.diagnostics.signatures import Signature, find
-from hangwatch.diagnostics.stacks import Frame, ThreadDump, site_package, top_package
+from hangwatch.diagnostics.stacks import Frame, ThreadDump, top_package
 
 #: Frames looked at per thread: a wait is at the top of its stack.
 MAX_WAIT_FRAMES = 64

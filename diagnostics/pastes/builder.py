@@ -232,7 +232,9 @@ class Builder:
         self.caption = None
         self.gdb_stopped_at = None  # a stop location is repeated only by its own thread's "#0"
 
-    def add_frames(self, frames: list[Frame]) -> None:
+    def add_frames(self, frames: list[Frame], *, pybt: bool = False) -> None:
+        """``frames`` onto the threads being read (a headerless thread when none is);
+        ``pybt``: they are gdb py-bt's."""
         if not self.group or (self.after_break and all(t.headerless for t in self.group)):
             recent_first = self.recent_first  # py-bt pasted without a thread header: still py-bt
             caption, self.caption = self.caption, None
@@ -252,6 +254,7 @@ class Builder:
             self.report.headerless_threads += 1
         self.after_break = False
         for t in self.group:
+            t.pybt |= pybt
             room = MAX_FRAMES - len(t.frames)
             if room <= 0:
                 self.report.dropped_frames += len(frames)

@@ -109,9 +109,8 @@ def gdb_frame(b: Builder, s: str) -> bool:
     or a native one ("#0  0x.. in poll () at x.S:81", "... from /lib/libc.so.6")."""
     m = GDB_PYFRAME.match(s)
     if m:
-        b.add_frames([Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2)))])
+        b.add_frames([Frame(m.group(3), m.group(1).replace("\\", "/"), int(m.group(2)))], pybt=True)
         b.after_break = False
-        b.group[-1].pybt = True
         return True
     b.drop_bare()
     mc = COREDUMP_FRAME.match(s)
@@ -393,9 +392,8 @@ def _py2_pybt(b: Builder, s: str) -> bool:
     method acquire of thread.lock object ...>"), innermost first."""
     m = GDB_PY2_FILE.match(s)
     if m is not None:
-        b.add_frames([Frame(m.group(2), m.group(1).replace("\\", "/"), None)])
+        b.add_frames([Frame(m.group(2), m.group(1).replace("\\", "/"), None)], pybt=True)
         b.pybt_seen = True
-        b.group[-1].pybt = True
         return True
     if GDB_PY2_LOCK_WAIT.match(s):
         # Python 2's libpython prints this for a frame in PyThread_acquire_lock: a Python
@@ -422,10 +420,8 @@ def pybt_frame(b: Builder, ln: Line) -> bool:
                      else Frame(m.group(1), "?", None, native=True))
             first_frame = not b.group or not b.group[-1].frames
             b.source_open = False  # a source line after this frame is not the innermost one's
-            b.add_frames([frame])
+            b.add_frames([frame], pybt=True)
             b.pybt_seen = True
-            if b.group:
-                b.group[-1].pybt = True
             b.in_locals, b.locals_indent = True, ln.indent  # its source line follows, deeper
             if first_frame and first == "F" and b.group:
                 # The innermost frame's source line names the C call the thread sits in

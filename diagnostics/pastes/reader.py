@@ -222,6 +222,17 @@ def _page_source(text: str) -> bool:
     return False
 
 
+def _without_pager(lines: list[str]) -> list[str]:
+    """gdb's pager prompt inside a backtrace is no break in it (a line of its own was read as
+    the end of the thread), and the frame after it on its line is read."""
+    out = []
+    for line in lines:
+        rest = PAGER.sub("", line) if "Type <" in line else line
+        if rest.strip() or not line.strip():
+            out.append(rest)
+    return out
+
+
 def _unescape(m: re.Match[str]) -> str:
     return html.unescape(m.group(0))
 
@@ -250,17 +261,19 @@ def read_text(text: str, *, source: str = "text") -> ParseReport:
     lines_in = text.split("\n")
     if "{" in text:
         lines_in = unwrap_json_lines(lines_in)
+        text = "\n".join(lines_in)  # (what a JSON record held, for the checks below)
     # A page that curls quotes curls them all: curly quotes stand for plain ones only where
     # the text has no plain one ('File “x.py”'); elsewhere they are the text's own
     # (a thread or a folder named with them, a log record's message).
-    if any(CURLY_DOUBLE.search(line) for line in lines_in) and not any('"' in line for line in lines_in):
-        lines_in = [line.translate(PLAIN_DOUBLE) for line in lines_in]
-    if any(CURLY_SINGLE.search(line) for line in lines_in) and not any("'" in line for line in lines_in):
-        lines_in = [line.translate(PLAIN_SINGLE) for line in lines_in]
+    plain = text
+    if CURLY_DOUBLE.search(plain) and '"' not in plain:
+        plain = plain.translate(PLAIN_DOUBLE)
+    if CURLY_SINGLE.search(plain) and "'" not in plain:
+        plain = plain.translate(PLAIN_SINGLE)
+    if plain is not text:
+        lines_in = plain.split("\n")
     if "Type <" in text:
-        # gdb's pager prompt inside a backtrace is no break in it (a line of its own was
-        # read as the end of the thread), and the frame after it on its line is read.
-        lines_in = [rest for line in lines_in if (rest := PAGER.sub("", line) if "Type <" in line else line).strip() or not line.strip()]
+        lines_in = _without_pager(lines_in)
     lines_in = drop_line_numbers(join_padded(lines_in))
     b.learned_prefix = prefixes.learn(lines_in)
     for pid, stream in streams(lines_in):

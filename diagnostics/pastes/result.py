@@ -239,8 +239,7 @@ def _python_after_entry(t: ThreadDump) -> ThreadDump:
         k -= 1
     if k == 0 or k == len(frames) or not (_NATIVE_MAIN.match(frames[k - 1].function) or _NATIVE_THREAD.match(frames[k - 1].function)):
         return t
-    native, python = ThreadDump(t.ident, t.name, frames[:k]), ThreadDump(t.ident, t.name, frames[k:])
-    return replace(_halves(native, python) or t, active=t.active, owns_gil=t.owns_gil)
+    return _halves(replace(t, frames=frames[:k]), replace(t, frames=frames[k:])) or t
 
 
 def _halves(native: ThreadDump, python: ThreadDump) -> ThreadDump | None:

@@ -784,16 +784,14 @@ def test_an_inlined_gdb_frame_whose_arguments_wrap_stays_in_its_backtrace():
             "#13 PyEval_EvalCode (co=<optimized out>, globals=<optimized out>,\n"
             "    locals=<optimized out>) at ../Python/ceval.c:777\n"
             "#14 0x00000000005fe3d2 in run_mod () at ../Python/pythonrun.c:970\n")
-    (proc,) = read_text(text).processes
-    assert [[f.function for f in t.frames] for t in proc.threads] == [["PyEval_EvalCodeEx", "PyEval_EvalCode", "run_mod"]]
+    assert thread_functions(text) == [["PyEval_EvalCodeEx", "PyEval_EvalCode", "run_mod"]]
     # gdb may break right after the parenthesis
     text = ("#1  __futex_abstimed_wait_common (cancel=true, private=14) at ./nptl/futex-internal.c:87\n"
             "#2  __GI___futex_abstimed_wait_cancelable64 (\n"
             "    futex_word=futex_word@entry=0xb2bd50, expected=expected@entry=0)\n"
             "    at ./nptl/futex-internal.c:139\n"
             "#3  0x000071f9cfa93e9b in __pthread_cond_wait_common () at ./nptl/pthread_cond_wait.c:503\n")
-    (proc,) = read_text(text).processes
-    assert [[f.function for f in t.frames] for t in proc.threads] == [
+    assert thread_functions(text) == [
         ["__futex_abstimed_wait_common", "__GI___futex_abstimed_wait_cancelable64", "__pthread_cond_wait_common"]]
 
 
@@ -864,6 +862,5 @@ def test_gdbs_pager_prompt_inside_a_backtrace_is_no_break_in_it():
             "---Type <return> to continue, or q <return> to quit---\n"
             "#2  0x00007f0c in import_module_level () from /usr/lib/libpython3.11.so\n"
             "--Type <RET> for more, q to quit, c to continue without paging--#3  0x00007f0d in main () from /usr/bin/python3\n")
-    (proc,) = read_text(text).processes
-    assert [[f.function for f in t.frames] for t in proc.threads] == [
+    assert thread_functions(text) == [
         ["__lll_lock_wait", "PyThread_acquire_lock", "import_module_level", "main"]]
