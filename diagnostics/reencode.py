@@ -117,7 +117,10 @@ def changed(right: Sequence[tuple[str, str, str]], encoding: str, workdir: Path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m hangwatch.diagnostics.reencode", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m hangwatch.diagnostics.reencode",
+        description="How replay's verdicts on a corpus of pasted dumps hold when each paste is re-encoded the ways pastes "
+                    "travel: one line per encoding, encoding=NAME kept=K of=N.")
     ap.add_argument("directory", nargs="?", type=Path, default=DEFAULT_DIR, help="the corpus (NAME.txt + NAME.meta)")
     ap.add_argument("--show", type=int, default=0, metavar="N", help="list up to N dumps whose verdict each encoding changes")
     args = ap.parse_args(argv)
