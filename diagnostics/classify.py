@@ -20,7 +20,9 @@ Across processes (one multi-process paste or bundle, or several inputs):
 * the headline is the suspect's own stall when it has one, else the crowd's
   collective wait; without a crowd the highest-priority stall; when every
   process is idle: ``all-idle`` ("idle, no signature": a lost wake-up), never a
-  helper's lock wait.
+  helper's lock wait; but workers idle in their loop without the process that feeds
+  them (a Pool's, a DataLoader's, a Celery child) get their loop's id, whose advice
+  points upstream, and a lone launcher waiting for its children gets its own.
 """
 
 from __future__ import annotations
@@ -621,7 +623,7 @@ def headline(verdicts: Sequence[ProcessVerdict], signatures: Sequence[Signature]
             pick = min(unknown, key=lambda v: _telling_rank((v.thread, v.frozen), v.pid))  # type: ignore[arg-type]
             return _result(pick, None, UNKNOWN_TITLE, UNKNOWN_ADVICE, pick.evidence, rounds, verdicts, story)
         pick = next((v for v in with_stacks if v.waiting_for_work), with_stacks[0])
-        children = _lone_parent(pick, with_stacks, signatures)
+        children = _lone_parent(pick, with_stacks, signatures) or _lone_worker(pick, with_stacks, signatures)
         if children is not None:
             return _result(pick, children.id, children.title, children.advice, pick.evidence or pick.top_frames(3), rounds, verdicts,
                            story, children.reference)
@@ -644,6 +646,29 @@ def _lone_parent(pick: ProcessVerdict, with_stacks: Sequence[ProcessVerdict], si
     # The launcher's own idle signature when it says what to do alone (spawn's parent).
     idle = next((sig for sig in signatures if sig.kind == "idle" and sig.title == pick.idle_label and sig.advice), None)
     return idle or find(tuple(signatures), "child-process-wait")
+
+
+#: Idle loops of a worker that a parent process feeds: alone in a paste, the worker is
+#: parked between tasks and the parent (or the driver), not dumped, is the one to look at.
+_FED_WORKERS = frozenset(("pool-worker-idle", "dataloader-worker-idle", "task-queue-worker-idle"))
+#: Of those, the loops only a worker runs: several processes idle in one are workers without
+#: their feeder. (Celery's consumer idles in the same signature as its pool's children: the
+#: consumer and a child idle together are a whole idle worker, a lost wake-up.)
+_WORKER_ONLY = frozenset(("pool-worker-idle", "dataloader-worker-idle"))
+
+
+def _lone_worker(pick: ProcessVerdict, with_stacks: Sequence[ProcessVerdict], signatures: Sequence[Signature]) -> Signature | None:
+    """The workers' own idle signature when the only processes dumped are workers parked
+    in the same loop (Pool workers, DataLoader workers, Celery children) and the process
+    that feeds them is not among them: idle workers alone are no lost wake-up of a whole
+    job, they say the work is stuck upstream, where the signature's advice looks."""
+    if pick.thread is None or any(v.state != "idle" or not v.waiting_for_work or v.idle_label != pick.idle_label
+                                  for v in with_stacks):
+        return None
+    idle = next((sig for sig in signatures if sig.kind == "idle" and sig.title == pick.idle_label and sig.advice), None)
+    if idle is None or idle.id not in (_FED_WORKERS if len(with_stacks) == 1 else _WORKER_ONLY):
+        return None
+    return idle
 
 
 def _sender_idle(vs: Sequence[ProcessVerdict]) -> bool:

@@ -260,6 +260,8 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
     # Some waits name the thread's wait wherever they sit (``NAMES_FROM_INSIDE``); else the
     # outermost match, the call the code made.
     naming = next((m for m in matched if m[2].category in NAMES_FROM_INSIDE), outer)
+    if matched[0][1].file == "<call>" and outer[2].level == "call":
+        naming = matched[0]  # a C call the source line shows inside an API cut above its own frames
     category, what = naming[2].category, naming[2].what
     if matched[0][2].category == "sleep" and category in ("sleep", "lock-wait") and any(
             _POLLING_LOCK.search(f.function) for f in [m[1] for m in matched[1:]] + ([caller] if caller else [])):

@@ -156,11 +156,20 @@ def blocked_call(frames: list[Frame], source: str) -> list[Frame]:
     """``source_call`` when it is a known blocking call and the innermost frame is not
     one itself (``popen_fork.poll`` calling ``os.waitpid``: the stack already says where
     it waits); a call of the program's own (``main()``) adds nothing."""
-    if frames and primitive_of(frames[-1]) is not None:
-        return []
+    row = primitive_of(frames[-1]) if frames else None
+    if row is not None:
+        # A ``call`` row (an API whose own frames a whole stack shows under it) ends here
+        # only because the paste stops; a C function of the standard library on its source
+        # line (``time.sleep(60)`` inside a patched ``requests.get``) is what it blocks in.
+        calls = source_call(source) if row.level == "call" else []
+        return [f for f in calls if _LEAF_CALL.match(f.function) and primitive_of(f) is not None]
     # A call whose words name a wait (``self._read_from_socket()``, ``lease.acquire_lock()``)
     # is kept too: no row knows it, but ``named_waits`` reads what it waits on.
     return [f for f in source_call(source) if primitive_of(f) is not None or named_category(f) is not None]
+
+
+#: The standard library's own C calls that block (no frame of theirs shows in a traceback).
+_LEAF_CALL = re.compile(r"^(time|os|fcntl|select|signal)\.\w+$")
 
 
 #: A reporter's note after a frame that quotes the code the frame stopped on

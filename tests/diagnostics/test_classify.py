@@ -102,6 +102,24 @@ def test_only_idle_helpers_left_is_idle_no_signature():
     assert c.signature_id == "all-idle" and c.title.startswith("Idle, no signature")
 
 
+POOL_WORKER = ThreadDump("1", "MainThread", (Frame("get", "multiprocessing/queues.py", 365), Frame("worker", "multiprocessing/pool.py", 114),
+                                                 Frame("run", "multiprocessing/process.py", 108)))
+
+
+def test_pool_workers_idle_without_their_parent_point_upstream():
+    """Idle Pool workers dumped alone are no lost wake-up of the whole job: the parent that
+    feeds them (not dumped) is where the work stopped, and their loop's id says so. Dumped
+    with a busy parent, the parent decides; a Celery consumer and child idle together are a
+    whole idle worker."""
+    workers = group_series([ProcessDump(101, (POOL_WORKER,)), ProcessDump(102, (POOL_WORKER,))])
+    c = classify(workers, SIGS)
+    assert c.signature_id == "pool-worker-idle" and "parent" in c.advice
+    child = ProcessDump(37, (ThreadDump("1", "MainThread", (Frame("_recv", "billiard/connection.py", 425),)),))
+    consumer = ProcessDump(10, (ThreadDump("1", "MainThread", (Frame("poll", "kombu/utils/eventio.py", 83),)),))
+    assert classify(group_series([child]), SIGS).signature_id == "task-queue-worker-idle"
+    assert classify(group_series([child, consumer]), SIGS).signature_id == "all-idle"
+
+
 def test_an_idle_loop_is_idle_not_a_lock_wait():
     engine = ("MainThread", [Frame("wait", "threading.py", 320), Frame("get", "queue.py", 171),
                              Frame("_process_input_queue", "vllm/v1/engine/core.py", 1249), Frame("run_busy_loop", "vllm/v1/engine/core.py", 1227)])
@@ -169,10 +187,11 @@ def test_a_main_thread_without_a_name_is_known_by_its_id():
         ([("cuModuleLoadData", "libcuda.so.590.48.01", None), ("loadBinary", "cuda_utils.cpython-312-x86_64-linux-gnu.so", None),
           ("_init_handles", "triton/compiler/compiler.py", 466), ("run", "triton/runtime/jit.py", 743)], "cuda-module-load"),
         ([("backend_compile", "jax/_src/compiler.py", 321), ("compile_or_get_cached", "jax/_src/compiler.py", 400)], "torch-compile-stall"),
-        ([("_recv", "billiard/connection.py", 425)], "all-idle"),
-        ([("poll", "kombu/utils/eventio.py", 83), ("drain_events", "kombu/connection.py", 300)], "all-idle"),
+        # a worker idle in its loop, dumped without the process that feeds it: the work is stuck upstream
+        ([("_recv", "billiard/connection.py", 425)], "task-queue-worker-idle"),
+        ([("poll", "kombu/utils/eventio.py", 83), ("drain_events", "kombu/connection.py", 300)], "task-queue-worker-idle"),
         ([("get", "multiprocessing/queues.py", 113), ("_worker_loop", "torch/utils/data/_utils/worker.py", 300),
-          ("run", "multiprocessing/process.py", 108)], "all-idle"),  # a DataLoader worker waiting for its next index
+          ("run", "multiprocessing/process.py", 108)], "dataloader-worker-idle"),  # a DataLoader worker waiting for its next index
         ([("select", "selectors.py", 415), ("wait", "multiprocessing/connection.py", 931),
           ("join", "torch/multiprocessing/spawn.py", 99), ("main", "train.py", 3)], "spawn-launcher-wait"),  # mp.spawn's launcher, alone: its ranks are stuck
     ],

@@ -144,7 +144,7 @@ def test_a_dataloader_worker_stuck_in_its_dataset_is_not_the_loader_waiting(tmp_
     as 'DataLoader waiting for a worker', which sends the reader to look for the worker it is."""
     assert text_verdict(tmp_path, WORKER_STUCK) == "dataloader-worker-stuck"
     assert pasted_verdict("rich_2046_dataloader_worker_rich_live_lock") == "dataloader-worker-stuck"
-    assert text_verdict(tmp_path, WORKER_IDLE) == "all-idle"
+    assert text_verdict(tmp_path, WORKER_IDLE) == "dataloader-worker-idle"  # alone: the loader that feeds it is where to look
     assert text_verdict(tmp_path, LOADER_WAITS) == "dataloader-wait"
 
 

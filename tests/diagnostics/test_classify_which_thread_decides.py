@@ -229,7 +229,7 @@ def test_a_thread_started_by_threading_is_not_the_main_thread_whatever_a_paste_c
 def test_an_error_reporters_sender_thread_does_not_decide_over_an_idle_worker(tmp_path, sender):
     """A prefork worker idle for its next task, next to an error reporter's own sender
     thread sending its events (celery#4049): the sender's network wait is the reporter's
-    business, and the process is idle."""
+    business, and the process is idle (a Celery child alone: its loop's id)."""
     text = f"""Thread 0x00007f28e5216700 (most recent call first):
   File "/usr/lib/python3/site-packages/raven/utils/http.py", line 57 in urlopen
   File "/usr/lib/python3/site-packages/{sender}", line 152 in _target
@@ -240,7 +240,7 @@ Current thread 0x00007f28f2c5c700 (most recent call first):
   File "/usr/lib/python3/site-packages/billiard/pool.py", line 428 in receive
   File "/usr/lib/python3/site-packages/billiard/pool.py", line 351 in workloop
 """
-    assert text_verdict(tmp_path, text) == "all-idle"
+    assert text_verdict(tmp_path, text) == "task-queue-worker-idle"
 
 
 def test_an_export_made_inline_in_a_request_thread_still_decides(tmp_path):

@@ -45,7 +45,7 @@ KNOWN_MISSES = {
     "blog_jcline_bug-hunting-py39b1-coredump": "lock-wait",
     "gh-bbot_1884_gdb-sqlite-blocking-event-loop": "gil-deadlock",
     "gh-cpython_120696_macos-sample-tsan-faulthandler": "unknown",
-    "gh-fastai_1589_long-token-processpool-hang": "queue-wait",
+    "gh-fastai_1589_long-token-processpool-hang": "pool-worker-idle",
     "gh-hf-hub_2399_softfilelock-exit-join": "shutdown-join",
     "gh-pytorch_58239_future-mutex-gil-inversion": "unknown",
     "gh-ray_1049_actor-sysexit-get-hangs": "unknown",
@@ -103,7 +103,6 @@ KNOWN_MISSES = {
     # fresh-2026-12f, missed at its first pass: Ctrl-C KeyboardInterrupt traceback, interleaved parent/child ("Process SpawnProcess-1:"), first
     "fairseq_4619_ctrlc_spawn_wandb_exit": "unknown",
     # fresh-2026-12f, missed at its first pass: Ctrl-C KeyboardInterrupt tracebacks of multiprocessing ForkPoolWorker processes (interleaved
-    "farm_119_ctrlc_pool_workers_docker_shm": "all-idle",
     # fresh-2026-12f, missed at its first pass: gdb bt of one child thread ("Child another thread"), native C++ frames only, fence opened on the
     "grpc_38020_gdb_bt_postfork_absl_spinlock": "lock-wait",
     # fresh-2026-12f, missed at its first pass: eventlet/oslo "Green Threads" report (Guru Meditation-style), Python 2.7, fenced; cut excerpt (only
@@ -171,7 +170,6 @@ KNOWN_MISSES = {
     # fresh-2026-12i, missed at its first pass: Ctrl-C KeyboardInterrupt traceback tail (no "Traceback (most recent call last):" header in the quote, starts a
     "matrix_nio_386_asyncclient_offline_server_ctrl_c": "all-idle",
     # fresh-2026-12i, missed at its first pass: pytest-timeout (thread method) output pasted with a leading tab on every line, including the shell prompts and
-    "pybites_pytest_timeout_thread_requests_get_sleep": "socket-read",
     # fresh-2026-12i, missed at its first pass: gdb 'thread apply all bt' excerpt (native frames only, with source paths/args), starts mid-thread at #8 of a c
     "pytorch_56786_pyrref_gil_dealloc_deadlock": "unknown",
     # fresh-2026-12i, missed at its first pass: Python traceback from a Ray Train worker (frames without source lines because the working_dir files are not on
@@ -191,7 +189,6 @@ KNOWN_MISSES = {
     # fresh-2026-12i, missed at its first pass: pytest-style "E       " prefixed traceback of a torch.multiprocessing.spawn ProcessRaisedException (the error 
     "torchdata_659_rank0_late_shared_seed_store_socket_timeout": "nccl-collective-wait",
     # fresh-2026-12j, missed at its first pass: faulthandler dump produced by sending SIGSEGV ('Fatal Python error: Segmentation fault'), Python 2.7 format wi
-    "celery_4049_prefork_child_idle_billiard_recv_faulthandler": "all-idle",
     # fresh-2026-12j, missed at its first pass: gdb 'info threads' (single remaining thread) followed by 'bt' with full source locations (glibc futex/pthread_
     "cpython_96387_main_thread_drop_gil_force_switching_daemon_exit_gdb": "gil-deadlock",
     # fresh-2026-12j, missed at its first pass: gdb native bt with python-gdb frame annotations (PyEval_EvalFrameEx ... Frame ... for file fsspec/asyn.py, lin
@@ -207,7 +204,6 @@ KNOWN_MISSES = {
     # fresh-2026-12j, missed at its first pass: macOS /usr/bin/sample report header (Process/Path/Analysis Tool ...) followed by the start of the 'Call graph:
     "grpc_31885_fork_threadpool_hang_macos_sample_raylet": "unknown",
     # fresh-2026-12j, missed at its first pass: py-spy dump of a spawned DataLoader worker process (Process/Python header, 3 threads: MainThread in _worker_lo
-    "lhotse_666_dataloader_worker_idle_queue_get_pyspy": "all-idle",
     # fresh-2026-12j, missed at its first pass: Windows py-spy dump (shell prompt + Process/Python header, backslash paths), MainThread + tqdm monitor thread 
     "musubi_tuner_1124_cache_latents_pyav_hevc_decode_pyspy": "event-wait",
     # fresh-2026-12j, missed at its first pass: condensed native backtrace (function names only, innermost first) with '←' annotations added by the author, ta

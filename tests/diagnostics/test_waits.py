@@ -387,6 +387,21 @@ def test_a_ctrl_c_traceback_names_the_call_on_its_innermost_source_line():
     assert "`fcntl.flock()` on the innermost source line" in w.describe()
 
 
+def test_a_sleep_on_the_source_line_of_a_cut_client_call_is_the_wait():
+    """A traceback cut inside ``requests.get`` (an API whose own frames a whole stack shows
+    under it) whose source line is ``time.sleep(60)``: the thread sleeps, it does not wait
+    on the network; a cut client call with no such line stays a network wait."""
+    head = ('Traceback (most recent call last):\n  File "/home/u/script.py", line 5, in call_api\n'
+            '    requests.get("https://example.org")\n'
+            '  File "/home/u/venv/lib/python3.8/site-packages/requests/api.py", line 71, in get\n')
+    (proc,) = read_text(head + '    time.sleep(60)\nKeyboardInterrupt\n').processes
+    w = wait_of(proc.threads[0])
+    assert w is not None and w.category == "sleep" and w.caller is not None and w.caller.line == 5
+    (proc,) = read_text(head + '    return request("get", url, params=params, **kwargs)\nKeyboardInterrupt\n').processes
+    w = wait_of(proc.threads[0])
+    assert w is not None and w.category == "socket-read"
+
+
 def test_a_store_client_that_cannot_connect_waits_on_the_store():
     """init_process_group's TCPStore client never reaching the master: the store is
     what the rank waits on, though the process-group-init signature matches too."""
