@@ -115,6 +115,7 @@ class Builder:
     tb_indent: int = 0
     tb_source: str = ""  # the source line under the traceback's innermost frame so far
     tb_sources: list[str] = field(default_factory=list)  # each frame's source line (outermost first)
+    tb_rank: int | None = None  # the rank its lines' log prefix names ("[rank2]:"), read while it lasts
     tb_caption: str = ""
     # pytest's long traceback: its frames so far (outermost first), the function of the
     # source shown above the next location line, the ">" line of that source, and the
@@ -265,6 +266,8 @@ class Builder:
     def traceback_thread(self, name: str, frames: list[Frame], inner: list[Frame] | None = None) -> None:
         self.start_thread(None, "unknown", name)
         self.report.thread_headers -= 1  # no header was pasted
+        if self.proc is not None and self.proc.rank is None and self.tb_rank is not None and len(self.proc.threads) == 1:
+            self.proc.rank = self.tb_rank  # a rank's traceback, every line under its "[rank2]:"
         self.add_frames((inner or []) + list(reversed(frames)))  # outermost first in a traceback
 
     def drop_bare(self) -> None:

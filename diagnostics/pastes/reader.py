@@ -180,6 +180,8 @@ def feed(b: Builder, raw: str) -> None:
         logs.message_wait(b, raw, ln.prefix)
     b.prev_text, b.cur_text = b.cur_text, ln.s
     _read(b, ln, 0)
+    if ln.rank is not None and b.tb_frames is not None:
+        b.tb_rank = int(ln.rank.group(1))
 
 
 def _read(b: Builder, ln: Line, start: int) -> None:

@@ -47,6 +47,7 @@ def start_traceback(b: Builder, lines: int) -> None:
     m = (THREAD_REPR.match(b.prev_text) or CAPTION_THREAD.match(b.prev_text)) if len(b.prev_text) < 200 else None
     b.tb_caption = m.group(1) if m else ""
     b.tb_frames, b.tb_lines = [], lines
+    b.tb_rank = None
 
 
 _MARKERS = frozenset("^~ ")

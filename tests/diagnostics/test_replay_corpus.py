@@ -112,7 +112,6 @@ KNOWN_MISSES = {
     # fresh-2026-12f, missed at its first pass: Ctrl-C KeyboardInterrupt output from multiprocessing ForkProcess workers ("Process ForkProcess-N:"
     "kdiffusion_81_ctrlc_inductor_forkprocess_pool": "lock-wait",
     # fresh-2026-12f, missed at its first pass: log-prefixed worker traceback, every line prefixed with a wall-clock timestamp and `[rank2]:`,
-    "msswift_10183_ts_rank_prefixed_ddp_broadcast_mismatch": "unknown",
     # fresh-2026-12f, missed at its first pass: Google Colab interrupted-cell traceback (KeyboardInterrupt header not in the paste; IPython `-->`
     "ragatouille_210_colab_interrupt_colbert_launcher": "unknown",
     # fresh-2026-12f, missed at its first pass: py-spy dump (MainThread), Python 3.10, fenced inside a <details> block; cut excerpt (truncated at

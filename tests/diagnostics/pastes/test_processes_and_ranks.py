@@ -160,3 +160,17 @@ def test_ranks_interleaved_under_their_prefixes_are_separate_processes(tmp_path,
     main(["replay", "--json", str(path)])
     data = json.loads(capsys.readouterr().out)
     assert data["suspect"]["rank"] == 1 and data["suspect"]["signature_id"] == "cuda-graph-replay"
+
+
+@pytest.mark.parametrize("prefix", ["[rank2]: ", "2026-09-17 13:40:02 [rank2]: "])
+def test_a_rank_prefixed_traceback_is_that_ranks_process(prefix):
+    """One rank's traceback, every line under torchrun's "[rank2]:" (behind a timestamp or
+    not), cut before its blocking frame: the process is rank 2, which is what tells a rank's
+    stalled step (a collective its peers wait in) from any process's."""
+    lines = ["Traceback (most recent call last):",
+             '  File "/opt/venv/lib/python3.12/site-packages/swift/cli/sft.py", line 20, in <module>',
+             "    sft_main()",
+             '  File "/opt/venv/lib/python3.12/site-packages/swift/pipelines/base.py", line 52, in main',
+             "    result = self.run()"]
+    (proc,) = read_text("".join(prefix + line + "\n" for line in lines)).processes
+    assert proc.rank == 2 and [f.function for f in proc.threads[0].frames] == ["main", "<module>"]
