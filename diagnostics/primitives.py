@@ -373,7 +373,8 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _src("queue-wait", "a queue", "`get`", r"\.(get|get_nowait|recv|recv_bytes|poll)$"),
     _src("socket-read", "a socket or file read", "`read`/`recv`", r"\.(recv|recv_into|recvfrom|accept|connect|read|readline|readinto)$|(^|\.)(select|urlopen)$"),
     # --- native waits under all of the above -------------------------------------------------------------
-    _c("thread-join", "a thread", "`pthread_join`", r"^(__)?pthread_(clock|timed)?join(_common)?\w*$|^std::thread::join$"),
+    _c("thread-join", "a thread", "`pthread_join`", r"^_{0,3}pthread_(clock|timed)?join(_common|_np)?\w*$|^std::thread::join$"
+       r"|^std::thread::(JoinHandle<\w+>|JoinInner<\w+>)::join$|^std::sys::\w+(::\w+){0,3}::[Tt]hread::join$"),
     # Taking the GIL: these frames stay on a stack only while the thread waits for it
     # (drop_gil: a forced switch waits until another thread took it).
     _c("gil-deadlock", "the GIL", "`take_gil`",

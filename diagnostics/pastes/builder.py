@@ -116,6 +116,9 @@ class Builder:
     tb_source: str = ""  # the source line under the traceback's innermost frame so far
     tb_sources: list[str] = field(default_factory=list)  # each frame's source line (outermost first)
     tb_rank: int | None = None  # the rank its lines' log prefix names ("[rank2]:"), read while it lasts
+    # The indentation of each line that gave a frame (a name held as one too), in order:
+    # a hand-written call tree indents each call under its caller (``result._staircase``).
+    frame_indents: list[int] = field(default_factory=list)
     tb_caption: str = ""
     # pytest's long traceback: its frames so far (outermost first), the function of the
     # source shown above the next location line, the ">" line of that source, and the

@@ -22,10 +22,29 @@ from hangwatch.diagnostics.pastes.tracebacks import traceback_header
 from hangwatch.diagnostics.stacks import Frame
 
 
+#: Rust's legacy symbol hash ("...::join::hc92f1072ed8c169c") and the escapes its mangling
+#: leaves in a name a debugger did not demangle fully ("JoinInner$LT$T$GT$").
+_RUST_HASH = re.compile(r"::h[0-9a-f]{16}$")
+_RUST_ESCAPES = (("$LT$", "<"), ("$GT$", ">"), ("$RF$", "&"), ("$BP$", "*"), ("$u20$", " "), ("$C$", ","))
+
+
+def rust_name(name: str) -> str:
+    """``name`` without Rust's hash suffix and mangling escapes (any other name as it is)."""
+    if "$" in name:
+        for escape, char in _RUST_ESCAPES:
+            name = name.replace(escape, char)
+    return _RUST_HASH.sub("", name) if "::h" in name else name
+
+
 def cxx_name(name: str) -> str:
     """A demangled C++ name without its parameter list and qualifiers:
     "at::native::f(at::Tensor const&)::{lambda()#1}::operator()() const" -> "at::native::f".
-    Parentheses inside template arguments (<...>) or lambdas ({...}) are kept; one pass."""
+    Parentheses inside template arguments (<...>) or lambdas ({...}) are kept; one pass.
+    A Rust name loses its hash ("lance::tracing::shutdown_tracing::h6ffd...")."""
+    return rust_name(_cxx_name(name))
+
+
+def _cxx_name(name: str) -> str:
     depth = 0
     for i, ch in enumerate(name):
         if ch in "<{":
@@ -201,11 +220,16 @@ def gdb_continuation(b: Builder, s: str) -> bool:
     return True
 
 
+_LLDB_NOTE = re.compile(r"(?: \[(?:opt|inlined|artificial)\])+$")
+
+
 def lldb_line(b: Builder, s: str) -> bool:
     """lldb's "thread #N, name = 'x', ..." and "frame #N: 0x.. lib.so`symbol + off [at f.cc:1:2]"."""
     m = LLDB_FRAME.match(s)
     if m is not None:
         lib, sym = m.group(1), m.group(2)
+        if sym.endswith("]"):
+            sym = _LLDB_NOTE.sub("", sym)  # " [opt]", " [inlined]": how it was compiled
         i = sym.rfind(" at ")
         if i != -1 and not WS.search(sym[i + 4:].strip()):
             sym = sym[:i]

@@ -30,8 +30,8 @@ from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.frames import parse_frame_line, split_flattened
 from hangwatch.diagnostics.pastes.parse_report import ParseReport
 from hangwatch.diagnostics.pastes.patterns import (
-    CURLY_DOUBLE, CURLY_SINGLE, ENTITY, HTML_BREAK, HTML_TAG, INVISIBLE, PAGER, PLAIN_DOUBLE, PLAIN_SINGLE, PLAIN_SPACE,
-    TYPOGRAPHIC_SPACE,
+    CURLY_DOUBLE, CURLY_SINGLE, ENTITY, HTML_BREAK, HTML_TAG, INVISIBLE, MAX_FRAMES, PAGER, PLAIN_DOUBLE, PLAIN_SINGLE,
+    PLAIN_SPACE, TYPOGRAPHIC_SPACE,
 )
 from hangwatch.diagnostics.pastes.result import finish
 from hangwatch.diagnostics.pastes.tracebacks import end_traceback
@@ -179,7 +179,10 @@ def feed(b: Builder, raw: str) -> None:
     if _MESSAGE_HINT.search(raw) is not None:
         logs.message_wait(b, raw, ln.prefix)
     b.prev_text, b.cur_text = b.cur_text, ln.s
+    before = b.report.frames + len(b.bare)
     _read(b, ln, 0)
+    if b.report.frames + len(b.bare) > before and len(b.frame_indents) < MAX_FRAMES:
+        b.frame_indents.append(ln.indent)
     if ln.rank is not None and b.tb_frames is not None:
         b.tb_rank = int(ln.rank.group(1))
 

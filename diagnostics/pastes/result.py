@@ -12,7 +12,7 @@ import re
 from dataclasses import replace
 
 from hangwatch.contract.redact import redact_text
-from hangwatch.diagnostics.pastes.builder import Builder, ProcessDraft
+from hangwatch.diagnostics.pastes.builder import Builder, ProcessDraft, ThreadDraft
 from hangwatch.diagnostics.pastes.cxx_traces import numbered_line, raised_from
 from hangwatch.diagnostics.pastes.handwritten import end_arrow, end_bare
 from hangwatch.diagnostics.pastes.logs import end_trace
@@ -126,8 +126,9 @@ def _process_dumps(b: Builder) -> list[ProcessDump]:
     rounds: dict[int | None, int] = {}
     out = []
     flip = _outermost_first(b.processes)
+    stair = _staircase(b.frame_indents)
     for p in b.processes:
-        threads = _thread_dumps(p, flip)
+        threads = _thread_dumps(p, flip, stair)
         if not threads:
             continue
         key = p.pid
@@ -160,7 +161,33 @@ def _outermost_first(processes: list[ProcessDraft]) -> bool:
     return votes > 0
 
 
-def _thread_dumps(p: ProcessDraft, flip: bool = False) -> list[ThreadDump]:
+#: Frame lines in a row, each indented further than the one before, that make a call tree.
+MIN_STAIRCASE = 4
+
+
+def _staircase(indents: list[int]) -> bool:
+    """The frame lines indent each under the one before, at least ``MIN_STAIRCASE`` in a
+    row, and never step back out that way: a call tree written by hand, each call under
+    its caller, outermost first ("_dl_open / _dl_init / NUMAWrapper / exit / join", one
+    space deeper each line)."""
+    def longest(steps: list[bool]) -> int:
+        best = run = 0
+        for step in steps:
+            run = run + 1 if step else 0
+            best = max(best, run)
+        return best + 1 if best else 0
+    deeper = longest([b > a for a, b in zip(indents, indents[1:])])
+    shallower = longest([b < a for a, b in zip(indents, indents[1:])])
+    return deeper >= MIN_STAIRCASE and shallower < MIN_STAIRCASE
+
+
+def _hand_written(t: ThreadDraft) -> bool:
+    """A thread read without a header, every frame a name alone or with its library only
+    (no line of a tool's own dump format says which end comes first)."""
+    return t.headerless and all(f.line is None for f in t.frames)
+
+
+def _thread_dumps(p: ProcessDraft, flip: bool = False, stair: bool = False) -> list[ThreadDump]:
     threads = []
     pybt: list[bool] = []
     for n, t in enumerate(p.threads):
@@ -170,7 +197,7 @@ def _thread_dumps(p: ProcessDraft, flip: bool = False) -> list[ThreadDump]:
         if ident.lower().startswith("0x"):
             ident = ident.lower()
         active = None if t.state in (None, "unknown") else (t.state not in ("idle", "sleeping", "waiting"))
-        reverse = t.outermost_first or (flip and t.orient_guess)
+        reverse = t.outermost_first or (flip and t.orient_guess) or (stair and (t.orient_guess or _hand_written(t)))
         frames = _without_dumper(tuple(reversed(t.frames)) if reverse else tuple(t.frames))
         if t.source and frames and not frames[0].native:
             # pystack shows no frame for a C call (a lock's acquire, a sleep): the call on

@@ -377,6 +377,11 @@ def thread_banner(b: Builder, ln: Line) -> bool:
     return False
 
 
+#: The end of a traceback's frame line whose start is gone: a path ending in ``.py`` with its
+#: closing quote, the line and the function, and nothing after them.
+CLIPPED_FRAME = re.compile(r'(?:^|[\s=:(\[])([^\s"=:(\[]{0,1000}\.pyx?)",[ \t]{1,40}line (\d{1,7}),[ \t]{1,40}in ([\w<>.]{1,300})$')
+
+
 def traceback_lines(b: Builder, ln: Line) -> bool:
     """A line of an open traceback (or of one opening: IPython's header line, or a frame
     line of a traceback pasted without its first line)."""
@@ -396,6 +401,13 @@ def traceback_lines(b: Builder, ln: Line) -> bool:
         b.frame_source = -1
         if not s.startswith("File"):
             b.innermost_first = False
+    if b.tb_frames is None and s[0] != "F" and '", line ' in s and not b.recent_first:
+        m = CLIPPED_FRAME.search(s)
+        if m is not None:
+            # A frame line whose start a tool or a terminal clipped ('rc=1 atrick\\x\\a.py",
+            # line 170, in wait'): the rest of a traceback's frame, read as one.
+            ln.retext(f'File "{m.group(1)}", line {m.group(2)}, in {m.group(3)}')
+            s = ln.s
     if b.tb_frames is None and s[0] == "F" and not b.recent_first and TRACEBACK_FRAME.match(s):
         start_traceback(b, 0)  # a traceback pasted without its first line
     if s.endswith("(most recent call last)") and IPY_TB_START.match(s):

@@ -227,6 +227,18 @@ KNOWN_MISSES = {
     "pypy_3904_cpyext_callback_gil_wait": "unknown",
     # fresh-2026-12l, missed at its first pass: Ctrl-C (KeyboardInterrupt) traceback at exit ("Error in atexit._run_exitfuncs"), main thread only, final exception line not pasted, whole as pasted
     "watchtower_115_atexit_flush_queue_join_botocore_debug": "queue-wait",
+    # fresh-2026-12m, missed at its first pass: gdb `bt` of the main thread, abridged by the PR author (frames elided with "...", several frame numbers skipped, author "<-- re-locks it" / "<-- alrea
+    "aorta_438_rocprofiler_exit_self_deadlock": "lock-wait",
+    # fresh-2026-12m, missed at its first pass: three excerpted faulthandler stack fragments (controller main thread, one execnet receiver thread, one worker main thread) in separate fences without 
+    "bartholomew_windows_merge_candidate_xdist_lost_wakeup": "queue-wait",
+    # fresh-2026-12m, missed at its first pass: gdb `bt` of a free-threaded CPython debug build (C frames with source lines, wrapped argument lines), headed "Thread 1:" with a leading "[...]" elisio
+    "cpython_133130_stop_the_world_attach": "gil-deadlock",
+    # fresh-2026-12m, missed at its first pass: coredumpctl "Stack trace of thread" native frames (no symbols beyond libpython offsets), 2 threads, Python 3.9.0b1, inside ``` fence with coredumpctl 
+    "jcline_bug_hunting_python_stompest_gen_throw": "lock-wait",
+    # fresh-2026-12m, missed at its first pass: gdb `bt` of one thread (forked child), glibc futex/sem frames + CPython 2.4 C frames, inside ```` fence; cut by collector after frame #6 (only the fir
+    "mitogen_535_py24_popen_child_keymutex": "lock-wait",
+    # fresh-2026-12m, missed at its first pass: gdb `bt` of the spawner process (native C frames only, aarch64), inside a ``` fence in a maintainer comment; cut by collector at the index excerpt bou
+    "openmpi_12016_comm_spawn_sync_wait": "nccl-collective-wait",
 }
 
 

@@ -344,3 +344,18 @@ def test_a_note_quoting_a_call_with_parentheses_is_read(tmp_path, code, family):
     text = (f'Thread 7 (idle): "Worker"\n    step (app/worker.py:12)     <- `{code}` never returns\n'
             "    run (app/worker.py:30)\n")
     assert text_verdict(tmp_path, text) == family
+
+
+def test_a_hand_written_call_tree_indented_under_each_caller_is_outermost_first(tmp_path):
+    """A reporter's call tree, each call one step deeper under its caller (import ->
+    dlopen -> a static constructor -> exit -> an atexit handler -> a join): the last line
+    is where the thread waits. The same names without the staircase keep the usual order,
+    innermost first."""
+    names = ["_dl_open", "_dl_init", "_GLOBAL__sub_I_numa_wrapper.cpp  (libx.so)", "__run_exit_handlers",
+             "PTL::ThreadPool::destroy_threadpool()", "std::thread::join()"]
+    tree = "".join(" " * i + name + "\n" for i, name in enumerate(names))
+    (funcs,) = thread_functions(tree)
+    assert funcs[0] == "std::thread::join" and funcs[-1] == "_dl_open"
+    assert text_verdict(tmp_path, tree) == "thread-join"
+    (funcs,) = thread_functions("".join(name + "\n" for name in names))
+    assert funcs[0] == "_dl_open"

@@ -864,3 +864,19 @@ def test_gdbs_pager_prompt_inside_a_backtrace_is_no_break_in_it():
             "--Type <RET> for more, q to quit, c to continue without paging--#3  0x00007f0d in main () from /usr/bin/python3\n")
     assert thread_functions(text) == [
         ["__lll_lock_wait", "PyThread_acquire_lock", "import_module_level", "main"]]
+
+
+def test_lldb_frames_of_a_rust_extension_joining_a_thread(tmp_path):
+    """lldb on macOS, a pyo3 extension's main thread joining its own thread
+    (``_pthread_join`` over ``__ulock_wait``): Rust's symbol hashes and mangling escapes and
+    lldb's "[opt]" note are no part of a name, and the wait is the join."""
+    text = """* thread #1, queue = 'com.apple.main-thread', stop reason = signal SIGSTOP
+  * frame #0: 0x000000018cbaa9b8 libsystem_kernel.dylib`__ulock_wait + 8
+    frame #1: 0x000000018cbed0b0 libsystem_pthread.dylib`_pthread_join + 608
+    frame #2: 0x000000015ccfaba4 ext.abi3.so`std::sys::pal::unix::thread::Thread::join::hc92f1072ed8c169c at thread.rs:316:28 [opt]
+    frame #3: 0x000000015500cd50 ext.abi3.so`std::thread::JoinInner$LT$T$GT$::join::h626ba985ca8a16f5(self=<unavailable>) at mod.rs:1741:9
+    frame #4: 0x00000001549f45a8 ext.abi3.so`ext::tracing::shutdown::h851386404889663a(self=0x0000600000a4cac0) at tracing.rs:172:13
+"""
+    assert thread_functions(text) == [["__ulock_wait", "_pthread_join", "std::sys::pal::unix::thread::Thread::join",
+                                       "std::thread::JoinInner<T>::join", "ext::tracing::shutdown"]]
+    assert text_verdict(tmp_path, text) == "thread-join"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from diag_helpers import PASTED, frame_texts, one_process, text_verdict
+from hangwatch.diagnostics.errors import InputError
 from hangwatch.diagnostics.pastes import parse_frame_line, read_text
 from hangwatch.diagnostics.waits import wait_of
 
@@ -440,3 +441,19 @@ def test_a_markdown_tilde_fence_is_no_311_marker_line():
             "~~~\n")
     report = read_text(text)
     assert sum(len(p.threads) for p in report.processes) == 2
+
+
+def test_a_frame_line_clipped_at_its_start_is_still_a_frame():
+    """A tool kept only the tail of a test's output, cutting the first frame line mid-path
+    ('rc=1 atrick\\...\\close.py", line 170, in wait_until_warm'): the frame and the call on
+    its source line are still there to read."""
+    text = ('rc=1 atrick\\uct-worktrees\\rail\\api\\services\\close.py", line 170, in wait_until_warm\n'
+            '    sleep(wait)\n'
+            '+++++++++++++++++++++++++++++++++++ Timeout +++++++++++++++++++++++++++++++++++\n')
+    (proc,) = read_text(text).processes
+    frames = proc.threads[0].frames
+    assert frames[-1].function == "wait_until_warm" and frames[-1].file.endswith("api/services/close.py")
+    assert frames[-1].line == 170 and [f.function for f in frames[:-1]] == ["sleep"]
+    # prose that only mentions a frame's location is no frame
+    with pytest.raises(InputError):
+        read_text('see the error at x.py", line 3, in f for details\n')
