@@ -39,7 +39,14 @@ def is_main(thread: ThreadDump, pid: int | None) -> bool:
         # A stack that starts in threading's _bootstrap_inner is a started thread, whatever
         # a paste's reader named it (the first of several print_stack tracebacks).
         return not started_by_threading(thread.frames)
-    return False
+    # A native stack that starts where the process starts (the C runtime's entry, the
+    # interpreter's main): the initial thread, whatever gdb or lldb numbered it.
+    return any(f.native and _PROCESS_ENTRY.match(f.function) for f in thread.frames[-3:])
+
+
+#: The first frames of a process's initial thread: no other thread starts in them.
+_PROCESS_ENTRY = re.compile(r"^(_start|__libc_start_main\w*|__libc_start_call_main|Py_BytesMain|Py_Main|pymain_main|"
+                            r"wmain|__scrt_common_main\w*|mainCRTStartup)$")
 
 
 @dataclass(frozen=True)

@@ -239,6 +239,10 @@ KNOWN_MISSES = {
     "mitogen_535_py24_popen_child_keymutex": "lock-wait",
     # fresh-2026-12m, missed at its first pass: gdb `bt` of the spawner process (native C frames only, aarch64), inside a ``` fence in a maintainer comment; cut by collector at the index excerpt bou
     "openmpi_12016_comm_spawn_sync_wait": "nccl-collective-wait",
+    # fresh-2026-12m, missed at its first pass: py-spy dump excerpt without any header or thread line, two frames re-indented by the author as a call tree (outer frame first, inner frame indented fu
+    "docx_tools_markdown_to_word_list_infinite_loop": "unknown",
+    # fresh-2026-12m, missed at its first pass: gdb `thread apply all bt` of 3 threads, native frames only (no symbols: "?? ()"), middle frames elided by the author with "...", in a ```php fence; gd
+    "wikimedia_dumps_silent_process_batchsize_zero": "lock-wait",
 }
 
 
