@@ -152,3 +152,33 @@ def learn(lines: list[str]) -> re.Pattern[str] | None:
     if not alternatives:
         return None
     return re.compile(r"[ \t]*(?:" + "|".join(alternatives) + r")[ ]?")
+
+
+#: Share of the non-blank lines that must start with one prefix for it to be every line's.
+SHARED = 0.9
+#: Lines and shape characters looked at for it (a logger's prefix is short and shows early).
+SHARED_LINES = 2000
+SHARED_CHARS = 120
+
+
+def shared_prefix(lines: list[str]) -> re.Pattern[str] | None:
+    """The delimited prefix (ending at a punctuation mark) that nearly every non-blank line
+    starts with, as a pattern: journald's ``Jan 01 12:00:00 host python3[42]:``, a
+    logger's time, level and rank before each line, whatever its frames look like. For a
+    paste that reads no stack with the prefixes ``learn`` finds (its frames are of a shape
+    whose start ``learn`` does not know: pdb's, an arrow chain's, a tracer's lines): the
+    reader tries it only then. None when no such prefix is shared."""
+    shapes = [shape(line.replace("\t", "    ").lstrip()[:SHARED_CHARS])
+              for line in lines[:MAX_LINES] if line.strip() and len(line) <= 4096][:SHARED_LINES]
+    if len(shapes) < MIN_LINES + 2:
+        return None
+    need = max(MIN_LINES + 2, int(len(shapes) * SHARED + 0.999))
+    first = shapes[0]
+    cuts = [i + 1 for i, ch in enumerate(first) if not ch.isalnum() and not ch.isspace()]
+    for cut in reversed(cuts):
+        head = first[:cut]
+        if not any(ch in head for ch in "9a") or len(_DELIMITED.findall(head)) < 2:
+            continue  # a bullet or a quote mark alone is no logger's prefix
+        if sum(1 for sh in shapes if sh.startswith(head)) >= need:
+            return re.compile(r"[ \t]*" + _pattern(head) + r"[ ]?")
+    return None

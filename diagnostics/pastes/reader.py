@@ -242,10 +242,19 @@ def _unescape(m: re.Match[str]) -> str:
     return html.unescape(m.group(0))
 
 
+def _read_lines(lines_in: list[str], learned: re.Pattern[str] | None) -> ParseReport:
+    b = Builder()
+    b.learned_prefix = learned
+    for pid, stream in streams(lines_in):
+        start_stream(b, pid)
+        for line in join_wrapped(stream):
+            feed(b, line)
+    return finish(b)
+
+
 def read_text(text: str, *, source: str = "text") -> ParseReport:
     """Every process in a pasted dump, and what was skipped. Raises ``InputError``
     only when there is not a single recognisable frame."""
-    b = Builder()
     if ("<" in text or "&" in text) and _page_source(text):
         # A page's source (a mail archive's, a forum export, a copied <pre>): its breaks are
         # line ends, its markup goes, its entities are their characters ("&nbsp;" indents).
@@ -280,12 +289,15 @@ def read_text(text: str, *, source: str = "text") -> ParseReport:
     if "Type <" in text:
         lines_in = _without_pager(lines_in)
     lines_in = drop_line_numbers(join_padded(lines_in))
-    b.learned_prefix = prefixes.learn(lines_in)
-    for pid, stream in streams(lines_in):
-        start_stream(b, pid)
-        for line in join_wrapped(stream):
-            feed(b, line)
-    report = finish(b)
+    report = _read_lines(lines_in, prefixes.learn(lines_in))
+    if not report.processes and not report.profile_lines:
+        shared = prefixes.shared_prefix(lines_in)
+        if shared is not None:
+            # Every line behind one logger's prefix, its frames of a shape the frame-line
+            # rule does not anchor on: read again with that prefix off each line.
+            again = _read_lines([shared.sub("", line, count=1) for line in lines_in], None)
+            if again.processes:
+                report = again
     if not report.processes and report.profile_lines:
         raise InputError(
             f"{source}: this is py-spy top or record output (sampled totals or collapsed stacks), not a "

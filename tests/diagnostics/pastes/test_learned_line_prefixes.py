@@ -1,12 +1,14 @@
 """One rule for log prefixes no pattern knows: the prefix shape that many frame lines
-share is learned from the paste and stripped from every line that has it."""
+share is learned from the paste and stripped from every line that has it; a paste that
+reads no stack so loses the prefix nearly every line shares."""
 
 from __future__ import annotations
 
 import pytest
 
+from diag_helpers import text_verdict
 from hangwatch.diagnostics.errors import InputError
-from hangwatch.diagnostics.pastes import read_text
+from hangwatch.diagnostics.pastes import prefixes, read_text
 from hangwatch.diagnostics.pastes.prefixes import learn, shape
 
 TRACEBACK = [
@@ -134,3 +136,17 @@ def test_bulleted_issue_links_are_no_gdb_frames():
     links = "- #1234 hang (py3.8) at exit\n- #2345 deadlock (macOS) at shutdown\n- #3456 freeze (py3.9) at import\n\n"
     (proc,) = read_text(links + "\n".join(PYSPY) + "\n").processes
     assert [f.function for t in proc.threads for f in t.frames] == ["wait", "get", "run"]
+
+
+def test_a_prefix_every_line_shares_is_taken_off_a_paste_that_reads_no_stack_with_it(tmp_path):
+    """journalctl's "Jan 01 12:00:01 host python3[4242]: " before each line of pdb's
+    ``where`` (a shape whose frame lines the frame-line rule does not anchor on): the paste
+    reads as it does without the prefix. A prefix on too few lines, or a bullet alone, is
+    no logger's."""
+    body = ["(Pdb) where", "  /home/u/train.py(88)<module>()", "-> main()", "  /home/u/train.py(80)main()",
+            "-> step()", "> /home/u/train.py(70)step()", "-> self._lock.acquire()"]
+    logged = "".join(f"Jan 01 12:00:0{i} host python3[4242]: {line}\n" for i, line in enumerate(body))
+    assert text_verdict(tmp_path, logged) == text_verdict(tmp_path, "\n".join(body) + "\n") == "lock-wait"
+    assert prefixes.shared_prefix(logged.splitlines()) is not None
+    assert prefixes.shared_prefix([f"- item {i}" for i in range(9)]) is None
+    assert prefixes.shared_prefix(logged.splitlines()[:2] + body) is None
