@@ -12,7 +12,7 @@ import json
 import re
 
 from hangwatch.diagnostics.pastes.patterns import (
-    JSON_LINE_MAX, JSON_TEXT_KEYS, STREAM_PID, STREAM_RANK, WRAPPED_CXX_HEAD, WRAPPED_CXX_TAIL,
+    JSON_LINE_MAX, JSON_TEXT_KEYS, STREAM_PID, STREAM_RANK, WATCHDOG, WRAPPED_CXX_HEAD, WRAPPED_CXX_TAIL,
     WRAPPED_FILE_TAIL, WRAPPED_IN_TAIL, WRAPPED_LINE_HEAD, WRAPPED_PYBT_HEAD, WRAPPED_PYBT_TAIL,
 )
 
@@ -167,8 +167,11 @@ def join_wrapped(lines: list[str]) -> list[str]:
     return out
 
 
-#: Lines one frame line may have been wrapped onto (a long path at 72 or 80 columns).
-MAX_CONTINUATIONS = 3
+#: Lines one frame line may have been wrapped onto (a long path, a C++ signature, at 72 or
+#: 80 columns).
+MAX_CONTINUATIONS = 8
+#: Continuations up to which every mix of joins (inside a word, at a space) is tried.
+MIXED_JOINS = 3
 #: Characters of a frame line put back together (longer ones are no wrapped frame line).
 MAX_JOINED = 4096
 
@@ -177,7 +180,8 @@ MAX_JOINED = 4096
 # C++ 'frame #2: f + 0x1 (0x7f in /x/lib.so)', py-spy's 'f (x.py:9)'.
 _TRACEBACK_WHOLE = re.compile(r'File:? "[^"\n]{1,1000}", line \d{1,7},? in [\w<>.]{1,300}$')
 _TRACEBACK_DONE = re.compile(r'File:? "[^"\n]{1,1000}", line \d{1,7},? in \S')
-_CXX = re.compile(r"frame #\d{1,4}: ")
+_CXX = re.compile(r"frame #\d{1,4}:(?: |$)")
+_CXX_WHOLE_START = re.compile(r"frame #\d{1,4}: \S")
 _CXX_LOCATION = re.compile(r" \(0x[0-9a-fA-F]{1,16} in \S{1,1000}\)$")
 _PYSPY_OPEN = re.compile(r"^\s{1,40}[^\s()][^\s]{0,300} \((?:inside )?[^()\s]{1,1000}$")
 _PYSPY_WHOLE = re.compile(r"^\s{1,40}[^\s()][^\s]{0,300} \((?:inside )?[^()\s]{1,1000}:\d{1,7}\)$")
@@ -185,6 +189,8 @@ _PYSPY_NAME = re.compile(r"^\s{2,40}[A-Za-z_<][\w.<>]{0,300}$")
 _PYSPY_LOCATION = re.compile(r"^\((?:inside )?[^()\s]{1,1000}:\d{1,7}\)$")
 _GDB_HEAD = re.compile(r"^\s{0,8}#\d{1,5}\s")
 _GDB_END = re.compile(r"\)(?: at \S{1,1000}| from \S{1,1000})?$")
+#: A gdb frame's number (and address) alone, its function wrapped onto the next line.
+_GDB_NUMBER_ALONE = re.compile(r"^\s{0,8}#\d{1,5}(?:\s{1,4}0x[0-9a-fA-F]{1,16}(?: in)?)?$")
 #: A continuation a wrap left starts in the first column (a terminal, an editor and a mail
 #: client start the rest of a line there; a terminal's cut may leave the line's own space
 #: first) and holds no frame of its own: an indented line is a source line or a frame.
@@ -201,8 +207,10 @@ def _rejoin(head: str, after: list[str]) -> tuple[str, int] | None:
     at = head.find('File "')
     if at == -1:
         at = head.find('File: "')
-    if at == -1 and head.endswith(("File", "File:")) and (len(head) < 5 or not head[-5].isalnum()):
-        at = head.rfind("File")  # the path went to the next line whole
+    if at == -1 and head.endswith(("File", "File:")):
+        word = head.rfind("File")
+        if word == 0 or not head[word - 1].isalnum():
+            at = word  # the path went to the next line whole
     if at != -1:
         if _TRACEBACK_DONE.match(head, at):
             return None
@@ -212,13 +220,19 @@ def _rejoin(head: str, after: list[str]) -> tuple[str, int] | None:
             return None
         at = m.start()
         # (its location is the last " (0x": found, not searched for by backtracking)
-        whole = lambda joined: joined.endswith(")") and _CXX_LOCATION.match(joined, max(joined.rfind(" (0x"), at)) is not None  # noqa: E731
+        whole = lambda joined: (joined.endswith(")") and _CXX_WHOLE_START.match(joined, at) is not None  # noqa: E731
+                                and _CXX_LOCATION.match(joined, max(joined.rfind(" (0x"), at)) is not None)
     elif _PYSPY_OPEN.match(head):
         whole = lambda joined: joined.endswith(")") and _PYSPY_WHOLE.match(joined) is not None  # noqa: E731
-    elif _GDB_HEAD.match(head) and (head.count("(") > head.count(")") or head.endswith((") at", ") from"))):
+    elif _GDB_HEAD.match(head) and (head.count("(") > head.count(")") or head.endswith((") at", ") from", " in"))
+                                    or _GDB_NUMBER_ALONE.match(head)):
         # gdb's frame with its arguments or its location cut (gdb's own wrap indents the
         # rest, which ``gdb_arguments`` reads; a mail client's starts it in the first column)
         whole = lambda joined: joined.count("(") == joined.count(")") and _GDB_END.search(joined) is not None  # noqa: E731
+    elif "WorkNCCL(" in head and WATCHDOG.search(head) is None:
+        # ProcessGroupNCCL's watchdog line wrapped inside its WorkNCCL(...): its sequence
+        # number and collective are what it says
+        whole = lambda joined: WATCHDOG.search(joined) is not None  # noqa: E731
     elif head.endswith("(most recent call"):
         # a traceback's or a C++ error's header: "... (most recent call" + "first):"
         nxt = after[0].strip() if after else ""
@@ -239,7 +253,10 @@ def _rejoin(head: str, after: list[str]) -> tuple[str, int] | None:
     if not tails or len(head) + sum(len(t) + 1 for t in tails) > MAX_JOINED:
         return None
     for n in range(1, len(tails) + 1):
-        for seps in itertools.product(("", " "), repeat=n):
+        # Every mix of joins for a few lines; a line wrapped onto more was wrapped one way
+        # throughout (a terminal's width: inside words; a mail client's: at spaces).
+        ways = itertools.product(("", " "), repeat=n) if n <= MIXED_JOINS else (("",) * n, (" ",) * n)
+        for seps in ways:
             joined = head + "".join(sep + tail for sep, tail in zip(seps, tails))
             if whole(joined):
                 return joined, n

@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from diag_helpers import PASTED, frame_texts, one_process, pasted_verdict
+from diag_helpers import PASTED, frame_texts, one_process, pasted_verdict, text_verdict
 from hangwatch.diagnostics.pastes import read_text
+from hangwatch.diagnostics.pastes.unwrap import join_wrapped
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -312,3 +313,22 @@ def test_a_log_viewers_line_numbers_on_lines_of_their_own_are_dropped():
     text = "".join(f"{n}\n{line}\n" for n, line in enumerate(body, 3))
     (proc,) = read_text(text).processes
     assert [f.function for f in proc.threads[0].frames] == ["barrier", "main", "<module>"]
+
+
+def test_lines_a_mail_client_wrapped_at_spaces_are_put_back(tmp_path):
+    """Wrapped at 76 columns at spaces (the space dropped): a printer's 'File:' whose
+    path went to the next line whole, a C++ frame whose number stayed alone, and an NCCL
+    watchdog line wrapped inside its WorkNCCL(...)."""
+    text = ('File:\n"/home/u/miniconda3/envs/x/lib/python3.8/multiprocessing/spawn.py",\nline 116, in spawn_main\n'
+            '  exitcode = _main(fd, parent_sentinel)\n')
+    assert frame_texts(one_process(text)[1].threads[0]) == ["spawn_main (spawn.py:116)"]
+    cxx = ("frame #1:\nc10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long,\n"
+           "std::ratio<1l, 1000l> > >) + 0x1d2 (0x7f307b2b38d2 in\n/root/env/lib/python3.12/site-packages/torch/lib/libtorch_cuda.so)\n")
+    assert join_wrapped(cxx.splitlines()) == [
+        "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long,std::ratio<1l, 1000l> > >)"
+        " + 0x1d2 (0x7f307b2b38d2 in /root/env/lib/python3.12/site-packages/torch/lib/libtorch_cuda.so)"]
+    watchdog = ("[rank6]:[E1206 18:44:16.997991020 ProcessGroupNCCL.cpp:1515] [PG 1 Rank 6] Watchdog\n"
+                "caught collective operation timeout: WorkNCCL(SeqNum=7753,\n"
+                "OpType=_REDUCE_SCATTER_BASE, NumelIn=544997376, NumelOut=68124672,\n"
+                "Timeout(ms)=600000) ran for 600003 milliseconds before timing out.\n")
+    assert text_verdict(tmp_path, watchdog) == "nccl-collective-wait"
