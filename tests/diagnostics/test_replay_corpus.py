@@ -243,6 +243,24 @@ KNOWN_MISSES = {
     "docx_tools_markdown_to_word_list_infinite_loop": "unknown",
     # fresh-2026-12m, missed at its first pass: gdb `thread apply all bt` of 3 threads, native frames only (no symbols: "?? ()"), middle frames elided by the author with "...", in a ```php fence; gd
     "wikimedia_dumps_silent_process_batchsize_zero": "lock-wait",
+    # fresh-2026-12n, missed at its first pass: faulthandler dump (SIGUSR1-registered) with the thread headers rewritten by the author ("Current thread (main):", "Thread (task_q's feeder):") and pat
+    "cellpose_pipeline_71232732454_failfast_feeder_join": "all-idle",
+    # fresh-2026-12n, missed at its first pass: py-spy dump excerpt of one rank's MainThread without thread header, columns aligned by the author, innermost first, fenced; 7 frames
+    "llamafactory_67261605784_nan_grad_reducescatter": "unknown",
+    # fresh-2026-12n, missed at its first pass: hand-condensed py-spy --native dump: native frames collapsed into one line with "→" after a leading "...", eight pool threads merged into one "Thread 
+    "ros2_chess_pickplace_62741947703_lost_wakeup_rcl_wait": "queue-wait",
+    # fresh-2026-12n, missed at its first pass: hand-trimmed py-spy dump, three threads, some frames without line numbers, thread headers in a non-standard form ("Thread MainThread (idle):", quoted 
+    "sase_ace_60431277325_quit_hang_default_executor_git": "asyncio-blocked",
+    # fresh-2026-12n, missed at its first pass: hand-condensed py-spy dump (Windows, CPython 3.12-ish threading.py:355), two threads, arrows "->" joining frames, several frames collapsed on one line
+    "tinycmdr_69396745480_notes_lock_selfdeadlock": "unknown",
+    # fresh-2026-12n, missed at its first pass: gdb native backtrace of the spinning thread, function names only with "(...)" argument elision, innermost first, fenced; no thread header; 6 frames
+    "ttxla_61075030085_completion_queue_gdb": "unknown",
+    # fresh-2026-12n, missed at its first pass: py-spy dump excerpt, one thread with anonymised thread id "0x...", middle frames elided by the reporter with "...", fenced; no process header
+    "vllmmetal_57356270829_async_eval_stall": "unknown",
+    # fresh-2026-12n, missed at its first pass: py-spy dump excerpt without thread header, middle frames elided with "...", one frame marked by the author with "← here", fenced
+    "vllmxpu_57508822831_rms_norm_kernel_hang": "unknown",
+    # fresh-2026-12n, missed at its first pass: complete py-spy dump on Windows (Process/Python header lines, backslash module paths, Python 3.12.10), 7 threads, fenced
+    "vyvar_62201452415_streamlit_idle_abandoned_run": "queue-wait",
 }
 
 
