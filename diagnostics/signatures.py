@@ -73,8 +73,9 @@ class FramePattern:
     file: str | None = None
     regex: bool = False
     #: only the thread's innermost Python frame may match (a name as common as
-    #: "acquire" says the thread waits only where the stack ends)
-    innermost: bool = False
+    #: "acquire" says the thread waits only where the stack ends); a number N: one of the
+    #: N innermost (a kernel library's wrapper under torch's op dispatch); 0: any frame
+    innermost: int = 0
 
     def __post_init__(self) -> None:
         # Compiled once: a big paste is matched frame by frame.
@@ -177,7 +178,7 @@ class Signature:
             lines = None
         if lines is None:
             lines = ThreadLines(frames)
-        hits = [[f for f in (_innermost(frames, 1) if p.innermost else frames) if p.matches(f)] if p.could_match(lines) else []
+        hits = [[f for f in (_innermost(frames, p.innermost) if p.innermost else frames) if p.matches(f)] if p.could_match(lines) else []
                 for p in self.frames]
         if self.match == "all" and not all(hits):
             return ()
@@ -297,15 +298,15 @@ def _build(entry: Mapping[str, Any], path: Path, index: int, line: int | None) -
         if not isinstance(regex, bool):
             raise fail(f"frames[{n}]: 'regex' must be true or false, got {regex!r}")
         only_innermost = raw.get("innermost", False)
-        if not isinstance(only_innermost, bool):
-            raise fail(f"frames[{n}]: 'innermost' must be true or false, got {only_innermost!r}")
+        if not isinstance(only_innermost, int) or (not isinstance(only_innermost, bool) and only_innermost < 1):
+            raise fail(f"frames[{n}]: 'innermost' must be true, false or a positive number of frames, got {only_innermost!r}")
         for key in ("function", "file"):
             value = raw.get(key)
             if value is not None and not isinstance(value, str):
                 raise fail(f"frames[{n}]: '{key}' must be a string, got {value!r}")
             if value is not None and regex:
                 _compile(value, fail, f"frames[{n}].{key}")
-        frames.append(FramePattern(raw.get("function"), raw.get("file"), regex, only_innermost))
+        frames.append(FramePattern(raw.get("function"), raw.get("file"), regex, int(only_innermost)))
     return Signature(
         id=sid,
         title=entry["title"].strip(),

@@ -218,7 +218,6 @@ KNOWN_MISSES = {
     # fresh-2026-12k, missed at its first pass: faulthandler.dump_traceback_later(60) output ("Thread 0x... (most recent call first):" / "File ..., line N in 
     "prefect_8983_log_worker_thread_hangs_at_exit": "all-idle",
     # fresh-2026-12k, missed at its first pass: hand-trimmed py-spy stack (three Python frames, no thread header, no native frames) pasted in the issue descri
-    "sglang_35822_eagle_tree_speculative_sampling_ampere_hang": "unknown",
     # fresh-2026-12l, missed at its first pass: gdb batch output (info threads + bt of the only thread), native frames only, aarch64 with [PAC] markers, no Python frames; register dump and disassemb
     "chromadb_rust_child_after_fork_futex": "all-idle",
     # fresh-2026-12l, missed at its first pass: gdb bt fragment (5 native frames with source lines, CPython internals) plus the reporter's prose summary of the two threads, whole as pasted
@@ -258,7 +257,6 @@ KNOWN_MISSES = {
     # fresh-2026-12n, missed at its first pass: py-spy dump excerpt, one thread with anonymised thread id "0x...", middle frames elided by the reporter with "...", fenced; no process header
     "vllmmetal_57356270829_async_eval_stall": "unknown",
     # fresh-2026-12n, missed at its first pass: py-spy dump excerpt without thread header, middle frames elided with "...", one frame marked by the author with "← here", fenced
-    "vllmxpu_57508822831_rms_norm_kernel_hang": "unknown",
     # fresh-2026-12n, missed at its first pass: complete py-spy dump on Windows (Process/Python header lines, backslash module paths, Python 3.12.10), 7 threads, fenced
     "vyvar_62201452415_streamlit_idle_abandoned_run": "queue-wait",
 }

@@ -12,7 +12,7 @@ from hangwatch.diagnostics.classify import classify
 from hangwatch.diagnostics.errors import SignatureFileError
 from hangwatch.diagnostics.pyspy import parse_json, parse_text
 from hangwatch.diagnostics.signatures import load_signatures
-from hangwatch.diagnostics.stacks import group_series
+from hangwatch.diagnostics.stacks import Frame, ThreadDump, group_series
 
 
 SIGS = load_signatures()
@@ -50,6 +50,8 @@ def test_user_signatures_extend_and_override(tmp_path):
         ('[[signature]]\nid = "k2"\ntitle = "t"\nadvice = "x"\nkind = "fatal"\nframes = [{ file = "x.py" }]\n', r"'kind' must be one of"),
         ('[[signature]]\nid = "i"\ntitle = "t"\nadvice = "x"\ninnermost = 0\nframes = [{ file = "x.py" }]\n', r"'innermost' must be a positive integer"),
         ('[[signature]]\nid = "c"\ntitle = "t"\nadvice = "x"\ncollective = "yes"\nframes = [{ file = "x.py" }]\n', r"'collective' must be true or false"),
+        ('[[signature]]\nid = "f"\ntitle = "t"\nadvice = "x"\nframes = [{ file = "x.py", innermost = 0 }]\n',
+         r"frames\[1\]: 'innermost' must be true, false or a positive number"),
         ('[[signature]]\nid = "s"\ntitle = "t"\nframes = [{ file = "x.py" }]\n', r"missing 'advice'"),
     ],
 )
@@ -95,3 +97,17 @@ def test_a_signature_file_that_is_a_fifo_device_or_huge_is_refused_by_name(tmp_p
                       (deep, "nested too deeply")):
         err = usage_error(capsys, "replay", "--signatures", str(path), dump)
         assert f"{path}: " in err and why in err, err
+
+
+def test_a_frame_pattern_may_look_at_the_n_innermost_frames(tmp_path):
+    """``innermost = 2`` on a pattern: a kernel library's wrapper under torch's op dispatch
+    (``__call__`` in torch/_ops.py innermost) matches; the same wrapper further out (the
+    caller of a wait of its own) does not."""
+    path = tmp_path / "sigs.toml"
+    path.write_text('[[signature]]\nid = "kern"\ntitle = "t"\nadvice = "x"\n'
+                    'frames = [{ file = "mylib/ops.py", innermost = 2 }]\n')
+    (sig,) = load_signatures([path], builtin=False)
+    ops, wrapper = Frame("__call__", "torch/_ops.py", 1209), Frame("rms_norm", "mylib/ops.py", 40)
+    assert sig.match_thread(ThreadDump("1", "MainThread", (ops, wrapper, Frame("forward", "model.py", 3))), "")
+    deep = (Frame("wait", "threading.py", 320), Frame("get", "queue.py", 171), ops, wrapper)
+    assert not sig.match_thread(ThreadDump("1", "MainThread", deep), "")
