@@ -50,7 +50,13 @@ def parse_thread_header(s: str) -> tuple[str | None, str, str] | None:
         m = NOTED_THREAD.match(s)
         if m:
             return m.group(1), "unknown", ""
-        return None
+        if not s.startswith("Thread "):
+            return None
+        # 'Thread MainThread (idle):', 'Thread "Thread-1 (_do_shutdown)" (idle):': a name
+        # where py-spy puts the id, read as the condensed header after the word
+        s = s[len("Thread "):].lstrip()
+        if not s.endswith("):"):
+            return None
     # Condensed: 'MainThread (active, 100% CPU):' / 'Thread-3 (worker) (idle):'
     if s.endswith("):") or s.endswith(")"):
         body = s[:-1] if s.endswith(":") else s

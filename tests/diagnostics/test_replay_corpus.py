@@ -249,7 +249,6 @@ KNOWN_MISSES = {
     # fresh-2026-12n, missed at its first pass: hand-condensed py-spy --native dump: native frames collapsed into one line with "→" after a leading "...", eight pool threads merged into one "Thread 
     "ros2_chess_pickplace_62741947703_lost_wakeup_rcl_wait": "queue-wait",
     # fresh-2026-12n, missed at its first pass: hand-trimmed py-spy dump, three threads, some frames without line numbers, thread headers in a non-standard form ("Thread MainThread (idle):", quoted 
-    "sase_ace_60431277325_quit_hang_default_executor_git": "asyncio-blocked",
     # fresh-2026-12n, missed at its first pass: hand-condensed py-spy dump (Windows, CPython 3.12-ish threading.py:355), two threads, arrows "->" joining frames, several frames collapsed on one line
     "tinycmdr_69396745480_notes_lock_selfdeadlock": "unknown",
     # fresh-2026-12n, missed at its first pass: gdb native backtrace of the spinning thread, function names only with "(...)" argument elision, innermost first, fenced; no thread header; 6 frames

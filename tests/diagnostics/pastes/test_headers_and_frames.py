@@ -255,3 +255,25 @@ def test_a_thread_named_in_front_of_its_frame_is_that_thread():
     report = read_text(text)
     threads = [(t.name, [f.function for f in t.frames]) for p in report.processes for t in p.threads]
     assert threads == [("MainThread", ["_shutdown"]), ("Thread-2 (sender)", ["run"])]
+
+
+def test_thread_headers_with_a_name_where_py_spy_puts_the_id(tmp_path):
+    """A hand-trimmed dump heads each thread 'Thread MainThread (idle):' or, with a name
+    that has spaces, 'Thread "Thread-1 (_do_shutdown)" (idle):': three threads, named.
+    asyncio.run's close waiting for its default executor's shutdown, whose helper joins a
+    worker stuck in a subprocess, is the program's exit waiting."""
+    text = """Thread MainThread (idle):
+    run_until_complete (asyncio/base_events.py)
+    close (asyncio/runners.py:74)
+    run (textual/app.py)
+Thread "Thread-1 (_do_shutdown)" (idle):
+    join (threading.py)
+    shutdown (concurrent/futures/thread.py:273)
+    _do_shutdown (asyncio/base_events.py:621)
+Thread "asyncio_3" (idle):
+    communicate (subprocess.py)
+    run_git (app/git.py:50)
+"""
+    report = read_text(text)
+    assert [t.name for p in report.processes for t in p.threads] == ["MainThread", "Thread-1 (_do_shutdown)", "asyncio_3"]
+    assert text_verdict(tmp_path, text) == "shutdown-join"
