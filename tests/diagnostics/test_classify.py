@@ -332,3 +332,14 @@ def test_a_collective_under_vllms_graph_wrapper_is_not_a_replay():
     for frames, expected in ((under, "nccl-collective-wait"), (replay, "vllm-cuda-graph-replay")):
         c = classify(group_series([ProcessDump(None, (ThreadDump("1", "MainThread", frames),))]), SIGS)
         assert c.signature_id == expected
+
+
+def test_a_file_system_watchers_queue_wait_never_decides():
+    """watchdog's observer thread waits on its event queue for the life of a Streamlit or
+    a dev server's process: beside an idle event loop the process is idle, not a queue wait."""
+    loop = ThreadDump("1", "MainThread", (Frame("select", "selectors.py", 323), Frame("_run_once", "asyncio/base_events.py", 1961),
+                                         Frame("run_forever", "asyncio/base_events.py", 645), Frame("run", "streamlit/web/bootstrap.py", 466)))
+    observer = ThreadDump("2", "Thread-1", (Frame("wait", "threading.py", 355), Frame("get", "queue.py", 171),
+                                            Frame("dispatch_events", "watchdog/observers/api.py", 379),
+                                            Frame("run", "watchdog/observers/api.py", 213), Frame("_bootstrap_inner", "threading.py", 1075)))
+    assert classify(group_series([ProcessDump(27300, (loop, observer))]), SIGS).signature_id == "all-idle"

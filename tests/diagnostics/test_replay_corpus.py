@@ -257,7 +257,6 @@ KNOWN_MISSES = {
     "vllmmetal_57356270829_async_eval_stall": "unknown",
     # fresh-2026-12n, missed at its first pass: py-spy dump excerpt without thread header, middle frames elided with "...", one frame marked by the author with "← here", fenced
     # fresh-2026-12n, missed at its first pass: complete py-spy dump on Windows (Process/Python header lines, backslash module paths, Python 3.12.10), 7 threads, fenced
-    "vyvar_62201452415_streamlit_idle_abandoned_run": "queue-wait",
 }
 
 
