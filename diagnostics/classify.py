@@ -655,6 +655,8 @@ _FED_WORKERS = frozenset(("pool-worker-idle", "dataloader-worker-idle", "task-qu
 #: their feeder. (Celery's consumer idles in the same signature as its pool's children: the
 #: consumer and a child idle together are a whole idle worker, a lost wake-up.)
 _WORKER_ONLY = frozenset(("pool-worker-idle", "dataloader-worker-idle"))
+#: A pool child's own loop (billiard's worker), not its parent's consumer.
+_POOL_CHILD = re.compile(r"(^|/)billiard/(pool|connection)\.py$")
 
 
 def _lone_worker(pick: ProcessVerdict, with_stacks: Sequence[ProcessVerdict], signatures: Sequence[Signature]) -> Signature | None:
@@ -668,6 +670,8 @@ def _lone_worker(pick: ProcessVerdict, with_stacks: Sequence[ProcessVerdict], si
     idle = next((sig for sig in signatures if sig.kind == "idle" and sig.title == pick.idle_label and sig.advice), None)
     if idle is None or idle.id not in (_FED_WORKERS if len(with_stacks) == 1 else _WORKER_ONLY):
         return None
+    if idle.id not in _WORKER_ONLY and not any(_POOL_CHILD.search(f.file.replace("\\", "/")) for f in pick.thread.frames):
+        return None  # Celery's consumer, the feeder itself, idle in the same signature: the whole worker idles
     return idle
 
 

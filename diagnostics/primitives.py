@@ -136,6 +136,12 @@ def _src(category: str, what: str, label: str, function: str) -> Primitive:
     return Primitive(category, what, label, re.compile(function), re.compile(r"^<call>$"), True, "block")
 
 
+#: The standard library's own C calls that block, as a source line names them (no frame of
+#: theirs shows in a traceback): inside a client API cut above its own frames, such a call
+#: on the source line is the wait (``time.sleep(60)`` in a patched ``requests.get``).
+LEAF_CALL = re.compile(r"^(time|os|fcntl|select|signal)\.\w+$")
+
+
 _CONN = r"(^|/)multiprocess(ing)?/"
 
 #: Every blocking call hangwatch knows, most specific first (see the module docstring).

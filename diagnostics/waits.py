@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from hangwatch.diagnostics.named_waits import named_wait, words
-from hangwatch.diagnostics.primitives import FAMILIES, PRIMITIVES, Primitive
+from hangwatch.diagnostics.primitives import FAMILIES, LEAF_CALL, PRIMITIVES, Primitive
 from hangwatch.diagnostics.signatures import Signature, find
 from hangwatch.diagnostics.stacks import Frame, ThreadDump, top_package
 
@@ -260,7 +260,7 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
     # Some waits name the thread's wait wherever they sit (``NAMES_FROM_INSIDE``); else the
     # outermost match, the call the code made.
     naming = next((m for m in matched if m[2].category in NAMES_FROM_INSIDE), outer)
-    if matched[0][1].file == "<call>" and outer[2].level == "call":
+    if matched[0][1].file == "<call>" and outer[2].level == "call" and LEAF_CALL.match(matched[0][1].function):
         naming = matched[0]  # a C call the source line shows inside an API cut above its own frames
     category, what = naming[2].category, naming[2].what
     if matched[0][2].category == "sleep" and category in ("sleep", "lock-wait") and any(

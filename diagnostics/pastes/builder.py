@@ -32,6 +32,9 @@ class ThreadDraft:
     source: str = ""  # pystack: the source line under the last Python frame read
     number: str = ""  # gdb's thread number, for the thread its stop line started
     pybt: bool = False  # holds frames of gdb's py-bt (see ``result._one_thread_in_two_halves``)
+    # The indentation of each line that gave it frames, in order: a hand-written call tree
+    # indents each call under its caller (``result._staircase``).
+    indents: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -116,9 +119,9 @@ class Builder:
     tb_source: str = ""  # the source line under the traceback's innermost frame so far
     tb_sources: list[str] = field(default_factory=list)  # each frame's source line (outermost first)
     tb_rank: int | None = None  # the rank its lines' log prefix names ("[rank2]:"), read while it lasts
-    # The indentation of each line that gave a frame (a name held as one too), in order:
-    # a hand-written call tree indents each call under its caller (``result._staircase``).
-    frame_indents: list[int] = field(default_factory=list)
+    # The indentation of the lines that gave names held as frames, not yet a thread's
+    # (``note_indent``).
+    held_indents: list[int] = field(default_factory=list)
     tb_caption: str = ""
     # pytest's long traceback: its frames so far (outermost first), the function of the
     # source shown above the next location line, the ">" line of that source, and the
@@ -145,7 +148,7 @@ class Builder:
     # Traceback-shaped blocks that ended without an exception line (a thread dump
     # printed with traceback.format_stack, or a cut traceback): kept only when the
     # paste has no other stack. (caption, frames, lines)
-    tb_pending: list[tuple[str, list[Frame], int, bool, int | None]] = field(default_factory=list)  # ..., error, stream pid
+    tb_pending: list[tuple[str, list[Frame], int, bool, int | None, int | None]] = field(default_factory=list)  # ..., error, stream pid, rank
     error_tb_line: int = -10  # the line on which the last error traceback ended
     pdb: list[Frame] | None = None  # pdb's "where", outermost first
     pdb_source: str = ""  # the source line under its last frame so far
@@ -266,11 +269,30 @@ class Builder:
             t.frames.extend(frames[:room])
         self.report.frames += len(frames)
 
-    def traceback_thread(self, name: str, frames: list[Frame], inner: list[Frame] | None = None) -> None:
+    def note_indent(self, indent: int, frames_before: int, held_before: int) -> None:
+        """After a line is read: the indentation of a line that gave the current threads
+        frames goes to them (with the held names' lines, when those became their frames);
+        a line that gave a held name waits with it; held names dropped take theirs along."""
+        held = len(self.bare)
+        if self.report.frames > frames_before:
+            lines = (self.held_indents if held < held_before else []) + [indent]
+            for t in self.group:
+                if len(t.indents) < MAX_FRAMES:
+                    t.indents.extend(lines)
+            self.held_indents = []
+        elif held > held_before:
+            if len(self.held_indents) < MAX_FRAMES:
+                self.held_indents.append(indent)
+        elif held < held_before:
+            self.held_indents = []
+
+    def traceback_thread(self, name: str, frames: list[Frame], inner: list[Frame] | None = None, rank: int | None = None) -> None:
+        """A traceback's frames (outermost first) as a thread; ``rank``: the rank its lines'
+        log prefix named ("[rank2]:"), the process's when it has none and no other thread."""
         self.start_thread(None, "unknown", name)
         self.report.thread_headers -= 1  # no header was pasted
-        if self.proc is not None and self.proc.rank is None and self.tb_rank is not None and len(self.proc.threads) == 1:
-            self.proc.rank = self.tb_rank  # a rank's traceback, every line under its "[rank2]:"
+        if rank is not None and self.proc is not None and self.proc.rank is None and len(self.proc.threads) == 1:
+            self.proc.rank = rank
         self.add_frames((inner or []) + list(reversed(frames)))  # outermost first in a traceback
 
     def drop_bare(self) -> None:

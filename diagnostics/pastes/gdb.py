@@ -220,7 +220,7 @@ def gdb_continuation(b: Builder, s: str) -> bool:
     return True
 
 
-_LLDB_NOTE = re.compile(r"(?: \[(?:opt|inlined|artificial)\])+$")
+_LLDB_NOTES = (" [opt]", " [inlined]", " [artificial]")
 
 
 def lldb_line(b: Builder, s: str) -> bool:
@@ -228,8 +228,8 @@ def lldb_line(b: Builder, s: str) -> bool:
     m = LLDB_FRAME.match(s)
     if m is not None:
         lib, sym = m.group(1), m.group(2)
-        if sym.endswith("]"):
-            sym = _LLDB_NOTE.sub("", sym)  # " [opt]", " [inlined]": how it was compiled
+        while sym.endswith(_LLDB_NOTES):
+            sym = sym[:sym.rfind(" [")]  # " [opt]", " [inlined]": how it was compiled
         i = sym.rfind(" at ")
         if i != -1 and not WS.search(sym[i + 4:].strip()):
             sym = sym[:i]

@@ -156,29 +156,42 @@ def learn(lines: list[str]) -> re.Pattern[str] | None:
 
 #: Share of the non-blank lines that must start with one prefix for it to be every line's.
 SHARED = 0.9
-#: Lines and shape characters looked at for it (a logger's prefix is short and shows early).
+#: Lines and characters looked at for it (a logger's prefix is short and shows early).
 SHARED_LINES = 2000
 SHARED_CHARS = 120
+_FIELD = re.compile(r"\d+|[^\W\d_]+|\s+|.")
+
+
+def _kind(token: str) -> str:
+    return "9" if token[0].isdigit() else (" " if token[0].isspace() else ("a" if token[0].isalpha() else token))
 
 
 def shared_prefix(lines: list[str]) -> re.Pattern[str] | None:
-    """The delimited prefix (ending at a punctuation mark) that nearly every non-blank line
-    starts with, as a pattern: journald's ``Jan 01 12:00:00 host python3[42]:``, a
-    logger's time, level and rank before each line, whatever its frames look like. For a
-    paste that reads no stack with the prefixes ``learn`` finds (its frames are of a shape
-    whose start ``learn`` does not know: pdb's, an arrow chain's, a tracer's lines): the
-    reader tries it only then. None when no such prefix is shared."""
-    shapes = [shape(line.replace("\t", "    ").lstrip()[:SHARED_CHARS])
-              for line in lines[:MAX_LINES] if line.strip() and len(line) <= 4096][:SHARED_LINES]
-    if len(shapes) < MIN_LINES + 2:
+    """The prefix that nearly every non-blank line starts with, as a pattern: journald's
+    ``Jan 01 12:00:00 host python3[42]:``, a logger's time, level and rank before each
+    line, whatever its frames look like. Read field by field: numbers may change from
+    line to line (times, pids), words may not (a host, a level, a logger's name: the
+    first word that changes is the line's own text); it holds two punctuation marks at
+    least and ends at one or before a blank. For a paste that reads no stack with the
+    prefixes ``learn`` finds (its frames of a shape whose start ``learn`` does not know:
+    pdb's, an arrow chain's, a tracer's lines): the reader tries it only then. None when no
+    such prefix is shared."""
+    rows = [_FIELD.findall(line.replace("\t", "    ").lstrip()[:SHARED_CHARS])
+            for line in lines[:MAX_LINES] if line.strip() and len(line) <= 4096][:SHARED_LINES]
+    if len(rows) < MIN_LINES + 2:
         return None
-    need = max(MIN_LINES + 2, int(len(shapes) * SHARED + 0.999))
-    first = shapes[0]
-    cuts = [i + 1 for i, ch in enumerate(first) if not ch.isalnum() and not ch.isspace()]
-    for cut in reversed(cuts):
-        head = first[:cut]
-        if not any(ch in head for ch in "9a") or len(_DELIMITED.findall(head)) < 2:
-            continue  # a bullet or a quote mark alone is no logger's prefix
-        if sum(1 for sh in shapes if sh.startswith(head)) >= need:
-            return re.compile(r"[ \t]*" + _pattern(head) + r"[ ]?")
-    return None
+    need = max(MIN_LINES + 2, int(len(rows) * SHARED + 0.999))
+    first, end, marks = rows[0], 0, 0
+    for i, token in enumerate(first):
+        kind = _kind(token)
+        same = sum(1 for row in rows if len(row) > i and (row[i] == token if kind == "a" else _kind(row[i]) == kind))
+        if same < need:
+            break
+        if kind not in "9a ":
+            marks += 1
+        if marks >= 2 and (kind not in "9a " or first[i + 1:i + 2] == [" "] or (i + 1 < len(first) and first[i + 1].isspace())):
+            end = i + 1
+    if not end:
+        return None
+    parts = [r"\d{1,20}" if _kind(t) == "9" else (r"\s{1,40}" if _kind(t) == " " else re.escape(t)) for t in first[:end]]
+    return re.compile(r"[ \t]*" + "".join(parts) + r"[ ]?")

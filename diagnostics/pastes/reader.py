@@ -30,8 +30,8 @@ from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.frames import parse_frame_line, split_flattened
 from hangwatch.diagnostics.pastes.parse_report import ParseReport
 from hangwatch.diagnostics.pastes.patterns import (
-    CURLY_DOUBLE, CURLY_SINGLE, ENTITY, HTML_BREAK, HTML_TAG, INVISIBLE, MAX_FRAMES, PAGER, PLAIN_DOUBLE, PLAIN_SINGLE,
-    PLAIN_SPACE, TYPOGRAPHIC_SPACE,
+    CURLY_DOUBLE, CURLY_SINGLE, ENTITY, HTML_BREAK, HTML_TAG, INVISIBLE, PAGER, PLAIN_DOUBLE, PLAIN_SINGLE, PLAIN_SPACE,
+    TYPOGRAPHIC_SPACE,
 )
 from hangwatch.diagnostics.pastes.result import finish
 from hangwatch.diagnostics.pastes.tracebacks import end_traceback
@@ -179,10 +179,9 @@ def feed(b: Builder, raw: str) -> None:
     if _MESSAGE_HINT.search(raw) is not None:
         logs.message_wait(b, raw, ln.prefix)
     b.prev_text, b.cur_text = b.cur_text, ln.s
-    before = b.report.frames + len(b.bare)
+    frames, held = b.report.frames, len(b.bare)
     _read(b, ln, 0)
-    if b.report.frames + len(b.bare) > before and len(b.frame_indents) < MAX_FRAMES:
-        b.frame_indents.append(ln.indent)
+    b.note_indent(ln.indent, frames, held)
     if ln.rank is not None and b.tb_frames is not None:
         b.tb_rank = int(ln.rank.group(1))
 
@@ -295,7 +294,8 @@ def read_text(text: str, *, source: str = "text") -> ParseReport:
         if shared is not None:
             # Every line behind one logger's prefix, its frames of a shape the frame-line
             # rule does not anchor on: read again with that prefix off each line.
-            again = _read_lines([shared.sub("", line, count=1) for line in lines_in], None)
+            bare = [shared.sub("", line, count=1) for line in lines_in]
+            again = _read_lines(bare, prefixes.learn(bare))
             if again.processes:
                 report = again
     if not report.processes and report.profile_lines:

@@ -19,6 +19,7 @@ from hangwatch.diagnostics.pastes.logs import end_trace
 from hangwatch.diagnostics.pastes.macos import end_graph
 from hangwatch.diagnostics.pastes.parse_report import ParseReport
 from hangwatch.diagnostics.pastes.tracebacks import blocked_call
+from hangwatch.diagnostics.waits import primitive_of
 from hangwatch.diagnostics.pastes.patterns import (
     DUMPER, HANDLER, MAX_PROCESSES, NATIVE_DUMPER, SIGNAL_HANDLER,
 )
@@ -82,17 +83,18 @@ def _pending_tracebacks(b: Builder) -> bool:
     pending_used = bool(b.tb_pending) and not _has_frames(b)
     if pending_used:
         stream: StreamKey = None
-        for n, (caption, frames, lines, error, pid) in enumerate(b.tb_pending):
+        last_rank: int | None = None
+        for n, (caption, frames, lines, error, pid, rank) in enumerate(b.tb_pending):
             b.report.skipped -= lines
             b.report.error_tracebacks += error
-            fresh = pid != stream
+            fresh = pid != stream or (n > 0 and rank is not None and rank != last_rank)
             if fresh:
-                # each interleaved process its own; after them, a traceback no prefix
-                # claims is not theirs
+                # each interleaved process its own, and each rank's traceback ("[rank1]:"
+                # after "[rank0]:"); after them, a traceback no prefix claims is not theirs
                 b.enter_stream(pid)
-            stream = pid
+            stream, last_rank = pid, rank
             b.traceback_thread(caption or ("MainThread" if n == 0 or pid is not None or fresh else ""), frames,
-                               inner=raised_from(b.cxx_of.get(n, [])))
+                               inner=raised_from(b.cxx_of.get(n, [])), rank=rank)
     return pending_used
 
 
@@ -126,9 +128,8 @@ def _process_dumps(b: Builder) -> list[ProcessDump]:
     rounds: dict[int | None, int] = {}
     out = []
     flip = _outermost_first(b.processes)
-    stair = _staircase(b.frame_indents)
     for p in b.processes:
-        threads = _thread_dumps(p, flip, stair)
+        threads = _thread_dumps(p, flip)
         if not threads:
             continue
         key = p.pid
@@ -165,11 +166,16 @@ def _outermost_first(processes: list[ProcessDraft]) -> bool:
 MIN_STAIRCASE = 4
 
 
-def _staircase(indents: list[int]) -> bool:
-    """The frame lines indent each under the one before, at least ``MIN_STAIRCASE`` in a
-    row, and never step back out that way: a call tree written by hand, each call under
-    its caller, outermost first ("_dl_open / _dl_init / NUMAWrapper / exit / join", one
-    space deeper each line)."""
+def _staircase(t: ThreadDraft) -> bool:
+    """The thread's frame lines indent each under the one before, at least
+    ``MIN_STAIRCASE`` in a row, and never step back out that way: a call tree written by
+    hand, each call under its caller, outermost first ("_dl_open / _dl_init / NUMAWrapper
+    / exit / join", one space deeper each line). Not when its ends say the list is
+    innermost first already (an entry point last, or a blocking call first and none last)."""
+    if len(t.frames) < MIN_STAIRCASE or _ENTRY.match(t.frames[-1].function) or (
+            primitive_of(t.frames[0]) is not None and primitive_of(t.frames[-1]) is None):
+        return False
+    indents = t.indents
     def longest(steps: list[bool]) -> int:
         best = run = 0
         for step in steps:
@@ -181,13 +187,7 @@ def _staircase(indents: list[int]) -> bool:
     return deeper >= MIN_STAIRCASE and shallower < MIN_STAIRCASE
 
 
-def _hand_written(t: ThreadDraft) -> bool:
-    """A thread read without a header, every frame a name alone or with its library only
-    (no line of a tool's own dump format says which end comes first)."""
-    return t.headerless and all(f.line is None for f in t.frames)
-
-
-def _thread_dumps(p: ProcessDraft, flip: bool = False, stair: bool = False) -> list[ThreadDump]:
+def _thread_dumps(p: ProcessDraft, flip: bool = False) -> list[ThreadDump]:
     threads = []
     pybt: list[bool] = []
     for n, t in enumerate(p.threads):
@@ -197,7 +197,7 @@ def _thread_dumps(p: ProcessDraft, flip: bool = False, stair: bool = False) -> l
         if ident.lower().startswith("0x"):
             ident = ident.lower()
         active = None if t.state in (None, "unknown") else (t.state not in ("idle", "sleeping", "waiting"))
-        reverse = t.outermost_first or (flip and t.orient_guess) or (stair and (t.orient_guess or _hand_written(t)))
+        reverse = t.outermost_first or (flip and t.orient_guess) or _staircase(t)
         frames = _without_dumper(tuple(reversed(t.frames)) if reverse else tuple(t.frames))
         if t.source and frames and not frames[0].native:
             # pystack shows no frame for a C call (a lock's acquire, a sleep): the call on

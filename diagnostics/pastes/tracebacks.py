@@ -24,6 +24,7 @@ from hangwatch.diagnostics.pastes.patterns import (
 from hangwatch.diagnostics.stacks import Frame, site_package
 from hangwatch.diagnostics.named_waits import named_category
 from hangwatch.diagnostics.waits import primitive_of
+from hangwatch.diagnostics.primitives import LEAF_CALL
 
 
 def _ipython_frame(s: str) -> Frame | None:
@@ -163,14 +164,10 @@ def blocked_call(frames: list[Frame], source: str) -> list[Frame]:
         # only because the paste stops; a C function of the standard library on its source
         # line (``time.sleep(60)`` inside a patched ``requests.get``) is what it blocks in.
         calls = source_call(source) if row.level == "call" else []
-        return [f for f in calls if _LEAF_CALL.match(f.function) and primitive_of(f) is not None]
+        return [f for f in calls if LEAF_CALL.match(f.function) and primitive_of(f) is not None]
     # A call whose words name a wait (``self._read_from_socket()``, ``lease.acquire_lock()``)
     # is kept too: no row knows it, but ``named_waits`` reads what it waits on.
     return [f for f in source_call(source) if primitive_of(f) is not None or named_category(f) is not None]
-
-
-#: The standard library's own C calls that block (no frame of theirs shows in a traceback).
-_LEAF_CALL = re.compile(r"^(time|os|fcntl|select|signal)\.\w+$")
 
 
 #: A reporter's note after a frame that quotes the code the frame stopped on
@@ -190,6 +187,7 @@ def noted_call(line: str, frames: list[Frame]) -> list[Frame]:
 def end_traceback(b: Builder, keep: bool, error: bool = False) -> None:
     frames, b.tb_frames = b.tb_frames, None
     sources, b.tb_sources = b.tb_sources, []
+    rank, b.tb_rank = b.tb_rank, None
     if frames is None:
         return
     if b.banner is not None and frames:
@@ -198,7 +196,7 @@ def end_traceback(b: Builder, keep: bool, error: bool = False) -> None:
         return
     if keep and frames:
         # Ctrl+C lands in the main thread, in the call on the innermost frame's source line.
-        b.traceback_thread("MainThread", frames, blocked_call(frames, b.tb_source))
+        b.traceback_thread("MainThread", frames, blocked_call(frames, b.tb_source), rank=rank)
     else:
         b.report.skipped += b.tb_lines
         if frames and not error:
@@ -213,7 +211,7 @@ def end_traceback(b: Builder, keep: bool, error: bool = False) -> None:
             # An error's traceback too: a paste whose only frames are in one (the
             # TimeoutError a hung RPC ended in, the DistBackendError of a barrier that
             # timed out) shows where that thread waited; kept only as the only stack.
-            b.tb_pending.append((b.tb_caption, frames, b.tb_lines, error, b.stream_pid))
+            b.tb_pending.append((b.tb_caption, frames, b.tb_lines, error, b.stream_pid, rank))
             if error:
                 b.error_tb_line = b.report.lines
     b.tb_lines = 0
@@ -401,7 +399,7 @@ def traceback_lines(b: Builder, ln: Line) -> bool:
         b.frame_source = -1
         if not s.startswith("File"):
             b.innermost_first = False
-    if b.tb_frames is None and s[0] != "F" and '", line ' in s and not b.recent_first:
+    if b.tb_frames is None and s[0] != "F" and '", line ' in s and 'File "' not in s and not b.recent_first:
         m = CLIPPED_FRAME.search(s)
         if m is not None:
             # A frame line whose start a tool or a terminal clipped ('rc=1 atrick\\x\\a.py",

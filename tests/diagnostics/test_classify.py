@@ -189,7 +189,8 @@ def test_a_main_thread_without_a_name_is_known_by_its_id():
         ([("backend_compile", "jax/_src/compiler.py", 321), ("compile_or_get_cached", "jax/_src/compiler.py", 400)], "torch-compile-stall"),
         # a worker idle in its loop, dumped without the process that feeds it: the work is stuck upstream
         ([("_recv", "billiard/connection.py", 425)], "task-queue-worker-idle"),
-        ([("poll", "kombu/utils/eventio.py", 83), ("drain_events", "kombu/connection.py", 300)], "task-queue-worker-idle"),
+        # ... but Celery's consumer is the feeder: idle alone, the whole worker idles
+        ([("poll", "kombu/utils/eventio.py", 83), ("drain_events", "kombu/connection.py", 300)], "all-idle"),
         ([("get", "multiprocessing/queues.py", 113), ("_worker_loop", "torch/utils/data/_utils/worker.py", 300),
           ("run", "multiprocessing/process.py", 108)], "dataloader-worker-idle"),  # a DataLoader worker waiting for its next index
         ([("select", "selectors.py", 415), ("wait", "multiprocessing/connection.py", 931),
@@ -343,3 +344,17 @@ def test_a_file_system_watchers_queue_wait_never_decides():
                                             Frame("dispatch_events", "watchdog/observers/api.py", 379),
                                             Frame("run", "watchdog/observers/api.py", 213), Frame("_bootstrap_inner", "threading.py", 1075)))
     assert classify(group_series([ProcessDump(27300, (loop, observer))]), SIGS).signature_id == "all-idle"
+
+
+def test_a_native_thread_that_starts_where_the_process_starts_is_the_main_thread():
+    """gdb numbers threads its own way ("Thread 3", "Thread 1", no names): the one whose
+    stack starts in the C runtime's entry (__libc_start_main, Py_BytesMain) is the
+    process's initial thread, and names the verdict when all wait alike."""
+    def waiting(ident, *outer):
+        return ThreadDump(ident, "", (Frame("do_futex_wait", "libpthread.so.0", None, True),
+                                      Frame("PyThread_acquire_lock_timed", "python3", None, True),
+                                      *(Frame(f, "python3", None, True) for f in outer)))
+    worker = waiting("3", "start_thread", "clone")
+    main = waiting("1", "Py_BytesMain", "__libc_start_main", "_start")
+    c = classify(group_series([ProcessDump(None, (worker, main))]), SIGS)
+    assert c.signature_id == "lock-wait" and c.thread_ident == "1"

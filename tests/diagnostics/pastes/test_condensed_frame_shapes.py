@@ -359,3 +359,19 @@ def test_a_hand_written_call_tree_indented_under_each_caller_is_outermost_first(
     assert text_verdict(tmp_path, tree) == "thread-join"
     (funcs,) = thread_functions("".join(name + "\n" for name in names))
     assert funcs[0] == "_dl_open"
+
+
+def test_a_staircase_flips_only_its_own_thread_and_not_an_innermost_first_tree(tmp_path):
+    """The staircase is one thread's own: a gdb backtrace beside a hand-written tree keeps
+    gdb's order (innermost first); and a tree whose first line is a blocking call
+    (innermost first, indented by the writer) is not turned round."""
+    gdb = ("(gdb) bt\n#0  0x00007f0d in __futex_abstimed_wait_common () from /lib/x86_64-linux-gnu/libc.so.6\n"
+           "#1  0x00007f0d in pthread_cond_wait () from /lib/x86_64-linux-gnu/libc.so.6\n"
+           "#2  0x00007f0d in ncclCommInitRank () from /usr/lib/libnccl.so.2\n#3  0x00007f0d in main () from /usr/bin/python3\n\n")
+    tree = "Thread [loader]:\nmain (python3)\n Py_RunMain (libpython3.11.so)\n  init_module (libx.so)\n   Pool::shutdown (libx.so)\n    std::thread::join (libstdc++.so.6)\n"
+    threads = thread_functions(gdb + tree)
+    assert threads[0][0] == "__futex_abstimed_wait_common" and threads[-1][0] == "std::thread::join"
+    inner_first = ("cudaStreamSynchronize (libcudart.so.12)\n at::native::copy_ (libtorch_cuda.so)\n  at::Tensor::item (libtorch_cpu.so)\n"
+                   "   THPVariable_item (libtorch_python.so)\n    _PyEval_EvalFrameDefault (python3.11)\n")
+    assert thread_functions(inner_first)[0][0] == "cudaStreamSynchronize"
+    assert text_verdict(tmp_path, inner_first) == "cuda-synchronize-wait"

@@ -174,3 +174,18 @@ def test_a_rank_prefixed_traceback_is_that_ranks_process(prefix):
              "    result = self.run()"]
     (proc,) = read_text("".join(prefix + line + "\n" for line in lines)).processes
     assert proc.rank == 2 and [f.function for f in proc.threads[0].frames] == ["main", "<module>"]
+
+
+def test_ranks_tracebacks_one_after_another_are_each_ranks_process():
+    """Two ranks' cut tracebacks pasted one after the other, each under its "[rankN]:": two
+    processes, each with its own rank; a stack of another shape after a rank's traceback
+    takes no rank from it."""
+    def tb(rank, call):
+        return "".join(f"[rank{rank}]: {line}\n" for line in [
+            "Traceback (most recent call last):", '  File "/w/train.py", line 10, in <module>', "    main()",
+            '  File "/w/train.py", line 5, in main', f"    {call}"])
+    procs = read_text(tb(0, "dist.barrier()") + tb(1, "dist.all_reduce(t)")).processes
+    assert [(p.rank, p.threads[0].frames[0].function) for p in procs] == [(0, "dist.barrier"), (1, "dist.all_reduce")]
+    gdb = "Thread 1 (Thread 0x7f (LWP 9)):\n#0  0x00007f0d in pthread_cond_wait () from /lib/x86_64-linux-gnu/libc.so.6\n"
+    procs = read_text(tb(3, "dist.barrier()") + "KeyboardInterrupt\n\n" + gdb).processes
+    assert [p.rank for p in procs] == [3, None]
