@@ -237,6 +237,10 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("tokenizer-wait", "a fast tokenizer", "tokenizers `encode_batch`",
         r"^(\w+\.)?(_batch_encode_plus|encode_batch|encode_batch_fast|_encode_plus)$", r"tokenization_utils_fast\.py$|(^|/)tokenizers/"),
     # --- HTTP and RPC clients --------------------------------------------------------------------
+    # dbus-python's (and jeepney's) blocking method call: a D-Bus service's reply over its socket
+    _py("socket-read", "a D-Bus service's reply", "D-Bus blocking call",
+        r"^(\w+\.)?(__call__|call_blocking|send_message_with_reply_and_block|send_and_get_reply)$",
+        r"(^|/)(dbus/(proxies|connection|bus|_dbus)|jeepney/io/(blocking|threading))\.py$", level="call"),
     _py("socket-read", "an HTTP response", "requests", r"^(\w+\.)?(request|get|post|put|send|head|delete|patch)$", r"(^|/)requests/(api|sessions|adapters)\.py$", level="call"),
     _py("socket-read", "an HTTP response", "urllib3 `urlopen`", r"^(\w+\.)?(urlopen|_make_request|getresponse|read|_raw_read|_fp_read|stream|read_chunked|_update_chunk_length)$", r"(^|/)urllib3/"),
     _py("socket-read", "an HTTP response", "httpx / httpcore", r"^(\w+\.)?(handle_request|_send_single_request|_receive_event|_receive_response_headers|read|send|request|_send_handling_auth)$", r"(^|/)(httpx|httpcore)/"),

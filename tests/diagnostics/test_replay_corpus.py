@@ -262,7 +262,6 @@ KNOWN_MISSES = {
     # fresh-2026-12o, missed at its first pass: pytest faulthandler_timeout dump (Timeout (0:05:00)!) quoted in a ``` fence, Windows, paths abbreviated with "...", no Thread header line, test functi
     "spd_decap_68429082754_qmessagebox_modal": "unknown",
     # fresh-2026-12o, missed at its first pass: Ctrl-C (KeyboardInterrupt) traceback in plain forum text (no fence), Python 2.5, single thread, preceded by the tray program's stdout, no "^C" marker
-    "ubuntuforums_57168808970_wicd_tray_dbus_autoconnect": "unknown",
     # fresh-2026-12o, missed at its first pass: py-spy dump --locals (text), single MainThread, no Process/Python header, thread id omitted ("Thread (active+gil)"), Locals written inline after frame
     "vllm_v6d_58563746563_mamba_ref_leak_spin": "unknown",
 }

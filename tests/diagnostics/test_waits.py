@@ -402,6 +402,17 @@ def test_a_sleep_on_the_source_line_of_a_cut_client_call_is_the_wait():
     assert w is not None and w.category == "socket-read"
 
 
+def test_a_blocking_d_bus_call_waits_on_the_service():
+    """dbus-python's proxy call (send_message_with_reply_and_block under it) interrupted by
+    Ctrl-C: the thread waits for the D-Bus service's reply."""
+    text = ('Traceback (most recent call last):\n  File "/opt/wicd/edgy.py", line 209, in auto_reconnect\n'
+            '    daemon.AutoConnect(True)\n  File "/usr/lib/python3/dist-packages/dbus/proxies.py", line 169, in __call__\n'
+            '    reply_message = self._connection.send_message_with_reply_and_block(message, timeout)\nKeyboardInterrupt\n')
+    (proc,) = read_text(text).processes
+    w = wait_of(proc.threads[0])
+    assert w is not None and w.category == "socket-read" and "D-Bus" in w.what and w.caller is not None and w.caller.line == 209
+
+
 def test_a_store_client_that_cannot_connect_waits_on_the_store():
     """init_process_group's TCPStore client never reaching the master: the store is
     what the rank waits on, though the process-group-init signature matches too."""
