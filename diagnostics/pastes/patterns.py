@@ -195,7 +195,9 @@ BANNER_THREAD = re.compile(
 # A sampling tool's or a logger's condensed frame keeps the source on the same line
 # ('File "db.py", line 86, in get_run with self.cache_lock:'): group 4.
 # A path a printer elided from the left loses its opening quote with it ('File ...\\a.py", line 9').
-TRACEBACK_FRAME = re.compile(r'^File:? (?:"|(?=\.\.\.|…))([^"\n]{1,1000})",[ \t]{1,40}line (\d{1,7}),[ \t]{1,40}in (\S{1,300})(?:\s{1,40}(.{0,3000}?))?\s*$')
+# (The same-line source is greedy up to its last non-blank: a lazy one before "\s*$" went
+# quadratic on a run of blanks inside the line.)
+TRACEBACK_FRAME = re.compile(r'^File:? (?:"|(?=\.\.\.|…))([^"\n]{1,1000})",[ \t]{1,40}line (\d{1,7}),[ \t]{1,40}in (\S{1,300})(?:\s{1,40}(\S(?:.{0,3000}\S)?))?\s*$')
 # IPython / Jupyter tracebacks (ultralytics#6206): "Empty      Traceback (most recent call last)",
 # then frames as "File C:\\...\\dataloader.py:1132, in Class.method(self, timeout)" (IPython 8),
 # "~/lib/python3.7/.../dataloader.py in _try_get_data(self, timeout)" (older IPython),

@@ -457,3 +457,13 @@ def test_a_frame_line_clipped_at_its_start_is_still_a_frame():
     # prose that only mentions a frame's location is no frame
     with pytest.raises(InputError):
         read_text('see the error at x.py", line 3, in f for details\n')
+
+
+@pytest.mark.timeout(15)
+def test_a_run_of_blanks_inside_frame_lines_reads_in_linear_time():
+    """A traceback frame line with thousands of blanks inside its function name (a hostile or
+    mangled paste): each line is read in time linear in its length, so 400 of them finish
+    well inside the test's timeout (the same-line source's match used to be quadratic)."""
+    line = '  File "/home/u/lib/python3.5/threading.py", line 1288, in _shut' + " " * 3000 + "down"
+    with pytest.raises(InputError):
+        read_text("\n".join([line] * 400))
