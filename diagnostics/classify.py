@@ -644,8 +644,12 @@ def _lone_parent(pick: ProcessVerdict, with_stacks: Sequence[ProcessVerdict], si
     if w is None or w.category != "subprocess-wait":
         return None
     # The launcher's own idle signature when it says what to do alone (spawn's parent).
-    idle = next((sig for sig in signatures if sig.kind == "idle" and sig.title == pick.idle_label and sig.advice), None)
-    return idle or find(tuple(signatures), "child-process-wait")
+    return _idle_signature(pick, signatures) or find(tuple(signatures), "child-process-wait")
+
+
+def _idle_signature(pick: ProcessVerdict, signatures: Sequence[Signature]) -> Signature | None:
+    """The idle signature ``pick`` idles in, when it has advice of its own to give alone."""
+    return next((sig for sig in signatures if sig.kind == "idle" and sig.title == pick.idle_label and sig.advice), None)
 
 
 #: Idle loops of a worker that a parent process feeds: alone in a paste, the worker is
@@ -667,7 +671,7 @@ def _lone_worker(pick: ProcessVerdict, with_stacks: Sequence[ProcessVerdict], si
     if pick.thread is None or any(v.state != "idle" or not v.waiting_for_work or v.idle_label != pick.idle_label
                                   for v in with_stacks):
         return None
-    idle = next((sig for sig in signatures if sig.kind == "idle" and sig.title == pick.idle_label and sig.advice), None)
+    idle = _idle_signature(pick, signatures)
     if idle is None or idle.id not in (_FED_WORKERS if len(with_stacks) == 1 else _WORKER_ONLY):
         return None
     if idle.id not in _WORKER_ONLY and not any(_POOL_CHILD.search(f.file.replace("\\", "/")) for f in pick.thread.frames):

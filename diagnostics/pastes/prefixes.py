@@ -189,7 +189,7 @@ def shared_prefix(lines: list[str]) -> re.Pattern[str] | None:
             break
         if kind not in "9a ":
             marks += 1
-        if marks >= 2 and (kind not in "9a " or first[i + 1:i + 2] == [" "] or (i + 1 < len(first) and first[i + 1].isspace())):
+        if marks >= 2 and (kind not in "9a " or (i + 1 < len(first) and first[i + 1].isspace())):
             end = i + 1
     if not end:
         return None

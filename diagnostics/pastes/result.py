@@ -175,16 +175,17 @@ def _staircase(t: ThreadDraft) -> bool:
     if len(t.frames) < MIN_STAIRCASE or _ENTRY.match(t.frames[-1].function) or (
             primitive_of(t.frames[0]) is not None and primitive_of(t.frames[-1]) is None):
         return False
-    indents = t.indents
-    def longest(steps: list[bool]) -> int:
-        best = run = 0
-        for step in steps:
-            run = run + 1 if step else 0
-            best = max(best, run)
-        return best + 1 if best else 0
-    deeper = longest([b > a for a, b in zip(indents, indents[1:])])
-    shallower = longest([b < a for a, b in zip(indents, indents[1:])])
-    return deeper >= MIN_STAIRCASE and shallower < MIN_STAIRCASE
+    steps = list(zip(t.indents, t.indents[1:]))
+    return _longest_run([b > a for a, b in steps]) >= MIN_STAIRCASE and _longest_run([b < a for a, b in steps]) < MIN_STAIRCASE
+
+
+def _longest_run(steps: list[bool]) -> int:
+    """Lines in the longest run of steps that hold (a run of k steps spans k + 1 lines)."""
+    best = run = 0
+    for step in steps:
+        run = run + 1 if step else 0
+        best = max(best, run)
+    return best + 1 if best else 0
 
 
 def _thread_dumps(p: ProcessDraft, flip: bool = False) -> list[ThreadDump]:
