@@ -332,3 +332,35 @@ def test_lines_a_mail_client_wrapped_at_spaces_are_put_back(tmp_path):
                 "OpType=_REDUCE_SCATTER_BASE, NumelIn=544997376, NumelOut=68124672,\n"
                 "Timeout(ms)=600000) ran for 600003 milliseconds before timing out.\n")
     assert text_verdict(tmp_path, watchdog) == "nccl-collective-wait"
+
+
+def test_a_paste_cut_at_one_width_without_padding_is_joined():
+    """A console capture cut at its width (204 columns here) with nothing padded: gdb frames
+    whose library went to the next line, and a frame's Python location inside its
+    arguments, come back whole. Before, the cut frames lost their library and a line cut
+    inside a call's arguments left the Python frame unread."""
+    lines = [
+        "#0  0x00007fa4 in syscall () from /lib/x86_64-linux-gnu/libc.so.6",
+        "#1  0x00007fa4 in absl::synchronization_internal::Waiter::Wait(absl::synchronization_internal::KernelTimeout) () "
+        "from /home/ray/anaconda3/lib/python3.9/site-packages/ray/_raylet.so",
+        "#2  0x00007fa4 in absl::Mutex::LockSlowWithDeadline(absl::MuHowS const*, absl::Condition const*, "
+        "absl::synchronization_internal::KernelTimeout, int) () from /home/ray/anaconda3/lib/python3.9/site-packages/ray/_raylet.so",
+        "#3  0x00007fa4 in absl::Mutex::Lock() () from /home/ray/anaconda3/lib/python3.9/site-packages/ray/_raylet.so",
+    ]
+    width = 100
+    cut = "\n".join("\n".join(line[i:i + width] for i in range(0, len(line), width)) for line in lines)
+    frames = read_text(cut).processes[0].threads[0].frames
+    assert [f.function.split("(")[0] for f in frames] == [
+        "syscall", "absl::synchronization_internal::Waiter::Wait", "absl::Mutex::LockSlowWithDeadline", "absl::Mutex::Lock"]
+    assert {f.file.rsplit("/", 1)[-1] for f in frames[1:]} == {"_raylet.so"}
+
+
+def test_whole_lines_of_the_widest_length_are_not_joined_to_the_frames_after_them():
+    """The same widest frame in each worker thread is no cut: the frame after it stays its own."""
+    site = "/home/researcher/miniconda3/envs/train/lib/python3.10/"
+    text = "".join(f'Thread {n} (idle): "ThreadPoolExecutor-0_{n}"\n'
+                   f"    _wait_for_work_item_from_the_queue_of_the_pool ({site}concurrent/futures/thread.py:81)\n"
+                   f"    run ({site}threading.py:953)\n" for n in range(3))
+    (proc,) = read_text(text).processes
+    assert [[f.function for f in t.frames] for t in proc.threads] == [
+        ["_wait_for_work_item_from_the_queue_of_the_pool", "run"]] * 3
