@@ -327,7 +327,8 @@ def _backs_off(function: str) -> bool:
 
 #: Native calls that take a lock by name (see ``Wait.weak``).
 _EXPLICIT_LOCK = re.compile(r"^(__)?pthread_(mutex|spin|rwlock)_\w*lock\w*$|^(__)?lll_lock_wait\w*$|^std::(shared_)?mutex::lock"
-                            r"|^\w*_spin(lock)?_lock\w*$|EnterCriticalSection|^RtlpWaitOnCriticalSection$|AcquireSRWLock")
+                            r"|^\w*_spin(lock)?_lock\w*$|EnterCriticalSection|^RtlpWaitOnCriticalSection$|AcquireSRWLock"
+                            r"|(^|::)(Mutex::(Lock|LockSlow\w*|ReaderLock|WriterLock)|SpinLock::(Lock|SlowLock))$")
 
 #: Native calls that block reading (or connecting) one descriptor (see ``Wait.weak``).
 _BLOCKING_READ = re.compile(r"^(__)?(libc_)?(read|recv|recvfrom|recvmsg|accept4?|connect)(_nocancel)?$|^__GI___libc_read$")

@@ -622,6 +622,12 @@ def test_a_named_mutex_taken_by_an_extension_is_a_lock_wait_a_bare_futex_is_not(
     assert w is not None and w.category == "lock-wait" and not w.weak
     w = wait_of(_thread(_c("RtlEnterCriticalSection", "ntdll"), _c("Log::write", "app"), USER))
     assert w is not None and w.category == "lock-wait" and not w.weak
+    # abseil's Mutex (gRPC, Ray, TensorFlow, XLA), its futex-backed waiter innermost
+    absl = "/envs/ray/lib/python3.9/site-packages/ray/libabsl_synchronization.so"
+    w = wait_of(_thread(_c("absl::lts_20211102::synchronization_internal::Waiter::Wait", absl),
+                        _c("absl::lts_20211102::Mutex::Block", absl), _c("absl::lts_20211102::Mutex::LockSlowWithDeadline", absl),
+                        _c("absl::lts_20211102::Mutex::LockSlow", absl), ext))
+    assert w is not None and w.category == "lock-wait" and not w.weak
     w = wait_of(_thread(_c("futex_wait"), ext, USER))
     assert w is not None and w.weak
 
