@@ -30,7 +30,7 @@ _KNOWN_KEYS = {"id", "title", "priority", "match", "thread", "process", "frames"
 #: engine's or a worker's loop); helper: a background thread that never decides
 #: the verdict (progress bars, pin-memory, monitors, watchdogs).
 KINDS = ("stall", "idle", "helper")
-_FRAME_KEYS = {"function", "file", "regex", "innermost"}
+_FRAME_KEYS = {"function", "file", "regex", "innermost", "outermost"}
 #: Signatures look at the innermost frames only: a stall is where the thread
 #: is, and a runaway recursion in a paste must not cost time.
 MAX_MATCH_FRAMES = 256
@@ -76,6 +76,10 @@ class FramePattern:
     #: "acquire" says the thread waits only where the stack ends); a number N: one of the
     #: N innermost (a kernel library's wrapper under torch's op dispatch); 0: any frame
     innermost: int = 0
+    #: only the thread's outermost Python frame may match: a function the interpreter calls
+    #: with nothing of the program's below it (an exit hook run by atexit), not the same
+    #: function called by the program's own code
+    outermost: bool = False
 
     def __post_init__(self) -> None:
         # Compiled once: a big paste is matched frame by frame.
@@ -178,13 +182,21 @@ class Signature:
             lines = None
         if lines is None:
             lines = ThreadLines(frames)
-        hits = [[f for f in (_innermost(frames, p.innermost) if p.innermost else frames) if p.matches(f)] if p.could_match(lines) else []
-                for p in self.frames]
+        hits = [[f for f in _scope(frames, p, thread.frames) if p.matches(f)] if p.could_match(lines) else [] for p in self.frames]
         if self.match == "all" and not all(hits):
             return ()
         evidence = {id(f): f for group in hits for f in group}
         # Keep stack order (innermost first).
         return tuple(f for f in frames if id(f) in evidence)
+
+
+def _scope(frames: tuple[Frame, ...], pattern: FramePattern, whole: tuple[Frame, ...]) -> tuple[Frame, ...]:
+    """The frames ``pattern`` may match: its innermost ones, the thread's outermost Python
+    frame (when ``frames`` reaches it), or all."""
+    if pattern.outermost:
+        last = next((f for f in reversed(whole) if not f.native), None)
+        return (last,) if last is not None and any(f is last for f in frames) else ()
+    return _innermost(frames, pattern.innermost) if pattern.innermost else frames
 
 
 def _innermost(frames: Sequence[Frame], n: int) -> tuple[Frame, ...]:
@@ -291,7 +303,7 @@ def _build(entry: Mapping[str, Any], path: Path, index: int, line: int | None) -
             raise fail(f"frames[{n}] must be a table, got {raw!r}")
         bad = set(raw) - _FRAME_KEYS
         if bad:
-            raise fail(f"frames[{n}]: unknown key(s) {sorted(bad)}; allowed: function, file, regex, innermost")
+            raise fail(f"frames[{n}]: unknown key(s) {sorted(bad)}; allowed: function, file, regex, innermost, outermost")
         if raw.get("function") is None and raw.get("file") is None:
             raise fail(f"frames[{n}] needs 'function' or 'file'")
         regex = raw.get("regex", False)
@@ -300,13 +312,16 @@ def _build(entry: Mapping[str, Any], path: Path, index: int, line: int | None) -
         only_innermost = raw.get("innermost", False)
         if not isinstance(only_innermost, int) or (not isinstance(only_innermost, bool) and only_innermost < 1):
             raise fail(f"frames[{n}]: 'innermost' must be true, false or a positive number of frames, got {only_innermost!r}")
+        outermost = raw.get("outermost", False)
+        if not isinstance(outermost, bool):
+            raise fail(f"frames[{n}]: 'outermost' must be true or false, got {outermost!r}")
         for key in ("function", "file"):
             value = raw.get(key)
             if value is not None and not isinstance(value, str):
                 raise fail(f"frames[{n}]: '{key}' must be a string, got {value!r}")
             if value is not None and regex:
                 _compile(value, fail, f"frames[{n}].{key}")
-        frames.append(FramePattern(raw.get("function"), raw.get("file"), regex, int(only_innermost)))
+        frames.append(FramePattern(raw.get("function"), raw.get("file"), regex, int(only_innermost), outermost))
     return Signature(
         id=sid,
         title=entry["title"].strip(),

@@ -225,7 +225,6 @@ KNOWN_MISSES = {
     # fresh-2026-12l, missed at its first pass: gdb bt of PyPy (native frames only, RPython-generated pypy_g_* symbols, vmprof frames, gdb pager prompt in the middle), cut (only frames #37-#47 recov
     "pypy_3904_cpyext_callback_gil_wait": "unknown",
     # fresh-2026-12l, missed at its first pass: Ctrl-C (KeyboardInterrupt) traceback at exit ("Error in atexit._run_exitfuncs"), main thread only, final exception line not pasted, whole as pasted
-    "watchtower_115_atexit_flush_queue_join_botocore_debug": "queue-wait",
     # fresh-2026-12m, missed at its first pass: gdb `bt` of the main thread, abridged by the PR author (frames elided with "...", several frame numbers skipped, author "<-- re-locks it" / "<-- alrea
     "aorta_438_rocprofiler_exit_self_deadlock": "lock-wait",
     # fresh-2026-12m, missed at its first pass: three excerpted faulthandler stack fragments (controller main thread, one execnet receiver thread, one worker main thread) in separate fences without 

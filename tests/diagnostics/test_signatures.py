@@ -52,6 +52,8 @@ def test_user_signatures_extend_and_override(tmp_path):
         ('[[signature]]\nid = "c"\ntitle = "t"\nadvice = "x"\ncollective = "yes"\nframes = [{ file = "x.py" }]\n', r"'collective' must be true or false"),
         ('[[signature]]\nid = "f"\ntitle = "t"\nadvice = "x"\nframes = [{ file = "x.py", innermost = 0 }]\n',
          r"frames\[1\]: 'innermost' must be true, false or a positive number"),
+        ('[[signature]]\nid = "o"\ntitle = "t"\nadvice = "x"\nframes = [{ file = "x.py", outermost = 1 }]\n',
+         r"frames\[1\]: 'outermost' must be true or false"),
         ('[[signature]]\nid = "s"\ntitle = "t"\nframes = [{ file = "x.py" }]\n', r"missing 'advice'"),
     ],
 )
@@ -97,6 +99,20 @@ def test_a_signature_file_that_is_a_fifo_device_or_huge_is_refused_by_name(tmp_p
                       (deep, "nested too deeply")):
         err = usage_error(capsys, "replay", "--signatures", str(path), dump)
         assert f"{path}: " in err and why in err, err
+
+
+def test_a_frame_pattern_may_ask_for_the_threads_outermost_frame(tmp_path):
+    """``outermost = true``: an exit hook the interpreter runs (logging's ``shutdown`` at
+    exit) matches; the same function called by the program's own code does not."""
+    path = tmp_path / "sigs.toml"
+    path.write_text('[[signature]]\nid = "exit"\ntitle = "t"\nadvice = "x"\n'
+                    'frames = [{ function = "shutdown", file = "logging/__init__.py", outermost = true }]\n')
+    (sig,) = load_signatures([path], builtin=False)
+    wait = (Frame("wait", "threading.py", 320), Frame("join", "queue.py", 89), Frame("flush", "watchtower/__init__.py", 254))
+    hook = Frame("shutdown", "logging/__init__.py", 2036)
+    assert sig.match_thread(ThreadDump("1", "MainThread", wait + (hook, Frame("Py_FinalizeEx", "libpython3.11.so", None, native=True))), "")
+    called = wait + (hook, Frame("_clearExistingHandlers", "logging/config.py", 275), Frame("main", "app.py", 9))
+    assert not sig.match_thread(ThreadDump("1", "MainThread", called), "")
 
 
 def test_a_frame_pattern_may_look_at_the_n_innermost_frames(tmp_path):
