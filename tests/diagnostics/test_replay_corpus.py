@@ -47,12 +47,12 @@ KNOWN_MISSES = {
     "gh-cpython_120696_macos-sample-tsan-faulthandler": "unknown",
     "gh-fastai_1589_long-token-processpool-hang": "pool-worker-idle",
     "gh-hf-hub_2399_softfilelock-exit-join": "shutdown-join",
-    "gh-pytorch_58239_future-mutex-gil-inversion": "unknown",
+    "gh-pytorch_58239_future-mutex-gil-inversion": "lock-wait",
     "gh-ray_1049_actor-sysexit-get-hangs": "unknown",
     "gh-ray_29576_actor-sigabrt-driver-hang": "all-idle",
     "gh-returnn_1497_nondaemonic-spawn-waitpid": "unknown",
     "gh-returnn_1499_main-proc-exit-pyspy": "unknown",
-    "gh-tczhangzhi-pytorch-distributed_18_spawn-store-barrier-timeout": "all-idle",
+    "gh-tczhangzhi-pytorch-distributed_18_spawn-store-barrier-timeout": "spawn-launcher-wait",
     "gh-tfhub_326_colab-module-lockfile-wait": "unknown",
     "gh-ultralytics_673_yolo-train-hang-cut": "unknown",
     # The second fresh collection (collection: fresh-2026-12b), used as a development set for the
@@ -77,7 +77,7 @@ KNOWN_MISSES = {
     "md_drain_audit_tasks_busy_loop_gil": "unknown",
     "md_vllm_ple_offload_cuda_graph_warmup": "vllm-cuda-graph-replay",
     "psycopg2_703_condensed_rollback_mutex": "socket-read",
-    "ray_26414_gdb_actor_failed_absl_mutex": "event-wait",
+    "ray_26414_gdb_actor_failed_absl_mutex": "lock-wait",
     "xpra_55_gdb_py2_gil_xsendevent": "all-idle",
     # The fourth fresh collection (collection: fresh-2026-12d): what its first pass said.
     "ddtrace_6308_urllib3_finalizer_event_lock": "unknown",
@@ -102,7 +102,6 @@ KNOWN_MISSES = {
     "chainer_2903_ctrlc_multiprocess_iterator_opencv": "queue-wait",
     # fresh-2026-12f, missed at its first pass: Ctrl-C KeyboardInterrupt traceback, interleaved parent/child ("Process SpawnProcess-1:"), first
     "fairseq_4619_ctrlc_spawn_wandb_exit": "unknown",
-    # fresh-2026-12f, missed at its first pass: Ctrl-C KeyboardInterrupt tracebacks of multiprocessing ForkPoolWorker processes (interleaved
     # fresh-2026-12f, missed at its first pass: gdb bt of one child thread ("Child another thread"), native C++ frames only, fence opened on the
     "grpc_38020_gdb_bt_postfork_absl_spinlock": "lock-wait",
     # fresh-2026-12f, missed at its first pass: eventlet/oslo "Green Threads" report (Guru Meditation-style), Python 2.7, fenced; cut excerpt (only
@@ -111,7 +110,6 @@ KNOWN_MISSES = {
     "kafkapython_1830_pybt_ensure_coordinator_ready_rlock": "fork-inherited-lock",
     # fresh-2026-12f, missed at its first pass: Ctrl-C KeyboardInterrupt output from multiprocessing ForkProcess workers ("Process ForkProcess-N:"
     "kdiffusion_81_ctrlc_inductor_forkprocess_pool": "lock-wait",
-    # fresh-2026-12f, missed at its first pass: log-prefixed worker traceback, every line prefixed with a wall-clock timestamp and `[rank2]:`,
     # fresh-2026-12f, missed at its first pass: Google Colab interrupted-cell traceback (KeyboardInterrupt header not in the paste; IPython `-->`
     "ragatouille_210_colab_interrupt_colbert_launcher": "unknown",
     # fresh-2026-12f, missed at its first pass: py-spy dump (MainThread), Python 3.10, fenced inside a <details> block; cut excerpt (truncated at
@@ -168,7 +166,6 @@ KNOWN_MISSES = {
     "jupyter_notebook_5261_pool_map_stuck_ipython_keyboardinterrupt": "subprocess-wait",
     # fresh-2026-12i, missed at its first pass: Ctrl-C KeyboardInterrupt traceback tail (no "Traceback (most recent call last):" header in the quote, starts a
     "matrix_nio_386_asyncclient_offline_server_ctrl_c": "all-idle",
-    # fresh-2026-12i, missed at its first pass: pytest-timeout (thread method) output pasted with a leading tab on every line, including the shell prompts and
     # fresh-2026-12i, missed at its first pass: gdb 'thread apply all bt' excerpt (native frames only, with source paths/args), starts mid-thread at #8 of a c
     "pytorch_56786_pyrref_gil_dealloc_deadlock": "unknown",
     # fresh-2026-12i, missed at its first pass: Python traceback from a Ray Train worker (frames without source lines because the working_dir files are not on
@@ -180,14 +177,13 @@ KNOWN_MISSES = {
     # fresh-2026-12i, missed at its first pass: pytest-timeout (signal method) output with the pytest header lines, "+++ Timeout +++" banners on both sides an
     "simplelogin_apple_receipt_requests_post_no_timeout_pytest_timeout": "unknown",
     # fresh-2026-12i, missed at its first pass: pytest faulthandler_timeout dump appended to a pytest -v progress line ("... Timeout (0:00:10)!"), thread id a
-    "starlette_testclient_infinite_sse_stream_faulthandler": "unknown",
+    "starlette_testclient_infinite_sse_stream_faulthandler": "socket-read",
     # fresh-2026-12i, missed at its first pass: py-spy dump --native excerpt (no Process header), single MainThread with native NCCL frames (file:line) and a 
     "tgi_2099_nccl_regression_allreduce_launch_sched_yield_native": "nccl-collective-wait",
     # fresh-2026-12i, missed at its first pass: pytest-timeout (thread method) stack tail with paths elided as "...", two frames with source lines (test -> tk
     "tkinter_dlg_update_cocoa_runloop_pytest_timeout": "unknown",
     # fresh-2026-12i, missed at its first pass: pytest-style "E       " prefixed traceback of a torch.multiprocessing.spawn ProcessRaisedException (the error 
-    "torchdata_659_rank0_late_shared_seed_store_socket_timeout": "nccl-collective-wait",
-    # fresh-2026-12j, missed at its first pass: faulthandler dump produced by sending SIGSEGV ('Fatal Python error: Segmentation fault'), Python 2.7 format wi
+    "torchdata_659_rank0_late_shared_seed_store_socket_timeout": "unknown",
     # fresh-2026-12j, missed at its first pass: gdb 'info threads' (single remaining thread) followed by 'bt' with full source locations (glibc futex/pthread_
     "cpython_96387_main_thread_drop_gil_force_switching_daemon_exit_gdb": "gil-deadlock",
     # fresh-2026-12j, missed at its first pass: gdb native bt with python-gdb frame annotations (PyEval_EvalFrameEx ... Frame ... for file fsspec/asyn.py, lin
@@ -202,7 +198,6 @@ KNOWN_MISSES = {
     "github_pytest_asyncio_327_windows_run_forever_keyboardinterrupt": "all-idle",
     # fresh-2026-12j, missed at its first pass: macOS /usr/bin/sample report header (Process/Path/Analysis Tool ...) followed by the start of the 'Call graph:
     "grpc_31885_fork_threadpool_hang_macos_sample_raylet": "unknown",
-    # fresh-2026-12j, missed at its first pass: py-spy dump of a spawned DataLoader worker process (Process/Python header, 3 threads: MainThread in _worker_lo
     # fresh-2026-12j, missed at its first pass: Windows py-spy dump (shell prompt + Process/Python header, backslash paths), MainThread + tqdm monitor thread 
     "musubi_tuner_1124_cache_latents_pyav_hevc_decode_pyspy": "event-wait",
     # fresh-2026-12j, missed at its first pass: condensed native backtrace (function names only, innermost first) with '←' annotations added by the author, ta
@@ -217,14 +212,12 @@ KNOWN_MISSES = {
     "precommit_1496_stalls_on_hooks_checkout": "unknown",
     # fresh-2026-12k, missed at its first pass: faulthandler.dump_traceback_later(60) output ("Thread 0x... (most recent call first):" / "File ..., line N in 
     "prefect_8983_log_worker_thread_hangs_at_exit": "all-idle",
-    # fresh-2026-12k, missed at its first pass: hand-trimmed py-spy stack (three Python frames, no thread header, no native frames) pasted in the issue descri
     # fresh-2026-12l, missed at its first pass: gdb batch output (info threads + bt of the only thread), native frames only, aarch64 with [PAC] markers, no Python frames; register dump and disassemb
     "chromadb_rust_child_after_fork_futex": "all-idle",
     # fresh-2026-12l, missed at its first pass: gdb bt fragment (5 native frames with source lines, CPython internals) plus the reporter's prose summary of the two threads, whole as pasted
     "gilectomy_11_gc_lock_deadlock": "all-idle",
     # fresh-2026-12l, missed at its first pass: gdb bt of PyPy (native frames only, RPython-generated pypy_g_* symbols, vmprof frames, gdb pager prompt in the middle), cut (only frames #37-#47 recov
     "pypy_3904_cpyext_callback_gil_wait": "unknown",
-    # fresh-2026-12l, missed at its first pass: Ctrl-C (KeyboardInterrupt) traceback at exit ("Error in atexit._run_exitfuncs"), main thread only, final exception line not pasted, whole as pasted
     # fresh-2026-12m, missed at its first pass: gdb `bt` of the main thread, abridged by the PR author (frames elided with "...", several frame numbers skipped, author "<-- re-locks it" / "<-- alrea
     "aorta_438_rocprofiler_exit_self_deadlock": "lock-wait",
     # fresh-2026-12m, missed at its first pass: three excerpted faulthandler stack fragments (controller main thread, one execnet receiver thread, one worker main thread) in separate fences without 
@@ -247,22 +240,34 @@ KNOWN_MISSES = {
     "llamafactory_67261605784_nan_grad_reducescatter": "unknown",
     # fresh-2026-12n, missed at its first pass: hand-condensed py-spy --native dump: native frames collapsed into one line with "→" after a leading "...", eight pool threads merged into one "Thread 
     "ros2_chess_pickplace_62741947703_lost_wakeup_rcl_wait": "queue-wait",
-    # fresh-2026-12n, missed at its first pass: hand-trimmed py-spy dump, three threads, some frames without line numbers, thread headers in a non-standard form ("Thread MainThread (idle):", quoted 
     # fresh-2026-12n, missed at its first pass: hand-condensed py-spy dump (Windows, CPython 3.12-ish threading.py:355), two threads, arrows "->" joining frames, several frames collapsed on one line
     "tinycmdr_69396745480_notes_lock_selfdeadlock": "unknown",
     # fresh-2026-12n, missed at its first pass: gdb native backtrace of the spinning thread, function names only with "(...)" argument elision, innermost first, fenced; no thread header; 6 frames
     "ttxla_61075030085_completion_queue_gdb": "unknown",
     # fresh-2026-12n, missed at its first pass: py-spy dump excerpt, one thread with anonymised thread id "0x...", middle frames elided by the reporter with "...", fenced; no process header
     "vllmmetal_57356270829_async_eval_stall": "unknown",
-    # fresh-2026-12n, missed at its first pass: py-spy dump excerpt without thread header, middle frames elided with "...", one frame marked by the author with "← here", fenced
-    # fresh-2026-12n, missed at its first pass: complete py-spy dump on Windows (Process/Python header lines, backslash module paths, Python 3.12.10), 7 threads, fenced
     # fresh-2026-12o, missed at its first pass: Ctrl-C (KeyboardInterrupt) output inside a ``` fence, Python 3.7, several processes interleaved: 5 ForkPoolWorker crash tracebacks, then a KeyboardInt
     "loguru_mpbug_readme_pool_join_unpickle": "subprocess-wait",
     # fresh-2026-12o, missed at its first pass: pytest faulthandler_timeout dump (Timeout (0:05:00)!) quoted in a ``` fence, Windows, paths abbreviated with "...", no Thread header line, test functi
     "spd_decap_68429082754_qmessagebox_modal": "unknown",
-    # fresh-2026-12o, missed at its first pass: Ctrl-C (KeyboardInterrupt) traceback in plain forum text (no fence), Python 2.5, single thread, preceded by the tray program's stdout, no "^C" marker
     # fresh-2026-12o, missed at its first pass: py-spy dump --locals (text), single MainThread, no Process/Python header, thread id omitted ("Thread (active+gil)"), Locals written inline after frame
     "vllm_v6d_58563746563_mamba_ref_leak_spin": "unknown",
+    # fresh-2026-12q, missed at its first pass: pytest faulthandler_timeout dump (Timeout (0:03:00)!, 4 threads, Python 3.13 on macOS) immediately followed by pytest-timeout thread-method dump of the same hang (3 threads, MainThread stuck in a hear
+    "graphene_full_matrix_sqlite_connect_close_wal_faulthandler_and_timeout": "asyncio-blocked",
+    # fresh-2026-12r, missed at its first pass: gdb session after SIGINT: `bt` of the single nccl-tests main thread (sched_yield <- testStreamSynchronize <- completeColl <- TimeTest), C/CUDA frames with source lines; paste cut after frame #4 (cut i
+    "nccl_606_nccl_tests_gpu2_gpu3_p2p_stream_sync": "cuda-synchronize-wait",
+    # fresh-2026-12q, missed at its first pass: Ctrl-C (three times) at a stalled 'poetry install' (packages stuck at Pending...): 'Error in atexit._run_exitfuncs' traceback, Python 3.8, interpreter exit in concurrent.futures.thread._python_exit jo
+    "poetry_6836_install_pending_atexit_python_exit_join_ctrlc": "shutdown-join",
+    # fresh-2026-12q, missed at its first pass: pytest-timeout thread-method dump, only the last 6 lines (tail -6) of the main-thread stack plus Timeout banner; one thread shown; Python version not stated
+    "powerpetdoor_r7_mutant_feed_infinite_loop_timeout_tail": "unknown",
+    # fresh-2026-12q, missed at its first pass: Ctrl-C KeyboardInterrupt traceback, Python 3.6, keras fit_generator main thread blocked in queue.get (Condition.wait), one thread, pasted inside a test docstring with a leading comment line
+    "prednet_test_black_16_frames_fit_generator_queue_get_ctrlc": "queue-wait",
+    # fresh-2026-12r, missed at its first pass: gdb `bt` of the main thread (single thread), native frames with CPython 3.8 debug symbols; paste is cut after frame #13 (cut in the stored copy of the comment, the rest of the backtrace is not availab
+    "salt_57456_salt_call_zmq_ctx_term_gc_at_exit": "vllm-engine-core-ipc",
+    # fresh-2026-12q, missed at its first pass: pytest-timeout dump (Windows, Python 3.11.9, pytest 9.1.1, timeout-2.4.0), 2 threads: anyio blocking-portal event loop idle in IOCP GetQueuedCompletionStatus, MainThread in starlette TestClient portal
+    "sovereignai_testclient_sse_stream_infinite_generator_pytest_timeout": "future-wait",
+    # fresh-2026-12q, missed at its first pass: Ctrl-C (three times) at a hung make html: 'Error in atexit._run_exitfuncs' traceback, Python 3.7, interpreter exit in concurrent.futures.thread._python_exit joining an executor thread; one thread show
+    "sphinx_9072_intersphinx_parallel_rebuild_python_exit_join_ctrlc": "shutdown-join",
 }
 
 
