@@ -36,8 +36,8 @@ from hangwatch.diagnostics.signatures import Signature, find
 from hangwatch.diagnostics.stacks import Frame, ProcessSeries, ThreadDump
 from hangwatch.diagnostics.thread_roles import Matcher, helper_match, is_main, rank_from_cmdline
 from hangwatch.diagnostics.wait_context import (
-    blocks_event_loop, finalizer_lock, fork_inherited, forked_in_logging, loop_blocked, reentered_from_finalizer,
-    rank_in_step, stream_lock_inherited,
+    awaits_its_coroutine, blocks_event_loop, finalizer_lock, fork_inherited, forked_in_logging, loop_blocked, reentered_from_finalizer,
+    program_awaits, rank_in_step, stream_lock_inherited,
 )
 from hangwatch.diagnostics.waits import family_signature, guessed_wait, named_family, outranks_wrapper, refine, wait_of
 
@@ -353,6 +353,12 @@ def _process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sou
     if not pool:
         return ProcessVerdict(series, "idle", source=source, idle_label="no threads")
     t, frozen, facts = min(pool, key=lambda c: _telling_rank(c[:2], pid))
+    if facts.idle is not None and facts.idle.id == "event-loop-idle" and is_main(t, pid) and awaits_its_coroutine(t):
+        # The program's own asyncio.run (or a test's) with nothing left to run: it awaits
+        # a coroutine that never completes, where a server's loop would wait for requests.
+        sig = program_awaits(signatures)
+        evidence = facts.idle.match_thread(t, cmd)
+        return ProcessVerdict(series, "stalled", sig, t, evidence, frozen, False, "", ((t, sig, evidence),), source)
     if facts.idle is not None:
         return ProcessVerdict(series, "idle", None, t, facts.idle.match_thread(t, cmd), frozen, True, facts.idle.title, (), source)
     if not workers:

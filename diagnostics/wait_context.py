@@ -8,7 +8,10 @@ that wait means, whatever the call:
 * a finalizer that interrupted a call of its own thread and waits inside it waits for a
   lock that call holds (``reentered_from_finalizer``);
 * a synchronous wait made on an asyncio event loop's own thread stops the loop and every
-  coroutine on it (``blocks_event_loop``).
+  coroutine on it (``blocks_event_loop``);
+* an idle event loop that the program's own code (or a test) started to run one coroutine
+  to its end waits on that coroutine, which never completes; a server's loop started by
+  its framework waits for requests (``awaits_its_coroutine``).
 
 ``classify`` applies these to a generic verdict (the lock wait, a family) only; a
 bug-specific signature keeps its own.
@@ -21,7 +24,7 @@ from typing import Sequence
 
 from hangwatch.diagnostics.named_waits import named_frames, words
 from hangwatch.diagnostics.signatures import Signature, find
-from hangwatch.diagnostics.stacks import Frame, ThreadDump, started_by_threading
+from hangwatch.diagnostics.stacks import Frame, ThreadDump, site_package, started_by_threading, top_package
 from hangwatch.diagnostics.waits import (
     FAMILY_PRIORITY, GIL, MAX_WAIT_FRAMES, Wait, family_signature, guessed_wait, wait_of,
 )
@@ -289,3 +292,66 @@ def blocks_event_loop(thread: ThreadDump) -> Wait | None:
     if any(not f.native and _LOOP_FRAME.search(f.function) and _LOOP_FILE.search(f.file.replace("\\", "/")) for f in further):
         return w
     return None
+
+
+#: Running a coroutine to its end on an event loop: asyncio.run (its Runner), run_until_complete,
+#: uvloop's and anyio's run.
+_RUN_TO_END = re.compile(r"^(\w+\.)?(run|run_until_complete)$")
+_RUN_TO_END_FILE = re.compile(r"(^|/)(asyncio/(runners|base_events)\.py|uvloop/)")
+#: The loop's own plumbing between the loop and the code that started it.
+_LOOP_PLUMBING = frozenset(("asyncio", "anyio", "uvloop", "nest_asyncio", "sniffio", "trio", "asyncio_runner"))
+#: What runs one coroutine to its end for code that waits for it: test runners (a test that
+#: should finish) and the bridges that call a coroutine from synchronous code.
+_TEST_RUNNERS = frozenset(("pytest_asyncio", "_pytest", "pytest", "pluggy", "xdist", "execnet", "unittest", "pytest_trio",
+                           "asynctest", "pytest_aiohttp", "aiounittest", "asgiref", "syncer", "asyncer"))
+#: Frameworks whose loop serves until stopped (web and RPC servers, apps, bots, inference
+#: servers, workers): idle there is waiting for the next request, not for a coroutine's end.
+_SERVING = frozenset((
+    "uvicorn", "hypercorn", "granian", "daphne", "gunicorn", "aiohttp", "sanic", "tornado", "quart", "starlette",
+    "fastapi", "litestar", "streamlit", "gradio", "chainlit", "panel", "bokeh", "dash", "jupyter_server", "notebook",
+    "ipykernel", "jupyterlab", "homeassistant", "mcp", "fastmcp", "vllm", "sglang", "ray", "jina", "discord", "telegram",
+    "aiogram", "pyrogram", "telethon", "slack_bolt", "websockets", "grpc", "textual", "prefect", "faust", "nats",
+    "kopf", "dramatiq", "arq", "distributed", "bentoml", "triton", "tritonserver", "litserve", "lmdeploy", "openai",
+))
+
+
+def awaits_its_coroutine(thread: ThreadDump) -> bool:
+    """The thread's event loop, idle, runs one coroutine to its end (asyncio.run,
+    run_until_complete) for the program's own code or a test: every task awaits
+    something that never completes (a lost future, a dead peer, a task cycle). False for
+    a loop a serving framework started (uvicorn, streamlit, an inference server: idle is
+    waiting for the next request), for run_forever, and when no frame shows who started it."""
+    frames = thread.frames
+    entry = next((i for i in range(len(frames) - 1, -1, -1)
+                  if not frames[i].native and _RUN_TO_END.match(frames[i].function)
+                  and _RUN_TO_END_FILE.search(frames[i].file.replace("\\", "/"))), None)
+    if entry is None:
+        return False
+    # Who started the loop: a serving framework anywhere further out makes it a server (the
+    # program's own main() calling the framework's run() is outside that); else the
+    # program's own code or a test runner, when any of it is shown.
+    starter = False
+    for f in frames[entry + 1:]:
+        if f.native:
+            continue
+        package = top_package(f.file)
+        if package in _LOOP_PLUMBING:
+            continue
+        if package in _SERVING or (site_package(f.file) and package not in _TEST_RUNNERS):
+            return False
+        starter = starter or package in _TEST_RUNNERS or not f.is_stdlib or f.function == "<module>"
+    return starter
+
+
+def program_awaits(signatures: Sequence[Signature]) -> Signature:
+    """``asyncio-blocked``, said of a program's idle loop running its coroutine to its end."""
+    base = family_signature("asyncio-blocked", signatures)
+    return Signature(base.id, "An asyncio program waiting for a coroutine that never completes (its loop has nothing to run)",
+                     "The program runs a coroutine to its end (asyncio.run, run_until_complete) and its event loop is "
+                     "idle: every task awaits something that never completes (a request to a peer that never answers, "
+                     "a future nobody resolves, a worker thread or process that died, tasks awaiting each other). "
+                     "py-spy shows only the idle loop: dump the tasks to see what each awaits (python -m asyncio ps PID "
+                     "on Python 3.14, aiomonitor, or asyncio.all_tasks() with each task's print_stack()), and put a "
+                     "timeout on the awaits of network and subprocess calls (asyncio.timeout, wait_for).",
+                     (), priority=FAMILY_PRIORITY, collective=False,
+                     reference="hangwatch's blocking-primitive table (an idle loop under asyncio.run)")

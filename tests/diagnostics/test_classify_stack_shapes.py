@@ -334,3 +334,36 @@ def test_an_import_further_out_is_no_extension_load(tmp_path):
     """The rule is about the innermost frames: a module whose top-level code waits on an
     event is running Python, not loading a library."""
     assert text_verdict(tmp_path, PYSPY_IMPORT_OUTERMOST_ONLY) != "extension-load-stuck"
+
+
+_IDLE_LOOP = """\
+Thread 501461 (idle): "MainThread"
+    select (selectors.py:469)
+    _run_once (asyncio/base_events.py:1871)
+    run_forever (asyncio/base_events.py:603)
+{outer}"""
+
+
+@pytest.mark.parametrize(("outer", "verdict"), [
+    # the program's own asyncio.run(main()): main awaits something that never completes
+    ("    run_until_complete (asyncio/base_events.py:636)\n    run (asyncio/runners.py:44)\n"
+     "    scan_all_sources (bot/tasks.py:624)\n    <module> (bot/main.py:9)\n", "asyncio-blocked"),
+    # a test's coroutine run by pytest-asyncio: the test should finish
+    ("    run_until_complete (asyncio/base_events.py:678)\n    run (asyncio/runners.py:118)\n"
+     "    _async_fixture_wrapper (pytest_asyncio/plugin.py:455)\n    pytest_fixture_setup (_pytest/fixtures.py:898)\n",
+     "asyncio-blocked"),
+    # a server's loop, started by its framework (under the program's main): idle between requests
+    ("    run_until_complete (asyncio/base_events.py:678)\n    run (asyncio/runners.py:118)\n"
+     "    run (uvicorn/server.py:65)\n    main (app.py:12)\n", "all-idle"),
+    ("    run_until_complete (asyncio/base_events.py:678)\n    run (asyncio/runners.py:195)\n"
+     "    run (streamlit/web/bootstrap.py:466)\n", "all-idle"),
+    # run_forever called by the program: a loop that serves until stopped
+    ("    main (server.py:88)\n    <module> (server.py:92)\n", "all-idle"),
+    # nobody shown starting it (the paste is cut at asyncio.run)
+    ("    run_until_complete (asyncio/base_events.py:636)\n    run (asyncio/runners.py:44)\n", "all-idle"),
+])
+def test_an_idle_event_loop_running_the_programs_coroutine_waits_on_it(tmp_path, outer, verdict):
+    """An idle loop under asyncio.run is the program waiting for its coroutine, which never
+    completes (a dead peer, a lost future, tasks awaiting each other); a server's loop,
+    started by its framework, waits for requests. Before, every idle loop read as all-idle."""
+    assert text_verdict(tmp_path, _IDLE_LOOP.format(outer=outer)) == verdict

@@ -268,6 +268,26 @@ KNOWN_MISSES = {
     "sovereignai_testclient_sse_stream_infinite_generator_pytest_timeout": "future-wait",
     # fresh-2026-12q, missed at its first pass: Ctrl-C (three times) at a hung make html: 'Error in atexit._run_exitfuncs' traceback, Python 3.7, interpreter exit in concurrent.futures.thread._python_exit joining an executor thread; one thread show
     "sphinx_9072_intersphinx_parallel_rebuild_python_exit_join_ctrlc": "shutdown-join",
+    # fresh-2026-12t, missed at its first pass: faulthandler dump_traceback_later file dump "Timeout (0:20:00)!", Python 3.12.10 on Windows, 5 threads (Timer wait, asyncio IOCP loop thread, the project's watchdog probe thread in subprocess _execute
+    "attune_ai_xdist_gw0_redis_connect_getaddrinfo_docs_only_pr": "event-wait",
+    # fresh-2026-12t, missed at its first pass: faulthandler dump_traceback_later file dump "Timeout (0:20:00)!", Python 3.12.10 on Windows, 7 threads (two subprocess _readerthread and a Timer/_dump_process_state probe from the project's own watchd
+    "attune_ai_xdist_gw0_redis_ping_localhost_getaddrinfo_windows": "event-wait",
+    # fresh-2026-12t, missed at its first pass: py-spy dump fragment quoted in a Russian docstring: one thread line with the id elided ("Thread ...") and a single frame; all other threads omitted by the author; indented, no fence.
+    "looma_p2p_sampler_ru_pyspy_active_gil_lattica_visible_maddrs": "unknown",
+    # fresh-2026-12t, missed at its first pass: py-spy dump --locals (Python 3.11+ asyncio), single MainThread idle in selectors.select under asyncio.run, with author's inline arrow annotations; outer frames without line numbers; markdown fence and
+    "poly_sidecar_es_pyspy_locals_asyncio_sleep_after_failed_tick": "all-idle",
+    # fresh-2026-12t, missed at its first pass: pytest-timeout 2.2.0 dump (signal method), Python 3.11, pytest-sugar output, one thread section (Thread-1 (run_server) in socket.accept) between the Timeout banners, followed by the failure report sho
+    "pytest_book_zh_timeout_mark_sleep_rerunfailures_accept": "socket-read",
+    # fresh-2026-12s, missed at its first pass: gdb on a core file taken after SIGABRT (Ubuntu 12.04, Python 2.7.3, Twisted 11.1.0), no Python symbols; `bt 10` + `bt -10` of main thread (read in libmysqlclient -> _mysql.so -> PyEval_EvalFrameEx) an
+    "twisted_2013_adbapi_reactor_mysql_read_blocking_core_gdb": "lock-wait",
+    # fresh-2026-12s, missed at its first pass: Ctrl-C KeyboardInterrupt traceback, Python 2.5/2.6 on Windows, single thread, two frames, innermost line is a busy while loop (no blocking call); inside a markdown fence.
+    "ubuntuforums_euler5_bruteforce_loop_slow_not_hung_ctrlc": "unknown",
+    # fresh-2026-12s, missed at its first pass: Ctrl-C KeyboardInterrupt traceback, Python 2.6, single thread, three frames ending in sys.stdin.read(1); inside a markdown fence from the forum archive.
+    "ubuntuforums_zubf_xd_choose_stdin_read_waiting_for_choice_ctrlc": "socket-read",
+    # fresh-2026-12s, missed at its first pass: Ctrl-C KeyboardInterrupt traceback (Python 2.6), single thread, ending in subprocess.Popen.wait -> os.waitpid on a shell pipeline running w3m; one line of script output before it.
+    "ubuntuzilla_stuck_localizations_w3m_ftp_connect_popen_wait_ctrlc": "child-process-wait",
+    # fresh-2026-12s, missed at its first pass: Ctrl-C KeyboardInterrupt traceback (Python 2.6, ubuntuzilla 4.7.4), single thread, ending in subprocess.Popen.wait -> os.waitpid; preceded by the script's retry log lines (forum-archive markdown link 
+    "ubuntuzilla_w3m_ftp_mirror_retry_popen_wait_ctrlc": "child-process-wait",
 }
 
 
