@@ -340,7 +340,7 @@ def _process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sou
         t, frozen, sig, frames = found[0]
         sig = fork_inherited(refine(sig, t, signatures), t, signatures)
         if sig.id in WAITS_ON_A_THREAD:
-            held = _lock_waiter(t, found, workers, signatures)
+            held = _lock_waiter(t, found, workers, signatures) or _main_waits_elsewhere(t, workers, pid, signatures)
             if held is not None:
                 t, frozen, sig, frames = held
         idle = next(c[2] for c in cands if c[0] is t).idle
@@ -442,6 +442,25 @@ def _lock_waiter(t: ThreadDump, found: list, workers: list, signatures: Sequence
         w = wait_of(other)
         if w is not None and not w.weak and w.category in _LOCK_WAITS:
             return other, frozen, family_signature(w.category, signatures), other.telling_frames() or w.frames
+    return None
+
+
+def _main_waits_elsewhere(t: ThreadDump, workers: list, pid: int | None, signatures: Sequence[Signature]) -> tuple | None:
+    """The main thread's own wait, when ``t``, a thread the program started, waits for
+    another thread (an event, a join) and the main thread waits on something else, even
+    only by its frames' names (a client's ``_connect`` cut above its socket call): a
+    background thread waiting for the work the main thread runs (a test runner's
+    receiver, a pool's result thread) waits on what the main thread waits on."""
+    if is_main(t, pid):
+        return None
+    for other, frozen, facts in workers:
+        if other is t or not is_main(other, pid) or facts.stalls:
+            continue
+        w = guessed_wait(other)
+        if w is None or w.weak or w.category in WAITS_ON_A_THREAD:
+            return None
+        sig = named_family(w, signatures) if w.by_name else family_signature(w.category, signatures)
+        return other, frozen, sig, other.telling_frames() or w.frames
     return None
 
 

@@ -41,7 +41,15 @@ def is_main(thread: ThreadDump, pid: int | None) -> bool:
         return not started_by_threading(thread.frames)
     # A native stack that starts where the process starts (the C runtime's entry, the
     # interpreter's main): the initial thread, whatever gdb or lldb numbered it.
-    return any(f.native and _PROCESS_ENTRY.match(f.function) for f in thread.frames[-3:])
+    if any(f.native and _PROCESS_ENTRY.match(f.function) for f in thread.frames[-3:]):
+        return True
+    # An unnamed Python stack (faulthandler's, a traceback's) that starts in a module's top
+    # level: only the main thread runs the program's script (or `python -c`, `-m`'s runpy);
+    # a thread that imports starts in threading's bootstrap or its own target.
+    if thread.name:
+        return False
+    outer = next((f for f in reversed(thread.frames) if not f.native), None)
+    return outer is not None and outer.function in ("<module>", "_run_module_as_main") and not started_by_threading(thread.frames)
 
 
 #: The first frames of a process's initial thread: no other thread starts in them.

@@ -257,3 +257,35 @@ Current thread 0x00007f28f2c5c700 (most recent call first):
   File "/usr/lib/python3.11/site-packages/gunicorn/workers/gthread.py", line 214 in run
 """
     assert text_verdict(tmp_path, text) == "socket-read"
+
+
+def test_a_background_thread_waiting_for_the_main_threads_work_gives_way_to_its_wait(tmp_path):
+    """faulthandler names no thread: the one that starts in the script's top level is the
+    main thread. A pytest-xdist receiver thread waiting (an Event) for the test the main
+    thread runs waits on what that test waits on: here a Redis client's connect, cut above
+    its socket call. Before, the receiver's event wait was the verdict."""
+    lib = "/opt/hostedtoolcache/Python/3.12.10/x64/lib/python3.12"
+    text = f"""\
+Timeout (0:20:00)!
+Thread 0x00007f00000020c8 (most recent call first):
+  File "{lib}/threading.py", line 359 in wait
+  File "{lib}/threading.py", line 655 in wait
+  File "{lib}/site-packages/execnet/gateway_base.py", line 470 in waitall
+  File "{lib}/site-packages/execnet/gateway_base.py", line 1239 in _terminate_execution
+  File "{lib}/site-packages/execnet/gateway_base.py", line 1176 in _thread_receiver
+  File "{lib}/threading.py", line 1012 in run
+  File "{lib}/threading.py", line 1075 in _bootstrap_inner
+  File "{lib}/threading.py", line 1032 in _bootstrap
+
+Thread 0x00007f0000002274 (most recent call first):
+  File "{lib}/site-packages/redis/connection.py", line 1566 in _connect
+  File "{lib}/site-packages/redis/connection.py", line 1034 in connect_check_health
+  File "{lib}/site-packages/redis/client.py", line 804 in _execute_command
+  File "/home/runner/work/app/src/app/memory/features.py", line 96 in is_redis_running
+  File "/home/runner/work/app/tests/test_memory.py", line 252 in test_record_execution
+  File "{lib}/site-packages/_pytest/python.py", line 167 in pytest_pyfunc_call
+  File "{lib}/site-packages/xdist/remote.py", line 427 in <module>
+  File "{lib}/site-packages/execnet/gateway_base.py", line 1291 in executetask
+  File "<string>", line 8 in <module>
+"""
+    assert text_verdict(tmp_path, text) == "socket-read"

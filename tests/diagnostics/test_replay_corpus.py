@@ -268,10 +268,6 @@ KNOWN_MISSES = {
     "sovereignai_testclient_sse_stream_infinite_generator_pytest_timeout": "future-wait",
     # fresh-2026-12q, missed at its first pass: Ctrl-C (three times) at a hung make html: 'Error in atexit._run_exitfuncs' traceback, Python 3.7, interpreter exit in concurrent.futures.thread._python_exit joining an executor thread; one thread show
     "sphinx_9072_intersphinx_parallel_rebuild_python_exit_join_ctrlc": "shutdown-join",
-    # fresh-2026-12t, missed at its first pass: faulthandler dump_traceback_later file dump "Timeout (0:20:00)!", Python 3.12.10 on Windows, 5 threads (Timer wait, asyncio IOCP loop thread, the project's watchdog probe thread in subprocess _execute
-    "attune_ai_xdist_gw0_redis_connect_getaddrinfo_docs_only_pr": "event-wait",
-    # fresh-2026-12t, missed at its first pass: faulthandler dump_traceback_later file dump "Timeout (0:20:00)!", Python 3.12.10 on Windows, 7 threads (two subprocess _readerthread and a Timer/_dump_process_state probe from the project's own watchd
-    "attune_ai_xdist_gw0_redis_ping_localhost_getaddrinfo_windows": "event-wait",
     # fresh-2026-12t, missed at its first pass: py-spy dump fragment quoted in a Russian docstring: one thread line with the id elided ("Thread ...") and a single frame; all other threads omitted by the author; indented, no fence.
     "looma_p2p_sampler_ru_pyspy_active_gil_lattica_visible_maddrs": "unknown",
     # fresh-2026-12t, missed at its first pass: py-spy dump --locals (Python 3.11+ asyncio), single MainThread idle in selectors.select under asyncio.run, with author's inline arrow annotations; outer frames without line numbers; markdown fence and
