@@ -343,6 +343,13 @@ def _process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sou
             held = _lock_waiter(t, found, workers, signatures) or _main_waits_elsewhere(t, workers, pid, signatures)
             if held is not None:
                 t, frozen, sig, frames = held
+        elif sig.id == "lock-wait" and t.frames and all(f.native for f in t.frames):
+            # The interpreter's lock acquire seen in native frames only is any Python wait
+            # (a worker's Queue.get or Condition.wait for its next task as much as a lock):
+            # a main thread blocked outside the process says more.
+            held = _main_waits_elsewhere(t, workers, pid, signatures, only=_OUTSIDE)
+            if held is not None:
+                t, frozen, sig, frames = held
         idle = next(c[2] for c in cands if c[0] is t).idle
         return ProcessVerdict(series, "stalled", sig, t, frames, frozen, idle is not None, idle.title if idle else "",
                               tuple((x[0], x[2], x[3]) for x in found[:50]), source)
@@ -445,19 +452,26 @@ def _lock_waiter(t: ThreadDump, found: list, workers: list, signatures: Sequence
     return None
 
 
-def _main_waits_elsewhere(t: ThreadDump, workers: list, pid: int | None, signatures: Sequence[Signature]) -> tuple | None:
+#: Waits on something outside the process: a peer, a device, a child, a file, the clock.
+_OUTSIDE = frozenset(("socket-read", "subprocess-wait", "file-lock-wait", "store-wait", "cuda-synchronize-wait",
+                      "nccl-collective-wait", "sleep"))
+
+
+def _main_waits_elsewhere(t: ThreadDump, workers: list, pid: int | None, signatures: Sequence[Signature],
+                          only: frozenset[str] | None = None) -> tuple | None:
     """The main thread's own wait, when ``t``, a thread the program started, waits for
     another thread (an event, a join) and the main thread waits on something else, even
     only by its frames' names (a client's ``_connect`` cut above its socket call): a
     background thread waiting for the work the main thread runs (a test runner's
-    receiver, a pool's result thread) waits on what the main thread waits on."""
+    receiver, a pool's result thread) waits on what the main thread waits on. ``only``:
+    the families the main thread's wait must be in (shown, not guessed)."""
     if is_main(t, pid):
         return None
     for other, frozen, facts in workers:
         if other is t or not is_main(other, pid) or facts.stalls:
             continue
         w = guessed_wait(other)
-        if w is None or w.weak or w.category in WAITS_ON_A_THREAD:
+        if w is None or w.weak or w.category in WAITS_ON_A_THREAD or (only is not None and (w.by_name or w.category not in only)):
             return None
         sig = named_family(w, signatures) if w.by_name else family_signature(w.category, signatures)
         return other, frozen, sig, other.telling_frames() or w.frames

@@ -106,6 +106,8 @@ class Builder:
     gdb_stop_thread: ThreadDraft | None = None  # the thread the stop line started
     gdb_attached: bool = False  # after gdb's attach preamble: the main thread's stop location may follow
     gdb_open: bool = False  # the last gdb frame had no library: "from ..." may follow
+    gdb_number: int = -1  # the number of the last gdb frame read
+    gdb_more: int = -1  # gdb said "(More stack frames follow...)" after that frame number
     gdb_args: int = 0  # lines left of a gdb frame whose arguments gdb wrapped (its parentheses still open)
     gdb_depth: int = 0  # how many of its parentheses are open
 

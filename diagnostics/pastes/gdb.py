@@ -169,6 +169,12 @@ def gdb_frame(b: Builder, s: str) -> bool:
         b.after_break = False
         return True
     b.gdb_stopped_at = frame.function if stop and m is None else None
+    number = int(s[1:m.end()].split()[0]) if m is not None else -1
+    if b.gdb_more >= 0 and number > b.gdb_more and b.group and all(t.headerless for t in b.group):
+        # the outer frames of the thread "bt N" cut ("bt -N", numbered on from where it
+        # stopped): the same thread, whatever prompt or prose came between
+        b.after_break = False
+    b.gdb_more, b.gdb_number = -1, number
     b.add_frames([frame])
     b.gdb_open = frame.file == "?"  # gdb may wrap "from /lib/x.so" onto the next line
     b.after_break = False
@@ -409,6 +415,15 @@ def gdb_line(b: Builder, ln: Line) -> bool:
     if (first == "#" and s[1:2].isdigit()) or (first == "0" and s[:2] == "0x" and " in " in s):
         return gdb_frame(b, s)
     return first in "TU[" and gdb_header(b, s)
+
+
+def more_frames(b: Builder, ln: Line) -> bool:
+    """gdb's "(More stack frames follow...)" after a "bt N": a "bt -N" pasted next shows
+    the same thread's outer frames (``gdb_frame`` keeps them with it)."""
+    if ln.s.startswith("(More stack frames follow") and b.gdb_number >= 0:
+        b.gdb_more = b.gdb_number
+        return True
+    return False
 
 
 def _py2_pybt(b: Builder, s: str) -> bool:

@@ -134,6 +134,7 @@ STEPS: tuple[tuple[str | None, Step], ...] = (
     ("-→=", handwritten.arrow),
     (ANY, handwritten.condensed),
     ("C", cxx_traces.numbered_head),
+    ("(", gdb.more_frames),
     (".…[(", lines.elision),
     (ANY, pyspy_text.command_prompt),
     ("DTPECRr", handwritten.group_label),

@@ -196,14 +196,21 @@ def join_wrapped(lines: list[str]) -> list[str]:
             out[-1] = out[-1].rstrip() + " " + line.strip()
             continue
         if len(line) <= MAX_JOINED:
-            whole = _rejoin(line, lines[i:i + MAX_CONTINUATIONS])
+            # A mail quote ("> ", "> > ") before the frame line and each of its continuations:
+            # the frame is put back together inside the quote.
+            quote = _QUOTE.match(line).group()  # type: ignore[union-attr]
+            quote = quote if ">" in quote else ""
+            after = list(itertools.takewhile(lambda nxt: nxt.startswith(quote), lines[i:i + MAX_CONTINUATIONS])) if quote else lines[i:i + MAX_CONTINUATIONS]
+            whole = _rejoin(line[len(quote):], [nxt[len(quote):] for nxt in after] if quote else after)
             if whole is not None:
-                line, taken = whole
+                line, taken = quote + whole[0], whole[1]
                 i += taken
         out.append(line)
     return out
 
 
+#: A mail client's quote marks before a line ("> ", "> > ", ">>").
+_QUOTE = re.compile(r"[ \t]{0,3}(?:>[ ]?){0,8}")
 #: Lines one frame line may have been wrapped onto (a long path, a C++ signature, at 72 or
 #: 80 columns).
 MAX_CONTINUATIONS = 8

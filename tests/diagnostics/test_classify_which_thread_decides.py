@@ -289,3 +289,25 @@ Thread 0x00007f0000002274 (most recent call first):
   File "<string>", line 8 in <module>
 """
     assert text_verdict(tmp_path, text) == "socket-read"
+
+
+def test_a_lock_acquire_in_native_frames_only_gives_way_to_a_main_thread_blocked_outside(tmp_path):
+    """gdb without py-bt shows every Python wait (a pool worker's Queue.get for its next
+    task, a Condition) as the interpreter's lock acquire: next to a main thread blocked in
+    a socket read, that read is the verdict (a Twisted reactor blocked in a MySQL read,
+    its thread pool idle). Before, the pool threads' lock acquire was."""
+    text = """\
+All of the thread pool threads are sitting waiting on locks:
+#0  0x00007f549b340fd0 in sem_wait () from /lib/x86_64-linux-gnu/libpthread.so.0
+#1  0x0000000000547525 in lock_PyThread_acquire_lock ()
+#2  0x0000000000497ea4 in PyEval_EvalFrameEx ()
+#3  0x00007f549b3399ca in start_thread () from /lib/x86_64-linux-gnu/libpthread.so.0
+and the main thread:
+#0  0x00007f549b341d2d in read () from /lib/x86_64-linux-gnu/libpthread.so.0
+#1  0x00007f5497429112 in vio_read_buff () from /usr/lib/x86_64-linux-gnu/libmysqlclient.so.18
+#2  0x00007f5497413f8b in mysql_next_result () from /usr/lib/x86_64-linux-gnu/libmysqlclient.so.18
+#3  0x0000000000497ea4 in PyEval_EvalFrameEx ()
+#4  0x00000000004aa8bd in Py_Main ()
+#5  0x00007f549a05976d in __libc_start_main () from /lib/x86_64-linux-gnu/libc.so.6
+"""
+    assert text_verdict(tmp_path, text) == "socket-read"

@@ -274,8 +274,6 @@ KNOWN_MISSES = {
     "poly_sidecar_es_pyspy_locals_asyncio_sleep_after_failed_tick": "all-idle",
     # fresh-2026-12t, missed at its first pass: pytest-timeout 2.2.0 dump (signal method), Python 3.11, pytest-sugar output, one thread section (Thread-1 (run_server) in socket.accept) between the Timeout banners, followed by the failure report sho
     "pytest_book_zh_timeout_mark_sleep_rerunfailures_accept": "socket-read",
-    # fresh-2026-12s, missed at its first pass: gdb on a core file taken after SIGABRT (Ubuntu 12.04, Python 2.7.3, Twisted 11.1.0), no Python symbols; `bt 10` + `bt -10` of main thread (read in libmysqlclient -> _mysql.so -> PyEval_EvalFrameEx) an
-    "twisted_2013_adbapi_reactor_mysql_read_blocking_core_gdb": "lock-wait",
     # fresh-2026-12s, missed at its first pass: Ctrl-C KeyboardInterrupt traceback, Python 2.5/2.6 on Windows, single thread, two frames, innermost line is a busy while loop (no blocking call); inside a markdown fence.
     "ubuntuforums_euler5_bruteforce_loop_slow_not_hung_ctrlc": "unknown",
     # fresh-2026-12s, missed at its first pass: Ctrl-C KeyboardInterrupt traceback, Python 2.6, single thread, three frames ending in sys.stdin.read(1); inside a markdown fence from the forum archive.

@@ -880,3 +880,28 @@ def test_lldb_frames_of_a_rust_extension_joining_a_thread(tmp_path):
     assert thread_functions(text) == [["__ulock_wait", "_pthread_join", "std::sys::pal::unix::thread::Thread::join",
                                        "std::thread::JoinInner<T>::join", "ext::tracing::shutdown"]]
     assert text_verdict(tmp_path, text) == "thread-join"
+
+
+def test_a_bt_cut_by_gdb_and_its_outer_frames_pasted_next_are_one_thread():
+    """'bt 10' stops at "(More stack frames follow...)"; a 'bt -10' pasted after it shows
+    the same thread's outer frames, numbered on: one thread, which reaches the process's
+    entry (the main thread). Before, they were two threads, the blocked one no main thread."""
+    text = """\
+(gdb) bt 4
+#0  0x00007f549b341d2d in read () from /lib/x86_64-linux-gnu/libpthread.so.0
+#1  0x00007f5497429112 in vio_read_buff () from /usr/lib/x86_64-linux-gnu/libmysqlclient.so.18
+#2  0x00007f549741bde8 in my_net_read () from /usr/lib/x86_64-linux-gnu/libmysqlclient.so.18
+#3  0x0000000000497ea4 in PyEval_EvalFrameEx ()
+(More stack frames follow...)
+(gdb) bt -3
+#69 0x00000000004aa8bd in Py_Main ()
+#70 0x00007f549a05976d in __libc_start_main () from /lib/x86_64-linux-gnu/libc.so.6
+#71 0x000000000041b9b1 in _start ()
+(gdb) thread 2
+#0  0x00007f549b340fd0 in sem_wait () from /lib/x86_64-linux-gnu/libpthread.so.0
+#1  0x0000000000547525 in PyThread_acquire_lock ()
+"""
+    threads = [t for p in read_text(text).processes for t in p.threads]
+    assert [[f.function for f in t.frames] for t in threads] == [
+        ["read", "vio_read_buff", "my_net_read", "PyEval_EvalFrameEx", "Py_Main", "__libc_start_main", "_start"],
+        ["sem_wait", "PyThread_acquire_lock"]]

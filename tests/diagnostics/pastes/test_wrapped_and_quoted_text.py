@@ -364,3 +364,19 @@ def test_whole_lines_of_the_widest_length_are_not_joined_to_the_frames_after_the
     (proc,) = read_text(text).processes
     assert [[f.function for f in t.frames] for t in proc.threads] == [
         ["_wait_for_work_item_from_the_queue_of_the_pool", "run"]] * 3
+
+
+def test_frame_lines_wrapped_inside_a_mail_quote_are_rejoined():
+    """A mail reply quotes each line ("> ") and the mail client wraps inside the quote: a gdb
+    frame's library goes to the next quoted line. Before, the quote hid the frame from the
+    rejoin and every frame became a thread of its own."""
+    text = ("> #0  0x00007f549b341d2d in read () from\n"
+            "> /lib/x86_64-linux-gnu/libpthread.so.0\n"
+            "> #1  0x00007f5497429112 in vio_read_buff () from\n"
+            "> /usr/lib/x86_64-linux-gnu/libmysqlclient.so.18\n"
+            "> #2  0x00007f5497413f8b in mysql_next_result () from\n"
+            "> /usr/lib/x86_64-linux-gnu/libmysqlclient.so.18\n")
+    (proc,) = read_text(text).processes
+    (thread,) = proc.threads
+    assert [(f.function, f.file.rsplit("/", 1)[-1]) for f in thread.frames] == [
+        ("read", "libpthread.so.0"), ("vio_read_buff", "libmysqlclient.so.18"), ("mysql_next_result", "libmysqlclient.so.18")]
