@@ -102,6 +102,14 @@ FAMILIES: dict[str, Family] = {
         "Inside a fast tokenizer call",
         "The thread is inside a Rust fast tokenizer: its thread pool can deadlock after a fork. Set "
         "TOKENIZERS_PARALLELISM=false or create the tokenizer after forking."),
+    "kernel-wait": Family(
+        "Blocked inside the kernel (uninterruptible sleep: a driver, a filesystem, memory)",
+        "The task sleeps in a kernel call (state D in ps): no signal reaches it until the call returns, "
+        "SIGKILL included, so killing the job leaves it behind. Where it waits says what to look at: a GPU "
+        "driver's module ([nvidia], [amdgpu]: dmesg shows the driver's errors, NVRM Xid lines; the GPU may "
+        "need a reset or the node a reboot), a network or FUSE filesystem (NFS, Lustre, a FUSE daemon: the "
+        "server or the mount), disk I/O, or memory reclaim (the node is out of memory). dmesg's hung-task "
+        "reports and cat /proc/PID/stack (as root) show the kernel's stack."),
 }
 
 
@@ -131,6 +139,11 @@ def _lib(category: str, what: str, label: str, function: str, lib: str) -> Primi
     return Primitive(category, what, label, re.compile(function), re.compile(lib), True, "driver")
 
 
+def _kernel(category: str, what: str, label: str, function: str, module: str = r"[\w-]+") -> Primitive:
+    """A frame of the Linux kernel (``[kernel]``) or of one of its modules (``[nvidia]``)."""
+    return Primitive(category, what, label, re.compile(function), re.compile(rf"^\[(?:{module})\]$"), True)
+
+
 def _src(category: str, what: str, label: str, function: str) -> Primitive:
     """A call named by a traceback's innermost source line (see pastes.tracebacks.source_call)."""
     return Primitive(category, what, label, re.compile(function), re.compile(r"^<call>$"), True, "block")
@@ -146,6 +159,39 @@ _CONN = r"(^|/)multiprocess(ing)?/"
 
 #: Every blocking call hangwatch knows, most specific first (see the module docstring).
 PRIMITIVES: tuple[Primitive, ...] = (
+    # --- the Linux kernel (pastes.kernel: /proc/PID/stack, hung-task reports) ----------------
+    # (first: their names are the kernel's, and a user-space row of the same name is not them)
+    _kernel("kernel-wait", "the GPU driver (in the kernel)", "a GPU driver module's call", r"",
+            r"nvidia|nvidia_uvm|nvidia_drm|nvidia_modeset|nvidia_peermem|nv_peer_mem|gdrdrv|amdgpu|amdkfd|i915|xe|nouveau|habanalabs"),
+    _kernel("kernel-wait", "a network or FUSE filesystem (in the kernel)", "a network filesystem's call",
+            r"^(rpc_wait_bit_killable|__rpc_execute|rpc_execute|nfs\w*|fuse_\w*|request_wait_answer|ll_\w+|cl_\w+|osc_\w+|ptlrpc_\w+|ceph_\w+|cifs_\w+|smb2_\w+)$"),
+    _kernel("kernel-wait", "a network or FUSE filesystem (in the kernel)", "a network filesystem's call", r"",
+            r"nfs|nfsv3|nfsv4|sunrpc|fuse|lustre|lnet|ptlrpc|osc|mdc|lov|ceph|libceph|cifs|gpfs|mmfs26|mmfslinux|beegfs|wekafsio"),
+    _kernel("kernel-wait", "memory reclaim (in the kernel)", "the kernel reclaiming memory",
+            r"^(__alloc_pages_slowpath|__alloc_pages_direct_\w+|throttle_direct_reclaim|try_to_free_pages|shrink_\w+|"
+            r"compact_zone\w*|try_to_compact_pages|out_of_memory|mem_cgroup_\w*(reclaim|oom)\w*)$"),
+    _kernel("kernel-wait", "disk I/O (in the kernel)", "`io_schedule`",
+            r"^(io_schedule\w*|wait_on_page_bit\w*|folio_wait_bit\w*|__folio_lock\w*|__lock_page\w*|wait_on_buffer|"
+            r"__wait_on_buffer|blk_mq_get_tag|jbd2_log_wait_commit|jbd2_journal_\w*wait\w*|blkdev_issue_flush|submit_bio_wait)$"),
+    _kernel("socket-read", "descriptors (select/poll/epoll in the kernel)", "`epoll_wait`/`poll`/`select` (kernel)",
+            r"^(ep_poll|do_epoll_wait|__x64_sys_epoll_\w+|do_sys_poll|do_select|core_sys_select|poll_schedule_timeout\w*)$"),
+    _kernel("socket-read", "a socket (in the kernel)", "a socket read (kernel)",
+            r"^(sk_wait_data|tcp_recvmsg\w*|inet_csk_accept|inet_accept|unix_stream_read_generic|unix_stream_data_wait|"
+            r"__skb_wait_for_more_packets|__skb_recv_datagram|sock_recvmsg|__sys_recvfrom|__sys_accept4|inet_stream_connect|"
+            r"__inet_stream_connect|inet_wait_for_connect)$"),
+    _kernel("queue-wait", "a pipe (in the kernel)", "a pipe read (kernel)", r"^(pipe_read|pipe_wait\w*|pipe_write)$"),
+    _kernel("subprocess-wait", "a child process (in the kernel)", "`wait4` (kernel)", r"^(do_wait|kernel_wait4|__do_sys_wait4|__x64_sys_wait4|__do_sys_waitid|kernel_waitid)$"),
+    _kernel("sleep", "a sleep (in the kernel)", "`nanosleep` (kernel)", r"^(do_nanosleep|hrtimer_nanosleep|__x64_sys_nanosleep|common_nsleep|__x64_sys_clock_nanosleep)$"),
+    _kernel("lock-wait", "a futex (a user-space lock, condition or event; the kernel's stack shows no more)", "`futex_wait` (kernel)",
+            r"^(futex_wait\w*|do_futex|__x64_sys_futex|__se_sys_futex)$"),
+    _kernel("kernel-wait", "a kernel lock or completion", "a kernel lock (rwsem, mutex, completion)",
+            r"^(rwsem_down_(read|write)_slowpath|down_(read|write)(_killable|_interruptible)?|__down\w*|__mutex_lock\w*|"
+            r"mutex_lock(_killable|_interruptible)?|wait_for_completion\w*|__wait_for_common|schedule_preempt_disabled|"
+            r"percpu_down_\w+|__synchronize_srcu|synchronize_rcu\w*|flush_work|__flush_work|flush_workqueue|wait_woken)$"),
+    # Any other sleep of a task in the kernel (a hung-task report's __schedule under a
+    # module's own wait): the frames further out name whose call it is.
+    _kernel("kernel-wait", "the kernel (a task asleep in a kernel call)", "`schedule` (kernel)",
+            r"^(__schedule|schedule|schedule_timeout\w*|io_schedule_timeout|freezer_\w+|__refrigerator)$"),
     # --- file locks ---------------------------------------------------------------------
     _py("file-lock-wait", "a file lock", "filelock `_acquire` -> `fcntl.flock`", r"^(UnixFileLock\.)?_acquire$", r"(^|/)filelock/_unix\.py$"),
     _py("file-lock-wait", "a file lock", "filelock `_acquire` -> `msvcrt.locking`", r"^(WindowsFileLock\.)?_acquire$", r"(^|/)filelock/_windows\.py$"),

@@ -34,6 +34,8 @@ _SYSTEM_NATIVE = re.compile(
     r"|(^|/)(sysdeps|nptl|glibc[\w.-]{0,40}|Modules|Python|Objects|Include)/|syscall-template|futex"
     # Windows' own DLLs (WinDbg names them without ".dll"), the C runtime's
     r"|(?i:(^|[/\\])(ntdll|kernel32|kernelbase|ucrtbase|msvcrt|msvcp\d{2,3}|vcruntime\d{2,3}\w?|python\d{1,3})(\.dll)?$)"
+    # the Linux kernel and its modules (pastes.kernel): a kernel stack is the system's throughout
+    r"|^\[[\w-]{1,64}\]$"
 )
 
 #: The GPU driver, its runtime and the collective libraries (CUDA, ROCm, NCCL/RCCL).

@@ -14,9 +14,9 @@ import re
 from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.patterns import (
     GC_FRAME, GDB_ATTACHED, GDB_BUILTIN, GDB_FRAME_ARG, GDB_INFO_THREAD, GDB_LOCATION_END, GDB_NUMBERED, GDB_PY2_BUILTIN,
-    GDB_PY2_FILE, GDB_PY2_LOCK_WAIT, GDB_PYFRAME, GDB_STOPPED, GDB_THREAD, GDB_THREAD_LWP, GIL_WAIT, HEX, INLINE_GDB, LLDB_FRAME,
+    GDB_PY2_FILE, GDB_PY2_LOCK_WAIT, GDB_PYFRAME, GDB_STOPPED, GDB_THREAD, GDB_THREAD_LWP, GDB_UNHASHED, GIL_WAIT, HEX, INLINE_GDB, LLDB_FRAME,
     LLDB_OFFSET, LLDB_THREAD, LLDB_THREAD_FRAME, MAX_FRAMES, MAX_GDB_ARG_LINES, MODULE_FRAME, NATIVE_CUT, NATIVE_PATH,
-    NUMBERED_FROM, PY_EXT, PYBT_MARKERS, TRACEBACK_FRAME, VS_FRAME, WINDBG_COLUMNS, WINDBG_FRAME, WINDBG_THREAD, WS,
+    NUMBERED_FROM, PY_EXT, PYBT_MARKERS, TRACEBACK_FRAME, VS_FRAME, WINDBG_BARE, WINDBG_COLUMNS, WINDBG_FRAME, WINDBG_THREAD, WINDOWS_MODULE, WS,
 )
 from hangwatch.diagnostics.pastes.tracebacks import traceback_header
 from hangwatch.diagnostics.stacks import Frame
@@ -271,6 +271,11 @@ def windbg_line(b: Builder, s: str) -> bool:
     if WINDBG_COLUMNS.match(s):
         return True
     m = WINDBG_FRAME.match(s) or VS_FRAME.match(s) or MODULE_FRAME.match(s)
+    if m is None and "!" in s:
+        m = WINDBG_BARE.match(s)
+        if m is not None and WINDOWS_MODULE.match(m.group(1)) is None and not (
+                b.group and b.group[-1].frames and b.group[-1].frames[-1].native and not b.after_break):
+            m = None
     if m is None or (m.re is not VS_FRAME and m.group(2) is None and "+0x" not in s):
         return False
     module, sym = m.group(1), m.group(2)
@@ -414,6 +419,10 @@ def gdb_line(b: Builder, ln: Line) -> bool:
         return True
     if (first == "#" and s[1:2].isdigit()) or (first == "0" and s[:2] == "0x" and " in " in s):
         return gdb_frame(b, s)
+    if first.isdigit() and " in " in s and GDB_UNHASHED.match(s) is not None:
+        # a backtrace pasted as markdown outside a fence: "#0 ..." became a heading and lost
+        # its "#" ("0  0x00007f.. in __pthread_clockjoin_ex () at /lib64/libpthread.so.0")
+        return gdb_frame(b, "#" + s)
     return first in "TU[" and gdb_header(b, s)
 
 

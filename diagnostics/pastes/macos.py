@@ -22,6 +22,10 @@ from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.patterns import MAX_FRAMES
 from hangwatch.diagnostics.stacks import Frame
 
+# "Analysis of sampling Python (pid 35146) every 1 millisecond"
+_ANALYSIS = re.compile(r"^Analysis of sampling .{1,200}? \(pid (\d{1,10})\)")
+# The report's header: "Process:         Python [35146]", "Path:  /...", "Load Address:  0x..."
+_HEADER_FIELD = re.compile(r"^[A-Z][A-Za-z/ ]{1,30}:\s{1,40}\S")
 _SAMPLE_THREAD = re.compile(r"^(\d{1,9}) Thread_(\d{1,20})\b\s{0,40}(.{0,300})$")
 _SPIN_THREAD = re.compile(r"^Thread (0x[0-9a-fA-F]{1,16})\b.{0,300}?\b(\d{1,9}) samples?\b")
 # "2035 start  (in dyld) + 1942  [0x7ff8106a3386]  python.c:15"
@@ -48,6 +52,14 @@ def end_graph(b: Builder) -> None:
 def call_graph(b: Builder, ln: Line) -> bool:
     """A line of a ``sample``/``spindump`` call graph (see the module docstring)."""
     s = ln.s
+    if s.startswith("Analysis of sampling ") and (ma := _ANALYSIS.match(s)) is not None:
+        # sample's own first line: the report (and its graph) follows, whatever of its
+        # header and "Call graph:" the paste kept
+        end_graph(b)
+        b.expect_process(int(ma.group(1)))
+        b.mac_graph = b.mac_seen = True
+        b.mac_threads = 0  # (its first thread is that process's main thread)
+        return True
     if not b.mac_graph:
         if s == "Call graph:" or (s[:9] == "Thread 0x" and "samples" in s and _SPIN_THREAD.match(s) is not None):
             b.mac_graph = True
@@ -56,6 +68,8 @@ def call_graph(b: Builder, ln: Line) -> bool:
                 return True
         else:
             return False
+    if b.mac_frames is None and (s in ("...", "\u2026", "Call graph:") or _HEADER_FIELD.match(s) is not None):
+        return True  # the report's header fields, or the part of it a paste elided
     mt = _SAMPLE_THREAD.match(s) or _SPIN_THREAD.match(s)
     if mt is not None:
         _end_thread(b)

@@ -275,6 +275,9 @@ GDB_ATTACHED = re.compile(r"^(?:\[Thread debugging using libthread_db enabled\]|
 # (a C++ name with its own parameter list, "from" or "at" wrapped onto the next line, a
 # placeholder line number) is taken apart by gdb_call.
 GDB_NUMBERED = re.compile(r"^#\d{1,6}\s{1,4}(0x[0-9a-fA-F]{1,16} in )?")
+# The same frame without its "#" (markdown made the line a heading): only with its address,
+# "0  0x00007f30c8dcffc0 in f () at x.c:9", so that a numbered list is no backtrace.
+GDB_UNHASHED = re.compile(r"^\d{1,5}\s{1,4}0x[0-9a-fA-F]{6,16} in \S")
 # A numbered frame with no parameter list, "NAME from WHERE[:LINE]", as some stack tools
 # print mixed stacks ("#56 forward from /srv/app/models/llama.py:2083", sglang#10124):
 # a Python frame when WHERE is a Python file, else a native one in that library.
@@ -299,7 +302,14 @@ LLDB_OFFSET = re.compile(r" \+ \d{1,12}$")
 WINDBG_THREAD = re.compile(r"^[.#]?\s{0,4}(\d{1,6})\s{1,6}Id:\s{0,3}([0-9a-fA-F]{1,8})\.([0-9a-fA-F]{1,8})\s{1,6}Suspend:")
 WINDBG_COLUMNS = re.compile(r"^(?:#\s{1,4})?(?:Child-?EBP|Child-SP)\s{1,20}RetAddr\b")
 WINDBG_FRAME = re.compile(r"^(?:[0-9a-fA-F]{2,4}\s{1,4})?(?:[0-9a-fA-F`]{8,17}\s{1,12}(?::\s{1,4})?){1,8}"
-                          r"([A-Za-z_][\w.-]{0,100})(?:!([^\s+]{1,1000}?))?(?:\+0x[0-9a-fA-F]{1,16})?(?:\s{1,4}\[[^\]\n]{0,1000}\])?\s{0,4}$")
+                          r"([A-Za-z_][\w.-]{0,100})(?:!([^\s+]{1,1000}?))?(?:\+0x[0-9a-fA-F]{1,16})?"
+                          # kv's annotations: "(FPO: [3,0,0])", "(CONV: cdecl)", then the source "[x.cpp @ 49]"
+                          r"(?:\s{1,4}\([A-Z][\w-]{0,20}:[^()\n]{0,200}\)){0,3}(?:\s{1,4}\[[^\]\n]{0,1000}\])?\s{0,4}$")
+# A WinDbg frame by its name alone, "ntdll!NtWaitForSingleObject" (a stack retyped or cut to
+# its symbols), an author's "<- note" after it: taken after another frame, or when the
+# module is one of Windows' own.
+WINDBG_BARE = re.compile(r"^([A-Za-z_][\w.-]{0,100})!([^\s+!]{1,1000}?)(?:\+0x[0-9a-fA-F]{1,16})?(?:\s{2,}(?:<-|#|//).{0,300})?$")
+WINDOWS_MODULE = re.compile(r"(?i)^(ntdll|kernelbase|kernel32|ucrtbase|msvcrt|user32|win32u|combase|rpcrt4|sechost|advapi32|ws2_32|mswsock|python\d{1,3})$")
 # A Windows stack without WinDbg's columns (Process Explorer's or Process Hacker's thread
 # stack, a minidump viewer): "libblas.dll!exec_blas+0x122", "KERNEL32.DLL!SwitchToThread",
 # "_cython_blas.cp312-win_amd64.pyd+0xfd97": a binary's name, its symbol and/or offset.
@@ -435,3 +445,20 @@ BACKTRACE_SYMBOLS = re.compile(r"^([^\s()\[\]]{1,400}(?: [^\s()\[\]]{1,40})?)(?:
 # "    @     0x7f70d77a3420        944  (unknown)"; innermost first.
 ABSL_FRAME = re.compile(r"^(?:PC: )?@\s{1,10}0x[0-9a-fA-F]{1,16}\s{1,20}(?:\d{1,12}|\(unknown\))\s{1,20}(.{1,500})$")
 
+
+
+# -- Linux kernel stacks (see ``kernel``) ----------------------------------------------
+# "[<0>] futex_wait_queue_me+0xbb/0x120" (/proc/PID/stack), " ? wait_woken+0x80/0x80",
+# " _nv011231rm+0x39d/0x470 [nvidia]" (a module's frame): name+offset/size, the size
+# after a slash being the kernel's own (no user-space unwinder prints it).
+KERNEL_FRAME = re.compile(
+    r"^(?:\[<[0-9a-fA-F]{1,16}>\][ \t]{1,4})?(?P<unsure>\?[ \t]{1,4})?(?P<function>[A-Za-z_.$][\w.$]{0,200})"
+    r"\+0x[0-9a-fA-F]{1,10}/0x[0-9a-fA-F]{1,10}(?:[ \t]{1,4}\[(?P<module>[\w-]{1,64})\])?[ \t]{0,8}$")
+# The hung-task watchdog's "INFO: task python3:1234 blocked for more than 120 seconds.", and
+# dump_stack's "CPU: 72 PID: 1344368 Comm: nvidia-smi Tainted: ..." (a driver's report).
+KERNEL_TASK = re.compile(r"\btask (?P<comm>[^\s:][^:]{0,63}):(?P<pid>\d{1,10}) blocked for more than \d{1,10} seconds"
+                         r"|\bCPU: \d{1,5} (?:UID: \d{1,10} )?PID: (?P<pid2>\d{1,10}) Comm: (?P<comm2>\S{1,64})")
+# SysRq's and newer kernels' "task:python3 state:D stack:0 pid:1234 ppid:1 flags:0x00004000"
+KERNEL_TASK_FIELDS = re.compile(r"^task:(?P<comm>\S{1,64}(?: \S{1,64}){0,3}?)[ \t]{1,40}state:[A-Za-z][ \t].{0,200}?\bpid:[ \t]?(?P<pid>\d{1,10})\b")
+# Older kernels' row under the task: "python3   D    0 13282  13274 0x00004000"
+KERNEL_SYSRQ_ROW = re.compile(r"^\S{1,64}(?: \S{1,64}){0,3}?[ \t]{1,40}[DRSTtZXIW][ \t]{1,20}(?:\d{1,20}[ \t]{1,20})?(?P<pid>\d{1,10})[ \t]{1,20}\d{1,10}[ \t]{1,20}0x[0-9a-fA-F]{1,16}$")

@@ -19,6 +19,7 @@ from collections.abc import Callable
 import hangwatch.diagnostics.pastes.cxx_traces as cxx_traces
 import hangwatch.diagnostics.pastes.gdb as gdb
 import hangwatch.diagnostics.pastes.handwritten as handwritten
+import hangwatch.diagnostics.pastes.kernel as kernel
 import hangwatch.diagnostics.pastes.lines as lines
 import hangwatch.diagnostics.pastes.logs as logs
 import hangwatch.diagnostics.pastes.macos as macos
@@ -107,7 +108,7 @@ ANY = None
 #: can take it (``_route``), which saves most of the calls a line would otherwise cost.
 STEPS: tuple[tuple[str | None, Step], ...] = (
     (ANY, gdb.gdb_arguments),  # a gdb frame's wrapped arguments: before anything reads them as a frame
-    ("CTSB0123456789+!:|*", macos.call_graph),  # a graph line, stripped, starts with a count or a tree mark
+    ("CTSB0123456789+!:|*ADILOPRV.\u2026", macos.call_graph),  # a graph line (a count or a tree mark first), or the report's header
     (ANY, tracebacks.pdb_where),
     (ANY, handwritten.arrow_end),
     (ANY, cxx_traces.numbered_row),
@@ -117,6 +118,7 @@ STEPS: tuple[tuple[str | None, Step], ...] = (
     ("~=-", tracebacks.thread_banner),
     ("WG", gdb.pybt_marker),
     (ANY, tracebacks.traceback_lines),
+    (ANY, kernel.kernel_line),
     (ANY, tracebacks.pytest_lines),
     (ANY, logs.wait_lines),
     (ANY, cxx_traces.cxx_lines),
@@ -140,7 +142,7 @@ STEPS: tuple[tuple[str | None, Step], ...] = (
     ("DTPECRr", handwritten.group_label),
     (ANY, handwritten.thread_label),
     ("ST", gdb.coredump_thread),
-    ("#0TU[", gdb.gdb_line),
+    ("#0123456789TU[", gdb.gdb_line),
     ("F<", gdb.pybt_frame),
     (ANY, _take_after_file_frame),
     (ANY, pyspy_text.header),

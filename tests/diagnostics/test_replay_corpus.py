@@ -282,6 +282,58 @@ KNOWN_MISSES = {
     "ubuntuzilla_stuck_localizations_w3m_ftp_connect_popen_wait_ctrlc": "child-process-wait",
     # fresh-2026-12s, missed at its first pass: Ctrl-C KeyboardInterrupt traceback (Python 2.6, ubuntuzilla 4.7.4), single thread, ending in subprocess.Popen.wait -> os.waitpid; preceded by the script's retry log lines (forum-archive markdown link 
     "ubuntuzilla_w3m_ftp_mirror_retry_popen_wait_ctrlc": "child-process-wait",
+    # fresh-2026-12p, missed at its first pass: kernel hung-task backtrace (indented, no timestamps) of a python process blocked 64512 s: rwsem_down_write_slowpath in unlink_anon_vmas/exit_mmap/mmput called from svm_range_cpu_invalidate_pagetables 
+    "amdkfd_svm_mmu_notifier_mmput_exit_mmap_self_deadlock_hung_python": "kernel-wait",
+    # fresh-2026-12p, missed at its first pass: quoted ("> ") gdb "thread apply all bt" of a 5-thread liburcu/glibc test_rwlock process on ARMv7: two writers in __pthread_rwlock_wrlock_full and two readers in __pthread_rwlock_rdlock_full, all in fu
+    "arm_imx6_futex_lost_wakeup_prefetchw_liburcu_test_rwlock_hang_gdb": "unknown",
+    # fresh-2026-12p, missed at its first pass: two kernel hung-task reports with timestamps: bcache_allocator kthread in bch_bucket_alloc under bch_prio_write/bch_allocator_thread, and a python3 task writing bcache sysfs blocked in bch_bucket_allo
+    "bcache_allocator_prio_write_waits_on_itself_hung_task_python3_sysfs": "kernel-wait",
+    # fresh-2026-12p, missed at its first pass: gdb on 32-bit ARM (Poky): abridged `info threads` (rows cut with "...略..."), then `bt` of the stuck thread before and after rebuilding plugins-base with -g (g_mutex_lock in gst_alsasink_reset <- ring 
+    "carlife_gst_alsasink_reset_lock_deadlock_gdb": "all-idle",
+    # fresh-2026-12p, missed at its first pass: one thread from gdb "thread apply all bt" on a deadlocked radosgw (Ceph 17.2.7): __lll_lock_wait_private in malloc in backtrace_symbols in handle_oneshot_fatal_signal, <signal handler called>, abort f
+    "ceph_radosgw_fatal_signal_handler_backtrace_symbols_malloc_deadlock_gdb": "lock-wait",
+    # fresh-2026-12p, missed at its first pass: pytest-timeout style fragment, one worker thread only ("Stack of async_utils_pool_0"), paths elided to ".../", author annotation "# <-- BLOCKED HERE" on the last line, no main-thread stack; heading an
+    "code_puppy_pytest_teardown_threadpool_worker_hang": "queue-wait",
+    # fresh-2026-12p, missed at its first pass: two abridged macOS `sample` outputs (Python 3.13 framework build), parent and one pool worker, header then "..." then only the innermost 6 / 2 frames (lock_PyThread_acquire_lock -> _PySemaphore_Wait -
+    "finetune_mp_pool_macos_port_limit_feeder_killed_sample": "event-wait",
+    # fresh-2026-12p, missed at its first pass: quoted mail report: ps excerpt, strace read(0,/read(5, lines, lsof pipe inode matching, then two single-thread gdb bt (git-remote-http in read()/packet_read/rpc_service; git fetch-pack in __read_nocan
+    "git_remote_http_fetch_pack_mutual_pipe_read_deadlock_gdb": "socket-read",
+    # fresh-2026-12p, missed at its first pass: faulthandler timeout dump (Timeout (0:01:00)!) of a single thread without a thread header, one frame only, preceded by the smoke test's own FAIL line; fenced.
+    "kunlun_p800_card1_probe_device_hang_faulthandler_cn": "unknown",
+    # fresh-2026-12p, missed at its first pass: kernel hung-task report (INFO: task python3:2157 blocked for more than 120 seconds) with Call Trace: __schedule/schedule in __mlx5_ib_dereg_mr under ib_uverbs ioctl, plus user RIP/register lines, from
+    "mlx5_implicit_odp_parent_dereg_mr_hung_task_python3": "kernel-wait",
+    # fresh-2026-12p, missed at its first pass: gdb on Python 2.7 (Ubuntu, python-dbg): `info threads` twice (2 threads: busy thread in write(), main in sem_wait), native `bt` of the busy thread (9 frames, cut with "..."), `py-bt` (cut with "..."),
+    "mock_high_cpu_py27_infinite_print_loop_gdb_cn": "lock-wait",
+    # fresh-2026-12p, missed at its first pass: gdb backtrace (abridged by the author with "..." placeholders), 2 threads shown (main in pthread_clockjoin, AO thread in epoll_wait), preceded by /proc task state table; markdown fences; native C prog
+    "mpv_pipewire_quit_hang_thread_loop_join": "unknown",
+    # fresh-2026-12p, missed at its first pass: dmesg -T excerpt from an A30 node (driver 525.85.12, Debian 5.10): repeated "NVRM: Xid ... 119 ... Timeout waiting for RPC from GSP!" lines for nvidia-smi PIDs, one dump_stack call trace through nvidi
+    "nvidia_open_gpu_446_gsp_rpc_timeout_xid119_nvidia_smi_hung_rm_rwsem_a30": "kernel-wait",
+    # fresh-2026-12p, missed at its first pass: two pstack outputs (walsender pid 173038, checkpointer pid 12729) each blocked in do_futex_wait/sem_wait/PGSemaphoreLock/LWLockAcquire on the same lock address under SaveSlotToPath (ReplicationSlotSav
+    "pg11_walsender_checkpointer_replication_slot_io_lwlock_leaked_pstack": "unknown",
+    # fresh-2026-12p, missed at its first pass: gdb `info threads` (4 threads) and `bt` of each thread (main in QWaitCondition::wait under ~QApplication/dealloc, QSGRenderThread in take_gil via PyGILState_Ensure from sip's ~sipQSGGeometryNode, QQml
+    "pyqt5_qquickview_destroy_qsggeometrynode_gil_deadlock_gdb": "event-wait",
+    # fresh-2026-12p, missed at its first pass: process tree plus two gdb `thread apply all bt` dumps (qemu-system-x86_64: 4 threads incl. recvmsg in tpm_emulator_ctrlcmd and main thread in __lll_lock_wait on qemu_global_mutex; test binary: 4 threa
+    "qemu_bios_tables_test_tpm_iothread_lock_waitpid_deadlock": "lock-wait",
+    # fresh-2026-12p, missed at its first pass: indented gdb excerpt from a patch commit message: main thread in __pthread_clockjoin_ex/qemu_thread_join under process_incoming_migration_co (coroutine), COLO incoming thread in __lll_lock_wait on qem
+    "qemu_colo_incoming_join_holding_bql_colo_thread_wants_bql_deadlock": "unknown",
+    # fresh-2026-12p, missed at its first pass: gdb bt of 2 destination-QEMU threads (multifd recv thread in recvmsg; main "kvm" thread in qemu_sem_wait under ram_load/coroutine), frames without source paths, plus the recv thread's /proc/PID/stack 
+    "qemu_multifd_recv_recvmsg_blocked_after_ifdown_dest_hang": "lock-wait",
+    # fresh-2026-12p, missed at its first pass: two gdb bt pastes from the two QEMU processes of the same hang (sender main thread in __pthread_clockjoin_ex/qemu_thread_join, receiver multifd_recv_thread in do_futex_wait.constprop/qemu_sem_wait), f
+    "qemu_multifd_recv_thread_sem_wait_guest_hang": "unknown",
+    # fresh-2026-12p, missed at its first pass: gdb bt of one native QEMU thread (migration_thread in qemu_sem_wait -> sem_wait -> do_futex_wait.constprop.1) plus `f 4`, `list`, `p` commands, every line prefixed "> " (email quote); no Python.
+    "qemu_multifd_send_sync_main_sem_wait_forever": "unknown",
+    # fresh-2026-12p, missed at its first pass: /proc/<PID>/stack kernel stack of the hung rg 12.1.1 process (futex_wait_queue_me ... entry_SYSCALL_64_after_hwframe), fenced, with the reporter's surrounding sentences about wchan/status; no userspac
+    "ripgrep_2152_search_hang_proc_stack_futex_wait": "lock-wait",
+    # fresh-2026-12p, missed at its first pass: Chinese troubleshooting notes: docker ps / ps aux lines for containerd-shim and runc kill --all, /proc/<pid>/stack kernel stack (futex_wait_queue_me), /proc/<pid>/task list, pstree of runc threads, ls
+    "runc_kill_all_cgroup_freezer_stuck_freezing_dstate_rm_cn": "lock-wait",
+    # fresh-2026-12p, missed at its first pass: kernel commit-message excerpt: a 3-line call chain of the reclaim-throttled holder (__alloc_pages_nodemask / try_to_free_pages / throttle_direct_reclaim), then a truncated hung-task report for a pytho
+    "vmscan_throttle_direct_reclaim_kswapd_not_woken_mmap_rwsem_hung_python3": "kernel-wait",
+    # fresh-2026-12p, missed at its first pass: three WinDbg `!mex.t` thread stacks from two user-mode dumps (client 32-bit app thread in NtAlpcSendWaitReceivePort; audiosrv x64 thread in RtlpWaitOnCriticalSection; lock owner in WaitForSingleObject
+    "win7_coreaudio_isformatsupported_audiosrv_sysfer_stall_windbg": "all-idle",
+    # fresh-2026-12p, missed at its first pass: WinDbg `.load wow64exts; !sw; ~*kvn` on a 32-bit (WoW64) process: 3 threads, all in ntdll!NtWaitForSingleObject <- KERNELBASE!WaitForSingleObject (main in mainlock, two worker threads in ThreadProc1/T
+    "windbg_cn_locktest_mutex_lock_order_deadlock_demo": "unknown",
+    # fresh-2026-12p, missed at its first pass: 6-frame Windows user-mode stack (cdb `k`), symbol names only (no offsets/addresses), one thread, with the author's annotation "<- never signalled" on frame 0; fenced; native only.
+    "windows_container_lsm_session_event_wait_boot_hang": "unknown",
 }
 
 

@@ -905,3 +905,88 @@ def test_a_bt_cut_by_gdb_and_its_outer_frames_pasted_next_are_one_thread():
     assert [[f.function for f in t.frames] for t in threads] == [
         ["read", "vio_read_buff", "my_net_read", "PyEval_EvalFrameEx", "Py_Main", "__libc_start_main", "_start"],
         ["sem_wait", "PyThread_acquire_lock"]]
+
+
+HUNG_TASK = """\
+[ 1158.473567] INFO: task python3:13282 blocked for more than 120 seconds.
+[ 1158.479846]       Not tainted 5.15.0-91-generic #101-Ubuntu
+[ 1158.484503] "echo 0 > /proc/sys/kernel/hung_task_timeout_secs" disables this message.
+[ 1158.490237] task:python3         state:D stack:    0 pid:13282 ppid: 13274 flags:0x00004000
+[ 1158.490246] Call Trace:
+[ 1158.490247]  <TASK>
+[ 1158.490347]  __schedule+0x2a8/0x670
+[ 1158.490360]  ? __switch_to_asm+0x40/0x70
+[ 1158.490365]  schedule+0x2d/0x90
+[ 1158.490366]  rwsem_down_write_slowpath+0x24b/0x4c0
+[ 1158.490433]  os_acquire_rwlock_write+0x35/0x40 [nvidia]
+[ 1158.490468]  _nv038505rm+0xc/0x30 [nvidia]
+[ 1158.490484]  nvidia_ioctl+0x6cd/0x830 [nvidia]
+[ 1158.490497]  __x64_sys_ioctl+0x8b/0xc0
+[ 1158.490519]  do_syscall_64+0x33/0x80
+[ 1158.490538]  entry_SYSCALL_64_after_hwframe+0x61/0xc6
+[ 1158.490540]  </TASK>
+"""
+
+
+def test_a_hung_task_report_is_the_tasks_kernel_stack(tmp_path):
+    """dmesg's hung-task report: the task (pid and command) and its kernel frames, a module's
+    marked with it, the unwinder's unsure '?' frames left out; blocked in the GPU driver, it
+    is a kernel wait (state D: no signal reaches it). Before, no line read as a frame."""
+    (proc,) = read_text(HUNG_TASK).processes
+    (thread,) = proc.threads
+    assert (proc.pid, proc.cmdline, thread.name) == (13282, "python3", "python3")
+    assert [(f.function, f.file) for f in thread.frames][:6] == [
+        ("__schedule", "[kernel]"), ("schedule", "[kernel]"), ("rwsem_down_write_slowpath", "[kernel]"),
+        ("os_acquire_rwlock_write", "[nvidia]"), ("_nv038505rm", "[nvidia]"), ("nvidia_ioctl", "[nvidia]")]
+    assert all(f.native for f in thread.frames)
+    assert text_verdict(tmp_path, HUNG_TASK) == "kernel-wait"
+
+
+def test_a_tasks_proc_stack_reads_as_its_kernel_frames(tmp_path):
+    """cat /proc/PID/stack: a task in futex_wait waits in user space on a lock or a
+    condition (the kernel's stack says no more); one in a network filesystem's call waits
+    in the kernel."""
+    futex = ("[<0>] futex_wait_queue_me+0xbb/0x120\n[<0>] futex_wait+0x105/0x240\n[<0>] do_futex+0x10f/0x1e0\n"
+             "[<0>] __x64_sys_futex+0x13d/0x1d0\n[<0>] do_syscall_64+0x38/0x90\n[<0>] entry_SYSCALL_64_after_hwframe+0x44/0xa9\n")
+    assert thread_functions(futex)[0][:2] == ["futex_wait_queue_me", "futex_wait"]
+    assert text_verdict(tmp_path, futex) == "lock-wait"
+    nfs = ("[<0>] rpc_wait_bit_killable+0x1e/0x90 [sunrpc]\n[<0>] __rpc_execute+0x10e/0x440 [sunrpc]\n"
+           "[<0>] nfs4_do_call_sync+0x6b/0xb0 [nfsv4]\n[<0>] nfs4_proc_getattr+0x80/0x120 [nfsv4]\n"
+           "[<0>] vfs_statx+0x89/0x110\n[<0>] do_syscall_64+0x38/0x90\n")
+    assert text_verdict(tmp_path, nfs) == "kernel-wait"
+
+
+def test_native_stacks_in_the_shapes_a_paste_leaves_them():
+    """A macOS ``sample`` report whose "Call graph:" line was elided (one process per
+    "Analysis of sampling" header); a gdb backtrace whose "#" markdown ate (a heading); WinDbg's
+    ``~*kvn`` with its argument columns and FPO notes; a WinDbg stack retyped as
+    module!symbol lines. Before, none of them read as a frame."""
+    sample = ("$ sample 35146 1\nAnalysis of sampling Python (pid 35146) every 1 millisecond\n"
+              "Process:         Python [35146]\nPath:            /Library/Frameworks/Python.framework/Python\n...\n"
+              "    +   830 lock_PyThread_acquire_lock  (in Python) + 60\n"
+              "    +     830 _PyMutex_LockTimed  (in Python) + 464\n"
+              "    +       830 __psynch_cvwait  (in libsystem_kernel.dylib) + 8\n\n"
+              "Analysis of sampling Python (pid 39358) every 1 millisecond\n...\n"
+              "    +   731 _multiprocessing_SemLock_acquire_impl  (in _multiprocessing.cpython-313-darwin.so) + 468\n"
+              "    +     731 sem_wait  (in libsystem_kernel.dylib) + 8\n")
+    procs = read_text(sample).processes
+    assert [(p.pid, p.threads[0].name, p.threads[0].frames[0].function) for p in procs] == [
+        (35146, "MainThread", "__psynch_cvwait"), (39358, "MainThread", "sem_wait")]
+
+    unhashed = ("(gdb) bt\n0  0x00007f30c8dcffc0 in __pthread_clockjoin_ex () at /lib64/libpthread.so.0\n"
+                "1  0x000055cbb716084b in qemu_thread_join (thread=0x55cbb881f418) at ../util/qemu-thread-posix.c:627\n"
+                "10 0x000055cbb71851a2 in glib_pollfds_poll () at ../util/main-loop.c:232\n")
+    assert thread_functions(unhashed) == [["__pthread_clockjoin_ex", "qemu_thread_join", "glib_pollfds_poll"]]
+    assert thread_functions("1. first\n2  0x10 in the list\n3  steps to reproduce\n" + unhashed)[0][0] == "__pthread_clockjoin_ex"
+
+    kvn = (".  0  Id: 572c.4c78 Suspend: 0 Teb: 00377000 Unfrozen\n # ChildEBP RetAddr  Args to Child\n"
+           "00 0019fcc8 772d88f9 0000010c 00000000 00000000 ntdll_77b80000!NtWaitForSingleObject+0xc (FPO: [3,0,0])\n"
+           "01 0019fd3c 772d8852 0000010c ffffffff 00000000 KERNELBASE!WaitForSingleObjectEx+0x99 (FPO: [SEH])\n"
+           "03 0019fe44 004117c3 00411082 00411082 00376000 locktest!mainlock+0xc3 (FPO: [Non-Fpo]) (CONV: cdecl) "
+           "[e:\\src\\locktest.cpp @ 49]\n")
+    assert thread_functions(kvn) == [["NtWaitForSingleObject", "WaitForSingleObjectEx", "mainlock"]]
+    bare = ("ntdll!NtWaitForSingleObject                                  <- never signalled\n"
+            "KERNELBASE!WaitForSingleObjectEx\nlsm!CService::Start\nlsm!ServiceMain\n")
+    assert thread_functions(bare) == [["NtWaitForSingleObject", "WaitForSingleObjectEx", "CService::Start", "ServiceMain"]]
+    with pytest.raises(InputError):
+        read_text("Wow!Amazing\nGreat!Thanks\n")
