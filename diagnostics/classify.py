@@ -340,7 +340,8 @@ def _process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sou
         t, frozen, sig, frames = found[0]
         sig = fork_inherited(refine(sig, t, signatures), t, signatures)
         if sig.id in WAITS_ON_A_THREAD:
-            held = _lock_waiter(t, found, workers, signatures) or _main_waits_elsewhere(t, workers, pid, signatures)
+            held = (_lock_waiter(t, found, workers, signatures) or _main_waits_elsewhere(t, workers, pid, signatures)
+                    or _outside_waiter(t, workers, signatures))
             if held is not None:
                 t, frozen, sig, frames = held
         elif sig.id == "lock-wait" and t.frames and all(f.native for f in t.frames):
@@ -390,7 +391,7 @@ def _process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sou
             t, frozen = gil[0], gil[1]
             wait = wait_of(t)
     if wait is not None and not wait.weak and wait.category in WAITS_ON_A_THREAD:
-        held = _lock_waiter(t, [], workers, signatures)
+        held = _lock_waiter(t, [], workers, signatures) or _outside_waiter(t, workers, signatures)
         if held is not None:
             ht, hfrozen, hsig, hframes = held
             return ProcessVerdict(series, "stalled", hsig, ht, hframes, hfrozen, False, "", ((ht, hsig, hframes),), source)
@@ -448,6 +449,20 @@ def _lock_waiter(t: ThreadDump, found: list, workers: list, signatures: Sequence
             continue
         w = wait_of(other)
         if w is not None and not w.weak and w.category in _LOCK_WAITS:
+            return other, frozen, family_signature(w.category, signatures), other.telling_frames() or w.frames
+    return None
+
+
+def _outside_waiter(t: ThreadDump, workers: list, signatures: Sequence[Signature]) -> tuple | None:
+    """Another thread blocked outside the process (a socket, a child, a file lock), when
+    ``t`` joins a thread or waits for an event: what the join waits for (a collector
+    thread in a read the main thread joins). A sleeping thread is no answer (a poller, a
+    heartbeat)."""
+    for other, frozen, facts in workers:
+        if other is t or facts.stalls:
+            continue
+        w = wait_of(other)
+        if w is not None and not w.weak and w.category in _OUTSIDE and w.category != "sleep":
             return other, frozen, family_signature(w.category, signatures), other.telling_frames() or w.frames
     return None
 

@@ -266,7 +266,10 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("cuda-synchronize-wait", "the device (JAX)", "JAX `Array._value` / `block_until_ready`",
         r"^(\w+\.)?(_value|block_until_ready|_single_device_array_to_np_array\w*|__array__|copy_to_host_async|_check_if_deleted_and_block)$",
         r"(^|/)jax/_src/(array|api|basearray|dispatch)\.py$"),
-    _py("cuda-synchronize-wait", "the GPU", "`Event.synchronize`", r"^(Event|Stream)\.synchronize$|^(Event|Stream)\.wait$", None),
+    # (torch's own Event and Stream, or a frame named without its file: threading's and
+    # multiprocessing's Event.wait, as py-spy names them on Python 3.11+, are no device's)
+    _py("cuda-synchronize-wait", "the GPU", "`Event.synchronize`", r"^(Event|Stream)\.synchronize$|^(Event|Stream)\.wait$",
+        r"(^|/)torch(_npu)?/|^\??$"),
     # --- Ray --------------------------------------------------------------------------------------
     _py("ray-get-wait", "a Ray task or actor", "`ray.get`", r"^(get|wait)$", r"ray/(_private/)?worker\.py$", level="call"),
     _py("ray-get-wait", "a Ray task or actor", "Ray `get_objects`", r"^(\w+\.)?(get_objects|wait_objects|get_with_failure_handling)$", r"(^|/)ray/"),

@@ -31,7 +31,11 @@ _WINDOWS_STDLIB_PATH = re.compile(r"/Lib/(?!site-packages/|dist-packages/)")
 # anything of the job's own (CUDA, NCCL, torch, an extension).
 _SYSTEM_NATIVE = re.compile(
     r"(^|/)(libc|libpthread|libstdc\+\+|libgcc_s|libm|librt|libdl|ld-linux[\w.-]{0,40}|ld|libpython[\d.]{0,8}m?|python[\d.]{0,8})(\.so[\d.]{0,20}|\.dylib)?$"
-    r"|(^|/)(sysdeps|nptl|glibc[\w.-]{0,40}|Modules|Python|Objects|Include)/|syscall-template|futex"
+    r"|(^|/)(sysdeps|nptl|csu|libio|glibc[\w.-]{0,40}|Modules|Python|Objects|Include)/|syscall-template|futex"
+    # CPython's own C modules by their file (py-spy --native: "fcntl_flock_impl (fcntlmodule.c:297)")
+    # and the standard library's extension modules (WinDbg: "_winapi!_winapi_WaitForSingleObject")
+    r"|(^|/)\w{1,40}module\.c(\.h)?$|(^|/)(libc-start|libc_start_call_main|pthread_create|clone3?)\.[chS]$"
+    r"|(?i:(^|[/\\])(_winapi|_overlapped|_multiprocessing|_socket|_ssl|select|_queue|_posixsubprocess)([\w.-]{0,40}\.(pyd|so))?$)"
     # Windows' own DLLs (WinDbg names them without ".dll"), the C runtime's
     r"|(?i:(^|[/\\])(ntdll|kernel32|kernelbase|ucrtbase|msvcrt|msvcp\d{2,3}|vcruntime\d{2,3}\w?|python\d{1,3})(\.dll)?$)"
     # the Linux kernel and its modules (pastes.kernel): a kernel stack is the system's throughout

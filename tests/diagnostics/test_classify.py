@@ -72,7 +72,7 @@ def test_a_frozen_match_beats_a_thread_that_moved():
     r1 = ProcessDump(1, (ThreadDump("1", "MainThread", replay), ThreadDump("2", "waiter", lock)), round=1)
     r2 = ProcessDump(1, (ThreadDump("1", "MainThread", (Frame("replay", "vllm/compilation/cuda_graph.py", 11),)), ThreadDump("2", "waiter", lock)), round=2)
     c = classify(group_series([r1, r2]), SIGS)
-    assert c.signature_id == "lock-wait" and c.frozen is True
+    assert c.signature_id == "event-wait" and c.frozen is True  # (Event.wait: the lock-wait signature, refined)
     c_all_moving = classify((ProcessSeries(1, (r1, r2)),), [s for s in SIGS if s.id != "lock-wait"])
     assert c_all_moving.signature_id == "vllm-cuda-graph-replay" and c_all_moving.frozen is False
 

@@ -367,3 +367,45 @@ def test_an_idle_event_loop_running_the_programs_coroutine_waits_on_it(tmp_path,
     completes (a dead peer, a lost future, tasks awaiting each other); a server's loop,
     started by its framework, waits for requests. Before, every idle loop read as all-idle."""
     assert text_verdict(tmp_path, _IDLE_LOOP.format(outer=outer)) == verdict
+
+
+@pytest.mark.parametrize(("stack", "verdict"), [
+    # py-spy on Python 3.11+ names a method with its class: threading's Event.wait is no
+    # device's event (before: "waits on the GPU")
+    ("    Condition.wait (multiprocessing/synchronize.py:268)\n    Event.wait (multiprocessing/synchronize.py:357)\n"
+     "    main (app.py:10)\n", "event-wait"),
+    # another program's ZMQ client, MessageQueue, worker loop and broadcast are not vLLM's,
+    # the DataLoader's or a collective (before: vllm-engine-core-ipc, vllm-shm-broadcast-wait,
+    # dataloader-worker-stuck, nccl-collective-wait)
+    ("    recv_multipart (zmq/sugar/socket.py:808)\n    fetch (client/rpc.py:41)\n    main (client/main.py:9)\n",
+     "socket-read"),
+    ("    get (queue.py:171)\n    MessageQueue.receive (app/bus.py:30)\n    main (app/main.py:9)\n", "queue-wait"),
+    ("    readinto (socket.py:705)\n    _worker_loop (collector/feed.py:51)\n    main (collector.py:60)\n", "socket-read"),
+    ("    sendall (ssl.py:1273)\n    Hub.broadcast (chat/hub.py:88)\n    main (chat/server.py:20)\n", "socket-read"),
+    # CPython's own C modules under a C library wait are the standard library's (py-spy
+    # --native): not a third-party extension whose wait says nothing
+    ("    flock (libc.so.6)\n    fcntl_flock_impl (fcntlmodule.c:297)\n    fcntl_flock (fcntlmodule.c.h:165)\n"
+     "    exclusive_lock (p_flock.py:6)\n    <module> (p_flock.py:7)\n", "file-lock-wait"),
+], ids=["py311-event-wait", "pyzmq-client", "own-message-queue", "own-worker-loop", "own-broadcast", "native-fcntl"])
+def test_library_names_in_any_program_are_read_by_their_library(tmp_path, stack, verdict):
+    assert text_verdict(tmp_path, 'Thread 2600 (idle): "MainThread"\n' + stack) == verdict
+
+
+def test_a_join_on_a_thread_blocked_outside_the_process_is_that_threads_wait(tmp_path):
+    """The main thread joins a worker that sits in a socket read: the read is what the join
+    waits for. Before, the verdict was the join (thread-join)."""
+    text = """\
+Thread 2600 (idle): "MainThread"
+    _wait_for_tstate_lock (threading.py:1116)
+    join (threading.py:1096)
+    main (collector.py:60)
+    <module> (collector.py:70)
+Thread 2611 (idle): "collector-0"
+    readinto (socket.py:705)
+    readline (collector/feed.py:33)
+    poll_feed (collector/feed.py:51)
+    run (threading.py:953)
+    _bootstrap_inner (threading.py:1016)
+    _bootstrap (threading.py:973)
+"""
+    assert text_verdict(tmp_path, text) == "socket-read"

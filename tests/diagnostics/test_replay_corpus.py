@@ -263,7 +263,7 @@ KNOWN_MISSES = {
     # fresh-2026-12q, missed at its first pass: Ctrl-C KeyboardInterrupt traceback, Python 3.6, keras fit_generator main thread blocked in queue.get (Condition.wait), one thread, pasted inside a test docstring with a leading comment line
     "prednet_test_black_16_frames_fit_generator_queue_get_ctrlc": "queue-wait",
     # fresh-2026-12r, missed at its first pass: gdb `bt` of the main thread (single thread), native frames with CPython 3.8 debug symbols; paste is cut after frame #13 (cut in the stored copy of the comment, the rest of the backtrace is not availab
-    "salt_57456_salt_call_zmq_ctx_term_gc_at_exit": "vllm-engine-core-ipc",
+    "salt_57456_salt_call_zmq_ctx_term_gc_at_exit": "unknown",
     # fresh-2026-12q, missed at its first pass: pytest-timeout dump (Windows, Python 3.11.9, pytest 9.1.1, timeout-2.4.0), 2 threads: anyio blocking-portal event loop idle in IOCP GetQueuedCompletionStatus, MainThread in starlette TestClient portal
     "sovereignai_testclient_sse_stream_infinite_generator_pytest_timeout": "future-wait",
     # fresh-2026-12q, missed at its first pass: Ctrl-C (three times) at a hung make html: 'Error in atexit._run_exitfuncs' traceback, Python 3.7, interpreter exit in concurrent.futures.thread._python_exit joining an executor thread; one thread show
