@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from hangwatch.diagnostics.pastes.parse_report import ParseReport, example
 from hangwatch.diagnostics.pastes.patterns import (
-    CAPTION_RANK, MAX_FRAMES, MAX_PROCESSES, MAX_THREADS, PID_INTRO,
+    CAPTION_RANK, MAX_FRAMES, MAX_GROUP, MAX_PROCESSES, MAX_THREADS, PID_INTRO,
 )
 from hangwatch.diagnostics.pastes.unwrap import StreamKey
 from hangwatch.diagnostics.stacks import Frame
@@ -219,7 +219,11 @@ class Builder:
         # no Python frames as a bare header, which must not borrow the next one's.
         self.drop_bare()
         self.gdb_attached = False
-        joining = bool(self.group) and not any(t.frames for t in self.group) and all(t.name == name for t in self.group)
+        # (a group's threads share their frames and their name: its last one says for all;
+        # a group stops growing at MAX_GROUP, so that a run of headers stays linear and
+        # the frames after it are not copied into thousands of threads)
+        last = self.group[-1] if self.group else None
+        joining = last is not None and not last.frames and last.name == name and len(self.group) < MAX_GROUP
         group = self.group if joining else []
         proc = self.proc
         is_main = name == "MainThread"

@@ -41,14 +41,18 @@ def horovod_stall_line(b: Builder, s: str) -> bool:
     ones missing below the highest (the suspects)."""
     found = False
     for m in HOROVOD_STALL.finditer(s):
+        before = s[max(0, m.start() - 304):m.start()].rstrip(" \t")[-300:]
+        at = max(before.rfind(c) for c in " \t,[]") + 1
+        name = before[at:]
+        if not name:
+            continue
         found = True
-        name = m.group(1)
         mo = HOROVOD_OP.search(name)
         op = "horovod:" + (mo.group(1) or mo.group(2)).lower() if mo else "horovod:collective"
         if mo and mo.group(1):
             name = name[mo.end():]  # "allreduce.conv1.weight": the tensor is after the op
-        ranks = [int(r) for r in m.group(3).replace(",", " ").split()][:MAX_PROCESSES]
-        if m.group(2) == "missing":
+        ranks = [int(r) for r in m.group(2).replace(",", " ").split()][:MAX_PROCESSES]
+        if m.group(1) == "missing":
             if b.horovod_missing is None:
                 b.horovod_missing = (op, name, tuple(sorted(set(ranks))))
             continue

@@ -19,6 +19,8 @@ MAX_LINE_CHARS = 4096
 #: Python's recursion limit, 1000.
 MAX_FRAMES = 2048
 MAX_THREADS = 4096
+#: Headers in a row that share the frames after them (a reporter folding identical ranks).
+MAX_GROUP = 64
 MAX_PROCESSES = 4096
 
 # -- around the stack text on a line: log prefixes, colours, markup, captions ------
@@ -355,7 +357,9 @@ SHM_WAIT = "No available shared memory broadcast block found"
 # older logs): "allreduce.conv1.weight [ready ranks: 0, 7, 3]" (horovod#364), TensorFlow op
 # names "HorovodBroadcast_w_0 [missing ranks: 0]" (horovod#534), Keras names with "/"
 # (horovod#457). Ready ranks wait in that collective; missing ones never submitted it.
-HOROVOD_STALL = re.compile(r"(?:^|[\s,:])([^\s\[\],]{1,300}?)\s{0,4}\[(ready|missing) ranks:\s{0,4}([\d,\s]{0,4000})\]")
+# (the tensor's name before each is read backwards from it: a search for the name first
+# would try every ':' of a long line as its start)
+HOROVOD_STALL = re.compile(r"\[(ready|missing) ranks:\s{0,4}([\d,\s]{0,4000})\]")
 HOROVOD_OP = re.compile(r"(?i)^(allreduce|allgather|broadcast|alltoall|reducescatter|adasum)\.|horovod_?(allreduce|allgather|broadcast|alltoall|reducescatter)")
 # vLLM's VLLM_TRACE_FUNCTION log: "<time> Call to f in /p/a.py:93 from g in /p/b.py:101" and
 # "Return from f in /p/a.py:95 to g in /p/b.py:101". The calls still open at the end of

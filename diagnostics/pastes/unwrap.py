@@ -122,7 +122,7 @@ def join_padded(lines: list[str]) -> list[str]:
     out: list[str] = []
     joining = False
     for line in lines:
-        if joining and out:
+        if joining and out and len(out[-1]) < MAX_JOINED:  # (a longer one is no wrapped line: and joins stay linear)
             out[-1] += line.lstrip() if out[-1].endswith(" ") else line
         else:
             out.append(line)
@@ -158,8 +158,8 @@ def join_hard_wrapped(lines: list[str]) -> list[str]:
     out: list[str] = []
     joining = False
     for line in lines:
-        if joining and line.strip() and not line[:2].isspace() and not _HOLDS_FRAME.search(line) \
-                and not _STARTS_THREAD.match(line):
+        if joining and len(out[-1]) < MAX_JOINED and line.strip() and not line[:2].isspace() \
+                and not _HOLDS_FRAME.search(line) and not _STARTS_THREAD.match(line):
             out[-1] += line
         else:
             out.append(line)

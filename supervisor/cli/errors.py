@@ -34,8 +34,18 @@ def bundle_input_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[[ar
                 MemoryError) as exc:
             # Bundles come from other people: a field of the wrong type, shape or value is
             # malformed input, not our bug, and never a traceback.
-            print(f"hangwatch: error: malformed input ({type(exc).__name__}: {one_line(str(exc)[:200])}); "
+            print(f"hangwatch: error: {_inputs(args)}malformed input ({type(exc).__name__}: {one_line(str(exc)[:200])}); "
                   "not a bundle or dump hangwatch wrote", file=sys.stderr)
             return EXIT_USAGE
 
     return run
+
+
+def _inputs(args: argparse.Namespace) -> str:
+    """The input(s) the command read, to lead the error with ("a.txt: "); with several,
+    the first three and how many more (which one failed is not known here)."""
+    paths = [str(p) for p in (getattr(args, "paths", None) or [getattr(args, "bundle", None)]) if p]
+    if not paths:
+        return ""
+    shown = ", ".join(one_line(p[:200]) for p in paths[:3])
+    return f"{shown}{f' (and {len(paths) - 3} more)' if len(paths) > 3 else ''}: "

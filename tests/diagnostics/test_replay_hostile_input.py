@@ -137,6 +137,7 @@ def test_a_field_that_is_not_a_number_is_an_error_not_an_internal_error(tmp_path
         assert done.returncode == 2, (args, done.returncode, done.stderr[-2000:])
         assert done.stderr.startswith("hangwatch: error:") and "internal error" not in done.stderr, done.stderr
         assert "\x1b" not in done.stderr
+        assert str(bundle) in done.stderr or "malformed input" not in done.stderr, done.stderr  # which input it was
 
 
 @pytest.mark.timeout(60)

@@ -90,7 +90,8 @@ def test_collapsed_stacks_from_py_spy_record_are_never_read_as_a_stack():
     "kind",
     ["frames", "one_long_line", "nested_parens", "open_parens", "thread_like", "prefix_like", "cxx_like", "interleaved_pids",
      "banner_like", "collapsed_like", "gdb_wrapped_args", "symbols_like", "cxx_signature_spaces", "wrapped_cxx_heads",
-     "wrapped_traceback_heads", "signature_qualifiers", "page_source"],
+     "wrapped_traceback_heads", "signature_qualifiers", "page_source", "header_run", "gdb_header_run", "horovod_colons",
+     "headers_then_frames"],
 )
 def test_two_megabytes_of_stack_shaped_text_read_in_linear_time(kind):
     size = 2_000_000
@@ -114,6 +115,13 @@ def test_two_megabytes_of_stack_shaped_text_read_in_linear_time(kind):
         "signature_qualifiers": ("ns::f(int)" + "::a" * 1300 + " x\n") * (size // 3913),
         "page_source": ("<p>" + "&nbsp;" * 100 + "<span class='x'" + " " * 400 + ">    f (b.py:1)</span><br>" + "<b" * 200 + "\n")
                        * (size // 1445),
+        # thread headers with no frames between them: each compared itself with every one before
+        "header_run": 'Thread 0x1 (idle): "MainThread"\n' * (size // 32),
+        "gdb_header_run": 'Thread 5 (Thread 0xb5693450 (LWP 2404) "x"):\n' * (size // 44),
+        # Horovod's stall line: every ':' was tried as the start of a tensor's name
+        "horovod_colons": (":" * 4000 + " ranks: [ready ranks: 1]\n") * (size // 4025),
+        # a run of headers sharing the frames after it: every header got a copy of them
+        "headers_then_frames": 'Thread 0x1 (idle): "T"\n' * 20_000 + "    wait (threading.py:320)\n" * ((size - 480_000) // 28),
         "interleaved_pids": "".join(f'(W pid={i % 50}) ERROR 01-12 02:58:31 [a.py:1]   File "/x/vll\nm/a.py", line 3, in f\n'
                                     for i in range(size // 78)),
     }[kind]

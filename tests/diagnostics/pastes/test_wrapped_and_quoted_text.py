@@ -5,6 +5,7 @@ flattened onto one line or kept in a source comment."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -380,3 +381,18 @@ def test_frame_lines_wrapped_inside_a_mail_quote_are_rejoined():
     (thread,) = proc.threads
     assert [(f.function, f.file.rsplit("/", 1)[-1]) for f in thread.frames] == [
         ("read", "libpthread.so.0"), ("vio_read_buff", "libmysqlclient.so.18"), ("mysql_next_result", "libmysqlclient.so.18")]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("padded", [False, True])
+def test_joining_a_console_capture_of_sixteen_megabytes_is_linear(padded):
+    """160,000 rows of one width (or padded to it) joined back: a joined line stops growing
+    at the longest a frame line can be, so each join copies a bounded line. Before, each
+    copied the whole line so far: over a hundred seconds of CPU for a file under the cap."""
+    from hangwatch.diagnostics.pastes.unwrap import join_hard_wrapped, join_padded
+
+    rows = ["x" * 99 + " "] * 3 + ["y" * 100] * 160_000
+    start = time.process_time()
+    joined = join_padded(rows) if padded else join_hard_wrapped(rows[3:])
+    assert len(joined) < len(rows) and time.process_time() - start < 10.0
