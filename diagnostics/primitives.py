@@ -244,7 +244,7 @@ PRIMITIVES: tuple[Primitive, ...] = (
        r"^c10d::(ProcessGroup\w*|Backend\w*|Reducer)::_?(allreduce|allgather|reduce_scatter|broadcast|reduce|gather|scatter|alltoall|barrier|send|recv|finalize_backward)\w*$"),
     _c("nccl-collective-wait", "a collective", "c10d `Work::wait`", r"^c10d::(ProcessGroup\w*::)?Work\w*::(wait|synchronize)\w*$"),
     _c("store-wait", "the distributed store", "c10d `TCPStore`",
-       r"^c10d::(TCPStore::(doGet|doWait|get|wait|TCPStore|waitForWorkers|check)|detail::TCPClient::\w+|tcputil::connect)"),
+       r"^c10d::(TCPStore::(doGet|doWait|get|wait|TCPStore|waitForWorkers|check)|detail::(TCPClient|SocketImpl|SocketConnectOp)::\w+|tcputil::connect)"),
     # --- accelerators -------------------------------------------------------------------------
     _c("cuda-synchronize-wait", "the GPU", "a device synchronize",
        r"(^|::)(cuEventSynchronize|cuStreamSynchronize|cuCtxSynchronize|cudaEventSynchronize|cudaStreamSynchronize|"
@@ -411,13 +411,18 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _src("file-lock-wait", "a lock file", "a file lock's `wait`/`acquire`",
          r"(^|\.)\w*(baton|file_?lock|lock_?file)\w*\.(wait|acquire|_acquire|lock)$"),
     _src("sleep", "a sleep", "`time.sleep`", r"(^|\.)sleep$"),
-    _src("subprocess-wait", "a child process", "`os.waitpid`", r"^os\.(waitpid|wait|wait3|wait4|waitid)$|\.communicate$|^subprocess\.\w+$"),
+    _src("subprocess-wait", "a child process", "`os.waitpid`",
+         r"^os\.(waitpid|wait|wait3|wait4|waitid|system|popen|spawn\w{1,4})$|\.communicate$|^subprocess\.\w+$"),
+    # A prompt nobody answers: a job started without a terminal (a remote code trust prompt,
+    # a "continue? [y/N]") reads standard input forever.
+    _src("socket-read", "standard input (a prompt nobody answers)", "`input()` / `sys.stdin.read`",
+         r"^(input|raw_input|getpass(\.getpass)?)$|(^|\.)stdin\.(read|readline|readlines)$"),
     _src("ray-get-wait", "a Ray task or actor", "`ray.get`", r"^ray\.(get|wait)$"),
     _src("store-wait", "the distributed store", "a c10d store's constructor or call",
          r"(^|\.)(TCPStore|store\.(get|wait|set|add|compare_set|multi_get))$"),
     _src("nccl-collective-wait", "a collective", "torch.distributed collective",
          r"(^|\.)(all_reduce|all_gather|all_gather_into_tensor|reduce_scatter|reduce_scatter_tensor|broadcast|barrier|all_to_all|all_to_all_single|monitored_barrier)$"),
-    _src("cuda-synchronize-wait", "the GPU", "`synchronize` / `.item()`", r"(^|\.)(synchronize|item|tolist)$"),
+    _src("cuda-synchronize-wait", "the GPU", "`synchronize` / `.item()` / `.cpu()`", r"(^|\.)(synchronize|item|tolist|cpu)$"),
     _src("future-wait", "a future's result", "`Future.result`", r"\.result$"),
     _src("thread-join", "a thread or process", "`join`", r"\.join$"),
     _src("lock-wait", "a lock", "`acquire`", r"\.acquire$"),
@@ -438,7 +443,7 @@ PRIMITIVES: tuple[Primitive, ...] = (
     # (drop_gil: a forced switch waits until another thread took it).
     _c("gil-deadlock", "the GIL", "`take_gil`",
        r"^(take_gil|drop_gil|PyEval_RestoreThread|PyEval_AcquireThread|PyEval_AcquireLock|PyGILState_Ensure|PyCOND_TIMEDWAIT|PyCOND_WAIT|_PyEval_TakeGIL|_PyThreadState_Attach|tstate_wait_attach)$|gil_scoped_acquire::gil_scoped_acquire$"),
-    _c("lock-wait", "a Python lock", "`PyThread_acquire_lock`", r"^(PyThread_acquire_lock(_timed)?|lock_PyThread_acquire_lock|acquire_timed|rlock_acquire|_PyMutex_LockTimed|_PyMutex_LockSlow|PyMutex_Lock)$"),
+    _c("lock-wait", "a Python lock", "`PyThread_acquire_lock`", r"^(PyThread_acquire_lock(_timed)?|lock_PyThread_acquire_lock|acquire_timed|rlock_acquire|_PyMutex_LockTimed|_PyMutex_LockSlow|PyMutex_Lock|EnterNonRecursiveMutex)$"),
     _c("event-wait", "a condition variable", "`pthread_cond_wait`",
        r"^(__)?pthread_cond_(timed|clock)?wait\w*$|^std::condition_variable(_any)?::(wait|wait_for|wait_until|__wait_until_impl)\w*$|^___pthread_cond_\w*wait\w*$"),
     _c("lock-wait", "a mutex", "`pthread_mutex_lock`", r"^(__)?pthread_mutex_(timed|clock)?lock\w*$|^___pthread_mutex_lock$|^(__)?lll_lock_wait\w*$|^std::mutex::lock$"),

@@ -260,6 +260,11 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
     # Some waits name the thread's wait wherever they sit (``NAMES_FROM_INSIDE``); else the
     # outermost match, the call the code made.
     naming = next((m for m in matched if m[2].category in NAMES_FROM_INSIDE), outer)
+    if naming[2].category == GIL and all(_plain(m[1].function).startswith("PyCOND_") for m in matched if m[2].category == GIL):
+        # CPython's condition variable is the GIL's on POSIX, but on Windows every Python
+        # lock is built on it too (EnterNonRecursiveMutex): with no take_gil shown, a lock's
+        # acquire further out says whose it is.
+        naming = next((m for m in matched if m[2].category == "lock-wait" and m[0] > naming[0]), naming)
     if matched[0][1].file == "<call>" and outer[2].level == "call" and LEAF_CALL.match(matched[0][1].function):
         naming = matched[0]  # a C call the source line shows inside an API cut above its own frames
     category, what = naming[2].category, naming[2].what

@@ -17,7 +17,7 @@ import re
 from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.frames import single_frame
 from hangwatch.diagnostics.pastes.patterns import (
-    BANNER_THREAD, CAPTION_THREAD, THREAD_REPR, EXCEPTION_LINE, IPY_CELL, IPY_FRAME, IPY_OLD_FRAME, IPY_SOURCE,
+    BANNER_THREAD, CAPTION_THREAD, CHAINED_CALL, THREAD_REPR, EXCEPTION_LINE, IPY_CELL, IPY_FRAME, IPY_OLD_FRAME, IPY_SOURCE,
     IPY_TB_START, MAX_FRAMES, MAX_THREADS, PDB_FRAME, PYTEST_DEF, PYTEST_SHORT, PYTEST_LOCATION, RECENT_FIRST, SOURCE_CALL,
     TRACEBACK_FRAME, WITH_LOCK, PYTRACE_CALL, PYTRACE_LINE, C_STACK_DUMPER, C_STACK_FRAME, C_STACK_HEAD,
 )
@@ -151,7 +151,14 @@ def source_call(source: str) -> list[Frame]:
         # "with second_lock:": entering the block acquires the lock, in C.
         return [Frame(w.group(1) + ".acquire", "<call>", None, native=True)]
     m = SOURCE_CALL.match(source) if source else None
-    return [Frame(m.group(1), "<call>", None, native=True)] if m else []
+    if m is None:
+        return []
+    calls = [Frame(m.group(1), "<call>", None, native=True)]
+    # A chain of calls ("logits.argmax(-1).cpu()"): each method after the first is a call
+    # of the line too, and any may be the one that blocks (the copy to the host here).
+    for chained in CHAINED_CALL.findall(source[m.end(1):], 0, 600)[:8]:
+        calls.append(Frame(f"{m.group(1)}.{chained}", "<call>", None, native=True))
+    return calls
 
 
 def blocked_call(frames: list[Frame], source: str) -> list[Frame]:

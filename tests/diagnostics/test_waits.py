@@ -935,3 +935,28 @@ def test_every_thread_with_the_same_extension_wait_gets_the_call_around_it():
                        _py("do_execute", SITE + "sqlalchemy/engine/default.py"), USER)
     waits = [wait_of(stack()) for _ in range(8)]
     assert all(w is not None and w.category == "socket-read" and not w.weak for w in waits)
+
+
+def test_a_python_lock_on_windows_is_a_lock_not_the_gil():
+    """On Windows every Python lock waits in CPython's condition variable (PyCOND_TIMEDWAIT
+    under EnterNonRecursiveMutex), which is the GIL's alone on POSIX: with no take_gil
+    shown, the lock's acquire says whose it is. Before, it read as a GIL deadlock."""
+    py = "python311"
+    w = wait_of(_thread(_c("NtWaitForSingleObject", "ntdll"), _c("WaitForSingleObjectEx", "KERNELBASE"),
+                        _c("PyCOND_TIMEDWAIT", py), _c("EnterNonRecursiveMutex", py), _c("PyThread_acquire_lock_timed", py),
+                        _c("lock_PyThread_acquire_lock", py), USER))
+    assert w is not None and w.category == "lock-wait"
+    w = wait_of(_thread(_c("WaitForSingleObjectEx", "KERNELBASE"), _c("PyCOND_TIMEDWAIT", py), _c("take_gil", py),
+                        _c("PyEval_RestoreThread", py), USER))
+    assert w is not None and w.category == "gil-deadlock"
+
+
+def test_a_store_get_from_python_is_a_store_wait():
+    """c10d's socket under a TCPStore get made from Python (store.get of a key another rank
+    should set): the store, not a communicator's setup."""
+    torch = "/envs/t/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so"
+    w = wait_of(_thread(_c("poll"), _c("c10d::detail::SocketImpl::waitForInput", torch),
+                        _c("c10d::detail::TCPClient::receiveValueWithTimeout<c10d::detail::WaitResponseType>", torch),
+                        _c("c10d::TCPStore::doWait", torch), _c("c10d::TCPStore::doGet", torch), _c("c10d::TCPStore::get", torch),
+                        USER))
+    assert w is not None and w.category == "store-wait" and not w.weak

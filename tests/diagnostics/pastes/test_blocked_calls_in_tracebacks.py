@@ -3,6 +3,8 @@ tracebacks cut above the blocking frame, IPython tracebacks, torch's C++ frame t
 
 from __future__ import annotations
 
+import pytest
+
 from hangwatch.diagnostics.pastes import read_text
 from hangwatch.diagnostics.waits import wait_of
 
@@ -73,3 +75,19 @@ def test_a_cxx_frame_trace_behind_a_timestamp_prefix_is_read_as_native_frames():
     assert all(f.native for f in t.frames)
     w = wait_of(t)
     assert w is not None and w.category == "store-wait"
+
+
+
+@pytest.mark.parametrize(("source", "category"), [
+    ("preds = logits.argmax(-1).cpu()", "cuda-synchronize-wait"),  # the copy to the host, at the end of a chain
+    ("rc = os.system(cmd)", "subprocess-wait"),
+    ('answer = input("Do you wish to run the custom code? [y/N] ")', "socket-read"),  # a prompt nobody answers
+    ("line = sys.stdin.readline()", "socket-read"),
+])
+def test_a_ctrl_c_tracebacks_last_source_line_names_the_call_it_blocked_in(source, category):
+    """Before, a chain's later call (.cpu() after .argmax()), os.system and input() named
+    no wait."""
+    t = _main_thread('Traceback (most recent call last):\n  File "/home/u/eval.py", line 88, in <module>\n    main()\n'
+                     f'  File "/home/u/eval.py", line 80, in main\n    {source}\nKeyboardInterrupt\n')
+    w = wait_of(t)
+    assert w is not None and w.category == category, w
