@@ -296,7 +296,7 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _py("socket-read", "an HTTP response", "aiohttp", r"^(\w+\.)?(read|readline|_wait|start|_request|send)$", r"(^|/)aiohttp/"),
     _py("socket-read", "an HTTP response", "http.client `getresponse`", r"^(\w+\.)?(getresponse|begin|_read_status|read|readinto|_safe_read|_readall_chunked|_read_next_chunk_size|_get_chunk_left|readline)$", r"(^|/)http/client\.py$"),
     _py("socket-read", "an HTTP response", "`urllib.request.urlopen`", r"^(\w+\.)?(urlopen|open|do_open|http_open|https_open)$", r"(^|/)urllib/request\.py$", level="call"),
-    _py("socket-read", "an RPC response", "gRPC", r"^(\w+\.)?(_blocking|__call__|_next|__next__|result|_end_unary_response_blocking)$", r"(^|/)grpc/"),
+    _py("socket-read", "an RPC response", "gRPC", r"^(\w+\.)?(_blocking|__call__|_next|__next__|result|_end_unary_response_blocking|_block|_wait_once|_wait_for_ready|channel_ready_future)$", r"(^|/)grpc/"),
     _py("socket-read", "an RPC response", "rpyc", r"^(\w+\.)?(wait|value|sync_request|async_request|serve|serve_all|_recv|recv|poll|poll_all)$", r"(^|/)rpyc/"),
     _py("socket-read", "an RPC response", "xmlrpc / Pyro", r"^(\w+\.)?(request|single_request|_invoke|__call__|getresponse|parse_response)$", r"(^|/)(xmlrpc/client\.py|Pyro[45]/)"),
     _py("socket-read", "a ZMQ socket", "zmq `recv`", r"^(\w+\.)?(recv|recv_multipart|recv_pyobj|recv_json|recv_string|poll|send|send_multipart)$", r"(^|/)zmq/"),

@@ -289,9 +289,15 @@ def blocks_event_loop(thread: ThreadDump) -> Wait | None:
     if w is None or w.category not in LOOP_BLOCKERS:
         return None
     further = thread.frames[w.depth + 1:MAX_WAIT_FRAMES * 2]
+    if any(not f.native and _NOTEBOOK_CELL.search(f.file.replace("\\", "/")) for f in further):
+        return None  # a notebook cell's code runs on the kernel's loop by design: its call is the wait
     if any(not f.native and _LOOP_FRAME.search(f.function) and _LOOP_FILE.search(f.file.replace("\\", "/")) for f in further):
         return w
     return None
+
+
+#: IPython running a cell (a Jupyter kernel runs each cell on its event loop).
+_NOTEBOOK_CELL = re.compile(r"(^|/)IPython/core/(interactiveshell|async_helpers)\.py$")
 
 
 #: Running a coroutine to its end on an event loop: asyncio.run (its Runner), run_until_complete,

@@ -170,8 +170,13 @@ def _row(function: str, file: str, native: bool) -> Primitive | None:
 def primitive_of(frame: Frame) -> Primitive | None:
     """The table's row for this frame, or None. A frame given by name only (a hand-written
     chain, ``take_gil -> PyEval_RestoreThread``: no file, no library) may be a C function
-    as well as a Python one."""
+    as well as a Python one. A nested function's qualified name, as py-spy prints it on
+    Python 3.11+ (``block_until_ready.<locals>.try_to_block``), is read as the function
+    (``block_until_ready.try_to_block``), else as the function it is nested in."""
     row = _row(frame.function, frame.file, frame.native)
+    if row is None and not frame.native and ".<locals>." in frame.function:
+        row = _row(frame.function.replace(".<locals>", ""), frame.file, False) or _row(
+            frame.function.split(".<locals>.", 1)[0], frame.file, False)
     if row is None and not frame.native and frame.file in ("?", ""):
         row = _row(frame.function, frame.file, True)
     return row

@@ -409,3 +409,24 @@ Thread 2611 (idle): "collector-0"
     _bootstrap (threading.py:973)
 """
     assert text_verdict(tmp_path, text) == "socket-read"
+
+
+@pytest.mark.parametrize(("stack", "verdict"), [
+    # a nested function's qualified name (py-spy, Python 3.11+) is read as its function
+    ("    block_until_ready.<locals>.try_to_block (jax/_src/api.py:2907)\n    tree_map (jax/_src/tree_util.py:344)\n"
+     "    block_until_ready (jax/_src/api.py:2912)\n    train_step (train_flax.py:77)\n", "cuda-synchronize-wait"),
+    # gRPC's wait for a channel or a future: the RPC, not the Condition under it
+    ("    wait (threading.py:324)\n    _block (grpc/_utilities.py:101)\n    result (grpc/_utilities.py:118)\n"
+     "    connect (feature_store/client.py:40)\n", "socket-read"),
+    # a notebook cell's own blocking call, though the kernel runs cells on its event loop
+    ("    Condition.wait (threading.py:327)\n    Queue.get (queue.py:171)\n    <module> (3224563351.py:5)\n"
+     "    InteractiveShell.run_code (IPython/core/interactiveshell.py:3577)\n"
+     "    InteractiveShell.run_cell_async (IPython/core/interactiveshell.py:3334)\n"
+     "    Kernel.dispatch_queue (ipykernel/kernelbase.py:545)\n    Handle._run (asyncio/events.py:84)\n"
+     "    BaseEventLoop._run_once (asyncio/base_events.py:1936)\n    BaseEventLoop.run_forever (asyncio/base_events.py:608)\n",
+     "queue-wait"),
+], ids=["qualified-locals", "grpc-block", "notebook-cell"])
+def test_the_call_a_thread_waits_in_is_named_through_its_library(tmp_path, stack, verdict):
+    """Before: no wait (the nested name), event-wait (gRPC's Condition) and asyncio-blocked
+    (the kernel's loop)."""
+    assert text_verdict(tmp_path, 'Thread 1400 (idle): "MainThread"\n' + stack) == verdict
