@@ -215,7 +215,7 @@ def start_stream(b: Builder, pid: StreamKey) -> None:
 MIN_MARKUP = 3
 
 
-def _page_source(text: str) -> bool:
+def is_page_source(text: str) -> bool:
     """The text is a page's source: at least MIN_MARKUP HTML tags and entities, a line break
     or an entity among them (tags alone may be a C++ template's "<b>" or python-gdb's
     "<code at remote 0x..>")."""
@@ -257,7 +257,7 @@ def _read_lines(lines_in: list[str], learned: re.Pattern[str] | None) -> ParseRe
 def read_text(text: str, *, source: str = "text") -> ParseReport:
     """Every process in a pasted dump, and what was skipped. Raises ``InputError``
     only when there is not a single recognisable frame."""
-    if ("<" in text or "&" in text) and _page_source(text):
+    if ("<" in text or "&" in text) and is_page_source(text):
         # A page's source (a mail archive's, a forum export, a copied <pre>): its breaks are
         # line ends, its markup goes, its entities are their characters ("&nbsp;" indents).
         # (Only whole entities, each once: "&region=eu" in a URL is no "&reg;".)
@@ -295,10 +295,10 @@ def read_text(text: str, *, source: str = "text") -> ParseReport:
     joined = join_hard_wrapped(lines_in)
     if joined is not lines_in:
         # Cut at one width (a terminal's or a log viewer's rows): the joined lines are kept
-        # unless they read fewer frames, as lines of that width that were whole and got
-        # joined to a frame do.
+        # unless they read fewer frames or thread headers, as lines of that width that were
+        # whole and got joined to a frame or a header do.
         again = _read_lines(joined, prefixes.learn(joined))
-        if again.frames >= report.frames:
+        if again.frames >= report.frames and again.thread_headers >= report.thread_headers:
             report, lines_in = again, joined
     if not report.processes and not report.profile_lines:
         shared = prefixes.shared_prefix(lines_in)

@@ -12,7 +12,7 @@ import json
 import re
 
 from hangwatch.diagnostics.pastes.patterns import (
-    JSON_LINE_MAX, JSON_TEXT_KEYS, STREAM_PID, STREAM_RANK, WATCHDOG, WRAPPED_CXX_HEAD, WRAPPED_CXX_TAIL,
+    ANSI, PREFIX, JSON_LINE_MAX, JSON_TEXT_KEYS, STREAM_PID, STREAM_RANK, WATCHDOG, WRAPPED_CXX_HEAD, WRAPPED_CXX_TAIL,
     WRAPPED_FILE_TAIL, WRAPPED_IN_TAIL, WRAPPED_LINE_HEAD, WRAPPED_PYBT_HEAD, WRAPPED_PYBT_TAIL,
 )
 
@@ -131,7 +131,7 @@ def join_padded(lines: list[str]) -> list[str]:
 
 
 #: Lines cut at one width before a paste counts as wrapped there, and the narrowest such width.
-MIN_HARD_WRAPPED = 2
+MIN_HARD_WRAPPED = 3
 MIN_WRAP_WIDTH = 60
 #: A line of the wrap width ending in one of these is a table's or a banner's edge (nvidia-smi's
 #: box, a row of '='), whole at that width, not cut.
@@ -143,13 +143,16 @@ def join_hard_wrapped(lines: list[str]) -> list[str]:
     at 80, 100 or 120 columns, kept by the copy, a console capture saved with its rows):
     every line that reaches that width, the widest in the paste, several times over, goes
     on in the next line ('...site-packages\\requests\\sessions.py:Session' + '.get:600').
-    A line of that width that closes a table row, or is followed by a blank line, an
-    indented line (a frame, gdb's own wrap) or a new frame, thread or traceback, stays as it is. The lines as they are (the same list)
-    when no width qualifies."""
+    A line of that width that closes a table row or ends in a blank (padded to the width,
+    ``join_padded``'s), or is followed by a blank line, an indented line (a frame, gdb's
+    own wrap) or a new frame, thread or traceback, stays as it is. Widths are the visible
+    text's (colour codes do not count). The lines as they are (the same list) when no
+    width qualifies."""
     widths: dict[int, int] = {}
     for line in lines[:20000]:
-        if len(line) >= MIN_WRAP_WIDTH:
-            widths[len(line)] = widths.get(len(line), 0) + 1
+        n = len(_visible(line))
+        if n >= MIN_WRAP_WIDTH:
+            widths[n] = widths.get(n, 0) + 1
     if not widths:
         return lines
     width = max(widths)
@@ -163,8 +166,13 @@ def join_hard_wrapped(lines: list[str]) -> list[str]:
             out[-1] += line
         else:
             out.append(line)
-        joining = len(line) == width and not line.rstrip().endswith(_TABLE_EDGE)
+        visible = _visible(line)
+        joining = len(visible) == width and not visible.endswith((" ", "\t")) and not visible.rstrip().endswith(_TABLE_EDGE)
     return out if len(out) < len(lines) else lines
+
+
+def _visible(line: str) -> str:
+    return ANSI.sub("", line) if "\x1b" in line else line
 
 
 def join_wrapped(lines: list[str]) -> list[str]:
@@ -196,21 +204,40 @@ def join_wrapped(lines: list[str]) -> list[str]:
             out[-1] = out[-1].rstrip() + " " + line.strip()
             continue
         if len(line) <= MAX_JOINED:
-            # A mail quote ("> ", "> > ") before the frame line and each of its continuations:
-            # the frame is put back together inside the quote.
-            quote = _QUOTE.match(line).group()  # type: ignore[union-attr]
-            quote = quote if ">" in quote else ""
-            after = list(itertools.takewhile(lambda nxt: nxt.startswith(quote), lines[i:i + MAX_CONTINUATIONS])) if quote else lines[i:i + MAX_CONTINUATIONS]
-            whole = _rejoin(line[len(quote):], [nxt[len(quote):] for nxt in after] if quote else after)
+            whole = _rejoin(line, lines[i:i + MAX_CONTINUATIONS])
+            if whole is None and (line[:1] in _PREFIXED or "\x1b" in line):
+                # A prefix before the frame line and before each of its continuations (a mail
+                # quote "> ", a timestamp, colours, an indent): the frame is put back together
+                # behind it, each continuation's own prefix dropped.
+                whole = _rejoin_prefixed(line, lines[i:i + MAX_CONTINUATIONS])
             if whole is not None:
-                line, taken = quote + whole[0], whole[1]
+                line, taken = whole
                 i += taken
         out.append(line)
     return out
 
 
-#: A mail client's quote marks before a line ("> ", "> > ", ">>").
-_QUOTE = re.compile(r"[ \t]{0,3}(?:>[ ]?){0,8}")
+#: What a prefixed line starts with (see ``PREFIX``).
+_PREFIXED = frozenset(" \t>[0123456789*")
+
+
+def _rejoin_prefixed(head: str, after: list[str]) -> tuple[str, int] | None:
+    """``_rejoin`` behind a prefix (``PREFIX``) that the head and each continuation carry."""
+    clean = ANSI.sub("", head) if "\x1b" in head else head
+    prefix = PREFIX.match(clean).group()  # type: ignore[union-attr]
+    if not prefix.strip():
+        return None  # an indent alone: the continuation of a wrap starts in the first column
+    tails: list[str] = []
+    for nxt in after:
+        text = ANSI.sub("", nxt) if "\x1b" in nxt else nxt
+        own = PREFIX.match(text).group()  # type: ignore[union-attr]
+        if not own.strip():
+            break
+        tails.append(text[len(own):])
+    whole = _rejoin(clean[len(prefix):], tails)
+    return (prefix + whole[0], whole[1]) if whole is not None else None
+
+
 #: Lines one frame line may have been wrapped onto (a long path, a C++ signature, at 72 or
 #: 80 columns).
 MAX_CONTINUATIONS = 8

@@ -396,3 +396,31 @@ def test_joining_a_console_capture_of_sixteen_megabytes_is_linear(padded):
     start = time.process_time()
     joined = join_padded(rows) if padded else join_hard_wrapped(rows[3:])
     assert len(joined) < len(rows) and time.process_time() - start < 10.0
+
+
+def test_a_quoted_or_coloured_paste_is_not_taken_for_one_cut_at_a_width():
+    """Quoted (or coloured) captions that happen to share the widest length are no
+    console's rows: the thread header after each stays a header, each stack its thread's."""
+    lines = []
+    for pid, ranks, frame in ((11841, "0,1,2", "all_reduce (torch/distributed/distributed_c10d.py:2501)"),
+                              (11845, "3", "_try_get_data (torch/utils/data/dataloader.py:1133)"),
+                              (11849, "4,5,6,7", "all_reduce (torch/distributed/distributed_c10d.py:2501)")):
+        lines += [f"> ===== node-0 PID {pid} ===== (ranks {ranks.ljust(12, '.')}) all look like this",
+                  f'> Thread 0x{pid:x} (idle): "MainThread"', f">     {frame}"]
+    text = "\n".join(lines) + "\n"
+    assert len({len(line) for line in lines[::3]}) == 1
+    for paste in (text, "\n".join(f"\x1b[0;33m{line}\x1b[0m" for line in text.splitlines())):
+        threads = [t for p in read_text(paste).processes for t in p.threads]
+        assert [t.ident for t in threads] == ["0x2e41", "0x2e45", "0x2e49"], [t.ident for t in threads]
+
+
+def test_frame_lines_wrapped_behind_a_timestamp_are_rejoined():
+    """Each continuation carries its own prefix (a timestamp, a rank tag): the frame comes
+    back whole behind the first line's."""
+    text = ("2026-01-01T12:00:01.12Z #0  0x00007f549b341d2d in read () from\n"
+            "2026-01-01T12:00:02.12Z /lib/x86_64-linux-gnu/libpthread.so.0\n"
+            "2026-01-01T12:00:03.12Z #1  0x00007f5497429112 in vio_read_buff () from\n"
+            "2026-01-01T12:00:04.12Z /usr/lib/x86_64-linux-gnu/libmysqlclient.so.18\n")
+    (proc,) = read_text(text).processes
+    assert [(f.function, f.file.rsplit("/", 1)[-1]) for f in proc.threads[0].frames] == [
+        ("read", "libpthread.so.0"), ("vio_read_buff", "libmysqlclient.so.18")]
