@@ -348,7 +348,7 @@ def _process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sou
             # The interpreter's lock acquire seen in native frames only is any Python wait
             # (a worker's Queue.get or Condition.wait for its next task as much as a lock):
             # a main thread blocked outside the process says more.
-            held = _main_waits_elsewhere(t, workers, pid, signatures, only=_OUTSIDE)
+            held = _main_waits_elsewhere(t, workers, pid, signatures, only=_OUTSIDE - {"sleep"})
             if held is not None:
                 t, frozen, sig, frames = held
         idle = next(c[2] for c in cands if c[0] is t).idle
@@ -462,9 +462,15 @@ def _outside_waiter(t: ThreadDump, workers: list, signatures: Sequence[Signature
         if other is t or facts.stalls:
             continue
         w = wait_of(other)
-        if w is not None and not w.weak and w.category in _OUTSIDE and w.category != "sleep":
+        if (w is not None and not w.weak and w.category in _OUTSIDE and w.category != "sleep"
+                and not any(_SERVING.search(f.function) for f in w.frames)):
             return other, frozen, family_signature(w.category, signatures), other.telling_frames() or w.frames
     return None
+
+
+#: A server's idle wait for its next client or event (a listening accept, a poll loop): no
+#: thread joins on it.
+_SERVING = re.compile(r"(^|\.)(accept|select|poll|_poll|epoll\w*|serve\w*|_run_once|run_forever|handle_request)$")
 
 
 #: Waits on something outside the process: a peer, a device, a child, a file, the clock.

@@ -34,7 +34,8 @@ _SYSTEM_NATIVE = re.compile(
     r"|(^|/)(sysdeps|nptl|csu|libio|glibc[\w.-]{0,40}|Modules|Python|Objects|Include)/|syscall-template|futex"
     # CPython's own C modules by their file (py-spy --native: "fcntl_flock_impl (fcntlmodule.c:297)")
     # and the standard library's extension modules (WinDbg: "_winapi!_winapi_WaitForSingleObject")
-    r"|(^|/)\w{1,40}module\.c(\.h)?$|(^|/)(libc-start|libc_start_call_main|pthread_create|clone3?)\.[chS]$"
+    r"|(^|/)(fcntl|select|time|socket|signal|posix|_?thread|_queue|mmap|zlib|_bz2|_lzma|gc|_posixsubprocess|_ssl|_winapi)module\.c(\.h)?$"
+    r"|(^|/)(libc-start|libc_start_call_main|pthread_create|clone3?)\.[chS]$"
     r"|(?i:(^|[/\\])(_winapi|_overlapped|_multiprocessing|_socket|_ssl|select|_queue|_posixsubprocess)([\w.-]{0,40}\.(pyd|so))?$)"
     # Windows' own DLLs (WinDbg names them without ".dll"), the C runtime's
     r"|(?i:(^|[/\\])(ntdll|kernel32|kernelbase|ucrtbase|msvcrt|msvcp\d{2,3}|vcruntime\d{2,3}\w?|python\d{1,3})(\.dll)?$)"

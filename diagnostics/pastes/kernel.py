@@ -39,6 +39,9 @@ def kernel_line(b: Builder, ln: Line) -> bool:
             return False
         if m.group("unsure") is None:
             module = m.group("module")
+            last = b.group[-1].frames[-1] if b.group and b.group[-1].frames else None
+            if last is not None and not (last.file.startswith("[") and last.file.endswith("]")):
+                b.close_group()  # a kernel stack after another stack is the kernel's own, not its outer frames
             b.add_frames([Frame(m.group("function"), f"[{module}]" if module else "[kernel]", None, native=True)])
         b.after_break = False
         return True

@@ -462,9 +462,9 @@ KERNEL_FRAME = re.compile(
     r"\+0x[0-9a-fA-F]{1,10}/0x[0-9a-fA-F]{1,10}(?:[ \t]{1,4}\[(?P<module>[\w-]{1,64})\])?[ \t]{0,8}$")
 # The hung-task watchdog's "INFO: task python3:1234 blocked for more than 120 seconds.", and
 # dump_stack's "CPU: 72 PID: 1344368 Comm: nvidia-smi Tainted: ..." (a driver's report).
-KERNEL_TASK = re.compile(r"\btask (?P<comm>[^\s:][^:]{0,63}):(?P<pid>\d{1,10}) blocked for more than \d{1,10} seconds"
+KERNEL_TASK = re.compile(r"\btask (?P<comm>\S.{0,63}?):(?P<pid>\d{1,10}) blocked for more than \d{1,10} seconds"
                          r"|\bCPU: \d{1,5} (?:UID: \d{1,10} )?PID: (?P<pid2>\d{1,10}) Comm: (?P<comm2>\S{1,64})")
 # SysRq's and newer kernels' "task:python3 state:D stack:0 pid:1234 ppid:1 flags:0x00004000"
-KERNEL_TASK_FIELDS = re.compile(r"^task:(?P<comm>\S{1,64}(?: \S{1,64}){0,3}?)[ \t]{1,40}state:[A-Za-z][ \t].{0,200}?\bpid:[ \t]?(?P<pid>\d{1,10})\b")
+KERNEL_TASK_FIELDS = re.compile(r"^task:(?P<comm>\S{1,64}(?: \S{1,64}){0,3}?)[ \t]{1,40}state:[A-Za-z][ \t].{0,200}?\bpid:[ \t]{0,10}(?P<pid>\d{1,10})\b")
 # Older kernels' row under the task: "python3   D    0 13282  13274 0x00004000"
 KERNEL_SYSRQ_ROW = re.compile(r"^\S{1,64}(?: \S{1,64}){0,3}?[ \t]{1,40}[DRSTtZXIW][ \t]{1,20}(?:\d{1,20}[ \t]{1,20})?(?P<pid>\d{1,10})[ \t]{1,20}\d{1,10}[ \t]{1,20}0x[0-9a-fA-F]{1,16}$")

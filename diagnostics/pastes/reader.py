@@ -37,7 +37,7 @@ from hangwatch.diagnostics.pastes.patterns import (
 from hangwatch.diagnostics.pastes.result import finish
 from hangwatch.diagnostics.pastes.tracebacks import end_traceback
 from hangwatch.diagnostics.pastes.unwrap import (
-    StreamKey, drop_line_numbers, join_hard_wrapped, join_padded, join_wrapped, streams, unwrap_json_lines,
+    StreamKey, drop_line_numbers, join_padded, join_wrapped, streams, unwrap_json_lines,
 )
 
 
@@ -292,14 +292,6 @@ def read_text(text: str, *, source: str = "text") -> ParseReport:
         lines_in = _without_pager(lines_in)
     lines_in = drop_line_numbers(join_padded(lines_in))
     report = _read_lines(lines_in, prefixes.learn(lines_in))
-    joined = join_hard_wrapped(lines_in)
-    if joined is not lines_in:
-        # Cut at one width (a terminal's or a log viewer's rows): the joined lines are kept
-        # unless they read fewer frames or thread headers, as lines of that width that were
-        # whole and got joined to a frame or a header do.
-        again = _read_lines(joined, prefixes.learn(joined))
-        if again.frames >= report.frames and again.thread_headers >= report.thread_headers:
-            report, lines_in = again, joined
     if not report.processes and not report.profile_lines:
         shared = prefixes.shared_prefix(lines_in)
         if shared is not None:

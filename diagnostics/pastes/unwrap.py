@@ -130,51 +130,6 @@ def join_padded(lines: list[str]) -> list[str]:
     return [line.rstrip() if len(line) >= width else line for line in out]
 
 
-#: Lines cut at one width before a paste counts as wrapped there, and the narrowest such width.
-MIN_HARD_WRAPPED = 3
-MIN_WRAP_WIDTH = 60
-#: A line of the wrap width ending in one of these is a table's or a banner's edge (nvidia-smi's
-#: box, a row of '='), whole at that width, not cut.
-_TABLE_EDGE = ("|", "+", "-", "=", "*", "#", "~")
-
-
-def join_hard_wrapped(lines: list[str]) -> list[str]:
-    """A paste cut at a fixed width without padding (a terminal or a log viewer that wraps
-    at 80, 100 or 120 columns, kept by the copy, a console capture saved with its rows):
-    every line that reaches that width, the widest in the paste, several times over, goes
-    on in the next line ('...site-packages\\requests\\sessions.py:Session' + '.get:600').
-    A line of that width that closes a table row or ends in a blank (padded to the width,
-    ``join_padded``'s), or is followed by a blank line, an indented line (a frame, gdb's
-    own wrap) or a new frame, thread or traceback, stays as it is. Widths are the visible
-    text's (colour codes do not count). The lines as they are (the same list) when no
-    width qualifies."""
-    widths: dict[int, int] = {}
-    for line in lines[:20000]:
-        n = len(_visible(line))
-        if n >= MIN_WRAP_WIDTH:
-            widths[n] = widths.get(n, 0) + 1
-    if not widths:
-        return lines
-    width = max(widths)
-    if widths[width] < MIN_HARD_WRAPPED:
-        return lines
-    out: list[str] = []
-    joining = False
-    for line in lines:
-        if joining and len(out[-1]) < MAX_JOINED and line.strip() and not line[:2].isspace() \
-                and not _HOLDS_FRAME.search(line) and not _STARTS_THREAD.match(line):
-            out[-1] += line
-        else:
-            out.append(line)
-        visible = _visible(line)
-        joining = len(visible) == width and not visible.endswith((" ", "\t")) and not visible.rstrip().endswith(_TABLE_EDGE)
-    return out if len(out) < len(lines) else lines
-
-
-def _visible(line: str) -> str:
-    return ANSI.sub("", line) if "\x1b" in line else line
-
-
 def join_wrapped(lines: list[str]) -> list[str]:
     """'File "/a/vll' + 'm/v1/x.py", line 9, in f' -> one traceback line, as is
     'File "x.py", line 9,' + ' in f', py-bt's '#4 Frame 0x.., for file x.py, line 9,' + 'in f (self=...',
@@ -266,8 +221,6 @@ _GDB_NUMBER_ALONE = re.compile(r"^\s{0,8}#\d{1,5}(?:\s{1,4}0x[0-9a-fA-F]{1,16}(?
 #: client start the rest of a line there; a terminal's cut may leave the line's own space
 #: first) and holds no frame of its own: an indented line is a source line or a frame.
 _HOLDS_FRAME = re.compile(r'File:? "|frame #\d|^#\d{1,5} |^Thread |^Traceback |^Exception raised from ')
-#: A line that starts a thread's or a process's stack (py-spy's, faulthandler's, gdb's).
-_STARTS_THREAD = re.compile(r"\s{0,8}(?:Thread |Process \d|Current thread |Traceback |Stack of |#0 )")
 
 
 def _rejoin(head: str, after: list[str]) -> tuple[str, int] | None:

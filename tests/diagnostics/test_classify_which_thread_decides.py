@@ -311,3 +311,21 @@ and the main thread:
 #5  0x00007f549a05976d in __libc_start_main () from /lib/x86_64-linux-gnu/libc.so.6
 """
     assert text_verdict(tmp_path, text) == "socket-read"
+
+
+def test_a_servers_accept_and_a_polling_sleep_explain_no_join_or_lock(tmp_path):
+    """A listening thread's accept is no work a join waits for, and a main thread that
+    sleeps in a loop explains no lock wait (a review found both named as the cause)."""
+    join = ('Thread 1234 (idle): "MainThread"\n    _wait_for_tstate_lock (threading.py:1116)\n    join (threading.py:1096)\n'
+            '    main (app.py:40)\nThread 1300 (idle): "worker"\n    wait (threading.py:320)\n    get (queue.py:171)\n'
+            '    run (app.py:20)\n    _bootstrap_inner (threading.py:1016)\n'
+            'Thread 1301 (idle): "Thread-2 (serve)"\n    accept (socket.py:293)\n    serve (app.py:70)\n'
+            '    run (threading.py:953)\n    _bootstrap_inner (threading.py:1016)\n')
+    assert text_verdict(tmp_path, join) == "thread-join"
+    lock = ("Thread 2 (Thread 0x7f2b3a7fc700 (LWP 4322)):\n#0  0x00007f2b4c1d4ad3 in futex_wait_cancelable () from /lib/x86_64-linux-gnu/libpthread.so.0\n"
+            "#1  0x000055d0c1b3e2a9 in PyThread_acquire_lock_timed () from /usr/bin/python3\n"
+            "#2  0x00007f2b4c1ce6db in start_thread () from /lib/x86_64-linux-gnu/libpthread.so.0\n\n"
+            "Thread 1 (Thread 0x7f2b4c5f6740 (LWP 4321)):\n#0  0x00007f2b4bec4d7f in clock_nanosleep () from /lib/x86_64-linux-gnu/libc.so.6\n"
+            "#1  0x000055d0c1c2b2f0 in time_sleep () from /usr/bin/python3\n"
+            "#2  0x00007f2b4be0cc87 in __libc_start_main () from /lib/x86_64-linux-gnu/libc.so.6\n")
+    assert text_verdict(tmp_path, lock) == "lock-wait"

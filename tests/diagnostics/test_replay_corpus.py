@@ -77,7 +77,7 @@ KNOWN_MISSES = {
     "md_drain_audit_tasks_busy_loop_gil": "unknown",
     "md_vllm_ple_offload_cuda_graph_warmup": "vllm-cuda-graph-replay",
     "psycopg2_703_condensed_rollback_mutex": "socket-read",
-    "ray_26414_gdb_actor_failed_absl_mutex": "lock-wait",
+    "ray_26414_gdb_actor_failed_absl_mutex": "event-wait",
     "xpra_55_gdb_py2_gil_xsendevent": "all-idle",
     # The fourth fresh collection (collection: fresh-2026-12d): what its first pass said.
     "ddtrace_6308_urllib3_finalizer_event_lock": "unknown",

@@ -990,3 +990,33 @@ def test_native_stacks_in_the_shapes_a_paste_leaves_them():
     assert thread_functions(bare) == [["NtWaitForSingleObject", "WaitForSingleObjectEx", "CService::Start", "ServiceMain"]]
     with pytest.raises(InputError):
         read_text("Wow!Amazing\nGreat!Thanks\n")
+
+
+def test_kernel_tasks_stay_apart_however_they_are_named_or_dumped():
+    """A kernel thread named with a colon (kworker/u16:3), a SysRq header whose pid is
+    padded (pid:  812), and a /proc stack pasted after a py-spy dump: each its own task or
+    thread (a review found their frames appended to the stack before them)."""
+    named = ("[ 7251.1] INFO: task python3:13282 blocked for more than 120 seconds.\n[ 7251.1] Call Trace:\n"
+             "[ 7251.1]  __schedule+0x2e3/0x740\n[ 7251.1]  do_truncate+0x6a/0xc0\n"
+             "[ 7251.1] INFO: task kworker/u16:3:412 blocked for more than 120 seconds.\n[ 7251.1] Call Trace:\n"
+             "[ 7251.1]  io_schedule+0x16/0x40\n[ 7251.1]  nfs_writepages+0x1a0/0x2c0 [nfs]\n")
+    assert [(p.pid, p.cmdline, len(p.threads[0].frames)) for p in read_text(named).processes] == [
+        (13282, "python3", 2), (412, "kworker/u16:3", 2)]
+    padded = ("task:python3         state:D stack:    0 pid:12345 ppid:  1200 flags:0x00004002\nCall Trace:\n"
+              " __schedule+0x2cd/0x890\n rpc_wait_bit_killable+0x1e/0x90 [sunrpc]\n"
+              "task:pt_data_worker  state:D stack:    0 pid:  812 ppid:   700 flags:0x00000000\nCall Trace:\n"
+              " __schedule+0x2cd/0x890\n nvidia_ioctl+0x6cd/0x830 [nvidia]\n")
+    assert [p.pid for p in read_text(padded).processes] == [12345, 812]
+    after = ('Thread 1300 (active): "reader"\n    read (socket.py:700)\n    run (reader.py:20)\n\n'
+             "$ sudo cat /proc/1234/stack\n[<0>] futex_wait_queue_me+0xbb/0x120\n[<0>] futex_wait+0x105/0x240\n")
+    assert thread_functions(after) == [["read", "run"], ["futex_wait_queue_me", "futex_wait"]]
+
+
+def test_a_third_party_module_file_is_not_the_interpreters(tmp_path):
+    """numpy's multiarraymodule.c is the job's own native code, not CPython's (whose
+    Modules/*module.c files are system frames): a thread in it is not idle."""
+    text = ("Thread 1 (Thread 0x7f2b4c5f6740 (LWP 4321)):\n"
+            "#0  0x00007f2b3c1a2b10 in PyArray_MatrixProduct2 (op1=0x7f, op2=0x7f, out=0x0) at numpy/core/src/multiarray/multiarraymodule.c:1020\n"
+            "#1  0x000055d0c1a9f2e1 in _PyEval_EvalFrameDefault () from /usr/bin/python3\n"
+            "#2  0x00007f2b4be0cc87 in __libc_start_main () from /lib/x86_64-linux-gnu/libc.so.6\n")
+    assert text_verdict(tmp_path, text) == "unknown"
