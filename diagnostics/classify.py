@@ -32,6 +32,9 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
+from hangwatch.diagnostics.other_threads import (
+    OUTSIDE, WAITS_ON_A_THREAD, lock_waiter, main_waits_elsewhere, outside_waiter,
+)
 from hangwatch.diagnostics.signatures import Signature, find
 from hangwatch.diagnostics.stacks import Frame, ProcessSeries, ThreadDump
 from hangwatch.diagnostics.thread_roles import Matcher, helper_match, is_main, rank_from_cmdline
@@ -340,15 +343,15 @@ def _process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sou
         t, frozen, sig, frames = found[0]
         sig = fork_inherited(refine(sig, t, signatures), t, signatures)
         if sig.id in WAITS_ON_A_THREAD:
-            held = (_lock_waiter(t, found, workers, signatures) or _main_waits_elsewhere(t, workers, pid, signatures)
-                    or _outside_waiter(t, workers, signatures))
+            held = (lock_waiter(t, found, workers, signatures) or main_waits_elsewhere(t, workers, pid, signatures)
+                    or outside_waiter(t, workers, signatures))
             if held is not None:
                 t, frozen, sig, frames = held
         elif sig.id == "lock-wait" and t.frames and all(f.native for f in t.frames):
             # The interpreter's lock acquire seen in native frames only is any Python wait
             # (a worker's Queue.get or Condition.wait for its next task as much as a lock):
             # a main thread blocked outside the process says more.
-            held = _main_waits_elsewhere(t, workers, pid, signatures, only=_OUTSIDE - {"sleep"})
+            held = main_waits_elsewhere(t, workers, pid, signatures, only=OUTSIDE - {"sleep"})
             if held is not None:
                 t, frozen, sig, frames = held
         idle = next(c[2] for c in cands if c[0] is t).idle
@@ -377,7 +380,7 @@ def _process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sou
         # a paste with no state; one py-spy calls active runs Python and decides) while another
         # thread of the process waits on a lock: that lock wait says more (a lock the deciding
         # thread holds while it waits for that thread).
-        held = _lock_waiter(t, [], workers, signatures)
+        held = lock_waiter(t, [], workers, signatures)
         if held is not None:
             ht, hfrozen, hsig, hframes = held
             return ProcessVerdict(series, "stalled", hsig, ht, hframes, hfrozen, False, "", ((ht, hsig, hframes),), source)
@@ -391,7 +394,7 @@ def _process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sou
             t, frozen = gil[0], gil[1]
             wait = wait_of(t)
     if wait is not None and not wait.weak and wait.category in WAITS_ON_A_THREAD:
-        held = _lock_waiter(t, [], workers, signatures) or _outside_waiter(t, workers, signatures)
+        held = lock_waiter(t, [], workers, signatures) or outside_waiter(t, workers, signatures)
         if held is not None:
             ht, hfrozen, hsig, hframes = held
             return ProcessVerdict(series, "stalled", hsig, ht, hframes, hfrozen, False, "", ((ht, hsig, hframes),), source)
@@ -427,76 +430,6 @@ def _process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sou
         fam = fork_inherited(named_family(guess, signatures), t, signatures)
         return ProcessVerdict(series, "stalled", fam, t, evidence, frozen, False, "", ((t, fam, evidence),), source)
     return ProcessVerdict(series, "unknown", None, t, evidence, frozen, False, "", (), source)
-
-
-#: A thread that waits for another thread of its process to end or to signal it: the other
-#: thread's wait is the cause when that thread waits on a lock.
-WAITS_ON_A_THREAD = frozenset(("thread-join", "event-wait"))
-#: Waits on a lock of some kind: held by a thread that will not release it.
-_LOCK_WAITS = frozenset(("lock-wait", "import-lock", "gil-deadlock", "file-lock-wait", "fork-inherited-lock"))
-
-
-def _lock_waiter(t: ThreadDump, found: list, workers: list, signatures: Sequence[Signature]) -> tuple | None:
-    """Another thread of the process that waits on a lock, when ``t`` joins a thread or
-    waits for an event (a join on a thread stuck in a lock-order deadlock, an event whose
-    setter waits for the import lock): that lock wait is why ``t`` waits. None when no
-    other thread waits on a lock."""
-    for x in found:
-        if x[0] is not t and refine(x[2], x[0], signatures).id in _LOCK_WAITS:
-            return x[0], x[1], refine(x[2], x[0], signatures), x[3]
-    for other, frozen, _facts in workers:
-        if other is t:
-            continue
-        w = wait_of(other)
-        if w is not None and not w.weak and w.category in _LOCK_WAITS:
-            return other, frozen, family_signature(w.category, signatures), other.telling_frames() or w.frames
-    return None
-
-
-def _outside_waiter(t: ThreadDump, workers: list, signatures: Sequence[Signature]) -> tuple | None:
-    """Another thread blocked outside the process (a socket, a child, a file lock), when
-    ``t`` joins a thread or waits for an event: what the join waits for (a collector
-    thread in a read the main thread joins). A sleeping thread is no answer (a poller, a
-    heartbeat)."""
-    for other, frozen, facts in workers:
-        if other is t or facts.stalls:
-            continue
-        w = wait_of(other)
-        if (w is not None and not w.weak and w.category in _OUTSIDE and w.category != "sleep"
-                and not any(_SERVING.search(f.function) for f in w.frames)):
-            return other, frozen, family_signature(w.category, signatures), other.telling_frames() or w.frames
-    return None
-
-
-#: A server's idle wait for its next client or event (a listening accept, a poll loop): no
-#: thread joins on it.
-_SERVING = re.compile(r"(^|\.)(accept|select|poll|_poll|epoll\w*|serve\w*|_run_once|run_forever|handle_request)$")
-
-
-#: Waits on something outside the process: a peer, a device, a child, a file, the clock.
-_OUTSIDE = frozenset(("socket-read", "subprocess-wait", "file-lock-wait", "store-wait", "cuda-synchronize-wait",
-                      "nccl-collective-wait", "sleep"))
-
-
-def _main_waits_elsewhere(t: ThreadDump, workers: list, pid: int | None, signatures: Sequence[Signature],
-                          only: frozenset[str] | None = None) -> tuple | None:
-    """The main thread's own wait, when ``t``, a thread the program started, waits for
-    another thread (an event, a join) and the main thread waits on something else, even
-    only by its frames' names (a client's ``_connect`` cut above its socket call): a
-    background thread waiting for the work the main thread runs (a test runner's
-    receiver, a pool's result thread) waits on what the main thread waits on. ``only``:
-    the families the main thread's wait must be in (shown, not guessed)."""
-    if is_main(t, pid):
-        return None
-    for other, frozen, facts in workers:
-        if other is t or not is_main(other, pid) or facts.stalls:
-            continue
-        w = guessed_wait(other)
-        if w is None or w.weak or w.category in WAITS_ON_A_THREAD or (only is not None and (w.by_name or w.category not in only)):
-            return None
-        sig = named_family(w, signatures) if w.by_name else family_signature(w.category, signatures)
-        return other, frozen, sig, other.telling_frames() or w.frames
-    return None
 
 
 def _rank_by_evidence(found: list, signatures: Sequence[Signature]) -> list:

@@ -95,31 +95,34 @@ _OTHER_WORK = frozenset(("data", "dataset", "datasets", "dataloader", "loader", 
                          "tokenizers", "getitem", "download", "checkpoint", "ckpt", "save", "load", "compile", "export"))
 
 
+def _said_of(category: str, title: str, advice: str, source: str, signatures: Sequence[Signature]) -> Signature:
+    """The family ``category`` with the title and advice of one situation of its wait (a
+    family's low priority; ``source``: where that situation was learned)."""
+    return Signature(family_signature(category, signatures).id, title, advice, (), priority=FAMILY_PRIORITY, collective=False,
+                     reference=f"hangwatch's blocking-primitive table ({source})")
+
+
 def finalizer_lock(signatures: Sequence[Signature]) -> Signature:
     """``lock-wait``, said of a lock a finalizer re-entered (see ``reentered_from_finalizer``)."""
-    base = family_signature("lock-wait", signatures)
-    return Signature(base.id, "A lock re-entered from a finalizer (the garbage collector ran it inside a call holding it)",
+    return _said_of("lock-wait", "A lock re-entered from a finalizer (the garbage collector ran it inside a call holding it)",
                      "A finalizer (__del__, a weakref or multiprocessing Finalize callback) ran in the middle of a call of "
                      "the same thread, while that call held a non-reentrant lock, and now waits for the same lock: the "
                      "thread waits for itself. The garbage collector runs finalizers at any allocation, so this is "
                      "intermittent. Break the reference cycle that leaves the object to the collector (close it "
                      "explicitly, use a context manager), make the lock reentrant (RLock), or have the finalizer "
                      "skip the locked work (try a non-blocking acquire, or defer it to another thread).",
-                     (), priority=FAMILY_PRIORITY, collective=False, reference="hangwatch's blocking-primitive table "
-                     "(redis-py#2883 and #3081, cpython#109593: finalizers re-entering a held lock)")
+                     "redis-py#2883 and #3081, cpython#109593: finalizers re-entering a held lock", signatures)
 
 
 def loop_blocked(wait: Wait, signatures: Sequence[Signature]) -> Signature:
     """``asyncio-blocked``, said of a synchronous wait made on the loop's thread."""
-    base = family_signature("asyncio-blocked", signatures)
-    return Signature(base.id, f"An asyncio event loop blocked by a synchronous call on its thread (waiting on {wait.what})",
+    return _said_of("asyncio-blocked", f"An asyncio event loop blocked by a synchronous call on its thread (waiting on {wait.what})",
                      f"A coroutine or callback of the event loop makes a blocking call ({' -> '.join(wait.calls)}) on the "
                      "loop's own thread: no other coroutine of that loop runs until it returns, so everything awaiting "
                      "the loop stalls with it (and a call that waits for another coroutine never returns). Make the "
                      "call awaitable (an async client, asyncio.Lock/Queue/Event, asyncio.sleep) or run it off the loop "
                      "(await asyncio.to_thread(...), loop.run_in_executor); python -X dev (asyncio debug) logs slow "
-                     "callbacks.", (), priority=FAMILY_PRIORITY, collective=False,
-                     reference="hangwatch's blocking-primitive table (an event loop's frames under a blocking call)")
+                     "callbacks.", "an event loop's frames under a blocking call", signatures)
 
 
 #: Where a prefork server's worker starts: the frame that forked it stays at the bottom of the
@@ -351,13 +354,11 @@ def awaits_its_coroutine(thread: ThreadDump) -> bool:
 
 def program_awaits(signatures: Sequence[Signature]) -> Signature:
     """``asyncio-blocked``, said of a program's idle loop running its coroutine to its end."""
-    base = family_signature("asyncio-blocked", signatures)
-    return Signature(base.id, "An asyncio program waiting for a coroutine that never completes (its loop has nothing to run)",
+    return _said_of("asyncio-blocked", "An asyncio program waiting for a coroutine that never completes (its loop has nothing to run)",
                      "The program runs a coroutine to its end (asyncio.run, run_until_complete) and its event loop is "
                      "idle: every task awaits something that never completes (a request to a peer that never answers, "
                      "a future nobody resolves, a worker thread or process that died, tasks awaiting each other). "
                      "py-spy shows only the idle loop: dump the tasks to see what each awaits (python -m asyncio ps PID "
                      "on Python 3.14, aiomonitor, or asyncio.all_tasks() with each task's print_stack()), and put a "
                      "timeout on the awaits of network and subprocess calls (asyncio.timeout, wait_for).",
-                     (), priority=FAMILY_PRIORITY, collective=False,
-                     reference="hangwatch's blocking-primitive table (an idle loop under asyncio.run)")
+                     "an idle loop under asyncio.run", signatures)
