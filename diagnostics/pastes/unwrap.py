@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from typing import Callable
 
 from hangwatch.diagnostics.pastes.patterns import (
     ANSI, PREFIX, JSON_LINE_MAX, JSON_TEXT_KEYS, STREAM_PID, STREAM_RANK, WATCHDOG, WRAPPED_CXX_HEAD, WRAPPED_CXX_TAIL,
@@ -182,6 +183,8 @@ def _rejoin_prefixed(head: str, after: list[str]) -> tuple[str, int] | None:
     prefix = PREFIX.match(clean).group()  # type: ignore[union-attr]
     if not prefix.strip():
         return None  # an indent alone: the continuation of a wrap starts in the first column
+    if _unfinished(clean[len(prefix):]) is None:
+        return None  # (most prefixed lines are whole: their continuations' prefixes go unread)
     tails: list[str] = []
     for nxt in after:
         text = ANSI.sub("", nxt) if "\x1b" in nxt else nxt
@@ -223,13 +226,17 @@ _GDB_NUMBER_ALONE = re.compile(r"^\s{0,8}#\d{1,5}(?:\s{1,4}0x[0-9a-fA-F]{1,16}(?
 _HOLDS_FRAME = re.compile(r'File:? "|frame #\d|^#\d{1,5} |^Thread |^Traceback |^Exception raised from ')
 
 
-def _rejoin(head: str, after: list[str]) -> tuple[str, int] | None:
-    """``head``, a frame line a wrap left unfinished, and the lines ``after`` it that hold
-    its rest, as the whole frame line they were (and how many of ``after`` it took), or
-    None. The cut may be inside a word (a terminal's hard wrap) or at a space (an editor's
-    or a mail client's, which drops the space): every way of joining is tried, fewer lines
-    and fewer spaces first, and only a whole line of the head's own shape, from where that
-    shape starts in the head, is taken."""
+#: What ``_unfinished`` says of a traceback's header cut before "first):" and of a py-spy
+#: frame whose location went to the next line: the next line alone completes them.
+_HEADER_CUT = "header"
+_PYSPY_NAME_ALONE = "py-spy name"
+
+
+def _unfinished(head: str) -> Callable[[str], bool] | str | None:
+    """How to tell that ``head``, a frame line of a known shape left unfinished, has been
+    made whole again: a test of the joined line, or one of the two shapes the next line
+    alone completes (``_HEADER_CUT``, ``_PYSPY_NAME_ALONE``). None: ``head`` is whole, or no
+    frame line."""
     at = head.find('File "')
     if at == -1:
         at = head.find('File: "')
@@ -240,37 +247,49 @@ def _rejoin(head: str, after: list[str]) -> tuple[str, int] | None:
     if at != -1:
         if _TRACEBACK_DONE.match(head, at):
             return None
-        whole = lambda joined: ", line " in joined and _TRACEBACK_WHOLE.match(joined, at) is not None  # noqa: E731
-    elif (m := _CXX.search(head)) is not None:
+        return lambda joined: ", line " in joined and _TRACEBACK_WHOLE.match(joined, at) is not None
+    if (m := _CXX.search(head)) is not None:
         if head.endswith(")"):
             return None
-        at = m.start()
+        start = m.start()
         # (its location is the last " (0x": found, not searched for by backtracking)
-        whole = lambda joined: (joined.endswith(")") and _CXX_WHOLE_START.match(joined, at) is not None  # noqa: E731
-                                and _CXX_LOCATION.match(joined, max(joined.rfind(" (0x"), at)) is not None)
-    elif _PYSPY_OPEN.match(head):
-        whole = lambda joined: joined.endswith(")") and _PYSPY_WHOLE.match(joined) is not None  # noqa: E731
-    elif _GDB_HEAD.match(head) and (head.count("(") > head.count(")") or head.endswith((") at", ") from", " in"))
-                                    or _GDB_NUMBER_ALONE.match(head)):
+        return lambda joined: (joined.endswith(")") and _CXX_WHOLE_START.match(joined, start) is not None
+                               and _CXX_LOCATION.match(joined, max(joined.rfind(" (0x"), start)) is not None)
+    if _PYSPY_OPEN.match(head):
+        return lambda joined: joined.endswith(")") and _PYSPY_WHOLE.match(joined) is not None
+    if _GDB_HEAD.match(head) and (head.count("(") > head.count(")") or head.endswith((") at", ") from", " in"))
+                                  or _GDB_NUMBER_ALONE.match(head)):
         # gdb's frame with its arguments or its location cut (gdb's own wrap indents the
         # rest, which ``gdb_arguments`` reads; a mail client's starts it in the first column)
-        whole = lambda joined: joined.count("(") == joined.count(")") and _GDB_END.search(joined) is not None  # noqa: E731
-    elif "WorkNCCL(" in head and WATCHDOG.search(head) is None:
+        return lambda joined: joined.count("(") == joined.count(")") and _GDB_END.search(joined) is not None
+    if "WorkNCCL(" in head and WATCHDOG.search(head) is None:
         # ProcessGroupNCCL's watchdog line wrapped inside its WorkNCCL(...): its sequence
         # number and collective are what it says
-        whole = lambda joined: WATCHDOG.search(joined) is not None  # noqa: E731
-    elif head.endswith("(most recent call"):
-        # a traceback's or a C++ error's header: "... (most recent call" + "first):"
+        return lambda joined: WATCHDOG.search(joined) is not None
+    if head.endswith("(most recent call"):
+        return _HEADER_CUT  # a traceback's or a C++ error's header: "... (most recent call" + "first):"
+    if _PYSPY_NAME.match(head):
+        return _PYSPY_NAME_ALONE  # a py-spy frame wrapped at the space before its location
+    return None
+
+
+def _rejoin(head: str, after: list[str]) -> tuple[str, int] | None:
+    """``head``, a frame line a wrap left unfinished, and the lines ``after`` it that hold
+    its rest, as the whole frame line they were (and how many of ``after`` it took), or
+    None. The cut may be inside a word (a terminal's hard wrap) or at a space (an editor's
+    or a mail client's, which drops the space): every way of joining is tried, fewer lines
+    and fewer spaces first, and only a whole line of the head's own shape, from where that
+    shape starts in the head, is taken."""
+    whole = _unfinished(head)
+    if whole is None:
+        return None
+    if whole == _HEADER_CUT:
         nxt = after[0].strip() if after else ""
         return (head + " " + nxt, 1) if nxt in ("first):", "last):") else None
-    elif _PYSPY_NAME.match(head):
-        # A py-spy frame wrapped at the space before its location: the location alone, next.
+    if whole == _PYSPY_NAME_ALONE:
         location = after[0][1:] if after and after[0][:1] == " " else (after[0] if after else "")
-        if _PYSPY_LOCATION.match(location.rstrip()):
-            return head + " " + location.rstrip(), 1
-        return None
-    else:
-        return None
+        return (head + " " + location.rstrip(), 1) if _PYSPY_LOCATION.match(location.rstrip()) else None
+    assert callable(whole)
     tails: list[str] = []
     for line in after:
         if not line.strip() or line[:2].isspace() or _HOLDS_FRAME.search(line):
