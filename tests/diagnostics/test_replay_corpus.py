@@ -334,6 +334,80 @@ KNOWN_MISSES = {
     "windbg_cn_locktest_mutex_lock_order_deadlock_demo": "unknown",
     # fresh-2026-12p, missed at its first pass: 6-frame Windows user-mode stack (cdb `k`), symbol names only (no offsets/addresses), one thread, with the author's annotation "<- never signalled" on frame 0; fenced; native only.
     "windows_container_lsm_session_event_wait_boot_hang": "unknown",
+    # fresh-2026-12w, missed at its first pass: py-spy dump on Windows (Python 3.13), single MainThread, 10 frames from asyncio proactor _poll down to fastmcp transport run; whole as quoted
+    "agent_memory_mcp_stale_stdio_server_proactor_select_py_spy": "all-idle",
+    # fresh-2026-12w, missed at its first pass: py-spy stack condensed by the author into a one-line-per-few-frames arrow chain (innermost first), 6 frames of one worker thread; as quoted in the docstring
+    "aitelier_litellm_deepseek_worker_parked_ssl_read_trickling_body": "unknown",
+    # fresh-2026-12u, missed at its first pass: gdb bt of one of the two inference threads (aarch64, ArmNN/Compute Library), innermost first, __lll_lock_wait in CPPScheduler::run_workloads; cut at #5 (the rest of this thread and the second thread are beyond the cut)
+    "armnn_236_gdb_cpuacc_cppscheduler_mutex_two_threads": "lock-wait",
+    # fresh-2026-12w, missed at its first pass: faulthandler dump_traceback_later watchdog (Timeout (0:20:00)!), Windows, Python 3.12.10, 5 threads (4 execnet receivers + main), truncated mid-write by a segfault; whole file
+    "attune_ai_xdist_windows_controller_execnet_read_dump_truncated_by_segfault": "unknown",
+    # fresh-2026-12u, missed at its first pass: maintainer's abridged gdb stacks of two threads with arrow annotations: worker thread futex_wait in PyEval_RestoreThread (re-acquiring the GIL) under a ctypes callback from __GI___dl_iterate_phdr up to threadpoolctl.__init__; main thread __
+    "auto_round_1701_gdb_threadpoolctl_dl_iterate_phdr_vs_gil_deadlock": "refused",
+    # fresh-2026-12w, missed at its first pass: faulthandler dump_traceback_later (Timeout (0:01:30)!), Windows, Python 3.14, 1 thread, 1 frame (socket._fallback_socketpair), quoted inside a docstring (backslashes doubled as in the source); whole as posted
+    "cem_trainer_asyncio_run_per_call_windows_fallback_socketpair_time_wait": "all-idle",
+    # fresh-2026-12v, missed at its first pass: py-spy dump excerpt of one thread (active), 3 frames plus '...', with the author's sentence after it, whole as posted
+    "comfy_xpu_prompt_worker_weight_stream_map_unmap_livelock": "unknown",
+    # fresh-2026-12u, missed at its first pass: Julia native backtrace (Julia 1.4, CuArrays binned pool) of the deadlocked thread, innermost first: free in binned.jl called from unsafe_free! inside run_finalizer / jl_gc_run_finalizers_in_list; cut after the jl_gc_run_finalizers_in_list f
+    "cuarrays_jl_685_julia_bt_finalizer_free_reenters_pool_spinlock": "refused",
+    # fresh-2026-12u, missed at its first pass: Julia Stacktrace of the hung task, outermost last: lock(::SpinLock) at locks-mt.jl:71 <- free (binned.jl:393) <- unsafe_free! <- enable_finalizers (memory.jl:16) <- lock.jl:183 macro <- alloc (binned.jl:383); cut at frame [13]
+    "cuarrays_jl_pr693_stacktrace_enable_finalizers_in_alloc_relocks_spinlock": "refused",
+    # fresh-2026-12u, missed at its first pass: Julia native+Julia backtrace of one thread, innermost first: __pthread_rwlock_wrlock in libcuda <- cuOccupancyMaxPotentialBlockSize <- launch_configuration <- launch_heuristic <- GPUArrays broadcast materialize!; cut at the end of the poste
+    "cuda_jl_2261_profile_bt_cuoccupancy_rwlock_not_gc_safe_stalls_gc": "refused",
+    # fresh-2026-12u, missed at its first pass: gdb session excerpt (native frames) from the hung legion_python process: tail of one thread ('#7 clone') and a full-ish bt of Realm BackgroundWorkThread 4 parked on its doorbell; the thread stuck in _shutdown is not in the excerpt; cut at t
+    "cupynumeric_187_gdb_realm_bg_thread_interpreter_destroy_hang": "all-idle",
+    # fresh-2026-12v, missed at its first pass: py-spy dump of one thread (active+gil), 7 frames, with the author's '← BLOCKED' annotation, whole as posted
+    "doomarena_playwright_env_close_sync_wait_never_resolves": "unknown",
+    # fresh-2026-12v, missed at its first pass: py-spy dump of one thread (idle), 6 frames, with the author's lead-in line, whole as posted
+    "dose_voice_portaudio_probe_stop_stream_waits_wedged_usb_mic": "thread-join",
+    # fresh-2026-12v, missed at its first pass: py-spy dump excerpt of one thread, 2 frames with the author's '<-' annotation (Chinese), identical across four samples, whole as posted
+    "eye_rest_break_phase_polls_for_click_on_offscreen_window": "unknown",
+    # fresh-2026-12w, missed at its first pass: py-spy-style frames (innermost first) quoted in a docstring, 3 frames of the thread calling Pool.terminate(); cut by the author
+    "floppy_django_parallel_runner_pool_terminate_help_stuff_finish_rlock": "subprocess-wait",
+    # fresh-2026-12u, missed at its first pass: Julia SIGUSR1 backtrace (Julia 1.12.0, Linux) of one thread, innermost first: _jl_mutex_wait in cache_method under typeinf / typeinf_ext_toplevel; cut at the first partial line (remaining frames and threads beyond the cut)
+    "julia_59834_sigusr1_bt_using_cuda_parallel_compile_mutex_deadlock": "refused",
+    # fresh-2026-12w, missed at its first pass: thread dump of the event-loop thread condensed by the author (2 py-spy frames plus arrow-joined frame names), innermost first; as quoted
+    "mac_fleet_hub_uvicorn_access_log_flush_blocks_event_loop": "unknown",
+    # fresh-2026-12u, missed at its first pass: lldb bt of the main thread of a Jupyter/Python process on Apple Silicon, innermost first: mach_msg2_trap inside IOGPUResourceCreate (Metal buffer allocation); cut at frame #6 (the mlx allocator/eval frames are beyond the cut)
+    "mlx_1711_lldb_iogpu_resource_create_unevaluated_lazy_graph": "unknown",
+    # fresh-2026-12u, missed at its first pass: lldb bt of the main thread (thread #1 'tests', SIGSTOP), innermost first: libc __pthread_rwlock_wrlock inside libcuda, called from cudaMallocManaged <- mlx CudaAllocator::malloc <- RandomBits::eval_gpu; cut after frame #10 (the stream threa
+    "mlx_2099_lldb_cudamallocmanaged_vs_cudafree_in_host_callback": "lock-wait",
+    # fresh-2026-12u, missed at its first pass: lldb 'bt' of one Swift Testing task thread (native frames, Metal/IOSurface event wait under mlx::core::array::wait), cut at frame #8 where the source excerpt ends
+    "mlx_swift_pr410_lldb_metal_event_wait_tostring_eval_unlocked": "event-wait",
+    # fresh-2026-12u, missed at its first pass: gdb session after Ctrl-C (Python 2.7, MXNet 0.9.5), single-thread bt of the exiting main thread in pthread_join; cut after #3
+    "mxnet_5720_gdb_engine_dtor_pthread_join_workers_at_exit": "thread-join",
+    # fresh-2026-12u, missed at its first pass: gdb bt of the hung session-creating thread (native C++ frames, debug symbols), innermost first; cut at frame #6 where the source excerpt ends
+    "onnxruntime_13285_gdb_threadpool_dtor_pthread_join_session_create": "unknown",
+    # fresh-2026-12u, missed at its first pass: WinDbg k stack of one thread (a TVM pool worker exiting), 9 frames, whole as posted
+    "onnxruntime_tvm_pr9_windbg_pool_worker_ldr_drain_on_exit": "event-wait",
+    # fresh-2026-12w, missed at its first pass: py-spy dump excerpt, one pool thread (ThreadPoolExecutor-0_0, idle) with 2 application frames; cut by the author
+    "orchestra_520_codex_connect_stuck_sqlite_quick_check_scan": "unknown",
+    # fresh-2026-12v, missed at its first pass: py-spy dump of a single thread (active+gil), 4 frames, whole as posted
+    "orizon_pytest_timeout_signal_corrupts_playwright_sync_loop_spin": "unknown",
+    # fresh-2026-12v, missed at its first pass: py-spy dump excerpt of one thread (abridged with '...' by the author), 3 frames, whole as posted
+    "paddlex_ocr_vlm_worker_stuck_on_wedged_gpu_embedding": "unknown",
+    # fresh-2026-12v, missed at its first pass: thread traceback (traceback.format_stack style) of the paho network thread, Python 2/3, one thread; the stored copy ends mid-frame at the user's publish() call, so the final lock-acquire frames are cut
+    "paho_mqtt_177_publish_inside_on_publish_self_deadlock": "unknown",
+    # fresh-2026-12w, missed at its first pass: py-spy dump, 2 threads (event-loop MainThread idle in sqlalchemy do_execute with frames elided by '...', asyncio_0 executor active+gil), with the author's Chinese margin arrows; cut by the author
+    "provider_proxy_event_loop_stall_sync_sqlalchemy_get_py_spy": "unknown",
+    # fresh-2026-12u, missed at its first pass: lldb bt of the single hung main thread on Windows (Python 3.12 ExecuTorch _portable_lib), innermost first, cut at frame #6 (the ~ThreadPool / exit-handler frames are beyond the cut)
+    "pthreadpool_pr92_lldb_destroy_waits_on_killed_workers_at_exit": "unknown",
+    # fresh-2026-12w, missed at its first pass: macOS sample call graph (Python 2-era PyEval_EvalFrameEx frames), 2 threads (main + Queue feeder), '#'-commented inside a code listing with the author's inline arrow annotations; whole
+    "python_commandments_mp_queue_sem_value_max_macos_sample_lockup": "refused",
+    # fresh-2026-12u, missed at its first pass: gdb bt of the main cmsRun thread, innermost frames only (cut after #4): __lll_lock_wait / pthread_mutex_lock on recursive_mutex 0x7f40a63ed810 (the HIP device lock); the hipMallocAsync -> NullStream frames and the second thread are beyond t
+    "rocm_systems_10529_gdb_hipmallocasync_nullstream_device_mutex_deadlock": "lock-wait",
+    # fresh-2026-12u, missed at its first pass: WinDbg stack of the exiting thread as quoted in the PR (3 frames, the amdhip64_7 frame elided with '...' in the source; the '<- spin loop' note is the author's)
+    "rocm_systems_pr3637_windbg_hip_unregister_fatbinary_exit_spin": "unknown",
+    # fresh-2026-12u, missed at its first pass: symbolic cdb stack (function names only, annotated by the author with '<-' notes) of the single hung thread of python.exe at exit on Windows (gfx1151), whole
+    "rocm_systems_pr8479_cdb_await_completion_dead_worker_at_exit": "queue-wait",
+    # fresh-2026-12w, missed at its first pass: macOS sample (author-elided with '…'), 1 thread, 3 native frames ending in os_write -> _Py_write_impl -> write; Python 3.14; excerpt as posted
+    "terminal_fenster_iterm2_probe_tty_write_blocked_lock_screen_sample": "refused",
+    # fresh-2026-12w, missed at its first pass: faulthandler-style dump from tractor.devx.dump_on_hang at 20s, only the main thread visible (subint threads invisible to faulthandler), 3 frames then '...'; Python 3.14; cut by the author
+    "tractor_subint_abandoned_driver_thread_sigint_starvation": "unknown",
+    # fresh-2026-12u, missed at its first pass: gdb bt excerpt of the main thread starting at frame #7 as posted: HWCommandQueue::finish (hardware_command_queue.cpp:529) <- Finish <- Synchronize <- DevicePool::close_devices; cut after the #10 line
+    "tt_metal_19149_gdb_finish_waits_on_wrapped_worker_completion_counter": "queue-wait",
+    # fresh-2026-12u, missed at its first pass: gdb bt of the hung thread of a Tenstorrent UMD gtest (ApiTTDeviceTest) blocked in sem_wait on a boost::interprocess posix_named_semaphore; cut after #7 (gtest runner frames beyond)
+    "tt_umd_651_gdb_named_semaphore_left_locked_by_crashed_process": "unknown",
 }
 
 
