@@ -16,7 +16,7 @@ from hangwatch.diagnostics.pastes.patterns import (
     GC_FRAME, GDB_ATTACHED, GDB_BUILTIN, GDB_FRAME_ARG, GDB_INFO_THREAD, GDB_LOCATION_END, GDB_NUMBERED, GDB_PY2_BUILTIN,
     GDB_PY2_FILE, GDB_PY2_LOCK_WAIT, GDB_PYFRAME, GDB_STOPPED, GDB_THREAD, GDB_THREAD_LWP, GDB_UNHASHED, GIL_WAIT, HEX, INLINE_GDB, LLDB_FRAME,
     LLDB_OFFSET, LLDB_THREAD, LLDB_THREAD_FRAME, MAX_FRAMES, MAX_GDB_ARG_LINES, MODULE_FRAME, NATIVE_CUT, NATIVE_PATH,
-    NUMBERED_FROM, PY_EXT, PYBT_MARKERS, TRACEBACK_FRAME, VS_FRAME, WINDBG_BARE, WINDBG_COLUMNS, WINDBG_FRAME, WINDBG_THREAD, WINDOWS_MODULE, WS,
+    NUMBERED_FROM, GDB_SYMBOL_ALONE, GDB_SYMBOL_NOT_PROSE, PY_EXT, PYBT_MARKERS, TRACEBACK_FRAME, VS_FRAME, WINDBG_BARE, WINDBG_COLUMNS, WINDBG_FRAME, WINDBG_THREAD, WINDOWS_MODULE, WS,
 )
 from hangwatch.diagnostics.pastes.tracebacks import traceback_header
 from hangwatch.diagnostics.stacks import Frame
@@ -123,6 +123,15 @@ def _numbered_from(text: str) -> Frame | None:
     return None  # "#12 Merge from upstream/main": a numbered list, not a frame
 
 
+def _symbol_alone(text: str) -> Frame | None:
+    """'__pthread_cond_timedwait64' / 'PyEval_RestoreThread   <- the GIL': a frame a person
+    shortened to its symbol (see GDB_SYMBOL_ALONE)."""
+    m = GDB_SYMBOL_ALONE.match(text)
+    if m is None or GDB_SYMBOL_NOT_PROSE.search(m.group(1)) is None:
+        return None
+    return Frame(m.group(1).rstrip(".:"), "?", None, native=True)
+
+
 def gdb_frame(b: Builder, s: str) -> bool:
     """One gdb backtrace line: a py-bt frame ("#3 Frame 0x.., for file F, line N, in f (...")
     or a native one ("#0  0x.. in poll () at x.S:81", "... from /lib/libc.so.6")."""
@@ -148,7 +157,8 @@ def gdb_frame(b: Builder, s: str) -> bool:
         return True
     m = GDB_NUMBERED.match(s)
     if m is not None:
-        frame = gdb_call(s[m.end():], addressed=m.group(1) is not None) or _numbered_from(s[m.end():].strip())
+        rest = s[m.end():].strip()
+        frame = gdb_call(s[m.end():], addressed=m.group(1) is not None) or _numbered_from(rest) or _symbol_alone(rest)
     else:
         head, sep, rest = s.partition(" in ")  # "0x00007f.. in poll () ..."
         frame = gdb_call(rest, addressed=True) if sep and HEX.match(head) else None

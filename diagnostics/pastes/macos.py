@@ -6,7 +6,8 @@
       2035 start  (in dyld) + 1942  [0x7ff8106a3386]
         2035 main  (in python.exe) + 33  [0x102ef5421]  python.c:15
 
-(with ``+ ! : |`` tree marks in front of deep lines), and ``spindump`` the same tree as
+(with ``+ ! : |`` tree marks in front of deep lines; a "#" before each line where the tree
+was pasted as comments), and ``spindump`` the same tree as
 ``1001  main + 100 (python3.9 + 3000) [0x10000abcd]`` under ``Thread 0x1a2b3 ... samples``
 (``*`` marks kernel frames). A count in front of each frame says how many samples went
 through it, and siblings come heaviest first: the first path down the tree, each line one
@@ -26,11 +27,14 @@ from hangwatch.diagnostics.stacks import Frame
 _ANALYSIS = re.compile(r"^Analysis of sampling .{1,200}? \(pid (\d{1,10})\)")
 # The report's header: "Process:         Python [35146]", "Path:  /...", "Load Address:  0x..."
 _HEADER_FIELD = re.compile(r"^[A-Z][A-Za-z/ ]{1,30}:\s{1,40}\S")
-_SAMPLE_THREAD = re.compile(r"^(\d{1,9}) Thread_(\d{1,20})\b\s{0,40}(.{0,300})$")
+# "2035 Thread_345029   DispatchQueue_1: ..." (its id elided in a paste: "Thread_\u2026")
+_SAMPLE_THREAD = re.compile(r"^#?(\d{1,9}) Thread_(\d{1,20}\b|\u2026|\.\.\.)\s{0,40}(.{0,300})$")
 _SPIN_THREAD = re.compile(r"^Thread (0x[0-9a-fA-F]{1,16})\b.{0,300}?\b(\d{1,9}) samples?\b")
-# "2035 start  (in dyld) + 1942  [0x7ff8106a3386]  python.c:15"
+# "2035 start  (in dyld) + 1942  [0x7ff8106a3386]  python.c:15", an unsymbolicated one
+# "2035 ???  (in Python)  load address 0x10b85a000 + 0xa37bd  [0x10b8fd7bd]"
 _SAMPLE_FRAME = re.compile(
-    r"^([\s+!:|]{0,400})(\d{1,9}) {1,4}(\S.{0,500}?) {1,4}\(in ([^()]{1,200})\) {1,4}\+ {1,4}\d{1,12}"
+    r"^([\s+!:|#]{0,400})(\d{1,9}) {1,4}(\S.{0,500}?) {1,4}\(in ([^()]{1,200})\) {1,4}"
+    r"(?:load address 0x[0-9a-fA-F]{1,16} {1,4})?\+ {1,4}(?:0x[0-9a-fA-F]{1,16}|\d{1,12})"
     r"(?: {1,4}\[0x[0-9a-fA-F]{1,16}(?:,0x[0-9a-fA-F]{1,16}){0,8}\])?(?: {1,4}(\S{1,300}?):(\d{1,7}))?\s*$")
 # "  1001  __psynch_cvwait + 10 (libsystem_kernel.dylib + 18542) [0x7fff6f1fe882]"
 _SPIN_FRAME = re.compile(
@@ -61,7 +65,10 @@ def call_graph(b: Builder, ln: Line) -> bool:
         b.mac_threads = 0  # (its first thread is that process's main thread)
         return True
     if not b.mac_graph:
-        if s == "Call graph:" or (s[:9] == "Thread 0x" and "samples" in s and _SPIN_THREAD.match(s) is not None):
+        if (s == "Call graph:" or (s[:9] == "Thread 0x" and "samples" in s and _SPIN_THREAD.match(s) is not None)
+                or ((s[:1].isdigit() or (s[:1] == "#" and s[1:2].isdigit())) and " Thread_" in s and _SAMPLE_THREAD.match(s) is not None)):
+            # (a paste of one thread's tree starts at its "N Thread_N" line: header and
+            # "Call graph:" left out)
             b.mac_graph = True
             b.mac_seen = True
             if s == "Call graph:":
@@ -83,8 +90,8 @@ def call_graph(b: Builder, ln: Line) -> bool:
         if s.startswith(("Total number in stack", "Sort by top of stack", "Binary Images:")):
             end_graph(b)
             return True
-        if b.mac_frames is not None and (s[:1] in "+!:|*" or s[:1].isdigit()):
-            return True  # a line of the graph this reader does not take apart
+        if b.mac_frames is not None and (s[:1] in "+!:|*" or s[:1].isdigit() or s in ("...", "\u2026")):
+            return True  # a line of the graph this reader does not take apart, or frames a paste elided
         end_graph(b)
         return False
     if b.mac_frames is None:

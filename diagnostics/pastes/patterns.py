@@ -286,6 +286,12 @@ GDB_UNHASHED = re.compile(r"^\d{1,5}\s{1,4}0x[0-9a-fA-F]{6,16} in \S")
 # print mixed stacks ("#56 forward from /srv/app/models/llama.py:2083", sglang#10124):
 # a Python frame when WHERE is a Python file, else a native one in that library.
 NUMBERED_FROM = re.compile(r"^([A-Za-z_<][\w.<>$:~-]{0,300}) from (\S{1,1000}?)(?::(\d{1,7}))?$")
+# A gdb frame shortened by hand to its symbol ("#3  __pthread_cond_timedwait64", "#6
+# PyEval_RestoreThread    <- waiting for the GIL"), a note after it behind an arrow or a
+# comment mark. Only a symbol that is no word of prose: a "_" or "::" in it, or a capital
+# inside it ("#12 Merge from upstream/main" and "#3 Introduction" are a list's items).
+GDB_SYMBOL_ALONE = re.compile(r"^(?!Thread_)([A-Za-z_~][\w:~.$]{0,300}?)(?:\s{1,60}(?:\u2190|<-{1,2}|//|#).{0,500})?$")
+GDB_SYMBOL_NOT_PROSE = re.compile(r"_|::|[a-z][A-Z]")
 # gdb "info threads": "* 1    Thread 0x7fc7.. (LWP 52422) "python" select_poll_poll () at x.c:219":
 # one line per thread, its innermost frame at the end; gdb's thread 1 is the main thread.
 # The target id is "Thread 0x.. (LWP N)" with libthread_db, a bare "LWP N" without it

@@ -108,7 +108,7 @@ ANY = None
 #: can take it (``_route``), which saves most of the calls a line would otherwise cost.
 STEPS: tuple[tuple[str | None, Step], ...] = (
     (ANY, gdb.gdb_arguments),  # a gdb frame's wrapped arguments: before anything reads them as a frame
-    ("CTSB0123456789+!:|*ADILOPRV.\u2026", macos.call_graph),  # a graph line (a count or a tree mark first), or the report's header
+    ("CTSB0123456789+!:|*#ADILOPRV.\u2026", macos.call_graph),  # a graph line (a count or a tree mark first), or the report's header
     (ANY, tracebacks.pdb_where),
     (ANY, handwritten.arrow_end),
     (ANY, cxx_traces.numbered_row),

@@ -342,8 +342,6 @@ KNOWN_MISSES = {
     "armnn_236_gdb_cpuacc_cppscheduler_mutex_two_threads": "lock-wait",
     # fresh-2026-12w, missed at its first pass: faulthandler dump_traceback_later watchdog (Timeout (0:20:00)!), Windows, Python 3.12.10, 5 threads (4 execnet receivers + main), truncated mid-write by a segfault; whole file
     "attune_ai_xdist_windows_controller_execnet_read_dump_truncated_by_segfault": "unknown",
-    # fresh-2026-12u, missed at its first pass: maintainer's abridged gdb stacks of two threads with arrow annotations: worker thread futex_wait in PyEval_RestoreThread (re-acquiring the GIL) under a ctypes callback from __GI___dl_iterate_phdr up to threadpoolctl.__init__; main thread __
-    "auto_round_1701_gdb_threadpoolctl_dl_iterate_phdr_vs_gil_deadlock": "refused",
     # fresh-2026-12w, missed at its first pass: faulthandler dump_traceback_later (Timeout (0:01:30)!), Windows, Python 3.14, 1 thread, 1 frame (socket._fallback_socketpair), quoted inside a docstring (backslashes doubled as in the source); whole as posted
     "cem_trainer_asyncio_run_per_call_windows_fallback_socketpair_time_wait": "all-idle",
     # fresh-2026-12v, missed at its first pass: py-spy dump excerpt of one thread (active), 3 frames plus '...', with the author's sentence after it, whole as posted
@@ -393,7 +391,7 @@ KNOWN_MISSES = {
     # fresh-2026-12u, missed at its first pass: lldb bt of the single hung main thread on Windows (Python 3.12 ExecuTorch _portable_lib), innermost first, cut at frame #6 (the ~ThreadPool / exit-handler frames are beyond the cut)
     "pthreadpool_pr92_lldb_destroy_waits_on_killed_workers_at_exit": "unknown",
     # fresh-2026-12w, missed at its first pass: macOS sample call graph (Python 2-era PyEval_EvalFrameEx frames), 2 threads (main + Queue feeder), '#'-commented inside a code listing with the author's inline arrow annotations; whole
-    "python_commandments_mp_queue_sem_value_max_macos_sample_lockup": "refused",
+    "python_commandments_mp_queue_sem_value_max_macos_sample_lockup": "unknown",
     # fresh-2026-12u, missed at its first pass: gdb bt of the main cmsRun thread, innermost frames only (cut after #4): __lll_lock_wait / pthread_mutex_lock on recursive_mutex 0x7f40a63ed810 (the HIP device lock); the hipMallocAsync -> NullStream frames and the second thread are beyond t
     "rocm_systems_10529_gdb_hipmallocasync_nullstream_device_mutex_deadlock": "lock-wait",
     # fresh-2026-12u, missed at its first pass: WinDbg stack of the exiting thread as quoted in the PR (3 frames, the amdhip64_7 frame elided with '...' in the source; the '<- spin loop' note is the author's)
@@ -401,7 +399,7 @@ KNOWN_MISSES = {
     # fresh-2026-12u, missed at its first pass: symbolic cdb stack (function names only, annotated by the author with '<-' notes) of the single hung thread of python.exe at exit on Windows (gfx1151), whole
     "rocm_systems_pr8479_cdb_await_completion_dead_worker_at_exit": "queue-wait",
     # fresh-2026-12w, missed at its first pass: macOS sample (author-elided with '…'), 1 thread, 3 native frames ending in os_write -> _Py_write_impl -> write; Python 3.14; excerpt as posted
-    "terminal_fenster_iterm2_probe_tty_write_blocked_lock_screen_sample": "refused",
+    "terminal_fenster_iterm2_probe_tty_write_blocked_lock_screen_sample": "unknown",
     # fresh-2026-12w, missed at its first pass: faulthandler-style dump from tractor.devx.dump_on_hang at 20s, only the main thread visible (subint threads invisible to faulthandler), 3 frames then '...'; Python 3.14; cut by the author
     "tractor_subint_abandoned_driver_thread_sigint_starvation": "unknown",
     # fresh-2026-12u, missed at its first pass: gdb bt excerpt of the main thread starting at frame #7 as posted: HWCommandQueue::finish (hardware_command_queue.cpp:529) <- Finish <- Synchronize <- DevicePool::close_devices; cut after the #10 line

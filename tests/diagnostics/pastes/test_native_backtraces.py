@@ -992,6 +992,25 @@ def test_native_stacks_in_the_shapes_a_paste_leaves_them():
         read_text("Wow!Amazing\nGreat!Thanks\n")
 
 
+def test_native_stacks_shortened_by_hand_still_read(tmp_path):
+    """A gdb backtrace a person cut down to its symbols, a note after some ("#6
+    PyEval_RestoreThread    <- the GIL"), and one thread's ``sample`` tree pasted from its
+    "N Thread_N" line, its id and some frames elided: both read as frames. A numbered
+    list of words is no gdb frame."""
+    gdb = ("#0  futex_wait                              \u2190 blocked\n#3  __pthread_cond_timedwait64\n"
+           "#6  PyEval_RestoreThread                    \u2190 waiting to RE-ACQUIRE the GIL\n"
+           "#11 _PyEval_EvalFrameDefault\n")
+    assert thread_functions(gdb) == [["futex_wait", "__pthread_cond_timedwait64", "PyEval_RestoreThread",
+                                      "_PyEval_EvalFrameDefault"]]
+    assert text_verdict(tmp_path, gdb) == "gil-deadlock"
+    with pytest.raises(InputError):
+        read_text("#1 Introduction\n#2  Setup\n#3 Merge from upstream/main\n")
+    sample = ("$ /usr/bin/sample 31009 1\n798 Thread_\u2026  DispatchQueue_1: com.apple.main-thread\n  \u2026\n"
+              "    798 os_write  (in Python) + 124\n      798 _Py_write_impl  (in Python) + 144\n"
+              "        798 write  (in libsystem_kernel.dylib) + 8\n")
+    assert thread_functions(sample) == [["write", "_Py_write_impl", "os_write"]]
+
+
 def test_kernel_tasks_stay_apart_however_they_are_named_or_dumped():
     """A kernel thread named with a colon (kworker/u16:3), a SysRq header whose pid is
     padded (pid:  812), and a /proc stack pasted after a py-spy dump: each its own task or

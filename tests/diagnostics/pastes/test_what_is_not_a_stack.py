@@ -142,13 +142,10 @@ def test_two_megabytes_of_stack_shaped_text_read_in_linear_time(kind):
 NOT_READ_YET = {
     "gh-llamafactory_8549_streaming-watchdog-heartbeat-stuck": "fresh-2026-12b: not read at its first pass",
     "gh-trl_2879_cpo-watchdog-heartbeat-terminate": "fresh-2026-12b: not read at its first pass",
-    "auto_round_1701_gdb_threadpoolctl_dl_iterate_phdr_vs_gil_deadlock": "fresh-2026-12u: not read at its first pass",
     "cuarrays_jl_685_julia_bt_finalizer_free_reenters_pool_spinlock": "fresh-2026-12u: not read at its first pass",
     "cuarrays_jl_pr693_stacktrace_enable_finalizers_in_alloc_relocks_spinlock": "fresh-2026-12u: not read at its first pass",
     "cuda_jl_2261_profile_bt_cuoccupancy_rwlock_not_gc_safe_stalls_gc": "fresh-2026-12u: not read at its first pass",
     "julia_59834_sigusr1_bt_using_cuda_parallel_compile_mutex_deadlock": "fresh-2026-12u: not read at its first pass",
-    "python_commandments_mp_queue_sem_value_max_macos_sample_lockup": "fresh-2026-12w: not read at its first pass",
-    "terminal_fenster_iterm2_probe_tty_write_blocked_lock_screen_sample": "fresh-2026-12w: not read at its first pass",
 }
 
 
