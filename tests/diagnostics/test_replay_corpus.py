@@ -207,7 +207,7 @@ KNOWN_MISSES = {
     # fresh-2026-12j, missed at its first pass: Sentry-style SystemExit: 1 traceback produced by gunicorn's handle_abort on worker timeout (paths partly relat
     "shipit_1307_gunicorn_worker_timeout_matrix_notify_systemexit": "unknown",
     # fresh-2026-12k, missed at its first pass: py-spy dump (no --native) of one process, Python-only frames, single thread; the stored copy of the comment is
-    "lmdeploy_2482_ascend_api_server_blocking_pyspy": "subprocess-wait",
+    "lmdeploy_2482_ascend_api_server_blocking_pyspy": "event-wait",
     # fresh-2026-12k, missed at its first pass: Ctrl-C KeyboardInterrupt traceback from pre-commit's error log, quoted with "> " markdown prefixes; main threa
     "precommit_1496_stalls_on_hooks_checkout": "unknown",
     # fresh-2026-12k, missed at its first pass: faulthandler.dump_traceback_later(60) output ("Thread 0x... (most recent call first):" / "File ..., line N in 

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from diag_helpers import text_verdict
 from hangwatch.cli.main import main
 from hangwatch.diagnostics.classify import classify
 from hangwatch.diagnostics.pastes import read_text
@@ -216,6 +217,26 @@ def test_the_outermost_primitive_names_the_wait_and_a_librarys_own_frames_belong
                         _py("__next__", SITE + "torch/utils/data/dataloader.py"), USER))
     assert w is not None and w.category == "dataloader-wait" and w.caller == USER
     assert w.calls[:2] == ("DataLoader `__next__`", "DataLoader `_get_data`") and w.calls[-1] == "`threading` `wait`"
+
+
+def test_a_forked_childs_wait_ends_at_its_bootstrap(tmp_path):
+    """A forked child runs on top of its parent's Popen._launch and start(): at exit its
+    Queue finalizer joins the feeder thread (blocked writing a result nobody reads). That
+    is the child's exit waiting for a thread, not a wait for a child process (which the
+    parent's frames under _bootstrap seemed to say)."""
+    mp = STDLIB + "multiprocessing/"
+    child = _thread(_py("Thread._wait_for_tstate_lock", STDLIB + "threading.py"), _py("Thread.join", STDLIB + "threading.py"),
+                    _py("Queue._finalize_join", mp + "queues.py"), _py("Finalize.__call__", mp + "util.py"),
+                    _py("_run_finalizers", mp + "util.py"), _py("_exit_function", mp + "util.py"),
+                    _py("BaseProcess._bootstrap", mp + "process.py"), _py("Popen._launch", mp + "popen_fork.py"),
+                    _py("Popen.__init__", mp + "popen_fork.py"), _py("ForkProcess._Popen", mp + "context.py"),
+                    _py("BaseProcess.start", mp + "process.py"), _py("<module>", "/home/u/train.py"))
+    w = wait_of(child)
+    assert w is not None and w.category == "thread-join"
+    dump = "Thread 14306 (idle): \"MainThread\"\n" + "".join(
+        f"    {f.function} ({f.file.rsplit('/', 2)[-2] + '/' if 'multiprocessing' in f.file else ''}{f.file.rsplit('/', 1)[-1]}:{f.line})\n"
+        for f in child.frames)
+    assert text_verdict(tmp_path, dump) == "shutdown-join"
 
 
 def test_the_gil_is_the_innermost_wait_even_under_a_lock_acquire():
