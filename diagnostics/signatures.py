@@ -50,6 +50,18 @@ def _rx_lines(pattern: str) -> re.Pattern[str] | None:
     return re.compile(pattern, re.MULTILINE)
 
 
+def _qualified(frame: Frame) -> bool:
+    """A Python frame named with its class or enclosing function (py-spy 0.4's
+    ``SimpleQueue.get``, ``prof.<locals>.wrapper``; Python 3.11's faulthandler)."""
+    return not frame.native and "." in frame.function
+
+
+def _method(frame: Frame) -> str:
+    """The name alone (``get``): what older py-spy and tracebacks print, and what a
+    signature written as ``^get$`` was written against."""
+    return frame.function.rsplit(".", 1)[1]
+
+
 class ThreadLines:
     """A thread's function names and files, one per line: a pattern that finds
     nothing here matches no frame, which one C-level search tells. Build it
@@ -58,7 +70,8 @@ class ThreadLines:
     __slots__ = ("functions", "files", "cut")
 
     def __init__(self, frames: Sequence[Frame]) -> None:
-        self.functions = "\n".join(f.function for f in frames)
+        # (with the method's own name after each qualified one: see FramePattern.matches)
+        self.functions = "\n".join(f.function + ("\n" + _method(f) if _qualified(f) else "") for f in frames)
         self.files = "\n".join(f.file for f in frames)
         self.cut = any(f.file[-1:] == "…" for f in frames)
 
@@ -108,7 +121,7 @@ class FramePattern:
         if function is not None:
             rx = self._fn_rx  # type: ignore[attr-defined]
             if rx is not None:
-                if rx.search(frame.function) is None:
+                if rx.search(frame.function) is None and not (_qualified(frame) and rx.search(_method(frame)) is not None):
                     return False
             elif function not in frame.function:
                 return False

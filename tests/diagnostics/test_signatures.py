@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from diag_helpers import DATA, ROOT, usage_error
+from diag_helpers import DATA, ROOT, text_verdict, usage_error
 from hangwatch.diagnostics.classify import classify
 from hangwatch.diagnostics.errors import SignatureFileError
 from hangwatch.diagnostics.pyspy import parse_json, parse_text
@@ -113,6 +113,29 @@ def test_a_frame_pattern_may_ask_for_the_threads_outermost_frame(tmp_path):
     assert sig.match_thread(ThreadDump("1", "MainThread", wait + (hook, Frame("Py_FinalizeEx", "libpython3.11.so", None, native=True))), "")
     called = wait + (hook, Frame("_clearExistingHandlers", "logging/config.py", 275), Frame("main", "app.py", 9))
     assert not sig.match_thread(ThreadDump("1", "MainThread", called), "")
+
+
+def test_a_pattern_for_a_bare_name_matches_the_method_py_spy_qualifies(tmp_path):
+    """py-spy 0.4 and Python 3.11's faulthandler name a method with its class
+    (``SimpleQueue.get``) where older dumps said ``get``: a pattern written as ``^get$``
+    matches both (a live pool worker waiting for its next task read as a queue wait);
+    one that names the class stays strict, and a native name is taken whole."""
+    path = tmp_path / "sigs.toml"
+    path.write_text('[[signature]]\nid = "bare"\ntitle = "t"\nadvice = "x"\n'
+                    'frames = [{ function = "^get$", regex = true, file = "multiprocessing/queues.py" }]\n'
+                    '[[signature]]\nid = "strict"\ntitle = "t"\nadvice = "x"\n'
+                    'frames = [{ function = "^Event\\\\.wait$", regex = true }]\n')
+    bare, strict = load_signatures([path], builtin=False)
+    assert bare.match_thread(ThreadDump("1", "MainThread", (Frame("SimpleQueue.get", "multiprocessing/queues.py", 364),)), "")
+    assert bare.match_thread(ThreadDump("1", "MainThread", (Frame("get", "multiprocessing/queues.py", 364),)), "")
+    assert not bare.match_thread(ThreadDump("1", "MainThread", (Frame("SimpleQueue.get_nowait", "multiprocessing/queues.py", 1),)), "")
+    assert not strict.match_thread(ThreadDump("1", "MainThread", (Frame("Condition.wait", "threading.py", 320),)), "")
+    assert not bare.match_thread(ThreadDump("1", "MainThread", (Frame("q.get", "multiprocessing/queues.py", None, native=True),)), "")
+    worker = ("Thread 14891 (idle): \"MainThread\"\n    SemLock.__enter__ (multiprocessing/synchronize.py:95)\n"
+              "    SimpleQueue.get (multiprocessing/queues.py:364)\n    worker (multiprocessing/pool.py:114)\n"
+              "    BaseProcess.run (multiprocessing/process.py:108)\n    BaseProcess._bootstrap (multiprocessing/process.py:314)\n"
+              "    Popen._launch (multiprocessing/popen_fork.py:71)\n    <module> (train.py:9)\n")
+    assert text_verdict(tmp_path, worker) == "pool-worker-idle"
 
 
 def test_a_frame_pattern_may_look_at_the_n_innermost_frames(tmp_path):
