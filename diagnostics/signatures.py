@@ -59,7 +59,7 @@ def _qualified(frame: Frame) -> bool:
 def _method(frame: Frame) -> str:
     """The name alone (``get``): what older py-spy and tracebacks print, and what a
     signature written as ``^get$`` was written against."""
-    return frame.function.rsplit(".", 1)[1]
+    return frame.method
 
 
 class ThreadLines:

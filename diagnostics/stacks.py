@@ -92,6 +92,13 @@ class Frame:
         return self.file.rsplit("/", 1)[-1]
 
     @property
+    def method(self) -> str:
+        """A Python function's own name, without the class or the enclosing function py-spy
+        0.4 and Python 3.11's faulthandler put before it (``Thread.join`` -> ``join``, what
+        older dumps print); a native name whole."""
+        return self.function if self.native else self.function.rsplit(".", 1)[-1]
+
+    @property
     def cut(self) -> bool:
         """The paste lost the end of this frame's path ("torch/cuda/…")."""
         return self.file.endswith("…")

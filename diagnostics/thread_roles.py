@@ -127,7 +127,7 @@ def _joins_a_thread(thread: ThreadDump) -> bool:
     for f in thread.frames:
         if f.native:
             continue
-        if f.function in ("_wait_for_tstate_lock", "join") and f.file.rsplit("/", 1)[-1] == "threading.py":
+        if f.method in ("_wait_for_tstate_lock", "join") and f.file.rsplit("/", 1)[-1] == "threading.py":
             return True
         seen += 1
         if seen >= 2:

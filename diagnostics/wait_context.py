@@ -140,7 +140,7 @@ def forked_in_logging(thread: ThreadDump) -> bool:
     inner = next((f for f in thread.frames if not f.native), None)
     if inner is None or _LOGGING_LOCKED.search(inner.function) is None or not inner.file.replace("\\", "/").endswith("logging/__init__.py"):
         return False
-    return any(_FORK_POINT.search(f.function) and _FORK_FILE.search(f.file.replace("\\", "/")) for f in thread.frames)
+    return any(_FORK_POINT.search(f.method) and _FORK_FILE.search(f.file.replace("\\", "/")) for f in thread.frames)
 
 
 #: A child of multiprocessing's fork start method (or billiard's, celery's fork): its stack
@@ -165,7 +165,7 @@ def forked_child(thread: ThreadDump) -> bool:
     if started_by_threading(thread.frames):
         return False  # a thread started in this process (a ThreadPool's worker runs pool.py's worker too)
     return any((_FORK_CHILD_FRAME.search(f.function) and _FORK_CHILD_FILE.search(f.file.replace("\\", "/")))
-               or (_FORK_POINT.search(f.function) and _FORK_FILE.search(f.file.replace("\\", "/"))) for f in frames) \
+               or (_FORK_POINT.search(f.method) and _FORK_FILE.search(f.file.replace("\\", "/"))) for f in frames) \
         or after_fork_native(thread)
 
 

@@ -617,6 +617,27 @@ def test_a_forked_worker_stuck_in_loggings_own_code_inherited_its_lock():
     # the same logging call in a process that was not forked is no inherited lock
     c = _classify(_thread(_py("emit", STDLIB + "logging/__init__.py"), _py("handle", STDLIB + "logging/__init__.py"), USER))
     assert c is None or c.signature_id != "fork-inherited-lock"
+    # py-spy 0.4 names each method with its class: the same worker, the same verdict
+    qualified = _thread(_py("StreamHandler.emit", STDLIB + "logging/__init__.py"),
+                        _py("Handler.handle", STDLIB + "logging/__init__.py"),
+                        _py("Worker.init_process", SITE + "gunicorn/workers/base.py"),
+                        _py("Arbiter.spawn_worker", SITE + "gunicorn/arbiter.py"))
+    c = _classify(qualified)
+    assert c is not None and c.signature_id == "fork-inherited-lock"
+
+
+@pytest.mark.parametrize("qualified", [False, True])
+def test_a_thread_joining_another_is_no_background_helper(qualified):
+    """A thread of only the standard library's frames is a helper (a pool's idler) unless
+    it joins a thread: a Queue's finalizer joining its feeder is the program's wait, named
+    ``Thread.join`` by py-spy 0.4 and ``join`` by older dumps alike."""
+    from hangwatch.diagnostics.thread_roles import is_helper  # noqa: PLC0415
+
+    q = "Thread." if qualified else ""
+    joiner = _thread(_py(q + "_wait_for_tstate_lock", STDLIB + "threading.py"), _py(q + "join", STDLIB + "threading.py"),
+                     _py(("Queue." if qualified else "") + "_finalize_join", STDLIB + "multiprocessing/queues.py"),
+                     name="Thread-3")
+    assert not is_helper(joiner, None, "", ())
 
 
 def test_a_logging_call_inside_a_librarys_wait_waits_on_loggings_lock():
