@@ -43,7 +43,8 @@ FAMILIES: dict[str, Family] = {
     "file-lock-wait": Family(
         "Waiting for a file lock",
         "The process waits for a lock file that another process holds, or that a killed process left "
-        "behind (filelock, fcntl.flock/lockf, a lock-file library). Find the holder (lsof or fuser on the "
+        "behind (filelock, fcntl.flock/lockf, a lock-file library), or a SQLite database another connection "
+        "keeps locked (a long transaction; its busy handler retries until its timeout). Find the holder (lsof or fuser on the "
         "lock file, or the other ranks' stacks): a rank stuck while holding it, or several jobs sharing one "
         "cache directory. A stale lock from a killed run can be deleted; give each node or job its own "
         "cache directory (HF_HOME, HF_DATASETS_CACHE, TORCH_EXTENSIONS_DIR) on local disk."),
@@ -457,6 +458,10 @@ PRIMITIVES: tuple[Primitive, ...] = (
     _c("socket-read", "a socket or pipe", "`read`/`recv`",
        r"^(__)?(libc_)?(read|recv|recvfrom|recvmsg|accept4?|connect)(_nocancel)?$|^__GI___libc_read$|^sock_(recv|recv_into|accept)\w*$"),
     _c("sleep", "a sleep", "`nanosleep`", r"^(__)?(nanosleep|clock_nanosleep|usleep|sleep|pysleep|time_sleep|__clock_nanosleep\w*|Sleep|SleepEx)$"),
+    # SQLite's busy handler: a connection waiting for another's lock on the database file
+    # (the sqlite3 module's timeout=, a busy_timeout), sleeping between retries until it ends.
+    _c("file-lock-wait", "a SQLite database's lock (its busy handler retrying)", "SQLite busy handler",
+       r"^(sqlite3InvokeBusyHandler|sqliteDefaultBusyCallback|btreeInvokeBusyHandler|sqlite3BtreeBeginTrans|sqlite3PagerSharedLock|pager_wait_on_lock)$"),
     # Spin locks and read-write locks (glibc's, UCX's and other libraries' wrappers of them).
     _c("lock-wait", "a spin lock", "`pthread_spin_lock`", r"^(__)?pthread_spin_lock$|^\w*_spin(lock)?_lock\w*$|^_raw_spin_lock\w*$"),
     # abseil's (gRPC, Ray, TensorFlow, XLA): its SpinLock's slow path and the delay it spins in,

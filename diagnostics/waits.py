@@ -97,6 +97,8 @@ class Wait:
             # A mutex, spin lock, read-write lock or critical section taken by name: a lock
             # whoever the caller is (a futex or semaphore alone may be anything's).
             return False
+        if self.category == "file-lock-wait":
+            return False  # a lock on a file (flock, a database's busy handler): whoever takes it
         if self.category == "socket-read" and _BLOCKING_READ.search(self.frames[-1].function):
             # A blocking recv/read/accept/connect is a read of that descriptor whoever makes
             # it (poll, epoll and select are an event loop's idle wait: still the caller's).
@@ -366,7 +368,7 @@ ECOSYSTEM_NATIVE = frozenset(("nccl-comm-init", "nccl-collective-wait", "store-w
 
 #: Native libraries that serve the standard library's own calls (TLS under ``ssl``,
 #: compression, ctypes): a C wait under them is still that call's.
-_STDLIB_NATIVE = re.compile(r"(^|/)(libssl|libcrypto|libz|libffi|libbz2|liblzma|_ssl|_socket|select|_posixsubprocess)[\w.-]{0,40}\.(so|pyd|dylib)")
+_STDLIB_NATIVE = re.compile(r"(^|/)(libssl|libcrypto|libz|libffi|libbz2|liblzma|libsqlite3|sqlite3|_ssl|_socket|_sqlite3|select|_posixsubprocess)[\w.-]{0,40}\.(so|pyd|dylib|dll)")
 
 
 def _glue(f: Frame, last: Frame, row: Primitive) -> bool:

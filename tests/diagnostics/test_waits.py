@@ -182,6 +182,10 @@ PRIMITIVE_STACKS = [
     ([_c("NtWaitForSingleObject", "ntdll"), _c("WaitForSingleObjectEx", "KERNELBASE"), _c("WaitForSingleObject", "KERNELBASE")], "event-wait"),
     ([_c("AcquireSRWLockExclusive", "ntdll")], "lock-wait"),
     ([_c("NtDelayExecution", "ntdll"), _c("SleepEx", "KERNELBASE")], "sleep"),
+    # SQLite's busy handler sleeping until another connection's lock on the database goes
+    ([_c("clock_nanosleep"), _c("usleep"), _c("0x7f5147b8c1b5", "/usr/lib/libsqlite3.so.0.8.6"),
+      _c("sqlite3InvokeBusyHandler", "/usr/lib/libsqlite3.so.0.8.6"), _c("sqlite3_step", "/usr/lib/libsqlite3.so.0.8.6")],
+     "file-lock-wait"),
 ]
 
 
@@ -191,6 +195,18 @@ def test_each_primitive_is_named_from_a_small_stack(frames, category):
     assert w is not None and w.category == category, w
     assert w.caller == USER
     assert w.category in FAMILIES or any(s.id == w.category for s in load_signatures())
+
+
+def test_a_file_lock_is_a_wait_whoever_takes_it(tmp_path):
+    """py-spy --native of a sqlite3 execute on a database another connection holds locked:
+    the busy handler's sleep under the sqlite3 module's own C frames is a file lock, not
+    an extension's business (it read as "no known signature")."""
+    dump = ("Thread 15430 (idle): \"MainThread\"\n    clock_nanosleep (libc.so.6)\n    nanosleep (libc.so.6)\n"
+            "    usleep (libc.so.6)\n    0x7f5147b8c1b5 (libsqlite3.so.0.8.6)\n    sqlite3InvokeBusyHandler (libsqlite3.so.0.8.6)\n"
+            "    sqlite3PagerSharedLock (libsqlite3.so.0.8.6)\n    sqlite3_prepare_v2 (libsqlite3.so.0.8.6)\n"
+            "    pysqlite_statement_create (statement.c:60)\n    pysqlite_connection_execute (connection.c.h:708)\n"
+            "    <module> (train.py:15)\n")
+    assert text_verdict(tmp_path, dump) == "file-lock-wait"
 
 
 def test_every_category_of_the_table_has_a_title_and_advice():
