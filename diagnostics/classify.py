@@ -633,11 +633,18 @@ def _lone_parent(pick: ProcessVerdict, with_stacks: Sequence[ProcessVerdict], si
     waits for are stuck and are the ones to dump."""
     if len(with_stacks) != 1 or pick.thread is None:
         return None
+    idle = _idle_signature(pick, signatures)
+    if idle is not None and idle.id in _LAUNCHERS:
+        return idle  # (whatever it sleeps or polls in between, a launcher waits for its ranks)
     w = wait_of(pick.thread)
     if w is None or w.category != "subprocess-wait":
         return None
     # The launcher's own idle signature when it says what to do alone (spawn's parent).
     return _idle_signature(pick, signatures) or find(tuple(signatures), "child-process-wait")
+
+
+#: Launchers' idle loops: the processes they started are the ones to dump.
+_LAUNCHERS = frozenset(("spawn-launcher-wait", "torchrun-agent-monitor"))
 
 
 def _idle_signature(pick: ProcessVerdict, signatures: Sequence[Signature]) -> Signature | None:

@@ -195,6 +195,10 @@ def test_a_main_thread_without_a_name_is_known_by_its_id():
           ("run", "multiprocessing/process.py", 108)], "dataloader-worker-idle"),  # a DataLoader worker waiting for its next index
         ([("select", "selectors.py", 415), ("wait", "multiprocessing/connection.py", 931),
           ("join", "torch/multiprocessing/spawn.py", 99), ("main", "train.py", 3)], "spawn-launcher-wait"),  # mp.spawn's launcher, alone: its ranks are stuck
+        # torchrun's agent alone, in its monitor loop's sleep (py-spy shows no sleep frame): its ranks are the ones to dump
+        ([("SimpleElasticAgent._invoke_run", "torch/distributed/elastic/agent/server/api.py", 923),
+          ("SimpleElasticAgent.run", "torch/distributed/elastic/agent/server/api.py", 745),
+          ("launch_agent", "torch/distributed/launcher/api.py", 374)], "torchrun-agent-monitor"),
     ],
 )
 def test_signatures_on_library_frames(frames, expected):

@@ -406,6 +406,9 @@ KNOWN_MISSES = {
     "tt_metal_19149_gdb_finish_waits_on_wrapped_worker_completion_counter": "queue-wait",
     # fresh-2026-12u, missed at its first pass: gdb bt of the hung thread of a Tenstorrent UMD gtest (ApiTTDeviceTest) blocked in sem_wait on a boost::interprocess posix_named_semaphore; cut after #7 (gtest runner frames beyond)
     "tt_umd_651_gdb_named_semaphore_left_locked_by_crashed_process": "unknown",
+    # a healthy torchrun agent dumped alone (labelled all-idle: no hang): its stack is the one an agent
+    # over hung ranks shows, and alone replay now says to dump its ranks, as for mp.spawn's launcher
+    "torchrun_agent_notes_zh_agent_threads_healthy": "torchrun-agent-monitor",
 }
 
 
