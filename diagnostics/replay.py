@@ -372,8 +372,14 @@ def thread_waits(verdicts: Sequence[ProcessVerdict]) -> list[dict[str, Any]]:
                 entry["text"] = w.describe(name)
             else:
                 top = next((f for f in t.frames if not f.native), t.frames[0] if t.frames else None)
+                text = f"{name} waits in no known blocking call" + (f" (innermost: {top.render()})" if top else "")
+                if top is not None and t.active is False and not any(f.native for f in t.frames) and not top.is_stdlib:
+                    # py-spy without --native shows Python frames only: an idle thread whose last one is
+                    # the program's own sits in a C call that line made (a lock's acquire, a sleep, a read,
+                    # an extension's call), which is not in the dump.
+                    text += "; it sits in a C call made there, which a dump without native frames does not show (py-spy dump --native names it)"
                 entry.update({"category": None, "what": None, "calls": [], "frames": [], "caller": None, "cut": False,
-                              "text": f"{name} waits in no known blocking call" + (f" (innermost: {top.render()})" if top else "")})
+                              "text": text})
             out.append(entry)
     return out
 

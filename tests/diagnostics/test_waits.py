@@ -413,6 +413,17 @@ def test_waits_on_names_a_thread_in_its_own_code_too(capsys, tmp_path):
     assert main(["replay", "--json", str(path)]) == 0
     (w,) = json.loads(capsys.readouterr().out)["incidents"][0]["waits_on"]
     assert w["category"] is None and "no known blocking call" in w["text"] and "compute (math.py:7)" in w["text"]
+    assert "--native" not in w["text"]  # (running its own Python code: no C call to look for)
+
+
+def test_an_idle_thread_in_its_own_code_points_at_the_c_call_the_dump_leaves_out(capsys, tmp_path):
+    """py-spy without --native, a thread idle in the program's line (a lock's acquire, a
+    sleep or a read made there shows no frame): replay says so and how to see it."""
+    path = tmp_path / "dump.txt"
+    path.write_text('Thread 5 (idle): "MainThread"\n    flush_metrics (train.py:8)\n    <module> (train.py:20)\n')
+    assert main(["replay", "--json", str(path)]) == 0
+    (w,) = json.loads(capsys.readouterr().out)["incidents"][0]["waits_on"]
+    assert w["category"] is None and "py-spy dump --native" in w["text"]
 
 
 def test_a_ctrl_c_traceback_names_the_call_on_its_innermost_source_line():
