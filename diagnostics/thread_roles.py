@@ -49,7 +49,9 @@ def is_main(thread: ThreadDump, pid: int | None) -> bool:
     if thread.name:
         return False
     outer = next((f for f in reversed(thread.frames) if not f.native), None)
-    return outer is not None and outer.function in ("<module>", "_run_module_as_main") and not started_by_threading(thread.frames)
+    if outer is not None and outer.method == "_shutdown" and outer.short_file == "threading.py":
+        return True  # the interpreter's exit runs threading's _shutdown on the main thread only
+    return outer is not None and outer.method in ("<module>", "_run_module_as_main") and not started_by_threading(thread.frames)
 
 
 #: The first frames of a process's initial thread: no other thread starts in them.

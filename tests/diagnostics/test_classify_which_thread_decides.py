@@ -329,3 +329,20 @@ def test_a_servers_accept_and_a_polling_sleep_explain_no_join_or_lock(tmp_path):
             "#1  0x000055d0c1c2b2f0 in time_sleep () from /usr/bin/python3\n"
             "#2  0x00007f2b4be0cc87 in __libc_start_main () from /lib/x86_64-linux-gnu/libc.so.6\n")
     assert text_verdict(tmp_path, lock) == "lock-wait"
+
+
+def test_the_thread_running_threadings_shutdown_is_the_main_thread(tmp_path):
+    """A faulthandler dump at exit: the main thread shows only threading's _shutdown (the
+    interpreter calls it with no Python frame below), waiting for a non-daemon thread that
+    waits on an Event. The exit's wait decides, not the thread it waits for (read before
+    as a helper's event wait)."""
+    dump = ('Thread 0x00007fc2837a56c0 (most recent call first):\n'
+            '  File "/usr/lib/python3.11/threading.py", line 331 in wait\n'
+            '  File "/usr/lib/python3.11/threading.py", line 629 in wait\n'
+            '  File "/srv/app/train.py", line 6 in heartbeat\n'
+            '  File "/usr/lib/python3.11/threading.py", line 982 in run\n'
+            '  File "/usr/lib/python3.11/threading.py", line 1045 in _bootstrap_inner\n'
+            '  File "/usr/lib/python3.11/threading.py", line 1002 in _bootstrap\n\n'
+            'Current thread 0x00007fc2843f9b80 (most recent call first):\n'
+            '  File "/usr/lib/python3.11/threading.py", line 1590 in _shutdown\n')
+    assert text_verdict(tmp_path, dump) == "shutdown-join"
