@@ -181,6 +181,8 @@ def primitive_of(frame: Frame) -> Primitive | None:
             frame.function.split(".<locals>.", 1)[0], frame.file, False)
     if row is None and not frame.native and frame.file in ("?", ""):
         row = _row(frame.function, frame.file, True)
+    if row is None and frame.native and (plain := _plain(frame.function)) != frame.function:
+        row = _row(plain, frame.file, True)  # gdb's "__GI_flock", "poll@@GLIBC_2.2.5", "do_futex_wait.constprop.0"
     return row
 
 
@@ -320,7 +322,7 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
     return Wait(category, what, tuple(labels), tuple(f for _, f, _ in matched), caller, cut, stop)
 
 
-_GLIBC_ALIAS = re.compile(r"^__GI_(?=_)")
+_GLIBC_ALIAS = re.compile(r"^__GI_")
 _CLONE_SUFFIX = re.compile(r"(\.(constprop|isra|part|cold|lto_priv)(\.\d+)?)+$")
 
 

@@ -436,8 +436,9 @@ def test_every_known_miss_is_a_dump_of_the_corpus_with_a_stated_cause():
     [
         # the tqdm monitor and pyzmq's gc thread: helpers only, 'idle, no signature'
         ("pytorch_193951_vllm_cpu_shard_stack_of_banners", "all-idle"),
-        # only NCCL's proxy and IB async-event threads were pasted: nothing decides
-        ("nccl_719_gdb_proxy_and_ib_helper_threads", "all-idle"),
+        # NCCL's proxy and IB async-event threads, and a thread in ppoll (gdb's __GI_ppoll, its
+        # caller not unwound): the poll is the one wait shown, as a plain "ppoll" always was
+        ("nccl_719_gdb_proxy_and_ib_helper_threads", "socket-read"),
         # No signature covers these; they must not read as idle or as a known cause.
         ("mrrc_zh_tornado_ioloop_pyaudio_stop_stream", "unknown"),
         ("radio_server_asyncio_sounddevice_raw_read_on_loop", "unknown"),

@@ -182,6 +182,9 @@ PRIMITIVE_STACKS = [
     ([_c("NtWaitForSingleObject", "ntdll"), _c("WaitForSingleObjectEx", "KERNELBASE"), _c("WaitForSingleObject", "KERNELBASE")], "event-wait"),
     ([_c("AcquireSRWLockExclusive", "ntdll")], "lock-wait"),
     ([_c("NtDelayExecution", "ntdll"), _c("SleepEx", "KERNELBASE")], "sleep"),
+    # gdb names glibc's own calls by their internal alias
+    ([_c("__GI_flock", "../sysdeps/unix/syscall-template.S"), _c("fcntl_flock_impl", "Modules/fcntlmodule.c")], "file-lock-wait"),
+    ([_c("__GI___poll", "../sysdeps/unix/sysv/linux/poll.c")], "socket-read"),
     # SQLite's busy handler sleeping until another connection's lock on the database goes
     ([_c("clock_nanosleep"), _c("usleep"), _c("0x7f5147b8c1b5", "/usr/lib/libsqlite3.so.0.8.6"),
       _c("sqlite3InvokeBusyHandler", "/usr/lib/libsqlite3.so.0.8.6"), _c("sqlite3_step", "/usr/lib/libsqlite3.so.0.8.6")],
