@@ -444,6 +444,8 @@ PRIMITIVES: tuple[Primitive, ...] = (
     # (drop_gil: a forced switch waits until another thread took it).
     _c("gil-deadlock", "the GIL", "`take_gil`",
        r"^(take_gil|drop_gil|PyEval_RestoreThread|PyEval_AcquireThread|PyEval_AcquireLock|PyGILState_Ensure|PyCOND_TIMEDWAIT|PyCOND_WAIT|_PyEval_TakeGIL|_PyThreadState_Attach|tstate_wait_attach)$|gil_scoped_acquire::gil_scoped_acquire$"),
+    # queue.SimpleQueue's get is C (_queue): its lock wait under it is the queue's
+    _c("queue-wait", "a queue", "`SimpleQueue.get`", r"^_queue_SimpleQueue_get(_impl)?$"),
     _c("lock-wait", "a Python lock", "`PyThread_acquire_lock`", r"^(PyThread_acquire_lock(_timed)?|lock_PyThread_acquire_lock|acquire_timed|rlock_acquire|_PyMutex_LockTimed|_PyMutex_LockSlow|PyMutex_Lock|EnterNonRecursiveMutex)$"),
     _c("event-wait", "a condition variable", "`pthread_cond_wait`",
        r"^(__)?pthread_cond_(timed|clock)?wait\w*$|^std::condition_variable(_any)?::(wait|wait_for|wait_until|__wait_until_impl)\w*$|^___pthread_cond_\w*wait\w*$"),

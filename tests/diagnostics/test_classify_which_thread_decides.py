@@ -346,3 +346,25 @@ def test_the_thread_running_threadings_shutdown_is_the_main_thread(tmp_path):
             'Current thread 0x00007fc2843f9b80 (most recent call first):\n'
             '  File "/usr/lib/python3.11/threading.py", line 1590 in _shutdown\n')
     assert text_verdict(tmp_path, dump) == "shutdown-join"
+
+
+def test_a_pools_handler_threads_do_not_decide_where_the_pool_is_not_the_standard_librarys(tmp_path):
+    """datasets' map runs dill's fork of multiprocessing (multiprocess, in site-packages):
+    its Pool's _handle_tasks thread waiting for tasks is the pool's helper, as the standard
+    library's is; the main thread waiting for results decides (a live hang read as the
+    handler's lock wait)."""
+    dump = ('Thread 15970 (idle): "MainThread"\n'
+            '    Connection._recv (multiprocess/connection.py:398)\n'
+            '    _ConnectionBase.recv (multiprocess/connection.py:253)\n'
+            '    BaseProxy._callmethod (multiprocess/managers.py:822)\n'
+            '    iflatmap_unordered (datasets/utils/py_utils.py:610)\n'
+            '    Dataset.map (datasets/arrow_dataset.py:3627)\n'
+            '    <module> (train.py:15)\n'
+            'Thread 15978 (idle): "Thread-2 (_handle_tasks)"\n'
+            '    PyThread_acquire_lock_timed (libpython3.11.so.1.0)\n'
+            '    _queue_SimpleQueue_get_impl (_queuemodule.c:253)\n'
+            '    Pool._handle_tasks (multiprocess/pool.py:531)\n'
+            '    Thread.run (threading.py:982)\n'
+            '    Thread._bootstrap_inner (threading.py:1045)\n'
+            '    Thread._bootstrap (threading.py:1002)\n')
+    assert text_verdict(tmp_path, dump) == "queue-wait"

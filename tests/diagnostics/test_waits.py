@@ -182,6 +182,9 @@ PRIMITIVE_STACKS = [
     ([_c("NtWaitForSingleObject", "ntdll"), _c("WaitForSingleObjectEx", "KERNELBASE"), _c("WaitForSingleObject", "KERNELBASE")], "event-wait"),
     ([_c("AcquireSRWLockExclusive", "ntdll")], "lock-wait"),
     ([_c("NtDelayExecution", "ntdll"), _c("SleepEx", "KERNELBASE")], "sleep"),
+    # queue.SimpleQueue's get, in C: the lock under it is the queue's
+    ([_c("PyThread_acquire_lock_timed", "libpython3.11.so.1.0"), _c("_queue_SimpleQueue_get_impl", "_queuemodule.c")],
+     "queue-wait"),
     # gdb names glibc's own calls by their internal alias
     ([_c("__GI_flock", "../sysdeps/unix/syscall-template.S"), _c("fcntl_flock_impl", "Modules/fcntlmodule.c")], "file-lock-wait"),
     ([_c("__GI___poll", "../sysdeps/unix/sysv/linux/poll.c")], "socket-read"),
