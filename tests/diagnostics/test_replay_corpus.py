@@ -409,6 +409,70 @@ KNOWN_MISSES = {
     # a healthy torchrun agent dumped alone (labelled all-idle: no hang): its stack is the one an agent
     # over hung ranks shows, and alone replay now says to dump its ranks, as for mp.spawn's launcher
     "torchrun_agent_notes_zh_agent_threads_healthy": "torchrun-agent-monitor",
+    # fresh-2026-12y, missed at its first pass: py-spy dump fragment as posted (one thread's frames, innermost first, elided with '...' by the reporter; every active thread reportedly looked the same); whole as posted
+    "airflow_71707_task_fork_inherits_held_openssl_lock_sslcontext_new": "socket-read",
+    # fresh-2026-12z, missed at its first pass: py-spy finding summarised in Python comment lines: 1 frame (print in progress.py) of the main loop thread (Windows); whole as quoted
+    "cn_autovisor_progress_print_blocked_by_windows_console_quickedit": "refused",
+    # fresh-2026-12z, missed at its first pass: Ctrl-C (manual interrupt) traceback condensed by the author into a one-line arrow chain inside a sentence, 5 frames outermost first; whole as quoted
+    "cn_copylot_studio_dev_loop_codex_runner_subprocess_communicate_poll": "refused",
+    # fresh-2026-12z, missed at its first pass: py-spy dump summarised by the author in a docstring sentence: 3 threads with 1-2 frames each as arrow chains; quoted lines whole (the third line runs on into the fix description)
+    "cn_demucs_transcriber_qthread_tqdm_new_lock_vs_tmonitor_exit_join": "refused",
+    # fresh-2026-12z, missed at its first pass: faulthandler (pytest faulthandler_timeout) dump condensed by the author to one line per thread (3 threads, arrow chains, Chinese annotation on the stuck frame); whole as quoted
+    "cn_devguide_asyncio_run_shutdown_default_executor_joins_queue_get_worker": "refused",
+    # fresh-2026-12z, missed at its first pass: gdb backtraces of 3 MPI ranks summarised by the author as one arrow chain (outermost first, 4 frames) inside a log bullet; whole as quoted
+    "cn_dsmc_parmetis_adaptiverepart_mpi_alltoall_hcoll_ucx_12h_hang": "unknown",
+    # fresh-2026-12z, missed at its first pass: faulthandler (PYTHONFAULTHANDLER + kill -ABRT of the vLLM worker) stack condensed by the author into an arrow chain, outermost first, 5 frames of one thread; whole as quoted
+    "cn_dsv4_sm89_flashinfer_sparse_mla_decode_kernel_mbarrier_spin": "unknown",
+    # fresh-2026-12z, missed at its first pass: faulthandler finding summarised in code comment lines: 1 frame (ini_path.read_text) of the UI thread (Windows); whole as quoted
+    "cn_endfield_mod_manager_reshade_ini_3gb_read_text_ui_not_responding": "refused",
+    # fresh-2026-12z, missed at its first pass: native stack condensed by the author into an arrow chain (innermost first), UI thread of a Rust eframe app, ~7 frames; whole as quoted
+    "cn_ishell_readme_eframe_ui_thread_xim_xseticvalues_poll_forever": "refused",
+    # fresh-2026-12z, missed at its first pass: py-spy findings summarised by the author in two numbered list items: main thread frames pxla.py:1297 __call__ <- train.py:249 <listcomp>, plus 8 running threads in a gather primitive; whole as quoted
+    "cn_jax_fsdp_train_wandb_image_index_sharded_array_gather_stall": "refused",
+    # fresh-2026-12z, missed at its first pass: py-spy call chain summarised by the author in one changelog sentence, 3 module frames outermost first; whole as quoted
+    "cn_lora_trainer_infer_daemon_text_encoder_load_scipy_cold_import_stall": "refused",
+    # fresh-2026-12z, missed at its first pass: py-spy dump excerpt, 2 worker threads (active) with 1 frame each, Python version not shown; whole as quoted in the docstring
+    "cn_model3d_circle_detector_houghcircles_zombie_executor_threads": "unknown",
+    # fresh-2026-12z, missed at its first pass: faulthandler stack of the hung thread condensed by the author into an arrow chain (outermost first, 5 frames); whole as quoted
+    "cn_orchestrator_cold_start_redis_ping_default_retry_storm_hang": "unknown",
+    # fresh-2026-12z, missed at its first pass: py-spy dump summarised by the author in prose: 3 threads (MainThread with one file:line frame, generate_js_object thread, handler thread), Windows/WinForms backend; whole as quoted
+    "cn_pywebview_loaded_handler_showintaskbar_invoke_vs_create_window_invoke": "refused",
+    # fresh-2026-12z, missed at its first pass: py-spy dump (taken twice, identical) summarised by the author in a log bullet: 1 Python frame plus a 3-frame native arrow chain; whole as quoted
+    "cn_quantstudio_duckdb_upsert_batch57_spin_buffermanager_art_defect": "unknown",
+    # fresh-2026-12z, missed at its first pass: gdb thread apply all bt of a reverb process summarised by the author as three arrow chains (dispatch thread 5 frames, sampler worker 3, mutate main thread 2) in prose bullets; whole as quoted
+    "cn_reverb_shm_dispatch_blocked_in_rate_limiter_sample_head_of_line": "unknown",
+    # fresh-2026-12z, missed at its first pass: faulthandler main-thread stacks condensed by the author into two arrow chains (outermost first, 3-4 frames each, Chinese annotations), from two successive hangs; whole as quoted
+    "cn_superran_mcp_server_first_tool_call_c_extension_import_hangs": "unknown",
+    # fresh-2026-12z, missed at its first pass: py-spy finding summarised in one markdown table row: 2 frames (trunc_normal_, normal_fill) of the initialising thread; whole row as quoted
+    "cn_torchtitan_npu_8b_cpu_offload_init_trunc_normal_dtensor_redispatch": "refused",
+    # fresh-2026-12z, missed at its first pass: py-spy finding summarised by the author in two docstring lines: one frame (result() at inference.py:144) for the waiting thread plus the event-loop thread idle in select; whole as quoted
+    "cn_tts_server_edge_tts_communicate_save_no_timeout_result_wait": "refused",
+    # fresh-2026-12z, missed at its first pass: faulthandler stack of the main thread condensed by the author into an arrow chain (outermost first, 4 frames); the reader thread is described but not shown; whole as quoted
+    "cn_uah_hubclient_close_httpresponse_bufferedreader_lock_vs_readinto": "refused",
+    # fresh-2026-12z, missed at its first pass: faulthandler finding summarised in a docstring paragraph: 1 frame (http/client.py::_read_next_chunk_size) of the blocked thread; whole as quoted
+    "cn_unity_bridge_parallel_mcp_calls_read_next_chunk_size_never_answered": "refused",
+    # fresh-2026-12z, missed at its first pass: faulthandler finding summarised by the author in a docstring paragraph: 2 threads, 1 frame each (close / readline), plus the causal arrow chain; whole as quoted
+    "cn_vermes_mcp_handshake_close_vs_readline_textiowrapper_lock_orphan_node": "refused",
+    # fresh-2026-12y, missed at its first pass: pytest failure report (GitHub Actions, Python 3.8) of the timed-out test, chained after an unrelated TypeError, frames down into h5py.File; cut by the source excerpt before the fsspec frames
+    "dandi_cli_1450_nwb2asset_remote_h5py_fsspec_http_read_no_socket_timeout": "unknown",
+    # fresh-2026-12y, missed at its first pass: gdb py-bt of the hung forked child (Python 3.6.1 debug build in Docker), innermost first, starting at the native flush methods; cut by the source excerpt mid-path
+    "domain_scan_157_sslyze_forked_child_stderr_flush_buffer_lock_py_bt": "unknown",
+    # fresh-2026-12x, missed at its first pass: py-spy dump (Python 3.12.3) of the lmcache server process; only the first threads (MainThread idle in asyncio/uvicorn, two OpenTelemetry threads idle) are in the excerpt, the wedged _release_entries thread is beyond it; cut mid-frame where 
+    "lmcache_4676_pyspy_mp_server_release_entries_unmap_waits_ipc_event_holding_gil": "asyncio-blocked",
+    # fresh-2026-12x, missed at its first pass: gdb bt of the hung test's main thread (native C++ frames, debug info), innermost first: mooncake TransferEngine::getTransferStatus <- nixlMooncakeEngine::checkXfer <- performTransfer; cut mid-frame #3 where the source excerpt ends
+    "nixl_330_gdb_mooncake_backend_test_checkxfer_getstatus_loop": "unknown",
+    # fresh-2026-12y, missed at its first pass: Python thread dump of the hung postmaster-parent process (Python 3.5, Docker), one thread header and its outermost frames; cut by the source excerpt before the frames that wait on stderr
+    "patroni_1278_postmaster_parent_fork_child_stderr_lock_held": "all-idle",
+    # fresh-2026-12y, missed at its first pass: gdb 'thread apply all py-list' output (Python 2 threading.py source listings per thread, pager prompt included), from a comment by jkotan; starts mid-output (end of one thread's listing) and is cut by the source excerpt at Thread 17
+    "sardana_1023_scan_hangs_missing_event_threads_condition_wait_py_list": "refused",
+    # fresh-2026-12z, missed at its first pass: py-spy dump of the hung pytest process condensed by the author to two threads' frames (2 and 3 frames, no thread headers), in two fenced blocks; whole as quoted
+    "tr_e2e_conftest_join_uvicorn_graceful_shutdown_endless_sse_response": "all-idle",
+    # fresh-2026-12y, missed at its first pass: kernel-debugger (gdb) backtrace of the spinning CPU in a Mach-style microkernel (x86_64, 1 processor), abbreviated by the author to file:line for frames #1-#4; whole as posted
+    "uros_522_pthread_test_hw_lock_spin_single_cpu_preemption_disabled": "lock-wait",
+    # fresh-2026-12x, missed at its first pass: Ctrl-C (SIGINT) Python traceback of the hung main thread (Python 3.10, transformers generate -> _sample -> logits_processor); the top line is the script frame as pasted (no 'Traceback' header); cut mid-frame at logits_process.py where the s
+    "xgrammar_127_ctrlc_hf_generate_logits_processor_nondeterministic_grammar_spin": "unknown",
+    # fresh-2026-12z, missed at its first pass: py-spy finding summarised in Python comment lines: main thread, 2 frames as an arrow chain (Windows); whole as quoted
+    "zhtw_ro_toolbox_memory_scan_enumprocessmodulesex_gameguard_ui_freeze": "refused",
 }
 
 
