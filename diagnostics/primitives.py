@@ -463,7 +463,7 @@ PRIMITIVES: tuple[Primitive, ...] = (
     # SQLite's busy handler: a connection waiting for another's lock on the database file
     # (the sqlite3 module's timeout=, a busy_timeout), sleeping between retries until it ends.
     _c("file-lock-wait", "a SQLite database's lock (its busy handler retrying)", "SQLite busy handler",
-       r"^(sqlite3InvokeBusyHandler|sqliteDefaultBusyCallback|btreeInvokeBusyHandler|sqlite3BtreeBeginTrans|sqlite3PagerSharedLock|pager_wait_on_lock)$"),
+       r"^(sqlite3InvokeBusyHandler|sqliteDefaultBusyCallback|btreeInvokeBusyHandler)$"),
     # Spin locks and read-write locks (glibc's, UCX's and other libraries' wrappers of them).
     _c("lock-wait", "a spin lock", "`pthread_spin_lock`", r"^(__)?pthread_spin_lock$|^\w*_spin(lock)?_lock\w*$|^_raw_spin_lock\w*$"),
     # abseil's (gRPC, Ray, TensorFlow, XLA): its SpinLock's slow path and the delay it spins in,

@@ -145,7 +145,7 @@ UNNAMED = "<unknown>"
 def _row(function: str, file: str, native: bool) -> Primitive | None:
     name = function.split("@", 1)[0] if native else function  # "pthread_cond_wait@@GLIBC_2.3.2"
     if native:
-        # glibc's internal aliases ("__GI___lll_lock_wait", "__GI___pthread_mutex_lock") and
+        # glibc's internal aliases ("__GI___lll_lock_wait", "__GI_flock") and
         # gcc's clones ("do_futex_wait.constprop.0", "lll_lock_wait.isra.0") are the function itself.
         name = _plain(name)
     path = file.replace("\\", "/")
@@ -181,8 +181,6 @@ def primitive_of(frame: Frame) -> Primitive | None:
             frame.function.split(".<locals>.", 1)[0], frame.file, False)
     if row is None and not frame.native and frame.file in ("?", ""):
         row = _row(frame.function, frame.file, True)
-    if row is None and frame.native and (plain := _plain(frame.function)) != frame.function:
-        row = _row(plain, frame.file, True)  # gdb's "__GI_flock", "poll@@GLIBC_2.2.5", "do_futex_wait.constprop.0"
     return row
 
 
@@ -354,7 +352,7 @@ _BLOCKING_READ = re.compile(r"^(__)?(libc_)?(read|recv|recvfrom|recvmsg|accept4?
 
 #: A logging call: what waits under it (its lock) is the call's, whatever library made it.
 _CHILD_BOOTSTRAP = re.compile(r"^(BaseProcess\.)?_bootstrap$")
-_CHILD_BOOTSTRAP_FILE = re.compile(r"(^|/)multiprocessing/process\.py$")
+_CHILD_BOOTSTRAP_FILE = re.compile(r"(^|/)(multiprocess(ing)?|billiard)/process\.py$")
 _LOGGING_CALL = re.compile(r"^(\w+\.)?(debug|info|warning|warn|error|exception|critical|log|_log|isEnabledFor|handle|callHandlers)$")
 _LOGGING_FILE = re.compile(r"(^|/)logging/(__init__|init)\.py$")
 #: torch's accelerator backends (and the vendors' own torch plugins): a C library wait they

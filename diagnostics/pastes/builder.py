@@ -107,6 +107,7 @@ class Builder:
     gdb_attached: bool = False  # after gdb's attach preamble: the main thread's stop location may follow
     gdb_open: bool = False  # the last gdb frame had no library: "from ..." may follow
     gdb_number: int = -1  # the number of the last gdb frame read
+    gdb_frame_line: int = -2  # the paste's line (report.lines) it was read on
     gdb_more: int = -1  # gdb said "(More stack frames follow...)" after that frame number
     gdb_args: int = 0  # lines left of a gdb frame whose arguments gdb wrapped (its parentheses still open)
     gdb_depth: int = 0  # how many of its parentheses are open
@@ -139,6 +140,7 @@ class Builder:
     coredump_threads: int = 0  # systemd-coredump / eu-stack thread headers read
     mac_graph: bool = False
     mac_seen: bool = False
+    mac_tentative: bool = False  # a graph opened by a thread's line alone, no frame of its tree yet
     mac_threads: int = 0
     mac_thread: str = ""
     mac_frames: list[Frame] | None = None

@@ -158,7 +158,11 @@ def gdb_frame(b: Builder, s: str) -> bool:
     m = GDB_NUMBERED.match(s)
     if m is not None:
         rest = s[m.end():].strip()
-        frame = gdb_call(s[m.end():], addressed=m.group(1) is not None) or _numbered_from(rest) or _symbol_alone(rest)
+        frame = gdb_call(s[m.end():], addressed=m.group(1) is not None) or _numbered_from(rest)
+        if frame is None and (s[1:2] == "0" and not s[2:3].isdigit() or b.report.lines - b.gdb_frame_line == 1):
+            # A symbol alone is a frame only where a backtrace is: its "#0", or right under
+            # another frame ("#1 cudaDeviceSynchronize" in a list of what was ruled out is none).
+            frame = _symbol_alone(rest)
     else:
         head, sep, rest = s.partition(" in ")  # "0x00007f.. in poll () ..."
         frame = gdb_call(rest, addressed=True) if sep and HEX.match(head) else None
@@ -185,6 +189,7 @@ def gdb_frame(b: Builder, s: str) -> bool:
         # stopped): the same thread, whatever prompt or prose came between
         b.after_break = False
     b.gdb_more, b.gdb_number = -1, number
+    b.gdb_frame_line = b.report.lines
     b.add_frames([frame])
     b.gdb_open = frame.file == "?"  # gdb may wrap "from /lib/x.so" onto the next line
     b.after_break = False

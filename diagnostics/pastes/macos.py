@@ -68,9 +68,10 @@ def call_graph(b: Builder, ln: Line) -> bool:
         if (s == "Call graph:" or (s[:9] == "Thread 0x" and "samples" in s and _SPIN_THREAD.match(s) is not None)
                 or ((s[:1].isdigit() or (s[:1] == "#" and s[1:2].isdigit())) and " Thread_" in s and _SAMPLE_THREAD.match(s) is not None)):
             # (a paste of one thread's tree starts at its "N Thread_N" line: header and
-            # "Call graph:" left out)
+            # "Call graph:" left out; a graph only once a frame of the tree follows)
             b.mac_graph = True
             b.mac_seen = True
+            b.mac_tentative = s != "Call graph:" and not s.startswith("Thread 0x")
             if s == "Call graph:":
                 return True
         else:
@@ -90,6 +91,12 @@ def call_graph(b: Builder, ln: Line) -> bool:
         if s.startswith(("Total number in stack", "Sort by top of stack", "Binary Images:")):
             end_graph(b)
             return True
+        if b.mac_tentative and not (s in ("...", "\u2026") and b.mac_frames is not None):
+            # "4242 Thread_1 waiting for batch" in a log, no tree under it: no graph
+            b.mac_tentative = False
+            b.mac_frames = None
+            end_graph(b)
+            return False
         if b.mac_frames is not None and (s[:1] in "+!:|*" or s[:1].isdigit() or s in ("...", "\u2026")):
             return True  # a line of the graph this reader does not take apart, or frames a paste elided
         end_graph(b)
@@ -97,6 +104,7 @@ def call_graph(b: Builder, ln: Line) -> bool:
     if b.mac_frames is None:
         b.mac_thread, b.mac_frames, b.mac_depth, b.mac_done = ("MainThread" if not b.mac_threads else f"Thread_{b.mac_threads}"), [], -1, False
         b.mac_threads += 1
+    b.mac_tentative = False
     depth = len(m.group(1))
     if b.mac_done or depth <= b.mac_depth:
         b.mac_done = True  # a lighter branch: the heaviest path is read
