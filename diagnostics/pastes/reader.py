@@ -19,6 +19,7 @@ from collections.abc import Callable
 import hangwatch.diagnostics.pastes.cxx_traces as cxx_traces
 import hangwatch.diagnostics.pastes.gdb as gdb
 import hangwatch.diagnostics.pastes.handwritten as handwritten
+import hangwatch.diagnostics.pastes.julia as julia
 import hangwatch.diagnostics.pastes.kernel as kernel
 import hangwatch.diagnostics.pastes.lines as lines
 import hangwatch.diagnostics.pastes.logs as logs
@@ -119,6 +120,7 @@ STEPS: tuple[tuple[str | None, Step], ...] = (
     ("WG", gdb.pybt_marker),
     (ANY, tracebacks.traceback_lines),
     (ANY, kernel.kernel_line),
+    ("#_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", julia.julia_line),  # a Julia backtrace's frame (or its signal line)
     (ANY, tracebacks.pytest_lines),
     (ANY, logs.wait_lines),
     (ANY, cxx_traces.cxx_lines),

@@ -347,11 +347,11 @@ KNOWN_MISSES = {
     # fresh-2026-12v, missed at its first pass: py-spy dump excerpt of one thread (active), 3 frames plus '...', with the author's sentence after it, whole as posted
     "comfy_xpu_prompt_worker_weight_stream_map_unmap_livelock": "unknown",
     # fresh-2026-12u, missed at its first pass: Julia native backtrace (Julia 1.4, CuArrays binned pool) of the deadlocked thread, innermost first: free in binned.jl called from unsafe_free! inside run_finalizer / jl_gc_run_finalizers_in_list; cut after the jl_gc_run_finalizers_in_list f
-    "cuarrays_jl_685_julia_bt_finalizer_free_reenters_pool_spinlock": "refused",
+    "cuarrays_jl_685_julia_bt_finalizer_free_reenters_pool_spinlock": "unknown",
     # fresh-2026-12u, missed at its first pass: Julia Stacktrace of the hung task, outermost last: lock(::SpinLock) at locks-mt.jl:71 <- free (binned.jl:393) <- unsafe_free! <- enable_finalizers (memory.jl:16) <- lock.jl:183 macro <- alloc (binned.jl:383); cut at frame [13]
-    "cuarrays_jl_pr693_stacktrace_enable_finalizers_in_alloc_relocks_spinlock": "refused",
+    "cuarrays_jl_pr693_stacktrace_enable_finalizers_in_alloc_relocks_spinlock": "unknown",
     # fresh-2026-12u, missed at its first pass: Julia native+Julia backtrace of one thread, innermost first: __pthread_rwlock_wrlock in libcuda <- cuOccupancyMaxPotentialBlockSize <- launch_configuration <- launch_heuristic <- GPUArrays broadcast materialize!; cut at the end of the poste
-    "cuda_jl_2261_profile_bt_cuoccupancy_rwlock_not_gc_safe_stalls_gc": "refused",
+    "cuda_jl_2261_profile_bt_cuoccupancy_rwlock_not_gc_safe_stalls_gc": "lock-wait",
     # fresh-2026-12u, missed at its first pass: gdb session excerpt (native frames) from the hung legion_python process: tail of one thread ('#7 clone') and a full-ish bt of Realm BackgroundWorkThread 4 parked on its doorbell; the thread stuck in _shutdown is not in the excerpt; cut at t
     "cupynumeric_187_gdb_realm_bg_thread_interpreter_destroy_hang": "all-idle",
     # fresh-2026-12v, missed at its first pass: py-spy dump of one thread (active+gil), 7 frames, with the author's '← BLOCKED' annotation, whole as posted
@@ -363,7 +363,7 @@ KNOWN_MISSES = {
     # fresh-2026-12w, missed at its first pass: py-spy-style frames (innermost first) quoted in a docstring, 3 frames of the thread calling Pool.terminate(); cut by the author
     "floppy_django_parallel_runner_pool_terminate_help_stuff_finish_rlock": "subprocess-wait",
     # fresh-2026-12u, missed at its first pass: Julia SIGUSR1 backtrace (Julia 1.12.0, Linux) of one thread, innermost first: _jl_mutex_wait in cache_method under typeinf / typeinf_ext_toplevel; cut at the first partial line (remaining frames and threads beyond the cut)
-    "julia_59834_sigusr1_bt_using_cuda_parallel_compile_mutex_deadlock": "refused",
+    "julia_59834_sigusr1_bt_using_cuda_parallel_compile_mutex_deadlock": "lock-wait",
     # fresh-2026-12w, missed at its first pass: thread dump of the event-loop thread condensed by the author (2 py-spy frames plus arrow-joined frame names), innermost first; as quoted
     "mac_fleet_hub_uvicorn_access_log_flush_blocks_event_loop": "unknown",
     # fresh-2026-12u, missed at its first pass: lldb bt of the main thread of a Jupyter/Python process on Apple Silicon, innermost first: mach_msg2_trap inside IOGPUResourceCreate (Metal buffer allocation); cut at frame #6 (the mlx allocator/eval frames are beyond the cut)

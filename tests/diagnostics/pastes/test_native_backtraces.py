@@ -1011,6 +1011,24 @@ def test_native_stacks_shortened_by_hand_still_read(tmp_path):
     assert thread_functions(sample) == [["write", "_Py_write_impl", "os_write"]]
 
 
+def test_a_julia_runtime_backtrace_reads_as_native_frames(tmp_path):
+    """Julia's report of a stuck task (SIGUSR1, the profiler): "NAME at PATH:LINE [inlined]",
+    "NAME at LIB (unknown line)", "unknown function (ip: 0x..)", innermost first; a C
+    library's lock under it is a lock wait. A sentence naming a place is no frame."""
+    dump = ("signal (10): User defined signal 1\n"
+            "__pthread_rwlock_wrlock at /usr/lib/libc.so.6 (unknown line)\n"
+            "unknown function (ip: 0x7ffa52104347)\n"
+            "macro expansion at /home/u/.julia/packages/CUDA/6Jmwc/lib/cudadrv/libcuda.jl:4848 [inlined]\n"
+            "#launch_configuration#901 at /home/u/.julia/packages/CUDA/6Jmwc/lib/cudadrv/occupancy.jl:59 [inlined]\n"
+            "_copyto! at /home/u/.julia/packages/GPUArrays/Hd5Sk/src/host/broadcast.jl:56 [inlined]\n"
+            "unknown function (ip: 0x7faa9cb16566) at (unknown file)\n")
+    (funcs,) = thread_functions(dump)
+    assert funcs == ["__pthread_rwlock_wrlock", "??", "macro expansion", "#launch_configuration#901", "_copyto!", "??"]
+    assert text_verdict(tmp_path, dump) == "lock-wait"
+    with pytest.raises(InputError):
+        read_text("The crash happens at line 12.\nIt is at train.py:12 in my script.\nnothing at /etc/hosts\n")
+
+
 def test_kernel_tasks_stay_apart_however_they_are_named_or_dumped():
     """A kernel thread named with a colon (kworker/u16:3), a SysRq header whose pid is
     padded (pid:  812), and a /proc stack pasted after a py-spy dump: each its own task or

@@ -158,10 +158,6 @@ NOT_READ_YET = {
     "cn_vermes_mcp_handshake_close_vs_readline_textiowrapper_lock_orphan_node": "fresh-2026-12z: not read at its first pass",
     "sardana_1023_scan_hangs_missing_event_threads_condition_wait_py_list": "fresh-2026-12y: not read at its first pass",
     "zhtw_ro_toolbox_memory_scan_enumprocessmodulesex_gameguard_ui_freeze": "fresh-2026-12z: not read at its first pass",
-    "cuarrays_jl_685_julia_bt_finalizer_free_reenters_pool_spinlock": "fresh-2026-12u: not read at its first pass",
-    "cuarrays_jl_pr693_stacktrace_enable_finalizers_in_alloc_relocks_spinlock": "fresh-2026-12u: not read at its first pass",
-    "cuda_jl_2261_profile_bt_cuoccupancy_rwlock_not_gc_safe_stalls_gc": "fresh-2026-12u: not read at its first pass",
-    "julia_59834_sigusr1_bt_using_cuda_parallel_compile_mutex_deadlock": "fresh-2026-12u: not read at its first pass",
 }
 
 
