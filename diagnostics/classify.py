@@ -640,7 +640,7 @@ def _lone_parent(pick: ProcessVerdict, with_stacks: Sequence[ProcessVerdict], si
     if w is None or w.category != "subprocess-wait":
         return None
     # The launcher's own idle signature when it says what to do alone (spawn's parent).
-    return _idle_signature(pick, signatures) or find(tuple(signatures), "child-process-wait")
+    return idle or find(tuple(signatures), "child-process-wait")
 
 
 #: Launchers' idle loops: the processes they started are the ones to dump.

@@ -50,18 +50,6 @@ def _rx_lines(pattern: str) -> re.Pattern[str] | None:
     return re.compile(pattern, re.MULTILINE)
 
 
-def _qualified(frame: Frame) -> bool:
-    """A Python frame named with its class or enclosing function (py-spy 0.4's
-    ``SimpleQueue.get``, ``prof.<locals>.wrapper``; Python 3.11's faulthandler)."""
-    return not frame.native and "." in frame.function
-
-
-def _method(frame: Frame) -> str:
-    """The name alone (``get``): what older py-spy and tracebacks print, and what a
-    signature written as ``^get$`` was written against."""
-    return frame.method
-
-
 class ThreadLines:
     """A thread's function names and files, one per line: a pattern that finds
     nothing here matches no frame, which one C-level search tells. Build it
@@ -70,8 +58,8 @@ class ThreadLines:
     __slots__ = ("functions", "files", "cut")
 
     def __init__(self, frames: Sequence[Frame]) -> None:
-        # (with the method's own name after each qualified one: see FramePattern.matches)
-        self.functions = "\n".join(f.function + ("\n" + _method(f) if _qualified(f) else "") for f in frames)
+        # (with the method's own name after each class-qualified one: see FramePattern.matches)
+        self.functions = "\n".join(f.function if f.method == f.function else f"{f.function}\n{f.method}" for f in frames)
         self.files = "\n".join(f.file for f in frames)
         self.cut = any(f.file[-1:] == "…" for f in frames)
 
@@ -121,7 +109,10 @@ class FramePattern:
         if function is not None:
             rx = self._fn_rx  # type: ignore[attr-defined]
             if rx is not None:
-                if rx.search(frame.function) is None and not (_qualified(frame) and rx.search(_method(frame)) is not None):
+                # A regex written for a bare name ("^get$") matches the method that py-spy 0.4
+                # and Python 3.11's faulthandler name with its class ("SimpleQueue.get"), as
+                # older dumps printed it.
+                if rx.search(frame.function) is None and (frame.method == frame.function or rx.search(frame.method) is None):
                     return False
             elif function not in frame.function:
                 return False

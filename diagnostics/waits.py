@@ -243,7 +243,7 @@ def _wait(frames: tuple[Frame, ...]) -> Wait | None:
         if matched and not f.native and _LOGGING_CALL.search(f.function) and _LOGGING_FILE.search(f.file):
             caller = f  # a logging call made inside a library's wait: the wait under it is the logging call's own
             break
-        if not f.native and _CHILD_BOOTSTRAP.search(f.function) and _CHILD_BOOTSTRAP_FILE.search(f.file):
+        if not f.native and f.method == "_bootstrap" and _CHILD_BOOTSTRAP_FILE.search(f.file):
             # A multiprocessing child's entry: the frames out from it are its parent's (a
             # forked child runs on top of the parent's Popen._launch and start()), or the
             # spawn main that started it; no wait of this process is there.
@@ -351,7 +351,6 @@ _EXPLICIT_LOCK = re.compile(r"^(__)?pthread_(mutex|spin|rwlock)_\w*lock\w*$|^(__
 _BLOCKING_READ = re.compile(r"^(__)?(libc_)?(read|recv|recvfrom|recvmsg|accept4?|connect)(_nocancel)?$|^__GI___libc_read$")
 
 #: A logging call: what waits under it (its lock) is the call's, whatever library made it.
-_CHILD_BOOTSTRAP = re.compile(r"^(BaseProcess\.)?_bootstrap$")
 _CHILD_BOOTSTRAP_FILE = re.compile(r"(^|/)(multiprocess(ing)?|billiard)/process\.py$")
 _LOGGING_CALL = re.compile(r"^(\w+\.)?(debug|info|warning|warn|error|exception|critical|log|_log|isEnabledFor|handle|callHandlers)$")
 _LOGGING_FILE = re.compile(r"(^|/)logging/(__init__|init)\.py$")

@@ -16,7 +16,7 @@ from hangwatch.diagnostics.pastes.patterns import (
     GC_FRAME, GDB_ATTACHED, GDB_BUILTIN, GDB_FRAME_ARG, GDB_INFO_THREAD, GDB_LOCATION_END, GDB_NUMBERED, GDB_PY2_BUILTIN,
     GDB_PY2_FILE, GDB_PY2_LOCK_WAIT, GDB_PYFRAME, GDB_STOPPED, GDB_THREAD, GDB_THREAD_LWP, GDB_UNHASHED, GIL_WAIT, HEX, INLINE_GDB, LLDB_FRAME,
     LLDB_OFFSET, LLDB_THREAD, LLDB_THREAD_FRAME, MAX_FRAMES, MAX_GDB_ARG_LINES, MODULE_FRAME, NATIVE_CUT, NATIVE_PATH,
-    NUMBERED_FROM, GDB_SYMBOL_ALONE, GDB_SYMBOL_NOT_PROSE, PY_EXT, PYBT_MARKERS, TRACEBACK_FRAME, VS_FRAME, WINDBG_BARE, WINDBG_COLUMNS, WINDBG_FRAME, WINDBG_THREAD, WINDOWS_MODULE, WS,
+    GDB_SYMBOL_ALONE, GDB_SYMBOL_NOT_PROSE, NUMBERED_FROM, PY_EXT, PYBT_MARKERS, TRACEBACK_FRAME, VS_FRAME, WINDBG_BARE, WINDBG_COLUMNS, WINDBG_FRAME, WINDBG_THREAD, WINDOWS_MODULE, WS,
 )
 from hangwatch.diagnostics.pastes.tracebacks import traceback_header
 from hangwatch.diagnostics.stacks import Frame
@@ -156,10 +156,11 @@ def gdb_frame(b: Builder, s: str) -> bool:
         b.after_break = False
         return True
     m = GDB_NUMBERED.match(s)
+    number = int(s[1:m.end()].split()[0]) if m is not None else -1
     if m is not None:
         rest = s[m.end():].strip()
         frame = gdb_call(s[m.end():], addressed=m.group(1) is not None) or _numbered_from(rest)
-        if frame is None and (s[1:2] == "0" and not s[2:3].isdigit() or b.report.lines - b.gdb_frame_line == 1):
+        if frame is None and (number == 0 or b.report.lines - b.gdb_frame_line == 1):
             # A symbol alone is a frame only where a backtrace is: its "#0", or right under
             # another frame ("#1 cudaDeviceSynchronize" in a list of what was ruled out is none).
             frame = _symbol_alone(rest)
@@ -177,13 +178,12 @@ def gdb_frame(b: Builder, s: str) -> bool:
             b.gdb_stop_thread.number = "1"
             b.gdb_stop = True
     stop, b.gdb_stop = b.gdb_stop, False
-    if m is not None and s[1:2] == "0" and not s[2:3].isdigit() and b.gdb_stopped_at == frame.function:
+    if number == 0 and b.gdb_stopped_at == frame.function:
         # "#0" of the bt after gdb's stop location: the same frame, already read.
         b.gdb_stopped_at = None
         b.after_break = False
         return True
     b.gdb_stopped_at = frame.function if stop and m is None else None
-    number = int(s[1:m.end()].split()[0]) if m is not None else -1
     if b.gdb_more >= 0 and number > b.gdb_more and b.group and all(t.headerless for t in b.group):
         # the outer frames of the thread "bt N" cut ("bt -N", numbered on from where it
         # stopped): the same thread, whatever prompt or prose came between

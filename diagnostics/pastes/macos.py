@@ -50,7 +50,7 @@ def _end_thread(b: Builder) -> None:
 
 def end_graph(b: Builder) -> None:
     _end_thread(b)
-    b.mac_graph = False
+    b.mac_graph = b.mac_tentative = False
 
 
 def call_graph(b: Builder, ln: Line) -> bool:
@@ -93,8 +93,6 @@ def call_graph(b: Builder, ln: Line) -> bool:
             return True
         if b.mac_tentative and not (s in ("...", "\u2026") and b.mac_frames is not None):
             # "4242 Thread_1 waiting for batch" in a log, no tree under it: no graph
-            b.mac_tentative = False
-            b.mac_frames = None
             end_graph(b)
             return False
         if b.mac_frames is not None and (s[:1] in "+!:|*" or s[:1].isdigit() or s in ("...", "\u2026")):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import re
+import string
 from collections.abc import Callable
 
 # Imported as modules, not from the package (a cycle through its __init__): STEPS names each
@@ -120,7 +121,7 @@ STEPS: tuple[tuple[str | None, Step], ...] = (
     ("WG", gdb.pybt_marker),
     (ANY, tracebacks.traceback_lines),
     (ANY, kernel.kernel_line),
-    ("#_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", julia.julia_line),  # a Julia backtrace's frame (or its signal line)
+    ("#_" + string.ascii_letters, julia.julia_line),  # a Julia backtrace's frame (or its signal line)
     (ANY, tracebacks.pytest_lines),
     (ANY, logs.wait_lines),
     (ANY, cxx_traces.cxx_lines),
