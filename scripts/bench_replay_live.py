@@ -45,6 +45,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from hangwatch.contract.tools import run_bounded
+from hangwatch.diagnostics.pyspy import find_pyspy
+
 HERE = Path(__file__).resolve().parent / "live_hangs"
 SUPPORT = ("hw.py", "peer.py", "ask_user.py", "mods")  # copied next to each scenario
 METHODS = ("pyspy", "pyspy-native", "pyspy-json", "pyspy-subprocesses",
@@ -90,13 +93,10 @@ def all_scenarios() -> list[dict]:
 # --- processes ---------------------------------------------------------------------------
 
 def run_tool(cmd: list[str], timeout: float) -> tuple[int, str, str]:
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout,
-                           stdin=subprocess.DEVNULL)
-        return r.returncode, r.stdout, r.stderr
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        return -9, out, f"timed out after {timeout:.0f}s"
+    """``cmd``'s exit code (-9 when it timed out or could not start), stdout and stderr."""
+    r = run_bounded(cmd, timeout)
+    why = f"timed out after {timeout:.0f}s" if r.timed_out else (r.error or r.stderr)
+    return (r.returncode if r.returncode is not None and not r.timed_out else -9), r.stdout, why
 
 
 def start_group(cmd: list[str], **kw) -> subprocess.Popen:
@@ -153,11 +153,6 @@ def leftovers(root: str) -> list[str]:
 
 # --- tools -------------------------------------------------------------------------------
 
-def find_pyspy() -> str | None:
-    beside = Path(sys.executable).parent / "py-spy"
-    return str(beside) if beside.exists() else shutil.which("py-spy")
-
-
 def probe_tools(methods: set[str], pyspy: str | None, workdir: Path) -> set[str]:
     """Drop the methods whose tool is absent or cannot attach, saying so in one line each."""
     wanted_pyspy = methods & PYSPY_METHODS
@@ -169,7 +164,7 @@ def probe_tools(methods: set[str], pyspy: str | None, workdir: Path) -> set[str]
         time.sleep(0.5)
         if wanted_pyspy:
             if pyspy is None:
-                print(f"skip {','.join(sorted(wanted_pyspy))}: py-spy not found (beside {sys.executable} or on PATH)")
+                print(f"skip {','.join(sorted(wanted_pyspy))}: py-spy not found ($HANGWATCH_PYSPY, PATH, or beside {sys.executable})")
                 methods -= PYSPY_METHODS
             else:
                 rc, out, err = run_tool([pyspy, "dump", "--pid", str(sleeper.pid)], 30)
@@ -243,15 +238,11 @@ def capture(cfg: dict, job: Path, methods: set[str], pyspy: str | None, log) -> 
             time.sleep(cfg.get("SETTLE", SETTLE))
             for i, role in enumerate(roles):
                 pid, exp = pids[role], cfg["EXPECTED"][role]
-                if "pyspy" in methods:
-                    rc, o, e = run_tool([pyspy, "dump", "--pid", str(pid)], TOOL_TIMEOUT)
-                    keep(role, "pyspy", exp, o) if rc == 0 else log(f"  {role} pyspy rc={rc} {e.strip()[:160]}")
-                if "pyspy-native" in methods:
-                    rc, o, e = run_tool([pyspy, "dump", "--native", "--pid", str(pid)], TOOL_TIMEOUT)
-                    keep(role, "pyspy-native", exp, o) if rc == 0 else log(f"  {role} pyspy-native rc={rc} {e.strip()[:160]}")
-                if "pyspy-json" in methods and cfg.get("PYSPY_JSON") and i == 0:
-                    rc, o, e = run_tool([pyspy, "dump", "--json", "--pid", str(pid)], TOOL_TIMEOUT)
-                    keep(role, "pyspy-json", exp, o) if rc == 0 else log(f"  {role} pyspy-json rc={rc} {e.strip()[:160]}")
+                for method, flags in (("pyspy", []), ("pyspy-native", ["--native"]), ("pyspy-json", ["--json"])):
+                    if method not in methods or (method == "pyspy-json" and not (cfg.get("PYSPY_JSON") and i == 0)):
+                        continue
+                    rc, o, e = run_tool([pyspy, "dump", *flags, "--pid", str(pid)], TOOL_TIMEOUT)
+                    keep(role, method, exp, o) if rc == 0 else log(f"  {role} {method} rc={rc} {e.strip()[:160]}")
                 if "faulthandler-usr1" in methods and (run / f"{pid}.fh").exists():
                     try:
                         os.kill(pid, signal.SIGUSR1)
@@ -354,8 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     t0 = time.monotonic()
     try:
-        methods = probe_tools(methods, find_pyspy(), base)
         pyspy = find_pyspy()
+        methods = probe_tools(methods, pyspy, base)
         n = 0
         for k, cfg in enumerate(scenarios):
             t = time.monotonic()
