@@ -62,7 +62,7 @@ def _add_bundle_parsers(sub: Any, handlers: Mapping[str, Handler]) -> None:
     rp = sub.add_parser("replay", help="classify incident bundles and py-spy dumps; aggregate; what-if the detector",
                                description="Classify bundles (dirs or .tar.gz), run dirs and raw stack dumps (py-spy text or --json, "
                                             "faulthandler, tracebacks, gdb/lldb/WinDbg, macOS sample, Linux kernel "
-                                            "stacks; also pasted from bug reports). Several inputs at once: one table of every "
+                                            "stacks, Julia backtraces; also pasted from bug reports). Several inputs at once: one table of every "
                                             "process and the suspect among them.")
     rp.add_argument("paths", nargs="+", metavar="PATH")
     rp.add_argument("--json", action="store_true", help="machine-readable output")
