@@ -473,6 +473,28 @@ KNOWN_MISSES = {
     "xgrammar_127_ctrlc_hf_generate_logits_processor_nondeterministic_grammar_spin": "unknown",
     # fresh-2026-12z, missed at its first pass: py-spy finding summarised in Python comment lines: main thread, 2 frames as an arrow chain (Windows); whole as quoted
     "zhtw_ro_toolbox_memory_scan_enumprocessmodulesex_gameguard_ui_freeze": "refused",
+    # fresh-2026-12ad, missed at its first pass: abbreviated Ctrl-C traceback as quoted in an RCA note (one frame, annotated by the author with "← Hangs here forever"), whole as quoted
+    "alma_benchmark_multiprocessing_p_join_hangs_forever_ctrl_c": "refused",
+    # fresh-2026-12ad, missed at its first pass: Ctrl-C traceback fragment as pasted (only the first chained traceback: one frame line plus the FileExistsError of the retried mkdir), whole paste
+    "borg_3968_create_waits_forever_cache_lock_exclusive_ctrl_c": "lock-wait",
+    # fresh-2026-12ab, missed at its first pass: py-spy dump excerpt (MainThread only), condensed by the author with inline "<- ..." annotations; whole as pasted
+    "btc_stamps_868_pool_nonreentrant_lock_self_deadlock": "unknown",
+    # fresh-2026-12ab, missed at its first pass: gdb attach output of the hung forked child (script banner, thread list, native bt, registers, disassembly), whole as pasted in the doc's "Full Output" block
+    "celeryforksafety_linux_chromadb_child_futex_after_fork_gdb": "all-idle",
+    # fresh-2026-12ad, missed at its first pass: CI log block with a KeyboardInterrupt traceback and "Aborted!", every line indented four spaces inside the page's code block, whole
+    "dcr_pipenv_lock_windows_server_2019_resolve_hang_ctrl_c": "unknown",
+    # fresh-2026-12ad, missed at its first pass: Ctrl-C traceback (Python 3.13 style with ~^ markers), whole as pasted in the note
+    "dia3_server_startup_hang_import_chain_ctrl_c": "unknown",
+    # fresh-2026-12ad, missed at its first pass: Ctrl-C traceback (Python 3.6) quoted in a README, whole
+    "emovdb_gentle_align_pool_map_waits_forever_ctrl_c": "subprocess-wait",
+    # fresh-2026-12ad, missed at its first pass: Ctrl-C traceback tail (one frame, arguments elided as "..." by the author) quoted in a troubleshooting log
+    "gptoss20b_lora_cpu_generate_hang_ctrl_c_sample": "unknown",
+    # fresh-2026-12ad, missed at its first pass: Ctrl-C traceback with the command line above it (pasted between single backticks), whole
+    "greaseweazle_1_read_track_hang_pyserial_win32_read_ctrl_c": "unknown",
+    # fresh-2026-12ad, missed at its first pass: Ctrl-C traceback as quoted in a README, with the torch-internal frames elided by the author as "...", whole as quoted
+    "mesh2gaussian_windows_torch_import_slow_ctrl_c": "unknown",
+    # fresh-2026-12ad, missed at its first pass: Ctrl-C traceback pasted unfenced in a forum post, with the preceding FutureWarning lines, whole
+    "ubuntuforums_ltsp_manager_blank_window_gtk_main_ctrl_c": "unknown",
 }
 
 
