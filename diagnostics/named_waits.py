@@ -199,5 +199,10 @@ def named_wait(thread: ThreadDump) -> tuple[str, str, str, Frame] | None:
     for f in named_frames(thread):
         found = named_category(f)
         if found is not None:
+            if found[0] == "event-wait" and f is thread.frames[0] and not f.native:
+                # A Python function named for a wait with nothing under it: an Event's or a
+                # Condition's wait shows its own threading frames, so the C call it sits in
+                # is a sleep of a polling loop (``wait_for_checkpoint`` -> ``time.sleep``).
+                return "sleep", "a polling loop's sleep", found[2], f
             return found[0], found[1], found[2], f
     return None

@@ -115,8 +115,12 @@ def finalizer_lock(signatures: Sequence[Signature]) -> Signature:
 
 
 def loop_blocked(wait: Wait, signatures: Sequence[Signature]) -> Signature:
-    """``asyncio-blocked``, said of a synchronous wait made on the loop's thread."""
-    return _said_of("asyncio-blocked", f"An asyncio event loop blocked by a synchronous call on its thread (waiting on {wait.what})",
+    """The wait's own family, said of a synchronous wait made on the loop's thread (what
+    the loop waits on is what blocked it: a socket read is a socket read, on a loop or
+    not); ``asyncio-blocked`` when only the words of a frame name the wait (an ``await``
+    chain into a network client's coroutine reads like a client call but waits on the loop)."""
+    category = "asyncio-blocked" if wait.by_name else wait.category
+    return _said_of(category, f"An asyncio event loop blocked by a synchronous call on its thread (waiting on {wait.what})",
                      f"A coroutine or callback of the event loop makes a blocking call ({' -> '.join(wait.calls)}) on the "
                      "loop's own thread: no other coroutine of that loop runs until it returns, so everything awaiting "
                      "the loop stalls with it (and a call that waits for another coroutine never returns). Make the "

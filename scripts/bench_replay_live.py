@@ -309,8 +309,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", help=f"comma-separated capture methods (default: all of {','.join(METHODS)})")
     ap.add_argument("--show", action="store_true", help="print each miss: scenario, role, method, expected, got")
     ap.add_argument("--list", action="store_true", help="list the scenarios and their expected causes, and exit")
+    ap.add_argument("--keep", metavar="DIR", type=Path,
+                    help="also write each captured dump into DIR (a new or empty folder) as "
+                         "SCENARIO.ROLE.METHOD.txt, its expected cause in a .expected file beside it, "
+                         "to replay them again without rerunning the programs")
     ap.add_argument("-v", "--verbose", action="store_true", help="print capture progress")
     args = ap.parse_args(argv)
+    if args.keep is not None:
+        if args.keep.exists() and (not args.keep.is_dir() or any(args.keep.iterdir())):
+            ap.error(f"--keep {args.keep}: not an empty folder; name a new or empty one")
+        args.keep.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     scenarios = all_scenarios()
     if args.list:
@@ -365,6 +373,11 @@ def main(argv: list[str] | None = None) -> int:
                 n += 1
                 p = ddir / f"d{n:03d}{'.json' if d['method'] == 'pyspy-json' else '.txt'}"
                 p.write_text(d["text"])
+                if args.keep is not None:
+                    kept = args.keep / f"{cfg['name']}.{d['role']}.{d['method']}{p.suffix}"
+                    for path, text in ((kept, d["text"]), (kept.with_suffix(".expected"), d["expected"] + "\n")):
+                        path.write_text(text)
+                        path.chmod(0o600)
                 got, problem = replay(p)
                 rows.append(dict(scenario=cfg["name"], role=d["role"], method=d["method"],
                                  expected=d["expected"], got=got, ok=right(d["expected"], got), problem=problem))

@@ -29,7 +29,9 @@ def _thread(*frames: Frame) -> ThreadDump:
     (Frame("acquire_lock", SITE + "jobs/lease.py", 3), "lock-wait"),
     (Frame("folly::SharedMutexImpl::lockExclusiveImpl", "/opt/lib/_native.so", None, native=True), "lock-wait"),
     (Frame("with_file_lock", SITE + "cache/store.py", 5), "file-lock-wait"),
-    (Frame("wait_for_peer", SITE + "mesh/peer.py", 5), "event-wait"),
+    # innermost with nothing under it: no Event's frames, so a polling loop's sleep
+    (Frame("wait_for_peer", SITE + "mesh/peer.py", 5), "sleep"),
+    (Frame("mesh::Peer::WaitForPeer", "/opt/venv/lib/mesh/_C.so", None, native=True), "event-wait"),
     (Frame("join_workers", SITE + "pool/runner.py", 5), "thread-join"),
     (Frame("allreduce_grads", SITE + "trainer/dist.py", 5), "nccl-collective-wait"),
     (Frame("_sync_all_reduce", SITE + "trainer/dist.py", 5), "nccl-collective-wait"),
@@ -98,6 +100,22 @@ def test_a_network_clients_package_is_read_only_when_installed():
     assert named_category(Frame("parse_options_header", SITE + "werkzeug/http.py", 400)) is None
     assert named_category(Frame("_InternalParse", SITE + "google/protobuf/internal/python_message.py", 3)) is None
     assert named_category(Frame("parse_headers", SITE + "urllib3/response.py", 3))[0] == "socket-read"
+
+
+def test_a_python_function_named_for_a_wait_with_nothing_under_it_sleeps_in_a_polling_loop():
+    """``wait_for_checkpoint`` innermost in a py-spy or faulthandler dump: an Event's or a
+    Condition's wait would show its threading frames under it, so the C call it sits in is
+    the sleep of its polling loop (a live capture of such a loop)."""
+    poll = ThreadDump("1", "MainThread", (Frame("wait_for_checkpoint", "/app/train.py", 10), Frame("<module>", "/app/train.py", 13)))
+    w = guessed_wait(poll)
+    assert w.category == "sleep" and w.by_name
+    # with the Condition's frames under it, it waits on the condition
+    cond = ThreadDump("1", "MainThread", (Frame("wait", "/usr/lib/python3.11/threading.py", 320),
+                                          Frame("wait_for_checkpoint", "/app/train.py", 10), USER))
+    assert guessed_wait(cond).category == "event-wait"
+    # a native function named for a wait is no polling loop of Python's
+    native = ThreadDump("1", "MainThread", (Frame("WaitForCompletion", "/opt/lib/_dev.so", None, native=True), USER))
+    assert guessed_wait(native).category == "event-wait"
 
 
 def test_a_thread_seen_running_is_not_guessed_to_wait():
