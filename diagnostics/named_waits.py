@@ -193,16 +193,31 @@ def named_frames(thread: ThreadDump) -> tuple[Frame, ...]:
     return tuple(out)
 
 
+def _polls(frame: Frame) -> bool:
+    """A function of the program's own (no installed package's) named for waiting *for* or
+    *until* something (``wait_for_checkpoint``, ``wait_until_ready``), innermost with
+    nothing under it: an Event's or a Condition's wait would show its threading frames, so
+    the C call it sits in is the sleep of its polling loop. (A library's ``wait`` calls
+    into its extension instead: a collective's handle, a device event.)"""
+    if frame.native or top_package(frame.file):
+        return False
+    ws = words(frame.method)
+    return any(a == "wait" and b in ("for", "until", "till") for a, b in zip(ws, ws[1:]))
+
+
 def named_wait(thread: ThreadDump) -> tuple[str, str, str, Frame] | None:
     """(category, what, how, frame): the first of ``named_frames`` whose name (or
     package) says what it waits on. None when none does."""
+    generic: tuple[str, str, str, Frame] | None = None
     for f in named_frames(thread):
         found = named_category(f)
-        if found is not None:
-            if found[0] == "event-wait" and f is thread.frames[0] and not f.native:
-                # A Python function named for a wait with nothing under it: an Event's or a
-                # Condition's wait shows its own threading frames, so the C call it sits in
-                # is a sleep of a polling loop (``wait_for_checkpoint`` -> ``time.sleep``).
-                return "sleep", "a polling loop's sleep", found[2], f
+        if found is None:
+            continue
+        if found[0] == "event-wait" and f is thread.frames[0] and _polls(f):
+            return "sleep", "a polling loop's sleep", found[2], f
+        if found[0] != "event-wait":
             return found[0], found[1], found[2], f
-    return None
+        # "wait" alone says least: the caller's words may say what is waited for (torch's
+        # op ``wait`` under ZeRO-3's ``AllGatherCoalescedHandle.wait``: a collective).
+        generic = generic or (found[0], found[1], found[2], f)
+    return generic

@@ -29,8 +29,7 @@ def _thread(*frames: Frame) -> ThreadDump:
     (Frame("acquire_lock", SITE + "jobs/lease.py", 3), "lock-wait"),
     (Frame("folly::SharedMutexImpl::lockExclusiveImpl", "/opt/lib/_native.so", None, native=True), "lock-wait"),
     (Frame("with_file_lock", SITE + "cache/store.py", 5), "file-lock-wait"),
-    # innermost with nothing under it: no Event's frames, so a polling loop's sleep
-    (Frame("wait_for_peer", SITE + "mesh/peer.py", 5), "sleep"),
+    (Frame("wait_for_peer", SITE + "mesh/peer.py", 5), "event-wait"),
     (Frame("mesh::Peer::WaitForPeer", "/opt/venv/lib/mesh/_C.so", None, native=True), "event-wait"),
     (Frame("join_workers", SITE + "pool/runner.py", 5), "thread-join"),
     (Frame("allreduce_grads", SITE + "trainer/dist.py", 5), "nccl-collective-wait"),
@@ -113,9 +112,25 @@ def test_a_python_function_named_for_a_wait_with_nothing_under_it_sleeps_in_a_po
     cond = ThreadDump("1", "MainThread", (Frame("wait", "/usr/lib/python3.11/threading.py", 320),
                                           Frame("wait_for_checkpoint", "/app/train.py", 10), USER))
     assert guessed_wait(cond).category == "event-wait"
+    # a library's wait calls into its extension (a collective's handle, a device event)
+    lib = ThreadDump("1", "MainThread", (Frame("wait", "torch/_ops.py", 1123), Frame("wait_for_handles", SITE + "zero/coord.py", 9), USER))
+    assert guessed_wait(lib).category != "sleep"
     # a native function named for a wait is no polling loop of Python's
     native = ThreadDump("1", "MainThread", (Frame("WaitForCompletion", "/opt/lib/_dev.so", None, native=True), USER))
     assert guessed_wait(native).category == "event-wait"
+
+
+def test_a_bare_wait_gives_way_to_what_its_caller_says_is_waited_for():
+    """torch's op ``wait`` innermost, ZeRO-3's all-gather handle calling it: "wait" alone
+    says least, the caller's words name the collective."""
+    t = ThreadDump("1", "MainThread", (Frame("wait", "torch/_ops.py", 1123),
+                                      Frame("AllGatherCoalescedHandle.wait", "deepspeed/runtime/zero/partition_parameters.py", 744),
+                                      Frame("fetch_sub_module", "deepspeed/runtime/zero/partitioned_param_coordinator.py", 363)))
+    w = guessed_wait(t)
+    assert w.category == "nccl-collective-wait" and w.frames[0].function == "AllGatherCoalescedHandle.wait"
+    # with nothing more specific further out, the wait stays an event's
+    alone = ThreadDump("1", "MainThread", (Frame("wait", "torch/_ops.py", 1123), Frame("step", SITE + "m/b.py", 2)))
+    assert guessed_wait(alone).category == "event-wait"
 
 
 def test_a_thread_seen_running_is_not_guessed_to_wait():
