@@ -89,7 +89,9 @@ _PREDICATE = frozenset(("is", "has", "get", "set", "check", "can", "should", "ma
 WORDS: tuple[tuple[str, str, Test], ...] = (
     ("file-lock-wait", "a file lock", _phrase("file lock", "lock file", "flock", "lockf", "pid lock", "pid file", "file baton")),
     ("nccl-collective-wait", "a collective",
-     lambda ws: _phrase("all reduce", "all gather", "reduce scatter", "all to all", "nccl comm", "collective")(ws)
+     lambda ws: _phrase("all reduce", "all gather", "reduce scatter", "all to all", "nccl comm", "collective",
+                        # pipeline parallelism's point-to-point exchanges between stages
+                        "isend", "irecv", "p2p ops", "recv forward", "recv backward", "send forward", "send backward")(ws)
      or _with(_has("broadcast", "barrier"), "dist", "distributed", "rank", "ranks", "comm", "group", "params", "parameters",
               "object", "objects", "buffers", "nccl", "gloo", "hvd", "process")(ws)),
     ("store-wait", "the distributed store", _phrase("rendezvous", "tcp store", "store barrier", "c10d store")),
@@ -133,6 +135,7 @@ def _stops(ws: tuple[str, ...]) -> bool:
 #: (category, what, test) tried on the words of a module's name (see ``named_category``).
 MODULE_WORDS: tuple[tuple[str, str, Test], ...] = (
     ("file-lock-wait", "a file lock", _phrase("file lock", "lock file", "file baton")),
+    ("nccl-collective-wait", "a pipeline stage's send or receive", _phrase("p2p communication", "p2p comm")),
     ("nccl-collective-wait", "a collective", _phrase("all reduce", "all gather", "reduce scatter", "all to all", "collective",
                                                      "collectives")),
     ("store-wait", "the distributed store", _phrase("rendezvous", "tcp store", "c10d store")),
@@ -157,6 +160,12 @@ def named_category(frame: Frame) -> tuple[str, str, str] | None:
     if ws and ws[0] not in _PREDICATE:
         for category, what, test in WORDS:
             if test(ws):
+                if category == "subprocess-wait" and "communicate" in ws and not frame.native:
+                    # Popen.communicate's word; a module named for peers' communication
+                    # (Megatron's p2p_communication._communicate) exchanges with a peer rank
+                    module = _module_category(frame)
+                    if module is not None:
+                        return module
                 return category, what, "name"
     if not frame.native and top_package(frame.file) in NETWORK_PACKAGES:
         return "socket-read", "a server's reply", "package"
@@ -166,15 +175,28 @@ def named_category(frame: Frame) -> tuple[str, str, str] | None:
         # The module's name, when the function's says nothing: a helper of a module named
         # for its wait (``_gather_ipc_meta`` in custom_all_reduce.py). Only the phrases no
         # module is named for unless it waits: an http.py parses as much as it reads.
-        stem = words(frame.file.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".py").removesuffix(".pyx"))
-        for category, what, test in MODULE_WORDS:
-            if test(stem):
-                return category, what, "module"
+        module = _module_category(frame)
+        if module is not None:
+            return module
+        stem = _stem(frame)
         if site_package(frame.file) and _NETWORK_MODULE(stem) and _IO_CALL(words(frame.function)):
             # An installed library's module named for a protocol (fsspec's
             # implementations/http.py, a client's transport/sftp.py), in a function named for
             # I/O: its reads are the network's (werkzeug's http.py parse_options_header parses).
             return "socket-read", "a server's reply", "module"
+    return None
+
+
+def _stem(frame: Frame) -> tuple[str, ...]:
+    return words(frame.file.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".py").removesuffix(".pyx"))
+
+
+def _module_category(frame: Frame) -> tuple[str, str, str] | None:
+    """(category, what, "module") that the words of a Python frame's module name say."""
+    stem = _stem(frame)
+    for category, what, test in MODULE_WORDS:
+        if test(stem):
+            return category, what, "module"
     return None
 
 

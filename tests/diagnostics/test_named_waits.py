@@ -36,6 +36,10 @@ def _thread(*frames: Frame) -> ThreadDump:
     (Frame("_sync_all_reduce", SITE + "trainer/dist.py", 5), "nccl-collective-wait"),
     (Frame("synchronize_streams", SITE + "trainer/gpu.py", 5), "cuda-synchronize-wait"),
     (Frame("run_subprocess", SITE + "tools/shell.py", 5), "subprocess-wait"),
+    (Frame("communicate", SITE + "tools/shell.py", 5), "subprocess-wait"),
+    # pipeline parallelism's exchange with the next stage (Megatron), not Popen.communicate
+    (Frame("_communicate", SITE + "megatron/core/pipeline_parallel/p2p_communication.py", 341), "nccl-collective-wait"),
+    (Frame("recv_forward", "/workspace/pipe/schedule.py", 51), "nccl-collective-wait"),
     (Frame("synchronized", SITE + "utils/decorators.py", 5), "lock-wait"),
     (Frame("kern::Stream::synchronize", "/opt/venv/lib/kern/_C.so", None, native=True), "cuda-synchronize-wait"),
     (Frame("sleep_with_backoff", SITE + "tools/retry.py", 5), "sleep"),
