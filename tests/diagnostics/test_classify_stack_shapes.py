@@ -430,3 +430,22 @@ def test_the_call_a_thread_waits_in_is_named_through_its_library(tmp_path, stack
     """Before: no wait (the nested name), event-wait (gRPC's Condition) and asyncio-blocked
     (the kernel's loop)."""
     assert text_verdict(tmp_path, 'Thread 1400 (idle): "MainThread"\n' + stack) == verdict
+
+
+def test_vllm_v0s_cuda_graph_runner_replaying_is_vllms_graph_replay(tmp_path):
+    """vLLM's V0 engine replays from CUDAGraphRunner.forward in its model runner's module
+    (py-spy and faulthandler name the method without its class): the engine's own graph
+    replay, with its advice (graphs off for the retry), not the generic one."""
+    text = """\
+Thread 0x00007fb1 (most recent call first):
+  File "/usr/local/lib/python3.10/dist-packages/torch/cuda/graphs.py", line 88 in replay
+  File "/usr/local/lib/python3.10/dist-packages/vllm/worker/model_runner.py", line 1809 in forward
+  File "/usr/local/lib/python3.10/dist-packages/torch/nn/modules/module.py", line 1747 in _call_impl
+  File "/usr/local/lib/python3.10/dist-packages/vllm/worker/model_runner.py", line 1719 in execute_model
+  File "/usr/local/lib/python3.10/dist-packages/vllm/engine/llm_engine.py", line 1404 in step
+"""
+    assert text_verdict(tmp_path, text) == "vllm-cuda-graph-replay"
+    # the model runner's other calls (no graph replay under them) are not it
+    eager = text.replace("torch/cuda/graphs.py\", line 88 in replay", "torch/nn/functional.py\", line 2 in linear").replace(
+        "line 1809 in forward", "line 1809 in _dummy_run")
+    assert text_verdict(tmp_path, eager) != "vllm-cuda-graph-replay"
