@@ -379,7 +379,8 @@ PRIMITIVES: tuple[Primitive, ...] = (
     # --- the standard library: futures and asyncio ------------------------------------------------------
     # (Executor.__exit__ is no row: it calls shutdown(wait=True), a join of the pool's threads
     # or processes, which the pool's own row under it names.)
-    _py("future-wait", "a future's result", "concurrent.futures `result`", r"^(\w+\.)?(result|wait|as_completed|exception)$", r"concurrent/futures/_base\.py$"),
+    _py("future-wait", "a future's result", "concurrent.futures `result`", r"^(\w+\.)*(result|wait|as_completed|exception|result_iterator|_result_or_cancel)$",
+        r"concurrent/futures/_base\.py$"),
     _py("thread-join", "the pool's threads", "concurrent.futures `shutdown`", r"^(\w+\.)?(shutdown|__exit__)$", r"concurrent/futures/thread\.py$"),
     _py("asyncio-blocked", "the asyncio event loop", "asyncio `run_until_complete`",
         r"^(\w+\.)?(_run_once|run_forever|run_until_complete|run|select|_poll|_run)$", r"(^|/)asyncio/(base_events|runners|windows_events|proactor_events|selector_events)\.py$"),

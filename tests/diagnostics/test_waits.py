@@ -120,6 +120,9 @@ PRIMITIVE_STACKS = [
       _c("absl::lts_20230125::base_internal::SpinLock::SlowLock", "/opt/grpc/cygrpc.so")], "lock-wait"),
     ([_py("_callmethod", SITE + "multiprocess/managers.py")], "queue-wait"),
     ([_py("wait", STDLIB + "threading.py"), _py("result", STDLIB + "concurrent/futures/_base.py")], "future-wait"),
+    # Executor.map's generator, a traceback cut there (py-spy 0.4 qualifies it twice)
+    ([_py("Executor.map.<locals>.result_iterator", STDLIB + "concurrent/futures/_base.py")], "future-wait"),
+    ([_py("_result_or_cancel", STDLIB + "concurrent/futures/_base.py")], "future-wait"),
     ([_py("select", STDLIB + "selectors.py"), _py("_run_once", STDLIB + "asyncio/base_events.py"),
       _py("run_until_complete", STDLIB + "asyncio/base_events.py")], "asyncio-blocked"),
     # processes
