@@ -39,6 +39,11 @@ NETWORK_PACKAGES = frozenset((
 ))
 
 
+#: Top-level packages of device I/O (a serial port, USB, HID, instruments, CAN): their reads
+#: wait for the device's next bytes (pyserial's ``read`` with no timeout set).
+DEVICE_PACKAGES = frozenset(("serial", "usb", "hid", "pyvisa", "can", "pyftdi", "smbus", "smbus2", "bluetooth", "bleak"))
+
+
 def words(name: str) -> tuple[str, ...]:
     """``_read_from_socket`` -> read, from, socket; ``absl::Mutex::LockSlow`` -> absl,
     mutex, lock, slow; ``AcquireLock`` -> acquire, lock."""
@@ -154,7 +159,8 @@ _IO_CALL: Test = _has("read", "readinto", "recv", "fetch", "open", "send", "requ
 
 def named_category(frame: Frame) -> tuple[str, str, str] | None:
     """(category, what, how) the words of ``frame``'s function name say it waits on
-    (how: "name"), or its package being a network client's (how: "package"), or its
+    (how: "name"), or its package being a network client's (how: "package") or a device
+    library's (how: "device"), or its
     module's name (how: "module"); None when they say nothing."""
     ws = words(frame.function)
     if ws and ws[0] not in _PREDICATE:
@@ -169,6 +175,8 @@ def named_category(frame: Frame) -> tuple[str, str, str] | None:
                 return category, what, "name"
     if not frame.native and top_package(frame.file) in NETWORK_PACKAGES:
         return "socket-read", "a server's reply", "package"
+    if not frame.native and top_package(frame.file) in DEVICE_PACKAGES:
+        return "socket-read", "a device's data (a serial port, USB)", "device"
     if not frame.native and _stops(words(frame.function.rsplit(".", 1)[-1])) and not _IO_PATH(words(frame.file)):
         return "thread-join", "the threads it stops", "name"
     if not frame.native:

@@ -99,6 +99,8 @@ class Wait:
             return False
         if self.category == "file-lock-wait":
             return False  # a lock on a file (flock, a database's busy handler): whoever takes it
+        if self.category == "thread-join" and any(_EXPLICIT_JOIN.search(_plain(f.function)) for f in self.frames):
+            return False  # a join of a thread by name (pthread_join, std::thread::join): whoever joins
         if self.category == "socket-read" and _BLOCKING_READ.search(self.frames[-1].function):
             # A blocking recv/read/accept/connect is a read of that descriptor whoever makes
             # it (poll, epoll and select are an event loop's idle wait: still the caller's).
@@ -228,7 +230,8 @@ def _named(frames: tuple[Frame, ...]) -> Wait | None:
     category, what, how, frame = named
     at = next(i for i, f in enumerate(frames) if f is frame)
     caller = next((f for f in frames[at + 1:] if not f.is_stdlib), None)
-    label = {"name": f"the name `{frame.render()}`", "module": f"the module of `{frame.render()}`"}.get(
+    label = {"name": f"the name `{frame.render()}`", "module": f"the module of `{frame.render()}`",
+             "device": f"`{frame.render()}`, a device library's frame"}.get(
         how, f"`{frame.render()}`, a network client's frame")
     return Wait(category, what, (label,), (frame,), caller, True, at, by_name=True)
 
@@ -343,6 +346,8 @@ def _backs_off(function: str) -> bool:
 
 
 #: Native calls that take a lock by name (see ``Wait.weak``).
+#: A thread joined by name (glibc's join and its internal forms, C++'s std::thread::join).
+_EXPLICIT_JOIN = re.compile(r"^(__)?pthread_(join|timedjoin_np|clockjoin_np|tryjoin_np)$|^__pthread_clockjoin_ex$|^std::thread::join")
 _EXPLICIT_LOCK = re.compile(r"^(__)?pthread_(mutex|spin|rwlock)_\w*lock\w*$|^(__)?lll_lock_wait\w*$|^std::(shared_)?mutex::lock"
                             r"|^\w*_spin(lock)?_lock\w*$|EnterCriticalSection|^RtlpWaitOnCriticalSection$|AcquireSRWLock"
                             r"|(^|::)(Mutex::(Lock|LockSlow\w*|ReaderLock|WriterLock)|SpinLock::(Lock|SlowLock))$")

@@ -26,6 +26,8 @@ def _thread(*frames: Frame) -> ThreadDump:
     (Frame("recv", SITE + "kvclient/_compat.py", 71), "socket-read"),
     (Frame("request", SITE + "urllib3/request.py", 78), "socket-read"),  # a network client's package
     (Frame("put_object", SITE + "botocore/client.py", 10), "socket-read"),
+    # a device library's read (pyserial with no timeout, waiting for the device's next byte)
+    (Frame("read", "C:\\Python37\\lib\\site-packages\\serial\\serialwin32.py", 290), "socket-read"),
     (Frame("acquire_lock", SITE + "jobs/lease.py", 3), "lock-wait"),
     (Frame("folly::SharedMutexImpl::lockExclusiveImpl", "/opt/lib/_native.so", None, native=True), "lock-wait"),
     (Frame("with_file_lock", SITE + "cache/store.py", 5), "file-lock-wait"),

@@ -710,6 +710,19 @@ def test_a_named_mutex_taken_by_an_extension_is_a_lock_wait_a_bare_futex_is_not(
     assert w is not None and w.weak
 
 
+def test_a_thread_joined_by_name_from_a_native_library_is_a_thread_join():
+    """pthread_join (glibc's __pthread_clockjoin_ex) or std::thread::join called by a native
+    library's own stop or destructor (PipeWire's pw_thread_loop_stop, a thread pool's
+    destructor): a join whoever makes it, so its family decides, not "no known signature"."""
+    lib = _c("pw_thread_loop_stop", "/lib/x86_64-linux-gnu/libpipewire-0.3.so.0")
+    w = wait_of(_thread(_c("__futex_abstimed_wait_common64"), _c("__GI___futex_abstimed_wait_cancelable64"),
+                        _c("__pthread_clockjoin_ex", "pthread_join_common.c"), lib, _c("main", "mpv")))
+    assert w is not None and w.category == "thread-join" and not w.weak
+    w = wait_of(_thread(_c("pthread_join"), _c("std::thread::join()", "/usr/lib/libstdc++.so.6"),
+                        _c("Pool::~Pool", "/opt/app/libengine.so")))
+    assert w is not None and w.category == "thread-join" and not w.weak
+
+
 def test_a_host_wait_inside_an_nccl_collective_call_is_its_lazy_connection_setup():
     """A collective only enqueues work on the host: a thread blocked on the CPU (a condition,
     a socket read) inside NCCL's own code under ncclAllReduce waits for the connections NCCL
