@@ -170,6 +170,8 @@ PDB_FRAME = re.compile(r"^(?:\(Pdb\)\s{1,8})?(?:>\s{1,4})?([^\s()]{1,1000}?\.pyx
 # in C code that no frame shows.
 # A method called on a call's result further along the line: "x.cpu().numpy()" -> numpy.
 CHAINED_CALL = re.compile(r"\)\.([A-Za-z_]\w{0,100})\(")
+# A call inside another call's arguments: "int(proc.stdout.readline())" -> proc.stdout.readline.
+NESTED_CALL = re.compile(r"(?<![\w.])([A-Za-z_][\w.]{0,200})\(")
 SOURCE_CALL = re.compile(r"^(?:[\w.,\[\] ]{1,200}=\s{0,4})?(?:return\s{1,4}|await\s{1,4}|yield\s{1,4})?([A-Za-z_][\w.]{0,200})\(.{0,500}\)?\s*:?$")
 # "with self._lock:" / "with mutex, other:": a with statement whose (first) context manager
 # is named as a lock acquires it on entry.

@@ -43,6 +43,8 @@ _PYSPY_LOCATION = re.compile(r"^\((?:inside )?[^()\s]{1,500}\.pyx?:\d{1,7}\)$")
 # and location: not an issue's cross-reference in prose, "- #1234 hang (py3.8) at exit").
 _GDB_FRAME = re.compile(r"#\d{1,5} {1,3}(?:0x[0-9a-fA-F]{1,16} in |[A-Za-z_][\w:~<>.]{0,300} \((?:[A-Za-z_]\w{0,60}=[^()]{0,1000})?\) "
                         r"(?:at \S{1,300}:\d{1,7}|from \S{0,300}[/.]\S{0,300}))")
+#: pytest's own traceback line: "path/to/mod.py:74: in get_gateway" (the path where it starts).
+_PYTEST_FRAME = re.compile(r"(?<!\S)[^\s:]{1,500}\.pyx?:\d{1,7}: in [\w<>.]{1,300}$")
 _TOKEN = re.compile(r"\d+|[^\W\d_]+|\s+")
 _DELIMITED = re.compile(r"[^\w\s]")
 #: A one- or two-letter marker in front of every line (pytest's ``E`` on a failure's
@@ -65,6 +67,10 @@ def _frame_start(rest: str) -> int:
             return m.start()
     if "#" in rest:
         m = _GDB_FRAME.search(rest)
+        if m is not None:
+            return m.start()
+    if ": in " in rest and len(rest) <= 2000:
+        m = _PYTEST_FRAME.search(rest)
         if m is not None:
             return m.start()
     if rest.endswith(")") and ".py" in rest:

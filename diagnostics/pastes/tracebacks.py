@@ -17,6 +17,7 @@ import re
 from hangwatch.diagnostics.pastes.builder import Builder, Line
 from hangwatch.diagnostics.pastes.frames import single_frame
 from hangwatch.diagnostics.pastes.patterns import (
+    NESTED_CALL,
     BANNER_THREAD, CAPTION_THREAD, CHAINED_CALL, THREAD_REPR, EXCEPTION_LINE, IPY_CELL, IPY_FRAME, IPY_OLD_FRAME, IPY_SOURCE,
     IPY_TB_START, MAX_FRAMES, MAX_THREADS, PDB_FRAME, PYTEST_DEF, PYTEST_SHORT, PYTEST_LOCATION, RECENT_FIRST, SOURCE_CALL,
     TRACEBACK_FRAME, WITH_LOCK, PYTRACE_CALL, PYTRACE_LINE, C_STACK_DUMPER, C_STACK_FRAME, C_STACK_HEAD,
@@ -158,7 +159,10 @@ def source_call(source: str) -> list[Frame]:
     # of the line too, and any may be the one that blocks (the copy to the host here).
     for chained in CHAINED_CALL.findall(source[m.end(1):], 0, 600)[:8]:
         calls.append(Frame(f"{m.group(1)}.{chained}", "<call>", None, native=True))
-    return calls
+    # Calls nested in the arguments run first ("int(proc.stdout.readline())": the read is
+    # what blocks, not int): innermost first, before the call that takes their result.
+    nested = [Frame(n, "<call>", None, native=True) for n in NESTED_CALL.findall(source, m.end(1) + 1, 600)[:8]]
+    return nested[::-1] + calls
 
 
 def blocked_call(frames: list[Frame], source: str) -> list[Frame]:

@@ -285,7 +285,7 @@ KNOWN_MISSES = {
     # fresh-2026-12p, missed at its first pass: kernel hung-task backtrace (indented, no timestamps) of a python process blocked 64512 s: rwsem_down_write_slowpath in unlink_anon_vmas/exit_mmap/mmput called from svm_range_cpu_invalidate_pagetables 
     "amdkfd_svm_mmu_notifier_mmput_exit_mmap_self_deadlock_hung_python": "kernel-wait",
     # fresh-2026-12p, missed at its first pass: quoted ("> ") gdb "thread apply all bt" of a 5-thread liburcu/glibc test_rwlock process on ARMv7: two writers in __pthread_rwlock_wrlock_full and two readers in __pthread_rwlock_rdlock_full, all in fu
-    "arm_imx6_futex_lost_wakeup_prefetchw_liburcu_test_rwlock_hang_gdb": "unknown",
+    "arm_imx6_futex_lost_wakeup_prefetchw_liburcu_test_rwlock_hang_gdb": "thread-join",
     # fresh-2026-12p, missed at its first pass: two kernel hung-task reports with timestamps: bcache_allocator kthread in bch_bucket_alloc under bch_prio_write/bch_allocator_thread, and a python3 task writing bcache sysfs blocked in bch_bucket_allo
     "bcache_allocator_prio_write_waits_on_itself_hung_task_python3_sysfs": "kernel-wait",
     # fresh-2026-12p, missed at its first pass: gdb on 32-bit ARM (Poky): abridged `info threads` (rows cut with "...略..."), then `bt` of the stuck thread before and after rebuilding plugins-base with -g (g_mutex_lock in gst_alsasink_reset <- ring 
@@ -304,8 +304,6 @@ KNOWN_MISSES = {
     "mlx5_implicit_odp_parent_dereg_mr_hung_task_python3": "kernel-wait",
     # fresh-2026-12p, missed at its first pass: gdb on Python 2.7 (Ubuntu, python-dbg): `info threads` twice (2 threads: busy thread in write(), main in sem_wait), native `bt` of the busy thread (9 frames, cut with "..."), `py-bt` (cut with "..."),
     "mock_high_cpu_py27_infinite_print_loop_gdb_cn": "lock-wait",
-    # fresh-2026-12p, missed at its first pass: gdb backtrace (abridged by the author with "..." placeholders), 2 threads shown (main in pthread_clockjoin, AO thread in epoll_wait), preceded by /proc task state table; markdown fences; native C prog
-    "mpv_pipewire_quit_hang_thread_loop_join": "unknown",
     # fresh-2026-12p, missed at its first pass: dmesg -T excerpt from an A30 node (driver 525.85.12, Debian 5.10): repeated "NVRM: Xid ... 119 ... Timeout waiting for RPC from GSP!" lines for nvidia-smi PIDs, one dump_stack call trace through nvidi
     "nvidia_open_gpu_446_gsp_rpc_timeout_xid119_nvidia_smi_hung_rm_rwsem_a30": "kernel-wait",
     # fresh-2026-12p, missed at its first pass: two pstack outputs (walsender pid 173038, checkpointer pid 12729) each blocked in do_futex_wait/sem_wait/PGSemaphoreLock/LWLockAcquire on the same lock address under SaveSlotToPath (ReplicationSlotSav
@@ -314,12 +312,8 @@ KNOWN_MISSES = {
     "pyqt5_qquickview_destroy_qsggeometrynode_gil_deadlock_gdb": "event-wait",
     # fresh-2026-12p, missed at its first pass: process tree plus two gdb `thread apply all bt` dumps (qemu-system-x86_64: 4 threads incl. recvmsg in tpm_emulator_ctrlcmd and main thread in __lll_lock_wait on qemu_global_mutex; test binary: 4 threa
     "qemu_bios_tables_test_tpm_iothread_lock_waitpid_deadlock": "lock-wait",
-    # fresh-2026-12p, missed at its first pass: indented gdb excerpt from a patch commit message: main thread in __pthread_clockjoin_ex/qemu_thread_join under process_incoming_migration_co (coroutine), COLO incoming thread in __lll_lock_wait on qem
-    "qemu_colo_incoming_join_holding_bql_colo_thread_wants_bql_deadlock": "unknown",
     # fresh-2026-12p, missed at its first pass: gdb bt of 2 destination-QEMU threads (multifd recv thread in recvmsg; main "kvm" thread in qemu_sem_wait under ram_load/coroutine), frames without source paths, plus the recv thread's /proc/PID/stack 
     "qemu_multifd_recv_recvmsg_blocked_after_ifdown_dest_hang": "lock-wait",
-    # fresh-2026-12p, missed at its first pass: two gdb bt pastes from the two QEMU processes of the same hang (sender main thread in __pthread_clockjoin_ex/qemu_thread_join, receiver multifd_recv_thread in do_futex_wait.constprop/qemu_sem_wait), f
-    "qemu_multifd_recv_thread_sem_wait_guest_hang": "unknown",
     # fresh-2026-12p, missed at its first pass: gdb bt of one native QEMU thread (migration_thread in qemu_sem_wait -> sem_wait -> do_futex_wait.constprop.1) plus `f 4`, `list`, `p` commands, every line prefixed "> " (email quote); no Python.
     "qemu_multifd_send_sync_main_sem_wait_forever": "unknown",
     # fresh-2026-12p, missed at its first pass: /proc/<PID>/stack kernel stack of the hung rg 12.1.1 process (futex_wait_queue_me ... entry_SYSCALL_64_after_hwframe), fenced, with the reporter's surrounding sentences about wchan/status; no userspac
@@ -374,8 +368,6 @@ KNOWN_MISSES = {
     "mlx_swift_pr410_lldb_metal_event_wait_tostring_eval_unlocked": "event-wait",
     # fresh-2026-12u, missed at its first pass: gdb session after Ctrl-C (Python 2.7, MXNet 0.9.5), single-thread bt of the exiting main thread in pthread_join; cut after #3
     "mxnet_5720_gdb_engine_dtor_pthread_join_workers_at_exit": "thread-join",
-    # fresh-2026-12u, missed at its first pass: gdb bt of the hung session-creating thread (native C++ frames, debug symbols), innermost first; cut at frame #6 where the source excerpt ends
-    "onnxruntime_13285_gdb_threadpool_dtor_pthread_join_session_create": "unknown",
     # fresh-2026-12u, missed at its first pass: WinDbg k stack of one thread (a TVM pool worker exiting), 9 frames, whole as posted
     "onnxruntime_tvm_pr9_windbg_pool_worker_ldr_drain_on_exit": "event-wait",
     # fresh-2026-12w, missed at its first pass: py-spy dump excerpt, one pool thread (ThreadPoolExecutor-0_0, idle) with 2 application frames; cut by the author
@@ -489,12 +481,20 @@ KNOWN_MISSES = {
     "emovdb_gentle_align_pool_map_waits_forever_ctrl_c": "subprocess-wait",
     # fresh-2026-12ad, missed at its first pass: Ctrl-C traceback tail (one frame, arguments elided as "..." by the author) quoted in a troubleshooting log
     "gptoss20b_lora_cpu_generate_hang_ctrl_c_sample": "unknown",
-    # fresh-2026-12ad, missed at its first pass: Ctrl-C traceback with the command line above it (pasted between single backticks), whole
-    "greaseweazle_1_read_track_hang_pyserial_win32_read_ctrl_c": "unknown",
     # fresh-2026-12ad, missed at its first pass: Ctrl-C traceback as quoted in a README, with the torch-internal frames elided by the author as "...", whole as quoted
     "mesh2gaussian_windows_torch_import_slow_ctrl_c": "unknown",
     # fresh-2026-12ad, missed at its first pass: Ctrl-C traceback pasted unfenced in a forum post, with the preceding FutureWarning lines, whole
     "ubuntuforums_ltsp_manager_blank_window_gtk_main_ctrl_c": "unknown",
+    # fresh-2026-12ah, missed at its first pass: pytest faulthandler_timeout dump, two excerpts of the same stack quoted in two code blocks (innermost frames of the finaliser, then the FastAPI frames above it), lines as the author trimmed them
+    "aura_mediapipe_hand_landmarker_gc_finalizer_close_future_wait": "lock-wait",
+    # fresh-2026-12ah, missed at its first pass: py-spy dump (one thread only) taken against the live container, with the author's "<-" annotations; whole as pasted
+    "careerscraper_playwright_close_sync_pump_spin": "unknown",
+    # fresh-2026-12ah, missed at its first pass: py-spy dump, MainThread only, whole as pasted
+    "pickleball_ball_arc_rk4_segment_scaling_stall": "unknown",
+    # fresh-2026-12ah, missed at its first pass: py-spy dump of the main thread, condensed by the author (middle frames collapsed into one "get_rgba → get_rgb → get_obs" line, Chinese annotation kept); same stack on all three hangs
+    "robotwin_lingbotva_eval_client_vulkan_camera_get_rgba_hang": "unknown",
+    # fresh-2026-12ah, missed at its first pass: pytest-timeout (signal method) failure excerpt, pytest short traceback lines, pasted inside a Python comment (each line prefixed "    #        "); cut to the last frames
+    "smlb_cdk_lolopy_gateway_port_readline_timeout": "unknown",
 }
 
 

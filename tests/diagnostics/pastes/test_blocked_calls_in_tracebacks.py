@@ -83,6 +83,9 @@ def test_a_cxx_frame_trace_behind_a_timestamp_prefix_is_read_as_native_frames():
     ("rc = os.system(cmd)", "subprocess-wait"),
     ('answer = input("Do you wish to run the custom code? [y/N] ")', "socket-read"),  # a prompt nobody answers
     ("line = sys.stdin.readline()", "socket-read"),
+    # a blocking call inside another call's arguments runs first, and blocks there
+    ("_port = int(proc.stdout.readline())", "socket-read"),
+    ("print(q.get())", "queue-wait"),
 ])
 def test_a_ctrl_c_tracebacks_last_source_line_names_the_call_it_blocked_in(source, category):
     """Before, a chain's later call (.cpu() after .argmax()), os.system and input() named

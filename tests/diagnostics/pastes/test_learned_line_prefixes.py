@@ -150,3 +150,12 @@ def test_a_prefix_every_line_shares_is_taken_off_a_paste_that_reads_no_stack_wit
     assert prefixes.shared_prefix(logged.splitlines()) is not None
     assert prefixes.shared_prefix([f"- item {i}" for i in range(9)]) is None
     assert prefixes.shared_prefix(logged.splitlines()[:2] + body) is None
+
+
+def test_pytests_own_traceback_lines_behind_a_comment_prefix_are_learned(tmp_path):
+    """pytest's "path.py:74: in func" lines quoted in a code comment (every line behind
+    "    #        "): the prefix is learned from them as from a traceback's File lines."""
+    lines = ["tests/test_gateway.py:21: in test_start", "    gw = get_java_gateway()",
+             "../site-packages/lolopy/loloserver.py:74: in get_java_gateway",
+             "    _port = int(proc.stdout.readline())", "E   Failed: Timeout >10.0s"]
+    assert text_verdict(tmp_path, _prefixed(["    #        "], lines)) == "socket-read"
