@@ -24,7 +24,8 @@ from typing import Callable
 
 from hangwatch.diagnostics.stacks import Frame, ThreadDump, site_package, top_package
 
-#: Innermost non-standard-library frames read for words (the first that says something wins).
+#: Innermost non-standard-library frames read for words (the first that says something
+#: wins, but a bare "wait" gives way to one further out that names what is waited for).
 FRAMES_READ = 2
 
 #: Top-level packages of network clients (an HTTP, RPC, message-broker or database client,
@@ -223,28 +224,15 @@ def named_frames(thread: ThreadDump) -> tuple[Frame, ...]:
     return tuple(out)
 
 
-def _polls(frame: Frame) -> bool:
-    """A function of the program's own (no installed package's) named for waiting *for* or
-    *until* something (``wait_for_checkpoint``, ``wait_until_ready``), innermost with
-    nothing under it: an Event's or a Condition's wait would show its threading frames, so
-    the C call it sits in is the sleep of its polling loop. (A library's ``wait`` calls
-    into its extension instead: a collective's handle, a device event.)"""
-    if frame.native or top_package(frame.file):
-        return False
-    ws = words(frame.method)
-    return any(a == "wait" and b in ("for", "until", "till") for a, b in zip(ws, ws[1:]))
-
-
 def named_wait(thread: ThreadDump) -> tuple[str, str, str, Frame] | None:
     """(category, what, how, frame): the first of ``named_frames`` whose name (or
-    package) says what it waits on. None when none does."""
+    package) says what it waits on; a bare "wait" (an event's) gives way to a frame
+    further out that says more. None when none does."""
     generic: tuple[str, str, str, Frame] | None = None
     for f in named_frames(thread):
         found = named_category(f)
         if found is None:
             continue
-        if found[0] == "event-wait" and f is thread.frames[0] and _polls(f):
-            return "sleep", "a polling loop's sleep", found[2], f
         if found[0] != "event-wait":
             return found[0], found[1], found[2], f
         # "wait" alone says least: the caller's words may say what is waited for (torch's

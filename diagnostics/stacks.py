@@ -85,6 +85,12 @@ class Frame:
     line: int | None = None
     native: bool = False
 
+    def __post_init__(self) -> None:
+        if not self.native and self.file.endswith((".pyc", ".pyo")):
+            # Python 2's and old IPython's tracebacks name the compiled file ("threading.pyc"):
+            # the module is the source file's, which the tables name.
+            object.__setattr__(self, "file", self.file[:-1])
+
     @property
     def short_file(self) -> str:
         if self.cut:

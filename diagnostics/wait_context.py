@@ -114,12 +114,18 @@ def finalizer_lock(signatures: Sequence[Signature]) -> Signature:
                      "redis-py#2883 and #3081, cpython#109593: finalizers re-entering a held lock", signatures)
 
 
+#: Waits on something outside the process: made on an event loop's thread, the loop waits on it.
+_OUTSIDE_WAITS = frozenset(("socket-read", "subprocess-wait", "file-lock-wait", "sleep"))
+
+
 def loop_blocked(wait: Wait, signatures: Sequence[Signature]) -> Signature:
-    """The wait's own family, said of a synchronous wait made on the loop's thread (what
-    the loop waits on is what blocked it: a socket read is a socket read, on a loop or
-    not); ``asyncio-blocked`` when only the words of a frame name the wait (an ``await``
-    chain into a network client's coroutine reads like a client call but waits on the loop)."""
-    category = "asyncio-blocked" if wait.by_name else wait.category
+    """A synchronous wait made on the loop's thread: a wait on something outside the
+    process (a socket, a child process, a file lock, a sleep) keeps its own family, since
+    that is what the loop waits on; a wait on something of the process (a future, an
+    event, a lock, a queue, a thread) is ``asyncio-blocked``, as is a wait only the words
+    of a frame name (an ``await`` chain into a client's coroutine): what would end it
+    often needs the very loop it blocks (``fut.result()`` in a coroutine)."""
+    category = wait.category if wait.category in _OUTSIDE_WAITS and not wait.by_name else "asyncio-blocked"
     return _said_of(category, f"An asyncio event loop blocked by a synchronous call on its thread (waiting on {wait.what})",
                      f"A coroutine or callback of the event loop makes a blocking call ({' -> '.join(wait.calls)}) on the "
                      "loop's own thread: no other coroutine of that loop runs until it returns, so everything awaiting "

@@ -346,8 +346,10 @@ def _backs_off(function: str) -> bool:
 
 
 #: Native calls that take a lock by name (see ``Wait.weak``).
-#: A thread joined by name (glibc's join and its internal forms, C++'s std::thread::join).
-_EXPLICIT_JOIN = re.compile(r"^(__)?pthread_(join|timedjoin_np|clockjoin_np|tryjoin_np)$|^__pthread_clockjoin_ex$|^std::thread::join")
+#: A thread joined by name (glibc's join and its internal forms across versions, macOS's
+#: _pthread_join, C++'s std::thread::join, Rust's JoinHandle::join).
+_EXPLICIT_JOIN = re.compile(r"^_{0,3}pthread_(clock|timed|try)?join(_common|_np|_ex)?$|^std::thread::join|"
+                            r"(^|::)(JoinHandle|JoinInner)(<[^>]{0,300}>)?::join$")
 _EXPLICIT_LOCK = re.compile(r"^(__)?pthread_(mutex|spin|rwlock)_\w*lock\w*$|^(__)?lll_lock_wait\w*$|^std::(shared_)?mutex::lock"
                             r"|^\w*_spin(lock)?_lock\w*$|EnterCriticalSection|^RtlpWaitOnCriticalSection$|AcquireSRWLock"
                             r"|(^|::)(Mutex::(Lock|LockSlow\w*|ReaderLock|WriterLock)|SpinLock::(Lock|SlowLock))$")

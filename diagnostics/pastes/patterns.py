@@ -218,7 +218,7 @@ PYTEST_LOCATION = re.compile(r"^((?:[A-Za-z]:)?[^\s:]{1,1000}\.pyx?):(\d{1,7}):(
 # the frame's source line under it; outermost first.
 PYTEST_SHORT = re.compile(r"^((?:[A-Za-z]:)?[^\s:]{1,1000}\.pyx?):(\d{1,7}): in ([^\s()]{1,300})$")
 PYTEST_DEF = re.compile(r"^(?:async\s{1,4})?def ([A-Za-z_]\w{0,200})\(")
-IPY_OLD_FRAME = re.compile(r"^(\S{1,1000}\.pyx?|<frozen [\w.]{1,200}>) in ([^\s(]{1,300})(?:\(.{0,3000}\)?)?\s*$")
+IPY_OLD_FRAME = re.compile(r"^(\S{1,1000}\.py[xco]?|<frozen [\w.]{1,200}>) in ([^\s(]{1,300})(?:\(.{0,3000}\)?)?\s*$")
 IPY_CELL = re.compile(r"^(?:Cell In ?\[(\d{1,7})\], line (\d{1,7})(?:, in ([^\s(]{1,300}).{0,3000})?|<ipython-input-(\d{1,7})-\w{0,40}> in ([^\s(]{1,300}).{0,3000})\s*$")
 IPY_SOURCE = re.compile(r"^(?:-{0,12}>\s{0,4})?\d{1,7}(?:\s|$)")
 # The caption a stack-dumping helper prints before each thread's traceback.format_stack

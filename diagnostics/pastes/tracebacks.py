@@ -159,10 +159,19 @@ def source_call(source: str) -> list[Frame]:
     # of the line too, and any may be the one that blocks (the copy to the host here).
     for chained in CHAINED_CALL.findall(source[m.end(1):], 0, 600)[:8]:
         calls.append(Frame(f"{m.group(1)}.{chained}", "<call>", None, native=True))
-    # Calls nested in the arguments run first ("int(proc.stdout.readline())": the read is
-    # what blocks, not int): innermost first, before the call that takes their result.
-    nested = [Frame(n, "<call>", None, native=True) for n in NESTED_CALL.findall(source, m.end(1) + 1, 600)[:8]]
-    return nested[::-1] + calls
+    # A call nested in the arguments runs first and may be the one that blocks
+    # ("int(proc.stdout.readline())": the read, not int). Only calls that block whatever
+    # their receiver (a readline, a recv, a future's result, a C call of os or time): a
+    # nested ".get" or ".join" is as often a dict's or a path's.
+    for name in NESTED_CALL.findall(source, m.end(1) + 1, 600)[:8]:
+        if _NESTED_BLOCKING.search(name) and not name.startswith("os.path."):
+            calls.append(Frame(name, "<call>", None, native=True))
+    return calls
+
+
+#: Calls that block whoever the receiver is, read inside another call's arguments.
+_NESTED_BLOCKING = re.compile(r"(?:^|\.)(readline|readlines|recv|recv_bytes|recvfrom|recv_into|accept|result|item|"
+                              r"communicate|urlopen|getresponse|input)$|^(?:time|os|fcntl|select)\.\w+$")
 
 
 def blocked_call(frames: list[Frame], source: str) -> list[Frame]:

@@ -449,3 +449,6 @@ Thread 0x00007fb1 (most recent call first):
     eager = text.replace("torch/cuda/graphs.py\", line 88 in replay", "torch/nn/functional.py\", line 2 in linear").replace(
         "line 1809 in forward", "line 1809 in _dummy_run")
     assert text_verdict(tmp_path, eager) != "vllm-cuda-graph-replay"
+    # a path shortened to the package's folders
+    short = text.replace("/usr/local/lib/python3.10/dist-packages/vllm/worker/", "worker/")
+    assert text_verdict(tmp_path, short) == "vllm-cuda-graph-replay"

@@ -107,25 +107,6 @@ def test_a_network_clients_package_is_read_only_when_installed():
     assert named_category(Frame("parse_headers", SITE + "urllib3/response.py", 3))[0] == "socket-read"
 
 
-def test_a_python_function_named_for_a_wait_with_nothing_under_it_sleeps_in_a_polling_loop():
-    """``wait_for_checkpoint`` innermost in a py-spy or faulthandler dump: an Event's or a
-    Condition's wait would show its threading frames under it, so the C call it sits in is
-    the sleep of its polling loop (a live capture of such a loop)."""
-    poll = ThreadDump("1", "MainThread", (Frame("wait_for_checkpoint", "/app/train.py", 10), Frame("<module>", "/app/train.py", 13)))
-    w = guessed_wait(poll)
-    assert w.category == "sleep" and w.by_name
-    # with the Condition's frames under it, it waits on the condition
-    cond = ThreadDump("1", "MainThread", (Frame("wait", "/usr/lib/python3.11/threading.py", 320),
-                                          Frame("wait_for_checkpoint", "/app/train.py", 10), USER))
-    assert guessed_wait(cond).category == "event-wait"
-    # a library's wait calls into its extension (a collective's handle, a device event)
-    lib = ThreadDump("1", "MainThread", (Frame("wait", "torch/_ops.py", 1123), Frame("wait_for_handles", SITE + "zero/coord.py", 9), USER))
-    assert guessed_wait(lib).category != "sleep"
-    # a native function named for a wait is no polling loop of Python's
-    native = ThreadDump("1", "MainThread", (Frame("WaitForCompletion", "/opt/lib/_dev.so", None, native=True), USER))
-    assert guessed_wait(native).category == "event-wait"
-
-
 def test_a_bare_wait_gives_way_to_what_its_caller_says_is_waited_for():
     """torch's op ``wait`` innermost, ZeRO-3's all-gather handle calling it: "wait" alone
     says least, the caller's words name the collective."""

@@ -520,7 +520,7 @@ KNOWN_MISSES = {
     # fresh-2026-12ag, missed at its first pass: IPython Ctrl-C traceback (Sage, Python 2.6) with the sage: prompt lines, whole, mail-wrapped lines as quoted in the ticket comment
     "sage_7449_matrixspace_len_never_returns": "refused",
     # fresh-2026-12ag, missed at its first pass: IPython-style Ctrl-C traceback (Sage 4.x, Python 2.6), whole, starting with the IPython tokenizer error lines; archived trac ticket markdown (comment by SimonKing 2011-08-14)
-    "sage_940_octave_ctrlc_waits_for_prompt": "refused",
+    "sage_940_octave_ctrlc_waits_for_prompt": "unknown",
     # fresh-2026-12ag, missed at its first pass: Ctrl-C time traceback as pasted (the reporter omitted the "Traceback (most recent call last):" header), mail-wrapped File lines; whole
     "twisted_2009_reactor_run_in_loop_hangs_second_run": "unknown",
     # fresh-2026-12ag, missed at its first pass: shell session: command, output, ^C, then Twisted's "Unhandled error in Deferred" traceback (not the stack of the idle reactor), mail-wrapped File lines; whole as pasted

@@ -893,6 +893,10 @@ def test_a_blocking_call_on_an_event_loops_thread_blocks_the_loop():
                 _py("fetch_quote", "/app/bot.py"), _py("on_tick", "/app/bot.py"), *loop)
     c = _classify(t)
     assert c.signature_id == "socket-read" and "synchronous call" in c.title and "to_thread" in c.advice
+    # a future's result waited for on the loop: what would set it often needs that loop
+    fut = _thread(_py("wait", STDLIB + "threading.py"), _py("result", STDLIB + "concurrent/futures/_base.py"),
+                  _py("call_sync", "/app/bot.py"), _py("on_message", "/app/bot.py"), *loop)
+    assert _classify(fut).signature_id == "asyncio-blocked"
     # the same read in an executor's thread blocks no loop
     worker = _thread(_py("readinto", STDLIB + "socket.py"), _py("getresponse", STDLIB + "http/client.py"),
                      _py("fetch_quote", "/app/bot.py"), _py("run", STDLIB + "concurrent/futures/thread.py"))

@@ -85,7 +85,7 @@ def test_a_cxx_frame_trace_behind_a_timestamp_prefix_is_read_as_native_frames():
     ("line = sys.stdin.readline()", "socket-read"),
     # a blocking call inside another call's arguments runs first, and blocks there
     ("_port = int(proc.stdout.readline())", "socket-read"),
-    ("print(q.get())", "queue-wait"),
+    ("print(fut.result())", "future-wait"),
 ])
 def test_a_ctrl_c_tracebacks_last_source_line_names_the_call_it_blocked_in(source, category):
     """Before, a chain's later call (.cpu() after .argmax()), os.system and input() named
@@ -94,3 +94,30 @@ def test_a_ctrl_c_tracebacks_last_source_line_names_the_call_it_blocked_in(sourc
                      f'  File "/home/u/eval.py", line 80, in main\n    {source}\nKeyboardInterrupt\n')
     w = wait_of(t)
     assert w is not None and w.category == category, w
+
+
+@pytest.mark.parametrize("source", [
+    'outputs = model(input_ids, attention_mask=batch.get("attention_mask"))',  # a dict's get
+    'run_server(port=int(os.environ.get("PORT", "8000")))',
+    'torch.save(model.state_dict(), os.path.join(args.output_dir, f"step_{step}.pt"))',  # a path's join
+])
+def test_a_nested_get_or_join_on_a_busy_line_is_no_wait(source):
+    """A Ctrl-C traceback of a busy loop stopped on an ordinary line: a dict's ``get`` or a
+    path's ``join`` inside the arguments is no queue or thread."""
+    t = _main_thread('Traceback (most recent call last):\n  File "/home/u/proj/train.py", line 88, in <module>\n    train()\n'
+                     f'  File "/home/u/proj/train.py", line 61, in train\n    {source}\nKeyboardInterrupt\n')
+    w = wait_of(t)
+    assert w is None or w.category not in ("queue-wait", "thread-join"), w
+
+
+def test_a_traceback_cut_inside_a_library_keeps_the_call_its_line_makes_with_a_nested_call():
+    """ray.get(trainer.fit.remote(config)) cut inside ray's wrappers: the line's own call,
+    ray.get, is the wait; the nested remote call does not hide it."""
+    t = _main_thread('Traceback (most recent call last):\n'
+                     '  File "/home/u/proj/train.py", line 52, in <module>\n    results = ray.get(trainer.fit.remote(config))\n'
+                     '  File "/opt/conda/lib/python3.10/site-packages/ray/_private/auto_init_hook.py", line 21, in auto_init_wrapper\n'
+                     '    return fn(*args, **kwargs)\n'
+                     '  File "/opt/conda/lib/python3.10/site-packages/ray/_private/client_mode_hook.py", line 103, in wrapper\n'
+                     '    return func(*args, **kwargs)\n')
+    w = wait_of(t)
+    assert w is not None and w.category == "ray-get-wait", w

@@ -160,7 +160,6 @@ NOT_READ_YET = {
     "zhtw_ro_toolbox_memory_scan_enumprocessmodulesex_gameguard_ui_freeze": "fresh-2026-12z: not read at its first pass",
     "alma_benchmark_multiprocessing_p_join_hangs_forever_ctrl_c": "fresh-2026-12ad (held out): not read at its first pass",
     "sage_7449_matrixspace_len_never_returns": "fresh-2026-12ag: not read at its first pass",
-    "sage_940_octave_ctrlc_waits_for_prompt": "fresh-2026-12ag: not read at its first pass",
 }
 
 
