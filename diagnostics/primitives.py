@@ -237,6 +237,12 @@ PRIMITIVES: tuple[Primitive, ...] = (
         r"all_to_all|all_to_all_single|monitored_barrier|all_gather_object|broadcast_object_list|gather|gather_object|scatter|"
         r"scatter_object_list|reduce|send|recv|isend|irecv|batch_isend_irecv|wait_tensor|_wait_tensor|wait)$",
         r"torch/distributed/(distributed_c10d|_functional_collectives|fsdp/|c10d_logger|_composable|tensor/)|deepspeed/comm/"),
+    # DDP's cross-rank checks and broadcasts at construction (and of its buffers each step):
+    # C++ collectives py-spy shows no frame of, under these Python helpers.
+    _py("nccl-collective-wait", "a collective", "DDP's parameter check or broadcast",
+        r"^(\w+\.)?(_verify_param_shape_across_processes|_sync_module_states|_sync_params_and_buffers|_broadcast_coalesced|"
+        r"_distributed_broadcast_coalesced|_default_broadcast_coalesced|_sync_buffers|_sync_module_buffers)$",
+        r"torch/(distributed/utils|nn/parallel/distributed)\.py$"),
     _c("nccl-comm-init", "NCCL communicator setup", "NCCL `ncclCommInitRank`",
        r"(^|::)p?nccl(CommInitRank|CommInitRankConfig|CommInitAll|CommSplit|GetUniqueId|CommInitRankScalable)"),
     _c("nccl-collective-wait", "a collective", "NCCL collective",

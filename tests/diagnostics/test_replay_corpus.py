@@ -525,8 +525,6 @@ KNOWN_MISSES = {
     "twisted_2009_reactor_run_in_loop_hangs_second_run": "unknown",
     # fresh-2026-12ag, missed at its first pass: shell session: command, output, ^C, then Twisted's "Unhandled error in Deferred" traceback (not the stack of the idle reactor), mail-wrapped File lines; whole as pasted
     "twisted_2010_names_example_reactor_stop_before_run_idle": "unknown",
-    # fresh-2026-12af, missed at its first pass: start of the attached log (begins with "[...]"): interleaved [rankN] watchdog-timeout lines for 4 ranks, flight-recorder "Stack trace of the failed collective" (#0..#3 Python frames) per rank, dump-si
-    "bamboo_gpu008_ddp_init_first_allgather_verify_params_watchdog_4ranks": "unknown",
     # fresh-2026-12af, missed at its first pass: wandb ERROR line, then chained Python 3.12 tracebacks with caret lines (CancelledError -> TimeoutError -> CommError from wandb.init), a ProcessGroupNCCL destroy warning and the srun/slurmstepd cancell
     "olmoe_zlab_notes_wandb_init_timeout_duplicate_run_id_srun": "unknown",
     # fresh-2026-12af, missed at its first pass: NCCL watchdog timeout lines glued to a tqdm line, C++ "Exception raised from checkTimeout/run ... (most recent call first)" frame lists, then the faulthandler "Fatal Python error: Aborted" all-thread 

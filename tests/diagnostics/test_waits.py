@@ -120,6 +120,10 @@ PRIMITIVE_STACKS = [
       _c("absl::lts_20230125::base_internal::SpinLock::SlowLock", "/opt/grpc/cygrpc.so")], "lock-wait"),
     ([_py("_callmethod", SITE + "multiprocess/managers.py")], "queue-wait"),
     ([_py("wait", STDLIB + "threading.py"), _py("result", STDLIB + "concurrent/futures/_base.py")], "future-wait"),
+    # DDP's construction checking parameter shapes across ranks (an allgather in C++)
+    ([_py("_verify_param_shape_across_processes", SITE + "torch/distributed/utils.py"),
+      _py("__init__", SITE + "torch/nn/parallel/distributed.py")], "nccl-collective-wait"),
+    ([_py("_sync_module_states", SITE + "torch/distributed/utils.py")], "nccl-collective-wait"),
     # Executor.map's generator, a traceback cut there (py-spy 0.4 qualifies it twice)
     ([_py("Executor.map.<locals>.result_iterator", STDLIB + "concurrent/futures/_base.py")], "future-wait"),
     ([_py("_result_or_cancel", STDLIB + "concurrent/futures/_base.py")], "future-wait"),
