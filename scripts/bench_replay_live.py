@@ -315,10 +315,8 @@ def main(argv: list[str] | None = None) -> int:
                          "to replay them again without rerunning the programs")
     ap.add_argument("-v", "--verbose", action="store_true", help="print capture progress")
     args = ap.parse_args(argv)
-    if args.keep is not None:
-        if args.keep.exists() and (not args.keep.is_dir() or any(args.keep.iterdir())):
-            ap.error(f"--keep {args.keep}: not an empty folder; name a new or empty one")
-        args.keep.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if args.keep is not None and args.keep.exists() and (not args.keep.is_dir() or any(args.keep.iterdir())):
+        ap.error(f"--keep {args.keep}: not an empty folder; name a new or empty one")
 
     scenarios = all_scenarios()
     if args.list:
@@ -338,6 +336,11 @@ def main(argv: list[str] | None = None) -> int:
         bad = methods - set(METHODS)
         if bad:
             ap.error(f"unknown method(s): {', '.join(sorted(bad))}; choose from {','.join(METHODS)}")
+    if args.keep is not None:
+        try:
+            args.keep.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            ap.error(f"--keep {args.keep}: cannot create it ({exc.strerror})")
 
     def log(msg, always=False):
         if always or args.verbose:
