@@ -3,7 +3,7 @@
 A dump reaches replay through a terminal, a mail client, a forum, a chat tool, a log
 collector: with Windows line ends, colours, a JSON record around it, tabs, a rendered
 page's no-break spaces and curly quotes, a page's source (``<br>``, ``&nbsp;``, an escaped
-``<pre>``), zero-width characters, re-wrapped at 72 or 80
+``<pre>``), a mail archive's quoted-printable body, zero-width characters, re-wrapped at 72 or 80
 columns, behind a timestamp on every line, with an installed library's path in another
 form (dist-packages, a conda env, Windows). ``ENCODINGS`` are those ways; for each, the
 report says how many of the dumps replay names right keep their verdict::
@@ -21,6 +21,7 @@ import argparse
 import functools
 import html
 import json
+import quopri
 import re
 import sys
 import tempfile
@@ -66,11 +67,13 @@ ENCODINGS: dict[str, Callable[[str], str]] = {
     "timestamped": lambda t: _lines(t, lambda i, line: f"2026-01-01T12:00:{i % 60:02d}.1234567Z {line}"),
     "logger-prefixed": lambda t: _lines(t, lambda i, line: f"2026-01-01 12:00:{i % 60:02d},123 INFO [rank0]: {line}"),
     "journald": lambda t: _lines(t, lambda i, line: f"Jan 01 12:00:{i % 60:02d} host python3[4242]: {line}"),
+    # a mail archive's message body as sent (quoted-printable: "=3D", "=A0", soft breaks at 76)
+    "quoted-printable": lambda t: quopri.encodestring(t.encode("utf-8")).decode("ascii"),
 }
 
 #: Encodings under which every corpus dump replay names right keeps its verdict.
 MUST_HOLD = ("crlf", "colours", "json", "tabs", "no-break-spaces", "curly-quotes", "zero-width", "dist-packages", "conda",
-             "windows-paths", "page-source-pre", "page-source-nbsp")
+             "windows-paths", "page-source-pre", "page-source-nbsp", "quoted-printable")
 
 
 @functools.cache
@@ -113,12 +116,15 @@ def named_right(entries: Sequence[Entry], workdir: Path) -> list[tuple[str, str,
 def changed(right: Sequence[tuple[str, str, str]], encoding: str, workdir: Path) -> list[tuple[str, str, str]]:
     """(name, verdict, verdict re-encoded) of each dump whose verdict ``encoding`` changes.
     A paste that is a page's source already (a mail archive's HTML) is not put in a page's
-    source again: escaped twice, its markup would be the text."""
-    from hangwatch.diagnostics.pastes.reader import is_page_source  # noqa: PLC0415
+    source again, nor one still quoted-printable encoded again: escaped twice, its markup
+    or its escapes would be the text."""
+    from hangwatch.diagnostics.pastes.reader import is_page_source, is_quoted_printable  # noqa: PLC0415
 
     encode = ENCODINGS[encoding]
     return [(name, v, got) for name, text, v in right
-            if not (encoding.startswith("page-source") and is_page_source(text)) and (got := verdict(encode(text), workdir)) != v]
+            if not (encoding.startswith("page-source") and is_page_source(text))
+            and not (encoding == "quoted-printable" and is_quoted_printable(text))
+            and (got := verdict(encode(text), workdir)) != v]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

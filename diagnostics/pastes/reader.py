@@ -257,6 +257,46 @@ def _read_lines(lines_in: list[str], learned: re.Pattern[str] | None) -> ParseRe
     return finish(b)
 
 
+#: A quoted-printable escape of a character no plain text writes that way ("=3D" is "=").
+_QP_EQUALS = re.compile(r"=3D")
+_QP_ESCAPE = re.compile(r"=[0-9A-F]{2}")
+_QP_SOFT_BREAK = re.compile(r"=\r?\n")
+_QP_RUN = re.compile(r"(?:=[0-9A-F]{2}){1,1000}")
+#: Widths of a line an encoder broke softly (76 columns at most, RFC 2045).
+_QP_WIDTH = (60, 76)
+#: Characters of a paste looked at to tell quoted-printable.
+_QP_SCAN = 200_000
+
+
+def is_quoted_printable(text: str) -> bool:
+    """A message body still in quoted-printable: an encoded "=" ("=3D") twice or more, or
+    soft line breaks (a line ending in a lone "=") with escapes beside them. Plain text
+    has neither ("SeqNum=18" is one escape-shaped pair, no soft break)."""
+    head = text[:_QP_SCAN]
+    if len(_QP_EQUALS.findall(head, 0, _QP_SCAN)) >= 2:
+        return True
+    lines = [raw.rstrip("\r") for raw in head.split("\n")]
+    if sum(1 for line in lines if line.endswith(("=20", "=09"))) >= 3:
+        return True  # trailing blanks, which the encoding spells out
+    soft = [len(line) for line in lines if line.endswith("=") and not line.endswith("==")]
+    # (an encoder breaks a long line at 76 columns, the "=" last)
+    if soft == [_QP_WIDTH[1]]:
+        return True
+    return len(soft) >= 2 and (len(_QP_ESCAPE.findall(head)) >= 3 or all(_QP_WIDTH[0] <= n <= _QP_WIDTH[1] for n in soft))
+
+
+def decode_quoted_printable(text: str) -> str:
+    """``text`` with its soft breaks joined and each run of escapes decoded as UTF-8
+    (Latin-1 where the bytes are no UTF-8)."""
+    def run(m: re.Match[str]) -> str:
+        raw = bytes(int(m.group()[i + 1:i + 3], 16) for i in range(0, len(m.group()), 3))
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return raw.decode("latin-1")
+    return _QP_RUN.sub(run, _QP_SOFT_BREAK.sub("", text))
+
+
 def read_text(text: str, *, source: str = "text") -> ParseReport:
     """Every process in a pasted dump, and what was skipped. Raises ``InputError``
     only when there is not a single recognisable frame."""
@@ -265,6 +305,10 @@ def read_text(text: str, *, source: str = "text") -> ParseReport:
         # line ends, its markup goes, its entities are their characters ("&nbsp;" indents).
         # (Only whole entities, each once: "&region=eu" in a URL is no "&reg;".)
         text = ENTITY.sub(_unescape, HTML_TAG.sub("", HTML_BREAK.sub("\n", text)))
+    if "=" in text and is_quoted_printable(text):
+        # A mail archive's message body as sent, quoted-printable: "=3D" for "=", "=A0" for a
+        # no-break space, a line ending in "=" continued on the next ("soft" breaks).
+        text = decode_quoted_printable(text)
     if INVISIBLE.search(text):
         # Zero-width spaces, joiners, soft hyphens, marks and stray BOMs that web pages,
         # chat tools and wikis put into copied text: "wait\u200b (threading.py:320)" is no frame.

@@ -503,8 +503,6 @@ KNOWN_MISSES = {
     "cygwin_2020_mc_pclose_waits_child_fifo_close_loop": "unknown",
     # fresh-2026-12ag, missed at its first pass: gdb bt of the parent process only (10 frames), mail-wrapped lines, whole; the child's bogus bt further down the mail is not included
     "git_2019_upload_pack_parent_waits_on_dashed_child": "event-wait",
-    # fresh-2026-12ag, missed at its first pass: pstack output of three processes of the hung push (one of them two threads), pasted in one mail with the shell prompts; quoted-printable soft breaks, =3D and =A0 kept as archived; whole
-    "git_2025_push_mirror_send_pack_waits_for_status": "unknown",
     # fresh-2026-12ag, missed at its first pass: gdb bt of the frozen selftest process (powerpc), indented as quoted in the patch description; whole
     "linuxmm_2018_pkey_selftest_sigchld_fflush_self_deadlock": "lock-wait",
     # fresh-2026-12ag, missed at its first pass: gdb attach output and bt (8 frames) of QEMU's main thread, quoted two levels deep ("> > ") with quoted-printable soft breaks (=, =3D, =20) kept as archived; whole

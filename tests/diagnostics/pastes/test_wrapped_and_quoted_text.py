@@ -375,3 +375,38 @@ def test_frame_lines_wrapped_behind_a_timestamp_are_rejoined():
     (proc,) = read_text(text).processes
     assert [(f.function, f.file.rsplit("/", 1)[-1]) for f in proc.threads[0].frames] == [
         ("read", "libpthread.so.0"), ("vio_read_buff", "libmysqlclient.so.18")]
+
+
+GDB_QP = """\
+Thread 1 (Thread 0x7f7face37740 (LWP 1043353) "git"):
+#0=A0 0x00007f7face375a5 in read () from /lib64/libc.so.6
+#1=A0 0x00007f7facdc7418 in __GI__IO_file_underflow () from /lib64/libc.so.=
+6
+#2=A0 0x00007f7facdbbdc8 in getdelim () from /lib64/libc.so.6
+#3=A0 0x0000000000635eb8 in strbuf_getwholeline (sb=3Dsb@entry=3D0x7ffe7067=
+cbf0, fp=3D0x1cf4f20, term=3D10) at strbuf.c:633
+#4=A0 0x000000000064dacc in recvline_fh (helper=3D0x1cf02c0) at transport-helper.c:=
+55
+"""
+
+
+def test_a_mail_archives_quoted_printable_body_is_decoded():
+    """A gdb backtrace kept as a mailing list archived it (quoted-printable: "=3D" for
+    "=", "=A0" for a no-break space, soft breaks at the end of long lines): read as the
+    backtrace it was, its innermost frame the read."""
+    t = one_process(GDB_QP)[1].threads[0]
+    assert [f.function for f in t.frames[:3]] == ["read", "__GI__IO_file_underflow", "getdelim"]
+    assert t.frames[1].file.endswith("libc.so.6")
+
+
+@pytest.mark.parametrize("text", [
+    # a watchdog line: "SeqNum=18" is one escape-shaped pair and no soft break
+    "[rank0]: Watchdog caught collective operation timeout: WorkNCCL(SeqNum=18, OpType=ALLREDUCE, NumelIn=1, "
+    "Timeout(ms)=600000)\nThread 1 (idle): \"MainThread\"\n    wait (threading.py:320)\n",
+    # code with an assignment broken at its "=": not a soft break of an encoder
+    'Traceback (most recent call last):\n  File "/app/x.py", line 3, in main\n    value =\\\n    q.get()\nKeyboardInterrupt\n',
+])
+def test_plain_text_with_equals_signs_is_not_read_as_quoted_printable(text):
+    from hangwatch.diagnostics.pastes.reader import is_quoted_printable  # noqa: PLC0415
+
+    assert not is_quoted_printable(text)
