@@ -126,6 +126,10 @@ class Builder:
     # (``note_indent``).
     held_indents: list[int] = field(default_factory=list)
     tb_caption: str = ""
+    # A Ctrl-C traceback kept as the main thread's stack, and CPython's notice that an exit
+    # handler raised ("Exception ignored in atexit callback") above the next traceback.
+    interrupt_kept: bool = False
+    exit_notice: bool = False
     # pytest's long traceback: its frames so far (outermost first), the function of the
     # source shown above the next location line, the ">" line of that source, and the
     # innermost ">" line once its location came

@@ -115,6 +115,7 @@ STEPS: tuple[tuple[str | None, Step], ...] = (
     (ANY, handwritten.arrow_end),
     (ANY, cxx_traces.numbered_row),
     ("F", tracebacks.fatal_error),
+    ("E", tracebacks.exit_notice),
     ("CB<", tracebacks.c_stack),
     (ANY, pyspy_text.profile),
     ("~=-", tracebacks.thread_banner),

@@ -214,9 +214,16 @@ def end_traceback(b: Builder, keep: bool, error: bool = False) -> None:
         banner_thread(b, frames)  # a bannered thread's stack, not an error report
         b.tb_lines = 0
         return
-    if keep and frames:
+    after_exit, b.exit_notice = b.exit_notice, False
+    if keep and frames and after_exit and b.interrupt_kept:
+        # An exit handler interrupted by a second Ctrl-C (a process join at exit, a
+        # finalizer): the exit that the first Ctrl-C started, after the hang the first
+        # traceback shows, not where the program hung.
+        b.report.skipped += b.tb_lines
+    elif keep and frames:
         # Ctrl+C lands in the main thread, in the call on the innermost frame's source line.
         b.traceback_thread("MainThread", frames, blocked_call(frames, b.tb_source), rank=rank)
+        b.interrupt_kept = True
     else:
         b.report.skipped += b.tb_lines
         if frames and not error:
@@ -310,6 +317,16 @@ def pdb_where(b: Builder, ln: Line) -> bool:
             if len(b.pdb) < MAX_FRAMES:
                 b.pdb.append(Frame(mp.group(3), mp.group(1).replace("\\", "/"), int(mp.group(2))))
             return True
+    return False
+
+
+def exit_notice(b: Builder, ln: Line) -> bool:
+    """CPython's notice that an exit handler raised, above its traceback ("Exception
+    ignored in atexit callback: ...", Python 3.7's "Error in atexit._run_exitfuncs:"):
+    noted for the traceback that follows (see ``end_traceback``); the line is text."""
+    s = ln.s
+    if s.startswith(("Exception ignored in atexit callback", "Error in atexit._run_exitfuncs")):
+        b.exit_notice = True
     return False
 
 

@@ -527,8 +527,6 @@ KNOWN_MISSES = {
     "olmoe_zlab_notes_wandb_init_timeout_duplicate_run_id_srun": "unknown",
     # fresh-2026-12af, missed at its first pass: NCCL watchdog timeout lines glued to a tqdm line, C++ "Exception raised from checkTimeout/run ... (most recent call first)" frame lists, then the faulthandler "Fatal Python error: Aborted" all-thread 
     "sglang_20855_tp16_dp8_deepgemm_warmup_reduce_scatter_watchdog_faulthandler_triton_init_handles": "custom-kernel-launch",
-    # fresh-2026-12ai, missed at its first pass: console log (vLLM INFO lines) followed by three Ctrl-C KeyboardInterrupt tracebacks: main thread in wait_for_startup/connection.recv, then atexit handlers (weakref finalize -> proc.join, multiprocessi
-    "vllm_16588_offline_dp2_init_hang_wait_for_startup_ctrl_c": "child-process-wait",
 }
 
 

@@ -467,3 +467,37 @@ def test_a_run_of_blanks_inside_frame_lines_reads_in_linear_time():
     line = '  File "/home/u/lib/python3.5/threading.py", line 1288, in _shut' + " " * 3000 + "down"
     with pytest.raises(InputError):
         read_text("\n".join([line] * 400))
+
+
+_HUNG = """\
+^CTraceback (most recent call last):
+  File "/app/run.py", line 16, in <module>
+    llm = LLM(model="m", data_parallel_size=2)
+  File "/opt/venv/lib/python3.12/site-packages/vllm/v1/utils.py", line 127, in wait_for_startup
+    if self.reader.recv()["status"] != "READY":
+  File "/usr/lib/python3.12/multiprocessing/connection.py", line 250, in recv
+    buf = self._recv_bytes()
+  File "/usr/lib/python3.12/multiprocessing/connection.py", line 395, in _recv
+    chunk = read(handle, remaining)
+KeyboardInterrupt
+"""
+_AT_EXIT = """\
+^CException ignored in atexit callback: <function _exit_function at 0x7fe5e99b85e0>
+Traceback (most recent call last):
+  File "/usr/lib/python3.12/multiprocessing/util.py", line 360, in _exit_function
+    p.join()
+  File "/usr/lib/python3.12/multiprocessing/process.py", line 149, in join
+    res = self._popen.wait(timeout)
+  File "/usr/lib/python3.12/multiprocessing/popen_fork.py", line 27, in poll
+    pid, sts = os.waitpid(self.pid, flag)
+KeyboardInterrupt:
+"""
+
+
+def test_an_exit_handlers_traceback_after_the_ctrl_c_is_not_where_the_program_hung(tmp_path):
+    """Ctrl-C pressed again while the exit joins a child: the first traceback is where the
+    program hung (waiting for the engine's READY on a pipe); the exit handler's, after
+    CPython's "Exception ignored in atexit callback", is what the first Ctrl-C started."""
+    assert text_verdict(tmp_path, _HUNG + _AT_EXIT) == "queue-wait"
+    # a program that hung at its exit shows the exit handler's traceback alone: that one
+    assert text_verdict(tmp_path, _AT_EXIT) in ("shutdown-join", "child-process-wait")
