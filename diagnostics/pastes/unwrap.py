@@ -229,6 +229,10 @@ _HOLDS_FRAME = re.compile(r'File:? "|frame #\d|^#\d{1,5} |^Thread |^Traceback |^
 #: What ``_unfinished`` says of a traceback's header cut before "first):" and of a py-spy
 #: frame whose location went to the next line: the next line alone completes them.
 _HEADER_CUT = "header"
+_RAISED_CUT = "raised from"
+_RAISED_AT = re.compile(r"^Exception raised from \S{1,300} at$")
+#: The path and line that follow it, maybe with the start of "(most recent call first):".
+_RAISED_PATH = re.compile(r"^\S{1,1000}:\d{1,7}(?: \(most recent(?: call(?: (?:first|last)\):)?)?)?$")
 _PYSPY_NAME_ALONE = "py-spy name"
 
 
@@ -266,8 +270,10 @@ def _unfinished(head: str) -> Callable[[str], bool] | str | None:
         # ProcessGroupNCCL's watchdog line wrapped inside its WorkNCCL(...): its sequence
         # number and collective are what it says
         return lambda joined: WATCHDOG.search(joined) is not None
-    if head.endswith("(most recent call"):
+    if head.endswith(("(most recent call", "(most recent")):
         return _HEADER_CUT  # a traceback's or a C++ error's header: "... (most recent call" + "first):"
+    if head.startswith("Exception raised from ") and head.endswith(" at") and _RAISED_AT.match(head):
+        return _RAISED_CUT  # torch's C++ error header cut before its source path
     if _PYSPY_NAME.match(head):
         return _PYSPY_NAME_ALONE  # a py-spy frame wrapped at the space before its location
     return None
@@ -285,7 +291,19 @@ def _rejoin(head: str, after: list[str]) -> tuple[str, int] | None:
         return None
     if whole == _HEADER_CUT:
         nxt = after[0].strip() if after else ""
+        if head.endswith("(most recent"):
+            return (head + " " + nxt, 1) if nxt in ("call first):", "call last):") else None
         return (head + " " + nxt, 1) if nxt in ("first):", "last):") else None
+    if whole == _RAISED_CUT:
+        # "Exception raised from run at" + "/p/ProcessGroupNCCL.cpp:2074 (most recent" + "call first):"
+        nxt = after[0].strip() if after else ""
+        if not _RAISED_PATH.match(nxt):
+            return None
+        rest = after[1].strip() if len(after) > 1 else ""
+        if (nxt.endswith("(most recent") and rest in ("call first):", "call last):")) or (
+                nxt.endswith("(most recent call") and rest in ("first):", "last):")):
+            return head + " " + nxt + " " + rest, 2
+        return head + " " + nxt, 1
     if whole == _PYSPY_NAME_ALONE:
         location = after[0][1:] if after and after[0][:1] == " " else (after[0] if after else "")
         return (head + " " + location.rstrip(), 1) if _PYSPY_LOCATION.match(location.rstrip()) else None

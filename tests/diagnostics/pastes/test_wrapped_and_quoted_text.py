@@ -410,3 +410,21 @@ def test_plain_text_with_equals_signs_is_not_read_as_quoted_printable(text):
     from hangwatch.diagnostics.pastes.reader import is_quoted_printable  # noqa: PLC0415
 
     assert not is_quoted_printable(text)
+
+
+def test_torchs_cxx_error_header_rewrapped_at_spaces_is_put_back_together(tmp_path):
+    """A mail client's wrap at 76 columns splits torch's "Exception raised from run at
+    /p/ProcessGroupNCCL.cpp:2074 (most recent call first):" over three lines: put back
+    together, it still says the NCCL watchdog raised (a collective timed out)."""
+    text = (
+        "Exception raised from run at\n"
+        "/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:2074 (most recent\n"
+        "call first):\n"
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x80 (0x7f633ea9eeb0 in\n"
+        "/opt/venv/lib/python3.10/site-packages/torch/lib/libc10.so)\n"
+        "frame #1: <unknown function> + 0xe1c1a1 (0x7f62e163b1a1 in\n"
+        "/opt/venv/lib/python3.10/site-packages/torch/lib/libtorch_cuda.so)\n"
+        "frame #2: <unknown function> + 0xdf0e6 (0x7f634ef6e0e6 in\n"
+        "/opt/venv/lib/libstdc++.so.6)\n"
+    )
+    assert text_verdict(tmp_path, text) == "nccl-collective-wait"
