@@ -218,6 +218,9 @@ _PYSPY_NAME = re.compile(r"^\s{2,40}[A-Za-z_<][\w.<>]{0,300}$")
 _PYSPY_LOCATION = re.compile(r"^\((?:inside )?[^()\s]{1,1000}:\d{1,7}\)$")
 _GDB_HEAD = re.compile(r"^\s{0,8}#\d{1,5}\s")
 _GDB_END = re.compile(r"\)(?: at \S{1,1000}| from \S{1,1000})?$")
+#: py-bt's frame line, and that line once its function is on it.
+_PYBT_HEAD = re.compile(r"^\s{0,8}#\d{1,6} Frame 0x[0-9a-fA-F]{1,16}, for file")
+_PYBT_NAMED = re.compile(r"^\s{0,8}#\d{1,6} Frame 0x[0-9a-fA-F]{1,16}, for file \S[^,\n]{0,1000}, line \d{1,7}, in [^\s(]{1,300}(?: \(|$)")
 #: A gdb frame's number (and address) alone, its function wrapped onto the next line.
 _GDB_NUMBER_ALONE = re.compile(r"^\s{0,8}#\d{1,5}(?:\s{1,4}0x[0-9a-fA-F]{1,16}(?: in)?)?$")
 #: A continuation a wrap left starts in the first column (a terminal, an editor and a mail
@@ -261,6 +264,11 @@ def _unfinished(head: str) -> Callable[[str], bool] | str | None:
                                and _CXX_LOCATION.match(joined, max(joined.rfind(" (0x"), start)) is not None)
     if _PYSPY_OPEN.match(head):
         return lambda joined: joined.endswith(")") and _PYSPY_WHOLE.match(joined) is not None
+    if " Frame 0x" in head and _PYBT_HEAD.match(head) and _PYBT_NAMED.match(head) is None:
+        # py-bt's frame line wrapped before its function ("#12 Frame 0x55.., for file" +
+        # "/p/connection.py, line 192, in" + "_read_from_socket (self=..."): whole once the
+        # function is there (its arguments may run on, or be cut, as gdb prints them)
+        return lambda joined: _PYBT_NAMED.match(joined) is not None
     if _GDB_HEAD.match(head) and (head.count("(") > head.count(")") or head.endswith((") at", ") from", " in"))
                                   or _GDB_NUMBER_ALONE.match(head)):
         # gdb's frame with its arguments or its location cut (gdb's own wrap indents the

@@ -428,3 +428,15 @@ def test_torchs_cxx_error_header_rewrapped_at_spaces_is_put_back_together(tmp_pa
         "/opt/venv/lib/libstdc++.so.6)\n"
     )
     assert text_verdict(tmp_path, text) == "nccl-collective-wait"
+
+
+def test_a_pybt_frame_rewrapped_before_its_path_and_its_function_is_joined(tmp_path):
+    """gdb's py-bt line "#12 Frame 0x.., for file /p/connection.py, line 192, in
+    _read_from_socket (self=...)" wrapped by a mail client at spaces, its arguments cut."""
+    text = (
+        "#12 Frame 0x558935950720, for file\n"
+        "/workspace/redis-py/redis/connection.py, line 192, in\n"
+        "_read_from_socket (self=<SocketBuffer(_sock=<socket at remote\n"
+        "0x7f01866520e0>, socket_read_size=65536, socket_timeout=None, _buffe\n"
+    )
+    assert text_verdict(tmp_path, text) == "socket-read"
