@@ -398,7 +398,9 @@ def _process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sou
         if held is not None:
             ht, hfrozen, hsig, hframes = held
             return ProcessVerdict(series, "stalled", hsig, ht, hframes, hfrozen, False, "", ((ht, hsig, hframes),), source)
-    if wait is not None and not wait.weak:
+    if wait is not None and wait.weak and _native_program(t):
+        wait = replace(wait, caller=None)  # (a program of its own: no extension's private wait)
+    if wait is not None and (not wait.weak or _native_program(t)):
         # No signature names a cause, but the thread sits in a known blocking call: that
         # call's family is the verdict (a file lock, a child process, a queue...), with the
         # innermost own frames as evidence where there are any.
@@ -464,6 +466,31 @@ def _bare_list(thread: ThreadDump) -> bool:
     """A frame list the paste gave no thread header and no name (the reader numbers such
     lists "?1", "?2", ...)."""
     return thread.ident.startswith("?") and not thread.name
+
+
+#: A C or C++ program's entry at the bottom of its main thread.
+_PROGRAM_ENTRY = frozenset(("main", "wmain", "WinMain", "wWinMain", "ServiceMain"))
+#: Frames of CPython's own (its library or its functions): the process runs Python.
+_PYTHON_NATIVE = re.compile(r"^(_?Py|_PyEval|PyEval)|^(cfunction_|method_vectorcall|slot_tp_|_PyObject|builtin_)")
+_PYTHON_LIB = re.compile(r"(^|/)(lib)?python\d|\bpython\d?(\.\d+)?(\.exe)?$|\.so\b.*python|\.pyd$|\.cpython-")
+
+
+def _native_program(thread: ThreadDump) -> bool:
+    """The main thread of a program that is no Python process (git, QEMU, a C++ server):
+    its stack down to the program's entry, no Python frame and no frame of CPython or an
+    extension module. There a C library's wait
+    called from the program's own code is the program's wait, not an extension's private one
+    that a Python call around it would explain."""
+    entry = False
+    for f in thread.frames:
+        if not f.native:
+            return False
+        if _PYTHON_NATIVE.match(f.function) or _PYTHON_LIB.search(f.file):
+            return False
+        entry = entry or f.function in _PROGRAM_ENTRY
+    # (only a stack down to the program's own entry says so: an excerpt of a Python
+    # process's native thread, a driver's poller, an extension's pool, shows no Python either)
+    return entry
 
 
 def _only_gil_wait(evidence: Sequence[Frame]) -> bool:

@@ -452,3 +452,20 @@ Thread 0x00007fb1 (most recent call first):
     # a path shortened to the package's folders
     short = text.replace("/usr/local/lib/python3.10/dist-packages/vllm/worker/", "worker/")
     assert text_verdict(tmp_path, short) == "vllm-cuda-graph-replay"
+
+
+def test_a_native_programs_own_wait_names_its_family(tmp_path):
+    """A gdb backtrace of a program that is no Python process (a service's event wait,
+    QEMU's semaphore): the C library's wait called from the program's own code is the
+    program's wait, named by its family, where in a Python process the same wait under an
+    extension is the extension's private business (a Python call around it explains it)."""
+    text = """\
+Thread 1 (Thread 0x7f00 (LWP 4242)):
+#0  0x00007f00 in futex_wait (private=0, expected=2, futex_word=0x55) at ../sysdeps/nptl/futex-internal.h:146
+#1  __GI___lll_lock_wait (futex=0x55, private=0) at ./nptl/lowlevellock.c:49
+#2  0x00007f01 in __pthread_cond_wait_common (cond=0x56, mutex=0x55) at ./nptl/pthread_cond_wait.c:503
+#3  0x00005601 in CEventList::WaitForSessionEvent (this=0x57) at lsm/events.cpp:88
+#4  0x00005602 in CService::Start (this=0x58) at lsm/service.cpp:120
+#5  0x00005603 in main () at lsm/main.cpp:12
+"""
+    assert text_verdict(tmp_path, text) in ("event-wait", "lock-wait")

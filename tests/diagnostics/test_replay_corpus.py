@@ -307,7 +307,7 @@ KNOWN_MISSES = {
     # fresh-2026-12p, missed at its first pass: dmesg -T excerpt from an A30 node (driver 525.85.12, Debian 5.10): repeated "NVRM: Xid ... 119 ... Timeout waiting for RPC from GSP!" lines for nvidia-smi PIDs, one dump_stack call trace through nvidi
     "nvidia_open_gpu_446_gsp_rpc_timeout_xid119_nvidia_smi_hung_rm_rwsem_a30": "kernel-wait",
     # fresh-2026-12p, missed at its first pass: two pstack outputs (walsender pid 173038, checkpointer pid 12729) each blocked in do_futex_wait/sem_wait/PGSemaphoreLock/LWLockAcquire on the same lock address under SaveSlotToPath (ReplicationSlotSav
-    "pg11_walsender_checkpointer_replication_slot_io_lwlock_leaked_pstack": "unknown",
+    "pg11_walsender_checkpointer_replication_slot_io_lwlock_leaked_pstack": "lock-wait",
     # fresh-2026-12p, missed at its first pass: gdb `info threads` (4 threads) and `bt` of each thread (main in QWaitCondition::wait under ~QApplication/dealloc, QSGRenderThread in take_gil via PyGILState_Ensure from sip's ~sipQSGGeometryNode, QQml
     "pyqt5_qquickview_destroy_qsggeometrynode_gil_deadlock_gdb": "event-wait",
     # fresh-2026-12p, missed at its first pass: process tree plus two gdb `thread apply all bt` dumps (qemu-system-x86_64: 4 threads incl. recvmsg in tpm_emulator_ctrlcmd and main thread in __lll_lock_wait on qemu_global_mutex; test binary: 4 threa
@@ -325,9 +325,7 @@ KNOWN_MISSES = {
     # fresh-2026-12p, missed at its first pass: three WinDbg `!mex.t` thread stacks from two user-mode dumps (client 32-bit app thread in NtAlpcSendWaitReceivePort; audiosrv x64 thread in RtlpWaitOnCriticalSection; lock owner in WaitForSingleObject
     "win7_coreaudio_isformatsupported_audiosrv_sysfer_stall_windbg": "all-idle",
     # fresh-2026-12p, missed at its first pass: WinDbg `.load wow64exts; !sw; ~*kvn` on a 32-bit (WoW64) process: 3 threads, all in ntdll!NtWaitForSingleObject <- KERNELBASE!WaitForSingleObject (main in mainlock, two worker threads in ThreadProc1/T
-    "windbg_cn_locktest_mutex_lock_order_deadlock_demo": "unknown",
-    # fresh-2026-12p, missed at its first pass: 6-frame Windows user-mode stack (cdb `k`), symbol names only (no offsets/addresses), one thread, with the author's annotation "<- never signalled" on frame 0; fenced; native only.
-    "windows_container_lsm_session_event_wait_boot_hang": "unknown",
+    "windbg_cn_locktest_mutex_lock_order_deadlock_demo": "event-wait",
     # fresh-2026-12w, missed at its first pass: py-spy dump on Windows (Python 3.13), single MainThread, 10 frames from asyncio proactor _poll down to fastmcp transport run; whole as quoted
     "agent_memory_mcp_stale_stdio_server_proactor_select_py_spy": "all-idle",
     # fresh-2026-12w, missed at its first pass: py-spy stack condensed by the author into a one-line-per-few-frames arrow chain (innermost first), 6 frames of one worker thread; as quoted in the docstring
