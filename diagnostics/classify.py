@@ -398,14 +398,14 @@ def _process_verdict(series: ProcessSeries, signatures: Sequence[Signature], sou
         if held is not None:
             ht, hfrozen, hsig, hframes = held
             return ProcessVerdict(series, "stalled", hsig, ht, hframes, hfrozen, False, "", ((ht, hsig, hframes),), source)
-    if wait is not None and wait.weak and _native_program(t):
-        wait = replace(wait, caller=None)  # (a program of its own: no extension's private wait)
-    if wait is not None and (not wait.weak or _native_program(t)):
+    native_program = (wait is not None and wait.weak and wait.category not in _IDLE_LOOP_WAITS
+                      and wait.caller is not None and not _SHARED_LIBRARY.search(wait.caller.file) and _native_program(t))
+    if wait is not None and (not wait.weak or native_program):
         # No signature names a cause, but the thread sits in a known blocking call: that
         # call's family is the verdict (a file lock, a child process, a queue...), with the
         # innermost own frames as evidence where there are any.
         fam = fork_inherited(family_signature(wait.category, signatures), t, signatures)
-        evidence = t.telling_frames() or wait.frames
+        evidence = (t.native_telling_frames() if native_program else ()) or t.telling_frames() or wait.frames
         return ProcessVerdict(series, "stalled", fam, t, evidence, frozen, False, "", ((t, fam, evidence),), source)
     if forked_in_logging(t):
         inherited = find(tuple(signatures), "fork-inherited-lock")
@@ -468,11 +468,19 @@ def _bare_list(thread: ThreadDump) -> bool:
     return thread.ident.startswith("?") and not thread.name
 
 
+#: A native program's waits that say little of their own: its event loop's idle (poll,
+#: epoll, select) or a sleep, a server between requests (see ``Wait.weak``), and a wait
+#: for its child, whose own stack, when pasted too, is the one that says why.
+_IDLE_LOOP_WAITS = frozenset(("socket-read", "sleep", "subprocess-wait"))
 #: A C or C++ program's entry at the bottom of its main thread.
 _PROGRAM_ENTRY = frozenset(("main", "wmain", "WinMain", "wWinMain", "ServiceMain"))
 #: Frames of CPython's own (its library or its functions): the process runs Python.
-_PYTHON_NATIVE = re.compile(r"^(_?Py|_PyEval|PyEval)|^(cfunction_|method_vectorcall|slot_tp_|_PyObject|builtin_)")
-_PYTHON_LIB = re.compile(r"(^|/)(lib)?python\d|\bpython\d?(\.\d+)?(\.exe)?$|\.so\b.*python|\.pyd$|\.cpython-")
+_PYTHON_NATIVE = re.compile(r"^(_?Py|_PyEval|PyEval)|^(cfunction_|method_vectorcall|slot_tp_|_PyObject|builtin_|pypy_g_)")
+_PYTHON_LIB = re.compile(r"(^|/)(lib)?(python|pypy)\d|\bpython\d?(\.\d+)?(\.exe)?$|\.so\b.*python|\.pyd$|\.cpython-|libpypy")
+_PYTHON_NAME = re.compile(r"python|pypy", re.IGNORECASE)
+#: A shared library's file: a wait called from one is that library's (an extension's, a
+#: runtime's), not the program's own code (a source file, the program's binary).
+_SHARED_LIBRARY = re.compile(r"\.(so|dylib|dll|pyd)(\.[\w.]+)?$", re.IGNORECASE)
 
 
 def _native_program(thread: ThreadDump) -> bool:
@@ -481,6 +489,8 @@ def _native_program(thread: ThreadDump) -> bool:
     extension module. There a C library's wait
     called from the program's own code is the program's wait, not an extension's private one
     that a Python call around it would explain."""
+    if _PYTHON_NAME.search(thread.name):
+        return False  # a Python process's thread ("python3"), its Python frames not pasted
     entry = False
     for f in thread.frames:
         if not f.native:

@@ -73,7 +73,7 @@ ENCODINGS: dict[str, Callable[[str], str]] = {
 
 #: Encodings under which every corpus dump replay names right keeps its verdict.
 MUST_HOLD = ("crlf", "colours", "json", "tabs", "no-break-spaces", "curly-quotes", "zero-width", "dist-packages", "conda",
-             "windows-paths", "page-source-pre", "page-source-nbsp", "quoted-printable")
+             "windows-paths", "page-source-pre", "page-source-nbsp")
 
 
 @functools.cache

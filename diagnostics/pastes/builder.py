@@ -128,7 +128,8 @@ class Builder:
     tb_caption: str = ""
     # A Ctrl-C traceback kept as the main thread's stack, and CPython's notice that an exit
     # handler raised ("Exception ignored in atexit callback") above the next traceback.
-    interrupt_kept: bool = False
+    # (the process, stream and rank whose Ctrl-C traceback named a wait; None: none yet)
+    interrupt_kept: tuple[object, object, object] | None = None
     exit_notice: bool = False
     # pytest's long traceback: its frames so far (outermost first), the function of the
     # source shown above the next location line, the ">" line of that source, and the

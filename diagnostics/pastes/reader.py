@@ -260,7 +260,7 @@ def _read_lines(lines_in: list[str], learned: re.Pattern[str] | None) -> ParseRe
 
 #: A quoted-printable escape of a character no plain text writes that way ("=3D" is "=").
 _QP_EQUALS = re.compile(r"=3D")
-_QP_ESCAPE = re.compile(r"=[0-9A-F]{2}")
+_QP_HIGH_BYTE = re.compile(r"=[89A-F][0-9A-F]")
 _QP_SOFT_BREAK = re.compile(r"=\r?\n")
 _QP_RUN = re.compile(r"(?:=[0-9A-F]{2}){1,1000}")
 #: Widths of a line an encoder broke softly (76 columns at most, RFC 2045).
@@ -271,19 +271,18 @@ _QP_SCAN = 200_000
 
 def is_quoted_printable(text: str) -> bool:
     """A message body still in quoted-printable: an encoded "=" ("=3D") twice or more, or
-    soft line breaks (a line ending in a lone "=") with escapes beside them. Plain text
-    has neither ("SeqNum=18" is one escape-shaped pair, no soft break)."""
+    soft line breaks at the encoder's width (a line of 60 to 76 columns ending in a lone
+    "="), two or more, or one at 76 beside an escaped byte no plain text writes ("=C2",
+    "=A0"). Plain text has "key=18" pairs and lines ending in "=" (an empty variable,
+    gdb's wrap after "f="), but not at that width with those escapes."""
     head = text[:_QP_SCAN]
     if len(_QP_EQUALS.findall(head, 0, _QP_SCAN)) >= 2:
         return True
-    lines = [raw.rstrip("\r") for raw in head.split("\n")]
-    if sum(1 for line in lines if line.endswith(("=20", "=09"))) >= 3:
-        return True  # trailing blanks, which the encoding spells out
-    soft = [len(line) for line in lines if line.endswith("=") and not line.endswith("==")]
-    # (an encoder breaks a long line at 76 columns, the "=" last)
-    if soft == [_QP_WIDTH[1]]:
+    soft = [len(line) for line in (raw.rstrip("\r") for raw in head.split("\n")) if line.endswith("=") and not line.endswith("==")]
+    at_width = [n for n in soft if _QP_WIDTH[0] <= n <= _QP_WIDTH[1]]
+    if len(at_width) >= 2 and len(at_width) == len(soft):
         return True
-    return len(soft) >= 2 and (len(_QP_ESCAPE.findall(head)) >= 3 or all(_QP_WIDTH[0] <= n <= _QP_WIDTH[1] for n in soft))
+    return bool(at_width) and len(_QP_HIGH_BYTE.findall(head)) >= 2
 
 
 def decode_quoted_printable(text: str) -> str:

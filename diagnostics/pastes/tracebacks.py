@@ -215,15 +215,21 @@ def end_traceback(b: Builder, keep: bool, error: bool = False) -> None:
         b.tb_lines = 0
         return
     after_exit, b.exit_notice = b.exit_notice, False
-    if keep and frames and after_exit and b.interrupt_kept:
+    stream = (id(b.proc) if b.proc is not None else None, b.stream_pid, rank)
+    if keep and frames and after_exit and b.interrupt_kept == stream:
         # An exit handler interrupted by a second Ctrl-C (a process join at exit, a
-        # finalizer): the exit that the first Ctrl-C started, after the hang the first
-        # traceback shows, not where the program hung.
+        # finalizer) in the same process, whose first Ctrl-C traceback showed a wait: the
+        # exit that Ctrl-C started, not where the program hung. (After a first traceback in
+        # the program's own computation, the exit's join is the hang: it is kept.)
         b.report.skipped += b.tb_lines
     elif keep and frames:
         # Ctrl+C lands in the main thread, in the call on the innermost frame's source line.
-        b.traceback_thread("MainThread", frames, blocked_call(frames, b.tb_source), rank=rank)
-        b.interrupt_kept = True
+        inner = blocked_call(frames, b.tb_source)
+        b.traceback_thread("MainThread", frames, inner, rank=rank)
+        if inner or primitive_of(frames[-1]) is not None:
+            # (the process it went into: a later traceback of the same process, no caption
+            # or pid between, is read while that process is still the open one)
+            b.interrupt_kept = (id(b.proc) if b.proc is not None else None, b.stream_pid, rank)
     else:
         b.report.skipped += b.tb_lines
         if frames and not error:

@@ -469,3 +469,27 @@ Thread 1 (Thread 0x7f00 (LWP 4242)):
 #5  0x00005603 in main () at lsm/main.cpp:12
 """
     assert text_verdict(tmp_path, text) in ("event-wait", "lock-wait")
+
+
+def test_a_native_servers_idle_loop_and_a_python_threads_excerpt_keep_no_family(tmp_path):
+    """A native server's main thread in its event loop's epoll is idle between requests,
+    not a stalled socket read; a thread named "python3" whose Python frames were not pasted
+    is a Python process's, where an extension's condition wait stays its own business."""
+    redis = """\
+Thread 1 (Thread 0x7f1 (LWP 100) "redis-server"):
+#0  0x00007f1 in epoll_wait (epfd=5, events=0x7f2, maxevents=10128, timeout=100) at ../sysdeps/unix/sysv/linux/epoll_wait.c:30
+#1  0x0000561 in aeApiPoll (tvp=<optimized out>, eventLoop=0x7f3) at ae_epoll.c:112
+#2  aeProcessEvents (eventLoop=0x7f3, flags=27) at ae.c:412
+#3  0x0000562 in aeMain (eventLoop=0x7f3) at ae.c:496
+#4  0x0000563 in main (argc=2, argv=0x7ff) at server.c:7145
+"""
+    assert text_verdict(tmp_path, redis) != "socket-read"
+    excerpt = """\
+Thread 1 (Thread 0x7f3c1a2b3740 (LWP 4242) "python3"):
+#0  0x00007f3c1a4d0e96 in __futex_abstimed_wait_common () from /lib/x86_64-linux-gnu/libc.so.6
+#1  0x00007f3c1a4d3a41 in pthread_cond_wait@@GLIBC_2.3.2 () from /lib/x86_64-linux-gnu/libc.so.6
+#2  0x00007f3c0e1b2c10 in ov::threading::CPUStreamsExecutor::wait () from /opt/intel/openvino/runtime/lib/intel64/libopenvino.so.2330
+#3  0x00007f3c0e1a0b20 in ov::InferRequest::infer () from /opt/intel/openvino/runtime/lib/intel64/libopenvino.so.2330
+#42 0x000055d0c3f1e0a5 in main ()
+"""
+    assert text_verdict(tmp_path, excerpt) != "event-wait"

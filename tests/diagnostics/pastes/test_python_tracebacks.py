@@ -501,3 +501,15 @@ def test_an_exit_handlers_traceback_after_the_ctrl_c_is_not_where_the_program_hu
     assert text_verdict(tmp_path, _HUNG + _AT_EXIT) == "queue-wait"
     # a program that hung at its exit shows the exit handler's traceback alone: that one
     assert text_verdict(tmp_path, _AT_EXIT) in ("shutdown-join", "child-process-wait")
+
+
+def test_an_exit_handlers_traceback_stays_when_the_first_shows_no_wait_or_is_another_process(tmp_path):
+    """Ctrl-C stopped training in its own computation and the exit then hung joining a
+    child: the exit handler's traceback is the hang. And another process's exit handler
+    (its own pid caption) is that process's stack, kept beside the first."""
+    computing = _HUNG.replace('    llm = LLM(model="m", data_parallel_size=2)\n', "    loss = model(batch).sum()\n").split(
+        '  File "/opt/venv')[0] + "KeyboardInterrupt\n"
+    assert text_verdict(tmp_path, computing + _AT_EXIT) in ("child-process-wait", "shutdown-join")
+    two = "pid 4101:\n" + _HUNG + "\npid 4102:\n" + _AT_EXIT
+    report = read_text(two)
+    assert len(report.processes) == 2

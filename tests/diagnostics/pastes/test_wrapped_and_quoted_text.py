@@ -440,3 +440,15 @@ def test_a_pybt_frame_rewrapped_before_its_path_and_its_function_is_joined(tmp_p
         "0x7f01866520e0>, socket_read_size=65536, socket_timeout=None, _buffe\n"
     )
     assert text_verdict(tmp_path, text) == "socket-read"
+
+
+def test_empty_variables_and_key_value_pairs_are_not_quoted_printable():
+    """Two empty environment variables ("NCCL_IB_HCA=") and a watchdog line's
+    "SeqNum=18": no encoder's soft breaks at its width, no "=3D": read as they are."""
+    from hangwatch.diagnostics.pastes.reader import is_quoted_printable  # noqa: PLC0415
+
+    text = ("NCCL_SOCKET_IFNAME=\nNCCL_IB_HCA=\n[rank1]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 1] Watchdog caught "
+            "collective operation timeout: WorkNCCL(SeqNum=18, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, "
+            "Timeout(ms)=600000) ran for 600012 milliseconds before timing out.\n")
+    assert not is_quoted_printable(text)
+    assert not is_quoted_printable("prefetch workers=20\nloader workers=20\nio workers=20\n")
