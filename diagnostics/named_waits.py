@@ -170,7 +170,7 @@ def named_category(frame: Frame) -> tuple[str, str, str] | None:
                 if category == "subprocess-wait" and "communicate" in ws and not frame.native:
                     # Popen.communicate's word; a module named for peers' communication
                     # (Megatron's p2p_communication._communicate) exchanges with a peer rank
-                    module = _module_category(frame)
+                    module = _module_category(_stem(frame))
                     if module is not None:
                         return module
                 return category, what, "name"
@@ -184,10 +184,10 @@ def named_category(frame: Frame) -> tuple[str, str, str] | None:
         # The module's name, when the function's says nothing: a helper of a module named
         # for its wait (``_gather_ipc_meta`` in custom_all_reduce.py). Only the phrases no
         # module is named for unless it waits: an http.py parses as much as it reads.
-        module = _module_category(frame)
+        stem = _stem(frame)
+        module = _module_category(stem)
         if module is not None:
             return module
-        stem = _stem(frame)
         if site_package(frame.file) and _NETWORK_MODULE(stem) and _IO_CALL(words(frame.function)):
             # An installed library's module named for a protocol (fsspec's
             # implementations/http.py, a client's transport/sftp.py), in a function named for
@@ -197,12 +197,12 @@ def named_category(frame: Frame) -> tuple[str, str, str] | None:
 
 
 def _stem(frame: Frame) -> tuple[str, ...]:
+    """The words of a Python frame's module name (``p2p_communication.py`` -> p2p, communication)."""
     return words(frame.file.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".py").removesuffix(".pyx"))
 
 
-def _module_category(frame: Frame) -> tuple[str, str, str] | None:
-    """(category, what, "module") that the words of a Python frame's module name say."""
-    stem = _stem(frame)
+def _module_category(stem: tuple[str, ...]) -> tuple[str, str, str] | None:
+    """(category, what, "module") that the words of a module's name (``_stem``) say."""
     for category, what, test in MODULE_WORDS:
         if test(stem):
             return category, what, "module"

@@ -126,9 +126,9 @@ class Builder:
     # (``note_indent``).
     held_indents: list[int] = field(default_factory=list)
     tb_caption: str = ""
-    # A Ctrl-C traceback kept as the main thread's stack, and CPython's notice that an exit
-    # handler raised ("Exception ignored in atexit callback") above the next traceback.
-    # (the process, stream and rank whose Ctrl-C traceback named a wait; None: none yet)
+    # The process, stream and rank whose Ctrl-C traceback, kept as its main thread's stack,
+    # showed a wait (None: none yet), and CPython's notice that an exit handler raised
+    # ("Exception ignored in atexit callback") above the next traceback.
     interrupt_kept: tuple[object, object, object] | None = None
     exit_notice: bool = False
     # pytest's long traceback: its frames so far (outermost first), the function of the

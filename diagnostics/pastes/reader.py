@@ -258,8 +258,7 @@ def _read_lines(lines_in: list[str], learned: re.Pattern[str] | None) -> ParseRe
     return finish(b)
 
 
-#: A quoted-printable escape of a character no plain text writes that way ("=3D" is "=").
-_QP_EQUALS = re.compile(r"=3D")
+#: A quoted-printable escape of a byte plain text never writes so ("=C2", "=A0").
 _QP_HIGH_BYTE = re.compile(r"=[89A-F][0-9A-F]")
 _QP_SOFT_BREAK = re.compile(r"=\r?\n")
 _QP_RUN = re.compile(r"(?:=[0-9A-F]{2}){1,1000}")
@@ -276,7 +275,7 @@ def is_quoted_printable(text: str) -> bool:
     "=A0"). Plain text has "key=18" pairs and lines ending in "=" (an empty variable,
     gdb's wrap after "f="), but not at that width with those escapes."""
     head = text[:_QP_SCAN]
-    if len(_QP_EQUALS.findall(head, 0, _QP_SCAN)) >= 2:
+    if head.count("=3D") >= 2:  # an encoded "="
         return True
     soft = [len(line) for line in (raw.rstrip("\r") for raw in head.split("\n")) if line.endswith("=") and not line.endswith("==")]
     at_width = [n for n in soft if _QP_WIDTH[0] <= n <= _QP_WIDTH[1]]

@@ -164,14 +164,15 @@ def source_call(source: str) -> list[Frame]:
     # their receiver (a readline, a recv, a future's result, a C call of os or time): a
     # nested ".get" or ".join" is as often a dict's or a path's.
     for name in NESTED_CALL.findall(source, m.end(1) + 1, 600)[:8]:
-        if _NESTED_BLOCKING.search(name) and not name.startswith("os.path."):
+        if (_NESTED_BLOCKING.search(name) or LEAF_CALL.match(name)) and not name.startswith("os.path."):
             calls.append(Frame(name, "<call>", None, native=True))
     return calls
 
 
 #: Calls that block whoever the receiver is, read inside another call's arguments.
+#: (The standard library's own C calls, ``time.sleep`` or ``os.waitpid``, are LEAF_CALL's.)
 _NESTED_BLOCKING = re.compile(r"(?:^|\.)(readline|readlines|recv|recv_bytes|recvfrom|recv_into|accept|result|item|"
-                              r"communicate|urlopen|getresponse|input)$|^(?:time|os|fcntl|select)\.\w+$")
+                              r"communicate|urlopen|getresponse|input)$")
 
 
 def blocked_call(frames: list[Frame], source: str) -> list[Frame]:
